@@ -1,0 +1,428 @@
+//! The stable ABI between a host and a plugin library.
+//!
+//! Plugin authors never touch this module directly: [`crate::export_plugin!`] emits the root
+//! module, and the host side (`plugin-host`) loads it. It is public so that hosts can load
+//! plugins and so that its layout is part of tool-api's semver contract.
+//!
+//! # Layout and evolution rules
+//!
+//! - The root module [`PluginMod`] is an abi_stable *prefix type*: fields may only be added
+//!   at the end, in a minor release, and every field after [`PluginMod::new_tool`] is read as
+//!   an `Option` (`missing_field(option)`), so a host can load a plugin built against an
+//!   older 1.x minor and see the newer fields as absent.
+//! - [`AbiTool`] and [`HostContext`] are `#[sabi_trait]` objects whose vtables are prefix
+//!   types too: methods may be appended after the `last_prefix_field`.
+//! - Tool definitions cross the boundary as JSON text, so optional definition fields can be
+//!   added without a layout change (unknown fields are ignored by older hosts).
+//! - Every exported function catches panics: a panic becomes an [`AbiError`] with
+//!   [`ERROR_INTERNAL`] and never unwinds into the host.
+#![allow(non_local_definitions)]
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::OnceLock;
+
+use abi_stable::library::RootModule;
+use abi_stable::sabi_types::VersionStrings;
+use abi_stable::std_types::{RArc, RBox, ROption, RResult, RSlice, RStr, RString, RVec};
+use abi_stable::{StableAbi, declare_root_module_statics, package_version_strings, sabi_trait};
+
+use crate::context::ToolContext;
+use crate::definition::ToolDefinition;
+use crate::output::{Content, ToolError, ToolOutput};
+use crate::tool::DefinedTool;
+
+pub use abi_stable::sabi_trait::TD_Opaque;
+
+/// Error code for [`ToolError::Failed`].
+pub const ERROR_FAILED: u8 = 0;
+/// Error code for [`ToolError::InvalidInput`].
+pub const ERROR_INVALID_INPUT: u8 = 1;
+/// Error code for [`ToolError::PermissionDenied`].
+pub const ERROR_PERMISSION_DENIED: u8 = 2;
+/// Error code for [`ToolError::Cancelled`].
+pub const ERROR_CANCELLED: u8 = 3;
+/// Error code for [`ToolError::Internal`] (also used for contained panics).
+pub const ERROR_INTERNAL: u8 = 4;
+
+/// The name of the symbol a plugin library exports (abi_stable's root module loader).
+pub const ROOT_MODULE_SYMBOL: &str = "_1as_0lib_1header_0root_bmodule_bloader";
+
+/// An error crossing the boundary: a numeric class (the `ERROR_*` constants; unknown codes
+/// read as [`ERROR_FAILED`]) and a message.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone)]
+pub struct AbiError {
+    /// One of the `ERROR_*` constants.
+    pub code: u8,
+    /// Human-readable message.
+    pub message: RString,
+}
+
+impl From<ToolError> for AbiError {
+    fn from(e: ToolError) -> Self {
+        AbiError {
+            code: e.code(),
+            message: RString::from(e.message()),
+        }
+    }
+}
+
+impl From<AbiError> for ToolError {
+    fn from(e: AbiError) -> Self {
+        ToolError::from_code(e.code, e.message.into_string())
+    }
+}
+
+/// One content block crossing the boundary: `kind` 0 is text (`text`), 1 is an image
+/// (`mime`, `data`).
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone)]
+pub struct AbiContent {
+    /// 0 = text, 1 = image.
+    pub kind: u8,
+    /// The text of a text block.
+    pub text: RString,
+    /// MIME type of an image block.
+    pub mime: RString,
+    /// Bytes of an image block.
+    pub data: RVec<u8>,
+}
+
+/// [`ToolOutput`] crossing the boundary; metadata travels as JSON text.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone)]
+pub struct AbiOutput {
+    /// Content blocks.
+    pub content: RVec<AbiContent>,
+    /// Normal completion or handled failure.
+    pub success: bool,
+    /// `metadata` serialized as JSON.
+    pub metadata_json: RString,
+    /// Files modified by the call.
+    pub files_modified: ROption<RVec<RString>>,
+    /// Command run by the call.
+    pub command_executed: ROption<RString>,
+}
+
+impl From<ToolOutput> for AbiOutput {
+    fn from(o: ToolOutput) -> Self {
+        let content = o
+            .content
+            .into_iter()
+            .map(|c| match c {
+                Content::Text { text } => AbiContent {
+                    kind: 0,
+                    text: text.into(),
+                    mime: RString::new(),
+                    data: RVec::new(),
+                },
+                Content::Image { mime, data } => AbiContent {
+                    kind: 1,
+                    text: RString::new(),
+                    mime: mime.into(),
+                    data: data.into(),
+                },
+            })
+            .collect();
+        let metadata_json = if o.metadata.is_null() {
+            RString::new()
+        } else {
+            RString::from(o.metadata.to_string())
+        };
+        AbiOutput {
+            content,
+            success: o.success,
+            metadata_json,
+            files_modified: o
+                .files_modified
+                .map(|fs| fs.into_iter().map(RString::from).collect())
+                .into(),
+            command_executed: o.command_executed.map(RString::from).into(),
+        }
+    }
+}
+
+impl From<AbiOutput> for ToolOutput {
+    fn from(o: AbiOutput) -> Self {
+        let content = o
+            .content
+            .into_iter()
+            .map(|c| match c.kind {
+                1 => Content::Image {
+                    mime: c.mime.into_string(),
+                    data: c.data.into_vec(),
+                },
+                _ => Content::Text {
+                    text: c.text.into_string(),
+                },
+            })
+            .collect();
+        let metadata = if o.metadata_json.is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_json::from_str(&o.metadata_json)
+                .unwrap_or_else(|_| serde_json::Value::String(o.metadata_json.into_string()))
+        };
+        ToolOutput {
+            content,
+            success: o.success,
+            metadata,
+            files_modified: o
+                .files_modified
+                .into_option()
+                .map(|fs| fs.into_iter().map(RString::into_string).collect()),
+            command_executed: o.command_executed.into_option().map(RString::into_string),
+        }
+    }
+}
+
+/// Plugin metadata, read by the host right after loading.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone)]
+pub struct PluginInfo {
+    /// Plugin name.
+    pub name: RString,
+    /// Plugin version (semver).
+    pub version: RString,
+    /// The tool-api version the plugin was built against (semver).
+    pub tool_api_version: RString,
+    /// Whether the plugin was built with `panic = "unwind"` (a panic can be contained).
+    pub unwinds: bool,
+}
+
+/// Host callbacks a tool reaches through its [`ToolContext`].
+///
+/// Implemented by the host; a plugin only ever holds the trait object ([`HostCtx`]), never a
+/// raw host pointer. Log levels are 1 = error, 2 = warn, 3 = info, 4 = debug, 5 = trace.
+#[sabi_trait]
+pub trait HostContext: Clone + Send + Sync + 'static {
+    /// The session the call belongs to.
+    fn session_id(&self) -> RStr<'_>;
+    /// The turn the call belongs to.
+    fn turn_id(&self) -> RStr<'_>;
+    /// The id of the tool_use block being executed.
+    fn tool_use_id(&self) -> RStr<'_>;
+    /// Absolute path of the session's workspace root.
+    fn workspace_root(&self) -> RStr<'_>;
+    /// Whether cancellation of this call was requested.
+    fn is_cancelled(&self) -> bool;
+    /// Whether a message at `level` would be recorded.
+    fn log_enabled(&self, level: u8) -> bool;
+    /// Records a message at `level` under the call's span.
+    fn log(&self, level: u8, message: RStr<'_>);
+    /// Reads a UTF-8 file.
+    fn fs_read(&self, path: RStr<'_>) -> RResult<RString, AbiError>;
+    /// Reads a file's bytes.
+    fn fs_read_bytes(&self, path: RStr<'_>) -> RResult<RVec<u8>, AbiError>;
+    /// Creates or replaces a file atomically.
+    fn fs_write(&self, path: RStr<'_>, content: RSlice<'_, u8>) -> RResult<(), AbiError>;
+    /// Appends to a file, creating it if needed.
+    fn fs_append(&self, path: RStr<'_>, content: RSlice<'_, u8>) -> RResult<(), AbiError>;
+    /// Whether a path exists.
+    fn fs_exists(&self, path: RStr<'_>) -> RResult<bool, AbiError>;
+    /// Lists a directory's entry names (directories end with `/`), sorted.
+    fn fs_list(&self, path: RStr<'_>) -> RResult<RVec<RString>, AbiError>;
+    /// Deletes a file.
+    fn fs_delete(&self, path: RStr<'_>) -> RResult<(), AbiError>;
+    /// Replaces the single occurrence of `old` with `new`.
+    #[sabi(last_prefix_field)]
+    fn fs_patch(&self, path: RStr<'_>, old: RStr<'_>, new: RStr<'_>) -> RResult<(), AbiError>;
+}
+
+/// The host context as a plugin holds it: a reference-counted trait object.
+pub type HostCtx = HostContext_TO<RArc<()>>;
+
+/// One tool instance behind the boundary.
+#[sabi_trait]
+pub trait AbiTool: Send + Sync {
+    /// Runs the tool on JSON input text.
+    fn execute(&self, input_json: RStr<'_>, ctx: HostCtx) -> RResult<AbiOutput, AbiError>;
+    /// Requests cancellation; idempotent, called from another thread.
+    #[sabi(last_prefix_field)]
+    fn cancel(&self) -> bool;
+}
+
+/// An owned tool instance from a plugin.
+pub type AbiToolBox = AbiTool_TO<'static, RBox<()>>;
+
+/// The root module every plugin library exports.
+#[repr(C)]
+#[derive(StableAbi)]
+#[sabi(kind(Prefix(prefix_ref = PluginModRef)))]
+#[sabi(missing_field(option))]
+pub struct PluginMod {
+    /// Plugin metadata.
+    pub info: extern "C" fn() -> PluginInfo,
+    /// The plugin's tool definitions, as a JSON array of [`ToolDefinition`].
+    pub definitions: extern "C" fn() -> RResult<RString, AbiError>,
+    /// Makes a fresh instance of the named tool.
+    #[sabi(last_prefix_field)]
+    pub new_tool: extern "C" fn(name: RStr<'_>) -> RResult<AbiToolBox, AbiError>,
+}
+
+impl RootModule for PluginModRef {
+    declare_root_module_statics! {PluginModRef}
+    const BASE_NAME: &'static str = "toolhost_plugin";
+    const NAME: &'static str = "toolhost_plugin";
+    const VERSION_STRINGS: VersionStrings = package_version_strings!();
+}
+
+/// Turns a panic payload into a message.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_string()
+    }
+}
+
+fn contained<T>(what: &str, f: impl FnOnce() -> RResult<T, AbiError>) -> RResult<T, AbiError> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(payload) => RResult::RErr(AbiError {
+            code: ERROR_INTERNAL,
+            message: format!("plugin panicked in {what}: {}", panic_message(&*payload)).into(),
+        }),
+    }
+}
+
+/// Adapts an author's [`crate::Tool`] to [`AbiTool`], containing panics.
+struct Exported<T>(T);
+
+impl<T: crate::Tool> AbiTool for Exported<T> {
+    fn execute(&self, input_json: RStr<'_>, ctx: HostCtx) -> RResult<AbiOutput, AbiError> {
+        contained("execute", || {
+            let input: serde_json::Value = match serde_json::from_str(input_json.as_str()) {
+                Ok(v) => v,
+                Err(e) => return RResult::RErr(ToolError::InvalidInput(e.to_string()).into()),
+            };
+            let ctx = ToolContext::from_host(ctx);
+            match self.0.execute(input, &ctx) {
+                Ok(out) => RResult::ROk(out.into()),
+                Err(e) => RResult::RErr(e.into()),
+            }
+        })
+    }
+
+    fn cancel(&self) -> bool {
+        catch_unwind(AssertUnwindSafe(|| self.0.cancel())).unwrap_or(false)
+    }
+}
+
+/// Wraps a tool instance as an ABI object (used by the export machinery and by tests).
+pub fn abi_tool<T: crate::Tool + 'static>(tool: T) -> AbiToolBox {
+    AbiTool_TO::from_value(Exported(tool), TD_Opaque)
+}
+
+/// One tool type a plugin exports. Built by [`crate::export_plugin!`].
+pub struct ToolEntry {
+    definition: fn() -> ToolDefinition,
+    create: fn() -> AbiToolBox,
+}
+
+impl ToolEntry {
+    /// The entry for tool type `T`.
+    pub const fn of<T: DefinedTool>() -> ToolEntry {
+        ToolEntry {
+            definition: T::definition,
+            create: create_boxed::<T>,
+        }
+    }
+}
+
+fn create_boxed<T: DefinedTool>() -> AbiToolBox {
+    abi_tool(T::default())
+}
+
+/// What a plugin exports, in plain Rust; [`crate::export_plugin!`] builds one as a static and
+/// points the root module's functions at it.
+pub struct PluginExport {
+    name: &'static str,
+    version: &'static str,
+    unwinds: bool,
+    tools: &'static [ToolEntry],
+    names: OnceLock<Result<Vec<String>, String>>,
+}
+
+impl PluginExport {
+    /// Describes a plugin. `unwinds` must be `cfg!(panic = "unwind")` evaluated in the plugin.
+    pub const fn new(
+        name: &'static str,
+        version: &'static str,
+        unwinds: bool,
+        tools: &'static [ToolEntry],
+    ) -> Self {
+        PluginExport {
+            name,
+            version,
+            unwinds,
+            tools,
+            names: OnceLock::new(),
+        }
+    }
+
+    /// The plugin's metadata.
+    pub fn info(&self) -> PluginInfo {
+        PluginInfo {
+            name: self.name.into(),
+            version: self.version.into(),
+            tool_api_version: crate::TOOL_API_VERSION.into(),
+            unwinds: self.unwinds,
+        }
+    }
+
+    /// All definitions as a JSON array; a panic in a definition becomes an error.
+    pub fn definitions(&self) -> RResult<RString, AbiError> {
+        contained("definitions", || {
+            let defs: Vec<ToolDefinition> = self.tools.iter().map(|t| (t.definition)()).collect();
+            match serde_json::to_string(&defs) {
+                Ok(s) => RResult::ROk(s.into()),
+                Err(e) => RResult::RErr(ToolError::internal(e.to_string()).into()),
+            }
+        })
+    }
+
+    /// A fresh instance of the named tool; a panic in the factory becomes an error.
+    pub fn new_tool(&self, name: RStr<'_>) -> RResult<AbiToolBox, AbiError> {
+        contained("new_tool", || {
+            let names = self.names.get_or_init(|| {
+                catch_unwind(|| self.tools.iter().map(|t| (t.definition)().name).collect())
+                    .map_err(|p| panic_message(&*p))
+            });
+            let names = match names {
+                Ok(n) => n,
+                Err(m) => {
+                    return RResult::RErr(AbiError {
+                        code: ERROR_INTERNAL,
+                        message: format!("plugin panicked in definitions: {m}").into(),
+                    });
+                }
+            };
+            match names.iter().position(|n| n == name.as_str()) {
+                Some(i) => RResult::ROk((self.tools[i].create)()),
+                None => RResult::RErr(AbiError {
+                    code: ERROR_FAILED,
+                    message: format!(
+                        "plugin '{}' has no tool '{}' (it has: {})",
+                        self.name,
+                        name,
+                        names.join(", ")
+                    )
+                    .into(),
+                }),
+            }
+        })
+    }
+}
+
+/// Re-exports the export macro needs; not part of the public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use abi_stable::library::{
+        __call_root_module_loader, CheckTypeLayout, LibHeader, RootModuleResult,
+    };
+    pub use abi_stable::prefix_type::PrefixTypeTrait;
+    pub use abi_stable::std_types::{RResult, RStr, RString};
+}

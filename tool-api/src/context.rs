@@ -1,0 +1,230 @@
+//! What a running tool sees of its call: [`ToolContext`], its [`Logger`] and the
+//! workspace-scoped [`WorkspaceFiles`] API.
+
+use std::fmt::Display;
+
+use abi_stable::std_types::{RResult, RSlice, RStr};
+
+use crate::abi::{AbiError, HostCtx};
+use crate::output::ToolError;
+
+/// Log levels a tool can log at, most severe first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub enum Level {
+    /// Something failed.
+    Error = 1,
+    /// Something looks wrong.
+    Warn = 2,
+    /// Progress worth knowing.
+    Info = 3,
+    /// Detail for debugging.
+    Debug = 4,
+    /// Very verbose detail.
+    Trace = 5,
+}
+
+impl Level {
+    /// The level for a wire code; unknown codes read as `Trace`.
+    pub fn from_code(code: u8) -> Level {
+        match code {
+            1 => Level::Error,
+            2 => Level::Warn,
+            3 => Level::Info,
+            4 => Level::Debug,
+            _ => Level::Trace,
+        }
+    }
+}
+
+/// The session-scoped view a tool gets of its call.
+///
+/// It carries the call's identity, a cancellation flag to poll, a [`Logger`] that reaches the
+/// host's log under the call's span, and the workspace-scoped file API. A plugin gets the
+/// same type as a built-in: behind it are host callbacks, never raw host pointers.
+#[derive(Clone)]
+pub struct ToolContext {
+    host: HostCtx,
+}
+
+impl ToolContext {
+    /// Wraps the host's callbacks. Hosts call this; tools receive a ready context.
+    pub fn from_host(host: HostCtx) -> Self {
+        ToolContext { host }
+    }
+
+    /// The host callbacks behind this context (used by hosts to pass it across the ABI).
+    pub fn host(&self) -> &HostCtx {
+        &self.host
+    }
+
+    /// The session the call belongs to.
+    pub fn session_id(&self) -> &str {
+        self.host.session_id().as_str()
+    }
+
+    /// The turn the call belongs to.
+    pub fn turn_id(&self) -> &str {
+        self.host.turn_id().as_str()
+    }
+
+    /// The id of the tool_use block being executed.
+    pub fn tool_use_id(&self) -> &str {
+        self.host.tool_use_id().as_str()
+    }
+
+    /// Absolute path of the session's workspace root.
+    pub fn workspace_root(&self) -> &str {
+        self.host.workspace_root().as_str()
+    }
+
+    /// Whether the host asked this call to stop. Long-running tools poll this and return
+    /// [`ToolError::Cancelled`] (or a partial output) soon after it turns `true`.
+    pub fn is_cancelled(&self) -> bool {
+        self.host.is_cancelled()
+    }
+
+    /// `Err(ToolError::Cancelled)` once cancellation was requested; handy with `?` in loops.
+    pub fn check_cancelled(&self) -> Result<(), ToolError> {
+        if self.is_cancelled() {
+            Err(ToolError::Cancelled("the call was cancelled".into()))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The call's logger.
+    pub fn log(&self) -> Logger<'_> {
+        Logger { host: &self.host }
+    }
+
+    /// The workspace-scoped file API.
+    pub fn files(&self) -> WorkspaceFiles<'_> {
+        WorkspaceFiles { host: &self.host }
+    }
+}
+
+/// Logs into the host's `tracing` subscriber, under the call's span.
+///
+/// Messages are formatted only when the host records the level, so
+/// `ctx.log().debug(format_args!("{big:?}"))` costs nothing when debug is off.
+pub struct Logger<'a> {
+    host: &'a HostCtx,
+}
+
+impl Logger<'_> {
+    /// Whether a message at `level` would be recorded.
+    pub fn enabled(&self, level: Level) -> bool {
+        self.host.log_enabled(level as u8)
+    }
+
+    /// Records `message` at `level` if enabled.
+    pub fn log(&self, level: Level, message: impl Display) {
+        if self.enabled(level) {
+            let text = message.to_string();
+            self.host.log(level as u8, RStr::from(text.as_str()));
+        }
+    }
+
+    /// Logs at error level.
+    pub fn error(&self, message: impl Display) {
+        self.log(Level::Error, message)
+    }
+
+    /// Logs at warn level.
+    pub fn warn(&self, message: impl Display) {
+        self.log(Level::Warn, message)
+    }
+
+    /// Logs at info level.
+    pub fn info(&self, message: impl Display) {
+        self.log(Level::Info, message)
+    }
+
+    /// Logs at debug level.
+    pub fn debug(&self, message: impl Display) {
+        self.log(Level::Debug, message)
+    }
+
+    /// Logs at trace level.
+    pub fn trace(&self, message: impl Display) {
+        self.log(Level::Trace, message)
+    }
+}
+
+fn lift<T, U>(r: RResult<T, AbiError>, f: impl FnOnce(T) -> U) -> Result<U, ToolError> {
+    match r {
+        RResult::ROk(v) => Ok(f(v)),
+        RResult::RErr(e) => Err(e.into()),
+    }
+}
+
+/// File access confined to the session's workspace.
+///
+/// Paths are relative to the workspace root, or absolute inside it; `..` is resolved while
+/// checking, and a path (or a symlink on the way) that leads outside is refused with
+/// [`ToolError::PermissionDenied`]. Writes are atomic: a reader sees the old or the new file,
+/// never half of one.
+pub struct WorkspaceFiles<'a> {
+    host: &'a HostCtx,
+}
+
+impl WorkspaceFiles<'_> {
+    /// Reads a UTF-8 file.
+    pub fn read(&self, path: &str) -> Result<String, ToolError> {
+        lift(self.host.fs_read(path.into()), |s| s.into_string())
+    }
+
+    /// Reads a file's bytes.
+    pub fn read_bytes(&self, path: &str) -> Result<Vec<u8>, ToolError> {
+        lift(self.host.fs_read_bytes(path.into()), |b| b.into_vec())
+    }
+
+    /// Creates or replaces a file with `content`, creating parent directories.
+    pub fn write(&self, path: &str, content: &str) -> Result<(), ToolError> {
+        self.write_bytes(path, content.as_bytes())
+    }
+
+    /// Creates or replaces a file with `content`, creating parent directories.
+    pub fn write_bytes(&self, path: &str, content: &[u8]) -> Result<(), ToolError> {
+        lift(
+            self.host.fs_write(path.into(), RSlice::from_slice(content)),
+            |_| (),
+        )
+    }
+
+    /// Appends `content` to a file, creating it if needed.
+    pub fn append(&self, path: &str, content: &str) -> Result<(), ToolError> {
+        lift(
+            self.host
+                .fs_append(path.into(), RSlice::from_slice(content.as_bytes())),
+            |_| (),
+        )
+    }
+
+    /// Whether the path exists (a path outside the workspace is an error, not `false`).
+    pub fn exists(&self, path: &str) -> Result<bool, ToolError> {
+        lift(self.host.fs_exists(path.into()), |b| b)
+    }
+
+    /// The names in a directory, sorted; directories end with `/`.
+    pub fn list(&self, path: &str) -> Result<Vec<String>, ToolError> {
+        lift(self.host.fs_list(path.into()), |v| {
+            v.into_iter().map(|s| s.into_string()).collect()
+        })
+    }
+
+    /// Deletes a file.
+    pub fn delete(&self, path: &str) -> Result<(), ToolError> {
+        lift(self.host.fs_delete(path.into()), |_| ())
+    }
+
+    /// Replaces the one occurrence of `old` with `new`; zero or several occurrences are an
+    /// error that says how many were found.
+    pub fn patch(&self, path: &str, old: &str, new: &str) -> Result<(), ToolError> {
+        lift(
+            self.host.fs_patch(path.into(), old.into(), new.into()),
+            |_| (),
+        )
+    }
+}

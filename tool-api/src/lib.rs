@@ -1,0 +1,172 @@
+//! # tool-api: write tools for toolhost
+//!
+//! This crate is everything a tool author needs, and the only crate a plugin depends on.
+//! A tool is a Rust type that implements [`Tool`] (run one call) and [`DefinedTool`]
+//! (describe itself). Built-in tools and third-party plugins use exactly the same traits;
+//! a plugin crate adds one [`export_plugin!`] line and builds as a `cdylib`.
+//!
+//! ## A complete tool
+//!
+//! ```
+//! use serde_json::{json, Value};
+//! use tool_api::{DefinedTool, SideEffect, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput};
+//!
+//! /// Counts lines, words and bytes of a text. Pure and quick, so it runs inline.
+//! #[derive(Default)]
+//! pub struct WordCount;
+//!
+//! impl DefinedTool for WordCount {
+//!     fn definition() -> ToolDefinition {
+//!         ToolDefinition::new(
+//!             "word_count",
+//!             "Count the lines, words and bytes of a text.",
+//!             SideEffect::None,
+//!             json!({
+//!                 "type": "object",
+//!                 "properties": { "text": { "type": "string", "description": "The text to count." } },
+//!                 "required": ["text"],
+//!                 "additionalProperties": false
+//!             }),
+//!         )
+//!         .inline()
+//!     }
+//! }
+//!
+//! impl Tool for WordCount {
+//!     fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+//!         // The host validated `input` against the schema, so `text` is a string.
+//!         let text = input["text"].as_str().unwrap_or_default();
+//!         let (lines, words) = (text.lines().count(), text.split_whitespace().count());
+//!         ctx.log().debug(format_args!("counted {words} words"));
+//!         Ok(ToolOutput::text(format!("{lines} lines, {words} words, {} bytes", text.len()))
+//!             .with_metadata(json!({ "lines": lines, "words": words, "bytes": text.len() })))
+//!     }
+//! }
+//!
+//! // In a plugin crate (crate-type = ["cdylib"]) one line exports it:
+//! // tool_api::export_plugin!(name: "text-tools", version: env!("CARGO_PKG_VERSION"), tools: [WordCount]);
+//!
+//! // Tools are unit-tested without a host:
+//! let host = tool_api::testing::TestHost::new();
+//! let out = WordCount.execute(json!({"text": "a b\nc"}), &host.context()).unwrap();
+//! assert_eq!(out.text_content(), "2 lines, 3 words, 5 bytes");
+//! ```
+//!
+//! ## What the host guarantees a tool
+//!
+//! - `input` was validated against `input_schema` before `execute` is called.
+//! - Each call gets a fresh instance (from `Default`), so `self` holds per-call state only.
+//! - [`ToolContext::files`] never leaves the session's workspace; symlinks out are refused.
+//! - A panic in `execute`, `cancel`, `definition` or `Default` is contained: the model sees
+//!   an `execution_error`, the host and the plugin's other tools keep working.
+//!
+//! ## What a tool owes the host
+//!
+//! - Declare its highest [`SideEffect`] honestly: the confirmation policy is keyed on it.
+//! - Mark itself [`ToolDefinition::inline`] only when pure and quick (see [`Tool`]).
+//! - Honour cancellation: poll [`ToolContext::is_cancelled`], stop work in [`Tool::cancel`].
+//! - Log through [`ToolContext::log`], not `println!` (stdout may carry a protocol).
+//!
+//! ## Versioning
+//!
+//! This crate follows semver from 1.0: a plugin built against 1.x loads in any host that
+//! provides 1.y with y ≥ x, and in an older 1.y host as long as it uses nothing newer. The
+//! [`abi`] module documents how the layout evolves.
+
+#![allow(unsafe_code)]
+
+pub mod abi;
+mod context;
+mod definition;
+mod output;
+pub mod testing;
+#[cfg(test)]
+mod tests;
+mod tool;
+
+pub use context::{Level, Logger, ToolContext, WorkspaceFiles};
+pub use definition::{SideEffect, ToolDefinition};
+pub use output::{Content, ToolError, ToolOutput};
+pub use tool::{DefinedTool, Tool, ToolFactory, TypedFactory, factory, factory_from};
+
+/// Re-exported so tools and plugins need no direct dependency on `serde_json`.
+pub use serde_json;
+
+/// The version of tool-api this crate is (the ABI version a plugin is built against).
+pub const TOOL_API_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Exports the tools of a plugin library: emits the root module a host loads.
+///
+/// Use it once, at the top level of a `cdylib` crate. `name` and `version` identify the
+/// plugin (they must match its `plugin.toml`); `tools` lists [`DefinedTool`] types.
+///
+/// ```ignore
+/// tool_api::export_plugin!(
+///     name: "text-tools",
+///     version: env!("CARGO_PKG_VERSION"),
+///     tools: [WordCount, JsonPointer],
+/// );
+/// ```
+///
+/// The generated functions contain panics (a panic in a definition, a factory or a call is
+/// reported to the host as an error) and record whether the plugin was built with
+/// `panic = "unwind"`; hosts refuse `panic = "abort"` builds, whose panics they could not
+/// contain.
+#[macro_export]
+macro_rules! export_plugin {
+    (name: $name:expr, version: $version:expr, tools: [$($tool:ty),+ $(,)?] $(,)?) => {
+        /// The plugin's exported root module (generated by `tool_api::export_plugin!`).
+        #[doc(hidden)]
+        pub mod __toolhost_plugin {
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::abi::__private as __p;
+
+            static __TOOLHOST_EXPORT: $crate::abi::PluginExport = $crate::abi::PluginExport::new(
+                $name,
+                $version,
+                cfg!(panic = "unwind"),
+                &[$($crate::abi::ToolEntry::of::<$tool>()),+],
+            );
+
+            extern "C" fn __toolhost_info() -> $crate::abi::PluginInfo {
+                __TOOLHOST_EXPORT.info()
+            }
+
+            extern "C" fn __toolhost_definitions() -> __p::RResult<__p::RString, $crate::abi::AbiError> {
+                __TOOLHOST_EXPORT.definitions()
+            }
+
+            extern "C" fn __toolhost_new_tool(
+                name: __p::RStr<'_>,
+            ) -> __p::RResult<$crate::abi::AbiToolBox, $crate::abi::AbiError> {
+                __TOOLHOST_EXPORT.new_tool(name)
+            }
+
+            fn __toolhost_root() -> $crate::abi::PluginModRef {
+                __p::PrefixTypeTrait::leak_into_prefix($crate::abi::PluginMod {
+                    info: __toolhost_info,
+                    definitions: __toolhost_definitions,
+                    new_tool: __toolhost_new_tool,
+                })
+            }
+
+            extern "C" fn __toolhost_erased_root() -> __p::RootModuleResult {
+                __p::__call_root_module_loader(__toolhost_root)
+            }
+
+            /// The root module loader abi_stable looks up (see `abi::ROOT_MODULE_SYMBOL`).
+            #[unsafe(no_mangle)]
+            #[allow(non_upper_case_globals)]
+            pub static _1as_0lib_1header_0root_bmodule_bloader: __p::LibHeader =
+                // SAFETY: the constructor returns the root module of type `PluginModRef`, the
+                // type named here, so the header's layout constant describes what it builds.
+                unsafe {
+                    __p::LibHeader::from_constructor::<$crate::abi::PluginModRef>(
+                        __toolhost_erased_root,
+                        __p::CheckTypeLayout::Yes,
+                    )
+                };
+        }
+    };
+}

@@ -1,0 +1,234 @@
+//! An in-memory host for unit-testing tools without a dispatcher.
+//!
+//! [`TestHost`] implements the host callbacks with an in-memory workspace, a cancellation
+//! flag and a log capture, so a tool author can call `execute` directly in a plain `#[test]`:
+//!
+//! ```
+//! use tool_api::testing::TestHost;
+//!
+//! let host = TestHost::new();
+//! host.put_file("notes.txt", "hello");
+//! let ctx = host.context();
+//! assert_eq!(ctx.files().read("notes.txt").unwrap(), "hello");
+//! assert!(ctx.files().read("../etc/passwd").is_err());
+//! ```
+//!
+//! Its path rules mirror the real host's lexical rules (relative, `..` resolved while
+//! checking, nothing outside the root); it has no symlinks.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use abi_stable::std_types::{RArc, RResult, RSlice, RStr, RString, RVec};
+
+use crate::abi::{
+    AbiError, ERROR_FAILED, ERROR_PERMISSION_DENIED, HostContext, HostContext_TO, TD_Opaque,
+};
+use crate::context::{Level, ToolContext};
+
+#[derive(Default)]
+struct State {
+    files: Mutex<BTreeMap<String, Vec<u8>>>,
+    logs: Mutex<Vec<(Level, String)>>,
+    cancelled: AtomicBool,
+}
+
+/// An in-memory host: workspace files, a cancellation flag and captured logs.
+#[derive(Clone, Default)]
+pub struct TestHost {
+    state: Arc<State>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+const ROOT: &str = "/workspace";
+
+impl TestHost {
+    /// An empty workspace rooted at `/workspace`.
+    pub fn new() -> Self {
+        TestHost::default()
+    }
+
+    /// Puts a file into the workspace.
+    pub fn put_file(&self, path: &str, content: impl AsRef<[u8]>) {
+        if let Ok(p) = normalize(path) {
+            lock(&self.state.files).insert(p, content.as_ref().to_vec());
+        }
+    }
+
+    /// The current content of a workspace file as text.
+    pub fn file(&self, path: &str) -> Option<String> {
+        let p = normalize(path).ok()?;
+        lock(&self.state.files)
+            .get(&p)
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+    }
+
+    /// Sets the cancellation flag, as the host does on cancel.
+    pub fn cancel(&self) {
+        self.state.cancelled.store(true, Ordering::SeqCst);
+    }
+
+    /// The messages logged so far, with their levels.
+    pub fn logs(&self) -> Vec<(Level, String)> {
+        lock(&self.state.logs).clone()
+    }
+
+    /// A context for one call, backed by this host.
+    pub fn context(&self) -> ToolContext {
+        ToolContext::from_host(HostContext_TO::from_ptr(RArc::new(self.clone()), TD_Opaque))
+    }
+}
+
+fn denied(path: &str) -> AbiError {
+    AbiError {
+        code: ERROR_PERMISSION_DENIED,
+        message: format!("Path '{path}' escapes workspace boundary").into(),
+    }
+}
+
+fn failed(message: String) -> AbiError {
+    AbiError {
+        code: ERROR_FAILED,
+        message: message.into(),
+    }
+}
+
+/// Lexical resolution under the root: `..` may never climb above it.
+fn normalize(path: &str) -> Result<String, AbiError> {
+    let rel = if let Some(rest) = path.strip_prefix(ROOT) {
+        if !(rest.is_empty() || rest.starts_with('/')) {
+            return Err(denied(path));
+        }
+        rest
+    } else if path.starts_with('/') {
+        return Err(denied(path));
+    } else {
+        path
+    };
+    let mut parts: Vec<&str> = Vec::new();
+    for part in rel.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                if parts.pop().is_none() {
+                    return Err(denied(path));
+                }
+            }
+            p => parts.push(p),
+        }
+    }
+    Ok(parts.join("/"))
+}
+
+fn ok_or<T>(r: Result<T, AbiError>) -> RResult<T, AbiError> {
+    r.into()
+}
+
+impl HostContext for TestHost {
+    fn session_id(&self) -> RStr<'_> {
+        "test-session".into()
+    }
+    fn turn_id(&self) -> RStr<'_> {
+        "test-turn".into()
+    }
+    fn tool_use_id(&self) -> RStr<'_> {
+        "test-call".into()
+    }
+    fn workspace_root(&self) -> RStr<'_> {
+        ROOT.into()
+    }
+    fn is_cancelled(&self) -> bool {
+        self.state.cancelled.load(Ordering::SeqCst)
+    }
+    fn log_enabled(&self, _level: u8) -> bool {
+        true
+    }
+    fn log(&self, level: u8, message: RStr<'_>) {
+        lock(&self.state.logs).push((Level::from_code(level), message.to_string()));
+    }
+    fn fs_read(&self, path: RStr<'_>) -> RResult<RString, AbiError> {
+        ok_or(self.read(path.as_str()).and_then(|b| {
+            String::from_utf8(b)
+                .map(RString::from)
+                .map_err(|_| failed(format!("File '{path}' is not valid UTF-8")))
+        }))
+    }
+    fn fs_read_bytes(&self, path: RStr<'_>) -> RResult<RVec<u8>, AbiError> {
+        ok_or(self.read(path.as_str()).map(RVec::from))
+    }
+    fn fs_write(&self, path: RStr<'_>, content: RSlice<'_, u8>) -> RResult<(), AbiError> {
+        ok_or(normalize(path.as_str()).map(|p| {
+            lock(&self.state.files).insert(p, content.to_vec());
+        }))
+    }
+    fn fs_append(&self, path: RStr<'_>, content: RSlice<'_, u8>) -> RResult<(), AbiError> {
+        ok_or(normalize(path.as_str()).map(|p| {
+            lock(&self.state.files)
+                .entry(p)
+                .or_default()
+                .extend_from_slice(content.as_slice());
+        }))
+    }
+    fn fs_exists(&self, path: RStr<'_>) -> RResult<bool, AbiError> {
+        ok_or(normalize(path.as_str()).map(|p| {
+            let files = lock(&self.state.files);
+            let dir = format!("{p}/");
+            p.is_empty() || files.contains_key(&p) || files.keys().any(|k| k.starts_with(&dir))
+        }))
+    }
+    fn fs_list(&self, path: RStr<'_>) -> RResult<RVec<RString>, AbiError> {
+        ok_or(normalize(path.as_str()).map(|p| {
+            let prefix = if p.is_empty() { p } else { format!("{p}/") };
+            let mut names: Vec<String> = lock(&self.state.files)
+                .keys()
+                .filter_map(|k| k.strip_prefix(&prefix))
+                .map(|rest| match rest.split_once('/') {
+                    Some((dir, _)) => format!("{dir}/"),
+                    None => rest.to_string(),
+                })
+                .collect();
+            names.dedup();
+            names.into_iter().map(RString::from).collect()
+        }))
+    }
+    fn fs_delete(&self, path: RStr<'_>) -> RResult<(), AbiError> {
+        ok_or(normalize(path.as_str()).and_then(|p| {
+            lock(&self.state.files)
+                .remove(&p)
+                .map(|_| ())
+                .ok_or_else(|| failed(format!("File '{path}' not found")))
+        }))
+    }
+    fn fs_patch(&self, path: RStr<'_>, old: RStr<'_>, new: RStr<'_>) -> RResult<(), AbiError> {
+        ok_or(normalize(path.as_str()).and_then(|p| {
+            let mut files = lock(&self.state.files);
+            let bytes = files
+                .get_mut(&p)
+                .ok_or_else(|| failed(format!("File '{path}' not found")))?;
+            let text = String::from_utf8_lossy(bytes).into_owned();
+            match text.matches(old.as_str()).count() {
+                1 => {
+                    *bytes = text.replacen(old.as_str(), new.as_str(), 1).into_bytes();
+                    Ok(())
+                }
+                n => Err(failed(format!(
+                    "patch of '{path}' needs exactly one match of `old`, found {n}"
+                ))),
+            }
+        }))
+    }
+}
+
+impl TestHost {
+    fn read(&self, path: &str) -> Result<Vec<u8>, AbiError> {
+        let p = normalize(path)?;
+        lock(&self.state.files)
+            .get(&p)
+            .cloned()
+            .ok_or_else(|| failed(format!("File '{path}' not found")))
+    }
+}

@@ -1,0 +1,269 @@
+//! Unit tests of the ABI types and the export macro, run in-process.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use abi_stable::library::RootModule;
+use abi_stable::std_types::{RResult, RStr};
+use serde_json::{Value, json};
+
+use crate::abi::{ERROR_FAILED, ERROR_INTERNAL, PluginModRef, ROOT_MODULE_SYMBOL};
+use crate::testing::TestHost;
+use crate::{
+    Content, DefinedTool, SideEffect, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
+};
+
+#[derive(Default)]
+struct Upper;
+impl Tool for Upper {
+    fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        ctx.log().info("upper called");
+        Ok(
+            ToolOutput::text(input["text"].as_str().unwrap_or("").to_uppercase())
+                .with_metadata(json!({"n": 1}))
+                .with_files_modified(vec!["a.txt".into()]),
+        )
+    }
+}
+impl DefinedTool for Upper {
+    fn definition() -> ToolDefinition {
+        ToolDefinition::new(
+            "upper",
+            "Uppercase a text.",
+            SideEffect::None,
+            json!({"type": "object", "properties": {"text": {"type": "string"}}}),
+        )
+        .inline()
+    }
+}
+
+#[derive(Default)]
+struct Boom;
+impl Tool for Boom {
+    fn execute(&self, _input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        panic!("boom in execute")
+    }
+    fn cancel(&self) -> bool {
+        panic!("boom in cancel")
+    }
+}
+impl DefinedTool for Boom {
+    fn definition() -> ToolDefinition {
+        ToolDefinition::new(
+            "boom",
+            "Panics.",
+            SideEffect::None,
+            json!({"type": "object"}),
+        )
+    }
+}
+
+static FACTORY_PANICS: AtomicBool = AtomicBool::new(false);
+
+struct Fragile;
+impl Default for Fragile {
+    fn default() -> Self {
+        if FACTORY_PANICS.load(Ordering::SeqCst) {
+            panic!("boom in factory");
+        }
+        Fragile
+    }
+}
+impl Tool for Fragile {
+    fn execute(&self, _input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        ctx.files().write("out/x.txt", "data")?;
+        let back = ctx.files().read("out/x.txt")?;
+        ctx.files().read("../../etc/passwd")?;
+        Ok(ToolOutput::text(back))
+    }
+}
+impl DefinedTool for Fragile {
+    fn definition() -> ToolDefinition {
+        ToolDefinition::new(
+            "fragile",
+            "Writes.",
+            SideEffect::Write,
+            json!({"type": "object"}),
+        )
+    }
+}
+
+crate::export_plugin!(name: "unit-plugin", version: "0.3.0", tools: [Upper, Boom, Fragile]);
+
+fn root() -> PluginModRef {
+    __toolhost_plugin::_1as_0lib_1header_0root_bmodule_bloader
+        .init_root_module::<PluginModRef>()
+        .expect("root module passes abi_stable's layout check")
+}
+
+#[test]
+fn root_module_symbol_is_the_one_abi_stable_looks_up() {
+    assert_eq!(
+        ROOT_MODULE_SYMBOL,
+        abi_stable::library::ROOT_MODULE_LOADER_NAME
+    );
+}
+
+#[test]
+fn exported_root_module_reports_plugin_info_and_unwinding() {
+    let info = (root().info())();
+    assert_eq!(info.name.as_str(), "unit-plugin");
+    assert_eq!(info.version.as_str(), "0.3.0");
+    assert_eq!(info.tool_api_version.as_str(), crate::TOOL_API_VERSION);
+    assert!(info.unwinds, "tests build with panic=unwind");
+    assert_eq!(
+        PluginModRef::VERSION_STRINGS.version.as_str(),
+        crate::TOOL_API_VERSION
+    );
+}
+
+#[test]
+fn exported_definitions_round_trip_as_json() {
+    let RResult::ROk(json) = (root().definitions())() else {
+        panic!("definitions failed")
+    };
+    let defs: Vec<ToolDefinition> = serde_json::from_str(&json).unwrap();
+    let names: Vec<&str> = defs.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["upper", "boom", "fragile"]);
+    assert_eq!(defs[0], Upper::definition());
+}
+
+#[test]
+fn exported_tool_executes_across_the_abi_with_output_intact() {
+    let RResult::ROk(tool) = (root().new_tool())(RStr::from("upper")) else {
+        panic!("new_tool failed")
+    };
+    let host = TestHost::new();
+    let ctx = host.context();
+    let out = tool.execute(
+        RStr::from(r#"{"text":"abc"}"#),
+        crate::abi::HostCtx::clone(ctx_host(&ctx)),
+    );
+    let RResult::ROk(out) = out else {
+        panic!("execute failed")
+    };
+    let out: ToolOutput = out.into();
+    assert_eq!(out.content, vec![Content::text("ABC")]);
+    assert_eq!(out.metadata, json!({"n": 1}));
+    assert_eq!(out.files_modified, Some(vec!["a.txt".to_string()]));
+    assert_eq!(host.logs().len(), 1);
+}
+
+fn ctx_host(ctx: &ToolContext) -> &crate::abi::HostCtx {
+    ctx.host()
+}
+
+#[test]
+fn unknown_tool_name_is_an_error_listing_the_plugins_tools() {
+    let RResult::RErr(e) = (root().new_tool())(RStr::from("nope")) else {
+        panic!("expected an error")
+    };
+    assert_eq!(e.code, ERROR_FAILED);
+    assert!(e.message.contains("upper, boom, fragile"), "{}", e.message);
+}
+
+#[test]
+fn panic_in_execute_is_contained_as_internal_error() {
+    let RResult::ROk(tool) = (root().new_tool())(RStr::from("boom")) else {
+        panic!("new_tool failed")
+    };
+    let host = TestHost::new();
+    let RResult::RErr(e) = tool.execute(RStr::from("{}"), host.context().host().clone()) else {
+        panic!("expected an error")
+    };
+    assert_eq!(e.code, ERROR_INTERNAL);
+    assert!(e.message.contains("boom in execute"), "{}", e.message);
+    assert!(!tool.cancel(), "a panicking cancel reads as false");
+}
+
+#[test]
+fn panic_in_factory_is_contained_as_internal_error() {
+    FACTORY_PANICS.store(true, Ordering::SeqCst);
+    let r = (root().new_tool())(RStr::from("fragile"));
+    FACTORY_PANICS.store(false, Ordering::SeqCst);
+    let RResult::RErr(e) = r else {
+        panic!("expected an error")
+    };
+    assert_eq!(e.code, ERROR_INTERNAL);
+    assert!(e.message.contains("boom in factory"), "{}", e.message);
+}
+
+#[test]
+fn malformed_input_json_is_invalid_input() {
+    let RResult::ROk(tool) = (root().new_tool())(RStr::from("upper")) else {
+        panic!("new_tool failed")
+    };
+    let RResult::RErr(e) = tool.execute(
+        RStr::from("{not json"),
+        TestHost::new().context().host().clone(),
+    ) else {
+        panic!("expected an error")
+    };
+    assert!(matches!(ToolError::from(e), ToolError::InvalidInput(m) if !m.is_empty()));
+}
+
+#[test]
+fn workspace_files_refuse_escapes_with_permission_denied() {
+    let host = TestHost::new();
+    let err = Fragile.execute(json!({}), &host.context()).unwrap_err();
+    assert!(matches!(err, ToolError::PermissionDenied(_)), "{err:?}");
+    assert_eq!(host.file("out/x.txt").as_deref(), Some("data"));
+}
+
+#[test]
+fn cancellation_flag_reaches_the_tool() {
+    let host = TestHost::new();
+    let ctx = host.context();
+    assert!(ctx.check_cancelled().is_ok());
+    host.cancel();
+    assert!(matches!(
+        ctx.check_cancelled(),
+        Err(ToolError::Cancelled(_))
+    ));
+}
+
+#[test]
+fn output_with_image_survives_the_abi_conversion() {
+    let out = ToolOutput {
+        content: vec![
+            Content::text("t"),
+            Content::Image {
+                mime: "image/png".into(),
+                data: vec![1, 2, 3],
+            },
+        ],
+        success: false,
+        metadata: Value::Null,
+        files_modified: None,
+        command_executed: Some("ls".into()),
+    };
+    let back: ToolOutput = crate::abi::AbiOutput::from(out.clone()).into();
+    assert_eq!(back, out);
+}
+
+#[test]
+fn tool_errors_keep_their_class_across_the_abi() {
+    for e in [
+        ToolError::Failed("a".into()),
+        ToolError::InvalidInput("b".into()),
+        ToolError::PermissionDenied("c".into()),
+        ToolError::Cancelled("d".into()),
+        ToolError::Internal("e".into()),
+    ] {
+        let back: ToolError = crate::abi::AbiError::from(e.clone()).into();
+        assert_eq!(back, e);
+    }
+}
+
+#[test]
+fn side_effect_parses_and_orders_by_risk() {
+    assert_eq!("WRITE".parse::<SideEffect>().unwrap(), SideEffect::Write);
+    assert!(
+        "delete"
+            .parse::<SideEffect>()
+            .unwrap_err()
+            .contains("expected one of")
+    );
+    assert!(SideEffect::Read < SideEffect::Execute);
+    assert_eq!(SideEffect::Network.default_timeout().as_secs(), 600);
+}
