@@ -1,1 +1,431 @@
-//! placeholder
+//! # dispatcher-core: one pipeline for every tool call
+//!
+//! The [`Dispatcher`] registers tools (as [`ToolFactory`]s: it never knows whether a tool is
+//! built in, a plugin or an MCP server), and turns every `tool_use` block of a model into a
+//! [`ToolResultBlock`], never an error. For each call, in order:
+//!
+//! 1. **look up** the name among the tools visible to the session → `not_found`, listing
+//!    the available tools;
+//! 2. **validate** the input against the compiled schema → `validation_error` with every
+//!    violation and its JSON pointer (event `tool.input_invalid`);
+//! 3. **scope** the path arguments ([`tool_api::ToolDefinition::path_params`]) to the
+//!    workspace → `permission_denied`;
+//! 4. **policy**: pre-use hooks, then the confirmation policy ([`policy`]); a `prompt`
+//!    waits for an answer through the [`ConfirmationBroker`] → `user_denied`,
+//!    `confirmation_timeout` (default 5 min);
+//! 5. wait for a place under the session's **concurrency cap** (default 4), emit
+//!    `tool.called`, make a **fresh instance**, and **execute** under the tool's timeout
+//!    (default 60 s; 600 s for `execute`/`network`) → `tool.completed` or `tool.failed`;
+//! 6. **cancellation** ([`Dispatcher::cancel_session_tools`]) sets the call's signal, calls
+//!    the tool's `cancel()`, and abandons a tool that does not stop within the grace period
+//!    (default 30 s) with a WARN log → `cancelled`.
+//!
+//! An unexpected failure inside a tool (a panic, [`tool_api::ToolError::Internal`]) is
+//! logged at ERROR with its detail and reported to the model with a redacted message.
+//!
+//! ```
+//! use dispatcher_core::{Dispatcher, SessionSpec, ToolUse};
+//! use serde_json::{json, Value};
+//! use tool_api::*;
+//!
+//! #[derive(Default)]
+//! struct Add;
+//! impl Tool for Add {
+//!     fn execute(&self, input: Value, _: &ToolContext) -> Result<ToolOutput, ToolError> {
+//!         Ok(ToolOutput::text((input["a"].as_i64().unwrap_or(0) + input["b"].as_i64().unwrap_or(0)).to_string()))
+//!     }
+//! }
+//! impl DefinedTool for Add {
+//!     fn definition() -> ToolDefinition {
+//!         ToolDefinition::new("add", "Add two integers.", SideEffect::None, json!({
+//!             "type": "object",
+//!             "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+//!             "required": ["a", "b"]
+//!         })).inline()
+//!     }
+//! }
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let dispatcher = Dispatcher::new();
+//! dispatcher.register(factory::<Add>()).unwrap();
+//! let dir = std::env::temp_dir();
+//! let session = dispatcher.open_session(SessionSpec::new("s1", &dir)).unwrap();
+//!
+//! let ok = dispatcher.dispatch(ToolUse::new("tu_1", "add", json!({"a": 2, "b": 3})), &session).await;
+//! assert_eq!((ok.text().as_str(), ok.is_error), ("5", false));
+//!
+//! let bad = dispatcher.dispatch(ToolUse::new("tu_2", "add", json!({"a": "x"})), &session).await;
+//! assert!(bad.is_error);
+//! assert!(bad.text().contains("/a"));
+//! # });
+//! ```
+//!
+//! Calls of one assistant message go through [`Dispatcher::dispatch_batch`]: they run
+//! concurrently under the cap and come back in call order ([`schedule`]).
+
+pub mod confirmation;
+mod dispatch;
+pub mod error;
+pub mod events;
+mod host;
+pub mod policy;
+mod registry;
+pub mod result;
+pub mod schedule;
+pub mod schema;
+pub mod session;
+pub mod workspace;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
+use std::time::Duration;
+
+pub use confirmation::{
+    ConfirmationBroker, ConfirmationRequest, Confirmer, Decision, ResolveError,
+};
+pub use error::{ErrorClass, RegistrationError, SessionError};
+pub use events::{EventKind, ToolEvent};
+pub use policy::{ConfirmationPolicy, HookCall, HookDecision, Mode, PreUseHook};
+pub use registry::is_valid_tool_name;
+pub use result::{ToolResultBlock, ToolUse};
+pub use session::{Session, SessionSpec, Visibility};
+pub use tool_api::{SideEffect, ToolDefinition, ToolFactory};
+pub use workspace::{FsError, Workspace};
+
+use crate::events::EventChannel;
+use crate::registry::Registered;
+use crate::session::SessionState;
+
+/// Limits and timeouts of a dispatcher. Every field has a default.
+#[derive(Debug, Clone)]
+pub struct DispatcherConfig {
+    /// Calls of one session that may execute at once (default 4).
+    pub max_concurrency: usize,
+    /// Timeout of `none`/`read`/`write` tools that declare none (default 60 s).
+    pub default_timeout: Duration,
+    /// Timeout of `execute`/`network` tools that declare none (default 600 s).
+    pub execute_timeout: Duration,
+    /// Per-tool timeouts; win over the tool's own declaration.
+    pub tool_timeouts: HashMap<String, Duration>,
+    /// How long a confirmation may wait for an answer (default 5 min).
+    pub confirmation_timeout: Duration,
+    /// How long a cancelled tool may take to stop before it is abandoned (default 30 s).
+    pub cancel_grace: Duration,
+    /// Calls slower than this log a warning (default 10 s).
+    pub slow_call_threshold: Duration,
+    /// Text of a result beyond this many characters is cut, with a note (default 100 000).
+    pub max_result_chars: usize,
+}
+
+impl Default for DispatcherConfig {
+    fn default() -> Self {
+        DispatcherConfig {
+            max_concurrency: 4,
+            default_timeout: Duration::from_secs(60),
+            execute_timeout: Duration::from_secs(600),
+            tool_timeouts: HashMap::new(),
+            confirmation_timeout: Duration::from_secs(300),
+            cancel_grace: Duration::from_secs(30),
+            slow_call_threshold: Duration::from_secs(10),
+            max_result_chars: 100_000,
+        }
+    }
+}
+
+/// Builds a [`Dispatcher`].
+#[derive(Default)]
+pub struct DispatcherBuilder {
+    config: DispatcherConfig,
+    policy: ConfirmationPolicy,
+    capabilities: HashSet<String>,
+    hooks: Vec<Arc<dyn PreUseHook>>,
+    confirmers: Vec<Arc<dyn Confirmer>>,
+}
+
+impl DispatcherBuilder {
+    /// Sets limits and timeouts.
+    pub fn config(mut self, config: DispatcherConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Sets the confirmation policy (default: none/read auto, the rest prompt).
+    pub fn policy(mut self, policy: ConfirmationPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Enables a capability: tools that require it become visible.
+    pub fn capability(mut self, capability: impl Into<String>) -> Self {
+        self.capabilities.insert(capability.into());
+        self
+    }
+
+    /// Adds a pre-use hook.
+    pub fn hook(mut self, hook: Arc<dyn PreUseHook>) -> Self {
+        self.hooks.push(hook);
+        self
+    }
+
+    /// Adds a client that answers confirmation requests.
+    pub fn confirmer(mut self, confirmer: Arc<dyn Confirmer>) -> Self {
+        self.confirmers.push(confirmer);
+        self
+    }
+
+    /// The dispatcher.
+    pub fn build(self) -> Dispatcher {
+        Dispatcher {
+            inner: Arc::new(Inner {
+                config: self.config,
+                policy: self.policy,
+                capabilities: self.capabilities,
+                hooks: self.hooks,
+                confirmers: self.confirmers,
+                broker: ConfirmationBroker::default(),
+                registry: RwLock::new(HashMap::new()),
+                sessions: Mutex::new(HashMap::new()),
+                events: EventChannel::new(),
+                next_request: AtomicU64::new(1),
+            }),
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) config: DispatcherConfig,
+    pub(crate) policy: ConfirmationPolicy,
+    pub(crate) capabilities: HashSet<String>,
+    pub(crate) hooks: Vec<Arc<dyn PreUseHook>>,
+    pub(crate) confirmers: Vec<Arc<dyn Confirmer>>,
+    pub(crate) broker: ConfirmationBroker,
+    registry: RwLock<HashMap<Arc<str>, Arc<Registered>>>,
+    sessions: Mutex<HashMap<Arc<str>, Arc<SessionState>>>,
+    pub(crate) events: EventChannel,
+    pub(crate) next_request: AtomicU64,
+}
+
+/// The tool dispatcher. Cheap to clone; clones share everything.
+#[derive(Clone)]
+pub struct Dispatcher {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl Default for Dispatcher {
+    fn default() -> Self {
+        Dispatcher::new()
+    }
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("tools", &self.read_registry().len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A visible tool with where it comes from.
+#[derive(Debug, Clone)]
+pub struct ToolListing {
+    /// The definition.
+    pub definition: ToolDefinition,
+    /// Its source (`builtin`, `plugin:NAME`, …).
+    pub source: String,
+}
+
+impl Dispatcher {
+    /// A dispatcher with default config and policy.
+    pub fn new() -> Dispatcher {
+        Dispatcher::builder().build()
+    }
+
+    /// A builder.
+    pub fn builder() -> DispatcherBuilder {
+        DispatcherBuilder::default()
+    }
+
+    /// The limits in force.
+    pub fn config(&self) -> &DispatcherConfig {
+        &self.inner.config
+    }
+
+    /// The confirmation policy in force.
+    pub fn policy(&self) -> &ConfirmationPolicy {
+        &self.inner.policy
+    }
+
+    /// The broker through which clients answer confirmation requests.
+    pub fn broker(&self) -> &ConfirmationBroker {
+        &self.inner.broker
+    }
+
+    fn read_registry(&self) -> RwLockReadGuard<'_, HashMap<Arc<str>, Arc<Registered>>> {
+        self.inner
+            .registry
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn sessions(&self) -> MutexGuard<'_, HashMap<Arc<str>, Arc<SessionState>>> {
+        self.inner
+            .sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Registers a tool. Refuses an invalid name, a name already taken (naming both
+    /// sources), a schema outside the subset (naming the construct and its JSON pointer),
+    /// and path parameters the schema does not declare.
+    pub fn register(&self, factory: Arc<dyn ToolFactory>) -> Result<(), RegistrationError> {
+        let prepared = registry::prepare(factory)?;
+        let mut tools = self
+            .inner
+            .registry
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(existing) = tools.get(&prepared.name) {
+            return Err(RegistrationError::Duplicate {
+                name: prepared.name.to_string(),
+                existing_source: existing.factory.source().to_string(),
+                new_source: prepared.factory.source().to_string(),
+            });
+        }
+        tools.insert(prepared.name.clone(), Arc::new(prepared));
+        Ok(())
+    }
+
+    /// Removes a tool; calls already running finish. Returns whether it was registered.
+    pub fn unregister(&self, name: &str) -> bool {
+        self.inner
+            .registry
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(name)
+            .is_some()
+    }
+
+    fn visible(&self, reg: &Registered, session: &SessionState) -> bool {
+        session.visibility.allows(&reg.name)
+            && reg
+                .definition()
+                .requires_capability
+                .as_ref()
+                .is_none_or(|c| self.inner.capabilities.contains(c))
+    }
+
+    pub(crate) fn lookup(&self, name: &str, session: &SessionState) -> Option<Arc<Registered>> {
+        self.read_registry()
+            .get(name)
+            .filter(|r| self.visible(r, session))
+            .cloned()
+    }
+
+    /// The tools a session may see and call, sorted by name: its visibility filter applied,
+    /// and tools whose required capability the host did not enable left out.
+    pub fn definitions_for_session(&self, session: &Session) -> Vec<ToolDefinition> {
+        self.listing_for_session(session)
+            .into_iter()
+            .map(|l| l.definition)
+            .collect()
+    }
+
+    /// Like [`Dispatcher::definitions_for_session`], with each tool's source.
+    pub fn listing_for_session(&self, session: &Session) -> Vec<ToolListing> {
+        let mut out: Vec<ToolListing> = self
+            .read_registry()
+            .values()
+            .filter(|r| self.visible(r, &session.state))
+            .map(|r| ToolListing {
+                definition: r.definition().clone(),
+                source: r.factory.source().to_string(),
+            })
+            .collect();
+        out.sort_by(|a, b| a.definition.name.cmp(&b.definition.name));
+        out
+    }
+
+    /// Opens a session over a workspace (which must exist). Opening an id that is already
+    /// open returns the open session if the workspace is the same.
+    pub fn open_session(&self, spec: SessionSpec) -> Result<Session, SessionError> {
+        let workspace =
+            Workspace::open(&spec.workspace).map_err(|source| SessionError::Workspace {
+                path: spec.workspace.display().to_string(),
+                source,
+            })?;
+        let mut sessions = self.sessions();
+        if let Some(existing) = sessions.get(spec.id.as_str()) {
+            if existing.workspace.root() != workspace.root() {
+                return Err(SessionError::WorkspaceMismatch {
+                    id: spec.id,
+                    existing: existing.workspace.root().display().to_string(),
+                    requested: workspace.root().display().to_string(),
+                });
+            }
+            return Ok(Session {
+                state: existing.clone(),
+                turn_id: Arc::from("turn-1"),
+            });
+        }
+        let id: Arc<str> = Arc::from(spec.id.as_str());
+        let state = Arc::new(SessionState::new(
+            id.clone(),
+            Arc::new(workspace),
+            spec.visibility,
+            self.inner.config.max_concurrency,
+        ));
+        sessions.insert(id, state.clone());
+        Ok(Session {
+            state,
+            turn_id: Arc::from("turn-1"),
+        })
+    }
+
+    /// The open session with this id.
+    pub fn session(&self, id: &str) -> Option<Session> {
+        self.sessions().get(id).map(|state| Session {
+            state: state.clone(),
+            turn_id: Arc::from("turn-1"),
+        })
+    }
+
+    /// Cancels the session's calls and forgets it. Returns whether it was open.
+    pub async fn close_session(&self, id: &str) -> bool {
+        self.cancel_session_tools(id).await;
+        self.sessions().remove(id).is_some()
+    }
+
+    /// Events of every session.
+    pub fn subscribe_all(&self) -> tokio::sync::broadcast::Receiver<Arc<ToolEvent>> {
+        self.inner.events.subscribe()
+    }
+
+    /// Events of one session, if it is open.
+    pub fn subscribe(
+        &self,
+        session_id: &str,
+    ) -> Option<tokio::sync::broadcast::Receiver<Arc<ToolEvent>>> {
+        self.sessions()
+            .get(session_id)
+            .map(|s| s.events.subscribe())
+    }
+
+    /// Cancels every call in flight in the session: sets each call's cancellation signal,
+    /// calls its tool's `cancel()`, and waits until each call has reported `cancelled`
+    /// (a tool that does not stop within the grace period is abandoned with a WARN log).
+    /// Returns how many calls were cancelled.
+    pub async fn cancel_session_tools(&self, session_id: &str) -> usize {
+        let Some(state) = self.sessions().get(session_id).cloned() else {
+            return 0;
+        };
+        let calls = state.inflight();
+        for call in &calls {
+            call.cancel();
+        }
+        for call in &calls {
+            call.done.cancelled().await;
+        }
+        calls.len()
+    }
+}

@@ -23,7 +23,7 @@ use std::sync::OnceLock;
 
 use abi_stable::library::RootModule;
 use abi_stable::sabi_types::VersionStrings;
-use abi_stable::std_types::{RArc, RBox, ROption, RResult, RSlice, RStr, RString, RVec};
+pub use abi_stable::std_types::{RArc, RBox, ROption, RResult, RSlice, RStr, RString, RVec};
 use abi_stable::{StableAbi, declare_root_module_statics, package_version_strings, sabi_trait};
 
 use crate::context::ToolContext;

@@ -1,0 +1,145 @@
+//! The dispatcher's error vocabulary: the closed [`ErrorClass`] of results, and the errors
+//! its API returns to the host ([`RegistrationError`], [`SessionError`]).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use tool_api::ToolError;
+
+/// Why a call ended in an error result. Closed: these are the only classes a model, an
+/// event consumer or a dashboard will ever see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorClass {
+    /// No tool of that name is visible to the session.
+    NotFound,
+    /// The input failed the tool's schema (or the tool's own checks).
+    ValidationError,
+    /// A path escaped the workspace, or the OS refused access.
+    PermissionDenied,
+    /// The user, a hook or the policy denied the call.
+    UserDenied,
+    /// The call exceeded its time limit.
+    Timeout,
+    /// The tool failed, or failed unexpectedly (then the message is redacted).
+    ExecutionError,
+    /// The call was cancelled.
+    Cancelled,
+    /// Nobody answered the confirmation request in time.
+    ConfirmationTimeout,
+}
+
+impl ErrorClass {
+    /// The wire name (`"not_found"`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::NotFound => "not_found",
+            ErrorClass::ValidationError => "validation_error",
+            ErrorClass::PermissionDenied => "permission_denied",
+            ErrorClass::UserDenied => "user_denied",
+            ErrorClass::Timeout => "timeout",
+            ErrorClass::ExecutionError => "execution_error",
+            ErrorClass::Cancelled => "cancelled",
+            ErrorClass::ConfirmationTimeout => "confirmation_timeout",
+        }
+    }
+
+    /// The class a tool's own error maps to.
+    pub fn of(error: &ToolError) -> ErrorClass {
+        match error {
+            ToolError::Failed(_) | ToolError::Internal(_) => ErrorClass::ExecutionError,
+            ToolError::InvalidInput(_) => ErrorClass::ValidationError,
+            ToolError::PermissionDenied(_) => ErrorClass::PermissionDenied,
+            ToolError::Cancelled(_) => ErrorClass::Cancelled,
+        }
+    }
+}
+
+impl fmt::Display for ErrorClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A tool definition the dispatcher refused to register (`ToolRegistrationError` of the spec).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistrationError {
+    /// The name is not what model providers accept.
+    #[error(
+        "tool name '{name}' is invalid: names must match ^[a-zA-Z0-9_-]{{1,64}}$ (letters, digits, '_' and '-', at most 64)"
+    )]
+    InvalidName {
+        /// The refused name.
+        name: String,
+    },
+    /// Another tool already has the name.
+    #[error(
+        "tool '{name}' from {new_source} clashes with the tool of the same name from {existing_source}: rename one of them"
+    )]
+    Duplicate {
+        /// The clashing name.
+        name: String,
+        /// Who registered it first.
+        existing_source: String,
+        /// Who tried to register it again.
+        new_source: String,
+    },
+    /// The schema uses a construct outside the supported subset.
+    #[error(
+        "tool '{tool}': input_schema uses {construct} at {pointer}, which is outside the supported subset: {hint}"
+    )]
+    UnsupportedConstruct {
+        /// The tool.
+        tool: String,
+        /// JSON pointer of the construct inside `input_schema`.
+        pointer: String,
+        /// The keyword or construct.
+        construct: String,
+        /// What to use instead.
+        hint: String,
+    },
+    /// The schema is malformed (wrong value type for a keyword, bad regex, dangling `$ref`).
+    #[error("tool '{tool}': input_schema is invalid at {pointer}: {message}")]
+    InvalidSchema {
+        /// The tool.
+        tool: String,
+        /// JSON pointer inside `input_schema`.
+        pointer: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A declared path parameter is not a property of the schema.
+    #[error("tool '{tool}': path parameter '{param}' is not a property of input_schema")]
+    UnknownPathParam {
+        /// The tool.
+        tool: String,
+        /// The parameter name.
+        param: String,
+    },
+}
+
+/// A session could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The workspace root does not exist or cannot be opened.
+    #[error("cannot open workspace '{path}': {source}")]
+    Workspace {
+        /// The root as given.
+        path: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A session with this id is open with another workspace.
+    #[error(
+        "session '{id}' is already open with workspace '{existing}'; close it before reopening it with '{requested}'"
+    )]
+    WorkspaceMismatch {
+        /// Session id.
+        id: String,
+        /// The workspace it has.
+        existing: String,
+        /// The workspace requested now.
+        requested: String,
+    },
+}

@@ -1,0 +1,119 @@
+//! What goes in and out of the dispatcher: [`ToolUse`] blocks and [`ToolResultBlock`]s.
+
+use base64::Engine;
+use serde::ser::{SerializeMap, Serializer};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tool_api::Content;
+
+use crate::error::ErrorClass;
+
+/// A tool call from the model: `{id, name, input}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolUse {
+    /// The tool_use id, echoed in the result.
+    pub id: String,
+    /// The tool name.
+    pub name: String,
+    /// The parsed input.
+    #[serde(default)]
+    pub input: Value,
+}
+
+impl ToolUse {
+    /// A tool call.
+    pub fn new(id: impl Into<String>, name: impl Into<String>, input: Value) -> Self {
+        ToolUse {
+            id: id.into(),
+            name: name.into(),
+            input,
+        }
+    }
+}
+
+/// The canonical result the model sees. Always produced, whatever happened.
+///
+/// Serializes as an Anthropic-style `tool_result` block: `{"type": "tool_result",
+/// "tool_use_id", "content": [{"type": "text", "text"} | {"type": "image", "source":
+/// {"type": "base64", "media_type", "data"}}], "is_error"}`, plus `error_class` when
+/// `is_error`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResultBlock {
+    /// The id of the call.
+    pub tool_use_id: String,
+    /// Content blocks.
+    pub content: Vec<Content>,
+    /// Whether this is an error result.
+    pub is_error: bool,
+    /// The error class when `is_error` (a handled tool failure is `execution_error`).
+    pub error_class: Option<ErrorClass>,
+    /// Tool metadata (opaque), `null` for errors before execution.
+    pub metadata: Value,
+}
+
+impl ToolResultBlock {
+    pub(crate) fn error(tool_use_id: &str, class: ErrorClass, message: impl Into<String>) -> Self {
+        ToolResultBlock {
+            tool_use_id: tool_use_id.to_string(),
+            content: vec![Content::text(message)],
+            is_error: true,
+            error_class: Some(class),
+            metadata: Value::Null,
+        }
+    }
+
+    /// All text content joined with newlines.
+    pub fn text(&self) -> String {
+        let texts: Vec<&str> = self.content.iter().filter_map(Content::as_text).collect();
+        texts.join("\n")
+    }
+
+    /// The block as JSON.
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+struct ContentJson<'a>(&'a Content);
+
+impl Serialize for ContentJson<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(2))?;
+        match self.0 {
+            Content::Text { text } => {
+                map.serialize_entry("type", "text")?;
+                map.serialize_entry("text", text)?;
+            }
+            Content::Image { mime, data } => {
+                map.serialize_entry("type", "image")?;
+                map.serialize_entry(
+                    "source",
+                    &serde_json::json!({
+                        "type": "base64",
+                        "media_type": mime,
+                        "data": base64::engine::general_purpose::STANDARD.encode(data),
+                    }),
+                )?;
+            }
+        }
+        map.end()
+    }
+}
+
+impl Serialize for ToolResultBlock {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("type", "tool_result")?;
+        map.serialize_entry("tool_use_id", &self.tool_use_id)?;
+        let content: Vec<ContentJson<'_>> = self.content.iter().map(ContentJson).collect();
+        map.serialize_entry("content", &content)?;
+        map.serialize_entry("is_error", &self.is_error)?;
+        if let Some(class) = self.error_class {
+            map.serialize_entry("error_class", &class)?;
+        }
+        if !self.metadata.is_null() {
+            map.serialize_entry("metadata", &self.metadata)?;
+        }
+        map.end()
+    }
+}

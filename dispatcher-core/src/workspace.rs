@@ -1,0 +1,380 @@
+//! The workspace-scoped file API: every path a tool touches stays under the session's root.
+//!
+//! # Rules
+//!
+//! 1. A relative path is resolved against the root.
+//! 2. An absolute path is accepted only if it lies inside the root (as given, or after
+//!    `realpath`), and is then treated as relative to it.
+//! 3. `..` is resolved while checking, lexically: `sub/../../etc/passwd` is refused, it is
+//!    never handed to the OS.
+//! 4. The path is then opened *under the root directory handle* (cap-std), which refuses any
+//!    symlink — on any component — that leads outside. Checking and using are one step, so a
+//!    symlink swapped in between cannot redirect the access (no check-then-use race).
+//!    Symlinks with absolute targets are refused even when they point back inside.
+//!
+//! Writes go to a temporary file next to the target and are renamed over it, so a reader
+//! sees the old or the new content, never half of it.
+
+use std::io::{self, Read, Write};
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use cap_std::ambient_authority;
+use cap_std::fs::{Dir, OpenOptions};
+use tool_api::ToolError;
+
+/// A file operation that failed. Messages name the path as the tool gave it.
+#[derive(Debug, thiserror::Error)]
+pub enum FsError {
+    /// The path (or a symlink on it) leads outside the workspace.
+    #[error("Path '{path}' escapes workspace boundary")]
+    Escape {
+        /// The path as given.
+        path: String,
+    },
+    /// The path does not exist.
+    #[error("'{path}' not found in the workspace")]
+    NotFound {
+        /// The path as given.
+        path: String,
+    },
+    /// The path is a directory where a file was expected, or the reverse.
+    #[error("'{path}' {what}")]
+    WrongKind {
+        /// The path as given.
+        path: String,
+        /// "is a directory" / "is not a directory".
+        what: &'static str,
+    },
+    /// The file is not UTF-8 text.
+    #[error("'{path}' is not UTF-8 text; read it as bytes")]
+    NotUtf8 {
+        /// The path as given.
+        path: String,
+    },
+    /// A patch's `old` text did not match exactly once.
+    #[error("patch of '{path}' needs exactly one match of `old`, found {count}{}", if *.count == 0 { ": check the text, including whitespace" } else { ": include more surrounding text so it matches once" })]
+    PatchMatches {
+        /// The path as given.
+        path: String,
+        /// How many matches there were.
+        count: usize,
+    },
+    /// The path is not usable (empty, or contains NUL).
+    #[error("invalid path '{path}': {why}")]
+    InvalidPath {
+        /// The path as given.
+        path: String,
+        /// What is wrong.
+        why: &'static str,
+    },
+    /// Any other OS error.
+    #[error("cannot access '{path}': {source}")]
+    Io {
+        /// The path as given.
+        path: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl FsError {
+    fn from_io(path: &str, e: io::Error) -> FsError {
+        let path = path.to_string();
+        match e.kind() {
+            io::ErrorKind::NotFound => FsError::NotFound { path },
+            io::ErrorKind::PermissionDenied
+                if e.to_string().contains("outside of the filesystem") =>
+            {
+                FsError::Escape { path }
+            }
+            io::ErrorKind::IsADirectory => FsError::WrongKind {
+                path,
+                what: "is a directory",
+            },
+            io::ErrorKind::NotADirectory => FsError::WrongKind {
+                path,
+                what: "is not a directory",
+            },
+            _ => FsError::Io { path, source: e },
+        }
+    }
+
+    /// Whether this is a boundary violation (reported as `permission_denied`).
+    pub fn is_permission_denied(&self) -> bool {
+        matches!(self, FsError::Escape { .. })
+            || matches!(self, FsError::Io { source, .. } if source.kind() == io::ErrorKind::PermissionDenied)
+    }
+}
+
+impl From<FsError> for ToolError {
+    fn from(e: FsError) -> Self {
+        if e.is_permission_denied() {
+            ToolError::PermissionDenied(e.to_string())
+        } else {
+            ToolError::Failed(e.to_string())
+        }
+    }
+}
+
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A session's workspace: its root directory, opened once, and the file API over it.
+pub struct Workspace {
+    dir: Dir,
+    root: PathBuf,
+    given_root: PathBuf,
+    root_str: String,
+}
+
+impl std::fmt::Debug for Workspace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Workspace")
+            .field("root", &self.root)
+            .finish()
+    }
+}
+
+impl Workspace {
+    /// Opens the directory at `root` (which must exist) as a workspace.
+    pub fn open(root: impl AsRef<Path>) -> io::Result<Workspace> {
+        let given_root = std::path::absolute(root.as_ref())?;
+        let root = std::fs::canonicalize(&given_root)?;
+        let dir = Dir::open_ambient_dir(&root, ambient_authority())?;
+        let root_str = root.to_string_lossy().into_owned();
+        Ok(Workspace {
+            dir,
+            root,
+            given_root,
+            root_str,
+        })
+    }
+
+    /// The canonical absolute root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The canonical absolute root as text.
+    pub fn root_str(&self) -> &str {
+        &self.root_str
+    }
+
+    /// Resolves `path` lexically to a path relative to the root (`.` for the root itself),
+    /// refusing anything that leaves it. Does not touch the filesystem.
+    pub fn resolve(&self, path: &str) -> Result<PathBuf, FsError> {
+        if path.contains('\0') {
+            return Err(FsError::InvalidPath {
+                path: path.into(),
+                why: "contains a NUL byte",
+            });
+        }
+        if path.is_empty() {
+            return Err(FsError::InvalidPath {
+                path: path.into(),
+                why: "empty path",
+            });
+        }
+        let p = Path::new(path);
+        let rel = if p.is_absolute() {
+            p.strip_prefix(&self.root)
+                .or_else(|_| p.strip_prefix(&self.given_root))
+                .map_err(|_| FsError::Escape { path: path.into() })?
+        } else {
+            p
+        };
+        let mut out = PathBuf::new();
+        for component in rel.components() {
+            match component {
+                Component::Normal(c) => out.push(c),
+                Component::CurDir => {}
+                Component::ParentDir => {
+                    if !out.pop() {
+                        return Err(FsError::Escape { path: path.into() });
+                    }
+                }
+                Component::RootDir | Component::Prefix(_) => {
+                    return Err(FsError::Escape { path: path.into() });
+                }
+            }
+        }
+        if out.as_os_str().is_empty() {
+            out.push(".");
+        }
+        Ok(out)
+    }
+
+    /// Resolves `path` and checks that the part of it that exists does not lead outside
+    /// through a symlink. Used to refuse a call before it runs; the file operations repeat
+    /// the check atomically when they open the path.
+    pub fn check(&self, path: &str) -> Result<PathBuf, FsError> {
+        let rel = self.resolve(path)?;
+        for ancestor in rel.ancestors().filter(|a| !a.as_os_str().is_empty()) {
+            match self.dir.canonicalize(ancestor) {
+                Ok(_) => break,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(FsError::from_io(path, e)),
+            }
+        }
+        Ok(rel)
+    }
+
+    /// Reads a UTF-8 file.
+    pub fn read(&self, path: &str) -> Result<String, FsError> {
+        let bytes = self.read_bytes(path)?;
+        String::from_utf8(bytes).map_err(|_| FsError::NotUtf8 { path: path.into() })
+    }
+
+    /// Reads a file's bytes.
+    pub fn read_bytes(&self, path: &str) -> Result<Vec<u8>, FsError> {
+        let rel = self.resolve(path)?;
+        let mut file = self.dir.open(&rel).map_err(|e| FsError::from_io(path, e))?;
+        let mut buf = Vec::new();
+        file.read_to_end(&mut buf)
+            .map_err(|e| FsError::from_io(path, e))?;
+        Ok(buf)
+    }
+
+    /// Creates or atomically replaces a file, creating parent directories.
+    pub fn write(&self, path: &str, content: &str) -> Result<(), FsError> {
+        self.write_bytes(path, content.as_bytes())
+    }
+
+    /// Creates or atomically replaces a file, creating parent directories: the content goes
+    /// to a temporary file in the same directory, is synced, and is renamed over the target.
+    /// An existing file keeps its permissions.
+    pub fn write_bytes(&self, path: &str, content: &[u8]) -> Result<(), FsError> {
+        let rel = self.resolve(path)?;
+        let io_err = |e| FsError::from_io(path, e);
+        let Some(name) = rel.file_name() else {
+            return Err(FsError::WrongKind {
+                path: path.into(),
+                what: "is a directory",
+            });
+        };
+        let parent = rel.parent().filter(|p| !p.as_os_str().is_empty());
+        if let Some(parent) = parent {
+            self.dir.create_dir_all(parent).map_err(io_err)?;
+        }
+        let existing = match self.dir.metadata(&rel) {
+            Ok(m) if m.is_dir() => {
+                return Err(FsError::WrongKind {
+                    path: path.into(),
+                    what: "is a directory",
+                });
+            }
+            Ok(m) => Some(m.permissions()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io_err(e)),
+        };
+        let tmp_name = format!(
+            ".{}.toolhost-{}-{}.tmp",
+            name.to_string_lossy(),
+            std::process::id(),
+            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        let tmp = parent.map_or_else(|| PathBuf::from(&tmp_name), |p| p.join(&tmp_name));
+        let result = (|| {
+            let mut file = self
+                .dir
+                .open_with(&tmp, OpenOptions::new().write(true).create_new(true))?;
+            file.write_all(content)?;
+            if let Some(perms) = existing {
+                file.set_permissions(perms)?;
+            }
+            file.sync_all()?;
+            self.dir.rename(&tmp, &self.dir, &rel)
+        })();
+        if let Err(e) = result {
+            let _ = self.dir.remove_file(&tmp);
+            return Err(io_err(e));
+        }
+        Ok(())
+    }
+
+    /// Appends to a file, creating it (and its parent directories) if needed.
+    pub fn append(&self, path: &str, content: &[u8]) -> Result<(), FsError> {
+        let rel = self.resolve(path)?;
+        let io_err = |e| FsError::from_io(path, e);
+        if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+            self.dir.create_dir_all(parent).map_err(io_err)?;
+        }
+        let mut file = self
+            .dir
+            .open_with(&rel, OpenOptions::new().append(true).create(true))
+            .map_err(io_err)?;
+        file.write_all(content).map_err(io_err)
+    }
+
+    /// Whether the path exists. A path outside the workspace is an error, not `false`.
+    pub fn exists(&self, path: &str) -> Result<bool, FsError> {
+        let rel = self.resolve(path)?;
+        match self.dir.metadata(&rel) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(FsError::from_io(path, e)),
+        }
+    }
+
+    /// Whether the path is an existing directory.
+    pub fn is_dir(&self, path: &str) -> Result<bool, FsError> {
+        let rel = self.resolve(path)?;
+        match self.dir.metadata(&rel) {
+            Ok(m) => Ok(m.is_dir()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(FsError::from_io(path, e)),
+        }
+    }
+
+    /// The entry names of a directory, sorted; directories end with `/`.
+    pub fn list(&self, path: &str) -> Result<Vec<String>, FsError> {
+        let rel = self.resolve(path)?;
+        let io_err = |e| FsError::from_io(path, e);
+        let mut names = Vec::new();
+        for entry in self.dir.read_dir(&rel).map_err(io_err)? {
+            let entry = entry.map_err(io_err)?;
+            let mut name = entry.file_name().to_string_lossy().into_owned();
+            if entry.file_type().map_err(io_err)?.is_dir() {
+                name.push('/');
+            }
+            names.push(name);
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// Deletes a file (not a directory).
+    pub fn delete(&self, path: &str) -> Result<(), FsError> {
+        let rel = self.resolve(path)?;
+        if self.is_dir(path)? {
+            return Err(FsError::WrongKind {
+                path: path.into(),
+                what: "is a directory",
+            });
+        }
+        self.dir
+            .remove_file(&rel)
+            .map_err(|e| FsError::from_io(path, e))
+    }
+
+    /// Replaces the single occurrence of `old` with `new`, atomically. Zero or several
+    /// occurrences leave the file untouched and say how many there were.
+    pub fn patch(&self, path: &str, old: &str, new: &str) -> Result<(), FsError> {
+        if old.is_empty() {
+            return Err(FsError::PatchMatches {
+                path: path.into(),
+                count: 0,
+            });
+        }
+        let text = self.read(path)?;
+        let count = text.matches(old).count();
+        if count != 1 {
+            return Err(FsError::PatchMatches {
+                path: path.into(),
+                count,
+            });
+        }
+        self.write(path, &text.replacen(old, new, 1))
+    }
+}
