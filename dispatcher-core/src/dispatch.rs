@@ -123,7 +123,7 @@ impl Dispatcher {
     /// Runs one call through the whole pipeline. Never fails: every outcome, including
     /// an unknown tool, invalid input, a denial, a timeout or a panic, is a result block.
     pub async fn dispatch(&self, call: ToolUse, session: &Session) -> ToolResultBlock {
-        let span = tracing::debug_span!(
+        let span = tracing::info_span!(
             "tool_call",
             tool = %call.name,
             tool_use_id = %call.id,
@@ -483,10 +483,14 @@ impl Dispatcher {
         }
         let runner = tool.clone();
         let span = Span::current();
+        // The blocking thread logs to the caller's subscriber, even a scoped one.
+        let subscriber = tracing::dispatcher::get_default(Clone::clone);
         let mut handle = tokio::task::spawn_blocking(move || {
-            let _entered = span.enter();
-            let ctx = host.context();
-            runner.execute(input, &ctx)
+            tracing::dispatcher::with_default(&subscriber, || {
+                let _entered = span.enter();
+                let ctx = host.context();
+                runner.execute(input, &ctx)
+            })
         });
         let timeout = self.timeout_for(reg);
         let joined = |r: Result<Result<ToolOutput, ToolError>, tokio::task::JoinError>| match r {

@@ -1,0 +1,183 @@
+//! The file tools: `read_file`, `list_dir`, `write_file`, `patch_file`.
+
+use serde_json::{Value, json};
+use tool_api::{DefinedTool, SideEffect, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput};
+
+fn str_arg<'a>(input: &'a Value, key: &str) -> Result<&'a str, ToolError> {
+    input
+        .get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| ToolError::invalid_input(format!("'{key}' must be a string")))
+}
+
+/// Largest file `read_file` returns whole; beyond it, ask for a range of lines.
+pub const READ_LIMIT_BYTES: usize = 256 * 1024;
+
+/// `read_file` (read): reads a UTF-8 file from the workspace.
+#[derive(Default)]
+pub struct ReadFile;
+
+impl DefinedTool for ReadFile {
+    fn definition() -> ToolDefinition {
+        ToolDefinition::new(
+            "read_file",
+            "Read a text file from the workspace. Use offset/limit (1-based line numbers) to read part of a large file.",
+            SideEffect::Read,
+            json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "File path, relative to the workspace root."},
+                    "offset": {"type": "integer", "minimum": 1, "description": "First line to return (1-based)."},
+                    "limit": {"type": "integer", "minimum": 1, "description": "How many lines to return."}
+                },
+                "required": ["path"],
+                "additionalProperties": false
+            }),
+        )
+        .path_param("path")
+    }
+}
+
+impl Tool for ReadFile {
+    fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let path = str_arg(&input, "path")?;
+        let text = ctx.files().read(path)?;
+        let offset = input.get("offset").and_then(Value::as_u64);
+        let limit = input.get("limit").and_then(Value::as_u64);
+        let total_lines = text.lines().count();
+        let (body, first, count) = if offset.is_some() || limit.is_some() {
+            let first = usize::try_from(offset.unwrap_or(1))
+                .unwrap_or(usize::MAX)
+                .max(1);
+            let count = limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
+            let lines: Vec<&str> = text.lines().skip(first - 1).take(count).collect();
+            let n = lines.len();
+            (lines.join("\n"), first, n)
+        } else if text.len() > READ_LIMIT_BYTES {
+            return Err(ToolError::failed(format!(
+                "'{path}' is {} bytes ({total_lines} lines), over the {READ_LIMIT_BYTES}-byte limit of one read; read it in parts with offset and limit",
+                text.len()
+            )));
+        } else {
+            (text.clone(), 1, total_lines)
+        };
+        Ok(ToolOutput::text(body).with_metadata(json!({
+            "path": path,
+            "bytes": text.len(),
+            "total_lines": total_lines,
+            "first_line": first,
+            "lines_returned": count,
+        })))
+    }
+}
+
+/// `list_dir` (read): lists a workspace directory.
+#[derive(Default)]
+pub struct ListDir;
+
+impl DefinedTool for ListDir {
+    fn definition() -> ToolDefinition {
+        ToolDefinition::new(
+            "list_dir",
+            "List the entries of a workspace directory, sorted; directory names end with '/'.",
+            SideEffect::Read,
+            json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "Directory path, relative to the workspace root. Defaults to the root.", "default": "."}
+                },
+                "additionalProperties": false
+            }),
+        )
+        .path_param("path")
+    }
+}
+
+impl Tool for ListDir {
+    fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let path = input.get("path").and_then(Value::as_str).unwrap_or(".");
+        let names = ctx.files().list(path)?;
+        let text = if names.is_empty() {
+            format!("'{path}' is empty")
+        } else {
+            names.join("\n")
+        };
+        Ok(ToolOutput::text(text).with_metadata(json!({"path": path, "entries": names.len()})))
+    }
+}
+
+/// `write_file` (write): creates or replaces a file, atomically.
+#[derive(Default)]
+pub struct WriteFile;
+
+impl DefinedTool for WriteFile {
+    fn definition() -> ToolDefinition {
+        ToolDefinition::new(
+            "write_file",
+            "Create or overwrite a file in the workspace with the given content. Parent directories are created. The write is atomic.",
+            SideEffect::Write,
+            json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "File path, relative to the workspace root."},
+                    "content": {"type": "string", "description": "The complete new content of the file."}
+                },
+                "required": ["path", "content"],
+                "additionalProperties": false
+            }),
+        )
+        .path_param("path")
+    }
+}
+
+impl Tool for WriteFile {
+    fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let path = str_arg(&input, "path")?;
+        let content = str_arg(&input, "content")?;
+        let existed = ctx.files().exists(path)?;
+        ctx.files().write(path, content)?;
+        let verb = if existed { "Overwrote" } else { "Created" };
+        Ok(
+            ToolOutput::text(format!("{verb} {path} ({} bytes)", content.len()))
+                .with_metadata(json!({"path": path, "bytes": content.len(), "created": !existed}))
+                .with_files_modified(vec![path.to_string()]),
+        )
+    }
+}
+
+/// `patch_file` (write): replaces exactly one occurrence of a string.
+#[derive(Default)]
+pub struct PatchFile;
+
+impl DefinedTool for PatchFile {
+    fn definition() -> ToolDefinition {
+        ToolDefinition::new(
+            "patch_file",
+            "Replace one exact occurrence of `old` with `new` in a workspace file. Fails, changing nothing, if `old` occurs zero times or more than once; include enough surrounding text to make it unique.",
+            SideEffect::Write,
+            json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "File path, relative to the workspace root."},
+                    "old": {"type": "string", "minLength": 1, "description": "The exact text to replace; must occur exactly once."},
+                    "new": {"type": "string", "description": "The replacement text."}
+                },
+                "required": ["path", "old", "new"],
+                "additionalProperties": false
+            }),
+        )
+        .path_param("path")
+    }
+}
+
+impl Tool for PatchFile {
+    fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let path = str_arg(&input, "path")?;
+        let old = str_arg(&input, "old")?;
+        let new = str_arg(&input, "new")?;
+        ctx.files().patch(path, old, new)?;
+        Ok(ToolOutput::text(format!("Patched {path}"))
+            .with_metadata(json!({"path": path}))
+            .with_files_modified(vec![path.to_string()]))
+    }
+}

@@ -1,0 +1,110 @@
+//! Shared helpers for the integration tests.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dispatcher_core::{Dispatcher, Session, SessionSpec, ToolEvent};
+use tokio::sync::broadcast;
+
+/// A temporary workspace and a session over it.
+pub struct Fixture {
+    pub dir: tempfile::TempDir,
+    pub dispatcher: Dispatcher,
+    pub session: Session,
+}
+
+impl Fixture {
+    pub fn new(dispatcher: Dispatcher) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let session = dispatcher
+            .open_session(SessionSpec::new("s1", dir.path()))
+            .unwrap();
+        Fixture {
+            dir,
+            dispatcher,
+            session,
+        }
+    }
+
+    pub fn path(&self, rel: &str) -> std::path::PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    pub fn write(&self, rel: &str, content: &str) {
+        let p = self.path(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(p, content).unwrap();
+    }
+}
+
+/// Collects the events received so far (non-blocking).
+pub fn drain(rx: &mut broadcast::Receiver<Arc<ToolEvent>>) -> Vec<Arc<ToolEvent>> {
+    let mut out = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        out.push(e);
+    }
+    out
+}
+
+/// Waits for the next event of the given kind.
+pub async fn next_of(rx: &mut broadcast::Receiver<Arc<ToolEvent>>, kind: &str) -> Arc<ToolEvent> {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let e = rx.recv().await.unwrap();
+            if e.kind.name() == kind {
+                return e;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no {kind} event within 10s"))
+}
+
+/// A `tracing` writer that keeps everything written, for log assertions.
+#[derive(Clone, Default)]
+pub struct LogCapture(pub Arc<Mutex<Vec<u8>>>);
+
+impl LogCapture {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl Write for LogCapture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogCapture {
+    type Writer = LogCapture;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+/// Runs `f` on a current-thread runtime with logs captured at `level`.
+pub fn with_logs<T>(level: tracing::Level, f: impl std::future::Future<Output = T>) -> (T, String) {
+    let capture = LogCapture::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(capture.clone())
+        .with_max_level(level)
+        .with_ansi(false)
+        .finish();
+    let out = tracing::subscriber::with_default(subscriber, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f)
+    });
+    (out, capture.text())
+}

@@ -1,0 +1,990 @@
+//! The required tests of the spec's testing strategy (§10.1), one per behaviour, plus the
+//! factory and first-answer-wins guarantees.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{Fixture, drain, next_of, with_logs};
+use dispatcher_core::{
+    ConfirmationPolicy, Decision, Dispatcher, DispatcherConfig, ErrorClass, EventKind,
+    RegistrationError, ResolveError, ToolUse,
+};
+use serde_json::{Value, json};
+use tool_api::{
+    DefinedTool, SideEffect, Tool, ToolContext, ToolDefinition, ToolError, ToolFactory, ToolOutput,
+    factory,
+};
+
+// ---------------------------------------------------------------- test tools
+
+/// A configurable tool for policy and validation tests: echoes `text`.
+struct Echo {
+    def: ToolDefinition,
+}
+
+impl Tool for Echo {
+    fn execute(&self, input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::text(
+            input["text"].as_str().unwrap_or("").to_string(),
+        ))
+    }
+}
+
+struct EchoFactory(ToolDefinition);
+
+impl ToolFactory for EchoFactory {
+    fn definition(&self) -> &ToolDefinition {
+        &self.0
+    }
+    fn create(&self) -> Result<Box<dyn Tool>, ToolError> {
+        Ok(Box::new(Echo {
+            def: self.0.clone(),
+        }))
+    }
+    fn source(&self) -> &str {
+        "test"
+    }
+}
+
+fn echo_of(name: &str, class: SideEffect) -> Arc<dyn ToolFactory> {
+    let def = ToolDefinition::new(
+        name,
+        "Echo text.",
+        class,
+        json!({
+            "type": "object",
+            "properties": {"text": {"type": "string"}, "count": {"type": "integer"}},
+            "required": ["text"],
+            "additionalProperties": false
+        }),
+    );
+    Arc::new(EchoFactory(def))
+}
+
+impl Echo {
+    #[allow(dead_code)]
+    fn name(&self) -> &str {
+        &self.def.name
+    }
+}
+
+/// Blocks until cancelled, polling the context's signal.
+#[derive(Default)]
+struct WaitForCancel;
+
+static WAIT_STARTED: AtomicBool = AtomicBool::new(false);
+
+impl Tool for WaitForCancel {
+    fn execute(&self, _input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        WAIT_STARTED.store(true, Ordering::SeqCst);
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(30) {
+            ctx.check_cancelled()?;
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(ToolOutput::text("finished without being cancelled"))
+    }
+}
+
+impl DefinedTool for WaitForCancel {
+    fn definition() -> ToolDefinition {
+        ToolDefinition::new(
+            "wait_for_cancel",
+            "Waits.",
+            SideEffect::Read,
+            json!({"type": "object"}),
+        )
+    }
+}
+
+/// Tracks how many instances execute at once.
+#[derive(Default)]
+struct Sleeper;
+
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+static MAX_RUNNING: AtomicUsize = AtomicUsize::new(0);
+
+impl Tool for Sleeper {
+    fn execute(&self, input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let now = RUNNING.fetch_add(1, Ordering::SeqCst) + 1;
+        MAX_RUNNING.fetch_max(now, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(300));
+        RUNNING.fetch_sub(1, Ordering::SeqCst);
+        Ok(ToolOutput::text(format!("done {}", input["n"])))
+    }
+}
+
+impl DefinedTool for Sleeper {
+    fn definition() -> ToolDefinition {
+        ToolDefinition::new(
+            "sleeper",
+            "Sleeps 300 ms.",
+            SideEffect::Read,
+            json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
+        )
+    }
+}
+
+/// Panics with a secret in the message.
+#[derive(Default)]
+struct Exploding;
+
+impl Tool for Exploding {
+    fn execute(&self, _input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        panic!("database password is hunter2")
+    }
+}
+
+impl DefinedTool for Exploding {
+    fn definition() -> ToolDefinition {
+        ToolDefinition::new(
+            "exploding",
+            "Panics.",
+            SideEffect::None,
+            json!({"type": "object"}),
+        )
+    }
+}
+
+/// Reads a path through the workspace API, then (test-only) the same path with raw I/O.
+#[derive(Default)]
+struct RawReader;
+
+impl Tool for RawReader {
+    fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let path = input["path"].as_str().unwrap_or_default();
+        let via_api = ctx.files().read(path);
+        let raw = std::fs::read_to_string(path);
+        ctx.log().warn(format_args!(
+            "raw open() of '{path}' bypassed the workspace API"
+        ));
+        Ok(ToolOutput::text("").with_metadata(json!({
+            "api_error": via_api.err().map(|e| e.to_string()),
+            "raw_ok": raw.is_ok(),
+        })))
+    }
+}
+
+impl DefinedTool for RawReader {
+    fn definition() -> ToolDefinition {
+        ToolDefinition::new(
+            "raw_reader",
+            "Reads raw.",
+            SideEffect::Execute,
+            json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+        )
+    }
+}
+
+/// Counts instances made by its factory and records their addresses.
+static INSTANCES: AtomicUsize = AtomicUsize::new(0);
+
+struct Counted {
+    serial: usize,
+}
+
+impl Default for Counted {
+    fn default() -> Self {
+        Counted {
+            serial: INSTANCES.fetch_add(1, Ordering::SeqCst),
+        }
+    }
+}
+
+impl Tool for Counted {
+    fn execute(&self, _input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::text(format!(
+            "{}:{:p}",
+            self.serial, self as *const Self
+        )))
+    }
+}
+
+impl DefinedTool for Counted {
+    fn definition() -> ToolDefinition {
+        ToolDefinition::new(
+            "counted",
+            "Counts.",
+            SideEffect::None,
+            json!({"type": "object"}),
+        )
+        .inline()
+    }
+}
+
+fn builtins(d: &Dispatcher) {
+    for f in builtin_tools::factories() {
+        d.register(f).unwrap();
+    }
+}
+
+fn allow_all() -> ConfirmationPolicy {
+    toml::from_str(r#"default = { write = "auto", execute = "auto", network = "auto" }"#).unwrap()
+}
+
+// ---------------------------------------------------------------- 1, 2: registration
+
+#[test]
+fn schema_with_disallowed_construct_is_refused_at_registration() {
+    let d = Dispatcher::new();
+    let def = ToolDefinition::new(
+        "bad",
+        "Bad schema.",
+        SideEffect::None,
+        json!({
+            "type": "object",
+            "properties": {"mode": {"oneOf": [{"type": "string"}, {"type": "integer"}]}}
+        }),
+    );
+    let err = d.register(Arc::new(EchoFactory(def))).unwrap_err();
+    match &err {
+        RegistrationError::UnsupportedConstruct {
+            pointer,
+            construct,
+            hint,
+            ..
+        } => {
+            assert_eq!(pointer, "/properties/mode/oneOf");
+            assert_eq!(construct, "oneOf");
+            assert!(hint.contains("anyOf"));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(err.to_string().contains("/properties/mode/oneOf"), "{err}");
+
+    for (schema, construct) in [
+        (
+            json!({"type": "object", "patternProperties": {"^x": {"type": "string"}}}),
+            "patternProperties",
+        ),
+        (
+            json!({"type": "object", "properties": {"a": {"type": "array", "items": [{"type": "string"}]}}}),
+            "items",
+        ),
+        (
+            json!({"type": "object", "$ref": "https://example.com/s.json"}),
+            "$ref",
+        ),
+        (
+            json!({"type": "object", "properties": {"a": {"not": {"type": "string"}}}}),
+            "not",
+        ),
+        (json!({"type": "object", "x-custom": 1}), "x-custom"),
+    ] {
+        let def = ToolDefinition::new("bad", "Bad.", SideEffect::None, schema);
+        match d.register(Arc::new(EchoFactory(def))) {
+            Err(RegistrationError::UnsupportedConstruct { construct: c, .. }) => {
+                assert_eq!(c, construct)
+            }
+            other => panic!("{construct}: unexpected {other:?}"),
+        }
+    }
+    let not_object =
+        ToolDefinition::new("bad", "Bad.", SideEffect::None, json!({"type": "string"}));
+    assert!(matches!(
+        d.register(Arc::new(EchoFactory(not_object))),
+        Err(RegistrationError::InvalidSchema { .. })
+    ));
+    let bad_name = ToolDefinition::new(
+        "has.dot",
+        "Bad.",
+        SideEffect::None,
+        json!({"type": "object"}),
+    );
+    assert!(matches!(
+        d.register(Arc::new(EchoFactory(bad_name))),
+        Err(RegistrationError::InvalidName { .. })
+    ));
+    assert!(d.read_only_names().is_empty());
+}
+
+trait Names {
+    fn read_only_names(&self) -> Vec<String>;
+}
+
+impl Names for Dispatcher {
+    fn read_only_names(&self) -> Vec<String> {
+        let dir = tempfile::tempdir().unwrap();
+        let s = self
+            .open_session(dispatcher_core::SessionSpec::new("names", dir.path()))
+            .unwrap();
+        self.definitions_for_session(&s)
+            .into_iter()
+            .map(|d| d.name)
+            .collect()
+    }
+}
+
+#[test]
+fn duplicate_tool_name_is_refused_naming_both_sources() {
+    let d = Dispatcher::new();
+    d.register(builtin_tools::factories().remove(0)).unwrap();
+    let err = d
+        .register(echo_of("read_file", SideEffect::Read))
+        .unwrap_err();
+    assert_eq!(
+        err,
+        RegistrationError::Duplicate {
+            name: "read_file".into(),
+            existing_source: "builtin".into(),
+            new_source: "test".into(),
+        }
+    );
+    assert!(err.to_string().contains("builtin") && err.to_string().contains("test"));
+}
+
+// ---------------------------------------------------------------- 3: input validation
+
+#[tokio::test]
+async fn malformed_input_is_invalid_for_every_side_effect_class() {
+    let d = Dispatcher::builder().policy(allow_all()).build();
+    for class in SideEffect::ALL {
+        d.register(echo_of(&format!("echo_{class}"), class))
+            .unwrap();
+    }
+    let fx = Fixture::new(d.clone());
+    let mut events = fx.session.subscribe();
+    for class in SideEffect::ALL {
+        let name = format!("echo_{class}");
+        let r = d
+            .dispatch(
+                ToolUse::new("tu", &name, json!({"count": "three", "extra": 1})),
+                &fx.session,
+            )
+            .await;
+        assert!(r.is_error, "{class}");
+        assert_eq!(r.error_class, Some(ErrorClass::ValidationError));
+        let text = r.text();
+        assert!(
+            text.contains("at (root)") && text.contains("\"text\" is a required property"),
+            "{text}"
+        );
+        assert!(text.contains("at /count"), "{text}");
+        let event = next_of(&mut events, "tool.input_invalid").await;
+        assert_eq!(event.side_effects, Some(class));
+        let EventKind::InputInvalid { errors } = &event.kind else {
+            unreachable!()
+        };
+        assert!(errors.iter().any(|e| e.pointer == "/count"));
+        assert_eq!(errors.len(), 3, "{errors:?}");
+    }
+    assert!(
+        drain(&mut events)
+            .iter()
+            .all(|e| e.kind.name() != "tool.called")
+    );
+}
+
+// ---------------------------------------------------------------- 4: workspace boundary
+
+#[tokio::test]
+async fn path_escaping_via_dotdot_is_permission_denied() {
+    let d = Dispatcher::new();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    let mut events = fx.session.subscribe();
+    for path in [
+        "../../etc/passwd",
+        "sub/../../outside.txt",
+        "a/b/../../../x",
+    ] {
+        let r = d
+            .dispatch(
+                ToolUse::new("tu_b", "read_file", json!({"path": path})),
+                &fx.session,
+            )
+            .await;
+        assert_eq!(r.error_class, Some(ErrorClass::PermissionDenied), "{path}");
+        assert_eq!(
+            r.text(),
+            format!("Path '{path}' escapes workspace boundary")
+        );
+        let failed = next_of(&mut events, "tool.failed").await;
+        let EventKind::Failed { error_class, .. } = &failed.kind else {
+            unreachable!()
+        };
+        assert_eq!(*error_class, ErrorClass::PermissionDenied);
+    }
+}
+
+#[tokio::test]
+async fn absolute_path_outside_workspace_is_permission_denied() {
+    let d = Dispatcher::new();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    let outside = tempfile::NamedTempFile::new().unwrap();
+    for path in [outside.path().to_str().unwrap(), "/etc/passwd"] {
+        let r = d
+            .dispatch(
+                ToolUse::new("tu", "read_file", json!({"path": path})),
+                &fx.session,
+            )
+            .await;
+        assert_eq!(
+            r.error_class,
+            Some(ErrorClass::PermissionDenied),
+            "{path}: {}",
+            r.text()
+        );
+    }
+    // An absolute path inside the workspace is fine.
+    fx.write("inside.txt", "in");
+    let inside = fx.session.workspace().root().join("inside.txt");
+    let r = d
+        .dispatch(
+            ToolUse::new("tu", "read_file", json!({"path": inside.to_str().unwrap()})),
+            &fx.session,
+        )
+        .await;
+    assert!(!r.is_error, "{}", r.text());
+    assert_eq!(r.text(), "in");
+}
+
+#[tokio::test]
+async fn symlink_leading_outside_is_permission_denied() {
+    let d = Dispatcher::builder().policy(allow_all()).build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "secret").unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret.txt"), fx.path("link.txt")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), fx.path("linkdir")).unwrap();
+    std::os::unix::fs::symlink("../../../../../../../../tmp", fx.path("rel_link")).unwrap();
+
+    for (tool, input) in [
+        ("read_file", json!({"path": "link.txt"})),
+        ("read_file", json!({"path": "linkdir/secret.txt"})),
+        ("list_dir", json!({"path": "linkdir"})),
+        ("list_dir", json!({"path": "rel_link"})),
+        (
+            "write_file",
+            json!({"path": "linkdir/new.txt", "content": "x"}),
+        ),
+        (
+            "patch_file",
+            json!({"path": "link.txt", "old": "secret", "new": "leak"}),
+        ),
+    ] {
+        let r = d
+            .dispatch(ToolUse::new("tu", tool, input.clone()), &fx.session)
+            .await;
+        assert_eq!(
+            r.error_class,
+            Some(ErrorClass::PermissionDenied),
+            "{tool} {input}: {}",
+            r.text()
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("secret.txt")).unwrap(),
+        "secret"
+    );
+    assert!(!outside.path().join("new.txt").exists());
+}
+
+// ---------------------------------------------------------------- 5, 6, 7: confirmation
+
+fn prompting_writes() -> Dispatcher {
+    let d = Dispatcher::builder()
+        .policy(toml::from_str(r#"default = { WRITE = "prompt" }"#).unwrap())
+        .build();
+    builtins(&d);
+    d
+}
+
+#[tokio::test]
+async fn confirmed_write_runs_after_user_allows() {
+    let d = prompting_writes();
+    let fx = Fixture::new(d.clone());
+    fx.write("src/auth.ts", "old");
+    let mut events = fx.session.subscribe();
+    let call = ToolUse::new(
+        "tu_01HZ_c",
+        "write_file",
+        json!({"path": "src/auth.ts", "content": "new"}),
+    );
+    let (d2, s2) = (d.clone(), fx.session.clone());
+    let pending = tokio::spawn(async move { d2.dispatch(call, &s2).await });
+
+    let requested = next_of(&mut events, "tool.confirmation_requested").await;
+    let EventKind::ConfirmationRequested {
+        request_id,
+        projected_modifications,
+        input_summary,
+        ..
+    } = &requested.kind
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        projected_modifications,
+        &vec!["will modify src/auth.ts".to_string()]
+    );
+    assert!(input_summary.contains("src/auth.ts"));
+    assert_eq!(requested.side_effects, Some(SideEffect::Write));
+    assert_eq!(fx.dispatcher.broker().pending(Some("s1")).len(), 1);
+    assert_eq!(
+        std::fs::read_to_string(fx.path("src/auth.ts")).unwrap(),
+        "old",
+        "nothing runs before the answer"
+    );
+
+    d.broker()
+        .resolve(request_id, Decision::Allow, "tui")
+        .unwrap();
+    let r = pending.await.unwrap();
+    assert!(!r.is_error, "{}", r.text());
+    assert_eq!(
+        std::fs::read_to_string(fx.path("src/auth.ts")).unwrap(),
+        "new"
+    );
+    let resolved = next_of(&mut events, "tool.confirmation_resolved").await;
+    let EventKind::ConfirmationResolved {
+        decision,
+        resolved_by,
+        ..
+    } = &resolved.kind
+    else {
+        unreachable!()
+    };
+    assert_eq!((decision.as_str(), resolved_by.as_str()), ("allow", "tui"));
+    next_of(&mut events, "tool.called").await;
+    next_of(&mut events, "tool.completed").await;
+}
+
+#[tokio::test]
+async fn denied_write_is_user_denied_and_does_not_run() {
+    let d = prompting_writes();
+    let fx = Fixture::new(d.clone());
+    let mut events = fx.session.subscribe();
+    let call = ToolUse::new(
+        "tu_01HZ_c",
+        "write_file",
+        json!({"path": "src/auth.ts", "content": "x"}),
+    );
+    let (d2, s2) = (d.clone(), fx.session.clone());
+    let pending = tokio::spawn(async move { d2.dispatch(call, &s2).await });
+    let requested = next_of(&mut events, "tool.confirmation_requested").await;
+    let EventKind::ConfirmationRequested {
+        request_id,
+        projected_modifications,
+        ..
+    } = &requested.kind
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        projected_modifications,
+        &vec!["will create src/auth.ts".to_string()]
+    );
+    d.broker()
+        .resolve(request_id, Decision::Deny, "dashboard")
+        .unwrap();
+    let r = pending.await.unwrap();
+    assert_eq!(r.error_class, Some(ErrorClass::UserDenied));
+    assert_eq!(r.text(), "User denied this operation.");
+    assert!(!fx.path("src/auth.ts").exists());
+    let rest = drain(&mut events);
+    assert!(rest.iter().all(|e| e.kind.name() != "tool.called"));
+    assert!(rest.iter().any(|e| matches!(
+        e.kind,
+        EventKind::Failed {
+            error_class: ErrorClass::UserDenied,
+            ..
+        }
+    )));
+}
+
+#[tokio::test]
+async fn unanswered_confirmation_times_out() {
+    let d = Dispatcher::builder()
+        .config(DispatcherConfig {
+            confirmation_timeout: Duration::from_secs(1),
+            ..DispatcherConfig::default()
+        })
+        .build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    let mut events = fx.session.subscribe();
+    let started = Instant::now();
+    let r = d
+        .dispatch(
+            ToolUse::new("tu", "write_file", json!({"path": "a.txt", "content": "x"})),
+            &fx.session,
+        )
+        .await;
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    assert_eq!(r.error_class, Some(ErrorClass::ConfirmationTimeout));
+    assert!(r.text().contains("within 1s"), "{}", r.text());
+    assert!(!fx.path("a.txt").exists());
+    let resolved = next_of(&mut events, "tool.confirmation_resolved").await;
+    let EventKind::ConfirmationResolved {
+        decision,
+        request_id,
+        ..
+    } = &resolved.kind
+    else {
+        unreachable!()
+    };
+    assert_eq!(decision, "timeout");
+    // A client answering late is told the request is gone.
+    assert!(matches!(
+        d.broker().resolve(request_id, Decision::Allow, "late"),
+        Err(ResolveError::AlreadyResolved { .. })
+    ));
+}
+
+#[tokio::test]
+async fn first_confirmation_answer_wins_and_later_ones_are_told() {
+    let d = prompting_writes();
+    let fx = Fixture::new(d.clone());
+    let mut events = fx.session.subscribe();
+    let call = ToolUse::new("tu", "write_file", json!({"path": "w.txt", "content": "x"}));
+    let (d2, s2) = (d.clone(), fx.session.clone());
+    let pending = tokio::spawn(async move { d2.dispatch(call, &s2).await });
+    let requested = next_of(&mut events, "tool.confirmation_requested").await;
+    let EventKind::ConfirmationRequested { request_id, .. } = &requested.kind else {
+        unreachable!()
+    };
+    d.broker()
+        .resolve(request_id, Decision::Allow, "tui")
+        .unwrap();
+    let late = d
+        .broker()
+        .resolve(request_id, Decision::Deny, "dashboard")
+        .unwrap_err();
+    assert_eq!(
+        late,
+        ResolveError::AlreadyResolved {
+            request_id: request_id.to_string(),
+            decision: "allow".into(),
+            by: "tui".into(),
+        }
+    );
+    assert!(!pending.await.unwrap().is_error);
+    assert!(matches!(
+        d.broker().resolve("cr_nope", Decision::Allow, "x"),
+        Err(ResolveError::Unknown { .. })
+    ));
+}
+
+// ---------------------------------------------------------------- 8: concurrency
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn six_calls_with_cap_four_run_four_at_a_time_and_return_in_order() {
+    let d = Dispatcher::new();
+    d.register(factory::<Sleeper>()).unwrap();
+    let fx = Fixture::new(d.clone());
+    let mut events = fx.session.subscribe();
+    let calls: Vec<ToolUse> = (0..6)
+        .map(|n| ToolUse::new(format!("tu_{n}"), "sleeper", json!({"n": n})))
+        .collect();
+    let results = d.dispatch_batch(calls, &fx.session).await;
+    assert_eq!(MAX_RUNNING.load(Ordering::SeqCst), 4);
+    let ids: Vec<&str> = results.iter().map(|r| r.tool_use_id.as_str()).collect();
+    assert_eq!(ids, ["tu_0", "tu_1", "tu_2", "tu_3", "tu_4", "tu_5"]);
+    for (n, r) in results.iter().enumerate() {
+        assert_eq!(r.text(), format!("done {n}"));
+    }
+    let queued: Vec<f64> = drain(&mut events)
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::Called { queued_ms } => Some(queued_ms),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(queued.len(), 6);
+    assert_eq!(
+        queued.iter().filter(|q| **q < 150.0).count(),
+        4,
+        "{queued:?}"
+    );
+    assert_eq!(
+        queued.iter().filter(|q| **q >= 250.0).count(),
+        2,
+        "{queued:?}"
+    );
+}
+
+// ---------------------------------------------------------------- 9, 10: cancellation
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancellation_sets_signal_and_tool_reports_cancelled() {
+    let d = Dispatcher::new();
+    d.register(factory::<WaitForCancel>()).unwrap();
+    let fx = Fixture::new(d.clone());
+    let mut events = fx.session.subscribe();
+    let (d2, s2) = (d.clone(), fx.session.clone());
+    let pending = tokio::spawn(async move {
+        d2.dispatch(ToolUse::new("tu", "wait_for_cancel", json!({})), &s2)
+            .await
+    });
+    next_of(&mut events, "tool.called").await;
+    while !WAIT_STARTED.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let started = Instant::now();
+    assert_eq!(d.cancel_session_tools("s1").await, 1);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let r = pending.await.unwrap();
+    assert_eq!(r.error_class, Some(ErrorClass::Cancelled));
+    let failed = next_of(&mut events, "tool.failed").await;
+    assert!(matches!(
+        failed.kind,
+        EventKind::Failed {
+            error_class: ErrorClass::Cancelled,
+            ..
+        }
+    ));
+    assert_eq!(fx.session.calls_in_flight(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shell_cancel_sends_sigterm_then_sigkill_after_five_seconds() {
+    let d = Dispatcher::builder().policy(allow_all()).build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    let mut events = fx.session.subscribe();
+    // The command ignores SIGTERM, so only SIGKILL stops it.
+    let command = "trap 'echo got-term' TERM; echo started; i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done";
+    let (d2, s2) = (d.clone(), fx.session.clone());
+    let pending = tokio::spawn(async move {
+        d2.dispatch(
+            ToolUse::new("tu_01HZ_d", "shell", json!({"command": command})),
+            &s2,
+        )
+        .await
+    });
+    next_of(&mut events, "tool.called").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    d.cancel_session_tools("s1").await;
+    let elapsed = started.elapsed();
+    let r = pending.await.unwrap();
+    assert_eq!(r.error_class, Some(ErrorClass::Cancelled));
+    assert!(
+        elapsed >= Duration::from_secs(5) && elapsed < Duration::from_secs(9),
+        "{elapsed:?}"
+    );
+    assert_eq!(r.metadata["sigterm_sent"], true);
+    assert_eq!(r.metadata["sigkill_sent"], true);
+    assert_eq!(r.metadata["signal"], 9);
+    let text = r.text();
+    assert!(
+        text.contains("started") && text.contains("got-term"),
+        "{text}"
+    );
+    let failed = next_of(&mut events, "tool.failed").await;
+    let EventKind::Failed { partial_output, .. } = &failed.kind else {
+        unreachable!()
+    };
+    assert!(partial_output.as_deref().unwrap_or("").contains("started"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shell_command_that_honours_sigterm_stops_at_once() {
+    let d = Dispatcher::builder().policy(allow_all()).build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    let mut events = fx.session.subscribe();
+    let (d2, s2) = (d.clone(), fx.session.clone());
+    let pending = tokio::spawn(async move {
+        d2.dispatch(
+            ToolUse::new("tu", "shell", json!({"command": "sleep 60"})),
+            &s2,
+        )
+        .await
+    });
+    next_of(&mut events, "tool.called").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    d.cancel_session_tools("s1").await;
+    assert!(started.elapsed() < Duration::from_secs(2));
+    let r = pending.await.unwrap();
+    assert_eq!(r.error_class, Some(ErrorClass::Cancelled));
+    assert_eq!(r.metadata["sigkill_sent"], false);
+    assert_eq!(r.metadata["signal"], 15);
+}
+
+// ---------------------------------------------------------------- 11: exception wrapping
+
+#[test]
+fn unexpected_tool_failure_is_wrapped_with_redacted_message_and_logged() {
+    let (r, logs) = with_logs(tracing::Level::ERROR, async {
+        let d = Dispatcher::new();
+        d.register(factory::<Exploding>()).unwrap();
+        let fx = Fixture::new(d.clone());
+        d.dispatch(ToolUse::new("tu_x", "exploding", json!({})), &fx.session)
+            .await
+    });
+    assert_eq!(r.error_class, Some(ErrorClass::ExecutionError));
+    assert!(!r.text().contains("hunter2"), "{}", r.text());
+    assert!(
+        r.text().contains("failed unexpectedly") && r.text().contains("tu_x"),
+        "{}",
+        r.text()
+    );
+    assert!(logs.contains("hunter2") && logs.contains("ERROR"), "{logs}");
+}
+
+// ---------------------------------------------------------------- 12: fs API enforcement
+
+#[test]
+fn file_api_refuses_outside_paths_even_though_raw_io_is_not_sandboxed() {
+    let outside = tempfile::NamedTempFile::new().unwrap();
+    let path = outside.path().to_str().unwrap().to_string();
+    let (r, logs) = with_logs(tracing::Level::INFO, async move {
+        let d = Dispatcher::builder().policy(allow_all()).build();
+        d.register(factory::<RawReader>()).unwrap();
+        let fx = Fixture::new(d.clone());
+        d.dispatch(
+            ToolUse::new("tu", "raw_reader", json!({"path": path})),
+            &fx.session,
+        )
+        .await
+    });
+    assert!(!r.is_error, "{}", r.text());
+    let api_error = r.metadata["api_error"].as_str().unwrap();
+    assert!(
+        api_error.starts_with("permission denied")
+            && api_error.contains("escapes workspace boundary"),
+        "{api_error}"
+    );
+    assert_eq!(
+        r.metadata["raw_ok"], true,
+        "raw I/O is permitted: sandboxing is a non-goal"
+    );
+    assert!(logs.contains("bypassed the workspace API"), "{logs}");
+    assert!(
+        logs.contains("tool_call{tool=raw_reader"),
+        "the tool's log is under the call's span: {logs}"
+    );
+}
+
+// ---------------------------------------------------------------- 13: trusted workspace
+
+#[tokio::test]
+async fn trusted_workspace_auto_runs_writes_but_execute_still_prompts() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy: ConfirmationPolicy = toml::from_str(&format!(
+        r#"
+        trusted_workspaces = ["{}"]
+        [trusted_workspace_overrides]
+        EXECUTE = "prompt"
+        "#,
+        dir.path().display()
+    ))
+    .unwrap();
+    let d = Dispatcher::builder()
+        .policy(policy)
+        .config(DispatcherConfig {
+            confirmation_timeout: Duration::from_millis(300),
+            ..DispatcherConfig::default()
+        })
+        .build();
+    builtins(&d);
+    let session = d
+        .open_session(dispatcher_core::SessionSpec::new("s1", dir.path()))
+        .unwrap();
+    let w = d
+        .dispatch(
+            ToolUse::new("tu", "write_file", json!({"path": "a.txt", "content": "x"})),
+            &session,
+        )
+        .await;
+    assert!(!w.is_error, "{}", w.text());
+    let x = d
+        .dispatch(
+            ToolUse::new("tu", "shell", json!({"command": "true"})),
+            &session,
+        )
+        .await;
+    assert_eq!(
+        x.error_class,
+        Some(ErrorClass::ConfirmationTimeout),
+        "{}",
+        x.text()
+    );
+
+    // The same policy outside the trusted workspace still prompts for writes.
+    let other = tempfile::tempdir().unwrap();
+    let s2 = d
+        .open_session(dispatcher_core::SessionSpec::new("s2", other.path()))
+        .unwrap();
+    let w2 = d
+        .dispatch(
+            ToolUse::new("tu", "write_file", json!({"path": "a.txt", "content": "x"})),
+            &s2,
+        )
+        .await;
+    assert_eq!(w2.error_class, Some(ErrorClass::ConfirmationTimeout));
+}
+
+// ---------------------------------------------------------------- 14: event side effects
+
+#[tokio::test]
+async fn called_event_side_effects_match_each_builtin_declaration() {
+    let d = Dispatcher::builder().policy(allow_all()).build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    fx.write("f.txt", "hello");
+    let mut events = d.subscribe_all();
+    let calls = [
+        ("read_file", json!({"path": "f.txt"}), SideEffect::Read),
+        ("list_dir", json!({}), SideEffect::Read),
+        (
+            "write_file",
+            json!({"path": "g.txt", "content": "x"}),
+            SideEffect::Write,
+        ),
+        (
+            "patch_file",
+            json!({"path": "f.txt", "old": "hello", "new": "bye"}),
+            SideEffect::Write,
+        ),
+        ("shell", json!({"command": "echo hi"}), SideEffect::Execute),
+    ];
+    for (name, input, class) in calls {
+        let def = d
+            .definitions_for_session(&fx.session)
+            .into_iter()
+            .find(|t| t.name == name)
+            .unwrap();
+        assert_eq!(def.side_effects, class, "{name} declares the spec's class");
+        let r = d
+            .dispatch(ToolUse::new("tu", name, input), &fx.session)
+            .await;
+        assert!(!r.is_error, "{name}: {}", r.text());
+        let called = next_of(&mut events, "tool.called").await;
+        assert_eq!(
+            (&*called.tool_name, called.side_effects),
+            (name, Some(class))
+        );
+        assert_eq!(called.to_json()["side_effects"], class.as_str());
+        assert_eq!(called.to_json()["type"], "tool.called");
+    }
+}
+
+// ---------------------------------------------------------------- factories
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn factory_produces_distinct_instance_per_call() {
+    let d = Dispatcher::new();
+    d.register(factory::<Counted>()).unwrap();
+    let fx = Fixture::new(d.clone());
+    let before = INSTANCES.load(Ordering::SeqCst);
+    let calls: Vec<ToolUse> = (0..3)
+        .map(|n| ToolUse::new(format!("tu{n}"), "counted", json!({})))
+        .collect();
+    let results = d.dispatch_batch(calls, &fx.session).await;
+    assert_eq!(INSTANCES.load(Ordering::SeqCst) - before, 3);
+    let serials: std::collections::HashSet<String> = results
+        .iter()
+        .map(|r| r.text().split(':').next().unwrap().to_string())
+        .collect();
+    assert_eq!(serials.len(), 3);
+}
