@@ -62,7 +62,7 @@ impl SideEffect {
 
 impl fmt::Display for SideEffect {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 

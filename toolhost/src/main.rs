@@ -1,1 +1,252 @@
-fn main() {}
+//! `toolhost`: run LLM agent tools safely from the command line.
+//!
+//! ```text
+//! toolhost list [--json] [--workspace DIR]
+//! toolhost call NAME --input JSON [--workspace DIR] [--yes] [--json]
+//! ```
+//!
+//! Global options: `--config FILE` (else `./toolhost.toml`, else the user's config dir).
+//! Exit codes: 0 the call succeeded, 1 the call returned an error result, 2 bad usage or
+//! configuration. Logs go to stderr (`TOOLHOST_LOG=debug` for more).
+
+mod config;
+mod terminal;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use clap::{Args, Parser, Subcommand};
+use dispatcher_core::{Dispatcher, Session, SessionSpec, ToolUse};
+use serde_json::{Value, json};
+
+use crate::config::Config;
+use crate::terminal::{NoTerminalConfirmer, TerminalConfirmer, YesConfirmer};
+
+#[derive(Parser)]
+#[command(
+    name = "toolhost",
+    version,
+    about = "Run LLM agent tools safely: validated, workspace-scoped, confirmed."
+)]
+struct Cli {
+    /// Configuration file (default: ./toolhost.toml, else ~/.config/toolhost/toolhost.toml).
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List the tools visible in the workspace, with their side effects and sources.
+    List {
+        #[command(flatten)]
+        session: SessionArgs,
+        /// Print JSON (definitions with input schemas) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Dispatch one tool call and print its result.
+    Call {
+        /// The tool name.
+        name: String,
+        /// The tool input, as a JSON object.
+        #[arg(long, value_name = "JSON", default_value = "{}")]
+        input: String,
+        #[command(flatten)]
+        session: SessionArgs,
+        /// Answer "allow" to every confirmation prompt (policy `deny` still applies).
+        #[arg(long, short = 'y')]
+        yes: bool,
+        /// Print the tool_result block as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args)]
+struct SessionArgs {
+    /// The workspace root the tools are confined to (default: the current directory).
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    workspace: PathBuf,
+}
+
+/// A usage or configuration problem: exit code 2.
+struct UsageError(String);
+
+impl<E: std::fmt::Display> From<E> for UsageError {
+    fn from(e: E) -> Self {
+        UsageError(e.to_string())
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLHOST_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+fn main() -> ExitCode {
+    init_logging();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("toolhost: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(UsageError(message)) => {
+            eprintln!("toolhost: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn load_config(explicit: Option<&Path>) -> Result<(Config, PathBuf), UsageError> {
+    match Config::locate(explicit) {
+        Some(file) => Ok((Config::load(&file)?, file)),
+        None => Ok((Config::default(), PathBuf::from(config::FILE_NAME))),
+    }
+}
+
+/// Builds the dispatcher the config describes, with the built-in tools registered.
+fn build_dispatcher(
+    config: &Config,
+    file: &Path,
+    confirmer: Option<Arc<dyn dispatcher_core::Confirmer>>,
+) -> Result<Dispatcher, UsageError> {
+    let mut builder = Dispatcher::builder()
+        .config(config.dispatcher_config(file)?)
+        .policy(config.tool_confirmation.clone());
+    for capability in &config.capabilities {
+        builder = builder.capability(capability.clone());
+    }
+    if let Some(c) = confirmer {
+        builder = builder.confirmer(c);
+    }
+    let dispatcher = builder.build();
+    for factory in builtin_tools::factories() {
+        dispatcher.register(factory)?;
+    }
+    Ok(dispatcher)
+}
+
+fn open_session(dispatcher: &Dispatcher, args: &SessionArgs) -> Result<Session, UsageError> {
+    Ok(dispatcher.open_session(SessionSpec::new("cli", &args.workspace))?)
+}
+
+async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
+    let (config, file) = load_config(cli.config.as_deref())?;
+    match cli.command {
+        Command::List { session, json } => {
+            let dispatcher = build_dispatcher(&config, &file, None)?;
+            let session = open_session(&dispatcher, &session)?;
+            list(&dispatcher, &session, json);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Call {
+            name,
+            input,
+            session,
+            yes,
+            json,
+        } => {
+            let input: Value = serde_json::from_str(&input)
+                .map_err(|e| UsageError(format!("--input is not valid JSON: {e}")))?;
+            if !input.is_object() {
+                return Err(UsageError(
+                    "--input must be a JSON object, e.g. '{\"path\": \"README.md\"}'".into(),
+                ));
+            }
+            let no_terminal = Arc::new(NoTerminalConfirmer::default());
+            let confirmer: Arc<dyn dispatcher_core::Confirmer> = if yes {
+                Arc::new(YesConfirmer)
+            } else if terminal::interactive() {
+                Arc::new(TerminalConfirmer)
+            } else {
+                no_terminal.clone()
+            };
+            let dispatcher = build_dispatcher(&config, &file, Some(confirmer))?;
+            let session = open_session(&dispatcher, &session)?;
+            let result = dispatcher
+                .dispatch(ToolUse::new("toolu_cli_1", &name, input), &session)
+                .await;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&result).unwrap_or_default()
+                );
+            } else {
+                println!("{}", result.text());
+            }
+            if result.is_error {
+                if let Some(class) = result.error_class {
+                    eprintln!("toolhost: '{name}' ended with {class}");
+                }
+                if no_terminal.denied.load(Ordering::SeqCst) {
+                    eprintln!(
+                        "toolhost: there is no terminal to ask for confirmation. Pass --yes to allow this call, \
+                         or set `{name} = \"auto\"` under [tool_confirmation.per_tool] in {}.",
+                        file.display()
+                    );
+                }
+                Ok(ExitCode::from(1))
+            } else {
+                Ok(ExitCode::SUCCESS)
+            }
+        }
+    }
+}
+
+fn list(dispatcher: &Dispatcher, session: &Session, as_json: bool) {
+    let listing = dispatcher.listing_for_session(session);
+    if as_json {
+        let tools: Vec<Value> = listing
+            .iter()
+            .map(|l| {
+                let mut v = serde_json::to_value(&l.definition).unwrap_or(Value::Null);
+                v["source"] = json!(l.source);
+                v
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&tools).unwrap_or_default()
+        );
+        return;
+    }
+    let width = listing
+        .iter()
+        .map(|l| l.definition.name.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    println!(
+        "{:width$}  {:8}  {:16}  DESCRIPTION",
+        "NAME", "EFFECTS", "SOURCE"
+    );
+    for l in &listing {
+        let first_line = l.definition.description.lines().next().unwrap_or("");
+        let first_line = match first_line.char_indices().nth(72) {
+            Some((cut, _)) => format!("{}…", &first_line[..cut]),
+            None => first_line.to_string(),
+        };
+        println!(
+            "{:width$}  {:8}  {:16}  {}",
+            l.definition.name, l.definition.side_effects, l.source, first_line
+        );
+    }
+}

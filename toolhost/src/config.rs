@@ -1,0 +1,392 @@
+//! `toolhost.toml`: every key, its default, and errors that name the file and the key.
+//!
+//! ```toml
+//! # Directories scanned for plugin packages (relative to this file). Default: none.
+//! plugin_dirs = ["plugins"]
+//! # Capabilities enabled for tools that require one. Default: none.
+//! capabilities = []
+//! # Calls of one session that may execute at once. Default: 4.
+//! max_concurrency = 4
+//!
+//! [timeouts]
+//! default_secs = 60          # none/read/write tools that declare no timeout
+//! execute_secs = 600         # execute/network tools that declare no timeout
+//! confirmation_secs = 300    # how long a confirmation prompt waits
+//! cancel_grace_secs = 30     # how long a cancelled tool may take to stop
+//! slow_call_warn_secs = 10   # calls slower than this log a warning
+//! [timeouts.per_tool]        # per-tool timeouts, in seconds
+//! shell = 120
+//!
+//! [tool_confirmation.default]   # auto | prompt | deny, per side-effect class
+//! NONE = "auto"
+//! READ = "auto"
+//! WRITE = "prompt"
+//! EXECUTE = "prompt"
+//! NETWORK = "prompt"
+//! [tool_confirmation.per_tool]
+//! list_dir = "auto"
+//! [tool_confirmation]
+//! trusted_workspaces = ["~/code/myproject"]
+//! [tool_confirmation.trusted_workspace_overrides]
+//! EXECUTE = "prompt"
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use dispatcher_core::{ConfirmationPolicy, DispatcherConfig};
+use serde::{Deserialize, Serialize};
+
+/// The file name looked for in the working directory and the user's config directory.
+pub const FILE_NAME: &str = "toolhost.toml";
+
+/// The whole configuration file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Plugin directories, relative to the config file's directory.
+    #[serde(default)]
+    pub plugin_dirs: Vec<PathBuf>,
+    /// Capabilities enabled for gated tools.
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+    /// Per-session concurrency cap.
+    #[serde(default = "default_concurrency")]
+    pub max_concurrency: usize,
+    /// Timeouts.
+    #[serde(default)]
+    pub timeouts: Timeouts,
+    /// The confirmation policy.
+    #[serde(default)]
+    pub tool_confirmation: ConfirmationPolicy,
+}
+
+fn default_concurrency() -> usize {
+    4
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            plugin_dirs: Vec::new(),
+            capabilities: Vec::new(),
+            max_concurrency: default_concurrency(),
+            timeouts: Timeouts::default(),
+            tool_confirmation: ConfirmationPolicy::default(),
+        }
+    }
+}
+
+/// The `[timeouts]` table, in seconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Timeouts {
+    /// none/read/write tools.
+    #[serde(default = "d60")]
+    pub default_secs: f64,
+    /// execute/network tools.
+    #[serde(default = "d600")]
+    pub execute_secs: f64,
+    /// Confirmation prompts.
+    #[serde(default = "d300")]
+    pub confirmation_secs: f64,
+    /// Grace period after cancellation.
+    #[serde(default = "d30")]
+    pub cancel_grace_secs: f64,
+    /// Slow-call warning threshold.
+    #[serde(default = "d10")]
+    pub slow_call_warn_secs: f64,
+    /// Per-tool timeouts.
+    #[serde(default)]
+    pub per_tool: BTreeMap<String, f64>,
+}
+
+fn d60() -> f64 {
+    60.0
+}
+fn d600() -> f64 {
+    600.0
+}
+fn d300() -> f64 {
+    300.0
+}
+fn d30() -> f64 {
+    30.0
+}
+fn d10() -> f64 {
+    10.0
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            default_secs: d60(),
+            execute_secs: d600(),
+            confirmation_secs: d300(),
+            cancel_grace_secs: d30(),
+            slow_call_warn_secs: d10(),
+            per_tool: BTreeMap::new(),
+        }
+    }
+}
+
+/// A configuration file that could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("config file '{file}': cannot read it: {source}")]
+    Read {
+        /// The file.
+        file: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML, or a key is unknown or has the wrong type.
+    #[error("config file '{file}'{}: key `{key}`: {message}", location.as_deref().map(|l| format!(" ({l})")).unwrap_or_default())]
+    Invalid {
+        /// The file.
+        file: PathBuf,
+        /// Dotted key path (`timeouts.default_secs`), or `(document)`.
+        key: String,
+        /// What was wrong and what was expected.
+        message: String,
+        /// `line L, column C`.
+        location: Option<String>,
+    },
+}
+
+fn line_col(text: &str, offset: usize) -> String {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    format!("line {line}, column {col}")
+}
+
+fn positive(file: &Path, key: &str, secs: f64) -> Result<Duration, ConfigError> {
+    if secs.is_finite() && secs > 0.0 && secs < 1.0e9 {
+        Ok(Duration::from_secs_f64(secs))
+    } else {
+        Err(ConfigError::Invalid {
+            file: file.to_path_buf(),
+            key: key.into(),
+            message: format!("expected a positive number of seconds, found {secs}"),
+            location: None,
+        })
+    }
+}
+
+impl Config {
+    /// Parses a config file's text. `file` is only used in messages.
+    pub fn parse(file: &Path, text: &str) -> Result<Config, ConfigError> {
+        let invalid = |key: String, message: String, span: Option<std::ops::Range<usize>>| {
+            ConfigError::Invalid {
+                file: file.to_path_buf(),
+                key,
+                message,
+                location: span.map(|s| line_col(text, s.start)),
+            }
+        };
+        let de = toml::Deserializer::parse(text)
+            .map_err(|e| invalid("(document)".into(), e.message().to_string(), e.span()))?;
+        let config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
+            let key = e.path().to_string();
+            let inner = e.into_inner();
+            let key = if key == "." { "(document)".into() } else { key };
+            invalid(key, inner.message().to_string(), inner.span())
+        })?;
+        config.validate(file)?;
+        Ok(config)
+    }
+
+    /// Reads and parses a config file.
+    pub fn load(file: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read {
+            file: file.to_path_buf(),
+            source,
+        })?;
+        let mut config = Config::parse(file, &text)?;
+        let base = file.parent().unwrap_or(Path::new("."));
+        for dir in &mut config.plugin_dirs {
+            let expanded = dispatcher_core::policy::expand_home(dir);
+            *dir = if expanded.is_absolute() {
+                expanded
+            } else {
+                base.join(expanded)
+            };
+        }
+        Ok(config)
+    }
+
+    /// The config file to use: `explicit`, else `./toolhost.toml`, else
+    /// `$XDG_CONFIG_HOME/toolhost/toolhost.toml` (or `~/.config/…`), else none.
+    pub fn locate(explicit: Option<&Path>) -> Option<PathBuf> {
+        if let Some(p) = explicit {
+            return Some(p.to_path_buf());
+        }
+        let local = PathBuf::from(FILE_NAME);
+        if local.is_file() {
+            return Some(local);
+        }
+        let config_home = std::env::var_os("XDG_CONFIG_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+        let user = config_home.join("toolhost").join(FILE_NAME);
+        user.is_file().then_some(user)
+    }
+
+    fn validate(&self, file: &Path) -> Result<(), ConfigError> {
+        if self.max_concurrency == 0 || self.max_concurrency > 1024 {
+            return Err(ConfigError::Invalid {
+                file: file.to_path_buf(),
+                key: "max_concurrency".into(),
+                message: format!(
+                    "expected an integer from 1 to 1024, found {}",
+                    self.max_concurrency
+                ),
+                location: None,
+            });
+        }
+        self.dispatcher_config(file).map(|_| ())
+    }
+
+    /// The dispatcher limits this config sets.
+    pub fn dispatcher_config(&self, file: &Path) -> Result<DispatcherConfig, ConfigError> {
+        let t = &self.timeouts;
+        let mut tool_timeouts = std::collections::HashMap::new();
+        for (tool, secs) in &t.per_tool {
+            tool_timeouts.insert(
+                tool.clone(),
+                positive(file, &format!("timeouts.per_tool.{tool}"), *secs)?,
+            );
+        }
+        Ok(DispatcherConfig {
+            max_concurrency: self.max_concurrency,
+            default_timeout: positive(file, "timeouts.default_secs", t.default_secs)?,
+            execute_timeout: positive(file, "timeouts.execute_secs", t.execute_secs)?,
+            tool_timeouts,
+            confirmation_timeout: positive(
+                file,
+                "timeouts.confirmation_secs",
+                t.confirmation_secs,
+            )?,
+            cancel_grace: positive(file, "timeouts.cancel_grace_secs", t.cancel_grace_secs)?,
+            slow_call_threshold: positive(
+                file,
+                "timeouts.slow_call_warn_secs",
+                t.slow_call_warn_secs,
+            )?,
+            ..DispatcherConfig::default()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use dispatcher_core::Mode;
+    use tool_api::SideEffect;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(Path::new("toolhost.toml"), text)
+    }
+
+    #[test]
+    fn empty_file_gives_every_default() {
+        let c = parse("").unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(
+            c.tool_confirmation.default.get(SideEffect::Write),
+            Mode::Prompt
+        );
+        assert_eq!(
+            c.tool_confirmation.default.get(SideEffect::Read),
+            Mode::Auto
+        );
+    }
+
+    #[test]
+    fn spec_example_policy_parses() {
+        let c = parse(
+            r#"
+            [tool_confirmation.default]
+            NONE = "auto"
+            READ = "auto"
+            WRITE = "prompt"
+            EXECUTE = "prompt"
+            NETWORK = "prompt"
+            [tool_confirmation.per_tool]
+            git_status = "auto"
+            npm_install = "prompt"
+            [tool_confirmation]
+            trusted_workspaces = ["~/code/myproject"]
+            [tool_confirmation.trusted_workspace_overrides]
+            EXECUTE = "prompt"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.tool_confirmation.per_tool["git_status"], Mode::Auto);
+        assert_eq!(
+            c.tool_confirmation.trusted_workspace_overrides.execute,
+            Some(Mode::Prompt)
+        );
+    }
+
+    #[test]
+    fn unknown_key_names_file_key_and_expected_keys() {
+        let e = parse("max_concurency = 3").unwrap_err().to_string();
+        assert!(
+            e.contains("toolhost.toml") && e.contains("max_concurency"),
+            "{e}"
+        );
+        assert!(e.contains("expected one of"), "{e}");
+    }
+
+    #[test]
+    fn wrong_type_names_the_dotted_key_and_line() {
+        let e = parse("[timeouts]\ndefault_secs = \"soon\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("key `timeouts.default_secs`") && e.contains("line 2"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bad_mode_names_the_key_and_the_modes() {
+        let e = parse("[tool_confirmation.per_tool]\nshell = \"maybe\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("tool_confirmation.per_tool.shell"), "{e}");
+        assert!(
+            e.contains("auto") && e.contains("prompt") && e.contains("deny"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn zero_concurrency_and_negative_timeouts_are_refused() {
+        assert!(
+            parse("max_concurrency = 0")
+                .unwrap_err()
+                .to_string()
+                .contains("max_concurrency")
+        );
+        let e = parse("[timeouts.per_tool]\nshell = -1")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("timeouts.per_tool.shell") && e.contains("positive"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn syntax_error_says_where() {
+        let e = parse("plugin_dirs = [").unwrap_err().to_string();
+        assert!(e.contains("toolhost.toml") && e.contains("line 1"), "{e}");
+    }
+}

@@ -1,0 +1,103 @@
+//! Answering confirmation requests from the command line.
+
+use std::future::Future;
+use std::io::{BufRead, IsTerminal, Write};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use dispatcher_core::{ConfirmationRequest, Confirmer, Decision};
+
+/// Asks on the terminal: `[y]es / [n]o / [a]lways`.
+pub struct TerminalConfirmer;
+
+impl Confirmer for TerminalConfirmer {
+    fn name(&self) -> &str {
+        "terminal"
+    }
+
+    fn confirm(
+        &self,
+        request: ConfirmationRequest,
+    ) -> Pin<Box<dyn Future<Output = Decision> + Send>> {
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || ask(&request))
+                .await
+                .unwrap_or(Decision::Deny)
+        })
+    }
+}
+
+fn ask(request: &ConfirmationRequest) -> Decision {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(
+        err,
+        "\ntoolhost: '{}' ({}) asks to run [{}]",
+        request.tool_name, request.side_effects, request.reason
+    );
+    let _ = writeln!(err, "  input: {}", request.input_summary);
+    for m in &request.projected_modifications {
+        let _ = writeln!(err, "  {m}");
+    }
+    let stdin = std::io::stdin();
+    loop {
+        let _ = write!(err, "Allow? [y]es / [n]o / [a]lways for this session: ");
+        let _ = err.flush();
+        let mut line = String::new();
+        match stdin.lock().read_line(&mut line) {
+            Ok(0) | Err(_) => return Decision::Deny,
+            Ok(_) => {}
+        }
+        match line.trim().to_ascii_lowercase().as_str() {
+            "y" | "yes" => return Decision::Allow,
+            "n" | "no" | "" => return Decision::Deny,
+            "a" | "always" => return Decision::AlwaysAllow,
+            _ => {
+                let _ = writeln!(err, "Please answer y, n or a.");
+            }
+        }
+    }
+}
+
+/// Answers every request with `allow` (`--yes`).
+pub struct YesConfirmer;
+
+impl Confirmer for YesConfirmer {
+    fn name(&self) -> &str {
+        "--yes"
+    }
+
+    fn confirm(
+        &self,
+        _request: ConfirmationRequest,
+    ) -> Pin<Box<dyn Future<Output = Decision> + Send>> {
+        Box::pin(async { Decision::Allow })
+    }
+}
+
+/// Denies every request because there is no terminal to ask on, and remembers that it did
+/// so the CLI can say how to allow the tool.
+#[derive(Default)]
+pub struct NoTerminalConfirmer {
+    /// Set once a request was denied.
+    pub denied: Arc<AtomicBool>,
+}
+
+impl Confirmer for NoTerminalConfirmer {
+    fn name(&self) -> &str {
+        "no-terminal"
+    }
+
+    fn confirm(
+        &self,
+        _request: ConfirmationRequest,
+    ) -> Pin<Box<dyn Future<Output = Decision> + Send>> {
+        self.denied.store(true, Ordering::SeqCst);
+        Box::pin(async { Decision::Deny })
+    }
+}
+
+/// Whether prompts can be asked: stdin and stderr are both terminals.
+pub fn interactive() -> bool {
+    std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
+}
