@@ -13,11 +13,11 @@ use crate::Dispatcher;
 use crate::confirmation::{ConfirmationRequest, Decision};
 use crate::error::ErrorClass;
 use crate::events::{EventKind, ToolEvent, decision_name, now_ms};
-use crate::host::{CallHost, CallHostRef};
+use crate::host::CallHost;
 use crate::policy::{HookCall, HookDecision, Mode};
 use crate::registry::Registered;
 use crate::result::{ToolResultBlock, ToolUse};
-use crate::session::{CallGuard, Session, SessionState};
+use crate::session::{CallGuard, InFlight, Session, SessionState};
 
 /// Identity of one call, shared by its events.
 pub(crate) struct CallInfo {
@@ -79,6 +79,11 @@ fn path_args<'a>(def_params: &'a [String], input: &'a Value) -> impl Iterator<It
     })
 }
 
+/// The call's cancellation registration, made on first need.
+fn tracked<'a>(guard: &'a mut Option<CallGuard>, state: &Arc<SessionState>) -> &'a CallGuard {
+    guard.get_or_insert_with(|| state.track())
+}
+
 impl Dispatcher {
     fn emit(&self, session: &SessionState, info: &CallInfo, kind: EventKind) {
         let global = &self.inner.events;
@@ -134,18 +139,22 @@ impl Dispatcher {
 
     async fn dispatch_in(&self, call: ToolUse, session: &Session) -> ToolResultBlock {
         let state = &session.state;
+        let ToolUse { id, name, input } = call;
         let mut info = CallInfo {
             session_id: state.id.clone(),
             turn_id: session.turn_id.clone(),
-            tool_use_id: Arc::from(call.id.as_str()),
-            tool_name: Arc::from(call.name.as_str()),
+            tool_use_id: Arc::from(id.as_str()),
+            tool_name: Arc::from(""),
             side_effects: None,
             started: Instant::now(),
         };
-        let guard = state.track();
+        // Registered for cancellation at the first point where the call can wait; an inline
+        // call that never waits cannot be interrupted and is never registered.
+        let mut guard: Option<CallGuard> = None;
 
         // 1. Look up.
-        let Some(reg) = self.lookup(&call.name, state) else {
+        let Some(reg) = self.lookup(&name, state) else {
+            info.tool_name = Arc::from(name.as_str());
             let mut names: Vec<String> = self
                 .listing_for_session(session)
                 .into_iter()
@@ -157,13 +166,14 @@ impl Dispatcher {
             } else {
                 names.join(", ")
             };
-            let message = format!("Tool '{}' not found. Available: {available}", call.name);
+            let message = format!("Tool '{name}' not found. Available: {available}");
             return self.fail(state, &info, ErrorClass::NotFound, message, None);
         };
+        info.tool_name = reg.name.clone();
         info.side_effects = Some(reg.side_effects);
 
         // 2. Validate.
-        let errors = reg.validator.validate(&call.input);
+        let errors = reg.validator.validate(&input);
         if !errors.is_empty() {
             let mut message = format!(
                 "Invalid input for tool '{}' ({} error{}):",
@@ -181,12 +191,12 @@ impl Dispatcher {
             }
             tracing::debug!("{message}");
             self.emit(state, &info, EventKind::InputInvalid { errors });
-            return ToolResultBlock::error(&info.tool_use_id, ErrorClass::ValidationError, message);
+            return ToolResultBlock::error(&id, ErrorClass::ValidationError, message);
         }
 
         // 3. Workspace scoping of path arguments.
         let def = reg.definition();
-        for path in path_args(&def.path_params, &call.input) {
+        for path in path_args(&def.path_params, &input) {
             if let Err(e) = state.workspace.check(path) {
                 let class = if e.is_permission_denied() {
                     ErrorClass::PermissionDenied
@@ -198,16 +208,25 @@ impl Dispatcher {
         }
 
         // 4. Hooks and confirmation policy.
-        if let Err(block) = self.authorize(&reg, &call, session, &info, &guard).await {
+        if let Err(block) = self
+            .authorize(&reg, &input, session, &info, &mut guard)
+            .await
+        {
             return block;
         }
 
         // 5. Concurrency cap, then execute.
         let queued = Instant::now();
-        let permit = tokio::select! {
-            biased;
-            _ = guard.entry.token.cancelled() => None,
-            p = state.semaphore.clone().acquire_owned() => p.ok(),
+        let permit = match state.semaphore.try_acquire() {
+            Ok(permit) => Some(permit),
+            Err(_) => {
+                let entry = tracked(&mut guard, state).entry.clone();
+                tokio::select! {
+                    biased;
+                    _ = entry.cancelled() => None,
+                    p = state.semaphore.acquire() => p.ok(),
+                }
+            }
         };
         let Some(_permit) = permit else {
             let message = format!("Tool '{}' was cancelled before it started.", reg.name);
@@ -221,7 +240,7 @@ impl Dispatcher {
             },
         );
         let exec_started = Instant::now();
-        let outcome = self.execute(&reg, call.input, &info, state, &guard).await;
+        let outcome = self.execute(&reg, input, &info, state, &mut guard).await;
         let elapsed = exec_started.elapsed();
         if elapsed >= self.inner.config.slow_call_threshold {
             tracing::warn!(
@@ -232,24 +251,20 @@ impl Dispatcher {
                 elapsed.as_secs_f64()
             );
         }
-        self.report(
-            state,
-            &info,
-            &reg,
-            outcome,
-            elapsed,
-            guard.entry.token.is_cancelled(),
-        )
+        let cancel_requested = guard.as_ref().is_some_and(|g| g.entry.is_cancelled());
+        let mut block = self.report(state, &info, &reg, outcome, elapsed, cancel_requested);
+        block.tool_use_id = id;
+        block
     }
 
     /// Step 4: hooks, policy, session grants and, if needed, the confirmation round trip.
     async fn authorize(
         &self,
         reg: &Registered,
-        call: &ToolUse,
+        input: &Value,
         session: &Session,
         info: &CallInfo,
-        guard: &CallGuard,
+        guard: &mut Option<CallGuard>,
     ) -> Result<(), ToolResultBlock> {
         let state = &session.state;
         let workspace = state.workspace.root();
@@ -262,7 +277,7 @@ impl Dispatcher {
                 session_id: &state.id,
                 tool_name: &reg.name,
                 side_effects: reg.side_effects,
-                input: &call.input,
+                input,
                 workspace,
             };
             match hook.before_use(&hook_call) {
@@ -291,7 +306,8 @@ impl Dispatcher {
             }
             Mode::Prompt if state.is_granted(&reg.name) => Ok(()),
             Mode::Prompt => {
-                self.confirm(reg, call, session, info, guard, decision.rule)
+                let entry = tracked(guard, state).entry.clone();
+                self.confirm(reg, input, session, info, &entry, decision.rule)
                     .await
             }
         }
@@ -317,16 +333,16 @@ impl Dispatcher {
     async fn confirm(
         &self,
         reg: &Registered,
-        call: &ToolUse,
+        input: &Value,
         session: &Session,
         info: &CallInfo,
-        guard: &CallGuard,
+        entry: &InFlight,
         rule: String,
     ) -> Result<(), ToolResultBlock> {
         let state = &session.state;
         let n = self.inner.next_request.fetch_add(1, Ordering::Relaxed);
         let request_id: Arc<str> = Arc::from(format!("cr_{n:012}"));
-        let projected = self.projected_modifications(reg, &call.input, state);
+        let projected = self.projected_modifications(reg, input, state);
         let request = ConfirmationRequest {
             request_id: request_id.clone(),
             session_id: state.id.clone(),
@@ -334,7 +350,7 @@ impl Dispatcher {
             tool_use_id: info.tool_use_id.clone(),
             tool_name: reg.name.clone(),
             side_effects: reg.side_effects,
-            input_summary: summarize(&call.input),
+            input_summary: summarize(input),
             projected_modifications: projected.clone(),
             reason: rule.clone(),
         };
@@ -371,7 +387,7 @@ impl Dispatcher {
             _ = tokio::time::sleep(timeout) => {
                 if self.inner.broker.expire(&request_id, "timeout") { None } else { (&mut rx).await.ok() }
             }
-            _ = guard.entry.token.cancelled() => {
+            _ = entry.cancelled() => {
                 if self.inner.broker.expire(&request_id, "cancelled") {
                     Some((Decision::Deny, "cancelled".to_string()))
                 } else {
@@ -447,8 +463,8 @@ impl Dispatcher {
         reg: &Registered,
         input: Value,
         info: &CallInfo,
-        state: &SessionState,
-        guard: &CallGuard,
+        state: &Arc<SessionState>,
+        guard: &mut Option<CallGuard>,
     ) -> Outcome {
         let tool = match catch_unwind(AssertUnwindSafe(|| reg.factory.create())) {
             Ok(Ok(tool)) => tool,
@@ -460,25 +476,28 @@ impl Dispatcher {
                 ));
             }
         };
-        let token = guard.entry.token.clone();
-        let host = CallHostRef(Arc::new(CallHost {
+        let mut host = CallHost {
             session_id: info.session_id.clone(),
             turn_id: info.turn_id.clone(),
             tool_use_id: info.tool_use_id.clone(),
             workspace: state.workspace.clone(),
-            token: token.clone(),
-            span: Span::current(),
-        }));
+            inflight: guard.as_ref().map(|g| g.entry.clone()),
+            span: Span::none(),
+        };
         if reg.inline {
-            let ctx = host.context();
+            // Runs on this thread, already inside the call's span.
+            let ctx = host.into_context();
             return match catch_unwind(AssertUnwindSafe(|| tool.execute(input, &ctx))) {
                 Ok(r) => Outcome::Returned(r),
                 Err(p) => Outcome::Panicked(tool_api::abi::panic_message(&*p)),
             };
         }
+        let entry = tracked(guard, state).entry.clone();
+        host.inflight = Some(entry.clone());
+        host.span = Span::current();
         let tool: Arc<dyn Tool> = Arc::from(tool);
-        guard.set_tool(tool.clone());
-        if token.is_cancelled() {
+        entry.set_tool(tool.clone());
+        if entry.is_cancelled() {
             let _ = catch_unwind(AssertUnwindSafe(|| tool.cancel()));
         }
         let runner = tool.clone();
@@ -488,7 +507,7 @@ impl Dispatcher {
         let mut handle = tokio::task::spawn_blocking(move || {
             tracing::dispatcher::with_default(&subscriber, || {
                 let _entered = span.enter();
-                let ctx = host.context();
+                let ctx = host.into_context();
                 runner.execute(input, &ctx)
             })
         });
@@ -503,7 +522,7 @@ impl Dispatcher {
         tokio::select! {
             biased;
             r = &mut handle => joined(r),
-            _ = token.cancelled() => {
+            _ = entry.cancelled() => {
                 let grace = self.inner.config.cancel_grace;
                 match tokio::time::timeout(grace, &mut handle).await {
                     Ok(Ok(Ok(out))) => Outcome::Cancelled(Some(out)),
@@ -520,8 +539,7 @@ impl Dispatcher {
                 }
             }
             _ = tokio::time::sleep(timeout) => {
-                token.cancel();
-                let _ = catch_unwind(AssertUnwindSafe(|| tool.cancel()));
+                entry.cancel();
                 Outcome::TimedOut(timeout)
             }
         }

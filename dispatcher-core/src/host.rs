@@ -3,31 +3,32 @@
 
 use std::sync::Arc;
 
-use tokio_util::sync::CancellationToken;
 use tool_api::abi::{AbiError, HostContext, HostContext_TO, HostCtx, TD_Opaque};
 use tool_api::abi::{RArc, RResult, RSlice, RStr, RString, RVec};
 use tool_api::{Level, ToolContext, ToolError};
 use tracing::Span;
 
+use crate::session::InFlight;
 use crate::workspace::{FsError, Workspace};
 
-/// Everything one call's callbacks need.
+/// Everything one call's callbacks need (cheap to clone: the ABI trait requires `Clone`).
+#[derive(Clone)]
 pub(crate) struct CallHost {
     pub(crate) session_id: Arc<str>,
     pub(crate) turn_id: Arc<str>,
     pub(crate) tool_use_id: Arc<str>,
     pub(crate) workspace: Arc<Workspace>,
-    pub(crate) token: CancellationToken,
+    /// The call's cancellation signal; `None` for an inline call, which cannot be
+    /// interrupted.
+    pub(crate) inflight: Option<Arc<InFlight>>,
+    /// The call's span, entered around logs; `Span::none()` when the tool runs on the
+    /// thread that is already inside it.
     pub(crate) span: Span,
 }
 
-/// Cloneable wrapper (the ABI trait requires `Clone`).
-#[derive(Clone)]
-pub(crate) struct CallHostRef(pub(crate) Arc<CallHost>);
-
-impl CallHostRef {
-    pub(crate) fn context(&self) -> ToolContext {
-        let host: HostCtx = HostContext_TO::from_ptr(RArc::new(self.clone()), TD_Opaque);
+impl CallHost {
+    pub(crate) fn into_context(self) -> ToolContext {
+        let host: HostCtx = HostContext_TO::from_ptr(RArc::new(self), TD_Opaque);
         ToolContext::from_host(host)
     }
 }
@@ -52,21 +53,21 @@ macro_rules! log_at {
     }};
 }
 
-impl HostContext for CallHostRef {
+impl HostContext for CallHost {
     fn session_id(&self) -> RStr<'_> {
-        RStr::from(&*self.0.session_id)
+        RStr::from(&*self.session_id)
     }
     fn turn_id(&self) -> RStr<'_> {
-        RStr::from(&*self.0.turn_id)
+        RStr::from(&*self.turn_id)
     }
     fn tool_use_id(&self) -> RStr<'_> {
-        RStr::from(&*self.0.tool_use_id)
+        RStr::from(&*self.tool_use_id)
     }
     fn workspace_root(&self) -> RStr<'_> {
-        RStr::from(self.0.workspace.root_str())
+        RStr::from(self.workspace.root_str())
     }
     fn is_cancelled(&self) -> bool {
-        self.0.token.is_cancelled()
+        self.inflight.as_ref().is_some_and(|f| f.is_cancelled())
     }
     fn log_enabled(&self, level: u8) -> bool {
         match Level::from_code(level) {
@@ -78,43 +79,41 @@ impl HostContext for CallHostRef {
         }
     }
     fn log(&self, level: u8, message: RStr<'_>) {
-        log_at!(self.0.span, Level::from_code(level), message.as_str());
+        log_at!(self.span, Level::from_code(level), message.as_str());
     }
     fn fs_read(&self, path: RStr<'_>) -> RResult<RString, AbiError> {
-        fs(self.0.workspace.read(path.as_str()), RString::from)
+        fs(self.workspace.read(path.as_str()), RString::from)
     }
     fn fs_read_bytes(&self, path: RStr<'_>) -> RResult<RVec<u8>, AbiError> {
-        fs(self.0.workspace.read_bytes(path.as_str()), RVec::from)
+        fs(self.workspace.read_bytes(path.as_str()), RVec::from)
     }
     fn fs_write(&self, path: RStr<'_>, content: RSlice<'_, u8>) -> RResult<(), AbiError> {
         fs(
-            self.0
-                .workspace
+            self.workspace
                 .write_bytes(path.as_str(), content.as_slice()),
             |_| (),
         )
     }
     fn fs_append(&self, path: RStr<'_>, content: RSlice<'_, u8>) -> RResult<(), AbiError> {
         fs(
-            self.0.workspace.append(path.as_str(), content.as_slice()),
+            self.workspace.append(path.as_str(), content.as_slice()),
             |_| (),
         )
     }
     fn fs_exists(&self, path: RStr<'_>) -> RResult<bool, AbiError> {
-        fs(self.0.workspace.exists(path.as_str()), |b| b)
+        fs(self.workspace.exists(path.as_str()), |b| b)
     }
     fn fs_list(&self, path: RStr<'_>) -> RResult<RVec<RString>, AbiError> {
-        fs(self.0.workspace.list(path.as_str()), |names| {
+        fs(self.workspace.list(path.as_str()), |names| {
             names.into_iter().map(RString::from).collect()
         })
     }
     fn fs_delete(&self, path: RStr<'_>) -> RResult<(), AbiError> {
-        fs(self.0.workspace.delete(path.as_str()), |_| ())
+        fs(self.workspace.delete(path.as_str()), |_| ())
     }
     fn fs_patch(&self, path: RStr<'_>, old: RStr<'_>, new: RStr<'_>) -> RResult<(), AbiError> {
         fs(
-            self.0
-                .workspace
+            self.workspace
                 .patch(path.as_str(), old.as_str(), new.as_str()),
             |_| (),
         )

@@ -424,7 +424,7 @@ impl Dispatcher {
             call.cancel();
         }
         for call in &calls {
-            call.done.cancelled().await;
+            call.finished().await;
         }
         calls.len()
     }

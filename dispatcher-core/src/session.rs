@@ -3,11 +3,10 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use tokio::sync::Semaphore;
-use tokio_util::sync::CancellationToken;
+use tokio::sync::{Notify, Semaphore};
 use tool_api::Tool;
 
 use crate::events::EventChannel;
@@ -64,11 +63,75 @@ impl SessionSpec {
     }
 }
 
-/// A call in flight, as cancellation sees it.
+/// A call in flight, as cancellation sees it: one allocation holding its cancellation
+/// signal, its completion signal and (once made) its tool instance.
 pub(crate) struct InFlight {
-    pub(crate) token: CancellationToken,
-    pub(crate) done: CancellationToken,
-    pub(crate) tool: Mutex<Option<Arc<dyn Tool>>>,
+    cancelled: AtomicBool,
+    cancel_notify: Notify,
+    finished: AtomicBool,
+    finished_notify: Notify,
+    tool: Mutex<Option<Arc<dyn Tool>>>,
+}
+
+/// Waits until `flag` is set; `notify` is signalled right after each set.
+async fn wait_for(flag: &AtomicBool, notify: &Notify) {
+    let notified = notify.notified();
+    tokio::pin!(notified);
+    loop {
+        // Register before checking, so a set between the check and the wait is not lost.
+        notified.as_mut().enable();
+        if flag.load(Ordering::Acquire) {
+            return;
+        }
+        notified.as_mut().await;
+        notified.set(notify.notified());
+    }
+}
+
+impl InFlight {
+    fn new() -> Self {
+        InFlight {
+            cancelled: AtomicBool::new(false),
+            cancel_notify: Notify::new(),
+            finished: AtomicBool::new(false),
+            finished_notify: Notify::new(),
+            tool: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Acquire)
+    }
+
+    /// Resolves once cancellation was requested.
+    pub(crate) async fn cancelled(&self) {
+        wait_for(&self.cancelled, &self.cancel_notify).await
+    }
+
+    /// Resolves once the call has produced its result.
+    pub(crate) async fn finished(&self) {
+        wait_for(&self.finished, &self.finished_notify).await
+    }
+
+    /// Sets the signal and calls the tool's `cancel()` (if it was made yet).
+    pub(crate) fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Release);
+        self.cancel_notify.notify_waiters();
+        let tool = lock(&self.tool).clone();
+        if let Some(tool) = tool {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tool.cancel()));
+        }
+    }
+
+    /// Records the tool instance, so that `cancel` reaches it.
+    pub(crate) fn set_tool(&self, tool: Arc<dyn Tool>) {
+        *lock(&self.tool) = Some(tool);
+    }
+
+    fn finish(&self) {
+        self.finished.store(true, Ordering::Release);
+        self.finished_notify.notify_waiters();
+    }
 }
 
 pub(crate) struct SessionState {
@@ -107,11 +170,7 @@ impl SessionState {
 
     pub(crate) fn track(self: &Arc<Self>) -> CallGuard {
         let key = self.next_call.fetch_add(1, Ordering::Relaxed);
-        let entry = Arc::new(InFlight {
-            token: CancellationToken::new(),
-            done: CancellationToken::new(),
-            tool: Mutex::new(None),
-        });
+        let entry = Arc::new(InFlight::new());
         lock(&self.inflight).insert(key, entry.clone());
         CallGuard {
             session: self.clone(),
@@ -140,26 +199,10 @@ pub(crate) struct CallGuard {
     pub(crate) entry: Arc<InFlight>,
 }
 
-impl CallGuard {
-    pub(crate) fn set_tool(&self, tool: Arc<dyn Tool>) {
-        *lock(&self.entry.tool) = Some(tool);
-    }
-}
-
 impl Drop for CallGuard {
     fn drop(&mut self) {
         lock(&self.session.inflight).remove(&self.key);
-        self.entry.done.cancel();
-    }
-}
-
-impl InFlight {
-    pub(crate) fn cancel(&self) {
-        self.token.cancel();
-        let tool = lock(&self.tool).clone();
-        if let Some(tool) = tool {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tool.cancel()));
-        }
+        self.entry.finish();
     }
 }
 

@@ -106,7 +106,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match runtime.block_on(run(cli)) {
+    let outcome = runtime.block_on(run(cli));
+    // A tool abandoned after cancellation or timeout must not keep the process alive.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match outcome {
         Ok(code) => code,
         Err(UsageError(message)) => {
             eprintln!("toolhost: {message}");

@@ -1,0 +1,584 @@
+//! Dispatcher behaviour beyond the spec's required list.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{Fixture, drain, next_of};
+use dispatcher_core::{
+    ConfirmationPolicy, ConfirmationRequest, Confirmer, Decision, Dispatcher, DispatcherConfig,
+    ErrorClass, HookCall, HookDecision, PreUseHook, SessionSpec, ToolUse, Visibility,
+};
+use serde_json::{Value, json};
+use tool_api::{
+    DefinedTool, SideEffect, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, factory,
+};
+
+#[derive(Default)]
+struct Stubborn;
+impl Tool for Stubborn {
+    fn execute(&self, _input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        std::thread::sleep(Duration::from_secs(3));
+        Ok(ToolOutput::text("late"))
+    }
+}
+impl DefinedTool for Stubborn {
+    fn definition() -> ToolDefinition {
+        ToolDefinition::new(
+            "stubborn",
+            "Ignores cancellation.",
+            SideEffect::None,
+            json!({"type": "object"}),
+        )
+        .timeout(Duration::from_millis(200))
+    }
+}
+
+#[derive(Default)]
+struct Gated;
+impl Tool for Gated {
+    fn execute(&self, _input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::text("gated ran"))
+    }
+}
+impl DefinedTool for Gated {
+    fn definition() -> ToolDefinition {
+        ToolDefinition::new(
+            "gated",
+            "Needs a capability.",
+            SideEffect::None,
+            json!({"type": "object"}),
+        )
+        .requires_capability("eval")
+        .inline()
+    }
+}
+
+#[derive(Default)]
+struct Failing;
+impl Tool for Failing {
+    fn execute(&self, _input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        Err(ToolError::internal(
+            "connection string postgres://admin:secret@db",
+        ))
+    }
+}
+impl DefinedTool for Failing {
+    fn definition() -> ToolDefinition {
+        ToolDefinition::new(
+            "failing",
+            "Fails.",
+            SideEffect::None,
+            json!({"type": "object"}),
+        )
+        .inline()
+    }
+}
+
+fn builtins(d: &Dispatcher) {
+    for f in builtin_tools::factories() {
+        d.register(f).unwrap();
+    }
+}
+
+fn policy(text: &str) -> ConfirmationPolicy {
+    toml::from_str(text).unwrap()
+}
+
+#[tokio::test]
+async fn unknown_tool_is_not_found_listing_available_tools() {
+    let d = Dispatcher::new();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    let mut events = fx.session.subscribe();
+    let r = d
+        .dispatch(ToolUse::new("tu", "reed_file", json!({})), &fx.session)
+        .await;
+    assert_eq!(r.error_class, Some(ErrorClass::NotFound));
+    assert_eq!(
+        r.text(),
+        "Tool 'reed_file' not found. Available: list_dir, patch_file, read_file, shell, write_file"
+    );
+    let e = next_of(&mut events, "tool.failed").await;
+    assert_eq!(e.side_effects, None);
+    assert_eq!(e.to_json()["error_class"], "not_found");
+}
+
+#[tokio::test]
+async fn tool_exceeding_its_timeout_is_timeout() {
+    let d = Dispatcher::new();
+    d.register(factory::<Stubborn>()).unwrap();
+    let fx = Fixture::new(d.clone());
+    let started = Instant::now();
+    let r = d
+        .dispatch(ToolUse::new("tu", "stubborn", json!({})), &fx.session)
+        .await;
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(r.error_class, Some(ErrorClass::Timeout));
+    assert_eq!(
+        r.text(),
+        "Tool 'stubborn' exceeded its 200ms time limit and was stopped."
+    );
+}
+
+#[tokio::test]
+async fn per_tool_timeout_from_config_wins_over_the_declaration() {
+    let mut config = DispatcherConfig::default();
+    config
+        .tool_timeouts
+        .insert("stubborn".into(), Duration::from_millis(50));
+    let d = Dispatcher::builder().config(config).build();
+    d.register(factory::<Stubborn>()).unwrap();
+    let fx = Fixture::new(d.clone());
+    let r = d
+        .dispatch(ToolUse::new("tu", "stubborn", json!({})), &fx.session)
+        .await;
+    assert!(r.text().contains("50ms"), "{}", r.text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_ignoring_cancellation_is_abandoned_after_grace_period() {
+    let d = Dispatcher::builder()
+        .config(DispatcherConfig {
+            cancel_grace: Duration::from_millis(300),
+            ..DispatcherConfig::default()
+        })
+        .build();
+    let def = ToolDefinition::new("stubborn", "x", SideEffect::None, json!({"type": "object"}));
+    struct F(ToolDefinition);
+    impl tool_api::ToolFactory for F {
+        fn definition(&self) -> &ToolDefinition {
+            &self.0
+        }
+        fn create(&self) -> Result<Box<dyn Tool>, ToolError> {
+            Ok(Box::new(Stubborn))
+        }
+    }
+    d.register(Arc::new(F(def))).unwrap();
+    let fx = Fixture::new(d.clone());
+    let mut events = fx.session.subscribe();
+    let (d2, s2) = (d.clone(), fx.session.clone());
+    let pending = tokio::spawn(async move {
+        d2.dispatch(ToolUse::new("tu", "stubborn", json!({})), &s2)
+            .await
+    });
+    next_of(&mut events, "tool.called").await;
+    let started = Instant::now();
+    d.cancel_session_tools("s1").await;
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(2),
+        "{waited:?}"
+    );
+    assert_eq!(
+        pending.await.unwrap().error_class,
+        Some(ErrorClass::Cancelled)
+    );
+}
+
+#[tokio::test]
+async fn tool_requiring_a_disabled_capability_is_neither_listed_nor_dispatchable() {
+    let off = Dispatcher::new();
+    off.register(factory::<Gated>()).unwrap();
+    let fx = Fixture::new(off.clone());
+    assert!(off.definitions_for_session(&fx.session).is_empty());
+    let r = off
+        .dispatch(ToolUse::new("tu", "gated", json!({})), &fx.session)
+        .await;
+    assert_eq!(r.error_class, Some(ErrorClass::NotFound));
+
+    let on = Dispatcher::builder().capability("eval").build();
+    on.register(factory::<Gated>()).unwrap();
+    let fx = Fixture::new(on.clone());
+    assert_eq!(on.definitions_for_session(&fx.session).len(), 1);
+    assert_eq!(
+        on.dispatch(ToolUse::new("tu", "gated", json!({})), &fx.session)
+            .await
+            .text(),
+        "gated ran"
+    );
+}
+
+#[tokio::test]
+async fn session_visibility_filters_listing_and_dispatch() {
+    let d = Dispatcher::new();
+    builtins(&d);
+    let dir = tempfile::tempdir().unwrap();
+    let only_read = Visibility::Only(["read_file".to_string()].into());
+    let s = d
+        .open_session(SessionSpec::new("worker", dir.path()).visibility(only_read))
+        .unwrap();
+    let names: Vec<String> = d
+        .definitions_for_session(&s)
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert_eq!(names, ["read_file"]);
+    let r = d
+        .dispatch(ToolUse::new("tu", "shell", json!({"command": "true"})), &s)
+        .await;
+    assert_eq!(r.error_class, Some(ErrorClass::NotFound));
+    assert!(r.text().ends_with("Available: read_file"));
+}
+
+#[tokio::test]
+async fn internal_tool_error_is_redacted_for_the_model() {
+    let d = Dispatcher::new();
+    d.register(factory::<Failing>()).unwrap();
+    let fx = Fixture::new(d.clone());
+    let r = d
+        .dispatch(ToolUse::new("tu_9", "failing", json!({})), &fx.session)
+        .await;
+    assert_eq!(r.error_class, Some(ErrorClass::ExecutionError));
+    assert!(!r.text().contains("secret"), "{}", r.text());
+}
+
+struct Scripted(Decision);
+impl Confirmer for Scripted {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+    fn confirm(
+        &self,
+        _r: ConfirmationRequest,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Decision> + Send>> {
+        let d = self.0;
+        Box::pin(async move { d })
+    }
+}
+
+#[tokio::test]
+async fn always_allow_stops_asking_for_that_tool_in_that_session() {
+    let d = Dispatcher::builder()
+        .confirmer(Arc::new(Scripted(Decision::AlwaysAllow)))
+        .build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    let mut events = fx.session.subscribe();
+    for n in 0..3 {
+        let r = d
+            .dispatch(
+                ToolUse::new(
+                    "tu",
+                    "write_file",
+                    json!({"path": format!("{n}.txt"), "content": "x"}),
+                ),
+                &fx.session,
+            )
+            .await;
+        assert!(!r.is_error);
+    }
+    let asked = drain(&mut events)
+        .iter()
+        .filter(|e| e.kind.name() == "tool.confirmation_requested")
+        .count();
+    assert_eq!(asked, 1);
+    // Another session is asked again.
+    let other = tempfile::tempdir().unwrap();
+    let s2 = d
+        .open_session(SessionSpec::new("s2", other.path()))
+        .unwrap();
+    let mut ev2 = s2.subscribe();
+    d.dispatch(
+        ToolUse::new("tu", "write_file", json!({"path": "a", "content": "x"})),
+        &s2,
+    )
+    .await;
+    assert_eq!(
+        drain(&mut ev2)
+            .iter()
+            .filter(|e| e.kind.name() == "tool.confirmation_requested")
+            .count(),
+        1
+    );
+}
+
+struct NoRmRf;
+impl PreUseHook for NoRmRf {
+    fn before_use(&self, call: &HookCall<'_>) -> HookDecision {
+        match call.input.get("command").and_then(Value::as_str) {
+            Some(c) if c.contains("rm -rf") => {
+                HookDecision::Deny("rm -rf is not allowed here".into())
+            }
+            Some(c) if c.contains("curl") => HookDecision::Ask("network access".into()),
+            _ => HookDecision::Continue,
+        }
+    }
+}
+
+#[tokio::test]
+async fn hooks_can_deny_or_force_a_prompt_but_not_skip_one() {
+    let d = Dispatcher::builder()
+        .policy(policy(r#"per_tool = { shell = "auto" }"#))
+        .hook(Arc::new(NoRmRf))
+        .confirmer(Arc::new(Scripted(Decision::Deny)))
+        .build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    let r = d
+        .dispatch(
+            ToolUse::new("tu", "shell", json!({"command": "rm -rf /tmp/x"})),
+            &fx.session,
+        )
+        .await;
+    assert_eq!(r.error_class, Some(ErrorClass::UserDenied));
+    assert!(r.text().contains("rm -rf is not allowed here"));
+    let r = d
+        .dispatch(
+            ToolUse::new("tu", "shell", json!({"command": "curl example"})),
+            &fx.session,
+        )
+        .await;
+    assert_eq!(
+        r.error_class,
+        Some(ErrorClass::UserDenied),
+        "asked, and the user said no"
+    );
+    let r = d
+        .dispatch(
+            ToolUse::new("tu", "shell", json!({"command": "echo ok"})),
+            &fx.session,
+        )
+        .await;
+    assert!(!r.is_error);
+}
+
+#[tokio::test]
+async fn policy_deny_is_user_denied_and_names_the_setting() {
+    let d = Dispatcher::builder()
+        .policy(policy(r#"default = { EXECUTE = "deny" }"#))
+        .build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    let r = d
+        .dispatch(
+            ToolUse::new("tu", "shell", json!({"command": "true"})),
+            &fx.session,
+        )
+        .await;
+    assert_eq!(r.error_class, Some(ErrorClass::UserDenied));
+    assert!(
+        r.text().contains("tool_confirmation.default.execute"),
+        "{}",
+        r.text()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_runs_unsafe_calls_alone_and_keeps_call_order() {
+    let d = Dispatcher::builder()
+        .policy(policy(r#"default = { WRITE = "auto", EXECUTE = "auto" }"#))
+        .build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    fx.write("a.txt", "A");
+    let calls = vec![
+        ToolUse::new("t0", "read_file", json!({"path": "a.txt"})),
+        ToolUse::new("t1", "write_file", json!({"path": "a.txt", "content": "B"})),
+        ToolUse::new("t2", "read_file", json!({"path": "a.txt"})),
+        ToolUse::new("t3", "nope", json!({})),
+    ];
+    let r = d.dispatch_batch(calls, &fx.session).await;
+    let texts: Vec<String> = r.iter().map(|b| b.text()).collect();
+    assert_eq!(
+        texts[0], "A",
+        "the read before the write sees the old content"
+    );
+    assert_eq!(
+        texts[2], "B",
+        "the read after the write sees the new content"
+    );
+    assert_eq!(r[3].error_class, Some(ErrorClass::NotFound));
+    assert_eq!(
+        r.iter().map(|b| b.tool_use_id.as_str()).collect::<Vec<_>>(),
+        ["t0", "t1", "t2", "t3"]
+    );
+}
+
+#[tokio::test]
+async fn patch_file_needs_exactly_one_match() {
+    let d = Dispatcher::builder()
+        .policy(policy(r#"default = { WRITE = "auto" }"#))
+        .build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    fx.write("f.txt", "aa bb aa");
+    let none = d
+        .dispatch(
+            ToolUse::new(
+                "t",
+                "patch_file",
+                json!({"path": "f.txt", "old": "zz", "new": "y"}),
+            ),
+            &fx.session,
+        )
+        .await;
+    assert!(none.text().contains("found 0"), "{}", none.text());
+    let two = d
+        .dispatch(
+            ToolUse::new(
+                "t",
+                "patch_file",
+                json!({"path": "f.txt", "old": "aa", "new": "y"}),
+            ),
+            &fx.session,
+        )
+        .await;
+    assert!(two.text().contains("found 2"), "{}", two.text());
+    assert_eq!(
+        std::fs::read_to_string(fx.path("f.txt")).unwrap(),
+        "aa bb aa"
+    );
+    let one = d
+        .dispatch(
+            ToolUse::new(
+                "t",
+                "patch_file",
+                json!({"path": "f.txt", "old": "bb", "new": "cc"}),
+            ),
+            &fx.session,
+        )
+        .await;
+    assert!(!one.is_error);
+    assert_eq!(
+        std::fs::read_to_string(fx.path("f.txt")).unwrap(),
+        "aa cc aa"
+    );
+}
+
+#[tokio::test]
+async fn write_file_replaces_atomically_and_keeps_permissions() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = Dispatcher::builder()
+        .policy(policy(r#"default = { WRITE = "auto" }"#))
+        .build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    fx.write("run.sh", "old");
+    std::fs::set_permissions(fx.path("run.sh"), std::fs::Permissions::from_mode(0o750)).unwrap();
+    let r = d
+        .dispatch(
+            ToolUse::new(
+                "t",
+                "write_file",
+                json!({"path": "run.sh", "content": "new"}),
+            ),
+            &fx.session,
+        )
+        .await;
+    assert!(!r.is_error);
+    assert_eq!(std::fs::read_to_string(fx.path("run.sh")).unwrap(), "new");
+    assert_eq!(
+        std::fs::metadata(fx.path("run.sh"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o750
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(fx.dir.path())
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().contains("toolhost"))
+        .collect();
+    assert!(leftovers.is_empty(), "no temp files left behind");
+    let r = d
+        .dispatch(
+            ToolUse::new(
+                "t",
+                "write_file",
+                json!({"path": "deep/new/dir/f.txt", "content": "x"}),
+            ),
+            &fx.session,
+        )
+        .await;
+    assert!(!r.is_error, "{}", r.text());
+}
+
+#[tokio::test]
+async fn events_serialize_with_the_spec_names_and_fields() {
+    let d = Dispatcher::new();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    fx.write("README.md", "# Project Foo");
+    let mut all = d.subscribe_all();
+    d.dispatch(
+        ToolUse::new("tu_01HZ_a", "read_file", json!({"path": "README.md"})),
+        &fx.session,
+    )
+    .await;
+    let called = next_of(&mut all, "tool.called").await.to_json();
+    for key in [
+        "type",
+        "session_id",
+        "turn_id",
+        "tool_use_id",
+        "tool_name",
+        "side_effects",
+        "timestamp_ms",
+        "queued_ms",
+    ] {
+        assert!(
+            called.get(key).is_some(),
+            "tool.called lacks {key}: {called}"
+        );
+    }
+    assert_eq!(called["tool_use_id"], "tu_01HZ_a");
+    let completed = next_of(&mut all, "tool.completed").await.to_json();
+    assert!(completed["duration_ms"].as_f64().unwrap() >= 0.0);
+}
+
+#[tokio::test]
+async fn unregistered_tool_is_gone_and_the_name_is_free_again() {
+    let d = Dispatcher::new();
+    builtins(&d);
+    assert!(d.unregister("shell"));
+    assert!(!d.unregister("shell"));
+    let fx = Fixture::new(d.clone());
+    let r = d
+        .dispatch(
+            ToolUse::new("t", "shell", json!({"command": "true"})),
+            &fx.session,
+        )
+        .await;
+    assert_eq!(r.error_class, Some(ErrorClass::NotFound));
+    d.register(builtin_tools::factories().pop().unwrap())
+        .unwrap();
+}
+
+#[tokio::test]
+async fn reopening_a_session_with_another_workspace_is_refused() {
+    let d = Dispatcher::new();
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    d.open_session(SessionSpec::new("s", a.path())).unwrap();
+    assert!(d.open_session(SessionSpec::new("s", a.path())).is_ok());
+    let e = d.open_session(SessionSpec::new("s", b.path())).unwrap_err();
+    assert!(e.to_string().contains("already open"), "{e}");
+    assert!(
+        d.open_session(SessionSpec::new("x", "/no/such/dir"))
+            .is_err()
+    );
+}
+
+#[tokio::test]
+async fn large_output_is_cut_with_a_note() {
+    let d = Dispatcher::builder()
+        .config(DispatcherConfig {
+            max_result_chars: 10,
+            ..DispatcherConfig::default()
+        })
+        .build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    fx.write("big.txt", &"x".repeat(25));
+    let r = d
+        .dispatch(
+            ToolUse::new("t", "read_file", json!({"path": "big.txt"})),
+            &fx.session,
+        )
+        .await;
+    assert_eq!(r.content[0].as_text(), Some("xxxxxxxxxx"));
+    assert!(r.text().contains("15 more characters"));
+}
