@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Fixture, drain, next_of, with_logs};
+use common::{Fixture, drain, next_of};
 use dispatcher_core::{
     ConfirmationPolicy, Decision, Dispatcher, DispatcherConfig, ErrorClass, EventKind,
     RegistrationError, ResolveError, ToolUse,
@@ -125,57 +125,6 @@ impl DefinedTool for Sleeper {
             "Sleeps 300 ms.",
             SideEffect::Read,
             json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
-        )
-    }
-}
-
-/// Panics with a secret in the message.
-#[derive(Default)]
-struct Exploding;
-
-impl Tool for Exploding {
-    fn execute(&self, _input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        panic!("database password is hunter2")
-    }
-}
-
-impl DefinedTool for Exploding {
-    fn definition() -> ToolDefinition {
-        ToolDefinition::new(
-            "exploding",
-            "Panics.",
-            SideEffect::None,
-            json!({"type": "object"}),
-        )
-    }
-}
-
-/// Reads a path through the workspace API, then (test-only) the same path with raw I/O.
-#[derive(Default)]
-struct RawReader;
-
-impl Tool for RawReader {
-    fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let path = input["path"].as_str().unwrap_or_default();
-        let via_api = ctx.files().read(path);
-        let raw = std::fs::read_to_string(path);
-        ctx.log().warn(format_args!(
-            "raw open() of '{path}' bypassed the workspace API"
-        ));
-        Ok(ToolOutput::text("").with_metadata(json!({
-            "api_error": via_api.err().map(|e| e.to_string()),
-            "raw_ok": raw.is_ok(),
-        })))
-    }
-}
-
-impl DefinedTool for RawReader {
-    fn definition() -> ToolDefinition {
-        ToolDefinition::new(
-            "raw_reader",
-            "Reads raw.",
-            SideEffect::Execute,
-            json!({"type": "object", "properties": {"path": {"type": "string"}}}),
         )
     }
 }
@@ -810,60 +759,7 @@ async fn shell_command_that_honours_sigterm_stops_at_once() {
     assert_eq!(r.metadata["signal"], 15);
 }
 
-// ---------------------------------------------------------------- 11: exception wrapping
-
-#[test]
-fn unexpected_tool_failure_is_wrapped_with_redacted_message_and_logged() {
-    let (r, logs) = with_logs(tracing::Level::ERROR, async {
-        let d = Dispatcher::new();
-        d.register(factory::<Exploding>()).unwrap();
-        let fx = Fixture::new(d.clone());
-        d.dispatch(ToolUse::new("tu_x", "exploding", json!({})), &fx.session)
-            .await
-    });
-    assert_eq!(r.error_class, Some(ErrorClass::ExecutionError));
-    assert!(!r.text().contains("hunter2"), "{}", r.text());
-    assert!(
-        r.text().contains("failed unexpectedly") && r.text().contains("tu_x"),
-        "{}",
-        r.text()
-    );
-    assert!(logs.contains("hunter2") && logs.contains("ERROR"), "{logs}");
-}
-
-// ---------------------------------------------------------------- 12: fs API enforcement
-
-#[test]
-fn file_api_refuses_outside_paths_even_though_raw_io_is_not_sandboxed() {
-    let outside = tempfile::NamedTempFile::new().unwrap();
-    let path = outside.path().to_str().unwrap().to_string();
-    let (r, logs) = with_logs(tracing::Level::INFO, async move {
-        let d = Dispatcher::builder().policy(allow_all()).build();
-        d.register(factory::<RawReader>()).unwrap();
-        let fx = Fixture::new(d.clone());
-        d.dispatch(
-            ToolUse::new("tu", "raw_reader", json!({"path": path})),
-            &fx.session,
-        )
-        .await
-    });
-    assert!(!r.is_error, "{}", r.text());
-    let api_error = r.metadata["api_error"].as_str().unwrap();
-    assert!(
-        api_error.starts_with("permission denied")
-            && api_error.contains("escapes workspace boundary"),
-        "{api_error}"
-    );
-    assert_eq!(
-        r.metadata["raw_ok"], true,
-        "raw I/O is permitted: sandboxing is a non-goal"
-    );
-    assert!(logs.contains("bypassed the workspace API"), "{logs}");
-    assert!(
-        logs.contains("tool_call{tool=raw_reader"),
-        "the tool's log is under the call's span: {logs}"
-    );
-}
+// 11 (exception wrapping) and 12 (fs API enforcement) assert on logs: see logging.rs.
 
 // ---------------------------------------------------------------- 13: trusted workspace
 

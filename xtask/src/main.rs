@@ -45,19 +45,81 @@ fn run(step: &str, cmd: &mut Command) -> Result {
     }
 }
 
+/// Test totals summed over `cargo test` runs.
+#[derive(Default)]
+struct Totals {
+    passed: u64,
+    failed: u64,
+    ignored: u64,
+}
+
+/// Runs a `cargo test` step, echoing its output and adding up its `test result:` lines.
+fn run_tests(step: &str, cmd: &mut Command, totals: &mut Totals) -> Result {
+    use std::io::{BufRead, BufReader};
+    eprintln!("\n==> {step}");
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| StepError {
+            step: step.into(),
+            why: format!("could not start cargo: {e}"),
+        })?;
+    if let Some(out) = child.stdout.take() {
+        for line in BufReader::new(out)
+            .lines()
+            .map_while(std::result::Result::ok)
+        {
+            println!("{line}");
+            if let Some(rest) = line.strip_prefix("test result: ") {
+                let count = |what: &str| -> u64 {
+                    rest.split(';')
+                        .find_map(|part| part.trim().strip_suffix(what))
+                        .and_then(|n| n.trim().rsplit(' ').next()?.parse().ok())
+                        .unwrap_or(0)
+                };
+                totals.passed += count(" passed");
+                totals.failed += count(" failed");
+                totals.ignored += count(" ignored");
+            }
+        }
+    }
+    let status = child.wait().map_err(|e| StepError {
+        step: step.into(),
+        why: e.to_string(),
+    })?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(StepError {
+            step: step.into(),
+            why: format!("exited with {status}"),
+        })
+    }
+}
+
 fn test() -> Result {
     run(
         "build the workspace and test binaries",
         cargo().args(["build", "--workspace", "--all-targets"]),
     )?;
-    run(
+    let mut totals = Totals::default();
+    let result = run_tests(
         "run unit, integration and CLI tests, and benchmarks in test mode",
         cargo().args(["test", "--workspace", "--all-targets"]),
-    )?;
-    run(
-        "run doctests",
-        cargo().args(["test", "--workspace", "--doc"]),
+        &mut totals,
     )
+    .and_then(|()| {
+        run_tests(
+            "run doctests",
+            cargo().args(["test", "--workspace", "--doc"]),
+            &mut totals,
+        )
+    });
+    println!(
+        "\nall tests: {} passed, {} failed, {} skipped",
+        totals.passed, totals.failed, totals.ignored
+    );
+    result
 }
 
 fn ci() -> Result {

@@ -90,21 +90,3 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogCapture {
         self.clone()
     }
 }
-
-/// Runs `f` on a current-thread runtime with logs captured at `level`.
-pub fn with_logs<T>(level: tracing::Level, f: impl std::future::Future<Output = T>) -> (T, String) {
-    let capture = LogCapture::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(capture.clone())
-        .with_max_level(level)
-        .with_ansi(false)
-        .finish();
-    let out = tracing::subscriber::with_default(subscriber, || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(f)
-    });
-    (out, capture.text())
-}

@@ -1,0 +1,146 @@
+//! Spec tests 11 and 12, which assert on what reaches the host's log.
+//!
+//! They run in their own test binary with one global `tracing` subscriber (scoped
+//! subscribers race on callsite interest when tests run in parallel), one test at a time.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+// The serializing lock is held across awaits on purpose: each test has its own runtime.
+#![allow(clippy::await_holding_lock)]
+
+mod common;
+
+use std::sync::{Mutex, OnceLock};
+
+use common::{Fixture, LogCapture};
+use dispatcher_core::{ConfirmationPolicy, Dispatcher, ErrorClass, ToolUse};
+use serde_json::{Value, json};
+use tool_api::{
+    DefinedTool, SideEffect, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, factory,
+};
+
+/// Installs the global subscriber once; returns the capture and a lock serializing tests.
+fn logs() -> (&'static LogCapture, std::sync::MutexGuard<'static, ()>) {
+    static CAPTURE: OnceLock<LogCapture> = OnceLock::new();
+    static SERIAL: Mutex<()> = Mutex::new(());
+    let capture = CAPTURE.get_or_init(|| {
+        let capture = LogCapture::default();
+        tracing_subscriber::fmt()
+            .with_writer(capture.clone())
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .init();
+        capture
+    });
+    let guard = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    capture.0.lock().unwrap().clear();
+    (capture, guard)
+}
+
+fn allow_all() -> ConfirmationPolicy {
+    toml::from_str(r#"default = { write = "auto", execute = "auto", network = "auto" }"#).unwrap()
+}
+
+/// Panics with a secret in the message.
+#[derive(Default)]
+struct Exploding;
+
+impl Tool for Exploding {
+    fn execute(&self, _input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        panic!("database password is hunter2")
+    }
+}
+
+impl DefinedTool for Exploding {
+    fn definition() -> ToolDefinition {
+        ToolDefinition::new(
+            "exploding",
+            "Panics.",
+            SideEffect::None,
+            json!({"type": "object"}),
+        )
+    }
+}
+
+/// Reads a path through the workspace API, then (test-only) the same path with raw I/O.
+#[derive(Default)]
+struct RawReader;
+
+impl Tool for RawReader {
+    fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let path = input["path"].as_str().unwrap_or_default();
+        let via_api = ctx.files().read(path);
+        let raw = std::fs::read_to_string(path);
+        ctx.log().warn(format_args!(
+            "raw open() of '{path}' bypassed the workspace API"
+        ));
+        Ok(ToolOutput::text("").with_metadata(json!({
+            "api_error": via_api.err().map(|e| e.to_string()),
+            "raw_ok": raw.is_ok(),
+        })))
+    }
+}
+
+impl DefinedTool for RawReader {
+    fn definition() -> ToolDefinition {
+        ToolDefinition::new(
+            "raw_reader",
+            "Reads raw.",
+            SideEffect::Execute,
+            json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+        )
+    }
+}
+
+#[tokio::test]
+async fn unexpected_tool_failure_is_wrapped_with_redacted_message_and_logged() {
+    let (capture, _serial) = logs();
+    let d = Dispatcher::new();
+    d.register(factory::<Exploding>()).unwrap();
+    let fx = Fixture::new(d.clone());
+    let r = d
+        .dispatch(ToolUse::new("tu_x", "exploding", json!({})), &fx.session)
+        .await;
+    let logs = capture.text();
+    assert_eq!(r.error_class, Some(ErrorClass::ExecutionError));
+    assert!(!r.text().contains("hunter2"), "{}", r.text());
+    assert!(
+        r.text().contains("failed unexpectedly") && r.text().contains("tu_x"),
+        "{}",
+        r.text()
+    );
+    assert!(logs.contains("hunter2") && logs.contains("ERROR"), "{logs}");
+}
+
+#[tokio::test]
+async fn file_api_refuses_outside_paths_even_though_raw_io_is_not_sandboxed() {
+    let (capture, _serial) = logs();
+    let outside = tempfile::NamedTempFile::new().unwrap();
+    let path = outside.path().to_str().unwrap().to_string();
+    let d = Dispatcher::builder().policy(allow_all()).build();
+    d.register(factory::<RawReader>()).unwrap();
+    let fx = Fixture::new(d.clone());
+    let r = d
+        .dispatch(
+            ToolUse::new("tu", "raw_reader", json!({"path": path})),
+            &fx.session,
+        )
+        .await;
+    let logs = capture.text();
+    assert!(!r.is_error, "{}", r.text());
+    let api_error = r.metadata["api_error"].as_str().unwrap();
+    assert!(
+        api_error.starts_with("permission denied")
+            && api_error.contains("escapes workspace boundary"),
+        "{api_error}"
+    );
+    assert_eq!(
+        r.metadata["raw_ok"], true,
+        "raw I/O is permitted: sandboxing is a non-goal"
+    );
+    assert!(logs.contains("bypassed the workspace API"), "{logs}");
+    assert!(
+        logs.contains("tool_call{tool=raw_reader"),
+        "the tool's log is under the call's span: {logs}"
+    );
+}
