@@ -144,3 +144,27 @@ async fn file_api_refuses_outside_paths_even_though_raw_io_is_not_sandboxed() {
         "the tool's log is under the call's span: {logs}"
     );
 }
+
+#[tokio::test]
+async fn call_slower_than_the_threshold_logs_a_warning() {
+    let (capture, _serial) = logs();
+    let d = Dispatcher::builder()
+        .config(dispatcher_core::DispatcherConfig {
+            slow_call_threshold: std::time::Duration::ZERO,
+            ..Default::default()
+        })
+        .build();
+    for f in builtin_tools::factories() {
+        d.register(f).unwrap();
+    }
+    let fx = Fixture::new(d.clone());
+    let r = d
+        .dispatch(ToolUse::new("tu", "list_dir", json!({})), &fx.session)
+        .await;
+    assert!(!r.is_error);
+    let logs = capture.text();
+    assert!(
+        logs.contains("WARN") && logs.contains("slow tool call: 'list_dir'"),
+        "{logs}"
+    );
+}
