@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use tool_api::abi::{AbiError, HostContext, HostContext_TO, HostCtx, TD_Opaque};
+use tool_api::abi::{AbiError, AbiMetadata, HostContext, HostContext_TO, HostCtx, TD_Opaque};
 use tool_api::abi::{RArc, RResult, RSlice, RStr, RString, RVec};
 use tool_api::{Level, ToolContext, ToolError};
 use tracing::Span;
@@ -117,5 +117,8 @@ impl HostContext for CallHost {
                 .patch(path.as_str(), old.as_str(), new.as_str()),
             |_| (),
         )
+    }
+    fn fs_metadata(&self, path: RStr<'_>) -> RResult<AbiMetadata, AbiError> {
+        fs(self.workspace.metadata(path.as_str()), |m| m)
     }
 }

@@ -327,6 +327,26 @@ impl Workspace {
         }
     }
 
+    /// Kind, size and modification time of a path (symlinks inside the workspace followed).
+    pub fn metadata(&self, path: &str) -> Result<tool_api::abi::AbiMetadata, FsError> {
+        let rel = self.resolve(path)?;
+        let m = self
+            .dir
+            .metadata(&rel)
+            .map_err(|e| FsError::from_io(path, e))?;
+        let modified_unix_ms = m
+            .modified()
+            .ok()
+            .map(|t| t.into_std())
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        Ok(tool_api::abi::AbiMetadata {
+            is_dir: m.is_dir(),
+            size: if m.is_dir() { 0 } else { m.len() },
+            modified_unix_ms,
+        })
+    }
+
     /// The entry names of a directory, sorted; directories end with `/`.
     pub fn list(&self, path: &str) -> Result<Vec<String>, FsError> {
         let rel = self.resolve(path)?;

@@ -227,6 +227,31 @@ pub trait HostContext: Clone + Send + Sync + 'static {
     /// Replaces the single occurrence of `old` with `new`.
     #[sabi(last_prefix_field)]
     fn fs_patch(&self, path: RStr<'_>, old: RStr<'_>, new: RStr<'_>) -> RResult<(), AbiError>;
+
+    // ---- added in tool-api 1.1: optional, with a default an older host's vtable falls back to.
+
+    /// Size, kind and modification time of a path (tool-api 1.1).
+    fn fs_metadata(&self, path: RStr<'_>) -> RResult<AbiMetadata, AbiError> {
+        let _ = path;
+        RResult::RErr(AbiError {
+            code: ERROR_FAILED,
+            message: "this host's tool-api is older than 1.1 and has no fs_metadata; \
+                      declare `requires: \"1.1\"` in export_plugin! so such hosts refuse the plugin"
+                .into(),
+        })
+    }
+}
+
+/// What [`HostContext::fs_metadata`] reports (tool-api 1.1).
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbiMetadata {
+    /// The path is a directory.
+    pub is_dir: bool,
+    /// Size in bytes (0 for directories).
+    pub size: u64,
+    /// Last modification, milliseconds since the Unix epoch (0 when unknown).
+    pub modified_unix_ms: u64,
 }
 
 /// The host context as a plugin holds it: a reference-counted trait object.
@@ -258,6 +283,9 @@ pub struct PluginMod {
     /// Makes a fresh instance of the named tool.
     #[sabi(last_prefix_field)]
     pub new_tool: extern "C" fn(name: RStr<'_>) -> RResult<AbiToolBox, AbiError>,
+    /// Added in tool-api 1.1: the oldest tool-api (semver) a host must provide for this
+    /// plugin to work. Absent in 1.0 plugins, which need 1.0.
+    pub requirements: extern "C" fn() -> RString,
 }
 
 impl RootModule for PluginModRef {
@@ -341,22 +369,26 @@ fn create_boxed<T: DefinedTool>() -> AbiToolBox {
 pub struct PluginExport {
     name: &'static str,
     version: &'static str,
+    requires: &'static str,
     unwinds: bool,
     tools: &'static [ToolEntry],
     names: OnceLock<Result<Vec<String>, String>>,
 }
 
 impl PluginExport {
-    /// Describes a plugin. `unwinds` must be `cfg!(panic = "unwind")` evaluated in the plugin.
+    /// Describes a plugin. `requires` is the oldest tool-api version the plugin needs from
+    /// its host; `unwinds` must be `cfg!(panic = "unwind")` evaluated in the plugin.
     pub const fn new(
         name: &'static str,
         version: &'static str,
+        requires: &'static str,
         unwinds: bool,
         tools: &'static [ToolEntry],
     ) -> Self {
         PluginExport {
             name,
             version,
+            requires,
             unwinds,
             tools,
             names: OnceLock::new(),
@@ -371,6 +403,11 @@ impl PluginExport {
             tool_api_version: crate::TOOL_API_VERSION.into(),
             unwinds: self.unwinds,
         }
+    }
+
+    /// The oldest tool-api version a host must provide.
+    pub fn requirements(&self) -> RString {
+        self.requires.into()
     }
 
     /// All definitions as a JSON array; a panic in a definition becomes an error.

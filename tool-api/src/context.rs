@@ -159,6 +159,17 @@ fn lift<T, U>(r: RResult<T, AbiError>, f: impl FnOnce(T) -> U) -> Result<U, Tool
     }
 }
 
+/// What [`WorkspaceFiles::metadata`] tells about a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Metadata {
+    /// It is a directory.
+    pub is_dir: bool,
+    /// Size in bytes (0 for directories).
+    pub size: u64,
+    /// Last modification, when known.
+    pub modified: Option<std::time::SystemTime>,
+}
+
 /// File access confined to the session's workspace.
 ///
 /// Paths are relative to the workspace root, or absolute inside it; `..` is resolved while
@@ -217,6 +228,18 @@ impl WorkspaceFiles<'_> {
     /// Deletes a file.
     pub fn delete(&self, path: &str) -> Result<(), ToolError> {
         lift(self.host.fs_delete(path.into()), |_| ())
+    }
+
+    /// Kind, size and modification time of a path (tool-api 1.1; a plugin that uses it
+    /// should declare `requires: "1.1.0"` in [`crate::export_plugin!`]).
+    pub fn metadata(&self, path: &str) -> Result<Metadata, ToolError> {
+        lift(self.host.fs_metadata(path.into()), |m| Metadata {
+            is_dir: m.is_dir,
+            size: m.size,
+            modified: (m.modified_unix_ms > 0).then(|| {
+                std::time::UNIX_EPOCH + std::time::Duration::from_millis(m.modified_unix_ms)
+            }),
+        })
     }
 
     /// Replaces the one occurrence of `old` with `new`; zero or several occurrences are an

@@ -23,7 +23,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use abi_stable::std_types::{RArc, RResult, RSlice, RStr, RString, RVec};
 
 use crate::abi::{
-    AbiError, ERROR_FAILED, ERROR_PERMISSION_DENIED, HostContext, HostContext_TO, TD_Opaque,
+    AbiError, AbiMetadata, ERROR_FAILED, ERROR_PERMISSION_DENIED, HostContext, HostContext_TO,
+    TD_Opaque,
 };
 use crate::context::{Level, ToolContext};
 
@@ -203,6 +204,9 @@ impl HostContext for TestHost {
                 .ok_or_else(|| failed(format!("File '{path}' not found")))
         }))
     }
+    fn fs_metadata(&self, path: RStr<'_>) -> RResult<AbiMetadata, AbiError> {
+        ok_or(self.metadata(path.as_str()))
+    }
     fn fs_patch(&self, path: RStr<'_>, old: RStr<'_>, new: RStr<'_>) -> RResult<(), AbiError> {
         ok_or(normalize(path.as_str()).and_then(|p| {
             let mut files = lock(&self.state.files);
@@ -224,6 +228,28 @@ impl HostContext for TestHost {
 }
 
 impl TestHost {
+    fn metadata(&self, path: &str) -> Result<AbiMetadata, AbiError> {
+        let p = normalize(path)?;
+        let files = lock(&self.state.files);
+        if let Some(bytes) = files.get(&p) {
+            return Ok(AbiMetadata {
+                is_dir: false,
+                size: bytes.len() as u64,
+                modified_unix_ms: 0,
+            });
+        }
+        let dir = format!("{p}/");
+        if p.is_empty() || files.keys().any(|k| k.starts_with(&dir)) {
+            Ok(AbiMetadata {
+                is_dir: true,
+                size: 0,
+                modified_unix_ms: 0,
+            })
+        } else {
+            Err(failed(format!("'{path}' not found in the workspace")))
+        }
+    }
+
     fn read(&self, path: &str) -> Result<Vec<u8>, AbiError> {
         let p = normalize(path)?;
         lock(&self.state.files)

@@ -118,6 +118,25 @@ fn exported_root_module_reports_plugin_info_and_unwinding() {
 }
 
 #[test]
+fn exported_root_module_has_the_1_1_requirements_field() {
+    let requirements = root()
+        .requirements()
+        .expect("a 1.1 plugin exports requirements");
+    assert_eq!(requirements().as_str(), "1.0.0");
+}
+
+#[test]
+fn metadata_reports_files_and_directories() {
+    let host = TestHost::new();
+    host.put_file("dir/a.txt", "abc");
+    let ctx = host.context();
+    let m = ctx.files().metadata("dir/a.txt").unwrap();
+    assert!(!m.is_dir && m.size == 3);
+    assert!(ctx.files().metadata("dir").unwrap().is_dir);
+    assert!(ctx.files().metadata("nope").is_err());
+}
+
+#[test]
 fn exported_definitions_round_trip_as_json() {
     let RResult::ROk(json) = (root().definitions())() else {
         panic!("definitions failed")
