@@ -232,6 +232,10 @@ impl Dispatcher {
             let message = format!("Tool '{}' was cancelled before it started.", reg.name);
             return self.fail(state, &info, ErrorClass::Cancelled, message, None);
         };
+        if !reg.inline {
+            // Registered before `tool.called`, so a cancel that follows the event reaches it.
+            tracked(&mut guard, state);
+        }
         self.emit(
             state,
             &info,
@@ -495,9 +499,13 @@ impl Dispatcher {
         let entry = tracked(guard, state).entry.clone();
         host.inflight = Some(entry.clone());
         host.span = Span::current();
+        if entry.is_cancelled() {
+            return Outcome::Cancelled(None);
+        }
         let tool: Arc<dyn Tool> = Arc::from(tool);
         entry.set_tool(tool.clone());
         if entry.is_cancelled() {
+            // Cancelled between the check above and `set_tool`: tell the tool itself.
             let _ = catch_unwind(AssertUnwindSafe(|| tool.cancel()));
         }
         let runner = tool.clone();

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use tool_api::abi::{AbiError, AbiMetadata, HostContext, HostContext_TO, HostCtx, TD_Opaque};
+use tool_api::abi::{AbiError, HostContext, HostContext_TO, HostCtx, TD_Opaque};
 use tool_api::abi::{RArc, RResult, RSlice, RStr, RString, RVec};
 use tool_api::{Level, ToolContext, ToolError};
 use tracing::Span;
@@ -118,7 +118,17 @@ impl HostContext for CallHost {
             |_| (),
         )
     }
-    fn fs_metadata(&self, path: RStr<'_>) -> RResult<AbiMetadata, AbiError> {
-        fs(self.workspace.metadata(path.as_str()), |m| m)
+    fn extension(&self, op: RStr<'_>, payload: RStr<'_>) -> RResult<RString, AbiError> {
+        match op.as_str() {
+            tool_api::abi::OP_FS_METADATA => {
+                tool_api::abi::fs_metadata_op(payload.as_str(), |path| {
+                    self.workspace
+                        .metadata(path)
+                        .map_err(|e| ToolError::from(e).into())
+                })
+                .into()
+            }
+            other => RResult::RErr(tool_api::abi::unsupported(other, "host")),
+        }
     }
 }

@@ -245,7 +245,10 @@ impl Workspace {
     /// to a temporary file in the same directory, is synced, and is renamed over the target.
     /// An existing file keeps its permissions.
     pub fn write_bytes(&self, path: &str, content: &[u8]) -> Result<(), FsError> {
-        let rel = self.resolve(path)?;
+        // `check` names an escape through an existing symlink as such (creating the parent
+        // directories would otherwise fail with a confusing "File exists"); the operations
+        // below stay confined on their own.
+        let rel = self.check(path)?;
         let io_err = |e| FsError::from_io(path, e);
         let Some(name) = rel.file_name() else {
             return Err(FsError::WrongKind {
@@ -295,7 +298,7 @@ impl Workspace {
 
     /// Appends to a file, creating it (and its parent directories) if needed.
     pub fn append(&self, path: &str, content: &[u8]) -> Result<(), FsError> {
-        let rel = self.resolve(path)?;
+        let rel = self.check(path)?;
         let io_err = |e| FsError::from_io(path, e);
         if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
             self.dir.create_dir_all(parent).map_err(io_err)?;
@@ -328,7 +331,7 @@ impl Workspace {
     }
 
     /// Kind, size and modification time of a path (symlinks inside the workspace followed).
-    pub fn metadata(&self, path: &str) -> Result<tool_api::abi::AbiMetadata, FsError> {
+    pub fn metadata(&self, path: &str) -> Result<tool_api::abi::FsMetadata, FsError> {
         let rel = self.resolve(path)?;
         let m = self
             .dir
@@ -340,7 +343,7 @@ impl Workspace {
             .map(|t| t.into_std())
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        Ok(tool_api::abi::AbiMetadata {
+        Ok(tool_api::abi::FsMetadata {
             is_dir: m.is_dir(),
             size: if m.is_dir() { 0 } else { m.len() },
             modified_unix_ms,

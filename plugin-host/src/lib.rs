@@ -1,1 +1,397 @@
-//! placeholder
+//! # plugin-host: load third-party tools from plugin packages
+//!
+//! A plugin directory holds *packages*: folders (or `.tar.gz` archives made by
+//! `cargo xtask plugin package`) with a [`Manifest`] (`plugin.toml`) and a `cdylib` built
+//! against `tool-api`. [`PluginHost::load_into`] scans the directories and registers every
+//! good package's tools in a [`Dispatcher`], through the same factory trait as built-ins,
+//! and returns a [`LoadReport`]: for each package, loaded (with its tools) or refused with a
+//! [`Refusal`] its author can act on. One bad package never stops the others.
+//!
+//! Opening a library runs its code, so everything that can be checked first is checked
+//! first, in this order:
+//!
+//! 1. `plugin.toml` parses (unknown keys and bad values are named);
+//! 2. the target triple is this host's;
+//! 3. tool-api: same major version as the host's, and the plugin's `requires_tool_api` is
+//!    not newer than the host's (a plugin built against a newer minor loads if it needs
+//!    nothing new; one built against an older minor always loads);
+//! 4. the plugin unwinds (`panic = "abort"` builds are refused: a panic would kill the host);
+//! 5. the library file is in the package and matches its SHA-256.
+//!
+//! Then the library is opened by its own path, abi_stable checks the layout of its root
+//! module (a mismatch is reported in one line; the full report is logged at debug), its
+//! metadata and tool list are compared with the manifest, and its tools are registered
+//! under the source `plugin:NAME` (a clash names both owners).
+//!
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use dispatcher_core::Dispatcher;
+//! use plugin_host::PluginHost;
+//!
+//! let dispatcher = Dispatcher::new();
+//! let report = PluginHost::new(["./plugins"]).load_into(&dispatcher);
+//! for line in report.lines() {
+//!     eprintln!("{line}");
+//! }
+//! # Ok(()) }
+//! ```
+
+mod adapter;
+pub mod error;
+pub mod library;
+pub mod manifest;
+pub mod package;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use dispatcher_core::Dispatcher;
+use tool_api::SideEffect;
+
+pub use error::Refusal;
+pub use library::{Inspection, Library};
+pub use manifest::{MANIFEST_FILE, Manifest, ManifestError, ManifestTool};
+
+/// The target triple this host was built for; packages must match it.
+pub const HOST_TARGET: &str = env!("TOOLHOST_TARGET");
+
+/// The outcome for one package.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// The package's tools are registered.
+    Loaded {
+        /// Plugin name.
+        name: String,
+        /// Plugin version.
+        version: String,
+        /// Its tools and their classes.
+        tools: Vec<(String, SideEffect)>,
+    },
+    /// The package was refused.
+    Refused(Refusal),
+}
+
+/// What happened to one package.
+#[derive(Debug, Clone)]
+pub struct PackageReport {
+    /// The package folder, archive or file.
+    pub path: PathBuf,
+    /// Loaded or refused.
+    pub outcome: Outcome,
+}
+
+/// What a scan did, package by package.
+#[derive(Debug, Clone, Default)]
+pub struct LoadReport {
+    /// One entry per package found (and per unreadable directory).
+    pub packages: Vec<PackageReport>,
+}
+
+impl LoadReport {
+    /// The packages that loaded.
+    pub fn loaded(&self) -> impl Iterator<Item = &PackageReport> {
+        self.packages
+            .iter()
+            .filter(|p| matches!(p.outcome, Outcome::Loaded { .. }))
+    }
+
+    /// The packages that were refused, with their reasons.
+    pub fn refused(&self) -> impl Iterator<Item = (&Path, &Refusal)> {
+        self.packages.iter().filter_map(|p| match &p.outcome {
+            Outcome::Refused(r) => Some((p.path.as_path(), r)),
+            Outcome::Loaded { .. } => None,
+        })
+    }
+
+    /// The refusal for a package path, if it was refused.
+    pub fn refusal_for(&self, path: &Path) -> Option<&Refusal> {
+        self.refused().find(|(p, _)| *p == path).map(|(_, r)| r)
+    }
+
+    /// One human-readable line per package.
+    pub fn lines(&self) -> Vec<String> {
+        self.packages
+            .iter()
+            .map(|p| match &p.outcome {
+                Outcome::Loaded {
+                    name,
+                    version,
+                    tools,
+                } => {
+                    let tools: Vec<String> =
+                        tools.iter().map(|(t, c)| format!("{t} ({c})")).collect();
+                    format!(
+                        "loaded   {name} {version} from {}: {}",
+                        p.path.display(),
+                        tools.join(", ")
+                    )
+                }
+                Outcome::Refused(r) => format!("refused  {}: {r}", p.path.display()),
+            })
+            .collect()
+    }
+}
+
+/// Finds, verifies and loads plugin packages.
+#[derive(Debug, Clone)]
+pub struct PluginHost {
+    dirs: Vec<PathBuf>,
+    cache_dir: PathBuf,
+}
+
+/// The default cache for unpacked archives: `$XDG_CACHE_HOME/toolhost/plugins`, else
+/// `~/.cache/toolhost/plugins`, else the temp dir.
+pub fn default_cache_dir() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("toolhost")
+        .join("plugins")
+}
+
+impl PluginHost {
+    /// A host scanning these directories, unpacking archives into [`default_cache_dir`].
+    pub fn new<P: Into<PathBuf>>(dirs: impl IntoIterator<Item = P>) -> Self {
+        PluginHost {
+            dirs: dirs.into_iter().map(Into::into).collect(),
+            cache_dir: default_cache_dir(),
+        }
+    }
+
+    /// Unpacks archives into `dir` instead.
+    pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cache_dir = dir.into();
+        self
+    }
+
+    /// Scans every directory and registers the tools of every good package.
+    pub fn load_into(&self, dispatcher: &Dispatcher) -> LoadReport {
+        let mut report = LoadReport::default();
+        for dir in &self.dirs {
+            let found = match package::discover(dir) {
+                Ok(found) => found,
+                Err(e) => {
+                    report.packages.push(PackageReport {
+                        path: dir.clone(),
+                        outcome: Outcome::Refused(Refusal::Directory {
+                            detail: e.to_string(),
+                        }),
+                    });
+                    continue;
+                }
+            };
+            for item in found {
+                let outcome = match self.load_one(&item, dispatcher) {
+                    Ok(outcome) => outcome,
+                    Err(refusal) => Outcome::Refused(refusal),
+                };
+                match &outcome {
+                    Outcome::Loaded { name, tools, .. } => {
+                        tracing::info!(plugin = %name, tools = tools.len(), path = %item.path().display(), "plugin loaded")
+                    }
+                    Outcome::Refused(r) => {
+                        tracing::warn!(path = %item.path().display(), "plugin refused: {r}")
+                    }
+                }
+                report.packages.push(PackageReport {
+                    path: item.path().to_path_buf(),
+                    outcome,
+                });
+            }
+        }
+        report
+    }
+
+    fn load_one(&self, item: &package::Found, dispatcher: &Dispatcher) -> Result<Outcome, Refusal> {
+        let folder = match item {
+            package::Found::Archive(archive) => package::unpack_cached(archive, &self.cache_dir)
+                .map_err(|e| Refusal::Archive {
+                    detail: e.to_string(),
+                })?,
+            package::Found::Folder(path) if path.is_dir() => path.clone(),
+            package::Found::Folder(path) => {
+                return Err(Refusal::NotAPackage {
+                    detail: format!(
+                        "'{}' is a bare library; put it in a package with `cargo xtask plugin package`",
+                        path.display()
+                    ),
+                });
+            }
+        };
+        load_package(&folder, dispatcher)
+    }
+}
+
+/// Checks everything that can be checked without running the library's code.
+pub fn preflight(folder: &Path) -> Result<(Manifest, PathBuf), Refusal> {
+    let manifest_path = folder.join(MANIFEST_FILE);
+    if !manifest_path.is_file() {
+        return Err(Refusal::NotAPackage {
+            detail: format!("no {MANIFEST_FILE} in '{}'", folder.display()),
+        });
+    }
+    let text = std::fs::read_to_string(&manifest_path).map_err(|e| Refusal::Manifest {
+        detail: format!("{}: {e}", manifest_path.display()),
+    })?;
+    let manifest = Manifest::parse(&manifest_path, &text).map_err(|e| Refusal::Manifest {
+        detail: e.to_string(),
+    })?;
+    if manifest.target != HOST_TARGET {
+        return Err(Refusal::WrongTarget {
+            found: manifest.target.clone(),
+            expected: HOST_TARGET.into(),
+        });
+    }
+    check_versions(&manifest.tool_api, &manifest.requires_tool_api)?;
+    if !manifest.unwinds {
+        return Err(Refusal::PanicAbort);
+    }
+    let library = folder.join(&manifest.library);
+    if !library.is_file() {
+        return Err(Refusal::MissingLibrary {
+            library: manifest.library.clone(),
+        });
+    }
+    let actual = package::sha256_file(&library).map_err(|e| Refusal::LoadFailed {
+        path: library.display().to_string(),
+        detail: e.to_string(),
+    })?;
+    if !actual.eq_ignore_ascii_case(&manifest.sha256) {
+        return Err(Refusal::ChecksumMismatch {
+            library: manifest.library.clone(),
+            expected: manifest.sha256.clone(),
+            actual,
+        });
+    }
+    Ok((manifest, library))
+}
+
+/// The semver verdict: same major as the host, and nothing required that the host lacks.
+pub fn check_versions(built: &semver::Version, requires: &semver::Version) -> Result<(), Refusal> {
+    let host = semver::Version::parse(tool_api::TOOL_API_VERSION)
+        .unwrap_or_else(|_| semver::Version::new(1, 0, 0));
+    if built.major != host.major || requires.major != host.major {
+        return Err(Refusal::IncompatibleAbi {
+            built: built.to_string(),
+            host: host.to_string(),
+            rebuild: format!("{}.{}", host.major, host.minor),
+            detail: String::new(),
+        });
+    }
+    if requires > &host {
+        return Err(Refusal::NeedsNewerHost {
+            requires: requires.to_string(),
+            host: host.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// Compares what the library says with its manifest.
+fn compare(manifest: &Manifest, lib: &Library) -> Result<(), Refusal> {
+    let mismatch = |key: &'static str, m: String, l: String| {
+        Err(Refusal::ManifestMismatch {
+            key,
+            manifest: m,
+            library: l,
+        })
+    };
+    if lib.name != manifest.name {
+        return mismatch("name", manifest.name.clone(), lib.name.clone());
+    }
+    if lib.version != manifest.version.to_string() {
+        return mismatch("version", manifest.version.to_string(), lib.version.clone());
+    }
+    if lib.tool_api != manifest.tool_api.to_string() {
+        return mismatch(
+            "tool_api",
+            manifest.tool_api.to_string(),
+            lib.tool_api.clone(),
+        );
+    }
+    if lib.requires_tool_api != manifest.requires_tool_api.to_string() {
+        return mismatch(
+            "requires_tool_api",
+            manifest.requires_tool_api.to_string(),
+            lib.requires_tool_api.clone(),
+        );
+    }
+    if !lib.unwinds {
+        return Err(Refusal::PanicAbort);
+    }
+    let missing: Vec<&str> = manifest
+        .tools
+        .iter()
+        .filter(|t| !lib.definitions.iter().any(|d| d.name == t.name))
+        .map(|t| t.name.as_str())
+        .collect();
+    let extra: Vec<&str> = lib
+        .definitions
+        .iter()
+        .filter(|d| !manifest.tools.iter().any(|t| t.name == d.name))
+        .map(|d| d.name.as_str())
+        .collect();
+    if !missing.is_empty() || !extra.is_empty() {
+        let mut parts = Vec::new();
+        if !missing.is_empty() {
+            parts.push(format!(
+                "listed but not in the library: {}",
+                missing.join(", ")
+            ));
+        }
+        if !extra.is_empty() {
+            parts.push(format!(
+                "in the library but not listed: {}",
+                extra.join(", ")
+            ));
+        }
+        return Err(Refusal::ToolListMismatch {
+            detail: parts.join("; "),
+        });
+    }
+    for t in &manifest.tools {
+        if let Some(d) = lib.definitions.iter().find(|d| d.name == t.name)
+            && d.side_effects != t.side_effects
+        {
+            return Err(Refusal::SideEffectMismatch {
+                tool: t.name.clone(),
+                manifest: t.side_effects,
+                library: d.side_effects,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Verifies, opens and registers one package folder.
+pub fn load_package(folder: &Path, dispatcher: &Dispatcher) -> Result<Outcome, Refusal> {
+    let (manifest, library_path) = preflight(folder)?;
+    let lib = library::open(&library_path)?;
+    compare(&manifest, &lib)?;
+    let source = format!("plugin:{}", lib.name);
+    let mut registered: Vec<String> = Vec::new();
+    for definition in &lib.definitions {
+        let factory = adapter::PluginToolFactory {
+            module: lib.module,
+            definition: definition.clone(),
+            source: source.clone(),
+        };
+        if let Err(e) = dispatcher.register(Arc::new(factory)) {
+            for name in &registered {
+                dispatcher.unregister(name);
+            }
+            return Err(Refusal::Registration(e.to_string()));
+        }
+        registered.push(definition.name.clone());
+    }
+    Ok(Outcome::Loaded {
+        name: lib.name.clone(),
+        version: lib.version.clone(),
+        tools: lib
+            .definitions
+            .iter()
+            .map(|d| (d.name.clone(), d.side_effects))
+            .collect(),
+    })
+}

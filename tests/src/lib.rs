@@ -1,1 +1,143 @@
-//! Cross-crate integration tests live in `tests/`.
+//! Support for toolhost's cross-crate tests and benchmarks: the fixture plugins.
+//!
+//! [`fixtures`] builds every fixture plugin (the `tests/fixtures` workspace and the
+//! separately built older-minor, newer-minor and `panic = "abort"` crates) once per process
+//! into `target/fixtures`, and makes packages of them the way `cargo xtask plugin package`
+//! does.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use plugin_host::{Manifest, package};
+
+/// The built fixture libraries.
+#[derive(Debug)]
+pub struct Fixtures {
+    dir: PathBuf,
+}
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    here.parent().map(Path::to_path_buf).unwrap_or(here)
+}
+
+/// The crates built separately from the fixture workspace (each its own workspace).
+pub const SEPARATE_FIXTURES: [&str; 4] = ["old-minor", "new-minor", "new-minor-needs", "abort"];
+
+fn build(manifest: &Path, target_dir: &Path) -> Result<(), String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--quiet", "--manifest-path"])
+        .arg(manifest)
+        .arg("--target-dir")
+        .arg(target_dir)
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("building {} failed ({status})", manifest.display()))
+    }
+}
+
+/// Builds the fixture plugins (once per process; cargo makes it a no-op when up to date).
+pub fn fixtures() -> &'static Fixtures {
+    static BUILT: OnceLock<Fixtures> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let root = repo_root();
+        let target = root.join("target/fixtures");
+        let fixtures = root.join("tests/fixtures");
+        let mut manifests = vec![fixtures.join("Cargo.toml")];
+        manifests.extend(
+            SEPARATE_FIXTURES
+                .iter()
+                .map(|d| fixtures.join(d).join("Cargo.toml")),
+        );
+        for manifest in manifests {
+            if let Err(e) = build(&manifest, &target) {
+                panic!("fixture plugins could not be built: {e}");
+            }
+        }
+        Fixtures {
+            dir: target.join("debug"),
+        }
+    })
+}
+
+/// Builds one crate of the fixture workspace in release mode (for benchmarks) and returns
+/// its library.
+pub fn release_library(name: &str) -> PathBuf {
+    let root = repo_root();
+    let target = root.join("target/fixtures");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args([
+            "build",
+            "--quiet",
+            "--release",
+            "-p",
+            &format!("fixture-{name}"),
+            "--manifest-path",
+        ])
+        .arg(root.join("tests/fixtures/Cargo.toml"))
+        .arg("--target-dir")
+        .arg(&target)
+        .status();
+    match status {
+        Ok(s) if s.success() => {}
+        other => panic!("building fixture-{name} in release failed: {other:?}"),
+    }
+    let stem = format!("fixture_{}", name.replace('-', "_"));
+    target.join("release").join(format!(
+        "{}{stem}{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    ))
+}
+
+impl Fixtures {
+    /// The library of fixture crate `fixture-NAME`.
+    pub fn library(&self, name: &str) -> PathBuf {
+        let stem = format!("fixture_{}", name.replace('-', "_"));
+        self.dir.join(format!(
+            "{}{stem}{}",
+            std::env::consts::DLL_PREFIX,
+            std::env::consts::DLL_SUFFIX
+        ))
+    }
+}
+
+/// Makes a package folder `parent/<dir_name>` for a library, with the manifest its exports
+/// call for (the library is opened in this process to read them). Returns the folder.
+pub fn package_library(library: &Path, parent: &Path, dir_name: &str) -> PathBuf {
+    let lib = match plugin_host::library::open(library) {
+        Ok(lib) => lib,
+        Err(e) => panic!("cannot inspect {}: {e}", library.display()),
+    };
+    let file_name = library
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let sha = package::sha256_file(library).unwrap_or_default();
+    let manifest = match Manifest::for_library(&lib.inspection(), &file_name, sha) {
+        Ok(m) => m,
+        Err(e) => panic!("bad versions in {}: {e}", library.display()),
+    };
+    write_package(library, &manifest, parent, dir_name)
+}
+
+/// Writes a package folder with a given manifest (for fixtures that cannot be inspected).
+pub fn write_package(
+    library: &Path,
+    manifest: &Manifest,
+    parent: &Path,
+    dir_name: &str,
+) -> PathBuf {
+    let dest = parent.join(dir_name);
+    if let Err(e) = package::write_folder(library, manifest, &dest) {
+        panic!("cannot write package {}: {e}", dest.display());
+    }
+    dest
+}

@@ -168,3 +168,36 @@ async fn call_slower_than_the_threshold_logs_a_warning() {
         "{logs}"
     );
 }
+
+#[tokio::test]
+async fn plugin_logger_reaches_the_host_subscriber_under_the_call_span_with_level_filtering() {
+    let (capture, _serial) = logs();
+    let plugins = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    toolhost_tests::package_library(
+        &toolhost_tests::fixtures().library("good"),
+        plugins.path(),
+        "good",
+    );
+    let d = Dispatcher::new();
+    let report = plugin_host::PluginHost::new([plugins.path()])
+        .cache_dir(cache.path())
+        .load_into(&d);
+    assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
+    let fx = Fixture::new(d.clone());
+    let r = d
+        .dispatch(ToolUse::new("tu_log", "log_levels", json!({})), &fx.session)
+        .await;
+    assert_eq!(
+        r.text(),
+        "trace formatted: false",
+        "trace is filtered out, so never formatted"
+    );
+    let logs = capture.text();
+    assert!(logs.contains("plugin says hello at info"), "{logs}");
+    assert!(
+        logs.contains("tool_call{tool=log_levels tool_use_id=tu_log"),
+        "{logs}"
+    );
+    assert!(!logs.contains("plugin trace detail"), "{logs}");
+}

@@ -6,16 +6,26 @@
 //!
 //! # Layout and evolution rules
 //!
-//! - The root module [`PluginMod`] is an abi_stable *prefix type*: fields may only be added
-//!   at the end, in a minor release, and every field after [`PluginMod::new_tool`] is read as
-//!   an `Option` (`missing_field(option)`), so a host can load a plugin built against an
-//!   older 1.x minor and see the newer fields as absent.
-//! - [`AbiTool`] and [`HostContext`] are `#[sabi_trait]` objects whose vtables are prefix
-//!   types too: methods may be appended after the `last_prefix_field`.
-//! - Tool definitions cross the boundary as JSON text, so optional definition fields can be
-//!   added without a layout change (unknown fields are ignored by older hosts).
-//! - Every exported function catches panics: a panic becomes an [`AbiError`] with
-//!   [`ERROR_INTERNAL`] and never unwinds into the host.
+//! abi_stable checks, when a library is loaded, that every type reachable from its root
+//! module has *at least* the fields the host knows: a plugin built against an older minor
+//! whose root module or vtables had fewer fields is refused ("too many fields"), even for
+//! prefix types. So that plugins built against any 1.x load in any 1.y host, **the checked
+//! layout is frozen at 1.0**: [`PluginMod`], [`PluginInfo`], [`AbiTool`], [`HostContext`]
+//! and the data types never change within 1.x. Everything added later goes through the
+//! named *extension* entry points that 1.0 already has:
+//!
+//! - [`HostContext::extension`]: host callbacks added after 1.0 (1.1: [`OP_FS_METADATA`]);
+//! - [`PluginMod::extension`]: plugin metadata added after 1.0 (1.1: [`OP_REQUIREMENTS`]);
+//! - [`AbiTool::extension`]: per-tool operations (none yet; reserved).
+//!
+//! An operation a side does not know answers [`ERROR_UNSUPPORTED`]. A plugin that relies on
+//! an operation declares the tool-api version that introduced it (`requires:` in
+//! [`crate::export_plugin!`], `requires_tool_api` in `plugin.toml`), and older hosts refuse
+//! it before loading. Extension payloads and answers are JSON text. Tool definitions also
+//! cross as JSON, so optional definition fields can be added freely.
+//!
+//! Every exported function catches panics: a panic becomes an [`AbiError`] with
+//! [`ERROR_INTERNAL`] and never unwinds into the host.
 #![allow(non_local_definitions)]
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -43,6 +53,25 @@ pub const ERROR_PERMISSION_DENIED: u8 = 2;
 pub const ERROR_CANCELLED: u8 = 3;
 /// Error code for [`ToolError::Internal`] (also used for contained panics).
 pub const ERROR_INTERNAL: u8 = 4;
+/// Error code of an extension operation the other side does not know.
+pub const ERROR_UNSUPPORTED: u8 = 5;
+
+/// Host extension (tool-api 1.1): `{"path": …}` → `{"is_dir", "size", "modified_unix_ms"}`.
+pub const OP_FS_METADATA: &str = "fs.metadata";
+/// Plugin extension (tool-api 1.1): `""` → the oldest tool-api version the plugin needs.
+pub const OP_REQUIREMENTS: &str = "requirements";
+
+/// The answer to an operation this side does not know.
+pub fn unsupported(op: &str, side: &str) -> AbiError {
+    AbiError {
+        code: ERROR_UNSUPPORTED,
+        message: format!(
+            "extension operation '{op}' is not supported by this {side} (tool-api {})",
+            crate::TOOL_API_VERSION
+        )
+        .into(),
+    }
+}
 
 /// The name of the symbol a plugin library exports (abi_stable's root module loader).
 pub const ROOT_MODULE_SYMBOL: &str = "_1as_0lib_1header_0root_bmodule_bloader";
@@ -225,33 +254,44 @@ pub trait HostContext: Clone + Send + Sync + 'static {
     /// Deletes a file.
     fn fs_delete(&self, path: RStr<'_>) -> RResult<(), AbiError>;
     /// Replaces the single occurrence of `old` with `new`.
-    #[sabi(last_prefix_field)]
     fn fs_patch(&self, path: RStr<'_>, old: RStr<'_>, new: RStr<'_>) -> RResult<(), AbiError>;
 
-    // ---- added in tool-api 1.1: optional, with a default an older host's vtable falls back to.
-
-    /// Size, kind and modification time of a path (tool-api 1.1).
-    fn fs_metadata(&self, path: RStr<'_>) -> RResult<AbiMetadata, AbiError> {
-        let _ = path;
-        RResult::RErr(AbiError {
-            code: ERROR_FAILED,
-            message: "this host's tool-api is older than 1.1 and has no fs_metadata; \
-                      declare `requires: \"1.1\"` in export_plugin! so such hosts refuse the plugin"
-                .into(),
-        })
-    }
+    /// Host operations added after 1.0, by name, with JSON payloads (see the module docs).
+    #[sabi(last_prefix_field)]
+    fn extension(&self, op: RStr<'_>, payload: RStr<'_>) -> RResult<RString, AbiError>;
 }
 
-/// What [`HostContext::fs_metadata`] reports (tool-api 1.1).
-#[repr(C)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AbiMetadata {
+/// What [`OP_FS_METADATA`] answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FsMetadata {
     /// The path is a directory.
     pub is_dir: bool,
     /// Size in bytes (0 for directories).
     pub size: u64,
     /// Last modification, milliseconds since the Unix epoch (0 when unknown).
     pub modified_unix_ms: u64,
+}
+
+/// Serves [`OP_FS_METADATA`] for a host: parses the payload, asks `stat`, renders the answer.
+pub fn fs_metadata_op(
+    payload: &str,
+    stat: impl FnOnce(&str) -> Result<FsMetadata, AbiError>,
+) -> Result<RString, AbiError> {
+    #[derive(serde::Deserialize)]
+    struct Payload {
+        path: String,
+    }
+    let p: Payload = serde_json::from_str(payload).map_err(|e| AbiError {
+        code: ERROR_INVALID_INPUT,
+        message: format!("fs.metadata payload must be {{\"path\": …}}: {e}").into(),
+    })?;
+    let m = stat(&p.path)?;
+    serde_json::to_string(&m)
+        .map(RString::from)
+        .map_err(|e| AbiError {
+            code: ERROR_INTERNAL,
+            message: e.to_string().into(),
+        })
 }
 
 /// The host context as a plugin holds it: a reference-counted trait object.
@@ -263,8 +303,10 @@ pub trait AbiTool: Send + Sync {
     /// Runs the tool on JSON input text.
     fn execute(&self, input_json: RStr<'_>, ctx: HostCtx) -> RResult<AbiOutput, AbiError>;
     /// Requests cancellation; idempotent, called from another thread.
-    #[sabi(last_prefix_field)]
     fn cancel(&self) -> bool;
+    /// Tool operations added after 1.0, by name (none yet: reserved for evolution).
+    #[sabi(last_prefix_field)]
+    fn extension(&self, op: RStr<'_>, payload: RStr<'_>) -> RResult<RString, AbiError>;
 }
 
 /// An owned tool instance from a plugin.
@@ -281,11 +323,10 @@ pub struct PluginMod {
     /// The plugin's tool definitions, as a JSON array of [`ToolDefinition`].
     pub definitions: extern "C" fn() -> RResult<RString, AbiError>,
     /// Makes a fresh instance of the named tool.
-    #[sabi(last_prefix_field)]
     pub new_tool: extern "C" fn(name: RStr<'_>) -> RResult<AbiToolBox, AbiError>,
-    /// Added in tool-api 1.1: the oldest tool-api (semver) a host must provide for this
-    /// plugin to work. Absent in 1.0 plugins, which need 1.0.
-    pub requirements: extern "C" fn() -> RString,
+    /// Plugin operations added after 1.0, by name (1.1: [`OP_REQUIREMENTS`]).
+    #[sabi(last_prefix_field)]
+    pub extension: extern "C" fn(op: RStr<'_>, payload: RStr<'_>) -> RResult<RString, AbiError>,
 }
 
 impl RootModule for PluginModRef {
@@ -336,6 +377,10 @@ impl<T: crate::Tool> AbiTool for Exported<T> {
 
     fn cancel(&self) -> bool {
         catch_unwind(AssertUnwindSafe(|| self.0.cancel())).unwrap_or(false)
+    }
+
+    fn extension(&self, op: RStr<'_>, _payload: RStr<'_>) -> RResult<RString, AbiError> {
+        RResult::RErr(unsupported(op.as_str(), "tool"))
     }
 }
 
@@ -405,9 +450,13 @@ impl PluginExport {
         }
     }
 
-    /// The oldest tool-api version a host must provide.
-    pub fn requirements(&self) -> RString {
-        self.requires.into()
+    /// Answers a plugin extension operation ([`OP_REQUIREMENTS`]: the oldest tool-api
+    /// version a host must provide).
+    pub fn extension(&self, op: RStr<'_>, _payload: RStr<'_>) -> RResult<RString, AbiError> {
+        match op.as_str() {
+            OP_REQUIREMENTS => RResult::ROk(self.requires.into()),
+            other => RResult::RErr(unsupported(other, "plugin")),
+        }
     }
 
     /// All definitions as a JSON array; a panic in a definition becomes an error.

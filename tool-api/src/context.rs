@@ -233,7 +233,16 @@ impl WorkspaceFiles<'_> {
     /// Kind, size and modification time of a path (tool-api 1.1; a plugin that uses it
     /// should declare `requires: "1.1.0"` in [`crate::export_plugin!`]).
     pub fn metadata(&self, path: &str) -> Result<Metadata, ToolError> {
-        lift(self.host.fs_metadata(path.into()), |m| Metadata {
+        let payload = serde_json::json!({ "path": path }).to_string();
+        let answer = lift(
+            self.host
+                .extension(crate::abi::OP_FS_METADATA.into(), payload.as_str().into()),
+            |s| s.into_string(),
+        )?;
+        let m: crate::abi::FsMetadata = serde_json::from_str(&answer).map_err(|e| {
+            ToolError::internal(format!("bad fs.metadata answer from the host: {e}"))
+        })?;
+        Ok(Metadata {
             is_dir: m.is_dir,
             size: m.size,
             modified: (m.modified_unix_ms > 0).then(|| {

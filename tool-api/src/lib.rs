@@ -151,8 +151,11 @@ macro_rules! export_plugin {
                 __TOOLHOST_EXPORT.new_tool(name)
             }
 
-            extern "C" fn __toolhost_requirements() -> __p::RString {
-                __TOOLHOST_EXPORT.requirements()
+            extern "C" fn __toolhost_extension(
+                op: __p::RStr<'_>,
+                payload: __p::RStr<'_>,
+            ) -> __p::RResult<__p::RString, $crate::abi::AbiError> {
+                __TOOLHOST_EXPORT.extension(op, payload)
             }
 
             fn __toolhost_root() -> $crate::abi::PluginModRef {
@@ -160,7 +163,7 @@ macro_rules! export_plugin {
                     info: __toolhost_info,
                     definitions: __toolhost_definitions,
                     new_tool: __toolhost_new_tool,
-                    requirements: __toolhost_requirements,
+                    extension: __toolhost_extension,
                 })
             }
 

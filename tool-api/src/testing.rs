@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use abi_stable::std_types::{RArc, RResult, RSlice, RStr, RString, RVec};
 
 use crate::abi::{
-    AbiError, AbiMetadata, ERROR_FAILED, ERROR_PERMISSION_DENIED, HostContext, HostContext_TO,
+    AbiError, ERROR_FAILED, ERROR_PERMISSION_DENIED, FsMetadata, HostContext, HostContext_TO,
     TD_Opaque,
 };
 use crate::context::{Level, ToolContext};
@@ -204,8 +204,15 @@ impl HostContext for TestHost {
                 .ok_or_else(|| failed(format!("File '{path}' not found")))
         }))
     }
-    fn fs_metadata(&self, path: RStr<'_>) -> RResult<AbiMetadata, AbiError> {
-        ok_or(self.metadata(path.as_str()))
+    fn extension(&self, op: RStr<'_>, payload: RStr<'_>) -> RResult<RString, AbiError> {
+        match op.as_str() {
+            crate::abi::OP_FS_METADATA => {
+                ok_or(crate::abi::fs_metadata_op(payload.as_str(), |p| {
+                    self.metadata(p)
+                }))
+            }
+            other => RResult::RErr(crate::abi::unsupported(other, "host")),
+        }
     }
     fn fs_patch(&self, path: RStr<'_>, old: RStr<'_>, new: RStr<'_>) -> RResult<(), AbiError> {
         ok_or(normalize(path.as_str()).and_then(|p| {
@@ -228,11 +235,11 @@ impl HostContext for TestHost {
 }
 
 impl TestHost {
-    fn metadata(&self, path: &str) -> Result<AbiMetadata, AbiError> {
+    fn metadata(&self, path: &str) -> Result<FsMetadata, AbiError> {
         let p = normalize(path)?;
         let files = lock(&self.state.files);
         if let Some(bytes) = files.get(&p) {
-            return Ok(AbiMetadata {
+            return Ok(FsMetadata {
                 is_dir: false,
                 size: bytes.len() as u64,
                 modified_unix_ms: 0,
@@ -240,7 +247,7 @@ impl TestHost {
         }
         let dir = format!("{p}/");
         if p.is_empty() || files.keys().any(|k| k.starts_with(&dir)) {
-            Ok(AbiMetadata {
+            Ok(FsMetadata {
                 is_dir: true,
                 size: 0,
                 modified_unix_ms: 0,

@@ -118,11 +118,17 @@ fn exported_root_module_reports_plugin_info_and_unwinding() {
 }
 
 #[test]
-fn exported_root_module_has_the_1_1_requirements_field() {
-    let requirements = root()
-        .requirements()
-        .expect("a 1.1 plugin exports requirements");
-    assert_eq!(requirements().as_str(), "1.0.0");
+fn exported_root_module_answers_requirements_and_refuses_unknown_ops() {
+    let ext = root().extension();
+    let RResult::ROk(req) = ext(RStr::from(crate::abi::OP_REQUIREMENTS), RStr::from("")) else {
+        panic!("requirements failed")
+    };
+    assert_eq!(req.as_str(), "1.0.0");
+    let RResult::RErr(e) = ext(RStr::from("frobnicate"), RStr::from("")) else {
+        panic!("expected an error")
+    };
+    assert_eq!(e.code, crate::abi::ERROR_UNSUPPORTED);
+    assert!(e.message.contains("'frobnicate'"));
 }
 
 #[test]

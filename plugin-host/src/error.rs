@@ -1,0 +1,154 @@
+//! Why a package was refused, in words its author can act on.
+
+use tool_api::SideEffect;
+
+/// Why a plugin package was not loaded. Every message says what to do next.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The plugin directory could not be read.
+    #[error("cannot read plugin directory: {detail}")]
+    Directory {
+        /// The OS error.
+        detail: String,
+    },
+    /// A folder or file that is not a package.
+    #[error("not a plugin package: {detail}")]
+    NotAPackage {
+        /// What is missing.
+        detail: String,
+    },
+    /// The archive could not be unpacked.
+    #[error("bad package archive: {detail}")]
+    Archive {
+        /// What went wrong.
+        detail: String,
+    },
+    /// `plugin.toml` is invalid.
+    #[error("invalid plugin.toml: {detail}")]
+    Manifest {
+        /// The manifest error, naming file and key.
+        detail: String,
+    },
+    /// Built for another platform.
+    #[error(
+        "built for target '{found}', this host is '{expected}': build the plugin for {expected}"
+    )]
+    WrongTarget {
+        /// The package's target.
+        found: String,
+        /// The host's target.
+        expected: String,
+    },
+    /// Built against an incompatible tool-api.
+    #[error("built against tool-api {built}, host provides {host}: rebuild with tool-api ^{rebuild}{}", if detail.is_empty() { String::new() } else { format!(" ({detail})") })]
+    IncompatibleAbi {
+        /// What the plugin was built with.
+        built: String,
+        /// What the host provides.
+        host: String,
+        /// `major.minor` to rebuild with.
+        rebuild: String,
+        /// The `Error:` lines of the layout check, if any.
+        detail: String,
+    },
+    /// Needs a newer host.
+    #[error(
+        "needs tool-api {requires} or newer, host provides {host}: upgrade toolhost, or rebuild the plugin against tool-api ^{host} without the features it needs from {requires}"
+    )]
+    NeedsNewerHost {
+        /// What the plugin requires.
+        requires: String,
+        /// What the host provides.
+        host: String,
+    },
+    /// Built with `panic = "abort"`.
+    #[error(
+        "built with panic = \"abort\": one panic would kill the host; build it with panic = \"unwind\" (the default; remove `panic = \"abort\"` from its Cargo profile)"
+    )]
+    PanicAbort,
+    /// The library file is missing.
+    #[error("library '{library}' named in plugin.toml is not in the package")]
+    MissingLibrary {
+        /// The file name.
+        library: String,
+    },
+    /// The library does not match its checksum.
+    #[error(
+        "checksum mismatch for '{library}': plugin.toml says {expected}, the file is {actual}; the package is corrupt or was modified: re-package it with `cargo xtask plugin package`"
+    )]
+    ChecksumMismatch {
+        /// The file name.
+        library: String,
+        /// The manifest's digest.
+        expected: String,
+        /// The file's digest.
+        actual: String,
+    },
+    /// Not a loadable library.
+    #[error(
+        "'{path}' is not a loadable plugin library ({detail}): build the crate with crate-type = [\"cdylib\"] for this platform"
+    )]
+    NotALibrary {
+        /// The library.
+        path: String,
+        /// The loader's message.
+        detail: String,
+    },
+    /// No root module symbol.
+    #[error(
+        "'{path}' has no toolhost entry point: add `tool_api::export_plugin!(…)` to the plugin crate"
+    )]
+    NoEntryPoint {
+        /// The library.
+        path: String,
+    },
+    /// Loading failed otherwise.
+    #[error("loading '{path}' failed: {detail}")]
+    LoadFailed {
+        /// The library.
+        path: String,
+        /// What failed.
+        detail: String,
+    },
+    /// The definitions could not be read.
+    #[error("could not list the plugin's tools: {detail}")]
+    BadDefinitions {
+        /// What failed (a contained panic says so).
+        detail: String,
+    },
+    /// The library disagrees with its manifest.
+    #[error(
+        "plugin.toml says {key} = {manifest}, the library says {library}: re-package it with `cargo xtask plugin package`"
+    )]
+    ManifestMismatch {
+        /// The key.
+        key: &'static str,
+        /// The manifest's value.
+        manifest: String,
+        /// The library's value.
+        library: String,
+    },
+    /// Tool lists differ.
+    #[error(
+        "plugin.toml and the library disagree about the tools: {detail}; re-package it with `cargo xtask plugin package`"
+    )]
+    ToolListMismatch {
+        /// Which tools are missing where.
+        detail: String,
+    },
+    /// A tool's side effects differ from the manifest.
+    #[error(
+        "tool '{tool}' is declared {manifest} in plugin.toml but {library} by the library; re-package it"
+    )]
+    SideEffectMismatch {
+        /// The tool.
+        tool: String,
+        /// Manifest's class.
+        manifest: SideEffect,
+        /// Library's class.
+        library: SideEffect,
+    },
+    /// The dispatcher refused a tool (name clash, schema outside the subset, …).
+    #[error("{0}")]
+    Registration(String),
+}

@@ -1,0 +1,171 @@
+//! Opening a plugin library and reading what it exports.
+//!
+//! Each library is opened by its own path with `lib_header_from_path` +
+//! `init_root_module` (never `RootModule::load_from_file`, which caches the first module of
+//! a type and silently returns it for every later path). abi_stable never unloads a
+//! library: loading the same path twice returns the same module.
+
+use std::path::Path;
+
+use abi_stable::library::{LibraryError, RootModule, lib_header_from_path};
+use abi_stable::std_types::{RResult, RStr};
+use tool_api::ToolDefinition;
+use tool_api::abi::PluginModRef;
+
+use crate::error::Refusal;
+
+/// What a loaded library says about itself.
+#[derive(Clone)]
+pub struct Library {
+    /// The root module.
+    pub module: PluginModRef,
+    /// Plugin name.
+    pub name: String,
+    /// Plugin version (as the library says).
+    pub version: String,
+    /// tool-api version it was built against.
+    pub tool_api: String,
+    /// Oldest tool-api it needs from a host (`1.0.0` for 1.0 plugins).
+    pub requires_tool_api: String,
+    /// Built with `panic = "unwind"`.
+    pub unwinds: bool,
+    /// Its tool definitions.
+    pub definitions: Vec<ToolDefinition>,
+}
+
+/// What a library exports, in plain data (what `cargo xtask plugin package` and `verify`
+/// read, possibly in a child process, to write or check a manifest).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Inspection {
+    /// Plugin name.
+    pub name: String,
+    /// Plugin version.
+    pub version: String,
+    /// tool-api version it was built against.
+    pub tool_api: String,
+    /// Oldest tool-api it needs.
+    pub requires_tool_api: String,
+    /// Built with `panic = "unwind"`.
+    pub unwinds: bool,
+    /// Its tool definitions.
+    pub tools: Vec<ToolDefinition>,
+}
+
+impl Library {
+    /// The plain-data view of the library.
+    pub fn inspection(&self) -> Inspection {
+        Inspection {
+            name: self.name.clone(),
+            version: self.version.clone(),
+            tool_api: self.tool_api.clone(),
+            requires_tool_api: self.requires_tool_api.clone(),
+            unwinds: self.unwinds,
+            tools: self.definitions.clone(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Library {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Library")
+            .field("name", &self.name)
+            .field("version", &self.version)
+            .field("tool_api", &self.tool_api)
+            .field("tools", &self.definitions.len())
+            .finish()
+    }
+}
+
+/// The `Error:` lines of abi_stable's layout report (the rest goes to the debug log).
+fn error_lines(report: &str) -> String {
+    let lines: Vec<&str> = report
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("Error:"))
+        .take(3)
+        .collect();
+    if lines.is_empty() {
+        report.lines().next().unwrap_or("").trim().to_string()
+    } else {
+        lines.join("; ")
+    }
+}
+
+fn host_minor() -> String {
+    semver::Version::parse(tool_api::TOOL_API_VERSION)
+        .map(|v| format!("{}.{}", v.major, v.minor))
+        .unwrap_or_else(|_| tool_api::TOOL_API_VERSION.to_string())
+}
+
+fn refusal(path: &Path, e: LibraryError) -> Refusal {
+    let host = tool_api::TOOL_API_VERSION;
+    match e {
+        LibraryError::OpenError { err, .. } => Refusal::NotALibrary {
+            path: path.display().to_string(),
+            detail: err.to_string(),
+        },
+        LibraryError::GetSymbolError { .. } => Refusal::NoEntryPoint {
+            path: path.display().to_string(),
+        },
+        LibraryError::IncompatibleVersionNumber { actual_version, .. } => {
+            Refusal::IncompatibleAbi {
+                built: actual_version.to_string(),
+                host: host.to_string(),
+                rebuild: host_minor(),
+                detail: String::new(),
+            }
+        }
+        LibraryError::AbiInstability(report) => {
+            let report = report.to_string();
+            tracing::debug!(path = %path.display(), "abi_stable layout report:\n{report}");
+            Refusal::IncompatibleAbi {
+                built: "a different tool-api".into(),
+                host: host.to_string(),
+                rebuild: host_minor(),
+                detail: error_lines(&report),
+            }
+        }
+        other => Refusal::LoadFailed {
+            path: path.display().to_string(),
+            detail: other.to_string(),
+        },
+    }
+}
+
+/// Opens a library and reads its metadata and definitions. This runs the library's code:
+/// call it only after everything that can be checked without opening it was checked.
+pub fn open(path: &Path) -> Result<Library, Refusal> {
+    let header = lib_header_from_path(path).map_err(|e| refusal(path, e))?;
+    let module = header
+        .init_root_module::<PluginModRef>()
+        .map_err(|e| refusal(path, e))?;
+    debug_assert_eq!(PluginModRef::NAME, "toolhost_plugin");
+    let info = (module.info())();
+    let requires_tool_api =
+        match (module.extension())(RStr::from(tool_api::abi::OP_REQUIREMENTS), RStr::from("")) {
+            RResult::ROk(v) => v.into_string(),
+            // A 1.0 plugin does not know the operation: it needs 1.0.
+            RResult::RErr(_) => "1.0.0".to_string(),
+        };
+    let definitions = match (module.definitions())() {
+        RResult::ROk(json) => serde_json::from_str::<Vec<ToolDefinition>>(&json).map_err(|e| {
+            Refusal::BadDefinitions {
+                detail: format!("its tool definitions are not valid JSON definitions: {e}"),
+            }
+        })?,
+        RResult::RErr(e) => {
+            return Err(Refusal::BadDefinitions {
+                detail: e.message.into_string(),
+            });
+        }
+    };
+    Ok(Library {
+        module,
+        name: info.name.into_string(),
+        version: info.version.into_string(),
+        tool_api: info.tool_api_version.into_string(),
+        requires_tool_api,
+        unwinds: info.unwinds,
+        definitions,
+    })
+}

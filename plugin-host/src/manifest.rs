@@ -1,0 +1,160 @@
+//! `plugin.toml`: what a package says about itself, checked before its library is opened.
+//!
+//! ```toml
+//! name = "text-tools"              # plugin name (what `export_plugin!` says)
+//! version = "0.1.0"                # plugin version (semver)
+//! tool_api = "1.1.0"               # the tool-api version it was built against
+//! requires_tool_api = "1.0.0"      # the oldest tool-api a host must provide (default 1.0.0)
+//! target = "x86_64-unknown-linux-gnu"
+//! library = "libtext_tools.so"     # file name inside the package
+//! sha256 = "…"                     # hex digest of the library
+//! unwinds = true                   # built with panic = "unwind"
+//!
+//! [[tools]]
+//! name = "word_count"
+//! side_effects = "none"
+//! ```
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use tool_api::SideEffect;
+
+/// The file name of a package manifest.
+pub const MANIFEST_FILE: &str = "plugin.toml";
+
+/// A tool as the manifest lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ManifestTool {
+    /// Tool name.
+    pub name: String,
+    /// Declared side-effect class.
+    pub side_effects: SideEffect,
+}
+
+/// A parsed `plugin.toml`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// Plugin name.
+    pub name: String,
+    /// Plugin version.
+    pub version: semver::Version,
+    /// tool-api version the library was built against.
+    pub tool_api: semver::Version,
+    /// Oldest tool-api a host must provide.
+    #[serde(default = "base_version")]
+    pub requires_tool_api: semver::Version,
+    /// Target triple the library was built for.
+    pub target: String,
+    /// Library file name, inside the package directory.
+    pub library: String,
+    /// Hex SHA-256 of the library.
+    pub sha256: String,
+    /// Whether the library was built with `panic = "unwind"`.
+    pub unwinds: bool,
+    /// The tools the library exports.
+    #[serde(default)]
+    pub tools: Vec<ManifestTool>,
+}
+
+fn base_version() -> semver::Version {
+    semver::Version::new(1, 0, 0)
+}
+
+/// Why a manifest could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}{}: key `{key}`: {message}", location.as_deref().map(|l| format!(" ({l})")).unwrap_or_default())]
+pub struct ManifestError {
+    /// The manifest file.
+    pub file: String,
+    /// Dotted key path, or `(document)`.
+    pub key: String,
+    /// What was wrong and what was expected.
+    pub message: String,
+    /// `line L, column C`, when known.
+    pub location: Option<String>,
+}
+
+fn line_col(text: &str, offset: usize) -> String {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    format!("line {line}, column {col}")
+}
+
+impl Manifest {
+    /// Parses manifest text; `file` is used in messages.
+    pub fn parse(file: &Path, text: &str) -> Result<Manifest, ManifestError> {
+        let err =
+            |key: String, message: String, span: Option<std::ops::Range<usize>>| ManifestError {
+                file: file.display().to_string(),
+                key,
+                message,
+                location: span.map(|s| line_col(text, s.start)),
+            };
+        let de = toml::Deserializer::parse(text)
+            .map_err(|e| err("(document)".into(), e.message().to_string(), e.span()))?;
+        let manifest: Manifest = serde_path_to_error::deserialize(de).map_err(|e| {
+            let key = e.path().to_string();
+            let inner = e.into_inner();
+            let key = if key == "." { "(document)".into() } else { key };
+            err(key, inner.message().to_string(), inner.span())
+        })?;
+        let field = |key: &str, message: String| err(key.into(), message, None);
+        if manifest.library.is_empty()
+            || manifest.library.contains(['/', '\\'])
+            || manifest.library.starts_with('.')
+        {
+            return Err(field(
+                "library",
+                format!(
+                    "'{}' must be a plain file name inside the package",
+                    manifest.library
+                ),
+            ));
+        }
+        if manifest.sha256.len() != 64 || !manifest.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(field("sha256", "expected 64 hexadecimal digits".into()));
+        }
+        if manifest.tools.is_empty() {
+            return Err(field(
+                "tools",
+                "a package must list at least one tool".into(),
+            ));
+        }
+        Ok(manifest)
+    }
+
+    /// The manifest for a library, from what it exports; `target` is this host's.
+    pub fn for_library(
+        inspection: &crate::library::Inspection,
+        library_file: &str,
+        sha256: String,
+    ) -> Result<Manifest, semver::Error> {
+        Ok(Manifest {
+            name: inspection.name.clone(),
+            version: semver::Version::parse(&inspection.version)?,
+            tool_api: semver::Version::parse(&inspection.tool_api)?,
+            requires_tool_api: semver::Version::parse(&inspection.requires_tool_api)?,
+            target: crate::HOST_TARGET.to_string(),
+            library: library_file.to_string(),
+            sha256,
+            unwinds: inspection.unwinds,
+            tools: inspection
+                .tools
+                .iter()
+                .map(|t| ManifestTool {
+                    name: t.name.clone(),
+                    side_effects: t.side_effects,
+                })
+                .collect(),
+        })
+    }
+
+    /// Renders the manifest as TOML.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).unwrap_or_default()
+    }
+}

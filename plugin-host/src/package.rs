@@ -1,0 +1,216 @@
+//! Plugin packages on disk: folders and `.tar.gz` archives, checksums, unpacking, packing.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::{Component, Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::manifest::MANIFEST_FILE;
+
+/// Hex SHA-256 of a file.
+pub fn sha256_file(path: &Path) -> io::Result<String> {
+    let mut file = File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
+/// One thing found in a plugin directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    /// A folder (whether or not it holds a `plugin.toml`).
+    Folder(PathBuf),
+    /// A `.tar.gz` / `.tgz` archive.
+    Archive(PathBuf),
+}
+
+impl Found {
+    /// Where it is.
+    pub fn path(&self) -> &Path {
+        match self {
+            Found::Folder(p) | Found::Archive(p) => p,
+        }
+    }
+}
+
+fn is_archive(path: &Path) -> bool {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_lowercase())
+        .unwrap_or_default();
+    name.ends_with(".tar.gz") || name.ends_with(".tgz")
+}
+
+/// The packages of a plugin directory, sorted by path. Hidden entries are skipped;
+/// loose files that are not archives are reported as `Found::Folder`-less and skipped
+/// with a debug log.
+pub fn discover(dir: &Path) -> io::Result<Vec<Found>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        let hidden = entry.file_name().to_string_lossy().starts_with('.');
+        if hidden {
+            continue;
+        }
+        if path.is_dir() {
+            found.push(Found::Folder(path));
+        } else if is_archive(&path) {
+            found.push(Found::Archive(path));
+        } else if path
+            .extension()
+            .is_some_and(|e| e == "so" || e == "dylib" || e == "dll")
+        {
+            // A bare library is a common mistake: report it rather than ignore it.
+            found.push(Found::Folder(path));
+        } else {
+            tracing::debug!(path = %path.display(), "not a plugin package; skipped");
+        }
+    }
+    found.sort_by(|a, b| a.path().cmp(b.path()));
+    Ok(found)
+}
+
+/// Why an archive could not be unpacked.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveError {
+    /// Reading, decompressing or writing failed.
+    #[error("cannot unpack: {0}")]
+    Io(#[from] io::Error),
+    /// An entry is not a plain file or directory inside the package.
+    #[error(
+        "refused entry '{0}': archives may hold only plain files and folders, without absolute paths or '..'"
+    )]
+    UnsafeEntry(String),
+    /// The archive holds no `plugin.toml`.
+    #[error("no plugin.toml in the archive (make archives with `cargo xtask plugin package`)")]
+    NoManifest,
+}
+
+/// Unpacks `archive` into `cache/<sha256 of the archive>/` (once; later calls reuse it) and
+/// returns the folder that holds `plugin.toml`. Only plain files and folders with relative,
+/// `..`-free paths are accepted; the archive is unpacked into a temporary folder and renamed
+/// into place, so an interrupted unpack never leaves a half package in the cache.
+pub fn unpack_cached(archive: &Path, cache: &Path) -> Result<PathBuf, ArchiveError> {
+    let digest = sha256_file(archive)?;
+    let target = cache.join(&digest);
+    if !target.is_dir() {
+        std::fs::create_dir_all(cache)?;
+        let tmp = cache.join(format!(".{digest}.{}.partial", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp)?;
+        if let Err(e) = unpack_into(archive, &tmp) {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(e);
+        }
+        if let Err(e) = std::fs::rename(&tmp, &target) {
+            let _ = std::fs::remove_dir_all(&tmp);
+            if !target.is_dir() {
+                return Err(e.into());
+            }
+        }
+    }
+    package_root(&target).ok_or(ArchiveError::NoManifest)
+}
+
+fn unpack_into(archive: &Path, dest: &Path) -> Result<(), ArchiveError> {
+    let decoder = flate2::read::GzDecoder::new(File::open(archive)?);
+    let mut tar = tar::Archive::new(decoder);
+    for entry in tar.entries()? {
+        let mut entry = entry?;
+        let path = entry.path()?.into_owned();
+        let kind = entry.header().entry_type();
+        let safe_path = path
+            .components()
+            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+        if !safe_path || !(kind.is_file() || kind.is_dir()) {
+            return Err(ArchiveError::UnsafeEntry(path.display().to_string()));
+        }
+        let out = dest.join(&path);
+        if kind.is_dir() {
+            std::fs::create_dir_all(&out)?;
+        } else {
+            if let Some(parent) = out.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            let mut file = File::create(&out)?;
+            io::copy(&mut entry, &mut file)?;
+        }
+    }
+    Ok(())
+}
+
+/// The folder holding `plugin.toml`: `dir` itself or its only subfolder.
+fn package_root(dir: &Path) -> Option<PathBuf> {
+    if dir.join(MANIFEST_FILE).is_file() {
+        return Some(dir.to_path_buf());
+    }
+    let subdirs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    match subdirs.as_slice() {
+        [only] if only.join(MANIFEST_FILE).is_file() => Some(only.clone()),
+        _ => None,
+    }
+}
+
+/// Makes a package folder `dest`: copies the library in and writes `plugin.toml` (each via
+/// a temporary file renamed into place).
+pub fn write_folder(library: &Path, manifest: &crate::Manifest, dest: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(dest)?;
+    let lib_tmp = dest.join(format!(".{}.partial", manifest.library));
+    std::fs::copy(library, &lib_tmp)?;
+    std::fs::rename(&lib_tmp, dest.join(&manifest.library))?;
+    let toml_tmp = dest.join(format!(".{MANIFEST_FILE}.partial"));
+    std::fs::write(&toml_tmp, manifest.to_toml())?;
+    std::fs::rename(&toml_tmp, dest.join(MANIFEST_FILE))
+}
+
+/// Writes `NAME-VERSION-TARGET.tar.gz` into `out_dir` from a package folder (its
+/// `plugin.toml` and library, under a top folder named after the plugin). Returns its path.
+pub fn pack(package_dir: &Path, manifest: &crate::Manifest, out_dir: &Path) -> io::Result<PathBuf> {
+    std::fs::create_dir_all(out_dir)?;
+    let file_name = format!(
+        "{}-{}-{}.tar.gz",
+        manifest.name, manifest.version, manifest.target
+    );
+    let out = out_dir.join(&file_name);
+    let tmp = out_dir.join(format!(".{file_name}.partial"));
+    let result = (|| {
+        let gz = flate2::write::GzEncoder::new(File::create(&tmp)?, flate2::Compression::default());
+        let mut tar = tar::Builder::new(gz);
+        tar.mode(tar::HeaderMode::Deterministic);
+        for name in [MANIFEST_FILE, manifest.library.as_str()] {
+            tar.append_path_with_name(
+                package_dir.join(name),
+                Path::new(&manifest.name).join(name),
+            )?;
+        }
+        tar.into_inner()?.finish()?.sync_all()
+    })();
+    match result {
+        Ok(()) => {
+            std::fs::rename(&tmp, &out)?;
+            Ok(out)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}

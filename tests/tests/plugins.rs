@@ -1,0 +1,594 @@
+//! Plugin packages loaded through the real dispatcher: each fixture's exact verdict, and the
+//! host keeps serving after every fault.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::next_of;
+use dispatcher_core::{
+    ConfirmationPolicy, Dispatcher, DispatcherConfig, ErrorClass, SessionSpec, ToolUse,
+};
+use plugin_host::{Manifest, Outcome, PluginHost, Refusal, package};
+use serde_json::json;
+use toolhost_tests::{fixtures, package_library, write_package};
+
+struct Env {
+    plugins: tempfile::TempDir,
+    cache: tempfile::TempDir,
+    workspace: tempfile::TempDir,
+    dispatcher: Dispatcher,
+}
+
+fn allow_all() -> ConfirmationPolicy {
+    toml::from_str(r#"default = { write = "auto", execute = "auto", network = "auto" }"#).unwrap()
+}
+
+impl Env {
+    fn new() -> Env {
+        Env::with(Dispatcher::builder().policy(allow_all()).build())
+    }
+
+    fn with(dispatcher: Dispatcher) -> Env {
+        for f in builtin_tools::factories() {
+            dispatcher.register(f).unwrap();
+        }
+        Env {
+            plugins: tempfile::tempdir().unwrap(),
+            cache: tempfile::tempdir().unwrap(),
+            workspace: tempfile::tempdir().unwrap(),
+            dispatcher,
+        }
+    }
+
+    fn dir(&self) -> &Path {
+        self.plugins.path()
+    }
+
+    /// Packages fixture `name` as `dir_name` in the plugin directory.
+    fn add(&self, name: &str, dir_name: &str) -> PathBuf {
+        package_library(&fixtures().library(name), self.dir(), dir_name)
+    }
+
+    fn load(&self) -> plugin_host::LoadReport {
+        PluginHost::new([self.dir()])
+            .cache_dir(self.cache.path())
+            .load_into(&self.dispatcher)
+    }
+
+    fn session(&self) -> dispatcher_core::Session {
+        self.dispatcher
+            .open_session(SessionSpec::new("s", self.workspace.path()))
+            .unwrap()
+    }
+
+    async fn call(&self, tool: &str, input: serde_json::Value) -> dispatcher_core::ToolResultBlock {
+        self.dispatcher
+            .dispatch(ToolUse::new("tu", tool, input), &self.session())
+            .await
+    }
+}
+
+fn edit_manifest(package: &Path, edit: impl FnOnce(&mut Manifest)) {
+    let path = package.join("plugin.toml");
+    let mut m = Manifest::parse(&path, &std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(&mut m);
+    std::fs::write(&path, m.to_toml()).unwrap();
+}
+
+fn only_refusal(report: &plugin_host::LoadReport) -> Refusal {
+    let refused: Vec<_> = report.refused().collect();
+    assert_eq!(refused.len(), 1, "{:?}", report.lines());
+    refused[0].1.clone()
+}
+
+#[tokio::test]
+async fn good_package_loads_and_its_tools_dispatch_like_builtins() {
+    let env = Env::new();
+    env.add("good", "good");
+    let report = env.load();
+    assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
+    let Outcome::Loaded { name, tools, .. } = &report.packages[0].outcome else {
+        unreachable!()
+    };
+    assert_eq!(name, "fixture-good");
+    assert_eq!(tools.len(), 4);
+    let r = env.call("echo_upper", json!({"text": "abc"})).await;
+    assert_eq!((r.text().as_str(), r.is_error), ("ABC", false));
+    let listing = env.dispatcher.listing_for_session(&env.session());
+    let src = listing
+        .iter()
+        .find(|l| l.definition.name == "echo_upper")
+        .unwrap();
+    assert_eq!(src.source, "plugin:fixture-good");
+    // Validation applies to plugin tools like any other.
+    let bad = env.call("echo_upper", json!({"text": 5})).await;
+    assert_eq!(bad.error_class, Some(ErrorClass::ValidationError));
+}
+
+#[tokio::test]
+async fn archive_package_is_unpacked_to_a_cache_named_by_its_checksum() {
+    let env = Env::new();
+    let staging = tempfile::tempdir().unwrap();
+    let folder = package_library(&fixtures().library("good"), staging.path(), "good");
+    let m = Manifest::parse(
+        &folder.join("plugin.toml"),
+        &std::fs::read_to_string(folder.join("plugin.toml")).unwrap(),
+    )
+    .unwrap();
+    let archive = package::pack(&folder, &m, env.dir()).unwrap();
+    assert!(
+        archive
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("fixture-good-0.1.0-")
+    );
+    let report = env.load();
+    assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
+    let digest = package::sha256_file(&archive).unwrap();
+    assert!(
+        env.cache
+            .path()
+            .join(&digest)
+            .join("fixture-good/plugin.toml")
+            .is_file()
+    );
+    assert_eq!(
+        env.call("echo_upper", json!({"text": "z"})).await.text(),
+        "Z"
+    );
+}
+
+#[tokio::test]
+async fn archive_with_path_traversal_entry_is_refused() {
+    let env = Env::new();
+    let path = env.dir().join("evil.tar.gz");
+    // Hand-made tar header: tar::Builder refuses '..' itself, which is the point.
+    let mut header = [0u8; 512];
+    let name = b"../../escaped.txt";
+    header[..name.len()].copy_from_slice(name);
+    header[100..107].copy_from_slice(b"0000644");
+    header[124..135].copy_from_slice(b"00000000001");
+    header[136..147].copy_from_slice(b"00000000000");
+    header[156] = b'0';
+    header[257..263].copy_from_slice(b"ustar\0");
+    header[263..265].copy_from_slice(b"00");
+    header[148..156].copy_from_slice(b"        ");
+    let sum: u32 = header.iter().map(|b| u32::from(*b)).sum();
+    header[148..155].copy_from_slice(format!("{sum:06o}\0").as_bytes());
+    let mut tar = header.to_vec();
+    tar.extend_from_slice(b"x");
+    tar.resize(1024, 0);
+    tar.resize(2048, 0);
+    let mut gz = flate2_encode(&tar);
+    std::fs::write(&path, std::mem::take(&mut gz)).unwrap();
+    let refusal = only_refusal(&env.load());
+    assert!(
+        matches!(&refusal, Refusal::Archive { detail } if detail.contains("../../escaped.txt")),
+        "{refusal}"
+    );
+    assert!(
+        !env.cache
+            .path()
+            .parent()
+            .unwrap()
+            .join("escaped.txt")
+            .exists()
+    );
+}
+
+fn flate2_encode(bytes: &[u8]) -> Vec<u8> {
+    // A gzip member with a stored (uncompressed) deflate block.
+    let mut out = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
+    for (i, chunk) in bytes.chunks(65535).enumerate() {
+        let last = (i + 1) * 65535 >= bytes.len();
+        out.push(u8::from(last));
+        let len = u16::try_from(chunk.len()).unwrap();
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&(!len).to_le_bytes());
+        out.extend_from_slice(chunk);
+    }
+    let crc = crc32(bytes);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(&u32::try_from(bytes.len()).unwrap().to_le_bytes());
+    out
+}
+
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = 0xffff_ffffu32;
+    for b in bytes {
+        crc ^= u32::from(*b);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xedb8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+#[tokio::test]
+async fn garbage_bytes_named_so_are_refused_as_not_a_library() {
+    let env = Env::new();
+    let pkg = env.add("good", "garbage");
+    let lib = pkg.join("libfixture_good.so");
+    std::fs::write(&lib, b"this is not an ELF file at all").unwrap();
+    let sha = package::sha256_file(&lib).unwrap();
+    edit_manifest(&pkg, |m| m.sha256 = sha);
+    let refusal = only_refusal(&env.load());
+    assert!(matches!(refusal, Refusal::NotALibrary { .. }), "{refusal}");
+    assert!(refusal.to_string().contains("cdylib"), "{refusal}");
+}
+
+#[tokio::test]
+async fn library_without_entry_point_is_refused() {
+    let env = Env::new();
+    let good = env.add("good", "template");
+    let m = Manifest::parse(
+        &good.join("plugin.toml"),
+        &std::fs::read_to_string(good.join("plugin.toml")).unwrap(),
+    )
+    .unwrap();
+    std::fs::remove_dir_all(&good).unwrap();
+    let lib = fixtures().library("no-entry");
+    let manifest = Manifest {
+        library: lib.file_name().unwrap().to_string_lossy().into_owned(),
+        sha256: package::sha256_file(&lib).unwrap(),
+        ..m
+    };
+    write_package(&lib, &manifest, env.dir(), "no-entry");
+    let refusal = only_refusal(&env.load());
+    assert!(matches!(refusal, Refusal::NoEntryPoint { .. }), "{refusal}");
+    assert!(refusal.to_string().contains("export_plugin!"), "{refusal}");
+}
+
+#[tokio::test]
+async fn checksum_mismatch_is_refused_before_the_library_is_opened() {
+    let env = Env::new();
+    let pkg = env.add("good", "tampered");
+    edit_manifest(&pkg, |m| m.sha256 = "0".repeat(64));
+    let refusal = only_refusal(&env.load());
+    assert!(
+        matches!(refusal, Refusal::ChecksumMismatch { .. }),
+        "{refusal}"
+    );
+    assert!(env.call("echo_upper", json!({"text": "a"})).await.is_error);
+}
+
+#[tokio::test]
+async fn wrong_target_triple_is_refused() {
+    let env = Env::new();
+    let pkg = env.add("good", "foreign");
+    edit_manifest(&pkg, |m| m.target = "aarch64-apple-darwin".into());
+    let refusal = only_refusal(&env.load());
+    assert_eq!(
+        refusal.to_string(),
+        format!(
+            "built for target 'aarch64-apple-darwin', this host is '{}': build the plugin for {}",
+            plugin_host::HOST_TARGET,
+            plugin_host::HOST_TARGET
+        )
+    );
+}
+
+#[tokio::test]
+async fn panic_abort_build_is_refused_before_loading() {
+    let env = Env::new();
+    env.add("abort", "abort");
+    let refusal = only_refusal(&env.load());
+    assert_eq!(refusal, Refusal::PanicAbort);
+    assert!(refusal.to_string().contains("panic = \"unwind\""));
+}
+
+#[tokio::test]
+async fn panic_abort_build_with_a_lying_manifest_is_refused_after_loading() {
+    let env = Env::new();
+    let pkg = env.add("abort", "liar");
+    edit_manifest(&pkg, |m| m.unwinds = true);
+    assert_eq!(only_refusal(&env.load()), Refusal::PanicAbort);
+    assert!(
+        env.call("abort_echo", json!({})).await.is_error,
+        "no tool of it was registered"
+    );
+}
+
+#[tokio::test]
+async fn tool_name_clash_is_refused_naming_both_owners_and_registers_nothing() {
+    let env = Env::new();
+    env.add("dup-name", "dup");
+    let refusal = only_refusal(&env.load());
+    let text = refusal.to_string();
+    assert!(
+        text.contains("read_file")
+            && text.contains("builtin")
+            && text.contains("plugin:fixture-dup-name"),
+        "{text}"
+    );
+    assert_eq!(
+        env.call("dup_unique", json!({})).await.error_class,
+        Some(ErrorClass::NotFound)
+    );
+    assert_eq!(
+        env.call("read_file", json!({"path": "x"})).await.text(),
+        "'x' not found in the workspace"
+    );
+}
+
+#[tokio::test]
+async fn manifest_and_library_tool_lists_must_agree() {
+    let env = Env::new();
+    let pkg = env.add("good", "extra-listed");
+    edit_manifest(&pkg, |m| {
+        m.tools.push(plugin_host::ManifestTool {
+            name: "ghost".into(),
+            side_effects: tool_api::SideEffect::None,
+        });
+        m.tools.retain(|t| t.name != "log_levels");
+    });
+    let text = only_refusal(&env.load()).to_string();
+    assert!(
+        text.contains("listed but not in the library: ghost"),
+        "{text}"
+    );
+    assert!(
+        text.contains("in the library but not listed: log_levels"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn side_effects_must_match_the_manifest() {
+    let env = Env::new();
+    let pkg = env.add("good", "understated");
+    edit_manifest(&pkg, |m| {
+        for t in &mut m.tools {
+            if t.name == "ws_write" {
+                t.side_effects = tool_api::SideEffect::Read;
+            }
+        }
+    });
+    let refusal = only_refusal(&env.load());
+    assert!(
+        matches!(refusal, Refusal::SideEffectMismatch { .. }),
+        "{refusal}"
+    );
+}
+
+#[tokio::test]
+async fn unknown_manifest_key_is_refused_naming_the_key() {
+    let env = Env::new();
+    let pkg = env.add("good", "typo");
+    let path = pkg.join("plugin.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, format!("sha265 = \"x\"\n{text}")).unwrap();
+    let text = only_refusal(&env.load()).to_string();
+    assert!(
+        text.contains("sha265") && text.contains("plugin.toml") && text.contains("line 1"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn incompatible_major_version_says_what_to_rebuild_with() {
+    let env = Env::new();
+    let pkg = env.add("good", "future-major");
+    edit_manifest(&pkg, |m| m.tool_api = semver::Version::new(2, 0, 0));
+    let text = only_refusal(&env.load()).to_string();
+    let host = semver::Version::parse(tool_api::TOOL_API_VERSION).unwrap();
+    assert_eq!(
+        text,
+        format!(
+            "built against tool-api 2.0.0, host provides {host}: rebuild with tool-api ^{}.{}",
+            host.major, host.minor
+        )
+    );
+}
+
+#[tokio::test]
+async fn plugin_built_against_an_older_minor_loads_in_a_newer_host() {
+    let env = Env::new();
+    env.add("old-minor", "old");
+    let report = env.load();
+    assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
+    let r = env.call("old_echo", json!({"text": "from 1.0"})).await;
+    assert_eq!(r.text(), "from 1.0 (write ok: true, escape ok: false)");
+    assert!(env.workspace.path().join("from-old-minor.txt").is_file());
+}
+
+#[tokio::test]
+async fn plugin_built_against_a_newer_minor_loads_when_it_needs_nothing_new() {
+    let env = Env::new();
+    env.add("new-minor", "new");
+    let report = env.load();
+    assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
+    let r = env.call("new_echo", json!({"text": "from 1.2"})).await;
+    assert_eq!(r.text(), "from 1.2 (write ok: true, escape ok: false)");
+}
+
+#[tokio::test]
+async fn plugin_needing_a_newer_host_is_refused_with_a_clear_message() {
+    let env = Env::new();
+    env.add("new-minor-needs", "needs");
+    let refusal = only_refusal(&env.load());
+    assert_eq!(
+        refusal.to_string(),
+        format!(
+            "needs tool-api 1.2.0 or newer, host provides {host}: upgrade toolhost, or rebuild the plugin against tool-api ^{host} without the features it needs from 1.2.0",
+            host = tool_api::TOOL_API_VERSION
+        )
+    );
+}
+
+#[tokio::test]
+async fn panic_in_definitions_refuses_the_package_and_others_still_load() {
+    let env = Env::new();
+    let good = env.add("good", "b-good");
+    let m = Manifest::parse(
+        &good.join("plugin.toml"),
+        &std::fs::read_to_string(good.join("plugin.toml")).unwrap(),
+    )
+    .unwrap();
+    let lib = fixtures().library("bad-defs");
+    let manifest = Manifest {
+        name: "fixture-bad-defs".into(),
+        library: lib.file_name().unwrap().to_string_lossy().into_owned(),
+        sha256: package::sha256_file(&lib).unwrap(),
+        tools: vec![plugin_host::ManifestTool {
+            name: "broken".into(),
+            side_effects: tool_api::SideEffect::None,
+        }],
+        ..m
+    };
+    write_package(&lib, &manifest, env.dir(), "a-bad-defs");
+    env.add("panicky", "c-panicky");
+    let report = env.load();
+    assert_eq!(report.loaded().count(), 2, "{:?}", report.lines());
+    let refusal = report.refusal_for(&env.dir().join("a-bad-defs")).unwrap();
+    assert!(
+        matches!(refusal, Refusal::BadDefinitions { detail } if detail.contains("definition exploded")),
+        "{refusal}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn panics_in_plugin_execute_and_factory_are_execution_errors_and_the_host_keeps_serving() {
+    let env = Env::new();
+    env.add("panicky", "panicky");
+    env.add("good", "good");
+    assert_eq!(env.load().loaded().count(), 2);
+    let r = env.call("panic_execute", json!({})).await;
+    assert_eq!(r.error_class, Some(ErrorClass::ExecutionError));
+    assert!(!r.text().contains("sk-123"), "redacted: {}", r.text());
+    let r = env.call("panic_factory", json!({})).await;
+    assert_eq!(r.error_class, Some(ErrorClass::ExecutionError));
+    assert_eq!(env.call("fine", json!({})).await.text(), "still fine");
+    assert_eq!(
+        env.call("echo_upper", json!({"text": "ok"})).await.text(),
+        "OK"
+    );
+    assert_eq!(
+        env.call("panic_execute", json!({})).await.error_class,
+        Some(ErrorClass::ExecutionError)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancellation_reaches_a_plugin_tool() {
+    let env = Env::new();
+    env.add("good", "good");
+    env.load();
+    let session = env.session();
+    let mut events = session.subscribe();
+    let (d, s) = (env.dispatcher.clone(), session.clone());
+    let pending = tokio::spawn(async move {
+        d.dispatch(ToolUse::new("tu", "wait_cancel", json!({})), &s)
+            .await
+    });
+    next_of(&mut events, "tool.called").await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    env.dispatcher.cancel_session_tools("s").await;
+    let r = pending.await.unwrap();
+    assert_eq!(r.error_class, Some(ErrorClass::Cancelled));
+    assert!(
+        r.text()
+            .contains("stopped by the signal; cancel() calls: 1"),
+        "{}",
+        r.text()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugin_tool_ignoring_cancellation_is_abandoned_and_the_host_keeps_serving() {
+    let env = Env::with(
+        Dispatcher::builder()
+            .config(DispatcherConfig {
+                cancel_grace: Duration::from_millis(200),
+                ..Default::default()
+            })
+            .build(),
+    );
+    env.add("panicky", "panicky");
+    env.load();
+    let session = env.session();
+    let mut events = session.subscribe();
+    let (d, s) = (env.dispatcher.clone(), session.clone());
+    let pending = tokio::spawn(async move {
+        d.dispatch(ToolUse::new("tu", "ignores_cancel", json!({})), &s)
+            .await
+    });
+    next_of(&mut events, "tool.called").await;
+    let started = Instant::now();
+    env.dispatcher.cancel_session_tools("s").await;
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(
+        pending.await.unwrap().error_class,
+        Some(ErrorClass::Cancelled)
+    );
+    assert_eq!(env.call("fine", json!({})).await.text(), "still fine");
+}
+
+#[tokio::test]
+async fn plugin_file_access_has_the_same_workspace_boundary() {
+    let env = Env::new();
+    env.add("good", "good");
+    env.load();
+    let r = env
+        .call("ws_write", json!({"path": "../escape.txt", "content": "x"}))
+        .await;
+    assert_eq!(
+        r.error_class,
+        Some(ErrorClass::PermissionDenied),
+        "{}",
+        r.text()
+    );
+    assert!(
+        !env.workspace
+            .path()
+            .parent()
+            .unwrap()
+            .join("escape.txt")
+            .exists()
+    );
+    let outside = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(outside.path(), env.workspace.path().join("out")).unwrap();
+    let r = env
+        .call("ws_write", json!({"path": "out/x.txt", "content": "x"}))
+        .await;
+    assert_eq!(
+        r.error_class,
+        Some(ErrorClass::PermissionDenied),
+        "{}",
+        r.text()
+    );
+    let r = env
+        .call("ws_write", json!({"path": "in/x.txt", "content": "hello"}))
+        .await;
+    assert_eq!(r.text(), "wrote 5 bytes");
+}
+
+#[tokio::test]
+async fn one_bad_package_never_stops_the_others() {
+    let env = Env::new();
+    env.add("good", "1-good");
+    let bad = env.add("good", "2-tampered");
+    edit_manifest(&bad, |m| m.sha256 = "f".repeat(64));
+    std::fs::create_dir(env.dir().join("3-empty")).unwrap();
+    std::fs::copy(fixtures().library("good"), env.dir().join("4-bare.so")).unwrap();
+    env.add("old-minor", "5-old");
+    let report = env.load();
+    let lines = report.lines();
+    assert_eq!(report.loaded().count(), 2, "{lines:?}");
+    assert_eq!(report.refused().count(), 3, "{lines:?}");
+    assert!(lines[2].contains("no plugin.toml"), "{lines:?}");
+    assert!(lines[3].contains("bare library"), "{lines:?}");
+    let missing = PluginHost::new(["/no/such/plugins"]).load_into(&env.dispatcher);
+    assert!(matches!(
+        missing.refused().next(),
+        Some((_, Refusal::Directory { .. }))
+    ));
+}
