@@ -1,0 +1,146 @@
+//! # text-tools: an example toolhost plugin
+//!
+//! Two pure tools (`side_effects = none`, inline): `word_count` counts lines, words and
+//! characters of a text; `json_pointer` looks up an RFC 6901 pointer in a JSON document.
+//! Copy this crate to start a plugin whose tools only compute.
+#![allow(unsafe_code)] // only in the root module `export_plugin!` emits
+
+use tool_api::serde_json::{Value, json};
+use tool_api::{
+    DefinedTool, SideEffect, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
+    export_plugin,
+};
+
+/// Counts lines, words and characters.
+#[derive(Default)]
+pub struct WordCount;
+
+impl DefinedTool for WordCount {
+    fn definition() -> ToolDefinition {
+        ToolDefinition::new(
+            "word_count",
+            "Count the lines, words and characters of a text.",
+            SideEffect::None,
+            json!({
+                "type": "object",
+                "properties": {"text": {"type": "string", "description": "The text to count."}},
+                "required": ["text"],
+                "additionalProperties": false
+            }),
+        )
+        .inline()
+    }
+}
+
+impl Tool for WordCount {
+    fn execute(&self, input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let text = input["text"].as_str().unwrap_or_default();
+        let (lines, words, chars) = (
+            text.lines().count(),
+            text.split_whitespace().count(),
+            text.chars().count(),
+        );
+        Ok(
+            ToolOutput::text(format!("{lines} lines, {words} words, {chars} characters"))
+                .with_metadata(json!({"lines": lines, "words": words, "characters": chars})),
+        )
+    }
+}
+
+/// Looks up a JSON pointer.
+#[derive(Default)]
+pub struct JsonPointer;
+
+impl DefinedTool for JsonPointer {
+    fn definition() -> ToolDefinition {
+        ToolDefinition::new(
+            "json_pointer",
+            "Look up an RFC 6901 JSON pointer (like /items/0/name) in a JSON document given as text.",
+            SideEffect::None,
+            json!({
+                "type": "object",
+                "properties": {
+                    "document": {"type": "string", "description": "The JSON document, as text."},
+                    "pointer": {"type": "string", "description": "The pointer; \"\" is the whole document."}
+                },
+                "required": ["document", "pointer"],
+                "additionalProperties": false
+            }),
+        )
+        .inline()
+    }
+}
+
+impl Tool for JsonPointer {
+    fn execute(&self, input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let document = input["document"].as_str().unwrap_or_default();
+        let pointer = input["pointer"].as_str().unwrap_or_default();
+        if !(pointer.is_empty() || pointer.starts_with('/')) {
+            return Err(ToolError::invalid_input(format!(
+                "pointer '{pointer}' must be empty or start with '/', e.g. /items/0"
+            )));
+        }
+        let doc: Value = tool_api::serde_json::from_str(document)
+            .map_err(|e| ToolError::invalid_input(format!("document is not valid JSON: {e}")))?;
+        match doc.pointer(pointer) {
+            Some(found) => {
+                Ok(ToolOutput::text(found.to_string()).with_metadata(json!({"found": true})))
+            }
+            None => Ok(ToolOutput::failure(format!("nothing at '{pointer}'"))
+                .with_metadata(json!({"found": false}))),
+        }
+    }
+}
+
+export_plugin!(
+    name: "text-tools",
+    version: env!("CARGO_PKG_VERSION"),
+    tools: [WordCount, JsonPointer],
+);
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use tool_api::testing::TestHost;
+
+    #[test]
+    fn word_count_counts_lines_words_and_characters() {
+        let out = WordCount
+            .execute(
+                json!({"text": "héllo world\nbye"}),
+                &TestHost::new().context(),
+            )
+            .unwrap();
+        assert_eq!(out.text_content(), "2 lines, 3 words, 15 characters");
+    }
+
+    #[test]
+    fn json_pointer_finds_nested_values() {
+        let doc = r#"{"items": [{"name": "a"}, {"name": "b"}]}"#;
+        let out = JsonPointer
+            .execute(
+                json!({"document": doc, "pointer": "/items/1/name"}),
+                &TestHost::new().context(),
+            )
+            .unwrap();
+        assert_eq!(out.text_content(), "\"b\"");
+    }
+
+    #[test]
+    fn json_pointer_reports_missing_paths_and_bad_input() {
+        let ctx = TestHost::new().context();
+        let out = JsonPointer
+            .execute(json!({"document": "{}", "pointer": "/x"}), &ctx)
+            .unwrap();
+        assert!(!out.success);
+        let err = JsonPointer
+            .execute(json!({"document": "{", "pointer": ""}), &ctx)
+            .unwrap_err();
+        assert!(matches!(err, ToolError::InvalidInput(_)));
+        let err = JsonPointer
+            .execute(json!({"document": "{}", "pointer": "x"}), &ctx)
+            .unwrap_err();
+        assert!(err.to_string().contains("must be empty or start with '/'"));
+    }
+}
