@@ -1,7 +1,8 @@
 //! `toolhost.toml`: every key, its default, and errors that name the file and the key.
 //!
 //! ```toml
-//! # Directories scanned for plugin packages (relative to this file). Default: none.
+//! # Directories scanned for plugin packages (relative to this file; `~` expanded).
+//! # Default: none. `--plugins DIR` adds more.
 //! plugin_dirs = ["plugins"]
 //! # Capabilities enabled for tools that require one. Default: none.
 //! capabilities = []

@@ -3,9 +3,11 @@
 //! ```text
 //! toolhost list [--json] [--workspace DIR]
 //! toolhost call NAME --input JSON [--workspace DIR] [--yes] [--json]
+//! toolhost plugins
 //! ```
 //!
-//! Global options: `--config FILE` (else `./toolhost.toml`, else the user's config dir).
+//! Global options: `--config FILE` (else `./toolhost.toml`, else the user's config dir),
+//! `--plugins DIR` (repeatable; added to the config's `plugin_dirs`).
 //! Exit codes: 0 the call succeeded, 1 the call returned an error result, 2 bad usage or
 //! configuration. Logs go to stderr (`TOOLHOST_LOG=debug` for more).
 
@@ -34,6 +36,9 @@ struct Cli {
     /// Configuration file (default: ./toolhost.toml, else ~/.config/toolhost/toolhost.toml).
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// A directory of plugin packages to load (repeatable; added to `plugin_dirs`).
+    #[arg(long = "plugins", global = true, value_name = "DIR")]
+    plugins: Vec<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -64,6 +69,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Load the plugin directories and print, per package, loaded (with its tools) or
+    /// refused (with the reason). Exit code 1 if any package was refused.
+    Plugins,
 }
 
 #[derive(Args)]
@@ -125,12 +133,28 @@ fn load_config(explicit: Option<&Path>) -> Result<(Config, PathBuf), UsageError>
     }
 }
 
-/// Builds the dispatcher the config describes, with the built-in tools registered.
+/// Where plugins come from: the config's `plugin_dirs`, then `--plugins`.
+struct Sources<'a> {
+    config: &'a Config,
+    file: &'a Path,
+    extra_plugin_dirs: &'a [PathBuf],
+}
+
+impl Sources<'_> {
+    fn plugin_dirs(&self) -> Vec<PathBuf> {
+        let mut dirs = self.config.plugin_dirs.clone();
+        dirs.extend(self.extra_plugin_dirs.iter().cloned());
+        dirs
+    }
+}
+
+/// Builds the dispatcher the config describes: built-in tools, then plugin packages (a
+/// refused package is logged as a warning and skipped). Returns the plugin load report.
 fn build_dispatcher(
-    config: &Config,
-    file: &Path,
+    sources: &Sources<'_>,
     confirmer: Option<Arc<dyn dispatcher_core::Confirmer>>,
-) -> Result<Dispatcher, UsageError> {
+) -> Result<(Dispatcher, plugin_host::LoadReport), UsageError> {
+    let (config, file) = (sources.config, sources.file);
     let mut builder = Dispatcher::builder()
         .config(config.dispatcher_config(file)?)
         .policy(config.tool_confirmation.clone());
@@ -144,7 +168,13 @@ fn build_dispatcher(
     for factory in builtin_tools::factories() {
         dispatcher.register(factory)?;
     }
-    Ok(dispatcher)
+    let dirs = sources.plugin_dirs();
+    let report = if dirs.is_empty() {
+        plugin_host::LoadReport::default()
+    } else {
+        plugin_host::PluginHost::new(dirs).load_into(&dispatcher)
+    };
+    Ok((dispatcher, report))
 }
 
 fn open_session(dispatcher: &Dispatcher, args: &SessionArgs) -> Result<Session, UsageError> {
@@ -153,9 +183,40 @@ fn open_session(dispatcher: &Dispatcher, args: &SessionArgs) -> Result<Session, 
 
 async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
     let (config, file) = load_config(cli.config.as_deref())?;
+    let sources = Sources {
+        config: &config,
+        file: &file,
+        extra_plugin_dirs: &cli.plugins,
+    };
     match cli.command {
+        Command::Plugins => {
+            let (_, report) = build_dispatcher(&sources, None)?;
+            if report.packages.is_empty() {
+                println!(
+                    "no plugin packages found (plugin directories: {})",
+                    if sources.plugin_dirs().is_empty() {
+                        "none; use --plugins DIR or plugin_dirs in toolhost.toml".to_string()
+                    } else {
+                        sources
+                            .plugin_dirs()
+                            .iter()
+                            .map(|d| d.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    }
+                );
+            }
+            for line in report.lines() {
+                println!("{line}");
+            }
+            Ok(if report.refused().next().is_some() {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
         Command::List { session, json } => {
-            let dispatcher = build_dispatcher(&config, &file, None)?;
+            let (dispatcher, _) = build_dispatcher(&sources, None)?;
             let session = open_session(&dispatcher, &session)?;
             list(&dispatcher, &session, json);
             Ok(ExitCode::SUCCESS)
@@ -182,7 +243,7 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
             } else {
                 no_terminal.clone()
             };
-            let dispatcher = build_dispatcher(&config, &file, Some(confirmer))?;
+            let (dispatcher, _) = build_dispatcher(&sources, Some(confirmer))?;
             let session = open_session(&dispatcher, &session)?;
             let result = dispatcher
                 .dispatch(ToolUse::new("toolu_cli_1", &name, input), &session)
@@ -237,8 +298,14 @@ fn list(dispatcher: &Dispatcher, session: &Session, as_json: bool) {
         .max()
         .unwrap_or(4)
         .max(4);
+    let source_width = listing
+        .iter()
+        .map(|l| l.source.len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
     println!(
-        "{:width$}  {:8}  {:16}  DESCRIPTION",
+        "{:width$}  {:8}  {:source_width$}  DESCRIPTION",
         "NAME", "EFFECTS", "SOURCE"
     );
     for l in &listing {
@@ -248,7 +315,7 @@ fn list(dispatcher: &Dispatcher, session: &Session, as_json: bool) {
             None => first_line.to_string(),
         };
         println!(
-            "{:width$}  {:8}  {:16}  {}",
+            "{:width$}  {:8}  {:source_width$}  {}",
             l.definition.name, l.definition.side_effects, l.source, first_line
         );
     }

@@ -11,6 +11,7 @@ fn toolhost(workspace: &Path, args: &[&str]) -> Output {
         .args(args)
         .current_dir(workspace)
         .env("XDG_CONFIG_HOME", workspace.join(".no-user-config"))
+        .env("XDG_CACHE_HOME", workspace.join(".cache"))
         .stdin(Stdio::null())
         .output()
         .unwrap()
@@ -189,5 +190,90 @@ fn list_json_shows_every_builtin_with_its_side_effects() {
         tools
             .iter()
             .all(|t| t["source"] == "builtin" && t["input_schema"]["type"] == "object")
+    );
+}
+
+fn plugin_dir_with_good_and_tampered(root: &Path) -> std::path::PathBuf {
+    let plugins = root.join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    let lib = toolhost_tests::fixtures().library("good");
+    toolhost_tests::package_library(&lib, &plugins, "good");
+    let bad = toolhost_tests::package_library(&lib, &plugins, "tampered");
+    let manifest = bad.join("plugin.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let sha_line = text
+        .lines()
+        .find(|l| l.starts_with("sha256"))
+        .unwrap()
+        .to_string();
+    std::fs::write(
+        &manifest,
+        text.replace(&sha_line, &format!("sha256 = \"{}\"", "0".repeat(64))),
+    )
+    .unwrap();
+    plugins
+}
+
+#[test]
+fn plugins_command_reports_each_package_and_exits_one_when_any_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir_with_good_and_tampered(dir.path());
+    let out = toolhost(
+        dir.path(),
+        &["plugins", "--plugins", plugins.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let report = text(&out.stdout);
+    assert!(
+        report.contains("loaded   fixture-good 0.1.0") && report.contains("echo_upper (none)"),
+        "{report}"
+    );
+    assert!(
+        report.contains("refused") && report.contains("checksum mismatch"),
+        "{report}"
+    );
+}
+
+#[test]
+fn call_dispatches_a_plugin_tool_from_a_plugins_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir_with_good_and_tampered(dir.path());
+    let out = toolhost(
+        dir.path(),
+        &[
+            "call",
+            "echo_upper",
+            "--plugins",
+            plugins.to_str().unwrap(),
+            "--input",
+            r#"{"text": "hi"}"#,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "HI\n");
+    assert!(
+        text(&out.stderr).contains("plugin refused"),
+        "refusals are warned about: {}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn plugin_dirs_in_the_config_are_relative_to_the_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    plugin_dir_with_good_and_tampered(dir.path());
+    let conf = dir.path().join("conf");
+    std::fs::create_dir_all(&conf).unwrap();
+    std::fs::write(
+        conf.join("toolhost.toml"),
+        "plugin_dirs = [\"../plugins\"]\n",
+    )
+    .unwrap();
+    let out = toolhost(dir.path(), &["--config", "conf/toolhost.toml", "list"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let listing = text(&out.stdout);
+    assert!(
+        listing.contains("echo_upper") && listing.contains("plugin:fixture-good"),
+        "{listing}"
     );
 }

@@ -1,266 +1,154 @@
-//! `cargo xtask`: the project's own commands.
-//!
-//! ```text
-//! cargo xtask test     build everything the tests need, then run every test (incl. doctests)
-//! cargo xtask ci       cargo fmt --check, clippy -D warnings, then `test`
-//! cargo xtask demo     build toolhost and run it on sample calls in a scratch workspace
-//! ```
+//! `cargo xtask`: see the library docs for the commands.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 
-/// A failed step: what was being done and why it failed.
-struct StepError {
-    step: String,
-    why: String,
+use xtask::plugin::{self, Inspector};
+use xtask::steps::{Result, fail};
+
+const USAGE: &str = "usage: cargo xtask <command>
+
+  test                               build what the tests need, run every test
+  ci                                 fmt --check, clippy -D warnings, then test
+  demo                               package the example plugins and run toolhost over them
+  plugin new NAME [--path DIR]       scaffold a plugin crate with a sample tool and test
+  plugin build PATH [--release]      build the plugin crate at PATH
+  plugin package PATH [--out DIR]    build (release) and package it: DIR/NAME-VERSION-TARGET.tar.gz (default dist/)
+  plugin verify PACKAGE              load a package in a child process and report its tools and verdicts
+  plugin install PACKAGE [--dir DIR] verify, then copy into DIR (default ~/.local/share/toolhost/plugins)";
+
+/// Takes `--flag VALUE` out of `args`.
+fn option(args: &mut Vec<String>, flag: &str) -> Option<String> {
+    let i = args.iter().position(|a| a == flag)?;
+    args.remove(i);
+    (i < args.len()).then(|| args.remove(i))
 }
 
-type Result<T = ()> = std::result::Result<T, StepError>;
-
-fn root() -> PathBuf {
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    manifest.parent().map(Path::to_path_buf).unwrap_or(manifest)
+/// Takes `--flag` out of `args`.
+fn switch(args: &mut Vec<String>, flag: &str) -> bool {
+    let before = args.len();
+    args.retain(|a| a != flag);
+    args.len() != before
 }
 
-fn cargo() -> Command {
-    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    c.current_dir(root());
-    c
-}
-
-/// Runs a command to completion, streaming its output, naming the step on failure.
-fn run(step: &str, cmd: &mut Command) -> Result {
-    eprintln!("\n==> {step}");
-    let status = cmd.status().map_err(|e| StepError {
-        step: step.into(),
-        why: format!("could not start {:?}: {e}", cmd.get_program()),
-    })?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(StepError {
-            step: step.into(),
-            why: format!("exited with {status}"),
-        })
+fn positional(args: &[String], what: &str) -> Result<PathBuf> {
+    match args {
+        [one] => Ok(PathBuf::from(one)),
+        [] => fail("read the arguments", format!("missing {what}\n\n{USAGE}")),
+        more => fail(
+            "read the arguments",
+            format!("unexpected arguments {:?}\n\n{USAGE}", &more[1..]),
+        ),
     }
 }
 
-/// Test totals summed over `cargo test` runs.
-#[derive(Default)]
-struct Totals {
-    passed: u64,
-    failed: u64,
-    ignored: u64,
+fn plugin_command(mut args: Vec<String>) -> Result {
+    let sub = if args.is_empty() {
+        String::new()
+    } else {
+        args.remove(0)
+    };
+    match sub.as_str() {
+        "new" => {
+            let path = option(&mut args, "--path");
+            let name = positional(&args, "NAME")?;
+            let dir = plugin::new(&name.to_string_lossy(), path.as_deref().map(Path::new))?;
+            println!(
+                "created {}\nnext: cd {} && cargo test",
+                dir.display(),
+                dir.display()
+            );
+            Ok(())
+        }
+        "build" => {
+            let release = switch(&mut args, "--release");
+            let path = positional(&args, "PATH")?;
+            let lib = plugin::build(&path, release, None)?;
+            println!("{}", lib.display());
+            Ok(())
+        }
+        "package" => {
+            let out = option(&mut args, "--out")
+                .map_or_else(|| xtask::steps::root().join("dist"), PathBuf::from);
+            let path = positional(&args, "PATH")?;
+            let archive = plugin::package_crate(&path, &out, &Inspector::child(), None)?;
+            println!("{}", archive.display());
+            Ok(())
+        }
+        "verify" => {
+            let package = positional(&args, "PACKAGE")?;
+            print!("{}", plugin::verify(&package, &Inspector::child())?);
+            Ok(())
+        }
+        "install" => {
+            let dir = option(&mut args, "--dir");
+            let package = positional(&args, "PACKAGE")?;
+            let dest =
+                plugin::install(&package, dir.as_deref().map(Path::new), &Inspector::child())?;
+            let dir = dest.parent().map(Path::to_path_buf).unwrap_or_default();
+            println!(
+                "installed {}\nload it with: toolhost --plugins {} list   (or plugin_dirs = [\"{}\"] in toolhost.toml)",
+                dest.display(),
+                dir.display(),
+                dir.display()
+            );
+            Ok(())
+        }
+        other => fail(
+            "read the arguments",
+            format!("unknown plugin command '{other}'\n\n{USAGE}"),
+        ),
+    }
 }
 
-/// Runs a `cargo test` step, echoing its output and adding up its `test result:` lines.
-fn run_tests(step: &str, cmd: &mut Command, totals: &mut Totals) -> Result {
-    use std::io::{BufRead, BufReader};
-    eprintln!("\n==> {step}");
-    let mut child = cmd
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|e| StepError {
-            step: step.into(),
-            why: format!("could not start cargo: {e}"),
-        })?;
-    if let Some(out) = child.stdout.take() {
-        for line in BufReader::new(out)
-            .lines()
-            .map_while(std::result::Result::ok)
-        {
-            println!("{line}");
-            if let Some(rest) = line.strip_prefix("test result: ") {
-                let count = |what: &str| -> u64 {
-                    rest.split(';')
-                        .find_map(|part| part.trim().strip_suffix(what))
-                        .and_then(|n| n.trim().rsplit(' ').next()?.parse().ok())
-                        .unwrap_or(0)
-                };
-                totals.passed += count(" passed");
-                totals.failed += count(" failed");
-                totals.ignored += count(" ignored");
-            }
+/// The child side of `Inspector::Child`: prints JSON or exits 1 with the reason.
+fn child(what: &str, arg: Option<&String>) -> ExitCode {
+    let Some(arg) = arg else {
+        eprintln!("{what} needs a path");
+        return ExitCode::from(2);
+    };
+    let result = match what {
+        "__inspect" => plugin::inspect_here(Path::new(arg)),
+        _ => plugin::verify_here(Path::new(arg)),
+    };
+    match result {
+        Ok(text) => {
+            println!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
         }
     }
-    let status = child.wait().map_err(|e| StepError {
-        step: step.into(),
-        why: e.to_string(),
-    })?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(StepError {
-            step: step.into(),
-            why: format!("exited with {status}"),
-        })
-    }
-}
-
-fn test() -> Result {
-    run(
-        "build the workspace and test binaries",
-        cargo().args(["build", "--workspace", "--all-targets"]),
-    )?;
-    let mut totals = Totals::default();
-    let result = run_tests(
-        "run unit, integration and CLI tests, and benchmarks in test mode",
-        cargo().args(["test", "--workspace", "--all-targets"]),
-        &mut totals,
-    )
-    .and_then(|()| {
-        run_tests(
-            "run doctests",
-            cargo().args(["test", "--workspace", "--doc"]),
-            &mut totals,
-        )
-    });
-    println!(
-        "\nall tests: {} passed, {} failed, {} skipped",
-        totals.passed, totals.failed, totals.ignored
-    );
-    result
-}
-
-fn ci() -> Result {
-    run(
-        "check formatting",
-        cargo().args(["fmt", "--all", "--", "--check"]),
-    )?;
-    run(
-        "clippy (warnings are errors)",
-        cargo().args([
-            "clippy",
-            "--workspace",
-            "--all-targets",
-            "--",
-            "-D",
-            "warnings",
-        ]),
-    )?;
-    test()
-}
-
-fn demo() -> Result {
-    run("build toolhost", cargo().args(["build", "-p", "toolhost"]))?;
-    let bin = root().join("target/debug/toolhost");
-    let ws = root().join("target/demo-workspace");
-    let prepare = || -> std::io::Result<()> {
-        let _ = std::fs::remove_dir_all(&ws);
-        std::fs::create_dir_all(ws.join("src"))?;
-        std::fs::write(
-            ws.join("README.md"),
-            "# Demo project\n\nA scratch workspace for the toolhost demo.\n",
-        )?;
-        std::fs::write(
-            ws.join("src/main.rs"),
-            "fn main() {\n    println!(\"hello\");\n}\n",
-        )?;
-        std::fs::write(
-            ws.join("toolhost.toml"),
-            "# Demo policy: writes are confirmed (answered by --yes below), shell is denied.\n\
-             [tool_confirmation.per_tool]\nshell = \"deny\"\n",
-        )
-    };
-    prepare().map_err(|e| StepError {
-        step: "prepare the demo workspace".into(),
-        why: e.to_string(),
-    })?;
-    let toolhost = |args: &[&str]| {
-        let mut c = Command::new(&bin);
-        c.args(args)
-            .current_dir(&ws)
-            .env("XDG_CONFIG_HOME", ws.join(".config"));
-        c
-    };
-    let show = |title: &str, args: &[&str]| -> Result {
-        eprintln!("\n==> {title}\n$ toolhost {}", args.join(" "));
-        let status = toolhost(args).status().map_err(|e| StepError {
-            step: title.into(),
-            why: e.to_string(),
-        })?;
-        eprintln!("(exit code {})", status.code().unwrap_or(-1));
-        Ok(())
-    };
-    show("list the tools", &["list"])?;
-    show(
-        "read a file",
-        &["call", "read_file", "--input", r#"{"path": "README.md"}"#],
-    )?;
-    show(
-        "write a file (write prompts; --yes answers allow)",
-        &[
-            "call",
-            "write_file",
-            "--yes",
-            "--input",
-            r#"{"path": "notes/todo.md", "content": "- try toolhost\n"}"#,
-        ],
-    )?;
-    show(
-        "patch it (exactly one match)",
-        &[
-            "call",
-            "patch_file",
-            "--yes",
-            "--input",
-            r#"{"path": "notes/todo.md", "old": "try", "new": "ship"}"#,
-        ],
-    )?;
-    show(
-        "escape the workspace (refused)",
-        &[
-            "call",
-            "read_file",
-            "--input",
-            r#"{"path": "../../etc/passwd"}"#,
-        ],
-    )?;
-    show(
-        "run a shell command (denied by the demo policy)",
-        &["call", "shell", "--yes", "--input", r#"{"command": "ls"}"#],
-    )?;
-    show(
-        "invalid input (every error with its JSON pointer)",
-        &[
-            "call",
-            "read_file",
-            "--json",
-            "--input",
-            r#"{"path": 7, "limit": 0}"#,
-        ],
-    )?;
-    eprintln!("\nDemo workspace: {}", ws.display());
-    Ok(())
-}
-
-fn usage() -> &'static str {
-    "usage: cargo xtask <test | ci | demo>\n\n  test   build what the tests need, run every test\n  ci     fmt check, clippy, then test\n  demo   run toolhost on sample calls"
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("test") => test(),
-        Some("ci") => ci(),
-        Some("demo") => demo(),
-        Some("-h" | "--help" | "help") => {
-            println!("{}", usage());
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let command = if args.is_empty() {
+        String::new()
+    } else {
+        args.remove(0)
+    };
+    let result = match command.as_str() {
+        "test" => xtask::test(),
+        "ci" => xtask::ci(),
+        "demo" => xtask::demo::demo(),
+        "plugin" => plugin_command(args),
+        "__inspect" | "__verify" => return child(&command, args.first()),
+        "-h" | "--help" | "help" => {
+            println!("{USAGE}");
             return ExitCode::SUCCESS;
         }
         other => {
-            eprintln!(
-                "cargo xtask: unknown command {}\n\n{}",
-                other.map_or("(none)".to_string(), |o| format!("'{o}'")),
-                usage()
-            );
+            eprintln!("cargo xtask: unknown command '{other}'\n\n{USAGE}");
             return ExitCode::from(2);
         }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("\ncargo xtask: step '{}' failed: {}", e.step, e.why);
+            eprintln!("\ncargo xtask: {e}");
             ExitCode::FAILURE
         }
     }

@@ -1,0 +1,125 @@
+//! `cargo xtask demo`: package the example plugins and run toolhost over them.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::plugin::{Inspector, package_crate};
+use crate::steps::{Result, announce, cargo, fail, io, root, run};
+
+const EXAMPLES: [&str; 2] = ["examples/plugins/text-tools", "examples/plugins/grep"];
+
+fn prepare_workspace(ws: &Path) -> std::io::Result<()> {
+    let _ = std::fs::remove_dir_all(ws);
+    std::fs::create_dir_all(ws.join("src"))?;
+    std::fs::write(
+        ws.join("README.md"),
+        "# Demo project\n\nA scratch workspace for the toolhost demo.\n",
+    )?;
+    std::fs::write(
+        ws.join("src/main.rs"),
+        "fn main() {\n    // TODO: parse arguments\n    println!(\"hello\");\n}\n",
+    )?;
+    std::fs::write(
+        ws.join("src/lib.rs"),
+        "// TODO: write the library\npub fn answer() -> u32 {\n    42\n}\n",
+    )?;
+    std::fs::write(
+        ws.join("toolhost.toml"),
+        "# Demo configuration: plugins from ../plugins; writes are confirmed (answered by --yes\n\
+         # below); the shell is denied outright.\n\
+         plugin_dirs = [\"../plugins\"]\n\n\
+         [tool_confirmation.per_tool]\nshell = \"deny\"\n",
+    )
+}
+
+/// Runs the demo.
+pub fn demo() -> Result {
+    let demo = root().join("target/demo");
+    let plugins = demo.join("plugins");
+    let _ = std::fs::remove_dir_all(&plugins);
+    for (i, example) in EXAMPLES.iter().enumerate() {
+        announce(&format!(
+            "[{}/{}] package example plugin {example}",
+            i + 1,
+            EXAMPLES.len()
+        ));
+        package_crate(&root().join(example), &plugins, &Inspector::child(), None)?;
+    }
+    run("build toolhost", cargo().args(["build", "-p", "toolhost"]))?;
+    let ws = demo.join("workspace");
+    io("prepare the demo workspace", prepare_workspace(&ws))?;
+    let bin = root().join("target/debug/toolhost");
+    let show = |title: &str, args: &[&str]| -> Result {
+        eprintln!("\n==> {title}\n$ toolhost {}", args.join(" "));
+        let status = Command::new(&bin)
+            .args(args)
+            .current_dir(&ws)
+            .env("XDG_CONFIG_HOME", ws.join(".config"))
+            .env("XDG_CACHE_HOME", demo.join("cache"))
+            .status();
+        match status {
+            Ok(s) => {
+                eprintln!("(exit code {})", s.code().unwrap_or(-1));
+                Ok(())
+            }
+            Err(e) => fail(title, e),
+        }
+    };
+    show(
+        "which plugin packages loaded (and why any was refused)",
+        &["plugins"],
+    )?;
+    show("every tool, with its side effects and source", &["list"])?;
+    show(
+        "a plugin tool (text-tools, inline)",
+        &[
+            "call",
+            "word_count",
+            "--input",
+            r#"{"text": "the quick brown fox\njumps"}"#,
+        ],
+    )?;
+    show(
+        "a plugin tool that reads the workspace (grep-tool)",
+        &["call", "grep", "--input", r#"{"pattern": "TODO"}"#],
+    )?;
+    show(
+        "a built-in write (write prompts; --yes answers allow)",
+        &[
+            "call",
+            "write_file",
+            "--yes",
+            "--input",
+            r#"{"path": "notes/todo.md", "content": "- ship toolhost\n"}"#,
+        ],
+    )?;
+    show(
+        "the shell, denied by the demo policy",
+        &["call", "shell", "--yes", "--input", r#"{"command": "ls"}"#],
+    )?;
+    show(
+        "a path escaping the workspace, refused",
+        &[
+            "call",
+            "read_file",
+            "--input",
+            r#"{"path": "../../etc/passwd"}"#,
+        ],
+    )?;
+    show(
+        "invalid input: every error with its JSON pointer",
+        &[
+            "call",
+            "json_pointer",
+            "--json",
+            "--input",
+            r#"{"document": 5}"#,
+        ],
+    )?;
+    eprintln!(
+        "\nDemo workspace: {}\nPlugin packages: {}",
+        ws.display(),
+        plugins.display()
+    );
+    Ok(())
+}

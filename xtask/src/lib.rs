@@ -1,0 +1,110 @@
+//! `cargo xtask`: the project's own commands, as a library (the binary parses arguments).
+//!
+//! ```text
+//! cargo xtask test                          every test, doctests included
+//! cargo xtask ci                            fmt --check, clippy -D warnings, then test
+//! cargo xtask demo                          package the example plugins, run toolhost over them
+//! cargo xtask plugin new NAME [--path DIR]  scaffold a plugin crate (builds and tests as is)
+//! cargo xtask plugin build PATH [--release] build a plugin crate, print its library
+//! cargo xtask plugin package PATH [--out DIR]   -> DIR/NAME-VERSION-TARGET.tar.gz (default dist/)
+//! cargo xtask plugin verify PACKAGE         load it in a child process and report
+//! cargo xtask plugin install PACKAGE [--dir DIR]  verify, then copy into DIR
+//! ```
+
+pub mod demo;
+pub mod plugin;
+pub mod steps;
+
+use std::process::Command;
+
+use crate::steps::{Result, announce, cargo, fail, run};
+
+/// Test totals summed over `cargo test` runs.
+#[derive(Default)]
+struct Totals {
+    passed: u64,
+    failed: u64,
+    ignored: u64,
+}
+
+/// Runs a `cargo test` step, echoing its output and adding up its `test result:` lines.
+fn run_tests(step: &str, cmd: &mut Command, totals: &mut Totals) -> Result {
+    use std::io::{BufRead, BufReader};
+    announce(step);
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .or_else(|e| fail(step, format!("could not start cargo: {e}")))?;
+    if let Some(out) = child.stdout.take() {
+        for line in BufReader::new(out)
+            .lines()
+            .map_while(std::result::Result::ok)
+        {
+            println!("{line}");
+            if let Some(rest) = line.strip_prefix("test result: ") {
+                let count = |what: &str| -> u64 {
+                    rest.split(';')
+                        .find_map(|part| part.trim().strip_suffix(what))
+                        .and_then(|n| n.trim().rsplit(' ').next()?.parse().ok())
+                        .unwrap_or(0)
+                };
+                totals.passed += count(" passed");
+                totals.failed += count(" failed");
+                totals.ignored += count(" ignored");
+            }
+        }
+    }
+    let status = child.wait().or_else(|e| fail(step, e))?;
+    if status.success() {
+        Ok(())
+    } else {
+        fail(step, format!("exited with {status}"))
+    }
+}
+
+/// `cargo xtask test`: builds everything, then runs every test (doctests included) and
+/// prints one `N passed, N failed` summary line.
+pub fn test() -> Result {
+    run(
+        "build the workspace and test binaries",
+        cargo().args(["build", "--workspace", "--all-targets"]),
+    )?;
+    let mut totals = Totals::default();
+    let result = run_tests(
+        "run unit, integration and CLI tests, and benchmarks in test mode",
+        cargo().args(["test", "--workspace", "--all-targets"]),
+        &mut totals,
+    )
+    .and_then(|()| {
+        run_tests(
+            "run doctests",
+            cargo().args(["test", "--workspace", "--doc"]),
+            &mut totals,
+        )
+    });
+    println!(
+        "\nall tests: {} passed, {} failed, {} skipped",
+        totals.passed, totals.failed, totals.ignored
+    );
+    result
+}
+
+/// `cargo xtask ci`: formatting, clippy, then [`test`].
+pub fn ci() -> Result {
+    run(
+        "check formatting",
+        cargo().args(["fmt", "--all", "--", "--check"]),
+    )?;
+    run(
+        "clippy (warnings are errors)",
+        cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    )?;
+    test()
+}
