@@ -80,8 +80,12 @@ fn path_args<'a>(def_params: &'a [String], input: &'a Value) -> impl Iterator<It
 }
 
 /// The call's cancellation registration, made on first need.
-fn tracked<'a>(guard: &'a mut Option<CallGuard>, state: &Arc<SessionState>) -> &'a CallGuard {
-    guard.get_or_insert_with(|| state.track())
+fn tracked<'a>(
+    guard: &'a mut Option<CallGuard>,
+    state: &Arc<SessionState>,
+    tool_use_id: &Arc<str>,
+) -> &'a CallGuard {
+    guard.get_or_insert_with(|| state.track(tool_use_id))
 }
 
 impl Dispatcher {
@@ -166,7 +170,10 @@ impl Dispatcher {
             } else {
                 names.join(", ")
             };
-            let message = format!("Tool '{name}' not found. Available: {available}");
+            let message = match self.route_hint(&name, state) {
+                Some(hint) => format!("{hint} Available: {available}"),
+                None => format!("Tool '{name}' not found. Available: {available}"),
+            };
             return self.fail(state, &info, ErrorClass::NotFound, message, None);
         };
         info.tool_name = reg.name.clone();
@@ -220,7 +227,7 @@ impl Dispatcher {
         let permit = match state.semaphore.try_acquire() {
             Ok(permit) => Some(permit),
             Err(_) => {
-                let entry = tracked(&mut guard, state).entry.clone();
+                let entry = tracked(&mut guard, state, &info.tool_use_id).entry.clone();
                 tokio::select! {
                     biased;
                     _ = entry.cancelled() => None,
@@ -234,7 +241,7 @@ impl Dispatcher {
         };
         if !reg.inline {
             // Registered before `tool.called`, so a cancel that follows the event reaches it.
-            tracked(&mut guard, state);
+            tracked(&mut guard, state, &info.tool_use_id);
         }
         self.emit(
             state,
@@ -310,7 +317,7 @@ impl Dispatcher {
             }
             Mode::Prompt if state.is_granted(&reg.name) => Ok(()),
             Mode::Prompt => {
-                let entry = tracked(guard, state).entry.clone();
+                let entry = tracked(guard, state, &info.tool_use_id).entry.clone();
                 self.confirm(reg, input, session, info, &entry, decision.rule)
                     .await
             }
@@ -496,7 +503,7 @@ impl Dispatcher {
                 Err(p) => Outcome::Panicked(tool_api::abi::panic_message(&*p)),
             };
         }
-        let entry = tracked(guard, state).entry.clone();
+        let entry = tracked(guard, state, &info.tool_use_id).entry.clone();
         host.inflight = Some(entry.clone());
         host.span = Span::current();
         if entry.is_cancelled() {

@@ -108,6 +108,14 @@ pub enum RegistrationError {
         /// What is wrong.
         message: String,
     },
+    /// A toolset could not be registered or refreshed.
+    #[error("toolset '{id}': {message}")]
+    Toolset {
+        /// The toolset id.
+        id: String,
+        /// What is wrong.
+        message: String,
+    },
     /// A declared path parameter is not a property of the schema.
     #[error("tool '{tool}': path parameter '{param}' is not a property of input_schema")]
     UnknownPathParam {
@@ -129,6 +137,22 @@ pub enum SessionError {
         /// The OS error.
         #[source]
         source: std::io::Error,
+    },
+    /// The session's allowlist names a toolset that is not registered.
+    #[error("toolset '{id}' is not registered (registered: {known})")]
+    UnknownToolset {
+        /// The unknown id.
+        id: String,
+        /// The registered ids.
+        known: String,
+    },
+    /// A per-session toolset failed to start.
+    #[error("toolset '{id}' could not start for this session: {message}")]
+    Toolset {
+        /// The toolset id.
+        id: String,
+        /// Why.
+        message: String,
     },
     /// A session with this id is open with another workspace.
     #[error(

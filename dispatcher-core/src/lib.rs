@@ -74,6 +74,7 @@ pub mod result;
 pub mod schedule;
 pub mod schema;
 pub mod session;
+pub mod toolset;
 pub mod workspace;
 
 use std::collections::{HashMap, HashSet};
@@ -91,6 +92,7 @@ pub use registry::is_valid_tool_name;
 pub use result::{ToolResultBlock, ToolUse};
 pub use session::{Session, SessionSpec, Visibility};
 pub use tool_api::{SideEffect, ToolDefinition, ToolFactory};
+pub use toolset::{Toolset, ToolsetBinding, ToolsetDef, ToolsetFactory};
 pub use workspace::{FsError, Workspace};
 
 use crate::events::EventChannel;
@@ -116,6 +118,8 @@ pub struct DispatcherConfig {
     pub slow_call_threshold: Duration,
     /// Text of a result beyond this many characters is cut, with a note (default 100 000).
     pub max_result_chars: usize,
+    /// Between a toolset's prefix and a tool name in published names (default `__`).
+    pub toolset_separator: String,
 }
 
 impl Default for DispatcherConfig {
@@ -129,6 +133,7 @@ impl Default for DispatcherConfig {
             cancel_grace: Duration::from_secs(30),
             slow_call_threshold: Duration::from_secs(10),
             max_result_chars: 100_000,
+            toolset_separator: "__".to_string(),
         }
     }
 }
@@ -185,6 +190,7 @@ impl DispatcherBuilder {
                 confirmers: self.confirmers,
                 broker: ConfirmationBroker::default(),
                 registry: RwLock::new(HashMap::new()),
+                toolsets: RwLock::new(Vec::new()),
                 sessions: Mutex::new(HashMap::new()),
                 events: EventChannel::new(),
                 next_request: AtomicU64::new(1),
@@ -201,6 +207,7 @@ pub(crate) struct Inner {
     pub(crate) confirmers: Vec<Arc<dyn Confirmer>>,
     pub(crate) broker: ConfirmationBroker,
     registry: RwLock<HashMap<Arc<str>, Arc<Registered>>>,
+    toolsets: RwLock<Vec<ToolsetDef>>,
     sessions: Mutex<HashMap<Arc<str>, Arc<SessionState>>>,
     pub(crate) events: EventChannel,
     pub(crate) next_request: AtomicU64,
@@ -229,10 +236,14 @@ impl std::fmt::Debug for Dispatcher {
 /// A visible tool with where it comes from.
 #[derive(Debug, Clone)]
 pub struct ToolListing {
-    /// The definition.
+    /// The definition, under its published name.
     pub definition: ToolDefinition,
-    /// Its source (`builtin`, `plugin:NAME`, …).
+    /// Its source (`builtin`, `plugin:NAME`, `mcp:ID`, …).
     pub source: String,
+    /// The toolset it belongs to, if any.
+    pub toolset: Option<String>,
+    /// Its name inside the toolset (what the toolset itself calls it).
+    pub original_name: Option<String>,
 }
 
 impl Dispatcher {
@@ -296,6 +307,220 @@ impl Dispatcher {
         Ok(())
     }
 
+    /// Registers a toolset. A shared toolset's tools are published at once (all or none);
+    /// a per-session toolset starts in each session that enables it. Refuses a duplicate id
+    /// or prefix, an invalid prefix, and any tool the dispatcher would refuse.
+    pub fn register_toolset(&self, def: ToolsetDef) -> Result<(), RegistrationError> {
+        let sep = self.inner.config.toolset_separator.clone();
+        {
+            let toolsets = self
+                .inner
+                .toolsets
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            if toolsets.iter().any(|t| t.id == def.id) {
+                return Err(RegistrationError::Toolset {
+                    id: def.id.clone(),
+                    message: "a toolset with this id is already registered".into(),
+                });
+            }
+            if let Some(p) = &def.prefix {
+                if !toolset::is_publishable(p, "") || p.len() > 32 {
+                    return Err(RegistrationError::Toolset {
+                        id: def.id.clone(),
+                        message: format!("prefix '{p}' must be 1-32 letters, digits, '_' or '-'"),
+                    });
+                }
+                if let Some(other) = toolsets.iter().find(|t| t.prefix.as_deref() == Some(p)) {
+                    return Err(RegistrationError::Toolset {
+                        id: def.id.clone(),
+                        message: format!("prefix '{p}' is already used by toolset '{}'", other.id),
+                    });
+                }
+            }
+        }
+        if let ToolsetBinding::Shared(instance) = &def.binding {
+            self.publish_shared(&def, instance.as_ref(), &sep)?;
+        }
+        self.inner
+            .toolsets
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(def);
+        Ok(())
+    }
+
+    fn prepare_toolset_tools(
+        &self,
+        def: &ToolsetDef,
+        instance: &dyn Toolset,
+        sep: &str,
+        taken: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<Registered>, RegistrationError> {
+        let toolset_id: Arc<str> = Arc::from(def.id.as_str());
+        let mut prepared: Vec<Registered> = Vec::new();
+        for factory in instance.tools() {
+            let tool = factory.definition().name.clone();
+            let published = toolset::publish_name(def.prefix.as_deref(), sep, &tool, |n| {
+                taken(n) || prepared.iter().any(|p| &*p.name == n)
+            });
+            if taken(&published) || prepared.iter().any(|p| *p.name == *published) {
+                return Err(RegistrationError::Duplicate {
+                    name: published,
+                    existing_source: "another tool".into(),
+                    new_source: format!("toolset '{}'", def.id),
+                });
+            }
+            prepared.push(registry::prepare_as(
+                factory,
+                published,
+                Some((toolset_id.clone(), tool)),
+            )?);
+        }
+        Ok(prepared)
+    }
+
+    fn publish_shared(
+        &self,
+        def: &ToolsetDef,
+        instance: &dyn Toolset,
+        sep: &str,
+    ) -> Result<(), RegistrationError> {
+        let mut tools = self
+            .inner
+            .registry
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let prepared =
+            self.prepare_toolset_tools(def, instance, sep, &|n| tools.contains_key(n))?;
+        for r in prepared {
+            tools.insert(r.name.clone(), Arc::new(r));
+        }
+        Ok(())
+    }
+
+    /// Re-reads a shared toolset's tools (e.g. after an MCP server's `tools/list_changed`)
+    /// and republishes them. Returns how many tools it now has.
+    pub fn refresh_toolset(&self, id: &str) -> Result<usize, RegistrationError> {
+        let def = self
+            .inner
+            .toolsets
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .find(|t| t.id == id)
+            .cloned()
+            .ok_or_else(|| RegistrationError::Toolset {
+                id: id.to_string(),
+                message: "no toolset with this id is registered".into(),
+            })?;
+        let ToolsetBinding::Shared(instance) = &def.binding else {
+            return Err(RegistrationError::Toolset {
+                id: id.to_string(),
+                message: "only shared toolsets can be refreshed; per-session ones restart with their session".into(),
+            });
+        };
+        let sep = self.inner.config.toolset_separator.clone();
+        let mut tools = self
+            .inner
+            .registry
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        tools.retain(|_, r| r.origin.as_ref().is_none_or(|(t, _)| &**t != id));
+        let prepared =
+            self.prepare_toolset_tools(&def, instance.as_ref(), &sep, &|n| tools.contains_key(n))?;
+        let count = prepared.len();
+        for r in prepared {
+            tools.insert(r.name.clone(), Arc::new(r));
+        }
+        Ok(count)
+    }
+
+    fn start_session_toolsets(&self, state: &SessionState) -> Result<(), SessionError> {
+        let toolsets = self
+            .inner
+            .toolsets
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let sep = self.inner.config.toolset_separator.clone();
+        for wanted in &state.toolsets {
+            let Some(def) = toolsets.iter().find(|t| *t.id == **wanted) else {
+                state.stop_toolsets();
+                return Err(SessionError::UnknownToolset {
+                    id: wanted.to_string(),
+                    known: toolsets
+                        .iter()
+                        .map(|t| t.id.clone())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                });
+            };
+            if let ToolsetBinding::PerSession(make) = &def.binding {
+                let instance = make(&state.id).map_err(|message| {
+                    state.stop_toolsets();
+                    SessionError::Toolset {
+                        id: def.id.clone(),
+                        message,
+                    }
+                })?;
+                let global = self.read_registry();
+                let prepared = self
+                    .prepare_toolset_tools(def, instance.as_ref(), &sep, &|n| {
+                        global.contains_key(n) || state.session_tool(n).is_some()
+                    })
+                    .map_err(|e| {
+                        instance.stop();
+                        state.stop_toolsets();
+                        SessionError::Toolset {
+                            id: def.id.clone(),
+                            message: e.to_string(),
+                        }
+                    })?;
+                state.add_toolset(instance, prepared.into_iter().map(Arc::new).collect());
+            }
+        }
+        Ok(())
+    }
+
+    /// Where an unknown name would have been routed, for the not-found message.
+    pub(crate) fn route_hint(&self, name: &str, session: &SessionState) -> Option<String> {
+        let sep = &self.inner.config.toolset_separator;
+        let toolsets = self
+            .inner
+            .toolsets
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        let enabled: Vec<&ToolsetDef> = toolsets
+            .iter()
+            .filter(|t| session.toolsets.iter().any(|e| **e == *t.id))
+            .collect();
+        if let Some(ts) = enabled.iter().find(|t| {
+            t.prefix
+                .as_ref()
+                .is_some_and(|p| name.starts_with(&format!("{p}{sep}")))
+        }) {
+            return Some(format!("Tool '{name}' not found in toolset '{}'.", ts.id));
+        }
+        let (prefix, _) = name.split_once(sep.as_str())?;
+        let known: Vec<String> = enabled
+            .iter()
+            .filter_map(|t| {
+                t.prefix
+                    .as_ref()
+                    .map(|p| format!("{} (prefix {p}{sep})", t.id))
+            })
+            .collect();
+        Some(format!(
+            "Toolset '{prefix}' not found. Known toolsets: {}.",
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
+        ))
+    }
+
     /// Removes a tool; calls already running finish. Returns whether it was registered.
     pub fn unregister(&self, name: &str) -> bool {
         self.inner
@@ -307,7 +532,10 @@ impl Dispatcher {
     }
 
     fn visible(&self, reg: &Registered, session: &SessionState) -> bool {
-        session.visibility.allows(&reg.name)
+        reg.origin
+            .as_ref()
+            .is_none_or(|(toolset, _)| session.toolsets.iter().any(|t| t == toolset))
+            && session.visibility.allows(&reg.name)
             && reg
                 .definition()
                 .requires_capability
@@ -316,6 +544,9 @@ impl Dispatcher {
     }
 
     pub(crate) fn lookup(&self, name: &str, session: &SessionState) -> Option<Arc<Registered>> {
+        if let Some(r) = session.session_tool(name) {
+            return Some(r).filter(|r| self.visible(r, session));
+        }
         self.read_registry()
             .get(name)
             .filter(|r| self.visible(r, session))
@@ -333,13 +564,17 @@ impl Dispatcher {
 
     /// Like [`Dispatcher::definitions_for_session`], with each tool's source.
     pub fn listing_for_session(&self, session: &Session) -> Vec<ToolListing> {
-        let mut out: Vec<ToolListing> = self
-            .read_registry()
-            .values()
+        let session_tools = session.state.session_tools();
+        let global = self.read_registry();
+        let mut out: Vec<ToolListing> = session_tools
+            .iter()
+            .chain(global.values())
             .filter(|r| self.visible(r, &session.state))
             .map(|r| ToolListing {
                 definition: r.definition().clone(),
                 source: r.factory.source().to_string(),
+                toolset: r.origin.as_ref().map(|(t, _)| t.to_string()),
+                original_name: r.origin.as_ref().map(|(_, n)| n.clone()),
             })
             .collect();
         out.sort_by(|a, b| a.definition.name.cmp(&b.definition.name));
@@ -373,8 +608,13 @@ impl Dispatcher {
             id.clone(),
             Arc::new(workspace),
             spec.visibility,
+            spec.toolsets
+                .iter()
+                .map(|t| Arc::from(t.as_str()))
+                .collect(),
             self.inner.config.max_concurrency,
         ));
+        self.start_session_toolsets(&state)?;
         sessions.insert(id, state.clone());
         Ok(Session {
             state,
@@ -390,10 +630,18 @@ impl Dispatcher {
         })
     }
 
-    /// Cancels the session's calls and forgets it. Returns whether it was open.
+    /// Cancels the session's calls, stops the toolset instances it started, and forgets it.
+    /// Returns whether it was open. Shared toolsets keep running.
     pub async fn close_session(&self, id: &str) -> bool {
         self.cancel_session_tools(id).await;
-        self.sessions().remove(id).is_some()
+        let state = self.sessions().remove(id);
+        match state {
+            Some(state) => {
+                state.stop_toolsets();
+                true
+            }
+            None => false,
+        }
     }
 
     /// Events of every session.
@@ -409,6 +657,27 @@ impl Dispatcher {
         self.sessions()
             .get(session_id)
             .map(|s| s.events.subscribe())
+    }
+
+    /// Cancels one call in flight, by its tool_use id (e.g. on an MCP `notifications/cancelled`),
+    /// and waits until it has reported `cancelled`. Returns whether such a call was found.
+    /// A call that cannot wait (inline, never queued) completes before it could be cancelled.
+    pub async fn cancel_call(&self, session_id: &str, tool_use_id: &str) -> bool {
+        let Some(state) = self.sessions().get(session_id).cloned() else {
+            return false;
+        };
+        let calls: Vec<_> = state
+            .inflight()
+            .into_iter()
+            .filter(|c| &*c.tool_use_id == tool_use_id)
+            .collect();
+        for call in &calls {
+            call.cancel();
+        }
+        for call in &calls {
+            call.finished().await;
+        }
+        !calls.is_empty()
     }
 
     /// Cancels every call in flight in the session: sets each call's cancellation signal,

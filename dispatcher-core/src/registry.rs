@@ -11,6 +11,10 @@ use crate::schema::{InputValidator, check_subset};
 pub(crate) struct Registered {
     pub(crate) name: Arc<str>,
     pub(crate) factory: Arc<dyn ToolFactory>,
+    /// The definition as published (for a toolset's tool: under its qualified name).
+    pub(crate) published: ToolDefinition,
+    /// For a toolset's tool: the toolset id and the tool's own name.
+    pub(crate) origin: Option<(Arc<str>, String)>,
     pub(crate) validator: InputValidator,
     pub(crate) side_effects: SideEffect,
     pub(crate) inline: bool,
@@ -19,7 +23,7 @@ pub(crate) struct Registered {
 
 impl Registered {
     pub(crate) fn definition(&self) -> &ToolDefinition {
-        self.factory.definition()
+        &self.published
     }
 }
 
@@ -33,12 +37,22 @@ pub fn is_valid_tool_name(name: &str) -> bool {
 
 /// Validates a factory's definition and compiles its validator.
 pub(crate) fn prepare(factory: Arc<dyn ToolFactory>) -> Result<Registered, RegistrationError> {
-    let def = factory.definition();
-    if !is_valid_tool_name(&def.name) {
+    if !is_valid_tool_name(&factory.definition().name) {
         return Err(RegistrationError::InvalidName {
-            name: def.name.clone(),
+            name: factory.definition().name.clone(),
         });
     }
+    let name = factory.definition().name.clone();
+    prepare_as(factory, name, None)
+}
+
+/// Validates a factory's definition for publication under `published_name`.
+pub(crate) fn prepare_as(
+    factory: Arc<dyn ToolFactory>,
+    published_name: String,
+    origin: Option<(Arc<str>, String)>,
+) -> Result<Registered, RegistrationError> {
+    let def = factory.definition();
     check_subset(&def.name, &def.input_schema)?;
     for param in &def.path_params {
         let declared = def
@@ -54,8 +68,12 @@ pub(crate) fn prepare(factory: Arc<dyn ToolFactory>) -> Result<Registered, Regis
         }
     }
     let validator = InputValidator::compile(&def.name, &def.input_schema)?;
+    let mut published = def.clone();
+    published.name = published_name;
     Ok(Registered {
-        name: Arc::from(def.name.as_str()),
+        name: Arc::from(published.name.as_str()),
+        published,
+        origin,
         side_effects: def.side_effects,
         inline: def.inline,
         concurrency_safe: def.is_concurrency_safe(),

@@ -10,6 +10,8 @@ use tokio::sync::{Notify, Semaphore};
 use tool_api::Tool;
 
 use crate::events::EventChannel;
+use crate::registry::Registered;
+use crate::toolset::Toolset;
 use crate::workspace::Workspace;
 
 /// Which registered tools a session sees.
@@ -44,6 +46,8 @@ pub struct SessionSpec {
     pub workspace: PathBuf,
     /// Which tools it sees.
     pub visibility: Visibility,
+    /// The toolsets it enables, by id (empty by default: no toolsets).
+    pub toolsets: Vec<String>,
 }
 
 impl SessionSpec {
@@ -53,7 +57,14 @@ impl SessionSpec {
             id: id.into(),
             workspace: workspace.into(),
             visibility: Visibility::All,
+            toolsets: Vec::new(),
         }
+    }
+
+    /// Enables toolsets by id.
+    pub fn toolsets<S: Into<String>>(mut self, ids: impl IntoIterator<Item = S>) -> Self {
+        self.toolsets = ids.into_iter().map(Into::into).collect();
+        self
     }
 
     /// Restricts the tools the session sees.
@@ -66,6 +77,7 @@ impl SessionSpec {
 /// A call in flight, as cancellation sees it: one allocation holding its cancellation
 /// signal, its completion signal and (once made) its tool instance.
 pub(crate) struct InFlight {
+    pub(crate) tool_use_id: Arc<str>,
     cancelled: AtomicBool,
     cancel_notify: Notify,
     finished: AtomicBool,
@@ -89,8 +101,9 @@ async fn wait_for(flag: &AtomicBool, notify: &Notify) {
 }
 
 impl InFlight {
-    fn new() -> Self {
+    fn new(tool_use_id: Arc<str>) -> Self {
         InFlight {
+            tool_use_id,
             cancelled: AtomicBool::new(false),
             cancel_notify: Notify::new(),
             finished: AtomicBool::new(false),
@@ -138,8 +151,11 @@ pub(crate) struct SessionState {
     pub(crate) id: Arc<str>,
     pub(crate) workspace: Arc<Workspace>,
     pub(crate) visibility: Visibility,
+    pub(crate) toolsets: Vec<Arc<str>>,
     pub(crate) semaphore: Arc<Semaphore>,
     pub(crate) events: EventChannel,
+    tools: std::sync::RwLock<HashMap<Arc<str>, Arc<Registered>>>,
+    instances: Mutex<Vec<Arc<dyn Toolset>>>,
     inflight: Mutex<HashMap<u64, Arc<InFlight>>>,
     grants: Mutex<HashSet<String>>,
     next_call: AtomicU64,
@@ -154,12 +170,16 @@ impl SessionState {
         id: Arc<str>,
         workspace: Arc<Workspace>,
         visibility: Visibility,
+        toolsets: Vec<Arc<str>>,
         cap: usize,
     ) -> Self {
         SessionState {
             id,
             workspace,
             visibility,
+            toolsets,
+            tools: std::sync::RwLock::new(HashMap::new()),
+            instances: Mutex::new(Vec::new()),
             semaphore: Arc::new(Semaphore::new(cap.max(1))),
             events: EventChannel::new(),
             inflight: Mutex::new(HashMap::new()),
@@ -168,9 +188,9 @@ impl SessionState {
         }
     }
 
-    pub(crate) fn track(self: &Arc<Self>) -> CallGuard {
+    pub(crate) fn track(self: &Arc<Self>, tool_use_id: &Arc<str>) -> CallGuard {
         let key = self.next_call.fetch_add(1, Ordering::Relaxed);
-        let entry = Arc::new(InFlight::new());
+        let entry = Arc::new(InFlight::new(tool_use_id.clone()));
         lock(&self.inflight).insert(key, entry.clone());
         CallGuard {
             session: self.clone(),
@@ -181,6 +201,43 @@ impl SessionState {
 
     pub(crate) fn inflight(&self) -> Vec<Arc<InFlight>> {
         lock(&self.inflight).values().cloned().collect()
+    }
+
+    pub(crate) fn session_tool(&self, name: &str) -> Option<Arc<Registered>> {
+        let tools = self.tools.read().unwrap_or_else(PoisonError::into_inner);
+        if tools.is_empty() {
+            return None;
+        }
+        tools.get(name).cloned()
+    }
+
+    pub(crate) fn session_tools(&self) -> Vec<Arc<Registered>> {
+        self.tools
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    pub(crate) fn add_toolset(&self, instance: Arc<dyn Toolset>, tools: Vec<Arc<Registered>>) {
+        lock(&self.instances).push(instance);
+        let mut map = self.tools.write().unwrap_or_else(PoisonError::into_inner);
+        for t in tools {
+            map.insert(t.name.clone(), t);
+        }
+    }
+
+    /// Stops the per-session toolset instances this session started.
+    pub(crate) fn stop_toolsets(&self) {
+        let instances = std::mem::take(&mut *lock(&self.instances));
+        self.tools
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        for instance in instances {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| instance.stop()));
+        }
     }
 
     pub(crate) fn is_granted(&self, tool: &str) -> bool {
