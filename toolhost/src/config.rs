@@ -30,6 +30,12 @@
 //! trusted_workspaces = ["~/code/myproject"]
 //! [tool_confirmation.trusted_workspace_overrides]
 //! EXECUTE = "prompt"
+//!
+//! # Between a toolset's prefix and its tools' names: "__" (default), "_", "-", "--" or ".".
+//! toolset_separator = "__"
+//!
+//! [mcp]                      # `toolhost serve --mcp`
+//! prompt_fallback = "deny"   # answers prompts when the client cannot elicit: deny | allow
 //! ```
 
 use std::collections::BTreeMap;
@@ -61,6 +67,26 @@ pub struct Config {
     /// The confirmation policy.
     #[serde(default)]
     pub tool_confirmation: ConfirmationPolicy,
+    /// Separator between a toolset prefix and a tool name (default `__`).
+    #[serde(default = "default_separator")]
+    pub toolset_separator: String,
+    /// The MCP server (`toolhost serve --mcp`).
+    #[serde(default)]
+    pub mcp: McpConfig,
+}
+
+fn default_separator() -> String {
+    "__".into()
+}
+
+/// The `[mcp]` table.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpConfig {
+    /// What answers a `prompt` when the MCP client cannot be asked (no elicitation):
+    /// `deny` (default) or `allow`.
+    #[serde(default)]
+    pub prompt_fallback: crate::mcp_server::PromptFallback,
 }
 
 fn default_concurrency() -> usize {
@@ -75,6 +101,8 @@ impl Default for Config {
             max_concurrency: default_concurrency(),
             timeouts: Timeouts::default(),
             tool_confirmation: ConfirmationPolicy::default(),
+            toolset_separator: default_separator(),
+            mcp: McpConfig::default(),
         }
     }
 }
@@ -238,6 +266,20 @@ impl Config {
     }
 
     fn validate(&self, file: &Path) -> Result<(), ConfigError> {
+        if !matches!(
+            self.toolset_separator.as_str(),
+            "__" | "_" | "-" | "--" | "."
+        ) {
+            return Err(ConfigError::Invalid {
+                file: file.to_path_buf(),
+                key: "toolset_separator".into(),
+                message: format!(
+                    "expected one of \"__\", \"_\", \"-\", \"--\" or \".\" (providers reject other characters), found {:?}",
+                    self.toolset_separator
+                ),
+                location: None,
+            });
+        }
         if self.max_concurrency == 0 || self.max_concurrency > 1024 {
             return Err(ConfigError::Invalid {
                 file: file.to_path_buf(),

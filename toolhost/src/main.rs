@@ -12,6 +12,7 @@
 //! configuration. Logs go to stderr (`TOOLHOST_LOG=debug` for more).
 
 mod config;
+mod mcp_server;
 mod terminal;
 
 use std::path::{Path, PathBuf};
@@ -72,6 +73,14 @@ enum Command {
     /// Load the plugin directories and print, per package, loaded (with its tools) or
     /// refused (with the reason). Exit code 1 if any package was refused.
     Plugins,
+    /// Serve the tools over a protocol. `--mcp`: an MCP server on stdin/stdout.
+    Serve {
+        /// Speak MCP over stdio (the only protocol so far; required).
+        #[arg(long)]
+        mcp: bool,
+        #[command(flatten)]
+        session: SessionArgs,
+    },
 }
 
 #[derive(Args)]
@@ -215,6 +224,14 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
                 ExitCode::SUCCESS
             })
         }
+        Command::Serve { mcp, session } => {
+            if !mcp {
+                return Err(UsageError(
+                    "serve needs a protocol: toolhost serve --mcp".into(),
+                ));
+            }
+            serve_mcp(&sources, &session).await
+        }
         Command::List { session, json } => {
             let (dispatcher, _) = build_dispatcher(&sources, None)?;
             let session = open_session(&dispatcher, &session)?;
@@ -273,6 +290,38 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
             }
         }
     }
+}
+
+async fn serve_mcp(sources: &Sources<'_>, args: &SessionArgs) -> Result<ExitCode, UsageError> {
+    use rmcp::ServiceExt as _;
+    let peer: mcp_server::PeerSlot = Arc::new(std::sync::OnceLock::new());
+    let confirmer = Arc::new(mcp_server::ElicitingConfirmer::new(
+        peer.clone(),
+        sources.config.mcp.prompt_fallback,
+    ));
+    let fallback_used = confirmer.fallback_used.clone();
+    let (dispatcher, _) = build_dispatcher(sources, Some(confirmer))?;
+    let session = dispatcher.open_session(SessionSpec::new("mcp", &args.workspace))?;
+    let server = mcp_server::McpServer::new(
+        dispatcher.clone(),
+        session,
+        peer,
+        fallback_used,
+        sources.config.mcp.prompt_fallback,
+        sources.file.display().to_string(),
+    );
+    tracing::info!(workspace = %args.workspace.display(), "MCP server on stdio");
+    match server.serve(rmcp::transport::stdio()).await {
+        Ok(running) => {
+            if let Err(e) = running.waiting().await {
+                tracing::warn!("MCP session ended with an error: {e}");
+            }
+        }
+        Err(e) => tracing::warn!("MCP initialization failed: {e}"),
+    }
+    // The client is gone: stop whatever still runs (shell process groups included).
+    dispatcher.close_session("mcp").await;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn list(dispatcher: &Dispatcher, session: &Session, as_json: bool) {
