@@ -663,8 +663,22 @@ impl Dispatcher {
     /// and waits until it has reported `cancelled`. Returns whether such a call was found.
     /// A call that cannot wait (inline, never queued) completes before it could be cancelled.
     pub async fn cancel_call(&self, session_id: &str, tool_use_id: &str) -> bool {
+        let calls = self.signal_cancel(session_id, tool_use_id);
+        for call in &calls {
+            call.finished().await;
+        }
+        !calls.is_empty()
+    }
+
+    /// Like [`Dispatcher::cancel_call`] but does not wait: for the task that is itself
+    /// driving the call's `dispatch` future (which must keep polling it to see it end).
+    pub fn request_cancel(&self, session_id: &str, tool_use_id: &str) -> bool {
+        !self.signal_cancel(session_id, tool_use_id).is_empty()
+    }
+
+    fn signal_cancel(&self, session_id: &str, tool_use_id: &str) -> Vec<Arc<session::InFlight>> {
         let Some(state) = self.sessions().get(session_id).cloned() else {
-            return false;
+            return Vec::new();
         };
         let calls: Vec<_> = state
             .inflight()
@@ -674,10 +688,7 @@ impl Dispatcher {
         for call in &calls {
             call.cancel();
         }
-        for call in &calls {
-            call.finished().await;
-        }
-        !calls.is_empty()
+        calls
     }
 
     /// Cancels every call in flight in the session: sets each call's cancellation signal,

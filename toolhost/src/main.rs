@@ -311,7 +311,18 @@ async fn serve_mcp(sources: &Sources<'_>, args: &SessionArgs) -> Result<ExitCode
         sources.file.display().to_string(),
     );
     tracing::info!(workspace = %args.workspace.display(), "MCP server on stdio");
-    match server.serve(rmcp::transport::stdio()).await {
+    let (eof_tx, eof_rx) = tokio::sync::oneshot::channel();
+    let stdin = mcp_server::EofNotify::new(tokio::io::stdin(), eof_tx);
+    let on_eof = {
+        let dispatcher = dispatcher.clone();
+        tokio::spawn(async move {
+            if eof_rx.await.is_ok() {
+                tracing::info!("stdin closed: cancelling running tools");
+                dispatcher.cancel_session_tools("mcp").await;
+            }
+        })
+    };
+    match server.serve((stdin, tokio::io::stdout())).await {
         Ok(running) => {
             if let Err(e) = running.waiting().await {
                 tracing::warn!("MCP session ended with an error: {e}");
@@ -319,8 +330,19 @@ async fn serve_mcp(sources: &Sources<'_>, args: &SessionArgs) -> Result<ExitCode
         }
         Err(e) => tracing::warn!("MCP initialization failed: {e}"),
     }
-    // The client is gone: stop whatever still runs (shell process groups included).
-    dispatcher.close_session("mcp").await;
+    on_eof.abort();
+    // The client is gone: stop whatever still runs (shell process groups included), but
+    // never wait longer than the cancellation grace period for it.
+    let grace = dispatcher.config().cancel_grace;
+    if tokio::time::timeout(grace, dispatcher.close_session("mcp"))
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "tools still running {}s after the client left; exiting anyway",
+            grace.as_secs()
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,0 +1,373 @@
+//! `toolhost serve --mcp` driven by an rmcp client, as a third-party MCP client would.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig,
+    ClientRequest, ElicitRequestParams, ElicitResult, ElicitationAction, Implementation,
+    ProtocolVersion,
+};
+use rmcp::service::{PeerRequestOptions, RequestContext, RoleClient, RunningService, ServiceExt};
+use rmcp::transport::TokioChildProcess;
+use rmcp::{ClientHandler, ErrorData as McpError};
+use serde_json::{Value, json};
+
+/// A client that answers elicitation with a fixed decision (or does not support it).
+#[derive(Clone)]
+struct TestClient {
+    answer: Option<&'static str>,
+}
+
+impl ClientHandler for TestClient {
+    fn get_info(&self) -> ClientConfig {
+        let caps = if self.answer.is_some() {
+            ClientCapabilities::builder().enable_elicitation().build()
+        } else {
+            ClientCapabilities::default()
+        };
+        ClientConfig::new(caps, Implementation::new("toolhost-test-client", "1.0.0"))
+            .with_protocol_version(ProtocolVersion::V_2025_06_18)
+    }
+
+    async fn create_elicitation(
+        &self,
+        _request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, McpError> {
+        Ok(ElicitResult::new(ElicitationAction::Accept)
+            .with_content(json!({"decision": self.answer.unwrap_or("deny")})))
+    }
+}
+
+async fn connect(ws: &Path, client: TestClient) -> RunningService<RoleClient, TestClient> {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    cmd.args(["serve", "--mcp", "--workspace"])
+        .arg(ws)
+        .current_dir(ws)
+        .env("XDG_CONFIG_HOME", ws.join(".no-config"))
+        .env("XDG_CACHE_HOME", ws.join(".cache"));
+    client
+        .serve(TokioChildProcess::new(cmd).unwrap())
+        .await
+        .unwrap()
+}
+
+async fn call(
+    service: &RunningService<RoleClient, TestClient>,
+    name: &str,
+    args: Value,
+) -> CallToolResult {
+    let Value::Object(args) = args else {
+        panic!("object")
+    };
+    service
+        .peer()
+        .call_tool(CallToolRequestParams::new(name.to_string()).with_arguments(args))
+        .await
+        .unwrap()
+}
+
+fn text(r: &CallToolResult) -> String {
+    r.content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("README.md"), "# hello\n").unwrap();
+    dir
+}
+
+#[tokio::test]
+async fn lists_tools_with_schemas_and_side_effect_annotations() {
+    let ws = workspace();
+    let service = connect(ws.path(), TestClient { answer: None }).await;
+    let info = service.peer().peer_info().unwrap();
+    assert_eq!(
+        info.server_info.as_ref().map(|s| s.name.as_str()),
+        Some("toolhost")
+    );
+    let tools = service.peer().list_all_tools().await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    assert_eq!(
+        names,
+        ["list_dir", "patch_file", "read_file", "shell", "write_file"]
+    );
+    let read = tools.iter().find(|t| t.name == "read_file").unwrap();
+    let a = read.annotations.as_ref().unwrap();
+    assert_eq!(
+        (a.read_only_hint, a.destructive_hint),
+        (Some(true), Some(false))
+    );
+    let shell = tools.iter().find(|t| t.name == "shell").unwrap();
+    assert_eq!(
+        shell.annotations.as_ref().unwrap().destructive_hint,
+        Some(true)
+    );
+    assert_eq!(read.input_schema.get("type"), Some(&json!("object")));
+    service.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn calls_succeed_and_errors_are_results_with_is_error() {
+    let ws = workspace();
+    let service = connect(ws.path(), TestClient { answer: None }).await;
+    let ok = call(&service, "read_file", json!({"path": "README.md"})).await;
+    assert_eq!(
+        (text(&ok).as_str(), ok.is_error),
+        ("# hello\n", Some(false))
+    );
+
+    let unknown = call(&service, "reed_file", json!({})).await;
+    assert_eq!(unknown.is_error, Some(true));
+    assert!(
+        text(&unknown).starts_with("Tool 'reed_file' not found. Available:"),
+        "{}",
+        text(&unknown)
+    );
+
+    let invalid = call(&service, "read_file", json!({"path": 5})).await;
+    assert_eq!(invalid.is_error, Some(true));
+    assert!(text(&invalid).contains("at /path"), "{}", text(&invalid));
+
+    let escape = call(&service, "read_file", json!({"path": "../../etc/passwd"})).await;
+    assert_eq!(escape.is_error, Some(true));
+    assert_eq!(
+        text(&escape),
+        "Path '../../etc/passwd' escapes workspace boundary"
+    );
+
+    // The session is still usable after every error.
+    let again = call(&service, "list_dir", json!({})).await;
+    assert_eq!(again.is_error, Some(false));
+    service.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn prompts_go_through_elicitation_when_the_client_supports_it() {
+    let ws = workspace();
+    let allow = connect(
+        ws.path(),
+        TestClient {
+            answer: Some("allow"),
+        },
+    )
+    .await;
+    let r = call(
+        &allow,
+        "write_file",
+        json!({"path": "allowed.txt", "content": "x"}),
+    )
+    .await;
+    assert_eq!(r.is_error, Some(false), "{}", text(&r));
+    assert!(ws.path().join("allowed.txt").exists());
+    allow.cancel().await.unwrap();
+
+    let deny = connect(
+        ws.path(),
+        TestClient {
+            answer: Some("deny"),
+        },
+    )
+    .await;
+    let r = call(
+        &deny,
+        "write_file",
+        json!({"path": "denied.txt", "content": "x"}),
+    )
+    .await;
+    assert_eq!(r.is_error, Some(true));
+    assert_eq!(text(&r), "User denied this operation.");
+    assert!(!ws.path().join("denied.txt").exists());
+    deny.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn without_elicitation_the_fallback_denies_and_names_the_keys_that_allow() {
+    let ws = workspace();
+    let service = connect(ws.path(), TestClient { answer: None }).await;
+    let r = call(
+        &service,
+        "write_file",
+        json!({"path": "x.txt", "content": "x"}),
+    )
+    .await;
+    assert_eq!(r.is_error, Some(true));
+    let t = text(&r);
+    assert!(
+        t.contains("mcp.prompt_fallback") && t.contains("write_file = \"auto\""),
+        "{t}"
+    );
+    assert!(!ws.path().join("x.txt").exists());
+    service.cancel().await.unwrap();
+}
+
+/// Whether the process exists and is not a zombie waiting for its (re)parent to reap it.
+fn process_alive(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 only checks that the process exists.
+    #[allow(unsafe_code)]
+    let exists = unsafe { libc::kill(pid, 0) == 0 };
+    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('Z')))
+        .unwrap_or(false);
+    exists && !zombie
+}
+
+fn try_read_pid(path: &Path) -> Option<i32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+fn read_pid(path: &Path) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(pid) = try_read_pid(path) {
+            return pid;
+        }
+        assert!(Instant::now() < deadline, "the command never wrote its pid");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+async fn read_pid_async(path: &Path) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(pid) = try_read_pid(path) {
+            return pid;
+        }
+        assert!(Instant::now() < deadline, "the command never wrote its pid");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn allow_shell(ws: &Path) {
+    std::fs::write(
+        ws.join("toolhost.toml"),
+        "[tool_confirmation.per_tool]\nshell = \"auto\"\n",
+    )
+    .unwrap();
+}
+
+#[tokio::test]
+async fn notifications_cancelled_stops_the_shell_process_group() {
+    let ws = workspace();
+    allow_shell(ws.path());
+    let service = connect(ws.path(), TestClient { answer: None }).await;
+    let args = json!({"command": "sleep 60 & echo $! > sleeper.pid; wait"});
+    let Value::Object(args) = args else {
+        unreachable!()
+    };
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(
+        CallToolRequestParams::new("shell").with_arguments(args),
+    ));
+    let handle = service
+        .peer()
+        .send_cancellable_request(request, PeerRequestOptions::no_options())
+        .await
+        .unwrap();
+    let pid = read_pid_async(&ws.path().join("sleeper.pid")).await;
+    assert!(process_alive(pid));
+    handle.cancel(Some("user interrupt".into())).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(8);
+    while process_alive(pid) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!process_alive(pid), "the shell's child was stopped");
+    // The session keeps working.
+    assert_eq!(
+        call(&service, "list_dir", json!({})).await.is_error,
+        Some(false)
+    );
+    service.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_concurrent_calls_are_served_concurrently() {
+    let ws = workspace();
+    allow_shell(ws.path());
+    let service = connect(ws.path(), TestClient { answer: None }).await;
+    let peer = service.peer().clone();
+    let started = Instant::now();
+    let calls: Vec<_> = (0..20)
+        .map(|i| {
+            let peer = peer.clone();
+            tokio::spawn(async move {
+                let Value::Object(args) = json!({"command": format!("sleep 0.5; echo {i}")}) else {
+                    unreachable!()
+                };
+                peer.call_tool(CallToolRequestParams::new("shell").with_arguments(args))
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    for (i, c) in calls.into_iter().enumerate() {
+        let r = c.await.unwrap();
+        assert_eq!(r.is_error, Some(false));
+        assert!(text(&r).starts_with(&format!("{i}\n")), "{}", text(&r));
+    }
+    // 20 half-second calls under the cap of 4: 5 waves, not 20 in a row.
+    let elapsed = started.elapsed();
+    assert!(elapsed < Duration::from_secs(6), "{elapsed:?}");
+    service.cancel().await.unwrap();
+}
+
+#[test]
+fn closing_stdin_ends_the_server_and_leaves_no_processes() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let ws = workspace();
+    allow_shell(ws.path());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .args(["serve", "--mcp", "--workspace"])
+        .arg(ws.path())
+        .current_dir(ws.path())
+        .env("XDG_CONFIG_HOME", ws.path().join(".no-config"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let frames = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"shell","arguments":{"command":"sleep 60 & echo $! > sleeper.pid; wait"}}}"#,
+    ];
+    for f in frames {
+        writeln!(stdin, "{f}").unwrap();
+    }
+    let pid = read_pid(&ws.path().join("sleeper.pid"));
+    drop(stdin);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "server still running 10 s after stdin closed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!process_alive(pid), "no leftover child process");
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+    for line in out.lines() {
+        let v: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("non-protocol output on stdout: {line:?}: {e}"));
+        assert_eq!(v["jsonrpc"], "2.0");
+    }
+}
