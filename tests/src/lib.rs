@@ -98,6 +98,14 @@ pub fn release_library(name: &str) -> PathBuf {
 }
 
 impl Fixtures {
+    /// The MCP server fixture binary.
+    pub fn mcp_server(&self) -> PathBuf {
+        self.dir.join(format!(
+            "fixture-mcp-server{}",
+            std::env::consts::EXE_SUFFIX
+        ))
+    }
+
     /// The library of fixture crate `fixture-NAME`.
     pub fn library(&self, name: &str) -> PathBuf {
         let stem = format!("fixture_{}", name.replace('-', "_"));

@@ -36,6 +36,17 @@
 //!
 //! [mcp]                      # `toolhost serve --mcp`
 //! prompt_fallback = "deny"   # answers prompts when the client cannot elicit: deny | allow
+//!
+//! [[mcp_servers]]            # an external MCP server; its tools become the toolset `id`
+//! id = "github"
+//! prefix = "gh"              # tools published as gh__<tool>
+//! command = "github-mcp"
+//! args = ["--stdio"]
+//! env = { GITHUB_TOKEN = "…" }
+//! cwd = "."                  # optional, relative to this file
+//! startup_timeout_secs = 10
+//! call_timeout_secs = 60
+//! side_effects = { list_issues = "read" }   # overrides; unannotated tools count as execute
 //! ```
 
 use std::collections::BTreeMap;
@@ -73,6 +84,9 @@ pub struct Config {
     /// The MCP server (`toolhost serve --mcp`).
     #[serde(default)]
     pub mcp: McpConfig,
+    /// External MCP servers whose tools become toolsets.
+    #[serde(default)]
+    pub mcp_servers: Vec<plugin_host::mcp::McpServerConfig>,
 }
 
 fn default_separator() -> String {
@@ -103,6 +117,7 @@ impl Default for Config {
             tool_confirmation: ConfirmationPolicy::default(),
             toolset_separator: default_separator(),
             mcp: McpConfig::default(),
+            mcp_servers: Vec::new(),
         }
     }
 }
@@ -290,6 +305,52 @@ impl Config {
                 ),
                 location: None,
             });
+        }
+        let mut ids = std::collections::HashSet::new();
+        let mut prefixes = std::collections::HashSet::new();
+        for (i, server) in self.mcp_servers.iter().enumerate() {
+            let key = |k: &str| format!("mcp_servers[{i}].{k}");
+            let bad = |k: &str, message: String| ConfigError::Invalid {
+                file: file.to_path_buf(),
+                key: key(k),
+                message,
+                location: None,
+            };
+            if server.id.is_empty() || !ids.insert(server.id.clone()) {
+                return Err(bad(
+                    "id",
+                    format!("expected a unique, non-empty id, found {:?}", server.id),
+                ));
+            }
+            let valid_prefix = !server.prefix.is_empty()
+                && server.prefix.len() <= 32
+                && server
+                    .prefix
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            if !valid_prefix || !prefixes.insert(server.prefix.clone()) {
+                return Err(bad(
+                    "prefix",
+                    format!(
+                        "expected a unique prefix of 1-32 letters, digits, '_' or '-', found {:?}",
+                        server.prefix
+                    ),
+                ));
+            }
+            if server.command.is_empty() {
+                return Err(bad("command", "expected the program to run".into()));
+            }
+            for (k, v) in [
+                ("startup_timeout_secs", server.startup_timeout_secs),
+                ("call_timeout_secs", server.call_timeout_secs),
+            ] {
+                if !(v.is_finite() && v > 0.0) {
+                    return Err(bad(
+                        k,
+                        format!("expected a positive number of seconds, found {v}"),
+                    ));
+                }
+            }
         }
         self.dispatcher_config(file).map(|_| ())
     }

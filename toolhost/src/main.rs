@@ -157,12 +157,75 @@ impl Sources<'_> {
     }
 }
 
-/// Builds the dispatcher the config describes: built-in tools, then plugin packages (a
-/// refused package is logged as a warning and skipped). Returns the plugin load report.
-fn build_dispatcher(
+/// Everything a command runs over: the dispatcher with built-ins, plugins and MCP servers.
+struct Host {
+    dispatcher: Dispatcher,
+    plugins: plugin_host::LoadReport,
+    /// Per configured MCP server: its toolset, or why it could not start.
+    mcp: Vec<(String, Result<Arc<plugin_host::mcp::McpToolset>, String>)>,
+}
+
+impl Host {
+    /// The toolsets a session enables: every MCP server that started.
+    fn toolsets(&self) -> Vec<String> {
+        self.mcp
+            .iter()
+            .filter(|(_, r)| r.is_ok())
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    fn open_session(&self, id: &str, args: &SessionArgs) -> Result<Session, UsageError> {
+        Ok(self
+            .dispatcher
+            .open_session(SessionSpec::new(id, &args.workspace).toolsets(self.toolsets()))?)
+    }
+
+    /// One line per plugin package and MCP server.
+    fn report_lines(&self) -> Vec<String> {
+        let mut lines = self.plugins.lines();
+        for (id, r) in &self.mcp {
+            lines.push(match r {
+                Ok(ts) => {
+                    let tools: Vec<String> = dispatcher_core::Toolset::tools(ts.as_ref())
+                        .iter()
+                        .map(|t| {
+                            format!("{} ({})", t.definition().name, t.definition().side_effects)
+                        })
+                        .collect();
+                    format!(
+                        "loaded   MCP server '{id}' (prefix {}): {}",
+                        ts.config().prefix,
+                        tools.join(", ")
+                    )
+                }
+                Err(e) => format!("refused  MCP server '{id}': {e}"),
+            });
+        }
+        lines
+    }
+
+    fn any_refused(&self) -> bool {
+        self.plugins.refused().next().is_some() || self.mcp.iter().any(|(_, r)| r.is_err())
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        // MCP server processes never outlive toolhost.
+        for ts in self.mcp.iter().filter_map(|(_, r)| r.as_ref().ok()) {
+            dispatcher_core::Toolset::stop(ts.as_ref());
+        }
+    }
+}
+
+/// Builds the host the config describes: built-in tools, plugin packages, then MCP servers
+/// (started concurrently). A refused package or a server that fails to start is logged as a
+/// warning and skipped; the others still load.
+async fn build_host(
     sources: &Sources<'_>,
     confirmer: Option<Arc<dyn dispatcher_core::Confirmer>>,
-) -> Result<(Dispatcher, plugin_host::LoadReport), UsageError> {
+) -> Result<Host, UsageError> {
     let (config, file) = (sources.config, sources.file);
     let mut builder = Dispatcher::builder()
         .config(config.dispatcher_config(file)?)
@@ -178,16 +241,50 @@ fn build_dispatcher(
         dispatcher.register(factory)?;
     }
     let dirs = sources.plugin_dirs();
-    let report = if dirs.is_empty() {
+    let plugins = if dirs.is_empty() {
         plugin_host::LoadReport::default()
     } else {
         plugin_host::PluginHost::new(dirs).load_into(&dispatcher)
     };
-    Ok((dispatcher, report))
-}
-
-fn open_session(dispatcher: &Dispatcher, args: &SessionArgs) -> Result<Session, UsageError> {
-    Ok(dispatcher.open_session(SessionSpec::new("cli", &args.workspace))?)
+    let mut starting = tokio::task::JoinSet::new();
+    for (i, server) in config.mcp_servers.iter().enumerate() {
+        let server = server.clone();
+        starting.spawn(async move { (i, plugin_host::mcp::McpToolset::start(server).await) });
+    }
+    let mut started = Vec::new();
+    while let Some(joined) = starting.join_next().await {
+        if let Ok(pair) = joined {
+            started.push(pair);
+        }
+    }
+    started.sort_by_key(|(i, _)| *i);
+    let mut mcp = Vec::new();
+    for (i, result) in started {
+        let id = config.mcp_servers[i].id.clone();
+        let result = result.map_err(|e| e.to_string()).and_then(|ts| {
+            dispatcher
+                .register_toolset(dispatcher_core::ToolsetDef {
+                    id: id.clone(),
+                    prefix: Some(ts.config().prefix.clone()),
+                    binding: dispatcher_core::ToolsetBinding::Shared(ts.clone()),
+                })
+                .map_err(|e| {
+                    dispatcher_core::Toolset::stop(ts.as_ref());
+                    e.to_string()
+                })?;
+            ts.attach(dispatcher.clone());
+            Ok(ts)
+        });
+        if let Err(e) = &result {
+            tracing::warn!("MCP server '{id}' not loaded: {e}");
+        }
+        mcp.push((id, result));
+    }
+    Ok(Host {
+        dispatcher,
+        plugins,
+        mcp,
+    })
 }
 
 async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
@@ -199,10 +296,11 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
     };
     match cli.command {
         Command::Plugins => {
-            let (_, report) = build_dispatcher(&sources, None)?;
-            if report.packages.is_empty() {
+            let host = build_host(&sources, None).await?;
+            let lines = host.report_lines();
+            if lines.is_empty() {
                 println!(
-                    "no plugin packages found (plugin directories: {})",
+                    "no plugin packages or MCP servers found (plugin directories: {})",
                     if sources.plugin_dirs().is_empty() {
                         "none; use --plugins DIR or plugin_dirs in toolhost.toml".to_string()
                     } else {
@@ -215,10 +313,10 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
                     }
                 );
             }
-            for line in report.lines() {
+            for line in lines {
                 println!("{line}");
             }
-            Ok(if report.refused().next().is_some() {
+            Ok(if host.any_refused() {
                 ExitCode::from(1)
             } else {
                 ExitCode::SUCCESS
@@ -233,9 +331,9 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
             serve_mcp(&sources, &session).await
         }
         Command::List { session, json } => {
-            let (dispatcher, _) = build_dispatcher(&sources, None)?;
-            let session = open_session(&dispatcher, &session)?;
-            list(&dispatcher, &session, json);
+            let host = build_host(&sources, None).await?;
+            let session = host.open_session("cli", &session)?;
+            list(&host.dispatcher, &session, json);
             Ok(ExitCode::SUCCESS)
         }
         Command::Call {
@@ -260,9 +358,10 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
             } else {
                 no_terminal.clone()
             };
-            let (dispatcher, _) = build_dispatcher(&sources, Some(confirmer))?;
-            let session = open_session(&dispatcher, &session)?;
-            let result = dispatcher
+            let host = build_host(&sources, Some(confirmer)).await?;
+            let session = host.open_session("cli", &session)?;
+            let result = host
+                .dispatcher
                 .dispatch(ToolUse::new("toolu_cli_1", &name, input), &session)
                 .await;
             if json {
@@ -300,8 +399,9 @@ async fn serve_mcp(sources: &Sources<'_>, args: &SessionArgs) -> Result<ExitCode
         sources.config.mcp.prompt_fallback,
     ));
     let fallback_used = confirmer.fallback_used.clone();
-    let (dispatcher, _) = build_dispatcher(sources, Some(confirmer))?;
-    let session = dispatcher.open_session(SessionSpec::new("mcp", &args.workspace))?;
+    let host = build_host(sources, Some(confirmer)).await?;
+    let dispatcher = host.dispatcher.clone();
+    let session = host.open_session("mcp", args)?;
     let server = mcp_server::McpServer::new(
         dispatcher.clone(),
         session,
@@ -354,6 +454,10 @@ fn list(dispatcher: &Dispatcher, session: &Session, as_json: bool) {
             .map(|l| {
                 let mut v = serde_json::to_value(&l.definition).unwrap_or(Value::Null);
                 v["source"] = json!(l.source);
+                if let (Some(toolset), Some(original)) = (&l.toolset, &l.original_name) {
+                    v["toolset"] = json!(toolset);
+                    v["original_name"] = json!(original);
+                }
                 v
             })
             .collect();
@@ -369,17 +473,19 @@ fn list(dispatcher: &Dispatcher, session: &Session, as_json: bool) {
         .max()
         .unwrap_or(4)
         .max(4);
-    let source_width = listing
+    let sources: Vec<String> = listing
         .iter()
-        .map(|l| l.source.len())
-        .max()
-        .unwrap_or(6)
-        .max(6);
+        .map(|l| match &l.original_name {
+            Some(original) => format!("{}:{original}", l.source),
+            None => l.source.clone(),
+        })
+        .collect();
+    let source_width = sources.iter().map(String::len).max().unwrap_or(6).max(6);
     println!(
         "{:width$}  {:8}  {:source_width$}  DESCRIPTION",
         "NAME", "EFFECTS", "SOURCE"
     );
-    for l in &listing {
+    for (l, source) in listing.iter().zip(&sources) {
         let first_line = l.definition.description.lines().next().unwrap_or("");
         let first_line = match first_line.char_indices().nth(72) {
             Some((cut, _)) => format!("{}…", &first_line[..cut]),
@@ -387,7 +493,7 @@ fn list(dispatcher: &Dispatcher, session: &Session, as_json: bool) {
         };
         println!(
             "{:width$}  {:8}  {:source_width$}  {}",
-            l.definition.name, l.definition.side_effects, l.source, first_line
+            l.definition.name, l.definition.side_effects, source, first_line
         );
     }
 }

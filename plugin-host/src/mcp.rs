@@ -1,0 +1,576 @@
+//! External MCP servers as toolsets.
+//!
+//! [`McpToolset::start`] spawns a server (`command` + `args`, with `env` and `cwd`), speaks
+//! MCP to it over its stdin/stdout, initializes within the startup timeout, lists its tools
+//! and offers them as a [`Toolset`]; the host publishes them under the configured prefix.
+//!
+//! - **Side effects are not taken on trust.** A tool without annotations counts as
+//!   `execute`; `readOnlyHint: true` → `read`; otherwise `openWorldHint` (true unless said
+//!   false) → `network`; a closed-world tool with `destructiveHint: false` → `write`; else
+//!   `execute`. Per-tool overrides in the configuration win over all of that.
+//! - **A server that dies**: its calls fail with `execution_error` naming the server and its
+//!   exit status; the next call restarts it, with a backoff that doubles from 1 s up to 30 s
+//!   between failed attempts.
+//! - `notifications/tools/list_changed` from the server re-lists its tools and republishes
+//!   them in the dispatcher.
+//! - Cancelling a call sends `notifications/cancelled` to the server.
+//! - The server's stderr is passed through to ours (logs); [`Toolset::stop`] kills it.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use dispatcher_core::{Dispatcher, Toolset};
+use rmcp::ClientHandler;
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
+    ClientRequest, ServerResult,
+};
+use rmcp::service::{
+    NotificationContext, PeerRequestOptions, RoleClient, RunningService, ServiceExt,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tool_api::{SideEffect, Tool, ToolContext, ToolDefinition, ToolError, ToolFactory, ToolOutput};
+
+/// Environment variable counting how deep this process is in a chain of toolhosts started
+/// as each other's MCP servers (toolhost-in-toolhost). Children get it incremented.
+pub const NESTING_ENV: &str = "TOOLHOST_NESTING";
+/// A toolhost this deep starts no MCP servers: a configuration that lists toolhost as its own
+/// MCP server would otherwise start copies of itself without end.
+pub const MAX_NESTING: u32 = 3;
+
+/// This process's nesting depth (0 when not started by a toolhost).
+pub fn nesting() -> u32 {
+    std::env::var(NESTING_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// One `[[mcp_servers]]` entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerConfig {
+    /// Toolset id (what session allowlists and messages name).
+    pub id: String,
+    /// Prefix of its published tool names.
+    pub prefix: String,
+    /// The program to run.
+    pub command: String,
+    /// Its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Extra environment variables.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Working directory (default: toolhost's).
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// Seconds to start and initialize (default 10).
+    #[serde(default = "d10")]
+    pub startup_timeout_secs: f64,
+    /// Seconds a call may take (default 60).
+    #[serde(default = "d60")]
+    pub call_timeout_secs: f64,
+    /// Per-tool side-effect classes; win over the server's annotations.
+    #[serde(default)]
+    pub side_effects: BTreeMap<String, SideEffect>,
+}
+
+fn d10() -> f64 {
+    10.0
+}
+fn d60() -> f64 {
+    60.0
+}
+
+impl McpServerConfig {
+    fn startup_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.startup_timeout_secs.clamp(0.1, 3600.0))
+    }
+    fn call_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.call_timeout_secs.clamp(0.1, 86_400.0))
+    }
+}
+
+/// Why a server could not be used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum McpError {
+    /// The command could not be started.
+    #[error("MCP server '{id}': cannot start `{command}`: {detail}")]
+    Spawn {
+        /// Server id.
+        id: String,
+        /// The command.
+        command: String,
+        /// The OS error.
+        detail: String,
+    },
+    /// It did not initialize in time.
+    #[error(
+        "MCP server '{id}' did not finish initializing within {secs}s (startup_timeout_secs); it was stopped"
+    )]
+    StartupTimeout {
+        /// Server id.
+        id: String,
+        /// The timeout.
+        secs: f64,
+    },
+    /// Initialization or listing failed.
+    #[error("MCP server '{id}' failed to initialize: {detail}")]
+    Initialize {
+        /// Server id.
+        id: String,
+        /// What failed.
+        detail: String,
+    },
+}
+
+/// The class of an MCP tool: annotations read conservatively, config overrides win.
+pub fn side_effects_of(
+    tool: &rmcp::model::Tool,
+    overrides: &BTreeMap<String, SideEffect>,
+) -> SideEffect {
+    if let Some(class) = overrides.get(tool.name.as_ref()) {
+        return *class;
+    }
+    let Some(a) = &tool.annotations else {
+        return SideEffect::Execute;
+    };
+    if a.read_only_hint == Some(true) {
+        SideEffect::Read
+    } else if a.open_world_hint != Some(false) {
+        SideEffect::Network
+    } else if a.destructive_hint == Some(false) {
+        SideEffect::Write
+    } else {
+        SideEffect::Execute
+    }
+}
+
+/// Client side of the connection: reacts to `tools/list_changed`.
+#[derive(Clone)]
+struct ClientSide {
+    on_list_changed: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl ClientHandler for ClientSide {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        (self.on_list_changed)();
+    }
+}
+
+struct Live {
+    service: RunningService<RoleClient, ClientSide>,
+    child: Arc<tokio::sync::Mutex<tokio::process::Child>>,
+}
+
+enum Conn {
+    Up(Live),
+    Down {
+        since: Instant,
+        backoff: Duration,
+        reason: String,
+    },
+}
+
+/// A running MCP server offered as a toolset.
+pub struct McpToolset {
+    config: McpServerConfig,
+    runtime: tokio::runtime::Handle,
+    conn: tokio::sync::Mutex<Conn>,
+    tools: Mutex<Vec<rmcp::model::Tool>>,
+    dispatcher: OnceLock<Dispatcher>,
+    me: OnceLock<std::sync::Weak<McpToolset>>,
+}
+
+impl std::fmt::Debug for McpToolset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpToolset")
+            .field("id", &self.config.id)
+            .finish_non_exhaustive()
+    }
+}
+
+async fn exit_status(child: &tokio::sync::Mutex<tokio::process::Child>) -> String {
+    let mut child = child.lock().await;
+    match tokio::time::timeout(Duration::from_millis(500), child.wait()).await {
+        Ok(Ok(status)) => status.to_string(),
+        Ok(Err(e)) => format!("unknown exit status ({e})"),
+        Err(_) => "still running but not answering".to_string(),
+    }
+}
+
+impl McpToolset {
+    /// Starts the server, initializes it within its startup timeout and lists its tools.
+    /// Refused when this process is already [`MAX_NESTING`] toolhosts deep.
+    pub async fn start(config: McpServerConfig) -> Result<Arc<McpToolset>, McpError> {
+        if nesting() >= MAX_NESTING {
+            return Err(McpError::Initialize {
+                id: config.id.clone(),
+                detail: format!(
+                    "not started: this toolhost is {} levels deep in toolhosts started as MCP servers ({NESTING_ENV}); \
+                     a configuration that starts toolhost as its own MCP server would recurse without end",
+                    nesting()
+                ),
+            });
+        }
+        let toolset = Arc::new(McpToolset {
+            runtime: tokio::runtime::Handle::current(),
+            conn: tokio::sync::Mutex::new(Conn::Down {
+                since: Instant::now(),
+                backoff: Duration::ZERO,
+                reason: "not started".into(),
+            }),
+            tools: Mutex::new(Vec::new()),
+            dispatcher: OnceLock::new(),
+            me: OnceLock::new(),
+            config,
+        });
+        let _ = toolset.me.set(Arc::downgrade(&toolset));
+        let live = toolset.connect().await?;
+        *toolset.conn.lock().await = Conn::Up(live);
+        Ok(toolset)
+    }
+
+    /// The configuration it runs with.
+    pub fn config(&self) -> &McpServerConfig {
+        &self.config
+    }
+
+    /// Lets `tools/list_changed` republish the tools in `dispatcher`.
+    pub fn attach(&self, dispatcher: Dispatcher) {
+        let _ = self.dispatcher.set(dispatcher);
+    }
+
+    fn on_list_changed(&self) -> Arc<dyn Fn() + Send + Sync> {
+        let me = self.me.get().cloned().unwrap_or_default();
+        Arc::new(move || {
+            let Some(this) = me.upgrade() else { return };
+            let runtime = this.runtime.clone();
+            runtime.spawn(async move {
+                if let Err(e) = this.relist().await {
+                    tracing::warn!(server = %this.config.id, "re-listing tools failed: {e}");
+                    return;
+                }
+                if let Some(d) = this.dispatcher.get() {
+                    match d.refresh_toolset(&this.config.id) {
+                        Ok(n) => tracing::info!(server = %this.config.id, tools = n, "tools/list_changed: tools republished"),
+                        Err(e) => tracing::warn!(server = %this.config.id, "republishing tools failed: {e}"),
+                    }
+                }
+            });
+        })
+    }
+
+    async fn relist(&self) -> Result<(), String> {
+        let conn = self.conn.lock().await;
+        let Conn::Up(live) = &*conn else {
+            return Err("server is down".into());
+        };
+        let tools = live
+            .service
+            .peer()
+            .list_all_tools()
+            .await
+            .map_err(|e| e.to_string())?;
+        *self.tools.lock().unwrap_or_else(PoisonError::into_inner) = tools;
+        Ok(())
+    }
+
+    async fn connect(&self) -> Result<Live, McpError> {
+        let c = &self.config;
+        let mut cmd = tokio::process::Command::new(&c.command);
+        cmd.args(&c.args)
+            .envs(&c.env)
+            .env(NESTING_ENV, (nesting() + 1).to_string())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .kill_on_drop(true);
+        if let Some(cwd) = &c.cwd {
+            cmd.current_dir(cwd);
+        }
+        let mut child = cmd.spawn().map_err(|e| McpError::Spawn {
+            id: c.id.clone(),
+            command: c.command.clone(),
+            detail: e.to_string(),
+        })?;
+        let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+            return Err(McpError::Spawn {
+                id: c.id.clone(),
+                command: c.command.clone(),
+                detail: "no stdio pipes".into(),
+            });
+        };
+        let child = Arc::new(tokio::sync::Mutex::new(child));
+        let client = ClientSide {
+            on_list_changed: self.on_list_changed(),
+        };
+        let init = async {
+            let service = client
+                .serve((stdout, stdin))
+                .await
+                .map_err(|e| e.to_string())?;
+            let tools = service
+                .peer()
+                .list_all_tools()
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>((service, tools))
+        };
+        match tokio::time::timeout(c.startup_timeout(), init).await {
+            Ok(Ok((service, tools))) => {
+                *self.tools.lock().unwrap_or_else(PoisonError::into_inner) = tools;
+                tracing::info!(server = %c.id, "MCP server started");
+                Ok(Live { service, child })
+            }
+            Ok(Err(detail)) => {
+                let status = exit_status(&child).await;
+                let _ = child.lock().await.kill().await;
+                Err(McpError::Initialize {
+                    id: c.id.clone(),
+                    detail: format!("{detail} (process: {status})"),
+                })
+            }
+            Err(_) => {
+                let _ = child.lock().await.kill().await;
+                Err(McpError::StartupTimeout {
+                    id: c.id.clone(),
+                    secs: c.startup_timeout_secs,
+                })
+            }
+        }
+    }
+
+    /// Calls a tool, restarting a dead server first (with backoff).
+    async fn call(
+        &self,
+        tool: &str,
+        args: serde_json::Map<String, Value>,
+        cancel: Arc<tokio::sync::Notify>,
+    ) -> Result<CallToolResult, ToolError> {
+        let id = &self.config.id;
+        let (peer, child) = {
+            let mut conn = self.conn.lock().await;
+            if let Conn::Down {
+                since,
+                backoff,
+                reason,
+            } = &*conn
+            {
+                let wait = backoff.saturating_sub(since.elapsed());
+                if !wait.is_zero() {
+                    return Err(ToolError::failed(format!(
+                        "MCP server '{id}' is down ({reason}); next restart attempt in {:.1}s",
+                        wait.as_secs_f64()
+                    )));
+                }
+                let next_backoff =
+                    (*backoff * 2).clamp(Duration::from_secs(1), Duration::from_secs(30));
+                match self.connect().await {
+                    Ok(live) => {
+                        tracing::info!(server = %id, "MCP server restarted");
+                        *conn = Conn::Up(live);
+                        if let Some(d) = self.dispatcher.get() {
+                            let _ = d.refresh_toolset(id);
+                        }
+                    }
+                    Err(e) => {
+                        *conn = Conn::Down {
+                            since: Instant::now(),
+                            backoff: next_backoff,
+                            reason: e.to_string(),
+                        };
+                        return Err(ToolError::failed(format!(
+                            "{e}; retrying in {}s",
+                            next_backoff.as_secs()
+                        )));
+                    }
+                }
+            }
+            let Conn::Up(live) = &*conn else {
+                return Err(ToolError::failed(format!(
+                    "MCP server '{id}' is not running"
+                )));
+            };
+            (live.service.peer().clone(), live.child.clone())
+        };
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(
+            CallToolRequestParams::new(tool.to_string()).with_arguments(args),
+        ));
+        let sent = peer
+            .send_cancellable_request(
+                request,
+                PeerRequestOptions::with_timeout(self.config.call_timeout()),
+            )
+            .await;
+        let outcome = match sent {
+            Ok(handle) => {
+                let request_id = handle.id.clone();
+                tokio::select! {
+                    r = handle.await_response() => r,
+                    _ = cancel.notified() => {
+                        let _ = peer
+                            .notify_cancelled(CancelledNotificationParam::new(
+                                Some(request_id),
+                                Some("cancelled by toolhost".into()),
+                            ))
+                            .await;
+                        return Err(ToolError::Cancelled(format!("call to MCP server '{id}' cancelled")));
+                    }
+                }
+            }
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(ServerResult::CallToolResult(result)) => Ok(result),
+            Ok(_) => Err(ToolError::failed(format!(
+                "MCP server '{id}' answered tools/call with something else"
+            ))),
+            Err(e) => {
+                let status = exit_status(&child).await;
+                let reason = format!("exited with {status}");
+                let died = !status.starts_with("still running");
+                if died {
+                    *self.conn.lock().await = Conn::Down {
+                        since: Instant::now(),
+                        backoff: Duration::ZERO,
+                        reason: reason.clone(),
+                    };
+                    Err(ToolError::failed(format!(
+                        "MCP server '{id}' {reason} during the call; it will be restarted on the next call"
+                    )))
+                } else {
+                    Err(ToolError::failed(format!("MCP server '{id}': {e}")))
+                }
+            }
+        }
+    }
+}
+
+impl Toolset for McpToolset {
+    fn tools(&self) -> Vec<Arc<dyn ToolFactory>> {
+        let Some(me) = self.me.get().and_then(std::sync::Weak::upgrade) else {
+            return Vec::new();
+        };
+        let tools = self
+            .tools
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        tools
+            .iter()
+            .map(|t| {
+                let schema = Value::Object((*t.input_schema).clone());
+                let mut def = ToolDefinition::new(
+                    t.name.to_string(),
+                    t.description.as_deref().unwrap_or("").to_string(),
+                    side_effects_of(t, &self.config.side_effects),
+                    schema,
+                );
+                def.timeout_ms =
+                    Some(u64::try_from(self.config.call_timeout().as_millis()).unwrap_or(u64::MAX));
+                Arc::new(McpToolFactory {
+                    toolset: me.clone(),
+                    definition: def,
+                    source: format!("mcp:{}", self.config.id),
+                }) as Arc<dyn ToolFactory>
+            })
+            .collect()
+    }
+
+    fn stop(&self) {
+        // Synchronous, so it also works while the process is exiting: kill the child now;
+        // the connection task ends when its pipes close.
+        if let Ok(mut conn) = self.conn.try_lock() {
+            let down = Conn::Down {
+                since: Instant::now(),
+                backoff: Duration::from_secs(30),
+                reason: "stopped".into(),
+            };
+            if let Conn::Up(live) = std::mem::replace(&mut *conn, down) {
+                if let Ok(mut child) = live.child.try_lock() {
+                    let _ = child.start_kill();
+                }
+                live.service.cancellation_token().cancel();
+            }
+        }
+    }
+}
+
+struct McpToolFactory {
+    toolset: Arc<McpToolset>,
+    definition: ToolDefinition,
+    source: String,
+}
+
+impl ToolFactory for McpToolFactory {
+    fn definition(&self) -> &ToolDefinition {
+        &self.definition
+    }
+    fn create(&self) -> Result<Box<dyn Tool>, ToolError> {
+        Ok(Box::new(McpTool {
+            toolset: self.toolset.clone(),
+            name: self.definition.name.clone(),
+            cancel: Arc::new(tokio::sync::Notify::new()),
+        }))
+    }
+    fn source(&self) -> &str {
+        &self.source
+    }
+}
+
+struct McpTool {
+    toolset: Arc<McpToolset>,
+    name: String,
+    cancel: Arc<tokio::sync::Notify>,
+}
+
+impl Tool for McpTool {
+    fn execute(&self, input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let Value::Object(args) = input else {
+            return Err(ToolError::invalid_input(
+                "MCP tool arguments must be a JSON object",
+            ));
+        };
+        let result = self.toolset.runtime.block_on(self.toolset.call(
+            &self.name,
+            args,
+            self.cancel.clone(),
+        ))?;
+        let mut out = ToolOutput::text("");
+        out.content = result
+            .content
+            .iter()
+            .filter_map(|c| match c {
+                rmcp::model::ContentBlock::Text(t) => Some(tool_api::Content::text(t.text.clone())),
+                rmcp::model::ContentBlock::Image(i) => {
+                    use base64::Engine as _;
+                    base64::engine::general_purpose::STANDARD
+                        .decode(&i.data)
+                        .ok()
+                        .map(|data| tool_api::Content::Image {
+                            mime: i.mime_type.clone(),
+                            data,
+                        })
+                }
+                other => serde_json::to_string(other)
+                    .ok()
+                    .map(tool_api::Content::text),
+            })
+            .collect();
+        out.success = result.is_error != Some(true);
+        if let Some(structured) = result.structured_content {
+            out.metadata = structured;
+        }
+        Ok(out)
+    }
+
+    fn cancel(&self) -> bool {
+        self.cancel.notify_one();
+        true
+    }
+}

@@ -1,0 +1,284 @@
+//! toolhost as a client of MCP servers: the fixture server (including one that crashes and
+//! one that never answers initialize) and toolhost itself.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::{RoleClient, RunningService, ServiceExt};
+use rmcp::transport::TokioChildProcess;
+use serde_json::{Value, json};
+
+fn fixture_server() -> String {
+    toolhost_tests::fixtures()
+        .mcp_server()
+        .display()
+        .to_string()
+}
+
+fn write_config(dir: &Path, extra: &str) {
+    let config = format!(
+        r#"
+[tool_confirmation.per_tool]
+fx__touch = "auto"
+fx__echo = "auto"
+
+[[mcp_servers]]
+id = "fixture"
+prefix = "fx"
+command = "{server}"
+side_effects = {{ grow = "write" }}
+{extra}
+"#,
+        server = fixture_server()
+    );
+    std::fs::write(dir.join("toolhost.toml"), config).unwrap();
+}
+
+fn toolhost(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .args(args)
+        .current_dir(dir)
+        .env("XDG_CONFIG_HOME", dir.join(".no-config"))
+        .env("XDG_CACHE_HOME", dir.join(".cache"))
+        .output()
+        .unwrap()
+}
+
+fn text_of(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+async fn serve(dir: &Path) -> RunningService<RoleClient, ()> {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    cmd.args(["serve", "--mcp", "--workspace"])
+        .arg(dir)
+        .current_dir(dir)
+        .env("XDG_CONFIG_HOME", dir.join(".no-config"));
+    ().serve(TokioChildProcess::new(cmd).unwrap())
+        .await
+        .unwrap()
+}
+
+async fn call(s: &RunningService<RoleClient, ()>, name: &str, args: Value) -> CallToolResult {
+    let Value::Object(args) = args else { panic!() };
+    s.peer()
+        .call_tool(CallToolRequestParams::new(name.to_string()).with_arguments(args))
+        .await
+        .unwrap()
+}
+
+fn text(r: &CallToolResult) -> String {
+    r.content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn server_tools_are_published_under_the_prefix_and_annotations_are_not_trusted_blindly() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "");
+    let out = toolhost(dir.path(), &["list", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text_of(&out.stderr));
+    let tools: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let class = |name: &str| {
+        tools
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("{name} missing"))["side_effects"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(class("fx__echo"), "read", "annotated read-only");
+    assert_eq!(class("fx__touch"), "execute", "no annotations: execute");
+    assert_eq!(class("fx__grow"), "write", "the config override wins");
+    let echo = tools.iter().find(|t| t["name"] == "fx__echo").unwrap();
+    assert_eq!(
+        (echo["toolset"].as_str(), echo["original_name"].as_str()),
+        (Some("fixture"), Some("echo"))
+    );
+    let out = toolhost(
+        dir.path(),
+        &["call", "fx__echo", "--input", r#"{"text": "hi"}"#],
+    );
+    assert_eq!(
+        text_of(&out.stdout),
+        "echo: hi\n",
+        "{}",
+        text_of(&out.stderr)
+    );
+}
+
+#[test]
+fn a_server_that_never_initializes_is_reported_and_the_others_still_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let hang = format!(
+        "[[mcp_servers]]\nid = \"hang\"\nprefix = \"hang\"\ncommand = \"{}\"\nargs = [\"--never-init\"]\nstartup_timeout_secs = 1\n",
+        fixture_server()
+    );
+    write_config(dir.path(), &hang);
+    let started = Instant::now();
+    let out = toolhost(dir.path(), &["plugins"]);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "not waited on forever"
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let report = text_of(&out.stdout);
+    assert!(report.contains("loaded   MCP server 'fixture'"), "{report}");
+    assert!(
+        report.contains("refused  MCP server 'hang'") && report.contains("within 1s"),
+        "{report}"
+    );
+}
+
+#[tokio::test]
+async fn a_crashed_server_fails_the_call_naming_it_and_restarts_on_the_next_call() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "");
+    let s = serve(dir.path()).await;
+    let crashed = call(&s, "fx__crash", json!({})).await;
+    assert_eq!(crashed.is_error, Some(true));
+    let t = text(&crashed);
+    assert!(
+        t.contains("MCP server 'fixture'") && t.contains("exit status: 3"),
+        "{t}"
+    );
+    let again = call(&s, "fx__echo", json!({"text": "back"})).await;
+    assert_eq!(text(&again), "echo: back", "restarted on the next call");
+    s.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn tools_list_changed_from_a_server_republishes_its_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(
+        dir.path(),
+        "[tool_confirmation.default]\nWRITE = \"auto\"\n",
+    );
+    let s = serve(dir.path()).await;
+    assert_eq!(text(&call(&s, "fx__grow", json!({})).await), "grown");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let names: Vec<String> = s
+            .peer()
+            .list_all_tools()
+            .await
+            .unwrap()
+            .iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        if names.iter().any(|n| n == "fx__extra") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "fx__extra never appeared: {names:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        text(&call(&s, "fx__extra", json!({"text": "new"})).await),
+        "echo: new"
+    );
+    s.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn toolhost_can_use_toolhost_as_an_mcp_server() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "inner file\n").unwrap();
+    let inner_config = dir.path().join("inner.toml");
+    std::fs::write(&inner_config, "").unwrap();
+    let inner = format!(
+        "[[mcp_servers]]\nid = \"inner\"\nprefix = \"inner\"\ncommand = \"{}\"\nargs = [\"--config\", \"{}\", \"serve\", \"--mcp\", \"--workspace\", \"{}\"]\n",
+        env!("CARGO_BIN_EXE_toolhost"),
+        inner_config.display(),
+        dir.path().display()
+    );
+    write_config(dir.path(), &inner);
+    let s = serve(dir.path()).await;
+    let r = call(&s, "inner__read_file", json!({"path": "notes.txt"})).await;
+    assert_eq!(text(&r), "inner file\n");
+    let escape = call(&s, "inner__read_file", json!({"path": "../x"})).await;
+    assert_eq!(escape.is_error, Some(true));
+    assert!(
+        text(&escape).contains("escapes workspace boundary"),
+        "{}",
+        text(&escape)
+    );
+    s.cancel().await.unwrap();
+}
+
+#[test]
+fn a_config_that_starts_toolhost_as_its_own_server_does_not_recurse_without_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[[mcp_servers]]\nid = \"me\"\nprefix = \"me\"\ncommand = \"{}\"\nargs = [\"serve\", \"--mcp\", \"--workspace\", \".\"]\nstartup_timeout_secs = 20\n",
+        env!("CARGO_BIN_EXE_toolhost")
+    );
+    std::fs::write(dir.path().join("toolhost.toml"), config).unwrap();
+    let started = Instant::now();
+    let out = toolhost(dir.path(), &["plugins"]);
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    let report = text_of(&out.stdout);
+    assert!(
+        report.contains("loaded   MCP server 'me'"),
+        "{report}{}",
+        text_of(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn cancelling_a_call_reaches_the_external_server() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "[tool_confirmation.per_tool]\n");
+    let dispatcher = dispatcher_core::Dispatcher::new();
+    let config: plugin_host::mcp::McpServerConfig = toml::from_str(&format!(
+        "id = \"fixture\"\nprefix = \"fx\"\ncommand = \"{}\"\n",
+        fixture_server()
+    ))
+    .unwrap();
+    let ts = plugin_host::mcp::McpToolset::start(config).await.unwrap();
+    dispatcher
+        .register_toolset(dispatcher_core::ToolsetDef {
+            id: "fixture".into(),
+            prefix: Some("fx".into()),
+            binding: dispatcher_core::ToolsetBinding::Shared(ts.clone()),
+        })
+        .unwrap();
+    let session = dispatcher
+        .open_session(dispatcher_core::SessionSpec::new("s", dir.path()).toolsets(["fixture"]))
+        .unwrap();
+    let mut events = session.subscribe();
+    let (d, s2) = (dispatcher.clone(), session.clone());
+    let pending = tokio::spawn(async move {
+        d.dispatch(
+            dispatcher_core::ToolUse::new("tu", "fx__slow", json!({})),
+            &s2,
+        )
+        .await
+    });
+    loop {
+        let e = events.recv().await.unwrap();
+        if e.kind.name() == "tool.called" {
+            break;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    dispatcher.cancel_session_tools("s").await;
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let r = pending.await.unwrap();
+    assert_eq!(r.error_class, Some(dispatcher_core::ErrorClass::Cancelled));
+    dispatcher_core::Toolset::stop(ts.as_ref());
+}
