@@ -73,6 +73,15 @@ enum Command {
     /// Load the plugin directories and print, per package, loaded (with its tools) or
     /// refused (with the reason). Exit code 1 if any package was refused.
     Plugins,
+    /// Render every visible tool (name, source, side effects, description, input schema)
+    /// for offline documentation.
+    Manifest {
+        /// `json` or `markdown`.
+        #[arg(long, value_enum, default_value = "json")]
+        format: ManifestFormat,
+        #[command(flatten)]
+        session: SessionArgs,
+    },
     /// Serve the tools over a protocol. `--mcp`: an MCP server on stdin/stdout.
     Serve {
         /// Speak MCP over stdio (the only protocol so far; required).
@@ -81,6 +90,12 @@ enum Command {
         #[command(flatten)]
         session: SessionArgs,
     },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ManifestFormat {
+    Json,
+    Markdown,
 }
 
 #[derive(Args)]
@@ -330,6 +345,19 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
             }
             serve_mcp(&sources, &session).await
         }
+        Command::Manifest { format, session } => {
+            let host = build_host(&sources, None).await?;
+            let session = host.open_session("cli", &session)?;
+            let listing = host.dispatcher.listing_for_session(&session);
+            match format {
+                ManifestFormat::Json => println!(
+                    "{}",
+                    serde_json::to_string_pretty(&listing_json(&listing)).unwrap_or_default()
+                ),
+                ManifestFormat::Markdown => print!("{}", manifest_markdown(&listing)),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::List { session, json } => {
             let host = build_host(&sources, None).await?;
             let session = host.open_session("cli", &session)?;
@@ -449,21 +477,9 @@ async fn serve_mcp(sources: &Sources<'_>, args: &SessionArgs) -> Result<ExitCode
 fn list(dispatcher: &Dispatcher, session: &Session, as_json: bool) {
     let listing = dispatcher.listing_for_session(session);
     if as_json {
-        let tools: Vec<Value> = listing
-            .iter()
-            .map(|l| {
-                let mut v = serde_json::to_value(&l.definition).unwrap_or(Value::Null);
-                v["source"] = json!(l.source);
-                if let (Some(toolset), Some(original)) = (&l.toolset, &l.original_name) {
-                    v["toolset"] = json!(toolset);
-                    v["original_name"] = json!(original);
-                }
-                v
-            })
-            .collect();
         println!(
             "{}",
-            serde_json::to_string_pretty(&tools).unwrap_or_default()
+            serde_json::to_string_pretty(&listing_json(&listing)).unwrap_or_default()
         );
         return;
     }
@@ -496,4 +512,52 @@ fn list(dispatcher: &Dispatcher, session: &Session, as_json: bool) {
             l.definition.name, l.definition.side_effects, source, first_line
         );
     }
+}
+
+/// Tool listings as JSON: each definition plus its source (and toolset identity).
+fn listing_json(listing: &[dispatcher_core::ToolListing]) -> Value {
+    let tools: Vec<Value> = listing
+        .iter()
+        .map(|l| {
+            let mut v = serde_json::to_value(&l.definition).unwrap_or(Value::Null);
+            v["source"] = json!(l.source);
+            if let (Some(toolset), Some(original)) = (&l.toolset, &l.original_name) {
+                v["toolset"] = json!(toolset);
+                v["original_name"] = json!(original);
+            }
+            v
+        })
+        .collect();
+    Value::Array(tools)
+}
+
+/// Tool listings as a Markdown document.
+fn manifest_markdown(listing: &[dispatcher_core::ToolListing]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::from("# Tools\n\n| tool | side effects | source |\n|---|---|---|\n");
+    for l in listing {
+        let _ = writeln!(
+            out,
+            "| [`{0}`](#{0}) | {1} | {2} |",
+            l.definition.name, l.definition.side_effects, l.source
+        );
+    }
+    for l in listing {
+        let d = &l.definition;
+        let _ = write!(
+            out,
+            "\n## {}\n\n*{}* · {}",
+            d.name, d.side_effects, l.source
+        );
+        if let Some(original) = &l.original_name {
+            let _ = write!(
+                out,
+                " (`{original}` in toolset `{}`)",
+                l.toolset.as_deref().unwrap_or("")
+            );
+        }
+        let schema = serde_json::to_string_pretty(&d.input_schema).unwrap_or_default();
+        let _ = write!(out, "\n\n{}\n\n```json\n{schema}\n```\n", d.description);
+    }
+    out
 }

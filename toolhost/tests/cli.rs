@@ -277,3 +277,39 @@ fn plugin_dirs_in_the_config_are_relative_to_the_config_file() {
         "{listing}"
     );
 }
+
+#[test]
+fn manifest_renders_every_tool_as_json_or_markdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let json_out = toolhost(dir.path(), &["manifest", "--format", "json"]);
+    assert_eq!(json_out.status.code(), Some(0));
+    let tools: Vec<Value> = serde_json::from_slice(&json_out.stdout).unwrap();
+    assert_eq!(tools.len(), 5);
+    for t in &tools {
+        for key in [
+            "name",
+            "source",
+            "side_effects",
+            "description",
+            "input_schema",
+        ] {
+            assert!(t.get(key).is_some(), "{key} missing in {t}");
+        }
+    }
+    let md = toolhost(dir.path(), &["manifest", "--format", "markdown"]);
+    let text = text(&md.stdout);
+    assert!(text.starts_with("# Tools\n"), "{text}");
+    for name in ["read_file", "write_file", "patch_file", "list_dir", "shell"] {
+        assert!(
+            text.contains(&format!("\n## {name}\n")),
+            "{name} section missing"
+        );
+    }
+    assert!(text.contains("```json\n{"), "schemas are rendered");
+    assert_eq!(
+        toolhost(dir.path(), &["manifest", "--format", "yaml"])
+            .status
+            .code(),
+        Some(2)
+    );
+}
