@@ -84,24 +84,48 @@ fn line_col(text: &str, offset: usize) -> String {
     format!("line {line}, column {col}")
 }
 
+/// A TOML document that did not deserialize, located by dotted key and line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyedError {
+    /// Dotted key path (`timeouts.default_secs`, `mcp_servers[0].id`), or `(document)`.
+    pub key: String,
+    /// What was wrong and what was expected.
+    pub message: String,
+    /// `line L, column C`, when known.
+    pub location: Option<String>,
+}
+
+/// Deserializes TOML text, naming the key and line of the first problem (an unknown key,
+/// a wrong type, a syntax error). Shared by `plugin.toml` and `toolhost.toml`.
+pub fn parse_keyed<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, KeyedError> {
+    let at = |span: Option<std::ops::Range<usize>>| span.map(|s| line_col(text, s.start));
+    let de = toml::Deserializer::parse(text).map_err(|e| KeyedError {
+        key: "(document)".into(),
+        message: e.message().to_string(),
+        location: at(e.span()),
+    })?;
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let key = e.path().to_string();
+        let inner = e.into_inner();
+        KeyedError {
+            key: if key == "." { "(document)".into() } else { key },
+            message: inner.message().to_string(),
+            location: at(inner.span()),
+        }
+    })
+}
+
 impl Manifest {
     /// Parses manifest text; `file` is used in messages.
     pub fn parse(file: &Path, text: &str) -> Result<Manifest, ManifestError> {
-        let err =
-            |key: String, message: String, span: Option<std::ops::Range<usize>>| ManifestError {
-                file: file.display().to_string(),
-                key,
-                message,
-                location: span.map(|s| line_col(text, s.start)),
-            };
-        let de = toml::Deserializer::parse(text)
-            .map_err(|e| err("(document)".into(), e.message().to_string(), e.span()))?;
-        let manifest: Manifest = serde_path_to_error::deserialize(de).map_err(|e| {
-            let key = e.path().to_string();
-            let inner = e.into_inner();
-            let key = if key == "." { "(document)".into() } else { key };
-            err(key, inner.message().to_string(), inner.span())
-        })?;
+        let err = |key: String, message: String, location: Option<String>| ManifestError {
+            file: file.display().to_string(),
+            key,
+            message,
+            location,
+        };
+        let manifest: Manifest =
+            parse_keyed(text).map_err(|e| err(e.key, e.message, e.location))?;
         let field = |key: &str, message: String| err(key.into(), message, None);
         if manifest.library.is_empty()
             || manifest.library.contains(['/', '\\'])

@@ -201,13 +201,6 @@ pub enum ConfigError {
     },
 }
 
-fn line_col(text: &str, offset: usize) -> String {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    format!("line {line}, column {col}")
-}
-
 fn positive(file: &Path, key: &str, secs: f64) -> Result<Duration, ConfigError> {
     if secs.is_finite() && secs > 0.0 && secs < 1.0e9 {
         Ok(Duration::from_secs_f64(secs))
@@ -224,22 +217,13 @@ fn positive(file: &Path, key: &str, secs: f64) -> Result<Duration, ConfigError> 
 impl Config {
     /// Parses a config file's text. `file` is only used in messages.
     pub fn parse(file: &Path, text: &str) -> Result<Config, ConfigError> {
-        let invalid = |key: String, message: String, span: Option<std::ops::Range<usize>>| {
-            ConfigError::Invalid {
+        let config: Config =
+            plugin_host::manifest::parse_keyed(text).map_err(|e| ConfigError::Invalid {
                 file: file.to_path_buf(),
-                key,
-                message,
-                location: span.map(|s| line_col(text, s.start)),
-            }
-        };
-        let de = toml::Deserializer::parse(text)
-            .map_err(|e| invalid("(document)".into(), e.message().to_string(), e.span()))?;
-        let config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
-            let key = e.path().to_string();
-            let inner = e.into_inner();
-            let key = if key == "." { "(document)".into() } else { key };
-            invalid(key, inner.message().to_string(), inner.span())
-        })?;
+                key: e.key,
+                message: e.message,
+                location: e.location,
+            })?;
         config.validate(file)?;
         Ok(config)
     }
