@@ -313,3 +313,52 @@ fn manifest_renders_every_tool_as_json_or_markdown() {
         Some(2)
     );
 }
+
+/// Runs toolhost under a pseudo-terminal (util-linux `script`), answering `answer`.
+fn toolhost_on_a_terminal(workspace: &Path, args: &str, answer: &str) -> Output {
+    use std::io::Write;
+    let command = format!("{} {args}", env!("CARGO_BIN_EXE_toolhost"));
+    let mut child = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .current_dir(workspace)
+        .env("XDG_CONFIG_HOME", workspace.join(".no-user-config"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(answer.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn prompt_on_a_terminal_asks_and_follows_the_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let yes = toolhost_on_a_terminal(
+        dir.path(),
+        r#"call write_file --input '{"path": "yes.txt", "content": "x"}'"#,
+        "y\n",
+    );
+    let shown = text(&yes.stdout);
+    assert!(
+        shown.contains("'write_file' (write) asks to run") && shown.contains("will create yes.txt"),
+        "{shown}"
+    );
+    assert!(shown.contains("[y]es / [n]o / [a]lways"), "{shown}");
+    assert!(dir.path().join("yes.txt").exists());
+    let no = toolhost_on_a_terminal(
+        dir.path(),
+        r#"call write_file --input '{"path": "no.txt", "content": "x"}'"#,
+        "n\n",
+    );
+    assert!(
+        text(&no.stdout).contains("User denied this operation."),
+        "{}",
+        text(&no.stdout)
+    );
+    assert!(!dir.path().join("no.txt").exists());
+}
