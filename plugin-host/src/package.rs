@@ -94,6 +94,15 @@ pub enum ArchiveError {
         "refused entry '{0}': archives may hold only plain files and folders, without absolute paths or '..'"
     )]
     UnsafeEntry(String),
+    /// The archive unpacks to more than the limits allow (a decompression bomb, or not a
+    /// plugin package).
+    #[error(
+        "archive too large: more than {limit} when unpacked; a plugin package holds a manifest and one library"
+    )]
+    TooLarge {
+        /// Which limit.
+        limit: String,
+    },
     /// The archive holds no `plugin.toml`.
     #[error("no plugin.toml in the archive (make archives with `cargo xtask plugin package`)")]
     NoManifest,
@@ -125,10 +134,21 @@ pub fn unpack_cached(archive: &Path, cache: &Path) -> Result<PathBuf, ArchiveErr
     package_root(&target).ok_or(ArchiveError::NoManifest)
 }
 
+/// Most bytes an archive may unpack to.
+pub const MAX_UNPACKED_BYTES: u64 = 1024 * 1024 * 1024;
+/// Most entries an archive may hold.
+pub const MAX_ENTRIES: usize = 256;
+
 fn unpack_into(archive: &Path, dest: &Path) -> Result<(), ArchiveError> {
     let decoder = flate2::read::GzDecoder::new(File::open(archive)?);
     let mut tar = tar::Archive::new(decoder);
-    for entry in tar.entries()? {
+    let mut total: u64 = 0;
+    for (n, entry) in tar.entries()?.enumerate() {
+        if n >= MAX_ENTRIES {
+            return Err(ArchiveError::TooLarge {
+                limit: format!("{MAX_ENTRIES} entries"),
+            });
+        }
         let mut entry = entry?;
         let path = entry.path()?.into_owned();
         let kind = entry.header().entry_type();
@@ -146,7 +166,14 @@ fn unpack_into(archive: &Path, dest: &Path) -> Result<(), ArchiveError> {
                 std::fs::create_dir_all(parent)?;
             }
             let mut file = File::create(&out)?;
-            io::copy(&mut entry, &mut file)?;
+            let budget = MAX_UNPACKED_BYTES.saturating_sub(total);
+            let copied = io::copy(&mut (&mut entry).take(budget + 1), &mut file)?;
+            total += copied;
+            if copied > budget {
+                return Err(ArchiveError::TooLarge {
+                    limit: format!("{} MiB", MAX_UNPACKED_BYTES / (1024 * 1024)),
+                });
+            }
         }
     }
     Ok(())

@@ -592,3 +592,25 @@ async fn one_bad_package_never_stops_the_others() {
         Some((_, Refusal::Directory { .. }))
     ));
 }
+
+#[tokio::test]
+async fn archive_with_too_many_entries_is_refused_not_unpacked() {
+    let env = Env::new();
+    let staging = tempfile::tempdir().unwrap();
+    let mut builder = tar::Builder::new(Vec::new());
+    for i in 0..300 {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(1);
+        header.set_mode(0o644);
+        header.set_cksum();
+        builder
+            .append_data(&mut header, format!("pkg/f{i}.txt"), &b"x"[..])
+            .unwrap();
+    }
+    let tar_bytes = builder.into_inner().unwrap();
+    let path = staging.path().join("many.tar.gz");
+    std::fs::write(&path, flate2_encode(&tar_bytes)).unwrap();
+    std::fs::copy(&path, env.dir().join("many.tar.gz")).unwrap();
+    let refusal = only_refusal(&env.load());
+    assert!(refusal.to_string().contains("256 entries"), "{refusal}");
+}
