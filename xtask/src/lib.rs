@@ -83,7 +83,7 @@ pub fn test() -> Result {
         )
     });
     println!(
-        "\nall tests: {} passed, {} failed, {} skipped",
+        "\ntests: {} passed, {} failed, {} skipped",
         totals.passed, totals.failed, totals.ignored
     );
     result
