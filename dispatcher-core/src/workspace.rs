@@ -220,6 +220,21 @@ impl Workspace {
         Ok(rel)
     }
 
+    /// Classifies a failed operation. An OS error other than "not found" may come from a
+    /// symlink on the way that leads outside (creating a parent through one says "File
+    /// exists"), so the path is checked again and such a failure named as the escape it is.
+    /// Only the error path pays for the check; the operations are confined on their own.
+    fn io_error(&self, path: &str, e: io::Error) -> FsError {
+        let error = FsError::from_io(path, e);
+        if matches!(error, FsError::Escape { .. } | FsError::NotFound { .. }) {
+            return error;
+        }
+        match self.check(path) {
+            Err(escape @ FsError::Escape { .. }) => escape,
+            _ => error,
+        }
+    }
+
     /// Reads a UTF-8 file.
     pub fn read(&self, path: &str) -> Result<String, FsError> {
         let bytes = self.read_bytes(path)?;
@@ -229,10 +244,10 @@ impl Workspace {
     /// Reads a file's bytes.
     pub fn read_bytes(&self, path: &str) -> Result<Vec<u8>, FsError> {
         let rel = self.resolve(path)?;
-        let mut file = self.dir.open(&rel).map_err(|e| FsError::from_io(path, e))?;
+        let mut file = self.dir.open(&rel).map_err(|e| self.io_error(path, e))?;
         let mut buf = Vec::new();
         file.read_to_end(&mut buf)
-            .map_err(|e| FsError::from_io(path, e))?;
+            .map_err(|e| self.io_error(path, e))?;
         Ok(buf)
     }
 
@@ -245,11 +260,8 @@ impl Workspace {
     /// to a temporary file in the same directory, is synced, and is renamed over the target.
     /// An existing file keeps its permissions.
     pub fn write_bytes(&self, path: &str, content: &[u8]) -> Result<(), FsError> {
-        // `check` names an escape through an existing symlink as such (creating the parent
-        // directories would otherwise fail with a confusing "File exists"); the operations
-        // below stay confined on their own.
-        let rel = self.check(path)?;
-        let io_err = |e| FsError::from_io(path, e);
+        let rel = self.resolve(path)?;
+        let io_err = |e| self.io_error(path, e);
         let Some(name) = rel.file_name() else {
             return Err(FsError::WrongKind {
                 path: path.into(),
@@ -298,8 +310,8 @@ impl Workspace {
 
     /// Appends to a file, creating it (and its parent directories) if needed.
     pub fn append(&self, path: &str, content: &[u8]) -> Result<(), FsError> {
-        let rel = self.check(path)?;
-        let io_err = |e| FsError::from_io(path, e);
+        let rel = self.resolve(path)?;
+        let io_err = |e| self.io_error(path, e);
         if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
             self.dir.create_dir_all(parent).map_err(io_err)?;
         }
@@ -316,7 +328,7 @@ impl Workspace {
         match self.dir.metadata(&rel) {
             Ok(_) => Ok(true),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(FsError::from_io(path, e)),
+            Err(e) => Err(self.io_error(path, e)),
         }
     }
 
@@ -326,7 +338,7 @@ impl Workspace {
         match self.dir.metadata(&rel) {
             Ok(m) => Ok(m.is_dir()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(FsError::from_io(path, e)),
+            Err(e) => Err(self.io_error(path, e)),
         }
     }
 
@@ -336,7 +348,7 @@ impl Workspace {
         let m = self
             .dir
             .metadata(&rel)
-            .map_err(|e| FsError::from_io(path, e))?;
+            .map_err(|e| self.io_error(path, e))?;
         let modified_unix_ms = m
             .modified()
             .ok()
@@ -353,7 +365,7 @@ impl Workspace {
     /// The entry names of a directory, sorted; directories end with `/`.
     pub fn list(&self, path: &str) -> Result<Vec<String>, FsError> {
         let rel = self.resolve(path)?;
-        let io_err = |e| FsError::from_io(path, e);
+        let io_err = |e| self.io_error(path, e);
         let mut names = Vec::new();
         for entry in self.dir.read_dir(&rel).map_err(io_err)? {
             let entry = entry.map_err(io_err)?;
@@ -378,7 +390,7 @@ impl Workspace {
         }
         self.dir
             .remove_file(&rel)
-            .map_err(|e| FsError::from_io(path, e))
+            .map_err(|e| self.io_error(path, e))
     }
 
     /// Replaces the single occurrence of `old` with `new`, atomically. Zero or several
