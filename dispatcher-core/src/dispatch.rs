@@ -35,6 +35,26 @@ impl CallInfo {
     }
 }
 
+/// How a confirmation request ended.
+enum Answer {
+    /// A client answered (decision, client name).
+    Given(Decision, String),
+    /// Nobody answered in time.
+    TimedOut,
+    /// The call was cancelled while waiting.
+    Cancelled,
+}
+
+impl From<Option<(Decision, String)>> for Answer {
+    fn from(answer: Option<(Decision, String)>) -> Self {
+        match answer {
+            Some((decision, by)) => Answer::Given(decision, by),
+            // The broker dropped the request without an answer: treat it as unanswered.
+            None => Answer::TimedOut,
+        }
+    }
+}
+
 /// How an execution ended, before classification.
 enum Outcome {
     Returned(Result<ToolOutput, ToolError>),
@@ -394,15 +414,19 @@ impl Dispatcher {
         let waited = Instant::now();
         let timeout = self.inner.config.confirmation_timeout;
         let answer = tokio::select! {
-            r = &mut rx => r.ok(),
+            r = &mut rx => Answer::from(r.ok()),
             _ = tokio::time::sleep(timeout) => {
-                if self.inner.broker.expire(&request_id, "timeout") { None } else { (&mut rx).await.ok() }
+                if self.inner.broker.expire(&request_id, "timeout") {
+                    Answer::TimedOut
+                } else {
+                    Answer::from((&mut rx).await.ok())
+                }
             }
             _ = entry.cancelled() => {
                 if self.inner.broker.expire(&request_id, "cancelled") {
-                    Some((Decision::Deny, "cancelled".to_string()))
+                    Answer::Cancelled
                 } else {
-                    (&mut rx).await.ok()
+                    Answer::from((&mut rx).await.ok())
                 }
             }
         };
@@ -410,8 +434,9 @@ impl Dispatcher {
             asker.abort();
         }
         let (decision, by) = match &answer {
-            Some((d, by)) => (decision_name(*d).to_string(), by.clone()),
-            None => ("timeout".to_string(), "timeout".to_string()),
+            Answer::Given(d, by) => (decision_name(*d).to_string(), by.clone()),
+            Answer::TimedOut => ("timeout".to_string(), "timeout".to_string()),
+            Answer::Cancelled => ("cancelled".to_string(), "cancelled".to_string()),
         };
         self.emit(
             state,
@@ -419,31 +444,31 @@ impl Dispatcher {
             EventKind::ConfirmationResolved {
                 request_id,
                 decision,
-                resolved_by: by.clone(),
+                resolved_by: by,
                 waited_ms: ms(waited.elapsed()),
             },
         );
         match answer {
-            Some((Decision::Allow, _)) => Ok(()),
-            Some((Decision::AlwaysAllow, _)) => {
+            Answer::Given(Decision::Allow, _) => Ok(()),
+            Answer::Given(Decision::AlwaysAllow, _) => {
                 state.grant(&reg.name);
                 Ok(())
             }
-            Some((Decision::Deny, by)) if by == "cancelled" => {
-                let message = format!(
-                    "Tool '{}' was cancelled while waiting for confirmation.",
-                    reg.name
-                );
-                Err(self.fail(state, info, ErrorClass::Cancelled, message, None))
-            }
-            Some((Decision::Deny, _)) => Err(self.fail(
+            Answer::Given(Decision::Deny, _) => Err(self.fail(
                 state,
                 info,
                 ErrorClass::UserDenied,
                 "User denied this operation.".to_string(),
                 None,
             )),
-            None => {
+            Answer::Cancelled => {
+                let message = format!(
+                    "Tool '{}' was cancelled while waiting for confirmation.",
+                    reg.name
+                );
+                Err(self.fail(state, info, ErrorClass::Cancelled, message, None))
+            }
+            Answer::TimedOut => {
                 let message = format!(
                     "Nobody answered the confirmation request for tool '{}' within {}; the call was not run.",
                     reg.name,

@@ -96,7 +96,7 @@ pub enum EventKind {
     ConfirmationResolved {
         /// The request.
         request_id: Arc<str>,
-        /// `allow`, `deny`, `always_allow`, or `timeout`.
+        /// `allow`, `deny`, `always_allow`, `timeout` or `cancelled`.
         decision: String,
         /// Who answered (`timeout` when nobody did).
         resolved_by: String,

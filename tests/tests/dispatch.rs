@@ -582,3 +582,31 @@ async fn large_output_is_cut_with_a_note() {
     assert_eq!(r.content[0].as_text(), Some("xxxxxxxxxx"));
     assert!(r.text().contains("15 more characters"));
 }
+
+#[tokio::test]
+async fn cancelling_a_call_waiting_for_confirmation_is_cancelled_not_denied() {
+    let d = Dispatcher::new();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    let mut events = fx.session.subscribe();
+    let (d2, s2) = (d.clone(), fx.session.clone());
+    let pending = tokio::spawn(async move {
+        d2.dispatch(
+            ToolUse::new("tu", "write_file", json!({"path": "a.txt", "content": "x"})),
+            &s2,
+        )
+        .await
+    });
+    common::next_of(&mut events, "tool.confirmation_requested").await;
+    assert_eq!(d.cancel_session_tools("s1").await, 1);
+    let r = pending.await.unwrap();
+    assert_eq!(r.error_class, Some(ErrorClass::Cancelled));
+    assert!(
+        r.text().contains("while waiting for confirmation"),
+        "{}",
+        r.text()
+    );
+    let resolved = common::next_of(&mut events, "tool.confirmation_resolved").await;
+    assert_eq!(resolved.to_json()["decision"], "cancelled");
+    assert!(!fx.path("a.txt").exists());
+}
