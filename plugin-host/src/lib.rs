@@ -290,7 +290,7 @@ pub fn check_versions(built: &semver::Version, requires: &semver::Version) -> Re
 }
 
 /// Compares what the library says with its manifest.
-fn compare(manifest: &Manifest, lib: &Library) -> Result<(), Refusal> {
+pub fn compare(manifest: &Manifest, lib: &Library) -> Result<(), Refusal> {
     let mismatch = |key: &'static str, m: String, l: String| {
         Err(Refusal::ManifestMismatch {
             key,
@@ -370,6 +370,11 @@ pub fn load_package(folder: &Path, dispatcher: &Dispatcher) -> Result<Outcome, R
     let (manifest, library_path) = preflight(folder)?;
     let lib = library::open(&library_path)?;
     compare(&manifest, &lib)?;
+    register_library(&lib, dispatcher)
+}
+
+/// Registers an opened, verified library's tools (all or none; source `plugin:NAME`).
+pub fn register_library(lib: &Library, dispatcher: &Dispatcher) -> Result<Outcome, Refusal> {
     let source = format!("plugin:{}", lib.name);
     let mut registered: Vec<String> = Vec::new();
     for definition in &lib.definitions {

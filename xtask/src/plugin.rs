@@ -343,7 +343,9 @@ pub fn verify_here(package: &Path) -> std::result::Result<String, String> {
     for f in builtin_tools::factories() {
         let _ = d.register(f);
     }
-    match plugin_host::load_package(&folder, &d) {
+    let verdict = plugin_host::compare(&manifest, &lib)
+        .and_then(|()| plugin_host::register_library(&lib, &d));
+    match verdict {
         Ok(_) => {
             let _ = writeln!(out, "tools:");
             for def in &lib.definitions {
