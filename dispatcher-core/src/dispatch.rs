@@ -9,15 +9,21 @@ use serde_json::Value;
 use tool_api::{Content, SideEffect, Tool, ToolError, ToolOutput};
 use tracing::{Instrument, Span};
 
+use tokio::sync::{Semaphore, SemaphorePermit};
+use tool_api::InterruptBehavior;
+
 use crate::Dispatcher;
 use crate::confirmation::{ConfirmationRequest, Decision};
-use crate::error::ErrorClass;
+use crate::error::{CancelReason, ErrorClass};
 use crate::events::{EventKind, ToolEvent, decision_name, now_ms};
-use crate::host::CallHost;
-use crate::policy::{HookCall, HookDecision, Mode};
+use crate::hooks::{HookCall, HookDecision, PostDecision, PostUseCall};
+use crate::host::{CallHost, OutputSink};
+use crate::policy::Mode;
 use crate::registry::Registered;
 use crate::result::{ToolResultBlock, ToolUse};
+use crate::runtime::{Grant, GrantRequest};
 use crate::session::{CallGuard, InFlight, Session, SessionState};
+use crate::spool;
 
 /// Identity of one call, shared by its events.
 pub(crate) struct CallInfo {
@@ -99,13 +105,72 @@ fn path_args<'a>(def_params: &'a [String], input: &'a Value) -> impl Iterator<It
     })
 }
 
-/// The call's cancellation registration, made on first need.
-fn tracked<'a>(
-    guard: &'a mut Option<CallGuard>,
-    state: &Arc<SessionState>,
-    tool_use_id: &Arc<str>,
-) -> &'a CallGuard {
-    guard.get_or_insert_with(|| state.track(tool_use_id))
+/// A call's cancellation registration, made on first need (with the entry its batch made
+/// for it, if any).
+struct Tracker<'a> {
+    guard: Option<CallGuard>,
+    state: &'a Arc<SessionState>,
+    tool_use_id: Arc<str>,
+    preset: Option<Arc<InFlight>>,
+}
+
+impl Tracker<'_> {
+    fn entry(&mut self) -> &Arc<InFlight> {
+        let (state, id, preset) = (self.state, &self.tool_use_id, self.preset.as_ref());
+        &self
+            .guard
+            .get_or_insert_with(|| state.track(id, preset))
+            .entry
+    }
+
+    /// The entry, if the call was registered or its batch made one.
+    fn existing(&self) -> Option<&Arc<InFlight>> {
+        self.guard
+            .as_ref()
+            .map(|g| &g.entry)
+            .or(self.preset.as_ref())
+    }
+
+    fn is_cancelled(&self) -> bool {
+        self.existing().is_some_and(|e| e.is_cancelled())
+    }
+}
+
+/// Waits for a place under a cap, unless the call is cancelled first.
+async fn acquire<'s>(sem: &'s Semaphore, tracker: &mut Tracker<'_>) -> Option<SemaphorePermit<'s>> {
+    if let Ok(permit) = sem.try_acquire() {
+        return Some(permit);
+    }
+    let entry = tracker.entry().clone();
+    tokio::select! {
+        biased;
+        _ = entry.cancelled() => None,
+        p = sem.acquire() => p.ok(),
+    }
+}
+
+/// The message of a call cancelled for `reason` (`started`: it was executing).
+pub(crate) fn cancel_message(
+    tool: &str,
+    reason: Option<CancelReason>,
+    cause: Option<&str>,
+    started: bool,
+) -> String {
+    match (reason, started) {
+        (Some(CancelReason::SiblingError), _) => format!(
+            "Tool '{tool}' was {} because {}; this call did not fail itself.",
+            if started { "cancelled" } else { "not run" },
+            cause.unwrap_or("another call in the same batch failed")
+        ),
+        (Some(CancelReason::Aborted), true) => {
+            format!("Tool '{tool}' was cancelled: the host aborted its batch.")
+        }
+        (Some(CancelReason::Aborted), false) => {
+            format!("Tool '{tool}' was not run: the host aborted its batch before it started.")
+        }
+        (_, true) => format!("Tool '{tool}' was cancelled."),
+        (_, false) => format!("Tool '{tool}' was cancelled before it started."),
+    }
 }
 
 impl Dispatcher {
@@ -135,6 +200,18 @@ impl Dispatcher {
         message: String,
         partial_output: Option<String>,
     ) -> ToolResultBlock {
+        self.fail_with(session, info, class, message, partial_output, None)
+    }
+
+    fn fail_with(
+        &self,
+        session: &SessionState,
+        info: &CallInfo,
+        class: ErrorClass,
+        message: String,
+        partial_output: Option<String>,
+        cancel_reason: Option<CancelReason>,
+    ) -> ToolResultBlock {
         tracing::debug!(error_class = %class, "{message}");
         self.emit(
             session,
@@ -144,24 +221,204 @@ impl Dispatcher {
                 message: message.clone(),
                 duration_ms: info.elapsed_ms(),
                 partial_output,
+                cancel_reason,
             },
         );
-        ToolResultBlock::error(&info.tool_use_id, class, message)
+        let mut block = ToolResultBlock::error(&info.tool_use_id, class, message);
+        block.cancel_reason = cancel_reason;
+        block
+    }
+
+    /// The result of a call that was cancelled before it started executing.
+    fn not_started(
+        &self,
+        state: &SessionState,
+        info: &CallInfo,
+        tracker: &Tracker<'_>,
+    ) -> ToolResultBlock {
+        let entry = tracker.existing();
+        let reason = entry.and_then(|e| e.reason()).or(Some(CancelReason::User));
+        let message = cancel_message(
+            &info.tool_name,
+            reason,
+            entry.and_then(|e| e.cause()),
+            false,
+        );
+        self.fail_with(state, info, ErrorClass::Cancelled, message, None, reason)
+    }
+
+    /// A synthetic `cancelled` result for a call of a batch that never reached the pipeline
+    /// (the batch was aborted, or a sibling failed, before its turn). Emits `tool.failed`.
+    pub(crate) fn never_started(
+        &self,
+        call: &ToolUse,
+        session: &Session,
+        reason: CancelReason,
+        cause: Option<&str>,
+    ) -> ToolResultBlock {
+        let reg = self.lookup(&call.name, &session.state);
+        let info = CallInfo {
+            session_id: session.state.id.clone(),
+            turn_id: session.turn_id.clone(),
+            tool_use_id: Arc::from(call.id.as_str()),
+            tool_name: reg
+                .as_ref()
+                .map_or_else(|| Arc::from(call.name.as_str()), |r| r.name.clone()),
+            side_effects: reg.as_ref().map(|r| r.side_effects),
+            started: Instant::now(),
+        };
+        let message = cancel_message(&info.tool_name, Some(reason), cause, false);
+        self.fail_with(
+            &session.state,
+            &info,
+            ErrorClass::Cancelled,
+            message,
+            None,
+            Some(reason),
+        )
     }
 
     /// Runs one call through the whole pipeline. Never fails: every outcome, including
     /// an unknown tool, invalid input, a denial, a timeout or a panic, is a result block.
     pub async fn dispatch(&self, call: ToolUse, session: &Session) -> ToolResultBlock {
+        self.dispatch_controlled(call, session, None).await
+    }
+
+    /// [`Dispatcher::dispatch`] with the cancellation entry a batch made for the call.
+    pub(crate) async fn dispatch_controlled(
+        &self,
+        call: ToolUse,
+        session: &Session,
+        preset: Option<Arc<InFlight>>,
+    ) -> ToolResultBlock {
         let span = tracing::info_span!(
             "tool_call",
             tool = %call.name,
             tool_use_id = %call.id,
             session = %session.state.id,
         );
-        self.dispatch_in(call, session).instrument(span).await
+        self.dispatch_in(call, session, preset)
+            .instrument(span)
+            .await
     }
 
-    async fn dispatch_in(&self, call: ToolUse, session: &Session) -> ToolResultBlock {
+    /// Step 2: the input against the compiled schema.
+    fn validate(
+        &self,
+        reg: &Registered,
+        input: &Value,
+        state: &SessionState,
+        info: &CallInfo,
+        rewritten_by: Option<&str>,
+    ) -> Result<(), ToolResultBlock> {
+        let errors = reg.validator.validate(input);
+        if errors.is_empty() {
+            return Ok(());
+        }
+        let mut message = format!(
+            "Invalid input for tool '{}'{} ({} error{}):",
+            reg.name,
+            rewritten_by
+                .map(|h| format!(" as rewritten by pre-use hook '{h}'"))
+                .unwrap_or_default(),
+            errors.len(),
+            if errors.len() == 1 { "" } else { "s" }
+        );
+        for e in &errors {
+            let at = if e.pointer.is_empty() {
+                "(root)"
+            } else {
+                &e.pointer
+            };
+            message.push_str(&format!("\n- at {at}: {}", e.message));
+        }
+        tracing::debug!("{message}");
+        self.emit(state, info, EventKind::InputInvalid { errors });
+        Err(ToolResultBlock::error(
+            &info.tool_use_id,
+            ErrorClass::ValidationError,
+            message,
+        ))
+    }
+
+    /// Step 3: the path arguments against the workspace.
+    fn scope(
+        &self,
+        reg: &Registered,
+        input: &Value,
+        state: &SessionState,
+        info: &CallInfo,
+    ) -> Result<(), ToolResultBlock> {
+        for path in path_args(&reg.definition().path_params, input) {
+            if let Err(e) = state.workspace.check(path) {
+                let class = if e.is_permission_denied() {
+                    ErrorClass::PermissionDenied
+                } else {
+                    ErrorClass::ValidationError
+                };
+                return Err(self.fail(state, info, class, e.to_string(), None));
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 5: the runtime grant (where and within which limits the call runs).
+    fn grant(
+        &self,
+        reg: &Registered,
+        input: &Value,
+        state: &SessionState,
+        info: &CallInfo,
+    ) -> Result<Grant, ToolResultBlock> {
+        let config = &self.inner.config;
+        let base = Grant {
+            sandbox: config.sandbox,
+            timeout: self.timeout_for(reg),
+            max_result_chars: config
+                .tool_result_chars
+                .get(&*reg.name)
+                .copied()
+                .unwrap_or(config.max_result_chars),
+        };
+        let grant = match &self.inner.runtime {
+            None => base,
+            Some(policy) => {
+                let request = GrantRequest {
+                    session_id: &state.id,
+                    tool_use_id: &info.tool_use_id,
+                    tool_name: &reg.name,
+                    side_effects: reg.side_effects,
+                    input,
+                };
+                policy.grant(&request, base).map_err(|reason| {
+                    let message =
+                        format!("The runtime policy refused tool '{}': {reason}", reg.name);
+                    self.fail(state, info, ErrorClass::PermissionDenied, message, None)
+                })?
+            }
+        };
+        grant.sandbox.check_supported().map_err(|m| {
+            let message = format!("Tool '{}' was not run: {m}.", reg.name);
+            self.fail(state, info, ErrorClass::PermissionDenied, message, None)
+        })?;
+        Ok(grant)
+    }
+
+    fn interrupt_behavior(&self, reg: &Registered) -> InterruptBehavior {
+        self.inner
+            .config
+            .interrupt
+            .get(&*reg.name)
+            .copied()
+            .unwrap_or(reg.definition().interrupt)
+    }
+
+    async fn dispatch_in(
+        &self,
+        call: ToolUse,
+        session: &Session,
+        preset: Option<Arc<InFlight>>,
+    ) -> ToolResultBlock {
         let state = &session.state;
         let ToolUse { id, name, input } = call;
         let mut info = CallInfo {
@@ -174,7 +431,12 @@ impl Dispatcher {
         };
         // Registered for cancellation at the first point where the call can wait; an inline
         // call that never waits cannot be interrupted and is never registered.
-        let mut guard: Option<CallGuard> = None;
+        let mut tracker = Tracker {
+            guard: None,
+            state,
+            tool_use_id: info.tool_use_id.clone(),
+            preset,
+        };
 
         // 1. Look up.
         let Some(reg) = self.lookup(&name, state) else {
@@ -200,68 +462,50 @@ impl Dispatcher {
         info.side_effects = Some(reg.side_effects);
 
         // 2. Validate.
-        let errors = reg.validator.validate(&input);
-        if !errors.is_empty() {
-            let mut message = format!(
-                "Invalid input for tool '{}' ({} error{}):",
-                reg.name,
-                errors.len(),
-                if errors.len() == 1 { "" } else { "s" }
-            );
-            for e in &errors {
-                let at = if e.pointer.is_empty() {
-                    "(root)"
-                } else {
-                    &e.pointer
-                };
-                message.push_str(&format!("\n- at {at}: {}", e.message));
-            }
-            tracing::debug!("{message}");
-            self.emit(state, &info, EventKind::InputInvalid { errors });
-            return ToolResultBlock::error(&id, ErrorClass::ValidationError, message);
-        }
-
-        // 3. Workspace scoping of path arguments.
-        let def = reg.definition();
-        for path in path_args(&def.path_params, &input) {
-            if let Err(e) = state.workspace.check(path) {
-                let class = if e.is_permission_denied() {
-                    ErrorClass::PermissionDenied
-                } else {
-                    ErrorClass::ValidationError
-                };
-                return self.fail(state, &info, class, e.to_string(), None);
-            }
-        }
-
-        // 4. Hooks and confirmation policy.
-        if let Err(block) = self
-            .authorize(&reg, &input, session, &info, &mut guard)
-            .await
-        {
+        if let Err(block) = self.validate(&reg, &input, state, &info, None) {
             return block;
         }
 
-        // 5. Concurrency cap, then execute.
+        // 3. Workspace scoping of path arguments.
+        if let Err(block) = self.scope(&reg, &input, state, &info) {
+            return block;
+        }
+        if tracker.is_cancelled() {
+            return self.not_started(state, &info, &tracker);
+        }
+
+        // 4. Hooks and confirmation policy (a hook may rewrite the input).
+        let input = match self
+            .authorize(&reg, input, session, &info, &mut tracker)
+            .await
+        {
+            Ok(input) => input,
+            Err(block) => return block,
+        };
+
+        // 5. The runtime grant.
+        let grant = match self.grant(&reg, &input, state, &info) {
+            Ok(grant) => grant,
+            Err(block) => return block,
+        };
+
+        // 6. Per-tool cap, session cap, then execute.
         let queued = Instant::now();
-        let permit = match state.semaphore.try_acquire() {
-            Ok(permit) => Some(permit),
-            Err(_) => {
-                let entry = tracked(&mut guard, state, &info.tool_use_id).entry.clone();
-                tokio::select! {
-                    biased;
-                    _ = entry.cancelled() => None,
-                    p = state.semaphore.acquire() => p.ok(),
-                }
-            }
+        let tool_cap = state.tool_caps.get(&*reg.name);
+        let tool_permit = match tool_cap {
+            Some(sem) => match acquire(sem, &mut tracker).await {
+                Some(p) => Some(p),
+                None => return self.not_started(state, &info, &tracker),
+            },
+            None => None,
         };
-        let Some(_permit) = permit else {
-            let message = format!("Tool '{}' was cancelled before it started.", reg.name);
-            return self.fail(state, &info, ErrorClass::Cancelled, message, None);
+        let Some(_permit) = acquire(&state.semaphore, &mut tracker).await else {
+            return self.not_started(state, &info, &tracker);
         };
+        let _tool_permit = tool_permit;
         if !reg.inline {
             // Registered before `tool.called`, so a cancel that follows the event reaches it.
-            tracked(&mut guard, state, &info.tool_use_id);
+            tracker.entry();
         }
         self.emit(
             state,
@@ -270,8 +514,11 @@ impl Dispatcher {
                 queued_ms: ms(queued.elapsed()),
             },
         );
+        let post_input = (!self.inner.post_hooks.is_empty()).then(|| input.clone());
         let exec_started = Instant::now();
-        let outcome = self.execute(&reg, input, &info, state, &mut guard).await;
+        let outcome = self
+            .execute(&reg, input, &info, state, &mut tracker, grant.timeout)
+            .await;
         let elapsed = exec_started.elapsed();
         if elapsed >= self.inner.config.slow_call_threshold {
             tracing::warn!(
@@ -282,64 +529,153 @@ impl Dispatcher {
                 elapsed.as_secs_f64()
             );
         }
-        let cancel_requested = guard.as_ref().is_some_and(|g| g.entry.is_cancelled());
-        let mut block = self.report(state, &info, &reg, outcome, elapsed, cancel_requested);
+        let mut block = self.report(state, &info, &reg, outcome, elapsed, tracker.existing());
+        if let Some(input) = post_input {
+            block = self.post_use(&reg, &input, state, &info, block).await;
+        }
         block.tool_use_id = id;
-        block
+        spool::cap(
+            block,
+            grant.max_result_chars,
+            self.inner.config.result_preview_chars,
+            &state.data_dir,
+            state.workspace.root(),
+        )
     }
 
-    /// Step 4: hooks, policy, session grants and, if needed, the confirmation round trip.
-    async fn authorize(
+    /// Post-use hooks, in order, each seeing the result as the ones before left it.
+    async fn post_use(
         &self,
         reg: &Registered,
         input: &Value,
+        state: &SessionState,
+        info: &CallInfo,
+        mut block: ToolResultBlock,
+    ) -> ToolResultBlock {
+        for hook in &self.inner.post_hooks {
+            let decision = {
+                let call = PostUseCall {
+                    call: HookCall {
+                        session_id: &state.id,
+                        tool_use_id: &info.tool_use_id,
+                        tool_name: &reg.name,
+                        side_effects: reg.side_effects,
+                        input,
+                        workspace: state.workspace.root(),
+                    },
+                    result: &block,
+                };
+                hook.after_use(&call).await
+            };
+            match decision {
+                PostDecision::Keep => {}
+                PostDecision::Annotate(note) => {
+                    block.content.push(Content::text(format!(
+                        "Note from hook '{}': {note}",
+                        hook.name()
+                    )));
+                }
+                PostDecision::Replace { text, is_error } => {
+                    tracing::debug!(hook = hook.name(), "post-use hook replaced the result");
+                    block.content = vec![Content::text(text)];
+                    block.is_error = is_error;
+                    block.error_class = if is_error {
+                        block.error_class.or(Some(ErrorClass::ExecutionError))
+                    } else {
+                        None
+                    };
+                    if !is_error {
+                        block.cancel_reason = None;
+                    }
+                }
+            }
+        }
+        block
+    }
+
+    /// Step 4: hooks, policy, session approvals and, if needed, the confirmation round
+    /// trip. Returns the input the call runs with (a hook may have rewritten it).
+    async fn authorize(
+        &self,
+        reg: &Registered,
+        mut input: Value,
         session: &Session,
         info: &CallInfo,
-        guard: &mut Option<CallGuard>,
-    ) -> Result<(), ToolResultBlock> {
+        tracker: &mut Tracker<'_>,
+    ) -> Result<Value, ToolResultBlock> {
         let state = &session.state;
         let workspace = state.workspace.root();
         let mut decision = self
             .inner
             .policy
             .decide(&reg.name, reg.side_effects, workspace);
+        let policy_denied = |rule: &str| {
+            let message = format!(
+                "Tool '{}' is denied by policy ({rule} = \"deny\"); change that setting to allow it.",
+                reg.name
+            );
+            self.fail(state, info, ErrorClass::UserDenied, message, None)
+        };
+        if decision.mode == Mode::Deny {
+            // Nothing a hook or an approval says can let it run: the hooks are not asked.
+            return Err(policy_denied(&decision.rule));
+        }
+        let mut allowed_by: Option<String> = None;
+        let mut asked: Option<String> = None;
         for hook in &self.inner.hooks {
-            let hook_call = HookCall {
-                session_id: &state.id,
-                tool_name: &reg.name,
-                side_effects: reg.side_effects,
-                input,
-                workspace,
+            let verdict = {
+                let hook_call = HookCall {
+                    session_id: &state.id,
+                    tool_use_id: &info.tool_use_id,
+                    tool_name: &reg.name,
+                    side_effects: reg.side_effects,
+                    input: &input,
+                    workspace,
+                };
+                hook.before_use(&hook_call).await
             };
-            match hook.before_use(&hook_call) {
+            match verdict {
                 HookDecision::Continue => {}
+                HookDecision::Allow => {
+                    allowed_by.get_or_insert_with(|| hook.name().to_string());
+                }
                 HookDecision::Ask(reason) => {
-                    if decision.mode == Mode::Auto {
-                        decision.mode = Mode::Prompt;
-                        decision.rule = format!("pre-use hook: {reason}");
-                    }
+                    asked
+                        .get_or_insert_with(|| format!("pre-use hook '{}': {reason}", hook.name()));
                 }
                 HookDecision::Deny(reason) => {
-                    let message =
-                        format!("Tool '{}' was denied by a pre-use hook: {reason}", reg.name);
+                    let message = format!(
+                        "Tool '{}' was denied by pre-use hook '{}': {reason}",
+                        reg.name,
+                        hook.name()
+                    );
                     return Err(self.fail(state, info, ErrorClass::UserDenied, message, None));
+                }
+                HookDecision::Rewrite(new_input) => {
+                    self.validate(reg, &new_input, state, info, Some(hook.name()))?;
+                    self.scope(reg, &new_input, state, info)?;
+                    tracing::debug!(hook = hook.name(), "pre-use hook rewrote the input");
+                    input = new_input;
                 }
             }
         }
+        let hook_asked = asked.is_some();
+        if let Some(reason) = asked {
+            decision.mode = Mode::Prompt;
+            decision.rule = reason;
+        } else if let (Some(hook), Mode::Prompt) = (&allowed_by, decision.mode) {
+            tracing::debug!(hook = %hook, rule = %decision.rule, "a pre-use hook allowed the call without a prompt");
+            decision.mode = Mode::Auto;
+        }
         match decision.mode {
-            Mode::Auto => Ok(()),
-            Mode::Deny => {
-                let message = format!(
-                    "Tool '{}' is denied by policy ({} = \"deny\"); change that setting to allow it.",
-                    reg.name, decision.rule
-                );
-                Err(self.fail(state, info, ErrorClass::UserDenied, message, None))
-            }
-            Mode::Prompt if state.is_granted(&reg.name) => Ok(()),
+            Mode::Auto => Ok(input),
+            Mode::Prompt if !hook_asked && state.is_granted(&reg.name) => Ok(input),
+            Mode::Deny => Err(policy_denied(&decision.rule)),
             Mode::Prompt => {
-                let entry = tracked(guard, state, &info.tool_use_id).entry.clone();
-                self.confirm(reg, input, session, info, &entry, decision.rule)
+                let entry = tracker.entry().clone();
+                self.confirm(reg, &input, session, info, &entry, decision.rule)
                     .await
+                    .map(|()| input)
             }
         }
     }
@@ -493,14 +829,15 @@ impl Dispatcher {
         }
     }
 
-    /// Step 5: a fresh instance, executed inline or on a blocking thread under the timeout.
+    /// Step 6: a fresh instance, executed inline or on a blocking thread under the timeout.
     async fn execute(
         &self,
         reg: &Registered,
         input: Value,
         info: &CallInfo,
         state: &Arc<SessionState>,
-        guard: &mut Option<CallGuard>,
+        tracker: &mut Tracker<'_>,
+        timeout: Duration,
     ) -> Outcome {
         let tool = match catch_unwind(AssertUnwindSafe(|| reg.factory.create())) {
             Ok(Ok(tool)) => tool,
@@ -517,8 +854,9 @@ impl Dispatcher {
             turn_id: info.turn_id.clone(),
             tool_use_id: info.tool_use_id.clone(),
             workspace: state.workspace.clone(),
-            inflight: guard.as_ref().map(|g| g.entry.clone()),
+            inflight: tracker.existing().cloned(),
             span: Span::none(),
+            output: None,
         };
         if reg.inline {
             // Runs on this thread, already inside the call's span.
@@ -528,10 +866,29 @@ impl Dispatcher {
                 Err(p) => Outcome::Panicked(tool_api::abi::panic_message(&*p)),
             };
         }
-        let entry = tracked(guard, state, &info.tool_use_id).entry.clone();
+        let entry = tracker.entry().clone();
         host.inflight = Some(entry.clone());
         host.span = Span::current();
+        host.output = Some(Arc::new(OutputSink {
+            session: state.events.clone(),
+            global: self.inner.events.clone(),
+            template: ToolEvent {
+                kind: EventKind::OutputDelta {
+                    chunk: String::new(),
+                },
+                session_id: info.session_id.clone(),
+                turn_id: info.turn_id.clone(),
+                tool_use_id: info.tool_use_id.clone(),
+                tool_name: info.tool_name.clone(),
+                side_effects: info.side_effects,
+                timestamp_ms: 0,
+            },
+        }));
         if entry.is_cancelled() {
+            return Outcome::Cancelled(None);
+        }
+        if self.interrupt_behavior(reg) == InterruptBehavior::Block && !entry.shield() {
+            // An interrupt came just before it started: it never starts.
             return Outcome::Cancelled(None);
         }
         let tool: Arc<dyn Tool> = Arc::from(tool);
@@ -551,7 +908,6 @@ impl Dispatcher {
                 runner.execute(input, &ctx)
             })
         });
-        let timeout = self.timeout_for(reg);
         let joined = |r: Result<Result<ToolOutput, ToolError>, tokio::task::JoinError>| match r {
             Ok(r) => Outcome::Returned(r),
             Err(e) if e.is_panic() => {
@@ -593,9 +949,12 @@ impl Dispatcher {
         reg: &Registered,
         outcome: Outcome,
         elapsed: Duration,
-        cancel_requested: bool,
+        entry: Option<&Arc<InFlight>>,
     ) -> ToolResultBlock {
         let name = &reg.name;
+        let cancel_requested = entry.is_some_and(|e| e.is_cancelled());
+        let cancelled =
+            |partial: Option<ToolOutput>| self.cancelled(state, info, name, partial, entry);
         let redacted = |detail: &str| {
             tracing::error!(detail, "tool '{name}' failed unexpectedly");
             format!(
@@ -614,9 +973,7 @@ impl Dispatcher {
                 );
                 self.block(info, out, false)
             }
-            Outcome::Returned(Ok(out)) if cancel_requested => {
-                self.cancelled(state, info, name, Some(out))
-            }
+            Outcome::Returned(Ok(out)) if cancel_requested => cancelled(Some(out)),
             Outcome::Returned(Ok(out)) => {
                 let message = out.text_content();
                 self.emit(
@@ -627,14 +984,15 @@ impl Dispatcher {
                         message,
                         duration_ms: info.elapsed_ms(),
                         partial_output: None,
+                        cancel_reason: None,
                     },
                 );
                 self.block(info, out, true)
             }
             Outcome::Returned(Err(ToolError::Cancelled(_))) | Outcome::Cancelled(None) => {
-                self.cancelled(state, info, name, None)
+                cancelled(None)
             }
-            Outcome::Cancelled(Some(out)) => self.cancelled(state, info, name, Some(out)),
+            Outcome::Cancelled(Some(out)) => cancelled(Some(out)),
             Outcome::Returned(Err(ToolError::Internal(detail))) => {
                 let message = redacted(&detail);
                 self.fail(state, info, ErrorClass::ExecutionError, message, None)
@@ -663,17 +1021,26 @@ impl Dispatcher {
         info: &CallInfo,
         name: &str,
         partial: Option<ToolOutput>,
+        entry: Option<&Arc<InFlight>>,
     ) -> ToolResultBlock {
         let partial_text = partial
             .as_ref()
             .map(ToolOutput::text_content)
             .filter(|t| !t.is_empty());
-        let mut message = format!("Tool '{name}' was cancelled.");
+        let reason = entry.and_then(|e| e.reason());
+        let mut message = cancel_message(name, reason, entry.and_then(|e| e.cause()), true);
         if let Some(p) = &partial_text {
             message.push_str("\nPartial output:\n");
             message.push_str(p);
         }
-        let mut block = self.fail(state, info, ErrorClass::Cancelled, message, partial_text);
+        let mut block = self.fail_with(
+            state,
+            info,
+            ErrorClass::Cancelled,
+            message,
+            partial_text,
+            reason,
+        );
         if let Some(out) = partial {
             block.metadata = out.metadata;
         }
@@ -681,34 +1048,13 @@ impl Dispatcher {
     }
 
     fn block(&self, info: &CallInfo, out: ToolOutput, is_error: bool) -> ToolResultBlock {
-        let max = self.inner.config.max_result_chars;
-        let mut content = out.content;
-        let mut budget = max;
-        let mut cut = 0usize;
-        for block in &mut content {
-            if let Content::Text { text } = block {
-                let len = text.chars().count();
-                if len <= budget {
-                    budget -= len;
-                } else {
-                    let keep: String = text.chars().take(budget).collect();
-                    cut += len - budget;
-                    *text = keep;
-                    budget = 0;
-                }
-            }
-        }
-        if cut > 0 {
-            content.push(Content::text(format!(
-                "[output truncated: {cut} more characters over the {max}-character limit]"
-            )));
-        }
         ToolResultBlock {
             tool_use_id: info.tool_use_id.to_string(),
-            content,
+            content: out.content,
             is_error,
             error_class: is_error.then_some(ErrorClass::ExecutionError),
             metadata: out.metadata,
+            cancel_reason: None,
         }
     }
 }

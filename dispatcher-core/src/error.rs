@@ -61,6 +61,54 @@ impl fmt::Display for ErrorClass {
     }
 }
 
+/// Why a call was cancelled, so that nobody mistakes collateral damage for a failure of
+/// the call's own. Serialized as `user`, `sibling_error` or `aborted`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CancelReason {
+    /// The user (through the host) interrupted the session or the call.
+    User,
+    /// Another `execute` call of the same batch failed and the dispatcher is configured to
+    /// `cancel_siblings`; this call did not fail itself.
+    SiblingError,
+    /// The host aborted or dropped the batch the call belonged to.
+    Aborted,
+}
+
+impl CancelReason {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CancelReason::User => "user",
+            CancelReason::SiblingError => "sibling_error",
+            CancelReason::Aborted => "aborted",
+        }
+    }
+
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            CancelReason::User => 1,
+            CancelReason::SiblingError => 2,
+            CancelReason::Aborted => 3,
+        }
+    }
+
+    pub(crate) fn from_code(code: u8) -> Option<CancelReason> {
+        match code {
+            1 => Some(CancelReason::User),
+            2 => Some(CancelReason::SiblingError),
+            3 => Some(CancelReason::Aborted),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for CancelReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A tool definition the dispatcher refused to register (`ToolRegistrationError` of the spec).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RegistrationError {

@@ -1,7 +1,8 @@
 //! The typed event stream: every step of every call, per session or for all sessions.
 //!
 //! Events serialize to JSON with a `type` of `tool.called`, `tool.completed`, `tool.failed`,
-//! `tool.input_invalid`, `tool.confirmation_requested` or `tool.confirmation_resolved`, and
+//! `tool.input_invalid`, `tool.confirmation_requested`, `tool.confirmation_resolved` or
+//! `tool.output_delta` (live output of a running tool), and
 //! the fields `session_id`, `turn_id`, `tool_use_id`, `tool_name`, `side_effects` (absent
 //! when the tool was not found) and `timestamp_ms` (Unix time), plus the kind's own fields.
 //!
@@ -17,7 +18,7 @@ use tokio::sync::broadcast;
 use tool_api::SideEffect;
 
 use crate::confirmation::Decision;
-use crate::error::ErrorClass;
+use crate::error::{CancelReason, ErrorClass};
 use crate::schema::InputError;
 
 /// How many events a subscriber may fall behind before it loses the oldest.
@@ -72,6 +73,15 @@ pub enum EventKind {
         /// Output the tool produced before it was stopped (cancellation).
         #[serde(skip_serializing_if = "Option::is_none")]
         partial_output: Option<String>,
+        /// Why a `cancelled` call was cancelled (`user`, `sibling_error`, `aborted`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cancel_reason: Option<CancelReason>,
+    },
+    /// A running tool streamed a chunk of live output (e.g. a command's stdout).
+    #[serde(rename = "tool.output_delta")]
+    OutputDelta {
+        /// The chunk, as the tool sent it.
+        chunk: String,
     },
     /// The input failed the tool's schema.
     #[serde(rename = "tool.input_invalid")]
@@ -115,6 +125,7 @@ impl EventKind {
             EventKind::InputInvalid { .. } => "tool.input_invalid",
             EventKind::ConfirmationRequested { .. } => "tool.confirmation_requested",
             EventKind::ConfirmationResolved { .. } => "tool.confirmation_resolved",
+            EventKind::OutputDelta { .. } => "tool.output_delta",
         }
     }
 }

@@ -8,6 +8,7 @@ use tool_api::abi::{RArc, RResult, RSlice, RStr, RString, RVec};
 use tool_api::{Level, ToolContext, ToolError};
 use tracing::Span;
 
+use crate::events::{EventChannel, EventKind, ToolEvent, now_ms};
 use crate::session::InFlight;
 use crate::workspace::{FsError, Workspace};
 
@@ -24,6 +25,31 @@ pub(crate) struct CallHost {
     /// The call's span, entered around logs; `Span::none()` when the tool runs on the
     /// thread that is already inside it.
     pub(crate) span: Span,
+    /// Where live output goes; `None` for an inline call (it has nothing to stream).
+    pub(crate) output: Option<Arc<OutputSink>>,
+}
+
+/// Turns a running call's output chunks into `tool.output_delta` events.
+pub(crate) struct OutputSink {
+    pub(crate) session: EventChannel,
+    pub(crate) global: EventChannel,
+    pub(crate) template: ToolEvent,
+}
+
+impl OutputSink {
+    fn send(&self, chunk: &str) {
+        if !self.session.has_subscribers() && !self.global.has_subscribers() {
+            return;
+        }
+        let mut event = self.template.clone();
+        event.kind = EventKind::OutputDelta {
+            chunk: chunk.to_string(),
+        };
+        event.timestamp_ms = now_ms();
+        let event = Arc::new(event);
+        self.session.send(event.clone());
+        self.global.send(event);
+    }
 }
 
 impl CallHost {
@@ -127,6 +153,12 @@ impl HostContext for CallHost {
                         .map_err(|e| ToolError::from(e).into())
                 })
                 .into()
+            }
+            tool_api::abi::OP_OUTPUT_DELTA => {
+                if let Some(sink) = &self.output {
+                    sink.send(payload.as_str());
+                }
+                RResult::ROk(RString::new())
             }
             other => RResult::RErr(tool_api::abi::unsupported(other, "host")),
         }

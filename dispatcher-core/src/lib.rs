@@ -67,13 +67,16 @@ pub mod confirmation;
 mod dispatch;
 pub mod error;
 pub mod events;
+pub mod hooks;
 mod host;
 pub mod policy;
 mod registry;
 pub mod result;
+pub mod runtime;
 pub mod schedule;
 pub mod schema;
 pub mod session;
+pub mod spool;
 pub mod toolset;
 pub mod workspace;
 
@@ -85,13 +88,18 @@ use std::time::Duration;
 pub use confirmation::{
     ConfirmationBroker, ConfirmationRequest, Confirmer, Decision, ResolveError,
 };
-pub use error::{ErrorClass, RegistrationError, SessionError};
+pub use error::{CancelReason, ErrorClass, RegistrationError, SessionError};
 pub use events::{EventKind, ToolEvent};
-pub use policy::{ConfirmationPolicy, HookCall, HookDecision, Mode, PreUseHook};
+pub use hooks::{
+    CommandHook, HookCall, HookDecision, PostDecision, PostUseCall, PostUseHook, PreUseHook,
+};
+pub use policy::{ConfirmationPolicy, Mode};
 pub use registry::is_valid_tool_name;
-pub use result::{ToolResultBlock, ToolUse};
+pub use result::{ToolResultBlock, ToolUse, anthropic_user_message, openai_tool_messages};
+pub use runtime::{Grant, GrantRequest, RuntimePolicy, SandboxMode};
+pub use schedule::{Batch, OnExecuteError};
 pub use session::{Session, SessionSpec, Visibility};
-pub use tool_api::{SideEffect, ToolDefinition, ToolFactory};
+pub use tool_api::{InterruptBehavior, SideEffect, ToolDefinition, ToolFactory};
 pub use toolset::{Toolset, ToolsetBinding, ToolsetDef, ToolsetFactory};
 pub use workspace::{FsError, Workspace};
 
@@ -116,10 +124,24 @@ pub struct DispatcherConfig {
     pub cancel_grace: Duration,
     /// Calls slower than this log a warning (default 10 s).
     pub slow_call_threshold: Duration,
-    /// Text of a result beyond this many characters is cut, with a note (default 100 000).
+    /// Characters of text a result may have (default 100 000). Beyond it the full output
+    /// is spooled to a file and the model gets a preview, the size and the path ([`spool`]).
     pub max_result_chars: usize,
+    /// Per-tool result caps; win over `max_result_chars`.
+    pub tool_result_chars: HashMap<String, usize>,
+    /// Characters of a spooled result shown inline (default 2 000).
+    pub result_preview_chars: usize,
     /// Between a toolset's prefix and a tool name in published names (default `__`).
     pub toolset_separator: String,
+    /// Per-tool concurrency caps in each session, on top of `max_concurrency`
+    /// (e.g. `shell = 1`: one command at a time).
+    pub tool_concurrency: HashMap<String, usize>,
+    /// What a failed `execute` call does to the rest of its batch (default `continue`).
+    pub on_execute_error: OnExecuteError,
+    /// Per-tool interrupt behaviour; wins over the tool's own declaration.
+    pub interrupt: HashMap<String, InterruptBehavior>,
+    /// Where calls run (default and only supported mode: `host`).
+    pub sandbox: SandboxMode,
 }
 
 impl Default for DispatcherConfig {
@@ -133,7 +155,13 @@ impl Default for DispatcherConfig {
             cancel_grace: Duration::from_secs(30),
             slow_call_threshold: Duration::from_secs(10),
             max_result_chars: 100_000,
+            tool_result_chars: HashMap::new(),
+            result_preview_chars: spool::DEFAULT_PREVIEW_CHARS,
             toolset_separator: "__".to_string(),
+            tool_concurrency: HashMap::new(),
+            on_execute_error: OnExecuteError::Continue,
+            interrupt: HashMap::new(),
+            sandbox: SandboxMode::Host,
         }
     }
 }
@@ -145,6 +173,8 @@ pub struct DispatcherBuilder {
     policy: ConfirmationPolicy,
     capabilities: HashSet<String>,
     hooks: Vec<Arc<dyn PreUseHook>>,
+    post_hooks: Vec<Arc<dyn PostUseHook>>,
+    runtime: Option<Arc<dyn RuntimePolicy>>,
     confirmers: Vec<Arc<dyn Confirmer>>,
 }
 
@@ -167,9 +197,21 @@ impl DispatcherBuilder {
         self
     }
 
-    /// Adds a pre-use hook.
+    /// Adds a pre-use hook ([`hooks`]); hooks run in the order added.
     pub fn hook(mut self, hook: Arc<dyn PreUseHook>) -> Self {
         self.hooks.push(hook);
+        self
+    }
+
+    /// Adds a post-use hook ([`hooks`]); hooks run in the order added.
+    pub fn post_hook(mut self, hook: Arc<dyn PostUseHook>) -> Self {
+        self.post_hooks.push(hook);
+        self
+    }
+
+    /// Sets the runtime policy that grants each call its sandbox and limits ([`runtime`]).
+    pub fn runtime(mut self, policy: Arc<dyn RuntimePolicy>) -> Self {
+        self.runtime = Some(policy);
         self
     }
 
@@ -187,6 +229,8 @@ impl DispatcherBuilder {
                 policy: self.policy,
                 capabilities: self.capabilities,
                 hooks: self.hooks,
+                post_hooks: self.post_hooks,
+                runtime: self.runtime,
                 confirmers: self.confirmers,
                 broker: ConfirmationBroker::default(),
                 registry: RwLock::new(HashMap::new()),
@@ -204,6 +248,8 @@ pub(crate) struct Inner {
     pub(crate) policy: ConfirmationPolicy,
     pub(crate) capabilities: HashSet<String>,
     pub(crate) hooks: Vec<Arc<dyn PreUseHook>>,
+    pub(crate) post_hooks: Vec<Arc<dyn PostUseHook>>,
+    pub(crate) runtime: Option<Arc<dyn RuntimePolicy>>,
     pub(crate) confirmers: Vec<Arc<dyn Confirmer>>,
     pub(crate) broker: ConfirmationBroker,
     registry: RwLock<HashMap<Arc<str>, Arc<Registered>>>,
@@ -604,6 +650,10 @@ impl Dispatcher {
             });
         }
         let id: Arc<str> = Arc::from(spec.id.as_str());
+        let data_dir = spec
+            .data_dir
+            .clone()
+            .unwrap_or_else(|| spool::default_data_dir(workspace.root(), &spec.id));
         let state = Arc::new(SessionState::new(
             id.clone(),
             Arc::new(workspace),
@@ -613,6 +663,8 @@ impl Dispatcher {
                 .map(|t| Arc::from(t.as_str()))
                 .collect(),
             self.inner.config.max_concurrency,
+            &self.inner.config.tool_concurrency,
+            data_dir,
         ));
         self.start_session_toolsets(&state)?;
         sessions.insert(id, state.clone());

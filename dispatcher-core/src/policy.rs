@@ -1,5 +1,4 @@
-//! Who decides whether a call may run without asking: the confirmation policy and the
-//! pre-use hooks.
+//! Who decides whether a call may run without asking: the confirmation policy.
 //!
 //! # Policy
 //!
@@ -34,15 +33,15 @@
 //!    lowered: a class that would `prompt` runs `auto`, and `deny` stays `deny`.
 //! 3. Otherwise `default.<class>` decides.
 //!
-//! Then pre-use hooks may raise the bar (never lower it): a hook's `Ask` turns `auto` into
-//! `prompt`, and a hook's `Deny` denies. Finally a session grant ("always allow this tool")
-//! turns `prompt` into `auto` for the rest of the session; it never overrides `deny`.
+//! Then pre-use hooks ([`crate::hooks`]) have their say: a hook's `Deny` denies, its `Ask`
+//! turns `auto` into `prompt`, and its `Allow` turns `prompt` into `auto`. Finally a session
+//! approval ("always allow this tool") turns `prompt` into `auto` for the rest of the
+//! session. Neither a hook nor an approval ever overrides a `deny` of this policy.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use tool_api::SideEffect;
 
 /// What to do with a call of a given class or tool.
@@ -243,39 +242,4 @@ impl ConfirmationPolicy {
             rule: format!("tool_confirmation.default.{class_key}"),
         }
     }
-}
-
-/// What a pre-use hook sees of a call.
-#[derive(Debug)]
-pub struct HookCall<'a> {
-    /// The session.
-    pub session_id: &'a str,
-    /// The tool.
-    pub tool_name: &'a str,
-    /// The tool's class.
-    pub side_effects: SideEffect,
-    /// The validated input.
-    pub input: &'a Value,
-    /// The session's workspace root.
-    pub workspace: &'a Path,
-}
-
-/// A hook's verdict on a call.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HookDecision {
-    /// No objection: the policy decides.
-    Continue,
-    /// Ask the user even if the policy would not.
-    Ask(String),
-    /// Refuse the call with this reason (`user_denied`).
-    Deny(String),
-}
-
-/// A check that runs after validation and before the confirmation policy, e.g. an
-/// organisation's rule that no command may mention `rm -rf /`.
-///
-/// Hooks can only raise the bar: they cannot make a `prompt` call run without asking.
-pub trait PreUseHook: Send + Sync {
-    /// Judges one call. Runs on the async worker: keep it quick.
-    fn before_use(&self, call: &HookCall<'_>) -> HookDecision;
 }

@@ -18,7 +18,6 @@ pub(crate) struct Registered {
     pub(crate) validator: InputValidator,
     pub(crate) side_effects: SideEffect,
     pub(crate) inline: bool,
-    pub(crate) concurrency_safe: bool,
 }
 
 impl Registered {
@@ -76,7 +75,6 @@ pub(crate) fn prepare_as(
         origin,
         side_effects: def.side_effects,
         inline: def.inline,
-        concurrency_safe: def.is_concurrency_safe(),
         validator,
         factory,
     })

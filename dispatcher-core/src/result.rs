@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tool_api::Content;
 
-use crate::error::ErrorClass;
+use crate::error::{CancelReason, ErrorClass};
 
 /// A tool call from the model: `{id, name, input}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -49,6 +49,8 @@ pub struct ToolResultBlock {
     pub error_class: Option<ErrorClass>,
     /// Tool metadata (opaque), `null` for errors before execution.
     pub metadata: Value,
+    /// For a `cancelled` result: why (a user interrupt, a failed sibling, an aborted batch).
+    pub cancel_reason: Option<CancelReason>,
 }
 
 impl ToolResultBlock {
@@ -59,6 +61,7 @@ impl ToolResultBlock {
             is_error: true,
             error_class: Some(class),
             metadata: Value::Null,
+            cancel_reason: None,
         }
     }
 
@@ -111,9 +114,86 @@ impl Serialize for ToolResultBlock {
         if let Some(class) = self.error_class {
             map.serialize_entry("error_class", &class)?;
         }
+        if let Some(reason) = self.cancel_reason {
+            map.serialize_entry("cancel_reason", &reason)?;
+        }
         if !self.metadata.is_null() {
             map.serialize_entry("metadata", &self.metadata)?;
         }
         map.end()
     }
+}
+
+/// The results of one assistant message as the **Anthropic Messages** API takes them: one
+/// `user` message whose content is a `tool_result` block per call, in the order given, with
+/// each call's `tool_use_id`. Only fields that API accepts are written (`error_class` and
+/// `metadata` stay on the host side); `is_error` is set on errors.
+///
+/// ```
+/// use dispatcher_core::result::{anthropic_user_message, ToolResultBlock};
+/// # let ok = ToolResultBlock { tool_use_id: "toolu_1".into(), content: vec![tool_api::Content::text("42")],
+/// #     is_error: false, error_class: None, metadata: serde_json::Value::Null, cancel_reason: None };
+/// let msg = anthropic_user_message(&[ok]);
+/// assert_eq!(msg["role"], "user");
+/// assert_eq!(msg["content"][0]["type"], "tool_result");
+/// assert_eq!(msg["content"][0]["tool_use_id"], "toolu_1");
+/// ```
+pub fn anthropic_user_message(results: &[ToolResultBlock]) -> Value {
+    let blocks: Vec<Value> = results
+        .iter()
+        .map(|r| {
+            let content: Vec<Value> = r
+                .content
+                .iter()
+                .map(|c| serde_json::to_value(ContentJson(c)).unwrap_or(Value::Null))
+                .collect();
+            let mut block = serde_json::json!({
+                "type": "tool_result",
+                "tool_use_id": r.tool_use_id,
+                "content": content,
+            });
+            if r.is_error {
+                block["is_error"] = Value::Bool(true);
+            }
+            block
+        })
+        .collect();
+    serde_json::json!({ "role": "user", "content": blocks })
+}
+
+/// The results of one assistant message as **OpenAI-style** chat APIs take them: one
+/// `{"role": "tool", "tool_call_id", "content"}` message per call, in the order given.
+/// Content is text (those APIs take no images in tool messages: an image becomes a
+/// `[image: <mime>, <n> bytes]` note); an error's text already says it is one.
+///
+/// ```
+/// use dispatcher_core::result::{openai_tool_messages, ToolResultBlock};
+/// # let ok = ToolResultBlock { tool_use_id: "call_1".into(), content: vec![tool_api::Content::text("42")],
+/// #     is_error: false, error_class: None, metadata: serde_json::Value::Null, cancel_reason: None };
+/// let msgs = openai_tool_messages(&[ok]);
+/// assert_eq!(msgs[0]["role"], "tool");
+/// assert_eq!(msgs[0]["tool_call_id"], "call_1");
+/// assert_eq!(msgs[0]["content"], "42");
+/// ```
+pub fn openai_tool_messages(results: &[ToolResultBlock]) -> Vec<Value> {
+    results
+        .iter()
+        .map(|r| {
+            let parts: Vec<String> = r
+                .content
+                .iter()
+                .map(|c| match c {
+                    Content::Text { text } => text.clone(),
+                    Content::Image { mime, data } => {
+                        format!("[image: {mime}, {} bytes]", data.len())
+                    }
+                })
+                .collect();
+            serde_json::json!({
+                "role": "tool",
+                "tool_call_id": r.tool_use_id,
+                "content": parts.join("\n"),
+            })
+        })
+        .collect()
 }

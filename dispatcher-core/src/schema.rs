@@ -260,6 +260,11 @@ impl InputValidator {
             })
     }
 
+    /// Whether the input is valid (no error list is built).
+    pub fn is_valid(&self, input: &Value) -> bool {
+        self.validator.is_valid(input)
+    }
+
     /// Every violation, or an empty list when the input is valid.
     pub fn validate(&self, input: &Value) -> Vec<InputError> {
         if self.validator.is_valid(input) {

@@ -3,12 +3,13 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::{Notify, Semaphore};
 use tool_api::Tool;
 
+use crate::error::CancelReason;
 use crate::events::EventChannel;
 use crate::registry::Registered;
 use crate::toolset::Toolset;
@@ -48,6 +49,10 @@ pub struct SessionSpec {
     pub visibility: Visibility,
     /// The toolsets it enables, by id (empty by default: no toolsets).
     pub toolsets: Vec<String>,
+    /// Where the session keeps its files (spooled large results). `None` (the default):
+    /// `.toolhost/sessions/<id>/` inside the workspace, so that `read_file` can page
+    /// through a spooled result; toolhost puts a `.gitignore` in `.toolhost/`.
+    pub data_dir: Option<PathBuf>,
 }
 
 impl SessionSpec {
@@ -58,7 +63,15 @@ impl SessionSpec {
             workspace: workspace.into(),
             visibility: Visibility::All,
             toolsets: Vec::new(),
+            data_dir: None,
         }
+    }
+
+    /// Keeps the session's files (spooled results) in `dir` instead of the workspace.
+    /// A model can only read them back if `dir` is inside the workspace.
+    pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
+        self
     }
 
     /// Enables toolsets by id.
@@ -83,6 +96,12 @@ pub(crate) struct InFlight {
     finished: AtomicBool,
     finished_notify: Notify,
     tool: Mutex<Option<Arc<dyn Tool>>>,
+    /// The first reason it was cancelled for ([`CancelReason::code`]; 0 = none).
+    reason: AtomicU8,
+    /// A running call of an `interrupt = block` tool: interrupts leave it alone.
+    shielded: AtomicBool,
+    /// What caused a `sibling_error` cancellation (which call failed).
+    cause: std::sync::OnceLock<String>,
 }
 
 /// Waits until `flag` is set; `notify` is signalled right after each set.
@@ -101,7 +120,7 @@ async fn wait_for(flag: &AtomicBool, notify: &Notify) {
 }
 
 impl InFlight {
-    fn new(tool_use_id: Arc<str>) -> Self {
+    pub(crate) fn new(tool_use_id: Arc<str>) -> Self {
         InFlight {
             tool_use_id,
             cancelled: AtomicBool::new(false),
@@ -109,7 +128,32 @@ impl InFlight {
             finished: AtomicBool::new(false),
             finished_notify: Notify::new(),
             tool: Mutex::new(None),
+            reason: AtomicU8::new(0),
+            shielded: AtomicBool::new(false),
+            cause: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Records what caused an interrupt (the first cause sticks).
+    pub(crate) fn set_cause(&self, cause: String) {
+        let _ = self.cause.set(cause);
+    }
+
+    /// What caused the interrupt, if recorded.
+    pub(crate) fn cause(&self) -> Option<&str> {
+        self.cause.get().map(String::as_str)
+    }
+
+    /// Why it was cancelled, if it was by an interrupt (not by its timeout).
+    pub(crate) fn reason(&self) -> Option<CancelReason> {
+        CancelReason::from_code(self.reason.load(Ordering::Acquire))
+    }
+
+    /// Marks a started call of an `interrupt = block` tool: from now on interrupts leave it
+    /// running. Returns `false` if an interrupt already came (then it must not start).
+    pub(crate) fn shield(&self) -> bool {
+        self.shielded.store(true, Ordering::SeqCst);
+        !self.cancelled.load(Ordering::SeqCst)
     }
 
     pub(crate) fn is_cancelled(&self) -> bool {
@@ -126,9 +170,34 @@ impl InFlight {
         wait_for(&self.finished, &self.finished_notify).await
     }
 
-    /// Sets the signal and calls the tool's `cancel()` (if it was made yet).
+    /// An interrupt: sets the signal and calls the tool's `cancel()` (if it was made yet),
+    /// unless the call is a running `interrupt = block` one. The first reason sticks.
+    /// Returns whether the call was interrupted.
+    pub(crate) fn interrupt(&self, reason: CancelReason) -> bool {
+        if self.shielded.load(Ordering::SeqCst) {
+            tracing::debug!(
+                tool_use_id = %self.tool_use_id,
+                reason = %reason,
+                "interrupt left a running 'block' tool to complete"
+            );
+            return false;
+        }
+        let _ = self
+            .reason
+            .compare_exchange(0, reason.code(), Ordering::AcqRel, Ordering::Acquire);
+        self.cancelled.store(true, Ordering::SeqCst);
+        // A `shield` that raced with this store sees the flag and does not start.
+        self.stop_tool();
+        true
+    }
+
+    /// Stops the call whatever its interrupt behaviour (its time limit ran out).
     pub(crate) fn cancel(&self) {
-        self.cancelled.store(true, Ordering::Release);
+        self.cancelled.store(true, Ordering::SeqCst);
+        self.stop_tool();
+    }
+
+    fn stop_tool(&self) {
         self.cancel_notify.notify_waiters();
         let tool = lock(&self.tool).clone();
         if let Some(tool) = tool {
@@ -153,6 +222,10 @@ pub(crate) struct SessionState {
     pub(crate) visibility: Visibility,
     pub(crate) toolsets: Vec<Arc<str>>,
     pub(crate) semaphore: Arc<Semaphore>,
+    /// Per-tool caps on top of the session cap (`tool_concurrency` in the config).
+    pub(crate) tool_caps: HashMap<String, Arc<Semaphore>>,
+    /// Where spooled results go.
+    pub(crate) data_dir: PathBuf,
     pub(crate) events: EventChannel,
     tools: std::sync::RwLock<HashMap<Arc<str>, Arc<Registered>>>,
     instances: Mutex<Vec<Arc<dyn Toolset>>>,
@@ -172,12 +245,19 @@ impl SessionState {
         visibility: Visibility,
         toolsets: Vec<Arc<str>>,
         cap: usize,
+        tool_caps: &HashMap<String, usize>,
+        data_dir: PathBuf,
     ) -> Self {
         SessionState {
             id,
             workspace,
             visibility,
             toolsets,
+            tool_caps: tool_caps
+                .iter()
+                .map(|(tool, cap)| (tool.clone(), Arc::new(Semaphore::new((*cap).max(1)))))
+                .collect(),
+            data_dir,
             tools: std::sync::RwLock::new(HashMap::new()),
             instances: Mutex::new(Vec::new()),
             semaphore: Arc::new(Semaphore::new(cap.max(1))),
@@ -188,9 +268,16 @@ impl SessionState {
         }
     }
 
-    pub(crate) fn track(self: &Arc<Self>, tool_use_id: &Arc<str>) -> CallGuard {
+    /// Registers a call for cancellation, with the entry its batch made for it, if any.
+    pub(crate) fn track(
+        self: &Arc<Self>,
+        tool_use_id: &Arc<str>,
+        preset: Option<&Arc<InFlight>>,
+    ) -> CallGuard {
         let key = self.next_call.fetch_add(1, Ordering::Relaxed);
-        let entry = Arc::new(InFlight::new(tool_use_id.clone()));
+        let entry = preset
+            .cloned()
+            .unwrap_or_else(|| Arc::new(InFlight::new(tool_use_id.clone())));
         lock(&self.inflight).insert(key, entry.clone());
         CallGuard {
             session: self.clone(),
@@ -246,6 +333,17 @@ impl SessionState {
 
     pub(crate) fn grant(&self, tool: &str) {
         lock(&self.grants).insert(tool.to_string());
+    }
+
+    /// Every session-scoped approval, sorted.
+    pub(crate) fn approvals(&self) -> Vec<String> {
+        let mut v: Vec<String> = lock(&self.grants).iter().cloned().collect();
+        v.sort();
+        v
+    }
+
+    pub(crate) fn revoke(&self, tool: &str) -> bool {
+        lock(&self.grants).remove(tool)
     }
 }
 
@@ -307,6 +405,29 @@ impl Session {
     /// How many calls are in flight.
     pub fn calls_in_flight(&self) -> usize {
         lock(&self.state.inflight).len()
+    }
+
+    /// The tools the user answered "always allow" for in this session, sorted. Such a tool
+    /// runs without a prompt until the session closes or the approval is revoked; a policy
+    /// `deny` still wins over it.
+    pub fn approvals(&self) -> Vec<String> {
+        self.state.approvals()
+    }
+
+    /// Takes back an "always allow" approval: the tool prompts again. Returns whether there
+    /// was one.
+    pub fn revoke_approval(&self, tool: &str) -> bool {
+        self.state.revoke(tool)
+    }
+
+    /// Takes back every approval of the session; returns how many there were.
+    pub fn revoke_all_approvals(&self) -> usize {
+        std::mem::take(&mut *lock(&self.state.grants)).len()
+    }
+
+    /// Where the session keeps its files (spooled results).
+    pub fn data_dir(&self) -> &std::path::Path {
+        &self.state.data_dir
     }
 
     /// Subscribes to this session's events.

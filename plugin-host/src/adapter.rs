@@ -10,6 +10,9 @@ pub(crate) struct PluginToolFactory {
     pub(crate) module: PluginModRef,
     pub(crate) definition: ToolDefinition,
     pub(crate) source: String,
+    /// Built against tool-api 1.2 or newer: the plugin can answer
+    /// [`tool_api::abi::OP_CONCURRENCY_SAFE`] per call.
+    pub(crate) per_call_safety: bool,
 }
 
 impl ToolFactory for PluginToolFactory {
@@ -26,6 +29,32 @@ impl ToolFactory for PluginToolFactory {
 
     fn source(&self) -> &str {
         &self.source
+    }
+
+    fn is_concurrency_safe(&self, input: &Value) -> bool {
+        let default = self.definition.is_concurrency_safe();
+        if !self.per_call_safety {
+            return default;
+        }
+        let payload = serde_json::json!({"tool": self.definition.name, "input": input}).to_string();
+        match (self.module.extension())(
+            RStr::from(tool_api::abi::OP_CONCURRENCY_SAFE),
+            RStr::from(payload.as_str()),
+        ) {
+            RResult::ROk(answer) => match answer.as_str() {
+                "true" => true,
+                "false" => false,
+                _ => default,
+            },
+            RResult::RErr(e) => {
+                tracing::warn!(
+                    tool = %self.definition.name,
+                    "plugin could not judge a call's concurrency safety ({}); using its definition",
+                    e.message
+                );
+                default
+            }
+        }
     }
 }
 

@@ -382,6 +382,8 @@ pub fn register_library(lib: &Library, dispatcher: &Dispatcher) -> Result<Outcom
             module: lib.module,
             definition: definition.clone(),
             source: source.clone(),
+            per_call_safety: semver::Version::parse(&lib.tool_api)
+                .is_ok_and(|v| v >= semver::Version::new(1, 2, 0)),
         };
         if let Err(e) = dispatcher.register(Arc::new(factory)) {
             for name in &registered {

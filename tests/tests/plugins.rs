@@ -406,8 +406,8 @@ async fn plugin_built_against_a_newer_minor_loads_when_it_needs_nothing_new() {
     env.add("new-minor", "new");
     let report = env.load();
     assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
-    let r = env.call("new_echo", json!({"text": "from 1.2"})).await;
-    assert_eq!(r.text(), "from 1.2 (write ok: true, escape ok: false)");
+    let r = env.call("new_echo", json!({"text": "from 1.9"})).await;
+    assert_eq!(r.text(), "from 1.9 (write ok: true, escape ok: false)");
 }
 
 #[tokio::test]
@@ -418,7 +418,7 @@ async fn plugin_needing_a_newer_host_is_refused_with_a_clear_message() {
     assert_eq!(
         refusal.to_string(),
         format!(
-            "needs tool-api 1.2.0 or newer, host provides {host}: upgrade toolhost, or rebuild the plugin against tool-api ^{host} without the features it needs from 1.2.0",
+            "needs tool-api 1.9.0 or newer, host provides {host}: upgrade toolhost, or rebuild the plugin against tool-api ^{host} without the features it needs from 1.9.0",
             host = tool_api::TOOL_API_VERSION
         )
     );

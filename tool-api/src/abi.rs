@@ -60,6 +60,11 @@ pub const ERROR_UNSUPPORTED: u8 = 5;
 pub const OP_FS_METADATA: &str = "fs.metadata";
 /// Plugin extension (tool-api 1.1): `""` → the oldest tool-api version the plugin needs.
 pub const OP_REQUIREMENTS: &str = "requirements";
+/// Host extension (tool-api 1.2): a chunk of live output (the payload, as text) → `""`.
+pub const OP_OUTPUT_DELTA: &str = "output.delta";
+/// Plugin extension (tool-api 1.2): `{"tool": …, "input": …}` → `"true"`, `"false"`, or `""`
+/// when the tool defers to its definition ([`crate::DefinedTool::is_concurrency_safe`]).
+pub const OP_CONCURRENCY_SAFE: &str = "concurrency_safe";
 
 /// The answer to an operation this side does not know.
 pub fn unsupported(op: &str, side: &str) -> AbiError {
@@ -393,6 +398,7 @@ pub fn abi_tool<T: crate::Tool + 'static>(tool: T) -> AbiToolBox {
 pub struct ToolEntry {
     definition: fn() -> ToolDefinition,
     create: fn() -> AbiToolBox,
+    concurrency_safe: fn(&serde_json::Value) -> Option<bool>,
 }
 
 impl ToolEntry {
@@ -401,6 +407,7 @@ impl ToolEntry {
         ToolEntry {
             definition: T::definition,
             create: create_boxed::<T>,
+            concurrency_safe: <T as DefinedTool>::is_concurrency_safe,
         }
     }
 }
@@ -451,12 +458,40 @@ impl PluginExport {
     }
 
     /// Answers a plugin extension operation ([`OP_REQUIREMENTS`]: the oldest tool-api
-    /// version a host must provide).
-    pub fn extension(&self, op: RStr<'_>, _payload: RStr<'_>) -> RResult<RString, AbiError> {
+    /// version a host must provide; [`OP_CONCURRENCY_SAFE`]: a tool's per-call answer).
+    pub fn extension(&self, op: RStr<'_>, payload: RStr<'_>) -> RResult<RString, AbiError> {
         match op.as_str() {
             OP_REQUIREMENTS => RResult::ROk(self.requires.into()),
+            OP_CONCURRENCY_SAFE => contained("is_concurrency_safe", || {
+                self.concurrency_safe(payload.as_str())
+            }),
             other => RResult::RErr(unsupported(other, "plugin")),
         }
+    }
+
+    fn concurrency_safe(&self, payload: &str) -> RResult<RString, AbiError> {
+        #[derive(serde::Deserialize)]
+        struct Payload {
+            tool: String,
+            input: serde_json::Value,
+        }
+        let p: Payload = match serde_json::from_str(payload) {
+            Ok(p) => p,
+            Err(e) => return RResult::RErr(ToolError::InvalidInput(e.to_string()).into()),
+        };
+        let entry = self.tools.iter().find(|t| (t.definition)().name == p.tool);
+        let answer = match entry.map(|t| (t.concurrency_safe)(&p.input)) {
+            Some(Some(true)) => "true",
+            Some(Some(false)) => "false",
+            Some(None) => "",
+            None => {
+                return RResult::RErr(AbiError {
+                    code: ERROR_FAILED,
+                    message: format!("plugin '{}' has no tool '{}'", self.name, p.tool).into(),
+                });
+            }
+        };
+        RResult::ROk(answer.into())
     }
 
     /// All definitions as a JSON array; a panic in a definition becomes an error.

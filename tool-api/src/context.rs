@@ -93,6 +93,26 @@ impl ToolContext {
         }
     }
 
+    /// Streams a chunk of live output to the host while the call runs (tool-api 1.2): the
+    /// host shows it as a `tool.output_delta` event (over MCP, a progress notification).
+    /// Live output is a preview for people watching; the model sees only the final
+    /// [`crate::ToolOutput`], so put everything it needs there too. A host older than 1.2
+    /// ignores the chunk.
+    ///
+    /// ```
+    /// let host = tool_api::testing::TestHost::new();
+    /// let ctx = host.context();
+    /// ctx.output("compiling…\n");
+    /// assert_eq!(host.output(), ["compiling…\n"]);
+    /// ```
+    pub fn output(&self, chunk: &str) {
+        if !chunk.is_empty() {
+            let _ = self
+                .host
+                .extension(crate::abi::OP_OUTPUT_DELTA.into(), chunk.into());
+        }
+    }
+
     /// The call's logger.
     pub fn log(&self) -> Logger<'_> {
         Logger { host: &self.host }

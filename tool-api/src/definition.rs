@@ -79,6 +79,36 @@ impl FromStr for SideEffect {
     }
 }
 
+/// What a user interrupt does to a call of this tool once it has started executing.
+///
+/// A call that has not started yet (waiting for confirmation or for a place under the
+/// concurrency cap) is always cancelled; this only decides about a running `execute`.
+/// Timeouts apply either way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InterruptBehavior {
+    /// Stop it: set the cancellation signal and call [`crate::Tool::cancel`] (the default).
+    #[default]
+    Cancel,
+    /// Let it run to completion (a write that must not be torn); the interrupt still
+    /// cancels the calls that have not started. Added in tool-api 1.2.
+    Block,
+}
+
+impl InterruptBehavior {
+    /// The config spelling (`"cancel"`, `"block"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InterruptBehavior::Cancel => "cancel",
+            InterruptBehavior::Block => "block",
+        }
+    }
+
+    fn is_cancel(&self) -> bool {
+        *self == InterruptBehavior::Cancel
+    }
+}
+
 /// Everything the host needs to know about a tool before it ever runs it.
 ///
 /// Build one with [`ToolDefinition::new`] and the chained setters:
@@ -130,6 +160,9 @@ pub struct ToolDefinition {
     /// running the tool, and shows them as the projected impact of a `write` tool.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub path_params: Vec<String>,
+    /// What a user interrupt does to a running call (tool-api 1.2; default `cancel`).
+    #[serde(default, skip_serializing_if = "InterruptBehavior::is_cancel")]
+    pub interrupt: InterruptBehavior,
 }
 
 impl ToolDefinition {
@@ -150,6 +183,7 @@ impl ToolDefinition {
             requires_capability: None,
             inline: false,
             path_params: Vec::new(),
+            interrupt: InterruptBehavior::Cancel,
         }
     }
 
@@ -183,6 +217,12 @@ impl ToolDefinition {
         self
     }
 
+    /// Sets what a user interrupt does to a running call ([`InterruptBehavior`]).
+    pub fn interrupt(mut self, behavior: InterruptBehavior) -> Self {
+        self.interrupt = behavior;
+        self
+    }
+
     /// The timeout that applies: the declared one, else the class default.
     pub fn effective_timeout(&self) -> Duration {
         self.timeout_ms
@@ -191,6 +231,7 @@ impl ToolDefinition {
     }
 
     /// Whether calls may run concurrently: the declared value, else `true` for `none`/`read`.
+    /// A tool can also answer per call, from its input: [`crate::DefinedTool::is_concurrency_safe`].
     pub fn is_concurrency_safe(&self) -> bool {
         self.concurrency_safe
             .unwrap_or(self.side_effects <= SideEffect::Read)

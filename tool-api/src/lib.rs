@@ -85,7 +85,7 @@ mod tests;
 mod tool;
 
 pub use context::{Level, Logger, Metadata, ToolContext, WorkspaceFiles};
-pub use definition::{SideEffect, ToolDefinition};
+pub use definition::{InterruptBehavior, SideEffect, ToolDefinition};
 pub use output::{Content, ToolError, ToolOutput};
 pub use tool::{DefinedTool, Tool, ToolFactory, TypedFactory, factory, factory_from};
 

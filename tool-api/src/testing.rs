@@ -32,6 +32,7 @@ use crate::context::{Level, ToolContext};
 struct State {
     files: Mutex<BTreeMap<String, Vec<u8>>>,
     logs: Mutex<Vec<(Level, String)>>,
+    output: Mutex<Vec<String>>,
     cancelled: AtomicBool,
 }
 
@@ -76,6 +77,11 @@ impl TestHost {
     /// The messages logged so far, with their levels.
     pub fn logs(&self) -> Vec<(Level, String)> {
         lock(&self.state.logs).clone()
+    }
+
+    /// The live output chunks streamed so far ([`ToolContext::output`]).
+    pub fn output(&self) -> Vec<String> {
+        lock(&self.state.output).clone()
     }
 
     /// A context for one call, backed by this host.
@@ -210,6 +216,10 @@ impl HostContext for TestHost {
                 ok_or(crate::abi::fs_metadata_op(payload.as_str(), |p| {
                     self.metadata(p)
                 }))
+            }
+            crate::abi::OP_OUTPUT_DELTA => {
+                lock(&self.state.output).push(payload.as_str().to_string());
+                RResult::ROk(RString::new())
             }
             other => RResult::RErr(crate::abi::unsupported(other, "host")),
         }

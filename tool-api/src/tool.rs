@@ -49,6 +49,37 @@ pub trait Tool: Send + Sync {
 pub trait DefinedTool: Tool + Default + 'static {
     /// The tool's definition. Called once per load, not per call.
     fn definition() -> ToolDefinition;
+
+    /// Whether *this* call may run alongside the other calls of its assistant message,
+    /// judged from its (already validated) input; `None` (the default) defers to
+    /// [`ToolDefinition::is_concurrency_safe`]. Keep it quick and pure: the host asks
+    /// before it schedules the call. Added in tool-api 1.2.
+    ///
+    /// ```
+    /// # use tool_api::*;
+    /// # use serde_json::{json, Value};
+    /// #[derive(Default)]
+    /// struct Git;
+    /// # impl Tool for Git {
+    /// #     fn execute(&self, _: Value, _: &ToolContext) -> Result<ToolOutput, ToolError> { Ok(ToolOutput::text("")) }
+    /// # }
+    /// impl DefinedTool for Git {
+    ///     fn definition() -> ToolDefinition {
+    ///         ToolDefinition::new("git", "Run git.", SideEffect::Execute, json!({"type": "object"}))
+    ///     }
+    ///     // `git status` and `git log` only read: they may run next to other reads.
+    ///     fn is_concurrency_safe(input: &Value) -> Option<bool> {
+    ///         Some(matches!(input["subcommand"].as_str(), Some("status" | "log")))
+    ///     }
+    /// }
+    /// let f = factory::<Git>();
+    /// assert!(f.is_concurrency_safe(&json!({"subcommand": "status"})));
+    /// assert!(!f.is_concurrency_safe(&json!({"subcommand": "push"})));
+    /// ```
+    fn is_concurrency_safe(input: &Value) -> Option<bool> {
+        let _ = input;
+        None
+    }
 }
 
 /// What a host registers: a definition and a way to make a fresh [`Tool`] per call.
@@ -64,6 +95,13 @@ pub trait ToolFactory: Send + Sync {
     /// Where the tool comes from, for listings and messages (`builtin`, `plugin:name`, …).
     fn source(&self) -> &str {
         "builtin"
+    }
+    /// Whether a call with this (validated) input may run alongside other calls of the
+    /// same assistant message. The default is the definition's
+    /// [`ToolDefinition::is_concurrency_safe`].
+    fn is_concurrency_safe(&self, input: &Value) -> bool {
+        let _ = input;
+        self.definition().is_concurrency_safe()
     }
 }
 
@@ -85,6 +123,11 @@ impl<T: DefinedTool> ToolFactory for TypedFactory<T> {
 
     fn source(&self) -> &str {
         &self.source
+    }
+
+    fn is_concurrency_safe(&self, input: &Value) -> bool {
+        <T as DefinedTool>::is_concurrency_safe(input)
+            .unwrap_or_else(|| self.definition.is_concurrency_safe())
     }
 }
 
