@@ -738,26 +738,30 @@ impl Dispatcher {
             .filter(|c| &*c.tool_use_id == tool_use_id)
             .collect();
         for call in &calls {
-            call.cancel();
+            call.interrupt(CancelReason::User);
         }
         calls
     }
 
-    /// Cancels every call in flight in the session: sets each call's cancellation signal,
-    /// calls its tool's `cancel()`, and waits until each call has reported `cancelled`
-    /// (a tool that does not stop within the grace period is abandoned with a WARN log).
-    /// Returns how many calls were cancelled.
+    /// The user's interrupt: cancels every call in flight in the session (reason `user`):
+    /// sets each call's cancellation signal, calls its tool's `cancel()`, and waits until
+    /// each call has reported `cancelled` (a tool that does not stop within the grace period
+    /// is abandoned with a WARN log). Calls of the session's batches that have not started
+    /// are cancelled too, and so are calls pushed to those batches later. A running call of
+    /// an `interrupt = block` tool runs to completion (and this waits for it). Returns how
+    /// many calls were cancelled.
     pub async fn cancel_session_tools(&self, session_id: &str) -> usize {
         let Some(state) = self.sessions().get(session_id).cloned() else {
             return 0;
         };
+        let queued: usize = state.batches().iter().map(|b| b.interrupt()).sum();
         let calls = state.inflight();
         for call in &calls {
-            call.cancel();
+            call.interrupt(CancelReason::User);
         }
         for call in &calls {
             call.finished().await;
         }
-        calls.len()
+        queued + calls.len()
     }
 }

@@ -20,7 +20,8 @@
 //!   `cancel_reason: sibling_error` and name the call that failed.
 //! - [`Batch::abort`], or dropping the batch before [`Batch::finish`], cancels what has not
 //!   finished; calls that never started get synthetic `cancelled` results (`aborted`).
-//!   A running call of an `interrupt = block` tool runs to completion either way.
+//!   A user interrupt ([`Dispatcher::cancel_session_tools`]) does the same with reason
+//!   `user`. A running call of an `interrupt = block` tool runs to completion either way.
 //!
 //! ```
 //! use dispatcher_core::{Dispatcher, SessionSpec, ToolUse};
@@ -107,8 +108,9 @@ struct State {
     completed: VecDeque<usize>,
     /// Set once an `execute` call failed under `cancel_siblings`: what failed.
     sibling_failure: Option<String>,
-    /// Set once the batch was aborted or dropped.
-    aborted: bool,
+    /// Set once the batch was aborted or dropped (`aborted`), or its session interrupted
+    /// by the user (`user`): calls pushed later do not run either.
+    interrupted: Option<CancelReason>,
     /// Set once `finish` or `abort` took the results.
     closed: bool,
 }
@@ -121,7 +123,7 @@ struct Start {
     control: Arc<InFlight>,
 }
 
-struct Shared {
+pub(crate) struct Shared {
     dispatcher: Dispatcher,
     session: Session,
     handle: tokio::runtime::Handle,
@@ -190,6 +192,28 @@ impl Shared {
             }
         }
         starts
+    }
+
+    /// A user interrupt of the session: everything unfinished is cancelled (reason `user`),
+    /// and so is everything pushed later. Returns how many calls that had not started it
+    /// cancelled (the running ones are in the session's in-flight list).
+    pub(crate) fn interrupt(&self) -> usize {
+        let n = {
+            let mut st = self.lock();
+            if st.closed || st.interrupted.is_some() {
+                return 0;
+            }
+            st.interrupted = Some(CancelReason::User);
+            let n = st
+                .entries
+                .iter()
+                .filter(|e| e.status == Status::Waiting)
+                .count();
+            self.cancel_unfinished(&mut st, CancelReason::User, None);
+            n
+        };
+        self.changed.notify_waiters();
+        n
     }
 
     /// Cancels every unfinished call: those waiting get a synthetic result at once, those
@@ -286,15 +310,15 @@ impl Dispatcher {
     /// A new, empty batch for the calls of one assistant message in `session`.
     /// Must be called inside a tokio runtime; its calls run on that runtime.
     pub fn batch(&self, session: &Session) -> Batch {
-        Batch {
-            shared: Arc::new(Shared {
-                dispatcher: self.clone(),
-                session: session.clone(),
-                handle: tokio::runtime::Handle::current(),
-                state: Mutex::new(State::default()),
-                changed: Notify::new(),
-            }),
-        }
+        let shared = Arc::new(Shared {
+            dispatcher: self.clone(),
+            session: session.clone(),
+            handle: tokio::runtime::Handle::current(),
+            state: Mutex::new(State::default()),
+            changed: Notify::new(),
+        });
+        session.state.add_batch(&shared);
+        Batch { shared }
     }
 
     /// Whether a call may run alongside others, and whether it is an `execute` call.
@@ -337,8 +361,8 @@ impl Batch {
         let starts = {
             let mut st = self.shared.lock();
             let index = st.entries.len();
-            let refused = if st.aborted {
-                Some((CancelReason::Aborted, None))
+            let refused = if let Some(reason) = st.interrupted {
+                Some((reason, None))
             } else {
                 st.sibling_failure
                     .clone()
@@ -446,10 +470,10 @@ impl Batch {
     fn abort_now(&self) {
         {
             let mut st = self.shared.lock();
-            if st.closed || st.aborted {
+            if st.closed || st.interrupted == Some(CancelReason::Aborted) {
                 return;
             }
-            st.aborted = true;
+            st.interrupted = Some(CancelReason::Aborted);
             self.shared
                 .cancel_unfinished(&mut st, CancelReason::Aborted, None);
         }

@@ -232,6 +232,8 @@ pub(crate) struct SessionState {
     inflight: Mutex<HashMap<u64, Arc<InFlight>>>,
     grants: Mutex<HashSet<String>>,
     next_call: AtomicU64,
+    /// The session's batches that may still have unfinished calls.
+    batches: Mutex<Vec<std::sync::Weak<crate::schedule::Shared>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -265,7 +267,22 @@ impl SessionState {
             inflight: Mutex::new(HashMap::new()),
             grants: Mutex::new(HashSet::new()),
             next_call: AtomicU64::new(0),
+            batches: Mutex::new(Vec::new()),
         }
+    }
+
+    pub(crate) fn add_batch(&self, batch: &Arc<crate::schedule::Shared>) {
+        let mut batches = lock(&self.batches);
+        batches.retain(|b| b.strong_count() > 0);
+        batches.push(Arc::downgrade(batch));
+    }
+
+    /// The session's live batches.
+    pub(crate) fn batches(&self) -> Vec<Arc<crate::schedule::Shared>> {
+        lock(&self.batches)
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .collect()
     }
 
     /// Registers a call for cancellation, with the entry its batch made for it, if any.
