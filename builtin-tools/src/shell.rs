@@ -5,6 +5,9 @@
 //! still running; the output captured so far is returned. When the shell exits, anything it
 //! left running in its group is killed, so a call leaves no processes behind. Each of stdout
 //! and stderr keeps its first [`OUTPUT_CAP`] bytes; the rest is counted and dropped.
+//!
+//! While the command runs, what it prints (the kept part) is streamed as live output
+//! ([`ToolContext::output`], `tool.output_delta` events), stderr lines prefixed `[stderr] `.
 
 use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -56,12 +59,17 @@ fn signal_group(pgid: i32, signal: Signal) {
     }
 }
 
-/// Reads a stream to its end, keeping the first `OUTPUT_CAP` bytes.
-fn capture(
-    mut stream: impl Read + Send + 'static,
-    tx: mpsc::Sender<(usize, Vec<u8>, usize)>,
-    which: usize,
-) {
+/// What a capture thread reports.
+enum Captured {
+    /// A chunk of the kept part of a stream, as it arrives.
+    Chunk(usize, Vec<u8>),
+    /// The stream ended: its kept bytes and its total length.
+    Done(usize, Vec<u8>, usize),
+}
+
+/// Reads a stream to its end, keeping the first `OUTPUT_CAP` bytes and reporting each kept
+/// chunk as it arrives.
+fn capture(mut stream: impl Read + Send + 'static, tx: mpsc::Sender<Captured>, which: usize) {
     thread::spawn(move || {
         let mut kept = Vec::new();
         let mut total = 0usize;
@@ -72,12 +80,69 @@ fn capture(
                 Ok(n) => {
                     total += n;
                     let room = OUTPUT_CAP.saturating_sub(kept.len());
-                    kept.extend_from_slice(&buf[..n.min(room)]);
+                    let keep = &buf[..n.min(room)];
+                    if !keep.is_empty() {
+                        kept.extend_from_slice(keep);
+                        let _ = tx.send(Captured::Chunk(which, keep.to_vec()));
+                    }
                 }
             }
         }
-        let _ = tx.send((which, kept, total));
+        let _ = tx.send(Captured::Done(which, kept, total));
     });
+}
+
+/// Turns byte chunks of one stream into text for live output, never splitting a UTF-8
+/// character across two chunks.
+#[derive(Default)]
+struct LiveText {
+    pending: Vec<u8>,
+}
+
+impl LiveText {
+    fn push(&mut self, bytes: &[u8]) -> String {
+        self.pending.extend_from_slice(bytes);
+        let valid = match std::str::from_utf8(&self.pending) {
+            Ok(_) => self.pending.len(),
+            // An incomplete character at the end waits for the next chunk.
+            Err(e) if e.error_len().is_none() => e.valid_up_to(),
+            Err(_) => self.pending.len(),
+        };
+        let text = String::from_utf8_lossy(&self.pending[..valid]).into_owned();
+        self.pending.drain(..valid);
+        text
+    }
+}
+
+/// Streams captured chunks to the context as live output.
+fn stream_live(
+    ctx: &ToolContext,
+    live: &mut [LiveText; 2],
+    streams: &mut [(Vec<u8>, usize); 2],
+    done: &mut usize,
+    msg: Captured,
+) {
+    match msg {
+        Captured::Chunk(which, bytes) => {
+            let text = live[which].push(&bytes);
+            if text.is_empty() {
+                return;
+            }
+            if which == 0 {
+                ctx.output(&text);
+            } else {
+                let prefixed: String = text
+                    .split_inclusive('\n')
+                    .map(|line| format!("[stderr] {line}"))
+                    .collect();
+                ctx.output(&prefixed);
+            }
+        }
+        Captured::Done(which, kept, total) => {
+            streams[which] = (kept, total);
+            *done += 1;
+        }
+    }
 }
 
 impl Tool for Shell {
@@ -111,7 +176,13 @@ impl Tool for Shell {
 
         let mut term_sent: Option<Instant> = None;
         let mut killed = false;
+        let mut live: [LiveText; 2] = Default::default();
+        let mut streams = [(Vec::new(), 0usize), (Vec::new(), 0usize)];
+        let mut done = 0usize;
         let status = loop {
+            while let Ok(msg) = rx.try_recv() {
+                stream_live(ctx, &mut live, &mut streams, &mut done, msg);
+            }
             match child.try_wait() {
                 Ok(Some(status)) => break status,
                 Ok(None) => {}
@@ -144,12 +215,11 @@ impl Tool for Shell {
         // Whatever the shell left in its group goes too, so the pipes close.
         signal_group(pgid, Signal::KILL);
 
-        let mut streams = [(Vec::new(), 0usize), (Vec::new(), 0usize)];
         let deadline = Instant::now() + Duration::from_secs(2);
-        for _ in 0..2 {
+        while done < 2 {
             let left = deadline.saturating_duration_since(Instant::now());
             match rx.recv_timeout(left) {
-                Ok((which, kept, total)) => streams[which] = (kept, total),
+                Ok(msg) => stream_live(ctx, &mut live, &mut streams, &mut done, msg),
                 Err(_) => break,
             }
         }

@@ -8,6 +8,30 @@
 //! capabilities = []
 //! # Calls of one session that may execute at once. Default: 4.
 //! max_concurrency = 4
+//! # What a failed `execute` call (e.g. shell) does to the other calls of its batch:
+//! # "continue" (default) or "cancel_siblings" (they end `cancelled`, reason sibling_error).
+//! on_execute_error = "continue"
+//! # Where tools run. Only "host" is supported; another mode is refused, never ignored.
+//! sandbox = "host"
+//!
+//! [tool_concurrency]         # per-tool caps in a session, on top of max_concurrency
+//! shell = 1
+//!
+//! [interrupt]                # per tool: "cancel" (default) or "block" (runs to completion)
+//! write_file = "block"
+//!
+//! [results]                  # result size caps, in characters
+//! max_chars = 100000         # beyond it: spooled to a file, the model gets a preview + path
+//! preview_chars = 2000
+//! [results.per_tool]
+//! shell = 30000
+//!
+//! [[hooks.pre_tool_use]]     # an external command judging calls (JSON of the call on
+//! command = "./check.sh"     # stdin; exit 0 allow, exit 2 deny with stderr as the reason)
+//! tools = ["shell"]          # optional; default: every tool
+//! timeout_secs = 10          # optional; default 10
+//! [[hooks.post_tool_use]]    # sees each result; may print {"annotate": "…"}
+//! command = "./audit.sh"
 //!
 //! [timeouts]
 //! default_secs = 60          # none/read/write tools that declare no timeout
@@ -53,7 +77,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use dispatcher_core::{ConfirmationPolicy, DispatcherConfig};
+use dispatcher_core::hooks::{CommandHook, HookMatcher};
+use dispatcher_core::{
+    ConfirmationPolicy, DispatcherConfig, InterruptBehavior, OnExecuteError, SandboxMode,
+};
 use serde::{Deserialize, Serialize};
 
 /// The file name looked for in the working directory and the user's config directory.
@@ -72,6 +99,24 @@ pub struct Config {
     /// Per-session concurrency cap.
     #[serde(default = "default_concurrency")]
     pub max_concurrency: usize,
+    /// What a failed `execute` call does to its batch.
+    #[serde(default)]
+    pub on_execute_error: OnExecuteError,
+    /// Where tools run (only `host` is supported).
+    #[serde(default)]
+    pub sandbox: SandboxMode,
+    /// Per-tool concurrency caps.
+    #[serde(default)]
+    pub tool_concurrency: BTreeMap<String, usize>,
+    /// Per-tool interrupt behaviour.
+    #[serde(default)]
+    pub interrupt: BTreeMap<String, InterruptBehavior>,
+    /// Result size caps.
+    #[serde(default)]
+    pub results: Results,
+    /// External command hooks.
+    #[serde(default)]
+    pub hooks: Hooks,
     /// Timeouts.
     #[serde(default)]
     pub timeouts: Timeouts,
@@ -113,6 +158,12 @@ impl Default for Config {
             plugin_dirs: Vec::new(),
             capabilities: Vec::new(),
             max_concurrency: default_concurrency(),
+            on_execute_error: OnExecuteError::default(),
+            sandbox: SandboxMode::default(),
+            tool_concurrency: BTreeMap::new(),
+            interrupt: BTreeMap::new(),
+            results: Results::default(),
+            hooks: Hooks::default(),
             timeouts: Timeouts::default(),
             tool_confirmation: ConfirmationPolicy::default(),
             toolset_separator: default_separator(),
@@ -120,6 +171,64 @@ impl Default for Config {
             mcp_servers: Vec::new(),
         }
     }
+}
+
+/// The `[results]` table: result size caps, in characters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Results {
+    /// Characters of text a result may have before it is spooled (default 100 000).
+    #[serde(default = "default_max_chars")]
+    pub max_chars: usize,
+    /// Characters of a spooled result shown inline (default 2 000).
+    #[serde(default = "default_preview_chars")]
+    pub preview_chars: usize,
+    /// Per-tool caps.
+    #[serde(default)]
+    pub per_tool: BTreeMap<String, usize>,
+}
+
+fn default_max_chars() -> usize {
+    100_000
+}
+fn default_preview_chars() -> usize {
+    dispatcher_core::spool::DEFAULT_PREVIEW_CHARS
+}
+
+impl Default for Results {
+    fn default() -> Self {
+        Results {
+            max_chars: default_max_chars(),
+            preview_chars: default_preview_chars(),
+            per_tool: BTreeMap::new(),
+        }
+    }
+}
+
+/// The `[hooks]` table: external commands run around calls.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hooks {
+    /// Run before a call, after validation ([`CommandHook`] says what they may answer).
+    #[serde(default)]
+    pub pre_tool_use: Vec<HookConfig>,
+    /// Run after a call, with its result.
+    #[serde(default)]
+    pub post_tool_use: Vec<HookConfig>,
+}
+
+/// One `[[hooks.pre_tool_use]]` or `[[hooks.post_tool_use]]` entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HookConfig {
+    /// The command line, run with `/bin/sh -c`.
+    pub command: String,
+    /// The tools it runs for (default: every tool).
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
+    /// How long it may run (default 10 s); a hook that takes longer is killed and ignored.
+    #[serde(default = "d10")]
+    pub timeout_secs: f64,
 }
 
 /// The `[timeouts]` table, in seconds.
@@ -336,7 +445,77 @@ impl Config {
                 }
             }
         }
+        let bad = |key: String, message: String| ConfigError::Invalid {
+            file: file.to_path_buf(),
+            key,
+            message,
+            location: None,
+        };
+        self.sandbox
+            .check_supported()
+            .map_err(|m| bad("sandbox".into(), m))?;
+        for (tool, cap) in &self.tool_concurrency {
+            if *cap == 0 || *cap > 1024 {
+                return Err(bad(
+                    format!("tool_concurrency.{tool}"),
+                    format!("expected an integer from 1 to 1024, found {cap}"),
+                ));
+            }
+        }
+        let r = &self.results;
+        for (key, n) in std::iter::once(("results.max_chars".to_string(), r.max_chars))
+            .chain(std::iter::once((
+                "results.preview_chars".into(),
+                r.preview_chars,
+            )))
+            .chain(
+                r.per_tool
+                    .iter()
+                    .map(|(t, n)| (format!("results.per_tool.{t}"), *n)),
+            )
+        {
+            if n == 0 {
+                return Err(bad(
+                    key,
+                    "expected a positive number of characters, found 0".into(),
+                ));
+            }
+        }
+        for (table, hooks) in [
+            ("hooks.pre_tool_use", &self.hooks.pre_tool_use),
+            ("hooks.post_tool_use", &self.hooks.post_tool_use),
+        ] {
+            for (i, hook) in hooks.iter().enumerate() {
+                if hook.command.trim().is_empty() {
+                    return Err(bad(
+                        format!("{table}[{i}].command"),
+                        "expected the command line to run".into(),
+                    ));
+                }
+                positive(
+                    file,
+                    &format!("{table}[{i}].timeout_secs"),
+                    hook.timeout_secs,
+                )?;
+            }
+        }
         self.dispatcher_config(file).map(|_| ())
+    }
+
+    /// The command hooks this config declares: (pre-use, post-use).
+    pub fn command_hooks(&self) -> (Vec<CommandHook>, Vec<CommandHook>) {
+        let make = |h: &HookConfig| CommandHook {
+            command: h.command.clone(),
+            matcher: match &h.tools {
+                Some(tools) => HookMatcher::Tools(tools.clone()),
+                None => HookMatcher::All,
+            },
+            timeout: Duration::from_secs_f64(h.timeout_secs.clamp(0.001, 1.0e6)),
+        };
+        (
+            self.hooks.pre_tool_use.iter().map(make).collect(),
+            self.hooks.post_tool_use.iter().map(make).collect(),
+        )
     }
 
     /// The dispatcher limits this config sets.
@@ -365,6 +544,13 @@ impl Config {
                 "timeouts.slow_call_warn_secs",
                 t.slow_call_warn_secs,
             )?,
+            max_result_chars: self.results.max_chars,
+            tool_result_chars: self.results.per_tool.clone().into_iter().collect(),
+            result_preview_chars: self.results.preview_chars,
+            tool_concurrency: self.tool_concurrency.clone().into_iter().collect(),
+            on_execute_error: self.on_execute_error,
+            interrupt: self.interrupt.clone().into_iter().collect(),
+            sandbox: self.sandbox,
             ..DispatcherConfig::default()
         })
     }
@@ -470,6 +656,71 @@ mod tests {
             e.contains("timeouts.per_tool.shell") && e.contains("positive"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn scheduling_results_and_hooks_keys_reach_the_dispatcher_config() {
+        let c = parse(
+            r#"
+            on_execute_error = "cancel_siblings"
+            sandbox = "host"
+            [tool_concurrency]
+            shell = 1
+            [interrupt]
+            write_file = "block"
+            [results]
+            max_chars = 5000
+            preview_chars = 100
+            [results.per_tool]
+            shell = 300
+            [[hooks.pre_tool_use]]
+            command = "exit 0"
+            tools = ["shell"]
+            timeout_secs = 2
+            [[hooks.post_tool_use]]
+            command = "exit 0"
+            "#,
+        )
+        .unwrap();
+        let d = c.dispatcher_config(Path::new("toolhost.toml")).unwrap();
+        assert_eq!(d.on_execute_error, OnExecuteError::CancelSiblings);
+        assert_eq!(d.tool_concurrency["shell"], 1);
+        assert_eq!(d.interrupt["write_file"], InterruptBehavior::Block);
+        assert_eq!((d.max_result_chars, d.result_preview_chars), (5000, 100));
+        assert_eq!(d.tool_result_chars["shell"], 300);
+        let (pre, post) = c.command_hooks();
+        assert_eq!((pre.len(), post.len()), (1, 1));
+        assert!(pre[0].matcher.matches("shell") && !pre[0].matcher.matches("read_file"));
+        assert_eq!(pre[0].timeout, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn unsupported_sandbox_mode_is_refused_with_a_clear_error() {
+        let e = parse("sandbox = \"read-only\"").unwrap_err().to_string();
+        assert!(
+            e.contains("key `sandbox`")
+                && e.contains("'read-only' is not supported")
+                && e.contains("supported: host"),
+            "{e}"
+        );
+        let e = parse("sandbox = \"jail\"").unwrap_err().to_string();
+        assert!(e.contains("sandbox") && e.contains("host"), "{e}");
+    }
+
+    #[test]
+    fn bad_interrupt_and_cap_values_name_their_keys() {
+        let e = parse("[interrupt]\nshell = \"ignore\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("interrupt.shell") && e.contains("block"), "{e}");
+        let e = parse("[tool_concurrency]\nshell = 0")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("tool_concurrency.shell"), "{e}");
+        let e = parse("[[hooks.pre_tool_use]]\ncommand = \"\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("hooks.pre_tool_use[0].command"), "{e}");
     }
 
     #[test]

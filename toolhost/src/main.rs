@@ -251,6 +251,13 @@ async fn build_host(
     if let Some(c) = confirmer {
         builder = builder.confirmer(c);
     }
+    let (pre_hooks, post_hooks) = config.command_hooks();
+    for hook in pre_hooks {
+        builder = builder.hook(Arc::new(hook));
+    }
+    for hook in post_hooks {
+        builder = builder.post_hook(Arc::new(hook));
+    }
     let dispatcher = builder.build();
     for factory in builtin_tools::factories() {
         dispatcher.register(factory)?;

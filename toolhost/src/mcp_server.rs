@@ -10,6 +10,10 @@
 //!   supports it (allow / deny / always for this session); otherwise `mcp.prompt_fallback`
 //!   answers (default `deny`, with a message naming the keys that allow the tool).
 //! - `notifications/cancelled` cancels the call (the shell's process group is stopped).
+//! - A call whose request carries `_meta.progressToken` gets the tool's live output
+//!   (`tool.output_delta`, e.g. a command's stdout as it prints) as
+//!   `notifications/progress`: `progress` counts the characters streamed so far and
+//!   `message` holds the chunk.
 //! - Nothing but protocol frames is written to stdout; logs go to stderr.
 //!
 //! Server-to-client requests (elicitation) are forbidden from protocol 2026-07-28 on, so
@@ -22,13 +26,15 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
+use dispatcher_core::EventKind;
 use dispatcher_core::{
     ConfirmationRequest, Confirmer, Decision, Dispatcher, Session, ToolResultBlock, ToolUse,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
-    ElicitationAction, Implementation, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    ElicitationAction, Implementation, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig,
+    Tool, ToolAnnotations,
 };
 use rmcp::service::{Peer, RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
@@ -276,6 +282,10 @@ impl ServerHandler for McpServer {
         let name = request.name.to_string();
         let input = Value::Object(request.arguments.unwrap_or_default());
         let call = ToolUse::new(&tool_use_id, &name, input);
+        let progress = context
+            .meta
+            .get_progress_token()
+            .map(|token| self.forward_output(token, &tool_use_id, context.peer.clone()));
         let dispatch = self.dispatcher.dispatch(call, &self.session);
         tokio::pin!(dispatch);
         let block = tokio::select! {
@@ -287,7 +297,47 @@ impl ServerHandler for McpServer {
                 dispatch.await
             }
         };
+        if let Some(forwarder) = progress {
+            forwarder.abort();
+        }
         Ok(self.to_mcp(block, &name, &tool_use_id).into())
+    }
+}
+
+impl McpServer {
+    /// Sends the call's live output to the client as progress notifications until aborted.
+    fn forward_output(
+        &self,
+        token: ProgressToken,
+        tool_use_id: &str,
+        peer: Peer<RoleServer>,
+    ) -> tokio::task::JoinHandle<()> {
+        let mut events = self.session.subscribe();
+        let id: Arc<str> = Arc::from(tool_use_id);
+        tokio::spawn(async move {
+            let mut streamed = 0usize;
+            loop {
+                let event = match events.recv().await {
+                    Ok(e) => e,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::debug!("live output to the MCP client skipped {n} events");
+                        continue;
+                    }
+                    Err(_) => return,
+                };
+                if event.tool_use_id != id {
+                    continue;
+                }
+                if let EventKind::OutputDelta { chunk } = &event.kind {
+                    streamed += chunk.chars().count();
+                    let note = ProgressNotificationParam::new(token.clone(), streamed as f64)
+                        .with_message(chunk.clone());
+                    if peer.notify_progress(note).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        })
     }
 }
 
