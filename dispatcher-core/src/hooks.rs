@@ -248,6 +248,7 @@ impl CommandHook {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            .process_group(0)
             .kill_on_drop(true)
             .spawn()
         {
@@ -256,6 +257,9 @@ impl CommandHook {
         };
         let input = stdin_json.to_string();
         let stdin = child.stdin.take();
+        let group = child
+            .id()
+            .and_then(|id| rustix::process::Pid::from_raw(i32::try_from(id).unwrap_or(0)));
         let io = async move {
             if let Some(mut stdin) = stdin {
                 // A hook that does not read its stdin is fine.
@@ -264,7 +268,13 @@ impl CommandHook {
             }
             child.wait_with_output().await
         };
-        match tokio::time::timeout(self.timeout, io).await {
+        let finished = tokio::time::timeout(self.timeout, io).await;
+        if let (Err(_), Some(group)) = (&finished, group) {
+            // The hook was killed on drop, unreaped yet; whatever it started in its group
+            // goes too (ESRCH: already gone).
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+        }
+        match finished {
             Err(_) => Exit::Broken(format!(
                 "timed out after {} ms and was killed",
                 self.timeout.as_millis()

@@ -1,0 +1,415 @@
+//! Issue 5, hooks and policy: pre-use hooks (allow, deny, ask, rewrite), post-use hooks,
+//! external command hooks, runtime grants and session approvals.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::Fixture;
+use dispatcher_core::hooks::{
+    CommandHook, HookCall, HookDecision, HookFuture, HookMatcher, PostDecision, PostUseCall,
+    PostUseHook, pre_use_fn,
+};
+use dispatcher_core::runtime::{Grant, GrantRequest, RuntimePolicy, SandboxMode};
+use dispatcher_core::{
+    ConfirmationPolicy, ConfirmationRequest, Confirmer, Decision, Dispatcher, ErrorClass, ToolUse,
+};
+use serde_json::{Value, json};
+
+fn builtins(d: &Dispatcher) {
+    for f in builtin_tools::factories() {
+        d.register(f).unwrap();
+    }
+}
+
+fn policy(text: &str) -> ConfirmationPolicy {
+    toml::from_str(text).unwrap()
+}
+
+/// Answers every prompt with one decision and counts the prompts.
+#[derive(Default)]
+struct Counting {
+    decision: Option<Decision>,
+    asked: AtomicUsize,
+}
+
+impl Counting {
+    fn new(decision: Decision) -> Arc<Counting> {
+        Arc::new(Counting {
+            decision: Some(decision),
+            asked: AtomicUsize::new(0),
+        })
+    }
+    fn asked(&self) -> usize {
+        self.asked.load(Ordering::SeqCst)
+    }
+}
+
+impl Confirmer for Counting {
+    fn name(&self) -> &str {
+        "counting"
+    }
+    fn confirm(
+        &self,
+        _r: ConfirmationRequest,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Decision> + Send>> {
+        self.asked.fetch_add(1, Ordering::SeqCst);
+        let d = self.decision.unwrap_or(Decision::Deny);
+        Box::pin(async move { d })
+    }
+}
+
+fn write(path: &str) -> ToolUse {
+    ToolUse::new("tu", "write_file", json!({"path": path, "content": "x"}))
+}
+
+#[tokio::test]
+async fn hook_allow_skips_the_prompt() {
+    let asker = Counting::new(Decision::Deny);
+    let d = Dispatcher::builder()
+        .hook(pre_use_fn("allow-writes", |_| HookDecision::Allow))
+        .confirmer(asker.clone())
+        .build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    let r = d.dispatch(write("a.txt"), &fx.session).await;
+    assert!(!r.is_error, "{r:?}");
+    assert_eq!(asker.asked(), 0);
+}
+
+#[tokio::test]
+async fn hook_allow_never_bypasses_a_policy_deny() {
+    let d = Dispatcher::builder()
+        .policy(policy(r#"per_tool = { write_file = "deny" }"#))
+        .hook(pre_use_fn("allow-everything", |_| HookDecision::Allow))
+        .build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    let r = d.dispatch(write("a.txt"), &fx.session).await;
+    assert_eq!(r.error_class, Some(ErrorClass::UserDenied));
+    assert!(
+        r.text().contains("tool_confirmation.per_tool.write_file"),
+        "{}",
+        r.text()
+    );
+    assert!(!fx.path("a.txt").exists());
+}
+
+#[tokio::test]
+async fn hook_deny_beats_another_hooks_allow_and_its_reason_reaches_the_model() {
+    let d = Dispatcher::builder()
+        .hook(pre_use_fn("allow", |_| HookDecision::Allow))
+        .hook(pre_use_fn("guard", |_| {
+            HookDecision::Deny("writes are frozen until the release".into())
+        }))
+        .build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    let r = d.dispatch(write("a.txt"), &fx.session).await;
+    assert_eq!(r.error_class, Some(ErrorClass::UserDenied));
+    assert_eq!(
+        r.text(),
+        "Tool 'write_file' was denied by pre-use hook 'guard': writes are frozen until the release"
+    );
+}
+
+#[tokio::test]
+async fn hook_ask_forces_a_prompt_even_after_always_allow() {
+    let asker = Counting::new(Decision::AlwaysAllow);
+    let d = Dispatcher::builder()
+        .hook(pre_use_fn("ask-on-env", |c: &HookCall<'_>| {
+            if c.input["path"] == ".env" {
+                HookDecision::Ask("touches secrets".into())
+            } else {
+                HookDecision::Continue
+            }
+        }))
+        .confirmer(asker.clone())
+        .build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    assert!(!d.dispatch(write("a.txt"), &fx.session).await.is_error);
+    assert!(!d.dispatch(write("b.txt"), &fx.session).await.is_error);
+    assert_eq!(asker.asked(), 1, "always-allow covers the second write");
+    assert!(!d.dispatch(write(".env"), &fx.session).await.is_error);
+    assert_eq!(asker.asked(), 2, "the hook's ask still prompts");
+}
+
+#[tokio::test]
+async fn hook_rewrite_is_validated_again_before_the_call_runs() {
+    let d = Dispatcher::builder()
+        .policy(policy(r#"per_tool = { write_file = "auto" }"#))
+        .hook(pre_use_fn("normalize", |c: &HookCall<'_>| {
+            match c.input["path"].as_str() {
+                Some("bad") => HookDecision::Rewrite(json!({"path": 42})),
+                Some("escape") => {
+                    HookDecision::Rewrite(json!({"path": "../outside.txt", "content": "x"}))
+                }
+                Some(p) if !p.starts_with("out/") => HookDecision::Rewrite(
+                    json!({"path": format!("out/{p}"), "content": c.input["content"]}),
+                ),
+                _ => HookDecision::Continue,
+            }
+        }))
+        .build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    let r = d.dispatch(write("a.txt"), &fx.session).await;
+    assert!(!r.is_error, "{r:?}");
+    assert!(fx.path("out/a.txt").is_file(), "the rewritten input ran");
+    assert!(!fx.path("a.txt").exists());
+
+    let r = d.dispatch(write("bad"), &fx.session).await;
+    assert_eq!(r.error_class, Some(ErrorClass::ValidationError));
+    assert!(
+        r.text()
+            .contains("as rewritten by pre-use hook 'normalize'")
+            && r.text().contains("/path"),
+        "{}",
+        r.text()
+    );
+
+    let r = d.dispatch(write("escape"), &fx.session).await;
+    assert_eq!(r.error_class, Some(ErrorClass::PermissionDenied));
+}
+
+struct Reviewer;
+impl PostUseHook for Reviewer {
+    fn name(&self) -> &str {
+        "reviewer"
+    }
+    fn after_use<'a>(&'a self, call: &'a PostUseCall<'a>) -> HookFuture<'a, PostDecision> {
+        let decision = if call.result.text().contains("SECRET") {
+            PostDecision::Replace {
+                text: "[redacted by policy]".into(),
+                is_error: true,
+            }
+        } else if call.call.tool_name == "read_file" {
+            PostDecision::Annotate("this file is generated; do not edit it".into())
+        } else {
+            PostDecision::Keep
+        };
+        Box::pin(std::future::ready(decision))
+    }
+}
+
+#[tokio::test]
+async fn post_use_hook_annotates_or_replaces_the_result() {
+    let d = Dispatcher::builder()
+        .post_hook(Arc::new(Reviewer))
+        .build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    fx.write("gen.rs", "fn main() {}");
+    fx.write("keys.txt", "SECRET=1");
+    let r = d
+        .dispatch(
+            ToolUse::new("t1", "read_file", json!({"path": "gen.rs"})),
+            &fx.session,
+        )
+        .await;
+    assert_eq!(
+        r.text(),
+        "fn main() {}\nNote from hook 'reviewer': this file is generated; do not edit it"
+    );
+    let r = d
+        .dispatch(
+            ToolUse::new("t2", "read_file", json!({"path": "keys.txt"})),
+            &fx.session,
+        )
+        .await;
+    assert!(r.is_error);
+    assert_eq!(r.text(), "[redacted by policy]");
+}
+
+fn command_hook(script: &str) -> CommandHook {
+    CommandHook {
+        command: script.to_string(),
+        matcher: HookMatcher::All,
+        timeout: Duration::from_secs(5),
+    }
+}
+
+fn with_command_hook(hook: CommandHook) -> (Dispatcher, Fixture) {
+    let d = Dispatcher::builder()
+        .policy(policy(r#"per_tool = { write_file = "auto" }"#))
+        .hook(Arc::new(hook))
+        .build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    (d, fx)
+}
+
+#[tokio::test]
+async fn command_hook_exit_2_denies_with_stderr_as_the_reason() {
+    let (d, fx) = with_command_hook(command_hook(
+        "echo 'no writes to .github' >&2; exit 2",
+    ));
+    let r = d.dispatch(write("a.txt"), &fx.session).await;
+    assert_eq!(r.error_class, Some(ErrorClass::UserDenied));
+    assert!(r.text().ends_with(": no writes to .github"), "{}", r.text());
+    assert!(!fx.path("a.txt").exists());
+}
+
+#[tokio::test]
+async fn command_hook_gets_the_call_as_json_on_stdin_and_exit_0_lets_it_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let seen = dir.path().join("seen.json");
+    let (d, fx) = with_command_hook(command_hook(&format!("cat > '{}'", seen.display())));
+    let r = d.dispatch(write("a.txt"), &fx.session).await;
+    assert!(!r.is_error, "{r:?}");
+    let call: Value = serde_json::from_str(&std::fs::read_to_string(&seen).unwrap()).unwrap();
+    assert_eq!(call["hook_event"], "pre_tool_use");
+    assert_eq!(call["tool_name"], "write_file");
+    assert_eq!(call["side_effects"], "write");
+    assert_eq!(call["input"]["path"], "a.txt");
+    assert_eq!(call["tool_use_id"], "tu");
+}
+
+#[tokio::test]
+async fn command_hook_other_exit_codes_and_timeouts_are_logged_and_let_the_call_run() {
+    for script in ["exit 1", "exit 7", "sleep 5"] {
+        let mut hook = command_hook(script);
+        hook.timeout = Duration::from_millis(200);
+        let (d, fx) = with_command_hook(hook);
+        let r = d.dispatch(write("a.txt"), &fx.session).await;
+        assert!(!r.is_error, "{script}: {r:?}");
+    }
+}
+
+#[tokio::test]
+async fn command_hook_can_rewrite_the_input_through_stdout() {
+    let (d, fx) = with_command_hook(command_hook(
+        r#"echo '{"input": {"path": "rewritten.txt", "content": "y"}}'"#,
+    ));
+    assert!(!d.dispatch(write("a.txt"), &fx.session).await.is_error);
+    assert_eq!(
+        std::fs::read_to_string(fx.path("rewritten.txt")).unwrap(),
+        "y"
+    );
+}
+
+#[tokio::test]
+async fn command_hook_runs_only_for_the_tools_it_names() {
+    let mut hook = command_hook("exit 2");
+    hook.matcher = HookMatcher::Tools(vec!["shell".into()]);
+    let (d, fx) = with_command_hook(hook);
+    assert!(!d.dispatch(write("a.txt"), &fx.session).await.is_error);
+}
+
+#[tokio::test]
+async fn command_post_hook_annotates_the_result() {
+    let d = Dispatcher::builder()
+        .post_hook(Arc::new(command_hook(
+            r#"echo '{"annotate": "reviewed by audit"}'"#,
+        )))
+        .build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    fx.write("a.txt", "hello");
+    let r = d
+        .dispatch(
+            ToolUse::new("t", "read_file", json!({"path": "a.txt"})),
+            &fx.session,
+        )
+        .await;
+    assert!(r.text().ends_with("reviewed by audit"), "{}", r.text());
+}
+
+struct Limits {
+    sandbox: SandboxMode,
+}
+impl RuntimePolicy for Limits {
+    fn grant(&self, call: &GrantRequest<'_>, base: Grant) -> Result<Grant, String> {
+        if call.tool_name == "list_dir" {
+            return Err("directory listings are not allowed for this agent".into());
+        }
+        Ok(Grant {
+            sandbox: self.sandbox,
+            timeout: base.timeout.min(Duration::from_millis(300)),
+            max_result_chars: 10,
+        })
+    }
+}
+
+#[tokio::test]
+async fn runtime_policy_grant_sets_the_timeout_and_output_size() {
+    let d = Dispatcher::builder()
+        .policy(policy(r#"per_tool = { shell = "auto" }"#))
+        .runtime(Arc::new(Limits {
+            sandbox: SandboxMode::Host,
+        }))
+        .build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    let r = d
+        .dispatch(
+            ToolUse::new("t", "shell", json!({"command": "sleep 5"})),
+            &fx.session,
+        )
+        .await;
+    assert_eq!(r.error_class, Some(ErrorClass::Timeout), "{r:?}");
+    let r = d
+        .dispatch(
+            ToolUse::new("t2", "shell", json!({"command": "seq 1 100"})),
+            &fx.session,
+        )
+        .await;
+    assert!(r.text().contains("Output too large"), "{}", r.text());
+    let r = d
+        .dispatch(
+            ToolUse::new("t3", "list_dir", json!({"path": "."})),
+            &fx.session,
+        )
+        .await;
+    assert_eq!(r.error_class, Some(ErrorClass::PermissionDenied));
+    assert!(r.text().contains("not allowed for this agent"), "{}", r.text());
+}
+
+#[tokio::test]
+async fn unsupported_sandbox_mode_in_a_grant_is_refused_never_ignored() {
+    let d = Dispatcher::builder()
+        .policy(policy(r#"per_tool = { shell = "auto" }"#))
+        .runtime(Arc::new(Limits {
+            sandbox: SandboxMode::WorkspaceWrite,
+        }))
+        .build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    let r = d
+        .dispatch(
+            ToolUse::new("t", "shell", json!({"command": "touch ran"})),
+            &fx.session,
+        )
+        .await;
+    assert_eq!(r.error_class, Some(ErrorClass::PermissionDenied));
+    assert!(
+        r.text()
+            .contains("sandbox mode 'workspace-write' is not supported by this host"),
+        "{}",
+        r.text()
+    );
+    assert!(!fx.path("ran").exists(), "the call did not run");
+}
+
+#[tokio::test]
+async fn always_allow_lasts_for_the_session_and_can_be_listed_and_revoked() {
+    let asker = Counting::new(Decision::AlwaysAllow);
+    let d = Dispatcher::builder().confirmer(asker.clone()).build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    for p in ["a", "b", "c"] {
+        assert!(!d.dispatch(write(p), &fx.session).await.is_error);
+    }
+    assert_eq!(asker.asked(), 1);
+    assert_eq!(fx.session.approvals(), ["write_file"]);
+    assert!(fx.session.revoke_approval("write_file"));
+    assert!(!fx.session.revoke_approval("write_file"));
+    assert!(fx.session.approvals().is_empty());
+    assert!(!d.dispatch(write("d"), &fx.session).await.is_error);
+    assert_eq!(asker.asked(), 2, "prompts again after the revoke");
+    assert_eq!(fx.session.revoke_all_approvals(), 1);
+}
