@@ -198,9 +198,7 @@ impl PostUseHook for Reviewer {
 
 #[tokio::test]
 async fn post_use_hook_annotates_or_replaces_the_result() {
-    let d = Dispatcher::builder()
-        .post_hook(Arc::new(Reviewer))
-        .build();
+    let d = Dispatcher::builder().post_hook(Arc::new(Reviewer)).build();
     builtins(&d);
     let fx = Fixture::new(d.clone());
     fx.write("gen.rs", "fn main() {}");
@@ -245,9 +243,7 @@ fn with_command_hook(hook: CommandHook) -> (Dispatcher, Fixture) {
 
 #[tokio::test]
 async fn command_hook_exit_2_denies_with_stderr_as_the_reason() {
-    let (d, fx) = with_command_hook(command_hook(
-        "echo 'no writes to .github' >&2; exit 2",
-    ));
+    let (d, fx) = with_command_hook(command_hook("echo 'no writes to .github' >&2; exit 2"));
     let r = d.dispatch(write("a.txt"), &fx.session).await;
     assert_eq!(r.error_class, Some(ErrorClass::UserDenied));
     assert!(r.text().ends_with(": no writes to .github"), "{}", r.text());
@@ -366,7 +362,11 @@ async fn runtime_policy_grant_sets_the_timeout_and_output_size() {
         )
         .await;
     assert_eq!(r.error_class, Some(ErrorClass::PermissionDenied));
-    assert!(r.text().contains("not allowed for this agent"), "{}", r.text());
+    assert!(
+        r.text().contains("not allowed for this agent"),
+        "{}",
+        r.text()
+    );
 }
 
 #[tokio::test]

@@ -90,3 +90,11 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogCapture {
         self.clone()
     }
 }
+
+/// Waits for the next event of any kind.
+pub async fn next_of_any(rx: &mut broadcast::Receiver<Arc<ToolEvent>>) -> Arc<ToolEvent> {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("no event within 10s")
+        .unwrap()
+}
