@@ -282,10 +282,11 @@ impl ServerHandler for McpServer {
         let name = request.name.to_string();
         let input = Value::Object(request.arguments.unwrap_or_default());
         let call = ToolUse::new(&tool_use_id, &name, input);
-        let progress = context
-            .meta
-            .get_progress_token()
-            .map(|token| self.forward_output(token, &tool_use_id, context.peer.clone()));
+        let progress = context.meta.get_progress_token().map(|token| {
+            let (done, finished) = tokio::sync::oneshot::channel();
+            let task = self.forward_output(token, &tool_use_id, context.peer.clone(), finished);
+            (done, task)
+        });
         let dispatch = self.dispatcher.dispatch(call, &self.session);
         tokio::pin!(dispatch);
         let block = tokio::select! {
@@ -297,33 +298,58 @@ impl ServerHandler for McpServer {
                 dispatch.await
             }
         };
-        if let Some(forwarder) = progress {
-            forwarder.abort();
+        if let Some((done, task)) = progress {
+            // Flush the last chunks before the result, so that they arrive first.
+            let _ = done.send(());
+            if tokio::time::timeout(std::time::Duration::from_secs(2), task)
+                .await
+                .is_err()
+            {
+                tracing::debug!("live output to the MCP client did not flush in time");
+            }
         }
         Ok(self.to_mcp(block, &name, &tool_use_id).into())
     }
 }
 
 impl McpServer {
-    /// Sends the call's live output to the client as progress notifications until aborted.
+    /// Sends the call's live output to the client as progress notifications; once `done`
+    /// fires, sends what is already queued and stops.
     fn forward_output(
         &self,
         token: ProgressToken,
         tool_use_id: &str,
         peer: Peer<RoleServer>,
+        mut done: tokio::sync::oneshot::Receiver<()>,
     ) -> tokio::task::JoinHandle<()> {
+        use tokio::sync::broadcast::error::{RecvError, TryRecvError};
         let mut events = self.session.subscribe();
         let id: Arc<str> = Arc::from(tool_use_id);
         tokio::spawn(async move {
             let mut streamed = 0usize;
+            let mut finishing = false;
             loop {
-                let event = match events.recv().await {
-                    Ok(e) => e,
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                        tracing::debug!("live output to the MCP client skipped {n} events");
-                        continue;
+                let event = if finishing {
+                    match events.try_recv() {
+                        Ok(e) => e,
+                        Err(TryRecvError::Lagged(_)) => continue,
+                        Err(_) => return,
                     }
-                    Err(_) => return,
+                } else {
+                    tokio::select! {
+                        e = events.recv() => match e {
+                            Ok(e) => e,
+                            Err(RecvError::Lagged(n)) => {
+                                tracing::debug!("live output to the MCP client skipped {n} events");
+                                continue;
+                            }
+                            Err(_) => return,
+                        },
+                        _ = &mut done => {
+                            finishing = true;
+                            continue;
+                        }
+                    }
                 };
                 if event.tool_use_id != id {
                     continue;

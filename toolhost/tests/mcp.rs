@@ -7,17 +7,20 @@ use std::time::{Duration, Instant};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig,
     ClientRequest, ElicitRequestParams, ElicitResult, ElicitationAction, Implementation,
-    ProtocolVersion,
+    NumberOrString, ProgressNotificationParam, ProgressToken, ProtocolVersion, RequestMetaObject,
+    ServerResult,
 };
 use rmcp::service::{PeerRequestOptions, RequestContext, RoleClient, RunningService, ServiceExt};
 use rmcp::transport::TokioChildProcess;
 use rmcp::{ClientHandler, ErrorData as McpError};
 use serde_json::{Value, json};
 
-/// A client that answers elicitation with a fixed decision (or does not support it).
-#[derive(Clone)]
+/// A client that answers elicitation with a fixed decision (or does not support it) and
+/// records the progress notifications it gets.
+#[derive(Clone, Default)]
 struct TestClient {
     answer: Option<&'static str>,
+    progress: std::sync::Arc<std::sync::Mutex<Vec<ProgressNotificationParam>>>,
 }
 
 impl ClientHandler for TestClient {
@@ -38,6 +41,14 @@ impl ClientHandler for TestClient {
     ) -> Result<ElicitResult, McpError> {
         Ok(ElicitResult::new(ElicitationAction::Accept)
             .with_content(json!({"decision": self.answer.unwrap_or("deny")})))
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        self.progress.lock().unwrap().push(params);
     }
 }
 
@@ -86,7 +97,7 @@ fn workspace() -> tempfile::TempDir {
 #[tokio::test]
 async fn lists_tools_with_schemas_and_side_effect_annotations() {
     let ws = workspace();
-    let service = connect(ws.path(), TestClient { answer: None }).await;
+    let service = connect(ws.path(), TestClient::default()).await;
     let info = service.peer().peer_info().unwrap();
     assert_eq!(
         info.server_info.as_ref().map(|s| s.name.as_str()),
@@ -116,7 +127,7 @@ async fn lists_tools_with_schemas_and_side_effect_annotations() {
 #[tokio::test]
 async fn calls_succeed_and_errors_are_results_with_is_error() {
     let ws = workspace();
-    let service = connect(ws.path(), TestClient { answer: None }).await;
+    let service = connect(ws.path(), TestClient::default()).await;
     let ok = call(&service, "read_file", json!({"path": "README.md"})).await;
     assert_eq!(
         (text(&ok).as_str(), ok.is_error),
@@ -155,6 +166,7 @@ async fn prompts_go_through_elicitation_when_the_client_supports_it() {
         ws.path(),
         TestClient {
             answer: Some("allow"),
+            ..TestClient::default()
         },
     )
     .await;
@@ -172,6 +184,7 @@ async fn prompts_go_through_elicitation_when_the_client_supports_it() {
         ws.path(),
         TestClient {
             answer: Some("deny"),
+            ..TestClient::default()
         },
     )
     .await;
@@ -190,7 +203,7 @@ async fn prompts_go_through_elicitation_when_the_client_supports_it() {
 #[tokio::test]
 async fn without_elicitation_the_fallback_denies_and_names_the_keys_that_allow() {
     let ws = workspace();
-    let service = connect(ws.path(), TestClient { answer: None }).await;
+    let service = connect(ws.path(), TestClient::default()).await;
     let r = call(
         &service,
         "write_file",
@@ -257,7 +270,7 @@ fn allow_shell(ws: &Path) {
 async fn notifications_cancelled_stops_the_shell_process_group() {
     let ws = workspace();
     allow_shell(ws.path());
-    let service = connect(ws.path(), TestClient { answer: None }).await;
+    let service = connect(ws.path(), TestClient::default()).await;
     let args = json!({"command": "sleep 60 & echo $! > sleeper.pid; wait"});
     let Value::Object(args) = args else {
         unreachable!()
@@ -286,11 +299,51 @@ async fn notifications_cancelled_stops_the_shell_process_group() {
     service.cancel().await.unwrap();
 }
 
+#[tokio::test]
+async fn live_output_reaches_the_client_as_progress_notifications() {
+    let ws = workspace();
+    allow_shell(ws.path());
+    let client = TestClient::default();
+    let progress = client.progress.clone();
+    let service = connect(ws.path(), client).await;
+    let Value::Object(args) = json!({"command": "echo first; sleep 0.5; echo second"}) else {
+        unreachable!()
+    };
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(
+        CallToolRequestParams::new("shell").with_arguments(args),
+    ));
+    let options =
+        PeerRequestOptions::no_options().with_meta(RequestMetaObject::with_progress_token(
+            ProgressToken(NumberOrString::String("live-1".into())),
+        ));
+    let handle = service
+        .peer()
+        .send_cancellable_request(request, options)
+        .await
+        .unwrap();
+    // rmcp puts its own token in `_meta`; the server must echo whichever it got.
+    let token = handle.progress_token.clone();
+    let ServerResult::CallToolResult(result) = handle.await_response().await.unwrap() else {
+        panic!("not a tool result")
+    };
+    assert_eq!(text(&result), "first\nsecond\n[exit code: 0]");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while progress.lock().unwrap().len() < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let notes = progress.lock().unwrap().clone();
+    let messages: Vec<&str> = notes.iter().filter_map(|n| n.message.as_deref()).collect();
+    assert_eq!(messages, ["first\n", "second\n"], "{notes:?}");
+    assert!(notes.iter().all(|n| n.progress_token == token), "{notes:?}");
+    assert!(notes[0].progress < notes[1].progress, "progress only grows");
+    service.cancel().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_concurrent_calls_are_served_concurrently() {
     let ws = workspace();
     allow_shell(ws.path());
-    let service = connect(ws.path(), TestClient { answer: None }).await;
+    let service = connect(ws.path(), TestClient::default()).await;
     let peer = service.peer().clone();
     let started = Instant::now();
     let calls: Vec<_> = (0..20)
