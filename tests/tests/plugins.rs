@@ -94,7 +94,7 @@ async fn good_package_loads_and_its_tools_dispatch_like_builtins() {
         unreachable!()
     };
     assert_eq!(name, "fixture-good");
-    assert_eq!(tools.len(), 4);
+    assert_eq!(tools.len(), 5);
     let r = env.call("echo_upper", json!({"text": "abc"})).await;
     assert_eq!((r.text().as_str(), r.is_error), ("ABC", false));
     let listing = env.dispatcher.listing_for_session(&env.session());
@@ -613,4 +613,73 @@ async fn archive_with_too_many_entries_is_refused_not_unpacked() {
     std::fs::copy(&path, env.dir().join("many.tar.gz")).unwrap();
     let refusal = only_refusal(&env.load());
     assert!(refusal.to_string().contains("256 entries"), "{refusal}");
+}
+
+fn order_log(env: &Env) -> Vec<String> {
+    std::fs::read_to_string(env.workspace.path().join("order.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn at(log: &[String], entry: &str) -> usize {
+    log.iter()
+        .position(|l| l == entry)
+        .unwrap_or_else(|| panic!("'{entry}' not in {log:?}"))
+}
+
+#[tokio::test]
+async fn plugin_tool_judges_concurrency_safety_per_call() {
+    let env = Env::new();
+    env.add("good", "good");
+    assert_eq!(env.load().loaded().count(), 1);
+    let session = env.session();
+    let step = |id: &str, dry: bool| {
+        ToolUse::new(id, "steps", json!({"tag": id, "ms": 150, "dry_run": dry}))
+    };
+    let results = env
+        .dispatcher
+        .dispatch_batch(
+            vec![
+                step("a", true),
+                step("b", true),
+                step("c", false),
+                step("d", false),
+            ],
+            &session,
+        )
+        .await;
+    assert!(results.iter().all(|r| !r.is_error), "{results:?}");
+    let log = order_log(&env);
+    assert!(
+        at(&log, "start b") < at(&log, "end a"),
+        "dry runs together: {log:?}"
+    );
+    assert!(at(&log, "start c") > at(&log, "end b"), "{log:?}");
+    assert!(
+        at(&log, "start d") > at(&log, "end c"),
+        "real runs alone: {log:?}"
+    );
+}
+
+#[tokio::test]
+async fn plugin_tool_streams_live_output_through_the_host() {
+    let env = Env::new();
+    env.add("good", "good");
+    env.load();
+    let session = env.session();
+    let mut events = session.subscribe();
+    let r = env
+        .dispatcher
+        .dispatch(ToolUse::new("tu", "steps", json!({"tag": "p"})), &session)
+        .await;
+    assert_eq!(r.text(), "p done");
+    let mut chunks = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        if let dispatcher_core::EventKind::OutputDelta { chunk } = &e.kind {
+            chunks.push(chunk.clone());
+        }
+    }
+    assert_eq!(chunks, ["p: step 1\n", "p: step 2\n"]);
 }
