@@ -105,6 +105,12 @@ fn path_args<'a>(def_params: &'a [String], input: &'a Value) -> impl Iterator<It
     })
 }
 
+/// The tool a batch resolved for a call when it was pushed, and whether its input was valid.
+pub(crate) struct Resolved {
+    pub(crate) reg: Arc<Registered>,
+    pub(crate) valid: bool,
+}
+
 /// A call's cancellation registration, made on first need (with the entry its batch made
 /// for it, if any).
 struct Tracker<'a> {
@@ -281,15 +287,17 @@ impl Dispatcher {
     /// Runs one call through the whole pipeline. Never fails: every outcome, including
     /// an unknown tool, invalid input, a denial, a timeout or a panic, is a result block.
     pub async fn dispatch(&self, call: ToolUse, session: &Session) -> ToolResultBlock {
-        self.dispatch_controlled(call, session, None).await
+        self.dispatch_controlled(call, session, None, None).await
     }
 
-    /// [`Dispatcher::dispatch`] with the cancellation entry a batch made for the call.
+    /// [`Dispatcher::dispatch`] with the cancellation entry a batch made for the call, and
+    /// the tool it resolved when the call was pushed.
     pub(crate) async fn dispatch_controlled(
         &self,
         call: ToolUse,
         session: &Session,
         preset: Option<Arc<InFlight>>,
+        resolved: Option<Resolved>,
     ) -> ToolResultBlock {
         let span = tracing::info_span!(
             "tool_call",
@@ -297,7 +305,7 @@ impl Dispatcher {
             tool_use_id = %call.id,
             session = %session.state.id,
         );
-        self.dispatch_in(call, session, preset)
+        self.dispatch_in(call, session, preset, resolved)
             .instrument(span)
             .await
     }
@@ -418,9 +426,14 @@ impl Dispatcher {
         call: ToolUse,
         session: &Session,
         preset: Option<Arc<InFlight>>,
+        resolved: Option<Resolved>,
     ) -> ToolResultBlock {
         let state = &session.state;
         let ToolUse { id, name, input } = call;
+        let (resolved, valid) = match resolved {
+            Some(r) => (Some(r.reg), r.valid),
+            None => (None, false),
+        };
         let mut info = CallInfo {
             session_id: state.id.clone(),
             turn_id: session.turn_id.clone(),
@@ -439,7 +452,7 @@ impl Dispatcher {
         };
 
         // 1. Look up.
-        let Some(reg) = self.lookup(&name, state) else {
+        let Some(reg) = resolved.or_else(|| self.lookup(&name, state)) else {
             info.tool_name = Arc::from(name.as_str());
             let mut names: Vec<String> = self
                 .listing_for_session(session)
@@ -461,8 +474,8 @@ impl Dispatcher {
         info.tool_name = reg.name.clone();
         info.side_effects = Some(reg.side_effects);
 
-        // 2. Validate.
-        if let Err(block) = self.validate(&reg, &input, state, &info, None) {
+        // 2. Validate (unless the batch already found the input valid).
+        if !valid && let Err(block) = self.validate(&reg, &input, state, &info, None) {
             return block;
         }
 

@@ -58,7 +58,9 @@ use tokio::sync::Notify;
 use tool_api::SideEffect;
 
 use crate::Dispatcher;
+use crate::dispatch::Resolved;
 use crate::error::{CancelReason, ErrorClass};
+use crate::registry::Registered;
 use crate::result::{ToolResultBlock, ToolUse};
 use crate::session::{InFlight, Session};
 
@@ -92,6 +94,9 @@ enum Status {
 
 struct Entry {
     call: Option<ToolUse>,
+    /// The tool as resolved at push time (`None`: not found).
+    resolved: Option<Arc<Registered>>,
+    valid: bool,
     id: String,
     name: String,
     safe: bool,
@@ -104,6 +109,8 @@ struct Entry {
 #[derive(Default)]
 struct State {
     entries: Vec<Entry>,
+    /// Every entry before this index is done (where scheduling starts looking).
+    done_prefix: usize,
     /// Indexes of finished calls not yet handed out by `next_completed`.
     completed: VecDeque<usize>,
     /// Set once an `execute` call failed under `cancel_siblings`: what failed.
@@ -121,6 +128,7 @@ struct Start {
     index: usize,
     call: ToolUse,
     control: Arc<InFlight>,
+    resolved: Option<Resolved>,
 }
 
 pub(crate) struct Shared {
@@ -164,9 +172,17 @@ impl Shared {
     /// The calls that may start now, marked running.
     fn schedule(&self, st: &mut State) -> Vec<Start> {
         let mut starts = Vec::new();
+        while st
+            .entries
+            .get(st.done_prefix)
+            .is_some_and(|e| e.status == Status::Done)
+        {
+            st.done_prefix += 1;
+        }
         let mut all_before_done = true;
         let mut unsafe_before_unfinished = false;
-        for (index, e) in st.entries.iter_mut().enumerate() {
+        let first = st.done_prefix;
+        for (index, e) in st.entries.iter_mut().enumerate().skip(first) {
             if e.status == Status::Waiting {
                 let may_start = if e.safe {
                     !unsafe_before_unfinished
@@ -183,6 +199,10 @@ impl Shared {
                         index,
                         call,
                         control: e.control.clone(),
+                        resolved: e.resolved.clone().map(|reg| Resolved {
+                            reg,
+                            valid: e.valid,
+                        }),
                     });
                 }
             }
@@ -282,13 +302,14 @@ impl Shared {
             index,
             call,
             control,
+            resolved,
         }) = queue.pop_front()
         {
             let dispatcher = self.dispatcher.clone();
             let session = self.session.clone();
             let mut fut: CallFuture = Box::pin(async move {
                 dispatcher
-                    .dispatch_controlled(call, &session, Some(control))
+                    .dispatch_controlled(call, &session, Some(control), resolved)
                     .await
             });
             match fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
@@ -321,18 +342,20 @@ impl Dispatcher {
         Batch { shared }
     }
 
-    /// Whether a call may run alongside others, and whether it is an `execute` call.
-    fn classify(&self, call: &ToolUse, session: &Session) -> (bool, bool) {
+    /// Resolves a call's tool and judges it: (tool, input valid, concurrency-safe).
+    fn classify(&self, call: &ToolUse, session: &Session) -> (Option<Arc<Registered>>, bool, bool) {
         match self.lookup(&call.name, &session.state) {
             // An unknown tool fails at once, so it can run with anything.
-            None => (true, false),
+            None => (None, false, true),
             Some(reg) => {
-                let safe = reg.validator.is_valid(&call.input)
+                let valid = reg.validator.is_valid(&call.input);
+                // A tool that panics while judging counts as unsafe.
+                let safe = valid
                     && std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         reg.factory.is_concurrency_safe(&call.input)
                     }))
                     .unwrap_or(false);
-                (safe, reg.side_effects == SideEffect::Execute)
+                (Some(reg), valid, safe)
             }
         }
     }
@@ -357,7 +380,10 @@ impl Batch {
     /// allow. After an abort, or a sibling failure under `cancel_siblings`, the call gets a
     /// `cancelled` result without running.
     pub fn push(&self, call: ToolUse) {
-        let (safe, executes) = self.shared.dispatcher.classify(&call, &self.shared.session);
+        let (resolved, valid, safe) = self.shared.dispatcher.classify(&call, &self.shared.session);
+        let executes = resolved
+            .as_ref()
+            .is_some_and(|r| r.side_effects == SideEffect::Execute);
         let starts = {
             let mut st = self.shared.lock();
             let index = st.entries.len();
@@ -373,6 +399,8 @@ impl Batch {
                 name: call.name.clone(),
                 control: Arc::new(InFlight::new(Arc::from(call.id.as_str()))),
                 call: None,
+                resolved,
+                valid,
                 safe,
                 executes,
                 status: Status::Waiting,
