@@ -69,6 +69,11 @@ enum Outcome {
     Cancelled(Option<ToolOutput>),
 }
 
+/// A per-tool setting; an empty map (the usual case) costs no hashing.
+fn lookup<'m, V>(map: &'m std::collections::HashMap<String, V>, tool: &str) -> Option<&'m V> {
+    if map.is_empty() { None } else { map.get(tool) }
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -382,9 +387,7 @@ impl Dispatcher {
         let base = Grant {
             sandbox: config.sandbox,
             timeout: self.timeout_for(reg),
-            max_result_chars: config
-                .tool_result_chars
-                .get(&*reg.name)
+            max_result_chars: lookup(&config.tool_result_chars, &reg.name)
                 .copied()
                 .unwrap_or(config.max_result_chars),
         };
@@ -413,10 +416,7 @@ impl Dispatcher {
     }
 
     fn interrupt_behavior(&self, reg: &Registered) -> InterruptBehavior {
-        self.inner
-            .config
-            .interrupt
-            .get(&*reg.name)
+        lookup(&self.inner.config.interrupt, &reg.name)
             .copied()
             .unwrap_or(reg.definition().interrupt)
     }
@@ -437,7 +437,9 @@ impl Dispatcher {
         let mut info = CallInfo {
             session_id: state.id.clone(),
             turn_id: session.turn_id.clone(),
-            tool_use_id: Arc::from(id.as_str()),
+            tool_use_id: preset
+                .as_ref()
+                .map_or_else(|| Arc::from(id.as_str()), |p| p.tool_use_id.clone()),
             tool_name: Arc::from(""),
             side_effects: None,
             started: Instant::now(),
@@ -504,7 +506,7 @@ impl Dispatcher {
 
         // 6. Per-tool cap, session cap, then execute.
         let queued = Instant::now();
-        let tool_cap = state.tool_caps.get(&*reg.name);
+        let tool_cap = lookup(&state.tool_caps, &reg.name);
         let tool_permit = match tool_cap {
             Some(sem) => match acquire(sem, &mut tracker).await {
                 Some(p) => Some(p),
@@ -830,7 +832,7 @@ impl Dispatcher {
 
     fn timeout_for(&self, reg: &Registered) -> Duration {
         let config = &self.inner.config;
-        if let Some(t) = config.tool_timeouts.get(&*reg.name) {
+        if let Some(t) = lookup(&config.tool_timeouts, &reg.name) {
             return *t;
         }
         if let Some(ms) = reg.definition().timeout_ms {

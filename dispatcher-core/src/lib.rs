@@ -10,15 +10,26 @@
 //!    violation and its JSON pointer (event `tool.input_invalid`);
 //! 3. **scope** the path arguments ([`tool_api::ToolDefinition::path_params`]) to the
 //!    workspace → `permission_denied`;
-//! 4. **policy**: pre-use hooks, then the confirmation policy ([`policy`]); a `prompt`
-//!    waits for an answer through the [`ConfirmationBroker`] → `user_denied`,
-//!    `confirmation_timeout` (default 5 min);
-//! 5. wait for a place under the session's **concurrency cap** (default 4), emit
-//!    `tool.called`, make a **fresh instance**, and **execute** under the tool's timeout
-//!    (default 60 s; 600 s for `execute`/`network`) → `tool.completed` or `tool.failed`;
-//! 6. **cancellation** ([`Dispatcher::cancel_session_tools`]) sets the call's signal, calls
+//! 4. **hooks and policy**: pre-use hooks ([`hooks`]) may allow, deny, ask or rewrite the
+//!    input (a rewrite is validated and scoped again), then the confirmation policy
+//!    ([`policy`]) decides; a `prompt` waits for an answer through the
+//!    [`ConfirmationBroker`] → `user_denied`, `confirmation_timeout` (default 5 min). A
+//!    hook's allow never bypasses a `deny` in the policy;
+//! 5. **grant**: the runtime policy ([`runtime`]) says where the call runs (only `host`
+//!    exists; another sandbox mode is refused, `permission_denied`) and its limits
+//!    (timeout, result size);
+//! 6. wait for a place under the **per-tool cap** (if configured) and the session's
+//!    **concurrency cap** (default 4), emit `tool.called`, make a **fresh instance**, and
+//!    **execute** under the granted timeout (default 60 s; 600 s for `execute`/`network`)
+//!    → `tool.completed` or `tool.failed`; live output becomes `tool.output_delta` events;
+//! 7. **post-use hooks** may annotate or replace the result, and a result over its size
+//!    cap is **spooled** to a file under the session's data directory: the model gets a
+//!    preview, the size and the path, which `read_file` pages through ([`spool`]);
+//! 8. **cancellation** ([`Dispatcher::cancel_session_tools`]) sets the call's signal, calls
 //!    the tool's `cancel()`, and abandons a tool that does not stop within the grace period
-//!    (default 30 s) with a WARN log → `cancelled`.
+//!    (default 30 s) with a WARN log → `cancelled`, with the reason (`user`,
+//!    `sibling_error`, `aborted`). A running tool whose interrupt behaviour is `block`
+//!    runs to completion.
 //!
 //! An unexpected failure inside a tool (a panic, [`tool_api::ToolError::Internal`]) is
 //! logged at ERROR with its detail and reported to the model with a redacted message.
@@ -60,8 +71,24 @@
 //! # });
 //! ```
 //!
-//! Calls of one assistant message go through [`Dispatcher::dispatch_batch`]: they run
-//! concurrently under the cap and come back in call order ([`schedule`]).
+//! Calls of one assistant message go through a [`Batch`] ([`Dispatcher::batch`], fed as
+//! the model streams its tool_use blocks) or [`Dispatcher::dispatch_batch`]: safe calls run
+//! concurrently, unsafe ones alone and in order, and results come back in call order
+//! ([`schedule`]). [`anthropic_user_message`] and [`openai_tool_messages`] render results
+//! in the two common provider shapes.
+//!
+//! # Decisions where DESIGN.md is silent
+//!
+//! - A session's data directory defaults to `.toolhost/sessions/<id>/` *inside* the
+//!   workspace, so the model can read spooled results back with `read_file` (which stays
+//!   workspace-scoped); a `.gitignore` in `.toolhost/` keeps it out of version control.
+//!   Hosts can put it elsewhere with [`SessionSpec::data_dir`].
+//! - A user interrupt ([`Dispatcher::cancel_session_tools`]) also cancels the calls of the
+//!   session's batches that have not started, and those pushed to them later.
+//! - Command hooks fail open: exit codes other than 0 and 2, crashes and timeouts are
+//!   logged at WARN and let the call go on (a hook blocks only by saying so, with exit 2).
+//! - Events report what the tool did: post-use hooks and spooling change the result the
+//!   model gets, not the `tool.completed`/`tool.failed` event.
 
 pub mod confirmation;
 mod dispatch;

@@ -97,8 +97,6 @@ struct Entry {
     /// The tool as resolved at push time (`None`: not found).
     resolved: Option<Arc<Registered>>,
     valid: bool,
-    id: String,
-    name: String,
     safe: bool,
     executes: bool,
     control: Arc<InFlight>,
@@ -251,7 +249,7 @@ impl Shared {
                 }
                 Status::Waiting => {
                     let call = e.call.take().unwrap_or_else(|| {
-                        ToolUse::new(e.id.clone(), e.name.clone(), serde_json::Value::Null)
+                        ToolUse::new(&*e.control.tool_use_id, "", serde_json::Value::Null)
                     });
                     e.result =
                         Some(
@@ -276,7 +274,6 @@ impl Shared {
                     result.error_class,
                     Some(ErrorClass::ExecutionError | ErrorClass::Timeout)
                 );
-            let cause = format!("call {} ({}) in the same batch failed", e.id, e.name);
             e.result = Some(result);
             e.status = Status::Done;
             st.completed.push_back(index);
@@ -284,6 +281,12 @@ impl Shared {
                 && st.sibling_failure.is_none()
                 && self.dispatcher.inner.config.on_execute_error == OnExecuteError::CancelSiblings
             {
+                let e = &st.entries[index];
+                let cause = format!(
+                    "call {} ({}) in the same batch failed",
+                    e.control.tool_use_id,
+                    e.resolved.as_ref().map_or("?", |r| &*r.name)
+                );
                 st.sibling_failure = Some(cause.clone());
                 self.cancel_unfinished(&mut st, CancelReason::SiblingError, Some(&cause));
             }
@@ -395,8 +398,6 @@ impl Batch {
                     .map(|cause| (CancelReason::SiblingError, Some(cause)))
             };
             let mut entry = Entry {
-                id: call.id.clone(),
-                name: call.name.clone(),
                 control: Arc::new(InFlight::new(Arc::from(call.id.as_str()))),
                 call: None,
                 resolved,
@@ -474,7 +475,7 @@ impl Batch {
                         .map(|e| {
                             e.result.take().unwrap_or_else(|| {
                                 ToolResultBlock::error(
-                                    &e.id,
+                                    &e.control.tool_use_id,
                                     ErrorClass::ExecutionError,
                                     "the result of this call was lost",
                                 )

@@ -101,12 +101,12 @@ pub(crate) fn cap(
     data_dir: &Path,
     workspace_root: &Path,
 ) -> ToolResultBlock {
-    let chars: usize = block
-        .content
-        .iter()
-        .filter_map(Content::as_text)
-        .map(|t| t.chars().count())
-        .sum();
+    let texts = || block.content.iter().filter_map(Content::as_text);
+    // A text is never longer in characters than in bytes: most results stop here.
+    if texts().map(str::len).sum::<usize>() <= max_chars {
+        return block;
+    }
+    let chars: usize = texts().map(|t| t.chars().count()).sum();
     if chars <= max_chars {
         return block;
     }
