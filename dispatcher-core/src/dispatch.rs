@@ -518,6 +518,10 @@ impl Dispatcher {
             return self.not_started(state, &info, &tracker);
         };
         let _tool_permit = tool_permit;
+        if tracker.is_cancelled() {
+            // Interrupted while it waited for a hook, a prompt or a place: it never starts.
+            return self.not_started(state, &info, &tracker);
+        }
         if !reg.inline {
             // Registered before `tool.called`, so a cancel that follows the event reaches it.
             tracker.entry();
@@ -637,6 +641,8 @@ impl Dispatcher {
         }
         let mut allowed_by: Option<String> = None;
         let mut asked: Option<String> = None;
+        // A hook may take a while (an external command): the call can be cancelled meanwhile.
+        let entry = (!self.inner.hooks.is_empty()).then(|| tracker.entry().clone());
         for hook in &self.inner.hooks {
             let verdict = {
                 let hook_call = HookCall {
@@ -647,7 +653,18 @@ impl Dispatcher {
                     input: &input,
                     workspace,
                 };
-                hook.before_use(&hook_call).await
+                let judged = hook.before_use(&hook_call);
+                match &entry {
+                    Some(entry) => tokio::select! {
+                        biased;
+                        _ = entry.cancelled() => None,
+                        v = judged => Some(v),
+                    },
+                    None => Some(judged.await),
+                }
+            };
+            let Some(verdict) = verdict else {
+                return Err(self.not_started(state, info, tracker));
             };
             match verdict {
                 HookDecision::Continue => {}

@@ -268,12 +268,14 @@ impl CommandHook {
             }
             child.wait_with_output().await
         };
+        // Kills what the hook started in its group if it times out, or if the call is
+        // cancelled while it runs (this future is dropped); disarmed once it has exited.
+        let mut group_kill = GroupKill(group);
         let finished = tokio::time::timeout(self.timeout, io).await;
-        if let (Err(_), Some(group)) = (&finished, group) {
-            // The hook was killed on drop, unreaped yet; whatever it started in its group
-            // goes too (ESRCH: already gone).
-            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+        if matches!(finished, Ok(Ok(_))) {
+            group_kill.0 = None;
         }
+        drop(group_kill);
         match finished {
             Err(_) => Exit::Broken(format!(
                 "timed out after {} ms and was killed",
@@ -288,6 +290,19 @@ impl CommandHook {
                 ),
                 None => Exit::Broken("was killed by a signal".into()),
             },
+        }
+    }
+}
+
+/// Kills a hook's process group when dropped armed. The hook itself is not reaped yet
+/// then, so its group id cannot have been reused.
+struct GroupKill(Option<rustix::process::Pid>);
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        if let Some(group) = self.0 {
+            // ESRCH: already gone.
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
         }
     }
 }

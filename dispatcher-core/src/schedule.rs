@@ -145,6 +145,12 @@ pub struct Batch {
     shared: Arc<Shared>,
 }
 
+// An agent loop moves its batch between tasks.
+const _: fn() = || {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Batch>();
+};
+
 impl std::fmt::Debug for Batch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let st = self.shared.lock();

@@ -413,3 +413,43 @@ async fn always_allow_lasts_for_the_session_and_can_be_listed_and_revoked() {
     assert_eq!(asker.asked(), 2, "prompts again after the revoke");
     assert_eq!(fx.session.revoke_all_approvals(), 1);
 }
+
+#[tokio::test]
+async fn user_interrupt_while_a_pre_use_hook_runs_keeps_the_call_from_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let started = dir.path().join("hook-started");
+    let pid_file = dir.path().join("sleeper.pid");
+    let (d, fx) = with_command_hook(command_hook(&format!(
+        "sleep 30 & echo $! > '{}'; touch '{}'; wait",
+        pid_file.display(),
+        started.display()
+    )));
+    let (d2, session) = (d.clone(), fx.session.clone());
+    let call = tokio::spawn(async move { d2.dispatch(write("a.txt"), &session).await });
+    while !started.exists() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(d.cancel_session_tools(fx.session.id()).await, 1);
+    let r = call.await.unwrap();
+    assert_eq!(r.error_class, Some(ErrorClass::Cancelled), "{r:?}");
+    assert!(!fx.path("a.txt").exists(), "the write never ran");
+    // The hook's own children went with it.
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let alive = || {
+        std::process::Command::new("kill")
+            .args(["-0", &pid.to_string()])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while alive() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!alive(), "the hook's sleep {pid} was killed");
+}
