@@ -14,8 +14,10 @@
 //! and the data types never change within 1.x. Everything added later goes through the
 //! named *extension* entry points that 1.0 already has:
 //!
-//! - [`HostContext::extension`]: host callbacks added after 1.0 (1.1: [`OP_FS_METADATA`]);
-//! - [`PluginMod::extension`]: plugin metadata added after 1.0 (1.1: [`OP_REQUIREMENTS`]);
+//! - [`HostContext::extension`]: host callbacks added after 1.0 (1.1: [`OP_FS_METADATA`];
+//!   1.2: [`OP_OUTPUT_DELTA`]);
+//! - [`PluginMod::extension`]: plugin metadata added after 1.0 (1.1: [`OP_REQUIREMENTS`];
+//!   1.2: [`OP_CONCURRENCY_SAFE`]);
 //! - [`AbiTool::extension`]: per-tool operations (none yet; reserved).
 //!
 //! An operation a side does not know answers [`ERROR_UNSUPPORTED`]. A plugin that relies on

@@ -72,6 +72,17 @@
 //! This crate follows semver from 1.0: a plugin built against 1.x loads in any host that
 //! provides 1.y with y ≥ x, and in an older 1.y host as long as it uses nothing newer. The
 //! [`abi`] module documents how the layout evolves.
+//!
+//! - 1.1: [`WorkspaceFiles::metadata`].
+//! - 1.2: [`ToolContext::output`] (live output), [`DefinedTool::is_concurrency_safe`]
+//!   (concurrency judged per call from the input), [`ToolDefinition::interrupt`]
+//!   ([`InterruptBehavior::Block`]: run to completion through a user interrupt). An older
+//!   host ignores all three (output is dropped, the definition's defaults apply), so a
+//!   plugin using them needs no `requires:`.
+//!
+//! Minor releases add optional fields to [`ToolDefinition`]: build one with
+//! [`ToolDefinition::new`] and its setters (or `..ToolDefinition::new(…)` in a struct
+//! literal) so that your code keeps compiling.
 
 #![allow(unsafe_code)]
 
