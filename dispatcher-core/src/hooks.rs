@@ -87,6 +87,10 @@ pub enum HookDecision {
 
 /// A check that runs after validation and before the confirmation policy, e.g. an
 /// organisation's rule that no command may mention `rm -rf /`.
+///
+/// Hooks are host code and must not panic: inside a [`crate::Batch`] a panic ends the call
+/// with `execution_error` (the batch finishes); in a direct [`crate::Dispatcher::dispatch`]
+/// it reaches the caller like any other panic of the host.
 pub trait PreUseHook: Send + Sync {
     /// The hook's name, for messages and logs.
     fn name(&self) -> &str;

@@ -316,22 +316,45 @@ impl Shared {
         {
             let dispatcher = self.dispatcher.clone();
             let session = self.session.clone();
+            let id = control.tool_use_id.clone();
             let mut fut: CallFuture = Box::pin(async move {
                 dispatcher
                     .dispatch_controlled(call, &session, Some(control), resolved)
                     .await
             });
-            match fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            match poll_call(&mut fut, &mut Context::from_waker(Waker::noop()), &id) {
                 Poll::Ready(result) => queue.extend(self.complete(index, result)),
                 Poll::Pending => {
                     let shared = self.clone();
                     self.handle.spawn(async move {
-                        let result = fut.await;
+                        let result = std::future::poll_fn(|cx| poll_call(&mut fut, cx, &id)).await;
                         let more = shared.complete(index, result);
                         shared.launch(more);
                     });
                 }
             }
+        }
+    }
+}
+
+/// Polls a call; a panic in the pipeline (a bug, never a tool's: those are contained
+/// deeper) ends the call with an `execution_error` instead of leaving its batch waiting.
+fn poll_call(fut: &mut CallFuture, cx: &mut Context<'_>, id: &str) -> Poll<ToolResultBlock> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
+        Ok(poll) => poll,
+        Err(payload) => {
+            tracing::error!(
+                tool_use_id = id,
+                panic = %tool_api::abi::panic_message(&*payload),
+                "the dispatcher panicked while running a call"
+            );
+            Poll::Ready(ToolResultBlock::error(
+                id,
+                ErrorClass::ExecutionError,
+                format!(
+                    "The call {id} failed unexpectedly inside the host; the details are in the host log."
+                ),
+            ))
         }
     }
 }

@@ -453,3 +453,34 @@ async fn user_interrupt_while_a_pre_use_hook_runs_keeps_the_call_from_running() 
     }
     assert!(!alive(), "the hook's sleep {pid} was killed");
 }
+
+#[tokio::test]
+async fn a_panicking_host_hook_fails_its_call_and_the_batch_still_finishes() {
+    let d = Dispatcher::builder()
+        .hook(pre_use_fn("buggy", |c: &HookCall<'_>| {
+            if c.input["path"] == "boom" {
+                panic!("bug in the host's hook")
+            }
+            HookDecision::Continue
+        }))
+        .build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    fx.write("ok.txt", "fine");
+    let results = d
+        .dispatch_batch(
+            vec![
+                ToolUse::new("t1", "read_file", json!({"path": "boom"})),
+                ToolUse::new("t2", "read_file", json!({"path": "ok.txt"})),
+            ],
+            &fx.session,
+        )
+        .await;
+    assert_eq!(results[0].error_class, Some(ErrorClass::ExecutionError));
+    assert!(
+        results[0].text().contains("host log"),
+        "{}",
+        results[0].text()
+    );
+    assert_eq!(results[1].text(), "fine");
+}
