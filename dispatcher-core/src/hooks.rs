@@ -202,7 +202,8 @@ impl HookMatcher {
 /// timeout_ms = 10000                                 # optional; default 10 s
 /// ```
 ///
-/// The command gets the call as JSON on stdin (`hook_event`, `session_id`, `tool_use_id`,
+/// The command runs in the session's workspace root, and gets the call as JSON on stdin
+/// (`hook_event`, `session_id`, `tool_use_id`,
 /// `tool_name`, `side_effects`, `input`, `workspace`; a post-use hook also gets `result`).
 ///
 /// **Pre-use:** exit 0 lets the call go on (the policy decides); exit 2 denies it, with the
@@ -245,10 +246,11 @@ impl CommandHook {
         }
     }
 
-    async fn run(&self, stdin_json: Value) -> Exit {
+    async fn run(&self, stdin_json: Value, workspace: &Path) -> Exit {
         let mut child = match tokio::process::Command::new("/bin/sh")
             .arg("-c")
             .arg(&self.command)
+            .current_dir(workspace)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -343,7 +345,7 @@ impl PreUseHook for CommandHook {
             if !self.matcher.matches(call.tool_name) {
                 return HookDecision::Continue;
             }
-            match self.run(call.to_json("pre_tool_use")).await {
+            match self.run(call.to_json("pre_tool_use"), call.workspace).await {
                 Exit::Code(0, stdout, _) if stdout.is_empty() => HookDecision::Continue,
                 Exit::Code(0, stdout, _) => match serde_json::from_str::<PreAnswer>(&stdout) {
                     Ok(a) => pre_answer(a),
@@ -397,7 +399,7 @@ impl PostUseHook for CommandHook {
             }
             let mut payload = call.call.to_json("post_tool_use");
             payload["result"] = call.result.to_json();
-            match self.run(payload).await {
+            match self.run(payload, call.call.workspace).await {
                 Exit::Code(0, stdout, _) if stdout.is_empty() => PostDecision::Keep,
                 Exit::Code(0, stdout, _) => match serde_json::from_str::<PostAnswer>(&stdout) {
                     Ok(PostAnswer {

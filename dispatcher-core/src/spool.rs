@@ -1,8 +1,9 @@
 //! Large results: beyond a call's character cap, the full text goes to a spool file under
 //! the session's data directory and the model gets a preview, the size and the path.
 //!
-//! The file is `<data dir>/tool-results/<tool_use_id>.txt`, written to a temporary file and
-//! renamed, so a reader never sees half of it. With the default data directory
+//! The file is `<data dir>/tool-results/<tool_use_id>.txt` (`<tool_use_id>-2.txt`, … when
+//! the id was seen before: nothing is overwritten), written to a temporary file and renamed,
+//! so a reader never sees half of it. With the default data directory
 //! (`.toolhost/sessions/<session>/` in the workspace) the model can page through it with
 //! `read_file` (`offset` = first line, `limit` = number of lines). Nothing is lost: if the
 //! file cannot be written, the result is cut instead and the note says why.
@@ -56,6 +57,19 @@ fn thousands(n: usize) -> String {
         out.push(c);
     }
     out
+}
+
+/// `<dir>/<name>.txt`, or `<name>-2.txt`, `-3`, … if taken: a tool_use id seen again (a
+/// host that reuses ids across runs) never overwrites an earlier spooled result.
+fn free_path(dir: &Path, name: &str) -> PathBuf {
+    let first = dir.join(format!("{name}.txt"));
+    if !first.exists() {
+        return first;
+    }
+    (2..10_000)
+        .map(|n| dir.join(format!("{name}-{n}.txt")))
+        .find(|p| !p.exists())
+        .unwrap_or(first)
 }
 
 /// Writes `text` to `path` through a temporary file in the same directory.
@@ -115,9 +129,10 @@ pub(crate) fn cap(
     let lines = full.lines().count();
     let preview_len = preview_chars.min(max_chars);
     let preview: String = full.chars().take(preview_len).collect();
-    let path = data_dir
-        .join("tool-results")
-        .join(format!("{}.txt", safe_name(&block.tool_use_id)));
+    let path = free_path(
+        &data_dir.join("tool-results"),
+        &safe_name(&block.tool_use_id),
+    );
     let note = match write_atomic(&path, &full) {
         Ok(()) => {
             let shown = match path.strip_prefix(workspace_root) {

@@ -223,3 +223,23 @@ async fn results_render_as_anthropic_and_openai_messages_keeping_call_ids() {
             .starts_with("Tool 'no_such_tool' not found")
     );
 }
+
+#[tokio::test]
+async fn spooling_never_overwrites_an_earlier_result_with_the_same_id() {
+    let d = dispatcher(small_caps());
+    let fx = Fixture::new(d.clone());
+    d.dispatch(shell("same", "seq 1 3000"), &fx.session).await;
+    let r = d.dispatch(shell("same", "seq 5 3000"), &fx.session).await;
+    let dir = fx.path(".toolhost/sessions/s1/tool-results");
+    assert!(r.text().contains("tool-results/same-2.txt"), "{}", r.text());
+    assert!(
+        std::fs::read_to_string(dir.join("same.txt"))
+            .unwrap()
+            .starts_with("1\n")
+    );
+    assert!(
+        std::fs::read_to_string(dir.join("same-2.txt"))
+            .unwrap()
+            .starts_with("5\n")
+    );
+}

@@ -23,12 +23,32 @@ fn prepare_workspace(ws: &Path) -> std::io::Result<()> {
         ws.join("src/lib.rs"),
         "// TODO: write the library\npub fn answer() -> u32 {\n    42\n}\n",
     )?;
+    let log: String = (1..=3000)
+        .map(|i| {
+            format!(
+                "2026-11-22T10:{:02}:{:02} INFO request {i} served\n",
+                i / 60 % 60,
+                i % 60
+            )
+        })
+        .collect();
+    std::fs::write(ws.join("server.log"), log)?;
+    std::fs::create_dir_all(ws.join("hooks"))?;
+    std::fs::write(
+        ws.join("hooks/guard.sh"),
+        "#!/bin/sh\n\
+         # A pre-use hook: the call arrives as JSON on stdin; exit 2 refuses it, stderr says why.\n\
+         if grep -q 'secrets/'; then\n  echo 'the demo guard refuses anything under secrets/' >&2\n  exit 2\nfi\n",
+    )?;
     std::fs::write(
         ws.join("toolhost.toml"),
         "# Demo configuration: plugins from ../plugins; writes are confirmed (answered by --yes\n\
-         # below); the shell is denied outright.\n\
+         # below); the shell is denied outright; results over 4000 characters are spooled;\n\
+         # a hook guards secrets/.\n\
          plugin_dirs = [\"../plugins\"]\n\n\
-         [tool_confirmation.per_tool]\nshell = \"deny\"\n",
+         [tool_confirmation.per_tool]\nshell = \"deny\"\n\n\
+         [results]\nmax_chars = 4000\npreview_chars = 300\n\n\
+         [[hooks.pre_tool_use]]\ncommand = \"sh hooks/guard.sh\"\n",
     )
 }
 
@@ -91,6 +111,29 @@ pub fn demo() -> Result {
             "--yes",
             "--input",
             r#"{"path": "notes/todo.md", "content": "- ship toolhost\n"}"#,
+        ],
+    )?;
+    show(
+        "a write the pre-use hook refuses (exit 2, stderr is the reason)",
+        &[
+            "call",
+            "write_file",
+            "--yes",
+            "--input",
+            r#"{"path": "secrets/token", "content": "hunter2"}"#,
+        ],
+    )?;
+    show(
+        "a large result: spooled to a file, the model gets a preview and the path",
+        &["call", "read_file", "--input", r#"{"path": "server.log"}"#],
+    )?;
+    show(
+        "...which read_file pages through",
+        &[
+            "call",
+            "read_file",
+            "--input",
+            r#"{"path": ".toolhost/sessions/cli/tool-results/toolu_cli_1.txt", "offset": 1500, "limit": 3}"#,
         ],
     )?;
     show(
