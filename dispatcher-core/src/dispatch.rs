@@ -111,6 +111,7 @@ fn path_args<'a>(def_params: &'a [String], input: &'a Value) -> impl Iterator<It
 }
 
 /// The tool a batch resolved for a call when it was pushed, and whether its input was valid.
+#[derive(Clone)]
 pub(crate) struct Resolved {
     pub(crate) reg: Arc<Registered>,
     pub(crate) valid: bool,

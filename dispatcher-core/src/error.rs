@@ -84,23 +84,6 @@ impl CancelReason {
             CancelReason::Aborted => "aborted",
         }
     }
-
-    pub(crate) fn code(self) -> u8 {
-        match self {
-            CancelReason::User => 1,
-            CancelReason::SiblingError => 2,
-            CancelReason::Aborted => 3,
-        }
-    }
-
-    pub(crate) fn from_code(code: u8) -> Option<CancelReason> {
-        match code {
-            1 => Some(CancelReason::User),
-            2 => Some(CancelReason::SiblingError),
-            3 => Some(CancelReason::Aborted),
-            _ => None,
-        }
-    }
 }
 
 impl fmt::Display for CancelReason {

@@ -765,7 +765,7 @@ impl Dispatcher {
             .filter(|c| &*c.tool_use_id == tool_use_id)
             .collect();
         for call in &calls {
-            call.interrupt(CancelReason::User);
+            call.interrupt(CancelReason::User, None);
         }
         calls
     }
@@ -784,7 +784,7 @@ impl Dispatcher {
         let queued: usize = state.batches().iter().map(|b| b.interrupt()).sum();
         let calls = state.inflight();
         for call in &calls {
-            call.interrupt(CancelReason::User);
+            call.interrupt(CancelReason::User, None);
         }
         for call in &calls {
             call.finished().await;

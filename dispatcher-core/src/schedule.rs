@@ -60,7 +60,6 @@ use tool_api::SideEffect;
 use crate::Dispatcher;
 use crate::dispatch::Resolved;
 use crate::error::{CancelReason, ErrorClass};
-use crate::registry::Registered;
 use crate::result::{ToolResultBlock, ToolUse};
 use crate::session::{InFlight, Session};
 
@@ -94,11 +93,10 @@ enum Status {
 
 struct Entry {
     call: Option<ToolUse>,
-    /// The tool as resolved at push time (`None`: not found).
-    resolved: Option<Arc<Registered>>,
-    valid: bool,
+    /// The tool as resolved at push time, and whether the input was valid (`None`: not
+    /// found).
+    resolved: Option<Resolved>,
     safe: bool,
-    executes: bool,
     control: Arc<InFlight>,
     status: Status,
     result: Option<ToolResultBlock>,
@@ -203,10 +201,7 @@ impl Shared {
                         index,
                         call,
                         control: e.control.clone(),
-                        resolved: e.resolved.clone().map(|reg| Resolved {
-                            reg,
-                            valid: e.valid,
-                        }),
+                        resolved: e.resolved.clone(),
                     });
                 }
             }
@@ -247,12 +242,7 @@ impl Shared {
             let e = &mut st.entries[index];
             match e.status {
                 Status::Done => {}
-                Status::Running => {
-                    if let Some(cause) = cause {
-                        e.control.set_cause(cause.to_string());
-                    }
-                    e.control.interrupt(reason);
-                }
+                Status::Running => e.control.interrupt(reason, cause),
                 Status::Waiting => {
                     let call = e.call.take().unwrap_or_else(|| {
                         ToolUse::new(&*e.control.tool_use_id, "", serde_json::Value::Null)
@@ -274,7 +264,10 @@ impl Shared {
         let starts = {
             let mut st = self.lock();
             let e = &mut st.entries[index];
-            let failed_execute = e.executes
+            let failed_execute = e
+                .resolved
+                .as_ref()
+                .is_some_and(|r| r.reg.side_effects == SideEffect::Execute)
                 && result.is_error
                 && matches!(
                     result.error_class,
@@ -291,7 +284,7 @@ impl Shared {
                 let cause = format!(
                     "call {} ({}) in the same batch failed",
                     e.control.tool_use_id,
-                    e.resolved.as_ref().map_or("?", |r| &*r.name)
+                    e.resolved.as_ref().map_or("?", |r| &*r.reg.name)
                 );
                 st.sibling_failure = Some(cause.clone());
                 self.cancel_unfinished(&mut st, CancelReason::SiblingError, Some(&cause));
@@ -374,11 +367,11 @@ impl Dispatcher {
         Batch { shared }
     }
 
-    /// Resolves a call's tool and judges it: (tool, input valid, concurrency-safe).
-    fn classify(&self, call: &ToolUse, session: &Session) -> (Option<Arc<Registered>>, bool, bool) {
+    /// Resolves a call's tool and judges whether it is concurrency-safe.
+    fn classify(&self, call: &ToolUse, session: &Session) -> (Option<Resolved>, bool) {
         match self.lookup(&call.name, &session.state) {
             // An unknown tool fails at once, so it can run with anything.
-            None => (None, false, true),
+            None => (None, true),
             Some(reg) => {
                 let valid = reg.validator.is_valid(&call.input);
                 // A tool that panics while judging counts as unsafe.
@@ -387,7 +380,7 @@ impl Dispatcher {
                         reg.factory.is_concurrency_safe(&call.input)
                     }))
                     .unwrap_or(false);
-                (Some(reg), valid, safe)
+                (Some(Resolved { reg, valid }), safe)
             }
         }
     }
@@ -412,10 +405,7 @@ impl Batch {
     /// allow. After an abort, or a sibling failure under `cancel_siblings`, the call gets a
     /// `cancelled` result without running.
     pub fn push(&self, call: ToolUse) {
-        let (resolved, valid, safe) = self.shared.dispatcher.classify(&call, &self.shared.session);
-        let executes = resolved
-            .as_ref()
-            .is_some_and(|r| r.side_effects == SideEffect::Execute);
+        let (resolved, safe) = self.shared.dispatcher.classify(&call, &self.shared.session);
         let starts = {
             let mut st = self.shared.lock();
             let index = st.entries.len();
@@ -430,9 +420,7 @@ impl Batch {
                 control: Arc::new(InFlight::new(Arc::from(call.id.as_str()))),
                 call: None,
                 resolved,
-                valid,
                 safe,
-                executes,
                 status: Status::Waiting,
                 result: None,
             };

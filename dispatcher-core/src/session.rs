@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::{Notify, Semaphore};
@@ -96,12 +96,11 @@ pub(crate) struct InFlight {
     finished: AtomicBool,
     finished_notify: Notify,
     tool: Mutex<Option<Arc<dyn Tool>>>,
-    /// The first reason it was cancelled for ([`CancelReason::code`]; 0 = none).
-    reason: AtomicU8,
+    /// The first interrupt's reason, and what caused it (for `sibling_error`: which call
+    /// failed).
+    why: std::sync::OnceLock<(CancelReason, Option<String>)>,
     /// A running call of an `interrupt = block` tool: interrupts leave it alone.
     shielded: AtomicBool,
-    /// What caused a `sibling_error` cancellation (which call failed).
-    cause: std::sync::OnceLock<String>,
 }
 
 /// Waits until `flag` is set; `notify` is signalled right after each set.
@@ -128,25 +127,19 @@ impl InFlight {
             finished: AtomicBool::new(false),
             finished_notify: Notify::new(),
             tool: Mutex::new(None),
-            reason: AtomicU8::new(0),
+            why: std::sync::OnceLock::new(),
             shielded: AtomicBool::new(false),
-            cause: std::sync::OnceLock::new(),
         }
-    }
-
-    /// Records what caused an interrupt (the first cause sticks).
-    pub(crate) fn set_cause(&self, cause: String) {
-        let _ = self.cause.set(cause);
-    }
-
-    /// What caused the interrupt, if recorded.
-    pub(crate) fn cause(&self) -> Option<&str> {
-        self.cause.get().map(String::as_str)
     }
 
     /// Why it was cancelled, if it was by an interrupt (not by its timeout).
     pub(crate) fn reason(&self) -> Option<CancelReason> {
-        CancelReason::from_code(self.reason.load(Ordering::Acquire))
+        self.why.get().map(|(reason, _)| *reason)
+    }
+
+    /// What caused the interrupt, if it was recorded.
+    pub(crate) fn cause(&self) -> Option<&str> {
+        self.why.get().and_then(|(_, cause)| cause.as_deref())
     }
 
     /// Marks a started call of an `interrupt = block` tool: from now on interrupts leave it
@@ -171,24 +164,21 @@ impl InFlight {
     }
 
     /// An interrupt: sets the signal and calls the tool's `cancel()` (if it was made yet),
-    /// unless the call is a running `interrupt = block` one. The first reason sticks.
-    /// Returns whether the call was interrupted.
-    pub(crate) fn interrupt(&self, reason: CancelReason) -> bool {
+    /// unless the call is a running `interrupt = block` one. The first reason (and its
+    /// cause) sticks.
+    pub(crate) fn interrupt(&self, reason: CancelReason, cause: Option<&str>) {
         if self.shielded.load(Ordering::SeqCst) {
             tracing::debug!(
                 tool_use_id = %self.tool_use_id,
                 reason = %reason,
                 "interrupt left a running 'block' tool to complete"
             );
-            return false;
+            return;
         }
-        let _ = self
-            .reason
-            .compare_exchange(0, reason.code(), Ordering::AcqRel, Ordering::Acquire);
+        let _ = self.why.set((reason, cause.map(str::to_string)));
         self.cancelled.store(true, Ordering::SeqCst);
         // A `shield` that raced with this store sees the flag and does not start.
         self.stop_tool();
-        true
     }
 
     /// Stops the call whatever its interrupt behaviour (its time limit ran out).

@@ -266,8 +266,8 @@ async fn command_hook_gets_the_call_as_json_on_stdin_and_exit_0_lets_it_run() {
 }
 
 #[tokio::test]
-async fn command_hook_other_exit_codes_and_timeouts_are_logged_and_let_the_call_run() {
-    for script in ["exit 1", "exit 7", "sleep 5"] {
+async fn command_hook_other_exit_codes_timeouts_and_garbage_are_logged_and_let_the_call_run() {
+    for script in ["exit 1", "exit 7", "sleep 5", "echo 'not a decision'"] {
         let mut hook = command_hook(script);
         hook.timeout = Duration::from_millis(200);
         let (d, fx) = with_command_hook(hook);

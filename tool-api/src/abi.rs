@@ -471,6 +471,21 @@ impl PluginExport {
         }
     }
 
+    /// The tool names, in export order (computed once; a panic in a definition is an error).
+    fn names(&self) -> Result<&[String], AbiError> {
+        let names = self.names.get_or_init(|| {
+            catch_unwind(|| self.tools.iter().map(|t| (t.definition)().name).collect())
+                .map_err(|p| panic_message(&*p))
+        });
+        match names {
+            Ok(n) => Ok(n),
+            Err(m) => Err(AbiError {
+                code: ERROR_INTERNAL,
+                message: format!("plugin panicked in definitions: {m}").into(),
+            }),
+        }
+    }
+
     fn concurrency_safe(&self, payload: &str) -> RResult<RString, AbiError> {
         #[derive(serde::Deserialize)]
         struct Payload {
@@ -481,7 +496,14 @@ impl PluginExport {
             Ok(p) => p,
             Err(e) => return RResult::RErr(ToolError::InvalidInput(e.to_string()).into()),
         };
-        let entry = self.tools.iter().find(|t| (t.definition)().name == p.tool);
+        let names = match self.names() {
+            Ok(n) => n,
+            Err(e) => return RResult::RErr(e),
+        };
+        let entry = names
+            .iter()
+            .position(|n| *n == p.tool)
+            .map(|i| &self.tools[i]);
         let answer = match entry.map(|t| (t.concurrency_safe)(&p.input)) {
             Some(Some(true)) => "true",
             Some(Some(false)) => "false",
@@ -510,18 +532,9 @@ impl PluginExport {
     /// A fresh instance of the named tool; a panic in the factory becomes an error.
     pub fn new_tool(&self, name: RStr<'_>) -> RResult<AbiToolBox, AbiError> {
         contained("new_tool", || {
-            let names = self.names.get_or_init(|| {
-                catch_unwind(|| self.tools.iter().map(|t| (t.definition)().name).collect())
-                    .map_err(|p| panic_message(&*p))
-            });
-            let names = match names {
+            let names = match self.names() {
                 Ok(n) => n,
-                Err(m) => {
-                    return RResult::RErr(AbiError {
-                        code: ERROR_INTERNAL,
-                        message: format!("plugin panicked in definitions: {m}").into(),
-                    });
-                }
+                Err(e) => return RResult::RErr(e),
             };
             match names.iter().position(|n| n == name.as_str()) {
                 Some(i) => RResult::ROk((self.tools[i].create)()),

@@ -463,17 +463,16 @@ impl Config {
             }
         }
         let r = &self.results;
-        for (key, n) in std::iter::once(("results.max_chars".to_string(), r.max_chars))
-            .chain(std::iter::once((
-                "results.preview_chars".into(),
-                r.preview_chars,
-            )))
-            .chain(
-                r.per_tool
-                    .iter()
-                    .map(|(t, n)| (format!("results.per_tool.{t}"), *n)),
-            )
-        {
+        for (key, n) in [
+            ("results.max_chars".to_string(), r.max_chars),
+            ("results.preview_chars".to_string(), r.preview_chars),
+        ]
+        .into_iter()
+        .chain(
+            r.per_tool
+                .iter()
+                .map(|(t, n)| (format!("results.per_tool.{t}"), *n)),
+        ) {
             if n == 0 {
                 return Err(bad(
                     key,
@@ -717,6 +716,17 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("tool_concurrency.shell"), "{e}");
+        let e = parse("[results.per_tool]\nshell = 0")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("results.per_tool.shell") && e.contains("positive"),
+            "{e}"
+        );
+        let e = parse("[[hooks.post_tool_use]]\ncommand = \"x\"\ntimeout_secs = -1")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("hooks.post_tool_use[0].timeout_secs"), "{e}");
         let e = parse("[[hooks.pre_tool_use]]\ncommand = \"\"")
             .unwrap_err()
             .to_string();

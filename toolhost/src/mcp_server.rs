@@ -227,6 +227,59 @@ impl McpServer {
             CallToolResult::success(content)
         }
     }
+
+    /// Sends the call's live output to the client as progress notifications; once `done`
+    /// fires, sends what is already queued and stops.
+    fn forward_output(
+        &self,
+        token: ProgressToken,
+        tool_use_id: &str,
+        peer: Peer<RoleServer>,
+        mut done: tokio::sync::oneshot::Receiver<()>,
+    ) -> tokio::task::JoinHandle<()> {
+        use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+        let mut events = self.session.subscribe();
+        let id: Arc<str> = Arc::from(tool_use_id);
+        tokio::spawn(async move {
+            let mut streamed = 0usize;
+            let mut finishing = false;
+            loop {
+                let event = if finishing {
+                    match events.try_recv() {
+                        Ok(e) => e,
+                        Err(TryRecvError::Lagged(_)) => continue,
+                        Err(_) => return,
+                    }
+                } else {
+                    tokio::select! {
+                        e = events.recv() => match e {
+                            Ok(e) => e,
+                            Err(RecvError::Lagged(n)) => {
+                                tracing::debug!("live output to the MCP client skipped {n} events");
+                                continue;
+                            }
+                            Err(_) => return,
+                        },
+                        _ = &mut done => {
+                            finishing = true;
+                            continue;
+                        }
+                    }
+                };
+                if event.tool_use_id != id {
+                    continue;
+                }
+                if let EventKind::OutputDelta { chunk } = &event.kind {
+                    streamed += chunk.chars().count();
+                    let note = ProgressNotificationParam::new(token.clone(), streamed as f64)
+                        .with_message(chunk.clone());
+                    if peer.notify_progress(note).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        })
+    }
 }
 
 impl ServerHandler for McpServer {
@@ -309,61 +362,6 @@ impl ServerHandler for McpServer {
             }
         }
         Ok(self.to_mcp(block, &name, &tool_use_id).into())
-    }
-}
-
-impl McpServer {
-    /// Sends the call's live output to the client as progress notifications; once `done`
-    /// fires, sends what is already queued and stops.
-    fn forward_output(
-        &self,
-        token: ProgressToken,
-        tool_use_id: &str,
-        peer: Peer<RoleServer>,
-        mut done: tokio::sync::oneshot::Receiver<()>,
-    ) -> tokio::task::JoinHandle<()> {
-        use tokio::sync::broadcast::error::{RecvError, TryRecvError};
-        let mut events = self.session.subscribe();
-        let id: Arc<str> = Arc::from(tool_use_id);
-        tokio::spawn(async move {
-            let mut streamed = 0usize;
-            let mut finishing = false;
-            loop {
-                let event = if finishing {
-                    match events.try_recv() {
-                        Ok(e) => e,
-                        Err(TryRecvError::Lagged(_)) => continue,
-                        Err(_) => return,
-                    }
-                } else {
-                    tokio::select! {
-                        e = events.recv() => match e {
-                            Ok(e) => e,
-                            Err(RecvError::Lagged(n)) => {
-                                tracing::debug!("live output to the MCP client skipped {n} events");
-                                continue;
-                            }
-                            Err(_) => return,
-                        },
-                        _ = &mut done => {
-                            finishing = true;
-                            continue;
-                        }
-                    }
-                };
-                if event.tool_use_id != id {
-                    continue;
-                }
-                if let EventKind::OutputDelta { chunk } = &event.kind {
-                    streamed += chunk.chars().count();
-                    let note = ProgressNotificationParam::new(token.clone(), streamed as f64)
-                        .with_message(chunk.clone());
-                    if peer.notify_progress(note).await.is_err() {
-                        return;
-                    }
-                }
-            }
-        })
     }
 }
 
