@@ -132,6 +132,30 @@ fn exported_root_module_answers_requirements_and_refuses_unknown_ops() {
 }
 
 #[test]
+fn concurrency_op_defers_to_the_definition_and_refuses_bad_payloads() {
+    let ext = root().extension();
+    let ask = |payload: &str| {
+        ext(
+            RStr::from(crate::abi::OP_CONCURRENCY_SAFE),
+            RStr::from(payload),
+        )
+    };
+    // `Upper` does not judge its input: the empty answer defers to its definition.
+    let RResult::ROk(answer) = ask(r#"{"tool": "upper", "input": {}}"#) else {
+        panic!("upper failed")
+    };
+    assert_eq!(answer.as_str(), "");
+    let RResult::RErr(e) = ask(r#"{"tool": "nope", "input": {}}"#) else {
+        panic!("expected an error for an unknown tool")
+    };
+    assert!(e.message.contains("has no tool 'nope'"), "{}", e.message);
+    let RResult::RErr(e) = ask("not json") else {
+        panic!("expected an error for a malformed payload")
+    };
+    assert_eq!(e.code, crate::abi::ERROR_INVALID_INPUT);
+}
+
+#[test]
 fn metadata_reports_files_and_directories() {
     let host = TestHost::new();
     host.put_file("dir/a.txt", "abc");
