@@ -12,10 +12,13 @@ use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 use tool_api::SideEffect;
+
+use crate::call::CallHeader;
 
 /// A user's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -29,21 +32,100 @@ pub enum Decision {
     AlwaysAllow,
 }
 
+impl Decision {
+    /// The wire name: `allow`, `deny` or `always_allow`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allow => "allow",
+            Decision::Deny => "deny",
+            Decision::AlwaysAllow => "always_allow",
+        }
+    }
+}
+
+/// What a [`Confirmer`] answers: a decision, and whether a user made it or the client
+/// answered from its configuration because it could not ask anyone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Answer {
+    /// The decision.
+    pub decision: Decision,
+    /// `true` when no user was asked (e.g. an MCP client without elicitation, answered by
+    /// `[mcp] prompt_fallback`).
+    pub fallback: bool,
+}
+
+impl Answer {
+    /// An answer the client's configuration gave because no user could be asked.
+    pub fn fallback(decision: Decision) -> Answer {
+        Answer {
+            decision,
+            fallback: true,
+        }
+    }
+}
+
+impl From<Decision> for Answer {
+    /// A user's answer.
+    fn from(decision: Decision) -> Answer {
+        Answer {
+            decision,
+            fallback: false,
+        }
+    }
+}
+
+/// Who settled whether a call runs. Serialized with a `by` tag: `{"by": "policy", "rule":
+/// "tool_confirmation.default.read"}`, `{"by": "user", "client": "terminal"}`, …
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "by", rename_all = "snake_case")]
+pub enum DecidedBy {
+    /// The confirmation policy let it run without asking.
+    Policy {
+        /// The config key that decided.
+        rule: String,
+    },
+    /// A pre-use hook allowed it without a prompt.
+    Hook {
+        /// The hook's name.
+        name: String,
+    },
+    /// An earlier "always allow" answer in this session.
+    Approval,
+    /// A user, through this client (a terminal, an MCP client's elicitation, a web console).
+    User {
+        /// The client's name.
+        client: String,
+    },
+    /// A client that could not ask a user answered from its configuration.
+    Fallback {
+        /// The client's name.
+        client: String,
+    },
+    /// Nobody answered within the confirmation timeout.
+    Timeout,
+    /// The call was cancelled while it waited.
+    Cancelled,
+}
+
+impl DecidedBy {
+    fn answered(answer: Answer, client: &str) -> DecidedBy {
+        let client = client.to_string();
+        if answer.fallback {
+            DecidedBy::Fallback { client }
+        } else {
+            DecidedBy::User { client }
+        }
+    }
+}
+
 /// What a user is asked about.
 #[derive(Debug, Clone, Serialize)]
 pub struct ConfirmationRequest {
     /// Id to answer with.
     pub request_id: Arc<str>,
-    /// The session.
-    pub session_id: Arc<str>,
-    /// The turn.
-    pub turn_id: Arc<str>,
-    /// The tool_use block.
-    pub tool_use_id: Arc<str>,
-    /// The tool.
-    pub tool_name: Arc<str>,
-    /// The tool's class.
-    pub side_effects: SideEffect,
+    /// The call that asks.
+    #[serde(flatten)]
+    pub call: Arc<CallHeader>,
     /// A short rendering of the input.
     pub input_summary: String,
     /// What the call would change, e.g. `will modify src/auth.ts`.
@@ -51,6 +133,22 @@ pub struct ConfirmationRequest {
     /// The rule that asked (e.g. `tool_confirmation.default.write`).
     pub reason: String,
 }
+
+impl ConfirmationRequest {
+    /// The tool's published name.
+    pub fn tool_name(&self) -> &str {
+        &self.call.tool_name
+    }
+
+    /// The tool's class.
+    pub fn side_effects(&self) -> SideEffect {
+        // A call reaches confirmation only after its tool was found.
+        self.call.side_effects.unwrap_or(SideEffect::Execute)
+    }
+}
+
+/// What a [`Confirmer`] returns.
+pub type ConfirmFuture = Pin<Box<dyn Future<Output = Answer> + Send>>;
 
 /// A client the host wires in to answer requests (a terminal prompt, a test double).
 ///
@@ -60,11 +158,8 @@ pub struct ConfirmationRequest {
 pub trait Confirmer: Send + Sync {
     /// A name for `resolved_by` in events.
     fn name(&self) -> &str;
-    /// Asks the user.
-    fn confirm(
-        &self,
-        request: ConfirmationRequest,
-    ) -> Pin<Box<dyn Future<Output = Decision> + Send>>;
+    /// Asks the user (or answers from configuration: [`Answer::fallback`]).
+    fn confirm(&self, request: ConfirmationRequest) -> ConfirmFuture;
 }
 
 /// An answer that could not be applied.
@@ -90,7 +185,7 @@ pub enum ResolveError {
 
 struct Pending {
     request: ConfirmationRequest,
-    tx: oneshot::Sender<(Decision, String)>,
+    tx: oneshot::Sender<(Answer, String)>,
 }
 
 #[derive(Default)]
@@ -120,25 +215,34 @@ impl ConfirmationBroker {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(crate) fn register(
-        &self,
-        request: ConfirmationRequest,
-    ) -> oneshot::Receiver<(Decision, String)> {
+    /// Registers a request; clients may answer it from now on.
+    pub(crate) fn register(&self, request: ConfirmationRequest) -> PendingConfirmation {
         let (tx, rx) = oneshot::channel();
+        let id = request.request_id.clone();
+        let confirmers = Vec::new();
         self.lock()
             .pending
-            .insert(request.request_id.clone(), Pending { request, tx });
-        rx
+            .insert(id.clone(), Pending { request, tx });
+        PendingConfirmation {
+            broker: self.clone(),
+            id,
+            rx,
+            confirmers,
+        }
     }
 
-    /// Answers a pending request on behalf of `client`. The first answer wins; a later one
-    /// gets [`ResolveError::AlreadyResolved`].
+    /// Answers a pending request on behalf of `client` (a user's answer). The first answer
+    /// wins; a later one gets [`ResolveError::AlreadyResolved`].
     pub fn resolve(
         &self,
         request_id: &str,
         decision: Decision,
         client: &str,
     ) -> Result<(), ResolveError> {
+        self.settle(request_id, decision.into(), client)
+    }
+
+    fn settle(&self, request_id: &str, answer: Answer, client: &str) -> Result<(), ResolveError> {
         let mut state = self.lock();
         match state.pending.remove(request_id) {
             Some(p) => {
@@ -146,12 +250,12 @@ impl ConfirmationBroker {
                 Self::remember(
                     &mut state,
                     id,
-                    crate::events::decision_name(decision).into(),
+                    answer.decision.as_str().into(),
                     client.into(),
                 );
                 drop(state);
                 // The waiting call may have just timed out; then the answer is moot.
-                let _ = p.tx.send((decision, client.to_string()));
+                let _ = p.tx.send((answer, client.to_string()));
                 Ok(())
             }
             None => match state.resolved.get(request_id) {
@@ -169,7 +273,7 @@ impl ConfirmationBroker {
 
     /// Ends a request nobody answered (timeout or cancellation). Returns `false` if an
     /// answer arrived first.
-    pub(crate) fn expire(&self, request_id: &Arc<str>, why: &str) -> bool {
+    fn expire(&self, request_id: &Arc<str>, why: &str) -> bool {
         let mut state = self.lock();
         if state.pending.remove(request_id).is_some() {
             Self::remember(&mut state, request_id.clone(), why.into(), why.into());
@@ -195,10 +299,120 @@ impl ConfirmationBroker {
             .lock()
             .pending
             .values()
-            .filter(|p| session_id.is_none_or(|s| &*p.request.session_id == s))
+            .filter(|p| session_id.is_none_or(|s| &*p.request.call.session_id == s))
             .map(|p| p.request.clone())
             .collect();
         out.sort_by(|a, b| a.request_id.cmp(&b.request_id));
         out
+    }
+}
+
+/// How a confirmation ended.
+pub(crate) enum Resolution {
+    /// Somebody (or some client's configuration) answered.
+    Answered(Decision, DecidedBy),
+    /// Nobody answered in time.
+    TimedOut,
+    /// The call was cancelled while waiting.
+    Cancelled,
+}
+
+impl Resolution {
+    /// The decision's wire name (`timeout`, `cancelled` when none was made).
+    pub(crate) fn decision_name(&self) -> &'static str {
+        match self {
+            Resolution::Answered(d, _) => d.as_str(),
+            Resolution::TimedOut => "timeout",
+            Resolution::Cancelled => "cancelled",
+        }
+    }
+
+    /// Who settled it.
+    pub(crate) fn decided_by(&self) -> DecidedBy {
+        match self {
+            Resolution::Answered(_, by) => by.clone(),
+            Resolution::TimedOut => DecidedBy::Timeout,
+            Resolution::Cancelled => DecidedBy::Cancelled,
+        }
+    }
+
+    /// The client that answered, or how it ended without one.
+    pub(crate) fn resolved_by(&self) -> String {
+        match self {
+            Resolution::Answered(
+                _,
+                DecidedBy::User { client } | DecidedBy::Fallback { client },
+            ) => client.clone(),
+            other => other.decision_name().to_string(),
+        }
+    }
+
+    fn from_answer(answer: Option<(Answer, String)>) -> Resolution {
+        match answer {
+            Some((answer, client)) => {
+                Resolution::Answered(answer.decision, DecidedBy::answered(answer, &client))
+            }
+            // The broker dropped the request without an answer: treat it as unanswered.
+            None => Resolution::TimedOut,
+        }
+    }
+}
+
+/// A registered request, waiting for its first answer.
+pub(crate) struct PendingConfirmation {
+    broker: ConfirmationBroker,
+    id: Arc<str>,
+    rx: oneshot::Receiver<(Answer, String)>,
+    confirmers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl PendingConfirmation {
+    /// Asks every wired-in client, and waits for the first answer, the timeout, or
+    /// `cancelled`, whichever comes first. The clients' questions are withdrawn after.
+    pub(crate) async fn wait(
+        mut self,
+        request: &ConfirmationRequest,
+        confirmers: &[Arc<dyn Confirmer>],
+        timeout: Duration,
+        cancelled: impl Future<Output = ()>,
+    ) -> Resolution {
+        for c in confirmers {
+            let answer = c.confirm(request.clone());
+            let broker = self.broker.clone();
+            let name = c.name().to_string();
+            let id = self.id.clone();
+            self.confirmers.push(tokio::spawn(async move {
+                let answer = answer.await;
+                let _ = broker.settle(&id, answer, &name);
+            }));
+        }
+        let rx = &mut self.rx;
+        tokio::select! {
+            r = &mut *rx => Resolution::from_answer(r.ok()),
+            _ = tokio::time::sleep(timeout) => {
+                if self.broker.expire(&self.id, "timeout") {
+                    Resolution::TimedOut
+                } else {
+                    Resolution::from_answer(rx.await.ok())
+                }
+            }
+            _ = cancelled => {
+                if self.broker.expire(&self.id, "cancelled") {
+                    Resolution::Cancelled
+                } else {
+                    Resolution::from_answer(rx.await.ok())
+                }
+            }
+        }
+    }
+}
+
+impl Drop for PendingConfirmation {
+    fn drop(&mut self) {
+        // Withdraw the question from every client, and forget a request nobody answered.
+        for asker in &self.confirmers {
+            asker.abort();
+        }
+        self.broker.expire(&self.id, "cancelled");
     }
 }

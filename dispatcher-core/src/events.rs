@@ -14,10 +14,10 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
-use tokio::sync::broadcast;
-use tool_api::SideEffect;
+use tokio::sync::{broadcast, mpsc};
 
-use crate::confirmation::Decision;
+use crate::call::CallHeader;
+use crate::confirmation::DecidedBy;
 use crate::error::{CancelReason, ErrorClass};
 use crate::schema::InputError;
 
@@ -30,17 +30,9 @@ pub struct ToolEvent {
     /// What happened, with its own fields.
     #[serde(flatten)]
     pub kind: EventKind,
-    /// The session.
-    pub session_id: Arc<str>,
-    /// The turn.
-    pub turn_id: Arc<str>,
-    /// The tool_use block.
-    pub tool_use_id: Arc<str>,
-    /// The tool name as called.
-    pub tool_name: Arc<str>,
-    /// The tool's declared class; absent when the tool was not found.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub side_effects: Option<SideEffect>,
+    /// Which call it happened to (shared by all events of the call).
+    #[serde(flatten)]
+    pub call: Arc<CallHeader>,
     /// When the event was emitted, in milliseconds since the Unix epoch.
     pub timestamp_ms: u64,
 }
@@ -54,6 +46,8 @@ pub enum EventKind {
     Called {
         /// Time spent waiting for a place under the session's concurrency cap.
         queued_ms: f64,
+        /// What let the call run: the policy, a hook, an earlier approval, or an answer.
+        authorized_by: DecidedBy,
     },
     /// The call completed normally.
     #[serde(rename = "tool.completed")]
@@ -108,8 +102,11 @@ pub enum EventKind {
         request_id: Arc<str>,
         /// `allow`, `deny`, `always_allow`, `timeout` or `cancelled`.
         decision: String,
-        /// Who answered (`timeout` when nobody did).
+        /// The client that answered (`timeout` or `cancelled` when none did).
         resolved_by: String,
+        /// Who settled it: a user through a client, a client's configured fallback, the
+        /// timeout, or a cancellation.
+        decided_by: DecidedBy,
         /// How long the call waited.
         waited_ms: f64,
     },
@@ -131,6 +128,20 @@ impl EventKind {
 }
 
 impl ToolEvent {
+    /// The event of `kind` for `call`, stamped now.
+    pub fn new(call: Arc<CallHeader>, kind: EventKind) -> ToolEvent {
+        ToolEvent {
+            kind,
+            call,
+            timestamp_ms: now_ms(),
+        }
+    }
+
+    /// The tool_use id of the call.
+    pub fn tool_use_id(&self) -> &str {
+        &self.call.tool_use_id
+    }
+
     /// The event as a JSON value.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
@@ -170,11 +181,77 @@ impl EventChannel {
     }
 }
 
-/// Renders a decision as its event name.
-pub(crate) fn decision_name(d: Decision) -> &'static str {
-    match d {
-        Decision::Allow => "allow",
-        Decision::Deny => "deny",
-        Decision::AlwaysAllow => "always_allow",
+/// The events of one call, as they happen: what [`crate::Invocation::events`] returns.
+///
+/// Like a broadcast subscriber it never slows the call down: if it falls more than
+/// [`EVENT_BUFFER`] events behind, later events are dropped until it catches up. The
+/// stream ends after the call's last event.
+#[derive(Debug)]
+pub struct CallEvents {
+    rx: mpsc::Receiver<Arc<ToolEvent>>,
+}
+
+impl CallEvents {
+    /// The next event; `None` once the call has ended and every event was taken.
+    pub async fn recv(&mut self) -> Option<Arc<ToolEvent>> {
+        self.rx.recv().await
+    }
+
+    /// The next event if one is waiting, without waiting.
+    pub fn try_recv(&mut self) -> Option<Arc<ToolEvent>> {
+        self.rx.try_recv().ok()
+    }
+}
+
+/// A call's own event stream: the sending side (kept by the call) and [`CallEvents`].
+pub(crate) fn observe() -> (mpsc::Sender<Arc<ToolEvent>>, CallEvents) {
+    let (tx, rx) = mpsc::channel(EVENT_BUFFER);
+    (tx, CallEvents { rx })
+}
+
+/// Emits `kind` for `call` to the session's subscribers, the dispatcher's, and the call's
+/// own observer; builds nothing when nobody listens.
+pub(crate) fn publish(
+    session: &EventChannel,
+    global: &EventChannel,
+    observer: Option<&mpsc::Sender<Arc<ToolEvent>>>,
+    call: &Arc<CallHeader>,
+    kind: EventKind,
+) {
+    if observer.is_none() && !session.has_subscribers() && !global.has_subscribers() {
+        return;
+    }
+    let event = Arc::new(ToolEvent::new(call.clone(), kind));
+    if let Some(observer) = observer {
+        let _ = observer.try_send(event.clone());
+    }
+    session.send(event.clone());
+    global.send(event);
+}
+
+/// Where the events of a call that runs on another thread go (its live output): owned
+/// copies of what [`publish`] takes.
+#[derive(Debug, Clone)]
+pub(crate) struct EventSink {
+    pub(crate) session: EventChannel,
+    pub(crate) global: EventChannel,
+    pub(crate) observer: Option<mpsc::Sender<Arc<ToolEvent>>>,
+}
+
+impl EventSink {
+    /// Whether anybody listens.
+    pub(crate) fn wanted(&self) -> bool {
+        self.observer.is_some() || self.session.has_subscribers() || self.global.has_subscribers()
+    }
+
+    /// Emits `kind` for `call`.
+    pub(crate) fn emit(&self, call: &Arc<CallHeader>, kind: EventKind) {
+        publish(
+            &self.session,
+            &self.global,
+            self.observer.as_ref(),
+            call,
+            kind,
+        );
     }
 }

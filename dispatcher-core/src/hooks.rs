@@ -29,46 +29,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::io::AsyncWriteExt;
-use tool_api::SideEffect;
 
+use crate::call::CallView;
 use crate::result::ToolResultBlock;
 
 /// What a hook returns: a boxed future, so hooks may wait (for a process, a service).
 pub type HookFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// What a pre-use hook sees of a call.
-#[derive(Debug)]
-pub struct HookCall<'a> {
-    /// The session.
-    pub session_id: &'a str,
-    /// The tool_use id.
-    pub tool_use_id: &'a str,
-    /// The tool.
-    pub tool_name: &'a str,
-    /// The tool's class.
-    pub side_effects: SideEffect,
-    /// The validated input (as rewritten by earlier hooks).
-    pub input: &'a Value,
-    /// The session's workspace root.
-    pub workspace: &'a Path,
-}
-
-impl HookCall<'_> {
-    /// The call as the JSON an external hook gets on stdin.
-    pub fn to_json(&self, event: &str) -> Value {
-        json!({
-            "hook_event": event,
-            "session_id": self.session_id,
-            "tool_use_id": self.tool_use_id,
-            "tool_name": self.tool_name,
-            "side_effects": self.side_effects,
-            "input": self.input,
-            "workspace": self.workspace,
-        })
-    }
-}
+/// What a pre-use hook sees of a call: its identity, its validated input (as rewritten by
+/// earlier hooks) and the workspace, borrowed from the call.
+pub type HookCall<'a> = CallView<'a>;
 
 /// A pre-use hook's verdict on a call.
 #[derive(Debug, Clone, PartialEq)]
@@ -199,7 +171,7 @@ impl HookMatcher {
 /// [[hooks.pre_tool_use]]
 /// command = "python3 ~/.config/toolhost/check.py"   # run with /bin/sh -c
 /// tools = ["shell"]                                  # optional; default: every tool
-/// timeout_ms = 10000                                 # optional; default 10 s
+/// timeout_secs = 10                                 # optional; default 10
 /// ```
 ///
 /// The command runs in the session's workspace root, and gets the call as JSON on stdin
@@ -342,7 +314,7 @@ impl PreUseHook for CommandHook {
 
     fn before_use<'a>(&'a self, call: &'a HookCall<'a>) -> HookFuture<'a, HookDecision> {
         Box::pin(async move {
-            if !self.matcher.matches(call.tool_name) {
+            if !self.matcher.matches(call.tool_name()) {
                 return HookDecision::Continue;
             }
             match self.run(call.to_json("pre_tool_use"), call.workspace).await {
@@ -394,7 +366,7 @@ impl PostUseHook for CommandHook {
 
     fn after_use<'a>(&'a self, call: &'a PostUseCall<'a>) -> HookFuture<'a, PostDecision> {
         Box::pin(async move {
-            if !self.matcher.matches(call.call.tool_name) {
+            if !self.matcher.matches(call.call.tool_name()) {
                 return PostDecision::Keep;
             }
             let mut payload = call.call.to_json("post_tool_use");
@@ -408,7 +380,7 @@ impl PostUseHook for CommandHook {
                         ..
                     }) => PostDecision::Replace {
                         text,
-                        is_error: is_error.unwrap_or(call.result.is_error),
+                        is_error: is_error.unwrap_or(call.result.is_error()),
                     },
                     Ok(PostAnswer {
                         annotate: Some(note),

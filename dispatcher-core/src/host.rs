@@ -8,16 +8,16 @@ use tool_api::abi::{RArc, RResult, RSlice, RStr, RString, RVec};
 use tool_api::{Level, ToolContext, ToolError};
 use tracing::Span;
 
-use crate::events::{EventChannel, EventKind, ToolEvent, now_ms};
+use crate::call::CallHeader;
+use crate::events::{EventKind, EventSink};
 use crate::session::InFlight;
 use crate::workspace::{FsError, Workspace};
 
 /// Everything one call's callbacks need (cheap to clone: the ABI trait requires `Clone`).
 #[derive(Clone)]
 pub(crate) struct CallHost {
-    pub(crate) session_id: Arc<str>,
-    pub(crate) turn_id: Arc<str>,
-    pub(crate) tool_use_id: Arc<str>,
+    /// The call's identity.
+    pub(crate) call: Arc<CallHeader>,
     pub(crate) workspace: Arc<Workspace>,
     /// The call's cancellation signal; `None` for an inline call, which cannot be
     /// interrupted.
@@ -25,31 +25,9 @@ pub(crate) struct CallHost {
     /// The call's span, entered around logs; `Span::none()` when the tool runs on the
     /// thread that is already inside it.
     pub(crate) span: Span,
-    /// Where live output goes; `None` for an inline call (it has nothing to stream).
-    pub(crate) output: Option<Arc<OutputSink>>,
-}
-
-/// Turns a running call's output chunks into `tool.output_delta` events.
-pub(crate) struct OutputSink {
-    pub(crate) session: EventChannel,
-    pub(crate) global: EventChannel,
-    pub(crate) template: ToolEvent,
-}
-
-impl OutputSink {
-    fn send(&self, chunk: &str) {
-        if !self.session.has_subscribers() && !self.global.has_subscribers() {
-            return;
-        }
-        let mut event = self.template.clone();
-        event.kind = EventKind::OutputDelta {
-            chunk: chunk.to_string(),
-        };
-        event.timestamp_ms = now_ms();
-        let event = Arc::new(event);
-        self.session.send(event.clone());
-        self.global.send(event);
-    }
+    /// Where live output goes (`tool.output_delta`); `None` for an inline call (it has
+    /// nothing to stream).
+    pub(crate) output: Option<EventSink>,
 }
 
 impl CallHost {
@@ -81,13 +59,13 @@ macro_rules! log_at {
 
 impl HostContext for CallHost {
     fn session_id(&self) -> RStr<'_> {
-        RStr::from(&*self.session_id)
+        RStr::from(&*self.call.session_id)
     }
     fn turn_id(&self) -> RStr<'_> {
-        RStr::from(&*self.turn_id)
+        RStr::from(&*self.call.turn_id)
     }
     fn tool_use_id(&self) -> RStr<'_> {
-        RStr::from(&*self.tool_use_id)
+        RStr::from(&*self.call.tool_use_id)
     }
     fn workspace_root(&self) -> RStr<'_> {
         RStr::from(self.workspace.root_str())
@@ -155,8 +133,9 @@ impl HostContext for CallHost {
                 .into()
             }
             tool_api::abi::OP_OUTPUT_DELTA => {
-                if let Some(sink) = &self.output {
-                    sink.send(payload.as_str());
+                if let Some(sink) = self.output.as_ref().filter(|s| s.wanted()) {
+                    let chunk = payload.as_str().to_string();
+                    sink.emit(&self.call, EventKind::OutputDelta { chunk });
                 }
                 RResult::ROk(RString::new())
             }

@@ -1,11 +1,29 @@
-//! The tool registry: validated definitions, their compiled validators and factories.
+//! The tool registry: validated definitions, their compiled validators and factories, and
+//! the map that holds them by published name.
+//!
+//! A dispatcher has one global [`Registry`] (built-ins, plugins, shared toolsets); each
+//! session has one more for the tools of the per-session toolsets it started.
 
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use tool_api::{SideEffect, ToolDefinition, ToolFactory};
 
 use crate::error::RegistrationError;
 use crate::schema::{InputValidator, check_subset};
+
+/// A visible tool with where it comes from.
+#[derive(Debug, Clone)]
+pub struct ToolListing {
+    /// The definition, under its published name.
+    pub definition: ToolDefinition,
+    /// Its source (`builtin`, `plugin:NAME`, `mcp:ID`, …).
+    pub source: String,
+    /// The toolset it belongs to, if any.
+    pub toolset: Option<String>,
+    /// Its name inside the toolset (what the toolset itself calls it).
+    pub original_name: Option<String>,
+}
 
 /// A registered tool, ready to dispatch.
 pub(crate) struct Registered {
@@ -23,6 +41,113 @@ pub(crate) struct Registered {
 impl Registered {
     pub(crate) fn definition(&self) -> &ToolDefinition {
         &self.published
+    }
+
+    /// The toolset this tool belongs to, if any.
+    pub(crate) fn toolset(&self) -> Option<&str> {
+        self.origin.as_ref().map(|(t, _)| &**t)
+    }
+
+    /// Whether the host enabled the capability this tool requires (if any).
+    pub(crate) fn enabled_by(&self, capabilities: &HashSet<String>) -> bool {
+        self.definition()
+            .requires_capability
+            .as_ref()
+            .is_none_or(|c| capabilities.contains(c))
+    }
+
+    /// The tool as a listing entry.
+    pub(crate) fn listing(&self) -> ToolListing {
+        ToolListing {
+            definition: self.definition().clone(),
+            source: self.factory.source().to_string(),
+            toolset: self.origin.as_ref().map(|(t, _)| t.to_string()),
+            original_name: self.origin.as_ref().map(|(_, n)| n.clone()),
+        }
+    }
+}
+
+/// Registered tools by published name.
+#[derive(Default)]
+pub(crate) struct Registry {
+    tools: RwLock<HashMap<Arc<str>, Arc<Registered>>>,
+}
+
+impl Registry {
+    fn read(&self) -> RwLockReadGuard<'_, HashMap<Arc<str>, Arc<Registered>>> {
+        self.tools.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, HashMap<Arc<str>, Arc<Registered>>> {
+        self.tools.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The tool of this name.
+    pub(crate) fn get(&self, name: &str) -> Option<Arc<Registered>> {
+        self.read().get(name).cloned()
+    }
+
+    /// Whether a tool has this name.
+    pub(crate) fn contains(&self, name: &str) -> bool {
+        self.read().contains_key(name)
+    }
+
+    /// How many tools it holds.
+    pub(crate) fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    /// Every tool.
+    pub(crate) fn all(&self) -> Vec<Arc<Registered>> {
+        self.read().values().cloned().collect()
+    }
+
+    /// Adds a tool; refuses a name already taken, naming both sources.
+    pub(crate) fn insert(&self, tool: Registered) -> Result<(), RegistrationError> {
+        let mut tools = self.write();
+        if let Some(existing) = tools.get(&tool.name) {
+            return Err(RegistrationError::Duplicate {
+                name: tool.name.to_string(),
+                existing_source: existing.factory.source().to_string(),
+                new_source: tool.factory.source().to_string(),
+            });
+        }
+        tools.insert(tool.name.clone(), Arc::new(tool));
+        Ok(())
+    }
+
+    /// Removes a tool; returns whether it was there.
+    pub(crate) fn remove(&self, name: &str) -> bool {
+        self.write().remove(name).is_some()
+    }
+
+    /// Replaces the tools of `toolset` with what `prepare` makes, atomically: `prepare`
+    /// gets a test for names taken by other tools (here, or wherever `also_taken` says),
+    /// and nothing changes if it fails. Returns how many tools the toolset now has.
+    pub(crate) fn replace_toolset(
+        &self,
+        toolset: &str,
+        also_taken: &dyn Fn(&str) -> bool,
+        prepare: impl FnOnce(&dyn Fn(&str) -> bool) -> Result<Vec<Registered>, RegistrationError>,
+    ) -> Result<usize, RegistrationError> {
+        let mut tools = self.write();
+        let prepared = prepare(&|name: &str| {
+            also_taken(name)
+                || tools
+                    .get(name)
+                    .is_some_and(|t| t.toolset() != Some(toolset))
+        })?;
+        tools.retain(|_, t| t.toolset() != Some(toolset));
+        let count = prepared.len();
+        for tool in prepared {
+            tools.insert(tool.name.clone(), Arc::new(tool));
+        }
+        Ok(count)
+    }
+
+    /// Forgets every tool.
+    pub(crate) fn clear(&self) {
+        self.write().clear();
     }
 }
 

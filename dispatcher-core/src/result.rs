@@ -33,19 +33,30 @@ impl ToolUse {
 
 /// The canonical result the model sees. Always produced, whatever happened.
 ///
+/// A result is an error exactly when it has an [`ErrorClass`]: [`ToolResultBlock::is_error`]
+/// is derived from it, so the two can never disagree.
+///
 /// Serializes as an Anthropic-style `tool_result` block: `{"type": "tool_result",
 /// "tool_use_id", "content": [{"type": "text", "text"} | {"type": "image", "source":
 /// {"type": "base64", "media_type", "data"}}], "is_error"}`, plus `error_class` when
-/// `is_error`.
+/// it is an error.
+///
+/// ```
+/// use dispatcher_core::{ErrorClass, ToolResultBlock};
+/// let ok = ToolResultBlock::success("tu_1", vec![tool_api::Content::text("42")], serde_json::Value::Null);
+/// assert!(!ok.is_error());
+/// let bad = ToolResultBlock::error("tu_2", ErrorClass::NotFound, "Tool 'x' not found.");
+/// assert!(bad.is_error());
+/// assert_eq!(bad.to_json()["is_error"], true);
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolResultBlock {
     /// The id of the call.
     pub tool_use_id: String,
     /// Content blocks.
     pub content: Vec<Content>,
-    /// Whether this is an error result.
-    pub is_error: bool,
-    /// The error class when `is_error` (a handled tool failure is `execution_error`).
+    /// The error class, for an error result (a handled tool failure is
+    /// `execution_error`); `None` for a success.
     pub error_class: Option<ErrorClass>,
     /// Tool metadata (opaque), `null` for errors before execution.
     pub metadata: Value,
@@ -54,14 +65,53 @@ pub struct ToolResultBlock {
 }
 
 impl ToolResultBlock {
-    pub(crate) fn error(tool_use_id: &str, class: ErrorClass, message: impl Into<String>) -> Self {
+    /// A successful result with the tool's content and metadata.
+    pub fn success(tool_use_id: &str, content: Vec<Content>, metadata: Value) -> Self {
         ToolResultBlock {
             tool_use_id: tool_use_id.to_string(),
-            content: vec![Content::text(message)],
-            is_error: true,
-            error_class: Some(class),
-            metadata: Value::Null,
+            content,
+            error_class: None,
+            metadata,
             cancel_reason: None,
+        }
+    }
+
+    /// A failure the tool reported itself (`execution_error`), with its own content.
+    pub fn failure(tool_use_id: &str, content: Vec<Content>, metadata: Value) -> Self {
+        ToolResultBlock {
+            error_class: Some(ErrorClass::ExecutionError),
+            ..ToolResultBlock::success(tool_use_id, content, metadata)
+        }
+    }
+
+    /// An error of `class` with one text message.
+    pub fn error(tool_use_id: &str, class: ErrorClass, message: impl Into<String>) -> Self {
+        ToolResultBlock {
+            error_class: Some(class),
+            ..ToolResultBlock::success(tool_use_id, vec![Content::text(message)], Value::Null)
+        }
+    }
+
+    /// The same result, saying why it was cancelled.
+    pub fn with_cancel_reason(mut self, reason: Option<CancelReason>) -> Self {
+        self.cancel_reason = reason;
+        self
+    }
+
+    /// Whether this is an error result (it has an error class).
+    pub fn is_error(&self) -> bool {
+        self.error_class.is_some()
+    }
+
+    /// Replaces the content, as a success or an error: an error keeps its class (a former
+    /// success becomes `execution_error`); a success drops class and cancel reason.
+    pub fn replace_content(&mut self, content: Vec<Content>, is_error: bool) {
+        self.content = content;
+        if is_error {
+            self.error_class = self.error_class.or(Some(ErrorClass::ExecutionError));
+        } else {
+            self.error_class = None;
+            self.cancel_reason = None;
         }
     }
 
@@ -110,7 +160,7 @@ impl Serialize for ToolResultBlock {
         map.serialize_entry("tool_use_id", &self.tool_use_id)?;
         let content: Vec<ContentJson<'_>> = self.content.iter().map(ContentJson).collect();
         map.serialize_entry("content", &content)?;
-        map.serialize_entry("is_error", &self.is_error)?;
+        map.serialize_entry("is_error", &self.is_error())?;
         if let Some(class) = self.error_class {
             map.serialize_entry("error_class", &class)?;
         }
@@ -131,8 +181,7 @@ impl Serialize for ToolResultBlock {
 ///
 /// ```
 /// use dispatcher_core::result::{anthropic_user_message, ToolResultBlock};
-/// # let ok = ToolResultBlock { tool_use_id: "toolu_1".into(), content: vec![tool_api::Content::text("42")],
-/// #     is_error: false, error_class: None, metadata: serde_json::Value::Null, cancel_reason: None };
+/// # let ok = ToolResultBlock::success("toolu_1", vec![tool_api::Content::text("42")], serde_json::Value::Null);
 /// let msg = anthropic_user_message(&[ok]);
 /// assert_eq!(msg["role"], "user");
 /// assert_eq!(msg["content"][0]["type"], "tool_result");
@@ -152,7 +201,7 @@ pub fn anthropic_user_message(results: &[ToolResultBlock]) -> Value {
                 "tool_use_id": r.tool_use_id,
                 "content": content,
             });
-            if r.is_error {
+            if r.is_error() {
                 block["is_error"] = Value::Bool(true);
             }
             block
@@ -168,8 +217,7 @@ pub fn anthropic_user_message(results: &[ToolResultBlock]) -> Value {
 ///
 /// ```
 /// use dispatcher_core::result::{openai_tool_messages, ToolResultBlock};
-/// # let ok = ToolResultBlock { tool_use_id: "call_1".into(), content: vec![tool_api::Content::text("42")],
-/// #     is_error: false, error_class: None, metadata: serde_json::Value::Null, cancel_reason: None };
+/// # let ok = ToolResultBlock::success("call_1", vec![tool_api::Content::text("42")], serde_json::Value::Null);
 /// let msgs = openai_tool_messages(&[ok]);
 /// assert_eq!(msgs[0]["role"], "tool");
 /// assert_eq!(msgs[0]["tool_call_id"], "call_1");

@@ -33,8 +33,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
-use tool_api::SideEffect;
+
+use crate::call::CallView;
 
 /// Where a call runs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -121,20 +121,9 @@ pub struct Grant {
     pub max_result_chars: usize,
 }
 
-/// What the runtime policy sees of a call.
-#[derive(Debug)]
-pub struct GrantRequest<'a> {
-    /// The session.
-    pub session_id: &'a str,
-    /// The tool_use id.
-    pub tool_use_id: &'a str,
-    /// The tool (published name).
-    pub tool_name: &'a str,
-    /// The tool's class.
-    pub side_effects: SideEffect,
-    /// The input the call will run with.
-    pub input: &'a Value,
-}
+/// What the runtime policy sees of a call: the same view pre-use hooks get, with the input
+/// the call will run with.
+pub type GrantRequest<'a> = CallView<'a>;
 
 /// Decides each call's [`Grant`]. Runs on the async worker after confirmation: keep it quick.
 pub trait RuntimePolicy: Send + Sync {

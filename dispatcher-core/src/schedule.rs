@@ -37,7 +37,7 @@
 //! batch.push(ToolUse::new("tu_2", "nop", json!({})));
 //! // Take results as they complete…
 //! let first = batch.next_completed().await.unwrap();
-//! # assert!(!first.is_error);
+//! # assert!(!first.is_error());
 //! // …or all of them, in call order, at the end.
 //! let all = batch.finish().await;
 //! assert_eq!(all.iter().map(|r| r.tool_use_id.as_str()).collect::<Vec<_>>(), ["tu_1", "tu_2"]);
@@ -53,36 +53,15 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
-use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use tool_api::SideEffect;
 
-use crate::Dispatcher;
-use crate::dispatch::Resolved;
+pub use crate::config::OnExecuteError;
+use crate::engine::Engine;
 use crate::error::{CancelReason, ErrorClass};
+use crate::invocation::Invocation;
 use crate::result::{ToolResultBlock, ToolUse};
-use crate::session::{InFlight, Session};
-
-/// What a failed `execute` call does to the other calls of its batch.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OnExecuteError {
-    /// Nothing: the other calls go on (the default).
-    #[default]
-    Continue,
-    /// Cancel every other unfinished call of the batch (reason `sibling_error`).
-    CancelSiblings,
-}
-
-impl OnExecuteError {
-    /// The config spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OnExecuteError::Continue => "continue",
-            OnExecuteError::CancelSiblings => "cancel_siblings",
-        }
-    }
-}
+use crate::session::{InFlight, Interruptible, Session};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Status {
@@ -92,11 +71,14 @@ enum Status {
 }
 
 struct Entry {
-    call: Option<ToolUse>,
-    /// The tool as resolved at push time, and whether the input was valid (`None`: not
-    /// found).
-    resolved: Option<Resolved>,
+    /// The call, until it starts (or is cancelled before it could).
+    call: Option<Invocation>,
+    /// Whether it may run alongside other safe calls.
     safe: bool,
+    /// Whether it is a call of an `execute` tool (whose failure may cancel its siblings).
+    executes: bool,
+    /// The tool's published name, for messages.
+    tool_name: Arc<str>,
     control: Arc<InFlight>,
     status: Status,
     result: Option<ToolResultBlock>,
@@ -122,13 +104,11 @@ type CallFuture = Pin<Box<dyn Future<Output = ToolResultBlock> + Send>>;
 
 struct Start {
     index: usize,
-    call: ToolUse,
-    control: Arc<InFlight>,
-    resolved: Option<Resolved>,
+    call: Invocation,
 }
 
-pub(crate) struct Shared {
-    dispatcher: Dispatcher,
+struct Shared {
+    engine: Arc<Engine>,
     session: Session,
     handle: tokio::runtime::Handle,
     state: Mutex<State>,
@@ -197,12 +177,7 @@ impl Shared {
                 }
                 if let Some(call) = e.call.take() {
                     e.status = Status::Running;
-                    starts.push(Start {
-                        index,
-                        call,
-                        control: e.control.clone(),
-                        resolved: e.resolved.clone(),
-                    });
+                    starts.push(Start { index, call });
                 }
             }
             if e.status != Status::Done {
@@ -212,11 +187,13 @@ impl Shared {
         }
         starts
     }
+}
 
+impl Interruptible for Shared {
     /// A user interrupt of the session: everything unfinished is cancelled (reason `user`),
     /// and so is everything pushed later. Returns how many calls that had not started it
     /// cancelled (the running ones are in the session's in-flight list).
-    pub(crate) fn interrupt(&self) -> usize {
+    fn interrupt(&self) -> usize {
         let n = {
             let mut st = self.lock();
             if st.closed || st.interrupted.is_some() {
@@ -234,7 +211,9 @@ impl Shared {
         self.changed.notify_waiters();
         n
     }
+}
 
+impl Shared {
     /// Cancels every unfinished call: those waiting get a synthetic result at once, those
     /// running are interrupted.
     fn cancel_unfinished(&self, st: &mut State, reason: CancelReason, cause: Option<&str>) {
@@ -244,14 +223,15 @@ impl Shared {
                 Status::Done => {}
                 Status::Running => e.control.interrupt(reason, cause),
                 Status::Waiting => {
-                    let call = e.call.take().unwrap_or_else(|| {
-                        ToolUse::new(&*e.control.tool_use_id, "", serde_json::Value::Null)
+                    e.result = Some(match e.call.take() {
+                        Some(call) => call.never_started(reason, cause),
+                        None => ToolResultBlock::error(
+                            &e.control.tool_use_id,
+                            ErrorClass::Cancelled,
+                            format!("Tool '{}' was cancelled before it started.", e.tool_name),
+                        )
+                        .with_cancel_reason(Some(reason)),
                     });
-                    e.result =
-                        Some(
-                            self.dispatcher
-                                .never_started(&call, &self.session, reason, cause),
-                        );
                     e.status = Status::Done;
                     st.completed.push_back(index);
                 }
@@ -264,11 +244,7 @@ impl Shared {
         let starts = {
             let mut st = self.lock();
             let e = &mut st.entries[index];
-            let failed_execute = e
-                .resolved
-                .as_ref()
-                .is_some_and(|r| r.reg.side_effects == SideEffect::Execute)
-                && result.is_error
+            let failed_execute = e.executes
                 && matches!(
                     result.error_class,
                     Some(ErrorClass::ExecutionError | ErrorClass::Timeout)
@@ -278,13 +254,12 @@ impl Shared {
             st.completed.push_back(index);
             if failed_execute
                 && st.sibling_failure.is_none()
-                && self.dispatcher.inner.config.on_execute_error == OnExecuteError::CancelSiblings
+                && self.engine.config.on_execute_error == OnExecuteError::CancelSiblings
             {
                 let e = &st.entries[index];
                 let cause = format!(
                     "call {} ({}) in the same batch failed",
-                    e.control.tool_use_id,
-                    e.resolved.as_ref().map_or("?", |r| &*r.reg.name)
+                    e.control.tool_use_id, e.tool_name
                 );
                 st.sibling_failure = Some(cause.clone());
                 self.cancel_unfinished(&mut st, CancelReason::SiblingError, Some(&cause));
@@ -300,21 +275,9 @@ impl Shared {
     fn launch(self: &Arc<Self>, starts: Vec<Start>) {
         let mut queue: VecDeque<Start> = starts.into();
         let _entered = self.handle.enter();
-        while let Some(Start {
-            index,
-            call,
-            control,
-            resolved,
-        }) = queue.pop_front()
-        {
-            let dispatcher = self.dispatcher.clone();
-            let session = self.session.clone();
-            let id = control.tool_use_id.clone();
-            let mut fut: CallFuture = Box::pin(async move {
-                dispatcher
-                    .dispatch_controlled(call, &session, Some(control), resolved)
-                    .await
-            });
+        while let Some(Start { index, call }) = queue.pop_front() {
+            let id: Arc<str> = Arc::from(call.tool_use_id());
+            let mut fut: CallFuture = Box::pin(call.run());
             match poll_call(&mut fut, &mut Context::from_waker(Waker::noop()), &id) {
                 Poll::Ready(result) => queue.extend(self.complete(index, result)),
                 Poll::Pending => {
@@ -352,60 +315,30 @@ fn poll_call(fut: &mut CallFuture, cx: &mut Context<'_>, id: &str) -> Poll<ToolR
     }
 }
 
-impl Dispatcher {
-    /// A new, empty batch for the calls of one assistant message in `session`.
-    /// Must be called inside a tokio runtime; its calls run on that runtime.
-    pub fn batch(&self, session: &Session) -> Batch {
+impl Batch {
+    /// A new, empty batch for the calls of one assistant message in `session`, on the
+    /// current tokio runtime.
+    pub(crate) fn new(engine: &Arc<Engine>, session: &Session) -> Batch {
         let shared = Arc::new(Shared {
-            dispatcher: self.clone(),
+            engine: engine.clone(),
             session: session.clone(),
             handle: tokio::runtime::Handle::current(),
             state: Mutex::new(State::default()),
             changed: Notify::new(),
         });
-        session.state.add_batch(&shared);
+        let weak: std::sync::Weak<dyn Interruptible> = Arc::downgrade(&shared) as _;
+        session.state.on_interrupt(weak);
         Batch { shared }
     }
 
-    /// Resolves a call's tool and judges whether it is concurrency-safe.
-    fn classify(&self, call: &ToolUse, session: &Session) -> (Option<Resolved>, bool) {
-        match self.lookup(&call.name, &session.state) {
-            // An unknown tool fails at once, so it can run with anything.
-            None => (None, true),
-            Some(reg) => {
-                let valid = reg.validator.is_valid(&call.input);
-                // A tool that panics while judging counts as unsafe.
-                let safe = valid
-                    && std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        reg.factory.is_concurrency_safe(&call.input)
-                    }))
-                    .unwrap_or(false);
-                (Some(Resolved { reg, valid }), safe)
-            }
-        }
-    }
-
-    /// Runs the calls of one assistant message and returns their results in call order:
-    /// a [`Batch`] with every call pushed at once.
-    pub async fn dispatch_batch(
-        &self,
-        calls: Vec<ToolUse>,
-        session: &Session,
-    ) -> Vec<ToolResultBlock> {
-        let batch = self.batch(session);
-        for call in calls {
-            batch.push(call);
-        }
-        batch.finish().await
-    }
-}
-
-impl Batch {
     /// Adds a call (as soon as the model has streamed it); it starts at once if the rules
     /// allow. After an abort, or a sibling failure under `cancel_siblings`, the call gets a
     /// `cancelled` result without running.
     pub fn push(&self, call: ToolUse) {
-        let (resolved, safe) = self.shared.dispatcher.classify(&call, &self.shared.session);
+        let mut call = Invocation::new(&self.shared.engine, &self.shared.session, call);
+        let safe = call.judge_safety();
+        let control = Arc::new(InFlight::new(call.header.tool_use_id.clone()));
+        call.controlled_by(control.clone());
         let starts = {
             let mut st = self.shared.lock();
             let index = st.entries.len();
@@ -417,20 +350,16 @@ impl Batch {
                     .map(|cause| (CancelReason::SiblingError, Some(cause)))
             };
             let mut entry = Entry {
-                control: Arc::new(InFlight::new(Arc::from(call.id.as_str()))),
+                control,
                 call: None,
-                resolved,
                 safe,
+                executes: call.header.side_effects == Some(SideEffect::Execute),
+                tool_name: call.header.tool_name.clone(),
                 status: Status::Waiting,
                 result: None,
             };
             if let Some((reason, cause)) = refused {
-                entry.result = Some(self.shared.dispatcher.never_started(
-                    &call,
-                    &self.shared.session,
-                    reason,
-                    cause.as_deref(),
-                ));
+                entry.result = Some(call.never_started(reason, cause.as_deref()));
                 entry.status = Status::Done;
                 st.entries.push(entry);
                 st.completed.push_back(index);
@@ -531,5 +460,22 @@ impl Drop for Batch {
     /// Aborts what has not finished (without waiting): nothing keeps running unseen.
     fn drop(&mut self) {
         self.abort_now();
+    }
+}
+
+impl Invocation {
+    /// Judges, when the call is pushed, whether it is concurrency-safe, and validates its
+    /// input (once: the pipeline does not validate it again). An unknown tool fails at
+    /// once, so it is safe; invalid input, or a tool that panics while judging, is not.
+    fn judge_safety(&mut self) -> bool {
+        let Some(tool) = &self.tool else {
+            return true;
+        };
+        self.validated = tool.validator.is_valid(&self.input);
+        self.validated
+            && std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                tool.factory.is_concurrency_safe(&self.input)
+            }))
+            .unwrap_or(false)
     }
 }

@@ -4,15 +4,14 @@
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use tokio::sync::{Notify, Semaphore};
 use tool_api::Tool;
 
 use crate::error::CancelReason;
 use crate::events::EventChannel;
-use crate::registry::Registered;
-use crate::toolset::Toolset;
+use crate::registry::{Registered, Registry, ToolListing};
 use crate::workspace::Workspace;
 
 /// Which registered tools a session sees.
@@ -206,6 +205,15 @@ impl InFlight {
     }
 }
 
+/// Something a user interrupt of the session must reach besides the calls in flight: a
+/// batch with calls that have not started. It subscribes with
+/// [`SessionState::on_interrupt`].
+pub(crate) trait Interruptible: Send + Sync {
+    /// The session was interrupted: cancel what has not started (reason `user`); returns
+    /// how many calls that cancelled.
+    fn interrupt(&self) -> usize;
+}
+
 pub(crate) struct SessionState {
     pub(crate) id: Arc<str>,
     pub(crate) workspace: Arc<Workspace>,
@@ -217,13 +225,13 @@ pub(crate) struct SessionState {
     /// Where spooled results go.
     pub(crate) data_dir: PathBuf,
     pub(crate) events: EventChannel,
-    tools: std::sync::RwLock<HashMap<Arc<str>, Arc<Registered>>>,
-    instances: Mutex<Vec<Arc<dyn Toolset>>>,
+    /// The tools of the per-session toolsets this session started.
+    pub(crate) tools: Registry,
     inflight: Mutex<HashMap<u64, Arc<InFlight>>>,
     grants: Mutex<HashSet<String>>,
     next_call: AtomicU64,
-    /// The session's batches that may still have unfinished calls.
-    batches: Mutex<Vec<std::sync::Weak<crate::schedule::Shared>>>,
+    /// What else a user interrupt must reach (the session's live batches).
+    interruptible: Mutex<Vec<Weak<dyn Interruptible>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -234,8 +242,7 @@ impl SessionState {
     pub(crate) fn new(
         id: Arc<str>,
         workspace: Arc<Workspace>,
-        visibility: Visibility,
-        toolsets: Vec<Arc<str>>,
+        spec: &SessionSpec,
         cap: usize,
         tool_caps: &HashMap<String, usize>,
         data_dir: PathBuf,
@@ -243,36 +250,92 @@ impl SessionState {
         SessionState {
             id,
             workspace,
-            visibility,
-            toolsets,
+            visibility: spec.visibility.clone(),
+            toolsets: spec
+                .toolsets
+                .iter()
+                .map(|t| Arc::from(t.as_str()))
+                .collect(),
             tool_caps: tool_caps
                 .iter()
                 .map(|(tool, cap)| (tool.clone(), Arc::new(Semaphore::new((*cap).max(1)))))
                 .collect(),
             data_dir,
-            tools: std::sync::RwLock::new(HashMap::new()),
-            instances: Mutex::new(Vec::new()),
+            tools: Registry::default(),
             semaphore: Arc::new(Semaphore::new(cap.max(1))),
             events: EventChannel::new(),
             inflight: Mutex::new(HashMap::new()),
             grants: Mutex::new(HashSet::new()),
             next_call: AtomicU64::new(0),
-            batches: Mutex::new(Vec::new()),
+            interruptible: Mutex::new(Vec::new()),
         }
     }
 
-    pub(crate) fn add_batch(&self, batch: &Arc<crate::schedule::Shared>) {
-        let mut batches = lock(&self.batches);
-        batches.retain(|b| b.strong_count() > 0);
-        batches.push(Arc::downgrade(batch));
+    /// Subscribes `what` to the session's user interrupts, for as long as it lives.
+    pub(crate) fn on_interrupt(&self, what: Weak<dyn Interruptible>) {
+        let mut subscribed = lock(&self.interruptible);
+        subscribed.retain(|w| w.strong_count() > 0);
+        subscribed.push(what);
     }
 
-    /// The session's live batches.
-    pub(crate) fn batches(&self) -> Vec<Arc<crate::schedule::Shared>> {
-        lock(&self.batches)
+    /// A user interrupt: reaches every subscriber, then every call in flight (reason
+    /// `user`). Returns how many calls that had not started it cancelled, and the calls in
+    /// flight (to wait for).
+    pub(crate) fn interrupt(&self) -> (usize, Vec<Arc<InFlight>>) {
+        let subscribed: Vec<Arc<dyn Interruptible>> = lock(&self.interruptible)
             .iter()
-            .filter_map(std::sync::Weak::upgrade)
-            .collect()
+            .filter_map(Weak::upgrade)
+            .collect();
+        let queued = subscribed.iter().map(|s| s.interrupt()).sum();
+        let calls = self.inflight();
+        for call in &calls {
+            call.interrupt(CancelReason::User, None);
+        }
+        (queued, calls)
+    }
+
+    /// Whether the session sees `tool`: its toolset is enabled, the visibility filter lets
+    /// it through, and its required capability (if any) is enabled.
+    pub(crate) fn sees(&self, tool: &Registered, capabilities: &HashSet<String>) -> bool {
+        tool.toolset()
+            .is_none_or(|t| self.toolsets.iter().any(|e| **e == *t))
+            && self.visibility.allows(&tool.name)
+            && tool.enabled_by(capabilities)
+    }
+
+    /// The tool a call of `name` reaches: the session's own toolset tools first, then the
+    /// global registry; `None` if there is none or the session does not see it.
+    pub(crate) fn lookup(
+        &self,
+        name: &str,
+        global: &Registry,
+        capabilities: &HashSet<String>,
+    ) -> Option<Arc<Registered>> {
+        let own = if self.toolsets.is_empty() {
+            None
+        } else {
+            self.tools.get(name)
+        };
+        own.or_else(|| global.get(name))
+            .filter(|t| self.sees(t, capabilities))
+    }
+
+    /// Every tool the session sees, sorted by name.
+    pub(crate) fn listing(
+        &self,
+        global: &Registry,
+        capabilities: &HashSet<String>,
+    ) -> Vec<ToolListing> {
+        let mut out: Vec<ToolListing> = self
+            .tools
+            .all()
+            .iter()
+            .chain(global.all().iter())
+            .filter(|t| self.sees(t, capabilities))
+            .map(|t| t.listing())
+            .collect();
+        out.sort_by(|a, b| a.definition.name.cmp(&b.definition.name));
+        out
     }
 
     /// Registers a call for cancellation, with the entry its batch made for it, if any.
@@ -297,41 +360,17 @@ impl SessionState {
         lock(&self.inflight).values().cloned().collect()
     }
 
-    pub(crate) fn session_tool(&self, name: &str) -> Option<Arc<Registered>> {
-        let tools = self.tools.read().unwrap_or_else(PoisonError::into_inner);
-        if tools.is_empty() {
-            return None;
+    /// Interrupts the calls in flight with this tool_use id (reason `user`); returns them.
+    pub(crate) fn cancel_call(&self, tool_use_id: &str) -> Vec<Arc<InFlight>> {
+        let calls: Vec<_> = self
+            .inflight()
+            .into_iter()
+            .filter(|c| &*c.tool_use_id == tool_use_id)
+            .collect();
+        for call in &calls {
+            call.interrupt(CancelReason::User, None);
         }
-        tools.get(name).cloned()
-    }
-
-    pub(crate) fn session_tools(&self) -> Vec<Arc<Registered>> {
-        self.tools
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .cloned()
-            .collect()
-    }
-
-    pub(crate) fn add_toolset(&self, instance: Arc<dyn Toolset>, tools: Vec<Arc<Registered>>) {
-        lock(&self.instances).push(instance);
-        let mut map = self.tools.write().unwrap_or_else(PoisonError::into_inner);
-        for t in tools {
-            map.insert(t.name.clone(), t);
-        }
-    }
-
-    /// Stops the per-session toolset instances this session started.
-    pub(crate) fn stop_toolsets(&self) {
-        let instances = std::mem::take(&mut *lock(&self.instances));
-        self.tools
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
-        for instance in instances {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| instance.stop()));
-        }
+        calls
     }
 
     pub(crate) fn is_granted(&self, tool: &str) -> bool {
@@ -386,6 +425,14 @@ impl std::fmt::Debug for Session {
 }
 
 impl Session {
+    /// A handle on `state`, in its first turn.
+    pub(crate) fn new(state: Arc<SessionState>) -> Session {
+        Session {
+            state,
+            turn_id: Arc::from("turn-1"),
+        }
+    }
+
     /// The session id.
     pub fn id(&self) -> &str {
         &self.state.id

@@ -19,14 +19,27 @@
 //! of the full original name is appended (`prefix__some_very_long_na_1a2b3c4d`). The
 //! original toolset and tool name stay attached for routing, listings and messages.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 
 use tool_api::ToolFactory;
+
+use crate::error::{RegistrationError, SessionError};
+use crate::registry::{self, Registered, Registry};
+use crate::session::SessionState;
 
 /// A running toolset: a set of tools (under their own, unprefixed names).
 pub trait Toolset: Send + Sync {
     /// The tools it offers now.
     fn tools(&self) -> Vec<Arc<dyn ToolFactory>>;
+
+    /// Called once, when the toolset is registered (shared) or started for a session (per
+    /// session), with the handle through which it announces that its tools changed (e.g. an
+    /// MCP server's `notifications/tools/list_changed`). The default ignores it.
+    fn bind(&self, handle: ToolsetHandle) {
+        let _ = handle;
+    }
+
     /// Stops it (a per-session instance, when its session closes). Default: nothing.
     fn stop(&self) {}
 }
@@ -67,6 +80,312 @@ impl std::fmt::Debug for ToolsetDef {
                 },
             )
             .finish()
+    }
+}
+
+/// Given to a toolset when it is bound ([`Toolset::bind`]): announces that its tools
+/// changed. It holds the dispatcher (and, for a per-session instance, the session) weakly:
+/// once they are gone, announcing is refused and nothing is kept alive.
+#[derive(Clone)]
+pub struct ToolsetHandle {
+    id: Arc<str>,
+    prefix: Option<String>,
+    separator: String,
+    instance: Weak<dyn Toolset>,
+    global: Weak<Registry>,
+    session: Option<Weak<SessionState>>,
+}
+
+impl std::fmt::Debug for ToolsetHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolsetHandle")
+            .field("id", &self.id)
+            .field("per_session", &self.session.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolsetHandle {
+    /// The toolset's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Re-reads the toolset's tools ([`Toolset::tools`]) and republishes them in place of
+    /// the old ones, all or none. Returns how many tools it now has. Refused when the
+    /// dispatcher or the session is gone, or when a tool is (its message says why).
+    pub fn tools_changed(&self) -> Result<usize, RegistrationError> {
+        let gone = |what: &str| RegistrationError::Toolset {
+            id: self.id.to_string(),
+            message: format!("{what} is gone; its tools were not republished"),
+        };
+        let instance = self.instance.upgrade().ok_or_else(|| gone("the toolset"))?;
+        let global = self
+            .global
+            .upgrade()
+            .ok_or_else(|| gone("the dispatcher"))?;
+        let published = match &self.session {
+            None => self.publish(instance.as_ref(), &global, &|_| false),
+            Some(session) => {
+                let session = session.upgrade().ok_or_else(|| gone("the session"))?;
+                self.publish(instance.as_ref(), &session.tools, &|n| global.contains(n))
+            }
+        }?;
+        tracing::debug!(toolset = %self.id, tools = published, "toolset republished its tools");
+        Ok(published)
+    }
+
+    /// Publishes the tools of `instance` into `target` under this handle's prefix,
+    /// replacing the toolset's old tools there; `also_taken` names taken elsewhere.
+    fn publish(
+        &self,
+        instance: &dyn Toolset,
+        target: &Registry,
+        also_taken: &dyn Fn(&str) -> bool,
+    ) -> Result<usize, RegistrationError> {
+        target.replace_toolset(&self.id, also_taken, |taken| {
+            let mut prepared: Vec<Registered> = Vec::new();
+            for factory in instance.tools() {
+                let tool = factory.definition().name.clone();
+                let free = |n: &str| !taken(n) && !prepared.iter().any(|p| &*p.name == n);
+                let published =
+                    publish_name(self.prefix.as_deref(), &self.separator, &tool, |n| !free(n));
+                if !free(&published) {
+                    return Err(RegistrationError::Duplicate {
+                        name: published,
+                        existing_source: "another tool".into(),
+                        new_source: format!("toolset '{}'", self.id),
+                    });
+                }
+                prepared.push(registry::prepare_as(
+                    factory,
+                    published,
+                    Some((self.id.clone(), tool)),
+                )?);
+            }
+            Ok(prepared)
+        })
+    }
+}
+
+/// Whether `prefix` may prefix a toolset's published names: 1 to 32 letters, digits, `_` or
+/// `-`. `Err` says what is expected.
+pub fn check_prefix(prefix: &str) -> Result<(), String> {
+    if (1..=32).contains(&prefix.len()) && is_publishable(prefix, "") {
+        Ok(())
+    } else {
+        Err(format!(
+            "prefix '{prefix}' must be 1-32 letters, digits, '_' or '-'"
+        ))
+    }
+}
+
+/// The toolset instances one session started.
+type Instances = Vec<Arc<dyn Toolset>>;
+
+/// The registered toolsets of a dispatcher, and the per-session instances they started.
+#[derive(Default)]
+pub(crate) struct Toolsets {
+    defs: RwLock<Vec<ToolsetDef>>,
+    /// Per-session instances, by session id.
+    started: Mutex<HashMap<Arc<str>, Instances>>,
+}
+
+fn stop_quietly(instance: &dyn Toolset) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| instance.stop()));
+}
+
+impl Toolsets {
+    fn defs(&self) -> Vec<ToolsetDef> {
+        self.defs
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn handle(
+        def: &ToolsetDef,
+        separator: &str,
+        instance: &Arc<dyn Toolset>,
+        global: &Arc<Registry>,
+        session: Option<&Arc<SessionState>>,
+    ) -> ToolsetHandle {
+        ToolsetHandle {
+            id: Arc::from(def.id.as_str()),
+            prefix: def.prefix.clone(),
+            separator: separator.to_string(),
+            instance: Arc::downgrade(instance),
+            global: Arc::downgrade(global),
+            session: session.map(Arc::downgrade),
+        }
+    }
+
+    /// Registers a toolset: refuses a duplicate id or prefix, or an invalid prefix; a
+    /// shared toolset's tools are published at once (all or none) and it is bound.
+    pub(crate) fn register(
+        &self,
+        def: ToolsetDef,
+        global: &Arc<Registry>,
+        separator: &str,
+    ) -> Result<(), RegistrationError> {
+        let refuse = |message: String| RegistrationError::Toolset {
+            id: def.id.clone(),
+            message,
+        };
+        let mut defs = self.defs.write().unwrap_or_else(PoisonError::into_inner);
+        if defs.iter().any(|t| t.id == def.id) {
+            return Err(refuse(
+                "a toolset with this id is already registered".into(),
+            ));
+        }
+        if let Some(p) = &def.prefix {
+            check_prefix(p).map_err(refuse)?;
+            if let Some(other) = defs.iter().find(|t| t.prefix.as_deref() == Some(p)) {
+                return Err(refuse(format!(
+                    "prefix '{p}' is already used by toolset '{}'",
+                    other.id
+                )));
+            }
+        }
+        if let ToolsetBinding::Shared(instance) = &def.binding {
+            let handle = Self::handle(&def, separator, instance, global, None);
+            handle.publish(instance.as_ref(), global, &|_| false)?;
+            instance.bind(handle);
+        }
+        defs.push(def);
+        Ok(())
+    }
+
+    /// Re-reads a shared toolset's tools and republishes them.
+    pub(crate) fn refresh(
+        &self,
+        id: &str,
+        global: &Arc<Registry>,
+        separator: &str,
+    ) -> Result<usize, RegistrationError> {
+        let def = self
+            .defs()
+            .into_iter()
+            .find(|t| t.id == id)
+            .ok_or_else(|| RegistrationError::Toolset {
+                id: id.to_string(),
+                message: "no toolset with this id is registered".into(),
+            })?;
+        let ToolsetBinding::Shared(instance) = &def.binding else {
+            return Err(RegistrationError::Toolset {
+                id: id.to_string(),
+                message: "per-session toolsets are refreshed through the handle each instance gets (Toolset::bind), not by id".into(),
+            });
+        };
+        Self::handle(&def, separator, instance, global, None).tools_changed()
+    }
+
+    /// Starts the per-session toolsets `session` enables; refuses an unknown id. On a
+    /// failure, whatever it started for the session is stopped again.
+    pub(crate) fn start_for(
+        &self,
+        session: &Arc<SessionState>,
+        global: &Arc<Registry>,
+        separator: &str,
+    ) -> Result<(), SessionError> {
+        let defs = self.defs();
+        let mut started: Vec<Arc<dyn Toolset>> = Vec::new();
+        let fail = |started: Vec<Arc<dyn Toolset>>, e: SessionError| {
+            for instance in started {
+                stop_quietly(instance.as_ref());
+            }
+            session.tools.clear();
+            Err(e)
+        };
+        for wanted in &session.toolsets {
+            let Some(def) = defs.iter().find(|t| *t.id == **wanted) else {
+                let known = defs.iter().map(|t| t.id.clone()).collect::<Vec<_>>();
+                let e = SessionError::UnknownToolset {
+                    id: wanted.to_string(),
+                    known: known.join(", "),
+                };
+                return fail(started, e);
+            };
+            let ToolsetBinding::PerSession(make) = &def.binding else {
+                continue;
+            };
+            let instance = match make(&session.id) {
+                Ok(instance) => instance,
+                Err(message) => {
+                    let id = def.id.clone();
+                    return fail(started, SessionError::Toolset { id, message });
+                }
+            };
+            started.push(instance.clone());
+            let handle = Self::handle(def, separator, &instance, global, Some(session));
+            if let Err(e) =
+                handle.publish(instance.as_ref(), &session.tools, &|n| global.contains(n))
+            {
+                let (id, message) = (def.id.clone(), e.to_string());
+                return fail(started, SessionError::Toolset { id, message });
+            }
+            instance.bind(handle);
+        }
+        if !started.is_empty() {
+            self.started
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(session.id.clone(), started);
+        }
+        Ok(())
+    }
+
+    /// Stops the per-session instances `session` started and forgets their tools.
+    pub(crate) fn stop_for(&self, session: &SessionState) {
+        let started = self
+            .started
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&session.id)
+            .unwrap_or_default();
+        session.tools.clear();
+        for instance in started {
+            stop_quietly(instance.as_ref());
+        }
+    }
+
+    /// Where an unknown name would have been routed, for the not-found message.
+    pub(crate) fn route_hint(
+        &self,
+        name: &str,
+        session: &SessionState,
+        separator: &str,
+    ) -> Option<String> {
+        let defs = self.defs.read().unwrap_or_else(PoisonError::into_inner);
+        let enabled: Vec<&ToolsetDef> = defs
+            .iter()
+            .filter(|t| session.toolsets.iter().any(|e| **e == *t.id))
+            .collect();
+        if let Some(ts) = enabled.iter().find(|t| {
+            t.prefix.as_ref().is_some_and(|p| {
+                name.strip_prefix(p.as_str())
+                    .is_some_and(|r| r.starts_with(separator))
+            })
+        }) {
+            return Some(format!("Tool '{name}' not found in toolset '{}'.", ts.id));
+        }
+        let (prefix, _) = name.split_once(separator)?;
+        let known: Vec<String> = enabled
+            .iter()
+            .filter_map(|t| {
+                t.prefix
+                    .as_ref()
+                    .map(|p| format!("{} (prefix {p}{separator})", t.id))
+            })
+            .collect();
+        Some(format!(
+            "Toolset '{prefix}' not found. Known toolsets: {}.",
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
+        ))
     }
 }
 

@@ -103,7 +103,7 @@ async fn unknown_tool_is_not_found_listing_available_tools() {
         "Tool 'reed_file' not found. Available: list_dir, patch_file, read_file, shell, write_file"
     );
     let e = next_of(&mut events, "tool.failed").await;
-    assert_eq!(e.side_effects, None);
+    assert_eq!(e.call.side_effects, None);
     assert_eq!(e.to_json()["error_class"], "not_found");
 }
 
@@ -241,12 +241,9 @@ impl Confirmer for Scripted {
     fn name(&self) -> &str {
         "scripted"
     }
-    fn confirm(
-        &self,
-        _r: ConfirmationRequest,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Decision> + Send>> {
+    fn confirm(&self, _r: ConfirmationRequest) -> dispatcher_core::confirmation::ConfirmFuture {
         let d = self.0;
-        Box::pin(async move { d })
+        Box::pin(async move { d.into() })
     }
 }
 
@@ -269,7 +266,7 @@ async fn always_allow_stops_asking_for_that_tool_in_that_session() {
                 &fx.session,
             )
             .await;
-        assert!(!r.is_error);
+        assert!(!r.is_error());
     }
     let asked = drain(&mut events)
         .iter()
@@ -342,7 +339,7 @@ async fn hooks_can_deny_or_force_a_prompt() {
             &fx.session,
         )
         .await;
-    assert!(!r.is_error);
+    assert!(!r.is_error());
 }
 
 #[tokio::test]
@@ -441,7 +438,7 @@ async fn patch_file_needs_exactly_one_match() {
             &fx.session,
         )
         .await;
-    assert!(!one.is_error);
+    assert!(!one.is_error());
     assert_eq!(
         std::fs::read_to_string(fx.path("f.txt")).unwrap(),
         "aa cc aa"
@@ -468,7 +465,7 @@ async fn write_file_replaces_atomically_and_keeps_permissions() {
             &fx.session,
         )
         .await;
-    assert!(!r.is_error);
+    assert!(!r.is_error());
     assert_eq!(std::fs::read_to_string(fx.path("run.sh")).unwrap(), "new");
     assert_eq!(
         std::fs::metadata(fx.path("run.sh"))
@@ -494,7 +491,7 @@ async fn write_file_replaces_atomically_and_keeps_permissions() {
             &fx.session,
         )
         .await;
-    assert!(!r.is_error, "{}", r.text());
+    assert!(!r.is_error(), "{}", r.text());
 }
 
 #[tokio::test]

@@ -52,13 +52,10 @@ impl Confirmer for Counting {
     fn name(&self) -> &str {
         "counting"
     }
-    fn confirm(
-        &self,
-        _r: ConfirmationRequest,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Decision> + Send>> {
+    fn confirm(&self, _r: ConfirmationRequest) -> dispatcher_core::confirmation::ConfirmFuture {
         self.asked.fetch_add(1, Ordering::SeqCst);
         let d = self.decision.unwrap_or(Decision::Deny);
-        Box::pin(async move { d })
+        Box::pin(async move { d.into() })
     }
 }
 
@@ -76,7 +73,7 @@ async fn hook_allow_skips_the_prompt() {
     builtins(&d);
     let fx = Fixture::new(d.clone());
     let r = d.dispatch(write("a.txt"), &fx.session).await;
-    assert!(!r.is_error, "{r:?}");
+    assert!(!r.is_error(), "{r:?}");
     assert_eq!(asker.asked(), 0);
 }
 
@@ -131,10 +128,10 @@ async fn hook_ask_forces_a_prompt_even_after_always_allow() {
         .build();
     builtins(&d);
     let fx = Fixture::new(d.clone());
-    assert!(!d.dispatch(write("a.txt"), &fx.session).await.is_error);
-    assert!(!d.dispatch(write("b.txt"), &fx.session).await.is_error);
+    assert!(!d.dispatch(write("a.txt"), &fx.session).await.is_error());
+    assert!(!d.dispatch(write("b.txt"), &fx.session).await.is_error());
     assert_eq!(asker.asked(), 1, "always-allow covers the second write");
-    assert!(!d.dispatch(write(".env"), &fx.session).await.is_error);
+    assert!(!d.dispatch(write(".env"), &fx.session).await.is_error());
     assert_eq!(asker.asked(), 2, "the hook's ask still prompts");
 }
 
@@ -158,7 +155,7 @@ async fn hook_rewrite_is_validated_again_before_the_call_runs() {
     builtins(&d);
     let fx = Fixture::new(d.clone());
     let r = d.dispatch(write("a.txt"), &fx.session).await;
-    assert!(!r.is_error, "{r:?}");
+    assert!(!r.is_error(), "{r:?}");
     assert!(fx.path("out/a.txt").is_file(), "the rewritten input ran");
     assert!(!fx.path("a.txt").exists());
 
@@ -187,7 +184,7 @@ impl PostUseHook for Reviewer {
                 text: "[redacted by policy]".into(),
                 is_error: true,
             }
-        } else if call.call.tool_name == "read_file" {
+        } else if call.call.tool_name() == "read_file" {
             PostDecision::Annotate("this file is generated; do not edit it".into())
         } else {
             PostDecision::Keep
@@ -219,7 +216,7 @@ async fn post_use_hook_annotates_or_replaces_the_result() {
             &fx.session,
         )
         .await;
-    assert!(r.is_error);
+    assert!(r.is_error());
     assert_eq!(r.text(), "[redacted by policy]");
 }
 
@@ -256,7 +253,7 @@ async fn command_hook_gets_the_call_as_json_on_stdin_and_exit_0_lets_it_run() {
     let seen = dir.path().join("seen.json");
     let (d, fx) = with_command_hook(command_hook(&format!("cat > '{}'", seen.display())));
     let r = d.dispatch(write("a.txt"), &fx.session).await;
-    assert!(!r.is_error, "{r:?}");
+    assert!(!r.is_error(), "{r:?}");
     let call: Value = serde_json::from_str(&std::fs::read_to_string(&seen).unwrap()).unwrap();
     assert_eq!(call["hook_event"], "pre_tool_use");
     assert_eq!(call["tool_name"], "write_file");
@@ -272,7 +269,7 @@ async fn command_hook_other_exit_codes_timeouts_and_garbage_are_logged_and_let_t
         hook.timeout = Duration::from_millis(200);
         let (d, fx) = with_command_hook(hook);
         let r = d.dispatch(write("a.txt"), &fx.session).await;
-        assert!(!r.is_error, "{script}: {r:?}");
+        assert!(!r.is_error(), "{script}: {r:?}");
     }
 }
 
@@ -281,7 +278,7 @@ async fn command_hook_can_rewrite_the_input_through_stdout() {
     let (d, fx) = with_command_hook(command_hook(
         r#"echo '{"input": {"path": "rewritten.txt", "content": "y"}}'"#,
     ));
-    assert!(!d.dispatch(write("a.txt"), &fx.session).await.is_error);
+    assert!(!d.dispatch(write("a.txt"), &fx.session).await.is_error());
     assert_eq!(
         std::fs::read_to_string(fx.path("rewritten.txt")).unwrap(),
         "y"
@@ -293,7 +290,7 @@ async fn command_hook_runs_only_for_the_tools_it_names() {
     let mut hook = command_hook("exit 2");
     hook.matcher = HookMatcher::Tools(vec!["shell".into()]);
     let (d, fx) = with_command_hook(hook);
-    assert!(!d.dispatch(write("a.txt"), &fx.session).await.is_error);
+    assert!(!d.dispatch(write("a.txt"), &fx.session).await.is_error());
 }
 
 #[tokio::test]
@@ -320,7 +317,7 @@ struct Limits {
 }
 impl RuntimePolicy for Limits {
     fn grant(&self, call: &GrantRequest<'_>, base: Grant) -> Result<Grant, String> {
-        if call.tool_name == "list_dir" {
+        if call.tool_name() == "list_dir" {
             return Err("directory listings are not allowed for this agent".into());
         }
         Ok(Grant {
@@ -402,14 +399,14 @@ async fn always_allow_lasts_for_the_session_and_can_be_listed_and_revoked() {
     builtins(&d);
     let fx = Fixture::new(d.clone());
     for p in ["a", "b", "c"] {
-        assert!(!d.dispatch(write(p), &fx.session).await.is_error);
+        assert!(!d.dispatch(write(p), &fx.session).await.is_error());
     }
     assert_eq!(asker.asked(), 1);
     assert_eq!(fx.session.approvals(), ["write_file"]);
     assert!(fx.session.revoke_approval("write_file"));
     assert!(!fx.session.revoke_approval("write_file"));
     assert!(fx.session.approvals().is_empty());
-    assert!(!d.dispatch(write("d"), &fx.session).await.is_error);
+    assert!(!d.dispatch(write("d"), &fx.session).await.is_error());
     assert_eq!(asker.asked(), 2, "prompts again after the revoke");
     assert_eq!(fx.session.revoke_all_approvals(), 1);
 }

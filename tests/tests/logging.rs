@@ -127,7 +127,7 @@ async fn file_api_refuses_outside_paths_even_though_raw_io_is_not_sandboxed() {
         )
         .await;
     let logs = capture.text();
-    assert!(!r.is_error, "{}", r.text());
+    assert!(!r.is_error(), "{}", r.text());
     let api_error = r.metadata["api_error"].as_str().unwrap();
     assert!(
         api_error.starts_with("permission denied")
@@ -161,7 +161,7 @@ async fn call_slower_than_the_threshold_logs_a_warning() {
     let r = d
         .dispatch(ToolUse::new("tu", "list_dir", json!({})), &fx.session)
         .await;
-    assert!(!r.is_error);
+    assert!(!r.is_error());
     let logs = capture.text();
     assert!(
         logs.contains("WARN") && logs.contains("slow tool call: 'list_dir'"),

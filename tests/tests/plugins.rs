@@ -96,7 +96,7 @@ async fn good_package_loads_and_its_tools_dispatch_like_builtins() {
     assert_eq!(name, "fixture-good");
     assert_eq!(tools.len(), 5);
     let r = env.call("echo_upper", json!({"text": "abc"})).await;
-    assert_eq!((r.text().as_str(), r.is_error), ("ABC", false));
+    assert_eq!((r.text().as_str(), r.is_error()), ("ABC", false));
     let listing = env.dispatcher.listing_for_session(&env.session());
     let src = listing
         .iter()
@@ -257,7 +257,11 @@ async fn checksum_mismatch_is_refused_before_the_library_is_opened() {
         matches!(refusal, Refusal::ChecksumMismatch { .. }),
         "{refusal}"
     );
-    assert!(env.call("echo_upper", json!({"text": "a"})).await.is_error);
+    assert!(
+        env.call("echo_upper", json!({"text": "a"}))
+            .await
+            .is_error()
+    );
 }
 
 #[tokio::test]
@@ -292,7 +296,7 @@ async fn panic_abort_build_with_a_lying_manifest_is_refused_after_loading() {
     edit_manifest(&pkg, |m| m.unwinds = true);
     assert_eq!(only_refusal(&env.load()), Refusal::PanicAbort);
     assert!(
-        env.call("abort_echo", json!({})).await.is_error,
+        env.call("abort_echo", json!({})).await.is_error(),
         "no tool of it was registered"
     );
 }
@@ -650,7 +654,7 @@ async fn plugin_tool_judges_concurrency_safety_per_call() {
             &session,
         )
         .await;
-    assert!(results.iter().all(|r| !r.is_error), "{results:?}");
+    assert!(results.iter().all(|r| !r.is_error()), "{results:?}");
     let log = order_log(&env);
     assert!(
         at(&log, "start b") < at(&log, "end a"),

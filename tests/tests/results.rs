@@ -42,7 +42,7 @@ async fn large_result_is_spooled_and_read_file_can_page_through_it() {
     let d = dispatcher(small_caps());
     let fx = Fixture::new(d.clone());
     let r = d.dispatch(shell("tu_big", "seq 1 5000"), &fx.session).await;
-    assert!(!r.is_error, "{r:?}");
+    assert!(!r.is_error(), "{r:?}");
     let text = r.text();
     let path = ".toolhost/sessions/s1/tool-results/tu_big.txt";
     assert!(text.starts_with("1\n2\n3\n"), "a preview first: {text}");
@@ -124,7 +124,7 @@ async fn spool_failure_cuts_the_result_and_says_why() {
         .open_session(SessionSpec::new("s", dir.path()).data_dir(&blocker))
         .unwrap();
     let r = d.dispatch(shell("t", "seq 1 5000"), &session).await;
-    assert!(!r.is_error);
+    assert!(!r.is_error());
     assert!(
         r.text().contains("Output cut") && r.text().contains("could not be saved"),
         "{}",
@@ -180,7 +180,7 @@ async fn shell_streams_output_deltas_while_it_runs() {
         }
     }
     assert_eq!(chunks.concat(), "one\ntwo\n[stderr] oops\n");
-    assert!(!run.await.unwrap().is_error);
+    assert!(!run.await.unwrap().is_error());
 }
 
 #[tokio::test]

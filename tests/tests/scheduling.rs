@@ -191,7 +191,7 @@ async fn write_waits_for_reads_before_it_and_reads_after_it_wait_for_the_write()
         )
         .await;
     assert_eq!(ids(&results), ["1", "2", "3", "4"]);
-    assert!(results.iter().all(|r| !r.is_error), "{results:?}");
+    assert!(results.iter().all(|r| !r.is_error()), "{results:?}");
     let log = log_of(&e.session);
     // Both reads run together…
     assert!(pos(&log, "start r2") < pos(&log, "end r1"), "{log:?}");
@@ -293,7 +293,7 @@ async fn streamed_batch_starts_calls_as_they_arrive_and_hands_results_out_as_the
     ));
     // The first call runs before the model has streamed the second one.
     let called = next_of(&mut events, "tool.called").await;
-    assert_eq!(&*called.tool_use_id, "slow");
+    assert_eq!(called.tool_use_id(), "slow");
     batch.push(call("fast", "probe_read", json!({"tag": "fast", "ms": 1})));
     let first = batch.next_completed().await.unwrap();
     assert_eq!(first.tool_use_id, "fast");
@@ -331,7 +331,7 @@ async fn aborting_a_batch_cancels_what_has_not_finished_with_synthetic_results()
     wait_for_log(&e.session, "start running").await;
     let results = batch.abort().await;
     assert_eq!(ids(&results), ["done", "running", "queued"]);
-    assert!(!results[0].is_error);
+    assert!(!results[0].is_error());
     for r in &results[1..] {
         assert_eq!(r.error_class, Some(ErrorClass::Cancelled), "{r:?}");
         assert_eq!(r.cancel_reason, Some(CancelReason::Aborted), "{r:?}");
@@ -454,8 +454,11 @@ async fn failed_execute_call_leaves_siblings_alone_by_default() {
             &e.session,
         )
         .await;
-    assert!(results[1].is_error);
-    assert!(!results[0].is_error && !results[2].is_error, "{results:?}");
+    assert!(results[1].is_error());
+    assert!(
+        !results[0].is_error() && !results[2].is_error(),
+        "{results:?}"
+    );
 }
 
 #[tokio::test]
@@ -483,7 +486,7 @@ async fn block_tool_runs_to_completion_through_a_user_interrupt() {
     // The interrupt cancels the queued call at once and waits for the running write.
     assert_eq!(e.d.cancel_session_tools(e.session.id()).await, 2);
     let results = batch.finish().await;
-    assert!(!results[0].is_error, "not torn: {:?}", results[0]);
+    assert!(!results[0].is_error(), "not torn: {:?}", results[0]);
     assert_eq!(results[0].text(), "done w");
     assert_eq!(results[1].cancel_reason, Some(CancelReason::User));
     assert!(!log_of(&e.session).iter().any(|l| l == "start next"));
@@ -508,5 +511,5 @@ async fn interrupt_behaviour_can_be_set_per_tool_in_config() {
     wait_for_log(&e.session, "start s").await;
     e.d.cancel_session_tools(e.session.id()).await;
     let r = run.await.unwrap();
-    assert!(!r.is_error, "{r:?}");
+    assert!(!r.is_error(), "{r:?}");
 }

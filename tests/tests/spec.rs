@@ -305,7 +305,7 @@ async fn malformed_input_is_invalid_for_every_side_effect_class() {
                 &fx.session,
             )
             .await;
-        assert!(r.is_error, "{class}");
+        assert!(r.is_error(), "{class}");
         assert_eq!(r.error_class, Some(ErrorClass::ValidationError));
         let text = r.text();
         assert!(
@@ -314,7 +314,7 @@ async fn malformed_input_is_invalid_for_every_side_effect_class() {
         );
         assert!(text.contains("at /count"), "{text}");
         let event = next_of(&mut events, "tool.input_invalid").await;
-        assert_eq!(event.side_effects, Some(class));
+        assert_eq!(event.call.side_effects, Some(class));
         let EventKind::InputInvalid { errors } = &event.kind else {
             unreachable!()
         };
@@ -389,7 +389,7 @@ async fn absolute_path_outside_workspace_is_permission_denied() {
             &fx.session,
         )
         .await;
-    assert!(!r.is_error, "{}", r.text());
+    assert!(!r.is_error(), "{}", r.text());
     assert_eq!(r.text(), "in");
 }
 
@@ -474,7 +474,7 @@ async fn confirmed_write_runs_after_user_allows() {
         &vec!["will modify src/auth.ts".to_string()]
     );
     assert!(input_summary.contains("src/auth.ts"));
-    assert_eq!(requested.side_effects, Some(SideEffect::Write));
+    assert_eq!(requested.call.side_effects, Some(SideEffect::Write));
     assert_eq!(fx.dispatcher.broker().pending(Some("s1")).len(), 1);
     assert_eq!(
         std::fs::read_to_string(fx.path("src/auth.ts")).unwrap(),
@@ -486,7 +486,7 @@ async fn confirmed_write_runs_after_user_allows() {
         .resolve(request_id, Decision::Allow, "tui")
         .unwrap();
     let r = pending.await.unwrap();
-    assert!(!r.is_error, "{}", r.text());
+    assert!(!r.is_error(), "{}", r.text());
     assert_eq!(
         std::fs::read_to_string(fx.path("src/auth.ts")).unwrap(),
         "new"
@@ -614,7 +614,7 @@ async fn first_confirmation_answer_wins_and_later_ones_are_told() {
             by: "tui".into(),
         }
     );
-    assert!(!pending.await.unwrap().is_error);
+    assert!(!pending.await.unwrap().is_error());
     assert!(matches!(
         d.broker().resolve("cr_nope", Decision::Allow, "x"),
         Err(ResolveError::Unknown { .. })
@@ -642,7 +642,10 @@ async fn six_calls_with_cap_four_run_four_at_a_time_and_return_in_order() {
     let queued: Vec<f64> = drain(&mut events)
         .iter()
         .filter_map(|e| match e.kind {
-            EventKind::Called { queued_ms } => Some(queued_ms),
+            EventKind::Called {
+                queued_ms,
+                authorized_by: _,
+            } => Some(queued_ms),
             _ => None,
         })
         .collect();
@@ -792,7 +795,7 @@ async fn trusted_workspace_auto_runs_writes_but_execute_still_prompts() {
             &session,
         )
         .await;
-    assert!(!w.is_error, "{}", w.text());
+    assert!(!w.is_error(), "{}", w.text());
     let x = d
         .dispatch(
             ToolUse::new("tu", "shell", json!({"command": "true"})),
@@ -854,10 +857,10 @@ async fn called_event_side_effects_match_each_builtin_declaration() {
         let r = d
             .dispatch(ToolUse::new("tu", name, input), &fx.session)
             .await;
-        assert!(!r.is_error, "{name}: {}", r.text());
+        assert!(!r.is_error(), "{name}: {}", r.text());
         let called = next_of(&mut events, "tool.called").await;
         assert_eq!(
-            (&*called.tool_name, called.side_effects),
+            (&*called.call.tool_name, called.call.side_effects),
             (name, Some(class))
         );
         assert_eq!(called.to_json()["side_effects"], class.as_str());

@@ -159,7 +159,7 @@ async fn allowlist_is_empty_by_default_and_blocks_until_enabled() {
     let enabled = d
         .open_session(SessionSpec::new("enabled", dir.path()).toolsets(["github"]))
         .unwrap();
-    assert!(!call(&d, &enabled, "gh__list_issues").await.is_error);
+    assert!(!call(&d, &enabled, "gh__list_issues").await.is_error());
     assert!(
         d.open_session(SessionSpec::new("bad", dir.path()).toolsets(["nope"]))
             .is_err()

@@ -18,10 +18,9 @@ mod terminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use clap::{Args, Parser, Subcommand};
-use dispatcher_core::{Dispatcher, Session, SessionSpec, ToolUse};
+use dispatcher_core::{DecidedBy, Dispatcher, EventKind, Session, SessionSpec, ToolUse};
 use serde_json::{Value, json};
 
 use crate::config::Config;
@@ -385,20 +384,29 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
                     "--input must be a JSON object, e.g. '{\"path\": \"README.md\"}'".into(),
                 ));
             }
-            let no_terminal = Arc::new(NoTerminalConfirmer::default());
             let confirmer: Arc<dyn dispatcher_core::Confirmer> = if yes {
                 Arc::new(YesConfirmer)
             } else if terminal::interactive() {
                 Arc::new(TerminalConfirmer)
             } else {
-                no_terminal.clone()
+                Arc::new(NoTerminalConfirmer)
             };
             let host = build_host(&sources, Some(confirmer)).await?;
             let session = host.open_session("cli", &session)?;
-            let result = host
+            let mut call = host
                 .dispatcher
-                .dispatch(ToolUse::new("toolu_cli_1", &name, input), &session)
-                .await;
+                .invocation(ToolUse::new("toolu_cli_1", &name, input), &session);
+            let mut events = call.events();
+            let result = call.run().await;
+            let fell_back = std::iter::from_fn(|| events.try_recv()).any(|e| {
+                matches!(
+                    &e.kind,
+                    EventKind::ConfirmationResolved {
+                        decided_by: DecidedBy::Fallback { .. },
+                        ..
+                    }
+                )
+            });
             if json {
                 println!(
                     "{}",
@@ -407,11 +415,9 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
             } else {
                 println!("{}", result.text());
             }
-            if result.is_error {
-                if let Some(class) = result.error_class {
-                    eprintln!("toolhost: '{name}' ended with {class}");
-                }
-                if no_terminal.denied.load(Ordering::SeqCst) {
+            if let Some(class) = result.error_class {
+                eprintln!("toolhost: '{name}' ended with {class}");
+                if fell_back {
                     eprintln!(
                         "toolhost: there is no terminal to ask for confirmation. Pass --yes to allow this call, \
                          or set `{name} = \"auto\"` under [tool_confirmation.per_tool] in {}.",
@@ -433,7 +439,6 @@ async fn serve_mcp(sources: &Sources<'_>, args: &SessionArgs) -> Result<ExitCode
         peer.clone(),
         sources.config.mcp.prompt_fallback,
     ));
-    let fallback_used = confirmer.fallback_used.clone();
     let host = build_host(sources, Some(confirmer)).await?;
     let dispatcher = host.dispatcher.clone();
     let session = host.open_session("mcp", args)?;
@@ -441,7 +446,6 @@ async fn serve_mcp(sources: &Sources<'_>, args: &SessionArgs) -> Result<ExitCode
         dispatcher.clone(),
         session,
         peer,
-        fallback_used,
         sources.config.mcp.prompt_fallback,
         sources.file.display().to_string(),
     );

@@ -21,14 +21,13 @@
 //! fallback answers.
 
 use std::borrow::Cow;
-use std::collections::HashSet;
-use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, OnceLock};
 
-use dispatcher_core::EventKind;
+use dispatcher_core::confirmation::ConfirmFuture;
 use dispatcher_core::{
-    ConfirmationRequest, Confirmer, Decision, Dispatcher, Session, ToolResultBlock, ToolUse,
+    Answer, CallEvents, ConfirmationRequest, Confirmer, DecidedBy, Decision, Dispatcher, EventKind,
+    Session, ToolResultBlock, ToolUse,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
@@ -56,22 +55,17 @@ pub enum PromptFallback {
 /// The MCP client's peer, known once it has talked to us.
 pub type PeerSlot = Arc<OnceLock<Peer<RoleServer>>>;
 
-/// Answers confirmation requests through the MCP client (elicitation) or the fallback.
+/// Answers confirmation requests through the MCP client (elicitation) or, when the client
+/// cannot elicit, with the configured fallback (an [`Answer::fallback`]).
 pub struct ElicitingConfirmer {
     peer: PeerSlot,
     fallback: PromptFallback,
-    /// tool_use ids whose prompt was answered by the fallback (to explain the denial).
-    pub fallback_used: Arc<Mutex<HashSet<String>>>,
 }
 
 impl ElicitingConfirmer {
     /// A confirmer over the peer slot.
     pub fn new(peer: PeerSlot, fallback: PromptFallback) -> Self {
-        ElicitingConfirmer {
-            peer,
-            fallback,
-            fallback_used: Arc::new(Mutex::new(HashSet::new())),
-        }
+        ElicitingConfirmer { peer, fallback }
     }
 }
 
@@ -96,10 +90,7 @@ impl Confirmer for ElicitingConfirmer {
         "mcp-client"
     }
 
-    fn confirm(
-        &self,
-        request: ConfirmationRequest,
-    ) -> Pin<Box<dyn Future<Output = Decision> + Send>> {
+    fn confirm(&self, request: ConfirmationRequest) -> ConfirmFuture {
         let peer = self
             .peer
             .get()
@@ -109,20 +100,18 @@ impl Confirmer for ElicitingConfirmer {
             })
             .cloned();
         let fallback = self.fallback;
-        let used = self.fallback_used.clone();
         Box::pin(async move {
             let (Some(peer), Some(schema)) = (peer, decision_schema()) else {
-                used.lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .insert(request.tool_use_id.to_string());
-                return match fallback {
+                return Answer::fallback(match fallback {
                     PromptFallback::Allow => Decision::Allow,
                     PromptFallback::Deny => Decision::Deny,
-                };
+                });
             };
             let mut message = format!(
                 "toolhost: '{}' ({}) asks to run.\nInput: {}",
-                request.tool_name, request.side_effects, request.input_summary
+                request.tool_name(),
+                request.side_effects(),
+                request.input_summary
             );
             for m in &request.projected_modifications {
                 message.push_str(&format!("\n{m}"));
@@ -132,7 +121,7 @@ impl Confirmer for ElicitingConfirmer {
                 message,
                 requested_schema: schema,
             };
-            match peer.create_elicitation(params).await {
+            let decision = match peer.create_elicitation(params).await {
                 Ok(result) if result.action == ElicitationAction::Accept => {
                     match result
                         .content
@@ -150,7 +139,8 @@ impl Confirmer for ElicitingConfirmer {
                     tracing::warn!("elicitation failed, denying: {e}");
                     Decision::Deny
                 }
-            }
+            };
+            decision.into()
         })
     }
 }
@@ -168,7 +158,6 @@ pub struct McpServer {
     dispatcher: Dispatcher,
     session: Session,
     peer: PeerSlot,
-    fallback_used: Arc<Mutex<HashSet<String>>>,
     fallback: PromptFallback,
     config_file: String,
 }
@@ -179,7 +168,6 @@ impl McpServer {
         dispatcher: Dispatcher,
         session: Session,
         peer: PeerSlot,
-        confirmer_state: Arc<Mutex<HashSet<String>>>,
         fallback: PromptFallback,
         config_file: String,
     ) -> Self {
@@ -187,13 +175,12 @@ impl McpServer {
             dispatcher,
             session,
             peer,
-            fallback_used: confirmer_state,
             fallback,
             config_file,
         }
     }
 
-    fn to_mcp(&self, block: ToolResultBlock, tool: &str, tool_use_id: &str) -> CallToolResult {
+    fn to_mcp(&self, block: ToolResultBlock, tool: &str, fell_back: bool) -> CallToolResult {
         let mut content: Vec<ContentBlock> = block
             .content
             .iter()
@@ -208,12 +195,7 @@ impl McpServer {
                 }
             })
             .collect();
-        let fell_back = self
-            .fallback_used
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(tool_use_id);
-        if fell_back && block.is_error && self.fallback == PromptFallback::Deny {
+        if fell_back && block.is_error() && self.fallback == PromptFallback::Deny {
             content.push(ContentBlock::text(format!(
                 "This MCP client cannot ask the user for confirmation (it does not support elicitation), so \
                  `mcp.prompt_fallback = \"deny\"` answered. To allow '{tool}', set `{tool} = \"auto\"` under \
@@ -221,64 +203,71 @@ impl McpServer {
                 self.config_file
             )));
         }
-        if block.is_error {
+        if block.is_error() {
             CallToolResult::error(content)
         } else {
             CallToolResult::success(content)
         }
     }
+}
 
-    /// Sends the call's live output to the client as progress notifications; once `done`
-    /// fires, sends what is already queued and stops.
-    fn forward_output(
-        &self,
-        token: ProgressToken,
-        tool_use_id: &str,
-        peer: Peer<RoleServer>,
-        mut done: tokio::sync::oneshot::Receiver<()>,
-    ) -> tokio::task::JoinHandle<()> {
-        use tokio::sync::broadcast::error::{RecvError, TryRecvError};
-        let mut events = self.session.subscribe();
-        let id: Arc<str> = Arc::from(tool_use_id);
-        tokio::spawn(async move {
-            let mut streamed = 0usize;
-            let mut finishing = false;
-            loop {
-                let event = if finishing {
-                    match events.try_recv() {
-                        Ok(e) => e,
-                        Err(TryRecvError::Lagged(_)) => continue,
-                        Err(_) => return,
-                    }
-                } else {
-                    tokio::select! {
-                        e = events.recv() => match e {
-                            Ok(e) => e,
-                            Err(RecvError::Lagged(n)) => {
-                                tracing::debug!("live output to the MCP client skipped {n} events");
-                                continue;
-                            }
-                            Err(_) => return,
-                        },
-                        _ = &mut done => {
-                            finishing = true;
-                            continue;
-                        }
-                    }
-                };
-                if event.tool_use_id != id {
+/// What the call's own event stream told the server.
+#[derive(Default)]
+struct Watched {
+    /// The confirmation was answered by `[mcp] prompt_fallback`, not by a user.
+    fell_back: bool,
+}
+
+impl Watched {
+    fn see(&mut self, kind: &EventKind) {
+        if let EventKind::ConfirmationResolved {
+            decided_by: DecidedBy::Fallback { .. },
+            ..
+        } = kind
+        {
+            self.fell_back = true;
+        }
+    }
+}
+
+/// Forwards a call's live output to the client as progress notifications, and notes what
+/// the server must know of the call; once `done` fires, forwards what is already queued
+/// and returns.
+async fn watch_call(
+    mut events: CallEvents,
+    (token, peer): (ProgressToken, Peer<RoleServer>),
+    mut done: tokio::sync::oneshot::Receiver<()>,
+) -> Watched {
+    let mut watched = Watched::default();
+    let mut streamed = 0usize;
+    let mut finishing = false;
+    loop {
+        let event = if finishing {
+            match events.try_recv() {
+                Some(e) => e,
+                None => return watched,
+            }
+        } else {
+            tokio::select! {
+                e = events.recv() => match e {
+                    Some(e) => e,
+                    None => return watched,
+                },
+                _ = &mut done => {
+                    finishing = true;
                     continue;
                 }
-                if let EventKind::OutputDelta { chunk } = &event.kind {
-                    streamed += chunk.chars().count();
-                    let note = ProgressNotificationParam::new(token.clone(), streamed as f64)
-                        .with_message(chunk.clone());
-                    if peer.notify_progress(note).await.is_err() {
-                        return;
-                    }
-                }
             }
-        })
+        };
+        watched.see(&event.kind);
+        if let EventKind::OutputDelta { chunk } = &event.kind {
+            streamed += chunk.chars().count();
+            let note = ProgressNotificationParam::new(token.clone(), streamed as f64)
+                .with_message(chunk.clone());
+            if peer.notify_progress(note).await.is_err() {
+                tracing::debug!("the MCP client stopped taking progress notifications");
+            }
+        }
     }
 }
 
@@ -334,13 +323,26 @@ impl ServerHandler for McpServer {
         let tool_use_id = format!("mcp-{}", context.id);
         let name = request.name.to_string();
         let input = Value::Object(request.arguments.unwrap_or_default());
-        let call = ToolUse::new(&tool_use_id, &name, input);
-        let progress = context.meta.get_progress_token().map(|token| {
-            let (done, finished) = tokio::sync::oneshot::channel();
-            let task = self.forward_output(token, &tool_use_id, context.peer.clone(), finished);
-            (done, task)
-        });
-        let dispatch = self.dispatcher.dispatch(call, &self.session);
+        let mut call = self
+            .dispatcher
+            .invocation(ToolUse::new(&tool_use_id, &name, input), &self.session);
+        let mut events = Some(call.events());
+        // Live output is forwarded as it comes only when the client asked for progress;
+        // otherwise the call's events are read once it has ended.
+        let watcher =
+            context
+                .meta
+                .get_progress_token()
+                .zip(events.take())
+                .map(|(token, events)| {
+                    let (done, finished) = tokio::sync::oneshot::channel();
+                    let peer = context.peer.clone();
+                    (
+                        done,
+                        tokio::spawn(watch_call(events, (token, peer), finished)),
+                    )
+                });
+        let dispatch = call.run();
         tokio::pin!(dispatch);
         let block = tokio::select! {
             block = &mut dispatch => block,
@@ -351,17 +353,22 @@ impl ServerHandler for McpServer {
                 dispatch.await
             }
         };
-        if let Some((done, task)) = progress {
+        let mut watched = Watched::default();
+        if let Some((done, task)) = watcher {
             // Flush the last chunks before the result, so that they arrive first.
             let _ = done.send(());
-            if tokio::time::timeout(std::time::Duration::from_secs(2), task)
-                .await
-                .is_err()
-            {
-                tracing::debug!("live output to the MCP client did not flush in time");
+            match tokio::time::timeout(std::time::Duration::from_secs(2), task).await {
+                Ok(Ok(w)) => watched = w,
+                _ => tracing::debug!("live output to the MCP client did not flush in time"),
             }
         }
-        Ok(self.to_mcp(block, &name, &tool_use_id).into())
+        for event in events
+            .iter_mut()
+            .flat_map(|e| std::iter::from_fn(|| e.try_recv()))
+        {
+            watched.see(&event.kind);
+        }
+        Ok(self.to_mcp(block, &name, watched.fell_back).into())
     }
 }
 

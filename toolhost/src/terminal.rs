@@ -1,12 +1,9 @@
 //! Answering confirmation requests from the command line.
 
-use std::future::Future;
 use std::io::{BufRead, IsTerminal, Write};
-use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use dispatcher_core::{ConfirmationRequest, Confirmer, Decision};
+use dispatcher_core::confirmation::ConfirmFuture;
+use dispatcher_core::{Answer, ConfirmationRequest, Confirmer, Decision};
 
 /// Asks on the terminal: `[y]es / [n]o / [a]lways`.
 pub struct TerminalConfirmer;
@@ -16,14 +13,12 @@ impl Confirmer for TerminalConfirmer {
         "terminal"
     }
 
-    fn confirm(
-        &self,
-        request: ConfirmationRequest,
-    ) -> Pin<Box<dyn Future<Output = Decision> + Send>> {
+    fn confirm(&self, request: ConfirmationRequest) -> ConfirmFuture {
         Box::pin(async move {
             tokio::task::spawn_blocking(move || ask(&request))
                 .await
                 .unwrap_or(Decision::Deny)
+                .into()
         })
     }
 }
@@ -33,7 +28,9 @@ fn ask(request: &ConfirmationRequest) -> Decision {
     let _ = writeln!(
         err,
         "\ntoolhost: '{}' ({}) asks to run [{}]",
-        request.tool_name, request.side_effects, request.reason
+        request.tool_name(),
+        request.side_effects(),
+        request.reason
     );
     let _ = writeln!(err, "  input: {}", request.input_summary);
     for m in &request.projected_modifications {
@@ -67,33 +64,23 @@ impl Confirmer for YesConfirmer {
         "--yes"
     }
 
-    fn confirm(
-        &self,
-        _request: ConfirmationRequest,
-    ) -> Pin<Box<dyn Future<Output = Decision> + Send>> {
-        Box::pin(async { Decision::Allow })
+    fn confirm(&self, _request: ConfirmationRequest) -> ConfirmFuture {
+        Box::pin(async { Decision::Allow.into() })
     }
 }
 
-/// Denies every request because there is no terminal to ask on, and remembers that it did
-/// so the CLI can say how to allow the tool.
-#[derive(Default)]
-pub struct NoTerminalConfirmer {
-    /// Set once a request was denied.
-    pub denied: Arc<AtomicBool>,
-}
+/// Denies every request because there is no terminal to ask on: a fallback answer (the
+/// call's `tool.confirmation_resolved` event says so, and the CLI says how to allow the
+/// tool).
+pub struct NoTerminalConfirmer;
 
 impl Confirmer for NoTerminalConfirmer {
     fn name(&self) -> &str {
         "no-terminal"
     }
 
-    fn confirm(
-        &self,
-        _request: ConfirmationRequest,
-    ) -> Pin<Box<dyn Future<Output = Decision> + Send>> {
-        self.denied.store(true, Ordering::SeqCst);
-        Box::pin(async { Decision::Deny })
+    fn confirm(&self, _request: ConfirmationRequest) -> ConfirmFuture {
+        Box::pin(async { Answer::fallback(Decision::Deny) })
     }
 }
 

@@ -1,0 +1,254 @@
+//! [`Invocation`]: one call, from the moment it enters the dispatcher until its result.
+//!
+//! The value is made once per call, the same way for [`crate::Dispatcher::dispatch`] and
+//! for a call pushed to a [`crate::Batch`]: it looks the tool up, fixes the call's identity
+//! ([`CallHeader`]), and from then on carries everything the pipeline's steps need (the
+//! session, the resolved tool, the input, the cancellation registration, the call's own
+//! event stream). The steps are its methods ([`crate::dispatch`]); hooks, grants,
+//! confirmation requests, the tool's context and every event borrow from it.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::call::{CallHeader, CallView};
+use crate::engine::Engine;
+use crate::error::{CancelReason, ErrorClass};
+use crate::events::{self, CallEvents, EventKind, EventSink, ToolEvent};
+use crate::registry::Registered;
+use crate::result::{ToolResultBlock, ToolUse};
+use crate::session::{CallGuard, InFlight, Session};
+
+/// One call on its way through the dispatcher. Made by [`crate::Dispatcher::invocation`];
+/// [`Invocation::run`] takes it through the pipeline to its result.
+///
+/// ```
+/// use dispatcher_core::{Dispatcher, EventKind, SessionSpec, ToolUse};
+/// use serde_json::json;
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let dispatcher = Dispatcher::new();
+/// let session = dispatcher.open_session(SessionSpec::new("s", std::env::temp_dir())).unwrap();
+/// let mut call = dispatcher.invocation(ToolUse::new("tu_1", "nope", json!({})), &session);
+/// // This call's events only (live output, confirmations, the end), whatever else runs.
+/// let mut events = call.events();
+/// let result = call.run().await;
+/// assert!(result.is_error());
+/// let event = events.recv().await.unwrap();
+/// assert!(matches!(event.kind, EventKind::Failed { .. }));
+/// # });
+/// ```
+pub struct Invocation {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) session: Session,
+    /// Who called which tool: shared by every event of the call.
+    pub(crate) header: Arc<CallHeader>,
+    /// The tool the name resolved to; `None`: not found.
+    pub(crate) tool: Option<Arc<Registered>>,
+    pub(crate) input: Value,
+    /// The input was already found valid (a batch checks it when the call is pushed).
+    pub(crate) validated: bool,
+    pub(crate) started: Instant,
+    observer: Option<mpsc::Sender<Arc<ToolEvent>>>,
+    /// The cancellation entry a batch made for the call, before it started.
+    control: Option<Arc<InFlight>>,
+    /// The call's registration in its session, made at the first point it can wait.
+    guard: Option<CallGuard>,
+}
+
+impl std::fmt::Debug for Invocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Invocation")
+            .field("call", &self.header)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Invocation {
+    /// The call `call` in `session`, its tool looked up among those the session sees.
+    pub(crate) fn new(engine: &Arc<Engine>, session: &Session, call: ToolUse) -> Invocation {
+        let ToolUse { id, name, input } = call;
+        let tool = engine.lookup(&name, &session.state);
+        let header = Arc::new(CallHeader {
+            session_id: session.state.id.clone(),
+            turn_id: session.turn_id.clone(),
+            tool_use_id: Arc::from(id),
+            tool_name: tool
+                .as_ref()
+                .map_or_else(|| Arc::from(name), |t| t.name.clone()),
+            side_effects: tool.as_ref().map(|t| t.side_effects),
+        });
+        Invocation {
+            engine: engine.clone(),
+            session: session.clone(),
+            header,
+            tool,
+            input,
+            validated: false,
+            started: Instant::now(),
+            observer: None,
+            control: None,
+            guard: None,
+        }
+    }
+
+    /// The call's identity.
+    pub fn header(&self) -> &CallHeader {
+        &self.header
+    }
+
+    /// The tool_use id.
+    pub fn tool_use_id(&self) -> &str {
+        &self.header.tool_use_id
+    }
+
+    /// The events of this call only, as they happen (the same events session subscribers
+    /// get, live output included). Call it before [`Invocation::run`]; a second call
+    /// replaces the first stream, which then ends.
+    pub fn events(&mut self) -> CallEvents {
+        let (tx, rx) = events::observe();
+        self.observer = Some(tx);
+        rx
+    }
+
+    /// The call as hooks and the runtime policy see it, with `input`.
+    pub(crate) fn view<'a>(&'a self, tool: &Registered, input: &'a Value) -> CallView<'a> {
+        CallView {
+            call: &self.header,
+            side_effects: tool.side_effects,
+            input,
+            workspace: self.session.state.workspace.root(),
+        }
+    }
+
+    /// Emits one of the call's events.
+    pub(crate) fn emit(&self, kind: EventKind) {
+        events::publish(
+            &self.session.state.events,
+            &self.engine.events,
+            self.observer.as_ref(),
+            &self.header,
+            kind,
+        );
+    }
+
+    /// Where the call's live output goes when its tool runs on another thread.
+    pub(crate) fn sink(&self) -> EventSink {
+        EventSink {
+            session: self.session.state.events.clone(),
+            global: self.engine.events.clone(),
+            observer: self.observer.clone(),
+        }
+    }
+
+    pub(crate) fn elapsed_ms(&self) -> f64 {
+        self.started.elapsed().as_secs_f64() * 1000.0
+    }
+
+    /// Makes the call part of a batch, which cancels it through `control`.
+    pub(crate) fn controlled_by(&mut self, control: Arc<InFlight>) {
+        self.control = Some(control);
+    }
+
+    /// Registers the call for cancellation (once) and returns its entry.
+    pub(crate) fn register(&mut self) -> &Arc<InFlight> {
+        let (state, id, control) = (
+            &self.session.state,
+            &self.header.tool_use_id,
+            self.control.as_ref(),
+        );
+        &self
+            .guard
+            .get_or_insert_with(|| state.track(id, control))
+            .entry
+    }
+
+    /// The call's cancellation entry, if it was registered or its batch made one.
+    pub(crate) fn entry(&self) -> Option<&Arc<InFlight>> {
+        self.guard
+            .as_ref()
+            .map(|g| &g.entry)
+            .or(self.control.as_ref())
+    }
+
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.entry().is_some_and(|e| e.is_cancelled())
+    }
+
+    /// Ends the call with an error of `class`: emits `tool.failed` and returns the block.
+    pub(crate) fn fail(&self, class: ErrorClass, message: String) -> ToolResultBlock {
+        self.fail_with(class, message, None, None)
+    }
+
+    /// [`Invocation::fail`] with the output the tool produced before it was stopped, and
+    /// why it was cancelled.
+    pub(crate) fn fail_with(
+        &self,
+        class: ErrorClass,
+        message: String,
+        partial_output: Option<String>,
+        cancel_reason: Option<CancelReason>,
+    ) -> ToolResultBlock {
+        tracing::debug!(error_class = %class, "{message}");
+        let block = ToolResultBlock::error(&self.header.tool_use_id, class, message.clone())
+            .with_cancel_reason(cancel_reason);
+        self.emit(EventKind::Failed {
+            error_class: class,
+            message,
+            duration_ms: self.elapsed_ms(),
+            partial_output,
+            cancel_reason,
+        });
+        block
+    }
+
+    /// Ends a call that was cancelled before it started executing.
+    pub(crate) fn not_started(&self) -> ToolResultBlock {
+        let entry = self.entry();
+        let reason = entry.and_then(|e| e.reason()).or(Some(CancelReason::User));
+        let message = cancel_message(
+            &self.header.tool_name,
+            reason,
+            entry.and_then(|e| e.cause()),
+            false,
+        );
+        self.fail_with(ErrorClass::Cancelled, message, None, reason)
+    }
+
+    /// Ends a call of a batch that never reached the pipeline (the batch was aborted, or a
+    /// sibling failed, before its turn).
+    pub(crate) fn never_started(
+        self,
+        reason: CancelReason,
+        cause: Option<&str>,
+    ) -> ToolResultBlock {
+        let message = cancel_message(&self.header.tool_name, Some(reason), cause, false);
+        self.fail_with(ErrorClass::Cancelled, message, None, Some(reason))
+    }
+}
+
+/// The message of a call cancelled for `reason` (`started`: it was executing).
+pub(crate) fn cancel_message(
+    tool: &str,
+    reason: Option<CancelReason>,
+    cause: Option<&str>,
+    started: bool,
+) -> String {
+    match (reason, started) {
+        (Some(CancelReason::SiblingError), _) => format!(
+            "Tool '{tool}' was {} because {}; this call did not fail itself.",
+            if started { "cancelled" } else { "not run" },
+            cause.unwrap_or("another call in the same batch failed")
+        ),
+        (Some(CancelReason::Aborted), true) => {
+            format!("Tool '{tool}' was cancelled: the host aborted its batch.")
+        }
+        (Some(CancelReason::Aborted), false) => {
+            format!("Tool '{tool}' was not run: the host aborted its batch before it started.")
+        }
+        (_, true) => format!("Tool '{tool}' was cancelled."),
+        (_, false) => format!("Tool '{tool}' was cancelled before it started."),
+    }
+}
