@@ -485,7 +485,7 @@ impl Session {
     }
 
     /// Subscribes to this session's events.
-    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Arc<crate::ToolEvent>> {
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Arc<crate::events::ToolEvent>> {
         self.state.events.subscribe()
     }
 }

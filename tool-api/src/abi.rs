@@ -31,17 +31,16 @@
 #![allow(non_local_definitions)]
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::OnceLock;
 
 use abi_stable::library::RootModule;
 use abi_stable::sabi_types::VersionStrings;
 pub use abi_stable::std_types::{RArc, RBox, ROption, RResult, RSlice, RStr, RString, RVec};
 use abi_stable::{StableAbi, declare_root_module_statics, package_version_strings, sabi_trait};
 
-use crate::context::ToolContext;
-use crate::definition::ToolDefinition;
 use crate::output::{Content, ToolError, ToolOutput};
-use crate::tool::DefinedTool;
+
+/// The version of tool-api this crate is (the ABI version a plugin is built against).
+pub const TOOL_API_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 pub use abi_stable::sabi_trait::TD_Opaque;
 
@@ -74,7 +73,7 @@ pub fn unsupported(op: &str, side: &str) -> AbiError {
         code: ERROR_UNSUPPORTED,
         message: format!(
             "extension operation '{op}' is not supported by this {side} (tool-api {})",
-            crate::TOOL_API_VERSION
+            TOOL_API_VERSION
         )
         .into(),
     }
@@ -226,7 +225,7 @@ pub struct PluginInfo {
     pub unwinds: bool,
 }
 
-/// Host callbacks a tool reaches through its [`ToolContext`].
+/// Host callbacks a tool reaches through its [`crate::ToolContext`].
 ///
 /// Implemented by the host; a plugin only ever holds the trait object ([`HostCtx`]), never a
 /// raw host pointer. Log levels are 1 = error, 2 = warn, 3 = info, 4 = debug, 5 = trace.
@@ -354,7 +353,11 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-fn contained<T>(what: &str, f: impl FnOnce() -> RResult<T, AbiError>) -> RResult<T, AbiError> {
+/// Runs `f`, turning a panic into an [`ERROR_INTERNAL`] error naming `what`.
+pub(crate) fn contained<T>(
+    what: &str,
+    f: impl FnOnce() -> RResult<T, AbiError>,
+) -> RResult<T, AbiError> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(payload) => RResult::RErr(AbiError {
@@ -362,203 +365,4 @@ fn contained<T>(what: &str, f: impl FnOnce() -> RResult<T, AbiError>) -> RResult
             message: format!("plugin panicked in {what}: {}", panic_message(&*payload)).into(),
         }),
     }
-}
-
-/// Adapts an author's [`crate::Tool`] to [`AbiTool`], containing panics.
-struct Exported<T>(T);
-
-impl<T: crate::Tool> AbiTool for Exported<T> {
-    fn execute(&self, input_json: RStr<'_>, ctx: HostCtx) -> RResult<AbiOutput, AbiError> {
-        contained("execute", || {
-            let input: serde_json::Value = match serde_json::from_str(input_json.as_str()) {
-                Ok(v) => v,
-                Err(e) => return RResult::RErr(ToolError::InvalidInput(e.to_string()).into()),
-            };
-            let ctx = ToolContext::from_host(ctx);
-            match self.0.execute(input, &ctx) {
-                Ok(out) => RResult::ROk(out.into()),
-                Err(e) => RResult::RErr(e.into()),
-            }
-        })
-    }
-
-    fn cancel(&self) -> bool {
-        catch_unwind(AssertUnwindSafe(|| self.0.cancel())).unwrap_or(false)
-    }
-
-    fn extension(&self, op: RStr<'_>, _payload: RStr<'_>) -> RResult<RString, AbiError> {
-        RResult::RErr(unsupported(op.as_str(), "tool"))
-    }
-}
-
-/// Wraps a tool instance as an ABI object (used by the export machinery and by tests).
-pub fn abi_tool<T: crate::Tool + 'static>(tool: T) -> AbiToolBox {
-    AbiTool_TO::from_value(Exported(tool), TD_Opaque)
-}
-
-/// One tool type a plugin exports. Built by [`crate::export_plugin!`].
-pub struct ToolEntry {
-    definition: fn() -> ToolDefinition,
-    create: fn() -> AbiToolBox,
-    concurrency_safe: fn(&serde_json::Value) -> Option<bool>,
-}
-
-impl ToolEntry {
-    /// The entry for tool type `T`.
-    pub const fn of<T: DefinedTool>() -> ToolEntry {
-        ToolEntry {
-            definition: T::definition,
-            create: create_boxed::<T>,
-            concurrency_safe: <T as DefinedTool>::is_concurrency_safe,
-        }
-    }
-}
-
-fn create_boxed<T: DefinedTool>() -> AbiToolBox {
-    abi_tool(T::default())
-}
-
-/// What a plugin exports, in plain Rust; [`crate::export_plugin!`] builds one as a static and
-/// points the root module's functions at it.
-pub struct PluginExport {
-    name: &'static str,
-    version: &'static str,
-    requires: &'static str,
-    unwinds: bool,
-    tools: &'static [ToolEntry],
-    names: OnceLock<Result<Vec<String>, String>>,
-}
-
-impl PluginExport {
-    /// Describes a plugin. `requires` is the oldest tool-api version the plugin needs from
-    /// its host; `unwinds` must be `cfg!(panic = "unwind")` evaluated in the plugin.
-    pub const fn new(
-        name: &'static str,
-        version: &'static str,
-        requires: &'static str,
-        unwinds: bool,
-        tools: &'static [ToolEntry],
-    ) -> Self {
-        PluginExport {
-            name,
-            version,
-            requires,
-            unwinds,
-            tools,
-            names: OnceLock::new(),
-        }
-    }
-
-    /// The plugin's metadata.
-    pub fn info(&self) -> PluginInfo {
-        PluginInfo {
-            name: self.name.into(),
-            version: self.version.into(),
-            tool_api_version: crate::TOOL_API_VERSION.into(),
-            unwinds: self.unwinds,
-        }
-    }
-
-    /// Answers a plugin extension operation ([`OP_REQUIREMENTS`]: the oldest tool-api
-    /// version a host must provide; [`OP_CONCURRENCY_SAFE`]: a tool's per-call answer).
-    pub fn extension(&self, op: RStr<'_>, payload: RStr<'_>) -> RResult<RString, AbiError> {
-        match op.as_str() {
-            OP_REQUIREMENTS => RResult::ROk(self.requires.into()),
-            OP_CONCURRENCY_SAFE => contained("is_concurrency_safe", || {
-                self.concurrency_safe(payload.as_str())
-            }),
-            other => RResult::RErr(unsupported(other, "plugin")),
-        }
-    }
-
-    /// The tool names, in export order (computed once; a panic in a definition is an error).
-    fn names(&self) -> Result<&[String], AbiError> {
-        let names = self.names.get_or_init(|| {
-            catch_unwind(|| self.tools.iter().map(|t| (t.definition)().name).collect())
-                .map_err(|p| panic_message(&*p))
-        });
-        match names {
-            Ok(n) => Ok(n),
-            Err(m) => Err(AbiError {
-                code: ERROR_INTERNAL,
-                message: format!("plugin panicked in definitions: {m}").into(),
-            }),
-        }
-    }
-
-    fn concurrency_safe(&self, payload: &str) -> RResult<RString, AbiError> {
-        #[derive(serde::Deserialize)]
-        struct Payload {
-            tool: String,
-            input: serde_json::Value,
-        }
-        let p: Payload = match serde_json::from_str(payload) {
-            Ok(p) => p,
-            Err(e) => return RResult::RErr(ToolError::InvalidInput(e.to_string()).into()),
-        };
-        let names = match self.names() {
-            Ok(n) => n,
-            Err(e) => return RResult::RErr(e),
-        };
-        let entry = names
-            .iter()
-            .position(|n| *n == p.tool)
-            .map(|i| &self.tools[i]);
-        let answer = match entry.map(|t| (t.concurrency_safe)(&p.input)) {
-            Some(Some(true)) => "true",
-            Some(Some(false)) => "false",
-            Some(None) => "",
-            None => {
-                return RResult::RErr(AbiError {
-                    code: ERROR_FAILED,
-                    message: format!("plugin '{}' has no tool '{}'", self.name, p.tool).into(),
-                });
-            }
-        };
-        RResult::ROk(answer.into())
-    }
-
-    /// All definitions as a JSON array; a panic in a definition becomes an error.
-    pub fn definitions(&self) -> RResult<RString, AbiError> {
-        contained("definitions", || {
-            let defs: Vec<ToolDefinition> = self.tools.iter().map(|t| (t.definition)()).collect();
-            match serde_json::to_string(&defs) {
-                Ok(s) => RResult::ROk(s.into()),
-                Err(e) => RResult::RErr(ToolError::internal(e.to_string()).into()),
-            }
-        })
-    }
-
-    /// A fresh instance of the named tool; a panic in the factory becomes an error.
-    pub fn new_tool(&self, name: RStr<'_>) -> RResult<AbiToolBox, AbiError> {
-        contained("new_tool", || {
-            let names = match self.names() {
-                Ok(n) => n,
-                Err(e) => return RResult::RErr(e),
-            };
-            match names.iter().position(|n| n == name.as_str()) {
-                Some(i) => RResult::ROk((self.tools[i].create)()),
-                None => RResult::RErr(AbiError {
-                    code: ERROR_FAILED,
-                    message: format!(
-                        "plugin '{}' has no tool '{}' (it has: {})",
-                        self.name,
-                        name,
-                        names.join(", ")
-                    )
-                    .into(),
-                }),
-            }
-        })
-    }
-}
-
-/// Re-exports the export macro needs; not part of the public API.
-#[doc(hidden)]
-pub mod __private {
-    pub use abi_stable::library::{
-        __call_root_module_loader, CheckTypeLayout, LibHeader, RootModuleResult,
-    };
-    pub use abi_stable::prefix_type::PrefixTypeTrait;
-    pub use abi_stable::std_types::{RResult, RStr, RString};
 }

@@ -4,7 +4,6 @@
 //! expression, line by line, entirely through the workspace file API (so it can never read
 //! outside the workspace). It skips binary files and files over 1 MiB, stops at
 //! `max_matches`, caps its output, and checks for cancellation between files.
-#![allow(unsafe_code)] // only in the root module `export_plugin!` emits
 
 use std::fmt::Write as _;
 

@@ -3,7 +3,6 @@
 //! Two pure tools (`side_effects = none`, inline): `word_count` counts lines, words and
 //! characters of a text; `json_pointer` looks up an RFC 6901 pointer in a JSON document.
 //! Copy this crate to start a plugin whose tools only compute.
-#![allow(unsafe_code)] // only in the root module `export_plugin!` emits
 
 use tool_api::serde_json::{Value, json};
 use tool_api::{
