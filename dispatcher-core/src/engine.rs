@@ -125,6 +125,7 @@ impl Engine {
         let state = self.sessions().remove(id);
         match state {
             Some(state) => {
+                state.close();
                 self.toolsets.stop_for(&state);
                 true
             }

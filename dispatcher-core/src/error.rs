@@ -92,7 +92,7 @@ impl fmt::Display for CancelReason {
     }
 }
 
-/// A tool definition the dispatcher refused to register (`ToolRegistrationError` of the spec).
+/// A tool definition (or toolset) the dispatcher refused to register, naming why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RegistrationError {
     /// The name is not what model providers accept.

@@ -2,7 +2,7 @@
 //!
 //! # Policy
 //!
-//! [`ConfirmationPolicy`] deserializes from the spec's configuration, in TOML:
+//! [`ConfirmationPolicy`] deserializes from the `[tool_confirmation]` table, in TOML:
 //!
 //! ```toml
 //! [tool_confirmation.default]

@@ -232,6 +232,8 @@ pub(crate) struct SessionState {
     next_call: AtomicU64,
     /// What else a user interrupt must reach (the session's live batches).
     interruptible: Mutex<Vec<Weak<dyn Interruptible>>>,
+    /// Set when the dispatcher closed the session (handles on it may still exist).
+    closed: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -268,7 +270,18 @@ impl SessionState {
             grants: Mutex::new(HashSet::new()),
             next_call: AtomicU64::new(0),
             interruptible: Mutex::new(Vec::new()),
+            closed: AtomicBool::new(false),
         }
+    }
+
+    /// Marks the session closed.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the dispatcher closed the session.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
     }
 
     /// Subscribes `what` to the session's user interrupts, for as long as it lives.

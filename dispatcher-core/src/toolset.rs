@@ -127,7 +127,10 @@ impl ToolsetHandle {
         let published = match &self.session {
             None => self.publish(instance.as_ref(), &global, &|_| false),
             Some(session) => {
-                let session = session.upgrade().ok_or_else(|| gone("the session"))?;
+                let session = session
+                    .upgrade()
+                    .filter(|s| !s.is_closed())
+                    .ok_or_else(|| gone("the session"))?;
                 self.publish(instance.as_ref(), &session.tools, &|n| global.contains(n))
             }
         }?;

@@ -40,7 +40,6 @@ mod adapter;
 pub mod error;
 pub mod library;
 pub mod manifest;
-pub mod mcp;
 pub mod package;
 
 use std::path::{Path, PathBuf};

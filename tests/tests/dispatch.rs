@@ -1,4 +1,4 @@
-//! Dispatcher behaviour beyond the spec's required list.
+//! Dispatcher behaviour beyond the required list in `spec.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

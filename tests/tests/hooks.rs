@@ -1,4 +1,4 @@
-//! Issue 5, hooks and policy: pre-use hooks (allow, deny, ask, rewrite), post-use hooks,
+//! Hooks and policy: pre-use hooks (allow, deny, ask, rewrite), post-use hooks,
 //! external command hooks, runtime grants and session approvals.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,4 +1,4 @@
-//! Issue 5, results: size caps with spooling, live output, provider message shapes.
+//! Results: size caps with spooling, live output, provider message shapes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

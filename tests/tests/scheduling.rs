@@ -1,4 +1,4 @@
-//! Issue 5, scheduling: per-call concurrency safety, ordering around unsafe calls, streamed
+//! Scheduling: per-call concurrency safety, ordering around unsafe calls, streamed
 //! batches, per-tool caps, sibling cancellation and interrupt behaviour.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,4 +1,5 @@
-//! The required tests of the spec's testing strategy (§10.1), one per behaviour, plus the
+//! The dispatcher's required behaviours, one test each (the tool contract, the pipeline's
+//! error classes, workspace confinement, confirmation, cancellation, events), plus the
 //! factory and first-answer-wins guarantees.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -853,7 +854,10 @@ async fn called_event_side_effects_match_each_builtin_declaration() {
             .into_iter()
             .find(|t| t.name == name)
             .unwrap();
-        assert_eq!(def.side_effects, class, "{name} declares the spec's class");
+        assert_eq!(
+            def.side_effects, class,
+            "{name} declares its documented class"
+        );
         let r = d
             .dispatch(ToolUse::new("tu", name, input), &fx.session)
             .await;

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use dispatcher_core::{
     Dispatcher, DispatcherConfig, ErrorClass, RegistrationError, SessionSpec, ToolUse, Toolset,
-    ToolsetBinding, ToolsetDef,
+    ToolsetBinding, ToolsetDef, ToolsetHandle,
 };
 use serde_json::{Value, json};
 use tool_api::{SideEffect, Tool, ToolContext, ToolDefinition, ToolError, ToolFactory, ToolOutput};
@@ -265,4 +265,112 @@ fn duplicate_toolset_ids_and_prefixes_are_refused() {
         .register_toolset(shared("bad", "has space", &["a"], &stopped))
         .unwrap_err();
     assert!(e.to_string().contains("prefix"), "{e}");
+}
+
+/// A toolset whose tool list the test changes, and which keeps the handle it was bound with.
+struct Changing {
+    names: std::sync::Mutex<Vec<String>>,
+    handle: std::sync::Mutex<Option<ToolsetHandle>>,
+}
+
+impl Changing {
+    fn new(names: &[&str]) -> Arc<Changing> {
+        Arc::new(Changing {
+            names: std::sync::Mutex::new(names.iter().map(|s| s.to_string()).collect()),
+            handle: std::sync::Mutex::new(None),
+        })
+    }
+
+    /// Changes the tools and announces it, as an MCP server's list_changed would.
+    fn change_to(&self, names: &[&str]) -> Result<usize, RegistrationError> {
+        *self.names.lock().unwrap() = names.iter().map(|s| s.to_string()).collect();
+        let handle = self.handle.lock().unwrap().clone().expect("bound at start");
+        handle.tools_changed()
+    }
+}
+
+impl Toolset for Changing {
+    fn tools(&self) -> Vec<Arc<dyn ToolFactory>> {
+        let names = self.names.lock().unwrap().clone();
+        Set {
+            names,
+            instance: 0,
+            stopped: Arc::new(AtomicUsize::new(0)),
+        }
+        .tools()
+    }
+    fn bind(&self, handle: ToolsetHandle) {
+        *self.handle.lock().unwrap() = Some(handle);
+    }
+}
+
+#[tokio::test]
+async fn per_session_toolset_republishes_its_tools_through_its_handle() {
+    let d = Dispatcher::new();
+    let instances: Arc<std::sync::Mutex<Vec<Arc<Changing>>>> = Arc::default();
+    let made = instances.clone();
+    d.register_toolset(ToolsetDef {
+        id: "live".into(),
+        prefix: Some("live".into()),
+        binding: ToolsetBinding::PerSession(Arc::new(move |_session: &str| {
+            let set = Changing::new(&["old"]);
+            made.lock().unwrap().push(set.clone());
+            Ok(set as Arc<dyn Toolset>)
+        })),
+    })
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let a = d
+        .open_session(SessionSpec::new("a", dir.path()).toolsets(["live"]))
+        .unwrap();
+    let b = d
+        .open_session(SessionSpec::new("b", dir.path()).toolsets(["live"]))
+        .unwrap();
+    assert_eq!(call(&d, &a, "live__old").await.text(), "old#0");
+    let set_a = instances.lock().unwrap()[0].clone();
+    assert_eq!(set_a.change_to(&["new", "newer"]).unwrap(), 2);
+    assert_eq!(call(&d, &a, "live__new").await.text(), "new#0");
+    let gone = call(&d, &a, "live__old").await;
+    assert_eq!(
+        gone.error_class,
+        Some(ErrorClass::NotFound),
+        "{}",
+        gone.text()
+    );
+    // The other session's instance did not change.
+    assert_eq!(call(&d, &b, "live__old").await.text(), "old#0");
+    assert_eq!(
+        call(&d, &b, "live__new").await.error_class,
+        Some(ErrorClass::NotFound)
+    );
+    // Once the session is closed, its instance's handle refuses to republish.
+    assert!(d.close_session("a").await);
+    let e = set_a.change_to(&["again"]).unwrap_err().to_string();
+    assert!(e.contains("session is gone"), "{e}");
+}
+
+#[tokio::test]
+async fn shared_toolset_republishes_through_its_handle_and_refuses_once_the_dispatcher_is_gone() {
+    let d = Dispatcher::new();
+    let set = Changing::new(&["one"]);
+    d.register_toolset(ToolsetDef {
+        id: "srv".into(),
+        prefix: Some("srv".into()),
+        binding: ToolsetBinding::Shared(set.clone()),
+    })
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let s = d
+        .open_session(SessionSpec::new("s", dir.path()).toolsets(["srv"]))
+        .unwrap();
+    assert_eq!(set.change_to(&["two"]).unwrap(), 1);
+    assert_eq!(call(&d, &s, "srv__two").await.text(), "two#0");
+    assert_eq!(
+        call(&d, &s, "srv__one").await.error_class,
+        Some(ErrorClass::NotFound)
+    );
+    drop(s);
+    drop(d);
+    let e = set.change_to(&["three"]).unwrap_err().to_string();
+    assert!(e.contains("dispatcher is gone"), "{e}");
 }

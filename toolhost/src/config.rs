@@ -131,7 +131,7 @@ pub struct Config {
     pub mcp: McpConfig,
     /// External MCP servers whose tools become toolsets.
     #[serde(default)]
-    pub mcp_servers: Vec<plugin_host::mcp::McpServerConfig>,
+    pub mcp_servers: Vec<mcp_toolsets::McpServerConfig>,
 }
 
 fn default_separator() -> String {

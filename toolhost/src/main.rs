@@ -176,7 +176,7 @@ struct Host {
     dispatcher: Dispatcher,
     plugins: plugin_host::LoadReport,
     /// Per configured MCP server: its toolset, or why it could not start.
-    mcp: Vec<(String, Result<Arc<plugin_host::mcp::McpToolset>, String>)>,
+    mcp: Vec<(String, Result<Arc<mcp_toolsets::McpToolset>, String>)>,
 }
 
 impl Host {
@@ -270,7 +270,7 @@ async fn build_host(
     let mut starting = tokio::task::JoinSet::new();
     for (i, server) in config.mcp_servers.iter().enumerate() {
         let server = server.clone();
-        starting.spawn(async move { (i, plugin_host::mcp::McpToolset::start(server).await) });
+        starting.spawn(async move { (i, mcp_toolsets::McpToolset::start(server).await) });
     }
     let mut started = Vec::new();
     while let Some(joined) = starting.join_next().await {
@@ -293,7 +293,6 @@ async fn build_host(
                     dispatcher_core::Toolset::stop(ts.as_ref());
                     e.to_string()
                 })?;
-            ts.attach(dispatcher.clone());
             Ok(ts)
         });
         if let Err(e) = &result {

@@ -243,12 +243,12 @@ async fn cancelling_a_call_reaches_the_external_server() {
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), "[tool_confirmation.per_tool]\n");
     let dispatcher = dispatcher_core::Dispatcher::new();
-    let config: plugin_host::mcp::McpServerConfig = toml::from_str(&format!(
+    let config: mcp_toolsets::McpServerConfig = toml::from_str(&format!(
         "id = \"fixture\"\nprefix = \"fx\"\ncommand = \"{}\"\n",
         fixture_server()
     ))
     .unwrap();
-    let ts = plugin_host::mcp::McpToolset::start(config).await.unwrap();
+    let ts = mcp_toolsets::McpToolset::start(config).await.unwrap();
     dispatcher
         .register_toolset(dispatcher_core::ToolsetDef {
             id: "fixture".into(),

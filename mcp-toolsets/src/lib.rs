@@ -1,4 +1,4 @@
-//! External MCP servers as toolsets.
+//! # mcp-toolsets: other MCP servers as toolhost toolsets
 //!
 //! [`McpToolset::start`] spawns a server (`command` + `args`, with `env` and `cwd`), speaks
 //! MCP to it over its stdin/stdout, initializes within the startup timeout, lists its tools
@@ -12,16 +12,17 @@
 //!   exit status; the next call restarts it, with a backoff that doubles from 1 s up to 30 s
 //!   between failed attempts.
 //! - `notifications/tools/list_changed` from the server re-lists its tools and republishes
-//!   them in the dispatcher.
+//!   them, through the [`ToolsetHandle`] the dispatcher gave the toolset when it was
+//!   registered (shared) or started for a session (per session).
 //! - Cancelling a call sends `notifications/cancelled` to the server.
 //! - The server's stderr is passed through to ours (logs); [`Toolset::stop`] kills it.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use dispatcher_core::{Dispatcher, Toolset};
+use dispatcher_core::{Toolset, ToolsetHandle};
 use rmcp::ClientHandler;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
@@ -178,18 +179,23 @@ enum Conn {
 
 /// A running MCP server offered as a toolset.
 pub struct McpToolset {
+    server: Arc<Server>,
+}
+
+/// The connection to one server, shared by the toolset and the factories of its tools.
+struct Server {
     config: McpServerConfig,
     runtime: tokio::runtime::Handle,
     conn: tokio::sync::Mutex<Conn>,
     tools: Mutex<Vec<rmcp::model::Tool>>,
-    dispatcher: OnceLock<Dispatcher>,
-    me: OnceLock<std::sync::Weak<McpToolset>>,
+    /// Given by the dispatcher when the toolset was bound; announces changed tools.
+    handle: Mutex<Option<ToolsetHandle>>,
 }
 
 impl std::fmt::Debug for McpToolset {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("McpToolset")
-            .field("id", &self.config.id)
+            .field("id", &self.server.config.id)
             .finish_non_exhaustive()
     }
 }
@@ -207,6 +213,19 @@ impl McpToolset {
     /// Starts the server, initializes it within its startup timeout and lists its tools.
     /// Refused when this process is already [`MAX_NESTING`] toolhosts deep.
     pub async fn start(config: McpServerConfig) -> Result<Arc<McpToolset>, McpError> {
+        Server::start(config)
+            .await
+            .map(|server| Arc::new(McpToolset { server }))
+    }
+
+    /// The configuration it runs with.
+    pub fn config(&self) -> &McpServerConfig {
+        &self.server.config
+    }
+}
+
+impl Server {
+    async fn start(config: McpServerConfig) -> Result<Arc<Server>, McpError> {
         if nesting() >= MAX_NESTING {
             return Err(McpError::Initialize {
                 id: config.id.clone(),
@@ -217,7 +236,7 @@ impl McpToolset {
                 ),
             });
         }
-        let toolset = Arc::new(McpToolset {
+        let server = Arc::new(Server {
             runtime: tokio::runtime::Handle::current(),
             conn: tokio::sync::Mutex::new(Conn::Down {
                 since: Instant::now(),
@@ -225,28 +244,34 @@ impl McpToolset {
                 reason: "not started".into(),
             }),
             tools: Mutex::new(Vec::new()),
-            dispatcher: OnceLock::new(),
-            me: OnceLock::new(),
+            handle: Mutex::new(None),
             config,
         });
-        let _ = toolset.me.set(Arc::downgrade(&toolset));
-        let live = toolset.connect().await?;
-        *toolset.conn.lock().await = Conn::Up(live);
-        Ok(toolset)
+        let live = server.connect(Arc::downgrade(&server)).await?;
+        *server.conn.lock().await = Conn::Up(live);
+        Ok(server)
     }
 
-    /// The configuration it runs with.
-    pub fn config(&self) -> &McpServerConfig {
-        &self.config
+    /// Republishes the tools through the handle, if the toolset is bound.
+    fn announce(&self, why: &str) {
+        let handle = self
+            .handle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        match handle.map(|h| h.tools_changed()) {
+            Some(Ok(n)) => {
+                tracing::info!(server = %self.config.id, tools = n, "{why}: tools republished")
+            }
+            Some(Err(e)) => {
+                tracing::warn!(server = %self.config.id, "{why}: republishing tools failed: {e}")
+            }
+            None => {}
+        }
     }
 
-    /// Lets `tools/list_changed` republish the tools in `dispatcher`.
-    pub fn attach(&self, dispatcher: Dispatcher) {
-        let _ = self.dispatcher.set(dispatcher);
-    }
-
-    fn on_list_changed(&self) -> Arc<dyn Fn() + Send + Sync> {
-        let me = self.me.get().cloned().unwrap_or_default();
+    /// What `notifications/tools/list_changed` does: re-list, then republish.
+    fn on_list_changed(me: Weak<Server>) -> Arc<dyn Fn() + Send + Sync> {
         Arc::new(move || {
             let Some(this) = me.upgrade() else { return };
             let runtime = this.runtime.clone();
@@ -255,12 +280,7 @@ impl McpToolset {
                     tracing::warn!(server = %this.config.id, "re-listing tools failed: {e}");
                     return;
                 }
-                if let Some(d) = this.dispatcher.get() {
-                    match d.refresh_toolset(&this.config.id) {
-                        Ok(n) => tracing::info!(server = %this.config.id, tools = n, "tools/list_changed: tools republished"),
-                        Err(e) => tracing::warn!(server = %this.config.id, "republishing tools failed: {e}"),
-                    }
-                }
+                this.announce("tools/list_changed");
             });
         })
     }
@@ -280,7 +300,7 @@ impl McpToolset {
         Ok(())
     }
 
-    async fn connect(&self) -> Result<Live, McpError> {
+    async fn connect(&self, me: Weak<Server>) -> Result<Live, McpError> {
         let c = &self.config;
         let mut cmd = tokio::process::Command::new(&c.command);
         cmd.args(&c.args)
@@ -307,7 +327,7 @@ impl McpToolset {
         };
         let child = Arc::new(tokio::sync::Mutex::new(child));
         let client = ClientSide {
-            on_list_changed: self.on_list_changed(),
+            on_list_changed: Server::on_list_changed(me),
         };
         let init = async {
             let service = client
@@ -347,7 +367,7 @@ impl McpToolset {
 
     /// Calls a tool, restarting a dead server first (with backoff).
     async fn call(
-        &self,
+        self: &Arc<Self>,
         tool: &str,
         args: serde_json::Map<String, Value>,
         cancel: Arc<tokio::sync::Notify>,
@@ -370,13 +390,11 @@ impl McpToolset {
                 }
                 let next_backoff =
                     (*backoff * 2).clamp(Duration::from_secs(1), Duration::from_secs(30));
-                match self.connect().await {
+                match self.connect(Arc::downgrade(self)).await {
                     Ok(live) => {
                         tracing::info!(server = %id, "MCP server restarted");
                         *conn = Conn::Up(live);
-                        if let Some(d) = self.dispatcher.get() {
-                            let _ = d.refresh_toolset(id);
-                        }
+                        self.announce("restart");
                     }
                     Err(e) => {
                         *conn = Conn::Down {
@@ -453,10 +471,8 @@ impl McpToolset {
 
 impl Toolset for McpToolset {
     fn tools(&self) -> Vec<Arc<dyn ToolFactory>> {
-        let Some(me) = self.me.get().and_then(std::sync::Weak::upgrade) else {
-            return Vec::new();
-        };
-        let tools = self
+        let server = &self.server;
+        let tools = server
             .tools
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -468,24 +484,33 @@ impl Toolset for McpToolset {
                 let mut def = ToolDefinition::new(
                     t.name.to_string(),
                     t.description.as_deref().unwrap_or("").to_string(),
-                    side_effects_of(t, &self.config.side_effects),
+                    side_effects_of(t, &server.config.side_effects),
                     schema,
                 );
-                def.timeout_ms =
-                    Some(u64::try_from(self.config.call_timeout().as_millis()).unwrap_or(u64::MAX));
+                def.timeout_ms = Some(
+                    u64::try_from(server.config.call_timeout().as_millis()).unwrap_or(u64::MAX),
+                );
                 Arc::new(McpToolFactory {
-                    toolset: me.clone(),
+                    server: server.clone(),
                     definition: def,
-                    source: format!("mcp:{}", self.config.id),
+                    source: format!("mcp:{}", server.config.id),
                 }) as Arc<dyn ToolFactory>
             })
             .collect()
     }
 
+    fn bind(&self, handle: ToolsetHandle) {
+        *self
+            .server
+            .handle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(handle);
+    }
+
     fn stop(&self) {
         // Synchronous, so it also works while the process is exiting: kill the child now;
         // the connection task ends when its pipes close.
-        if let Ok(mut conn) = self.conn.try_lock() {
+        if let Ok(mut conn) = self.server.conn.try_lock() {
             let down = Conn::Down {
                 since: Instant::now(),
                 backoff: Duration::from_secs(30),
@@ -502,7 +527,7 @@ impl Toolset for McpToolset {
 }
 
 struct McpToolFactory {
-    toolset: Arc<McpToolset>,
+    server: Arc<Server>,
     definition: ToolDefinition,
     source: String,
 }
@@ -513,7 +538,7 @@ impl ToolFactory for McpToolFactory {
     }
     fn create(&self) -> Result<Box<dyn Tool>, ToolError> {
         Ok(Box::new(McpTool {
-            toolset: self.toolset.clone(),
+            server: self.server.clone(),
             name: self.definition.name.clone(),
             cancel: Arc::new(tokio::sync::Notify::new()),
         }))
@@ -524,7 +549,7 @@ impl ToolFactory for McpToolFactory {
 }
 
 struct McpTool {
-    toolset: Arc<McpToolset>,
+    server: Arc<Server>,
     name: String,
     cancel: Arc<tokio::sync::Notify>,
 }
@@ -536,7 +561,7 @@ impl Tool for McpTool {
                 "MCP tool arguments must be a JSON object",
             ));
         };
-        let result = self.toolset.runtime.block_on(self.toolset.call(
+        let result = self.server.runtime.block_on(self.server.call(
             &self.name,
             args,
             self.cancel.clone(),
