@@ -1,12 +1,16 @@
-//! [`DispatcherConfig`]: the limits and timeouts of a dispatcher, with their defaults.
+//! [`DispatcherConfig`]: the limits and timeouts of a dispatcher, with their defaults, and
+//! the checked value types a configuration file deserializes into.
 //!
-//! These defaults are the only ones: toolhost's config file deserializes onto them.
+//! These defaults are the only ones: toolhost's config file deserializes onto them. The
+//! value types ([`Seconds`], [`Limit`], [`Chars`]) refuse a bad value while the file is
+//! deserialized, so the error keeps the file's line and the key's path.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tool_api::InterruptBehavior;
+use tool_api::{InterruptBehavior, SideEffect};
 
 use crate::runtime::SandboxMode;
 use crate::spool;
@@ -52,8 +56,9 @@ impl Default for DispatcherConfig {
     fn default() -> Self {
         DispatcherConfig {
             max_concurrency: 4,
-            default_timeout: Duration::from_secs(60),
-            execute_timeout: Duration::from_secs(600),
+            // The tool contract's class defaults (tool-api), so the two cannot drift.
+            default_timeout: SideEffect::None.default_timeout(),
+            execute_timeout: SideEffect::Execute.default_timeout(),
             tool_timeouts: HashMap::new(),
             confirmation_timeout: Duration::from_secs(300),
             cancel_grace: Duration::from_secs(30),
@@ -88,5 +93,139 @@ impl OnExecuteError {
             OnExecuteError::Continue => "continue",
             OnExecuteError::CancelSiblings => "cancel_siblings",
         }
+    }
+}
+
+/// A positive, finite number of seconds (integer or fractional) below a billion.
+///
+/// ```
+/// use dispatcher_core::config::Seconds;
+/// let s: Seconds = serde_json::from_str("1.5").unwrap();
+/// assert_eq!(s.0, std::time::Duration::from_millis(1500));
+/// let e = serde_json::from_str::<Seconds>("-1").unwrap_err().to_string();
+/// assert!(e.contains("expected a positive number of seconds, found -1"), "{e}");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Seconds(pub Duration);
+
+impl Seconds {
+    /// Checks a number of seconds.
+    pub fn new(secs: f64) -> Result<Seconds, String> {
+        if secs.is_finite() && secs > 0.0 && secs < 1.0e9 {
+            Ok(Seconds(Duration::from_secs_f64(secs)))
+        } else {
+            Err(format!(
+                "expected a positive number of seconds, found {secs}"
+            ))
+        }
+    }
+}
+
+impl Serialize for Seconds {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(self.0.as_secs_f64())
+    }
+}
+
+impl<'de> Deserialize<'de> for Seconds {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let secs = f64::deserialize(d)?;
+        Seconds::new(secs).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A concurrency limit: an integer from 1 to [`Limit::MAX`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Limit(pub usize);
+
+impl Limit {
+    /// The largest limit a configuration may set.
+    pub const MAX: usize = 1024;
+}
+
+impl Serialize for Limit {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(self.0 as u64)
+    }
+}
+
+impl<'de> Deserialize<'de> for Limit {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let n = i64::deserialize(d)?;
+        match usize::try_from(n) {
+            Ok(n) if (1..=Limit::MAX).contains(&n) => Ok(Limit(n)),
+            _ => Err(serde::de::Error::custom(format!(
+                "expected an integer from 1 to {}, found {n}",
+                Limit::MAX
+            ))),
+        }
+    }
+}
+
+/// A positive number of characters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Chars(pub usize);
+
+impl Serialize for Chars {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(self.0 as u64)
+    }
+}
+
+impl<'de> Deserialize<'de> for Chars {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let n = i64::deserialize(d)?;
+        match usize::try_from(n) {
+            Ok(n) if n > 0 => Ok(Chars(n)),
+            _ => Err(serde::de::Error::custom(format!(
+                "expected a positive number of characters, found {n}"
+            ))),
+        }
+    }
+}
+
+/// The separators a toolset prefix may be joined to tool names with: what model providers
+/// accept in tool names.
+pub const SEPARATORS: [&str; 5] = ["__", "_", "-", "--", "."];
+
+/// A toolset separator, one of [`SEPARATORS`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Separator(pub String);
+
+impl Serialize for Separator {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Separator {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        if SEPARATORS.contains(&s.as_str()) {
+            Ok(Separator(s))
+        } else {
+            Err(serde::de::Error::custom(format!(
+                "expected one of \"__\", \"_\", \"-\", \"--\" or \".\" (providers reject other characters), found {s:?}"
+            )))
+        }
+    }
+}
+
+/// A sandbox mode this host supports (deserializing another one is refused, naming the
+/// supported ones).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct SupportedSandbox(pub SandboxMode);
+
+impl<'de> Deserialize<'de> for SupportedSandbox {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mode = SandboxMode::deserialize(d)?;
+        mode.check_supported().map_err(serde::de::Error::custom)?;
+        Ok(SupportedSandbox(mode))
+    }
+}
+
+impl fmt::Display for Seconds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}s", self.0.as_secs_f64())
     }
 }

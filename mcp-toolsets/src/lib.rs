@@ -22,6 +22,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
+use dispatcher_core::config::Seconds;
 use dispatcher_core::{Toolset, ToolsetHandle};
 use rmcp::ClientHandler;
 use rmcp::model::{
@@ -31,7 +32,7 @@ use rmcp::model::{
 use rmcp::service::{
     NotificationContext, PeerRequestOptions, RoleClient, RunningService, ServiceExt,
 };
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 use tool_api::{SideEffect, Tool, ToolContext, ToolDefinition, ToolError, ToolFactory, ToolOutput};
 
@@ -50,15 +51,23 @@ pub fn nesting() -> u32 {
         .unwrap_or(0)
 }
 
-/// One `[[mcp_servers]]` entry.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Seconds a server may take to start and initialize, unless configured.
+pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Seconds a call may take, unless configured.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One `[[mcp_servers]]` entry. Bad values are refused while it is deserialized.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerConfig {
     /// Toolset id (what session allowlists and messages name).
+    #[serde(deserialize_with = "non_empty")]
     pub id: String,
-    /// Prefix of its published tool names.
+    /// Prefix of its published tool names ([`dispatcher_core::toolset::check_prefix`]).
+    #[serde(deserialize_with = "prefix")]
     pub prefix: String,
     /// The program to run.
+    #[serde(deserialize_with = "non_empty")]
     pub command: String,
     /// Its arguments.
     #[serde(default)]
@@ -69,30 +78,65 @@ pub struct McpServerConfig {
     /// Working directory (default: toolhost's).
     #[serde(default)]
     pub cwd: Option<PathBuf>,
-    /// Seconds to start and initialize (default 10).
-    #[serde(default = "d10")]
-    pub startup_timeout_secs: f64,
-    /// Seconds a call may take (default 60).
-    #[serde(default = "d60")]
-    pub call_timeout_secs: f64,
+    /// Time to start and initialize (default [`DEFAULT_STARTUP_TIMEOUT`]).
+    #[serde(default = "default_startup", rename = "startup_timeout_secs")]
+    pub startup_timeout: Seconds,
+    /// Time a call may take (default [`DEFAULT_CALL_TIMEOUT`]).
+    #[serde(default = "default_call", rename = "call_timeout_secs")]
+    pub call_timeout: Seconds,
     /// Per-tool side-effect classes; win over the server's annotations.
     #[serde(default)]
     pub side_effects: BTreeMap<String, SideEffect>,
 }
 
-fn d10() -> f64 {
-    10.0
+fn default_startup() -> Seconds {
+    Seconds(DEFAULT_STARTUP_TIMEOUT)
 }
-fn d60() -> f64 {
-    60.0
+
+fn default_call() -> Seconds {
+    Seconds(DEFAULT_CALL_TIMEOUT)
+}
+
+fn non_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    if s.trim().is_empty() {
+        Err(serde::de::Error::custom("expected a non-empty string"))
+    } else {
+        Ok(s)
+    }
+}
+
+fn prefix<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    dispatcher_core::toolset::check_prefix(&s).map_err(serde::de::Error::custom)?;
+    Ok(s)
 }
 
 impl McpServerConfig {
+    /// A server `id` running `command`, published under `prefix`, with every default.
+    pub fn new(
+        id: impl Into<String>,
+        prefix: impl Into<String>,
+        command: impl Into<String>,
+    ) -> Self {
+        McpServerConfig {
+            id: id.into(),
+            prefix: prefix.into(),
+            command: command.into(),
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            cwd: None,
+            startup_timeout: default_startup(),
+            call_timeout: default_call(),
+            side_effects: BTreeMap::new(),
+        }
+    }
+
     fn startup_timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.startup_timeout_secs.clamp(0.1, 3600.0))
+        self.startup_timeout.0
     }
     fn call_timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.call_timeout_secs.clamp(0.1, 86_400.0))
+        self.call_timeout.0
     }
 }
 
@@ -111,13 +155,13 @@ pub enum McpError {
     },
     /// It did not initialize in time.
     #[error(
-        "MCP server '{id}' did not finish initializing within {secs}s (startup_timeout_secs); it was stopped"
+        "MCP server '{id}' did not finish initializing within {timeout} (startup_timeout_secs); it was stopped"
     )]
     StartupTimeout {
         /// Server id.
         id: String,
         /// The timeout.
-        secs: f64,
+        timeout: Seconds,
     },
     /// Initialization or listing failed.
     #[error("MCP server '{id}' failed to initialize: {detail}")]
@@ -359,7 +403,7 @@ impl Server {
                 let _ = child.lock().await.kill().await;
                 Err(McpError::StartupTimeout {
                     id: c.id.clone(),
-                    secs: c.startup_timeout_secs,
+                    timeout: c.startup_timeout,
                 })
             }
         }

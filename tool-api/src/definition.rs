@@ -51,7 +51,8 @@ impl SideEffect {
     }
 
     /// The default execution timeout for this class: 600 s for `execute` and `network`,
-    /// 60 s otherwise.
+    /// 60 s otherwise. A host's configuration may change it (toolhost:
+    /// `[timeouts] default_secs` / `execute_secs`); these are its defaults.
     pub fn default_timeout(self) -> Duration {
         match self {
             SideEffect::Execute | SideEffect::Network => Duration::from_secs(600),
@@ -223,7 +224,8 @@ impl ToolDefinition {
         self
     }
 
-    /// The timeout that applies: the declared one, else the class default.
+    /// The timeout a host with default settings applies: the declared one, else the class
+    /// default. (A host's configuration may set another per tool or per class.)
     pub fn effective_timeout(&self) -> Duration {
         self.timeout_ms
             .map(Duration::from_millis)

@@ -1,284 +1,207 @@
-//! `toolhost.toml`: every key, its default, and errors that name the file and the key.
+//! `toolhost.toml`: every key, its default, and errors that name the file, the key and the
+//! line.
 //!
-//! ```toml
-//! # Directories scanned for plugin packages (relative to this file; `~` expanded).
-//! # Default: none. `--plugins DIR` adds more.
-//! plugin_dirs = ["plugins"]
-//! # Capabilities enabled for tools that require one. Default: none.
-//! capabilities = []
-//! # Calls of one session that may execute at once. Default: 4.
-//! max_concurrency = 4
-//! # What a failed `execute` call (e.g. shell) does to the other calls of its batch:
-//! # "continue" (default) or "cancel_siblings" (they end `cancelled`, reason sibling_error).
-//! on_execute_error = "continue"
-//! # Where tools run. Only "host" is supported; another mode is refused, never ignored.
-//! sandbox = "host"
-//!
-//! [tool_concurrency]         # per-tool caps in a session, on top of max_concurrency
-//! shell = 1
-//!
-//! [interrupt]                # per tool: "cancel" (default) or "block" (runs to completion)
-//! write_file = "block"
-//!
-//! [results]                  # result size caps, in characters
-//! max_chars = 100000         # beyond it: spooled to a file, the model gets a preview + path
-//! preview_chars = 2000
-//! [results.per_tool]
-//! shell = 30000
-//!
-//! [[hooks.pre_tool_use]]     # an external command judging calls (JSON of the call on
-//! command = "./check.sh"     # stdin; exit 0 allow, exit 2 deny with stderr as the reason)
-//! tools = ["shell"]          # optional; default: every tool
-//! timeout_secs = 10          # optional; default 10
-//! [[hooks.post_tool_use]]    # sees each result; may print {"annotate": "…"}
-//! command = "./audit.sh"
-//!
-//! [timeouts]
-//! default_secs = 60          # none/read/write tools that declare no timeout
-//! execute_secs = 600         # execute/network tools that declare no timeout
-//! confirmation_secs = 300    # how long a confirmation prompt waits
-//! cancel_grace_secs = 30     # how long a cancelled tool may take to stop
-//! slow_call_warn_secs = 10   # calls slower than this log a warning
-//! [timeouts.per_tool]        # per-tool timeouts, in seconds
-//! shell = 120
-//!
-//! [tool_confirmation.default]   # auto | prompt | deny, per side-effect class
-//! NONE = "auto"
-//! READ = "auto"
-//! WRITE = "prompt"
-//! EXECUTE = "prompt"
-//! NETWORK = "prompt"
-//! [tool_confirmation.per_tool]
-//! list_dir = "auto"
-//! [tool_confirmation]
-//! trusted_workspaces = ["~/code/myproject"]
-//! [tool_confirmation.trusted_workspace_overrides]
-//! EXECUTE = "prompt"
-//!
-//! # Between a toolset's prefix and its tools' names: "__" (default), "_", "-", "--" or ".".
-//! toolset_separator = "__"
-//!
-//! [mcp]                      # `toolhost serve --mcp`
-//! prompt_fallback = "deny"   # answers prompts when the client cannot elicit: deny | allow
-//!
-//! [[mcp_servers]]            # an external MCP server; its tools become the toolset `id`
-//! id = "github"
-//! prefix = "gh"              # tools published as gh__<tool>
-//! command = "github-mcp"
-//! args = ["--stdio"]
-//! env = { GITHUB_TOKEN = "…" }
-//! cwd = "."                  # optional, relative to this file
-//! startup_timeout_secs = 10
-//! call_timeout_secs = 60
-//! side_effects = { list_issues = "read" }   # overrides; unannotated tools count as execute
-//! ```
+//! The README's "Configuration" section lists every key with its default and is loaded as
+//! written by a test here. Defaults are not written in this module: a key left out takes the
+//! library's own ([`DispatcherConfig::default`], [`ConfirmationPolicy::default`],
+//! [`mcp_toolsets::McpServerConfig`]'s), and a bad value is refused by the value's type while
+//! the file is deserialized ([`dispatcher_core::config`]), so every error keeps its line.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use dispatcher_core::hooks::{CommandHook, HookMatcher};
-use dispatcher_core::{
-    ConfirmationPolicy, DispatcherConfig, InterruptBehavior, OnExecuteError, SandboxMode,
-};
-use serde::{Deserialize, Serialize};
+use dispatcher_core::config::{Chars, Limit, Seconds, Separator, SupportedSandbox};
+use dispatcher_core::hooks::{COMMAND_HOOK_TIMEOUT, CommandHook, HookMatcher};
+use dispatcher_core::{ConfirmationPolicy, DispatcherConfig, InterruptBehavior, OnExecuteError};
+use mcp_toolsets::McpServerConfig;
+use serde::Deserialize;
 
 /// The file name looked for in the working directory and the user's config directory.
 pub const FILE_NAME: &str = "toolhost.toml";
 
-/// The whole configuration file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// The whole configuration file. A key left out takes the library's default
+/// ([`DispatcherConfig::default`] and its kin); a bad value is refused while the file is
+/// read, naming the file, the key and the line.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// Plugin directories, relative to the config file's directory.
-    #[serde(default)]
     pub plugin_dirs: Vec<PathBuf>,
     /// Capabilities enabled for gated tools.
-    #[serde(default)]
     pub capabilities: Vec<String>,
     /// Per-session concurrency cap.
-    #[serde(default = "default_concurrency")]
-    pub max_concurrency: usize,
+    pub max_concurrency: Limit,
     /// What a failed `execute` call does to its batch.
-    #[serde(default)]
     pub on_execute_error: OnExecuteError,
     /// Where tools run (only `host` is supported).
-    #[serde(default)]
-    pub sandbox: SandboxMode,
+    pub sandbox: SupportedSandbox,
     /// Per-tool concurrency caps.
-    #[serde(default)]
-    pub tool_concurrency: BTreeMap<String, usize>,
+    pub tool_concurrency: BTreeMap<String, Limit>,
     /// Per-tool interrupt behaviour.
-    #[serde(default)]
     pub interrupt: BTreeMap<String, InterruptBehavior>,
     /// Result size caps.
-    #[serde(default)]
     pub results: Results,
     /// External command hooks.
-    #[serde(default)]
     pub hooks: Hooks,
     /// Timeouts.
-    #[serde(default)]
     pub timeouts: Timeouts,
     /// The confirmation policy.
-    #[serde(default)]
     pub tool_confirmation: ConfirmationPolicy,
-    /// Separator between a toolset prefix and a tool name (default `__`).
-    #[serde(default = "default_separator")]
-    pub toolset_separator: String,
+    /// Separator between a toolset prefix and a tool name.
+    pub toolset_separator: Separator,
     /// The MCP server (`toolhost serve --mcp`).
-    #[serde(default)]
     pub mcp: McpConfig,
-    /// External MCP servers whose tools become toolsets.
-    #[serde(default)]
-    pub mcp_servers: Vec<mcp_toolsets::McpServerConfig>,
-}
-
-fn default_separator() -> String {
-    "__".into()
-}
-
-/// The `[mcp]` table.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct McpConfig {
-    /// What answers a `prompt` when the MCP client cannot be asked (no elicitation):
-    /// `deny` (default) or `allow`.
-    #[serde(default)]
-    pub prompt_fallback: crate::mcp_server::PromptFallback,
-}
-
-fn default_concurrency() -> usize {
-    4
+    /// External MCP servers whose tools become toolsets (ids and prefixes unique).
+    #[serde(deserialize_with = "unique_servers")]
+    pub mcp_servers: Vec<McpServerConfig>,
 }
 
 impl Default for Config {
     fn default() -> Self {
+        let d = DispatcherConfig::default();
         Config {
             plugin_dirs: Vec::new(),
             capabilities: Vec::new(),
-            max_concurrency: default_concurrency(),
-            on_execute_error: OnExecuteError::default(),
-            sandbox: SandboxMode::default(),
+            max_concurrency: Limit(d.max_concurrency),
+            on_execute_error: d.on_execute_error,
+            sandbox: SupportedSandbox(d.sandbox),
             tool_concurrency: BTreeMap::new(),
             interrupt: BTreeMap::new(),
             results: Results::default(),
             hooks: Hooks::default(),
             timeouts: Timeouts::default(),
             tool_confirmation: ConfirmationPolicy::default(),
-            toolset_separator: default_separator(),
+            toolset_separator: Separator(d.toolset_separator),
             mcp: McpConfig::default(),
             mcp_servers: Vec::new(),
         }
     }
 }
 
-/// The `[results]` table: result size caps, in characters.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Results {
-    /// Characters of text a result may have before it is spooled (default 100 000).
-    #[serde(default = "default_max_chars")]
-    pub max_chars: usize,
-    /// Characters of a spooled result shown inline (default 2 000).
-    #[serde(default = "default_preview_chars")]
-    pub preview_chars: usize,
-    /// Per-tool caps.
-    #[serde(default)]
-    pub per_tool: BTreeMap<String, usize>,
+/// Refuses two servers with the same id or prefix, naming both entries.
+fn unique_servers<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Vec<McpServerConfig>, D::Error> {
+    let servers = Vec::<McpServerConfig>::deserialize(d)?;
+    for (i, server) in servers.iter().enumerate() {
+        if let Some(j) = servers[..i].iter().position(|s| s.id == server.id) {
+            return Err(serde::de::Error::custom(format!(
+                "entries {j} and {i} have the same id {:?}; ids must be unique",
+                server.id
+            )));
+        }
+        if let Some(j) = servers[..i].iter().position(|s| s.prefix == server.prefix) {
+            return Err(serde::de::Error::custom(format!(
+                "entries {j} and {i} have the same prefix {:?}; prefixes must be unique",
+                server.prefix
+            )));
+        }
+    }
+    Ok(servers)
 }
 
-fn default_max_chars() -> usize {
-    100_000
+/// The `[mcp]` table.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpConfig {
+    /// What answers a `prompt` when the MCP client cannot be asked (no elicitation):
+    /// `deny` (default) or `allow`.
+    pub prompt_fallback: crate::mcp_server::PromptFallback,
 }
-fn default_preview_chars() -> usize {
-    dispatcher_core::spool::DEFAULT_PREVIEW_CHARS
+
+/// The `[results]` table: result size caps, in characters.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Results {
+    /// Characters of text a result may have before it is spooled.
+    pub max_chars: Chars,
+    /// Characters of a spooled result shown inline.
+    pub preview_chars: Chars,
+    /// Per-tool caps.
+    pub per_tool: BTreeMap<String, Chars>,
 }
 
 impl Default for Results {
     fn default() -> Self {
+        let d = DispatcherConfig::default();
         Results {
-            max_chars: default_max_chars(),
-            preview_chars: default_preview_chars(),
+            max_chars: Chars(d.max_result_chars),
+            preview_chars: Chars(d.result_preview_chars),
             per_tool: BTreeMap::new(),
         }
     }
 }
 
 /// The `[hooks]` table: external commands run around calls.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct Hooks {
     /// Run before a call, after validation ([`CommandHook`] says what they may answer).
-    #[serde(default)]
     pub pre_tool_use: Vec<HookConfig>,
     /// Run after a call, with its result.
-    #[serde(default)]
     pub post_tool_use: Vec<HookConfig>,
 }
 
 /// One `[[hooks.pre_tool_use]]` or `[[hooks.post_tool_use]]` entry.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HookConfig {
     /// The command line, run with `/bin/sh -c`.
+    #[serde(deserialize_with = "command_line")]
     pub command: String,
     /// The tools it runs for (default: every tool).
     #[serde(default)]
     pub tools: Option<Vec<String>>,
-    /// How long it may run (default 10 s); a hook that takes longer is killed and ignored.
-    #[serde(default = "d10")]
-    pub timeout_secs: f64,
+    /// How long it may run; a hook that takes longer is killed and ignored.
+    #[serde(default = "hook_timeout", rename = "timeout_secs")]
+    pub timeout: Seconds,
+}
+
+fn hook_timeout() -> Seconds {
+    Seconds(COMMAND_HOOK_TIMEOUT)
+}
+
+fn command_line<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    if s.trim().is_empty() {
+        Err(serde::de::Error::custom("expected the command line to run"))
+    } else {
+        Ok(s)
+    }
 }
 
 /// The `[timeouts]` table, in seconds.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct Timeouts {
     /// none/read/write tools.
-    #[serde(default = "d60")]
-    pub default_secs: f64,
+    #[serde(rename = "default_secs")]
+    pub default: Seconds,
     /// execute/network tools.
-    #[serde(default = "d600")]
-    pub execute_secs: f64,
+    #[serde(rename = "execute_secs")]
+    pub execute: Seconds,
     /// Confirmation prompts.
-    #[serde(default = "d300")]
-    pub confirmation_secs: f64,
+    #[serde(rename = "confirmation_secs")]
+    pub confirmation: Seconds,
     /// Grace period after cancellation.
-    #[serde(default = "d30")]
-    pub cancel_grace_secs: f64,
+    #[serde(rename = "cancel_grace_secs")]
+    pub cancel_grace: Seconds,
     /// Slow-call warning threshold.
-    #[serde(default = "d10")]
-    pub slow_call_warn_secs: f64,
+    #[serde(rename = "slow_call_warn_secs")]
+    pub slow_call_warn: Seconds,
     /// Per-tool timeouts.
-    #[serde(default)]
-    pub per_tool: BTreeMap<String, f64>,
-}
-
-fn d60() -> f64 {
-    60.0
-}
-fn d600() -> f64 {
-    600.0
-}
-fn d300() -> f64 {
-    300.0
-}
-fn d30() -> f64 {
-    30.0
-}
-fn d10() -> f64 {
-    10.0
+    pub per_tool: BTreeMap<String, Seconds>,
 }
 
 impl Default for Timeouts {
     fn default() -> Self {
+        let d = DispatcherConfig::default();
         Timeouts {
-            default_secs: d60(),
-            execute_secs: d600(),
-            confirmation_secs: d300(),
-            cancel_grace_secs: d30(),
-            slow_call_warn_secs: d10(),
+            default: Seconds(d.default_timeout),
+            execute: Seconds(d.execute_timeout),
+            confirmation: Seconds(d.confirmation_timeout),
+            cancel_grace: Seconds(d.cancel_grace),
+            slow_call_warn: Seconds(d.slow_call_threshold),
             per_tool: BTreeMap::new(),
         }
     }
@@ -296,7 +219,7 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
-    /// The file is not valid TOML, or a key is unknown or has the wrong type.
+    /// The file is not valid TOML, or a key is unknown or has a wrong type or a bad value.
     #[error("config file '{file}'{}: key `{key}`: {message}", location.as_deref().map(|l| format!(" ({l})")).unwrap_or_default())]
     Invalid {
         /// The file.
@@ -310,31 +233,15 @@ pub enum ConfigError {
     },
 }
 
-fn positive(file: &Path, key: &str, secs: f64) -> Result<Duration, ConfigError> {
-    if secs.is_finite() && secs > 0.0 && secs < 1.0e9 {
-        Ok(Duration::from_secs_f64(secs))
-    } else {
-        Err(ConfigError::Invalid {
-            file: file.to_path_buf(),
-            key: key.into(),
-            message: format!("expected a positive number of seconds, found {secs}"),
-            location: None,
-        })
-    }
-}
-
 impl Config {
     /// Parses a config file's text. `file` is only used in messages.
     pub fn parse(file: &Path, text: &str) -> Result<Config, ConfigError> {
-        let config: Config =
-            plugin_host::manifest::parse_keyed(text).map_err(|e| ConfigError::Invalid {
-                file: file.to_path_buf(),
-                key: e.key,
-                message: e.message,
-                location: e.location,
-            })?;
-        config.validate(file)?;
-        Ok(config)
+        plugin_host::manifest::parse_keyed(text).map_err(|e| ConfigError::Invalid {
+            file: file.to_path_buf(),
+            key: e.key,
+            message: e.message,
+            location: e.location,
+        })
     }
 
     /// Reads and parses a config file.
@@ -373,134 +280,6 @@ impl Config {
         user.is_file().then_some(user)
     }
 
-    fn validate(&self, file: &Path) -> Result<(), ConfigError> {
-        if !matches!(
-            self.toolset_separator.as_str(),
-            "__" | "_" | "-" | "--" | "."
-        ) {
-            return Err(ConfigError::Invalid {
-                file: file.to_path_buf(),
-                key: "toolset_separator".into(),
-                message: format!(
-                    "expected one of \"__\", \"_\", \"-\", \"--\" or \".\" (providers reject other characters), found {:?}",
-                    self.toolset_separator
-                ),
-                location: None,
-            });
-        }
-        if self.max_concurrency == 0 || self.max_concurrency > 1024 {
-            return Err(ConfigError::Invalid {
-                file: file.to_path_buf(),
-                key: "max_concurrency".into(),
-                message: format!(
-                    "expected an integer from 1 to 1024, found {}",
-                    self.max_concurrency
-                ),
-                location: None,
-            });
-        }
-        let mut ids = std::collections::HashSet::new();
-        let mut prefixes = std::collections::HashSet::new();
-        for (i, server) in self.mcp_servers.iter().enumerate() {
-            let key = |k: &str| format!("mcp_servers[{i}].{k}");
-            let bad = |k: &str, message: String| ConfigError::Invalid {
-                file: file.to_path_buf(),
-                key: key(k),
-                message,
-                location: None,
-            };
-            if server.id.is_empty() || !ids.insert(server.id.clone()) {
-                return Err(bad(
-                    "id",
-                    format!("expected a unique, non-empty id, found {:?}", server.id),
-                ));
-            }
-            let valid_prefix = !server.prefix.is_empty()
-                && server.prefix.len() <= 32
-                && server
-                    .prefix
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-            if !valid_prefix || !prefixes.insert(server.prefix.clone()) {
-                return Err(bad(
-                    "prefix",
-                    format!(
-                        "expected a unique prefix of 1-32 letters, digits, '_' or '-', found {:?}",
-                        server.prefix
-                    ),
-                ));
-            }
-            if server.command.is_empty() {
-                return Err(bad("command", "expected the program to run".into()));
-            }
-            for (k, v) in [
-                ("startup_timeout_secs", server.startup_timeout_secs),
-                ("call_timeout_secs", server.call_timeout_secs),
-            ] {
-                if !(v.is_finite() && v > 0.0) {
-                    return Err(bad(
-                        k,
-                        format!("expected a positive number of seconds, found {v}"),
-                    ));
-                }
-            }
-        }
-        let bad = |key: String, message: String| ConfigError::Invalid {
-            file: file.to_path_buf(),
-            key,
-            message,
-            location: None,
-        };
-        self.sandbox
-            .check_supported()
-            .map_err(|m| bad("sandbox".into(), m))?;
-        for (tool, cap) in &self.tool_concurrency {
-            if *cap == 0 || *cap > 1024 {
-                return Err(bad(
-                    format!("tool_concurrency.{tool}"),
-                    format!("expected an integer from 1 to 1024, found {cap}"),
-                ));
-            }
-        }
-        let r = &self.results;
-        for (key, n) in [
-            ("results.max_chars".to_string(), r.max_chars),
-            ("results.preview_chars".to_string(), r.preview_chars),
-        ]
-        .into_iter()
-        .chain(
-            r.per_tool
-                .iter()
-                .map(|(t, n)| (format!("results.per_tool.{t}"), *n)),
-        ) {
-            if n == 0 {
-                return Err(bad(
-                    key,
-                    "expected a positive number of characters, found 0".into(),
-                ));
-            }
-        }
-        for (table, hooks) in [
-            ("hooks.pre_tool_use", &self.hooks.pre_tool_use),
-            ("hooks.post_tool_use", &self.hooks.post_tool_use),
-        ] {
-            for (i, hook) in hooks.iter().enumerate() {
-                if hook.command.trim().is_empty() {
-                    return Err(bad(
-                        format!("{table}[{i}].command"),
-                        "expected the command line to run".into(),
-                    ));
-                }
-                positive(
-                    file,
-                    &format!("{table}[{i}].timeout_secs"),
-                    hook.timeout_secs,
-                )?;
-            }
-        }
-        self.dispatcher_config(file).map(|_| ())
-    }
-
     /// The command hooks this config declares: (pre-use, post-use).
     pub fn command_hooks(&self) -> (Vec<CommandHook>, Vec<CommandHook>) {
         let make = |h: &HookConfig| CommandHook {
@@ -509,7 +288,7 @@ impl Config {
                 Some(tools) => HookMatcher::Tools(tools.clone()),
                 None => HookMatcher::All,
             },
-            timeout: Duration::from_secs_f64(h.timeout_secs.clamp(0.001, 1.0e6)),
+            timeout: h.timeout.0,
         };
         (
             self.hooks.pre_tool_use.iter().map(make).collect(),
@@ -518,40 +297,31 @@ impl Config {
     }
 
     /// The dispatcher limits this config sets.
-    pub fn dispatcher_config(&self, file: &Path) -> Result<DispatcherConfig, ConfigError> {
+    pub fn dispatcher_config(&self) -> DispatcherConfig {
         let t = &self.timeouts;
-        let mut tool_timeouts = std::collections::HashMap::new();
-        for (tool, secs) in &t.per_tool {
-            tool_timeouts.insert(
-                tool.clone(),
-                positive(file, &format!("timeouts.per_tool.{tool}"), *secs)?,
-            );
-        }
-        Ok(DispatcherConfig {
-            max_concurrency: self.max_concurrency,
-            default_timeout: positive(file, "timeouts.default_secs", t.default_secs)?,
-            execute_timeout: positive(file, "timeouts.execute_secs", t.execute_secs)?,
-            tool_timeouts,
-            confirmation_timeout: positive(
-                file,
-                "timeouts.confirmation_secs",
-                t.confirmation_secs,
-            )?,
-            cancel_grace: positive(file, "timeouts.cancel_grace_secs", t.cancel_grace_secs)?,
-            slow_call_threshold: positive(
-                file,
-                "timeouts.slow_call_warn_secs",
-                t.slow_call_warn_secs,
-            )?,
-            max_result_chars: self.results.max_chars,
-            tool_result_chars: self.results.per_tool.clone().into_iter().collect(),
-            result_preview_chars: self.results.preview_chars,
-            tool_concurrency: self.tool_concurrency.clone().into_iter().collect(),
+        let unwrap =
+            |m: &BTreeMap<String, Chars>| m.iter().map(|(k, v)| (k.clone(), v.0)).collect();
+        DispatcherConfig {
+            max_concurrency: self.max_concurrency.0,
+            default_timeout: t.default.0,
+            execute_timeout: t.execute.0,
+            tool_timeouts: t.per_tool.iter().map(|(k, v)| (k.clone(), v.0)).collect(),
+            confirmation_timeout: t.confirmation.0,
+            cancel_grace: t.cancel_grace.0,
+            slow_call_threshold: t.slow_call_warn.0,
+            max_result_chars: self.results.max_chars.0,
+            tool_result_chars: unwrap(&self.results.per_tool),
+            result_preview_chars: self.results.preview_chars.0,
+            toolset_separator: self.toolset_separator.0.clone(),
+            tool_concurrency: self
+                .tool_concurrency
+                .iter()
+                .map(|(k, v)| (k.clone(), v.0))
+                .collect(),
             on_execute_error: self.on_execute_error,
             interrupt: self.interrupt.clone().into_iter().collect(),
-            sandbox: self.sandbox,
-            ..DispatcherConfig::default()
-        })
+            sandbox: self.sandbox.0,
+        }
     }
 }
 
@@ -681,7 +451,7 @@ mod tests {
             "#,
         )
         .unwrap();
-        let d = c.dispatcher_config(Path::new("toolhost.toml")).unwrap();
+        let d = c.dispatcher_config();
         assert_eq!(d.on_execute_error, OnExecuteError::CancelSiblings);
         assert_eq!(d.tool_concurrency["shell"], 1);
         assert_eq!(d.interrupt["write_file"], InterruptBehavior::Block);
@@ -690,7 +460,7 @@ mod tests {
         let (pre, post) = c.command_hooks();
         assert_eq!((pre.len(), post.len()), (1, 1));
         assert!(pre[0].matcher.matches("shell") && !pre[0].matcher.matches("read_file"));
-        assert_eq!(pre[0].timeout, Duration::from_secs(2));
+        assert_eq!(pre[0].timeout, std::time::Duration::from_secs(2));
     }
 
     #[test]
@@ -731,6 +501,89 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("hooks.pre_tool_use[0].command"), "{e}");
+    }
+
+    /// The ```toml block after `heading` in the README.
+    fn readme_block(heading: &str) -> &'static str {
+        let readme = include_str!("../../README.md");
+        let after = &readme[readme.find(heading).expect("heading in README")..];
+        let start = after.find("```toml\n").expect("a toml block") + "```toml\n".len();
+        let len = after[start..].find("```").expect("the block ends");
+        &after[start..start + len]
+    }
+
+    #[test]
+    fn readme_configuration_block_loads_as_written_and_is_the_defaults() {
+        let block = readme_block("## Configuration: `toolhost.toml`");
+        let c = parse(block).unwrap_or_else(|e| panic!("{e}\n{block}"));
+        assert_eq!(c, Config::default(), "the README block shows the defaults");
+    }
+
+    #[test]
+    fn readme_mcp_servers_block_loads_as_written() {
+        let c = parse(readme_block("### Other MCP servers as toolsets")).unwrap();
+        let s = &c.mcp_servers[0];
+        assert_eq!((s.id.as_str(), s.prefix.as_str()), ("github", "gh"));
+        assert_eq!(s.side_effects["get_issue"], SideEffect::Read);
+    }
+
+    #[test]
+    fn a_bad_value_names_its_key_and_line() {
+        let e = parse("max_concurrency = 2\n[timeouts.per_tool]\nshell = -1")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("key `timeouts.per_tool.shell`") && e.contains("line 3"),
+            "{e}"
+        );
+        let e = parse("\n\nmax_concurrency = 0").unwrap_err().to_string();
+        assert!(
+            e.contains("key `max_concurrency`") && e.contains("line 3"),
+            "{e}"
+        );
+        let e = parse("toolset_separator = \"::\"").unwrap_err().to_string();
+        assert!(
+            e.contains("toolset_separator") && e.contains("line 1"),
+            "{e}"
+        );
+        let e = parse("\nsandbox = \"container\"").unwrap_err().to_string();
+        assert!(e.contains("key `sandbox`") && e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn mcp_server_entries_are_checked_where_they_stand() {
+        let server = |id: &str, prefix: &str| {
+            format!("[[mcp_servers]]\nid = \"{id}\"\nprefix = \"{prefix}\"\ncommand = \"srv\"\n")
+        };
+        let e = parse(&format!("{}{}", server("a", "x"), server("a", "y")))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("mcp_servers") && e.contains("same id \"a\""),
+            "{e}"
+        );
+        let e = parse(&format!("{}{}", server("a", "x"), server("b", "x")))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("same prefix \"x\""), "{e}");
+        let e = parse(&server("a", "bad prefix")).unwrap_err().to_string();
+        assert!(
+            e.contains("mcp_servers[0].prefix") && e.contains("line 3") && e.contains("1-32"),
+            "{e}"
+        );
+        let e = parse(&format!("{}startup_timeout_secs = 0\n", server("a", "x")))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("mcp_servers[0].startup_timeout_secs") && e.contains("line 5"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn toolset_separator_reaches_the_dispatcher() {
+        let c = parse("toolset_separator = \".\"").unwrap();
+        assert_eq!(c.dispatcher_config().toolset_separator, ".");
     }
 
     #[test]

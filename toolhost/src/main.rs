@@ -240,9 +240,9 @@ async fn build_host(
     sources: &Sources<'_>,
     confirmer: Option<Arc<dyn dispatcher_core::Confirmer>>,
 ) -> Result<Host, UsageError> {
-    let (config, file) = (sources.config, sources.file);
+    let config = sources.config;
     let mut builder = Dispatcher::builder()
-        .config(config.dispatcher_config(file)?)
+        .config(config.dispatcher_config())
         .policy(config.tool_confirmation.clone());
     for capability in &config.capabilities {
         builder = builder.capability(capability.clone());
