@@ -327,7 +327,7 @@ impl Config {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use dispatcher_core::Mode;
     use tool_api::SideEffect;
