@@ -151,13 +151,7 @@ impl Registry {
     }
 }
 
-/// Whether `name` is what model providers accept: `^[a-zA-Z0-9_-]{1,64}$`.
-pub fn is_valid_tool_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-}
+pub use tool_api::is_valid_tool_name;
 
 /// Validates a factory's definition and compiles its validator.
 pub(crate) fn prepare(factory: Arc<dyn ToolFactory>) -> Result<Registered, RegistrationError> {

@@ -1,232 +1,32 @@
-//! The JSON Schema subset tool inputs may use, checked at registration, and the compiled
-//! validator used at dispatch.
-//!
-//! # The subset
-//!
-//! It is what the major model providers accept in tool definitions, so a tool written once
-//! works with every provider. A schema is refused at registration, naming the construct and
-//! its JSON pointer, if it uses anything else.
-//!
-//! | kind | allowed keywords |
-//! |---|---|
-//! | root | must be `"type": "object"`; may carry `$schema` and `$defs` / `definitions` |
-//! | any node | `type` (a name or a list of `object`, `array`, `string`, `number`, `integer`, `boolean`, `null`), `enum`, `const`, `anyOf`, `$ref` (local: `#/$defs/…` or `#/definitions/…`) |
-//! | annotations | `title`, `description`, `default`, `examples`, `deprecated`, `readOnly`, `writeOnly`, `$comment` |
-//! | objects | `properties`, `required`, `additionalProperties` (boolean or schema), `minProperties`, `maxProperties` |
-//! | arrays | `items` (one schema), `minItems`, `maxItems`, `uniqueItems` |
-//! | strings | `minLength`, `maxLength`, `pattern`, `format` |
-//! | numbers | `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum`, `multipleOf` |
-//!
-//! Refused, with what to use instead: `oneOf` (use `anyOf`), `allOf` (merge the
-//! subschemas), `not`, `if`/`then`/`else`, `patternProperties`, `propertyNames`,
-//! `dependentRequired`, `dependentSchemas`, `dependencies`, `prefixItems` and array-form
-//! `items` (tuples), `contains`, `unevaluated*`, `$id`, `$anchor`, `$dynamicRef`, remote
-//! `$ref`, and any keyword not listed above.
+//! Tool input schemas at registration and at dispatch: the subset check (the subset is
+//! listed in [`tool_api::schema`], where tool authors look) and the compiled validator.
 //!
 //! Inputs are validated with Draft 2020-12 semantics, formats included.
 
 use serde_json::Value;
+use tool_api::schema::SchemaProblem;
 
 use crate::error::RegistrationError;
 
-const ANNOTATIONS: &[&str] = &[
-    "title",
-    "description",
-    "default",
-    "examples",
-    "deprecated",
-    "readOnly",
-    "writeOnly",
-    "$comment",
-];
-const SCALAR_KEYWORDS: &[&str] = &[
-    "required",
-    "minProperties",
-    "maxProperties",
-    "minItems",
-    "maxItems",
-    "uniqueItems",
-    "minLength",
-    "maxLength",
-    "pattern",
-    "format",
-    "minimum",
-    "maximum",
-    "exclusiveMinimum",
-    "exclusiveMaximum",
-    "multipleOf",
-    "enum",
-    "const",
-];
-const TYPES: &[&str] = &[
-    "object", "array", "string", "number", "integer", "boolean", "null",
-];
-
-fn hint_for(keyword: &str) -> &'static str {
-    match keyword {
-        "oneOf" => "use anyOf",
-        "allOf" => "merge the subschemas into one",
-        "not" | "if" | "then" | "else" => {
-            "express the constraint with enum, anyOf or the tool's own checks"
-        }
-        "patternProperties" | "propertyNames" => {
-            "list the properties, or use additionalProperties with a schema"
-        }
-        "dependentRequired" | "dependentSchemas" | "dependencies" => {
-            "check the dependency inside the tool and return InvalidInput"
-        }
-        "prefixItems" | "items" => "use one schema for all items (\"items\": {…})",
-        "contains" | "minContains" | "maxContains" => {
-            "check the array inside the tool and return InvalidInput"
-        }
-        "unevaluatedProperties" => "use additionalProperties",
-        "unevaluatedItems" => "use items",
-        "$id" | "$anchor" | "$dynamicRef" | "$dynamicAnchor" | "$recursiveRef"
-        | "$recursiveAnchor" | "$vocabulary" => {
-            "inline the schema or use a local $ref to #/$defs/…"
-        }
-        "$ref" => "only local references to #/$defs/NAME or #/definitions/NAME are supported",
-        "$defs" | "definitions" | "$schema" => "move it to the root of the schema",
-        _ => "remove it; only the keywords listed in dispatcher-core's schema docs are accepted",
-    }
-}
-
-struct Checker<'a> {
-    tool: &'a str,
-    root: &'a Value,
-}
-
-fn escape(token: &str) -> String {
-    token.replace('~', "~0").replace('/', "~1")
-}
-
-impl Checker<'_> {
-    fn unsupported(&self, pointer: &str, construct: &str) -> RegistrationError {
-        RegistrationError::UnsupportedConstruct {
-            tool: self.tool.to_string(),
-            pointer: if pointer.is_empty() {
-                "/".into()
-            } else {
-                pointer.into()
-            },
-            construct: construct.to_string(),
-            hint: hint_for(construct).to_string(),
-        }
-    }
-
-    fn invalid(&self, pointer: &str, message: impl Into<String>) -> RegistrationError {
-        RegistrationError::InvalidSchema {
-            tool: self.tool.to_string(),
-            pointer: if pointer.is_empty() {
-                "/".into()
-            } else {
-                pointer.into()
-            },
-            message: message.into(),
-        }
-    }
-
-    fn check_node(
-        &self,
-        node: &Value,
-        pointer: &str,
-        is_root: bool,
-    ) -> Result<(), RegistrationError> {
-        let obj = match node {
-            Value::Object(o) => o,
-            Value::Bool(_) if !is_root => return Ok(()),
-            _ => return Err(self.invalid(pointer, "a schema must be a JSON object")),
-        };
-        for (key, value) in obj {
-            let here = format!("{pointer}/{}", escape(key));
-            match key.as_str() {
-                k if ANNOTATIONS.contains(&k) || SCALAR_KEYWORDS.contains(&k) => {}
-                "$schema" | "$defs" | "definitions" if is_root => {
-                    if key != "$schema" {
-                        self.check_map(value, &here)?;
-                    }
-                }
-                "type" => self.check_type(value, &here)?,
-                "properties" => self.check_map(value, &here)?,
-                "additionalProperties" => self.check_node(value, &here, false)?,
-                "items" => match value {
-                    Value::Array(_) => return Err(self.unsupported(&here, "items")),
-                    v => self.check_node(v, &here, false)?,
-                },
-                "anyOf" => match value {
-                    Value::Array(items) if !items.is_empty() => {
-                        for (i, item) in items.iter().enumerate() {
-                            self.check_node(item, &format!("{here}/{i}"), false)?;
-                        }
-                    }
-                    _ => {
-                        return Err(
-                            self.invalid(&here, "anyOf must be a non-empty array of schemas")
-                        );
-                    }
-                },
-                "$ref" => self.check_ref(value, &here)?,
-                other => return Err(self.unsupported(&here, other)),
-            }
-        }
-        Ok(())
-    }
-
-    fn check_map(&self, value: &Value, pointer: &str) -> Result<(), RegistrationError> {
-        let Value::Object(map) = value else {
-            return Err(self.invalid(pointer, "expected an object mapping names to schemas"));
-        };
-        for (name, schema) in map {
-            self.check_node(schema, &format!("{pointer}/{}", escape(name)), false)?;
-        }
-        Ok(())
-    }
-
-    fn check_type(&self, value: &Value, pointer: &str) -> Result<(), RegistrationError> {
-        let names: Vec<&Value> = match value {
-            Value::Array(items) => items.iter().collect(),
-            v => vec![v],
-        };
-        for name in names {
-            match name.as_str() {
-                Some(n) if TYPES.contains(&n) => {}
-                _ => {
-                    return Err(self.invalid(
-                        pointer,
-                        format!("unknown type {name}: expected one of {}", TYPES.join(", ")),
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn check_ref(&self, value: &Value, pointer: &str) -> Result<(), RegistrationError> {
-        let Some(target) = value.as_str() else {
-            return Err(self.invalid(pointer, "$ref must be a string"));
-        };
-        let local = target
-            .strip_prefix('#')
-            .filter(|rest| rest.starts_with("/$defs/") || rest.starts_with("/definitions/"));
-        match local {
-            Some(p) if self.root.pointer(p).is_some() => Ok(()),
-            Some(_) => Err(self.invalid(pointer, format!("$ref '{target}' points to nothing"))),
-            None => Err(self.unsupported(pointer, "$ref")),
-        }
-    }
-}
-
-/// Checks that `schema` is an object schema within the subset.
+/// Checks that `schema` is an object schema within the subset ([`tool_api::schema`]).
 pub fn check_subset(tool: &str, schema: &Value) -> Result<(), RegistrationError> {
-    let checker = Checker { tool, root: schema };
-    checker.check_node(schema, "", true)?;
-    if schema.get("type").and_then(Value::as_str) != Some("object") {
-        return Err(checker.invalid(
-            "/type",
-            "the top of an input schema must be \"type\": \"object\"",
-        ));
-    }
-    Ok(())
+    tool_api::schema::check_subset(schema).map_err(|problem| match problem {
+        SchemaProblem::Unsupported {
+            pointer,
+            construct,
+            hint,
+        } => RegistrationError::UnsupportedConstruct {
+            tool: tool.to_string(),
+            pointer,
+            construct,
+            hint,
+        },
+        SchemaProblem::Invalid { pointer, message } => RegistrationError::InvalidSchema {
+            tool: tool.to_string(),
+            pointer,
+            message,
+        },
+    })
 }
 
 /// One way an input failed its schema.

@@ -27,13 +27,13 @@ use tool_api::ToolError;
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
     /// The path (or a symlink on it) leads outside the workspace.
-    #[error("Path '{path}' escapes workspace boundary")]
+    #[error("{}", tool_api::fs_error::escapes(path))]
     Escape {
         /// The path as given.
         path: String,
     },
     /// The path does not exist.
-    #[error("'{path}' not found in the workspace")]
+    #[error("{}", tool_api::fs_error::not_found(path))]
     NotFound {
         /// The path as given.
         path: String,
@@ -47,13 +47,13 @@ pub enum FsError {
         what: &'static str,
     },
     /// The file is not UTF-8 text.
-    #[error("'{path}' is not UTF-8 text; read it as bytes")]
+    #[error("{}", tool_api::fs_error::not_utf8(path))]
     NotUtf8 {
         /// The path as given.
         path: String,
     },
     /// A patch's `old` text did not match exactly once.
-    #[error("patch of '{path}' needs exactly one match of `old`, found {count}{}", if *.count == 0 { ": check the text, including whitespace" } else { ": include more surrounding text so it matches once" })]
+    #[error("{}", tool_api::fs_error::patch_matches(path, *count))]
     PatchMatches {
         /// The path as given.
         path: String,

@@ -151,4 +151,28 @@ pub enum Refusal {
     /// The dispatcher refused a tool (name clash, schema outside the subset, …).
     #[error("{0}")]
     Registration(String),
+    /// The library's own definitions are refused (two tools with one name, a name or a
+    /// schema a host does not accept); re-packaging cannot fix them, the plugin's code can.
+    #[error(
+        "the plugin exports tools a host refuses: {}; fix the plugin (its `tool_api::check_plugin!()` test finds these) and re-package it",
+        problems.join("; ")
+    )]
+    Definitions {
+        /// Every problem.
+        problems: Vec<String>,
+    },
+    /// Another package holds a newer version of the same plugin; that one is loaded.
+    #[error(
+        "plugin '{name}' {version} is superseded by {newer} at {newer_path}, which is loaded instead; remove this one"
+    )]
+    Superseded {
+        /// The plugin.
+        name: String,
+        /// This package's version.
+        version: String,
+        /// The version loaded instead.
+        newer: String,
+        /// Where that one is.
+        newer_path: String,
+    },
 }

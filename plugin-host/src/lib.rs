@@ -168,60 +168,86 @@ impl PluginHost {
     /// Scans every directory and registers the tools of every good package.
     pub fn load_into(&self, dispatcher: &Dispatcher) -> LoadReport {
         let mut report = LoadReport::default();
+        // First what can be checked without opening a library, for every package, so that
+        // of two versions of one plugin only the newer is opened.
+        let mut checked: Vec<(PathBuf, Preflighted)> = Vec::new();
         for dir in &self.dirs {
-            let found = match package::discover(dir) {
-                Ok(found) => found,
-                Err(e) => {
-                    report.packages.push(PackageReport {
-                        path: dir.clone(),
-                        outcome: Outcome::Refused(Refusal::Directory {
-                            detail: e.to_string(),
-                        }),
-                    });
-                    continue;
-                }
-            };
-            for item in found {
-                let outcome = match self.load_one(&item, dispatcher) {
-                    Ok(outcome) => outcome,
-                    Err(refusal) => Outcome::Refused(refusal),
-                };
-                match &outcome {
-                    Outcome::Loaded { name, tools, .. } => {
-                        tracing::info!(plugin = %name, tools = tools.len(), path = %item.path().display(), "plugin loaded")
-                    }
-                    Outcome::Refused(r) => {
-                        tracing::warn!(path = %item.path().display(), "plugin refused: {r}")
-                    }
-                }
-                report.packages.push(PackageReport {
-                    path: item.path().to_path_buf(),
-                    outcome,
-                });
+            match package::discover(dir) {
+                Ok(found) => checked.extend(found.iter().map(|item| {
+                    let path = item.path().to_path_buf();
+                    (path, self.folder(item).and_then(|f| preflight(&f)))
+                })),
+                Err(e) => checked.push((
+                    dir.clone(),
+                    Err(Refusal::Directory {
+                        detail: e.to_string(),
+                    }),
+                )),
             }
+        }
+        let newest = |name: &str| {
+            checked
+                .iter()
+                .filter_map(|(p, r)| r.as_ref().ok().map(|(m, _)| (p, m)))
+                .filter(|(_, m)| m.name == name)
+                .max_by(|a, b| a.1.version.cmp(&b.1.version))
+                .map(|(p, m)| (p.clone(), m.version.to_string()))
+        };
+        let mut outcomes = Vec::new();
+        for (path, checked_ok) in &checked {
+            let outcome = match checked_ok {
+                Err(refusal) => Outcome::Refused(refusal.clone()),
+                Ok((manifest, library)) => match newest(&manifest.name) {
+                    Some((newer_path, newer)) if newer_path != *path => {
+                        Outcome::Refused(Refusal::Superseded {
+                            name: manifest.name.clone(),
+                            version: manifest.version.to_string(),
+                            newer,
+                            newer_path: newer_path.display().to_string(),
+                        })
+                    }
+                    _ => {
+                        load_checked(manifest, library, dispatcher).unwrap_or_else(Outcome::Refused)
+                    }
+                },
+            };
+            outcomes.push((path.clone(), outcome));
+        }
+        for (path, outcome) in outcomes {
+            match &outcome {
+                Outcome::Loaded { name, tools, .. } => {
+                    tracing::info!(plugin = %name, tools = tools.len(), path = %path.display(), "plugin loaded")
+                }
+                Outcome::Refused(r) => {
+                    tracing::warn!(path = %path.display(), "plugin refused: {r}")
+                }
+            }
+            report.packages.push(PackageReport { path, outcome });
         }
         report
     }
 
-    fn load_one(&self, item: &package::Found, dispatcher: &Dispatcher) -> Result<Outcome, Refusal> {
-        let folder = match item {
+    /// The folder of a found package (an archive is unpacked into the cache).
+    fn folder(&self, item: &package::Found) -> Result<PathBuf, Refusal> {
+        match item {
             package::Found::Archive(archive) => package::unpack_cached(archive, &self.cache_dir)
                 .map_err(|e| Refusal::Archive {
                     detail: e.to_string(),
-                })?,
-            package::Found::Folder(path) if path.is_dir() => path.clone(),
-            package::Found::Folder(path) => {
-                return Err(Refusal::NotAPackage {
-                    detail: format!(
-                        "'{}' is a bare library; put it in a package with `cargo xtask plugin package`",
-                        path.display()
-                    ),
-                });
-            }
-        };
-        load_package(&folder, dispatcher)
+                }),
+            package::Found::Folder(path) if path.is_dir() => Ok(path.clone()),
+            package::Found::Folder(path) => Err(Refusal::NotAPackage {
+                detail: format!(
+                    "'{}' is a bare library; put it in a package with `cargo xtask plugin package`",
+                    path.display()
+                ),
+            }),
+        }
     }
 }
+
+/// A package's manifest and library path, or why it was refused before its library was
+/// opened.
+type Preflighted = Result<(Manifest, PathBuf), Refusal>;
 
 /// Checks everything that can be checked without running the library's code.
 pub fn preflight(folder: &Path) -> Result<(Manifest, PathBuf), Refusal> {
@@ -320,6 +346,10 @@ pub fn compare(manifest: &Manifest, lib: &Library) -> Result<(), Refusal> {
     if !lib.unwinds {
         return Err(Refusal::PanicAbort);
     }
+    let problems = tool_api::testing::definition_problems(&lib.definitions);
+    if !problems.is_empty() {
+        return Err(Refusal::Definitions { problems });
+    }
     let missing: Vec<&str> = manifest
         .tools
         .iter()
@@ -367,8 +397,17 @@ pub fn compare(manifest: &Manifest, lib: &Library) -> Result<(), Refusal> {
 /// Verifies, opens and registers one package folder.
 pub fn load_package(folder: &Path, dispatcher: &Dispatcher) -> Result<Outcome, Refusal> {
     let (manifest, library_path) = preflight(folder)?;
-    let lib = library::open(&library_path)?;
-    compare(&manifest, &lib)?;
+    load_checked(&manifest, &library_path, dispatcher)
+}
+
+/// Opens a preflighted package's library, compares it with its manifest and registers it.
+fn load_checked(
+    manifest: &Manifest,
+    library_path: &Path,
+    dispatcher: &Dispatcher,
+) -> Result<Outcome, Refusal> {
+    let lib = library::open(library_path)?;
+    compare(manifest, &lib)?;
     register_library(&lib, dispatcher)
 }
 

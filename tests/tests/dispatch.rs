@@ -586,3 +586,43 @@ async fn cancelling_a_call_waiting_for_confirmation_is_cancelled_not_denied() {
     assert_eq!(resolved.to_json()["decision"], "cancelled");
     assert!(!fx.path("a.txt").exists());
 }
+
+#[test]
+fn test_host_and_the_real_workspace_word_file_errors_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("bin"), [0xff, 0xfe]).unwrap();
+    std::fs::write(dir.path().join("a.txt"), "x x").unwrap();
+    let real = dispatcher_core::Workspace::open(dir.path()).unwrap();
+    let host = tool_api::testing::TestHost::new();
+    host.put_file("bin", [0xff, 0xfe]);
+    host.put_file("a.txt", "x x");
+    let ctx = host.context();
+    let files = ctx.files();
+    // What a tool (and so the model) sees of a real workspace error.
+    let said = |e: dispatcher_core::FsError| tool_api::ToolError::from(e).to_string();
+    let pairs = [
+        (
+            said(real.read("missing.txt").unwrap_err()),
+            files.read("missing.txt").unwrap_err().to_string(),
+        ),
+        (
+            said(real.read("../escape").unwrap_err()),
+            files.read("../escape").unwrap_err().to_string(),
+        ),
+        (
+            said(real.read("bin").unwrap_err()),
+            files.read("bin").unwrap_err().to_string(),
+        ),
+        (
+            said(real.patch("a.txt", "x", "y").unwrap_err()),
+            files.patch("a.txt", "x", "y").unwrap_err().to_string(),
+        ),
+        (
+            said(real.delete("missing.txt").unwrap_err()),
+            files.delete("missing.txt").unwrap_err().to_string(),
+        ),
+    ];
+    for (real, test) in pairs {
+        assert_eq!(real, test);
+    }
+}

@@ -687,3 +687,62 @@ async fn plugin_tool_streams_live_output_through_the_host() {
     }
     assert_eq!(chunks, ["p: step 1\n", "p: step 2\n"]);
 }
+
+#[tokio::test]
+async fn of_two_versions_of_one_plugin_the_newer_loads_and_the_older_is_named_superseded() {
+    let env = Env::new();
+    env.add("good", "current");
+    let older = env.add("good", "older");
+    edit_manifest(&older, |m| m.version = semver::Version::new(0, 0, 9));
+    let report = env.load();
+    assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
+    let text = only_refusal(&report).to_string();
+    assert!(
+        text.contains("plugin 'fixture-good' 0.0.9 is superseded by 0.1.0")
+            && text.contains("current")
+            && text.contains("remove this one"),
+        "{text}"
+    );
+    assert_eq!(
+        env.call("echo_upper", json!({"text": "a"})).await.text(),
+        "A"
+    );
+}
+
+#[test]
+fn definitions_a_host_refuses_are_named_before_the_manifest_is_compared() {
+    let lib = plugin_host::library::Library {
+        definitions: vec![
+            tool_api::ToolDefinition::new(
+                "twin",
+                "x",
+                tool_api::SideEffect::None,
+                json!({"type": "object"}),
+            ),
+            tool_api::ToolDefinition::new(
+                "twin",
+                "y",
+                tool_api::SideEffect::Read,
+                json!({"type": "object"}),
+            ),
+        ],
+        ..plugin_host::library::open(&fixtures().library("good")).unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let manifest_path =
+        package_library(&fixtures().library("good"), dir.path(), "g").join("plugin.toml");
+    let manifest = Manifest::parse(
+        &manifest_path,
+        &std::fs::read_to_string(&manifest_path).unwrap(),
+    )
+    .unwrap();
+    let text = plugin_host::compare(&manifest, &lib)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        text.contains("two exported tools are named 'twin' (declaring none and read)")
+            && text.contains("fix the plugin")
+            && !text.contains("re-package it with"),
+        "{text}"
+    );
+}

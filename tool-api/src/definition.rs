@@ -224,6 +224,40 @@ impl ToolDefinition {
         self
     }
 
+    /// Checks what a host checks when it registers the tool: a valid name
+    /// ([`is_valid_tool_name`]), an input schema within the subset ([`crate::schema`]), and
+    /// path parameters the schema declares. The error says what is wrong, for the author.
+    ///
+    /// ```
+    /// # use tool_api::{SideEffect, ToolDefinition};
+    /// # use serde_json::json;
+    /// let bad = ToolDefinition::new("has space", "x", SideEffect::None, json!({"type": "object"}));
+    /// assert!(bad.check().unwrap_err().contains("^[a-zA-Z0-9_-]{1,64}$"));
+    /// ```
+    pub fn check(&self) -> Result<(), String> {
+        if !is_valid_tool_name(&self.name) {
+            return Err(format!(
+                "tool name '{}' is invalid: names must match ^[a-zA-Z0-9_-]{{1,64}}$ (letters, digits, '_' and '-', at most 64)",
+                self.name
+            ));
+        }
+        crate::schema::check_subset(&self.input_schema)
+            .map_err(|p| format!("tool '{}': input_schema {p}", self.name))?;
+        for param in &self.path_params {
+            if self
+                .input_schema
+                .pointer(&format!("/properties/{param}"))
+                .is_none()
+            {
+                return Err(format!(
+                    "tool '{}': path parameter '{param}' is not a property of input_schema",
+                    self.name
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The timeout a host with default settings applies: the declared one, else the class
     /// default. (A host's configuration may set another per tool or per class.)
     pub fn effective_timeout(&self) -> Duration {
@@ -238,4 +272,12 @@ impl ToolDefinition {
         self.concurrency_safe
             .unwrap_or(self.side_effects <= SideEffect::Read)
     }
+}
+
+/// Whether `name` is what model providers accept as a tool name: `^[a-zA-Z0-9_-]{1,64}$`.
+pub fn is_valid_tool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }

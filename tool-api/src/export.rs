@@ -100,6 +100,22 @@ impl PluginExport {
         }
     }
 
+    /// The plugin name `export_plugin!` was given.
+    pub fn name(&self) -> &str {
+        self.name
+    }
+
+    /// The plugin version `export_plugin!` was given.
+    pub fn version(&self) -> &str {
+        self.version
+    }
+
+    /// Every tool's definition, in export order; a panic in a definition is an error.
+    pub fn tool_definitions(&self) -> Result<Vec<ToolDefinition>, String> {
+        catch_unwind(|| self.tools.iter().map(|t| (t.definition)()).collect())
+            .map_err(|p| format!("a tool's definition() panicked: {}", panic_message(&*p)))
+    }
+
     /// The plugin's metadata.
     pub fn info(&self) -> PluginInfo {
         PluginInfo {

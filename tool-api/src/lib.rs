@@ -90,19 +90,30 @@ pub mod abi;
 mod context;
 mod definition;
 pub mod export;
+pub mod fs_error;
 mod output;
+pub mod schema;
 pub mod testing;
 #[cfg(test)]
 mod tests;
 mod tool;
+#[cfg(feature = "typed")]
+pub mod typed;
 
 pub use context::{Level, Logger, Metadata, ToolContext, WorkspaceFiles};
-pub use definition::{InterruptBehavior, SideEffect, ToolDefinition};
+pub use definition::{InterruptBehavior, SideEffect, ToolDefinition, is_valid_tool_name};
 pub use output::{Content, ToolError, ToolOutput};
 pub use tool::{DefinedTool, Tool, ToolFactory, TypedFactory, factory, factory_from};
 
 /// Re-exported so tools and plugins need no direct dependency on `serde_json`.
 pub use serde_json;
+
+/// Re-exported for typed inputs (`use tool_api::schemars::{self, JsonSchema};`), so a
+/// plugin derives `JsonSchema` with the version tool-api builds schemas with.
+#[cfg(feature = "typed")]
+pub use schemars;
+#[cfg(feature = "typed")]
+pub use typed::{TypedTool, parse_input};
 
 pub use abi::TOOL_API_VERSION;
 
@@ -143,7 +154,8 @@ macro_rules! export_plugin {
             use super::*;
             use $crate::export::__private as __p;
 
-            static __TOOLHOST_EXPORT: $crate::export::PluginExport = $crate::export::PluginExport::new(
+            /// What the plugin exports (what `tool_api::check_plugin!` checks).
+            pub static EXPORT: $crate::export::PluginExport = $crate::export::PluginExport::new(
                 $name,
                 $version,
                 $requires,
@@ -152,24 +164,24 @@ macro_rules! export_plugin {
             );
 
             extern "C" fn __toolhost_info() -> $crate::abi::PluginInfo {
-                __TOOLHOST_EXPORT.info()
+                EXPORT.info()
             }
 
             extern "C" fn __toolhost_definitions() -> __p::RResult<__p::RString, $crate::abi::AbiError> {
-                __TOOLHOST_EXPORT.definitions()
+                EXPORT.definitions()
             }
 
             extern "C" fn __toolhost_new_tool(
                 name: __p::RStr<'_>,
             ) -> __p::RResult<$crate::abi::AbiToolBox, $crate::abi::AbiError> {
-                __TOOLHOST_EXPORT.new_tool(name)
+                EXPORT.new_tool(name)
             }
 
             extern "C" fn __toolhost_extension(
                 op: __p::RStr<'_>,
                 payload: __p::RStr<'_>,
             ) -> __p::RResult<__p::RString, $crate::abi::AbiError> {
-                __TOOLHOST_EXPORT.extension(op, payload)
+                EXPORT.extension(op, payload)
             }
 
             fn __toolhost_root() -> $crate::abi::PluginModRef {
@@ -198,5 +210,29 @@ macro_rules! export_plugin {
                     )
                 };
         }
+    };
+}
+
+/// Checks, in a plugin crate's own tests, everything a host or `cargo xtask plugin package`
+/// would refuse in what [`export_plugin!`] exports: each tool's name and input schema
+/// ([`ToolDefinition::check`], the subset in [`schema`]), two tools with one name, and an
+/// `export_plugin!` version that is not the crate's (`Cargo.toml`'s). Returns the exported
+/// definitions (assert their names: a tool left out of `export_plugin!` then fails the test),
+/// or every problem, one per line.
+///
+/// ```ignore
+/// #[test]
+/// fn exports_what_a_host_accepts() {
+///     let tools = tool_api::check_plugin!().unwrap_or_else(|e| panic!("{e}"));
+///     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+///     assert_eq!(names, ["word_count", "json_pointer"]);
+/// }
+/// ```
+#[macro_export]
+// `crate` (not `$crate`) on purpose: the export is in the plugin crate that calls this.
+#[allow(clippy::crate_in_macro_def)]
+macro_rules! check_plugin {
+    () => {
+        $crate::testing::check_plugin(&crate::__toolhost_plugin::EXPORT, env!("CARGO_PKG_VERSION"))
     };
 }

@@ -93,7 +93,7 @@ impl TestHost {
 fn denied(path: &str) -> AbiError {
     AbiError {
         code: ERROR_PERMISSION_DENIED,
-        message: format!("Path '{path}' escapes workspace boundary").into(),
+        message: crate::fs_error::escapes(path).into(),
     }
 }
 
@@ -161,7 +161,7 @@ impl HostContext for TestHost {
         ok_or(self.read(path.as_str()).and_then(|b| {
             String::from_utf8(b)
                 .map(RString::from)
-                .map_err(|_| failed(format!("File '{path}' is not valid UTF-8")))
+                .map_err(|_| failed(crate::fs_error::not_utf8(&path)))
         }))
     }
     fn fs_read_bytes(&self, path: RStr<'_>) -> RResult<RVec<u8>, AbiError> {
@@ -207,7 +207,7 @@ impl HostContext for TestHost {
             lock(&self.state.files)
                 .remove(&p)
                 .map(|_| ())
-                .ok_or_else(|| failed(format!("File '{path}' not found")))
+                .ok_or_else(|| failed(crate::fs_error::not_found(&path)))
         }))
     }
     fn extension(&self, op: RStr<'_>, payload: RStr<'_>) -> RResult<RString, AbiError> {
@@ -229,16 +229,14 @@ impl HostContext for TestHost {
             let mut files = lock(&self.state.files);
             let bytes = files
                 .get_mut(&p)
-                .ok_or_else(|| failed(format!("File '{path}' not found")))?;
+                .ok_or_else(|| failed(crate::fs_error::not_found(&path)))?;
             let text = String::from_utf8_lossy(bytes).into_owned();
             match text.matches(old.as_str()).count() {
                 1 => {
                     *bytes = text.replacen(old.as_str(), new.as_str(), 1).into_bytes();
                     Ok(())
                 }
-                n => Err(failed(format!(
-                    "patch of '{path}' needs exactly one match of `old`, found {n}"
-                ))),
+                n => Err(failed(crate::fs_error::patch_matches(&path, n))),
             }
         }))
     }
@@ -263,7 +261,7 @@ impl TestHost {
                 modified_unix_ms: 0,
             })
         } else {
-            Err(failed(format!("'{path}' not found in the workspace")))
+            Err(failed(crate::fs_error::not_found(path)))
         }
     }
 
@@ -272,6 +270,76 @@ impl TestHost {
         lock(&self.state.files)
             .get(&p)
             .cloned()
-            .ok_or_else(|| failed(format!("File '{path}' not found")))
+            .ok_or_else(|| failed(crate::fs_error::not_found(path)))
     }
+}
+
+/// Everything wrong with a plugin's exports ([`check_plugin`]), one problem per line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginProblems(pub Vec<String>);
+
+impl std::fmt::Display for PluginProblems {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, problem) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "- {problem}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for PluginProblems {}
+
+/// What [`crate::check_plugin!`] runs: checks `export` as a host would, and its version
+/// against `crate_version` (the plugin crate's `CARGO_PKG_VERSION`).
+pub fn check_plugin(
+    export: &crate::export::PluginExport,
+    crate_version: &str,
+) -> Result<Vec<crate::ToolDefinition>, PluginProblems> {
+    let mut problems = Vec::new();
+    if export.version() != crate_version {
+        problems.push(format!(
+            "export_plugin! says version \"{}\" but Cargo.toml says \"{crate_version}\": write `version: env!(\"CARGO_PKG_VERSION\")` so the two cannot differ",
+            export.version()
+        ));
+    }
+    if let Err(e) = semver::Version::parse(export.version()) {
+        problems.push(format!(
+            "export_plugin! version \"{}\" is not a semver version: {e}",
+            export.version()
+        ));
+    }
+    let definitions = match export.tool_definitions() {
+        Ok(d) => d,
+        Err(e) => {
+            problems.push(e);
+            return Err(PluginProblems(problems));
+        }
+    };
+    problems.extend(definition_problems(&definitions));
+    if problems.is_empty() {
+        Ok(definitions)
+    } else {
+        Err(PluginProblems(problems))
+    }
+}
+
+/// What a host would refuse in a set of definitions exported together: each one's own
+/// problems ([`crate::ToolDefinition::check`]) and names used twice.
+pub fn definition_problems(definitions: &[crate::ToolDefinition]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (i, def) in definitions.iter().enumerate() {
+        if let Err(e) = def.check() {
+            problems.push(e);
+        }
+        if let Some(first) = definitions[..i].iter().find(|d| d.name == def.name) {
+            problems.push(format!(
+                "two exported tools are named '{}' (declaring {} and {}): give each tool its own name",
+                def.name, first.side_effects, def.side_effects
+            ));
+        }
+    }
+    problems
 }

@@ -316,3 +316,106 @@ fn side_effect_parses_and_orders_by_risk() {
     assert!(SideEffect::Read < SideEffect::Execute);
     assert_eq!(SideEffect::Network.default_timeout().as_secs(), 600);
 }
+
+/// A tool whose definition the test picks: (name, side effects, schema).
+macro_rules! defined {
+    ($ty:ident, $name:expr, $class:expr, $schema:expr) => {
+        #[derive(Default)]
+        struct $ty;
+        impl Tool for $ty {
+            fn execute(&self, _: Value, _: &ToolContext) -> Result<ToolOutput, ToolError> {
+                Ok(ToolOutput::text(""))
+            }
+        }
+        impl DefinedTool for $ty {
+            fn definition() -> ToolDefinition {
+                ToolDefinition::new($name, "A tool.", $class, $schema)
+            }
+        }
+    };
+}
+
+defined!(Fine, "fine", SideEffect::None, json!({"type": "object"}));
+defined!(
+    SameNameRead,
+    "twin",
+    SideEffect::Read,
+    json!({"type": "object"})
+);
+defined!(
+    SameNameWrite,
+    "twin",
+    SideEffect::Write,
+    json!({"type": "object"})
+);
+defined!(
+    Patterned,
+    "patterned",
+    SideEffect::None,
+    json!({"type": "object", "patternProperties": {"^x": {"type": "string"}}})
+);
+defined!(
+    OneOf,
+    "one_of",
+    SideEffect::None,
+    json!({"type": "object", "properties": {"v": {"oneOf": [{"type": "string"}, {"type": "null"}]}}})
+);
+defined!(
+    Spaced,
+    "bad name",
+    SideEffect::None,
+    json!({"type": "object"})
+);
+
+static GOOD: crate::export::PluginExport = crate::export::PluginExport::new(
+    "good",
+    "0.2.0",
+    "1.0.0",
+    true,
+    &[crate::export::ToolEntry::of::<Fine>()],
+);
+
+static FLAWED: crate::export::PluginExport = crate::export::PluginExport::new(
+    "flawed",
+    "0.1.0",
+    "1.0.0",
+    true,
+    &[
+        crate::export::ToolEntry::of::<SameNameRead>(),
+        crate::export::ToolEntry::of::<SameNameWrite>(),
+        crate::export::ToolEntry::of::<Patterned>(),
+        crate::export::ToolEntry::of::<OneOf>(),
+        crate::export::ToolEntry::of::<Spaced>(),
+    ],
+);
+
+#[test]
+fn check_plugin_returns_the_exported_definitions() {
+    let defs = crate::testing::check_plugin(&GOOD, "0.2.0").unwrap();
+    assert_eq!(defs.len(), 1);
+    assert_eq!(defs[0].name, "fine");
+}
+
+#[test]
+fn check_plugin_names_every_problem_a_host_would_refuse() {
+    let problems = crate::testing::check_plugin(&FLAWED, "0.2.0")
+        .unwrap_err()
+        .to_string();
+    for expected in [
+        "export_plugin! says version \"0.1.0\" but Cargo.toml says \"0.2.0\"",
+        "two exported tools are named 'twin' (declaring read and write)",
+        "uses patternProperties at /patternProperties",
+        "uses oneOf at /properties/v/oneOf, which is outside the supported subset: use anyOf",
+        "tool name 'bad name' is invalid",
+    ] {
+        assert!(
+            problems.contains(expected),
+            "{expected:?} missing in:\n{problems}"
+        );
+    }
+    assert_eq!(
+        problems.lines().count(),
+        5,
+        "one problem per line:\n{problems}"
+    );
+}

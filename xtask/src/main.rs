@@ -1,116 +1,87 @@
 //! `cargo xtask`: see the library docs for the commands.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::{Parser, Subcommand};
 use xtask::plugin::{self, Inspector};
-use xtask::steps::{Result, fail};
 
-const USAGE: &str = "usage: cargo xtask <command>
-
-  test                               build what the tests need, run every test
-  ci                                 fmt --check, clippy -D warnings, then test
-  demo                               package the example plugins and run toolhost over them
-  plugin new NAME [--path DIR]       scaffold a plugin crate with a sample tool and test
-  plugin build PATH [--release]      build the plugin crate at PATH
-  plugin package PATH [--out DIR]    build (release) and package it: DIR/NAME-VERSION-TARGET.tar.gz (default dist/)
-  plugin verify PACKAGE              load a package in a child process and report its tools and verdicts
-  plugin install PACKAGE [--dir DIR] verify, then copy into DIR (default ~/.local/share/toolhost/plugins)";
-
-/// Takes `--flag VALUE` out of `args`.
-fn option(args: &mut Vec<String>, flag: &str) -> Option<String> {
-    let i = args.iter().position(|a| a == flag)?;
-    args.remove(i);
-    (i < args.len()).then(|| args.remove(i))
+#[derive(Parser)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about = "toolhost's project commands: tests, CI, the demo, and the plugin author's tools"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
 }
 
-/// Takes `--flag` out of `args`.
-fn switch(args: &mut Vec<String>, flag: &str) -> bool {
-    let before = args.len();
-    args.retain(|a| a != flag);
-    args.len() != before
+#[derive(Subcommand)]
+enum Command {
+    /// Build what the tests need and run every test (doctests included).
+    Test,
+    /// fmt --check, clippy -D warnings, then test.
+    Ci,
+    /// Package the example plugins and run toolhost over them.
+    Demo,
+    /// Create, build, package, verify and install plugins.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+    /// Load a library in this process and print what it exports (used by `plugin` in a
+    /// child process, so that a crashing library is reported, not suffered).
+    #[command(name = "__inspect", hide = true)]
+    Inspect { library: PathBuf },
+    /// Verify a package in this process (the child side of `plugin verify`).
+    #[command(name = "__verify", hide = true)]
+    Verify { package: PathBuf },
 }
 
-fn positional(args: &[String], what: &str) -> Result<PathBuf> {
-    match args {
-        [one] => Ok(PathBuf::from(one)),
-        [] => fail("read the arguments", format!("missing {what}\n\n{USAGE}")),
-        more => fail(
-            "read the arguments",
-            format!("unexpected arguments {:?}\n\n{USAGE}", &more[1..]),
-        ),
-    }
-}
-
-fn plugin_command(mut args: Vec<String>) -> Result {
-    let sub = if args.is_empty() {
-        String::new()
-    } else {
-        args.remove(0)
-    };
-    match sub.as_str() {
-        "new" => {
-            let path = option(&mut args, "--path");
-            let name = positional(&args, "NAME")?;
-            let dir = plugin::new(&name.to_string_lossy(), path.as_deref().map(Path::new))?;
-            println!(
-                "created {}\nnext: cd {} && cargo test",
-                dir.display(),
-                dir.display()
-            );
-            Ok(())
-        }
-        "build" => {
-            let release = switch(&mut args, "--release");
-            let path = positional(&args, "PATH")?;
-            let lib = plugin::build(&path, release, None)?;
-            println!("{}", lib.display());
-            Ok(())
-        }
-        "package" => {
-            let out = option(&mut args, "--out")
-                .map_or_else(|| xtask::steps::root().join("dist"), PathBuf::from);
-            let path = positional(&args, "PATH")?;
-            let archive = plugin::package_crate(&path, &out, &Inspector::child(), None)?;
-            println!("{}", archive.display());
-            Ok(())
-        }
-        "verify" => {
-            let package = positional(&args, "PACKAGE")?;
-            print!("{}", plugin::verify(&package, &Inspector::child())?);
-            Ok(())
-        }
-        "install" => {
-            let dir = option(&mut args, "--dir");
-            let package = positional(&args, "PACKAGE")?;
-            let dest =
-                plugin::install(&package, dir.as_deref().map(Path::new), &Inspector::child())?;
-            let dir = dest.parent().map(Path::to_path_buf).unwrap_or_default();
-            println!(
-                "installed {}\nload it with: toolhost --plugins {} list   (or plugin_dirs = [\"{}\"] in toolhost.toml)",
-                dest.display(),
-                dir.display(),
-                dir.display()
-            );
-            Ok(())
-        }
-        other => fail(
-            "read the arguments",
-            format!("unknown plugin command '{other}'\n\n{USAGE}"),
-        ),
-    }
+#[derive(Subcommand)]
+enum PluginCommand {
+    /// Scaffold a plugin crate with a sample tool and its tests (builds and passes as is).
+    New {
+        /// The crate name (letters, digits, '-' and '_', starting with a letter).
+        name: String,
+        /// Where to create it (default: ./NAME).
+        #[arg(long, value_name = "DIR")]
+        path: Option<PathBuf>,
+    },
+    /// Build the plugin crate at PATH and print its library's path.
+    Build {
+        /// The plugin crate.
+        path: PathBuf,
+        /// Build with the release profile.
+        #[arg(long)]
+        release: bool,
+    },
+    /// Build (release), check and package the plugin crate at PATH:
+    /// DIR/NAME-VERSION-TARGET.tar.gz. Refuses, with the reason, what `verify` would refuse.
+    Package {
+        /// The plugin crate.
+        path: PathBuf,
+        /// Where to write the archive (default: the crate's own dist/).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
+    /// Load a package in a child process and report its tools and verdicts.
+    Verify {
+        /// A package folder or archive.
+        package: PathBuf,
+    },
+    /// Verify a package, then install it into DIR, replacing an older version of the same
+    /// plugin (default DIR: ~/.local/share/toolhost/plugins).
+    Install {
+        /// A package folder or archive.
+        package: PathBuf,
+        /// The plugin directory to install into.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 /// The child side of `Inspector::Child`: prints JSON or exits 1 with the reason.
-fn child(what: &str, arg: Option<&String>) -> ExitCode {
-    let Some(arg) = arg else {
-        eprintln!("{what} needs a path");
-        return ExitCode::from(2);
-    };
-    let result = match what {
-        "__inspect" => plugin::inspect_here(Path::new(arg)),
-        _ => plugin::verify_here(Path::new(arg)),
-    };
+fn child(result: Result<String, String>) -> ExitCode {
     match result {
         Ok(text) => {
             println!("{text}");
@@ -123,27 +94,44 @@ fn child(what: &str, arg: Option<&String>) -> ExitCode {
     }
 }
 
+fn plugin_command(command: PluginCommand) -> xtask::steps::Result {
+    match command {
+        PluginCommand::New { name, path } => {
+            let dir = plugin::new(&name, path.as_deref())?;
+            println!(
+                "created {}\nnext: cd {} && cargo test",
+                dir.display(),
+                dir.display()
+            );
+        }
+        PluginCommand::Build { path, release } => {
+            println!("{}", plugin::build(&path, release, None)?.display());
+        }
+        PluginCommand::Package { path, out } => {
+            let out = out.unwrap_or_else(|| path.join("dist"));
+            let archive = plugin::package_crate(&path, &out, &Inspector::child(), None)?;
+            println!("{}", archive.display());
+        }
+        PluginCommand::Verify { package } => {
+            print!("{}", plugin::verify(&package, &Inspector::child())?);
+        }
+        PluginCommand::Install { package, dir } => {
+            let installed = plugin::install(&package, dir.as_deref(), &Inspector::child())?;
+            print!("{installed}");
+        }
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
-    let mut args: Vec<String> = std::env::args().skip(1).collect();
-    let command = if args.is_empty() {
-        String::new()
-    } else {
-        args.remove(0)
-    };
-    let result = match command.as_str() {
-        "test" => xtask::test(),
-        "ci" => xtask::ci(),
-        "demo" => xtask::demo::demo(),
-        "plugin" => plugin_command(args),
-        "__inspect" | "__verify" => return child(&command, args.first()),
-        "-h" | "--help" | "help" => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        other => {
-            eprintln!("cargo xtask: unknown command '{other}'\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Test => xtask::test(),
+        Command::Ci => xtask::ci(),
+        Command::Demo => xtask::demo::demo(),
+        Command::Plugin(command) => plugin_command(command),
+        Command::Inspect { library } => return child(plugin::inspect_here(&library)),
+        Command::Verify { package } => return child(plugin::verify_here(&package)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -71,7 +71,10 @@ publish = false
 crate-type = ["cdylib", "rlib"]
 
 [dependencies]
-tool-api = {{ path = "{tool_api}" }}
+# tool-api is not on a registry yet: this points at the toolhost checkout that made this
+# crate. Keep `version` (what the plugin needs); change `path` if the checkout moves.
+tool-api = {{ version = "{api_version}", path = "{tool_api}" }}
+serde = {{ version = "1", features = ["derive"] }}
 
 # A plugin must unwind: hosts refuse panic = "abort" builds.
 [profile.release]
@@ -80,49 +83,52 @@ panic = "unwind"
 # Its own workspace, wherever it is created.
 [workspace]
 "#,
+        api_version = tool_api::TOOL_API_VERSION,
         tool_api = tool_api.display()
     );
     let lib_rs = format!(
         r#"//! The {name} toolhost plugin.
 
-use tool_api::serde_json::{{Value, json}};
+use serde::Deserialize;
+use tool_api::schemars::{{self, JsonSchema}};
 use tool_api::{{
-    DefinedTool, SideEffect, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
-    export_plugin,
+    SideEffect, ToolContext, ToolDefinition, ToolError, ToolOutput, TypedTool, export_plugin,
 }};
+
+/// What `{tool_name}_greet` takes. Its JSON Schema (what the model sees) is generated from
+/// this type, doc comments included, so it cannot drift from the code.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GreetInput {{
+    /// Who to greet.
+    name: String,
+}}
 
 /// A sample tool: greets someone. Replace it with yours.
 #[derive(Default)]
 pub struct Greet;
 
-impl DefinedTool for Greet {{
+impl TypedTool for Greet {{
+    type Input = GreetInput;
+
     fn definition() -> ToolDefinition {{
-        ToolDefinition::new(
+        ToolDefinition::typed(
             "{tool_name}_greet",
             "Greet someone by name.",
             // Declare the highest capability honestly: none < read < write < execute < network.
             SideEffect::None,
-            json!({{
-                "type": "object",
-                "properties": {{"name": {{"type": "string", "description": "Who to greet."}}}},
-                "required": ["name"],
-                "additionalProperties": false
-            }}),
         )
         // Pure and quick, so it may run inline (no thread handoff). Remove for I/O tools.
         .inline()
     }}
-}}
 
-impl Tool for Greet {{
-    fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {{
-        // `input` was validated against the schema above before this runs.
-        let name = input["name"].as_str().unwrap_or_default();
-        ctx.log().debug(format_args!("greeting {{name}}"));
-        Ok(ToolOutput::text(format!("Hello, {{name}}!")))
+    fn run(&self, input: GreetInput, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {{
+        ctx.log().debug(format_args!("greeting {{}}", input.name));
+        Ok(ToolOutput::text(format!("Hello, {{}}!", input.name)))
     }}
 }}
 
+// Every tool of the plugin, once each. The version is Cargo.toml's.
 export_plugin!(
     name: "{name}",
     version: env!("CARGO_PKG_VERSION"),
@@ -132,7 +138,18 @@ export_plugin!(
 #[cfg(test)]
 mod tests {{
     use super::*;
+    use tool_api::Tool;
+    use tool_api::serde_json::json;
     use tool_api::testing::TestHost;
+
+    /// What a host would refuse (names, schemas, duplicates, the version), caught here.
+    /// List every tool: one left out of export_plugin! fails this test.
+    #[test]
+    fn exports_what_a_host_accepts() {{
+        let tools = tool_api::check_plugin!().unwrap_or_else(|e| panic!("{{e}}"));
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["{tool_name}_greet"]);
+    }}
 
     #[test]
     fn greets_by_name() {{
@@ -142,9 +159,18 @@ mod tests {{
 }}
 "#
     );
+    let abs = std::path::absolute(&dir).unwrap_or_else(|_| dir.clone());
     let readme = format!(
-        "# {name}\n\nA toolhost plugin.\n\n```sh\ncargo test                                  # unit tests\ncargo xtask plugin package {dir}   # from the toolhost repo: -> dist/{name}-0.1.0-<target>.tar.gz\ntoolhost --plugins dist list\n```\n",
-        dir = dir.display()
+        "# {name}\n\nA toolhost plugin.\n\n```sh\n\
+         cargo test                                   # its tests, including what a host would refuse\n\
+         # in the toolhost checkout ({root}):\n\
+         cargo xtask plugin package {abs}             # -> {abs}/dist/{name}-0.1.0-<target>.tar.gz\n\
+         cargo install --path toolhost                # puts `toolhost` on PATH (once)\n\
+         # back here:\n\
+         toolhost --plugins dist list\n\
+         toolhost --plugins dist call {tool_name}_greet --input '{{\"name\": \"Ada\"}}'\n```\n",
+        root = root().display(),
+        abs = abs.display()
     );
     io(step, std::fs::write(dir.join("Cargo.toml"), cargo_toml))?;
     io(step, std::fs::write(dir.join("src/lib.rs"), lib_rs))?;
@@ -269,37 +295,91 @@ pub fn inspect_here(library: &Path) -> std::result::Result<String, String> {
     serde_json::to_string(&lib.inspection()).map_err(|e| e.to_string())
 }
 
-/// `plugin package PATH`: builds in release, inspects, writes `plugin.toml` with the
-/// checksum, and packs `out_dir/NAME-VERSION-TARGET.tar.gz`.
+/// The version cargo resolves for the crate at `path` (workspace inheritance included).
+fn crate_version(path: &Path) -> Result<String> {
+    let step = format!("read the version of {}", path.display());
+    let manifest = path.join("Cargo.toml");
+    let out = cargo()
+        .args([
+            "metadata",
+            "--no-deps",
+            "--format-version",
+            "1",
+            "--manifest-path",
+        ])
+        .arg(&manifest)
+        .output();
+    let out = io(&step, out)?;
+    if !out.status.success() {
+        return fail(&step, String::from_utf8_lossy(&out.stderr).trim());
+    }
+    let meta: serde_json::Value =
+        serde_json::from_slice(&out.stdout).or_else(|e| fail(&step, e))?;
+    let wanted = manifest.canonicalize().ok();
+    meta["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| {
+            p["manifest_path"]
+                .as_str()
+                .is_some_and(|m| Path::new(m).canonicalize().ok() == wanted)
+        })
+        .and_then(|p| p["version"].as_str())
+        .map(str::to_string)
+        .map_or_else(|| fail(&step, "cargo metadata does not list the crate"), Ok)
+}
+
+/// `plugin package PATH`: checks the crate's version, builds in release, inspects, writes
+/// `plugin.toml` with the checksum, runs every check `plugin verify` runs, and packs
+/// `out_dir/NAME-VERSION-TARGET.tar.gz`. Refuses, with the reason, what a host would.
 pub fn package_crate(
     path: &Path,
     out_dir: &Path,
     inspector: &Inspector,
     target_dir: Option<&Path>,
 ) -> Result<PathBuf> {
+    let version = crate_version(path)?;
     let library = build(path, true, target_dir)?;
-    package_library(&library, out_dir, inspector)
+    package_library(&library, out_dir, inspector, Some(&version))
 }
 
-/// Packages a built library into `out_dir`.
-pub fn package_library(library: &Path, out_dir: &Path, inspector: &Inspector) -> Result<PathBuf> {
+/// Packages a built library into `out_dir`; `crate_version`, when known, must be the version
+/// the library exports.
+pub fn package_library(
+    library: &Path,
+    out_dir: &Path,
+    inspector: &Inspector,
+    crate_version: Option<&str>,
+) -> Result<PathBuf> {
     let insp = inspect(library, inspector)?;
-    let step = "write the package";
-    announce(&format!("package {} {}", insp.name, insp.version));
+    let step = format!("package {} {}", insp.name, insp.version);
+    announce(&step);
+    if let Some(v) = crate_version.filter(|v| *v != insp.version) {
+        return fail(
+            &step,
+            format!(
+                "export_plugin! says version \"{}\" but Cargo.toml says \"{v}\": write `version: env!(\"CARGO_PKG_VERSION\")` so the two cannot differ",
+                insp.version
+            ),
+        );
+    }
     if !insp.unwinds {
-        return fail(step, Refusal::PanicAbort);
+        return fail(&step, Refusal::PanicAbort);
     }
     let file_name = library
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let sha = io(step, package::sha256_file(library))?;
+    let sha = io(&step, package::sha256_file(library))?;
     let manifest = Manifest::for_library(&insp, &file_name, sha)
-        .or_else(|e| fail(step, format!("bad version in the library's metadata: {e}")))?;
+        .or_else(|e| fail(&step, format!("bad version in the library's metadata: {e}")))?;
     let staging = root().join("target/xtask-package").join(&insp.name);
     let _ = std::fs::remove_dir_all(&staging);
-    io(step, package::write_folder(library, &manifest, &staging))?;
-    let archive = io(step, package::pack(&staging, &manifest, out_dir))?;
+    io(&step, package::write_folder(library, &manifest, &staging))?;
+    // Everything `plugin verify` checks, before anything is written where the author looks.
+    verify(&staging, inspector).or_else(|e| fail(&step, format!("not packaged: {}", e.why)))?;
+    let archive = io(&step, package::pack(&staging, &manifest, out_dir))?;
     eprintln!("wrote {}", archive.display());
     Ok(archive)
 }
@@ -339,6 +419,13 @@ pub fn verify_here(package: &Path) -> std::result::Result<String, String> {
         "ABI: compatible with this host's tool-api {}",
         tool_api::TOOL_API_VERSION
     );
+    let problems = tool_api::testing::definition_problems(&lib.definitions);
+    if !problems.is_empty() {
+        return Err(format!(
+            "{out}definitions:\n  - {}\nverdict: refused: the library exports definitions a host refuses (fix them; `tool_api::check_plugin!()` in the plugin's tests finds these too)",
+            problems.join("\n  - ")
+        ));
+    }
     let d = dispatcher_core::Dispatcher::new();
     for f in builtin_tools::factories() {
         let _ = d.register(f);
@@ -395,32 +482,112 @@ pub fn default_install_dir() -> PathBuf {
         .join("toolhost/plugins")
 }
 
-/// `plugin install PACKAGE [--dir DIR]`: verifies, then copies the package into DIR.
-pub fn install(package: &Path, dir: Option<&Path>, inspector: &Inspector) -> Result<PathBuf> {
-    verify(package, inspector)?;
+/// What `plugin install` did.
+#[derive(Debug)]
+pub struct Installed {
+    /// Where the package is now.
+    pub path: PathBuf,
+    /// The verification report.
+    pub report: String,
+    /// Other versions of the same plugin it replaced.
+    pub replaced: Vec<(String, PathBuf)>,
+}
+
+impl std::fmt::Display for Installed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.report)?;
+        for (version, path) in &self.replaced {
+            writeln!(f, "replaced {version} ({})", path.display())?;
+        }
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        writeln!(f, "installed {}", self.path.display())?;
+        writeln!(
+            f,
+            "load it with: toolhost --plugins {} list   (or plugin_dirs = [\"{}\"] in toolhost.toml)",
+            dir.display(),
+            dir.display()
+        )
+    }
+}
+
+/// The plugin name and version of each package in `dir` (folders and archives), by path.
+fn installed_packages(dir: &Path) -> Vec<(PathBuf, Manifest)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            !p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        })
+        .filter_map(|p| {
+            let folder = package_folder(&p).ok()?;
+            let file = folder.join(plugin_host::MANIFEST_FILE);
+            let manifest = Manifest::parse(&file, &std::fs::read_to_string(&file).ok()?).ok()?;
+            Some((p, manifest))
+        })
+        .collect()
+}
+
+/// `plugin install PACKAGE [--dir DIR]`: verifies, then copies the package into DIR (a temp
+/// name, then a rename), and removes other versions of the same plugin there, which would
+/// otherwise clash with it; a newer version already installed is not replaced.
+pub fn install(package: &Path, dir: Option<&Path>, inspector: &Inspector) -> Result<Installed> {
+    let report = verify(package, inspector)?;
     let step = "install the package";
     let dir = dir.map_or_else(default_install_dir, Path::to_path_buf);
     io(step, std::fs::create_dir_all(&dir))?;
     let Some(name) = package.file_name() else {
         return fail(step, "the package path has no file name");
     };
+    let folder = package_folder(package).or_else(|e| fail(step, e))?;
+    let manifest_file = folder.join(plugin_host::MANIFEST_FILE);
+    let text = io(step, std::fs::read_to_string(&manifest_file))?;
+    let manifest = Manifest::parse(&manifest_file, &text).or_else(|e| fail(step, e))?;
     let dest = dir.join(name);
-    if package.is_dir() {
-        let folder = package_folder(package).or_else(|e| fail(step, e))?;
-        let text = io(
+    let others: Vec<(PathBuf, Manifest)> = installed_packages(&dir)
+        .into_iter()
+        .filter(|(p, m)| m.name == manifest.name && *p != dest)
+        .collect();
+    if let Some((path, newer)) = others.iter().find(|(_, m)| m.version > manifest.version) {
+        return fail(
             step,
-            std::fs::read_to_string(folder.join(plugin_host::MANIFEST_FILE)),
-        )?;
-        let manifest = Manifest::parse(&folder.join(plugin_host::MANIFEST_FILE), &text)
-            .or_else(|e| fail(step, e))?;
+            format!(
+                "plugin '{}' {} is already installed at {}, newer than {}: remove it first to go back",
+                manifest.name,
+                newer.version,
+                path.display(),
+                manifest.version
+            ),
+        );
+    }
+    let partial = dir.join(format!(".{}.partial", name.to_string_lossy()));
+    let _ = std::fs::remove_dir_all(&partial);
+    let _ = std::fs::remove_file(&partial);
+    if package.is_dir() {
         io(
             step,
-            package::write_folder(&folder.join(&manifest.library), &manifest, &dest),
+            package::write_folder(&folder.join(&manifest.library), &manifest, &partial),
         )?;
+        let _ = std::fs::remove_dir_all(&dest);
     } else {
-        let tmp = dir.join(format!(".{}.partial", name.to_string_lossy()));
-        io(step, std::fs::copy(package, &tmp))?;
-        io(step, std::fs::rename(&tmp, &dest))?;
+        io(step, std::fs::copy(package, &partial))?;
     }
-    Ok(dest)
+    io(step, std::fs::rename(&partial, &dest))?;
+    let mut replaced = Vec::new();
+    for (path, old) in others {
+        let removed = if path.is_dir() {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        io(step, removed)?;
+        replaced.push((old.version.to_string(), path));
+    }
+    Ok(Installed {
+        path: dest,
+        report,
+        replaced,
+    })
 }

@@ -13,8 +13,19 @@ pub struct StepError {
 }
 
 impl std::fmt::Display for StepError {
+    /// One line for a one-line reason; a report of several lines keeps its lines, indented
+    /// under the step.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "step '{}' failed: {}", self.step, self.why)
+        let why = self.why.trim_end();
+        if why.contains('\n') {
+            write!(f, "step '{}' failed:", self.step)?;
+            for line in why.lines() {
+                write!(f, "\n  {line}")?;
+            }
+            Ok(())
+        } else {
+            write!(f, "step '{}' failed: {why}", self.step)
+        }
     }
 }
 

@@ -142,7 +142,7 @@ fn new_plugin_builds_passes_its_test_packages_installs_and_loads() {
         text(&test.stderr)
     );
     assert!(
-        text(&test.stdout).contains("1 passed"),
+        text(&test.stdout).contains("2 passed"),
         "{}",
         text(&test.stdout)
     );
@@ -186,6 +186,11 @@ fn new_plugin_builds_passes_its_test_packages_installs_and_loads() {
         "{}",
         text(&out.stdout)
     );
+    assert!(
+        text(&out.stdout).contains("verdict: OK"),
+        "install shows the verification report: {}",
+        text(&out.stdout)
+    );
 
     let d = Dispatcher::new();
     let report = PluginHost::new([&installed])
@@ -207,4 +212,180 @@ fn new_plugin_builds_passes_its_test_packages_installs_and_loads() {
         &session,
     ));
     assert_eq!(r.text(), "Hello, Ada!");
+}
+
+/// Runs `cargo test` in a plugin crate.
+fn cargo_test(crate_dir: &Path) -> Output {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    Command::new(cargo)
+        .args(["test", "--quiet", "--manifest-path"])
+        .arg(crate_dir.join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", repo_root().join("target/fixtures"))
+        .output()
+        .unwrap()
+}
+
+/// Replaces `from` with `to` in a file (the test fails if `from` is not there).
+fn edit(file: &Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(file).unwrap();
+    assert!(text.contains(from), "{from:?} not in {}", file.display());
+    std::fs::write(file, text.replacen(from, to, 1)).unwrap();
+}
+
+/// Two raw tools named alike with different classes, one of them with a `oneOf` and a
+/// `patternProperties` schema: what a new author might write.
+const FLAWED_TOOLS: &str = r#"
+use tool_api::{DefinedTool, Tool};
+use tool_api::serde_json::{Value, json};
+
+#[derive(Default)]
+pub struct ReadNotes;
+impl DefinedTool for ReadNotes {
+    fn definition() -> ToolDefinition {
+        ToolDefinition::new("notes", "Read notes.", SideEffect::Read, json!({
+            "type": "object",
+            "properties": {"id": {"oneOf": [{"type": "string"}, {"type": "integer"}]}},
+            "patternProperties": {"^x-": {"type": "string"}}
+        }))
+    }
+}
+impl Tool for ReadNotes {
+    fn execute(&self, _: Value, _: &ToolContext) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::text(""))
+    }
+}
+
+#[derive(Default)]
+pub struct WriteNotes;
+impl DefinedTool for WriteNotes {
+    fn definition() -> ToolDefinition {
+        ToolDefinition::new("notes", "Write notes.", SideEffect::Write, json!({"type": "object"}))
+    }
+}
+impl Tool for WriteNotes {
+    fn execute(&self, _: Value, _: &ToolContext) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::text(""))
+    }
+}
+"#;
+
+#[test]
+fn the_author_path_catches_mistakes_before_shipping() {
+    let dir = tempfile::tempdir().unwrap();
+    let crate_dir = dir.path().join("notes-plugin");
+    let out = xtask(&[
+        "plugin",
+        "new",
+        "notes-plugin",
+        "--path",
+        path_str(&crate_dir),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lib = crate_dir.join("src/lib.rs");
+    let package = |extra: &[&str]| {
+        let mut args = vec!["plugin", "package", path_str(&crate_dir)];
+        args.extend_from_slice(extra);
+        xtask(&args)
+    };
+
+    // An export_plugin! version that is not Cargo.toml's: the test and package refuse it.
+    edit(
+        &lib,
+        "version: env!(\"CARGO_PKG_VERSION\")",
+        "version: \"0.0.9\"",
+    );
+    let test = cargo_test(&crate_dir);
+    assert!(!test.status.success());
+    let said = text(&test.stdout) + &text(&test.stderr);
+    assert!(
+        said.contains("export_plugin! says version \"0.0.9\" but Cargo.toml says \"0.1.0\""),
+        "{said}"
+    );
+    let out = package(&[]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("export_plugin! says version \"0.0.9\" but Cargo.toml says \"0.1.0\""),
+        "{err}"
+    );
+    assert!(!crate_dir.join("dist").exists(), "nothing packaged");
+    edit(
+        &lib,
+        "version: \"0.0.9\"",
+        "version: env!(\"CARGO_PKG_VERSION\")",
+    );
+
+    // Two tools with one name, and schemas outside the subset.
+    std::fs::write(
+        &lib,
+        std::fs::read_to_string(&lib)
+            .unwrap()
+            .replace("tools: [Greet],", "tools: [Greet, ReadNotes, WriteNotes],")
+            + FLAWED_TOOLS,
+    )
+    .unwrap();
+    let test = cargo_test(&crate_dir);
+    assert!(!test.status.success());
+    let said = text(&test.stdout) + &text(&test.stderr);
+    for expected in [
+        "two exported tools are named 'notes' (declaring read and write)",
+        "uses patternProperties at /patternProperties, which is outside the supported subset",
+    ] {
+        assert!(said.contains(expected), "{expected:?} missing in:\n{said}");
+    }
+    let out = package(&[]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("not packaged"), "{err}");
+    assert!(
+        err.contains("two exported tools are named 'notes'") && err.contains("patternProperties"),
+        "{err}"
+    );
+    assert!(
+        err.lines().count() > 3,
+        "the report keeps its lines, one problem per line:\n{err}"
+    );
+    assert!(!crate_dir.join("dist").exists(), "nothing packaged");
+
+    // Fixed: packaged into the crate's own dist/ by default, installed; a newer version
+    // replaces it, and the older one is not installed back over the newer.
+    edit(
+        &lib,
+        "tools: [Greet, ReadNotes, WriteNotes],",
+        "tools: [Greet],",
+    );
+    let out = package(&[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v1 = text(&out.stdout).trim().to_string();
+    assert!(
+        Path::new(&v1).starts_with(crate_dir.join("dist")),
+        "default output is the plugin's own dist/: {v1}"
+    );
+    let installed = dir.path().join("installed");
+    let out = xtask(&["plugin", "install", &v1, "--dir", path_str(&installed)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    edit(
+        &crate_dir.join("Cargo.toml"),
+        "version = \"0.1.0\"",
+        "version = \"0.2.0\"",
+    );
+    let out = package(&[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v2 = text(&out.stdout).trim().to_string();
+    let out = xtask(&["plugin", "install", &v2, "--dir", path_str(&installed)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("replaced 0.1.0"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(
+        std::fs::read_dir(&installed).unwrap().count(),
+        1,
+        "one version installed"
+    );
+    let out = xtask(&["plugin", "install", &v1, "--dir", path_str(&installed)]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("0.2.0 is already installed"), "{err}");
 }

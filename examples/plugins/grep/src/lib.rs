@@ -7,10 +7,11 @@
 
 use std::fmt::Write as _;
 
-use tool_api::serde_json::{Value, json};
+use serde::Deserialize;
+use tool_api::schemars::{self, JsonSchema};
+use tool_api::serde_json::json;
 use tool_api::{
-    DefinedTool, SideEffect, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
-    export_plugin,
+    SideEffect, ToolContext, ToolDefinition, ToolError, ToolOutput, TypedTool, export_plugin,
 };
 
 /// Files larger than this are skipped.
@@ -20,117 +21,70 @@ pub const MAX_OUTPUT_BYTES: usize = 32 * 1024;
 /// Directories deeper than this are not entered.
 pub const MAX_DEPTH: usize = 32;
 
+/// The input of `grep`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GrepInput {
+    /// The regular expression.
+    #[schemars(length(min = 1))]
+    pattern: String,
+    /// Directory (or file) to search, relative to the workspace root. Default: the root.
+    #[serde(default = "root")]
+    path: String,
+    /// Only search files whose name ends with this, e.g. ".rs".
+    #[serde(default)]
+    suffix: Option<String>,
+    /// Match letters of either case.
+    #[serde(default)]
+    ignore_case: bool,
+    /// Stop after this many matching lines.
+    #[serde(default = "default_max_matches")]
+    #[schemars(range(min = 1, max = 10000))]
+    max_matches: u32,
+}
+
+fn root() -> String {
+    ".".into()
+}
+
+fn default_max_matches() -> u32 {
+    100
+}
+
 /// Searches workspace files by regex.
 #[derive(Default)]
 pub struct Grep;
 
-impl DefinedTool for Grep {
+impl TypedTool for Grep {
+    type Input = GrepInput;
+
     fn definition() -> ToolDefinition {
-        ToolDefinition::new(
+        ToolDefinition::typed(
             "grep",
             "Search the text files under a workspace directory for a regular expression (Rust regex syntax). Returns path:line: text for each matching line.",
             SideEffect::Read,
-            json!({
-                "type": "object",
-                "properties": {
-                    "pattern": {"type": "string", "minLength": 1, "description": "The regular expression."},
-                    "path": {"type": "string", "description": "Directory (or file) to search, relative to the workspace root. Default: the root.", "default": "."},
-                    "suffix": {"type": "string", "description": "Only search files whose name ends with this, e.g. \".rs\"."},
-                    "ignore_case": {"type": "boolean", "default": false},
-                    "max_matches": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 100}
-                },
-                "required": ["pattern"],
-                "additionalProperties": false
-            }),
         )
         .path_param("path")
     }
-}
 
-struct Search<'a> {
-    ctx: &'a ToolContext,
-    regex: regex::Regex,
-    suffix: Option<&'a str>,
-    max_matches: usize,
-    matches: usize,
-    files_searched: usize,
-    files_skipped: usize,
-    out: String,
-    truncated: bool,
-}
-
-impl Search<'_> {
-    fn done(&self) -> bool {
-        self.matches >= self.max_matches || self.truncated
-    }
-
-    fn visit(&mut self, path: &str, depth: usize) -> Result<(), ToolError> {
-        self.ctx.check_cancelled()?;
-        let meta = self.ctx.files().metadata(path)?;
-        if meta.is_dir {
-            if depth >= MAX_DEPTH {
-                return Ok(());
-            }
-            for name in self.ctx.files().list(path)? {
-                if self.done() {
-                    break;
-                }
-                if name.starts_with('.') {
-                    continue; // .git and friends
-                }
-                let child = if path == "." {
-                    name.clone()
-                } else {
-                    format!("{path}/{name}")
-                };
-                self.visit(child.trim_end_matches('/'), depth + 1)?;
-            }
-            return Ok(());
-        }
-        if self.suffix.is_some_and(|s| !path.ends_with(s)) {
-            return Ok(());
-        }
-        if meta.size > MAX_FILE_BYTES {
-            self.files_skipped += 1;
-            return Ok(());
-        }
-        let Ok(text) = self.ctx.files().read(path) else {
-            self.files_skipped += 1; // binary or unreadable
-            return Ok(());
-        };
-        self.files_searched += 1;
-        for (n, line) in text.lines().enumerate() {
-            if self.done() {
-                break;
-            }
-            if self.regex.is_match(line) {
-                self.matches += 1;
-                let _ = writeln!(self.out, "{path}:{}: {}", n + 1, line.trim_end());
-                if self.out.len() > MAX_OUTPUT_BYTES {
-                    self.truncated = true;
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Tool for Grep {
-    fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let pattern = input["pattern"].as_str().unwrap_or_default();
-        let regex = regex::RegexBuilder::new(pattern)
-            .case_insensitive(input["ignore_case"].as_bool().unwrap_or(false))
+    fn run(&self, input: GrepInput, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let GrepInput {
+            pattern,
+            path,
+            suffix,
+            ignore_case,
+            max_matches,
+        } = input;
+        let regex = regex::RegexBuilder::new(&pattern)
+            .case_insensitive(ignore_case)
             .size_limit(1 << 20)
             .build()
             .map_err(|e| ToolError::invalid_input(format!("pattern is not a valid regex: {e}")))?;
-        let root = input["path"].as_str().unwrap_or(".");
-        let max_matches = input["max_matches"]
-            .as_u64()
-            .map_or(100, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        let max_matches = usize::try_from(max_matches).unwrap_or(usize::MAX);
         let mut search = Search {
             ctx,
             regex,
-            suffix: input["suffix"].as_str(),
+            suffix: suffix.as_deref(),
             max_matches,
             matches: 0,
             files_searched: 0,
@@ -138,7 +92,75 @@ impl Tool for Grep {
             out: String::new(),
             truncated: false,
         };
-        search.visit(root.trim_end_matches('/'), 0)?;
+        search.visit(path.trim_end_matches('/'), 0)?;
+        struct Search<'a> {
+            ctx: &'a ToolContext,
+            regex: regex::Regex,
+            suffix: Option<&'a str>,
+            max_matches: usize,
+            matches: usize,
+            files_searched: usize,
+            files_skipped: usize,
+            out: String,
+            truncated: bool,
+        }
+
+        impl Search<'_> {
+            fn done(&self) -> bool {
+                self.matches >= self.max_matches || self.truncated
+            }
+
+            fn visit(&mut self, path: &str, depth: usize) -> Result<(), ToolError> {
+                self.ctx.check_cancelled()?;
+                let meta = self.ctx.files().metadata(path)?;
+                if meta.is_dir {
+                    if depth >= MAX_DEPTH {
+                        return Ok(());
+                    }
+                    for name in self.ctx.files().list(path)? {
+                        if self.done() {
+                            break;
+                        }
+                        if name.starts_with('.') {
+                            continue; // .git and friends
+                        }
+                        let child = if path == "." {
+                            name.clone()
+                        } else {
+                            format!("{path}/{name}")
+                        };
+                        self.visit(child.trim_end_matches('/'), depth + 1)?;
+                    }
+                    return Ok(());
+                }
+                if self.suffix.is_some_and(|s| !path.ends_with(s)) {
+                    return Ok(());
+                }
+                if meta.size > MAX_FILE_BYTES {
+                    self.files_skipped += 1;
+                    return Ok(());
+                }
+                let Ok(text) = self.ctx.files().read(path) else {
+                    self.files_skipped += 1; // binary or unreadable
+                    return Ok(());
+                };
+                self.files_searched += 1;
+                for (n, line) in text.lines().enumerate() {
+                    if self.done() {
+                        break;
+                    }
+                    if self.regex.is_match(line) {
+                        self.matches += 1;
+                        let _ = writeln!(self.out, "{path}:{}: {}", n + 1, line.trim_end());
+                        if self.out.len() > MAX_OUTPUT_BYTES {
+                            self.truncated = true;
+                        }
+                    }
+                }
+                Ok(())
+            }
+        }
+
         ctx.log().debug(format_args!(
             "grep '{pattern}': {} matches in {} files",
             search.matches, search.files_searched
@@ -184,7 +206,18 @@ export_plugin!(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use tool_api::Tool;
     use tool_api::testing::TestHost;
+
+    #[test]
+    fn exports_what_a_host_accepts() {
+        let tools = tool_api::check_plugin!().unwrap_or_else(|e| panic!("{e}"));
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["grep"]);
+        let schema = &tools[0].input_schema;
+        assert_eq!(schema["properties"]["max_matches"]["maximum"], 10000);
+        assert_eq!(schema["required"], json!(["pattern"]));
+    }
 
     fn host() -> TestHost {
         let host = TestHost::new();

@@ -4,36 +4,39 @@
 //! characters of a text; `json_pointer` looks up an RFC 6901 pointer in a JSON document.
 //! Copy this crate to start a plugin whose tools only compute.
 
+use serde::Deserialize;
+use tool_api::schemars::{self, JsonSchema};
 use tool_api::serde_json::{Value, json};
 use tool_api::{
-    DefinedTool, SideEffect, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
-    export_plugin,
+    SideEffect, ToolContext, ToolDefinition, ToolError, ToolOutput, TypedTool, export_plugin,
 };
+
+/// The input of `word_count`; its doc comments become the schema's descriptions.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CountInput {
+    /// The text to count.
+    text: String,
+}
 
 /// Counts lines, words and characters.
 #[derive(Default)]
 pub struct WordCount;
 
-impl DefinedTool for WordCount {
+impl TypedTool for WordCount {
+    type Input = CountInput;
+
     fn definition() -> ToolDefinition {
-        ToolDefinition::new(
+        ToolDefinition::typed(
             "word_count",
             "Count the lines, words and characters of a text.",
             SideEffect::None,
-            json!({
-                "type": "object",
-                "properties": {"text": {"type": "string", "description": "The text to count."}},
-                "required": ["text"],
-                "additionalProperties": false
-            }),
         )
         .inline()
     }
-}
 
-impl Tool for WordCount {
-    fn execute(&self, input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let text = input["text"].as_str().unwrap_or_default();
+    fn run(&self, input: CountInput, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let text = &input.text;
         let (lines, words, chars) = (
             text.lines().count(),
             text.split_whitespace().count(),
@@ -46,42 +49,42 @@ impl Tool for WordCount {
     }
 }
 
+/// The input of `json_pointer`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PointerInput {
+    /// The JSON document, as text.
+    document: String,
+    /// The pointer; "" is the whole document.
+    pointer: String,
+}
+
 /// Looks up a JSON pointer.
 #[derive(Default)]
 pub struct JsonPointer;
 
-impl DefinedTool for JsonPointer {
+impl TypedTool for JsonPointer {
+    type Input = PointerInput;
+
     fn definition() -> ToolDefinition {
-        ToolDefinition::new(
+        ToolDefinition::typed(
             "json_pointer",
             "Look up an RFC 6901 JSON pointer (like /items/0/name) in a JSON document given as text.",
             SideEffect::None,
-            json!({
-                "type": "object",
-                "properties": {
-                    "document": {"type": "string", "description": "The JSON document, as text."},
-                    "pointer": {"type": "string", "description": "The pointer; \"\" is the whole document."}
-                },
-                "required": ["document", "pointer"],
-                "additionalProperties": false
-            }),
         )
         .inline()
     }
-}
 
-impl Tool for JsonPointer {
-    fn execute(&self, input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let document = input["document"].as_str().unwrap_or_default();
-        let pointer = input["pointer"].as_str().unwrap_or_default();
+    fn run(&self, input: PointerInput, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let PointerInput { document, pointer } = input;
         if !(pointer.is_empty() || pointer.starts_with('/')) {
             return Err(ToolError::invalid_input(format!(
                 "pointer '{pointer}' must be empty or start with '/', e.g. /items/0"
             )));
         }
-        let doc: Value = tool_api::serde_json::from_str(document)
+        let doc: Value = tool_api::serde_json::from_str(&document)
             .map_err(|e| ToolError::invalid_input(format!("document is not valid JSON: {e}")))?;
-        match doc.pointer(pointer) {
+        match doc.pointer(&pointer) {
             Some(found) => {
                 Ok(ToolOutput::text(found.to_string()).with_metadata(json!({"found": true})))
             }
@@ -101,7 +104,23 @@ export_plugin!(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use tool_api::Tool;
     use tool_api::testing::TestHost;
+
+    #[test]
+    fn exports_what_a_host_accepts() {
+        let tools = tool_api::check_plugin!().unwrap_or_else(|e| panic!("{e}"));
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["word_count", "json_pointer"]);
+    }
+
+    #[test]
+    fn input_that_does_not_fit_the_type_is_invalid_input() {
+        let err = WordCount
+            .execute(json!({"text": 3}), &TestHost::new().context())
+            .unwrap_err();
+        assert!(matches!(err, ToolError::InvalidInput(_)), "{err}");
+    }
 
     #[test]
     fn word_count_counts_lines_words_and_characters() {

@@ -1,0 +1,146 @@
+//! Typed inputs: a tool whose input is a Rust type, so its schema comes from the type and
+//! cannot drift from the code that reads it.
+//!
+//! Implement [`TypedTool`] instead of [`Tool`] + [`DefinedTool`]: name an input type that
+//! derives `serde::Deserialize` and `schemars::JsonSchema` (re-exported as
+//! [`crate::schemars`]); the tool's `input_schema` is generated from it, and
+//! [`TypedTool::run`] gets a parsed value. An input the host validated against the schema
+//! and that still does not deserialize (a constraint the schema cannot say) ends the call
+//! as `validation_error`, with serde's message.
+//!
+//! ```
+//! use serde::Deserialize;
+//! use tool_api::schemars::{self, JsonSchema};
+//! use tool_api::{SideEffect, ToolContext, ToolDefinition, ToolError, ToolOutput, TypedTool};
+//!
+//! /// What `word_count` takes.
+//! #[derive(Deserialize, JsonSchema)]
+//! #[serde(deny_unknown_fields)]
+//! pub struct CountInput {
+//!     /// The text to count.
+//!     text: String,
+//! }
+//!
+//! #[derive(Default)]
+//! pub struct WordCount;
+//!
+//! impl TypedTool for WordCount {
+//!     type Input = CountInput;
+//!     fn definition() -> ToolDefinition {
+//!         ToolDefinition::typed("word_count", "Count the words of a text.", SideEffect::None).inline()
+//!     }
+//!     fn run(&self, input: CountInput, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+//!         Ok(ToolOutput::text(input.text.split_whitespace().count().to_string()))
+//!     }
+//! }
+//!
+//! let def = <WordCount as tool_api::DefinedTool>::definition();
+//! assert_eq!(def.input_schema["properties"]["text"]["type"], "string");
+//! assert_eq!(def.input_schema["required"][0], "text");
+//! assert!(def.check().is_ok(), "within the subset hosts accept");
+//! ```
+
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::context::ToolContext;
+use crate::definition::{SideEffect, ToolDefinition};
+use crate::output::{ToolError, ToolOutput};
+use crate::tool::{DefinedTool, Tool};
+
+/// A tool with a typed input: its definition's `input_schema` is generated from
+/// [`TypedTool::Input`], and [`TypedTool::run`] gets the parsed input. Every `TypedTool` is a
+/// [`Tool`] and a [`DefinedTool`], so it is exported and registered like any other tool.
+pub trait TypedTool: Default + Send + Sync + 'static {
+    /// The input, deserialized from the call's JSON; its JSON Schema is the tool's.
+    type Input: DeserializeOwned + JsonSchema;
+
+    /// The definition: name, description, side effects and options (build it with
+    /// [`ToolDefinition::typed`]). Any input schema set here is replaced by the one
+    /// generated from [`TypedTool::Input`].
+    fn definition() -> ToolDefinition;
+
+    /// Runs the call with its parsed input.
+    fn run(&self, input: Self::Input, ctx: &ToolContext) -> Result<ToolOutput, ToolError>;
+
+    /// Asks a running call to stop (see [`Tool::cancel`]). The default does nothing.
+    fn cancel(&self) -> bool {
+        false
+    }
+
+    /// Whether this call may run alongside others (see
+    /// [`DefinedTool::is_concurrency_safe`]); `None` defers to the definition.
+    fn is_concurrency_safe(input: &Self::Input) -> Option<bool> {
+        let _ = input;
+        None
+    }
+}
+
+/// The JSON Schema of `T`, in the subset hosts accept: generated with schemars (Draft
+/// 2020-12), with `oneOf` (which schemars uses for enums, whose variants never overlap)
+/// written as the equivalent `anyOf`.
+pub fn input_schema<T: JsonSchema>() -> Value {
+    let mut schema = schemars::schema_for!(T).to_value();
+    one_of_as_any_of(&mut schema);
+    schema
+}
+
+fn one_of_as_any_of(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if let Some(variants) = map.remove("oneOf") {
+                map.insert("anyOf".into(), variants);
+            }
+            map.values_mut().for_each(one_of_as_any_of);
+        }
+        Value::Array(items) => items.iter_mut().for_each(one_of_as_any_of),
+        _ => {}
+    }
+}
+
+/// Parses a call's input into `T`; a mismatch is [`ToolError::InvalidInput`]
+/// (`validation_error`).
+pub fn parse_input<T: DeserializeOwned>(input: Value) -> Result<T, ToolError> {
+    serde_json::from_value(input)
+        .map_err(|e| ToolError::InvalidInput(format!("the input does not fit the tool: {e}")))
+}
+
+impl ToolDefinition {
+    /// A definition whose input schema comes from a [`TypedTool`]'s input type.
+    pub fn typed(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        side_effects: SideEffect,
+    ) -> ToolDefinition {
+        ToolDefinition::new(
+            name,
+            description,
+            side_effects,
+            serde_json::json!({"type": "object"}),
+        )
+    }
+}
+
+impl<T: TypedTool> Tool for T {
+    fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        self.run(parse_input(input)?, ctx)
+    }
+
+    fn cancel(&self) -> bool {
+        TypedTool::cancel(self)
+    }
+}
+
+impl<T: TypedTool> DefinedTool for T {
+    fn definition() -> ToolDefinition {
+        let mut def = <T as TypedTool>::definition();
+        def.input_schema = input_schema::<T::Input>();
+        def
+    }
+
+    fn is_concurrency_safe(input: &Value) -> Option<bool> {
+        let parsed: T::Input = serde_json::from_value(input.clone()).ok()?;
+        <T as TypedTool>::is_concurrency_safe(&parsed)
+    }
+}
