@@ -7,25 +7,8 @@
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use dispatcher_core::{Dispatcher, SessionSpec, ToolUse};
-use serde_json::{Value, json};
-use tool_api::{SideEffect, Tool, ToolContext, ToolDefinition, ToolError, ToolFactory, ToolOutput};
-
-struct Noop;
-impl Tool for Noop {
-    fn execute(&self, _input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        Ok(ToolOutput::text("ok"))
-    }
-}
-
-struct NoopFactory(ToolDefinition);
-impl ToolFactory for NoopFactory {
-    fn definition(&self) -> &ToolDefinition {
-        &self.0
-    }
-    fn create(&self) -> Result<Box<dyn Tool>, ToolError> {
-        Ok(Box::new(Noop))
-    }
-}
+use serde_json::json;
+use tool_api::{SideEffect, ToolDefinition};
 
 fn noop_definition(name: &str, inline: bool) -> ToolDefinition {
     let def = ToolDefinition::new(
@@ -62,15 +45,13 @@ fn benches(c: &mut Criterion) {
         })
         .build();
     dispatcher
-        .register(std::sync::Arc::new(NoopFactory(noop_definition(
-            "noop", true,
-        ))))
+        .register(tool_api::testing::noop(noop_definition("noop", true)))
         .unwrap();
     dispatcher
-        .register(std::sync::Arc::new(NoopFactory(noop_definition(
+        .register(tool_api::testing::noop(noop_definition(
             "noop_blocking",
             false,
-        ))))
+        )))
         .unwrap();
     for f in builtin_tools::factories() {
         dispatcher.register(f).unwrap();

@@ -11,28 +11,11 @@ use std::sync::Arc;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use dispatcher_core::policy::ClassModes;
 use dispatcher_core::{ConfirmationPolicy, Dispatcher, DispatcherConfig, SessionSpec, ToolUse};
-use serde_json::{Value, json};
-use tool_api::{SideEffect, Tool, ToolContext, ToolDefinition, ToolError, ToolFactory, ToolOutput};
-
-struct Noop;
-impl Tool for Noop {
-    fn execute(&self, _input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        Ok(ToolOutput::text("ok"))
-    }
-}
-
-struct NoopFactory(ToolDefinition);
-impl ToolFactory for NoopFactory {
-    fn definition(&self) -> &ToolDefinition {
-        &self.0
-    }
-    fn create(&self) -> Result<Box<dyn Tool>, ToolError> {
-        Ok(Box::new(Noop))
-    }
-}
+use serde_json::json;
+use tool_api::{SideEffect, ToolDefinition, ToolFactory};
 
 fn noop(name: &str, class: SideEffect) -> Arc<dyn ToolFactory> {
-    Arc::new(NoopFactory(
+    tool_api::testing::noop(
         ToolDefinition::new(
             name,
             "Does nothing.",
@@ -40,7 +23,7 @@ fn noop(name: &str, class: SideEffect) -> Arc<dyn ToolFactory> {
             json!({"type": "object", "properties": {"a": {"type": "string"}}}),
         )
         .inline(),
-    ))
+    )
 }
 
 fn calls() -> Vec<ToolUse> {

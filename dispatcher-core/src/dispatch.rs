@@ -161,11 +161,11 @@ impl Invocation {
             queued_ms: ms(queued.elapsed()),
             authorized_by,
         });
-        let post_input = (!self.engine.post_hooks.is_empty()).then(|| input.clone());
+        let post_input = (!self.engine.settings.post_hooks.is_empty()).then(|| input.clone());
         let exec_started = Instant::now();
         let outcome = self.execute(&tool, input, grant.timeout).await;
         let elapsed = exec_started.elapsed();
-        let slow = self.engine.config.slow_call_threshold;
+        let slow = self.engine.settings.config.slow_call_threshold;
         if elapsed >= slow {
             tracing::warn!(
                 elapsed_ms = ms(elapsed),
@@ -182,7 +182,7 @@ impl Invocation {
         spool::cap(
             block,
             grant.max_result_chars,
-            self.engine.config.result_preview_chars,
+            self.engine.settings.config.result_preview_chars,
             &state.data_dir,
             state.workspace.root(),
         )
@@ -253,6 +253,7 @@ impl Invocation {
         let state = self.session.state.clone();
         let mut decision =
             engine
+                .settings
                 .policy
                 .decide(&tool.name, tool.side_effects, state.workspace.root());
         let policy_denied = |call: &Self, rule: &str| {
@@ -269,8 +270,8 @@ impl Invocation {
         let mut allowed_by: Option<String> = None;
         let mut asked: Option<String> = None;
         // A hook may take a while (an external command): the call can be cancelled meanwhile.
-        let entry = (!engine.hooks.is_empty()).then(|| self.register().clone());
-        for hook in &engine.hooks {
+        let entry = (!engine.settings.hooks.is_empty()).then(|| self.register().clone());
+        for hook in &engine.settings.hooks {
             let verdict = {
                 let view = self.view(tool, &input);
                 let judged = hook.before_use(&view);
@@ -376,9 +377,14 @@ impl Invocation {
         });
         let entry = self.register().clone();
         let waited = Instant::now();
-        let timeout = engine.config.confirmation_timeout;
+        let timeout = engine.settings.config.confirmation_timeout;
         let resolution = pending
-            .wait(&request, &engine.confirmers, timeout, entry.cancelled())
+            .wait(
+                &request,
+                &engine.settings.confirmers,
+                timeout,
+                entry.cancelled(),
+            )
             .await;
         self.emit(EventKind::ConfirmationResolved {
             request_id: request.request_id.clone(),
@@ -417,7 +423,7 @@ impl Invocation {
 
     /// Step 5: the runtime grant (where and within which limits the call runs).
     fn grant(&self, tool: &Registered, input: &Value) -> Result<Grant, ToolResultBlock> {
-        let config = &self.engine.config;
+        let config = &self.engine.settings.config;
         let base = Grant {
             sandbox: config.sandbox,
             timeout: self.timeout_for(tool),
@@ -425,7 +431,7 @@ impl Invocation {
                 .copied()
                 .unwrap_or(config.max_result_chars),
         };
-        let grant = match &self.engine.runtime {
+        let grant = match &self.engine.settings.runtime {
             None => base,
             Some(policy) => policy
                 .grant(&self.view(tool, input), base)
@@ -443,7 +449,7 @@ impl Invocation {
     }
 
     fn timeout_for(&self, tool: &Registered) -> Duration {
-        let config = &self.engine.config;
+        let config = &self.engine.settings.config;
         if let Some(t) = per_tool(&config.tool_timeouts, &tool.name) {
             return *t;
         }
@@ -457,7 +463,7 @@ impl Invocation {
     }
 
     fn interrupt_behavior(&self, tool: &Registered) -> InterruptBehavior {
-        per_tool(&self.engine.config.interrupt, &tool.name)
+        per_tool(&self.engine.settings.config.interrupt, &tool.name)
             .copied()
             .unwrap_or(tool.definition().interrupt)
     }
@@ -528,7 +534,7 @@ impl Invocation {
             biased;
             r = &mut handle => joined(r),
             _ = entry.cancelled() => {
-                let grace = self.engine.config.cancel_grace;
+                let grace = self.engine.settings.config.cancel_grace;
                 match tokio::time::timeout(grace, &mut handle).await {
                     Ok(Ok(Ok(out))) => Outcome::Cancelled(Some(out)),
                     Ok(_) => Outcome::Cancelled(None),
@@ -628,7 +634,7 @@ impl Invocation {
         input: &Value,
         mut block: ToolResultBlock,
     ) -> ToolResultBlock {
-        for hook in &self.engine.post_hooks {
+        for hook in &self.engine.settings.post_hooks {
             let decision = {
                 let call = PostUseCall {
                     call: self.view(tool, input),

@@ -20,13 +20,8 @@ use crate::toolset::Toolsets;
 use crate::workspace::Workspace;
 
 pub(crate) struct Engine {
-    pub(crate) config: DispatcherConfig,
-    pub(crate) policy: ConfirmationPolicy,
-    pub(crate) capabilities: HashSet<String>,
-    pub(crate) hooks: Vec<Arc<dyn PreUseHook>>,
-    pub(crate) post_hooks: Vec<Arc<dyn PostUseHook>>,
-    pub(crate) runtime: Option<Arc<dyn RuntimePolicy>>,
-    pub(crate) confirmers: Vec<Arc<dyn Confirmer>>,
+    /// What the host set with the builder.
+    pub(crate) settings: Settings,
     pub(crate) broker: ConfirmationBroker,
     pub(crate) registry: Arc<Registry>,
     pub(crate) toolsets: Toolsets,
@@ -35,8 +30,9 @@ pub(crate) struct Engine {
     pub(crate) next_request: AtomicU64,
 }
 
-/// What a dispatcher is built from (everything but the state it accumulates).
-pub(crate) struct Parts {
+/// What a host sets when it builds a dispatcher (everything but the state it accumulates).
+#[derive(Default)]
+pub(crate) struct Settings {
     pub(crate) config: DispatcherConfig,
     pub(crate) policy: ConfirmationPolicy,
     pub(crate) capabilities: HashSet<String>,
@@ -47,15 +43,9 @@ pub(crate) struct Parts {
 }
 
 impl Engine {
-    pub(crate) fn new(parts: Parts) -> Engine {
+    pub(crate) fn new(settings: Settings) -> Engine {
         Engine {
-            config: parts.config,
-            policy: parts.policy,
-            capabilities: parts.capabilities,
-            hooks: parts.hooks,
-            post_hooks: parts.post_hooks,
-            runtime: parts.runtime,
-            confirmers: parts.confirmers,
+            settings,
             broker: ConfirmationBroker::default(),
             registry: Arc::new(Registry::default()),
             toolsets: Toolsets::default(),
@@ -71,7 +61,7 @@ impl Engine {
 
     /// The tool a call of `name` in `session` reaches, if the session sees one.
     pub(crate) fn lookup(&self, name: &str, session: &SessionState) -> Option<Arc<Registered>> {
-        session.lookup(name, &self.registry, &self.capabilities)
+        session.lookup(name, &self.registry, &self.settings.capabilities)
     }
 
     /// The open session with this id.
@@ -110,12 +100,15 @@ impl Engine {
             id.clone(),
             Arc::new(workspace),
             &spec,
-            self.config.max_concurrency,
-            &self.config.tool_concurrency,
+            self.settings.config.max_concurrency,
+            &self.settings.config.tool_concurrency,
             data_dir,
         ));
-        self.toolsets
-            .start_for(&state, &self.registry, &self.config.toolset_separator)?;
+        self.toolsets.start_for(
+            &state,
+            &self.registry,
+            &self.settings.config.toolset_separator,
+        )?;
         sessions.insert(id, state.clone());
         Ok(state)
     }
@@ -137,7 +130,7 @@ impl Engine {
     /// session sees (at most 50).
     pub(crate) fn not_found_message(&self, name: &str, session: &SessionState) -> String {
         let mut names: Vec<String> = session
-            .listing(&self.registry, &self.capabilities)
+            .listing(&self.registry, &self.settings.capabilities)
             .into_iter()
             .map(|l| l.definition.name)
             .collect();
@@ -149,7 +142,7 @@ impl Engine {
         };
         let hint = self
             .toolsets
-            .route_hint(name, session, &self.config.toolset_separator);
+            .route_hint(name, session, &self.settings.config.toolset_separator);
         match hint {
             Some(hint) => format!("{hint} Available: {available}"),
             None => format!("Tool '{name}' not found. Available: {available}"),

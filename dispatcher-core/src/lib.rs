@@ -21,7 +21,6 @@ pub mod spool;
 pub mod toolset;
 pub mod workspace;
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 pub use call::{CallHeader, CallView};
@@ -45,76 +44,61 @@ pub use tool_api::{InterruptBehavior, SideEffect, ToolDefinition, ToolFactory};
 pub use toolset::{Toolset, ToolsetBinding, ToolsetDef, ToolsetFactory, ToolsetHandle};
 pub use workspace::{FsError, Workspace};
 
-use crate::engine::{Engine, Parts};
+use crate::engine::{Engine, Settings};
 
 /// Builds a [`Dispatcher`].
 #[derive(Default)]
 pub struct DispatcherBuilder {
-    config: DispatcherConfig,
-    policy: ConfirmationPolicy,
-    capabilities: HashSet<String>,
-    hooks: Vec<Arc<dyn PreUseHook>>,
-    post_hooks: Vec<Arc<dyn PostUseHook>>,
-    runtime: Option<Arc<dyn RuntimePolicy>>,
-    confirmers: Vec<Arc<dyn Confirmer>>,
+    settings: Settings,
 }
 
 impl DispatcherBuilder {
     /// Sets limits and timeouts.
     pub fn config(mut self, config: DispatcherConfig) -> Self {
-        self.config = config;
+        self.settings.config = config;
         self
     }
 
     /// Sets the confirmation policy (default: none/read auto, the rest prompt).
     pub fn policy(mut self, policy: ConfirmationPolicy) -> Self {
-        self.policy = policy;
+        self.settings.policy = policy;
         self
     }
 
     /// Enables a capability: tools that require it become visible.
     pub fn capability(mut self, capability: impl Into<String>) -> Self {
-        self.capabilities.insert(capability.into());
+        self.settings.capabilities.insert(capability.into());
         self
     }
 
     /// Adds a pre-use hook ([`hooks`]); hooks run in the order added.
     pub fn hook(mut self, hook: Arc<dyn PreUseHook>) -> Self {
-        self.hooks.push(hook);
+        self.settings.hooks.push(hook);
         self
     }
 
     /// Adds a post-use hook ([`hooks`]); hooks run in the order added.
     pub fn post_hook(mut self, hook: Arc<dyn PostUseHook>) -> Self {
-        self.post_hooks.push(hook);
+        self.settings.post_hooks.push(hook);
         self
     }
 
     /// Sets the runtime policy that grants each call its sandbox and limits ([`runtime`]).
     pub fn runtime(mut self, policy: Arc<dyn RuntimePolicy>) -> Self {
-        self.runtime = Some(policy);
+        self.settings.runtime = Some(policy);
         self
     }
 
     /// Adds a client that answers confirmation requests.
     pub fn confirmer(mut self, confirmer: Arc<dyn Confirmer>) -> Self {
-        self.confirmers.push(confirmer);
+        self.settings.confirmers.push(confirmer);
         self
     }
 
     /// The dispatcher.
     pub fn build(self) -> Dispatcher {
-        let engine = Engine::new(Parts {
-            config: self.config,
-            policy: self.policy,
-            capabilities: self.capabilities,
-            hooks: self.hooks,
-            post_hooks: self.post_hooks,
-            runtime: self.runtime,
-            confirmers: self.confirmers,
-        });
         Dispatcher {
-            engine: Arc::new(engine),
+            engine: Arc::new(Engine::new(self.settings)),
         }
     }
 }
@@ -152,12 +136,12 @@ impl Dispatcher {
 
     /// The limits in force.
     pub fn config(&self) -> &DispatcherConfig {
-        &self.engine.config
+        &self.engine.settings.config
     }
 
     /// The confirmation policy in force.
     pub fn policy(&self) -> &ConfirmationPolicy {
-        &self.engine.policy
+        &self.engine.settings.policy
     }
 
     /// The broker through which clients answer confirmation requests.
@@ -184,7 +168,7 @@ impl Dispatcher {
     pub fn register_toolset(&self, def: ToolsetDef) -> Result<(), RegistrationError> {
         let e = &self.engine;
         e.toolsets
-            .register(def, &e.registry, &e.config.toolset_separator)
+            .register(def, &e.registry, &e.settings.config.toolset_separator)
     }
 
     /// Re-reads a shared toolset's tools and republishes them (what its
@@ -192,7 +176,7 @@ impl Dispatcher {
     pub fn refresh_toolset(&self, id: &str) -> Result<usize, RegistrationError> {
         let e = &self.engine;
         e.toolsets
-            .refresh(id, &e.registry, &e.config.toolset_separator)
+            .refresh(id, &e.registry, &e.settings.config.toolset_separator)
     }
 
     /// The tools a session may see and call, sorted by name: its visibility filter applied,
@@ -205,7 +189,7 @@ impl Dispatcher {
     /// Like [`Dispatcher::definitions_for_session`], with each tool's source.
     pub fn listing_for_session(&self, session: &Session) -> Vec<ToolListing> {
         let e = &self.engine;
-        session.state.listing(&e.registry, &e.capabilities)
+        session.state.listing(&e.registry, &e.settings.capabilities)
     }
 
     /// Opens a session over a workspace (which must exist). Opening an id that is already

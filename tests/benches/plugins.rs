@@ -13,26 +13,9 @@ use std::time::{Duration, Instant};
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use dispatcher_core::{Dispatcher, SessionSpec, ToolUse};
 use plugin_host::PluginHost;
-use serde_json::{Value, json};
-use tool_api::{SideEffect, Tool, ToolContext, ToolDefinition, ToolError, ToolFactory, ToolOutput};
+use serde_json::json;
+use tool_api::{SideEffect, ToolDefinition};
 use toolhost_tests::{package_library, release_library};
-
-struct Noop;
-impl Tool for Noop {
-    fn execute(&self, _input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        Ok(ToolOutput::text("ok"))
-    }
-}
-
-struct NoopFactory(ToolDefinition);
-impl ToolFactory for NoopFactory {
-    fn definition(&self) -> &ToolDefinition {
-        &self.0
-    }
-    fn create(&self) -> Result<Box<dyn Tool>, ToolError> {
-        Ok(Box::new(Noop))
-    }
-}
 
 fn builtin_noop() -> ToolDefinition {
     ToolDefinition::new(
@@ -77,7 +60,7 @@ fn benches(c: &mut Criterion) {
 
     let dispatcher = Dispatcher::new();
     dispatcher
-        .register(std::sync::Arc::new(NoopFactory(builtin_noop())))
+        .register(tool_api::testing::noop(builtin_noop()))
         .unwrap();
     let report = PluginHost::new([plugins.path()])
         .cache_dir(cache.path())

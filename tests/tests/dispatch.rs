@@ -6,11 +6,10 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Fixture, drain, next_of};
+use common::{Fixture, builtins, drain, next_of, policy};
 use dispatcher_core::{
-    ConfirmationPolicy, ConfirmationRequest, Confirmer, Decision, Dispatcher, DispatcherConfig,
-    ErrorClass, HookCall, HookDecision, PreUseHook, SessionSpec, ToolUse, Visibility,
-    hooks::pre_use_fn,
+    ConfirmationRequest, Confirmer, Decision, Dispatcher, DispatcherConfig, ErrorClass, HookCall,
+    HookDecision, PreUseHook, SessionSpec, ToolUse, Visibility, hooks::pre_use_fn,
 };
 use serde_json::{Value, json};
 use tool_api::{
@@ -76,16 +75,6 @@ impl DefinedTool for Failing {
         )
         .inline()
     }
-}
-
-fn builtins(d: &Dispatcher) {
-    for f in builtin_tools::factories() {
-        d.register(f).unwrap();
-    }
-}
-
-fn policy(text: &str) -> ConfirmationPolicy {
-    toml::from_str(text).unwrap()
 }
 
 #[tokio::test]

@@ -8,26 +8,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::Fixture;
+use common::{Fixture, builtins, policy};
 use dispatcher_core::hooks::{
     CommandHook, HookCall, HookDecision, HookFuture, HookMatcher, PostDecision, PostUseCall,
     PostUseHook, pre_use_fn,
 };
 use dispatcher_core::runtime::{Grant, GrantRequest, RuntimePolicy, SandboxMode};
-use dispatcher_core::{
-    ConfirmationPolicy, ConfirmationRequest, Confirmer, Decision, Dispatcher, ErrorClass, ToolUse,
-};
+use dispatcher_core::{ConfirmationRequest, Confirmer, Decision, Dispatcher, ErrorClass, ToolUse};
 use serde_json::{Value, json};
-
-fn builtins(d: &Dispatcher) {
-    for f in builtin_tools::factories() {
-        d.register(f).unwrap();
-    }
-}
-
-fn policy(text: &str) -> ConfirmationPolicy {
-    toml::from_str(text).unwrap()
-}
 
 /// Answers every prompt with one decision and counts the prompts.
 #[derive(Default)]

@@ -10,8 +10,8 @@ mod common;
 
 use std::sync::{Mutex, OnceLock};
 
-use common::{Fixture, LogCapture};
-use dispatcher_core::{ConfirmationPolicy, Dispatcher, ErrorClass, ToolUse};
+use common::{Fixture, LogCapture, allow_all};
+use dispatcher_core::{Dispatcher, ErrorClass, ToolUse};
 use serde_json::{Value, json};
 use tool_api::{
     DefinedTool, SideEffect, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput, factory,
@@ -35,10 +35,6 @@ fn logs() -> (&'static LogCapture, std::sync::MutexGuard<'static, ()>) {
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     capture.0.lock().unwrap().clear();
     (capture, guard)
-}
-
-fn allow_all() -> ConfirmationPolicy {
-    toml::from_str(r#"default = { write = "auto", execute = "auto", network = "auto" }"#).unwrap()
 }
 
 /// Panics with a secret in the message.

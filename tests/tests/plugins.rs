@@ -7,10 +7,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::next_of;
-use dispatcher_core::{
-    ConfirmationPolicy, Dispatcher, DispatcherConfig, ErrorClass, SessionSpec, ToolUse,
-};
+use common::{allow_all, next_of};
+use dispatcher_core::{Dispatcher, DispatcherConfig, ErrorClass, SessionSpec, ToolUse};
 use plugin_host::{Manifest, Outcome, PluginHost, Refusal, package};
 use serde_json::json;
 use toolhost_tests::{fixtures, package_library, write_package};
@@ -20,10 +18,6 @@ struct Env {
     cache: tempfile::TempDir,
     workspace: tempfile::TempDir,
     dispatcher: Dispatcher,
-}
-
-fn allow_all() -> ConfirmationPolicy {
-    toml::from_str(r#"default = { write = "auto", execute = "auto", network = "auto" }"#).unwrap()
 }
 
 impl Env {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Fixture, drain, next_of};
+use common::{Fixture, allow_all, builtins, drain, next_of};
 use dispatcher_core::{
     ConfirmationPolicy, Decision, Dispatcher, DispatcherConfig, ErrorClass, EventKind,
     RegistrationError, ResolveError, ToolUse,
@@ -164,16 +164,6 @@ impl DefinedTool for Counted {
         )
         .inline()
     }
-}
-
-fn builtins(d: &Dispatcher) {
-    for f in builtin_tools::factories() {
-        d.register(f).unwrap();
-    }
-}
-
-fn allow_all() -> ConfirmationPolicy {
-    toml::from_str(r#"default = { write = "auto", execute = "auto", network = "auto" }"#).unwrap()
 }
 
 // ---------------------------------------------------------------- 1, 2: registration

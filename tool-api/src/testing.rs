@@ -297,7 +297,7 @@ impl std::error::Error for PluginProblems {}
 pub fn check_plugin(
     export: &crate::export::PluginExport,
     crate_version: &str,
-) -> Result<Vec<crate::ToolDefinition>, PluginProblems> {
+) -> Result<Vec<crate::definition::ToolDefinition>, PluginProblems> {
     let mut problems = Vec::new();
     if export.version() != crate_version {
         problems.push(format!(
@@ -327,8 +327,8 @@ pub fn check_plugin(
 }
 
 /// What a host would refuse in a set of definitions exported together: each one's own
-/// problems ([`crate::ToolDefinition::check`]) and names used twice.
-pub fn definition_problems(definitions: &[crate::ToolDefinition]) -> Vec<String> {
+/// problems ([`crate::definition::ToolDefinition::check`]) and names used twice.
+pub fn definition_problems(definitions: &[crate::definition::ToolDefinition]) -> Vec<String> {
     let mut problems = Vec::new();
     for (i, def) in definitions.iter().enumerate() {
         if let Err(e) = def.check() {
@@ -342,4 +342,43 @@ pub fn definition_problems(definitions: &[crate::ToolDefinition]) -> Vec<String>
         }
     }
     problems
+}
+
+/// A tool that does nothing and answers `ok`, published under `definition`: for a host's
+/// own tests and benchmarks, where no tool work should hide what the host costs.
+///
+/// ```
+/// # use tool_api::{SideEffect, ToolDefinition};
+/// let f = tool_api::testing::noop(
+///     ToolDefinition::new("noop", "Does nothing.", SideEffect::None, serde_json::json!({"type": "object"})).inline(),
+/// );
+/// let host = tool_api::testing::TestHost::new();
+/// let out = f.create().unwrap().execute(serde_json::json!({}), &host.context()).unwrap();
+/// assert_eq!(out.text_content(), "ok");
+/// ```
+pub fn noop(definition: crate::definition::ToolDefinition) -> Arc<dyn crate::tool::ToolFactory> {
+    Arc::new(NoopFactory(definition))
+}
+
+struct Noop;
+
+impl crate::tool::Tool for Noop {
+    fn execute(
+        &self,
+        _input: serde_json::Value,
+        _ctx: &ToolContext,
+    ) -> Result<crate::output::ToolOutput, crate::output::ToolError> {
+        Ok(crate::output::ToolOutput::text("ok"))
+    }
+}
+
+struct NoopFactory(crate::definition::ToolDefinition);
+
+impl crate::tool::ToolFactory for NoopFactory {
+    fn definition(&self) -> &crate::definition::ToolDefinition {
+        &self.0
+    }
+    fn create(&self) -> Result<Box<dyn crate::tool::Tool>, crate::output::ToolError> {
+        Ok(Box::new(Noop))
+    }
 }

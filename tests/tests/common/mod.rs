@@ -5,8 +5,25 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dispatcher_core::{Dispatcher, Session, SessionSpec, ToolEvent};
+use dispatcher_core::{ConfirmationPolicy, Dispatcher, Session, SessionSpec, ToolEvent};
 use tokio::sync::broadcast;
+
+/// Registers the built-in tools.
+pub fn builtins(d: &Dispatcher) {
+    for f in builtin_tools::factories() {
+        d.register(f).unwrap();
+    }
+}
+
+/// A confirmation policy from its TOML.
+pub fn policy(text: &str) -> ConfirmationPolicy {
+    toml::from_str(text).unwrap()
+}
+
+/// A policy that asks for nothing.
+pub fn allow_all() -> ConfirmationPolicy {
+    policy(r#"default = { write = "auto", execute = "auto", network = "auto" }"#)
+}
 
 /// A temporary workspace and a session over it.
 pub struct Fixture {
