@@ -169,7 +169,8 @@ impl PluginHost {
     pub fn load_into(&self, dispatcher: &Dispatcher) -> LoadReport {
         let mut report = LoadReport::default();
         // First what can be checked without opening a library, for every package, so that
-        // of two versions of one plugin only the newer is opened.
+        // of two versions of one plugin only the newest is opened (copies of one version
+        // load, or clash, as any two packages do).
         let mut checked: Vec<(PathBuf, Preflighted)> = Vec::new();
         for dir in &self.dirs {
             match package::discover(dir) {
@@ -198,7 +199,7 @@ impl PluginHost {
             let outcome = match checked_ok {
                 Err(refusal) => Outcome::Refused(refusal.clone()),
                 Ok((manifest, library)) => match newest(&manifest.name) {
-                    Some((newer_path, newer)) if newer_path != *path => {
+                    Some((newer_path, newer)) if newer != manifest.version.to_string() => {
                         Outcome::Refused(Refusal::Superseded {
                             name: manifest.name.clone(),
                             version: manifest.version.to_string(),

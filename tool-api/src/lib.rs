@@ -52,6 +52,11 @@
 //! assert_eq!(out.text_content(), "2 lines, 3 words, 5 bytes");
 //! ```
 //!
+//! The same tool with a typed input, whose schema comes from a Rust type (so it cannot drift
+//! from the code that reads it), is a [`TypedTool`]: see [`typed`]. Before shipping,
+//! [`check_plugin!`] in the plugin's tests checks what a host would refuse (the schema
+//! subset is listed in [`schema`]).
+//!
 //! ## What the host guarantees a tool
 //!
 //! - `input` was validated against `input_schema` before `execute` is called.
@@ -79,6 +84,11 @@
 //!   ([`InterruptBehavior::Block`]: run to completion through a user interrupt). An older
 //!   host ignores all three (output is dropped, the definition's defaults apply), so a
 //!   plugin using them needs no `requires:`.
+//! - 1.3: author-side only, no ABI change: typed inputs ([`TypedTool`], the `typed` feature,
+//!   on by default), [`check_plugin!`] and [`testing::check_plugin`], the schema subset
+//!   check in [`schema`] ([`ToolDefinition::check`]), [`fs_error`] (one wording of file
+//!   errors for every host), [`testing::noop`]; [`export_plugin!`]'s expansion carries its
+//!   own `unsafe_code` allow.
 //!
 //! Minor releases add optional fields to [`ToolDefinition`]: build one with
 //! [`ToolDefinition::new`] and its setters (or `..ToolDefinition::new(…)` in a struct
