@@ -164,9 +164,16 @@ struct Sources<'a> {
 }
 
 impl Sources<'_> {
+    /// Each directory once, however it was named (in the config and on the command line,
+    /// relative and absolute): a directory read twice would load every package twice.
     fn plugin_dirs(&self) -> Vec<PathBuf> {
-        let mut dirs = self.config.plugin_dirs.clone();
-        dirs.extend(self.extra_plugin_dirs.iter().cloned());
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for dir in self.config.plugin_dirs.iter().chain(self.extra_plugin_dirs) {
+            if seen.insert(std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone())) {
+                dirs.push(dir.clone());
+            }
+        }
         dirs
     }
 }

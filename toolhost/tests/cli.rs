@@ -362,3 +362,32 @@ fn prompt_on_a_terminal_asks_and_follows_the_answer() {
     );
     assert!(!dir.path().join("no.txt").exists());
 }
+
+#[test]
+fn a_plugin_directory_named_twice_is_read_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("plugins/bad");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::write(bad.join("plugin.toml"), "name = \"bad\"\n").unwrap();
+    std::fs::write(
+        dir.path().join("toolhost.toml"),
+        "plugin_dirs = [\"plugins\"]\n",
+    )
+    .unwrap();
+    let plugins = dir.path().join("plugins");
+    let out = toolhost(
+        dir.path(),
+        &[
+            "--plugins",
+            plugins.to_str().unwrap(),
+            "call",
+            "list_dir",
+            "--input",
+            "{}",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert_eq!(stderr.matches("plugin refused").count(), 1, "{stderr}");
+    assert!(stderr.contains("missing field `version`"), "{stderr}");
+}
