@@ -229,3 +229,14 @@ impl fmt::Display for Seconds {
         write!(f, "{}s", self.0.as_secs_f64())
     }
 }
+
+/// Deserializes a string that must not be empty or blank (a command, an id), for
+/// `#[serde(deserialize_with = "dispatcher_core::config::non_empty")]`.
+pub fn non_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    if s.trim().is_empty() {
+        Err(serde::de::Error::custom("expected a non-empty string"))
+    } else {
+        Ok(s)
+    }
+}

@@ -187,33 +187,7 @@ impl Shared {
         }
         starts
     }
-}
 
-impl Interruptible for Shared {
-    /// A user interrupt of the session: everything unfinished is cancelled (reason `user`),
-    /// and so is everything pushed later. Returns how many calls that had not started it
-    /// cancelled (the running ones are in the session's in-flight list).
-    fn interrupt(&self) -> usize {
-        let n = {
-            let mut st = self.lock();
-            if st.closed || st.interrupted.is_some() {
-                return 0;
-            }
-            st.interrupted = Some(CancelReason::User);
-            let n = st
-                .entries
-                .iter()
-                .filter(|e| e.status == Status::Waiting)
-                .count();
-            self.cancel_unfinished(&mut st, CancelReason::User, None);
-            n
-        };
-        self.changed.notify_waiters();
-        n
-    }
-}
-
-impl Shared {
     /// Cancels every unfinished call: those waiting get a synthetic result at once, those
     /// running are interrupted.
     fn cancel_unfinished(&self, st: &mut State, reason: CancelReason, cause: Option<&str>) {
@@ -290,6 +264,30 @@ impl Shared {
                 }
             }
         }
+    }
+}
+
+impl Interruptible for Shared {
+    /// A user interrupt of the session: everything unfinished is cancelled (reason `user`),
+    /// and so is everything pushed later. Returns how many calls that had not started it
+    /// cancelled (the running ones are in the session's in-flight list).
+    fn interrupt(&self) -> usize {
+        let n = {
+            let mut st = self.lock();
+            if st.closed || st.interrupted.is_some() {
+                return 0;
+            }
+            st.interrupted = Some(CancelReason::User);
+            let n = st
+                .entries
+                .iter()
+                .filter(|e| e.status == Status::Waiting)
+                .count();
+            self.cancel_unfinished(&mut st, CancelReason::User, None);
+            n
+        };
+        self.changed.notify_waiters();
+        n
     }
 }
 

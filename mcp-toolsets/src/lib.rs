@@ -61,13 +61,13 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 #[serde(deny_unknown_fields)]
 pub struct McpServerConfig {
     /// Toolset id (what session allowlists and messages name).
-    #[serde(deserialize_with = "non_empty")]
+    #[serde(deserialize_with = "dispatcher_core::config::non_empty")]
     pub id: String,
     /// Prefix of its published tool names ([`dispatcher_core::toolset::check_prefix`]).
     #[serde(deserialize_with = "prefix")]
     pub prefix: String,
     /// The program to run.
-    #[serde(deserialize_with = "non_empty")]
+    #[serde(deserialize_with = "dispatcher_core::config::non_empty")]
     pub command: String,
     /// Its arguments.
     #[serde(default)]
@@ -95,15 +95,6 @@ fn default_startup() -> Seconds {
 
 fn default_call() -> Seconds {
     Seconds(DEFAULT_CALL_TIMEOUT)
-}
-
-fn non_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    let s = String::deserialize(d)?;
-    if s.trim().is_empty() {
-        Err(serde::de::Error::custom("expected a non-empty string"))
-    } else {
-        Ok(s)
-    }
 }
 
 fn prefix<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {

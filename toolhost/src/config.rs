@@ -147,7 +147,7 @@ pub struct Hooks {
 #[serde(deny_unknown_fields)]
 pub struct HookConfig {
     /// The command line, run with `/bin/sh -c`.
-    #[serde(deserialize_with = "command_line")]
+    #[serde(deserialize_with = "dispatcher_core::config::non_empty")]
     pub command: String,
     /// The tools it runs for (default: every tool).
     #[serde(default)]
@@ -159,15 +159,6 @@ pub struct HookConfig {
 
 fn hook_timeout() -> Seconds {
     Seconds(COMMAND_HOOK_TIMEOUT)
-}
-
-fn command_line<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    let s = String::deserialize(d)?;
-    if s.trim().is_empty() {
-        Err(serde::de::Error::custom("expected the command line to run"))
-    } else {
-        Ok(s)
-    }
 }
 
 /// The `[timeouts]` table, in seconds.
