@@ -19,7 +19,7 @@ use crate::host::CallHost;
 use crate::invocation::{Invocation, cancel_message};
 use crate::policy::Mode;
 use crate::registry::Registered;
-use crate::result::ToolResultBlock;
+use crate::result::{SideEffectRecord, ToolResultBlock};
 use crate::runtime::Grant;
 use crate::spool;
 
@@ -569,10 +569,13 @@ impl Invocation {
         };
         match outcome {
             Outcome::Returned(Ok(out)) if out.success => {
+                let record = SideEffectRecord::of(&out);
                 self.emit(EventKind::Completed {
                     duration_ms: ms(elapsed),
+                    record: record.clone(),
                 });
                 ToolResultBlock::success(&self.header.tool_use_id, out.content, out.metadata)
+                    .with_record(record)
             }
             Outcome::Returned(Ok(out)) if cancel_requested => self.cancelled(tool, Some(out)),
             Outcome::Returned(Ok(out)) => {
@@ -583,7 +586,9 @@ impl Invocation {
                     partial_output: None,
                     cancel_reason: None,
                 });
+                let record = SideEffectRecord::of(&out);
                 ToolResultBlock::failure(&self.header.tool_use_id, out.content, out.metadata)
+                    .with_record(record)
             }
             Outcome::Returned(Err(ToolError::Cancelled(_))) | Outcome::Cancelled(None) => {
                 self.cancelled(tool, None)
@@ -622,6 +627,7 @@ impl Invocation {
         }
         let mut block = self.fail_with(ErrorClass::Cancelled, message, partial_text, reason);
         if let Some(out) = partial {
+            block.record = SideEffectRecord::of(&out);
             block.metadata = out.metadata;
         }
         block

@@ -19,6 +19,7 @@ use tokio::sync::{broadcast, mpsc};
 use crate::call::CallHeader;
 use crate::confirmation::DecidedBy;
 use crate::error::{CancelReason, ErrorClass};
+use crate::result::SideEffectRecord;
 use crate::schema::InputError;
 
 /// How many events a subscriber may fall behind before it loses the oldest.
@@ -54,6 +55,10 @@ pub enum EventKind {
     Completed {
         /// Execution time.
         duration_ms: f64,
+        /// What the tool reports it did (`files_modified`, `command_executed`; absent when
+        /// nothing).
+        #[serde(flatten)]
+        record: SideEffectRecord,
     },
     /// The call ended in an error result.
     #[serde(rename = "tool.failed")]

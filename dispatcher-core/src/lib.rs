@@ -36,7 +36,9 @@ pub use hooks::{
 pub use invocation::Invocation;
 pub use policy::{ConfirmationPolicy, Mode};
 pub use registry::{ToolListing, is_valid_tool_name};
-pub use result::{ToolResultBlock, ToolUse, anthropic_user_message, openai_tool_messages};
+pub use result::{
+    SideEffectRecord, ToolResultBlock, ToolUse, anthropic_user_message, openai_tool_messages,
+};
 pub use runtime::{Grant, GrantRequest, RuntimePolicy, SandboxMode};
 pub use schedule::Batch;
 pub use session::{Session, SessionSpec, Visibility};

@@ -39,7 +39,8 @@ impl ToolUse {
 /// Serializes as an Anthropic-style `tool_result` block: `{"type": "tool_result",
 /// "tool_use_id", "content": [{"type": "text", "text"} | {"type": "image", "source":
 /// {"type": "base64", "media_type", "data"}}], "is_error"}`, plus `error_class` when
-/// it is an error.
+/// it is an error, and the host-side fields `cancel_reason`, `metadata`, `files_modified`
+/// and `command_executed` when set (the provider renderings leave those out).
 ///
 /// ```
 /// use dispatcher_core::{ErrorClass, ToolResultBlock};
@@ -62,6 +63,36 @@ pub struct ToolResultBlock {
     pub metadata: Value,
     /// For a `cancelled` result: why (a user interrupt, a failed sibling, an aborted batch).
     pub cancel_reason: Option<CancelReason>,
+    /// What the tool reports it did, for the user (never sent to the model): the files it
+    /// modified and the command it ran ([`tool_api::ToolOutput`]'s record).
+    pub record: SideEffectRecord,
+}
+
+/// What a call reports it did: the files it modified, the command it ran. Empty for a call
+/// that did neither, or never ran.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SideEffectRecord {
+    /// Workspace paths the tool modified (as it named them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub files_modified: Vec<String>,
+    /// The command line it ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command_executed: Option<String>,
+}
+
+impl SideEffectRecord {
+    /// The record of a tool's output.
+    pub fn of(output: &tool_api::ToolOutput) -> SideEffectRecord {
+        SideEffectRecord {
+            files_modified: output.files_modified.clone().unwrap_or_default(),
+            command_executed: output.command_executed.clone(),
+        }
+    }
+
+    /// Whether it records nothing.
+    pub fn is_empty(&self) -> bool {
+        self.files_modified.is_empty() && self.command_executed.is_none()
+    }
 }
 
 impl ToolResultBlock {
@@ -73,7 +104,14 @@ impl ToolResultBlock {
             error_class: None,
             metadata,
             cancel_reason: None,
+            record: SideEffectRecord::default(),
         }
+    }
+
+    /// The same result, with what the tool reports it did.
+    pub fn with_record(mut self, record: SideEffectRecord) -> Self {
+        self.record = record;
+        self
     }
 
     /// A failure the tool reported itself (`execution_error`), with its own content.
@@ -169,6 +207,12 @@ impl Serialize for ToolResultBlock {
         }
         if !self.metadata.is_null() {
             map.serialize_entry("metadata", &self.metadata)?;
+        }
+        if !self.record.files_modified.is_empty() {
+            map.serialize_entry("files_modified", &self.record.files_modified)?;
+        }
+        if let Some(command) = &self.record.command_executed {
+            map.serialize_entry("command_executed", command)?;
         }
         map.end()
     }

@@ -243,3 +243,49 @@ async fn spooling_never_overwrites_an_earlier_result_with_the_same_id() {
             .starts_with("5\n")
     );
 }
+
+#[tokio::test]
+async fn the_side_effect_record_reaches_the_event_and_the_result_but_not_the_model() {
+    let d = dispatcher(DispatcherConfig::default());
+    let fx = Fixture::new(d.clone());
+    let mut events = fx.session.subscribe();
+    let write = d
+        .dispatch(
+            ToolUse::new(
+                "tu_w",
+                "write_file",
+                json!({"path": "notes/a.txt", "content": "x"}),
+            ),
+            &fx.session,
+        )
+        .await;
+    assert!(!write.is_error(), "{}", write.text());
+    assert_eq!(write.record.files_modified, ["notes/a.txt"]);
+    assert_eq!(write.to_json()["files_modified"], json!(["notes/a.txt"]));
+    let completed = next_of(&mut events, "tool.completed").await;
+    assert_eq!(
+        completed.to_json()["files_modified"],
+        json!(["notes/a.txt"])
+    );
+
+    let run = d.dispatch(shell("tu_s", "echo hi"), &fx.session).await;
+    assert!(!run.is_error(), "{}", run.text());
+    assert_eq!(run.record.command_executed.as_deref(), Some("echo hi"));
+    assert_eq!(run.to_json()["command_executed"], "echo hi");
+    let completed = next_of(&mut events, "tool.completed").await;
+    assert_eq!(completed.to_json()["command_executed"], "echo hi");
+
+    let read = d
+        .dispatch(
+            ToolUse::new("tu_r", "read_file", json!({"path": "notes/a.txt"})),
+            &fx.session,
+        )
+        .await;
+    assert!(read.record.is_empty(), "a read modifies nothing");
+    assert!(read.to_json().get("files_modified").is_none());
+
+    // The provider renderings carry what the model reads, not the host-side record.
+    let msg = anthropic_user_message(&[write, run]);
+    assert!(msg["content"][0].get("files_modified").is_none());
+    assert!(msg["content"][1].get("command_executed").is_none());
+}

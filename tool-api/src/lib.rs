@@ -130,7 +130,8 @@ pub use abi::TOOL_API_VERSION;
 /// Exports the tools of a plugin library: emits the root module a host loads.
 ///
 /// Use it once, at the top level of a `cdylib` crate. `name` and `version` identify the
-/// plugin (they must match its `plugin.toml`); `tools` lists [`DefinedTool`] types. An
+/// plugin (they must match its `plugin.toml`; write `version: env!("CARGO_PKG_VERSION")` so
+/// it is Cargo.toml's); `tools` lists every [`DefinedTool`] (or [`TypedTool`]) type, once. An
 /// optional `requires: "1.1.0"` before `tools` declares the oldest tool-api a host must
 /// provide (default `1.0.0`): declare it when the plugin uses something added later, such as
 /// [`WorkspaceFiles::metadata`] (1.1), so that older hosts refuse it with a clear message
@@ -147,7 +148,8 @@ pub use abi::TOOL_API_VERSION;
 /// The generated functions contain panics (a panic in a definition, a factory or a call is
 /// reported to the host as an error) and record whether the plugin was built with
 /// `panic = "unwind"`; hosts refuse `panic = "abort"` builds, whose panics they could not
-/// contain.
+/// contain. The expansion carries its own `#[allow(unsafe_code)]` (the loader symbol needs
+/// it), so a plugin crate needs no lint exception. [`check_plugin!`] checks what it exports.
 #[macro_export]
 macro_rules! export_plugin {
     (name: $name:expr, version: $version:expr, tools: [$($tool:ty),+ $(,)?] $(,)?) => {

@@ -203,11 +203,30 @@ impl McpServer {
                 self.config_file
             )));
         }
-        if block.is_error() {
+        let mut result = if block.is_error() {
             CallToolResult::error(content)
         } else {
             CallToolResult::success(content)
+        };
+        if !block.record.is_empty() {
+            // What the tool did, for the client and its user (never part of the content the
+            // model reads): `_meta` is the protocol's place for it.
+            let mut meta = rmcp::model::MetaObject::new();
+            if !block.record.files_modified.is_empty() {
+                meta.0.insert(
+                    "toolhost/files_modified".into(),
+                    serde_json::json!(block.record.files_modified),
+                );
+            }
+            if let Some(command) = &block.record.command_executed {
+                meta.0.insert(
+                    "toolhost/command_executed".into(),
+                    serde_json::json!(command),
+                );
+            }
+            result.meta = Some(meta);
         }
+        result
     }
 }
 

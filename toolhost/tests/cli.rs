@@ -391,3 +391,22 @@ fn a_plugin_directory_named_twice_is_read_once() {
     assert_eq!(stderr.matches("plugin refused").count(), 1, "{stderr}");
     assert!(stderr.contains("missing field `version`"), "{stderr}");
 }
+
+#[test]
+fn call_json_shows_what_the_tool_did() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = toolhost(
+        dir.path(),
+        &[
+            "call",
+            "write_file",
+            "--yes",
+            "--json",
+            "--input",
+            r#"{"path": "a.txt", "content": "x"}"#,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let block: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(block["files_modified"], serde_json::json!(["a.txt"]));
+}

@@ -178,6 +178,8 @@ async fn prompts_go_through_elicitation_when_the_client_supports_it() {
     .await;
     assert_eq!(r.is_error, Some(false), "{}", text(&r));
     assert!(ws.path().join("allowed.txt").exists());
+    let meta = r.meta.as_ref().expect("the side-effect record in _meta");
+    assert_eq!(meta.0["toolhost/files_modified"], json!(["allowed.txt"]));
     allow.cancel().await.unwrap();
 
     let deny = connect(
