@@ -1,5 +1,10 @@
 //! The per-call pipeline: look up, validate, scope, hooks and policy, grant, execute,
 //! report. Each step is a method of the [`Invocation`] it works on.
+//!
+//! A step that ends the call returns `Err(ToolResultBlock)`: that block *is* the call's
+//! result, moved once to the caller, so it is not boxed (boxing would allocate on every
+//! early end to save a copy of a few words).
+#![allow(clippy::result_large_err)]
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
