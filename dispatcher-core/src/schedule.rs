@@ -250,7 +250,7 @@ impl Shared {
         let mut queue: VecDeque<Start> = starts.into();
         let _entered = self.handle.enter();
         while let Some(Start { index, call }) = queue.pop_front() {
-            let id: Arc<str> = Arc::from(call.tool_use_id());
+            let id = call.header.tool_use_id.clone();
             let mut fut: CallFuture = Box::pin(call.run());
             match poll_call(&mut fut, &mut Context::from_waker(Waker::noop()), &id) {
                 Poll::Ready(result) => queue.extend(self.complete(index, result)),
