@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tool_api::abi::{AbiError, HostContext, HostContext_TO, HostCtx, TD_Opaque};
 use tool_api::abi::{RArc, RResult, RSlice, RStr, RString, RVec};
-use tool_api::{Level, ToolContext, ToolError};
+use tool_api::{Level, SideEffect, ToolContext, ToolError};
 use tracing::Span;
 
 use crate::call::CallHeader;
@@ -34,6 +34,52 @@ impl CallHost {
     pub(crate) fn into_context(self) -> ToolContext {
         let host: HostCtx = HostContext_TO::from_ptr(RArc::new(self), TD_Opaque);
         ToolContext::from_host(host)
+    }
+}
+
+/// What a file operation needs of the call's declared class.
+#[derive(Clone, Copy)]
+enum Access {
+    /// read, read_bytes, exists, list, metadata: `read` or higher.
+    Read,
+    /// write, write_bytes, append, delete, patch: `write` or higher.
+    Write,
+}
+
+impl CallHost {
+    /// Refuses an operation the call's declared class does not cover: a `none` tool gets
+    /// no file access, a `read` tool reads and lists only; `write`, `execute` and `network`
+    /// tools get both. The declaration is what the confirmation policy judged, so it is
+    /// also what the tool may do.
+    fn permit(&self, access: Access, op: &str, path: &str) -> Result<(), AbiError> {
+        let class = self.call.side_effects.unwrap_or(SideEffect::None);
+        let (needed, what) = match access {
+            Access::Read => (SideEffect::Read, "read workspace files"),
+            Access::Write => (SideEffect::Write, "change workspace files"),
+        };
+        if class >= needed {
+            return Ok(());
+        }
+        Err(ToolError::PermissionDenied(format!(
+            "tool '{}' declares side effects '{class}', so it may not {what} ({op} '{path}'); a tool that does must declare '{needed}'",
+            self.call.tool_name
+        ))
+        .into())
+    }
+
+    /// Runs a workspace operation if the declared class allows it.
+    fn checked<T, U>(
+        &self,
+        access: Access,
+        op: &str,
+        path: &str,
+        run: impl FnOnce() -> Result<T, FsError>,
+        f: impl FnOnce(T) -> U,
+    ) -> RResult<U, AbiError> {
+        match self.permit(access, op, path) {
+            Ok(()) => fs(run(), f),
+            Err(e) => RResult::RErr(e),
+        }
     }
 }
 
@@ -86,46 +132,70 @@ impl HostContext for CallHost {
         log_at!(self.span, Level::from_code(level), message.as_str());
     }
     fn fs_read(&self, path: RStr<'_>) -> RResult<RString, AbiError> {
-        fs(self.workspace.read(path.as_str()), RString::from)
+        let p = path.as_str();
+        self.checked(
+            Access::Read,
+            "read",
+            p,
+            || self.workspace.read(p),
+            RString::from,
+        )
     }
     fn fs_read_bytes(&self, path: RStr<'_>) -> RResult<RVec<u8>, AbiError> {
-        fs(self.workspace.read_bytes(path.as_str()), RVec::from)
+        let p = path.as_str();
+        let run = || self.workspace.read_bytes(p);
+        self.checked(Access::Read, "read_bytes", p, run, RVec::from)
     }
     fn fs_write(&self, path: RStr<'_>, content: RSlice<'_, u8>) -> RResult<(), AbiError> {
-        fs(
-            self.workspace
-                .write_bytes(path.as_str(), content.as_slice()),
-            |_| (),
-        )
+        let p = path.as_str();
+        let run = || self.workspace.write_bytes(p, content.as_slice());
+        self.checked(Access::Write, "write", p, run, |_| ())
     }
     fn fs_append(&self, path: RStr<'_>, content: RSlice<'_, u8>) -> RResult<(), AbiError> {
-        fs(
-            self.workspace.append(path.as_str(), content.as_slice()),
-            |_| (),
-        )
+        let p = path.as_str();
+        let run = || self.workspace.append(p, content.as_slice());
+        self.checked(Access::Write, "append", p, run, |_| ())
     }
     fn fs_exists(&self, path: RStr<'_>) -> RResult<bool, AbiError> {
-        fs(self.workspace.exists(path.as_str()), |b| b)
+        let p = path.as_str();
+        self.checked(
+            Access::Read,
+            "exists",
+            p,
+            || self.workspace.exists(p),
+            |b| b,
+        )
     }
     fn fs_list(&self, path: RStr<'_>) -> RResult<RVec<RString>, AbiError> {
-        fs(self.workspace.list(path.as_str()), |names| {
-            names.into_iter().map(RString::from).collect()
-        })
+        let p = path.as_str();
+        self.checked(
+            Access::Read,
+            "list",
+            p,
+            || self.workspace.list(p),
+            |names| names.into_iter().map(RString::from).collect(),
+        )
     }
     fn fs_delete(&self, path: RStr<'_>) -> RResult<(), AbiError> {
-        fs(self.workspace.delete(path.as_str()), |_| ())
-    }
-    fn fs_patch(&self, path: RStr<'_>, old: RStr<'_>, new: RStr<'_>) -> RResult<(), AbiError> {
-        fs(
-            self.workspace
-                .patch(path.as_str(), old.as_str(), new.as_str()),
+        let p = path.as_str();
+        self.checked(
+            Access::Write,
+            "delete",
+            p,
+            || self.workspace.delete(p),
             |_| (),
         )
+    }
+    fn fs_patch(&self, path: RStr<'_>, old: RStr<'_>, new: RStr<'_>) -> RResult<(), AbiError> {
+        let p = path.as_str();
+        let run = || self.workspace.patch(p, old.as_str(), new.as_str());
+        self.checked(Access::Write, "patch", p, run, |_| ())
     }
     fn extension(&self, op: RStr<'_>, payload: RStr<'_>) -> RResult<RString, AbiError> {
         match op.as_str() {
             tool_api::abi::OP_FS_METADATA => {
                 tool_api::abi::fs_metadata_op(payload.as_str(), |path| {
+                    self.permit(Access::Read, "metadata", path)?;
                     self.workspace
                         .metadata(path)
                         .map_err(|e| ToolError::from(e).into())

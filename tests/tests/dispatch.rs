@@ -615,3 +615,94 @@ fn test_host_and_the_real_workspace_word_file_errors_alike() {
         assert_eq!(real, test);
     }
 }
+
+/// A tool that does one workspace file operation, named in its input; declared with the
+/// class its type parameter says.
+#[derive(Default)]
+struct Probe<const CLASS: u8>;
+
+impl<const CLASS: u8> Tool for Probe<CLASS> {
+    fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let files = ctx.files();
+        match input["op"].as_str().unwrap_or_default() {
+            "read" => files.read("seen.txt").map(|_| ()),
+            "read_bytes" => files.read_bytes("seen.txt").map(|_| ()),
+            "exists" => files.exists("seen.txt").map(|_| ()),
+            "list" => files.list(".").map(|_| ()),
+            "metadata" => files.metadata("seen.txt").map(|_| ()),
+            "write" => files.write("new.txt", "x"),
+            "write_bytes" => files.write_bytes("new.txt", b"x"),
+            "append" => files.append("seen.txt", "x"),
+            "delete" => files.delete("seen.txt"),
+            "patch" => files.patch("seen.txt", "seen", "read"),
+            other => return Err(ToolError::invalid_input(format!("no op {other}"))),
+        }?;
+        Ok(ToolOutput::text("done"))
+    }
+}
+
+impl<const CLASS: u8> DefinedTool for Probe<CLASS> {
+    fn definition() -> ToolDefinition {
+        let class = [
+            SideEffect::None,
+            SideEffect::Read,
+            SideEffect::Write,
+            SideEffect::Execute,
+        ][usize::from(CLASS)];
+        ToolDefinition::new(
+            format!("probe_{class}"),
+            "Does one file operation.",
+            class,
+            json!({"type": "object", "properties": {"op": {"type": "string"}}, "required": ["op"]}),
+        )
+    }
+}
+
+#[tokio::test]
+async fn a_tools_file_access_is_bounded_by_its_declared_class() {
+    let d = Dispatcher::builder().policy(common::allow_all()).build();
+    d.register(factory::<Probe<0>>()).unwrap();
+    d.register(factory::<Probe<1>>()).unwrap();
+    d.register(factory::<Probe<2>>()).unwrap();
+    d.register(factory::<Probe<3>>()).unwrap();
+    let fx = Fixture::new(d.clone());
+    let reads = ["read", "read_bytes", "exists", "list", "metadata"];
+    let writes = ["write", "write_bytes", "append", "delete", "patch"];
+    for class in ["none", "read", "write", "execute"] {
+        for op in reads.iter().chain(&writes) {
+            fx.write("seen.txt", "seen");
+            let r = d
+                .dispatch(
+                    ToolUse::new("tu", format!("probe_{class}"), json!({"op": op})),
+                    &fx.session,
+                )
+                .await;
+            let allowed = match class {
+                "none" => false,
+                "read" => reads.contains(op),
+                _ => true,
+            };
+            if allowed {
+                assert!(!r.is_error(), "{class} {op}: {}", r.text());
+            } else {
+                assert_eq!(
+                    r.error_class,
+                    Some(ErrorClass::PermissionDenied),
+                    "{class} {op}: {}",
+                    r.text()
+                );
+                let needed = if reads.contains(op) { "read" } else { "write" };
+                // Text and bytes cross the ABI as one write operation.
+                let op = if *op == "write_bytes" { "write" } else { op };
+                assert!(
+                    r.text().contains(&format!(
+                        "tool 'probe_{class}' declares side effects '{class}'"
+                    )) && r.text().contains(&format!("({op} '"))
+                        && r.text().contains(&format!("must declare '{needed}'")),
+                    "{class} {op}: {}",
+                    r.text()
+                );
+            }
+        }
+    }
+}

@@ -62,6 +62,9 @@
 //! - `input` was validated against `input_schema` before `execute` is called.
 //! - Each call gets a fresh instance (from `Default`), so `self` holds per-call state only.
 //! - [`ToolContext::files`] never leaves the session's workspace; symlinks out are refused.
+//!   It allows what the tool's [`SideEffect`] declares: nothing for `none`, reading and
+//!   listing for `read`, everything for `write` and above (anything else is
+//!   [`ToolError::PermissionDenied`]).
 //! - A panic in `execute`, `cancel`, `definition` or `Default` is contained: the model sees
 //!   an `execution_error`, the host and the plugin's other tools keep working.
 //!
