@@ -256,11 +256,8 @@ impl Invocation {
     ) -> Result<(Value, DecidedBy), ToolResultBlock> {
         let engine = self.engine.clone();
         let state = self.session.state.clone();
-        let mut decision =
-            engine
-                .settings
-                .policy
-                .decide(&tool.name, tool.side_effects, state.workspace.root());
+        let policy = state.policy.as_ref().unwrap_or(&engine.settings.policy);
+        let mut decision = policy.decide(&tool.name, tool.side_effects, state.workspace.root());
         let policy_denied = |call: &Self, rule: &str| {
             let message = format!(
                 "Tool '{}' is denied by policy ({rule} = \"deny\"); change that setting to allow it.",
@@ -322,8 +319,13 @@ impl Invocation {
             decision.mode = Mode::Prompt;
             decision.rule = reason;
         } else if let (Some(hook), Mode::Prompt) = (allowed_by, decision.mode) {
-            tracing::debug!(hook = %hook, rule = %decision.rule, "a pre-use hook allowed the call without a prompt");
-            return Ok((input, DecidedBy::Hook { name: hook }));
+            if !decision.explicit {
+                tracing::debug!(hook = %hook, rule = %decision.rule, "a pre-use hook allowed the call without a prompt");
+                return Ok((input, DecidedBy::Hook { name: hook }));
+            }
+            // The user asked to be asked about exactly this tool: a hook does not answer
+            // for them.
+            tracing::debug!(hook = %hook, rule = %decision.rule, "a pre-use hook allowed the call, but a per-tool rule asks for a prompt");
         }
         match decision.mode {
             Mode::Auto => Ok((

@@ -18,8 +18,10 @@
 //! Hooks run in the order they were added; each sees the input as rewritten by the ones
 //! before it. Then: any `Deny` denies (the first one's reason is shown); else any `Ask`
 //! makes the call prompt; else any `Allow` lets a call the policy would `prompt` for run
-//! without asking. **An allow never bypasses a `deny` in the policy config**: the policy
-//! says no, the call does not run, whatever a hook said.
+//! without asking, unless the prompt comes from a rule naming the tool itself
+//! (`tool_confirmation.per_tool.NAME = "prompt"`: the user asked to be asked about exactly
+//! this tool). **An allow never bypasses a `deny` in the policy config**: the policy says
+//! no, the call does not run, whatever a hook said.
 
 use std::future::Future;
 use std::path::Path;

@@ -193,6 +193,9 @@ pub struct PolicyDecision {
     pub mode: Mode,
     /// The config key that decided, e.g. `tool_confirmation.default.write`.
     pub rule: String,
+    /// The rule names this tool (`tool_confirmation.per_tool.NAME`): what the user said
+    /// about exactly this tool, which a pre-use hook's allow does not override.
+    pub explicit: bool,
 }
 
 /// Expands a leading `~` to `$HOME`.
@@ -220,6 +223,7 @@ impl ConfirmationPolicy {
             return PolicyDecision {
                 mode: *mode,
                 rule: format!("tool_confirmation.per_tool.{tool}"),
+                explicit: true,
             };
         }
         let default = self.default.get(class);
@@ -228,18 +232,21 @@ impl ConfirmationPolicy {
                 return PolicyDecision {
                     mode,
                     rule: format!("tool_confirmation.trusted_workspace_overrides.{class_key}"),
+                    explicit: false,
                 };
             }
             if default == Mode::Prompt {
                 return PolicyDecision {
                     mode: Mode::Auto,
                     rule: "tool_confirmation.trusted_workspaces".into(),
+                    explicit: false,
                 };
             }
         }
         PolicyDecision {
             mode: default,
             rule: format!("tool_confirmation.default.{class_key}"),
+            explicit: false,
         }
     }
 }

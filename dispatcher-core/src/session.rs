@@ -11,6 +11,7 @@ use tool_api::Tool;
 
 use crate::error::CancelReason;
 use crate::events::EventChannel;
+use crate::policy::ConfirmationPolicy;
 use crate::registry::{Registered, Registry, ToolListing};
 use crate::workspace::Workspace;
 
@@ -52,6 +53,8 @@ pub struct SessionSpec {
     /// `.toolhost/sessions/<id>/` inside the workspace, so that `read_file` can page
     /// through a spooled result; toolhost puts a `.gitignore` in `.toolhost/`.
     pub data_dir: Option<PathBuf>,
+    /// This session's confirmation policy; `None` (the default): the dispatcher's.
+    pub policy: Option<ConfirmationPolicy>,
 }
 
 impl SessionSpec {
@@ -63,7 +66,15 @@ impl SessionSpec {
             visibility: Visibility::All,
             toolsets: Vec::new(),
             data_dir: None,
+            policy: None,
         }
+    }
+
+    /// Gives the session its own confirmation policy instead of the dispatcher's (e.g. a
+    /// stricter one for an unattended agent). Approvals and hooks work as usual on top.
+    pub fn policy(mut self, policy: ConfirmationPolicy) -> Self {
+        self.policy = Some(policy);
+        self
     }
 
     /// Keeps the session's files (spooled results) in `dir` instead of the workspace.
@@ -234,6 +245,8 @@ pub(crate) struct SessionState {
     interruptible: Mutex<Vec<Weak<dyn Interruptible>>>,
     /// Set when the dispatcher closed the session (handles on it may still exist).
     closed: AtomicBool,
+    /// The session's own confirmation policy, if it has one.
+    pub(crate) policy: Option<ConfirmationPolicy>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -271,6 +284,7 @@ impl SessionState {
             next_call: AtomicU64::new(0),
             interruptible: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
+            policy: spec.policy.clone(),
         }
     }
 

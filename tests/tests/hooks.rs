@@ -469,3 +469,92 @@ async fn a_panicking_host_hook_fails_its_call_and_the_batch_still_finishes() {
     );
     assert_eq!(results[1].text(), "fine");
 }
+
+#[tokio::test]
+async fn hook_allow_does_not_skip_a_prompt_a_per_tool_rule_asks_for() {
+    let asker = Counting::new(Decision::Allow);
+    let d = Dispatcher::builder()
+        .policy(policy(r#"per_tool = { write_file = "prompt" }"#))
+        .hook(pre_use_fn("allow-everything", |_| HookDecision::Allow))
+        .confirmer(asker.clone())
+        .build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    let r = d.dispatch(write("a.txt"), &fx.session).await;
+    assert!(!r.is_error(), "{r:?}");
+    assert_eq!(
+        asker.asked(),
+        1,
+        "the user asked to be asked about write_file"
+    );
+}
+
+/// Records the base grant the dispatcher computed for each tool.
+#[derive(Default)]
+struct BaseTimeouts(std::sync::Mutex<Vec<(String, Duration)>>);
+impl RuntimePolicy for BaseTimeouts {
+    fn grant(&self, call: &GrantRequest<'_>, base: Grant) -> Result<Grant, String> {
+        self.0
+            .lock()
+            .unwrap()
+            .push((call.tool_name().to_string(), base.timeout));
+        Ok(base)
+    }
+}
+
+#[tokio::test]
+async fn class_default_timeouts_are_60s_and_600s_for_execute_and_network() {
+    let seen = Arc::new(BaseTimeouts::default());
+    let d = Dispatcher::builder()
+        .policy(policy(r#"default = { write = "auto", execute = "auto" }"#))
+        .runtime(seen.clone())
+        .build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    fx.write("a.txt", "a");
+    for call in [
+        ToolUse::new("r", "read_file", json!({"path": "a.txt"})),
+        write("b.txt"),
+        ToolUse::new("s", "shell", json!({"command": "true"})),
+    ] {
+        let r = d.dispatch(call, &fx.session).await;
+        assert!(!r.is_error(), "{}", r.text());
+    }
+    let seen = seen.0.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [
+            ("read_file".to_string(), Duration::from_secs(60)),
+            ("write_file".to_string(), Duration::from_secs(60)),
+            ("shell".to_string(), Duration::from_secs(600)),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_session_can_have_its_own_confirmation_policy() {
+    let d = Dispatcher::builder()
+        .policy(policy(r#"default = { write = "auto" }"#))
+        .build();
+    builtins(&d);
+    let dir = tempfile::tempdir().unwrap();
+    let open = d
+        .open_session(dispatcher_core::SessionSpec::new("open", dir.path()))
+        .unwrap();
+    let strict = d
+        .open_session(
+            dispatcher_core::SessionSpec::new("strict", dir.path())
+                .policy(policy(r#"per_tool = { write_file = "deny" }"#)),
+        )
+        .unwrap();
+    let r = d.dispatch(write("a.txt"), &open).await;
+    assert!(!r.is_error(), "{}", r.text());
+    let r = d.dispatch(write("b.txt"), &strict).await;
+    assert_eq!(r.error_class, Some(ErrorClass::UserDenied), "{}", r.text());
+    assert!(
+        r.text().contains("tool_confirmation.per_tool.write_file"),
+        "{}",
+        r.text()
+    );
+    assert!(!dir.path().join("b.txt").exists());
+}

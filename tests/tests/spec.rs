@@ -881,3 +881,37 @@ async fn factory_produces_distinct_instance_per_call() {
         .collect();
     assert_eq!(serials.len(), 3);
 }
+
+#[test]
+fn every_file_operation_refuses_paths_and_symlinks_leading_outside() {
+    let fx = Fixture::new(Dispatcher::new());
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "s").unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret.txt"), fx.path("link.txt")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), fx.path("linkdir")).unwrap();
+    let ws = fx.session.workspace();
+    for path in [
+        "../x.txt",
+        "/etc/passwd",
+        "link.txt",
+        "linkdir/secret.txt",
+        "linkdir/new.txt",
+    ] {
+        let escapes = |e: dispatcher_core::FsError| e.is_permission_denied();
+        assert!(ws.read_bytes(path).is_err_and(escapes), "read_bytes {path}");
+        assert!(
+            ws.write_bytes(path, b"x").is_err_and(escapes),
+            "write_bytes {path}"
+        );
+        assert!(ws.append(path, b"x").is_err_and(escapes), "append {path}");
+        if path != "link.txt" {
+            // Deleting the link itself is deleting a workspace entry, not what it points at.
+            assert!(ws.delete(path).is_err_and(escapes), "delete {path}");
+        }
+    }
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("secret.txt")).unwrap(),
+        "s"
+    );
+    assert!(!outside.path().join("new.txt").exists());
+}
