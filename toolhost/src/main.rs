@@ -467,7 +467,9 @@ async fn serve_mcp(sources: &Sources<'_>, args: &SessionArgs) -> Result<ExitCode
             }
         })
     };
-    match server.serve((stdin, tokio::io::stdout())).await {
+    let stdout = protocol_stdout()
+        .map_err(|e| UsageError(format!("cannot set up stdout for the protocol: {e}")))?;
+    match server.serve((stdin, stdout)).await {
         Ok(running) => {
             if let Err(e) = running.waiting().await {
                 tracing::warn!("MCP session ended with an error: {e}");
@@ -489,6 +491,15 @@ async fn serve_mcp(sources: &Sources<'_>, args: &SessionArgs) -> Result<ExitCode
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The protocol's own copy of stdout. File descriptor 1 then points at stderr, so nothing
+/// a tool, a plugin or a library prints (whatever its copy of `std`) can reach the client
+/// as a frame: it lands in the log stream instead.
+fn protocol_stdout() -> std::io::Result<tokio::fs::File> {
+    let protocol = rustix::io::dup(std::io::stdout())?;
+    rustix::stdio::dup2_stdout(std::io::stderr())?;
+    Ok(tokio::fs::File::from_std(std::fs::File::from(protocol)))
 }
 
 fn list(dispatcher: &Dispatcher, session: &Session, as_json: bool) {

@@ -426,3 +426,62 @@ fn closing_stdin_ends_the_server_and_leaves_no_processes() {
         assert_eq!(v["jsonrpc"], "2.0");
     }
 }
+
+#[test]
+fn nothing_a_plugin_prints_reaches_the_protocol_stream() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+    let ws = workspace();
+    let plugins = ws.path().join(".plugins");
+    toolhost_tests::package_library(
+        &toolhost_tests::fixtures().library("noisy"),
+        &plugins,
+        "noisy",
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .args(["serve", "--mcp", "--workspace"])
+        .arg(ws.path())
+        .arg("--plugins")
+        .arg(&plugins)
+        .current_dir(ws.path())
+        .env("XDG_CONFIG_HOME", ws.path().join(".no-config"))
+        .env("XDG_CACHE_HOME", ws.path().join(".cache"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for f in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"noisy_print","arguments":{}}}"#,
+    ] {
+        writeln!(stdin, "{f}").unwrap();
+    }
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut frames: Vec<Value> = Vec::new();
+    while frames.last().is_none_or(|f| f["id"] != 2) {
+        let line = lines.next().expect("a reply to the call").unwrap();
+        let frame: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("non-protocol output on stdout: {line:?}: {e}"));
+        frames.push(frame);
+    }
+    drop(stdin);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    assert!(rest.is_empty(), "after the last reply: {rest:?}");
+    assert!(
+        frames.iter().all(|f| f["id"] != 999),
+        "a forged frame reached the client: {frames:?}"
+    );
+    let reply = frames.last().unwrap();
+    assert_eq!(reply["result"]["content"][0]["text"], "the real result");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(
+        stderr.contains("garbage from a plugin") && stderr.contains("\"id\":999"),
+        "what the plugin printed went to the log stream: {stderr}"
+    );
+}
