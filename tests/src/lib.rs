@@ -149,3 +149,48 @@ pub fn write_package(
     }
     dest
 }
+
+/// Whether process `pid` exists and is not a zombie.
+pub fn process_alive(pid: i32) -> bool {
+    let Some(pid) = rustix::process::Pid::from_raw(pid) else {
+        return false;
+    };
+    let exists = rustix::process::test_kill_process(pid).is_ok();
+    let zombie = std::fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_nonzero()))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('Z')))
+        .unwrap_or(false);
+    exists && !zombie
+}
+
+/// Sends `signal` to process `pid`.
+pub fn send_signal(pid: u32, signal: rustix::process::Signal) {
+    let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        panic!("{pid} is not a process id");
+    };
+    if let Err(e) = rustix::process::kill_process(pid, signal) {
+        panic!("cannot signal process {}: {e}", pid.as_raw_nonzero());
+    }
+}
+
+/// The pid a command wrote to `path`, waiting up to 10 s for it.
+pub fn read_pid(path: &Path) -> i32 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if let Some(pid) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            return pid;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never wrote its pid to {}",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

@@ -403,7 +403,21 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
                 .dispatcher
                 .invocation(ToolUse::new("toolu_cli_1", &name, input), &session);
             let mut events = call.events();
-            let result = call.run().await;
+            let run = call.run();
+            tokio::pin!(run);
+            let result = tokio::select! {
+                result = &mut run => result,
+                signal = shutdown_signal() => {
+                    // Signal only: this task drives the call and must keep polling it while
+                    // the tool stops (a shell's process group gets SIGTERM, then SIGKILL).
+                    host.dispatcher.request_cancel(session.id(), "toolu_cli_1");
+                    let grace = host.dispatcher.config().cancel_grace;
+                    if tokio::time::timeout(grace, &mut run).await.is_err() {
+                        tracing::warn!("the call did not stop within the grace period after {}", signal.name);
+                    }
+                    return Ok(signal.exit_code());
+                }
+            };
             let fell_back = std::iter::from_fn(|| events.try_recv()).any(|e| {
                 matches!(
                     &e.kind,
@@ -469,18 +483,35 @@ async fn serve_mcp(sources: &Sources<'_>, args: &SessionArgs) -> Result<ExitCode
     };
     let stdout = protocol_stdout()
         .map_err(|e| UsageError(format!("cannot set up stdout for the protocol: {e}")))?;
-    match server.serve((stdin, stdout)).await {
-        Ok(running) => {
-            if let Err(e) = running.waiting().await {
-                tracing::warn!("MCP session ended with an error: {e}");
+    let mut exit = ExitCode::SUCCESS;
+    let serving = async {
+        match server.serve((stdin, stdout)).await {
+            Ok(running) => {
+                if let Err(e) = running.waiting().await {
+                    tracing::warn!("MCP session ended with an error: {e}");
+                }
+            }
+            Err(e) => tracing::warn!("MCP initialization failed: {e}"),
+        }
+    };
+    tokio::pin!(serving);
+    let grace = dispatcher.config().cancel_grace;
+    tokio::select! {
+        () = &mut serving => {}
+        signal = shutdown_signal() => {
+            tracing::info!("{}: cancelling running tools and exiting", signal.name);
+            exit = signal.exit_code();
+            // The calls run in the server's request tasks: interrupt them (shell process
+            // groups get SIGTERM, then SIGKILL) before the server goes away.
+            let cancelled = dispatcher.cancel_session_tools("mcp");
+            if tokio::time::timeout(grace, cancelled).await.is_err() {
+                tracing::warn!("tools still running {}s after {}; exiting anyway", grace.as_secs(), signal.name);
             }
         }
-        Err(e) => tracing::warn!("MCP initialization failed: {e}"),
     }
     on_eof.abort();
     // The client is gone: stop whatever still runs (shell process groups included), but
     // never wait longer than the cancellation grace period for it.
-    let grace = dispatcher.config().cancel_grace;
     if tokio::time::timeout(grace, dispatcher.close_session("mcp"))
         .await
         .is_err()
@@ -490,7 +521,36 @@ async fn serve_mcp(sources: &Sources<'_>, args: &SessionArgs) -> Result<ExitCode
             grace.as_secs()
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(exit)
+}
+
+/// A signal that asks toolhost to stop.
+struct Shutdown {
+    name: &'static str,
+    number: u8,
+}
+
+impl Shutdown {
+    /// 128 + the signal number, as shells report a process ended by a signal.
+    fn exit_code(&self) -> ExitCode {
+        ExitCode::from(128 + self.number)
+    }
+}
+
+/// Resolves at the first SIGINT or SIGTERM (never, if they cannot be watched).
+async fn shutdown_signal() -> Shutdown {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        tracing::warn!("cannot watch for SIGINT/SIGTERM; they will end toolhost abruptly");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => Shutdown { name: "SIGINT", number: 2 },
+        _ = term.recv() => Shutdown { name: "SIGTERM", number: 15 },
+    }
 }
 
 /// The protocol's own copy of stdout. File descriptor 1 then points at stderr, so nothing

@@ -14,6 +14,7 @@ use rmcp::service::{PeerRequestOptions, RequestContext, RoleClient, RunningServi
 use rmcp::transport::TokioChildProcess;
 use rmcp::{ClientHandler, ErrorData as McpError};
 use serde_json::{Value, json};
+use toolhost_tests::{process_alive, read_pid};
 
 /// A client that answers elicitation with a fixed decision (or does not support it) and
 /// records the progress notifications it gets.
@@ -223,30 +224,8 @@ async fn without_elicitation_the_fallback_denies_and_names_the_keys_that_allow()
 }
 
 /// Whether the process exists and is not a zombie waiting for its (re)parent to reap it.
-fn process_alive(pid: i32) -> bool {
-    // SAFETY: kill with signal 0 only checks that the process exists.
-    #[allow(unsafe_code)]
-    let exists = unsafe { libc::kill(pid, 0) == 0 };
-    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('Z')))
-        .unwrap_or(false);
-    exists && !zombie
-}
-
 fn try_read_pid(path: &Path) -> Option<i32> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
-}
-
-fn read_pid(path: &Path) -> i32 {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(pid) = try_read_pid(path) {
-            return pid;
-        }
-        assert!(Instant::now() < deadline, "the command never wrote its pid");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 async fn read_pid_async(path: &Path) -> i32 {
