@@ -282,3 +282,42 @@ async fn cancelling_a_call_reaches_the_external_server() {
     assert_eq!(r.error_class, Some(dispatcher_core::ErrorClass::Cancelled));
     dispatcher_core::Toolset::stop(ts.as_ref());
 }
+
+#[tokio::test]
+async fn a_server_that_cannot_restart_is_retried_with_a_doubling_backoff() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("started-once");
+    // Starts the fixture server the first time only; every restart fails at once.
+    let config = format!(
+        r#"
+[tool_confirmation.per_tool]
+fx__echo = "auto"
+
+[[mcp_servers]]
+id = "fixture"
+prefix = "fx"
+command = "/bin/sh"
+args = ["-c", "if [ -e '{marker}' ]; then echo 'no restart' >&2; exit 1; fi; touch '{marker}'; exec '{server}'"]
+"#,
+        marker = marker.display(),
+        server = fixture_server()
+    );
+    std::fs::write(dir.path().join("toolhost.toml"), config).unwrap();
+    let s = serve(dir.path()).await;
+    assert_eq!(call(&s, "fx__crash", json!({})).await.is_error, Some(true));
+
+    // The next call tries a restart, which fails: the next attempt waits 1 s…
+    let t = text(&call(&s, "fx__echo", json!({"text": "a"})).await);
+    assert!(t.contains("retrying in 1s"), "{t}");
+    // …and a call within that second does not even try.
+    let t = text(&call(&s, "fx__echo", json!({"text": "b"})).await);
+    assert!(
+        t.contains("MCP server 'fixture' is down") && t.contains("next restart attempt in"),
+        "{t}"
+    );
+    // After it, one more failed attempt doubles the wait.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let t = text(&call(&s, "fx__echo", json!({"text": "c"})).await);
+    assert!(t.contains("retrying in 2s"), "{t}");
+    s.cancel().await.unwrap();
+}
