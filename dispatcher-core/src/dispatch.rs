@@ -22,6 +22,7 @@ use crate::events::EventKind;
 use crate::hooks::{HookDecision, PostDecision, PostUseCall};
 use crate::host::CallHost;
 use crate::invocation::{Invocation, cancel_message};
+use crate::panics::{self, Caught};
 use crate::policy::Mode;
 use crate::registry::Registered;
 use crate::result::{SideEffectRecord, ToolResultBlock};
@@ -31,7 +32,7 @@ use crate::spool;
 /// How an execution ended, before classification.
 enum Outcome {
     Returned(Result<ToolOutput, ToolError>),
-    Panicked(String),
+    Panicked(Caught),
     TimedOut(Duration),
     Cancelled(Option<ToolOutput>),
 }
@@ -477,14 +478,12 @@ impl Invocation {
 
     /// Step 6: a fresh instance, executed inline or on a blocking thread under the timeout.
     async fn execute(&mut self, tool: &Registered, input: Value, timeout: Duration) -> Outcome {
-        let instance = match catch_unwind(AssertUnwindSafe(|| tool.factory.create())) {
+        let instance = match panics::contain(|| tool.factory.create()) {
             Ok(Ok(instance)) => instance,
             Ok(Err(e)) => return Outcome::Returned(Err(e)),
-            Err(p) => {
-                return Outcome::Panicked(format!(
-                    "factory panicked: {}",
-                    tool_api::abi::panic_message(&*p)
-                ));
+            Err(mut caught) => {
+                caught.message = format!("factory panicked: {}", caught.message);
+                return Outcome::Panicked(caught);
             }
         };
         let mut host = CallHost {
@@ -497,9 +496,9 @@ impl Invocation {
         if tool.inline {
             // Runs on this thread, already inside the call's span.
             let ctx = host.into_context();
-            return match catch_unwind(AssertUnwindSafe(|| instance.execute(input, &ctx))) {
+            return match panics::contain(|| instance.execute(input, &ctx)) {
                 Ok(r) => Outcome::Returned(r),
-                Err(p) => Outcome::Panicked(tool_api::abi::panic_message(&*p)),
+                Err(caught) => Outcome::Panicked(caught),
             };
         }
         let entry = self.register().clone();
@@ -527,14 +526,18 @@ impl Invocation {
             tracing::dispatcher::with_default(&subscriber, || {
                 let _entered = span.enter();
                 let ctx = host.into_context();
-                runner.execute(input, &ctx)
+                // Contained here, on the thread that panicked, where its backtrace is.
+                panics::contain(|| runner.execute(input, &ctx))
             })
         });
-        let joined = |r: Result<Result<ToolOutput, ToolError>, tokio::task::JoinError>| match r {
-            Ok(r) => Outcome::Returned(r),
-            Err(e) if e.is_panic() => {
-                Outcome::Panicked(tool_api::abi::panic_message(&*e.into_panic()))
-            }
+        type Joined = Result<Result<Result<ToolOutput, ToolError>, Caught>, tokio::task::JoinError>;
+        let joined = |r: Joined| match r {
+            Ok(Ok(r)) => Outcome::Returned(r),
+            Ok(Err(caught)) => Outcome::Panicked(caught),
+            Err(e) if e.is_panic() => Outcome::Panicked(Caught {
+                message: tool_api::abi::panic_message(&*e.into_panic()),
+                backtrace: None,
+            }),
             Err(_) => Outcome::Cancelled(None),
         };
         tokio::select! {
@@ -543,7 +546,7 @@ impl Invocation {
             _ = entry.cancelled() => {
                 let grace = self.engine.settings.config.cancel_grace;
                 match tokio::time::timeout(grace, &mut handle).await {
-                    Ok(Ok(Ok(out))) => Outcome::Cancelled(Some(out)),
+                    Ok(Ok(Ok(Ok(out)))) => Outcome::Cancelled(Some(out)),
                     Ok(_) => Outcome::Cancelled(None),
                     Err(_) => {
                         tracing::warn!(
@@ -567,8 +570,13 @@ impl Invocation {
     fn report(&self, tool: &Registered, outcome: Outcome, elapsed: Duration) -> ToolResultBlock {
         let name = &tool.name;
         let cancel_requested = self.is_cancelled();
-        let redacted = |detail: &str| {
-            tracing::error!(detail, "tool '{name}' failed unexpectedly");
+        let redacted = |detail: &str, backtrace: Option<&str>| {
+            match backtrace {
+                Some(backtrace) => {
+                    tracing::error!(detail, backtrace, "tool '{name}' failed unexpectedly")
+                }
+                None => tracing::error!(detail, "tool '{name}' failed unexpectedly"),
+            }
             format!(
                 "Tool '{name}' failed unexpectedly; the details are in the host log (tool_use_id {}).",
                 self.header.tool_use_id
@@ -602,12 +610,15 @@ impl Invocation {
             }
             Outcome::Cancelled(Some(out)) => self.cancelled(tool, Some(out)),
             Outcome::Returned(Err(ToolError::Internal(detail))) => {
-                self.fail(ErrorClass::ExecutionError, redacted(&detail))
+                self.fail(ErrorClass::ExecutionError, redacted(&detail, None))
             }
             Outcome::Returned(Err(e)) => self.fail(ErrorClass::of(&e), e.to_string()),
-            Outcome::Panicked(detail) => self.fail(
+            Outcome::Panicked(caught) => self.fail(
                 ErrorClass::ExecutionError,
-                redacted(&format!("panic: {detail}")),
+                redacted(
+                    &format!("panic: {}", caught.message),
+                    caught.backtrace.as_deref(),
+                ),
             ),
             Outcome::TimedOut(limit) => {
                 let message = format!(

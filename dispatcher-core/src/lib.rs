@@ -10,6 +10,7 @@ pub mod events;
 pub mod hooks;
 mod host;
 pub mod invocation;
+mod panics;
 pub mod policy;
 pub mod registry;
 pub mod result;

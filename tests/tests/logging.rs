@@ -106,6 +106,10 @@ async fn unexpected_tool_failure_is_wrapped_with_redacted_message_and_logged() {
         r.text()
     );
     assert!(logs.contains("hunter2") && logs.contains("ERROR"), "{logs}");
+    assert!(
+        logs.contains("backtrace") && logs.contains("Exploding"),
+        "the log has the backtrace of where the tool panicked: {logs}"
+    );
 }
 
 #[tokio::test]
