@@ -1,4 +1,5 @@
-//! `cargo xtask`: the project's own commands, as a library (the binary parses arguments).
+//! `cargo xtask`: the project's own commands, as a library (the binary parses arguments
+//! with clap).
 //!
 //! ```text
 //! cargo xtask test                          every test, doctests included
@@ -6,10 +7,14 @@
 //! cargo xtask demo                          package the example plugins, run toolhost over them
 //! cargo xtask plugin new NAME [--path DIR]  scaffold a plugin crate (builds and tests as is)
 //! cargo xtask plugin build PATH [--release] build a plugin crate, print its library
-//! cargo xtask plugin package PATH [--out DIR]   -> DIR/NAME-VERSION-TARGET.tar.gz (default dist/)
+//! cargo xtask plugin package PATH [--out DIR]   check, then -> DIR/NAME-VERSION-TARGET.tar.gz
+//!                                           (default DIR: the crate's own dist/)
 //! cargo xtask plugin verify PACKAGE         load it in a child process and report
-//! cargo xtask plugin install PACKAGE [--dir DIR]  verify, then copy into DIR
+//! cargo xtask plugin install PACKAGE [--dir DIR]  verify, then install into DIR, replacing
+//!                                           an older version of the same plugin
 //! ```
+//!
+//! `cargo xtask --help` (at any level) lists the commands and their options.
 
 pub mod demo;
 pub mod plugin;

@@ -389,3 +389,41 @@ fn the_author_path_catches_mistakes_before_shipping() {
     let err = text(&out.stderr);
     assert!(err.contains("0.2.0 is already installed"), "{err}");
 }
+
+#[test]
+fn help_works_at_every_level_and_lists_the_commands() {
+    let top = xtask(&["--help"]);
+    assert!(top.status.success(), "{}", text(&top.stderr));
+    for command in ["test", "ci", "demo", "plugin"] {
+        assert!(text(&top.stdout).contains(command), "{}", text(&top.stdout));
+    }
+    let plugin = xtask(&["plugin", "--help"]);
+    assert!(plugin.status.success(), "{}", text(&plugin.stderr));
+    for command in ["new", "build", "package", "verify", "install"] {
+        assert!(
+            text(&plugin.stdout).contains(command),
+            "{}",
+            text(&plugin.stdout)
+        );
+    }
+    for command in ["new", "build", "package", "verify", "install"] {
+        let out = xtask(&["plugin", command, "--help"]);
+        assert!(
+            out.status.success(),
+            "plugin {command} --help: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stdout).contains("Usage: cargo xtask plugin"),
+            "{}",
+            text(&out.stdout)
+        );
+    }
+    let unknown = xtask(&["plugin", "frobnicate"]);
+    assert!(!unknown.status.success());
+    assert!(
+        text(&unknown.stderr).contains("unrecognized subcommand"),
+        "{}",
+        text(&unknown.stderr)
+    );
+}
