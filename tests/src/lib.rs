@@ -194,3 +194,21 @@ pub fn read_pid(path: &Path) -> i32 {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// Waits up to 10 s for a child process to exit, and fails the test if it does not.
+pub fn wait_exit(child: &mut std::process::Child) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return status,
+            Ok(None) => {}
+            Err(e) => panic!("cannot wait for process {}: {e}", child.id()),
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "process {} still running after 10 s",
+            child.id()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

@@ -411,21 +411,6 @@ fn call_json_shows_what_the_tool_did() {
     assert_eq!(block["files_modified"], serde_json::json!(["a.txt"]));
 }
 
-/// Waits up to 10 s for a child to exit.
-fn wait_exit(child: &mut std::process::Child) -> std::process::ExitStatus {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "toolhost still running 10 s after the signal"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn sigterm_to_call_stops_the_command_and_leaves_no_process() {
     use rustix::process::Signal;
@@ -448,50 +433,11 @@ fn sigterm_to_call_stops_the_command_and_leaves_no_process() {
     let sleeper = toolhost_tests::read_pid(&dir.path().join("sleeper.pid"));
     assert!(toolhost_tests::process_alive(sleeper));
     toolhost_tests::send_signal(child.id(), Signal::TERM);
-    let status = wait_exit(&mut child);
+    let status = toolhost_tests::wait_exit(&mut child);
     assert_eq!(status.code(), Some(143), "128 + SIGTERM");
     std::thread::sleep(std::time::Duration::from_millis(200));
     assert!(
         !toolhost_tests::process_alive(sleeper),
         "the command's process group was stopped"
     );
-}
-
-#[test]
-fn sigint_to_serve_stops_running_commands_and_leaves_no_process() {
-    use rustix::process::Signal;
-    use std::io::Write;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("toolhost.toml"),
-        "[tool_confirmation.per_tool]\nshell = \"auto\"\n",
-    )
-    .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolhost"))
-        .args(["serve", "--mcp"])
-        .current_dir(dir.path())
-        .env("XDG_CONFIG_HOME", dir.path().join(".no-user-config"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    for frame in [
-        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"shell","arguments":{"command":"sleep 77 & echo $! > sleeper.pid; wait"}}}"#,
-    ] {
-        writeln!(stdin, "{frame}").unwrap();
-    }
-    let sleeper = toolhost_tests::read_pid(&dir.path().join("sleeper.pid"));
-    toolhost_tests::send_signal(child.id(), Signal::INT);
-    let status = wait_exit(&mut child);
-    assert_eq!(status.code(), Some(130), "128 + SIGINT");
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    assert!(
-        !toolhost_tests::process_alive(sleeper),
-        "the command's process group was stopped"
-    );
-    drop(stdin);
 }

@@ -14,7 +14,7 @@ use rmcp::service::{PeerRequestOptions, RequestContext, RoleClient, RunningServi
 use rmcp::transport::TokioChildProcess;
 use rmcp::{ClientHandler, ErrorData as McpError};
 use serde_json::{Value, json};
-use toolhost_tests::{process_alive, read_pid};
+use toolhost_tests::{process_alive, read_pid, wait_exit};
 
 /// A client that answers elicitation with a fixed decision (or does not support it) and
 /// records the progress notifications it gets.
@@ -351,44 +351,55 @@ async fn twenty_concurrent_calls_are_served_concurrently() {
     service.cancel().await.unwrap();
 }
 
-#[test]
-fn closing_stdin_ends_the_server_and_leaves_no_processes() {
+/// `toolhost serve --mcp` over `ws` on raw pipes (with `extra` arguments), already sent the
+/// handshake and one `tools/call` (id 2) of `tool` with `arguments`; stdin stays open.
+fn raw_server_calling(
+    ws: &Path,
+    extra: &[&std::ffi::OsStr],
+    tool: &str,
+    arguments: Value,
+) -> (std::process::Child, std::process::ChildStdin) {
     use std::io::Write;
     use std::process::{Command, Stdio};
-    let ws = workspace();
-    allow_shell(ws.path());
     let mut child = Command::new(env!("CARGO_BIN_EXE_toolhost"))
         .args(["serve", "--mcp", "--workspace"])
-        .arg(ws.path())
-        .current_dir(ws.path())
-        .env("XDG_CONFIG_HOME", ws.path().join(".no-config"))
+        .arg(ws)
+        .args(extra)
+        .current_dir(ws)
+        .env("XDG_CONFIG_HOME", ws.join(".no-config"))
+        .env("XDG_CACHE_HOME", ws.join(".cache"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    let frames = [
-        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"shell","arguments":{"command":"sleep 60 & echo $! > sleeper.pid; wait"}}}"#,
-    ];
-    for f in frames {
-        writeln!(stdin, "{f}").unwrap();
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments}});
+    for frame in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_string(),
+        call.to_string(),
+    ] {
+        writeln!(stdin, "{frame}").unwrap();
     }
+    (child, stdin)
+}
+
+#[test]
+fn closing_stdin_ends_the_server_and_leaves_no_processes() {
+    let ws = workspace();
+    allow_shell(ws.path());
+    let (mut child, stdin) = raw_server_calling(
+        ws.path(),
+        &[],
+        "shell",
+        json!({"command": "sleep 60 & echo $! > sleeper.pid; wait"}),
+    );
     let pid = read_pid(&ws.path().join("sleeper.pid"));
     drop(stdin);
     let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "server still running 10 s after stdin closed"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = wait_exit(&mut child);
     assert!(status.success(), "{status}");
     assert!(
         started.elapsed() < Duration::from_secs(3),
@@ -408,8 +419,7 @@ fn closing_stdin_ends_the_server_and_leaves_no_processes() {
 
 #[test]
 fn nothing_a_plugin_prints_reaches_the_protocol_stream() {
-    use std::io::{BufRead, BufReader, Write};
-    use std::process::{Command, Stdio};
+    use std::io::{BufRead, BufReader};
     let ws = workspace();
     let plugins = ws.path().join(".plugins");
     toolhost_tests::package_library(
@@ -417,27 +427,12 @@ fn nothing_a_plugin_prints_reaches_the_protocol_stream() {
         &plugins,
         "noisy",
     );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolhost"))
-        .args(["serve", "--mcp", "--workspace"])
-        .arg(ws.path())
-        .arg("--plugins")
-        .arg(&plugins)
-        .current_dir(ws.path())
-        .env("XDG_CONFIG_HOME", ws.path().join(".no-config"))
-        .env("XDG_CACHE_HOME", ws.path().join(".cache"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    for f in [
-        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"noisy_print","arguments":{}}}"#,
-    ] {
-        writeln!(stdin, "{f}").unwrap();
-    }
+    let (mut child, stdin) = raw_server_calling(
+        ws.path(),
+        &[std::ffi::OsStr::new("--plugins"), plugins.as_os_str()],
+        "noisy_print",
+        json!({}),
+    );
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut frames: Vec<Value> = Vec::new();
     while frames.last().is_none_or(|f| f["id"] != 2) {
@@ -463,4 +458,26 @@ fn nothing_a_plugin_prints_reaches_the_protocol_stream() {
         stderr.contains("garbage from a plugin") && stderr.contains("\"id\":999"),
         "what the plugin printed went to the log stream: {stderr}"
     );
+}
+
+#[test]
+fn sigint_to_serve_stops_running_commands_and_leaves_no_process() {
+    let ws = workspace();
+    allow_shell(ws.path());
+    let (mut child, stdin) = raw_server_calling(
+        ws.path(),
+        &[],
+        "shell",
+        json!({"command": "sleep 77 & echo $! > sleeper.pid; wait"}),
+    );
+    let sleeper = read_pid(&ws.path().join("sleeper.pid"));
+    toolhost_tests::send_signal(child.id(), rustix::process::Signal::INT);
+    let status = wait_exit(&mut child);
+    assert_eq!(status.code(), Some(130), "128 + SIGINT");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        !process_alive(sleeper),
+        "the command's process group was stopped"
+    );
+    drop(stdin);
 }
