@@ -3,7 +3,8 @@
 use tool_api::SideEffect;
 
 /// Why a plugin package was not loaded. Every message says what to do next.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "refusal", rename_all = "snake_case")]
 pub enum Refusal {
     /// The plugin directory could not be read.
     #[error("cannot read plugin directory: {detail}")]
@@ -122,7 +123,7 @@ pub enum Refusal {
     )]
     ManifestMismatch {
         /// The key.
-        key: &'static str,
+        key: String,
         /// The manifest's value.
         manifest: String,
         /// The library's value.
@@ -174,5 +175,35 @@ pub enum Refusal {
         newer: String,
         /// Where that one is.
         newer_path: String,
+    },
+    /// The package's worker process (isolation `process`) failed before it reported.
+    #[error("the plugin's worker process failed at start-up: {detail}")]
+    Worker {
+        /// What happened (exit status or signal, its last output).
+        detail: String,
+    },
+    /// The package must run in a worker process, and this host has no worker program.
+    #[error(
+        "plugin '{name}' must run isolated (isolation = \"process\"), and no worker program is configured: set `PluginHost::worker`, or trust its signing key to load it in process"
+    )]
+    NoWorker {
+        /// The plugin.
+        name: String,
+    },
+    /// Signatures are required and this package has none.
+    #[error(
+        "plugin '{name}' is not signed and require_signatures = true: sign it with `cargo xtask plugin sign PACKAGE --key FILE` using a key listed in trusted_keys"
+    )]
+    Unsigned {
+        /// The plugin.
+        name: String,
+    },
+    /// The package's signature does not hold.
+    #[error("plugin '{name}' has a bad signature: {detail}")]
+    BadSignature {
+        /// The plugin.
+        name: String,
+        /// What is wrong (an unknown key, a digest mismatch, an unreadable file), naming the key.
+        detail: String,
     },
 }

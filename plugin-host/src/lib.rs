@@ -38,10 +38,15 @@
 
 mod adapter;
 pub mod error;
+pub mod isolated;
 pub mod library;
 pub mod manifest;
 pub mod package;
+pub mod protocol;
+pub mod trust;
+pub mod worker;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -49,11 +54,44 @@ use dispatcher_core::Dispatcher;
 use tool_api::SideEffect;
 
 pub use error::Refusal;
+pub use isolated::{PluginWorker, WorkerSettings, WorkerStatus};
 pub use library::{Inspection, Library};
 pub use manifest::{MANIFEST_FILE, Manifest, ManifestError, ManifestTool};
+pub use trust::{PublicKey, Verdict};
 
 /// The target triple this host was built for; packages must match it.
 pub const HOST_TARGET: &str = env!("TOOLHOST_TARGET");
+
+/// Where a package's library runs.
+///
+/// `in_process` is fastest, and a crash in the plugin is a crash of the host. `process`
+/// loads it in a worker process (see [`isolated`]): a crash, a hang or a memory bomb ends
+/// only that worker's calls, for about one socket round trip per call. `auto` decides per
+/// package: in process when it is signed by a trusted key, isolated otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Isolation {
+    /// Loaded into the host process.
+    InProcess,
+    /// Loaded by a worker process.
+    Process,
+    /// In process when signed by a trusted key, else `process`.
+    Auto,
+}
+
+impl std::fmt::Display for Isolation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Isolation::InProcess => "in_process",
+            Isolation::Process => "process",
+            Isolation::Auto => "auto",
+        })
+    }
+}
+
+/// Where packages run unless told otherwise: `auto` (in process only when signed by a
+/// trusted key).
+pub const DEFAULT_ISOLATION: Isolation = Isolation::Auto;
 
 /// The outcome for one package.
 #[derive(Debug, Clone)]
@@ -66,6 +104,10 @@ pub enum Outcome {
         version: String,
         /// Its tools and their classes.
         tools: Vec<(String, SideEffect)>,
+        /// Where it runs (`in_process` or `process`, never `auto`).
+        isolation: Isolation,
+        /// The id of the trusted key that signed it, if one did.
+        signed_by: Option<String>,
     },
     /// The package was refused.
     Refused(Refusal),
@@ -85,6 +127,8 @@ pub struct PackageReport {
 pub struct LoadReport {
     /// One entry per package found (and per unreadable directory).
     pub packages: Vec<PackageReport>,
+    /// The worker of every package loaded with isolation `process`.
+    pub workers: Vec<Arc<PluginWorker>>,
 }
 
 impl LoadReport {
@@ -108,6 +152,22 @@ impl LoadReport {
         self.refused().find(|(p, _)| *p == path).map(|(_, r)| r)
     }
 
+    /// One line per worker process: its pid (or why none runs) and its restarts.
+    pub fn worker_lines(&self) -> Vec<String> {
+        self.workers
+            .iter()
+            .map(|w| {
+                let s = w.status();
+                let state = match (s.pid, &s.last_failure) {
+                    (Some(pid), _) => format!("running as pid {pid}"),
+                    (None, Some(why)) => format!("down: {why}"),
+                    (None, None) => "down".into(),
+                };
+                format!("worker   {}: {state}; restarts: {}", s.plugin, s.restarts)
+            })
+            .collect()
+    }
+
     /// One human-readable line per package.
     pub fn lines(&self) -> Vec<String> {
         self.packages
@@ -117,11 +177,17 @@ impl LoadReport {
                     name,
                     version,
                     tools,
+                    isolation,
+                    signed_by,
                 } => {
                     let tools: Vec<String> =
                         tools.iter().map(|(t, c)| format!("{t} ({c})")).collect();
+                    let signed = signed_by
+                        .as_ref()
+                        .map(|k| format!(", signed by {k}"))
+                        .unwrap_or_default();
                     format!(
-                        "loaded   {name} {version} from {}: {}",
+                        "loaded   {name} {version} from {} [{isolation}{signed}]: {}",
                         p.path.display(),
                         tools.join(", ")
                     )
@@ -137,6 +203,11 @@ impl LoadReport {
 pub struct PluginHost {
     dirs: Vec<PathBuf>,
     cache_dir: PathBuf,
+    isolation: Isolation,
+    per_plugin: BTreeMap<String, Isolation>,
+    worker: Option<WorkerSettings>,
+    trusted_keys: Vec<PublicKey>,
+    require_signatures: bool,
 }
 
 /// The default cache for unpacked archives: `$XDG_CACHE_HOME/toolhost/plugins`, else
@@ -151,12 +222,51 @@ pub fn default_cache_dir() -> PathBuf {
 }
 
 impl PluginHost {
-    /// A host scanning these directories, unpacking archives into [`default_cache_dir`].
+    /// A host scanning these directories, unpacking archives into [`default_cache_dir`],
+    /// with isolation [`DEFAULT_ISOLATION`] (`auto`): a package signed by a trusted key
+    /// loads in process, any other runs in a worker process, which needs a worker program
+    /// ([`PluginHost::worker`]; without one such packages are refused, saying so). No
+    /// signature is required.
     pub fn new<P: Into<PathBuf>>(dirs: impl IntoIterator<Item = P>) -> Self {
         PluginHost {
             dirs: dirs.into_iter().map(Into::into).collect(),
             cache_dir: default_cache_dir(),
+            isolation: DEFAULT_ISOLATION,
+            per_plugin: BTreeMap::new(),
+            worker: None,
+            trusted_keys: Vec::new(),
+            require_signatures: false,
         }
+    }
+
+    /// Where packages run by default (`toolhost` uses [`Isolation::Auto`]).
+    pub fn isolation(mut self, isolation: Isolation) -> Self {
+        self.isolation = isolation;
+        self
+    }
+
+    /// Where the plugin named `name` runs, whatever the default.
+    pub fn isolate(mut self, name: impl Into<String>, isolation: Isolation) -> Self {
+        self.per_plugin.insert(name.into(), isolation);
+        self
+    }
+
+    /// How worker processes are started (needed for isolation `process`).
+    pub fn worker(mut self, settings: WorkerSettings) -> Self {
+        self.worker = Some(settings);
+        self
+    }
+
+    /// Keys whose signatures make a package trusted (in process under `auto`).
+    pub fn trusted_keys(mut self, keys: impl IntoIterator<Item = PublicKey>) -> Self {
+        self.trusted_keys = keys.into_iter().collect();
+        self
+    }
+
+    /// Refuse every package that is not signed by a trusted key, before it is opened.
+    pub fn require_signatures(mut self, required: bool) -> Self {
+        self.require_signatures = required;
+        self
     }
 
     /// Unpacks archives into `dir` instead.
@@ -176,7 +286,7 @@ impl PluginHost {
             match package::discover(dir) {
                 Ok(found) => checked.extend(found.iter().map(|item| {
                     let path = item.path().to_path_buf();
-                    (path, self.folder(item).and_then(|f| preflight(&f)))
+                    (path, self.folder(item).and_then(|f| self.checked(&f)))
                 })),
                 Err(e) => checked.push((
                     dir.clone(),
@@ -189,7 +299,7 @@ impl PluginHost {
         let newest = |name: &str| {
             checked
                 .iter()
-                .filter_map(|(p, r)| r.as_ref().ok().map(|(m, _)| (p, m)))
+                .filter_map(|(p, r)| r.as_ref().ok().map(|c| (p, &c.manifest)))
                 .filter(|(_, m)| m.name == name)
                 .max_by(|a, b| a.1.version.cmp(&b.1.version))
                 .map(|(p, m)| (p.clone(), m.version.to_string()))
@@ -198,18 +308,18 @@ impl PluginHost {
         for (path, checked_ok) in &checked {
             let outcome = match checked_ok {
                 Err(refusal) => Outcome::Refused(refusal.clone()),
-                Ok((manifest, library)) => match newest(&manifest.name) {
-                    Some((newer_path, newer)) if newer != manifest.version.to_string() => {
+                Ok(package) => match newest(&package.manifest.name) {
+                    Some((newer_path, newer)) if newer != package.manifest.version.to_string() => {
                         Outcome::Refused(Refusal::Superseded {
-                            name: manifest.name.clone(),
-                            version: manifest.version.to_string(),
+                            name: package.manifest.name.clone(),
+                            version: package.manifest.version.to_string(),
                             newer,
                             newer_path: newer_path.display().to_string(),
                         })
                     }
-                    _ => {
-                        load_checked(manifest, library, dispatcher).unwrap_or_else(Outcome::Refused)
-                    }
+                    _ => self
+                        .load_checked(package, dispatcher, &mut report.workers)
+                        .unwrap_or_else(Outcome::Refused),
                 },
             };
             outcomes.push((path.clone(), outcome));
@@ -226,6 +336,91 @@ impl PluginHost {
             report.packages.push(PackageReport { path, outcome });
         }
         report
+    }
+
+    /// Preflight, then the signature: everything decided before a library is opened.
+    fn checked(&self, folder: &Path) -> Result<Checked, Refusal> {
+        let (manifest, library) = preflight_files(folder)?;
+        let name = manifest.name.clone();
+        let signed_by = match trust::verify(folder, &manifest.library, &self.trusted_keys) {
+            Verdict::Trusted(key) => Some(key),
+            Verdict::Unsigned if self.require_signatures => {
+                return Err(Refusal::Unsigned { name });
+            }
+            Verdict::Unsigned => None,
+            Verdict::Untrusted(_) if !self.require_signatures => None,
+            Verdict::Untrusted(detail) | Verdict::Bad(detail) => {
+                return Err(Refusal::BadSignature { name, detail });
+            }
+        };
+        let isolation = match self
+            .per_plugin
+            .get(&name)
+            .copied()
+            .unwrap_or(self.isolation)
+        {
+            Isolation::Auto if signed_by.is_some() => Isolation::InProcess,
+            Isolation::Auto => Isolation::Process,
+            chosen => chosen,
+        };
+        if isolation == Isolation::InProcess && !manifest.unwinds {
+            return Err(Refusal::PanicAbort);
+        }
+        if isolation == Isolation::Process && self.worker.is_none() {
+            return Err(Refusal::NoWorker { name });
+        }
+        Ok(Checked {
+            manifest,
+            library,
+            isolation,
+            signed_by,
+        })
+    }
+
+    /// Opens a checked package's library (here or in its worker), compares it with its
+    /// manifest and registers its tools.
+    fn load_checked(
+        &self,
+        package: &Checked,
+        dispatcher: &Dispatcher,
+        workers: &mut Vec<Arc<PluginWorker>>,
+    ) -> Result<Outcome, Refusal> {
+        let manifest = &package.manifest;
+        let registered = match (package.isolation, &self.worker) {
+            (Isolation::Process, Some(settings)) => {
+                let (worker, inspection) =
+                    PluginWorker::start(&manifest.name, &package.library, settings)?;
+                compare_inspection(manifest, &inspection, false)?;
+                let registered = register_isolated(&inspection, &worker, dispatcher)?;
+                workers.push(worker);
+                registered
+            }
+            (Isolation::Process, None) => {
+                return Err(Refusal::NoWorker {
+                    name: manifest.name.clone(),
+                });
+            }
+            _ => {
+                let lib = library::open(&package.library)?;
+                compare(manifest, &lib)?;
+                register_library(&lib, dispatcher)?
+            }
+        };
+        Ok(match registered {
+            Outcome::Loaded {
+                name,
+                version,
+                tools,
+                ..
+            } => Outcome::Loaded {
+                name,
+                version,
+                tools,
+                isolation: package.isolation,
+                signed_by: package.signed_by.map(|k| k.id()),
+            },
+            refused => refused,
+        })
     }
 
     /// The folder of a found package (an archive is unpacked into the cache).
@@ -246,12 +441,30 @@ impl PluginHost {
     }
 }
 
-/// A package's manifest and library path, or why it was refused before its library was
-/// opened.
-type Preflighted = Result<(Manifest, PathBuf), Refusal>;
+/// A package that passed every check made before its library is opened.
+#[derive(Debug)]
+struct Checked {
+    manifest: Manifest,
+    library: PathBuf,
+    isolation: Isolation,
+    signed_by: Option<PublicKey>,
+}
 
-/// Checks everything that can be checked without running the library's code.
+/// A checked package, or why it was refused before its library was opened.
+type Preflighted = Result<Checked, Refusal>;
+
+/// Checks everything that can be checked without running the library's code, for a
+/// package that will load in process (a `panic = "abort"` build is refused).
 pub fn preflight(folder: &Path) -> Result<(Manifest, PathBuf), Refusal> {
+    let (manifest, library) = preflight_files(folder)?;
+    if !manifest.unwinds {
+        return Err(Refusal::PanicAbort);
+    }
+    Ok((manifest, library))
+}
+
+/// The checks of [`preflight`] that hold whatever the isolation.
+fn preflight_files(folder: &Path) -> Result<(Manifest, PathBuf), Refusal> {
     let manifest_path = folder.join(MANIFEST_FILE);
     if !manifest_path.is_file() {
         return Err(Refusal::NotAPackage {
@@ -271,9 +484,6 @@ pub fn preflight(folder: &Path) -> Result<(Manifest, PathBuf), Refusal> {
         });
     }
     check_versions(&manifest.tool_api, &manifest.requires_tool_api)?;
-    if !manifest.unwinds {
-        return Err(Refusal::PanicAbort);
-    }
     let library = folder.join(&manifest.library);
     if !library.is_file() {
         return Err(Refusal::MissingLibrary {
@@ -315,11 +525,22 @@ pub fn check_versions(built: &semver::Version, requires: &semver::Version) -> Re
     Ok(())
 }
 
-/// Compares what the library says with its manifest.
+/// Compares what the library says with its manifest (for a library opened in process: a
+/// `panic = "abort"` build is refused).
 pub fn compare(manifest: &Manifest, lib: &Library) -> Result<(), Refusal> {
+    compare_inspection(manifest, &lib.inspection(), true)
+}
+
+/// Compares what a library exports with its manifest; `in_process` refuses a library that
+/// cannot contain its panics.
+fn compare_inspection(
+    manifest: &Manifest,
+    lib: &Inspection,
+    in_process: bool,
+) -> Result<(), Refusal> {
     let mismatch = |key: &'static str, m: String, l: String| {
         Err(Refusal::ManifestMismatch {
-            key,
+            key: key.to_string(),
             manifest: m,
             library: l,
         })
@@ -344,21 +565,21 @@ pub fn compare(manifest: &Manifest, lib: &Library) -> Result<(), Refusal> {
             lib.requires_tool_api.clone(),
         );
     }
-    if !lib.unwinds {
+    if in_process && !lib.unwinds {
         return Err(Refusal::PanicAbort);
     }
-    let problems = tool_api::testing::definition_problems(&lib.definitions);
+    let problems = tool_api::testing::definition_problems(&lib.tools);
     if !problems.is_empty() {
         return Err(Refusal::Definitions { problems });
     }
     let missing: Vec<&str> = manifest
         .tools
         .iter()
-        .filter(|t| !lib.definitions.iter().any(|d| d.name == t.name))
+        .filter(|t| !lib.tools.iter().any(|d| d.name == t.name))
         .map(|t| t.name.as_str())
         .collect();
     let extra: Vec<&str> = lib
-        .definitions
+        .tools
         .iter()
         .filter(|d| !manifest.tools.iter().any(|t| t.name == d.name))
         .map(|d| d.name.as_str())
@@ -382,7 +603,7 @@ pub fn compare(manifest: &Manifest, lib: &Library) -> Result<(), Refusal> {
         });
     }
     for t in &manifest.tools {
-        if let Some(d) = lib.definitions.iter().find(|d| d.name == t.name)
+        if let Some(d) = lib.tools.iter().find(|d| d.name == t.name)
             && d.side_effects != t.side_effects
         {
             return Err(Refusal::SideEffectMismatch {
@@ -395,50 +616,92 @@ pub fn compare(manifest: &Manifest, lib: &Library) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// Verifies, opens and registers one package folder.
+/// Verifies, opens (in process) and registers one package folder.
 pub fn load_package(folder: &Path, dispatcher: &Dispatcher) -> Result<Outcome, Refusal> {
     let (manifest, library_path) = preflight(folder)?;
-    load_checked(&manifest, &library_path, dispatcher)
-}
-
-/// Opens a preflighted package's library, compares it with its manifest and registers it.
-fn load_checked(
-    manifest: &Manifest,
-    library_path: &Path,
-    dispatcher: &Dispatcher,
-) -> Result<Outcome, Refusal> {
-    let lib = library::open(library_path)?;
-    compare(manifest, &lib)?;
+    let lib = library::open(&library_path)?;
+    compare(&manifest, &lib)?;
     register_library(&lib, dispatcher)
 }
 
-/// Registers an opened, verified library's tools (all or none; source `plugin:NAME`).
-pub fn register_library(lib: &Library, dispatcher: &Dispatcher) -> Result<Outcome, Refusal> {
-    let source = format!("plugin:{}", lib.name);
+/// Registers every factory or none (a clash unregisters the ones already in).
+fn register_all(
+    dispatcher: &Dispatcher,
+    factories: Vec<Arc<dyn tool_api::ToolFactory>>,
+) -> Result<(), Refusal> {
     let mut registered: Vec<String> = Vec::new();
-    for definition in &lib.definitions {
-        let factory = adapter::PluginToolFactory {
-            module: lib.module,
-            definition: definition.clone(),
-            source: source.clone(),
-            per_call_safety: semver::Version::parse(&lib.tool_api)
-                .is_ok_and(|v| v >= semver::Version::new(1, 2, 0)),
-        };
-        if let Err(e) = dispatcher.register(Arc::new(factory)) {
+    for factory in factories {
+        let name = factory.definition().name.clone();
+        if let Err(e) = dispatcher.register(factory) {
             for name in &registered {
                 dispatcher.unregister(name);
             }
             return Err(Refusal::Registration(e.to_string()));
         }
-        registered.push(definition.name.clone());
+        registered.push(name);
     }
-    Ok(Outcome::Loaded {
+    Ok(())
+}
+
+fn loaded(lib: &Inspection, isolation: Isolation) -> Outcome {
+    Outcome::Loaded {
         name: lib.name.clone(),
         version: lib.version.clone(),
         tools: lib
-            .definitions
+            .tools
             .iter()
             .map(|d| (d.name.clone(), d.side_effects))
             .collect(),
-    })
+        isolation,
+        signed_by: None,
+    }
+}
+
+/// Whether a library built against `tool_api` answers the per-call concurrency question.
+fn per_call_safety(tool_api: &str) -> bool {
+    semver::Version::parse(tool_api).is_ok_and(|v| v >= semver::Version::new(1, 2, 0))
+}
+
+/// Registers an isolated library's tools, each call going to `worker`.
+fn register_isolated(
+    lib: &Inspection,
+    worker: &Arc<PluginWorker>,
+    dispatcher: &Dispatcher,
+) -> Result<Outcome, Refusal> {
+    let source = format!("plugin:{}", lib.name);
+    let factories = lib
+        .tools
+        .iter()
+        .map(|definition| {
+            let mut definition = definition.clone();
+            definition.inline = false;
+            Arc::new(isolated::IsolatedToolFactory {
+                worker: worker.clone(),
+                definition,
+                source: source.clone(),
+                per_call_safety: per_call_safety(&lib.tool_api),
+            }) as Arc<dyn tool_api::ToolFactory>
+        })
+        .collect();
+    register_all(dispatcher, factories)?;
+    Ok(loaded(lib, Isolation::Process))
+}
+
+/// Registers an opened, verified library's tools (all or none; source `plugin:NAME`).
+pub fn register_library(lib: &Library, dispatcher: &Dispatcher) -> Result<Outcome, Refusal> {
+    let source = format!("plugin:{}", lib.name);
+    let factories = lib
+        .definitions
+        .iter()
+        .map(|definition| {
+            Arc::new(adapter::PluginToolFactory {
+                module: lib.module,
+                definition: definition.clone(),
+                source: source.clone(),
+                per_call_safety: per_call_safety(&lib.tool_api),
+            }) as Arc<dyn tool_api::ToolFactory>
+        })
+        .collect();
+    register_all(dispatcher, factories)?;
+    Ok(loaded(&lib.inspection(), Isolation::InProcess))
 }

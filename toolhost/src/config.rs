@@ -14,6 +14,7 @@ use dispatcher_core::config::{Chars, Limit, Seconds, Separator, SupportedSandbox
 use dispatcher_core::hooks::{COMMAND_HOOK_TIMEOUT, CommandHook, HookMatcher};
 use dispatcher_core::{ConfirmationPolicy, DispatcherConfig, InterruptBehavior, OnExecuteError};
 use mcp_toolsets::McpServerConfig;
+use plugin_host::{Isolation, PublicKey};
 use serde::Deserialize;
 
 /// The file name looked for in the working directory and the user's config directory.
@@ -54,6 +55,25 @@ pub struct Config {
     /// External MCP servers whose tools become toolsets (ids and prefixes unique).
     #[serde(deserialize_with = "unique_servers")]
     pub mcp_servers: Vec<McpServerConfig>,
+    /// Where plugin packages run by default: `auto` (in process when signed by a trusted
+    /// key, else in a worker process), `process` or `in_process`.
+    pub plugin_isolation: Isolation,
+    /// Per-plugin settings, by plugin name (`[plugins.NAME] isolation = "process"`).
+    pub plugins: BTreeMap<String, PluginConfig>,
+    /// The address-space limit of each plugin worker process, in MiB (0: none).
+    pub plugin_memory_limit_mib: u64,
+    /// Public keys (`toolhost-ed25519:…`) whose signatures make a package trusted.
+    pub trusted_keys: Vec<PublicKey>,
+    /// Refuse every package not signed by a trusted key, before it is opened.
+    pub require_signatures: bool,
+}
+
+/// A `[plugins.NAME]` table.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginConfig {
+    /// Where this plugin runs, whatever `plugin_isolation` says.
+    pub isolation: Isolation,
 }
 
 impl Default for Config {
@@ -74,6 +94,11 @@ impl Default for Config {
             toolset_separator: Separator(d.toolset_separator),
             mcp: McpConfig::default(),
             mcp_servers: Vec::new(),
+            plugin_isolation: plugin_host::DEFAULT_ISOLATION,
+            plugins: BTreeMap::new(),
+            plugin_memory_limit_mib: plugin_host::isolated::DEFAULT_MEMORY_LIMIT >> 20,
+            trusted_keys: Vec::new(),
+            require_signatures: false,
         }
     }
 }
@@ -285,6 +310,28 @@ impl Config {
             self.hooks.pre_tool_use.iter().map(make).collect(),
             self.hooks.post_tool_use.iter().map(make).collect(),
         )
+    }
+
+    /// The plugin host this config describes: its directories' packages, isolation,
+    /// signatures and workers (started as `worker_program plugin-worker …`).
+    pub fn plugin_host(
+        &self,
+        dirs: Vec<PathBuf>,
+        worker_program: PathBuf,
+    ) -> plugin_host::PluginHost {
+        let mut worker = plugin_host::WorkerSettings::new(worker_program, ["plugin-worker"]);
+        worker.memory_limit = (self.plugin_memory_limit_mib > 0)
+            .then(|| self.plugin_memory_limit_mib.saturating_mul(1 << 20));
+        worker.cancel_grace = self.timeouts.cancel_grace.0;
+        let mut host = plugin_host::PluginHost::new(dirs)
+            .isolation(self.plugin_isolation)
+            .worker(worker)
+            .trusted_keys(self.trusted_keys.iter().copied())
+            .require_signatures(self.require_signatures);
+        for (name, plugin) in &self.plugins {
+            host = host.isolate(name.clone(), plugin.isolation);
+        }
+        host
     }
 
     /// The dispatcher limits this config sets.

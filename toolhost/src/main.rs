@@ -125,6 +125,19 @@ fn init_logging() {
 
 fn main() -> ExitCode {
     init_logging();
+    // A plugin worker (isolation `process`), started by a host: not a user command.
+    let mut args = std::env::args_os().skip(1);
+    if args.next().is_some_and(|a| a == "plugin-worker") {
+        return match plugin_host::worker::WorkerArgs::parse(args) {
+            Ok(worker) => {
+                ExitCode::from(u8::try_from(plugin_host::worker::run(worker)).unwrap_or(1))
+            }
+            Err(e) => {
+                eprintln!("toolhost plugin-worker: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -205,6 +218,7 @@ impl Host {
     /// One line per plugin package and MCP server.
     fn report_lines(&self) -> Vec<String> {
         let mut lines = self.plugins.lines();
+        lines.extend(self.plugins.worker_lines());
         for (id, r) in &self.mcp {
             lines.push(match r {
                 Ok(ts) => {
@@ -233,6 +247,9 @@ impl Host {
 
 impl Drop for Host {
     fn drop(&mut self) {
+        for worker in &self.plugins.workers {
+            worker.stop();
+        }
         // MCP server processes never outlive toolhost.
         for ts in self.mcp.iter().filter_map(|(_, r)| r.as_ref().ok()) {
             dispatcher_core::Toolset::stop(ts.as_ref());
@@ -272,7 +289,9 @@ async fn build_host(
     let plugins = if dirs.is_empty() {
         plugin_host::LoadReport::default()
     } else {
-        plugin_host::PluginHost::new(dirs).load_into(&dispatcher)
+        let program = std::env::current_exe()
+            .map_err(|e| format!("cannot find this program to start plugin workers: {e}"))?;
+        config.plugin_host(dirs, program).load_into(&dispatcher)
     };
     let mut starting = tokio::task::JoinSet::new();
     for (i, server) in config.mcp_servers.iter().enumerate() {
