@@ -24,7 +24,13 @@ pub fn repo_root() -> PathBuf {
 }
 
 /// The crates built separately from the fixture workspace (each its own workspace).
-pub const SEPARATE_FIXTURES: [&str; 4] = ["old-minor", "new-minor", "new-minor-needs", "abort"];
+pub const SEPARATE_FIXTURES: [&str; 5] = [
+    "old-minor",
+    "new-minor",
+    "new-minor-needs",
+    "abort",
+    "fault-panic-abort",
+];
 
 fn build(manifest: &Path, target_dir: &Path) -> Result<(), String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::{allow_all, next_of};
 use dispatcher_core::{Dispatcher, DispatcherConfig, ErrorClass, SessionSpec, ToolUse};
-use plugin_host::{Manifest, Outcome, PluginHost, Refusal, package};
+use plugin_host::{Isolation, Manifest, Outcome, PluginHost, Refusal, package};
 use serde_json::json;
 use toolhost_tests::{fixtures, package_library, write_package};
 
@@ -46,10 +46,28 @@ impl Env {
         package_library(&fixtures().library(name), self.dir(), dir_name)
     }
 
+    /// Loads the plugin directory in the mode under test: in process, or isolated when
+    /// `TOOLHOST_TEST_ISOLATION=process` (`cargo xtask test` runs this suite both ways).
     fn load(&self) -> plugin_host::LoadReport {
-        PluginHost::new([self.dir()])
+        self.load_as(common::isolation_under_test())
+    }
+
+    /// Loads the plugin directory in process, for behaviour only that mode has.
+    fn load_in_process(&self) -> plugin_host::LoadReport {
+        self.load_as(Isolation::InProcess)
+    }
+
+    fn load_as(&self, isolation: Isolation) -> plugin_host::LoadReport {
+        let report = common::plugin_host([self.dir()], isolation)
             .cache_dir(self.cache.path())
-            .load_into(&self.dispatcher)
+            .load_into(&self.dispatcher);
+        for package in report.loaded() {
+            let Outcome::Loaded { isolation: ran, .. } = &package.outcome else {
+                unreachable!()
+            };
+            assert_eq!(*ran, isolation, "{:?}", report.lines());
+        }
+        report
     }
 
     fn session(&self) -> dispatcher_core::Session {
@@ -278,7 +296,7 @@ async fn wrong_target_triple_is_refused() {
 async fn panic_abort_build_is_refused_before_loading() {
     let env = Env::new();
     env.add("abort", "abort");
-    let refusal = only_refusal(&env.load());
+    let refusal = only_refusal(&env.load_in_process());
     assert_eq!(refusal, Refusal::PanicAbort);
     assert!(refusal.to_string().contains("panic = \"unwind\""));
 }
@@ -288,7 +306,7 @@ async fn panic_abort_build_with_a_lying_manifest_is_refused_after_loading() {
     let env = Env::new();
     let pkg = env.add("abort", "liar");
     edit_manifest(&pkg, |m| m.unwinds = true);
-    assert_eq!(only_refusal(&env.load()), Refusal::PanicAbort);
+    assert_eq!(only_refusal(&env.load_in_process()), Refusal::PanicAbort);
     assert!(
         env.call("abort_echo", json!({})).await.is_error(),
         "no tool of it was registered"

@@ -82,6 +82,15 @@ pub fn test() -> Result {
     )
     .and_then(|()| {
         run_tests(
+            "run the plugin suite again with every plugin isolated in a worker process",
+            cargo()
+                .args(["test", "-p", "toolhost-tests", "--test", "plugins"])
+                .env("TOOLHOST_TEST_ISOLATION", "process"),
+            &mut totals,
+        )
+    })
+    .and_then(|()| {
+        run_tests(
             "run doctests",
             cargo().args(["test", "--workspace", "--doc"]),
             &mut totals,

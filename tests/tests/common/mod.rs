@@ -115,3 +115,28 @@ pub async fn next_of_any(rx: &mut broadcast::Receiver<Arc<ToolEvent>>) -> Arc<To
         .expect("no event within 10s")
         .unwrap()
 }
+
+/// The isolation the plugin suite runs under: `TOOLHOST_TEST_ISOLATION=process` isolates,
+/// anything else loads in process.
+pub fn isolation_under_test() -> plugin_host::Isolation {
+    match std::env::var("TOOLHOST_TEST_ISOLATION").as_deref() {
+        Ok("process") => plugin_host::Isolation::Process,
+        _ => plugin_host::Isolation::InProcess,
+    }
+}
+
+/// A plugin host over `dirs` with this isolation, whose workers are this crate's
+/// `plugin-worker` binary.
+pub fn plugin_host<P: Into<std::path::PathBuf>>(
+    dirs: impl IntoIterator<Item = P>,
+    isolation: plugin_host::Isolation,
+) -> plugin_host::PluginHost {
+    plugin_host::PluginHost::new(dirs)
+        .isolation(isolation)
+        .worker(worker_settings())
+}
+
+/// Workers started from this crate's `plugin-worker` binary.
+pub fn worker_settings() -> plugin_host::WorkerSettings {
+    plugin_host::WorkerSettings::new(env!("CARGO_BIN_EXE_plugin-worker"), Vec::<String>::new())
+}
