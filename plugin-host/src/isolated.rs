@@ -264,7 +264,10 @@ fn start(
         // the host kills the group.
         .process_group(0)
         // Fewer malloc arenas: the address-space limit measures what the plugin uses.
-        .env("MALLOC_ARENA_MAX", "2");
+        .env("MALLOC_ARENA_MAX", "2")
+        // A crash explains itself in a few lines (kept for the call's error), not a
+        // backtrace of the worker's own frames.
+        .env("RUST_BACKTRACE", "0");
     let child = command.spawn().map_err(|e| {
         failed(
             &format!(

@@ -1,5 +1,7 @@
 //! Plugin overhead: (1) an inline no-op tool dispatched from a loaded plugin vs the same
-//! tool built in (target: the plugin path adds at most 0.5 µs median); (2) loading a
+//! tool built in (target: the plugin path adds at most 0.5 µs median), and the same plugin
+//! isolated in a worker process (`plugin_isolated_noop`: one socket round trip, no process
+//! or thread started per call); (2) loading a
 //! directory of 50 plugin packages, checksums included (target: at most 50 ms).
 //!
 //! The 50 packages are 50 distinct libraries: copies of the `bench-noop` fixture whose tool
@@ -12,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use dispatcher_core::{Dispatcher, SessionSpec, ToolUse};
-use plugin_host::PluginHost;
+use plugin_host::{Isolation, PluginHost, WorkerSettings};
 use serde_json::json;
 use tool_api::{SideEffect, ToolDefinition};
 use toolhost_tests::{package_library, release_library};
@@ -63,14 +65,33 @@ fn benches(c: &mut Criterion) {
         .register(tool_api::testing::noop(builtin_noop()))
         .unwrap();
     let report = PluginHost::new([plugins.path()])
+        .isolation(Isolation::InProcess)
         .cache_dir(cache.path())
         .load_into(&dispatcher);
     assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
+    let isolated = Dispatcher::new();
+    let isolated_report = PluginHost::new([plugins.path()])
+        .isolation(Isolation::Process)
+        .worker(WorkerSettings::new(
+            env!("CARGO_BIN_EXE_plugin-worker"),
+            Vec::<String>::new(),
+        ))
+        .cache_dir(cache.path())
+        .load_into(&isolated);
+    assert_eq!(
+        isolated_report.loaded().count(),
+        1,
+        "{:?}",
+        isolated_report.lines()
+    );
     let workspace = tempfile::tempdir().unwrap();
     let session = dispatcher
         .open_session(SessionSpec::new("bench", workspace.path()))
         .unwrap();
     let _subscriber = session.subscribe();
+    let isolated_session = isolated
+        .open_session(SessionSpec::new("bench", workspace.path()))
+        .unwrap();
 
     let mut group = c.benchmark_group("plugin_dispatch");
     group.bench_function("builtin_inline_noop", |b| {
@@ -84,6 +105,13 @@ fn benches(c: &mut Criterion) {
         b.to_async(&rt).iter_batched(
             || call("bench_noop_suffix_000"),
             |tu| dispatcher.dispatch(tu, &session),
+            BatchSize::SmallInput,
+        )
+    });
+    group.bench_function("plugin_isolated_noop", |b| {
+        b.to_async(&rt).iter_batched(
+            || call("bench_noop_suffix_000"),
+            |tu| isolated.dispatch(tu, &isolated_session),
             BatchSize::SmallInput,
         )
     });
@@ -116,6 +144,7 @@ fn benches(c: &mut Criterion) {
                 let d = Dispatcher::new();
                 let start = Instant::now();
                 let report = PluginHost::new([dir.path()])
+                    .isolation(Isolation::InProcess)
                     .cache_dir(cache.path())
                     .load_into(&d);
                 total += start.elapsed();

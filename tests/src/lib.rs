@@ -142,6 +142,36 @@ pub fn package_library(library: &Path, parent: &Path, dir_name: &str) -> PathBuf
     write_package(library, &manifest, parent, dir_name)
 }
 
+/// Packages the `crash-on-load` fixture as `parent/<dir_name>`. Its library aborts any
+/// process that opens it, so its manifest is written from what it is known to export
+/// (the `good` fixture's versions), never by opening it.
+pub fn package_crash_on_load(parent: &Path, dir_name: &str) -> PathBuf {
+    let scratch = parent.join(format!(".{dir_name}-template"));
+    let template = package_library(&fixtures().library("good"), &scratch, "template");
+    let path = template.join(plugin_host::MANIFEST_FILE);
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let m = match Manifest::parse(&path, &text) {
+        Ok(m) => m,
+        Err(e) => panic!("the good fixture's manifest does not parse: {e}"),
+    };
+    let _ = std::fs::remove_dir_all(&scratch);
+    let lib = fixtures().library("crash-on-load");
+    let manifest = Manifest {
+        name: "fixture-crash-on-load".into(),
+        library: lib
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        sha256: package::sha256_file(&lib).unwrap_or_default(),
+        tools: vec![plugin_host::ManifestTool {
+            name: "never".into(),
+            side_effects: tool_api::SideEffect::None,
+        }],
+        ..m
+    };
+    write_package(&lib, &manifest, parent, dir_name)
+}
+
 /// Writes a package folder with a given manifest (for fixtures that cannot be inspected).
 pub fn write_package(
     library: &Path,

@@ -171,6 +171,16 @@ async fn call_slower_than_the_threshold_logs_a_warning() {
 
 #[tokio::test]
 async fn plugin_logger_reaches_the_host_subscriber_under_the_call_span_with_level_filtering() {
+    plugin_logging(plugin_host::Isolation::InProcess).await;
+}
+
+#[tokio::test]
+async fn isolated_plugin_logger_reaches_the_host_subscriber_under_the_call_span_with_level_filtering()
+ {
+    plugin_logging(plugin_host::Isolation::Process).await;
+}
+
+async fn plugin_logging(isolation: plugin_host::Isolation) {
     let (capture, _serial) = logs();
     let plugins = tempfile::tempdir().unwrap();
     let cache = tempfile::tempdir().unwrap();
@@ -180,7 +190,7 @@ async fn plugin_logger_reaches_the_host_subscriber_under_the_call_span_with_leve
         "good",
     );
     let d = Dispatcher::new();
-    let report = plugin_host::PluginHost::new([plugins.path()])
+    let report = common::plugin_host([plugins.path()], isolation)
         .cache_dir(cache.path())
         .load_into(&d);
     assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use dispatcher_core::{Dispatcher, SessionSpec, ToolUse};
-use plugin_host::{Manifest, PluginHost, package};
+use plugin_host::{Manifest, PluginHost};
 use toolhost_tests::{fixtures, package_library, repo_root};
 
 fn xtask(args: &[&str]) -> Output {
@@ -64,24 +64,7 @@ fn verify_names_the_reason_a_package_is_refused() {
 #[test]
 fn verify_reports_a_library_that_crashes_while_loading_instead_of_crashing() {
     let dir = tempfile::tempdir().unwrap();
-    let template = package_library(&fixtures().library("good"), dir.path(), "template");
-    let m = Manifest::parse(
-        &template.join("plugin.toml"),
-        &std::fs::read_to_string(template.join("plugin.toml")).unwrap(),
-    )
-    .unwrap();
-    let lib = fixtures().library("crash-on-load");
-    let manifest = Manifest {
-        name: "fixture-crash-on-load".into(),
-        library: lib.file_name().unwrap().to_string_lossy().into_owned(),
-        sha256: package::sha256_file(&lib).unwrap(),
-        tools: vec![plugin_host::ManifestTool {
-            name: "never".into(),
-            side_effects: tool_api::SideEffect::None,
-        }],
-        ..m
-    };
-    let pkg = toolhost_tests::write_package(&lib, &manifest, dir.path(), "crash");
+    let pkg = toolhost_tests::package_crash_on_load(dir.path(), "crash");
     let out = xtask(&["plugin", "verify", path_str(&pkg)]);
     assert!(!out.status.success());
     let err = text(&out.stderr);
@@ -194,6 +177,7 @@ fn new_plugin_builds_passes_its_test_packages_installs_and_loads() {
 
     let d = Dispatcher::new();
     let report = PluginHost::new([&installed])
+        .isolation(plugin_host::Isolation::InProcess)
         .cache_dir(dir.path().join("cache"))
         .load_into(&d);
     assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());

@@ -1,0 +1,449 @@
+//! Isolation `process`: the fault corpus. Each fault plugin ends only its own call (and
+//! its worker), as an `execution_error` naming the plugin and the cause; other calls and
+//! plugins go on, the host (this test process) lives, and the worker restarts on the next
+//! call. Also: signatures decide where a package runs.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use common::allow_all;
+use dispatcher_core::{Dispatcher, DispatcherConfig, ErrorClass, SessionSpec, ToolUse};
+use plugin_host::trust::{SecretKey, sign};
+use plugin_host::{Isolation, LoadReport, Outcome, PluginHost, Refusal, WorkerSettings};
+use serde_json::json;
+use toolhost_tests::{fixtures, package_library};
+
+struct Env {
+    plugins: tempfile::TempDir,
+    cache: tempfile::TempDir,
+    workspace: tempfile::TempDir,
+    dispatcher: Dispatcher,
+}
+
+impl Env {
+    /// A dispatcher with a 2 s timeout for `spin` and a 1 s cancel grace.
+    fn new() -> Env {
+        let mut config = DispatcherConfig::default();
+        config
+            .tool_timeouts
+            .insert("spin".into(), Duration::from_secs(2));
+        config.cancel_grace = Duration::from_secs(1);
+        let dispatcher = Dispatcher::builder()
+            .policy(allow_all())
+            .config(config)
+            .build();
+        Env {
+            plugins: tempfile::tempdir().unwrap(),
+            cache: tempfile::tempdir().unwrap(),
+            workspace: tempfile::tempdir().unwrap(),
+            dispatcher,
+        }
+    }
+
+    /// Packages fixture `name` into the plugin directory.
+    fn add(&self, name: &str) -> PathBuf {
+        package_library(&fixtures().library(name), self.plugins.path(), name)
+    }
+
+    fn host(&self) -> PluginHost {
+        let mut worker = common::worker_settings();
+        worker.cancel_grace = Duration::from_secs(1);
+        worker.memory_limit = Some(256 << 20);
+        self.host_with(worker)
+    }
+
+    fn host_with(&self, worker: WorkerSettings) -> PluginHost {
+        PluginHost::new([self.plugins.path()])
+            .cache_dir(self.cache.path())
+            .worker(worker)
+    }
+
+    /// Loads everything isolated and checks it all loaded.
+    fn load(&self) -> LoadReport {
+        let report = self
+            .host()
+            .isolation(Isolation::Process)
+            .load_into(&self.dispatcher);
+        assert_eq!(report.refused().count(), 0, "{:?}", report.lines());
+        report
+    }
+
+    async fn call(&self, tool: &str) -> dispatcher_core::ToolResultBlock {
+        let session = self
+            .dispatcher
+            .open_session(SessionSpec::new("s", self.workspace.path()))
+            .unwrap();
+        self.dispatcher
+            .dispatch(ToolUse::new("tu", tool, json!({})), &session)
+            .await
+    }
+}
+
+/// The fault call fails as an execution error naming the plugin and `cause`; then the
+/// healthy tool of another plugin and the plugin's own healthy tool (in a restarted
+/// worker) both answer.
+async fn ends_only_the_call(
+    env: &Env,
+    report: &LoadReport,
+    plugin: &str,
+    fault: &str,
+    cause: &str,
+) {
+    let r = env.call(fault).await;
+    assert_eq!(r.error_class, Some(ErrorClass::ExecutionError), "{r:?}");
+    let text = r.text();
+    assert!(
+        text.contains(&format!("plugin '{plugin}' crashed")),
+        "{text}"
+    );
+    assert!(text.contains(cause), "{cause:?} not in: {text}");
+    assert!(text.contains("restarts on the next call"), "{text}");
+    assert_eq!(
+        env.call("garbage_ok").await.text(),
+        "ok",
+        "another plugin goes on"
+    );
+    let again = env.call(&format!("{fault}_ok")).await;
+    assert_eq!(again.text(), "ok", "the worker restarts: {again:?}");
+    let status = report
+        .workers
+        .iter()
+        .find(|w| w.plugin() == plugin)
+        .unwrap()
+        .status();
+    assert_eq!(status.restarts, 1, "{status:?}");
+    assert!(status.pid.is_some(), "{status:?}");
+}
+
+#[tokio::test]
+async fn segfault_in_execute_ends_only_the_call() {
+    let env = Env::new();
+    env.add("fault-segv");
+    env.add("fault-garbage");
+    let report = env.load();
+    ends_only_the_call(&env, &report, "fixture-fault-segv", "segv", "signal 11").await;
+    assert!(env.call("segv").await.text().contains("segmentation fault"));
+}
+
+#[tokio::test]
+async fn abort_ends_only_the_call() {
+    let env = Env::new();
+    env.add("fault-abort");
+    env.add("fault-garbage");
+    let report = env.load();
+    ends_only_the_call(
+        &env,
+        &report,
+        "fixture-fault-abort",
+        "abort_now",
+        "signal 6",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn panic_in_a_panic_abort_build_ends_only_the_call_and_its_message_is_kept() {
+    let env = Env::new();
+    env.add("fault-panic-abort");
+    env.add("fault-garbage");
+    let report = env.load();
+    ends_only_the_call(
+        &env,
+        &report,
+        "fixture-fault-panic-abort",
+        "panic_abort",
+        "the fixture panics on purpose",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn memory_bomb_hits_the_worker_limit_and_ends_only_the_call() {
+    let env = Env::new();
+    env.add("fault-memory");
+    env.add("fault-garbage");
+    let report = env.load();
+    ends_only_the_call(
+        &env,
+        &report,
+        "fixture-fault-memory",
+        "memory_bomb",
+        "memory allocation of",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn endless_inline_loop_times_out_and_its_worker_is_killed_after_the_grace() {
+    let env = Env::new();
+    env.add("fault-spin");
+    env.add("fault-garbage");
+    let report = env.load();
+    let started = Instant::now();
+    let r = env.call("spin").await;
+    assert_eq!(r.error_class, Some(ErrorClass::Timeout), "{r:?}");
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "stopped at its timeout, took {took:?}"
+    );
+    assert_eq!(env.call("garbage_ok").await.text(), "ok");
+    // The loop ignores cancellation: after the 1 s grace its worker is killed.
+    let worker = report
+        .workers
+        .iter()
+        .find(|w| w.plugin() == "fixture-fault-spin")
+        .unwrap();
+    let pid = worker.status().pid.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while toolhost_tests::process_alive(pid as i32) {
+        assert!(
+            Instant::now() < deadline,
+            "the spinning worker was never killed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        env.call("spin_ok").await.text(),
+        "ok",
+        "a new worker answers"
+    );
+    assert_eq!(worker.status().restarts, 1);
+}
+
+#[tokio::test]
+async fn garbage_on_stdout_and_stderr_never_reaches_the_protocol() {
+    let env = Env::new();
+    env.add("fault-garbage");
+    env.load();
+    for _ in 0..3 {
+        let r = env.call("garbage").await;
+        assert!(!r.is_error(), "{r:?}");
+        assert_eq!(r.text(), "the real answer");
+    }
+}
+
+#[tokio::test]
+async fn worker_that_exits_at_start_up_refuses_only_its_package() {
+    let env = Env::new();
+    toolhost_tests::package_crash_on_load(env.plugins.path(), "crash-on-load");
+    env.add("fault-garbage");
+    let report = env
+        .host()
+        .isolation(Isolation::Process)
+        .load_into(&env.dispatcher);
+    let refused: Vec<_> = report.refused().collect();
+    assert_eq!(refused.len(), 1, "{:?}", report.lines());
+    let Refusal::Worker { detail } = refused[0].1 else {
+        panic!("{:?}", refused[0].1);
+    };
+    assert!(detail.contains("exited at start-up"), "{detail}");
+    assert!(detail.contains("signal 6"), "{detail}");
+    assert_eq!(report.loaded().count(), 1);
+    assert_eq!(env.call("garbage_ok").await.text(), "ok");
+}
+
+#[tokio::test]
+async fn a_missing_worker_program_is_a_refusal_naming_it() {
+    let env = Env::new();
+    env.add("good");
+    let report = env
+        .host_with(WorkerSettings::new("/no/such/worker", ["x"]))
+        .isolation(Isolation::Process)
+        .load_into(&env.dispatcher);
+    let text = report.refused().next().unwrap().1.to_string();
+    assert!(
+        text.contains("cannot start the worker program '/no/such/worker'"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_panic_abort_build_loads_isolated() {
+    let env = Env::new();
+    env.add("abort");
+    env.load();
+    let r = env.call("abort_echo").await;
+    assert!(!r.is_error(), "{r:?}");
+}
+
+fn isolation_of(report: &LoadReport) -> Vec<(String, Isolation, Option<String>)> {
+    report
+        .loaded()
+        .map(|p| match &p.outcome {
+            Outcome::Loaded {
+                name,
+                isolation,
+                signed_by,
+                ..
+            } => (name.clone(), *isolation, signed_by.clone()),
+            Outcome::Refused(_) => unreachable!(),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn auto_loads_a_package_signed_by_a_trusted_key_in_process_and_others_isolated() {
+    let env = Env::new();
+    let key = SecretKey::from_seed([9; 32]);
+    sign(&env.add("good"), &key).unwrap();
+    env.add("fault-garbage");
+    let report = env
+        .host()
+        .trusted_keys([key.public()])
+        .load_into(&env.dispatcher);
+    let mut got = isolation_of(&report);
+    got.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        got,
+        [
+            ("fixture-fault-garbage".into(), Isolation::Process, None),
+            (
+                "fixture-good".into(),
+                Isolation::InProcess,
+                Some(key.public().id())
+            ),
+        ]
+    );
+    assert_eq!(
+        env.dispatcher
+            .dispatch(
+                ToolUse::new("tu", "echo_upper", json!({"text": "hi"})),
+                &env.dispatcher
+                    .open_session(SessionSpec::new("s", env.workspace.path()))
+                    .unwrap()
+            )
+            .await
+            .text(),
+        "HI"
+    );
+}
+
+#[tokio::test]
+async fn a_per_plugin_setting_overrides_the_signature() {
+    let env = Env::new();
+    let key = SecretKey::from_seed([9; 32]);
+    sign(&env.add("good"), &key).unwrap();
+    let report = env
+        .host()
+        .trusted_keys([key.public()])
+        .isolate("fixture-good", Isolation::Process)
+        .load_into(&env.dispatcher);
+    assert_eq!(isolation_of(&report)[0].1, Isolation::Process);
+}
+
+fn only_refusal(report: &LoadReport) -> Refusal {
+    let refused: Vec<_> = report.refused().collect();
+    assert_eq!(refused.len(), 1, "{:?}", report.lines());
+    refused[0].1.clone()
+}
+
+fn required(env: &Env, key: &SecretKey) -> LoadReport {
+    env.host()
+        .trusted_keys([key.public()])
+        .require_signatures(true)
+        .load_into(&env.dispatcher)
+}
+
+#[tokio::test]
+async fn require_signatures_refuses_an_unsigned_package_before_opening_it() {
+    let env = Env::new();
+    // crash-on-load aborts whatever process opens it: refused without opening means alive.
+    toolhost_tests::package_crash_on_load(env.plugins.path(), "crash-on-load");
+    let key = SecretKey::from_seed([3; 32]);
+    let refusal = only_refusal(&required(&env, &key));
+    assert!(matches!(refusal, Refusal::Unsigned { .. }), "{refusal}");
+    assert!(
+        refusal.to_string().contains("cargo xtask plugin sign"),
+        "{refusal}"
+    );
+}
+
+#[tokio::test]
+async fn require_signatures_refuses_a_tampered_library() {
+    let env = Env::new();
+    let key = SecretKey::from_seed([3; 32]);
+    let pkg = env.add("good");
+    sign(&pkg, &key).unwrap();
+    let lib = std::fs::read_dir(&pkg)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "so"))
+        .unwrap();
+    let mut bytes = std::fs::read(&lib).unwrap();
+    bytes.extend_from_slice(b"tampered");
+    std::fs::write(&lib, bytes).unwrap();
+    // The manifest's checksum catches it first; re-checksumming it is caught by the signature.
+    let refusal = only_refusal(&required(&env, &key));
+    assert!(
+        matches!(refusal, Refusal::ChecksumMismatch { .. }),
+        "{refusal}"
+    );
+    let sha = plugin_host::package::sha256_file(&lib).unwrap();
+    edit_manifest(&pkg, |m| m.sha256 = sha);
+    let refusal = only_refusal(&required(&env, &key));
+    let Refusal::BadSignature { detail, .. } = &refusal else {
+        panic!("{refusal}");
+    };
+    assert!(detail.contains("modified after it was signed"), "{detail}");
+    assert!(detail.contains(&key.public().id()), "{detail}");
+}
+
+fn edit_manifest(pkg: &std::path::Path, edit: impl FnOnce(&mut plugin_host::Manifest)) {
+    let path = pkg.join("plugin.toml");
+    let mut m =
+        plugin_host::Manifest::parse(&path, &std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(&mut m);
+    std::fs::write(&path, m.to_toml()).unwrap();
+}
+
+#[tokio::test]
+async fn require_signatures_refuses_a_tampered_manifest() {
+    let env = Env::new();
+    let key = SecretKey::from_seed([3; 32]);
+    let pkg = env.add("good");
+    sign(&pkg, &key).unwrap();
+    edit_manifest(&pkg, |m| {
+        m.tools[0].side_effects = tool_api::SideEffect::Execute
+    });
+    let refusal = only_refusal(&required(&env, &key));
+    assert!(
+        matches!(&refusal, Refusal::BadSignature { detail, .. } if detail.contains("modified after it was signed")),
+        "{refusal}"
+    );
+}
+
+#[tokio::test]
+async fn require_signatures_refuses_an_unknown_key_naming_it() {
+    let env = Env::new();
+    let trusted = SecretKey::from_seed([3; 32]);
+    let stranger = SecretKey::from_seed([4; 32]);
+    sign(&env.add("good"), &stranger).unwrap();
+    let refusal = only_refusal(&required(&env, &trusted));
+    let text = refusal.to_string();
+    assert!(text.contains(&stranger.public().id()), "{text}");
+    assert!(text.contains("not in trusted_keys"), "{text}");
+}
+
+#[tokio::test]
+async fn a_signed_package_loads_in_process_under_require_signatures() {
+    let env = Env::new();
+    let key = SecretKey::from_seed([3; 32]);
+    sign(&env.add("good"), &key).unwrap();
+    let report = required(&env, &key);
+    assert_eq!(isolation_of(&report)[0].1, Isolation::InProcess);
+}
+
+#[tokio::test]
+async fn an_unknown_key_without_require_signatures_just_runs_isolated() {
+    let env = Env::new();
+    sign(&env.add("good"), &SecretKey::from_seed([4; 32])).unwrap();
+    let report = env
+        .host()
+        .trusted_keys([SecretKey::from_seed([3; 32]).public()])
+        .load_into(&env.dispatcher);
+    assert_eq!(isolation_of(&report)[0].1, Isolation::Process);
+}
