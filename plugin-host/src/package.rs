@@ -222,7 +222,12 @@ pub fn pack(package_dir: &Path, manifest: &crate::Manifest, out_dir: &Path) -> i
         let gz = flate2::write::GzEncoder::new(File::create(&tmp)?, flate2::Compression::default());
         let mut tar = tar::Builder::new(gz);
         tar.mode(tar::HeaderMode::Deterministic);
-        for name in [MANIFEST_FILE, manifest.library.as_str()] {
+        let signed = package_dir.join(crate::trust::SIGNATURE_FILE).is_file();
+        let signature = signed.then_some(crate::trust::SIGNATURE_FILE);
+        for name in [MANIFEST_FILE, manifest.library.as_str()]
+            .into_iter()
+            .chain(signature)
+        {
             tar.append_path_with_name(
                 package_dir.join(name),
                 Path::new(&manifest.name).join(name),

@@ -201,24 +201,31 @@ pub enum Verdict {
     Bad(String),
 }
 
+/// A package folder's `plugin.sig`, if it has one.
+pub fn read_signature(folder: &Path) -> Result<Option<SignatureFile>, String> {
+    let path = folder.join(SIGNATURE_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+    };
+    toml::from_str(&text).map(Some).map_err(|e| {
+        format!(
+            "{} is not a signature file ({}); sign the package again",
+            path.display(),
+            e.message()
+        )
+    })
+}
+
 /// Checks a package folder's signature (reads only the manifest, the library's bytes and
 /// `plugin.sig`; opens nothing).
 pub fn verify(folder: &Path, library: &str, trusted: &[PublicKey]) -> Verdict {
     let path = folder.join(SIGNATURE_FILE);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Verdict::Unsigned,
-        Err(e) => return Verdict::Bad(format!("cannot read {}: {e}", path.display())),
-    };
-    let file: SignatureFile = match toml::from_str(&text) {
-        Ok(f) => f,
-        Err(e) => {
-            return Verdict::Bad(format!(
-                "{} is not a signature file ({}); sign the package again",
-                path.display(),
-                e.message()
-            ));
-        }
+    let file = match read_signature(folder) {
+        Ok(Some(file)) => file,
+        Ok(None) => return Verdict::Unsigned,
+        Err(e) => return Verdict::Bad(e),
     };
     if !trusted.contains(&file.key) {
         return Verdict::Untrusted(format!(

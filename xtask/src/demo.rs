@@ -1,14 +1,15 @@
-//! `cargo xtask demo`: package the example plugins and run toolhost over them.
+//! `cargo xtask demo`: package the example plugins, sign them with a key it generates and
+//! trusts, and run toolhost over them (and over unsigned copies, which run isolated).
 
 use std::path::Path;
 use std::process::Command;
 
-use crate::plugin::{Inspector, package_crate};
+use crate::plugin::{Inspector, keygen, package_crate, sign};
 use crate::steps::{Result, announce, cargo, fail, io, root, run};
 
 const EXAMPLES: [&str; 2] = ["examples/plugins/text-tools", "examples/plugins/grep"];
 
-fn prepare_workspace(ws: &Path) -> std::io::Result<()> {
+fn prepare_workspace(ws: &Path, trusted: &plugin_host::PublicKey) -> std::io::Result<()> {
     let _ = std::fs::remove_dir_all(ws);
     std::fs::create_dir_all(ws.join("src"))?;
     std::fs::write(
@@ -42,13 +43,22 @@ fn prepare_workspace(ws: &Path) -> std::io::Result<()> {
     )?;
     std::fs::write(
         ws.join("toolhost.toml"),
-        "# Demo configuration: plugins from ../plugins; writes are confirmed (answered by --yes\n\
-         # below); the shell is denied outright; results over 4000 characters are spooled;\n\
-         # a hook guards secrets/.\n\
-         plugin_dirs = [\"../plugins\"]\n\n\
-         [tool_confirmation.per_tool]\nshell = \"deny\"\n\n\
-         [results]\nmax_chars = 4000\npreview_chars = 300\n\n\
-         [[hooks.pre_tool_use]]\ncommand = \"sh hooks/guard.sh\"\n",
+        format!(
+            "# Demo configuration: plugins from ../plugins, signed by the demo key trusted here\n\
+             # (so they load in process); writes are confirmed (answered by --yes below); the\n\
+             # shell is denied outright; results over 4000 characters are spooled; a hook\n\
+             # guards secrets/.\n\
+             plugin_dirs = [\"../plugins\"]\n\
+             trusted_keys = [\"{trusted}\"]\n\n\
+             [tool_confirmation.per_tool]\nshell = \"deny\"\n\n\
+             [results]\nmax_chars = 4000\npreview_chars = 300\n\n\
+             [[hooks.pre_tool_use]]\ncommand = \"sh hooks/guard.sh\"\n"
+        ),
+    )?;
+    std::fs::write(
+        ws.join("unsigned.toml"),
+        "# The same plugins, unsigned: each runs isolated in a worker process.\n\
+         plugin_dirs = [\"../plugins-unsigned\"]\n",
     )
 }
 
@@ -56,18 +66,32 @@ fn prepare_workspace(ws: &Path) -> std::io::Result<()> {
 pub fn demo() -> Result {
     let demo = root().join("target/demo");
     let plugins = demo.join("plugins");
+    let unsigned = demo.join("plugins-unsigned");
     let _ = std::fs::remove_dir_all(&plugins);
+    let _ = std::fs::remove_dir_all(&unsigned);
+    let key_file = demo.join("demo-signing.key");
+    let _ = std::fs::remove_file(&key_file);
+    let trusted = keygen(&key_file)?;
     for (i, example) in EXAMPLES.iter().enumerate() {
         announce(&format!(
-            "[{}/{}] package example plugin {example}",
+            "[{}/{}] package and sign example plugin {example}",
             i + 1,
             EXAMPLES.len()
         ));
-        package_crate(&root().join(example), &plugins, &Inspector::child(), None)?;
+        let archive = package_crate(&root().join(example), &unsigned, &Inspector::child(), None)?;
+        let signed = plugins.join(archive.file_name().unwrap_or_default());
+        io(
+            "copy the package",
+            std::fs::create_dir_all(&plugins).and_then(|()| std::fs::copy(&archive, &signed)),
+        )?;
+        sign(&signed, &key_file)?;
     }
     run("build toolhost", cargo().args(["build", "-p", "toolhost"]))?;
     let ws = demo.join("workspace");
-    io("prepare the demo workspace", prepare_workspace(&ws))?;
+    io(
+        "prepare the demo workspace",
+        prepare_workspace(&ws, &trusted),
+    )?;
     let bin = root().join("target/debug/toolhost");
     let show = |title: &str, args: &[&str]| -> Result {
         eprintln!("\n==> {title}\n$ toolhost {}", args.join(" "));
@@ -86,8 +110,23 @@ pub fn demo() -> Result {
         }
     };
     show(
-        "which plugin packages loaded (and why any was refused)",
+        "which plugin packages loaded (signed by the trusted demo key: in process)",
         &["plugins"],
+    )?;
+    show(
+        "the same packages unsigned: each runs isolated in a worker process",
+        &["--config", "unsigned.toml", "plugins"],
+    )?;
+    show(
+        "an isolated plugin tool reading the workspace (its file access is answered by the host)",
+        &[
+            "--config",
+            "unsigned.toml",
+            "call",
+            "grep",
+            "--input",
+            r#"{"pattern": "TODO"}"#,
+        ],
     )?;
     show("every tool, with its side effects and source", &["list"])?;
     show(

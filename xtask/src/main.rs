@@ -69,6 +69,21 @@ enum PluginCommand {
         /// A package folder or archive.
         package: PathBuf,
     },
+    /// Make a signing key: FILE (secret, mode 0600) and FILE.pub (the public key to list in
+    /// a host's trusted_keys).
+    Keygen {
+        /// Where to write the secret key (never overwritten).
+        file: PathBuf,
+    },
+    /// Sign a package folder or archive with a key from `keygen` (writes plugin.sig over
+    /// the manifest and library digests). Hosts that trust the key load it in process.
+    Sign {
+        /// A package folder or archive.
+        package: PathBuf,
+        /// The secret key file.
+        #[arg(long, value_name = "FILE")]
+        key: PathBuf,
+    },
     /// Verify a package, then install it into DIR, replacing an older version of the same
     /// plugin (default DIR: ~/.local/share/toolhost/plugins).
     Install {
@@ -114,6 +129,18 @@ fn plugin_command(command: PluginCommand) -> xtask::steps::Result {
         }
         PluginCommand::Verify { package } => {
             print!("{}", plugin::verify(&package, &Inspector::child())?);
+        }
+        PluginCommand::Keygen { file } => {
+            let public = plugin::keygen(&file)?;
+            println!(
+                "{public}\nsecret key: {} (keep it private)\npublic key: {}.pub; trust it with\n  trusted_keys = [\"{public}\"]\nin toolhost.toml",
+                file.display(),
+                file.display()
+            );
+        }
+        PluginCommand::Sign { package, key } => {
+            let public = plugin::sign(&package, &key)?;
+            println!("signed {} with key {}", package.display(), public.id());
         }
         PluginCommand::Install { package, dir } => {
             let installed = plugin::install(&package, dir.as_deref(), &Inspector::child())?;
