@@ -383,7 +383,7 @@ fn start(
     let spawned = std::thread::Builder::new()
         .name(format!("plugin-worker-{plugin}"))
         .spawn(move || {
-            let violation = route(&mut reader, &weak);
+            let violation = route(&mut BufReader::new(reader), &weak);
             if violation.is_some() {
                 kill_group(pid);
             }
@@ -448,7 +448,7 @@ fn reap(child: &mut Option<Child>, patience: Duration, pid: u32) -> Option<ExitS
 
 /// Routes the worker's frames to the calls waiting for them, until the stream ends
 /// (`None`) or breaks the protocol (`Some(what)`).
-fn route(reader: &mut UnixStream, process: &std::sync::Weak<Process>) -> Option<String> {
+fn route(reader: &mut BufReader<UnixStream>, process: &std::sync::Weak<Process>) -> Option<String> {
     loop {
         let frame = match read_frame::<FromWorker>(reader) {
             Ok(Some(frame)) => frame,
