@@ -293,7 +293,9 @@ fn start(
                 while matches!(reader.read_until(b'\n', &mut line), Ok(n) if n > 0) {
                     let text = String::from_utf8_lossy(&line);
                     let text = text.trim_end();
-                    tracing::info!(target: "toolhost::plugin_worker", plugin = %plugin, pid, "{text}");
+                    // Plugins log through their context; what reaches the worker's stdout or
+                    // stderr is unexpected, so it is shown.
+                    tracing::warn!(target: "toolhost::plugin_worker", plugin = %plugin, pid, "worker output: {text}");
                     tail.push(text);
                     line.clear();
                 }

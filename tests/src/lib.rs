@@ -199,6 +199,25 @@ pub fn process_alive(pid: i32) -> bool {
     exists && !zombie
 }
 
+/// The pids of `pid`'s child processes (from `/proc`).
+pub fn children_of(pid: u32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut children: Vec<i32> = tasks
+        .filter_map(Result::ok)
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|s| {
+            s.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect();
+    children.sort_unstable();
+    children.dedup();
+    children
+}
+
 /// Sends `signal` to process `pid`.
 pub fn send_signal(pid: u32, signal: rustix::process::Signal) {
     let Some(pid) = i32::try_from(pid)

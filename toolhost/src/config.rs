@@ -551,6 +551,39 @@ mod tests {
     }
 
     #[test]
+    fn plugin_isolation_per_plugin_settings_and_trusted_keys_load() {
+        let key = plugin_host::trust::SecretKey::from_seed([5; 32]).public();
+        let c = parse(&format!(
+            "plugin_isolation = \"process\"\ntrusted_keys = [\"{key}\"]\nrequire_signatures = true\nplugin_memory_limit_mib = 512\n\n[plugins.grep-tool]\nisolation = \"in_process\"\n"
+        ))
+        .unwrap();
+        assert_eq!(c.plugin_isolation, Isolation::Process);
+        assert_eq!(c.plugins["grep-tool"].isolation, Isolation::InProcess);
+        assert_eq!(c.trusted_keys, [key]);
+        assert!(c.require_signatures);
+        assert_eq!(c.plugin_memory_limit_mib, 512);
+    }
+
+    #[test]
+    fn a_bad_trusted_key_is_refused_naming_the_key_and_line() {
+        let e = parse("require_signatures = false\ntrusted_keys = [\"ssh-ed25519 AAAA\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("trusted_keys"), "{e}");
+        assert!(e.contains("line 2"), "{e}");
+        assert!(e.contains("toolhost-ed25519:"), "{e}");
+    }
+
+    #[test]
+    fn an_unknown_isolation_is_refused_naming_the_plugin() {
+        let e = parse("[plugins.grep-tool]\nisolation = \"sandboxed\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("plugins.grep-tool.isolation"), "{e}");
+        assert!(e.contains("in_process"), "{e}");
+    }
+
+    #[test]
     fn readme_configuration_block_loads_as_written_and_is_the_defaults() {
         let block = readme_block("## Configuration: `toolhost.toml`");
         let c = parse(block).unwrap_or_else(|e| panic!("{e}\n{block}"));

@@ -232,6 +232,35 @@ fn plugins_command_reports_each_package_and_exits_one_when_any_is_refused() {
         report.contains("refused") && report.contains("checksum mismatch"),
         "{report}"
     );
+    assert!(
+        report.contains("[process]: echo_upper"),
+        "an unsigned package runs isolated: {report}"
+    );
+    assert!(
+        report.contains("worker   fixture-good: running as pid") && report.contains("restarts: 0"),
+        "{report}"
+    );
+}
+
+#[test]
+fn require_signatures_in_the_config_refuses_unsigned_packages() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir_with_good_and_tampered(dir.path());
+    std::fs::write(
+        dir.path().join("toolhost.toml"),
+        "require_signatures = true\n",
+    )
+    .unwrap();
+    let out = toolhost(
+        dir.path(),
+        &["plugins", "--plugins", plugins.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let report = text(&out.stdout);
+    assert!(
+        report.contains("plugin 'fixture-good' is not signed and require_signatures = true"),
+        "{report}"
+    );
 }
 
 #[test]

@@ -418,9 +418,31 @@ fn closing_stdin_ends_the_server_and_leaves_no_processes() {
 }
 
 #[test]
-fn nothing_a_plugin_prints_reaches_the_protocol_stream() {
-    use std::io::{BufRead, BufReader};
+fn nothing_an_in_process_plugin_prints_reaches_the_protocol_stream() {
     let ws = workspace();
+    std::fs::write(
+        ws.path().join("toolhost.toml"),
+        "[plugins.fixture-noisy]\nisolation = \"in_process\"\n",
+    )
+    .unwrap();
+    plugin_output_stays_off_the_protocol(&ws);
+}
+
+#[test]
+fn nothing_an_isolated_plugin_prints_reaches_the_protocol_stream() {
+    let ws = workspace();
+    std::fs::write(
+        ws.path().join("toolhost.toml"),
+        "[plugins.fixture-noisy]\nisolation = \"process\"\n",
+    )
+    .unwrap();
+    plugin_output_stays_off_the_protocol(&ws);
+}
+
+/// A plugin prints a forged JSON-RPC response and garbage to stdout: the client sees only
+/// protocol frames, the real result, and the printing goes to the log (stderr).
+fn plugin_output_stays_off_the_protocol(ws: &tempfile::TempDir) {
+    use std::io::{BufRead, BufReader};
     let plugins = ws.path().join(".plugins");
     toolhost_tests::package_library(
         &toolhost_tests::fixtures().library("noisy"),
@@ -461,23 +483,38 @@ fn nothing_a_plugin_prints_reaches_the_protocol_stream() {
 }
 
 #[test]
-fn sigint_to_serve_stops_running_commands_and_leaves_no_process() {
+fn sigint_to_serve_stops_running_commands_and_workers_and_leaves_no_process() {
     let ws = workspace();
     allow_shell(ws.path());
+    // An unsigned plugin: it runs in a worker process.
+    let plugins = ws.path().join(".plugins");
+    toolhost_tests::package_library(
+        &toolhost_tests::fixtures().library("good"),
+        &plugins,
+        "good",
+    );
     let (mut child, stdin) = raw_server_calling(
         ws.path(),
-        &[],
+        &[std::ffi::OsStr::new("--plugins"), plugins.as_os_str()],
         "shell",
         json!({"command": "sleep 77 & echo $! > sleeper.pid; wait"}),
     );
     let sleeper = read_pid(&ws.path().join("sleeper.pid"));
+    let children = toolhost_tests::children_of(child.id());
+    assert!(
+        children.len() >= 2,
+        "the worker and the shell run as children: {children:?}"
+    );
     toolhost_tests::send_signal(child.id(), rustix::process::Signal::INT);
     let status = wait_exit(&mut child);
     assert_eq!(status.code(), Some(130), "128 + SIGINT");
-    std::thread::sleep(Duration::from_millis(200));
+    std::thread::sleep(Duration::from_millis(300));
     assert!(
         !process_alive(sleeper),
         "the command's process group was stopped"
     );
+    for pid in children {
+        assert!(!process_alive(pid), "child {pid} (a worker?) survived");
+    }
     drop(stdin);
 }
