@@ -30,7 +30,7 @@ use serde_json::Value;
 use tool_api::abi::{AbiError, OP_CONCURRENCY_SAFE};
 use tool_api::{Level, Tool, ToolContext, ToolDefinition, ToolError, ToolFactory, ToolOutput};
 
-use crate::Refusal;
+use crate::error::Refusal;
 use crate::library::Inspection;
 use crate::protocol::{
     CallIdentity, FromWorker, HostAnswer, HostOp, PROTOCOL_VERSION, ToWorker, WireError,
@@ -39,6 +39,13 @@ use crate::protocol::{
 
 /// The default per-worker memory limit (address space): 1 GiB.
 pub const DEFAULT_MEMORY_LIMIT: u64 = 1 << 30;
+
+/// How long a write to a worker may block before the worker is declared stuck (5 s).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the host waits for a plugin's answer to a quick question (per-call
+/// concurrency safety) before it uses the tool's definition instead.
+const QUESTION_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// How long a worker may take to open its library and report (10 s).
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -105,8 +112,22 @@ impl Process {
         lock(&self.pending).is_some()
     }
 
+    /// Writes one frame. A worker that stops reading its requests for [`WRITE_TIMEOUT`]
+    /// (a half-written frame cannot be taken back) is killed.
     fn send(&self, message: &ToWorker) -> std::io::Result<()> {
-        write_frame(&mut *lock(&self.writer), message)
+        let result = write_frame(&mut *lock(&self.writer), message);
+        if let Err(e) = &result
+            && matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            )
+        {
+            self.kill(format!(
+                "it stopped reading its requests for {} s",
+                WRITE_TIMEOUT.as_secs()
+            ));
+        }
+        result
     }
 
     /// Kills the worker's whole process group (the worker and anything its tools started).
@@ -371,6 +392,7 @@ fn start(
             ));
         }
     };
+    let _ = host_end.set_write_timeout(Some(WRITE_TIMEOUT));
     let process = Arc::new(Process {
         plugin: plugin.to_string(),
         pid,
@@ -701,7 +723,7 @@ impl ToolFactory for IsolatedToolFactory {
         };
         let payload = serde_json::json!({"tool": self.definition.name, "input": input}).to_string();
         match process
-            .ask_plugin(OP_CONCURRENCY_SAFE, payload, Duration::from_secs(2))
+            .ask_plugin(OP_CONCURRENCY_SAFE, payload, QUESTION_TIMEOUT)
             .as_deref()
         {
             Some("true") => true,
@@ -847,7 +869,10 @@ impl Tool for IsolatedTool {
                 Ok(Event::Frame(_)) => {}
                 Ok(Event::Died(cause)) => return Err(ToolError::failed(cause)),
                 Ok(Event::Cancel) => {
-                    deadline.get_or_insert_with(|| Instant::now() + grace);
+                    if deadline.is_none() {
+                        let _ = process.send(&ToWorker::Cancel { call });
+                        deadline = Some(Instant::now() + grace);
+                    }
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     deadline = None;
@@ -864,11 +889,12 @@ impl Tool for IsolatedTool {
         }
     }
 
+    /// Only wakes the call's own thread, which tells the worker: `cancel` is called from
+    /// the host's async threads and must never wait on the socket.
     fn cancel(&self) -> bool {
         let mut running = lock(&self.running);
         running.cancelled = true;
-        if let Some((process, call, tx)) = &running.call {
-            let _ = process.send(&ToWorker::Cancel { call: *call });
+        if let Some((_, _, tx)) = &running.call {
             let _ = tx.send(Event::Cancel);
         }
         true

@@ -1,11 +1,13 @@
 //! # plugin-host: load third-party tools from plugin packages
 //!
 //! A plugin directory holds *packages*: folders (or `.tar.gz` archives made by
-//! `cargo xtask plugin package`) with a [`Manifest`] (`plugin.toml`) and a `cdylib` built
-//! against `tool-api`. [`PluginHost::load_into`] scans the directories and registers every
-//! good package's tools in a [`Dispatcher`], through the same factory trait as built-ins,
-//! and returns a [`LoadReport`]: for each package, loaded (with its tools) or refused with a
-//! [`Refusal`] its author can act on. One bad package never stops the others.
+//! `cargo xtask plugin package`) with a [`Manifest`] (`plugin.toml`), a `cdylib` built
+//! against `tool-api`, and optionally a signature (`plugin.sig`, see [`trust`]).
+//! [`PluginHost::load_into`] scans the directories and registers every good package's tools
+//! in a [`Dispatcher`], through the same factory trait as built-ins, and returns a
+//! [`LoadReport`]: for each package, loaded (with its tools, where it runs and who signed
+//! it) or refused with a [`Refusal`] its author can act on. One bad package never stops the
+//! others.
 //!
 //! Opening a library runs its code, so everything that can be checked first is checked
 //! first, in this order:
@@ -15,10 +17,17 @@
 //! 3. tool-api: same major version as the host's, and the plugin's `requires_tool_api` is
 //!    not newer than the host's (a plugin built against a newer minor loads if it needs
 //!    nothing new; one built against an older minor always loads);
-//! 4. the plugin unwinds (`panic = "abort"` builds are refused: a panic would kill the host);
-//! 5. the library file is in the package and matches its SHA-256.
+//! 4. the library file is in the package and matches its SHA-256;
+//! 5. the signature: with [`PluginHost::require_signatures`], a package not signed by a
+//!    trusted key is refused here; a signature that does not match is always refused;
+//! 6. where it runs ([`Isolation`]): `auto` (the default) loads a package signed by a
+//!    trusted key in process and runs any other in a worker process; a per-plugin setting
+//!    wins;
+//! 7. in process only: the plugin unwinds (`panic = "abort"` builds are refused: a panic
+//!    would kill the host; isolated, it kills only the worker).
 //!
-//! Then the library is opened by its own path, abi_stable checks the layout of its root
+//! Then the library is opened by its own path (in the host, or by its worker process, see
+//! [`isolated`], [`worker`] and [`protocol`]), abi_stable checks the layout of its root
 //! module (a mismatch is reported in one line; the full report is logged at debug), its
 //! metadata and tool list are compared with the manifest, and its tools are registered
 //! under the source `plugin:NAME` (a clash names both owners).
@@ -26,15 +35,22 @@
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use dispatcher_core::Dispatcher;
-//! use plugin_host::PluginHost;
+//! use plugin_host::{PluginHost, WorkerSettings};
 //!
 //! let dispatcher = Dispatcher::new();
-//! let report = PluginHost::new(["./plugins"]).load_into(&dispatcher);
+//! // Isolated plugins run in `my-host plugin-worker …`, a subcommand that calls
+//! // `plugin_host::worker::run`.
+//! let worker = WorkerSettings::new(std::env::current_exe()?, ["plugin-worker"]);
+//! let report = PluginHost::new(["./plugins"]).worker(worker).load_into(&dispatcher);
 //! for line in report.lines() {
 //!     eprintln!("{line}");
 //! }
 //! # Ok(()) }
 //! ```
+//!
+//! DESIGN.md's plugin-host loads "in process or in a worker process"; the worker side is in
+//! this crate (not a separate binary) so that any host binary can offer it as a subcommand
+//! built from the same code, which keeps host and worker on one protocol version.
 
 mod adapter;
 pub mod error;

@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tool_api::ToolOutput;
 
-use crate::Refusal;
+use crate::error::Refusal;
 use crate::library::Inspection;
 
 /// The protocol version; host and worker must agree exactly (they are one build).

@@ -159,7 +159,7 @@ pub fn signed_message(manifest_sha256: &str, library_sha256: &str) -> String {
 
 /// The digests of a package folder's manifest and library.
 fn digests(folder: &Path, library: &str) -> Result<(String, String), String> {
-    let manifest = folder.join(crate::MANIFEST_FILE);
+    let manifest = folder.join(crate::manifest::MANIFEST_FILE);
     let m =
         sha256_file(&manifest).map_err(|e| format!("cannot read {}: {e}", manifest.display()))?;
     let lib = folder.join(library);
@@ -169,10 +169,11 @@ fn digests(folder: &Path, library: &str) -> Result<(String, String), String> {
 
 /// Signs a package folder: writes `plugin.sig` beside its manifest (through a temp file).
 pub fn sign(folder: &Path, key: &SecretKey) -> Result<PathBuf, String> {
-    let text = std::fs::read_to_string(folder.join(crate::MANIFEST_FILE))
+    let text = std::fs::read_to_string(folder.join(crate::manifest::MANIFEST_FILE))
         .map_err(|e| format!("{} is not a package: {e}", folder.display()))?;
-    let manifest = crate::Manifest::parse(&folder.join(crate::MANIFEST_FILE), &text)
-        .map_err(|e| e.to_string())?;
+    let manifest =
+        crate::manifest::Manifest::parse(&folder.join(crate::manifest::MANIFEST_FILE), &text)
+            .map_err(|e| e.to_string())?;
     let (m, l) = digests(folder, &manifest.library)?;
     let signature = key.0.sign(signed_message(&m, &l).as_bytes());
     let file = SignatureFile {

@@ -18,8 +18,14 @@ use crate::output::{ToolError, ToolOutput};
 /// async worker thread, with no thread handoff (about 20 µs saved per call). That is only
 /// right for work that is **pure and quick**: no file, network or process I/O, no sleeping,
 /// no locks that can be held long, and well under a millisecond of CPU. An inline call can
-/// not be interrupted by its timeout. Every other tool runs on a blocking thread, where
-/// timeouts and cancellation reach it and it may block as long as it likes.
+/// not be interrupted by its timeout in process. Every other tool runs on a blocking thread,
+/// where timeouts and cancellation reach it and it may block as long as it likes.
+///
+/// A host may run a plugin *isolated*, in a worker process of its own: then an inline tool
+/// runs on the worker's reading thread, its call still ends at its timeout, and a tool that
+/// ignores cancellation past the host's grace period has its worker killed. A crash, an
+/// `abort()` or a memory bomb then ends only that plugin's calls. The same library works
+/// both ways; nothing in this crate changes.
 ///
 /// # Cancellation
 ///
