@@ -32,29 +32,46 @@ impl ToolFactory for PluginToolFactory {
     }
 
     fn is_concurrency_safe(&self, input: &Value) -> bool {
-        let default = self.definition.is_concurrency_safe();
-        if !self.per_call_safety {
-            return default;
-        }
-        let payload = serde_json::json!({"tool": self.definition.name, "input": input}).to_string();
-        match (self.module.extension())(
-            RStr::from(tool_api::abi::OP_CONCURRENCY_SAFE),
-            RStr::from(payload.as_str()),
-        ) {
-            RResult::ROk(answer) => match answer.as_str() {
-                "true" => true,
-                "false" => false,
-                _ => default,
+        judge_concurrency(
+            &self.definition,
+            self.per_call_safety,
+            input,
+            |payload| match (self.module.extension())(
+                RStr::from(tool_api::abi::OP_CONCURRENCY_SAFE),
+                RStr::from(payload.as_str()),
+            ) {
+                RResult::ROk(answer) => Some(answer.into_string()),
+                RResult::RErr(e) => {
+                    tracing::warn!(
+                        tool = %self.definition.name,
+                        "plugin could not judge a call's concurrency safety ({}); using its definition",
+                        e.message
+                    );
+                    None
+                }
             },
-            RResult::RErr(e) => {
-                tracing::warn!(
-                    tool = %self.definition.name,
-                    "plugin could not judge a call's concurrency safety ({}); using its definition",
-                    e.message
-                );
-                default
-            }
-        }
+        )
+    }
+}
+
+/// A plugin's per-call concurrency judgment: `ask` gets the `concurrency_safe` payload and
+/// returns the plugin's answer; no answer, an empty one, or a plugin older than tool-api
+/// 1.2 (`per_call_safety` false) defers to the definition.
+pub(crate) fn judge_concurrency(
+    definition: &ToolDefinition,
+    per_call_safety: bool,
+    input: &Value,
+    ask: impl FnOnce(String) -> Option<String>,
+) -> bool {
+    let default = definition.is_concurrency_safe();
+    if !per_call_safety {
+        return default;
+    }
+    let payload = serde_json::json!({"tool": definition.name, "input": input}).to_string();
+    match ask(payload).as_deref() {
+        Some("true") => true,
+        Some("false") => false,
+        _ => default,
     }
 }
 

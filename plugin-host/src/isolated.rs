@@ -714,22 +714,10 @@ impl ToolFactory for IsolatedToolFactory {
     }
 
     fn is_concurrency_safe(&self, input: &Value) -> bool {
-        let default = self.definition.is_concurrency_safe();
-        if !self.per_call_safety {
-            return default;
-        }
-        let Ok(process) = self.worker.process() else {
-            return default;
-        };
-        let payload = serde_json::json!({"tool": self.definition.name, "input": input}).to_string();
-        match process
-            .ask_plugin(OP_CONCURRENCY_SAFE, payload, QUESTION_TIMEOUT)
-            .as_deref()
-        {
-            Some("true") => true,
-            Some("false") => false,
-            _ => default,
-        }
+        crate::adapter::judge_concurrency(&self.definition, self.per_call_safety, input, |p| {
+            let process = self.worker.process().ok()?;
+            process.ask_plugin(OP_CONCURRENCY_SAFE, p, QUESTION_TIMEOUT)
+        })
     }
 }
 
