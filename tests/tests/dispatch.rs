@@ -666,43 +666,8 @@ async fn a_tools_file_access_is_bounded_by_its_declared_class() {
     d.register(factory::<Probe<2>>()).unwrap();
     d.register(factory::<Probe<3>>()).unwrap();
     let fx = Fixture::new(d.clone());
-    let reads = ["read", "read_bytes", "exists", "list", "metadata"];
-    let writes = ["write", "write_bytes", "append", "delete", "patch"];
-    for class in ["none", "read", "write", "execute"] {
-        for op in reads.iter().chain(&writes) {
-            fx.write("seen.txt", "seen");
-            let r = d
-                .dispatch(
-                    ToolUse::new("tu", format!("probe_{class}"), json!({"op": op})),
-                    &fx.session,
-                )
-                .await;
-            let allowed = match class {
-                "none" => false,
-                "read" => reads.contains(op),
-                _ => true,
-            };
-            if allowed {
-                assert!(!r.is_error(), "{class} {op}: {}", r.text());
-            } else {
-                assert_eq!(
-                    r.error_class,
-                    Some(ErrorClass::PermissionDenied),
-                    "{class} {op}: {}",
-                    r.text()
-                );
-                let needed = if reads.contains(op) { "read" } else { "write" };
-                // Text and bytes cross the ABI as one write operation.
-                let op = if *op == "write_bytes" { "write" } else { op };
-                assert!(
-                    r.text().contains(&format!(
-                        "tool 'probe_{class}' declares side effects '{class}'"
-                    )) && r.text().contains(&format!("({op} '"))
-                        && r.text().contains(&format!("must declare '{needed}'")),
-                    "{class} {op}: {}",
-                    r.text()
-                );
-            }
-        }
-    }
+    common::assert_file_access_follows_the_declared_class(&d, &fx.session, |rel, text| {
+        fx.write(rel, text)
+    })
+    .await;
 }

@@ -758,3 +758,17 @@ fn definitions_a_host_refuses_are_named_before_the_manifest_is_compared() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn a_plugin_tools_file_access_is_bounded_by_its_declared_class() {
+    let env = Env::new();
+    env.add("probe", "probe");
+    env.load();
+    let session = env.session();
+    common::assert_file_access_follows_the_declared_class(
+        &env.dispatcher,
+        &session,
+        |rel, text| std::fs::write(env.workspace.path().join(rel), text).unwrap(),
+    )
+    .await;
+}

@@ -140,3 +140,61 @@ pub fn plugin_host<P: Into<std::path::PathBuf>>(
 pub fn worker_settings() -> plugin_host::WorkerSettings {
     plugin_host::WorkerSettings::new(env!("CARGO_BIN_EXE_plugin-worker"), Vec::<String>::new())
 }
+
+/// Runs every file operation from tools `probe_none`, `probe_read`, `probe_write` and
+/// `probe_execute` (each does the operation its input names) and checks that a tool may do
+/// what its declared class covers and gets `permission_denied`, naming the class and the
+/// operation, for the rest. `write` puts a file in the session's workspace.
+pub async fn assert_file_access_follows_the_declared_class(
+    d: &Dispatcher,
+    session: &Session,
+    write: impl Fn(&str, &str),
+) {
+    use dispatcher_core::{ErrorClass, ToolUse};
+    let reads = ["read", "read_bytes", "exists", "list", "metadata"];
+    let writes = ["write", "write_bytes", "append", "delete", "patch"];
+    for class in ["none", "read", "write", "execute"] {
+        for op in reads.iter().chain(&writes) {
+            write("seen.txt", "seen");
+            let r = d
+                .dispatch(
+                    ToolUse::new(
+                        "tu",
+                        format!("probe_{class}"),
+                        serde_json::json!({"op": op}),
+                    ),
+                    session,
+                )
+                .await;
+            let allowed = match class {
+                "none" => false,
+                "read" => reads.contains(op),
+                _ => true,
+            };
+            let text: String = r
+                .content
+                .iter()
+                .filter_map(tool_api::Content::as_text)
+                .collect();
+            if allowed {
+                assert!(!r.is_error(), "{class} {op}: {text}");
+            } else {
+                assert_eq!(
+                    r.error_class,
+                    Some(ErrorClass::PermissionDenied),
+                    "{class} {op}: {text}"
+                );
+                let needed = if reads.contains(op) { "read" } else { "write" };
+                // Text and bytes cross the ABI as one write operation.
+                let op = if *op == "write_bytes" { "write" } else { op };
+                assert!(
+                    text.contains(&format!(
+                        "tool 'probe_{class}' declares side effects '{class}'"
+                    )) && text.contains(&format!("({op} '"))
+                        && text.contains(&format!("must declare '{needed}'")),
+                    "{class} {op}: {text}"
+                );
+            }
+        }
+    }
+}
