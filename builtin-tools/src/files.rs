@@ -35,6 +35,7 @@ impl DefinedTool for ReadFile {
             }),
         )
         .path_param("path")
+        .inline_when_small()
     }
 }
 
@@ -90,6 +91,7 @@ impl DefinedTool for ListDir {
             }),
         )
         .path_param("path")
+        .inline_when_small()
     }
 }
 

@@ -28,6 +28,7 @@ use crate::registry::Registered;
 use crate::result::{SideEffectRecord, ToolResultBlock};
 use crate::runtime::Grant;
 use crate::spool;
+use crate::workspace::InlineBudget;
 
 /// How an execution ended, before classification.
 enum Outcome {
@@ -478,13 +479,9 @@ impl Invocation {
 
     /// Step 6: a fresh instance, executed inline or on a blocking thread under the timeout.
     async fn execute(&mut self, tool: &Registered, input: Value, timeout: Duration) -> Outcome {
-        let instance = match panics::contain(|| tool.factory.create()) {
-            Ok(Ok(instance)) => instance,
-            Ok(Err(e)) => return Outcome::Returned(Err(e)),
-            Err(mut caught) => {
-                caught.message = format!("factory panicked: {}", caught.message);
-                return Outcome::Panicked(caught);
-            }
+        let instance = match fresh_instance(tool) {
+            Ok(instance) => instance,
+            Err(outcome) => return outcome,
         };
         let mut host = CallHost {
             call: self.header.clone(),
@@ -492,6 +489,7 @@ impl Invocation {
             inflight: self.entry().cloned(),
             span: Span::none(),
             output: None,
+            budget: None,
         };
         if tool.inline {
             // Runs on this thread, already inside the call's span.
@@ -499,6 +497,29 @@ impl Invocation {
             return match panics::contain(|| instance.execute(input, &ctx)) {
                 Ok(r) => Outcome::Returned(r),
                 Err(caught) => Outcome::Panicked(caught),
+            };
+        }
+        let mut instance = instance;
+        if tool.inline_when_small
+            && host.workspace.allows_inline()
+            && !self.entry().is_some_and(|e| e.is_cancelled())
+        {
+            // An attempt on this thread within the file budget; over it, the attempt is
+            // discarded and the call runs again on a blocking thread.
+            let budget = Arc::new(InlineBudget::default());
+            let mut attempt = host.clone();
+            attempt.budget = Some(budget.clone());
+            let ctx = attempt.into_context();
+            let outcome = panics::contain(|| instance.execute(input.clone(), &ctx));
+            if !budget.exceeded() {
+                return match outcome {
+                    Ok(r) => Outcome::Returned(r),
+                    Err(caught) => Outcome::Panicked(caught),
+                };
+            }
+            instance = match fresh_instance(tool) {
+                Ok(instance) => instance,
+                Err(outcome) => return outcome,
             };
         }
         let entry = self.register().clone();
@@ -681,5 +702,17 @@ impl Invocation {
             }
         }
         block
+    }
+}
+
+/// A new instance of the tool for one execution; a factory error or panic is the outcome.
+fn fresh_instance(tool: &Registered) -> Result<Box<dyn Tool>, Outcome> {
+    match panics::contain(|| tool.factory.create()) {
+        Ok(Ok(instance)) => Ok(instance),
+        Ok(Err(e)) => Err(Outcome::Returned(Err(e))),
+        Err(mut caught) => {
+            caught.message = format!("factory panicked: {}", caught.message);
+            Err(Outcome::Panicked(caught))
+        }
     }
 }

@@ -11,7 +11,7 @@ use tracing::Span;
 use crate::call::CallHeader;
 use crate::events::{EventKind, EventSink};
 use crate::session::InFlight;
-use crate::workspace::{FsError, Workspace};
+use crate::workspace::{FsError, InlineBudget, Workspace};
 
 /// Everything one call's callbacks need (cheap to clone: the ABI trait requires `Clone`).
 #[derive(Clone)]
@@ -28,6 +28,9 @@ pub(crate) struct CallHost {
     /// Where live output goes (`tool.output_delta`); `None` for an inline call (it has
     /// nothing to stream).
     pub(crate) output: Option<EventSink>,
+    /// Set for an inline attempt of an `inline_when_small` tool: file work over it fails
+    /// and sends the call to a blocking thread.
+    pub(crate) budget: Option<Arc<InlineBudget>>,
 }
 
 impl CallHost {
@@ -65,6 +68,14 @@ impl CallHost {
             self.call.tool_name
         ))
         .into())
+    }
+
+    /// Writes go to disk (and sync): never in an inline attempt.
+    fn not_inline(&self, path: &str, what: &'static str) -> Result<(), FsError> {
+        match &self.budget {
+            Some(budget) => Err(budget.refuse(path, what)),
+            None => Ok(()),
+        }
     }
 
     /// Runs a workspace operation if the declared class allows it.
@@ -133,27 +144,28 @@ impl HostContext for CallHost {
     }
     fn fs_read(&self, path: RStr<'_>) -> RResult<RString, AbiError> {
         let p = path.as_str();
-        self.checked(
-            Access::Read,
-            "read",
-            p,
-            || self.workspace.read(p),
-            RString::from,
-        )
+        let run = || self.workspace.read_within(p, self.budget.as_deref());
+        self.checked(Access::Read, "read", p, run, RString::from)
     }
     fn fs_read_bytes(&self, path: RStr<'_>) -> RResult<RVec<u8>, AbiError> {
         let p = path.as_str();
-        let run = || self.workspace.read_bytes(p);
+        let run = || self.workspace.read_bytes_within(p, self.budget.as_deref());
         self.checked(Access::Read, "read_bytes", p, run, RVec::from)
     }
     fn fs_write(&self, path: RStr<'_>, content: RSlice<'_, u8>) -> RResult<(), AbiError> {
         let p = path.as_str();
-        let run = || self.workspace.write_bytes(p, content.as_slice());
+        let run = || {
+            self.not_inline(p, "a write")?;
+            self.workspace.write_bytes(p, content.as_slice())
+        };
         self.checked(Access::Write, "write", p, run, |_| ())
     }
     fn fs_append(&self, path: RStr<'_>, content: RSlice<'_, u8>) -> RResult<(), AbiError> {
         let p = path.as_str();
-        let run = || self.workspace.append(p, content.as_slice());
+        let run = || {
+            self.not_inline(p, "an append")?;
+            self.workspace.append(p, content.as_slice())
+        };
         self.checked(Access::Write, "append", p, run, |_| ())
     }
     fn fs_exists(&self, path: RStr<'_>) -> RResult<bool, AbiError> {
@@ -172,7 +184,7 @@ impl HostContext for CallHost {
             Access::Read,
             "list",
             p,
-            || self.workspace.list(p),
+            || self.workspace.list_within(p, self.budget.as_deref()),
             |names| names.into_iter().map(RString::from).collect(),
         )
     }
@@ -188,7 +200,10 @@ impl HostContext for CallHost {
     }
     fn fs_patch(&self, path: RStr<'_>, old: RStr<'_>, new: RStr<'_>) -> RResult<(), AbiError> {
         let p = path.as_str();
-        let run = || self.workspace.patch(p, old.as_str(), new.as_str());
+        let run = || {
+            self.workspace
+                .patch_within(p, old.as_str(), new.as_str(), self.budget.as_deref())
+        };
         self.checked(Access::Write, "patch", p, run, |_| ())
     }
     fn extension(&self, op: RStr<'_>, payload: RStr<'_>) -> RResult<RString, AbiError> {

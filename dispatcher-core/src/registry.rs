@@ -36,6 +36,8 @@ pub(crate) struct Registered {
     pub(crate) validator: InputValidator,
     pub(crate) side_effects: SideEffect,
     pub(crate) inline: bool,
+    /// Tried inline with a file budget first (see [`crate::workspace::InlineBudget`]).
+    pub(crate) inline_when_small: bool,
 }
 
 impl Registered {
@@ -194,6 +196,7 @@ pub(crate) fn prepare_as(
         origin,
         side_effects: def.side_effects,
         inline: def.inline,
+        inline_when_small: def.inline_when_small,
         validator,
         factory,
     })

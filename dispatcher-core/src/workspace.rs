@@ -14,13 +14,26 @@
 //!
 //! Writes go to a temporary file next to the target and are renamed over it, so a reader
 //! sees the old or the new content, never half of it.
+//!
+//! # Small reads without a thread handoff
+//!
+//! A tool declared `inline_when_small` (the built-in `read_file` and `list_dir`) first runs
+//! on the async thread with an [`InlineBudget`]: a read of a regular file of at most
+//! [`INLINE_BYTES`] (64 KiB), a listing of at most [`INLINE_ENTRIES`] (1,024) entries, and
+//! the cheap operations (exists, metadata, delete) run there. Anything bigger, a file that
+//! is not a regular file (a FIFO or a device, opened non-blocking so the open itself never
+//! waits), a write or an append, and everything on a network or FUSE filesystem (checked
+//! once, when the workspace opens) is *over budget*: the operation fails before it does
+//! anything and the host runs the call again on a blocking thread. So the bound is bytes
+//! and entries on a local filesystem, and the worst an inline attempt costs is reading
+//! 64 KiB or 1,024 directory entries from the page cache.
 
 use std::io::{self, Read, Write};
 use std::path::{Component, Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use cap_std::ambient_authority;
-use cap_std::fs::{Dir, OpenOptions};
+use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
 use tool_api::ToolError;
 
 /// A file operation that failed. Messages name the path as the tool gave it.
@@ -67,6 +80,16 @@ pub enum FsError {
         path: String,
         /// What is wrong.
         why: &'static str,
+    },
+    /// The operation is too big for an inline attempt; the host runs the call off-thread.
+    #[error(
+        "'{path}': {what} is over the inline budget; the host runs the call on a blocking thread"
+    )]
+    OverBudget {
+        /// The path as given.
+        path: String,
+        /// What was too big.
+        what: &'static str,
     },
     /// Any other OS error.
     #[error("cannot access '{path}': {source}")]
@@ -120,12 +143,71 @@ impl From<FsError> for ToolError {
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// The largest regular file an inline attempt reads (64 KiB).
+pub const INLINE_BYTES: u64 = 64 * 1024;
+
+/// The most directory entries an inline attempt lists (1,024).
+pub const INLINE_ENTRIES: usize = 1024;
+
+/// Marks an inline attempt: operations over its limits fail with [`FsError::OverBudget`]
+/// and record that they did, so the host reruns the call off-thread.
+#[derive(Debug, Default)]
+pub struct InlineBudget {
+    exceeded: AtomicBool,
+}
+
+impl InlineBudget {
+    /// Whether an operation went over the budget.
+    pub fn exceeded(&self) -> bool {
+        self.exceeded.load(Ordering::Relaxed)
+    }
+
+    /// Refuses an operation an inline attempt must not do (a write).
+    pub fn refuse(&self, path: &str, what: &'static str) -> FsError {
+        self.over(path, what)
+    }
+
+    fn over(&self, path: &str, what: &'static str) -> FsError {
+        self.exceeded.store(true, Ordering::Relaxed);
+        FsError::OverBudget {
+            path: path.into(),
+            what,
+        }
+    }
+}
+
+/// Filesystems where even a small operation may wait on the network: no inline attempts.
+fn is_remote_filesystem(root: &Path) -> bool {
+    // NFS, SMB/CIFS (three magics), FUSE, 9p, Ceph, AFS, Coda, GFS2, OCFS2, Lustre.
+    const REMOTE: [u64; 12] = [
+        0x6969,
+        0x517b,
+        0xff53_4d42,
+        0xfe53_4d42,
+        0x6573_5546,
+        0x0102_1997,
+        0x00c3_6400,
+        0x5346_414f,
+        0x7375_7245,
+        0x0116_1970,
+        0x7461_636f,
+        0x0bd0_0bd0,
+    ];
+    match rustix::fs::statfs(root) {
+        #[allow(clippy::unnecessary_cast)]
+        Ok(fs) => REMOTE.contains(&(fs.f_type as u64)),
+        Err(_) => true,
+    }
+}
+
 /// A session's workspace: its root directory, opened once, and the file API over it.
 pub struct Workspace {
     dir: Dir,
     root: PathBuf,
     given_root: PathBuf,
     root_str: String,
+    /// On a local filesystem: small operations may run inline.
+    local: bool,
 }
 
 impl std::fmt::Debug for Workspace {
@@ -143,12 +225,19 @@ impl Workspace {
         let root = std::fs::canonicalize(&given_root)?;
         let dir = Dir::open_ambient_dir(&root, ambient_authority())?;
         let root_str = root.to_string_lossy().into_owned();
+        let local = !is_remote_filesystem(&root);
         Ok(Workspace {
             dir,
             root,
             given_root,
             root_str,
+            local,
         })
+    }
+
+    /// Whether small file operations may run inline here (a local filesystem).
+    pub fn allows_inline(&self) -> bool {
+        self.local
     }
 
     /// The canonical absolute root.
@@ -211,7 +300,9 @@ impl Workspace {
     pub fn check(&self, path: &str) -> Result<PathBuf, FsError> {
         let rel = self.resolve(path)?;
         for ancestor in rel.ancestors().filter(|a| !a.as_os_str().is_empty()) {
-            match self.dir.canonicalize(ancestor) {
+            // A confined stat resolves the path as an open does: it fails if the path
+            // leads outside, and costs one resolution (no /proc readlink).
+            match self.dir.metadata(ancestor) {
                 Ok(_) => break,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(FsError::from_io(path, e)),
@@ -237,17 +328,62 @@ impl Workspace {
 
     /// Reads a UTF-8 file.
     pub fn read(&self, path: &str) -> Result<String, FsError> {
-        let bytes = self.read_bytes(path)?;
+        self.read_within(path, None)
+    }
+
+    /// Reads a UTF-8 file, within `budget` if given.
+    pub fn read_within(
+        &self,
+        path: &str,
+        budget: Option<&InlineBudget>,
+    ) -> Result<String, FsError> {
+        let bytes = self.read_bytes_within(path, budget)?;
         String::from_utf8(bytes).map_err(|_| FsError::NotUtf8 { path: path.into() })
     }
 
     /// Reads a file's bytes.
     pub fn read_bytes(&self, path: &str) -> Result<Vec<u8>, FsError> {
+        self.read_bytes_within(path, None)
+    }
+
+    /// Reads a file's bytes, within `budget` if given: then only a regular file of at most
+    /// [`INLINE_BYTES`], opened non-blocking.
+    pub fn read_bytes_within(
+        &self,
+        path: &str,
+        budget: Option<&InlineBudget>,
+    ) -> Result<Vec<u8>, FsError> {
         let rel = self.resolve(path)?;
-        let mut file = self.dir.open(&rel).map_err(|e| self.io_error(path, e))?;
+        let io_err = |e| self.io_error(path, e);
+        let mut file = match budget {
+            None => self.dir.open(&rel).map_err(io_err)?,
+            Some(budget) => {
+                let mut options = OpenOptions::new();
+                options.read(true);
+                #[allow(clippy::cast_possible_wrap)]
+                options.custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32);
+                let file = self.dir.open_with(&rel, &options).map_err(io_err)?;
+                let meta = file.metadata().map_err(io_err)?;
+                if !meta.is_file() {
+                    return Err(budget.over(path, "a file that is not a regular file"));
+                }
+                if meta.len() > INLINE_BYTES {
+                    return Err(budget.over(path, "a file over 64 KiB"));
+                }
+                // Reserved to the size just read, so no second stat; a file that grew since
+                // is over the budget after all.
+                let mut buf = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0) + 1);
+                file.take(INLINE_BYTES + 1)
+                    .read_to_end(&mut buf)
+                    .map_err(io_err)?;
+                if buf.len() as u64 > INLINE_BYTES {
+                    return Err(budget.over(path, "a file over 64 KiB"));
+                }
+                return Ok(buf);
+            }
+        };
         let mut buf = Vec::new();
-        file.read_to_end(&mut buf)
-            .map_err(|e| self.io_error(path, e))?;
+        file.read_to_end(&mut buf).map_err(io_err)?;
         Ok(buf)
     }
 
@@ -364,10 +500,25 @@ impl Workspace {
 
     /// The entry names of a directory, sorted; directories end with `/`.
     pub fn list(&self, path: &str) -> Result<Vec<String>, FsError> {
+        self.list_within(path, None)
+    }
+
+    /// The entry names of a directory, within `budget` if given (at most
+    /// [`INLINE_ENTRIES`]).
+    pub fn list_within(
+        &self,
+        path: &str,
+        budget: Option<&InlineBudget>,
+    ) -> Result<Vec<String>, FsError> {
         let rel = self.resolve(path)?;
         let io_err = |e| self.io_error(path, e);
         let mut names = Vec::new();
         for entry in self.dir.read_dir(&rel).map_err(io_err)? {
+            if let Some(budget) = budget
+                && names.len() == INLINE_ENTRIES
+            {
+                return Err(budget.over(path, "a directory of over 1,024 entries"));
+            }
             let entry = entry.map_err(io_err)?;
             let mut name = entry.file_name().to_string_lossy().into_owned();
             if entry.file_type().map_err(io_err)?.is_dir() {
@@ -396,6 +547,21 @@ impl Workspace {
     /// Replaces the single occurrence of `old` with `new`, atomically. Zero or several
     /// occurrences leave the file untouched and say how many there were.
     pub fn patch(&self, path: &str, old: &str, new: &str) -> Result<(), FsError> {
+        self.patch_within(path, old, new, None)
+    }
+
+    /// [`Workspace::patch`]; an inline attempt never writes (a write syncs to disk), so
+    /// with a budget it is over it before it reads anything.
+    pub fn patch_within(
+        &self,
+        path: &str,
+        old: &str,
+        new: &str,
+        budget: Option<&InlineBudget>,
+    ) -> Result<(), FsError> {
+        if let Some(budget) = budget {
+            return Err(budget.over(path, "a write"));
+        }
         if old.is_empty() {
             return Err(FsError::PatchMatches {
                 path: path.into(),

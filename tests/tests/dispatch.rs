@@ -671,3 +671,136 @@ async fn a_tools_file_access_is_bounded_by_its_declared_class() {
     })
     .await;
 }
+
+/// A dispatcher with the built-ins and an inline no-op, over a fresh workspace.
+fn with_inline_noop() -> Fixture {
+    let d = Dispatcher::builder().policy(common::allow_all()).build();
+    builtins(&d);
+    d.register(tool_api::testing::noop(
+        ToolDefinition::new("nop", "No-op.", SideEffect::None, json!({"type": "object"})).inline(),
+    ))
+    .unwrap();
+    Fixture::new(d)
+}
+
+#[tokio::test]
+async fn a_read_that_blocks_does_not_hold_up_a_concurrent_inline_call() {
+    let fx = with_inline_noop();
+    // A FIFO: opening it for reading waits for a writer, like a slow filesystem.
+    let fifo = fx.path("slow.fifo");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    // If the read blocked this (single-threaded) runtime, this unblocks it after 5 s, and
+    // the inline call then comes too late: a failure, not a hang.
+    let watchdog_fifo = fifo.clone();
+    let fired = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watchdog_fired = fired.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(5));
+        watchdog_fired.store(true, std::sync::atomic::Ordering::SeqCst);
+        feed_fifo(&watchdog_fifo, b"watchdog");
+    });
+    // However the test ends, a read still waiting is released (or the runtime never ends).
+    struct Release(std::path::PathBuf);
+    impl Drop for Release {
+        fn drop(&mut self) {
+            feed_fifo(&self.0, b"released");
+        }
+    }
+    let release = Release(fifo.clone());
+    let d = fx.dispatcher.clone();
+    let session = fx.session.clone();
+    let slow = tokio::spawn(async move {
+        d.dispatch(
+            ToolUse::new("tu_slow", "read_file", json!({"path": "slow.fifo"})),
+            &session,
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let quick = fx
+        .dispatcher
+        .dispatch(ToolUse::new("tu_quick", "nop", json!({})), &fx.session)
+        .await;
+    assert!(!quick.is_error(), "{quick:?}");
+    assert!(
+        !fired.load(std::sync::atomic::Ordering::SeqCst),
+        "the inline call had to wait for the blocked read"
+    );
+    assert!(!slow.is_finished(), "the read still waits for its writer");
+    feed_fifo(&fifo, b"through the pipe");
+    let slow = slow.await.unwrap();
+    assert_eq!(slow.text(), "through the pipe");
+    std::mem::forget(release);
+}
+
+#[tokio::test]
+async fn reads_and_listings_over_the_inline_budget_run_off_thread_with_one_set_of_events() {
+    let fx = with_inline_noop();
+    let big: String = (1..=20_000).map(|i| format!("line {i}\n")).collect();
+    assert!(big.len() as u64 > dispatcher_core::workspace::INLINE_BYTES);
+    fx.write("big.txt", &big);
+    for i in 0..1500 {
+        fx.write(&format!("many/f{i:04}"), "");
+    }
+    let mut events = fx.session.subscribe();
+    let r = fx
+        .dispatcher
+        .dispatch(
+            ToolUse::new(
+                "tu",
+                "read_file",
+                json!({"path": "big.txt", "offset": 19_999, "limit": 2}),
+            ),
+            &fx.session,
+        )
+        .await;
+    assert_eq!(r.text(), "line 19999\nline 20000");
+    let kinds: Vec<String> = drain(&mut events)
+        .iter()
+        .map(|e| e.kind.name().to_string())
+        .collect();
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "tool.called").count(),
+        1,
+        "{kinds:?}"
+    );
+    let listed = fx
+        .dispatcher
+        .dispatch(
+            ToolUse::new("tu2", "list_dir", json!({"path": "many"})),
+            &fx.session,
+        )
+        .await;
+    assert_eq!(listed.text().lines().count(), 1500);
+    let small = fx
+        .dispatcher
+        .dispatch(
+            ToolUse::new("tu3", "read_file", json!({"path": "many/f0001"})),
+            &fx.session,
+        )
+        .await;
+    assert!(!small.is_error(), "{small:?}");
+}
+
+/// Writes to a FIFO if a reader waits on it (trying for up to 2 s).
+fn feed_fifo(fifo: &std::path::Path, bytes: &[u8]) {
+    use std::os::unix::fs::OpenOptionsExt;
+    for _ in 0..200 {
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+            .open(fifo)
+        {
+            let _ = std::io::Write::write_all(&mut f, bytes);
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

@@ -156,6 +156,11 @@ pub struct ToolDefinition {
     /// See [`crate::Tool`] for the rule.
     #[serde(default)]
     pub inline: bool,
+    /// Small file work: the host first runs the call on its async worker with a file
+    /// budget, and runs it again on a blocking thread if the tool touches more than the
+    /// budget allows (tool-api 1.3; see [`ToolDefinition::inline_when_small`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inline_when_small: bool,
     /// Names of top-level input properties that hold workspace paths (a string or an array
     /// of strings). The host checks them against the workspace before asking the user or
     /// running the tool, and shows them as the projected impact of a `write` tool.
@@ -183,6 +188,7 @@ impl ToolDefinition {
             concurrency_safe: None,
             requires_capability: None,
             inline: false,
+            inline_when_small: false,
             path_params: Vec::new(),
             interrupt: InterruptBehavior::Cancel,
         }
@@ -191,6 +197,32 @@ impl ToolDefinition {
     /// Marks the tool inline (pure and quick; see [`crate::Tool`]).
     pub fn inline(mut self) -> Self {
         self.inline = true;
+        self
+    }
+
+    /// Marks a tool whose work is file access that is usually small, like reading a source
+    /// file or listing a directory (tool-api 1.3). The host first runs the call on its async
+    /// worker, without a thread handoff, with a budget: reading a regular file of up to
+    /// 64 KiB, listing up to 1,024 entries, `exists` and `metadata` are within it; a bigger
+    /// file, a FIFO or device, a bigger directory, any write, append or patch, and any file
+    /// access on a network filesystem are not. The first operation over the budget fails,
+    /// and the host discards that attempt and runs the call again from the start on a
+    /// blocking thread (with its timeout and cancellation).
+    ///
+    /// So the tool must be safe to run twice up to its first file operation that can go over
+    /// the budget: do nothing else with side effects before it (no process, no network,
+    /// no live output that matters). Hosts older than 1.3, and isolated plugins, run such a
+    /// tool on a blocking thread as usual.
+    ///
+    /// ```
+    /// # use tool_api::*;
+    /// # use serde_json::json;
+    /// let def = ToolDefinition::new("cat", "Print a file.", SideEffect::Read, json!({"type": "object"}))
+    ///     .inline_when_small();
+    /// assert!(def.inline_when_small && !def.inline);
+    /// ```
+    pub fn inline_when_small(mut self) -> Self {
+        self.inline_when_small = true;
         self
     }
 

@@ -91,7 +91,8 @@
 //!   on by default), [`check_plugin!`] and [`testing::check_plugin`], the schema subset
 //!   check in [`schema`] ([`ToolDefinition::check`]), [`fs_error`] (one wording of file
 //!   errors for every host), [`testing::noop`]; [`export_plugin!`]'s expansion carries its
-//!   own `unsafe_code` allow.
+//!   own `unsafe_code` allow; [`ToolDefinition::inline_when_small`] (small file work
+//!   without a thread handoff; an older host ignores it and runs the tool off-thread).
 //!
 //! Minor releases add optional fields to [`ToolDefinition`]: build one with
 //! [`ToolDefinition::new`] and its setters (or `..ToolDefinition::new(…)` in a struct
