@@ -490,7 +490,7 @@ async fn serve_mcp(sources: &Sources<'_>, args: &SessionArgs) -> Result<ExitCode
     );
     tracing::info!(workspace = %args.workspace.display(), "MCP server on stdio");
     let (eof_tx, eof_rx) = tokio::sync::oneshot::channel();
-    let stdin = mcp_server::EofNotify::new(tokio::io::stdin(), eof_tx);
+    let stdin = mcp_server::EofNotify::new(protocol_stdin(), eof_tx);
     let on_eof = {
         let dispatcher = dispatcher.clone();
         tokio::spawn(async move {
@@ -572,13 +572,50 @@ async fn shutdown_signal() -> Shutdown {
     }
 }
 
+type ProtocolReader = Box<dyn tokio::io::AsyncRead + Send + Unpin>;
+type ProtocolWriter = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
+
+/// The protocol's input. A pipe (how MCP clients start servers) or a socket is read by the
+/// runtime's event loop; anything else (a terminal, a file) through tokio's stdin, which
+/// reads on a blocking thread. The event loop saves two thread handoffs per message.
+fn protocol_stdin() -> ProtocolReader {
+    let dup = rustix::io::dup(std::io::stdin()).map_err(std::io::Error::from);
+    let async_fd = dup.and_then(|fd| {
+        let file = std::fs::File::from(fd);
+        match file.metadata()?.file_type() {
+            t if std::os::unix::fs::FileTypeExt::is_fifo(&t) => {
+                let pipe = tokio::net::unix::pipe::Receiver::from_file(file)?;
+                Ok(Box::new(pipe) as ProtocolReader)
+            }
+            t if std::os::unix::fs::FileTypeExt::is_socket(&t) => {
+                let socket = std::os::unix::net::UnixStream::from(std::os::fd::OwnedFd::from(file));
+                socket.set_nonblocking(true)?;
+                Ok(Box::new(tokio::net::UnixStream::from_std(socket)?) as ProtocolReader)
+            }
+            _ => Err(std::io::ErrorKind::Unsupported.into()),
+        }
+    });
+    async_fd.unwrap_or_else(|_| Box::new(tokio::io::stdin()))
+}
+
 /// The protocol's own copy of stdout. File descriptor 1 then points at stderr, so nothing
 /// a tool, a plugin or a library prints (whatever its copy of `std`) can reach the client
-/// as a frame: it lands in the log stream instead.
-fn protocol_stdout() -> std::io::Result<tokio::fs::File> {
-    let protocol = rustix::io::dup(std::io::stdout())?;
+/// as a frame: it lands in the log stream instead. A pipe or socket is written by the
+/// event loop (as for [`protocol_stdin`]); anything else through a blocking thread.
+fn protocol_stdout() -> std::io::Result<ProtocolWriter> {
+    let protocol = std::fs::File::from(rustix::io::dup(std::io::stdout())?);
     rustix::stdio::dup2_stdout(std::io::stderr())?;
-    Ok(tokio::fs::File::from_std(std::fs::File::from(protocol)))
+    let file_type = protocol.metadata()?.file_type();
+    if std::os::unix::fs::FileTypeExt::is_fifo(&file_type) {
+        let pipe = tokio::net::unix::pipe::Sender::from_file(protocol)?;
+        return Ok(Box::new(pipe));
+    }
+    if std::os::unix::fs::FileTypeExt::is_socket(&file_type) {
+        let socket = std::os::unix::net::UnixStream::from(std::os::fd::OwnedFd::from(protocol));
+        socket.set_nonblocking(true)?;
+        return Ok(Box::new(tokio::net::UnixStream::from_std(socket)?));
+    }
+    Ok(Box::new(tokio::fs::File::from_std(protocol)))
 }
 
 fn list(dispatcher: &Dispatcher, session: &Session, as_json: bool) {

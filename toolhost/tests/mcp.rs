@@ -518,3 +518,48 @@ fn sigint_to_serve_stops_running_commands_and_workers_and_leaves_no_process() {
     }
     drop(stdin);
 }
+
+#[test]
+fn serve_answers_requests_from_a_file_into_a_file() {
+    // Neither a pipe nor a socket: the blocking-thread fallback for stdin and stdout.
+    let ws = workspace();
+    let requests = ws.path().join("requests.jsonl");
+    std::fs::write(
+        &requests,
+        concat!(
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    let answers = ws.path().join("answers.jsonl");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .args(["serve", "--mcp", "--workspace"])
+        .arg(ws.path())
+        .current_dir(ws.path())
+        .env("XDG_CONFIG_HOME", ws.path().join(".no-config"))
+        .stdin(std::fs::File::open(&requests).unwrap())
+        .stdout(std::fs::File::create(&answers).unwrap())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "{status}");
+    let text = std::fs::read_to_string(&answers).unwrap();
+    let frames: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(frames.len(), 2, "{text}");
+    assert!(
+        frames[1]["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "read_file"),
+        "{text}"
+    );
+}
