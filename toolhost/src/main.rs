@@ -139,11 +139,17 @@ fn main() -> ExitCode {
         };
     }
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    // `serve` answers one client: its requests, their tools' inline work and the protocol
+    // I/O all run on one thread, so no message waits for a wake-up on another core (tools
+    // that block still run on the blocking pool). The other commands run one call.
+    let mut builder = if matches!(cli.command, Command::Serve { .. }) {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(2);
+        b
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("toolhost: cannot start the async runtime: {e}");
