@@ -2,7 +2,9 @@
 //!
 //! (a) an inline no-op `none` tool with a 3-property schema, one event subscriber attached;
 //! (b) the same tool on the blocking path; (c) `dispatch_batch` of 4 and 64 such calls;
-//! (d) `read_file` of a 4 KB file. Target for (a): at most 1 µs median.
+//! (d) `read_file` of a 4 KB file, (e) `list_dir` of 20 entries, both inline within the file
+//! budget, and (f) `write_file` of 4 KB (off-thread: a write syncs to disk). Target for
+//! (a): at most 1 µs median.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
@@ -38,11 +40,15 @@ fn benches(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
+    // Writes are auto-approved, so write_file measures the write, not a prompt.
+    let policy: dispatcher_core::ConfirmationPolicy =
+        toml::from_str(r#"default = { write = "auto" }"#).unwrap();
     let dispatcher = Dispatcher::builder()
         .config(dispatcher_core::DispatcherConfig {
             max_concurrency: 64,
             ..Default::default()
         })
+        .policy(policy)
         .build();
     dispatcher
         .register(tool_api::testing::noop(noop_definition("noop", true)))
@@ -58,6 +64,10 @@ fn benches(c: &mut Criterion) {
     }
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("4k.txt"), "x".repeat(4096)).unwrap();
+    std::fs::create_dir(dir.path().join("twenty")).unwrap();
+    for i in 0..20 {
+        std::fs::write(dir.path().join(format!("twenty/f{i:02}.txt")), "").unwrap();
+    }
     let session = dispatcher
         .open_session(SessionSpec::new("bench", dir.path()))
         .unwrap();
@@ -90,6 +100,27 @@ fn benches(c: &mut Criterion) {
     group.bench_function("d_read_file_4k", |b| {
         b.to_async(&rt).iter_batched(
             || ToolUse::new("toolu_bench", "read_file", json!({"path": "4k.txt"})),
+            |tu| dispatcher.dispatch(tu, &session),
+            BatchSize::SmallInput,
+        )
+    });
+    group.bench_function("e_list_dir_20", |b| {
+        b.to_async(&rt).iter_batched(
+            || ToolUse::new("toolu_bench", "list_dir", json!({"path": "twenty"})),
+            |tu| dispatcher.dispatch(tu, &session),
+            BatchSize::SmallInput,
+        )
+    });
+    let content = "y".repeat(4096);
+    group.bench_function("f_write_file_4k", |b| {
+        b.to_async(&rt).iter_batched(
+            || {
+                ToolUse::new(
+                    "toolu_bench",
+                    "write_file",
+                    json!({"path": "out.txt", "content": content}),
+                )
+            },
             |tu| dispatcher.dispatch(tu, &session),
             BatchSize::SmallInput,
         )
