@@ -53,6 +53,7 @@
 //! built from the same code, which keeps host and worker on one protocol version.
 
 mod adapter;
+pub mod digest;
 pub mod error;
 pub mod isolated;
 pub mod library;
@@ -66,6 +67,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use digest::Digests;
 use dispatcher_core::Dispatcher;
 use tool_api::SideEffect;
 
@@ -292,19 +294,23 @@ impl PluginHost {
     }
 
     /// Scans every directory and registers the tools of every good package.
+    ///
+    /// The checks before opening (hashing, above all) and the opening itself (a worker's
+    /// start-up, a library's load) run in parallel across packages; registration runs in
+    /// directory order, so which of two clashing packages is refused does not depend on
+    /// timing. Digests of unchanged files are remembered in the cache directory
+    /// ([`digest`]).
     pub fn load_into(&self, dispatcher: &Dispatcher) -> LoadReport {
-        let mut report = LoadReport::default();
-        // First what can be checked without opening a library, for every package, so that
-        // of two versions of one plugin only the newest is opened (copies of one version
-        // load, or clash, as any two packages do).
-        let mut checked: Vec<(PathBuf, Preflighted)> = Vec::new();
+        let digests = Digests::load(self.cache_dir.join(DIGESTS_FILE));
+        let mut found: Vec<(PathBuf, Result<package::Found, Refusal>)> = Vec::new();
         for dir in &self.dirs {
             match package::discover(dir) {
-                Ok(found) => checked.extend(found.iter().map(|item| {
-                    let path = item.path().to_path_buf();
-                    (path, self.folder(item).and_then(|f| self.checked(&f)))
-                })),
-                Err(e) => checked.push((
+                Ok(items) => found.extend(
+                    items
+                        .into_iter()
+                        .map(|item| (item.path().to_path_buf(), Ok(item))),
+                ),
+                Err(e) => found.push((
                     dir.clone(),
                     Err(Refusal::Directory {
                         detail: e.to_string(),
@@ -312,35 +318,51 @@ impl PluginHost {
                 )),
             }
         }
+        // First what can be checked without opening a library, for every package, so that
+        // of two versions of one plugin only the newest is opened (copies of one version
+        // load, or clash, as any two packages do).
+        let checked: Vec<Preflighted> = in_parallel(&found, |(_, item)| {
+            item.clone()
+                .and_then(|item| self.folder(&item, &digests))
+                .and_then(|folder| self.checked(&folder, &digests))
+        });
+        digests.save();
         let newest = |name: &str| {
-            checked
+            found
                 .iter()
-                .filter_map(|(p, r)| r.as_ref().ok().map(|c| (p, &c.manifest)))
+                .zip(&checked)
+                .filter_map(|((p, _), r)| r.as_ref().ok().map(|c| (p, &c.manifest)))
                 .filter(|(_, m)| m.name == name)
                 .max_by(|a, b| a.1.version.cmp(&b.1.version))
                 .map(|(p, m)| (p.clone(), m.version.to_string()))
         };
-        let mut outcomes = Vec::new();
-        for (path, checked_ok) in &checked {
-            let outcome = match checked_ok {
-                Err(refusal) => Outcome::Refused(refusal.clone()),
+        let to_open: Vec<Result<&Checked, Refusal>> = checked
+            .iter()
+            .map(|checked_ok| match checked_ok {
+                Err(refusal) => Err(refusal.clone()),
                 Ok(package) => match newest(&package.manifest.name) {
                     Some((newer_path, newer)) if newer != package.manifest.version.to_string() => {
-                        Outcome::Refused(Refusal::Superseded {
+                        Err(Refusal::Superseded {
                             name: package.manifest.name.clone(),
                             version: package.manifest.version.to_string(),
                             newer,
                             newer_path: newer_path.display().to_string(),
                         })
                     }
-                    _ => self
-                        .load_checked(package, dispatcher, &mut report.workers)
-                        .unwrap_or_else(Outcome::Refused),
+                    _ => Ok(package),
                 },
-            };
-            outcomes.push((path.clone(), outcome));
-        }
-        for (path, outcome) in outcomes {
+            })
+            .collect();
+        let opened: Vec<Result<Opened, Refusal>> = in_parallel(&to_open, |package| {
+            package.clone().and_then(|p| self.open(p))
+        });
+        let mut report = LoadReport::default();
+        for (((path, _), package), opened) in found.into_iter().zip(to_open).zip(opened) {
+            let outcome = package
+                .and_then(|package| {
+                    opened.and_then(|o| self.register(package, o, dispatcher, &mut report.workers))
+                })
+                .unwrap_or_else(Outcome::Refused);
             match &outcome {
                 Outcome::Loaded { name, tools, .. } => {
                     tracing::info!(plugin = %name, tools = tools.len(), path = %path.display(), "plugin loaded")
@@ -355,20 +377,21 @@ impl PluginHost {
     }
 
     /// Preflight, then the signature: everything decided before a library is opened.
-    fn checked(&self, folder: &Path) -> Result<Checked, Refusal> {
-        let (manifest, library) = preflight_files(folder)?;
+    fn checked(&self, folder: &Path, digests: &Digests) -> Result<Checked, Refusal> {
+        let (manifest, library) = preflight_files(folder, digests)?;
         let name = manifest.name.clone();
-        let signed_by = match trust::verify(folder, &manifest.library, &self.trusted_keys) {
-            Verdict::Trusted(key) => Some(key),
-            Verdict::Unsigned if self.require_signatures => {
-                return Err(Refusal::Unsigned { name });
-            }
-            Verdict::Unsigned => None,
-            Verdict::Untrusted(_) if !self.require_signatures => None,
-            Verdict::Untrusted(detail) | Verdict::Bad(detail) => {
-                return Err(Refusal::BadSignature { name, detail });
-            }
-        };
+        let signed_by =
+            match trust::verify_with(folder, &manifest.library, &self.trusted_keys, digests) {
+                Verdict::Trusted(key) => Some(key),
+                Verdict::Unsigned if self.require_signatures => {
+                    return Err(Refusal::Unsigned { name });
+                }
+                Verdict::Unsigned => None,
+                Verdict::Untrusted(_) if !self.require_signatures => None,
+                Verdict::Untrusted(detail) | Verdict::Bad(detail) => {
+                    return Err(Refusal::BadSignature { name, detail });
+                }
+            };
         let isolation = match self
             .per_plugin
             .get(&name)
@@ -393,31 +416,37 @@ impl PluginHost {
         })
     }
 
-    /// Opens a checked package's library (here or in its worker), compares it with its
-    /// manifest and registers its tools.
-    fn load_checked(
+    /// Opens a checked package's library: here, or by starting its worker.
+    fn open(&self, package: &Checked) -> Result<Opened, Refusal> {
+        match (package.isolation, &self.worker) {
+            (Isolation::Process, Some(settings)) => {
+                PluginWorker::start(&package.manifest.name, &package.library, settings)
+                    .map(|(worker, inspection)| Opened::Isolated(worker, inspection))
+            }
+            (Isolation::Process, None) => Err(Refusal::NoWorker {
+                name: package.manifest.name.clone(),
+            }),
+            _ => library::open(&package.library).map(Opened::InProcess),
+        }
+    }
+
+    /// Compares an opened library with its manifest and registers its tools.
+    fn register(
         &self,
         package: &Checked,
+        opened: Opened,
         dispatcher: &Dispatcher,
         workers: &mut Vec<Arc<PluginWorker>>,
     ) -> Result<Outcome, Refusal> {
         let manifest = &package.manifest;
-        let registered = match (package.isolation, &self.worker) {
-            (Isolation::Process, Some(settings)) => {
-                let (worker, inspection) =
-                    PluginWorker::start(&manifest.name, &package.library, settings)?;
+        let registered = match opened {
+            Opened::Isolated(worker, inspection) => {
                 compare_inspection(manifest, &inspection, false)?;
                 let registered = register_isolated(&inspection, &worker, dispatcher)?;
                 workers.push(worker);
                 registered
             }
-            (Isolation::Process, None) => {
-                return Err(Refusal::NoWorker {
-                    name: manifest.name.clone(),
-                });
-            }
-            _ => {
-                let lib = library::open(&package.library)?;
+            Opened::InProcess(lib) => {
                 compare(manifest, &lib)?;
                 register_library(&lib, dispatcher)?
             }
@@ -440,12 +469,15 @@ impl PluginHost {
     }
 
     /// The folder of a found package (an archive is unpacked into the cache).
-    fn folder(&self, item: &package::Found) -> Result<PathBuf, Refusal> {
+    fn folder(&self, item: &package::Found, digests: &Digests) -> Result<PathBuf, Refusal> {
         match item {
-            package::Found::Archive(archive) => package::unpack_cached(archive, &self.cache_dir)
-                .map_err(|e| Refusal::Archive {
-                    detail: e.to_string(),
-                }),
+            package::Found::Archive(archive) => {
+                package::unpack_cached_with(archive, &self.cache_dir, digests).map_err(|e| {
+                    Refusal::Archive {
+                        detail: e.to_string(),
+                    }
+                })
+            }
             package::Found::Folder(path) if path.is_dir() => Ok(path.clone()),
             package::Found::Folder(path) => Err(Refusal::NotAPackage {
                 detail: format!(
@@ -469,10 +501,42 @@ struct Checked {
 /// A checked package, or why it was refused before its library was opened.
 type Preflighted = Result<Checked, Refusal>;
 
+/// A package's library, opened.
+enum Opened {
+    InProcess(Library),
+    Isolated(Arc<PluginWorker>, Inspection),
+}
+
+/// The file in the cache directory that remembers digests ([`digest`]).
+pub const DIGESTS_FILE: &str = "digests.json";
+
+/// `f` over `items` on up to four threads (one per core), results in order.
+fn in_parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(4)
+        .min(items.len());
+    if threads <= 1 {
+        return items.iter().map(f).collect();
+    }
+    let chunk = items.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let f = &f;
+        let handles: Vec<_> = items
+            .chunks(chunk)
+            .map(|part| scope.spawn(move || part.iter().map(f).collect::<Vec<R>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    })
+}
+
 /// Checks everything that can be checked without running the library's code, for a
 /// package that will load in process (a `panic = "abort"` build is refused).
 pub fn preflight(folder: &Path) -> Result<(Manifest, PathBuf), Refusal> {
-    let (manifest, library) = preflight_files(folder)?;
+    let (manifest, library) = preflight_files(folder, &Digests::uncached())?;
     if !manifest.unwinds {
         return Err(Refusal::PanicAbort);
     }
@@ -480,7 +544,7 @@ pub fn preflight(folder: &Path) -> Result<(Manifest, PathBuf), Refusal> {
 }
 
 /// The checks of [`preflight`] that hold whatever the isolation.
-fn preflight_files(folder: &Path) -> Result<(Manifest, PathBuf), Refusal> {
+fn preflight_files(folder: &Path, digests: &Digests) -> Result<(Manifest, PathBuf), Refusal> {
     let manifest_path = folder.join(MANIFEST_FILE);
     if !manifest_path.is_file() {
         return Err(Refusal::NotAPackage {
@@ -506,7 +570,7 @@ fn preflight_files(folder: &Path) -> Result<(Manifest, PathBuf), Refusal> {
             library: manifest.library.clone(),
         });
     }
-    let actual = package::sha256_file(&library).map_err(|e| Refusal::LoadFailed {
+    let actual = digests.sha256(&library).map_err(|e| Refusal::LoadFailed {
         path: library.display().to_string(),
         detail: e.to_string(),
     })?;

@@ -113,7 +113,16 @@ pub enum ArchiveError {
 /// `..`-free paths are accepted; the archive is unpacked into a temporary folder and renamed
 /// into place, so an interrupted unpack never leaves a half package in the cache.
 pub fn unpack_cached(archive: &Path, cache: &Path) -> Result<PathBuf, ArchiveError> {
-    let digest = sha256_file(archive)?;
+    unpack_cached_with(archive, cache, &crate::digest::Digests::uncached())
+}
+
+/// [`unpack_cached`], taking the archive's digest from `digests`.
+pub fn unpack_cached_with(
+    archive: &Path,
+    cache: &Path,
+    digests: &crate::digest::Digests,
+) -> Result<PathBuf, ArchiveError> {
+    let digest = digests.sha256(archive)?;
     let target = cache.join(&digest);
     if !target.is_dir() {
         std::fs::create_dir_all(cache)?;

@@ -30,7 +30,7 @@ use base64::engine::general_purpose::STANDARD;
 use ed25519_dalek::{Signature, Signer as _, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
 
-use crate::package::sha256_file;
+use crate::digest::Digests;
 
 /// The file a package's signature is in.
 pub const SIGNATURE_FILE: &str = "plugin.sig";
@@ -158,12 +158,15 @@ pub fn signed_message(manifest_sha256: &str, library_sha256: &str) -> String {
 }
 
 /// The digests of a package folder's manifest and library.
-fn digests(folder: &Path, library: &str) -> Result<(String, String), String> {
+fn digests(folder: &Path, library: &str, cache: &Digests) -> Result<(String, String), String> {
     let manifest = folder.join(crate::manifest::MANIFEST_FILE);
-    let m =
-        sha256_file(&manifest).map_err(|e| format!("cannot read {}: {e}", manifest.display()))?;
+    let m = cache
+        .sha256(&manifest)
+        .map_err(|e| format!("cannot read {}: {e}", manifest.display()))?;
     let lib = folder.join(library);
-    let l = sha256_file(&lib).map_err(|e| format!("cannot read {}: {e}", lib.display()))?;
+    let l = cache
+        .sha256(&lib)
+        .map_err(|e| format!("cannot read {}: {e}", lib.display()))?;
     Ok((m, l))
 }
 
@@ -174,7 +177,7 @@ pub fn sign(folder: &Path, key: &SecretKey) -> Result<PathBuf, String> {
     let manifest =
         crate::manifest::Manifest::parse(&folder.join(crate::manifest::MANIFEST_FILE), &text)
             .map_err(|e| e.to_string())?;
-    let (m, l) = digests(folder, &manifest.library)?;
+    let (m, l) = digests(folder, &manifest.library, &Digests::uncached())?;
     let signature = key.0.sign(signed_message(&m, &l).as_bytes());
     let file = SignatureFile {
         key: key.public(),
@@ -222,6 +225,16 @@ pub fn read_signature(folder: &Path) -> Result<Option<SignatureFile>, String> {
 /// Checks a package folder's signature (reads only the manifest, the library's bytes and
 /// `plugin.sig`; opens nothing).
 pub fn verify(folder: &Path, library: &str, trusted: &[PublicKey]) -> Verdict {
+    verify_with(folder, library, trusted, &Digests::uncached())
+}
+
+/// [`verify`], taking digests from `cache`.
+pub fn verify_with(
+    folder: &Path,
+    library: &str,
+    trusted: &[PublicKey],
+    cache: &Digests,
+) -> Verdict {
     let path = folder.join(SIGNATURE_FILE);
     let file = match read_signature(folder) {
         Ok(Some(file)) => file,
@@ -239,7 +252,7 @@ pub fn verify(folder: &Path, library: &str, trusted: &[PublicKey]) -> Verdict {
         Ok(s) => s,
         Err(e) => return Verdict::Bad(format!("{}: {e}", path.display())),
     };
-    let (m, l) = match digests(folder, library) {
+    let (m, l) = match digests(folder, library, cache) {
         Ok(d) => d,
         Err(e) => return Verdict::Bad(e),
     };
