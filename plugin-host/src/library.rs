@@ -135,12 +135,9 @@ fn refusal(path: &Path, e: LibraryError) -> Refusal {
 /// Opens a library and reads its metadata and definitions. This runs the library's code:
 /// call it only after everything that can be checked without opening it was checked.
 pub fn open(path: &Path) -> Result<Library, Refusal> {
-    // One at a time: the loader serializes `dlopen` anyway, and abi_stable's layout check
-    // is not documented as safe to run concurrently.
-    static OPENING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one_at_a_time = OPENING
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // Safe to call from several threads at once: the dynamic loader serializes `dlopen`,
+    // and abi_stable keeps its layout checker's shared state behind mutexes (so the checks
+    // of several libraries run in parallel).
     let header = lib_header_from_path(path).map_err(|e| refusal(path, e))?;
     let module = header
         .init_root_module::<PluginModRef>()
