@@ -319,7 +319,7 @@ impl Invocation {
         let hook_asked = asked.is_some();
         if let Some(reason) = asked {
             decision.mode = Mode::Prompt;
-            decision.rule = reason;
+            decision.rule = reason.into();
         } else if let (Some(hook), Mode::Prompt) = (allowed_by, decision.mode) {
             if !decision.explicit {
                 tracing::debug!(hook = %hook, rule = %decision.rule, "a pre-use hook allowed the call without a prompt");
@@ -333,7 +333,7 @@ impl Invocation {
             Mode::Auto => Ok((
                 input,
                 DecidedBy::Policy {
-                    rule: decision.rule,
+                    rule: decision.rule.into_owned(),
                 },
             )),
             Mode::Deny => Err(policy_denied(self, &decision.rule)),
@@ -341,7 +341,9 @@ impl Invocation {
                 Ok((input, DecidedBy::Approval))
             }
             Mode::Prompt => {
-                let by = self.confirm(tool, &input, decision.rule).await?;
+                let by = self
+                    .confirm(tool, &input, decision.rule.into_owned())
+                    .await?;
                 Ok((input, by))
             }
         }

@@ -192,7 +192,7 @@ pub struct PolicyDecision {
     /// The mode.
     pub mode: Mode,
     /// The config key that decided, e.g. `tool_confirmation.default.write`.
-    pub rule: String,
+    pub rule: std::borrow::Cow<'static, str>,
     /// The rule names this tool (`tool_confirmation.per_tool.NAME`): what the user said
     /// about exactly this tool, which a pre-use hook's allow does not override.
     pub explicit: bool,
@@ -222,7 +222,7 @@ impl ConfirmationPolicy {
         if let Some(mode) = self.per_tool.get(tool) {
             return PolicyDecision {
                 mode: *mode,
-                rule: format!("tool_confirmation.per_tool.{tool}"),
+                rule: format!("tool_confirmation.per_tool.{tool}").into(),
                 explicit: true,
             };
         }
@@ -231,7 +231,8 @@ impl ConfirmationPolicy {
             if let Some(mode) = self.trusted_workspace_overrides.get(class) {
                 return PolicyDecision {
                     mode,
-                    rule: format!("tool_confirmation.trusted_workspace_overrides.{class_key}"),
+                    rule: format!("tool_confirmation.trusted_workspace_overrides.{class_key}")
+                        .into(),
                     explicit: false,
                 };
             }
@@ -243,9 +244,18 @@ impl ConfirmationPolicy {
                 };
             }
         }
+        // Static text: the common case allocates nothing.
+        let rule = match class {
+            SideEffect::None => "tool_confirmation.default.none",
+            SideEffect::Read => "tool_confirmation.default.read",
+            SideEffect::Write => "tool_confirmation.default.write",
+            SideEffect::Execute => "tool_confirmation.default.execute",
+            SideEffect::Network => "tool_confirmation.default.network",
+        };
+        debug_assert_eq!(rule, format!("tool_confirmation.default.{class_key}"));
         PolicyDecision {
             mode: default,
-            rule: format!("tool_confirmation.default.{class_key}"),
+            rule: rule.into(),
             explicit: false,
         }
     }
