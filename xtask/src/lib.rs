@@ -5,6 +5,9 @@
 //! cargo xtask test                          every test, doctests included
 //! cargo xtask ci                            fmt --check, clippy -D warnings, then test
 //! cargo xtask demo                          package the example plugins, run toolhost over them
+//! cargo xtask bench [--write-readme]        every benchmark and its peers: one table
+//! cargo xtask plugin keygen FILE            a signing key (FILE, FILE.pub)
+//! cargo xtask plugin sign PACKAGE --key FILE    sign a package (plugin.sig)
 //! cargo xtask plugin new NAME [--path DIR]  scaffold a plugin crate (builds and tests as is)
 //! cargo xtask plugin build PATH [--release] build a plugin crate, print its library
 //! cargo xtask plugin package PATH [--out DIR]   check, then -> DIR/NAME-VERSION-TARGET.tar.gz
@@ -16,6 +19,7 @@
 //!
 //! `cargo xtask --help` (at any level) lists the commands and their options.
 
+pub mod bench;
 pub mod demo;
 pub mod plugin;
 pub mod steps;

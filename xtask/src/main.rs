@@ -25,6 +25,13 @@ enum Command {
     Ci,
     /// Package the example plugins and run toolhost over them.
     Demo,
+    /// Run every benchmark and the peers its targets compare with (installed under
+    /// target/peers), then print one table: figure, measured, target, pass/fail.
+    Bench {
+        /// Also replace the README's performance table with the result.
+        #[arg(long)]
+        write_readme: bool,
+    },
     /// Create, build, package, verify and install plugins.
     #[command(subcommand)]
     Plugin(PluginCommand),
@@ -156,6 +163,7 @@ fn main() -> ExitCode {
         Command::Test => xtask::test(),
         Command::Ci => xtask::ci(),
         Command::Demo => xtask::demo::demo(),
+        Command::Bench { write_readme } => xtask::bench::bench(write_readme),
         Command::Plugin(command) => plugin_command(command),
         Command::Inspect { library } => return child(plugin::inspect_here(&library)),
         Command::Verify { package } => return child(plugin::verify_here(&package)),

