@@ -164,21 +164,29 @@ pub(crate) fn now_ms() -> u64 {
 #[derive(Debug, Clone)]
 pub(crate) struct EventChannel {
     tx: broadcast::Sender<Arc<ToolEvent>>,
+    /// Whether anyone ever subscribed: until then a call takes no lock for its events
+    /// (asking the channel how many receivers it has takes its lock).
+    ever_subscribed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl EventChannel {
     pub(crate) fn new() -> Self {
         EventChannel {
             tx: broadcast::channel(EVENT_BUFFER).0,
+            ever_subscribed: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         }
     }
 
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<Arc<ToolEvent>> {
+        self.ever_subscribed
+            .store(true, std::sync::atomic::Ordering::Release);
         self.tx.subscribe()
     }
 
     pub(crate) fn has_subscribers(&self) -> bool {
-        self.tx.receiver_count() > 0
+        self.ever_subscribed
+            .load(std::sync::atomic::Ordering::Acquire)
+            && self.tx.receiver_count() > 0
     }
 
     pub(crate) fn send(&self, event: Arc<ToolEvent>) {
@@ -223,15 +231,20 @@ pub(crate) fn publish(
     call: &Arc<CallHeader>,
     kind: EventKind,
 ) {
-    if observer.is_none() && !session.has_subscribers() && !global.has_subscribers() {
+    let (to_session, to_global) = (session.has_subscribers(), global.has_subscribers());
+    if observer.is_none() && !to_session && !to_global {
         return;
     }
     let event = Arc::new(ToolEvent::new(call.clone(), kind));
     if let Some(observer) = observer {
         let _ = observer.try_send(event.clone());
     }
-    session.send(event.clone());
-    global.send(event);
+    if to_session {
+        session.send(event.clone());
+    }
+    if to_global {
+        global.send(event);
+    }
 }
 
 /// Where the events of a call that runs on another thread go (its live output): owned

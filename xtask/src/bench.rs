@@ -200,6 +200,9 @@ pub fn bench(write_readme: bool) -> Result {
         "plugin benches",
         cargo().args(["bench", "-p", "toolhost-tests", "--bench", "plugins"]),
     )?;
+    announce("scaling bench (1, 4, 16, 64 sessions; RSS after 10k and 1M dispatches)");
+    let scale = output(cargo().args(["bench", "-p", "dispatcher-core", "--bench", "scale"]))
+        .unwrap_or_default();
     announce("MCP round trip bench");
     let roundtrip = output(cargo().args(["bench", "-p", "toolhost", "--bench", "mcp_roundtrip"]))
         .unwrap_or_default();
@@ -301,6 +304,38 @@ pub fn bench(write_readme: bool) -> Result {
         "scheduler: 64 mixed calls streamed into a Batch",
         criterion_us("schedule", "streamed_batch_64"),
     ));
+    let per_call: Vec<(usize, Option<f64>)> = [1usize, 4, 16, 64]
+        .iter()
+        .map(|n| (*n, criterion_us("scale", &format!("sessions_{n}_per_call"))))
+        .collect();
+    if let [(_, Some(one)), rest @ ..] = per_call.as_slice() {
+        let figures: Vec<String> = per_call
+            .iter()
+            .filter_map(|(n, t)| t.map(|t| format!("{n}: {:.0}k/s", 1000.0 / t)))
+            .collect();
+        // Grows to the core count, then flat: the best beyond one session is at least
+        // 1.5× one session, and 64 sessions keep at least 80% of that best.
+        let best = rest.iter().filter_map(|(_, t)| *t).fold(f64::MAX, f64::min);
+        let last = rest.last().and_then(|(_, t)| *t).unwrap_or(f64::MAX);
+        rows.push(Row {
+            figure: "throughput by concurrent sessions (inline + read_file)".into(),
+            measured: figures.join(", "),
+            target: "grows to the cores, flat beyond".into(),
+            pass: Some(one / best >= 1.5 && best / last >= 0.8),
+        });
+    }
+    if let Some(line) = scale.lines().find(|l| l.starts_with("scale/rss:")) {
+        let change = line
+            .rsplit(':')
+            .next()
+            .and_then(|c| c.trim().trim_end_matches('%').parse::<f64>().ok());
+        rows.push(Row {
+            figure: "RSS after 1M dispatches vs after 10k".into(),
+            measured: line.trim_start_matches("scale/rss:").trim().into(),
+            target: "within 5%".into(),
+            pass: change.map(|c| c.abs() <= 5.0),
+        });
+    }
     rows.push(match (p("plugin_inline_noop"), p("builtin_inline_noop")) {
         (Some(pl), Some(b)) => Row {
             figure: "plugin inline no-op over the same built-in".into(),
