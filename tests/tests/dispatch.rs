@@ -616,47 +616,10 @@ fn test_host_and_the_real_workspace_word_file_errors_alike() {
     }
 }
 
-/// A tool that does one workspace file operation, named in its input; declared with the
-/// class its type parameter says.
-#[derive(Default)]
-struct Probe<const CLASS: u8>;
-
-impl<const CLASS: u8> Tool for Probe<CLASS> {
-    fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let files = ctx.files();
-        match input["op"].as_str().unwrap_or_default() {
-            "read" => files.read("seen.txt").map(|_| ()),
-            "read_bytes" => files.read_bytes("seen.txt").map(|_| ()),
-            "exists" => files.exists("seen.txt").map(|_| ()),
-            "list" => files.list(".").map(|_| ()),
-            "metadata" => files.metadata("seen.txt").map(|_| ()),
-            "write" => files.write("new.txt", "x"),
-            "write_bytes" => files.write_bytes("new.txt", b"x"),
-            "append" => files.append("seen.txt", "x"),
-            "delete" => files.delete("seen.txt"),
-            "patch" => files.patch("seen.txt", "seen", "read"),
-            other => return Err(ToolError::invalid_input(format!("no op {other}"))),
-        }?;
-        Ok(ToolOutput::text("done"))
-    }
-}
-
-impl<const CLASS: u8> DefinedTool for Probe<CLASS> {
-    fn definition() -> ToolDefinition {
-        let class = [
-            SideEffect::None,
-            SideEffect::Read,
-            SideEffect::Write,
-            SideEffect::Execute,
-        ][usize::from(CLASS)];
-        ToolDefinition::new(
-            format!("probe_{class}"),
-            "Does one file operation.",
-            class,
-            json!({"type": "object", "properties": {"op": {"type": "string"}}, "required": ["op"]}),
-        )
-    }
-}
+/// `Probe<CLASS>`, the same tool the `probe` fixture plugin exports.
+#[path = "../fixtures/plugins/probe/src/probe.rs"]
+mod probe;
+use probe::Probe;
 
 #[tokio::test]
 async fn a_tools_file_access_is_bounded_by_its_declared_class() {
