@@ -617,6 +617,14 @@ impl PluginWorker {
         }
     }
 
+    /// The worker if one runs now (never starts one).
+    fn running(&self) -> Option<Arc<Process>> {
+        match &*lock(&self.state) {
+            State::Running(p) if p.alive() => Some(p.clone()),
+            _ => None,
+        }
+    }
+
     /// The running worker, restarting it when it died and its backoff has passed.
     fn process(&self) -> Result<Arc<Process>, String> {
         let mut state = lock(&self.state);
@@ -714,8 +722,10 @@ impl ToolFactory for IsolatedToolFactory {
     }
 
     fn is_concurrency_safe(&self, input: &Value) -> bool {
+        // Asked on the host's async thread: only a running worker is asked (a restart
+        // belongs to the call, on its own thread); without one the definition decides.
         crate::adapter::judge_concurrency(&self.definition, self.per_call_safety, input, |p| {
-            let process = self.worker.process().ok()?;
+            let process = self.worker.running()?;
             process.ask_plugin(OP_CONCURRENCY_SAFE, p, QUESTION_TIMEOUT)
         })
     }
