@@ -10,8 +10,8 @@
 //! - takes the protocol socket from fd 0 and points fd 0 at `/dev/null`; its stdout and
 //!   stderr are the host's log, never the protocol;
 //! - runs calls on a pool of threads that grows to the number of calls running at once and
-//!   is reused (no thread per call); a tool declared `inline` (pure and quick) runs on the
-//!   thread that read its request, as it would run on the caller's thread in process;
+//!   is reused (no thread per call); the thread that reads the host's messages never runs
+//!   a tool, so it can always deliver the answers to a tool's file operations;
 //! - exits as soon as the host's end of the socket closes, whatever its tools are doing.
 
 use std::collections::HashMap;
@@ -101,15 +101,8 @@ pub fn run(args: WorkerArgs) -> i32 {
         }
     };
     let out = Out(writer);
-    let mut inline = std::collections::HashSet::new();
     let module = match crate::library::open(&args.library) {
         Ok(lib) => {
-            inline.extend(
-                lib.definitions
-                    .iter()
-                    .filter(|d| d.inline)
-                    .map(|d| d.name.clone()),
-            );
             let ready = FromWorker::Ready {
                 protocol: PROTOCOL_VERSION,
                 inspection: lib.inspection(),
@@ -126,7 +119,6 @@ pub fn run(args: WorkerArgs) -> i32 {
     };
     let worker = Arc::new(Worker {
         module,
-        inline,
         out,
         calls: Mutex::new(HashMap::new()),
         waiting: Mutex::new(HashMap::new()),
@@ -183,9 +175,6 @@ struct Running {
 
 struct Worker {
     module: PluginModRef,
-    /// Tools declared `inline` (pure and quick): run on the reader thread, as in process
-    /// they run on the caller's, saving a thread handoff.
-    inline: std::collections::HashSet<String>,
     out: Out,
     calls: Mutex<HashMap<u64, Running>>,
     /// Host callbacks waiting for their reply, by request number.
@@ -213,18 +202,14 @@ impl Worker {
                     },
                 );
                 let worker = self.clone();
-                let inline = self.inline.contains(&tool);
-                let job = move || {
+                // Every call, inline ones too, runs on a pool thread: this thread must stay
+                // free to read the host's replies to the call's file operations.
+                self.pool.run(Box::new(move || {
                     let result =
                         worker.execute(call, &tool, &input, identity, log_level, cancelled);
                     lock(&worker.calls).remove(&call);
                     let _ = worker.out.send(&FromWorker::Done { call, result });
-                };
-                if inline {
-                    job();
-                } else {
-                    self.pool.run(Box::new(job));
-                }
+                }));
             }
             ToWorker::Cancel { call } => {
                 let tool = lock(&self.calls).get(&call).and_then(|r| {

@@ -772,3 +772,18 @@ async fn a_plugin_tools_file_access_is_bounded_by_its_declared_class() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn an_inline_plugin_tool_that_reads_a_file_works() {
+    let env = Env::new();
+    env.add("probe", "probe");
+    env.load();
+    std::fs::write(env.workspace.path().join("seen.txt"), "seen").unwrap();
+    let r = tokio::time::timeout(
+        Duration::from_secs(10),
+        env.call("probe_inline_read", json!({})),
+    )
+    .await
+    .expect("the call answers");
+    assert_eq!(r.text(), "seen", "{r:?}");
+}
