@@ -126,12 +126,43 @@ fn unique_servers<'de, D: serde::Deserializer<'de>>(
 }
 
 /// The `[mcp]` table.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct McpConfig {
     /// What answers a `prompt` when the MCP client cannot be asked (no elicitation):
     /// `deny` (default) or `allow`.
-    pub prompt_fallback: crate::mcp_server::PromptFallback,
+    pub prompt_fallback: crate::mcp::PromptFallback,
+    /// The largest message a client may send, in bytes, on stdio and HTTP (default 16 MiB);
+    /// a larger one is refused with its size and this limit.
+    pub max_message_bytes: MessageBytes,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        McpConfig {
+            prompt_fallback: crate::mcp::PromptFallback::default(),
+            max_message_bytes: MessageBytes(crate::mcp::screen::DEFAULT_MAX_MESSAGE_BYTES),
+        }
+    }
+}
+
+/// A message size limit in bytes: from 1 KiB to 1 GiB.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageBytes(pub usize);
+
+impl<'de> Deserialize<'de> for MessageBytes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        const MIN: i64 = 1 << 10;
+        const MAX: i64 = 1 << 30;
+        let n = i64::deserialize(d)?;
+        if (MIN..=MAX).contains(&n) {
+            Ok(MessageBytes(n as usize))
+        } else {
+            Err(serde::de::Error::custom(format!(
+                "expected a number of bytes from {MIN} (1 KiB) to {MAX} (1 GiB), found {n}"
+            )))
+        }
+    }
 }
 
 /// The `[results]` table: result size caps, in characters.

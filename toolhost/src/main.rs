@@ -12,7 +12,7 @@
 //! configuration. Logs go to stderr (`TOOLHOST_LOG=debug` for more).
 
 mod config;
-mod mcp_server;
+mod mcp;
 mod terminal;
 
 use std::path::{Path, PathBuf};
@@ -479,15 +479,15 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
 
 async fn serve_mcp(sources: &Sources<'_>, args: &SessionArgs) -> Result<ExitCode, UsageError> {
     use rmcp::ServiceExt as _;
-    let peer: mcp_server::PeerSlot = Arc::new(std::sync::OnceLock::new());
-    let confirmer = Arc::new(mcp_server::ElicitingConfirmer::new(
+    let peer: mcp::PeerSlot = Arc::new(std::sync::OnceLock::new());
+    let confirmer = Arc::new(mcp::ElicitingConfirmer::new(
         peer.clone(),
         sources.config.mcp.prompt_fallback,
     ));
     let host = build_host(sources, Some(confirmer)).await?;
     let dispatcher = host.dispatcher.clone();
     let session = host.open_session("mcp", args)?;
-    let server = mcp_server::McpServer::new(
+    let server = mcp::McpServer::new(
         dispatcher.clone(),
         session,
         peer,
@@ -496,7 +496,7 @@ async fn serve_mcp(sources: &Sources<'_>, args: &SessionArgs) -> Result<ExitCode
     );
     tracing::info!(workspace = %args.workspace.display(), "MCP server on stdio");
     let (eof_tx, eof_rx) = tokio::sync::oneshot::channel();
-    let stdin = mcp_server::EofNotify::new(protocol_stdin(), eof_tx);
+    let stdin = mcp::EofNotify::new(protocol_stdin(), eof_tx);
     let on_eof = {
         let dispatcher = dispatcher.clone();
         tokio::spawn(async move {
@@ -510,7 +510,9 @@ async fn serve_mcp(sources: &Sources<'_>, args: &SessionArgs) -> Result<ExitCode
         .map_err(|e| UsageError(format!("cannot set up stdout for the protocol: {e}")))?;
     let mut exit = ExitCode::SUCCESS;
     let serving = async {
-        match server.serve((stdin, stdout)).await {
+        let transport =
+            mcp::stdio::StdioTransport::new(stdin, stdout, sources.config.mcp.max_message_bytes.0);
+        match server.serve(transport).await {
             Ok(running) => {
                 if let Err(e) = running.waiting().await {
                     tracing::warn!("MCP session ended with an error: {e}");

@@ -563,3 +563,100 @@ fn serve_answers_requests_from_a_file_into_a_file() {
         "{text}"
     );
 }
+
+/// Sends `frames` (raw lines) after the handshake to a fresh `serve --mcp` and returns every
+/// response, by id, once the response to `last_id` arrived (30 s at most).
+fn raw_exchange(ws: &Path, frames: Vec<Vec<u8>>, last_id: i64) -> Vec<Value> {
+    use std::io::{BufRead, Write};
+    let (mut child, mut stdin) =
+        raw_server_calling(ws, &[], "read_file", json!({"path": "README.md"}));
+    let writer = std::thread::spawn(move || {
+        for frame in frames {
+            stdin.write_all(&frame).unwrap();
+            stdin.write_all(b"\n").unwrap();
+        }
+        stdin
+    });
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx
+                .send(serde_json::from_str::<Value>(&line).unwrap())
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    while !seen.iter().any(|v: &Value| v["id"] == json!(last_id)) {
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(v) => seen.push(v),
+            Err(_) => panic!("no answer to id {last_id}; got {seen:?}"),
+        }
+    }
+    drop(writer.join().unwrap());
+    let _ = child.kill();
+    let _ = child.wait();
+    seen
+}
+
+#[test]
+fn every_bad_message_gets_a_json_rpc_error_naming_the_problem_and_the_server_keeps_serving() {
+    let ws = workspace();
+    let mut bad_utf8 = br#"{"jsonrpc":"2.0","id":10,"method":"ping","params":{"x":""#.to_vec();
+    bad_utf8.extend([0xff, 0xc3]);
+    bad_utf8.extend(br#""}}"#);
+    let mut deep = br#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"read_file","arguments":{"path":"#.to_vec();
+    deep.extend(std::iter::repeat_n(b'[', 100_000));
+    deep.extend(std::iter::repeat_n(b']', 100_000));
+    deep.extend(b"}}}");
+    let mut huge = br#"{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"write_file","arguments":{"path":"big.txt","content":""#.to_vec();
+    huge.extend(std::iter::repeat_n(b'a', 50 << 20));
+    huge.extend(br#""}}}"#);
+    let frames = vec![
+        bad_utf8,
+        deep,
+        huge,
+        b"this is not json".to_vec(),
+        br#"{"jsonrpc":"2.0","id":13,"method":"tools/call"}"#.to_vec(),
+        br#"{"jsonrpc":"2.0","id":14,"method":"tools/call","params":{"name":"read_file","arguments":[1]}}"#.to_vec(),
+        br#"{"jsonrpc":"2.0","id":15,"method":"tools/call","params":{"name":"read_file","arguments":{"path":"README.md"}}}"#.to_vec(),
+    ];
+    let seen = raw_exchange(ws.path(), frames, 15);
+    let error = |id: Value| -> (i64, String) {
+        let v = seen
+            .iter()
+            .find(|v| v["id"] == id && v.get("error").is_some())
+            .unwrap_or_else(|| panic!("no error for id {id}: {seen:?}"));
+        (
+            v["error"]["code"].as_i64().unwrap(),
+            v["error"]["message"].as_str().unwrap().to_string(),
+        )
+    };
+    let (code, message) = error(json!(10));
+    assert_eq!(code, -32700, "{message}");
+    assert!(message.contains("UTF-8"), "{message}");
+    let (code, message) = error(json!(11));
+    assert_eq!(code, -32700, "{message}");
+    assert!(message.contains("128 levels"), "{message}");
+    let (code, message) = error(json!(12));
+    assert_eq!(code, -32600, "{message}");
+    assert!(
+        message.contains("16777216") && message.contains("max_message_bytes"),
+        "{message}"
+    );
+    let (code, message) = error(Value::Null);
+    assert_eq!(code, -32700, "{message}");
+    let (code, message) = error(json!(13));
+    assert_eq!(code, -32602, "{message}");
+    assert!(message.contains("params"), "{message}");
+    let (code, message) = error(json!(14));
+    assert_eq!(code, -32602, "{message}");
+    assert!(message.contains("arguments"), "{message}");
+    let ok = seen.iter().find(|v| v["id"] == json!(15)).unwrap();
+    assert_eq!(ok["result"]["content"][0]["text"], "# hello\n", "{ok}");
+    assert!(!ws.path().join("big.txt").exists());
+}

@@ -1,0 +1,470 @@
+//! Screening incoming MCP messages before the protocol library sees them, so that every
+//! message with a recoverable id gets a JSON-RPC answer, on stdio and HTTP alike.
+//!
+//! rmcp (the MCP library under the server) drops a line it cannot parse without a reply,
+//! and turns a known method with bad params (`tools/call` without `params`, or with
+//! `arguments: [1]`) into an unknown custom request (`-32601 Method not found`). A client
+//! waiting on that id would hang, or be told the wrong thing. [`screen`] answers instead:
+//!
+//! | problem | code | message names |
+//! |---|---|---|
+//! | not valid UTF-8 | `-32700` | the byte offset |
+//! | not JSON, or nested deeper than 128 levels | `-32700` | line, column, the limit |
+//! | JSON, but not a JSON-RPC 2.0 message (a batch, no `method`, wrong `jsonrpc`) | `-32600` | what is missing |
+//! | larger than `[mcp] max_message_bytes` | `-32600` | the size and the limit |
+//! | a known method with params of the wrong shape | `-32602` | the method and the field |
+//!
+//! The id of a message that cannot be parsed is recovered by [`IdScanner`], which reads the
+//! top-level `"id"` member from raw bytes (even from a message too large to hold); when
+//! there is none, the answer carries `"id": null`, as JSON-RPC says. Notifications (no id)
+//! are never answered; a bad one is logged.
+
+use rmcp::model::{
+    CallToolRequestParams, ClientJsonRpcMessage, ClientRequest, InitializeRequestParams,
+    PaginatedRequestParams,
+};
+use serde_json::{Value, json};
+
+/// JSON-RPC: the message is not valid JSON.
+pub const PARSE_ERROR: i32 = -32700;
+/// JSON-RPC: the JSON is not a valid request object.
+pub const INVALID_REQUEST: i32 = -32600;
+/// JSON-RPC: the method's params are wrong.
+pub const INVALID_PARAMS: i32 = -32602;
+
+/// The default largest message, in bytes (`[mcp] max_message_bytes`).
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// How deep a message may nest (serde_json's own recursion limit).
+pub const MAX_DEPTH: usize = 128;
+
+/// A message refused before it reached the protocol library, and the answer it gets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rejection {
+    /// The request's id, `Value::Null` when it could not be recovered; `None` for a
+    /// notification, which gets no answer.
+    pub id: Option<Value>,
+    /// The JSON-RPC error code.
+    pub code: i32,
+    /// What was wrong and where.
+    pub message: String,
+    /// Details a program can read (`limit`, `size`, `method`, `path`).
+    pub data: Option<Value>,
+}
+
+impl Rejection {
+    /// The JSON-RPC error response to send, or `None` for a notification.
+    pub fn response(&self) -> Option<Value> {
+        let id = self.id.clone()?;
+        let mut error = json!({"code": self.code, "message": self.message});
+        if let Some(data) = &self.data {
+            error["data"] = data.clone();
+        }
+        Some(json!({"jsonrpc": "2.0", "id": id, "error": error}))
+    }
+
+    /// The refusal of a message of `size` bytes over `limit`, answering `id` when it was
+    /// recovered (`Value::Null` otherwise).
+    pub fn too_large(size: usize, limit: usize, id: Option<Value>) -> Rejection {
+        Rejection {
+            id: Some(id.unwrap_or(Value::Null)),
+            code: INVALID_REQUEST,
+            message: format!(
+                "Message too large: {size} bytes, over the limit of {limit} bytes \
+                 ([mcp] max_message_bytes); send less, e.g. write a large file in parts"
+            ),
+            data: Some(json!({"size": size, "limit": limit})),
+        }
+    }
+
+    fn parse(id: Option<Value>, message: String) -> Rejection {
+        Rejection {
+            id: Some(id.unwrap_or(Value::Null)),
+            code: PARSE_ERROR,
+            message,
+            data: None,
+        }
+    }
+}
+
+/// Parses one message, or says why it is refused and whom to answer.
+pub fn screen(bytes: &[u8]) -> Result<ClientJsonRpcMessage, Rejection> {
+    match serde_json::from_slice::<ClientJsonRpcMessage>(bytes) {
+        Ok(ClientJsonRpcMessage::Request(request)) => {
+            if let ClientRequest::CustomRequest(custom) = &request.request
+                && let Some(problem) = typed_params_problem(&custom.method, custom.params.as_ref())
+            {
+                return Err(Rejection {
+                    id: Some(id_value(&request.id)),
+                    code: INVALID_PARAMS,
+                    message: problem,
+                    data: Some(json!({"method": custom.method})),
+                });
+            }
+            Ok(ClientJsonRpcMessage::Request(request))
+        }
+        Ok(message) => Ok(message),
+        Err(error) => Err(diagnose(bytes, &error)),
+    }
+}
+
+fn id_value(id: &rmcp::model::RequestId) -> Value {
+    serde_json::to_value(id).unwrap_or(Value::Null)
+}
+
+/// Why `bytes` did not parse as a message: its JSON, its JSON-RPC shape, or its params.
+fn diagnose(bytes: &[u8], error: &serde_json::Error) -> Rejection {
+    let recovered = || {
+        let mut scanner = IdScanner::default();
+        scanner.feed(bytes);
+        scanner.id()
+    };
+    if let Err(e) = std::str::from_utf8(bytes) {
+        return Rejection::parse(
+            recovered(),
+            format!(
+                "Parse error: the message is not valid UTF-8 (invalid byte at offset {})",
+                e.valid_up_to()
+            ),
+        );
+    }
+    let value: Value = match serde_json::from_slice(bytes) {
+        Ok(v) => v,
+        Err(e) if e.to_string().contains("recursion limit") => {
+            return Rejection::parse(
+                recovered(),
+                format!(
+                    "Parse error: the message nests deeper than {MAX_DEPTH} levels (line {}, column {})",
+                    e.line(),
+                    e.column()
+                ),
+            );
+        }
+        Err(e) => {
+            return Rejection::parse(
+                recovered(),
+                format!("Parse error: not valid JSON: {e}; each message is one JSON-RPC object"),
+            );
+        }
+    };
+    let Value::Object(object) = &value else {
+        let what = if value.is_array() {
+            "a batch (JSON array); send one JSON-RPC object per message"
+        } else {
+            "not a JSON object"
+        };
+        return invalid_request(None, format!("Invalid request: the message is {what}"));
+    };
+    let id = object.get("id").cloned();
+    let method = object.get("method");
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return invalid_request(id, "Invalid request: \"jsonrpc\" must be \"2.0\"".into());
+    }
+    if let Some(id) = &id
+        && !(id.is_string() || id.is_i64() || id.is_u64())
+    {
+        return invalid_request(
+            Some(Value::Null),
+            format!("Invalid request: \"id\" must be a string or an integer, found {id}"),
+        );
+    }
+    match method {
+        Some(Value::String(method)) => {
+            let problem = typed_params_problem(method, object.get("params")).unwrap_or_else(|| {
+                format!("Invalid params for '{method}': {error}")
+            });
+            Rejection {
+                // A notification (no id) gets no answer.
+                id,
+                code: INVALID_PARAMS,
+                message: problem,
+                data: Some(json!({"method": method})),
+            }
+        }
+        Some(other) => invalid_request(
+            id,
+            format!("Invalid request: \"method\" must be a string, found {other}"),
+        ),
+        None if object.contains_key("result") || object.contains_key("error") => invalid_request(
+            id,
+            format!("Invalid request: a response this server cannot read: {error}"),
+        ),
+        None => invalid_request(
+            id,
+            "Invalid request: no \"method\" (a request needs \"method\", and \"id\" unless it is a notification)".into(),
+        ),
+    }
+}
+
+fn invalid_request(id: Option<Value>, message: String) -> Rejection {
+    Rejection {
+        id: Some(id.unwrap_or(Value::Null)),
+        code: INVALID_REQUEST,
+        message,
+        data: None,
+    }
+}
+
+/// What is wrong with the params of a method this server knows, read into that method's
+/// own type so the message names the field (`arguments: invalid type: sequence, expected a
+/// map`). `None` for a method it does not know (rmcp answers those `-32601`).
+fn typed_params_problem(method: &str, params: Option<&Value>) -> Option<String> {
+    fn check<T: serde::de::DeserializeOwned>(
+        method: &str,
+        params: Option<&Value>,
+        optional: bool,
+    ) -> Option<String> {
+        let Some(params) = params else {
+            return (!optional).then(|| {
+                format!(
+                    "Invalid params for '{method}': \"params\" is missing; it must be an object"
+                )
+            });
+        };
+        if params.is_null() && optional {
+            return None;
+        }
+        let de = params.clone();
+        match serde_path_to_error::deserialize::<_, T>(de) {
+            Ok(_) => None,
+            Err(e) => {
+                let path = e.path().to_string();
+                let inner = e.into_inner();
+                Some(if path == "." || path.is_empty() {
+                    format!("Invalid params for '{method}': {inner}")
+                } else {
+                    format!("Invalid params for '{method}': {path}: {inner}")
+                })
+            }
+        }
+    }
+    match method {
+        "tools/call" => check::<CallToolRequestParams>(method, params, false),
+        "initialize" => check::<InitializeRequestParams>(method, params, false),
+        "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => {
+            check::<PaginatedRequestParams>(method, params, true)
+        }
+        "ping" | "server/discover" => match params {
+            Some(p) if !p.is_object() && !p.is_null() => Some(format!(
+                "Invalid params for '{method}': \"params\" must be an object, found {p}"
+            )),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Recovers the top-level `"id"` member of a JSON object from raw bytes fed in any number
+/// of pieces, without holding the message: for messages too large, too deep or not valid
+/// UTF-8 to parse. Keys written with escapes are not recognised.
+#[derive(Debug, Default)]
+pub struct IdScanner {
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
+    /// At depth 1, the next string is a key.
+    expect_key: bool,
+    /// The first bytes of the key being read (enough to tell `id`).
+    key: Vec<u8>,
+    /// The key is longer than `id`, or has an escape.
+    key_spoiled: bool,
+    key_is_id: bool,
+    /// Reading the id's value: its bytes.
+    value: Option<Vec<u8>>,
+    done: Option<Value>,
+    finished: bool,
+}
+
+impl IdScanner {
+    /// How long an id may be and still be recovered.
+    const MAX_ID: usize = 256;
+
+    /// Reads more of the message.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            if self.finished {
+                return;
+            }
+            self.step(b);
+        }
+    }
+
+    /// The id, if one was found (a string or an integer).
+    pub fn id(&self) -> Option<Value> {
+        self.done.clone()
+    }
+
+    fn step(&mut self, b: u8) {
+        if let Some(value) = &mut self.value {
+            let ends = if value.first() == Some(&b'"') {
+                let closes = b == b'"' && !self.escaped;
+                self.escaped = !self.escaped && b == b'\\';
+                value.push(b);
+                closes
+            } else if b.is_ascii_digit() || b == b'-' || (value.is_empty() && b == b'"') {
+                value.push(b);
+                false
+            } else {
+                // Whitespace before the value; anything else after it ends it.
+                !(value.is_empty() && b.is_ascii_whitespace())
+            };
+            if value.len() > Self::MAX_ID {
+                self.finished = true;
+                return;
+            }
+            if ends {
+                let parsed = serde_json::from_slice::<Value>(value).ok();
+                self.done = parsed.filter(|v| v.is_string() || v.is_i64() || v.is_u64());
+                self.finished = true;
+            }
+            return;
+        }
+        if self.in_string {
+            let reading_key = self.depth == 1 && self.expect_key;
+            if self.escaped {
+                self.escaped = false;
+                self.key_spoiled = true;
+            } else if b == b'\\' {
+                self.escaped = true;
+            } else if b == b'"' {
+                self.in_string = false;
+                if reading_key {
+                    self.key_is_id = !self.key_spoiled && self.key == b"id";
+                    self.expect_key = false;
+                }
+            } else if reading_key {
+                if self.key.len() < 2 {
+                    self.key.push(b);
+                } else {
+                    self.key_spoiled = true;
+                }
+            }
+            return;
+        }
+        match b {
+            b'"' => {
+                self.in_string = true;
+                self.key.clear();
+                self.key_spoiled = false;
+            }
+            b'{' | b'[' => {
+                self.depth += 1;
+                if self.depth == 1 {
+                    if b == b'[' {
+                        // A batch: no single id to answer.
+                        self.finished = true;
+                    }
+                    self.expect_key = true;
+                }
+            }
+            b'}' | b']' => {
+                self.depth = self.depth.saturating_sub(1);
+                if self.depth == 0 {
+                    self.finished = true;
+                }
+            }
+            b',' if self.depth == 1 => {
+                self.expect_key = true;
+                self.key_is_id = false;
+            }
+            b':' if self.depth == 1 && self.key_is_id => {
+                self.value = Some(Vec::new());
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn rejected(bytes: &[u8]) -> Rejection {
+        screen(bytes).expect_err("refused")
+    }
+
+    #[test]
+    fn a_valid_call_passes() {
+        let m = screen(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{}}}"#);
+        assert!(matches!(m, Ok(ClientJsonRpcMessage::Request(_))), "{m:?}");
+    }
+
+    #[test]
+    fn not_json_is_a_parse_error_with_the_id_when_it_can_be_read() {
+        let r = rejected(br#"{"jsonrpc":"2.0","id":7,"method":"tools/call" oops"#);
+        assert_eq!(
+            (r.code, r.id.clone()),
+            (PARSE_ERROR, Some(json!(7))),
+            "{r:?}"
+        );
+        let r = rejected(b"hello");
+        assert_eq!((r.code, r.id), (PARSE_ERROR, Some(Value::Null)));
+    }
+
+    #[test]
+    fn invalid_utf8_is_a_parse_error_naming_the_offset() {
+        let mut bytes = br#"{"jsonrpc":"2.0","id":"a","method":"ping","params":{"x":""#.to_vec();
+        bytes.extend([0xff, 0xfe]);
+        bytes.extend(br#""}}"#);
+        let r = rejected(&bytes);
+        assert_eq!((r.code, r.id.clone()), (PARSE_ERROR, Some(json!("a"))));
+        assert!(
+            r.message.contains("UTF-8") && r.message.contains("offset"),
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn deep_nesting_is_a_parse_error_naming_the_limit() {
+        let mut s = String::from(
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"x","arguments":{"a":"#,
+        );
+        s.push_str(&"[".repeat(100_000));
+        s.push_str(&"]".repeat(100_000));
+        s.push_str("}}}");
+        let r = rejected(s.as_bytes());
+        assert_eq!((r.code, r.id.clone()), (PARSE_ERROR, Some(json!(3))));
+        assert!(r.message.contains("128 levels"), "{r:?}");
+    }
+
+    #[test]
+    fn tools_call_without_params_or_with_array_arguments_is_invalid_params() {
+        let r = rejected(br#"{"jsonrpc":"2.0","id":4,"method":"tools/call"}"#);
+        assert_eq!(
+            (r.code, r.id.clone()),
+            (INVALID_PARAMS, Some(json!(4))),
+            "{r:?}"
+        );
+        assert!(r.message.contains("\"params\" is missing"), "{r:?}");
+        let r = rejected(br#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"x","arguments":[1]}}"#);
+        assert_eq!(
+            (r.code, r.id.clone()),
+            (INVALID_PARAMS, Some(json!(5))),
+            "{r:?}"
+        );
+        assert!(r.message.contains("arguments"), "{r:?}");
+    }
+
+    #[test]
+    fn batches_and_wrong_versions_are_invalid_requests() {
+        let r = rejected(br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#);
+        assert_eq!((r.code, r.id), (INVALID_REQUEST, Some(Value::Null)));
+        let r = rejected(br#"{"jsonrpc":"1.0","id":9,"method":"ping"}"#);
+        assert_eq!((r.code, r.id), (INVALID_REQUEST, Some(json!(9))));
+    }
+
+    #[test]
+    fn the_id_scanner_reads_pieces_and_skips_nested_ids() {
+        let msg = br#"{"params":{"id":"inner"},"method":"x", "id" : "outer-1","more":[1]}"#;
+        let mut s = IdScanner::default();
+        for chunk in msg.chunks(3) {
+            s.feed(chunk);
+        }
+        assert_eq!(s.id(), Some(json!("outer-1")));
+        let mut s = IdScanner::default();
+        s.feed(br#"{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"arguments":{"x":""#);
+        s.feed(&[b'a'; 1000]);
+        assert_eq!(s.id(), Some(json!(42)));
+    }
+}

@@ -1,0 +1,178 @@
+//! The stdio transport: newline-delimited JSON-RPC on the protocol's input and output,
+//! every line screened ([`super::screen`]) before the protocol library sees it.
+//!
+//! Replaces rmcp's own byte-stream transport, which drops a line it cannot parse (or one
+//! over its length limit) without an answer. Here a refused line is answered with a
+//! JSON-RPC error on the same output and the server reads on. A line over the limit is
+//! never held: it is read through, its id recovered on the way, and refused with its size.
+
+use std::sync::Arc;
+
+use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::Mutex;
+
+use super::screen::{IdScanner, Rejection, screen};
+
+/// One line read from the input.
+enum Line {
+    /// A whole line, without its newline.
+    Whole(Vec<u8>),
+    /// A line over the limit: its size and the id read from it.
+    TooLarge(usize, Option<serde_json::Value>),
+}
+
+/// Newline-delimited JSON-RPC over a reader and a writer (a pipe, a socket, a file).
+pub struct StdioTransport<R, W> {
+    reader: BufReader<R>,
+    writer: Arc<Mutex<W>>,
+    max_message_bytes: usize,
+    /// The line read so far. Kept here, not in the reading future, because the protocol
+    /// library may drop that future between two reads (it selects over several events).
+    line: Vec<u8>,
+    /// Reading through a line over the limit: its size so far and its id.
+    over: Option<(usize, IdScanner)>,
+}
+
+impl<R, W> StdioTransport<R, W> {
+    /// A transport refusing messages over `max_message_bytes`.
+    pub fn new(reader: R, writer: W, max_message_bytes: usize) -> Self
+    where
+        R: AsyncRead,
+    {
+        StdioTransport {
+            reader: BufReader::with_capacity(64 * 1024, reader),
+            writer: Arc::new(Mutex::new(writer)),
+            max_message_bytes,
+            line: Vec::new(),
+            over: None,
+        }
+    }
+}
+
+impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> StdioTransport<R, W> {
+    /// The next line, `None` at end of input. Cancel-safe: what was read stays in `self`.
+    async fn next_line(&mut self) -> std::io::Result<Option<Line>> {
+        loop {
+            let buf = self.reader.fill_buf().await?;
+            if buf.is_empty() {
+                return Ok(match self.over.take() {
+                    Some((size, scanner)) => Some(Line::TooLarge(size, scanner.id())),
+                    None if self.line.is_empty() => None,
+                    None => Some(Line::Whole(std::mem::take(&mut self.line))),
+                });
+            }
+            let (chunk, ends) = match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => (&buf[..i], true),
+                None => (buf, false),
+            };
+            let taken = chunk.len() + usize::from(ends);
+            match &mut self.over {
+                Some((size, scanner)) => {
+                    *size += chunk.len();
+                    scanner.feed(chunk);
+                }
+                None if self.line.len() + chunk.len() > self.max_message_bytes => {
+                    let mut scanner = IdScanner::default();
+                    scanner.feed(&self.line);
+                    scanner.feed(chunk);
+                    self.over = Some((self.line.len() + chunk.len(), scanner));
+                    self.line = Vec::new();
+                }
+                None => self.line.extend_from_slice(chunk),
+            }
+            self.reader.consume(taken);
+            if ends {
+                return Ok(Some(match self.over.take() {
+                    Some((size, scanner)) => Line::TooLarge(size, scanner.id()),
+                    None => {
+                        let mut line = std::mem::take(&mut self.line);
+                        if line.last() == Some(&b'\r') {
+                            line.pop();
+                        }
+                        Line::Whole(line)
+                    }
+                }));
+            }
+        }
+    }
+
+    /// Answers a refused message from a task of its own, so that the answer is written
+    /// whole even if the reading future is dropped.
+    fn answer(writer: &Arc<Mutex<W>>, rejection: &Rejection)
+    where
+        W: Send + 'static,
+    {
+        tracing::warn!(
+            code = rejection.code,
+            "refused a message: {}",
+            rejection.message
+        );
+        let Some(response) = rejection.response() else {
+            return;
+        };
+        let mut bytes = response.to_string().into_bytes();
+        bytes.push(b'\n');
+        let writer = writer.clone();
+        tokio::spawn(async move {
+            let mut w = writer.lock().await;
+            if let Err(e) = async {
+                w.write_all(&bytes).await?;
+                w.flush().await
+            }
+            .await
+            {
+                tracing::debug!("could not answer a refused message: {e}");
+            }
+        });
+    }
+}
+
+impl<R, W> Transport<RoleServer> for StdioTransport<R, W>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleServer>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let writer = self.writer.clone();
+        async move {
+            let mut bytes = serde_json::to_vec(&item)?;
+            bytes.push(b'\n');
+            let mut w = writer.lock().await;
+            w.write_all(&bytes).await?;
+            w.flush().await
+        }
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
+        loop {
+            let line = match self.next_line().await {
+                Ok(Some(line)) => line,
+                Ok(None) => return None,
+                Err(e) => {
+                    tracing::warn!("reading the protocol input failed: {e}");
+                    return None;
+                }
+            };
+            let rejection = match line {
+                Line::Whole(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => continue,
+                Line::Whole(bytes) => match screen(&bytes) {
+                    Ok(message) => return Some(message),
+                    Err(rejection) => rejection,
+                },
+                Line::TooLarge(size, id) => Rejection::too_large(size, self.max_message_bytes, id),
+            };
+            Self::answer(&self.writer, &rejection);
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        self.writer.lock().await.flush().await
+    }
+}
