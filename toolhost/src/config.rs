@@ -135,6 +135,9 @@ pub struct McpConfig {
     /// The largest message a client may send, in bytes, on stdio and HTTP (default 16 MiB);
     /// a larger one is refused with its size and this limit.
     pub max_message_bytes: MessageBytes,
+    /// The key ring that seals stateless confirmations (`requestState`), relative to this
+    /// file; `TOOLHOST_REQUEST_STATE_KEYS` wins. None: a key of the process's own.
+    pub request_state_keys: Option<PathBuf>,
 }
 
 impl Default for McpConfig {
@@ -142,6 +145,7 @@ impl Default for McpConfig {
         McpConfig {
             prompt_fallback: crate::mcp::PromptFallback::default(),
             max_message_bytes: MessageBytes(crate::mcp::screen::DEFAULT_MAX_MESSAGE_BYTES),
+            request_state_keys: None,
         }
     }
 }

@@ -479,21 +479,19 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
 
 async fn serve_mcp(sources: &Sources<'_>, args: &SessionArgs) -> Result<ExitCode, UsageError> {
     use rmcp::ServiceExt as _;
-    let peer: mcp::PeerSlot = Arc::new(std::sync::OnceLock::new());
-    let confirmer = Arc::new(mcp::ElicitingConfirmer::new(
-        peer.clone(),
-        sources.config.mcp.prompt_fallback,
-    ));
+    let routes = mcp::Routes::new(sources.config.mcp.prompt_fallback);
+    let confirmer = Arc::new(mcp::McpConfirmer::new(routes.clone()));
     let host = build_host(sources, Some(confirmer)).await?;
     let dispatcher = host.dispatcher.clone();
     let session = host.open_session("mcp", args)?;
-    let server = mcp::McpServer::new(
+    let shared = mcp::McpShared::new(
         dispatcher.clone(),
-        session,
-        peer,
-        sources.config.mcp.prompt_fallback,
+        routes,
+        confirmations(sources, &dispatcher)?,
         sources.file.display().to_string(),
+        mcp::Sessions::One(session),
     );
+    let server = mcp::McpServer::new(shared);
     tracing::info!(workspace = %args.workspace.display(), "MCP server on stdio");
     let (eof_tx, eof_rx) = tokio::sync::oneshot::channel();
     let stdin = mcp::EofNotify::new(protocol_stdin(), eof_tx);
@@ -549,6 +547,28 @@ async fn serve_mcp(sources: &Sources<'_>, args: &SessionArgs) -> Result<ExitCode
         );
     }
     Ok(exit)
+}
+
+/// Stateless confirmations, sealed with the configured key ring (or a key of this
+/// process's own), valid for the confirmation timeout.
+fn confirmations(
+    sources: &Sources<'_>,
+    dispatcher: &Dispatcher,
+) -> Result<mcp::request_state::Confirmations, UsageError> {
+    let file = sources.config.mcp.request_state_keys.as_ref().map(|f| {
+        sources
+            .file
+            .parent()
+            .map_or_else(|| f.clone(), |dir| dir.join(f))
+    });
+    let (codec, from) = mcp::request_state::load_codec(file.as_deref())?;
+    if let Some(from) = from {
+        tracing::info!("request-state key ring from {from}");
+    }
+    Ok(mcp::request_state::Confirmations::new(
+        codec,
+        dispatcher.config().confirmation_timeout,
+    ))
 }
 
 /// A signal that asks toolhost to stop.

@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use rmcp::ClientServiceExt as _;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig,
     ClientRequest, ElicitRequestParams, ElicitResult, ElicitationAction, Implementation,
@@ -21,6 +22,8 @@ use toolhost_tests::{process_alive, read_pid, wait_exit};
 #[derive(Clone, Default)]
 struct TestClient {
     answer: Option<&'static str>,
+    /// The protocol version to speak (default 2025-06-18).
+    version: Option<ProtocolVersion>,
     progress: std::sync::Arc<std::sync::Mutex<Vec<ProgressNotificationParam>>>,
 }
 
@@ -32,7 +35,11 @@ impl ClientHandler for TestClient {
             ClientCapabilities::default()
         };
         ClientConfig::new(caps, Implementation::new("toolhost-test-client", "1.0.0"))
-            .with_protocol_version(ProtocolVersion::V_2025_06_18)
+            .with_protocol_version(
+                self.version
+                    .clone()
+                    .unwrap_or(ProtocolVersion::V_2025_06_18),
+            )
     }
 
     async fn create_elicitation(
@@ -60,10 +67,21 @@ async fn connect(ws: &Path, client: TestClient) -> RunningService<RoleClient, Te
         .current_dir(ws)
         .env("XDG_CONFIG_HOME", ws.join(".no-config"))
         .env("XDG_CACHE_HOME", ws.join(".cache"));
-    client
-        .serve(TokioChildProcess::new(cmd).unwrap())
-        .await
-        .unwrap()
+    let transport = TokioChildProcess::new(cmd).unwrap();
+    match client.version.clone() {
+        // A 2026-07-28 client probes with server/discover and falls back for old servers.
+        Some(v) if v >= ProtocolVersion::V_2026_07_28 => client
+            .serve_with_lifecycle(
+                transport,
+                rmcp::ClientLifecycleMode::Auto {
+                    preferred_versions: vec![v],
+                    legacy_version: Some(ProtocolVersion::V_2025_11_25),
+                },
+            )
+            .await
+            .unwrap(),
+        _ => client.serve(transport).await.unwrap(),
+    }
 }
 
 async fn call(
@@ -201,6 +219,104 @@ async fn prompts_go_through_elicitation_when_the_client_supports_it() {
     assert_eq!(text(&r), "User denied this operation.");
     assert!(!ws.path().join("denied.txt").exists());
     deny.cancel().await.unwrap();
+}
+
+fn write_params(path: &str) -> CallToolRequestParams {
+    let Value::Object(args) = json!({"path": path, "content": "x"}) else {
+        unreachable!()
+    };
+    CallToolRequestParams::new("write_file").with_arguments(args)
+}
+
+#[tokio::test]
+async fn a_2026_client_confirms_through_input_required_and_the_call_runs_once() {
+    let ws = workspace();
+    let service = connect(
+        ws.path(),
+        TestClient {
+            answer: Some("allow"),
+            version: Some(ProtocolVersion::V_2026_07_28),
+            ..TestClient::default()
+        },
+    )
+    .await;
+    // The SDK's own loop: input_required, the elicitation answered, the retry.
+    let r = service.call_tool(write_params("auto.txt")).await.unwrap();
+    assert_eq!(r.is_error, Some(false), "{}", text(&r));
+    assert!(ws.path().join("auto.txt").exists());
+
+    // One round by hand.
+    let first = service.call_tool_once(write_params("b.txt")).await.unwrap();
+    let rmcp::model::CallToolResponse::InputRequired(asked) = first else {
+        panic!("expected input_required, got {first:?}")
+    };
+    let question = serde_json::to_value(&asked).unwrap();
+    let message = question["inputRequests"]["confirm"]["params"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a confirm form: {question}"));
+    assert!(
+        message.contains("'write_file' (write) asks to run"),
+        "{message}"
+    );
+    assert!(!ws.path().join("b.txt").exists(), "nothing ran yet");
+    let state = asked.request_state.clone().unwrap();
+    let allow: rmcp::model::InputResponses = [(
+        "confirm".to_string(),
+        json!({"action": "accept", "content": {"decision": "allow"}}),
+    )]
+    .into();
+    let retry = |path: &str, state: &str| {
+        write_params(path)
+            .with_input_responses(allow.clone())
+            .with_request_state(state.to_string())
+    };
+    let refused = |r: Result<rmcp::model::CallToolResponse, rmcp::ServiceError>| {
+        let e = r.expect_err("refused").to_string();
+        assert!(e.contains("requestState refused"), "{e}");
+        e
+    };
+    // Other arguments, or an altered state: refused.
+    refused(service.call_tool_once(retry("other.txt", &state)).await);
+    let mut altered = state.clone().into_bytes();
+    let i = altered.len() / 2;
+    altered[i] = if altered[i] == b'a' { b'b' } else { b'a' };
+    refused(
+        service
+            .call_tool_once(retry("b.txt", std::str::from_utf8(&altered).unwrap()))
+            .await,
+    );
+    assert!(!ws.path().join("other.txt").exists() && !ws.path().join("b.txt").exists());
+    // The right retry runs the call; the same state again is refused.
+    let done = service
+        .call_tool_once(retry("b.txt", &state))
+        .await
+        .unwrap();
+    assert!(
+        matches!(done, rmcp::model::CallToolResponse::Complete(ref r) if r.is_error == Some(false)),
+        "{done:?}"
+    );
+    assert!(ws.path().join("b.txt").exists());
+    let e = refused(service.call_tool_once(retry("b.txt", &state)).await);
+    assert!(e.contains("already used"), "{e}");
+    service.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_2026_client_without_elicitation_gets_the_fallback() {
+    let ws = workspace();
+    let service = connect(
+        ws.path(),
+        TestClient {
+            version: Some(ProtocolVersion::V_2026_07_28),
+            ..TestClient::default()
+        },
+    )
+    .await;
+    let r = service.call_tool(write_params("x.txt")).await.unwrap();
+    assert_eq!(r.is_error, Some(true));
+    assert!(text(&r).contains("mcp.prompt_fallback"), "{}", text(&r));
+    assert!(!ws.path().join("x.txt").exists());
+    service.cancel().await.unwrap();
 }
 
 #[tokio::test]

@@ -1,8 +1,12 @@
 //! toolhost as an MCP server: the request handler ([`server`]), the screening every
-//! incoming message passes first ([`screen`]), and the transports ([`stdio`]).
+//! incoming message passes first ([`screen`]), stateless confirmations
+//! ([`request_state`]) and the transports ([`stdio`]).
 
+pub mod request_state;
 pub mod screen;
 pub mod server;
 pub mod stdio;
 
-pub use server::{ElicitingConfirmer, EofNotify, McpServer, PeerSlot, PromptFallback};
+pub use server::{
+    EofNotify, McpConfirmer, McpServer, McpShared, Principal, PromptFallback, Routes, Sessions,
+};

@@ -1,28 +1,37 @@
-//! `toolhost serve --mcp`: the dispatcher as an MCP server over stdio.
+//! The MCP request handler: `tools/list` and `tools/call` over the dispatcher, for both
+//! protocol eras at once.
 //!
 //! - `tools/list` lists the session's visible tools with their input schemas and annotations
 //!   derived from side effects: `none`/`read` are read-only, `write`/`execute` destructive,
 //!   `network` open-world.
-//! - `tools/call` goes through [`Dispatcher::dispatch`]: unknown tools, invalid arguments,
-//!   denials and tool failures come back as results with `isError: true` and the
-//!   dispatcher's message; only protocol faults are JSON-RPC errors.
-//! - A `prompt` policy decision asks the user through MCP elicitation when the client
-//!   supports it (allow / deny / always for this session); otherwise `mcp.prompt_fallback`
-//!   answers (default `deny`, with a message naming the keys that allow the tool).
+//! - `tools/call` goes through the dispatcher: unknown tools, invalid arguments, denials and
+//!   tool failures come back as results with `isError: true` and the dispatcher's message;
+//!   only protocol faults are JSON-RPC errors.
 //! - `notifications/cancelled` cancels the call (the shell's process group is stopped).
 //! - A call whose request carries `_meta.progressToken` gets the tool's live output
 //!   (`tool.output_delta`, e.g. a command's stdout as it prints) as
 //!   `notifications/progress`: `progress` counts the characters streamed so far and
 //!   `message` holds the chunk.
-//! - Nothing but protocol frames is written to stdout; logs go to stderr.
 //!
-//! Server-to-client requests (elicitation) are forbidden from protocol 2026-07-28 on, so
-//! this server negotiates at most 2025-11-25; clients speaking only newer versions get the
-//! fallback answers.
+//! ## Asking the user (a `prompt` policy decision)
+//!
+//! - A client of protocol 2025-11-25 or older with form elicitation is asked with an
+//!   `elicitation/create` request (allow / deny / always for this session).
+//! - A client of protocol 2026-07-28, which no longer takes requests from servers, gets an
+//!   `input_required` result instead: a form elicitation under the key `confirm` with the
+//!   same question, and a sealed `requestState` ([`super::request_state`]) bound to the
+//!   principal, the tool, the arguments and an expiry (the confirmation timeout). Its retry
+//!   with `inputResponses.confirm` and that state runs the call once, on allow. "Always"
+//!   from such a client approves the tool in the principal's session on this instance (on
+//!   stdio: the one session, as today).
+//! - A client that cannot be asked gets `[mcp] prompt_fallback` (default `deny`, with a
+//!   message naming the keys that allow the tool).
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use dispatcher_core::confirmation::ConfirmFuture;
 use dispatcher_core::{
@@ -30,8 +39,9 @@ use dispatcher_core::{
     Session, ToolResultBlock, ToolUse,
 };
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
-    ElicitationAction, Implementation, ListToolsResult, PaginatedRequestParams,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ContentBlock,
+    ElicitRequest, ElicitRequestParams, ElicitationAction, Implementation, InputRequest,
+    InputRequests, InputRequiredResult, ListToolsResult, PaginatedRequestParams,
     ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig,
     Tool, ToolAnnotations,
 };
@@ -39,7 +49,10 @@ use rmcp::service::{Peer, RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tokio::sync::oneshot;
 use tool_api::{Content, SideEffect};
+
+use super::request_state::Confirmations;
 
 /// What answers a `prompt` when the client cannot be asked.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,20 +65,78 @@ pub enum PromptFallback {
     Allow,
 }
 
-/// The MCP client's peer, known once it has talked to us.
-pub type PeerSlot = Arc<OnceLock<Peer<RoleServer>>>;
+impl PromptFallback {
+    fn answer(self) -> Answer {
+        Answer::fallback(match self {
+            PromptFallback::Allow => Decision::Allow,
+            PromptFallback::Deny => Decision::Deny,
+        })
+    }
+}
 
-/// Answers confirmation requests through the MCP client (elicitation) or, when the client
-/// cannot elicit, with the configured fallback (an [`Answer::fallback`]).
-pub struct ElicitingConfirmer {
-    peer: PeerSlot,
+/// How one running call's confirmation is answered: set by the handler before the call
+/// starts, read by the [`McpConfirmer`] when the dispatcher asks.
+enum Route {
+    /// Ask through an `elicitation/create` request to this client (2025-11-25 and older).
+    Elicit(Peer<RoleServer>),
+    /// End this round with `input_required` (2026-07-28): hand the question to the handler.
+    Defer(oneshot::Sender<ConfirmationRequest>),
+    /// The user already answered, in a verified retry (2026-07-28).
+    Answered(Decision),
+    /// Nobody can be asked: `[mcp] prompt_fallback`.
+    Fallback,
+}
+
+/// The routes of the calls in flight, by tool-use id.
+pub struct Routes {
+    routes: Mutex<HashMap<Arc<str>, Route>>,
     fallback: PromptFallback,
 }
 
-impl ElicitingConfirmer {
-    /// A confirmer over the peer slot.
-    pub fn new(peer: PeerSlot, fallback: PromptFallback) -> Self {
-        ElicitingConfirmer { peer, fallback }
+impl Routes {
+    /// No calls yet; `fallback` answers when nobody can be asked.
+    pub fn new(fallback: PromptFallback) -> Arc<Self> {
+        Arc::new(Routes {
+            routes: Mutex::new(HashMap::new()),
+            fallback,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Route>> {
+        self.routes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sets a call's route until the guard drops.
+    fn enter(self: &Arc<Self>, id: Arc<str>, route: Route) -> RouteGuard {
+        self.lock().insert(id.clone(), route);
+        RouteGuard {
+            routes: self.clone(),
+            id,
+        }
+    }
+}
+
+struct RouteGuard {
+    routes: Arc<Routes>,
+    id: Arc<str>,
+}
+
+impl Drop for RouteGuard {
+    fn drop(&mut self) {
+        self.routes.lock().remove(&self.id);
+    }
+}
+
+/// Answers the dispatcher's confirmation requests for calls that came from MCP clients,
+/// each the way its client can be asked ([`Route`]).
+pub struct McpConfirmer {
+    routes: Arc<Routes>,
+}
+
+impl McpConfirmer {
+    /// A confirmer over the routes the handlers set.
+    pub fn new(routes: Arc<Routes>) -> Self {
+        McpConfirmer { routes }
     }
 }
 
@@ -85,63 +156,91 @@ fn decision_schema() -> Option<rmcp::model::ElicitationSchema> {
     .ok()
 }
 
-impl Confirmer for ElicitingConfirmer {
+/// The question, as every client is asked it.
+fn question(request: &ConfirmationRequest) -> String {
+    let mut message = format!(
+        "toolhost: '{}' ({}) asks to run.\nInput: {}",
+        request.tool_name(),
+        request.side_effects(),
+        request.input_summary
+    );
+    for m in &request.projected_modifications {
+        message.push_str(&format!("\n{m}"));
+    }
+    message
+}
+
+/// A form elicitation's answer (`{"action": "accept", "content": {"decision": …}}`) as a
+/// decision; anything but an accepted allow or always is a deny.
+fn decision_of(result: &Value) -> Decision {
+    if result.get("action").and_then(Value::as_str) != Some("accept") {
+        return Decision::Deny;
+    }
+    match result
+        .get("content")
+        .and_then(|c| c.get("decision"))
+        .and_then(Value::as_str)
+    {
+        Some("allow") => Decision::Allow,
+        Some("always") => Decision::AlwaysAllow,
+        _ => Decision::Deny,
+    }
+}
+
+impl Confirmer for McpConfirmer {
     fn name(&self) -> &str {
         "mcp-client"
     }
 
     fn confirm(&self, request: ConfirmationRequest) -> ConfirmFuture {
-        let peer = self
-            .peer
-            .get()
-            .filter(|p| {
-                p.supported_elicitation_modes()
-                    .contains(&rmcp::service::ElicitationMode::Form)
-            })
-            .cloned();
-        let fallback = self.fallback;
-        Box::pin(async move {
-            let (Some(peer), Some(schema)) = (peer, decision_schema()) else {
-                return Answer::fallback(match fallback {
-                    PromptFallback::Allow => Decision::Allow,
-                    PromptFallback::Deny => Decision::Deny,
-                });
-            };
-            let mut message = format!(
-                "toolhost: '{}' ({}) asks to run.\nInput: {}",
-                request.tool_name(),
-                request.side_effects(),
-                request.input_summary
-            );
-            for m in &request.projected_modifications {
-                message.push_str(&format!("\n{m}"));
+        let fallback = self.routes.fallback;
+        let route = {
+            let mut routes = self.routes.lock();
+            match routes.get_mut(&request.call.tool_use_id) {
+                // The sender goes to the first question; a second one (none is expected)
+                // falls back.
+                Some(Route::Defer(_)) => {
+                    routes.insert(request.call.tool_use_id.clone(), Route::Fallback)
+                }
+                Some(Route::Elicit(peer)) => Some(Route::Elicit(peer.clone())),
+                Some(Route::Answered(d)) => Some(Route::Answered(*d)),
+                Some(Route::Fallback) | None => None,
             }
-            let params = ElicitRequestParams::FormElicitationParams {
-                meta: None,
-                message,
-                requested_schema: schema,
-            };
-            let decision = match peer.create_elicitation(params).await {
-                Ok(result) if result.action == ElicitationAction::Accept => {
-                    match result
-                        .content
-                        .as_ref()
-                        .and_then(|c| c.get("decision"))
-                        .and_then(Value::as_str)
-                    {
-                        Some("allow") => Decision::Allow,
-                        Some("always") => Decision::AlwaysAllow,
-                        _ => Decision::Deny,
+        };
+        match route {
+            Some(Route::Answered(decision)) => Box::pin(std::future::ready(decision.into())),
+            Some(Route::Defer(tx)) => {
+                let _ = tx.send(request);
+                // The handler ends the round; this question is withdrawn with the call.
+                Box::pin(std::future::pending())
+            }
+            Some(Route::Elicit(peer)) => Box::pin(async move {
+                let Some(schema) = decision_schema() else {
+                    return fallback.answer();
+                };
+                let params = ElicitRequestParams::FormElicitationParams {
+                    meta: None,
+                    message: question(&request),
+                    requested_schema: schema,
+                };
+                match peer.create_elicitation(params).await {
+                    Ok(result) => {
+                        let accepted = result.action == ElicitationAction::Accept;
+                        let content = result.content.unwrap_or(Value::Null);
+                        decision_of(&serde_json::json!({
+                            "action": if accepted { "accept" } else { "decline" },
+                            "content": content,
+                        }))
+                        .into()
+                    }
+                    Err(e) => {
+                        tracing::warn!("elicitation failed, denying: {e}");
+                        Decision::Deny.into()
                     }
                 }
-                Ok(_) => Decision::Deny,
-                Err(e) => {
-                    tracing::warn!("elicitation failed, denying: {e}");
-                    Decision::Deny
-                }
-            };
-            decision.into()
-        })
+            }),
+            Some(Route::Fallback) | None => Box::pin(std::future::ready(fallback.answer())),
+        }
     }
 }
 
@@ -153,30 +252,140 @@ pub fn annotations(class: SideEffect) -> ToolAnnotations {
         .open_world(class == SideEffect::Network)
 }
 
-/// The MCP server: one session over one connection.
+/// Opens a dispatcher session by id.
+pub type SessionOpener = Box<dyn Fn(&str) -> Result<Session, String> + Send + Sync>;
+
+/// Where a request's calls run.
+pub enum Sessions {
+    /// One client (stdio): every request runs in this session.
+    One(Session),
+    /// Many clients (HTTP): each 2025-era MCP session gets a dispatcher session of its own;
+    /// stateless (2026-07-28) requests run in their principal's session.
+    PerClient {
+        /// Opens a session by id.
+        open: SessionOpener,
+        /// The principals' sessions.
+        by_principal: Mutex<HashMap<String, Session>>,
+    },
+}
+
+/// Who is calling, as the transport authenticated it (HTTP puts it in the request's
+/// extensions); stdio's one client is `stdio`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal(pub String);
+
+/// What every connection and request of one server shares.
+pub struct McpShared {
+    /// The dispatcher (built with a [`McpConfirmer`] over [`Self::routes`]).
+    pub dispatcher: Dispatcher,
+    /// The calls in flight and how each is confirmed.
+    pub routes: Arc<Routes>,
+    /// Seals and opens stateless confirmations.
+    pub confirmations: Confirmations,
+    /// The config file, named in the fallback's advice.
+    pub config_file: String,
+    /// Where calls run.
+    pub sessions: Sessions,
+    next_call: AtomicU64,
+}
+
+impl McpShared {
+    /// Shared state for a server.
+    pub fn new(
+        dispatcher: Dispatcher,
+        routes: Arc<Routes>,
+        confirmations: Confirmations,
+        config_file: String,
+        sessions: Sessions,
+    ) -> Arc<Self> {
+        Arc::new(McpShared {
+            dispatcher,
+            routes,
+            confirmations,
+            config_file,
+            sessions,
+            next_call: AtomicU64::new(1),
+        })
+    }
+}
+
+/// The MCP handler: one per connection on stdio, one per MCP session or stateless request
+/// on HTTP.
 pub struct McpServer {
-    dispatcher: Dispatcher,
-    session: Session,
-    peer: PeerSlot,
-    fallback: PromptFallback,
-    config_file: String,
+    shared: Arc<McpShared>,
+    /// The dispatcher session of this connection (HTTP, 2025 era), opened at first use.
+    own: OnceLock<Session>,
+}
+
+/// The protocol era of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Era {
+    /// 2025-11-25 and older: `initialize`, sessions, server-to-client requests.
+    Session,
+    /// 2026-07-28: stateless, `input_required` instead of server-to-client requests.
+    Stateless,
+}
+
+impl Era {
+    fn of(context: &RequestContext<RoleServer>) -> Era {
+        match context.protocol_version() {
+            Some(v) if v >= ProtocolVersion::V_2026_07_28 => Era::Stateless,
+            _ => Era::Session,
+        }
+    }
+}
+
+/// Whether capabilities include form elicitation (an empty `elicitation` object counts).
+fn elicits_form(caps: Option<&ClientCapabilities>) -> bool {
+    caps.and_then(|c| c.elicitation.as_ref())
+        .is_some_and(|e| e.form.is_some() || e.url.is_none())
+}
+
+fn principal(context: &RequestContext<RoleServer>) -> String {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Principal>())
+        .or_else(|| context.extensions.get::<Principal>())
+        .map_or_else(|| "stdio".to_string(), |p| p.0.clone())
 }
 
 impl McpServer {
-    /// A server over a dispatcher (built with an [`ElicitingConfirmer`] on `peer`) and session.
-    pub fn new(
-        dispatcher: Dispatcher,
-        session: Session,
-        peer: PeerSlot,
-        fallback: PromptFallback,
-        config_file: String,
-    ) -> Self {
+    /// A handler over the shared state.
+    pub fn new(shared: Arc<McpShared>) -> Self {
         McpServer {
-            dispatcher,
-            session,
-            peer,
-            fallback,
-            config_file,
+            shared,
+            own: OnceLock::new(),
+        }
+    }
+
+    /// The session a request's calls run in.
+    fn session(&self, era: Era, principal: &str) -> Result<Session, McpError> {
+        let opened = |id: &str, open: &dyn Fn(&str) -> Result<Session, String>| {
+            open(id)
+                .map_err(|e| McpError::internal_error(format!("cannot open a session: {e}"), None))
+        };
+        match &self.shared.sessions {
+            Sessions::One(session) => Ok(session.clone()),
+            Sessions::PerClient { open, by_principal } => match era {
+                Era::Stateless => {
+                    let mut sessions = by_principal.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some(s) = sessions.get(principal) {
+                        return Ok(s.clone());
+                    }
+                    let s = opened(&format!("mcp-{principal}"), open.as_ref())?;
+                    sessions.insert(principal.to_string(), s.clone());
+                    Ok(s)
+                }
+                Era::Session => {
+                    if let Some(s) = self.own.get() {
+                        return Ok(s.clone());
+                    }
+                    let n = self.shared.next_call.fetch_add(1, Ordering::Relaxed);
+                    let s = opened(&format!("mcp-http-{n}"), open.as_ref())?;
+                    Ok(self.own.get_or_init(|| s).clone())
+                }
+            },
         }
     }
 
@@ -195,12 +404,12 @@ impl McpServer {
                 }
             })
             .collect();
-        if fell_back && block.is_error() && self.fallback == PromptFallback::Deny {
+        if fell_back && block.is_error() && self.shared.routes.fallback == PromptFallback::Deny {
             content.push(ContentBlock::text(format!(
                 "This MCP client cannot ask the user for confirmation (it does not support elicitation), so \
                  `mcp.prompt_fallback = \"deny\"` answered. To allow '{tool}', set `{tool} = \"auto\"` under \
                  [tool_confirmation.per_tool] in {}, or set `prompt_fallback = \"allow\"` under [mcp].",
-                self.config_file
+                self.shared.config_file
             )));
         }
         let mut result = if block.is_error() {
@@ -227,6 +436,20 @@ impl McpServer {
             result.meta = Some(meta);
         }
         result
+    }
+}
+
+impl Drop for McpServer {
+    fn drop(&mut self) {
+        // An HTTP client's session ends with its MCP session: stop what still runs there.
+        if let Some(session) = self.own.take()
+            && let Ok(handle) = tokio::runtime::Handle::try_current()
+        {
+            let dispatcher = self.shared.dispatcher.clone();
+            handle.spawn(async move {
+                dispatcher.close_session(session.id()).await;
+            });
+        }
     }
 }
 
@@ -293,7 +516,6 @@ async fn watch_call(
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_protocol_version(ProtocolVersion::V_2025_11_25)
             .with_server_info(Implementation::new("toolhost", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "toolhost runs tools with input validation, workspace scoping and a confirmation policy. \
@@ -302,13 +524,8 @@ impl ServerHandler for McpServer {
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        const VERSIONS: &[ProtocolVersion] = &[
-            ProtocolVersion::V_2024_11_05,
-            ProtocolVersion::V_2025_03_26,
-            ProtocolVersion::V_2025_06_18,
-            ProtocolVersion::V_2025_11_25,
-        ];
-        Cow::Borrowed(VERSIONS)
+        // Both eras: 2024-11-05 to 2025-11-25 with `initialize`, and 2026-07-28.
+        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2026_07_28))
     }
 
     async fn list_tools(
@@ -316,10 +533,11 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let _ = self.peer.set(context.peer.clone());
+        let session = self.session(Era::of(&context), &principal(&context))?;
         let tools = self
+            .shared
             .dispatcher
-            .definitions_for_session(&self.session)
+            .definitions_for_session(&session)
             .into_iter()
             .map(|d| {
                 let schema = match d.input_schema {
@@ -338,13 +556,61 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let _ = self.peer.set(context.peer.clone());
-        let tool_use_id = format!("mcp-{}", context.id);
+        let era = Era::of(&context);
+        let principal = principal(&context);
+        tracing::debug!(?era, version = ?context.protocol_version(), %principal, "tools/call");
+        let session = self.session(era, &principal)?;
+        let tool_use_id: Arc<str> = match self.shared.sessions {
+            Sessions::One(_) => format!("mcp-{}", context.id).into(),
+            // Clients sharing a session may reuse JSON-RPC ids.
+            Sessions::PerClient { .. } => format!(
+                "mcp-{}-{}",
+                self.shared.next_call.fetch_add(1, Ordering::Relaxed),
+                context.id
+            )
+            .into(),
+        };
         let name = request.name.to_string();
-        let input = Value::Object(request.arguments.unwrap_or_default());
-        let mut call = self
-            .dispatcher
-            .invocation(ToolUse::new(&tool_use_id, &name, input), &self.session);
+        let arguments = Value::Object(request.arguments.unwrap_or_default());
+        let (defer_tx, deferred) = oneshot::channel();
+        let route = match (era, request.request_state) {
+            (Era::Stateless, Some(state)) => {
+                self.shared
+                    .confirmations
+                    .open(&state, &principal, &name, &arguments)
+                    .map_err(|e| McpError::invalid_params(e.to_string(), None))?;
+                let answer = request
+                    .input_responses
+                    .as_ref()
+                    .and_then(|r| r.get("confirm"))
+                    .ok_or_else(|| {
+                        McpError::invalid_params(
+                            "inputResponses has no answer for 'confirm'; retry with the user's answer to the \
+                             confirmation form, or call again without requestState",
+                            None,
+                        )
+                    })?;
+                Route::Answered(decision_of(answer))
+            }
+            (Era::Stateless, None) if elicits_form(context.client_capabilities().as_ref()) => {
+                Route::Defer(defer_tx)
+            }
+            (Era::Session, _)
+                if context
+                    .peer
+                    .supported_elicitation_modes()
+                    .contains(&rmcp::service::ElicitationMode::Form) =>
+            {
+                Route::Elicit(context.peer.clone())
+            }
+            _ => Route::Fallback,
+        };
+        let _route = self.shared.routes.enter(tool_use_id.clone(), route);
+        let dispatcher = &self.shared.dispatcher;
+        let mut call = dispatcher.invocation(
+            ToolUse::new(&*tool_use_id, &name, arguments.clone()),
+            &session,
+        );
         let mut events = Some(call.events());
         // Live output is forwarded as it comes only when the client asked for progress;
         // otherwise the call's events are read once it has ended.
@@ -354,7 +620,7 @@ impl ServerHandler for McpServer {
                 .get_progress_token()
                 .zip(events.take())
                 .map(|(token, events)| {
-                    let (done, finished) = tokio::sync::oneshot::channel();
+                    let (done, finished) = oneshot::channel();
                     let peer = context.peer.clone();
                     (
                         done,
@@ -363,12 +629,27 @@ impl ServerHandler for McpServer {
                 });
         let dispatch = call.run();
         tokio::pin!(dispatch);
+        let deferred = async {
+            match deferred.await {
+                Ok(question) => question,
+                Err(_) => std::future::pending().await,
+            }
+        };
+        tokio::pin!(deferred);
         let block = tokio::select! {
             block = &mut dispatch => block,
+            question = &mut deferred => {
+                // This round ends here: the question goes to the client with a sealed
+                // state, and the call (waiting for its answer) is dropped.
+                if let Some((done, _)) = watcher {
+                    let _ = done.send(());
+                }
+                return Ok(self.input_required(&question, &principal, &name, &arguments).into());
+            }
             _ = context.ct.cancelled() => {
                 tracing::info!(tool = %name, "client cancelled the call");
                 // Signal only: this task drives the call and must keep polling it.
-                self.dispatcher.request_cancel(self.session.id(), &tool_use_id);
+                dispatcher.request_cancel(session.id(), &tool_use_id);
                 dispatch.await
             }
         };
@@ -388,6 +669,33 @@ impl ServerHandler for McpServer {
             watched.see(&event.kind);
         }
         Ok(self.to_mcp(block, &name, watched.fell_back).into())
+    }
+}
+
+impl McpServer {
+    /// The `input_required` result asking `question`, with a state sealed for the retry.
+    fn input_required(
+        &self,
+        question: &ConfirmationRequest,
+        principal: &str,
+        tool: &str,
+        arguments: &Value,
+    ) -> InputRequiredResult {
+        let mut requests = InputRequests::new();
+        if let Some(schema) = decision_schema() {
+            requests.insert(
+                "confirm".to_string(),
+                InputRequest::Elicitation(ElicitRequest::new(
+                    ElicitRequestParams::FormElicitationParams {
+                        meta: None,
+                        message: crate::mcp::server::question(question),
+                        requested_schema: schema,
+                    },
+                )),
+            );
+        }
+        let state = self.shared.confirmations.seal(principal, tool, arguments);
+        InputRequiredResult::new(Some(requests), Some(state))
     }
 }
 
