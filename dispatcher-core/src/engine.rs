@@ -69,6 +69,13 @@ impl Engine {
         self.sessions().get(id).cloned()
     }
 
+    /// The ids of the open sessions, sorted.
+    pub(crate) fn session_ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self.sessions().keys().map(|k| k.to_string()).collect();
+        ids.sort();
+        ids
+    }
+
     /// Opens a session (or returns the open one of the same id and workspace), starting
     /// the per-session toolsets it enables.
     pub(crate) fn open_session(

@@ -206,6 +206,11 @@ impl Dispatcher {
         self.engine.session(id).map(Session::new)
     }
 
+    /// The ids of the open sessions, sorted (e.g. to close them all at shutdown).
+    pub fn session_ids(&self) -> Vec<String> {
+        self.engine.session_ids()
+    }
+
     /// Cancels the session's calls, stops the toolset instances it started, and forgets it.
     /// Returns whether it was open. Shared toolsets keep running.
     pub async fn close_session(&self, id: &str) -> bool {

@@ -12,7 +12,9 @@
 //! configuration. Logs go to stderr (`TOOLHOST_LOG=debug` for more).
 
 mod config;
+mod http;
 mod mcp;
+mod serve;
 mod terminal;
 
 use std::path::{Path, PathBuf};
@@ -81,14 +83,9 @@ enum Command {
         #[command(flatten)]
         session: SessionArgs,
     },
-    /// Serve the tools over a protocol. `--mcp`: an MCP server on stdin/stdout.
-    Serve {
-        /// Speak MCP over stdio (the only protocol so far; required).
-        #[arg(long)]
-        mcp: bool,
-        #[command(flatten)]
-        session: SessionArgs,
-    },
+    /// Serve the tools over MCP: `--mcp` on stdin/stdout, or `--http ADDR` (streamable
+    /// HTTP, with the control API and the web console).
+    Serve(serve::ServeArgs),
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -142,7 +139,7 @@ fn main() -> ExitCode {
     // `serve` answers one client: its requests, their tools' inline work and the protocol
     // I/O all run on one thread, so no message waits for a wake-up on another core (tools
     // that block still run on the blocking pool). The other commands run one call.
-    let mut builder = if matches!(cli.command, Command::Serve { .. }) {
+    let mut builder = if matches!(cli.command, Command::Serve(_)) {
         tokio::runtime::Builder::new_current_thread()
     } else {
         let mut b = tokio::runtime::Builder::new_multi_thread();
@@ -374,14 +371,7 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
                 ExitCode::SUCCESS
             })
         }
-        Command::Serve { mcp, session } => {
-            if !mcp {
-                return Err(UsageError(
-                    "serve needs a protocol: toolhost serve --mcp".into(),
-                ));
-            }
-            serve_mcp(&sources, &session).await
-        }
+        Command::Serve(args) => serve::serve(&sources, &args).await,
         Command::Manifest { format, session } => {
             let host = build_host(&sources, None).await?;
             let session = host.open_session("cli", &session)?;
@@ -432,7 +422,7 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
             tokio::pin!(run);
             let result = tokio::select! {
                 result = &mut run => result,
-                signal = shutdown_signal() => {
+                signal = serve::shutdown_signal() => {
                     // Signal only: this task drives the call and must keep polling it while
                     // the tool stops (a shell's process group gets SIGTERM, then SIGKILL).
                     host.dispatcher.request_cancel(session.id(), "toolu_cli_1");
@@ -475,175 +465,6 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
             }
         }
     }
-}
-
-async fn serve_mcp(sources: &Sources<'_>, args: &SessionArgs) -> Result<ExitCode, UsageError> {
-    use rmcp::ServiceExt as _;
-    let routes = mcp::Routes::new(sources.config.mcp.prompt_fallback);
-    let confirmer = Arc::new(mcp::McpConfirmer::new(routes.clone()));
-    let host = build_host(sources, Some(confirmer)).await?;
-    let dispatcher = host.dispatcher.clone();
-    let session = host.open_session("mcp", args)?;
-    let shared = mcp::McpShared::new(
-        dispatcher.clone(),
-        routes,
-        confirmations(sources, &dispatcher)?,
-        sources.file.display().to_string(),
-        mcp::Sessions::One(session),
-    );
-    let server = mcp::McpServer::new(shared);
-    tracing::info!(workspace = %args.workspace.display(), "MCP server on stdio");
-    let (eof_tx, eof_rx) = tokio::sync::oneshot::channel();
-    let stdin = mcp::EofNotify::new(protocol_stdin(), eof_tx);
-    let on_eof = {
-        let dispatcher = dispatcher.clone();
-        tokio::spawn(async move {
-            if eof_rx.await.is_ok() {
-                tracing::info!("stdin closed: cancelling running tools");
-                dispatcher.cancel_session_tools("mcp").await;
-            }
-        })
-    };
-    let stdout = protocol_stdout()
-        .map_err(|e| UsageError(format!("cannot set up stdout for the protocol: {e}")))?;
-    let mut exit = ExitCode::SUCCESS;
-    let serving = async {
-        let transport =
-            mcp::stdio::StdioTransport::new(stdin, stdout, sources.config.mcp.max_message_bytes.0);
-        match server.serve(transport).await {
-            Ok(running) => {
-                if let Err(e) = running.waiting().await {
-                    tracing::warn!("MCP session ended with an error: {e}");
-                }
-            }
-            Err(e) => tracing::warn!("MCP initialization failed: {e}"),
-        }
-    };
-    tokio::pin!(serving);
-    let grace = dispatcher.config().cancel_grace;
-    tokio::select! {
-        () = &mut serving => {}
-        signal = shutdown_signal() => {
-            tracing::info!("{}: cancelling running tools and exiting", signal.name);
-            exit = signal.exit_code();
-            // The calls run in the server's request tasks: interrupt them (shell process
-            // groups get SIGTERM, then SIGKILL) before the server goes away.
-            let cancelled = dispatcher.cancel_session_tools("mcp");
-            if tokio::time::timeout(grace, cancelled).await.is_err() {
-                tracing::warn!("tools still running {}s after {}; exiting anyway", grace.as_secs(), signal.name);
-            }
-        }
-    }
-    on_eof.abort();
-    // The client is gone: stop whatever still runs (shell process groups included), but
-    // never wait longer than the cancellation grace period for it.
-    if tokio::time::timeout(grace, dispatcher.close_session("mcp"))
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            "tools still running {}s after the client left; exiting anyway",
-            grace.as_secs()
-        );
-    }
-    Ok(exit)
-}
-
-/// Stateless confirmations, sealed with the configured key ring (or a key of this
-/// process's own), valid for the confirmation timeout.
-fn confirmations(
-    sources: &Sources<'_>,
-    dispatcher: &Dispatcher,
-) -> Result<mcp::request_state::Confirmations, UsageError> {
-    let file = sources.config.mcp.request_state_keys.as_ref().map(|f| {
-        sources
-            .file
-            .parent()
-            .map_or_else(|| f.clone(), |dir| dir.join(f))
-    });
-    let (codec, from) = mcp::request_state::load_codec(file.as_deref())?;
-    if let Some(from) = from {
-        tracing::info!("request-state key ring from {from}");
-    }
-    Ok(mcp::request_state::Confirmations::new(
-        codec,
-        dispatcher.config().confirmation_timeout,
-    ))
-}
-
-/// A signal that asks toolhost to stop.
-struct Shutdown {
-    name: &'static str,
-    number: u8,
-}
-
-impl Shutdown {
-    /// 128 + the signal number, as shells report a process ended by a signal.
-    fn exit_code(&self) -> ExitCode {
-        ExitCode::from(128 + self.number)
-    }
-}
-
-/// Resolves at the first SIGINT or SIGTERM (never, if they cannot be watched).
-async fn shutdown_signal() -> Shutdown {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        tracing::warn!("cannot watch for SIGINT/SIGTERM; they will end toolhost abruptly");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = int.recv() => Shutdown { name: "SIGINT", number: 2 },
-        _ = term.recv() => Shutdown { name: "SIGTERM", number: 15 },
-    }
-}
-
-type ProtocolReader = Box<dyn tokio::io::AsyncRead + Send + Unpin>;
-type ProtocolWriter = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
-
-/// The protocol's input. A pipe (how MCP clients start servers) or a socket is read by the
-/// runtime's event loop; anything else (a terminal, a file) through tokio's stdin, which
-/// reads on a blocking thread. The event loop saves two thread handoffs per message.
-fn protocol_stdin() -> ProtocolReader {
-    let dup = rustix::io::dup(std::io::stdin()).map_err(std::io::Error::from);
-    let async_fd = dup.and_then(|fd| {
-        let file = std::fs::File::from(fd);
-        match file.metadata()?.file_type() {
-            t if std::os::unix::fs::FileTypeExt::is_fifo(&t) => {
-                let pipe = tokio::net::unix::pipe::Receiver::from_file(file)?;
-                Ok(Box::new(pipe) as ProtocolReader)
-            }
-            t if std::os::unix::fs::FileTypeExt::is_socket(&t) => {
-                let socket = std::os::unix::net::UnixStream::from(std::os::fd::OwnedFd::from(file));
-                socket.set_nonblocking(true)?;
-                Ok(Box::new(tokio::net::UnixStream::from_std(socket)?) as ProtocolReader)
-            }
-            _ => Err(std::io::ErrorKind::Unsupported.into()),
-        }
-    });
-    async_fd.unwrap_or_else(|_| Box::new(tokio::io::stdin()))
-}
-
-/// The protocol's own copy of stdout. File descriptor 1 then points at stderr, so nothing
-/// a tool, a plugin or a library prints (whatever its copy of `std`) can reach the client
-/// as a frame: it lands in the log stream instead. A pipe or socket is written by the
-/// event loop (as for [`protocol_stdin`]); anything else through a blocking thread.
-fn protocol_stdout() -> std::io::Result<ProtocolWriter> {
-    let protocol = std::fs::File::from(rustix::io::dup(std::io::stdout())?);
-    rustix::stdio::dup2_stdout(std::io::stderr())?;
-    let file_type = protocol.metadata()?.file_type();
-    if std::os::unix::fs::FileTypeExt::is_fifo(&file_type) {
-        let pipe = tokio::net::unix::pipe::Sender::from_file(protocol)?;
-        return Ok(Box::new(pipe));
-    }
-    if std::os::unix::fs::FileTypeExt::is_socket(&file_type) {
-        let socket = std::os::unix::net::UnixStream::from(std::os::fd::OwnedFd::from(protocol));
-        socket.set_nonblocking(true)?;
-        return Ok(Box::new(tokio::net::UnixStream::from_std(socket)?));
-    }
-    Ok(Box::new(tokio::fs::File::from_std(protocol)))
 }
 
 fn list(dispatcher: &Dispatcher, session: &Session, as_json: bool) {

@@ -91,6 +91,8 @@ enum Route {
 pub struct Routes {
     routes: Mutex<HashMap<Arc<str>, Route>>,
     fallback: PromptFallback,
+    /// Consoles following the event stream ([`Routes::watch`]).
+    watchers: std::sync::atomic::AtomicUsize,
 }
 
 impl Routes {
@@ -99,7 +101,20 @@ impl Routes {
         Arc::new(Routes {
             routes: Mutex::new(HashMap::new()),
             fallback,
+            watchers: std::sync::atomic::AtomicUsize::new(0),
         })
+    }
+
+    /// Marks a console as watching until the guard drops: while one is, a question no
+    /// client can answer waits for the console (or the confirmation timeout) instead of
+    /// taking `[mcp] prompt_fallback`.
+    pub fn watch(self: &Arc<Self>) -> WatchGuard {
+        self.watchers.fetch_add(1, Ordering::AcqRel);
+        WatchGuard(self.clone())
+    }
+
+    fn watched(&self) -> bool {
+        self.watchers.load(Ordering::Acquire) > 0
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Route>> {
@@ -113,6 +128,15 @@ impl Routes {
             routes: self.clone(),
             id,
         }
+    }
+}
+
+/// A console watching ([`Routes::watch`]).
+pub struct WatchGuard(Arc<Routes>);
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        self.0.watchers.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -239,6 +263,10 @@ impl Confirmer for McpConfirmer {
                     }
                 }
             }),
+            // A console is watching: it answers (first answer wins), or the timeout does.
+            Some(Route::Fallback) | None if self.routes.watched() => {
+                Box::pin(std::future::pending())
+            }
             Some(Route::Fallback) | None => Box::pin(std::future::ready(fallback.answer())),
         }
     }

@@ -1,0 +1,342 @@
+//! Who may talk to the HTTP server: the `Host` and `Origin` checks against DNS rebinding,
+//! and bearer tokens. One check for every route (MCP, control API, console).
+//!
+//! - `Host` must name a loopback host (`localhost`, `127.0.0.1`, `[::1]`), the address the
+//!   server is bound to, or a name given with `--allowed-host` (`*`: any, for a server
+//!   behind a load balancer that already requires a token). Otherwise `403`.
+//! - `Origin`, when a browser sends one, must be this server's own origin (an allowed host
+//!   with the bound port) or one given with `--allowed-origin`. Otherwise `403`.
+//! - With tokens configured (`--token-file FILE` or `TOOLHOST_HTTP_TOKEN`), every request
+//!   needs `Authorization: Bearer TOKEN`, compared in constant time; otherwise `401` with
+//!   `WWW-Authenticate: Bearer`. A server bound to a non-loopback address refuses to start
+//!   without one.
+//!
+//! The caller's principal, `token-` and the first 12 hex digits of the token's SHA-256
+//! (`local` without tokens), names whose "always allow" grants and sessions a stateless
+//! request uses. Tokens are never logged.
+
+use std::net::SocketAddr;
+
+use http::HeaderMap;
+use sha2::{Digest, Sha256};
+
+use crate::mcp::Principal;
+
+/// The environment variable that may hold the bearer token (one; a file may hold several).
+pub const TOKEN_ENV: &str = "TOOLHOST_HTTP_TOKEN";
+
+/// Why a request is turned away.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// `403`: a `Host` or `Origin` this server does not serve.
+    Forbidden(String),
+    /// `401`: no token, or a wrong one.
+    Unauthorized(String),
+}
+
+/// The access rules of one server.
+#[derive(Debug)]
+pub struct Access {
+    /// SHA-256 of each accepted token.
+    tokens: Vec<[u8; 32]>,
+    hosts: Vec<String>,
+    any_host: bool,
+    origins: Vec<String>,
+    port: u16,
+}
+
+impl Access {
+    /// Rules for a server bound to `bind`. Refuses a non-loopback address without tokens.
+    pub fn new(
+        bind: SocketAddr,
+        tokens: Vec<String>,
+        extra_hosts: &[String],
+        extra_origins: &[String],
+    ) -> Result<Access, String> {
+        if !bind.ip().is_loopback() && tokens.is_empty() {
+            return Err(format!(
+                "serving on {bind}, which is not a loopback address, needs a bearer token: \
+                 --token-file FILE (one token per line) or {TOKEN_ENV}=TOKEN"
+            ));
+        }
+        if let Some(t) = tokens.iter().find(|t| t.len() < 16) {
+            return Err(format!(
+                "a bearer token of {} characters is too easy to guess; use at least 16 (e.g. `head -c 32 /dev/urandom | base64`)",
+                t.len()
+            ));
+        }
+        let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "[::1]"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        if !bind.ip().is_unspecified() {
+            hosts.push(match bind {
+                SocketAddr::V4(a) => a.ip().to_string(),
+                SocketAddr::V6(a) => format!("[{}]", a.ip()),
+            });
+        }
+        let any_host = extra_hosts.iter().any(|h| h == "*");
+        hosts.extend(
+            extra_hosts
+                .iter()
+                .filter(|h| *h != "*")
+                .map(|h| h.to_ascii_lowercase()),
+        );
+        Ok(Access {
+            tokens: tokens
+                .iter()
+                .map(|t| Sha256::digest(t.as_bytes()).into())
+                .collect(),
+            hosts,
+            any_host,
+            origins: extra_origins
+                .iter()
+                .map(|o| o.trim_end_matches('/').to_ascii_lowercase())
+                .collect(),
+            port: bind.port(),
+        })
+    }
+
+    /// Checks a request's headers; the caller's principal when it may pass.
+    pub fn check(&self, headers: &HeaderMap) -> Result<Principal, Refusal> {
+        let host = headers
+            .get(http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .ok_or_else(|| Refusal::Forbidden("Forbidden: no Host header".into()))?;
+        if !self.any_host && !self.host_allowed(host) {
+            tracing::warn!(
+                host,
+                "refused a request for a host this server does not serve (DNS rebinding?)"
+            );
+            return Err(Refusal::Forbidden(format!(
+                "Forbidden: Host '{host}' is not served here (add it with --allowed-host)"
+            )));
+        }
+        if let Some(origin) = headers.get(http::header::ORIGIN) {
+            let origin = origin.to_str().unwrap_or("").trim_end_matches('/');
+            if !self.origin_allowed(origin) {
+                tracing::warn!(origin, "refused a request from a foreign origin");
+                return Err(Refusal::Forbidden(format!(
+                    "Forbidden: Origin '{origin}' may not use this server (add it with --allowed-origin)"
+                )));
+            }
+        }
+        if self.tokens.is_empty() {
+            return Ok(Principal("local".into()));
+        }
+        let given = headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|h| h.to_str().ok())
+            .and_then(|h| {
+                h.strip_prefix("Bearer ")
+                    .or_else(|| h.strip_prefix("bearer "))
+            })
+            .map(str::trim)
+            .ok_or_else(|| {
+                Refusal::Unauthorized("Unauthorized: send Authorization: Bearer TOKEN".into())
+            })?;
+        let digest: [u8; 32] = Sha256::digest(given.as_bytes()).into();
+        // Every token is compared, each in constant time, so the time taken says nothing
+        // about which bytes matched.
+        let mut matched = None;
+        for known in &self.tokens {
+            let diff = known
+                .iter()
+                .zip(digest.iter())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+            if diff == 0 {
+                matched = Some(known);
+            }
+        }
+        match matched {
+            Some(known) => Ok(Principal(format!(
+                "token-{}",
+                known[..6]
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<String>()
+            ))),
+            None => Err(Refusal::Unauthorized(
+                "Unauthorized: the bearer token is not valid".into(),
+            )),
+        }
+    }
+
+    fn host_allowed(&self, authority: &str) -> bool {
+        let authority = authority.to_ascii_lowercase();
+        let host = split_port(&authority).0;
+        self.hosts.iter().any(|h| h == host || *h == authority)
+    }
+
+    fn origin_allowed(&self, origin: &str) -> bool {
+        let origin = origin.to_ascii_lowercase();
+        if self.origins.contains(&origin) {
+            return true;
+        }
+        let Some(authority) = origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"))
+        else {
+            return false;
+        };
+        let (host, port) = split_port(authority);
+        let port = port.or(if origin.starts_with("https://") {
+            Some(443)
+        } else {
+            Some(80)
+        });
+        port == Some(self.port) && (self.any_host || self.hosts.iter().any(|h| h == host))
+    }
+}
+
+/// `host[:port]` (IPv6 in brackets) into its host and port.
+fn split_port(authority: &str) -> (&str, Option<u16>) {
+    if authority.starts_with('[') {
+        return match authority.find(']') {
+            Some(end) => (
+                &authority[..=end],
+                authority[end + 1..]
+                    .strip_prefix(':')
+                    .and_then(|p| p.parse().ok()),
+            ),
+            None => (authority, None),
+        };
+    }
+    match authority.rsplit_once(':') {
+        Some((host, port)) => (host, port.parse().ok()),
+        None => (authority, None),
+    }
+}
+
+/// Reads tokens: one per line of `file` (blank lines and `#` comments skipped), or the
+/// one in `TOOLHOST_HTTP_TOKEN`.
+pub fn load_tokens(file: Option<&std::path::Path>) -> Result<Vec<String>, String> {
+    let mut tokens = Vec::new();
+    if let Some(file) = file {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| format!("cannot read the token file {}: {e}", file.display()))?;
+        tokens.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(String::from),
+        );
+        if tokens.is_empty() {
+            return Err(format!("the token file {} holds no token", file.display()));
+        }
+    }
+    if let Ok(token) = std::env::var(TOKEN_ENV)
+        && !token.trim().is_empty()
+    {
+        tokens.push(token.trim().to_string());
+    }
+    Ok(tokens)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        h
+    }
+
+    fn local() -> Access {
+        Access::new("127.0.0.1:8080".parse().unwrap(), vec![], &[], &[]).unwrap()
+    }
+
+    #[test]
+    fn a_foreign_host_is_forbidden() {
+        let a = local();
+        assert!(a.check(&headers(&[("host", "127.0.0.1:8080")])).is_ok());
+        assert!(a.check(&headers(&[("host", "localhost:8080")])).is_ok());
+        assert!(matches!(
+            a.check(&headers(&[("host", "evil.example.com")])),
+            Err(Refusal::Forbidden(_))
+        ));
+        assert!(matches!(
+            a.check(&headers(&[("host", "evil.example.com:8080")])),
+            Err(Refusal::Forbidden(_))
+        ));
+    }
+
+    #[test]
+    fn a_foreign_origin_is_forbidden_and_the_own_origin_passes() {
+        let a = local();
+        let ok = [
+            ("host", "127.0.0.1:8080"),
+            ("origin", "http://127.0.0.1:8080"),
+        ];
+        assert!(a.check(&headers(&ok)).is_ok());
+        for origin in [
+            "http://evil.example.com",
+            "http://localhost:3000",
+            "null",
+            "file://",
+        ] {
+            let h = headers(&[("host", "127.0.0.1:8080"), ("origin", origin)]);
+            assert!(
+                matches!(a.check(&h), Err(Refusal::Forbidden(_))),
+                "{origin}"
+            );
+        }
+        let listed = Access::new(
+            "127.0.0.1:8080".parse().unwrap(),
+            vec![],
+            &[],
+            &["https://ide.example.com".into()],
+        )
+        .unwrap();
+        let h = headers(&[
+            ("host", "127.0.0.1:8080"),
+            ("origin", "https://ide.example.com"),
+        ]);
+        assert!(listed.check(&h).is_ok());
+    }
+
+    #[test]
+    fn a_non_loopback_bind_needs_a_token() {
+        let e = Access::new("0.0.0.0:8080".parse().unwrap(), vec![], &[], &[]).unwrap_err();
+        assert!(e.contains("--token-file") && e.contains(TOKEN_ENV), "{e}");
+        assert!(
+            Access::new(
+                "0.0.0.0:8080".parse().unwrap(),
+                vec!["short".into()],
+                &[],
+                &[]
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn tokens_are_checked_and_name_the_principal() {
+        let token = "0123456789abcdef-secret";
+        let a = Access::new(
+            "0.0.0.0:8080".parse().unwrap(),
+            vec![token.into()],
+            &["mcp.example.com".into()],
+            &[],
+        )
+        .unwrap();
+        let host = ("host", "mcp.example.com");
+        assert!(matches!(
+            a.check(&headers(&[host])),
+            Err(Refusal::Unauthorized(_))
+        ));
+        let wrong = headers(&[host, ("authorization", "Bearer 0123456789abcdef-secreT")]);
+        assert!(matches!(a.check(&wrong), Err(Refusal::Unauthorized(_))));
+        let bearer = format!("Bearer {token}");
+        let right = headers(&[host, ("authorization", bearer.as_str())]);
+        let p = a.check(&right).unwrap();
+        assert!(p.0.starts_with("token-") && !p.0.contains(token), "{p:?}");
+    }
+}

@@ -1,0 +1,189 @@
+//! The control API and the web console: where a person watches the calls and answers the
+//! confirmations of every session this process serves (stdio or HTTP), from a browser or
+//! an IDE.
+//!
+//! | route | what it does |
+//! |---|---|
+//! | `GET /` | the console: pending confirmations with Allow / Deny / Always, a live event log |
+//! | `GET /v1/events[?session=ID]` | server-sent events of the `tool.*` stream, one per event: `event:` its name, `data:` the same JSON as the library's events |
+//! | `GET /v1/confirmations[?session=ID]` | the pending confirmation requests, oldest first (JSON array) |
+//! | `POST /v1/confirmations/{id}` | answers one: `{"decision": "allow" \| "deny" \| "always"}`; `200`, or `409` when another client (terminal, MCP client, another console) answered first, naming it; `404` for an unknown id |
+//!
+//! The console is one HTML file in the binary: no build step, nothing fetched from
+//! elsewhere. It reads the event stream with `fetch` (so a bearer token can be sent) and
+//! asks for the token when the server answers `401`.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use dispatcher_core::confirmation::ResolveError;
+use dispatcher_core::{Decision, Dispatcher, ToolEvent};
+use futures_util::Stream;
+use http::StatusCode;
+use serde::Deserialize;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::mcp::Routes;
+
+/// The console page.
+const CONSOLE: &str = include_str!("console.html");
+
+/// The name answers from the control API are recorded under (`decided_by`).
+pub const CLIENT_NAME: &str = "web-console";
+
+/// What the control API works on.
+#[derive(Clone)]
+pub struct Control {
+    dispatcher: Dispatcher,
+    routes: Arc<Routes>,
+}
+
+impl Control {
+    /// The control API over a dispatcher's events and confirmation broker; a console
+    /// following the events is registered with `routes` as watching.
+    pub fn new(dispatcher: Dispatcher, routes: Arc<Routes>) -> Self {
+        Control { dispatcher, routes }
+    }
+}
+
+#[derive(Clone)]
+struct ControlState {
+    control: Control,
+    stop: CancellationToken,
+}
+
+/// The routes; event streams end when `stop` is cancelled.
+pub fn routes(control: Control, stop: CancellationToken) -> Router {
+    Router::new()
+        .route("/", get(console))
+        .route("/v1/events", get(events))
+        .route("/v1/confirmations", get(pending))
+        .route("/v1/confirmations/{id}", post(answer))
+        .with_state(ControlState { control, stop })
+}
+
+async fn console() -> impl IntoResponse {
+    (
+        [
+            (http::header::CACHE_CONTROL, "no-store"),
+            (
+                http::header::CONTENT_SECURITY_POLICY,
+                "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'",
+            ),
+        ],
+        Html(CONSOLE),
+    )
+}
+
+#[derive(Deserialize)]
+struct SessionFilter {
+    session: Option<String>,
+}
+
+fn matches(event: &ToolEvent, session: Option<&str>) -> bool {
+    session.is_none_or(|s| &*event.call.session_id == s)
+}
+
+async fn events(
+    State(state): State<ControlState>,
+    Query(filter): Query<SessionFilter>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let rx = state.control.dispatcher.subscribe_all();
+    let stop = state.stop.clone();
+    let watching = state.control.routes.watch();
+    let stream = futures_util::stream::unfold(
+        (rx, stop, filter.session, watching),
+        |(mut rx, stop, session, watching)| async move {
+            loop {
+                let received = tokio::select! {
+                    r = rx.recv() => r,
+                    () = stop.cancelled() => return None,
+                };
+                let event = match received {
+                    Ok(e) if matches(&e, session.as_deref()) => Event::default()
+                        .event(e.kind.name())
+                        .data(e.to_json().to_string()),
+                    Ok(_) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => Event::default()
+                        .event("lagged")
+                        .data(json!({"missed": n}).to_string()),
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                };
+                return Some((Ok(event), (rx, stop, session, watching)));
+            }
+        },
+    );
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+async fn pending(
+    State(state): State<ControlState>,
+    Query(filter): Query<SessionFilter>,
+) -> Response {
+    let pending = state
+        .control
+        .dispatcher
+        .broker()
+        .pending(filter.session.as_deref());
+    axum::Json(json!(pending)).into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AnswerBody {
+    decision: String,
+}
+
+fn error(status: StatusCode, message: String) -> Response {
+    (status, axum::Json(json!({"error": message}))).into_response()
+}
+
+async fn answer(
+    State(state): State<ControlState>,
+    Path(id): Path<String>,
+    body: Result<axum::Json<AnswerBody>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let body = match body {
+        Ok(axum::Json(b)) => b,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "expected a JSON body {{\"decision\": \"allow\" | \"deny\" | \"always\"}}: {e}"
+                ),
+            );
+        }
+    };
+    let decision = match body.decision.as_str() {
+        "allow" => Decision::Allow,
+        "deny" => Decision::Deny,
+        "always" | "always_allow" => Decision::AlwaysAllow,
+        other => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("unknown decision '{other}': use allow, deny or always"),
+            );
+        }
+    };
+    match state
+        .control
+        .dispatcher
+        .broker()
+        .resolve(&id, decision, CLIENT_NAME)
+    {
+        Ok(()) => axum::Json(json!({
+            "request_id": id,
+            "decision": decision.as_str(),
+            "decided_by": CLIENT_NAME,
+        }))
+        .into_response(),
+        Err(e @ ResolveError::AlreadyResolved { .. }) => error(StatusCode::CONFLICT, e.to_string()),
+        Err(e @ ResolveError::Unknown { .. }) => error(StatusCode::NOT_FOUND, e.to_string()),
+    }
+}

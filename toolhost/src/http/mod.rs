@@ -1,0 +1,301 @@
+//! toolhost over HTTP: MCP streamable HTTP at `/mcp` (both protocol eras), the control API
+//! at `/v1/…` and the web console at `/` (see [`control`]).
+//!
+//! Every request first passes [`access`] (`Host`, `Origin`, bearer token). On `/mcp`, a
+//! POST body is read with the `[mcp] max_message_bytes` limit and screened like a stdio
+//! line ([`crate::mcp::screen`]) before rmcp's streamable HTTP service sees it, so a bad
+//! message gets a JSON-RPC error naming the problem (`400`; `413` when too large; `200`
+//! for invalid params of a valid request) and never a silent drop. A request that takes
+//! longer than the request timeout gets `504` with a JSON-RPC error, and its call is
+//! cancelled.
+//!
+//! rmcp's own `Host`/`Origin` checks are switched off: [`access`] makes the one decision
+//! for every route, MCP and control alike.
+//!
+//! Shutdown ([`Server::drain`]): stop accepting, end the event streams, let requests in
+//! flight finish within the grace period, then cancel what still runs.
+
+pub mod access;
+pub mod control;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+use http_body_util::BodyExt as _;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::mcp::screen::{INVALID_PARAMS, IdScanner, Rejection, screen};
+use crate::mcp::{McpServer, McpShared};
+use access::{Access, Refusal};
+
+/// What an HTTP server is set up with.
+pub struct HttpOptions {
+    /// Who may talk to it.
+    pub access: Arc<Access>,
+    /// The largest MCP message, in bytes.
+    pub max_message_bytes: usize,
+    /// How long one request may take before `504`.
+    pub request_timeout: Duration,
+}
+
+/// Requests in flight, for the drain at shutdown.
+#[derive(Default)]
+struct Inflight {
+    count: AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+struct InflightGuard(Arc<Inflight>);
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Gate {
+    access: Arc<Access>,
+    inflight: Arc<Inflight>,
+    max_message_bytes: usize,
+    request_timeout: Duration,
+}
+
+/// A router and the handles its shutdown needs.
+pub struct Server {
+    router: Router,
+    inflight: Arc<Inflight>,
+    /// Ends rmcp's sessions and streams, and the event streams.
+    stop: CancellationToken,
+}
+
+impl Server {
+    /// The routes: `/mcp` when `mcp` is given, and the control API and console over
+    /// `control`.
+    pub fn new(
+        mcp: Option<Arc<McpShared>>,
+        control: control::Control,
+        options: HttpOptions,
+    ) -> Server {
+        let inflight = Arc::new(Inflight::default());
+        let stop = CancellationToken::new();
+        let gate = Gate {
+            access: options.access,
+            inflight: inflight.clone(),
+            max_message_bytes: options.max_message_bytes,
+            request_timeout: options.request_timeout,
+        };
+        let mut router = control::routes(control, stop.clone());
+        if let Some(shared) = mcp {
+            let config = StreamableHttpServerConfig::default()
+                .with_legacy_session_mode(true)
+                .with_json_response(true)
+                .with_max_request_body_bytes(options.max_message_bytes)
+                .with_cancellation_token(stop.child_token())
+                .disable_allowed_hosts()
+                .disable_allowed_origins();
+            let service = StreamableHttpService::new(
+                move || Ok(McpServer::new(shared.clone())),
+                Arc::new(LocalSessionManager::default()),
+                config,
+            );
+            let mcp = Router::new().route_service("/mcp", service).layer(
+                axum::middleware::from_fn_with_state(gate.clone(), screen_mcp),
+            );
+            router = router.merge(mcp);
+        }
+        let router = router.layer(axum::middleware::from_fn_with_state(gate, admit));
+        Server {
+            router,
+            inflight,
+            stop,
+        }
+    }
+
+    /// Serves on `listener` until `shutdown` resolves, then drains: no new connections,
+    /// event streams end, requests in flight get up to `grace` to finish, and rmcp's
+    /// sessions are closed. Returns whether everything finished within the grace period.
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+        grace: Duration,
+    ) -> std::io::Result<bool> {
+        let (accepting_tx, accepting_rx) = tokio::sync::oneshot::channel::<()>();
+        let app = self
+            .router
+            .into_make_service_with_connect_info::<SocketAddr>();
+        let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+            let _ = accepting_rx.await;
+        });
+        let mut server = std::pin::pin!(server.into_future());
+        tokio::select! {
+            r = &mut server => return r.map(|()| true),
+            () = shutdown => {}
+        }
+        let _ = accepting_tx.send(());
+        // Long-lived streams (events, MCP's GET streams) are not counted: the drain waits
+        // for calls, then `stop` ends the streams.
+        let drained = tokio::time::timeout(grace, async {
+            loop {
+                let idle = self.inflight.idle.notified();
+                if self.inflight.count.load(Ordering::Acquire) == 0 {
+                    break;
+                }
+                idle.await;
+            }
+        })
+        .await
+        .is_ok();
+        self.stop.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(1), &mut server).await;
+        Ok(drained)
+    }
+}
+
+/// Access checks for every route; counts requests in flight (long-lived streams aside).
+async fn admit(State(gate): State<Gate>, mut request: Request, next: Next) -> Response {
+    let principal = match gate.access.check(request.headers()) {
+        Ok(p) => p,
+        Err(Refusal::Forbidden(why)) => {
+            return (StatusCode::FORBIDDEN, why).into_response();
+        }
+        Err(Refusal::Unauthorized(why)) => {
+            return (
+                StatusCode::UNAUTHORIZED,
+                [(http::header::WWW_AUTHENTICATE, "Bearer realm=\"toolhost\"")],
+                why,
+            )
+                .into_response();
+        }
+    };
+    // The token has done its job: nothing downstream (rmcp's logs included) sees it.
+    request.headers_mut().remove(http::header::AUTHORIZATION);
+    request.extensions_mut().insert(principal);
+    let streaming = request.method() == http::Method::GET
+        && (request.uri().path() == "/mcp" || request.uri().path() == "/v1/events");
+    if streaming {
+        return next.run(request).await;
+    }
+    gate.inflight.count.fetch_add(1, Ordering::AcqRel);
+    let _counted = InflightGuard(gate.inflight.clone());
+    next.run(request).await
+}
+
+/// A JSON-RPC error response with an HTTP status.
+fn rejection_response(status: StatusCode, rejection: &Rejection) -> Response {
+    tracing::warn!(
+        code = rejection.code,
+        "refused a message: {}",
+        rejection.message
+    );
+    let body = rejection
+        .response()
+        .unwrap_or_else(|| json!({"jsonrpc": "2.0", "id": null, "error": {"code": rejection.code, "message": rejection.message}}));
+    (
+        status,
+        [(http::header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// The body, or its size and id when it is over `limit` (read through up to 1 GiB without
+/// being held).
+async fn read_limited(body: Body, limit: usize) -> Result<Vec<u8>, (usize, Option<Value>)> {
+    const READ_THROUGH: usize = 1 << 30;
+    let mut body = body;
+    let mut bytes = Vec::new();
+    let mut over: Option<(usize, IdScanner)> = None;
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else { break };
+        let Ok(chunk) = frame.into_data() else {
+            continue;
+        };
+        match &mut over {
+            Some((size, scanner)) => {
+                *size += chunk.len();
+                scanner.feed(&chunk);
+                if *size > READ_THROUGH {
+                    break;
+                }
+            }
+            None if bytes.len() + chunk.len() > limit => {
+                let mut scanner = IdScanner::default();
+                scanner.feed(&bytes);
+                scanner.feed(&chunk);
+                over = Some((bytes.len() + chunk.len(), scanner));
+                bytes = Vec::new();
+            }
+            None => bytes.extend_from_slice(&chunk),
+        }
+    }
+    match over {
+        Some((size, scanner)) => Err((size, scanner.id())),
+        None => Ok(bytes),
+    }
+}
+
+/// `/mcp`: POST bodies screened before rmcp; each request under the request timeout.
+async fn screen_mcp(State(gate): State<Gate>, request: Request, next: Next) -> Response {
+    if request.method() != http::Method::POST {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let bytes = match read_limited(body, gate.max_message_bytes).await {
+        Ok(b) => b,
+        Err((size, id)) => {
+            return rejection_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &Rejection::too_large(size, gate.max_message_bytes, id),
+            );
+        }
+    };
+    let id = match screen(&bytes) {
+        Ok(message) => match &message {
+            rmcp::model::ClientJsonRpcMessage::Request(r) => {
+                serde_json::to_value(&r.id).unwrap_or(Value::Null)
+            }
+            _ => Value::Null,
+        },
+        Err(rejection) => {
+            let status = if rejection.code == INVALID_PARAMS {
+                StatusCode::OK
+            } else {
+                StatusCode::BAD_REQUEST
+            };
+            return rejection_response(status, &rejection);
+        }
+    };
+    let request = Request::from_parts(parts, Body::from(bytes));
+    match tokio::time::timeout(gate.request_timeout, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => {
+            let secs = gate.request_timeout.as_secs();
+            tracing::warn!(
+                "an MCP request took longer than {secs} s: answered 504, its call is cancelled"
+            );
+            (
+                StatusCode::GATEWAY_TIMEOUT,
+                [(http::header::CONTENT_TYPE, "application/json")],
+                json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32001,
+                    "message": format!("Request timed out after {secs} s (serve --request-timeout); the call was cancelled")}})
+                .to_string(),
+            )
+                .into_response()
+        }
+    }
+}

@@ -1,0 +1,366 @@
+//! `toolhost serve`: the MCP server on stdio (`--mcp`, optionally with the control API on
+//! `--control ADDR`) or on streamable HTTP (`--http ADDR`, with the control API and the
+//! console on the same address).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use dispatcher_core::{Dispatcher, SessionSpec};
+
+use crate::http::{self, HttpOptions};
+use crate::mcp;
+use crate::{SessionArgs, Sources, UsageError, build_host};
+
+/// `toolhost serve`'s options.
+#[derive(Args)]
+pub struct ServeArgs {
+    /// MCP on stdin/stdout.
+    #[arg(long, conflicts_with = "http")]
+    pub mcp: bool,
+    /// MCP over streamable HTTP at ADDR (e.g. 127.0.0.1:8765): `/mcp`, with the control
+    /// API (`/v1/…`) and the web console (`/`).
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<SocketAddr>,
+    /// With `--mcp`: also serve the control API and the console at ADDR, so that a person
+    /// can watch this session and answer its confirmations from a browser.
+    #[arg(long, value_name = "ADDR", requires = "mcp")]
+    pub control: Option<SocketAddr>,
+    /// Bearer tokens, one per line (or TOOLHOST_HTTP_TOKEN). Required to bind a
+    /// non-loopback address.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Another `Host` this server answers to (repeatable; `*`: any, behind a load
+    /// balancer with a token). Loopback names and the bound address always pass.
+    #[arg(long = "allowed-host", value_name = "HOST")]
+    pub allowed_hosts: Vec<String>,
+    /// A browser origin allowed besides the server's own (repeatable), e.g.
+    /// `https://ide.example.com`.
+    #[arg(long = "allowed-origin", value_name = "ORIGIN")]
+    pub allowed_origins: Vec<String>,
+    /// How long one HTTP request may take, in seconds, before `504` (its call is cancelled).
+    #[arg(long, value_name = "SECS", default_value_t = 900)]
+    pub request_timeout: u64,
+    #[command(flatten)]
+    pub session: SessionArgs,
+}
+
+/// Runs `serve` as its options say.
+pub async fn serve(sources: &Sources<'_>, args: &ServeArgs) -> Result<ExitCode, UsageError> {
+    match (args.mcp, args.http) {
+        (true, _) => serve_mcp(sources, args).await,
+        (false, Some(addr)) => serve_http(sources, args, addr).await,
+        (false, None) => Err(UsageError(
+            "serve needs a protocol: toolhost serve --mcp (stdio) or toolhost serve --http ADDR"
+                .into(),
+        )),
+    }
+}
+
+/// The HTTP options (access rules first: a bad token file or a public address without a
+/// token stops the server before it loads anything).
+fn http_options(
+    sources: &Sources<'_>,
+    args: &ServeArgs,
+    addr: SocketAddr,
+) -> Result<HttpOptions, UsageError> {
+    let tokens = http::access::load_tokens(args.token_file.as_deref())?;
+    let access =
+        http::access::Access::new(addr, tokens, &args.allowed_hosts, &args.allowed_origins)?;
+    if args.request_timeout == 0 {
+        return Err(UsageError(
+            "--request-timeout must be at least 1 second".into(),
+        ));
+    }
+    Ok(HttpOptions {
+        access: Arc::new(access),
+        max_message_bytes: sources.config.mcp.max_message_bytes.0,
+        request_timeout: Duration::from_secs(args.request_timeout),
+    })
+}
+
+async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, UsageError> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| UsageError(format!("cannot listen on {addr}: {e}")))
+}
+
+async fn serve_http(
+    sources: &Sources<'_>,
+    args: &ServeArgs,
+    addr: SocketAddr,
+) -> Result<ExitCode, UsageError> {
+    let options = http_options(sources, args, addr)?;
+    let listener = bind(addr).await?;
+    let routes = mcp::Routes::new(sources.config.mcp.prompt_fallback);
+    let confirmer = Arc::new(mcp::McpConfirmer::new(routes.clone()));
+    let host = build_host(sources, Some(confirmer)).await?;
+    let dispatcher = host.dispatcher.clone();
+    let workspace = args.session.workspace.clone();
+    // Fail now, not at the first request, if the workspace cannot hold a session.
+    drop(host.open_session("mcp-check", &args.session)?);
+    let toolsets = host.toolsets();
+    let opener = {
+        let dispatcher = dispatcher.clone();
+        move |id: &str| {
+            dispatcher
+                .open_session(SessionSpec::new(id, &workspace).toolsets(toolsets.clone()))
+                .map_err(|e| e.to_string())
+        }
+    };
+    let shared = mcp::McpShared::new(
+        dispatcher.clone(),
+        routes.clone(),
+        confirmations(sources, &dispatcher)?,
+        sources.file.display().to_string(),
+        mcp::Sessions::PerClient {
+            open: Box::new(opener),
+            by_principal: Default::default(),
+        },
+    );
+    let control = http::control::Control::new(dispatcher.clone(), routes);
+    let server = http::Server::new(Some(shared), control, options);
+    let local = listener.local_addr().unwrap_or(addr);
+    tracing::info!(workspace = %args.session.workspace.display(), "MCP over HTTP at http://{local}/mcp; console at http://{local}/");
+    eprintln!("toolhost: serving MCP at http://{local}/mcp, the console at http://{local}/");
+    let grace = dispatcher.config().cancel_grace;
+    let (signal_tx, signal_rx) = tokio::sync::oneshot::channel();
+    let shutdown = async move {
+        let signal = shutdown_signal().await;
+        tracing::info!(
+            "{}: draining requests in flight (up to {} s)",
+            signal.name,
+            grace.as_secs()
+        );
+        let _ = signal_tx.send(signal);
+    };
+    let drained = server
+        .serve(listener, shutdown, grace)
+        .await
+        .map_err(|e| UsageError(format!("the HTTP server failed: {e}")))?;
+    if !drained {
+        tracing::warn!(
+            "requests still running {} s after the signal; cancelling them",
+            grace.as_secs()
+        );
+    }
+    // Stop whatever still runs in any session (shell process groups included).
+    let sessions = dispatcher.session_ids();
+    let closing =
+        futures_util::future::join_all(sessions.iter().map(|id| dispatcher.close_session(id)));
+    let _ = tokio::time::timeout(grace, closing).await;
+    Ok(match signal_rx.await {
+        Ok(signal) => signal.exit_code(),
+        Err(_) => ExitCode::SUCCESS,
+    })
+}
+
+/// The control API and console beside stdio, on `addr`, until the process ends.
+async fn control_beside_stdio(
+    sources: &Sources<'_>,
+    args: &ServeArgs,
+    addr: SocketAddr,
+    dispatcher: &Dispatcher,
+    routes: Arc<mcp::Routes>,
+) -> Result<tokio::task::JoinHandle<()>, UsageError> {
+    let options = http_options(sources, args, addr)?;
+    let listener = bind(addr).await?;
+    let local = listener.local_addr().unwrap_or(addr);
+    tracing::info!("control API and console at http://{local}/");
+    eprintln!("toolhost: control API and console at http://{local}/");
+    let server = http::Server::new(
+        None,
+        http::control::Control::new(dispatcher.clone(), routes),
+        options,
+    );
+    Ok(tokio::spawn(async move {
+        if let Err(e) = server
+            .serve(listener, std::future::pending(), Duration::ZERO)
+            .await
+        {
+            tracing::warn!("the control API stopped: {e}");
+        }
+    }))
+}
+
+async fn serve_mcp(sources: &Sources<'_>, serve: &ServeArgs) -> Result<ExitCode, UsageError> {
+    let args = &serve.session;
+    use rmcp::ServiceExt as _;
+    let routes = mcp::Routes::new(sources.config.mcp.prompt_fallback);
+    let confirmer = Arc::new(mcp::McpConfirmer::new(routes.clone()));
+    let host = build_host(sources, Some(confirmer)).await?;
+    let dispatcher = host.dispatcher.clone();
+    let session = host.open_session("mcp", args)?;
+    let control = match serve.control {
+        Some(addr) => {
+            Some(control_beside_stdio(sources, serve, addr, &dispatcher, routes.clone()).await?)
+        }
+        None => None,
+    };
+    let shared = mcp::McpShared::new(
+        dispatcher.clone(),
+        routes,
+        confirmations(sources, &dispatcher)?,
+        sources.file.display().to_string(),
+        mcp::Sessions::One(session),
+    );
+    let server = mcp::McpServer::new(shared);
+    tracing::info!(workspace = %args.workspace.display(), "MCP server on stdio");
+    let (eof_tx, eof_rx) = tokio::sync::oneshot::channel();
+    let stdin = mcp::EofNotify::new(protocol_stdin(), eof_tx);
+    let on_eof = {
+        let dispatcher = dispatcher.clone();
+        tokio::spawn(async move {
+            if eof_rx.await.is_ok() {
+                tracing::info!("stdin closed: cancelling running tools");
+                dispatcher.cancel_session_tools("mcp").await;
+            }
+        })
+    };
+    let stdout = protocol_stdout()
+        .map_err(|e| UsageError(format!("cannot set up stdout for the protocol: {e}")))?;
+    let mut exit = ExitCode::SUCCESS;
+    let serving = async {
+        let transport =
+            mcp::stdio::StdioTransport::new(stdin, stdout, sources.config.mcp.max_message_bytes.0);
+        match server.serve(transport).await {
+            Ok(running) => {
+                if let Err(e) = running.waiting().await {
+                    tracing::warn!("MCP session ended with an error: {e}");
+                }
+            }
+            Err(e) => tracing::warn!("MCP initialization failed: {e}"),
+        }
+    };
+    tokio::pin!(serving);
+    let grace = dispatcher.config().cancel_grace;
+    tokio::select! {
+        () = &mut serving => {}
+        signal = shutdown_signal() => {
+            tracing::info!("{}: cancelling running tools and exiting", signal.name);
+            exit = signal.exit_code();
+            // The calls run in the server's request tasks: interrupt them (shell process
+            // groups get SIGTERM, then SIGKILL) before the server goes away.
+            let cancelled = dispatcher.cancel_session_tools("mcp");
+            if tokio::time::timeout(grace, cancelled).await.is_err() {
+                tracing::warn!("tools still running {}s after {}; exiting anyway", grace.as_secs(), signal.name);
+            }
+        }
+    }
+    on_eof.abort();
+    if let Some(control) = control {
+        control.abort();
+    }
+    // The client is gone: stop whatever still runs (shell process groups included), but
+    // never wait longer than the cancellation grace period for it.
+    if tokio::time::timeout(grace, dispatcher.close_session("mcp"))
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "tools still running {}s after the client left; exiting anyway",
+            grace.as_secs()
+        );
+    }
+    Ok(exit)
+}
+
+/// Stateless confirmations, sealed with the configured key ring (or a key of this
+/// process's own), valid for the confirmation timeout.
+pub fn confirmations(
+    sources: &Sources<'_>,
+    dispatcher: &Dispatcher,
+) -> Result<mcp::request_state::Confirmations, UsageError> {
+    let file = sources.config.mcp.request_state_keys.as_ref().map(|f| {
+        sources
+            .file
+            .parent()
+            .map_or_else(|| f.clone(), |dir| dir.join(f))
+    });
+    let (codec, from) = mcp::request_state::load_codec(file.as_deref())?;
+    if let Some(from) = from {
+        tracing::info!("request-state key ring from {from}");
+    }
+    Ok(mcp::request_state::Confirmations::new(
+        codec,
+        dispatcher.config().confirmation_timeout,
+    ))
+}
+
+/// A signal that asks toolhost to stop.
+pub struct Shutdown {
+    pub name: &'static str,
+    number: u8,
+}
+
+impl Shutdown {
+    /// 128 + the signal number, as shells report a process ended by a signal.
+    pub fn exit_code(&self) -> ExitCode {
+        ExitCode::from(128 + self.number)
+    }
+}
+
+/// Resolves at the first SIGINT or SIGTERM (never, if they cannot be watched).
+pub async fn shutdown_signal() -> Shutdown {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        tracing::warn!("cannot watch for SIGINT/SIGTERM; they will end toolhost abruptly");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => Shutdown { name: "SIGINT", number: 2 },
+        _ = term.recv() => Shutdown { name: "SIGTERM", number: 15 },
+    }
+}
+
+type ProtocolReader = Box<dyn tokio::io::AsyncRead + Send + Unpin>;
+type ProtocolWriter = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
+
+/// The protocol's input. A pipe (how MCP clients start servers) or a socket is read by the
+/// runtime's event loop; anything else (a terminal, a file) through tokio's stdin, which
+/// reads on a blocking thread. The event loop saves two thread handoffs per message.
+fn protocol_stdin() -> ProtocolReader {
+    let dup = rustix::io::dup(std::io::stdin()).map_err(std::io::Error::from);
+    let async_fd = dup.and_then(|fd| {
+        let file = std::fs::File::from(fd);
+        match file.metadata()?.file_type() {
+            t if std::os::unix::fs::FileTypeExt::is_fifo(&t) => {
+                let pipe = tokio::net::unix::pipe::Receiver::from_file(file)?;
+                Ok(Box::new(pipe) as ProtocolReader)
+            }
+            t if std::os::unix::fs::FileTypeExt::is_socket(&t) => {
+                let socket = std::os::unix::net::UnixStream::from(std::os::fd::OwnedFd::from(file));
+                socket.set_nonblocking(true)?;
+                Ok(Box::new(tokio::net::UnixStream::from_std(socket)?) as ProtocolReader)
+            }
+            _ => Err(std::io::ErrorKind::Unsupported.into()),
+        }
+    });
+    async_fd.unwrap_or_else(|_| Box::new(tokio::io::stdin()))
+}
+
+/// The protocol's own copy of stdout. File descriptor 1 then points at stderr, so nothing
+/// a tool, a plugin or a library prints (whatever its copy of `std`) can reach the client
+/// as a frame: it lands in the log stream instead. A pipe or socket is written by the
+/// event loop (as for [`protocol_stdin`]); anything else through a blocking thread.
+fn protocol_stdout() -> std::io::Result<ProtocolWriter> {
+    let protocol = std::fs::File::from(rustix::io::dup(std::io::stdout())?);
+    rustix::stdio::dup2_stdout(std::io::stderr())?;
+    let file_type = protocol.metadata()?.file_type();
+    if std::os::unix::fs::FileTypeExt::is_fifo(&file_type) {
+        let pipe = tokio::net::unix::pipe::Sender::from_file(protocol)?;
+        return Ok(Box::new(pipe));
+    }
+    if std::os::unix::fs::FileTypeExt::is_socket(&file_type) {
+        let socket = std::os::unix::net::UnixStream::from(std::os::fd::OwnedFd::from(protocol));
+        socket.set_nonblocking(true)?;
+        return Ok(Box::new(tokio::net::UnixStream::from_std(socket)?));
+    }
+    Ok(Box::new(tokio::fs::File::from_std(protocol)))
+}
