@@ -93,8 +93,11 @@ async fn serve_http(
     args: &ServeArgs,
     addr: SocketAddr,
 ) -> Result<ExitCode, UsageError> {
-    let options = http_options(sources, args, addr)?;
+    // A public address without a token is refused before anything is bound or loaded.
+    http_options(sources, args, addr)?;
     let listener = bind(addr).await?;
+    // The access rules know the real port (ADDR may ask for any: port 0).
+    let options = http_options(sources, args, listener.local_addr().unwrap_or(addr))?;
     let routes = mcp::Routes::new(sources.config.mcp.prompt_fallback);
     let confirmer = Arc::new(mcp::McpConfirmer::new(routes.clone()));
     let host = build_host(sources, Some(confirmer)).await?;
@@ -166,9 +169,10 @@ async fn control_beside_stdio(
     dispatcher: &Dispatcher,
     routes: Arc<mcp::Routes>,
 ) -> Result<tokio::task::JoinHandle<()>, UsageError> {
-    let options = http_options(sources, args, addr)?;
+    http_options(sources, args, addr)?;
     let listener = bind(addr).await?;
     let local = listener.local_addr().unwrap_or(addr);
+    let options = http_options(sources, args, local)?;
     tracing::info!("control API and console at http://{local}/");
     eprintln!("toolhost: control API and console at http://{local}/");
     let server = http::Server::new(

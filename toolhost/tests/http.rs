@@ -339,3 +339,493 @@ fn http_serves_2025_sessions_and_2026_stateless_requests_side_by_side() {
     );
     assert_eq!(called["result"]["resultType"], "complete", "{called}");
 }
+
+fn tools_call(id: i64, name: &str, arguments: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": arguments}})
+}
+
+#[test]
+fn a_foreign_host_or_origin_gets_403_on_every_route() {
+    let ws = workspace();
+    let server = serve_http(ws.path(), &[]);
+    let call = tools_call(1, "read_file", json!({"path": "README.md"}));
+    for headers in [
+        vec![("Host", "evil.example.com")],
+        vec![("Host", "evil.example.com:80")],
+        vec![("Origin", "http://evil.example.com")],
+        vec![("Origin", "http://localhost:1")],
+    ] {
+        let mut all = JSON_HEADERS.to_vec();
+        all.extend(headers.iter().copied());
+        let r = request(
+            &server.addr,
+            "POST",
+            "/mcp",
+            &all,
+            call.to_string().as_bytes(),
+        );
+        assert_eq!(r.status, 403, "{headers:?}: {r:?}");
+        let r = request(&server.addr, "GET", "/v1/confirmations", &headers, b"");
+        assert_eq!(r.status, 403, "{headers:?}: {r:?}");
+    }
+    let own = format!("http://{}", server.addr);
+    let r = request(
+        &server.addr,
+        "GET",
+        "/v1/confirmations",
+        &[("Origin", own.as_str())],
+        b"",
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+}
+
+#[test]
+fn a_public_address_needs_a_token_and_every_request_carries_it_and_logs_never_show_it() {
+    let ws = workspace();
+    let out = command(ws.path(), &["serve", "--http", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--token-file") && stderr.contains("TOOLHOST_HTTP_TOKEN"),
+        "{stderr}"
+    );
+
+    let token = "s3cret-token-for-the-http-test-0123456789";
+    std::fs::write(
+        ws.path().join("tokens"),
+        format!("# one per line\n{token}\n"),
+    )
+    .unwrap();
+    let mut cmd = command(
+        ws.path(),
+        &["serve", "--http", "0.0.0.0:0", "--token-file", "tokens"],
+    );
+    cmd.env("TOOLHOST_LOG", "trace");
+    let server = start(cmd);
+    let port = server.addr.rsplit(':').next().unwrap().to_string();
+    let addr = format!("127.0.0.1:{port}");
+    let session_less = stateless(
+        1,
+        "tools/call",
+        json!({"name": "read_file", "arguments": {"path": "README.md"}}),
+        false,
+    );
+    let r = post_stateless(&addr, &session_less);
+    assert_eq!(r.status, 401, "{r:?}");
+    assert_eq!(
+        r.header("www-authenticate"),
+        Some("Bearer realm=\"toolhost\"")
+    );
+    let r = post_stateless_with(
+        &addr,
+        &[("Authorization", "Bearer wrong-token-of-enough-length")],
+        &session_less,
+    );
+    assert_eq!(r.status, 401, "{r:?}");
+    let bearer = format!("Bearer {token}");
+    let r = post_stateless_with(&addr, &[("Authorization", bearer.as_str())], &session_less);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["result"]["content"][0]["text"], "# hello\n");
+    let r = request(
+        &addr,
+        "GET",
+        "/v1/confirmations",
+        &[("Authorization", bearer.as_str())],
+        b"",
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let r = request(&addr, "GET", "/v1/confirmations", &[], b"");
+    assert_eq!(r.status, 401, "{r:?}");
+    std::thread::sleep(Duration::from_millis(200));
+    let log = server.log.lock().unwrap().join("\n");
+    assert!(
+        log.contains("TRACE") || log.contains("DEBUG"),
+        "the log was verbose"
+    );
+    assert!(!log.contains(token), "the token leaked into the log");
+}
+
+#[test]
+fn bad_messages_over_http_get_json_rpc_errors_naming_the_problem() {
+    let ws = workspace();
+    std::fs::write(
+        ws.path().join("toolhost.toml"),
+        "[mcp]\nmax_message_bytes = 4096\n",
+    )
+    .unwrap();
+    let server = serve_http(ws.path(), &[]);
+    let post = |body: &[u8]| request(&server.addr, "POST", "/mcp", JSON_HEADERS, body);
+    let mut bad_utf8 = br#"{"jsonrpc":"2.0","id":10,"method":"ping","params":{"x":""#.to_vec();
+    bad_utf8.extend([0xff, 0xc3]);
+    bad_utf8.extend(br#""}}"#);
+    let r = post(&bad_utf8);
+    assert_eq!(
+        (
+            r.status,
+            r.json()["id"].clone(),
+            r.json()["error"]["code"].clone()
+        ),
+        (400, json!(10), json!(-32700)),
+        "{r:?}"
+    );
+    let mut deep =
+        br#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"x","arguments":{"a":"#
+            .to_vec();
+    deep.extend(std::iter::repeat_n(b'[', 2000));
+    deep.extend(std::iter::repeat_n(b']', 2000));
+    deep.extend(b"}}}");
+    let r = post(&deep);
+    assert_eq!(
+        (
+            r.status,
+            r.json()["id"].clone(),
+            r.json()["error"]["code"].clone()
+        ),
+        (400, json!(11), json!(-32700)),
+        "{r:?}"
+    );
+    let mut huge = br#"{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"write_file","arguments":{"path":"big","content":""#.to_vec();
+    huge.extend(std::iter::repeat_n(b'a', 1 << 20));
+    huge.extend(br#""}}}"#);
+    let r = post(&huge);
+    assert_eq!(r.status, 413, "{r:?}");
+    let error = r.json();
+    assert_eq!(error["id"], 12, "{error}");
+    assert!(
+        error["error"]["message"].as_str().unwrap().contains("4096"),
+        "{error}"
+    );
+    let r = post(b"not json at all");
+    assert_eq!(
+        (r.status, r.json()["error"]["code"].clone()),
+        (400, json!(-32700)),
+        "{r:?}"
+    );
+    let r = post(br#"{"jsonrpc":"2.0","id":13,"method":"tools/call"}"#);
+    assert_eq!(
+        (
+            r.status,
+            r.json()["id"].clone(),
+            r.json()["error"]["code"].clone()
+        ),
+        (200, json!(13), json!(-32602)),
+        "{r:?}"
+    );
+    let r = post(br#"{"jsonrpc":"2.0","id":14,"method":"tools/call","params":{"name":"read_file","arguments":[1]}}"#);
+    assert_eq!(
+        (
+            r.status,
+            r.json()["id"].clone(),
+            r.json()["error"]["code"].clone()
+        ),
+        (200, json!(14), json!(-32602)),
+        "{r:?}"
+    );
+    // And the server still serves.
+    let r = post_stateless(
+        &server.addr,
+        &stateless(
+            15,
+            "tools/call",
+            json!({"name": "read_file", "arguments": {"path": "README.md"}}),
+            false,
+        ),
+    );
+    assert_eq!(
+        r.json()["result"]["content"][0]["text"],
+        "# hello\n",
+        "{r:?}"
+    );
+}
+
+fn allow_shell(ws: &Path) {
+    std::fs::write(
+        ws.join("toolhost.toml"),
+        "[tool_confirmation.per_tool]\nshell = \"auto\"\n",
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_request_over_the_timeout_gets_504_and_its_call_is_cancelled() {
+    let ws = workspace();
+    allow_shell(ws.path());
+    let server = serve_http(ws.path(), &["--request-timeout", "1"]);
+    let started = Instant::now();
+    let r = post_stateless(
+        &server.addr,
+        &stateless(
+            7,
+            "tools/call",
+            json!({"name": "shell", "arguments": {"command": "sleep 30; touch finished"}}),
+            false,
+        ),
+    );
+    assert_eq!(r.status, 504, "{r:?}");
+    assert_eq!(r.json()["id"], 7);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!ws.path().join("finished").exists());
+}
+
+#[test]
+fn sigterm_lets_calls_in_flight_finish_then_exits() {
+    let ws = workspace();
+    allow_shell(ws.path());
+    let mut server = serve_http(ws.path(), &[]);
+    let addr = server.addr.clone();
+    let call = std::thread::spawn(move || {
+        post_stateless(
+            &addr,
+            &stateless(
+                8,
+                "tools/call",
+                json!({"name": "shell", "arguments": {"command": "touch started; sleep 1; echo drained"}}),
+                false,
+            ),
+        )
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ws.path().join("started").exists() {
+        assert!(Instant::now() < deadline, "the call never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    send_signal(server.child.id(), rustix::process::Signal::TERM);
+    let r = call.join().unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(
+        r.json()["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("drained"),
+        "{r:?}"
+    );
+    let status = wait_exit(&mut server.child);
+    assert_eq!(status.code(), Some(143), "{status}");
+}
+
+const RING: &str = "k1 AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
+#[test]
+fn a_confirmation_asked_by_one_instance_completes_at_another_with_the_same_key_ring() {
+    let ws = workspace();
+    let with_ring = |ring: &str| {
+        let mut cmd = command(ws.path(), &["serve", "--http", "127.0.0.1:0"]);
+        cmd.env("TOOLHOST_REQUEST_STATE_KEYS", ring);
+        start(cmd)
+    };
+    let a = with_ring(RING);
+    let b = with_ring(RING);
+    let other = with_ring("k9 ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8=");
+    let arguments = json!({"path": "scaled.txt", "content": "from b"});
+    let first = post_stateless(
+        &a.addr,
+        &stateless(
+            1,
+            "tools/call",
+            json!({"name": "write_file", "arguments": arguments}),
+            true,
+        ),
+    );
+    let asked = first.json();
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    let state = asked["result"]["requestState"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!ws.path().join("scaled.txt").exists());
+    let retry = |id: i64| {
+        stateless(
+            id,
+            "tools/call",
+            json!({
+                "name": "write_file", "arguments": arguments,
+                "inputResponses": {"confirm": {"action": "accept", "content": {"decision": "allow"}}},
+                "requestState": state,
+            }),
+            true,
+        )
+    };
+    let refused = post_stateless(&other.addr, &retry(2)).json();
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("requestState refused"),
+        "{refused}"
+    );
+    let done = post_stateless(&b.addr, &retry(3)).json();
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("scaled.txt")).unwrap(),
+        "from b"
+    );
+}
+
+/// Reads server-sent events from `/v1/events` on a thread; each event's name and data.
+fn follow_events(addr: &str) -> std::sync::mpsc::Receiver<(String, Value)> {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET /v1/events HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n"
+    )
+    .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut name = String::new();
+        for line in BufReader::new(stream).lines().map_while(Result::ok) {
+            if let Some(n) = line.strip_prefix("event:") {
+                name = n.trim().to_string();
+            } else if let Some(d) = line.strip_prefix("data:")
+                && let Ok(v) = serde_json::from_str::<Value>(d.trim())
+                && tx.send((name.clone(), v)).is_err()
+            {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+fn wait_event(events: &std::sync::mpsc::Receiver<(String, Value)>, name: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match events.recv_timeout(left) {
+            Ok((n, v)) if n == name => return v,
+            Ok(_) => {}
+            Err(_) => panic!("no {name} event"),
+        }
+    }
+}
+
+#[test]
+fn the_control_api_answers_a_waiting_call_and_a_second_answer_gets_409() {
+    let ws = workspace();
+    let server = serve_http(ws.path(), &[]);
+    // A console is watching: a client that cannot be asked waits for it.
+    let events = follow_events(&server.addr);
+    std::thread::sleep(Duration::from_millis(200));
+    let session = legacy_session(&server.addr, false);
+    let addr = server.addr.clone();
+    let call = std::thread::spawn(move || {
+        let headers = [
+            ("Mcp-Session-Id", session.as_str()),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ];
+        post_mcp(
+            &addr,
+            &headers,
+            &tools_call(
+                2,
+                "write_file",
+                json!({"path": "console.txt", "content": "ok"}),
+            ),
+        )
+    });
+    let requested = wait_event(&events, "tool.confirmation_requested");
+    let id = requested["request_id"].as_str().unwrap().to_string();
+    let pending: Value =
+        serde_json::from_slice(&request(&server.addr, "GET", "/v1/confirmations", &[], b"").body)
+            .unwrap();
+    assert_eq!(pending[0]["request_id"], id.as_str(), "{pending}");
+    assert_eq!(pending[0]["tool_name"], "write_file", "{pending}");
+    let path = format!("/v1/confirmations/{id}");
+    let answer = |decision: &str| {
+        request(
+            &server.addr,
+            "POST",
+            &path,
+            &[("Content-Type", "application/json")],
+            json!({"decision": decision}).to_string().as_bytes(),
+        )
+    };
+    let bad = request(
+        &server.addr,
+        "POST",
+        &path,
+        &[("Content-Type", "application/json")],
+        br#"{"decision":"maybe"}"#,
+    );
+    assert_eq!(bad.status, 400, "{bad:?}");
+    assert_eq!(answer("allow").status, 200);
+    let late = answer("deny");
+    assert_eq!(late.status, 409, "{late:?}");
+    assert!(
+        String::from_utf8_lossy(&late.body).contains("web-console"),
+        "{late:?}"
+    );
+    let unknown = request(
+        &server.addr,
+        "POST",
+        "/v1/confirmations/nope",
+        &[("Content-Type", "application/json")],
+        br#"{"decision":"allow"}"#,
+    );
+    assert_eq!(unknown.status, 404);
+    let r = call.join().unwrap();
+    assert_eq!(r.json()["result"]["isError"], false, "{r:?}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("console.txt")).unwrap(),
+        "ok"
+    );
+    let resolved = wait_event(&events, "tool.confirmation_resolved");
+    assert_eq!(
+        resolved["decided_by"],
+        json!({"by": "user", "client": "web-console"}),
+        "{resolved}"
+    );
+    wait_event(&events, "tool.completed");
+}
+
+#[test]
+fn a_stdio_session_can_be_approved_through_the_control_api() {
+    let ws = workspace();
+    let mut server = start(command(
+        ws.path(),
+        &["serve", "--mcp", "--control", "127.0.0.1:0"],
+    ));
+    let events = follow_events(&server.addr);
+    std::thread::sleep(Duration::from_millis(200));
+    let mut stdin = server.child.stdin.take().unwrap();
+    for frame in [
+        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}),
+        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+        tools_call(
+            2,
+            "write_file",
+            json!({"path": "stdio.txt", "content": "approved"}),
+        ),
+    ] {
+        writeln!(stdin, "{frame}").unwrap();
+    }
+    let requested = wait_event(&events, "tool.confirmation_requested");
+    assert_eq!(requested["session_id"], "mcp");
+    let id = requested["request_id"].as_str().unwrap();
+    let r = request(
+        &server.addr,
+        "POST",
+        &format!("/v1/confirmations/{id}"),
+        &[("Content-Type", "application/json")],
+        br#"{"decision":"allow"}"#,
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let stdout = server.child.stdout.take().unwrap();
+    let answer = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .map(|l| serde_json::from_str::<Value>(&l).unwrap())
+        .find(|v| v["id"] == 2)
+        .unwrap();
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("stdio.txt")).unwrap(),
+        "approved"
+    );
+}
