@@ -159,8 +159,34 @@ fn request(
     stream.write_all(head.as_bytes()).unwrap();
     // A server may answer (413) before it has read a large body: a failed write is fine.
     let _ = stream.write_all(body);
+    // Read until the body is complete (Content-Length, the last chunk, or the close): a
+    // server may keep the connection open whatever `Connection: close` asked.
     let mut raw = Vec::new();
-    let _ = stream.read_to_end(&mut raw);
+    let mut buf = [0u8; 65536];
+    let complete = |raw: &[u8]| -> bool {
+        let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+            return false;
+        };
+        let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
+        let body = &raw[split + 4..];
+        if let Some(len) = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse::<usize>().ok())
+        {
+            return body.len() >= len;
+        }
+        head.contains("transfer-encoding: chunked") && body.ends_with(b"0\r\n\r\n")
+    };
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+        }
+        if complete(&raw) {
+            break;
+        }
+    }
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -828,4 +854,191 @@ fn a_stdio_session_can_be_approved_through_the_control_api() {
         std::fs::read_to_string(ws.path().join("stdio.txt")).unwrap(),
         "approved"
     );
+}
+
+/// A WebDriver session of headless Chromium, through chromedriver.
+struct Browser {
+    driver: Child,
+    addr: String,
+    session: String,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = request(
+            &self.addr,
+            "DELETE",
+            &format!("/session/{}", self.session),
+            &[],
+            b"",
+        );
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+impl Browser {
+    /// Chromium and chromedriver from the distribution's packages (`cargo xtask test`
+    /// installs them); `None` when they are missing and the run does not require them.
+    fn start() -> Option<Browser> {
+        let driver_path = std::env::var("TOOLHOST_TEST_CHROMEDRIVER")
+            .unwrap_or_else(|_| "/usr/bin/chromedriver".into());
+        let chromium =
+            std::env::var("TOOLHOST_TEST_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+        if !Path::new(&driver_path).exists() || !Path::new(&chromium).exists() {
+            assert!(
+                std::env::var_os("TOOLHOST_REQUIRE_BROWSER").is_none(),
+                "Chromium or chromedriver is missing ({chromium}, {driver_path}): apt-get install chromium chromium-driver"
+            );
+            eprintln!("skipped: no Chromium/chromedriver here (cargo xtask test installs them)");
+            return None;
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let driver = Command::new(&driver_path)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let addr = format!("127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(&addr).is_err() {
+            assert!(Instant::now() < deadline, "chromedriver did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let profile = tempfile::tempdir().unwrap().keep();
+        let caps = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {
+            "binary": chromium,
+            "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                     "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                     "--window-size=1200,700", format!("--user-data-dir={}", profile.display())]
+        }}}});
+        let r = request(
+            &addr,
+            "POST",
+            "/session",
+            &[("Content-Type", "application/json")],
+            caps.to_string().as_bytes(),
+        );
+        let v: Value = serde_json::from_slice(&r.body).unwrap();
+        let session = v["value"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no WebDriver session: {v}"))
+            .to_string();
+        Some(Browser {
+            driver,
+            addr,
+            session,
+        })
+    }
+
+    fn command(&self, method: &str, path: &str, body: Value) -> Value {
+        let r = request(
+            &self.addr,
+            method,
+            &format!("/session/{}{path}", self.session),
+            &[("Content-Type", "application/json")],
+            body.to_string().as_bytes(),
+        );
+        let v: Value = serde_json::from_slice(&r.body).unwrap();
+        v["value"].clone()
+    }
+
+    fn open(&self, url: &str) {
+        self.command("POST", "/url", json!({"url": url}));
+    }
+
+    /// The first element matching `css`, waiting up to 20 s for one.
+    fn wait_for(&self, css: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let v = self.command(
+                "POST",
+                "/element",
+                json!({"using": "css selector", "value": css}),
+            );
+            if let Some(id) = v
+                .as_object()
+                .and_then(|o| o.values().next())
+                .and_then(Value::as_str)
+                && v.get("error").is_none()
+            {
+                return id.to_string();
+            }
+            assert!(Instant::now() < deadline, "no element {css} on the page");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn click(&self, element: &str) {
+        self.command("POST", &format!("/element/{element}/click"), json!({}));
+    }
+
+    fn text(&self, element: &str) -> String {
+        self.command("GET", &format!("/element/{element}/text"), json!({}))
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    fn screenshot(&self) -> Vec<u8> {
+        use base64::Engine as _;
+        let v = self.command("GET", "/screenshot", json!({}));
+        base64::engine::general_purpose::STANDARD
+            .decode(v.as_str().unwrap())
+            .unwrap()
+    }
+}
+
+#[test]
+fn the_console_in_a_browser_shows_a_pending_write_and_allow_completes_it() {
+    let Some(browser) = Browser::start() else {
+        return;
+    };
+    let ws = workspace();
+    let server = serve_http(ws.path(), &[]);
+    browser.open(&format!("http://{}/", server.addr));
+    browser.wait_for("#status.live");
+    let session = legacy_session(&server.addr, false);
+    let addr = server.addr.clone();
+    let call = std::thread::spawn(move || {
+        let headers = [
+            ("Mcp-Session-Id", session.as_str()),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ];
+        post_mcp(
+            &addr,
+            &headers,
+            &tools_call(
+                2,
+                "write_file",
+                json!({"path": "notes/plan.md", "content": "# Plan\n"}),
+            ),
+        )
+    });
+    let item = browser.wait_for("[data-request-id]");
+    let shown = browser.text(&item);
+    assert!(
+        shown.contains("write_file") && shown.contains("notes/plan.md"),
+        "{shown}"
+    );
+    if let Ok(path) = std::env::var("TOOLHOST_CONSOLE_SCREENSHOT") {
+        std::fs::write(path, browser.screenshot()).unwrap();
+    }
+    assert!(!ws.path().join("notes/plan.md").exists());
+    let allow = browser.wait_for("[data-request-id] button.allow");
+    browser.click(&allow);
+    let r = call.join().unwrap();
+    assert_eq!(r.json()["result"]["isError"], false, "{r:?}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("notes/plan.md")).unwrap(),
+        "# Plan\n"
+    );
+    // The log shows the call completing; the pending list empties.
+    browser.wait_for("#log .completed");
+    browser.wait_for("#pending .empty");
 }

@@ -71,6 +71,39 @@ fn run_tests(step: &str, cmd: &mut Command, totals: &mut Totals) -> Result {
     }
 }
 
+/// The distribution's Chromium and chromedriver, for the console's browser test:
+/// installed with `apt-get` when missing (CI runs as root with Debian's packages).
+pub fn ensure_browser() -> Result {
+    const STEP: &str = "install Chromium and chromedriver for the console's browser test";
+    let present = || {
+        std::path::Path::new("/usr/bin/chromium").exists()
+            && std::path::Path::new("/usr/bin/chromedriver").exists()
+    };
+    if present() {
+        return Ok(());
+    }
+    announce(STEP);
+    let apt = |args: &[&str]| {
+        Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    };
+    let installed = apt(&["install", "-y", "-qq", "chromium", "chromium-driver"])
+        || (apt(&["update", "-qq"])
+            && apt(&["install", "-y", "-qq", "chromium", "chromium-driver"]));
+    if installed && present() {
+        Ok(())
+    } else {
+        fail(
+            STEP,
+            "could not install them; as root on Debian: apt-get update && apt-get install chromium chromium-driver",
+        )
+    }
+}
+
 /// `cargo xtask test`: builds everything, then runs every test (doctests included) and
 /// prints one `N passed, N failed` summary line.
 pub fn test() -> Result {
@@ -78,10 +111,13 @@ pub fn test() -> Result {
         "build the workspace and test binaries",
         cargo().args(["build", "--workspace", "--all-targets"]),
     )?;
+    ensure_browser()?;
     let mut totals = Totals::default();
     let result = run_tests(
         "run unit, integration and CLI tests, and benchmarks in test mode",
-        cargo().args(["test", "--workspace", "--all-targets"]),
+        cargo()
+            .args(["test", "--workspace", "--all-targets"])
+            .env("TOOLHOST_REQUIRE_BROWSER", "1"),
         &mut totals,
     )
     .and_then(|()| {
