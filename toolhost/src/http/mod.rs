@@ -213,6 +213,18 @@ fn rejection_response(status: StatusCode, rejection: &Rejection) -> Response {
         .into_response()
 }
 
+/// `404` with `-32601`: a method protocol 2026-07-28 removed.
+fn removed_method(id: &impl serde::Serialize, method: &str) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        [(http::header::CONTENT_TYPE, "application/json")],
+        json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601,
+            "message": format!("Method not found: '{method}' was removed in protocol 2026-07-28; use server/discover")}})
+        .to_string(),
+    )
+        .into_response()
+}
+
 /// The body, or its size and id when it is over `limit` (read through up to 1 GiB without
 /// being held).
 async fn read_limited(body: Body, limit: usize) -> Result<Vec<u8>, (usize, Option<Value>)> {
@@ -254,6 +266,11 @@ async fn screen_mcp(State(gate): State<Gate>, request: Request, next: Next) -> R
     if request.method() != http::Method::POST {
         return next.run(request).await;
     }
+    let stateless = request
+        .headers()
+        .get("mcp-protocol-version")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v >= "2026-07-28");
     let (parts, body) = request.into_parts();
     let bytes = match read_limited(body, gate.max_message_bytes).await {
         Ok(b) => b,
@@ -265,6 +282,22 @@ async fn screen_mcp(State(gate): State<Gate>, request: Request, next: Next) -> R
         }
     };
     let id = match screen(&bytes) {
+        // `initialize` is gone from 2026-07-28: 404 and -32601, as that revision says.
+        Ok(rmcp::model::ClientJsonRpcMessage::Request(r))
+            if stateless
+                && matches!(r.request, rmcp::model::ClientRequest::InitializeRequest(_)) =>
+        {
+            return removed_method(&r.id, "initialize");
+        }
+        Err(rejection)
+            if stateless
+                && rejection
+                    .data
+                    .as_ref()
+                    .is_some_and(|d| d["method"] == "initialize") =>
+        {
+            return removed_method(&rejection.id.clone().unwrap_or(Value::Null), "initialize");
+        }
         Ok(message) => match &message {
             rmcp::model::ClientJsonRpcMessage::Request(r) => {
                 serde_json::to_value(&r.id).unwrap_or(Value::Null)

@@ -91,6 +91,16 @@ impl Rejection {
 pub fn screen(bytes: &[u8]) -> Result<ClientJsonRpcMessage, Rejection> {
     match serde_json::from_slice::<ClientJsonRpcMessage>(bytes) {
         Ok(ClientJsonRpcMessage::Request(request)) => {
+            if let ClientRequest::CallToolRequest(call) = &request.request
+                && let Some(problem) = call_input_responses_problem(&call.params, bytes)
+            {
+                return Err(Rejection {
+                    id: Some(id_value(&request.id)),
+                    code: INVALID_PARAMS,
+                    message: problem,
+                    data: Some(json!({"method": "tools/call"})),
+                });
+            }
             if let ClientRequest::CustomRequest(custom) = &request.request
                 && let Some(problem) = typed_params_problem(&custom.method, custom.params.as_ref())
             {
@@ -239,7 +249,8 @@ fn typed_params_problem(method: &str, params: Option<&Value>) -> Option<String> 
         }
     }
     match method {
-        "tools/call" => check::<CallToolRequestParams>(method, params, false),
+        "tools/call" => check::<CallToolRequestParams>(method, params, false)
+            .or_else(|| input_responses_problem(params?)),
         "initialize" => check::<InitializeRequestParams>(method, params, false),
         "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => {
             check::<PaginatedRequestParams>(method, params, true)
@@ -252,6 +263,31 @@ fn typed_params_problem(method: &str, params: Option<&Value>) -> Option<String> 
         },
         _ => None,
     }
+}
+
+/// A parsed `tools/call`'s `inputResponses`, which the typed params read leniently (`null`
+/// as absent, any value per key): looked at in the raw message only when it is there.
+fn call_input_responses_problem(params: &CallToolRequestParams, bytes: &[u8]) -> Option<String> {
+    const KEY: &[u8] = b"\"inputResponses\"";
+    if params.input_responses.is_none() && !bytes.windows(KEY.len()).any(|w| w == KEY) {
+        return None;
+    }
+    let value: Value = serde_json::from_slice(bytes).ok()?;
+    input_responses_problem(value.get("params")?)
+}
+
+/// `inputResponses` (a 2026-07-28 retry) must map request keys to result objects; `null`
+/// or a number is a client's mistake, not "no responses".
+fn input_responses_problem(params: &Value) -> Option<String> {
+    let responses = params.get("inputResponses")?;
+    let Some(map) = responses.as_object() else {
+        return Some(format!(
+            "Invalid params for 'tools/call': inputResponses must be an object of results by request key, found {responses}"
+        ));
+    };
+    map.iter().find(|(_, v)| !v.is_object()).map(|(key, v)| {
+        format!("Invalid params for 'tools/call': inputResponses.{key} must be a result object, found {v}")
+    })
 }
 
 /// Recovers the top-level `"id"` member of a JSON object from raw bytes fed in any number
@@ -444,6 +480,18 @@ mod tests {
             "{r:?}"
         );
         assert!(r.message.contains("arguments"), "{r:?}");
+    }
+
+    #[test]
+    fn input_responses_that_are_not_result_objects_are_invalid_params() {
+        for responses in ["null", "5", r#"{"confirm": 5}"#] {
+            let line = format!(
+                r#"{{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{{"name":"x","arguments":{{}},"inputResponses":{responses}}}}}"#
+            );
+            let r = rejected(line.as_bytes());
+            assert_eq!(r.code, INVALID_PARAMS, "{responses}: {r:?}");
+            assert!(r.message.contains("inputResponses"), "{r:?}");
+        }
     }
 
     #[test]

