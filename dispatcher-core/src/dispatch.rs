@@ -8,7 +8,6 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -16,7 +15,7 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use tool_api::{Content, InterruptBehavior, SideEffect, Tool, ToolError, ToolOutput};
 use tracing::{Instrument, Span};
 
-use crate::confirmation::{ConfirmationRequest, DecidedBy, Decision, Resolution};
+use crate::confirmation::{DecidedBy, Decision, Resolution};
 use crate::error::ErrorClass;
 use crate::events::EventKind;
 use crate::hooks::{HookDecision, PostDecision, PostUseCall};
@@ -371,39 +370,21 @@ impl Invocation {
         rule: String,
     ) -> Result<DecidedBy, ToolResultBlock> {
         let engine = self.engine.clone();
-        let n = engine.next_request.fetch_add(1, Ordering::Relaxed);
-        let request = ConfirmationRequest {
-            request_id: Arc::from(format!("cr_{n:012}")),
-            call: self.header.clone(),
-            input_summary: summarize(input),
-            projected_modifications: self.projected_modifications(tool, input),
-            reason: rule,
-        };
-        let pending = engine.broker.register(request.clone());
-        self.emit(EventKind::ConfirmationRequested {
-            request_id: request.request_id.clone(),
-            input_summary: request.input_summary.clone(),
-            projected_modifications: request.projected_modifications.clone(),
-            reason: request.reason.clone(),
-        });
+        let question = (
+            summarize(input),
+            self.projected_modifications(tool, input),
+            rule,
+        );
         let entry = self.register().clone();
-        let waited = Instant::now();
         let timeout = engine.settings.config.confirmation_timeout;
-        let resolution = pending
-            .wait(
-                &request,
-                &engine.settings.confirmers,
-                timeout,
-                entry.cancelled(),
-            )
-            .await;
-        self.emit(EventKind::ConfirmationResolved {
-            request_id: request.request_id.clone(),
-            decision: resolution.decision_name().to_string(),
-            resolved_by: resolution.resolved_by(),
-            decided_by: resolution.decided_by(),
-            waited_ms: ms(waited.elapsed()),
-        });
+        let resolution = crate::confirmation::ask(
+            &engine,
+            &self.header,
+            &|kind| self.emit(kind),
+            question,
+            entry.cancelled(),
+        )
+        .await;
         match resolution {
             Resolution::Answered(Decision::Allow, by) => Ok(by),
             Resolution::Answered(Decision::AlwaysAllow, by) => {
@@ -492,6 +473,7 @@ impl Invocation {
             span: Span::none(),
             output: None,
             budget: None,
+            asker: None,
         };
         if tool.inline {
             // Runs on this thread, already inside the call's span.
@@ -528,6 +510,12 @@ impl Invocation {
         host.inflight = Some(entry.clone());
         host.span = Span::current();
         host.output = Some(self.sink());
+        host.asker = tokio::runtime::Handle::try_current()
+            .ok()
+            .map(|runtime| crate::host::Asker {
+                engine: self.engine.clone(),
+                runtime,
+            });
         if entry.is_cancelled() {
             return Outcome::Cancelled(None);
         }

@@ -31,6 +31,17 @@ pub(crate) struct CallHost {
     /// Set for an inline attempt of an `inline_when_small` tool: file work over it fails
     /// and sends the call to a blocking thread.
     pub(crate) budget: Option<Arc<InlineBudget>>,
+    /// How the tool asks the user ([`tool_api::ToolContext::ask_user`]); `None` for an
+    /// inline call, which must not block its thread.
+    pub(crate) asker: Option<Asker>,
+}
+
+/// What a tool's question to the user needs: the broker and confirmers, and the runtime
+/// to wait on (the tool runs on a thread of its own, so it may block).
+#[derive(Clone)]
+pub(crate) struct Asker {
+    pub(crate) engine: Arc<crate::engine::Engine>,
+    pub(crate) runtime: tokio::runtime::Handle,
 }
 
 impl CallHost {
@@ -224,7 +235,53 @@ impl HostContext for CallHost {
                 }
                 RResult::ROk(RString::new())
             }
+            tool_api::abi::OP_USER_CONFIRM => self.ask_user(payload.as_str()).into(),
             other => RResult::RErr(tool_api::abi::unsupported(other, "host")),
         }
+    }
+}
+
+impl CallHost {
+    /// A tool's own question: the same broker, confirmers, events and timeout as the
+    /// pipeline's confirmation; "always" allows this once and grants nothing.
+    fn ask_user(&self, payload: &str) -> Result<RString, AbiError> {
+        let question = serde_json::from_str::<serde_json::Value>(payload)
+            .ok()
+            .and_then(|v| v.get("question")?.as_str().map(String::from))
+            .ok_or_else(|| {
+                AbiError::from(ToolError::invalid_input(
+                    "user.confirm needs {\"question\": \"…\"}",
+                ))
+            })?;
+        let (Some(asker), Some(entry), Some(sink)) = (&self.asker, &self.inflight, &self.output)
+        else {
+            return Err(ToolError::internal(format!(
+                "tool '{}' runs inline (on the host's own thread), so it may not wait for a person; \
+                 declare it without `inline` to ask the user",
+                self.call.tool_name
+            ))
+            .into());
+        };
+        let emit = |kind| sink.emit(&self.call, kind);
+        let resolution = asker.runtime.block_on(crate::confirmation::ask(
+            &asker.engine,
+            &self.call,
+            &emit,
+            (question, Vec::new(), "asked by the tool".to_string()),
+            entry.cancelled(),
+        ));
+        use crate::confirmation::{Decision, Resolution};
+        let answer = match resolution {
+            Resolution::Answered(Decision::Allow | Decision::AlwaysAllow, _) => "allow",
+            Resolution::Answered(Decision::Deny, _) => "deny",
+            Resolution::TimedOut => "no_answer",
+            Resolution::Cancelled => {
+                return Err(ToolError::Cancelled(
+                    "the call was cancelled while it waited for the user's answer".into(),
+                )
+                .into());
+            }
+        };
+        Ok(serde_json::json!({ "answer": answer }).to_string().into())
     }
 }

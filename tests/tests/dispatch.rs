@@ -767,3 +767,89 @@ fn feed_fifo(fifo: &std::path::Path, bytes: &[u8]) {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// Asks the user mid-call and reports the answer (declared `none`: the policy never asks
+/// before it runs).
+#[derive(Default)]
+struct Asking;
+impl Tool for Asking {
+    fn execute(&self, _input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let answer = ctx.ask_user("Send the report upstream?")?;
+        Ok(ToolOutput::text(format!("{answer:?}")))
+    }
+}
+impl DefinedTool for Asking {
+    fn definition() -> ToolDefinition {
+        ToolDefinition::new(
+            "asking",
+            "Asks the user.",
+            SideEffect::None,
+            json!({"type": "object"}),
+        )
+    }
+}
+
+#[tokio::test]
+async fn a_tool_asks_the_user_mid_call_through_the_same_broker_and_events() {
+    for (decision, shown) in [
+        (Decision::Allow, "Allowed"),
+        (Decision::Deny, "Denied"),
+        (Decision::AlwaysAllow, "Allowed"),
+    ] {
+        let d = Dispatcher::builder()
+            .confirmer(Arc::new(Scripted(decision)))
+            .build();
+        d.register(factory::<Asking>()).unwrap();
+        let fx = Fixture::new(d.clone());
+        let mut events = fx.session.subscribe();
+        let r = d
+            .dispatch(ToolUse::new("tu_ask", "asking", json!({})), &fx.session)
+            .await;
+        assert_eq!(r.text(), shown, "{r:?}");
+        let seen = drain(&mut events);
+        let requested = seen
+            .iter()
+            .find(|e| e.kind.name() == "tool.confirmation_requested")
+            .expect("the question is announced");
+        let json = requested.to_json();
+        assert_eq!(json["input_summary"], "Send the report upstream?", "{json}");
+        assert_eq!(json["tool_use_id"], "tu_ask");
+        assert!(
+            seen.iter()
+                .any(|e| e.kind.name() == "tool.confirmation_resolved")
+        );
+        // "Always" answers this question only: nothing is granted.
+        assert!(
+            fx.session.approvals().is_empty(),
+            "{:?}",
+            fx.session.approvals()
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_question_nobody_answers_is_no_answer_after_the_confirmation_timeout() {
+    struct Silent;
+    impl Confirmer for Silent {
+        fn name(&self) -> &str {
+            "silent"
+        }
+        fn confirm(&self, _r: ConfirmationRequest) -> dispatcher_core::confirmation::ConfirmFuture {
+            Box::pin(std::future::pending())
+        }
+    }
+    let config = DispatcherConfig {
+        confirmation_timeout: Duration::from_millis(200),
+        ..DispatcherConfig::default()
+    };
+    let d = Dispatcher::builder()
+        .config(config)
+        .confirmer(Arc::new(Silent))
+        .build();
+    d.register(factory::<Asking>()).unwrap();
+    let fx = Fixture::new(d.clone());
+    let r = d
+        .dispatch(ToolUse::new("tu", "asking", json!({})), &fx.session)
+        .await;
+    assert_eq!(r.text(), "NoAnswer", "{r:?}");
+}

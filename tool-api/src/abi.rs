@@ -63,6 +63,10 @@ pub const OP_FS_METADATA: &str = "fs.metadata";
 pub const OP_REQUIREMENTS: &str = "requirements";
 /// Host extension (tool-api 1.2): a chunk of live output (the payload, as text) → `""`.
 pub const OP_OUTPUT_DELTA: &str = "output.delta";
+/// Host extension (tool-api 1.4): `{"question": …}` → `{"answer": "allow" | "deny" |
+/// "no_answer"}`, the user's answer through the host's confirmation channel
+/// ([`crate::ToolContext::ask_user`]).
+pub const OP_USER_CONFIRM: &str = "user.confirm";
 /// Plugin extension (tool-api 1.2): `{"tool": …, "input": …}` → `"true"`, `"false"`, or `""`
 /// when the tool defers to its definition ([`crate::DefinedTool::is_concurrency_safe`]).
 pub const OP_CONCURRENCY_SAFE: &str = "concurrency_safe";

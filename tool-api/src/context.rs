@@ -113,6 +113,45 @@ impl ToolContext {
         }
     }
 
+    /// Asks the user a yes/no question about this call, through the host's confirmation
+    /// channel (a terminal prompt, an MCP client's form, the web console): the same
+    /// broker, events (`tool.confirmation_requested` / `_resolved`) and timeout as the
+    /// host's own confirmations. Blocks until answered. For tools that learn mid-call that
+    /// they need consent (an upstream server asking for it, say); the side-effect policy
+    /// already asked before the call started. "Always" counts as [`UserAnswer::Allowed`]
+    /// once: it grants nothing for later calls.
+    ///
+    /// Errors: the call was cancelled while waiting (`cancelled`), the tool runs `inline`
+    /// (it may not block), or the host is older than tool-api 1.4 (`internal`, naming the
+    /// operation).
+    ///
+    /// ```
+    /// use tool_api::{UserAnswer, testing::TestHost};
+    /// let host = TestHost::new().answering(UserAnswer::Allowed);
+    /// let ctx = host.context();
+    /// assert_eq!(ctx.ask_user("Upload build.log to the tracker?").unwrap(), UserAnswer::Allowed);
+    /// assert_eq!(host.questions(), ["Upload build.log to the tracker?"]);
+    /// ```
+    pub fn ask_user(&self, question: &str) -> Result<UserAnswer, ToolError> {
+        let payload = serde_json::json!({ "question": question }).to_string();
+        let answer = lift(
+            self.host
+                .extension(crate::abi::OP_USER_CONFIRM.into(), payload.as_str().into()),
+            |s| s.into_string(),
+        )?;
+        let v: serde_json::Value = serde_json::from_str(&answer).map_err(|e| {
+            ToolError::internal(format!("bad user.confirm answer from the host: {e}"))
+        })?;
+        match v.get("answer").and_then(serde_json::Value::as_str) {
+            Some("allow") => Ok(UserAnswer::Allowed),
+            Some("deny") => Ok(UserAnswer::Denied),
+            Some("no_answer") => Ok(UserAnswer::NoAnswer),
+            _ => Err(ToolError::internal(format!(
+                "bad user.confirm answer from the host: {answer}"
+            ))),
+        }
+    }
+
     /// The call's logger.
     pub fn log(&self) -> Logger<'_> {
         Logger { host: &self.host }
@@ -122,6 +161,17 @@ impl ToolContext {
     pub fn files(&self) -> WorkspaceFiles<'_> {
         WorkspaceFiles { host: &self.host }
     }
+}
+
+/// The user's answer to [`ToolContext::ask_user`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UserAnswer {
+    /// Go ahead.
+    Allowed,
+    /// Do not.
+    Denied,
+    /// Nobody answered within the host's confirmation timeout.
+    NoAnswer,
 }
 
 /// Logs into the host's `tracing` subscriber, under the call's span.

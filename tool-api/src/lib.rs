@@ -114,7 +114,7 @@ mod tool;
 #[cfg(feature = "typed")]
 pub mod typed;
 
-pub use context::{Level, Logger, Metadata, ToolContext, WorkspaceFiles};
+pub use context::{Level, Logger, Metadata, ToolContext, UserAnswer, WorkspaceFiles};
 pub use definition::{InterruptBehavior, SideEffect, ToolDefinition, is_valid_tool_name};
 pub use output::{Content, ToolError, ToolOutput};
 pub use tool::{DefinedTool, Tool, ToolFactory, TypedFactory, factory, factory_from};

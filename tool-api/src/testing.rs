@@ -34,6 +34,8 @@ struct State {
     logs: Mutex<Vec<(Level, String)>>,
     output: Mutex<Vec<String>>,
     cancelled: AtomicBool,
+    questions: Mutex<Vec<String>>,
+    answer: Mutex<Option<crate::UserAnswer>>,
 }
 
 /// An in-memory host: workspace files, a cancellation flag and captured logs.
@@ -82,6 +84,18 @@ impl TestHost {
     /// The live output chunks streamed so far ([`ToolContext::output`]).
     pub fn output(&self) -> Vec<String> {
         lock(&self.state.output).clone()
+    }
+
+    /// Answers every [`ToolContext::ask_user`] question with `answer` (by default nobody
+    /// answers: [`crate::UserAnswer::NoAnswer`]).
+    pub fn answering(self, answer: crate::UserAnswer) -> Self {
+        *lock(&self.state.answer) = Some(answer);
+        self
+    }
+
+    /// The questions tools asked so far ([`ToolContext::ask_user`]).
+    pub fn questions(&self) -> Vec<String> {
+        lock(&self.state.questions).clone()
     }
 
     /// A context for one call, backed by this host.
@@ -220,6 +234,19 @@ impl HostContext for TestHost {
             crate::abi::OP_OUTPUT_DELTA => {
                 lock(&self.state.output).push(payload.as_str().to_string());
                 RResult::ROk(RString::new())
+            }
+            crate::abi::OP_USER_CONFIRM => {
+                let question = serde_json::from_str::<serde_json::Value>(payload.as_str())
+                    .ok()
+                    .and_then(|v| v.get("question")?.as_str().map(String::from))
+                    .unwrap_or_default();
+                lock(&self.state.questions).push(question);
+                let answer = match *lock(&self.state.answer) {
+                    Some(crate::UserAnswer::Allowed) => "allow",
+                    Some(crate::UserAnswer::Denied) => "deny",
+                    Some(crate::UserAnswer::NoAnswer) | None => "no_answer",
+                };
+                RResult::ROk(serde_json::json!({ "answer": answer }).to_string().into())
             }
             other => RResult::RErr(crate::abi::unsupported(other, "host")),
         }
