@@ -1,8 +1,18 @@
 //! # mcp-toolsets: other MCP servers as toolhost toolsets
 //!
-//! [`McpToolset::start`] spawns a server (`command` + `args`, with `env` and `cwd`), speaks
-//! MCP to it over its stdin/stdout, initializes within the startup timeout, lists its tools
-//! and offers them as a [`Toolset`]; the host publishes them under the configured prefix.
+//! [`McpToolset::start`] spawns a server (`command` + `args`, with `env` and `cwd`) and
+//! speaks MCP to it over its stdin/stdout, or reaches one over streamable HTTP (`url`, with
+//! an optional bearer token from the environment variable `bearer_token_env`); it
+//! initializes within the startup timeout, lists its tools and offers them as a
+//! [`Toolset`]; the host publishes them under the configured prefix.
+//!
+//! - **Both protocol eras over HTTP.** The client probes with `server/discover` and speaks
+//!   2026-07-28 to a server that knows it, 2025-11-25 (`initialize`) to one that does not.
+//!   A 2026 server's `input_required` result is answered through the host's confirmation
+//!   channel ([`tool_api::ToolContext::ask_user`]: the same broker, prompts and console as
+//!   toolhost's own confirmations; see [`input`] for what each kind of request gets), and
+//!   the call is retried with the answers and the server's `requestState`, up to
+//!   [`MAX_INPUT_ROUNDS`] rounds.
 //!
 //! - **Side effects are not taken on trust.** A tool without annotations counts as
 //!   `execute`; `readOnlyHint: true` → `read`; otherwise `openWorldHint` (true unless said
@@ -16,6 +26,8 @@
 //!   registered (shared) or started for a session (per session).
 //! - Cancelling a call sends `notifications/cancelled` to the server.
 //! - The server's stderr is passed through to ours (logs); [`Toolset::stop`] kills it.
+
+pub mod input;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -66,9 +78,15 @@ pub struct McpServerConfig {
     /// Prefix of its published tool names ([`dispatcher_core::toolset::check_prefix`]).
     #[serde(deserialize_with = "prefix")]
     pub prefix: String,
-    /// The program to run.
-    #[serde(deserialize_with = "dispatcher_core::config::non_empty")]
+    /// The program to run (or `url`).
+    #[serde(default)]
     pub command: String,
+    /// A streamable HTTP endpoint instead of a program (`http://` or `https://`).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// With `url`: the environment variable holding a bearer token to send.
+    #[serde(default)]
+    pub bearer_token_env: Option<String>,
     /// Its arguments.
     #[serde(default)]
     pub args: Vec<String>,
@@ -114,12 +132,41 @@ impl McpServerConfig {
             id: id.into(),
             prefix: prefix.into(),
             command: command.into(),
+            url: None,
+            bearer_token_env: None,
             args: Vec::new(),
             env: BTreeMap::new(),
             cwd: None,
             startup_timeout: default_startup(),
             call_timeout: default_call(),
             side_effects: BTreeMap::new(),
+        }
+    }
+
+    /// A server `id` reached at `url` (streamable HTTP), published under `prefix`.
+    pub fn http(id: impl Into<String>, prefix: impl Into<String>, url: impl Into<String>) -> Self {
+        let mut config = McpServerConfig::new(id, prefix, "");
+        config.url = Some(url.into());
+        config
+    }
+
+    /// What is wrong with an entry whose fields are each well-formed: it needs exactly one
+    /// of `command` and `url`, an `http(s)://` URL, and a token variable only with a URL.
+    pub fn problem(&self) -> Option<String> {
+        match (&self.url, self.command.trim().is_empty()) {
+            (Some(_), false) => Some("set `command` or `url`, not both".into()),
+            (None, true) => Some(
+                "set `command` (a program to run) or `url` (a streamable HTTP endpoint)".into(),
+            ),
+            (Some(url), true) if !(url.starts_with("http://") || url.starts_with("https://")) => {
+                Some(format!(
+                    "`url` must start with http:// or https://, found {url:?}"
+                ))
+            }
+            (None, false) if self.bearer_token_env.is_some() => {
+                Some("`bearer_token_env` goes with `url`, not with `command`".into())
+            }
+            _ => None,
         }
     }
 
@@ -164,6 +211,12 @@ pub enum McpError {
     },
 }
 
+/// Installs rustls's `ring` provider for `https://` servers (once; a provider installed by
+/// the host first is kept).
+fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// The class of an MCP tool: annotations read conservatively, config overrides win.
 pub fn side_effects_of(
     tool: &rmcp::model::Tool,
@@ -186,21 +239,61 @@ pub fn side_effects_of(
     }
 }
 
-/// Client side of the connection: reacts to `tools/list_changed`.
+/// How many `input_required` rounds one call may take before toolhost gives up.
+pub const MAX_INPUT_ROUNDS: usize = 10;
+
+/// Client side of the connection: reacts to `tools/list_changed`; over HTTP it also says
+/// it can answer form and URL elicitation and `roots/list` (through `input_required`).
 #[derive(Clone)]
 struct ClientSide {
     on_list_changed: Arc<dyn Fn() + Send + Sync>,
+    answers_input: bool,
 }
 
 impl ClientHandler for ClientSide {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        let caps = if self.answers_input {
+            rmcp::model::ClientCapabilities::builder()
+                .enable_elicitation()
+                .build()
+        } else {
+            rmcp::model::ClientCapabilities::default()
+        };
+        rmcp::model::ClientConfig::new(
+            caps,
+            rmcp::model::Implementation::new("toolhost", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         (self.on_list_changed)();
+    }
+
+    async fn create_elicitation(
+        &self,
+        _request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        // A 2025-era server asking outside any call's context: nobody to route it to.
+        tracing::warn!(
+            "an MCP server sent elicitation/create; toolhost answers elicitation only through input_required (protocol 2026-07-28): declined"
+        );
+        Ok(rmcp::model::ElicitResult::new(
+            rmcp::model::ElicitationAction::Decline,
+        ))
     }
 }
 
 struct Live {
     service: RunningService<RoleClient, ClientSide>,
-    child: Arc<tokio::sync::Mutex<tokio::process::Child>>,
+    /// The server's process; `None` for a server reached over HTTP.
+    child: Option<Arc<tokio::sync::Mutex<tokio::process::Child>>>,
+}
+
+/// What a `tools/call` round got.
+enum Called {
+    Complete(CallToolResult),
+    InputRequired(rmcp::model::InputRequiredResult),
 }
 
 enum Conn {
@@ -235,7 +328,10 @@ impl std::fmt::Debug for McpToolset {
     }
 }
 
-async fn exit_status(child: &tokio::sync::Mutex<tokio::process::Child>) -> String {
+async fn exit_status(child: Option<&tokio::sync::Mutex<tokio::process::Child>>) -> String {
+    let Some(child) = child else {
+        return "still running (reached over HTTP)".to_string();
+    };
     let mut child = child.lock().await;
     match tokio::time::timeout(Duration::from_millis(500), child.wait()).await {
         Ok(Ok(status)) => status.to_string(),
@@ -261,7 +357,7 @@ impl McpToolset {
 
 impl Server {
     async fn start(config: McpServerConfig) -> Result<Arc<Server>, McpError> {
-        if nesting() >= MAX_NESTING {
+        if config.url.is_none() && nesting() >= MAX_NESTING {
             return Err(McpError::Initialize {
                 id: config.id.clone(),
                 detail: format!(
@@ -336,6 +432,74 @@ impl Server {
     }
 
     async fn connect(&self, me: Weak<Server>) -> Result<Live, McpError> {
+        match self.config.url.clone() {
+            Some(url) => self.connect_http(&url, me).await,
+            None => self.connect_child(me).await,
+        }
+    }
+
+    /// Reaches the server over streamable HTTP: `server/discover` first (2026-07-28), then
+    /// `initialize` for a server that does not know it.
+    async fn connect_http(&self, url: &str, me: Weak<Server>) -> Result<Live, McpError> {
+        use rmcp::ClientServiceExt as _;
+        use rmcp::transport::StreamableHttpClientTransport;
+        use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+        let c = &self.config;
+        install_tls_provider();
+        let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_string());
+        if let Some(var) = &c.bearer_token_env {
+            let token = std::env::var(var).map_err(|_| McpError::Initialize {
+                id: c.id.clone(),
+                detail: format!(
+                    "bearer_token_env names {var}, which is not set in toolhost's environment"
+                ),
+            })?;
+            config.auth_header = Some(token);
+        }
+        let transport = StreamableHttpClientTransport::from_config(config);
+        let client = ClientSide {
+            on_list_changed: Server::on_list_changed(me),
+            answers_input: true,
+        };
+        let init = async {
+            let service = client
+                .serve_with_lifecycle(
+                    transport,
+                    rmcp::ClientLifecycleMode::Auto {
+                        preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+                        legacy_version: Some(rmcp::model::ProtocolVersion::V_2025_11_25),
+                    },
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            let tools = service
+                .peer()
+                .list_all_tools()
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>((service, tools))
+        };
+        match tokio::time::timeout(c.startup_timeout(), init).await {
+            Ok(Ok((service, tools))) => {
+                *self.tools.lock().unwrap_or_else(PoisonError::into_inner) = tools;
+                tracing::info!(server = %c.id, url, "MCP server reached over HTTP");
+                Ok(Live {
+                    service,
+                    child: None,
+                })
+            }
+            Ok(Err(detail)) => Err(McpError::Initialize {
+                id: c.id.clone(),
+                detail: format!("{detail} (at {url})"),
+            }),
+            Err(_) => Err(McpError::StartupTimeout {
+                id: c.id.clone(),
+                timeout: c.startup_timeout,
+            }),
+        }
+    }
+
+    async fn connect_child(&self, me: Weak<Server>) -> Result<Live, McpError> {
         let c = &self.config;
         let mut cmd = tokio::process::Command::new(&c.command);
         cmd.args(&c.args)
@@ -363,6 +527,7 @@ impl Server {
         let child = Arc::new(tokio::sync::Mutex::new(child));
         let client = ClientSide {
             on_list_changed: Server::on_list_changed(me),
+            answers_input: false,
         };
         let init = async {
             let service = client
@@ -380,10 +545,13 @@ impl Server {
             Ok(Ok((service, tools))) => {
                 *self.tools.lock().unwrap_or_else(PoisonError::into_inner) = tools;
                 tracing::info!(server = %c.id, "MCP server started");
-                Ok(Live { service, child })
+                Ok(Live {
+                    service,
+                    child: Some(child),
+                })
             }
             Ok(Err(detail)) => {
-                let status = exit_status(&child).await;
+                let status = exit_status(Some(&child)).await;
                 let _ = child.lock().await.kill().await;
                 Err(McpError::Initialize {
                     id: c.id.clone(),
@@ -403,10 +571,9 @@ impl Server {
     /// Calls a tool, restarting a dead server first (with backoff).
     async fn call(
         self: &Arc<Self>,
-        tool: &str,
-        args: serde_json::Map<String, Value>,
+        params: CallToolRequestParams,
         cancel: Arc<tokio::sync::Notify>,
-    ) -> Result<CallToolResult, ToolError> {
+    ) -> Result<Called, ToolError> {
         let id = &self.config.id;
         let (peer, child) = {
             let mut conn = self.conn.lock().await;
@@ -451,9 +618,7 @@ impl Server {
             };
             (live.service.peer().clone(), live.child.clone())
         };
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(
-            CallToolRequestParams::new(tool.to_string()).with_arguments(args),
-        ));
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let sent = peer
             .send_cancellable_request(
                 request,
@@ -479,12 +644,13 @@ impl Server {
             Err(e) => Err(e),
         };
         match outcome {
-            Ok(ServerResult::CallToolResult(result)) => Ok(result),
+            Ok(ServerResult::CallToolResult(result)) => Ok(Called::Complete(result)),
+            Ok(ServerResult::InputRequiredResult(asked)) => Ok(Called::InputRequired(asked)),
             Ok(_) => Err(ToolError::failed(format!(
                 "MCP server '{id}' answered tools/call with something else"
             ))),
             Err(e) => {
-                let status = exit_status(&child).await;
+                let status = exit_status(child.as_deref()).await;
                 let reason = format!("exited with {status}");
                 let died = !status.starts_with("still running");
                 if died {
@@ -552,7 +718,7 @@ impl Toolset for McpToolset {
                 reason: "stopped".into(),
             };
             if let Conn::Up(live) = std::mem::replace(&mut *conn, down) {
-                if let Ok(mut child) = live.child.try_lock() {
+                if let Some(Ok(mut child)) = live.child.as_ref().map(|c| c.try_lock()) {
                     let _ = child.start_kill();
                 }
                 live.service.cancellation_token().cancel();
@@ -590,17 +756,35 @@ struct McpTool {
 }
 
 impl Tool for McpTool {
-    fn execute(&self, input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+    fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let Value::Object(args) = input else {
             return Err(ToolError::invalid_input(
                 "MCP tool arguments must be a JSON object",
             ));
         };
-        let result = self.server.runtime.block_on(self.server.call(
-            &self.name,
-            args,
-            self.cancel.clone(),
-        ))?;
+        let id = &self.server.config.id;
+        let mut params = CallToolRequestParams::new(self.name.clone()).with_arguments(args);
+        let mut rounds = 0;
+        let result = loop {
+            let called = self
+                .server
+                .runtime
+                .block_on(self.server.call(params.clone(), self.cancel.clone()))?;
+            match called {
+                Called::Complete(result) => break result,
+                Called::InputRequired(_) if rounds == MAX_INPUT_ROUNDS => {
+                    return Err(ToolError::failed(format!(
+                        "MCP server '{id}' still asked for input after {MAX_INPUT_ROUNDS} rounds; the call was abandoned"
+                    )));
+                }
+                Called::InputRequired(asked) => {
+                    rounds += 1;
+                    let requests = asked.input_requests.unwrap_or_default();
+                    params.input_responses = Some(input::answer(id, requests, ctx)?);
+                    params.request_state = asked.request_state;
+                }
+            }
+        };
         let mut out = ToolOutput::text("");
         out.content = result
             .content

@@ -109,6 +109,12 @@ fn unique_servers<'de, D: serde::Deserializer<'de>>(
 ) -> Result<Vec<McpServerConfig>, D::Error> {
     let servers = Vec::<McpServerConfig>::deserialize(d)?;
     for (i, server) in servers.iter().enumerate() {
+        if let Some(problem) = server.problem() {
+            return Err(serde::de::Error::custom(format!(
+                "entry {i} ({:?}): {problem}",
+                server.id
+            )));
+        }
         if let Some(j) = servers[..i].iter().position(|s| s.id == server.id) {
             return Err(serde::de::Error::custom(format!(
                 "entries {j} and {i} have the same id {:?}; ids must be unique",
@@ -684,6 +690,34 @@ mod tests {
             e.contains("mcp_servers[0].startup_timeout_secs") && e.contains("line 5"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn an_mcp_server_entry_needs_exactly_one_of_command_and_url() {
+        let entry = |body: &str| format!("[[mcp_servers]]\nid = \"r\"\nprefix = \"r\"\n{body}");
+        let ok = parse(&entry(
+            "url = \"https://mcp.example.com/mcp\"\nbearer_token_env = \"T\"\n",
+        ))
+        .unwrap();
+        assert_eq!(
+            ok.mcp_servers[0].url.as_deref(),
+            Some("https://mcp.example.com/mcp")
+        );
+        for (body, says) in [
+            ("", "set `command`"),
+            ("command = \"srv\"\nurl = \"http://h/mcp\"\n", "not both"),
+            ("url = \"ftp://h/mcp\"\n", "http:// or https://"),
+            (
+                "command = \"srv\"\nbearer_token_env = \"T\"\n",
+                "goes with `url`",
+            ),
+        ] {
+            let e = parse(&entry(body)).unwrap_err().to_string();
+            assert!(
+                e.contains("mcp_servers") && e.contains("entry 0") && e.contains(says),
+                "{body}: {e}"
+            );
+        }
     }
 
     #[test]

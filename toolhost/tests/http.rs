@@ -1143,3 +1143,83 @@ fn the_python_sdk_confirms_a_write_over_stdio_and_http() {
         assert!(!ws.join("denied.txt").exists());
     }
 }
+
+/// `toolhost call` in `ws` (whose toolhost.toml names the remote server), with `env`.
+fn call_via(
+    ws: &Path,
+    tool: &str,
+    input: Value,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (i32, Value) {
+    let mut cmd = command(ws, &["call", tool, "--input", &input.to_string(), "--json"]);
+    cmd.args(extra);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.stdin(Stdio::null()).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let block = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "not a result block ({e}): {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), block)
+}
+
+#[test]
+fn a_remote_server_over_http_asks_through_input_required_and_toolhost_asks_its_user() {
+    let remote_ws = workspace();
+    let token = "remote-bearer-token-0123456789";
+    let mut cmd = command(remote_ws.path(), &["serve", "--http", "127.0.0.1:0"]);
+    cmd.env("TOOLHOST_HTTP_TOKEN", token);
+    let remote = start(cmd);
+    let local = workspace();
+    let config = format!(
+        "[[mcp_servers]]\nid = \"remote\"\nprefix = \"remote\"\nurl = \"http://{}/mcp\"\nbearer_token_env = \"REMOTE_TOKEN\"\n\
+         side_effects = {{ write_file = \"write\" }}\n",
+        remote.addr
+    );
+    std::fs::write(local.path().join("toolhost.toml"), &config).unwrap();
+    let env = [("REMOTE_TOKEN", token)];
+    // --yes answers toolhost's own confirmation and the remote server's question.
+    let (code, block) = call_via(
+        local.path(),
+        "remote__write_file",
+        json!({"path": "from-afar.txt", "content": "confirmed twice"}),
+        &["--yes"],
+        &env,
+    );
+    assert_eq!(code, 0, "{block}");
+    assert_eq!(
+        std::fs::read_to_string(remote_ws.path().join("from-afar.txt")).unwrap(),
+        "confirmed twice"
+    );
+    // The local policy lets the tool run; nobody at a terminal answers the remote
+    // server's question, so it is declined and the remote call is denied.
+    std::fs::write(
+        local.path().join("toolhost.toml"),
+        format!("{config}\n[tool_confirmation.per_tool]\nremote__write_file = \"auto\"\n"),
+    )
+    .unwrap();
+    let (code, block) = call_via(
+        local.path(),
+        "remote__write_file",
+        json!({"path": "refused.txt", "content": "no"}),
+        &[],
+        &env,
+    );
+    assert_eq!(code, 1, "{block}");
+    assert!(block.to_string().contains("User denied"), "{block}");
+    assert!(!remote_ws.path().join("refused.txt").exists());
+    // Without the token the server is not reached, and the load report says why.
+    let (code, block) = call_via(
+        local.path(),
+        "remote__read_file",
+        json!({"path": "README.md"}),
+        &[],
+        &[],
+    );
+    assert_eq!(code, 1, "{block}");
+}
