@@ -211,6 +211,24 @@ pub enum McpError {
     },
 }
 
+/// A connected service and its tools.
+async fn listed(
+    service: RunningService<RoleClient, ClientSide>,
+) -> Result<
+    (
+        RunningService<RoleClient, ClientSide>,
+        Vec<rmcp::model::Tool>,
+    ),
+    String,
+> {
+    let tools = service
+        .peer()
+        .list_all_tools()
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok((service, tools))
+}
+
 /// Installs rustls's `ring` provider for `https://` servers (once; a provider installed by
 /// the host first is kept).
 fn install_tls_provider() {
@@ -472,12 +490,7 @@ impl Server {
                 )
                 .await
                 .map_err(|e| e.to_string())?;
-            let tools = service
-                .peer()
-                .list_all_tools()
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok::<_, String>((service, tools))
+            listed(service).await
         };
         match tokio::time::timeout(c.startup_timeout(), init).await {
             Ok(Ok((service, tools))) => {
@@ -534,12 +547,7 @@ impl Server {
                 .serve((stdout, stdin))
                 .await
                 .map_err(|e| e.to_string())?;
-            let tools = service
-                .peer()
-                .list_all_tools()
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok::<_, String>((service, tools))
+            listed(service).await
         };
         match tokio::time::timeout(c.startup_timeout(), init).await {
             Ok(Ok((service, tools))) => {

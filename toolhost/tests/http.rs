@@ -731,6 +731,27 @@ fn wait_event(events: &std::sync::mpsc::Receiver<(String, Value)>, name: &str) -
     }
 }
 
+/// A 2025-11-25 client that cannot elicit asks for a write on a thread of its own (its
+/// confirmation waits for whoever answers); the thread returns the response.
+fn write_from_a_session_without_elicitation(
+    addr: &str,
+    path: &str,
+    content: &str,
+) -> std::thread::JoinHandle<Response> {
+    let session = legacy_session(addr, false);
+    let (addr, call) = (
+        addr.to_string(),
+        tools_call(2, "write_file", json!({"path": path, "content": content})),
+    );
+    std::thread::spawn(move || {
+        let headers = [
+            ("Mcp-Session-Id", session.as_str()),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ];
+        post_mcp(&addr, &headers, &call)
+    })
+}
+
 #[test]
 fn the_control_api_answers_a_waiting_call_and_a_second_answer_gets_409() {
     let ws = workspace();
@@ -738,23 +759,7 @@ fn the_control_api_answers_a_waiting_call_and_a_second_answer_gets_409() {
     // A console is watching: a client that cannot be asked waits for it.
     let events = follow_events(&server.addr);
     std::thread::sleep(Duration::from_millis(200));
-    let session = legacy_session(&server.addr, false);
-    let addr = server.addr.clone();
-    let call = std::thread::spawn(move || {
-        let headers = [
-            ("Mcp-Session-Id", session.as_str()),
-            ("MCP-Protocol-Version", "2025-11-25"),
-        ];
-        post_mcp(
-            &addr,
-            &headers,
-            &tools_call(
-                2,
-                "write_file",
-                json!({"path": "console.txt", "content": "ok"}),
-            ),
-        )
-    });
+    let call = write_from_a_session_without_elicitation(&server.addr, "console.txt", "ok");
     let requested = wait_event(&events, "tool.confirmation_requested");
     let id = requested["request_id"].as_str().unwrap().to_string();
     let pending: Value =
@@ -1003,23 +1008,7 @@ fn the_console_in_a_browser_shows_a_pending_write_and_allow_completes_it() {
     let server = serve_http(ws.path(), &[]);
     browser.open(&format!("http://{}/", server.addr));
     browser.wait_for("#status.live");
-    let session = legacy_session(&server.addr, false);
-    let addr = server.addr.clone();
-    let call = std::thread::spawn(move || {
-        let headers = [
-            ("Mcp-Session-Id", session.as_str()),
-            ("MCP-Protocol-Version", "2025-11-25"),
-        ];
-        post_mcp(
-            &addr,
-            &headers,
-            &tools_call(
-                2,
-                "write_file",
-                json!({"path": "notes/plan.md", "content": "# Plan\n"}),
-            ),
-        )
-    });
+    let call = write_from_a_session_without_elicitation(&server.addr, "notes/plan.md", "# Plan\n");
     let item = browser.wait_for("[data-request-id]");
     let shown = browser.text(&item);
     assert!(
