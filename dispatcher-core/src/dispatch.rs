@@ -377,7 +377,7 @@ impl Invocation {
         );
         let entry = self.register().clone();
         let timeout = engine.settings.config.confirmation_timeout;
-        let resolution = crate::confirmation::ask(
+        let resolution = crate::engine::ask(
             &engine,
             &self.header,
             &|kind| self.emit(kind),

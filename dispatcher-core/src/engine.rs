@@ -6,10 +6,12 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use crate::call::CallHeader;
 use crate::config::DispatcherConfig;
 use crate::confirmation::{ConfirmationBroker, Confirmer};
+use crate::confirmation::{ConfirmationRequest, Resolution};
 use crate::error::SessionError;
-use crate::events::EventChannel;
+use crate::events::{EventChannel, EventKind};
 use crate::hooks::{PostUseHook, PreUseHook};
 use crate::policy::ConfirmationPolicy;
 use crate::registry::{Registered, Registry};
@@ -155,4 +157,47 @@ impl Engine {
             None => format!("Tool '{name}' not found. Available: {available}"),
         }
     }
+}
+
+/// One question to the user, for one call: registered with the broker, announced with
+/// `tool.confirmation_requested`, put to the wired-in confirmers, and closed with
+/// `tool.confirmation_resolved`. The pipeline's own confirmation (step 4) and a tool's
+/// mid-call question ([`tool_api::ToolContext::ask_user`]) both go through it.
+pub(crate) async fn ask(
+    engine: &Engine,
+    call: &Arc<CallHeader>,
+    emit: &(dyn Fn(EventKind) + Sync),
+    question: (String, Vec<String>, String),
+    cancelled: impl Future<Output = ()>,
+) -> Resolution {
+    use std::sync::atomic::Ordering;
+    let (input_summary, projected_modifications, reason) = question;
+    let n = engine.next_request.fetch_add(1, Ordering::Relaxed);
+    let request = ConfirmationRequest {
+        request_id: Arc::from(format!("cr_{n:012}")),
+        call: call.clone(),
+        input_summary,
+        projected_modifications,
+        reason,
+    };
+    let pending = engine.broker.register(request.clone());
+    emit(EventKind::ConfirmationRequested {
+        request_id: request.request_id.clone(),
+        input_summary: request.input_summary.clone(),
+        projected_modifications: request.projected_modifications.clone(),
+        reason: request.reason.clone(),
+    });
+    let waited = std::time::Instant::now();
+    let timeout = engine.settings.config.confirmation_timeout;
+    let resolution = pending
+        .wait(&request, &engine.settings.confirmers, timeout, cancelled)
+        .await;
+    emit(EventKind::ConfirmationResolved {
+        request_id: request.request_id.clone(),
+        decision: resolution.decision_name().to_string(),
+        resolved_by: resolution.resolved_by(),
+        decided_by: resolution.decided_by(),
+        waited_ms: waited.elapsed().as_secs_f64() * 1000.0,
+    });
+    resolution
 }

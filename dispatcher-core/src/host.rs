@@ -263,7 +263,7 @@ impl CallHost {
             .into());
         };
         let emit = |kind| sink.emit(&self.call, kind);
-        let resolution = asker.runtime.block_on(crate::confirmation::ask(
+        let resolution = asker.runtime.block_on(crate::engine::ask(
             &asker.engine,
             &self.call,
             &emit,

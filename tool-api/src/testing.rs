@@ -35,7 +35,7 @@ struct State {
     output: Mutex<Vec<String>>,
     cancelled: AtomicBool,
     questions: Mutex<Vec<String>>,
-    answer: Mutex<Option<crate::UserAnswer>>,
+    answer: Mutex<Option<crate::context::UserAnswer>>,
 }
 
 /// An in-memory host: workspace files, a cancellation flag and captured logs.
@@ -87,8 +87,8 @@ impl TestHost {
     }
 
     /// Answers every [`ToolContext::ask_user`] question with `answer` (by default nobody
-    /// answers: [`crate::UserAnswer::NoAnswer`]).
-    pub fn answering(self, answer: crate::UserAnswer) -> Self {
+    /// answers: [`crate::context::UserAnswer::NoAnswer`]).
+    pub fn answering(self, answer: crate::context::UserAnswer) -> Self {
         *lock(&self.state.answer) = Some(answer);
         self
     }
@@ -242,9 +242,9 @@ impl HostContext for TestHost {
                     .unwrap_or_default();
                 lock(&self.state.questions).push(question);
                 let answer = match *lock(&self.state.answer) {
-                    Some(crate::UserAnswer::Allowed) => "allow",
-                    Some(crate::UserAnswer::Denied) => "deny",
-                    Some(crate::UserAnswer::NoAnswer) | None => "no_answer",
+                    Some(crate::context::UserAnswer::Allowed) => "allow",
+                    Some(crate::context::UserAnswer::Denied) => "deny",
+                    Some(crate::context::UserAnswer::NoAnswer) | None => "no_answer",
                 };
                 RResult::ROk(serde_json::json!({ "answer": answer }).to_string().into())
             }
