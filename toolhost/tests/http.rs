@@ -866,6 +866,8 @@ struct Browser {
     driver: Child,
     addr: String,
     session: String,
+    /// Chromium's profile, removed after the browser is gone.
+    _profile: tempfile::TempDir,
 }
 
 impl Drop for Browser {
@@ -915,12 +917,12 @@ impl Browser {
             assert!(Instant::now() < deadline, "chromedriver did not start");
             std::thread::sleep(Duration::from_millis(50));
         }
-        let profile = tempfile::tempdir().unwrap().keep();
+        let profile = tempfile::tempdir().unwrap();
         let caps = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {
             "binary": chromium,
             "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                      "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                     "--window-size=1200,700", format!("--user-data-dir={}", profile.display())]
+                     "--window-size=1200,700", format!("--user-data-dir={}", profile.path().display())]
         }}}});
         let r = request(
             &addr,
@@ -938,6 +940,7 @@ impl Browser {
             driver,
             addr,
             session,
+            _profile: profile,
         })
     }
 
