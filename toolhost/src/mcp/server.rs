@@ -681,8 +681,9 @@ impl ServerHandler for McpServer {
                         tokio::spawn(watch_call(events, (token, peer), finished)),
                     )
                 });
-        let dispatch = call.run();
-        tokio::pin!(dispatch);
+        // On the heap: the request task rmcp spawns holds this handler's future, and a
+        // large future is copied whole when the task is spawned.
+        let mut dispatch = Box::pin(call.run());
         let deferred = async {
             match deferred.await {
                 Ok(question) => question,
@@ -704,7 +705,7 @@ impl ServerHandler for McpServer {
                 tracing::info!(tool = %name, "client cancelled the call");
                 // Signal only: this task drives the call and must keep polling it.
                 dispatcher.request_cancel(session.id(), &tool_use_id);
-                dispatch.await
+                dispatch.as_mut().await
             }
         };
         let mut watched = Watched::default();
