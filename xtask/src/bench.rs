@@ -165,8 +165,8 @@ pub fn bench(write_readme: bool) -> Result {
     let roundtrip = output(cargo().args(["bench", "-p", "toolhost", "--bench", "mcp_roundtrip"]))
         .unwrap_or_default();
     run(
-        "build the release toolhost",
-        cargo().args(["build", "--release", "-p", "toolhost"]),
+        "build the toolhost that ships (profile dist: fat LTO)",
+        cargo().args(["build", "--profile", "dist", "-p", "toolhost"]),
     )?;
     let peers = root().join("target/peers");
     io("make target/peers", std::fs::create_dir_all(&peers))?;
@@ -192,7 +192,7 @@ pub fn bench(write_readme: bool) -> Result {
         "prepare the MCP workspace",
         std::fs::create_dir_all(&ws).and_then(|()| std::fs::write(ws.join("a.txt"), "abc")),
     )?;
-    let toolhost = root().join("target/release/toolhost");
+    let toolhost = root().join("target/dist/toolhost");
     let mcp = match node_peer(&peers) {
         Ok((node, server)) => {
             let mut cmd = Command::new("python3");
