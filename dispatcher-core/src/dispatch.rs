@@ -510,12 +510,7 @@ impl Invocation {
         host.inflight = Some(entry.clone());
         host.span = Span::current();
         host.output = Some(self.sink());
-        host.asker = tokio::runtime::Handle::try_current()
-            .ok()
-            .map(|runtime| crate::host::Asker {
-                engine: self.engine.clone(),
-                runtime,
-            });
+        host.asker = Some(self.engine.clone());
         if entry.is_cancelled() {
             return Outcome::Cancelled(None);
         }

@@ -31,17 +31,10 @@ pub(crate) struct CallHost {
     /// Set for an inline attempt of an `inline_when_small` tool: file work over it fails
     /// and sends the call to a blocking thread.
     pub(crate) budget: Option<Arc<InlineBudget>>,
-    /// How the tool asks the user ([`tool_api::ToolContext::ask_user`]); `None` for an
-    /// inline call, which must not block its thread.
-    pub(crate) asker: Option<Asker>,
-}
-
-/// What a tool's question to the user needs: the broker and confirmers, and the runtime
-/// to wait on (the tool runs on a thread of its own, so it may block).
-#[derive(Clone)]
-pub(crate) struct Asker {
-    pub(crate) engine: Arc<crate::engine::Engine>,
-    pub(crate) runtime: tokio::runtime::Handle,
+    /// Where the tool's questions to the user go ([`tool_api::ToolContext::ask_user`]):
+    /// the broker and confirmers; `None` for an inline call, which must not block its
+    /// thread.
+    pub(crate) asker: Option<Arc<crate::engine::Engine>>,
 }
 
 impl CallHost {
@@ -253,7 +246,9 @@ impl CallHost {
                     "user.confirm needs {\"question\": \"…\"}",
                 ))
             })?;
-        let (Some(asker), Some(entry), Some(sink)) = (&self.asker, &self.inflight, &self.output)
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        let (Some(engine), Some(runtime), Some(entry), Some(sink)) =
+            (&self.asker, runtime, &self.inflight, &self.output)
         else {
             return Err(ToolError::internal(format!(
                 "tool '{}' runs inline (on the host's own thread), so it may not wait for a person; \
@@ -263,8 +258,8 @@ impl CallHost {
             .into());
         };
         let emit = |kind| sink.emit(&self.call, kind);
-        let resolution = asker.runtime.block_on(crate::engine::ask(
-            &asker.engine,
+        let resolution = runtime.block_on(crate::engine::ask(
+            engine,
             &self.call,
             &emit,
             (question, Vec::new(), "asked by the tool".to_string()),

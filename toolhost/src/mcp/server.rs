@@ -31,7 +31,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use dispatcher_core::confirmation::ConfirmFuture;
 use dispatcher_core::{
@@ -341,8 +341,9 @@ impl McpShared {
 /// on HTTP.
 pub struct McpServer {
     shared: Arc<McpShared>,
-    /// The dispatcher session of this connection (HTTP, 2025 era), opened at first use.
-    own: OnceLock<Session>,
+    /// The dispatcher session of this connection (HTTP, 2025 era), opened at first use
+    /// (under the lock: concurrent first requests open one session, not two).
+    own: Mutex<Option<Session>>,
 }
 
 /// The protocol era of a request.
@@ -383,7 +384,7 @@ impl McpServer {
     pub fn new(shared: Arc<McpShared>) -> Self {
         McpServer {
             shared,
-            own: OnceLock::new(),
+            own: Mutex::new(None),
         }
     }
 
@@ -406,12 +407,13 @@ impl McpServer {
                     Ok(s)
                 }
                 Era::Session => {
-                    if let Some(s) = self.own.get() {
+                    let mut own = self.own.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some(s) = own.as_ref() {
                         return Ok(s.clone());
                     }
                     let n = self.shared.next_call.fetch_add(1, Ordering::Relaxed);
                     let s = opened(&format!("mcp-http-{n}"), open.as_ref())?;
-                    Ok(self.own.get_or_init(|| s).clone())
+                    Ok(own.insert(s).clone())
                 }
             },
         }
@@ -470,7 +472,8 @@ impl McpServer {
 impl Drop for McpServer {
     fn drop(&mut self) {
         // An HTTP client's session ends with its MCP session: stop what still runs there.
-        if let Some(session) = self.own.take()
+        let own = self.own.get_mut().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(session) = own
             && let Ok(handle) = tokio::runtime::Handle::try_current()
         {
             let dispatcher = self.shared.dispatcher.clone();
