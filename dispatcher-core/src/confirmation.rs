@@ -126,12 +126,16 @@ pub struct ConfirmationRequest {
     /// The call that asks.
     #[serde(flatten)]
     pub call: Arc<CallHeader>,
-    /// A short rendering of the input.
+    /// A short rendering of the input; for a tool's own question, the question.
     pub input_summary: String,
     /// What the call would change, e.g. `will modify src/auth.ts`.
     pub projected_modifications: Vec<String>,
     /// The rule that asked (e.g. `tool_confirmation.default.write`).
     pub reason: String,
+    /// Asked by the tool while it runs ([`tool_api::ToolContext::ask_user`]), not by the
+    /// policy before it starts: a client that can only answer between calls (an MCP
+    /// client of protocol 2026-07-28) cannot take this one.
+    pub mid_call: bool,
 }
 
 impl ConfirmationRequest {

@@ -382,6 +382,7 @@ impl Invocation {
             &self.header,
             &|kind| self.emit(kind),
             question,
+            false,
             entry.cancelled(),
         )
         .await;

@@ -168,6 +168,7 @@ pub(crate) async fn ask(
     call: &Arc<CallHeader>,
     emit: &(dyn Fn(EventKind) + Sync),
     question: (String, Vec<String>, String),
+    mid_call: bool,
     cancelled: impl Future<Output = ()>,
 ) -> Resolution {
     use std::sync::atomic::Ordering;
@@ -179,6 +180,7 @@ pub(crate) async fn ask(
         input_summary,
         projected_modifications,
         reason,
+        mid_call,
     };
     let pending = engine.broker.register(request.clone());
     emit(EventKind::ConfirmationRequested {

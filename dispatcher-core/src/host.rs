@@ -263,6 +263,7 @@ impl CallHost {
             &self.call,
             &emit,
             (question, Vec::new(), "asked by the tool".to_string()),
+            true,
             entry.cancelled(),
         ));
         use crate::confirmation::{Decision, Resolution};

@@ -1215,3 +1215,60 @@ fn a_remote_server_over_http_asks_through_input_required_and_toolhost_asks_its_u
     );
     assert_eq!(code, 1, "{block}");
 }
+
+#[test]
+fn a_question_asked_mid_call_is_not_deferred_to_a_stateless_clients_next_round() {
+    // A remote server (HTTP) whose write_file asks; a local stdio server using it as a
+    // toolset (its policy lets the call run); a 2026-07-28 client of the local server
+    // that can elicit. The remote question arrives while the local call runs: it cannot
+    // become the local client's input_required (the call is running), so the fallback
+    // answers it and the remote write is declined.
+    let remote_ws = workspace();
+    let remote = serve_http(remote_ws.path(), &[]);
+    let local = workspace();
+    std::fs::write(
+        local.path().join("toolhost.toml"),
+        format!(
+            "[[mcp_servers]]\nid = \"remote\"\nprefix = \"remote\"\nurl = \"http://{}/mcp\"\n\
+             side_effects = {{ write_file = \"write\" }}\n\n[tool_confirmation.per_tool]\nremote__write_file = \"auto\"\n",
+            remote.addr
+        ),
+    )
+    .unwrap();
+    let mut server = start_stdio(local.path());
+    let mut stdin = server.child.stdin.take().unwrap();
+    let call = stateless(
+        1,
+        "tools/call",
+        json!({"name": "remote__write_file", "arguments": {"path": "mid.txt", "content": "x"}}),
+        true,
+    );
+    writeln!(stdin, "{call}").unwrap();
+    let stdout = server.child.stdout.take().unwrap();
+    let answer = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .map(|l| serde_json::from_str::<Value>(&l).unwrap())
+        .find(|v| v["id"] == 1)
+        .unwrap();
+    assert_eq!(answer["result"]["resultType"], "complete", "{answer}");
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert!(answer.to_string().contains("User denied"), "{answer}");
+    assert!(!remote_ws.path().join("mid.txt").exists());
+}
+
+/// `toolhost serve --mcp` in `ws` on pipes (no handshake: a 2026-07-28 client needs none).
+fn start_stdio(ws: &Path) -> Server {
+    let mut child = command(ws, &["serve", "--mcp"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _ = child.stderr.take();
+    Server {
+        child,
+        addr: String::new(),
+        log: Default::default(),
+    }
+}

@@ -23,7 +23,9 @@
 //!   principal, the tool, the arguments and an expiry (the confirmation timeout). Its retry
 //!   with `inputResponses.confirm` and that state runs the call once, on allow. "Always"
 //!   from such a client approves the tool in the principal's session on this instance (on
-//!   stdio: the one session, as today).
+//!   stdio: the one session, as today). A question a tool asks while it runs
+//!   (`ToolContext::ask_user`) cannot wait for a 2026 client's next round: it goes to a
+//!   watching console, else to the fallback.
 //! - A client that cannot be asked gets `[mcp] prompt_fallback` (default `deny`, with a
 //!   message naming the keys that allow the tool).
 
@@ -221,6 +223,10 @@ impl Confirmer for McpConfirmer {
         let route = {
             let mut routes = self.routes.lock();
             match routes.get_mut(&request.call.tool_use_id) {
+                // A question asked while the call runs cannot end the round (the call is
+                // running), and the retry's answer was for the call, not for it: such a
+                // question goes to a console or the fallback.
+                Some(Route::Defer(_) | Route::Answered(_)) if request.mid_call => None,
                 // The sender goes to the first question; a second one (none is expected)
                 // falls back.
                 Some(Route::Defer(_)) => {
