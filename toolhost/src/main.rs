@@ -4,6 +4,7 @@
 //! toolhost list [--json] [--workspace DIR]
 //! toolhost call NAME --input JSON [--workspace DIR] [--yes] [--json]
 //! toolhost plugins
+//! toolhost serve --mcp [--control ADDR] | --http ADDR   (see `serve.rs`)
 //! ```
 //!
 //! Global options: `--config FILE` (else `./toolhost.toml`, else the user's config dir),
