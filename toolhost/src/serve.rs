@@ -60,13 +60,14 @@ pub async fn serve(sources: &Sources<'_>, args: &ServeArgs) -> Result<ExitCode, 
     }
 }
 
-/// The HTTP options (access rules first: a bad token file or a public address without a
-/// token stops the server before it loads anything).
-fn http_options(
+/// Checks the access rules (a bad token file, or a public address without a token, stops
+/// the server here, before anything is bound or loaded), then binds ADDR. The rules learn
+/// the bound port, which ADDR may leave to the system (port 0).
+async fn listen(
     sources: &Sources<'_>,
     args: &ServeArgs,
     addr: SocketAddr,
-) -> Result<HttpOptions, UsageError> {
+) -> Result<(tokio::net::TcpListener, SocketAddr, HttpOptions), UsageError> {
     let tokens = http::access::load_tokens(args.token_file.as_deref())?;
     let access =
         http::access::Access::new(addr, tokens, &args.allowed_hosts, &args.allowed_origins)?;
@@ -75,17 +76,16 @@ fn http_options(
             "--request-timeout must be at least 1 second".into(),
         ));
     }
-    Ok(HttpOptions {
-        access: Arc::new(access),
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| UsageError(format!("cannot listen on {addr}: {e}")))?;
+    let local = listener.local_addr().unwrap_or(addr);
+    let options = HttpOptions {
+        access: Arc::new(access.on_port(local.port())),
         max_message_bytes: sources.config.mcp.max_message_bytes.0,
         request_timeout: Duration::from_secs(args.request_timeout),
-    })
-}
-
-async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, UsageError> {
-    tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| UsageError(format!("cannot listen on {addr}: {e}")))
+    };
+    Ok((listener, local, options))
 }
 
 async fn serve_http(
@@ -93,11 +93,7 @@ async fn serve_http(
     args: &ServeArgs,
     addr: SocketAddr,
 ) -> Result<ExitCode, UsageError> {
-    // A public address without a token is refused before anything is bound or loaded.
-    http_options(sources, args, addr)?;
-    let listener = bind(addr).await?;
-    // The access rules know the real port (ADDR may ask for any: port 0).
-    let options = http_options(sources, args, listener.local_addr().unwrap_or(addr))?;
+    let (listener, local, options) = listen(sources, args, addr).await?;
     let routes = mcp::Routes::new(sources.config.mcp.prompt_fallback);
     let confirmer = Arc::new(mcp::McpConfirmer::new(routes.clone()));
     let host = build_host(sources, Some(confirmer)).await?;
@@ -126,7 +122,6 @@ async fn serve_http(
     );
     let control = http::control::Control::new(dispatcher.clone(), routes);
     let server = http::Server::new(Some(shared), control, options);
-    let local = listener.local_addr().unwrap_or(addr);
     tracing::info!(workspace = %args.session.workspace.display(), "MCP over HTTP at http://{local}/mcp; console at http://{local}/");
     eprintln!("toolhost: serving MCP at http://{local}/mcp, the console at http://{local}/");
     let grace = dispatcher.config().cancel_grace;
@@ -169,10 +164,7 @@ async fn control_beside_stdio(
     dispatcher: &Dispatcher,
     routes: Arc<mcp::Routes>,
 ) -> Result<tokio::task::JoinHandle<()>, UsageError> {
-    http_options(sources, args, addr)?;
-    let listener = bind(addr).await?;
-    let local = listener.local_addr().unwrap_or(addr);
-    let options = http_options(sources, args, local)?;
+    let (listener, local, options) = listen(sources, args, addr).await?;
     tracing::info!("control API and console at http://{local}/");
     eprintln!("toolhost: control API and console at http://{local}/");
     let server = http::Server::new(

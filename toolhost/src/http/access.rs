@@ -97,6 +97,13 @@ impl Access {
         })
     }
 
+    /// The same rules for a server that ended up on `port` (bound to port 0, say): its own
+    /// origin is judged with that port.
+    pub fn on_port(mut self, port: u16) -> Access {
+        self.port = port;
+        self
+    }
+
     /// Checks a request's headers; the caller's principal when it may pass.
     pub fn check(&self, headers: &HeaderMap) -> Result<Principal, Refusal> {
         let host = headers

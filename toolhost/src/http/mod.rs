@@ -35,7 +35,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::mcp::screen::{INVALID_PARAMS, IdScanner, Rejection, screen};
+use crate::mcp::screen::{INVALID_PARAMS, MessageBuffer, Rejection, screen};
 use crate::mcp::{McpServer, McpShared};
 use access::{Access, Refusal};
 
@@ -214,51 +214,34 @@ fn rejection_response(status: StatusCode, rejection: &Rejection) -> Response {
 }
 
 /// `404` with `-32601`: a method protocol 2026-07-28 removed.
-fn removed_method(id: &impl serde::Serialize, method: &str) -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        [(http::header::CONTENT_TYPE, "application/json")],
-        json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601,
-            "message": format!("Method not found: '{method}' was removed in protocol 2026-07-28; use server/discover")}})
-        .to_string(),
-    )
-        .into_response()
+fn removed_method(id: Option<Value>, method: &str) -> Response {
+    let rejection = Rejection {
+        id: Some(id.unwrap_or(Value::Null)),
+        code: -32601,
+        message: format!(
+            "Method not found: '{method}' was removed in protocol 2026-07-28; use server/discover"
+        ),
+        data: None,
+    };
+    rejection_response(StatusCode::NOT_FOUND, &rejection)
 }
 
-/// The body, or its size and id when it is over `limit` (read through up to 1 GiB without
-/// being held).
-async fn read_limited(body: Body, limit: usize) -> Result<Vec<u8>, (usize, Option<Value>)> {
+/// The body, or its refusal when it is over `limit` (read through up to 1 GiB without
+/// being held, for its size and id).
+async fn read_limited(body: Body, limit: usize) -> Result<Vec<u8>, Rejection> {
     const READ_THROUGH: usize = 1 << 30;
     let mut body = body;
-    let mut bytes = Vec::new();
-    let mut over: Option<(usize, IdScanner)> = None;
+    let mut message = MessageBuffer::new(limit);
     while let Some(frame) = body.frame().await {
         let Ok(frame) = frame else { break };
-        let Ok(chunk) = frame.into_data() else {
-            continue;
-        };
-        match &mut over {
-            Some((size, scanner)) => {
-                *size += chunk.len();
-                scanner.feed(&chunk);
-                if *size > READ_THROUGH {
-                    break;
-                }
-            }
-            None if bytes.len() + chunk.len() > limit => {
-                let mut scanner = IdScanner::default();
-                scanner.feed(&bytes);
-                scanner.feed(&chunk);
-                over = Some((bytes.len() + chunk.len(), scanner));
-                bytes = Vec::new();
-            }
-            None => bytes.extend_from_slice(&chunk),
+        if let Ok(chunk) = frame.into_data() {
+            message.push(&chunk);
+        }
+        if message.len() > READ_THROUGH {
+            break;
         }
     }
-    match over {
-        Some((size, scanner)) => Err((size, scanner.id())),
-        None => Ok(bytes),
-    }
+    message.take()
 }
 
 /// `/mcp`: POST bodies screened before rmcp; each request under the request timeout.
@@ -274,12 +257,7 @@ async fn screen_mcp(State(gate): State<Gate>, request: Request, next: Next) -> R
     let (parts, body) = request.into_parts();
     let bytes = match read_limited(body, gate.max_message_bytes).await {
         Ok(b) => b,
-        Err((size, id)) => {
-            return rejection_response(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                &Rejection::too_large(size, gate.max_message_bytes, id),
-            );
-        }
+        Err(too_large) => return rejection_response(StatusCode::PAYLOAD_TOO_LARGE, &too_large),
     };
     let id = match screen(&bytes) {
         // `initialize` is gone from 2026-07-28: 404 and -32601, as that revision says.
@@ -287,7 +265,7 @@ async fn screen_mcp(State(gate): State<Gate>, request: Request, next: Next) -> R
             if stateless
                 && matches!(r.request, rmcp::model::ClientRequest::InitializeRequest(_)) =>
         {
-            return removed_method(&r.id, "initialize");
+            return removed_method(serde_json::to_value(&r.id).ok(), "initialize");
         }
         Err(rejection)
             if stateless
@@ -296,7 +274,7 @@ async fn screen_mcp(State(gate): State<Gate>, request: Request, next: Next) -> R
                     .as_ref()
                     .is_some_and(|d| d["method"] == "initialize") =>
         {
-            return removed_method(&rejection.id.clone().unwrap_or(Value::Null), "initialize");
+            return removed_method(rejection.id, "initialize");
         }
         Ok(message) => match &message {
             rmcp::model::ClientJsonRpcMessage::Request(r) => {
@@ -318,17 +296,15 @@ async fn screen_mcp(State(gate): State<Gate>, request: Request, next: Next) -> R
         Ok(response) => response,
         Err(_) => {
             let secs = gate.request_timeout.as_secs();
-            tracing::warn!(
-                "an MCP request took longer than {secs} s: answered 504, its call is cancelled"
-            );
-            (
-                StatusCode::GATEWAY_TIMEOUT,
-                [(http::header::CONTENT_TYPE, "application/json")],
-                json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32001,
-                    "message": format!("Request timed out after {secs} s (serve --request-timeout); the call was cancelled")}})
-                .to_string(),
-            )
-                .into_response()
+            let timed_out = Rejection {
+                id: Some(id),
+                code: -32001,
+                message: format!(
+                    "Request timed out after {secs} s (serve --request-timeout); the call was cancelled"
+                ),
+                data: None,
+            };
+            rejection_response(StatusCode::GATEWAY_TIMEOUT, &timed_out)
         }
     }
 }

@@ -331,6 +331,65 @@ fn input_responses_problem(params: &Value) -> Option<String> {
     })
 }
 
+/// One message read in pieces under a size limit (a stdio line, an HTTP body). Past the
+/// limit nothing more is held: the rest is only counted and scanned for the id, so the
+/// refusal can name the size and answer the right request.
+#[derive(Debug)]
+pub struct MessageBuffer {
+    limit: usize,
+    bytes: Vec<u8>,
+    over: Option<(usize, IdScanner)>,
+}
+
+impl MessageBuffer {
+    /// An empty message, refused past `limit` bytes.
+    pub fn new(limit: usize) -> Self {
+        MessageBuffer {
+            limit,
+            bytes: Vec::new(),
+            over: None,
+        }
+    }
+
+    /// Adds the next piece.
+    pub fn push(&mut self, chunk: &[u8]) {
+        match &mut self.over {
+            Some((size, scanner)) => {
+                *size += chunk.len();
+                scanner.feed(chunk);
+            }
+            None if self.bytes.len() + chunk.len() > self.limit => {
+                let mut scanner = IdScanner::default();
+                scanner.feed(&self.bytes);
+                scanner.feed(chunk);
+                self.over = Some((self.bytes.len() + chunk.len(), scanner));
+                self.bytes = Vec::new();
+            }
+            None => self.bytes.extend_from_slice(chunk),
+        }
+    }
+
+    /// The bytes read so far (all of them while under the limit).
+    pub fn len(&self) -> usize {
+        self.over
+            .as_ref()
+            .map_or(self.bytes.len(), |(size, _)| *size)
+    }
+
+    /// Whether nothing was read.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The message, or its refusal when it went over the limit; the buffer is empty after.
+    pub fn take(&mut self) -> Result<Vec<u8>, Rejection> {
+        match self.over.take() {
+            Some((size, scanner)) => Err(Rejection::too_large(size, self.limit, scanner.id())),
+            None => Ok(std::mem::take(&mut self.bytes)),
+        }
+    }
+}
+
 /// Recovers the top-level `"id"` member of a JSON object from raw bytes fed in any number
 /// of pieces, without holding the message: for messages too large, too deep or not valid
 /// UTF-8 to parse. Keys written with escapes are not recognised.
@@ -577,6 +636,29 @@ mod tests {
         assert_eq!((r.code, r.id), (INVALID_REQUEST, Some(Value::Null)));
         let r = rejected(br#"{"jsonrpc":"1.0","id":9,"method":"ping"}"#);
         assert_eq!((r.code, r.id), (INVALID_REQUEST, Some(json!(9))));
+    }
+
+    #[test]
+    fn a_message_over_the_limit_is_refused_with_its_size_and_id_and_not_held() {
+        let head = br#"{"jsonrpc":"2.0","id":"big","method":"tools/call","params":{"x":""#;
+        let mut m = MessageBuffer::new(64);
+        m.push(head);
+        for _ in 0..1000 {
+            m.push(&[b'a'; 100]);
+        }
+        let size = head.len() + 100_000;
+        assert_eq!(m.len(), size);
+        let r = m.take().expect_err("over the limit");
+        assert_eq!(
+            (r.id, r.data),
+            (Some(json!("big")), Some(json!({"size": size, "limit": 64})))
+        );
+        m.push(b"{}");
+        assert_eq!(
+            m.take().unwrap(),
+            b"{}",
+            "the buffer is ready for the next message"
+        );
     }
 
     #[test]

@@ -13,26 +13,15 @@ use rmcp::transport::Transport;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
 
-use super::screen::{IdScanner, Rejection, screen};
-
-/// One line read from the input.
-enum Line {
-    /// A whole line, without its newline.
-    Whole(Vec<u8>),
-    /// A line over the limit: its size and the id read from it.
-    TooLarge(usize, Option<serde_json::Value>),
-}
+use super::screen::{MessageBuffer, Rejection, screen};
 
 /// Newline-delimited JSON-RPC over a reader and a writer (a pipe, a socket, a file).
 pub struct StdioTransport<R, W> {
     reader: BufReader<R>,
     writer: Arc<Mutex<W>>,
-    max_message_bytes: usize,
     /// The line read so far. Kept here, not in the reading future, because the protocol
     /// library may drop that future between two reads (it selects over several events).
-    line: Vec<u8>,
-    /// Reading through a line over the limit: its size so far and its id.
-    over: Option<(usize, IdScanner)>,
+    line: MessageBuffer,
 }
 
 impl<R, W> StdioTransport<R, W> {
@@ -44,56 +33,34 @@ impl<R, W> StdioTransport<R, W> {
         StdioTransport {
             reader: BufReader::with_capacity(64 * 1024, reader),
             writer: Arc::new(Mutex::new(writer)),
-            max_message_bytes,
-            line: Vec::new(),
-            over: None,
+            line: MessageBuffer::new(max_message_bytes),
         }
     }
 }
 
 impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> StdioTransport<R, W> {
-    /// The next line, `None` at end of input. Cancel-safe: what was read stays in `self`.
-    async fn next_line(&mut self) -> std::io::Result<Option<Line>> {
+    /// The next line (or its refusal when over the limit), `None` at end of input.
+    /// Cancel-safe: what was read stays in `self`.
+    async fn next_line(&mut self) -> std::io::Result<Option<Result<Vec<u8>, Rejection>>> {
         loop {
             let buf = self.reader.fill_buf().await?;
             if buf.is_empty() {
-                return Ok(match self.over.take() {
-                    Some((size, scanner)) => Some(Line::TooLarge(size, scanner.id())),
-                    None if self.line.is_empty() => None,
-                    None => Some(Line::Whole(std::mem::take(&mut self.line))),
-                });
+                return Ok((!self.line.is_empty()).then(|| self.line.take()));
             }
             let (chunk, ends) = match buf.iter().position(|&b| b == b'\n') {
                 Some(i) => (&buf[..i], true),
                 None => (buf, false),
             };
             let taken = chunk.len() + usize::from(ends);
-            match &mut self.over {
-                Some((size, scanner)) => {
-                    *size += chunk.len();
-                    scanner.feed(chunk);
-                }
-                None if self.line.len() + chunk.len() > self.max_message_bytes => {
-                    let mut scanner = IdScanner::default();
-                    scanner.feed(&self.line);
-                    scanner.feed(chunk);
-                    self.over = Some((self.line.len() + chunk.len(), scanner));
-                    self.line = Vec::new();
-                }
-                None => self.line.extend_from_slice(chunk),
-            }
+            self.line.push(chunk);
             self.reader.consume(taken);
             if ends {
-                return Ok(Some(match self.over.take() {
-                    Some((size, scanner)) => Line::TooLarge(size, scanner.id()),
-                    None => {
-                        let mut line = std::mem::take(&mut self.line);
-                        if line.last() == Some(&b'\r') {
-                            line.pop();
-                        }
-                        Line::Whole(line)
+                return Ok(Some(self.line.take().map(|mut line| {
+                    if line.last() == Some(&b'\r') {
+                        line.pop();
                     }
-                }));
+                    line
+                })));
             }
         }
     }
@@ -161,12 +128,12 @@ where
                 }
             };
             let rejection = match line {
-                Line::Whole(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => continue,
-                Line::Whole(bytes) => match screen(&bytes) {
+                Ok(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => continue,
+                Ok(bytes) => match screen(&bytes) {
                     Ok(message) => return Some(message),
                     Err(rejection) => rejection,
                 },
-                Line::TooLarge(size, id) => Rejection::too_large(size, self.max_message_bytes, id),
+                Err(too_large) => too_large,
             };
             Self::answer(&self.writer, &rejection);
         }
