@@ -693,6 +693,30 @@ mod tests {
     }
 
     #[test]
+    fn readme_http_mcp_server_block_loads_as_written() {
+        let c = parse(readme_block("Or a server reached over streamable HTTP:")).unwrap();
+        let s = &c.mcp_servers[0];
+        assert_eq!(s.url.as_deref(), Some("https://mcp.example.com/mcp"));
+        assert_eq!(s.bearer_token_env.as_deref(), Some("REMOTE_MCP_TOKEN"));
+        assert_eq!(s.problem(), None);
+    }
+
+    #[test]
+    fn max_message_bytes_out_of_range_names_the_key_and_the_range() {
+        for bad in ["10", "2000000000", "-1"] {
+            let e = parse(&format!("[mcp]\nmax_message_bytes = {bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("mcp.max_message_bytes") && e.contains("line 2") && e.contains("1 KiB"),
+                "{bad}: {e}"
+            );
+        }
+        let c = parse("[mcp]\nmax_message_bytes = 4096\n").unwrap();
+        assert_eq!(c.mcp.max_message_bytes, MessageBytes(4096));
+    }
+
+    #[test]
     fn an_mcp_server_entry_needs_exactly_one_of_command_and_url() {
         let entry = |body: &str| format!("[[mcp_servers]]\nid = \"r\"\nprefix = \"r\"\n{body}");
         let ok = parse(&entry(

@@ -894,7 +894,7 @@ impl Browser {
             std::env::var("TOOLHOST_TEST_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
         if !Path::new(&driver_path).exists() || !Path::new(&chromium).exists() {
             assert!(
-                std::env::var_os("TOOLHOST_REQUIRE_BROWSER").is_none(),
+                std::env::var_os("TOOLHOST_TEST_REQUIRE_PEERS").is_none(),
                 "Chromium or chromedriver is missing ({chromium}, {driver_path}): apt-get install chromium chromium-driver"
             );
             eprintln!("skipped: no Chromium/chromedriver here (cargo xtask test installs them)");
@@ -1042,7 +1042,7 @@ fn peer(var: &str) -> Option<std::path::PathBuf> {
         Some(path) => Some(path.into()),
         None => {
             assert!(
-                std::env::var_os("TOOLHOST_REQUIRE_BROWSER").is_none(),
+                std::env::var_os("TOOLHOST_TEST_REQUIRE_PEERS").is_none(),
                 "{var} is not set: run the tests with cargo xtask test, which installs it"
             );
             eprintln!("skipped: {var} is not set (cargo xtask test installs it)");
@@ -1271,4 +1271,89 @@ fn start_stdio(ws: &Path) -> Server {
         addr: String::new(),
         log: Default::default(),
     }
+}
+
+/// Runs `toolhost serve ARGS` expecting it to refuse to start: exit 2 and its message.
+fn refused_to_serve(ws: &Path, args: &[&str]) -> String {
+    let out = command(ws, args).stdin(Stdio::null()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    stderr
+}
+
+#[test]
+fn bad_serve_options_and_key_rings_stop_the_server_naming_what_is_wrong() {
+    let ws = workspace();
+    std::fs::write(ws.path().join("no-tokens"), "# nothing but a comment\n").unwrap();
+    let e = refused_to_serve(
+        ws.path(),
+        &[
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--token-file",
+            "no-tokens",
+        ],
+    );
+    assert!(
+        e.contains("no-tokens") && e.contains("holds no token"),
+        "{e}"
+    );
+    let e = refused_to_serve(
+        ws.path(),
+        &["serve", "--http", "127.0.0.1:0", "--token-file", "missing"],
+    );
+    assert!(
+        e.contains("cannot read the token file") && e.contains("missing"),
+        "{e}"
+    );
+    let e = refused_to_serve(
+        ws.path(),
+        &["serve", "--http", "127.0.0.1:0", "--request-timeout", "0"],
+    );
+    assert!(e.contains("--request-timeout"), "{e}");
+    let e = refused_to_serve(ws.path(), &["serve", "--control", "127.0.0.1:0"]);
+    assert!(e.contains("--mcp"), "{e}");
+    // The key ring is read relative to the config file, and a bad line names itself.
+    std::fs::write(
+        ws.path().join("toolhost.toml"),
+        "[mcp]\nrequest_state_keys = \"keys.txt\"\n",
+    )
+    .unwrap();
+    std::fs::write(ws.path().join("keys.txt"), "k1 dG9vLXNob3J0\n").unwrap();
+    let e = refused_to_serve(ws.path(), &["serve", "--http", "127.0.0.1:0"]);
+    assert!(
+        e.contains("keys.txt, line 1") && e.contains("at least 32"),
+        "{e}"
+    );
+    std::fs::remove_file(ws.path().join("keys.txt")).unwrap();
+    let e = refused_to_serve(ws.path(), &["serve", "--http", "127.0.0.1:0"]);
+    assert!(
+        e.contains("cannot read the request-state key ring") && e.contains("keys.txt"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_http_toolset_whose_token_variable_is_unset_is_refused_naming_the_variable() {
+    let ws = workspace();
+    std::fs::write(
+        ws.path().join("toolhost.toml"),
+        "[[mcp_servers]]\nid = \"remote\"\nprefix = \"remote\"\nurl = \"http://127.0.0.1:9/mcp\"\nbearer_token_env = \"UNSET_REMOTE_TOKEN\"\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .arg("plugins")
+        .current_dir(ws.path())
+        .env("XDG_CONFIG_HOME", ws.path().join(".no-config"))
+        .env("XDG_CACHE_HOME", ws.path().join(".cache"))
+        .env_remove("UNSET_REMOTE_TOKEN")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("refused  MCP server 'remote'") && stdout.contains("UNSET_REMOTE_TOKEN"),
+        "{stdout}"
+    );
 }

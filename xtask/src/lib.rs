@@ -146,7 +146,7 @@ pub fn test() -> Result {
         "run unit, integration and CLI tests, and benchmarks in test mode",
         cargo()
             .args(["test", "--workspace", "--all-targets"])
-            .env("TOOLHOST_REQUIRE_BROWSER", "1")
+            .env("TOOLHOST_TEST_REQUIRE_PEERS", "1")
             .envs(peers),
         &mut totals,
     )
