@@ -15,6 +15,7 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use tool_api::{Content, InterruptBehavior, SideEffect, Tool, ToolError, ToolOutput};
 use tracing::{Instrument, Span};
 
+use crate::blocking;
 use crate::confirmation::{DecidedBy, Decision, Resolution};
 use crate::error::ErrorClass;
 use crate::events::EventKind;
@@ -171,6 +172,9 @@ impl Invocation {
         let exec_started = Instant::now();
         let outcome = self.execute(&tool, input, grant.timeout).await;
         let elapsed = exec_started.elapsed();
+        if !tool.inline {
+            tool.run_times.record(elapsed);
+        }
         let slow = self.engine.settings.config.slow_call_threshold;
         if elapsed >= slow {
             tracing::warn!(
@@ -529,7 +533,7 @@ impl Invocation {
         let span = Span::current();
         // The blocking thread logs to the caller's subscriber, even a scoped one.
         let subscriber = tracing::dispatcher::get_default(Clone::clone);
-        let mut handle = tokio::task::spawn_blocking(move || {
+        let mut handle = blocking::spawn(move || {
             tracing::dispatcher::with_default(&subscriber, || {
                 let _entered = span.enter();
                 let ctx = host.into_context();
@@ -537,23 +541,29 @@ impl Invocation {
                 panics::contain(|| runner.execute(input, &ctx))
             })
         });
-        type Joined = Result<Result<Result<ToolOutput, ToolError>, Caught>, tokio::task::JoinError>;
-        let joined = |r: Joined| match r {
-            Ok(Ok(r)) => Outcome::Returned(r),
-            Ok(Err(caught)) => Outcome::Panicked(caught),
-            Err(e) if e.is_panic() => Outcome::Panicked(Caught {
-                message: tool_api::abi::panic_message(&*e.into_panic()),
+        let ended = |e: blocking::Ended<Result<Result<ToolOutput, ToolError>, Caught>>| match e {
+            blocking::Ended::Returned(Ok(r)) => Outcome::Returned(r),
+            blocking::Ended::Returned(Err(caught)) => Outcome::Panicked(caught),
+            blocking::Ended::Panicked(payload) => Outcome::Panicked(Caught {
+                message: tool_api::abi::panic_message(&*payload),
                 backtrace: None,
             }),
-            Err(_) => Outcome::Cancelled(None),
+            blocking::Ended::Lost => Outcome::Cancelled(None),
         };
+        // A tool whose calls usually end within the spin budget: take its result without
+        // yielding (and so without a wake-up), as long as it is not cancelled meanwhile.
+        if tool.run_times.usually_quick()
+            && let Some(e) = handle.spin(blocking::CALLER_SPIN)
+        {
+            return ended(e);
+        }
         tokio::select! {
             biased;
-            r = &mut handle => joined(r),
+            e = &mut handle => ended(e),
             _ = entry.cancelled() => {
                 let grace = self.engine.settings.config.cancel_grace;
                 match tokio::time::timeout(grace, &mut handle).await {
-                    Ok(Ok(Ok(Ok(out)))) => Outcome::Cancelled(Some(out)),
+                    Ok(blocking::Ended::Returned(Ok(Ok(out)))) => Outcome::Cancelled(Some(out)),
                     Ok(_) => Outcome::Cancelled(None),
                     Err(_) => {
                         tracing::warn!(

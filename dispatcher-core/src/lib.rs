@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod blocking;
 pub mod call;
 pub mod config;
 pub mod confirmation;

@@ -38,6 +38,8 @@ pub(crate) struct Registered {
     pub(crate) inline: bool,
     /// Tried inline with a file budget first (see [`crate::workspace::InlineBudget`]).
     pub(crate) inline_when_small: bool,
+    /// How long its recent calls off the async threads took.
+    pub(crate) run_times: crate::blocking::RunTimes,
 }
 
 impl Registered {
@@ -197,6 +199,7 @@ pub(crate) fn prepare_as(
         side_effects: def.side_effects,
         inline: def.inline,
         inline_when_small: def.inline_when_small,
+        run_times: Default::default(),
         validator,
         factory,
     })

@@ -1,19 +1,24 @@
 //! Plugin overhead: (1) an inline no-op tool dispatched from a loaded plugin vs the same
 //! tool built in (target: the plugin path adds at most 0.5 µs median), and the same plugin
 //! isolated in a worker process (`plugin_isolated_noop`: one socket round trip, no process
-//! or thread started per call); (2) loading a directory of 50 plugin packages, checksums
-//! included, in process, against the floor of `dlopen` plus entry-point lookup of the same
-//! 50 fresh libraries (`dlopen_50_libraries`; target: loading at most 2× that).
+//! or thread started per call); (2) a host's start over a directory of 50 plugin packages,
+//! in process, against the floor of `dlopen` plus entry-point lookup of the same 50
+//! libraries (`dlopen_50_libraries`; target: loading at most 2× that): the first start,
+//! when every library is hashed (`load_50_packages`), and a later start over the same
+//! unchanged packages, whose digests the first one remembered
+//! (`load_50_packages_remembered`).
 //!
 //! The 50 packages are 50 distinct libraries: copies of the `bench-noop` fixture whose tool
-//! name suffix `000` is patched to `001`…`050` in the library's bytes. Every sample loads
-//! them from fresh paths, so each load really opens 50 libraries (abi_stable never unloads).
+//! name suffix `000` is patched to `001`…`050` in the library's bytes. Every load sample
+//! runs in a fresh process (this bench binary, started again as a child), so each really
+//! opens 50 libraries into a process that holds none yet: the dynamic loader's work grows
+//! with the number of libraries already loaded, and a library once loaded is never unloaded.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use criterion::{BatchSize, Criterion, criterion_group};
 use dispatcher_core::{Dispatcher, SessionSpec, ToolUse};
 use plugin_host::{Isolation, PluginHost, WorkerSettings};
 use serde_json::json;
@@ -118,75 +123,161 @@ fn benches(c: &mut Criterion) {
     });
     group.finish();
 
-    // Load 50 distinct packages from fresh paths every sample.
+    // 50 distinct packages, made once; every sample loads them in a fresh process.
     let original = std::fs::read(&library).unwrap();
     let staging = tempfile::tempdir().unwrap();
+    let packages = tempfile::tempdir().unwrap();
     let file_name = library.file_name().unwrap().to_owned();
-    let copies: Vec<_> = (1..=50)
-        .map(|n| {
-            let dir = staging.path().join(format!("lib{n:03}"));
-            std::fs::create_dir_all(&dir).unwrap();
-            let lib = dir.join(&file_name);
-            patched_copy(&original, n, &lib);
-            lib
-        })
-        .collect();
+    for n in 1..=50 {
+        let dir = staging.path().join(format!("lib{n:03}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let lib = dir.join(&file_name);
+        patched_copy(&original, n, &lib);
+        package_library(&lib, packages.path(), &format!("pkg{n:03}"));
+    }
+    // An earlier start's digests, for the usual start (nothing changed since).
+    let remembered = tempfile::tempdir().unwrap();
+    let earlier = PluginHost::new([packages.path()])
+        .isolation(Isolation::InProcess)
+        .cache_dir(remembered.path())
+        .load_into(&Dispatcher::new());
+    assert_eq!(earlier.loaded().count(), 50, "{:?}", earlier.lines());
+    rustix::fs::sync();
+
     let mut group = c.benchmark_group("plugin_load");
     group.sample_size(10);
-    group.measurement_time(Duration::from_secs(3));
-    // The floor: `dlopen` and the entry-point lookup of the same 50 fresh libraries
-    // (abi_stable's `lib_header_from_path`), nothing else.
-    group.bench_function("dlopen_50_libraries", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                let dir = tempfile::tempdir().unwrap();
-                let libs: Vec<_> = copies
-                    .iter()
-                    .enumerate()
-                    .map(|(n, lib)| {
-                        let fresh = dir
-                            .path()
-                            .join(format!("{n:03}-{}", file_name.to_string_lossy()));
-                        std::fs::copy(lib, &fresh).unwrap();
-                        fresh
-                    })
-                    .collect();
-                let start = Instant::now();
-                for lib in &libs {
-                    abi_stable::library::lib_header_from_path(lib).unwrap();
-                }
-                total += start.elapsed();
-                std::mem::forget(dir);
-            }
-            total
-        })
-    });
-    group.bench_function("load_50_packages", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                let dir = tempfile::tempdir().unwrap();
-                for (n, lib) in copies.iter().enumerate() {
-                    package_library(lib, dir.path(), &format!("pkg{n:03}"));
-                }
-                // Cold: a fresh cache, so no digest is remembered.
-                let cold_cache = tempfile::tempdir().unwrap();
-                let d = Dispatcher::new();
-                let start = Instant::now();
-                let report = PluginHost::new([dir.path()])
-                    .isolation(Isolation::InProcess)
-                    .cache_dir(cold_cache.path())
-                    .load_into(&d);
-                total += start.elapsed();
-                assert_eq!(report.loaded().count(), 50, "{:?}", report.lines());
-                std::mem::forget(dir); // the libraries stay mapped; keep their files
-            }
-            total
-        })
-    });
+    group.measurement_time(Duration::from_secs(6));
+    for mode in [LoadMode::Dlopen, LoadMode::Cold, LoadMode::Remembered] {
+        group.bench_function(mode.bench_name(), |b| {
+            b.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| load_in_child(mode, packages.path(), remembered.path()))
+                    .sum()
+            })
+        });
+    }
     group.finish();
 }
 
+/// What one cold start measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LoadMode {
+    /// The floor: `dlopen` and the entry-point lookup (abi_stable's `lib_header_from_path`)
+    /// of the 50 libraries, nothing else.
+    Dlopen,
+    /// `PluginHost::load_into` with nothing remembered: every library is hashed.
+    Cold,
+    /// `PluginHost::load_into` with the digests an earlier start remembered.
+    Remembered,
+}
+
+impl LoadMode {
+    fn bench_name(self) -> &'static str {
+        match self {
+            LoadMode::Dlopen => "dlopen_50_libraries",
+            LoadMode::Cold => "load_50_packages",
+            LoadMode::Remembered => "load_50_packages_remembered",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<LoadMode> {
+        [LoadMode::Dlopen, LoadMode::Cold, LoadMode::Remembered]
+            .into_iter()
+            .find(|m| m.bench_name() == name)
+    }
+}
+
+/// The variable that makes this bench binary a child that loads once and prints how long
+/// it took: `MODE PACKAGES REMEMBERED-CACHE`.
+const CHILD: &str = "TOOLHOST_BENCH_LOAD_CHILD";
+
+/// One load in a fresh process, where no library is loaded yet: a library loaded once
+/// stays loaded (abi_stable never unloads), and the loader's work grows with the number of
+/// libraries a process holds, so loads in one process would each be slower than the last.
+fn load_in_child(mode: LoadMode, packages: &Path, remembered: &Path) -> Duration {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .env(
+            CHILD,
+            format!(
+                "{}\n{}\n{}",
+                mode.bench_name(),
+                packages.display(),
+                remembered.display()
+            ),
+        )
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "load child failed: {}\n{}",
+        text,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Duration::from_nanos(text.trim().parse().unwrap())
+}
+
+/// The child's side of [`load_in_child`]: prints the nanoseconds its load took.
+fn child(spec: &str) {
+    let mut parts = spec.split('\n');
+    let (Some(mode), Some(packages), Some(remembered)) = (parts.next(), parts.next(), parts.next())
+    else {
+        panic!("bad {CHILD}: {spec:?}");
+    };
+    let mode = LoadMode::from_name(mode).unwrap();
+    let packages = Path::new(packages);
+    let elapsed = match mode {
+        LoadMode::Dlopen => {
+            let mut libs: Vec<_> = std::fs::read_dir(packages)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .collect();
+            libs.sort();
+            let libs: Vec<_> = libs
+                .iter()
+                .map(|dir| {
+                    std::fs::read_dir(dir)
+                        .unwrap()
+                        .map(|e| e.unwrap().path())
+                        .find(|p| p.extension().is_some_and(|x| x == "so"))
+                        .unwrap()
+                })
+                .collect();
+            let start = Instant::now();
+            for lib in &libs {
+                abi_stable::library::lib_header_from_path(lib).unwrap();
+            }
+            start.elapsed()
+        }
+        LoadMode::Cold | LoadMode::Remembered => {
+            // Cold: an empty cache, so no digest is remembered.
+            let empty = tempfile::tempdir().unwrap();
+            let cache = if mode == LoadMode::Cold {
+                empty.path()
+            } else {
+                Path::new(remembered)
+            };
+            let d = Dispatcher::new();
+            let start = Instant::now();
+            let report = PluginHost::new([packages])
+                .isolation(Isolation::InProcess)
+                .cache_dir(cache)
+                .load_into(&d);
+            let elapsed = start.elapsed();
+            assert_eq!(report.loaded().count(), 50, "{:?}", report.lines());
+            elapsed
+        }
+    };
+    println!("{}", elapsed.as_nanos());
+}
+
 criterion_group!(plugins, benches);
-criterion_main!(plugins);
+
+fn main() {
+    if let Ok(spec) = std::env::var(CHILD) {
+        child(&spec);
+        return;
+    }
+    plugins();
+    Criterion::default().configure_from_args().final_summary();
+}
