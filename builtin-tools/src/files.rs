@@ -46,6 +46,7 @@ impl Tool for ReadFile {
         let offset = input.get("offset").and_then(Value::as_u64);
         let limit = input.get("limit").and_then(Value::as_u64);
         let total_lines = text.lines().count();
+        let bytes = text.len();
         let (body, first, count) = if offset.is_some() || limit.is_some() {
             let first = usize::try_from(offset.unwrap_or(1))
                 .unwrap_or(usize::MAX)
@@ -54,17 +55,17 @@ impl Tool for ReadFile {
             let lines: Vec<&str> = text.lines().skip(first - 1).take(count).collect();
             let n = lines.len();
             (lines.join("\n"), first, n)
-        } else if text.len() > READ_LIMIT_BYTES {
+        } else if bytes > READ_LIMIT_BYTES {
             return Err(ToolError::failed(format!(
-                "'{path}' is {} bytes ({total_lines} lines), over the {READ_LIMIT_BYTES}-byte limit of one read; read it in parts with offset and limit",
-                text.len()
+                "'{path}' is {bytes} bytes ({total_lines} lines), over the {READ_LIMIT_BYTES}-byte limit of one read; read it in parts with offset and limit"
             )));
         } else {
-            (text.clone(), 1, total_lines)
+            // The whole file: its text is the body, not a copy of it.
+            (text, 1, total_lines)
         };
         Ok(ToolOutput::text(body).with_metadata(json!({
             "path": path,
-            "bytes": text.len(),
+            "bytes": bytes,
             "total_lines": total_lines,
             "first_line": first,
             "lines_returned": count,

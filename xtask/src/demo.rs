@@ -62,30 +62,42 @@ fn prepare_workspace(ws: &Path, trusted: &plugin_host::PublicKey) -> std::io::Re
     )
 }
 
-/// Runs the demo.
-pub fn demo() -> Result {
-    let demo = root().join("target/demo");
-    let plugins = demo.join("plugins");
-    let unsigned = demo.join("plugins-unsigned");
-    let _ = std::fs::remove_dir_all(&plugins);
-    let _ = std::fs::remove_dir_all(&unsigned);
-    let key_file = demo.join("demo-signing.key");
-    let _ = std::fs::remove_file(&key_file);
-    let trusted = keygen(&key_file)?;
+/// Packages the example plugins into `unsigned`, and signed copies into `signed`, with a
+/// key it generates at `key_file`; returns that key (to trust).
+pub fn package_examples(
+    signed: &Path,
+    unsigned: &Path,
+    key_file: &Path,
+) -> Result<plugin_host::PublicKey> {
+    let _ = std::fs::remove_dir_all(signed);
+    let _ = std::fs::remove_dir_all(unsigned);
+    let _ = std::fs::remove_file(key_file);
+    let trusted = keygen(key_file)?;
     for (i, example) in EXAMPLES.iter().enumerate() {
         announce(&format!(
             "[{}/{}] package and sign example plugin {example}",
             i + 1,
             EXAMPLES.len()
         ));
-        let archive = package_crate(&root().join(example), &unsigned, &Inspector::child(), None)?;
-        let signed = plugins.join(archive.file_name().unwrap_or_default());
+        let archive = package_crate(&root().join(example), unsigned, &Inspector::child(), None)?;
+        let copy = signed.join(archive.file_name().unwrap_or_default());
         io(
             "copy the package",
-            std::fs::create_dir_all(&plugins).and_then(|()| std::fs::copy(&archive, &signed)),
+            std::fs::create_dir_all(signed).and_then(|()| std::fs::copy(&archive, &copy)),
         )?;
-        sign(&signed, &key_file)?;
+        sign(&copy, key_file)?;
     }
+    Ok(trusted)
+}
+
+/// Runs the demo.
+pub fn demo() -> Result {
+    let demo = root().join("target/demo");
+    let trusted = package_examples(
+        &demo.join("plugins"),
+        &demo.join("plugins-unsigned"),
+        &demo.join("demo-signing.key"),
+    )?;
     run("build toolhost", cargo().args(["build", "-p", "toolhost"]))?;
     let ws = demo.join("workspace");
     io(
@@ -201,7 +213,7 @@ pub fn demo() -> Result {
     eprintln!(
         "\nDemo workspace: {}\nPlugin packages: {}",
         ws.display(),
-        plugins.display()
+        demo.join("plugins").display()
     );
     Ok(())
 }
