@@ -8,15 +8,22 @@
 //!
 //! A warm runner avoids both when calls come close together:
 //!
-//! - after a job, a runner keeps looking for the next one for [`RUNNER_SPIN`] before it
-//!   parks, so a job handed to it within that window starts without a wake-up;
+//! - after a quick job (one that ended within [`CALLER_SPIN`]), a runner keeps looking for
+//!   the next one for [`RUNNER_SPIN`] before it parks, so a job handed to it within that
+//!   window starts without a wake-up; after a slow one it parks at once, so it never takes
+//!   a CPU from what the job itself waited for (an isolated plugin's worker process);
 //! - the caller looks for the result for up to [`CALLER_SPIN`] before it yields to the
 //!   async runtime, so a job that ends within that budget is taken without a wake-up
 //!   either. It skips this for a tool whose recent calls took longer than the budget
 //!   ([`RunTimes`]), so a slow tool costs no spinning.
 //!
+//! A tool whose recent calls took longer than [`CALLER_SPIN`] goes to tokio's blocking
+//! pool, as every blocking call did before: a wake-up is a small part of a slow call, and
+//! measured with an isolated plugin (a socket round trip to its worker process, about
+//! 100 µs) the runner was no faster and often slower.
+//!
 //! Both windows are bounded, so an idle host spins for at most [`RUNNER_SPIN`] after its
-//! last blocking call, and a caller's thread is held for at most [`CALLER_SPIN`] (the same
+//! last quick blocking call, and a caller's thread is held for at most [`CALLER_SPIN`] (the same
 //! order as an inline call). There is one runner per CPU (at most four), started on first
 //! use; on a single CPU there are none, since spinning there only delays the thread it
 //! waits for. When every runner is busy (a burst, or a tool that hangs and was abandoned
@@ -136,23 +143,30 @@ impl Runner {
     fn run(&self) {
         // Before it can ever park: a caller that finds it parked unparks this thread.
         let _ = self.thread.set(std::thread::current());
+        let mut spin = false;
         loop {
-            self.wait_for_job();
+            self.wait_for_job(spin);
             let job = self
                 .job
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .take();
+            let start = Instant::now();
             if let Some(job) = job {
                 // A job contains its own panics; this only keeps the runner alive.
                 let _ = catch_unwind(AssertUnwindSafe(job));
             }
+            // After a quick job the next one is likely close (its caller was spinning); after
+            // a slow one, spinning would only take a CPU from whatever the job waited for
+            // (an isolated plugin's worker, say).
+            spin = start.elapsed() < CALLER_SPIN;
             self.state.store(IDLE, Ordering::Release);
         }
     }
 
-    /// Returns once the state is BUSY: spins for [`RUNNER_SPIN`], then parks.
-    fn wait_for_job(&self) {
+    /// Returns once the state is BUSY: with `spin`, looks for it for [`RUNNER_SPIN`]
+    /// first; then parks.
+    fn wait_for_job(&self, spin: bool) {
         let start = Instant::now();
         let mut spins = 0u32;
         loop {
@@ -160,8 +174,7 @@ impl Runner {
                 return;
             }
             spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(64)
-                && start.elapsed() >= RUNNER_SPIN
+            if (!spin || spins.is_multiple_of(64) && start.elapsed() >= RUNNER_SPIN)
                 && self
                     .state
                     .compare_exchange(IDLE, PARKED, Ordering::AcqRel, Ordering::Relaxed)
@@ -194,9 +207,10 @@ pub(crate) struct Handle<R> {
     rx: Option<oneshot::Receiver<std::thread::Result<R>>>,
 }
 
-/// Runs `job` off the async threads: on a warm runner if one is free, else on tokio's
-/// blocking pool. Must be called inside a tokio runtime; the job runs inside its context.
-pub(crate) fn spawn<R, F>(job: F) -> Handle<R>
+/// Runs `job` off the async threads: with `warm`, on a warm runner if one is free; else
+/// on tokio's blocking pool. Must be called inside a tokio runtime; the job runs inside its
+/// context.
+pub(crate) fn spawn<R, F>(job: F, warm: bool) -> Handle<R>
 where
     F: FnOnce() -> R + Send + 'static,
     R: Send + 'static,
@@ -210,7 +224,8 @@ where
             let _ = tx.send(catch_unwind(AssertUnwindSafe(job)));
         }
     });
-    if let Err(job) = pool().submit(job) {
+    let submitted = if warm { pool().submit(job) } else { Err(job) };
+    if let Err(job) = submitted {
         // Detached: the job sends its result through the channel either way.
         drop(runtime.spawn_blocking(job));
     }
@@ -299,7 +314,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_job_returns_its_value_through_the_handle() {
-        let mut handle = spawn(|| 41 + 1);
+        let mut handle = spawn(|| 41 + 1, true);
         let ended = match handle.spin(Duration::from_millis(50)) {
             Some(ended) => ended,
             None => handle.await,
@@ -309,13 +324,13 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_panicking_job_is_reported_and_the_runner_lives_on() {
-        let ended = spawn(|| -> u32 { panic!("boom") }).await;
+        let ended = spawn(|| -> u32 { panic!("boom") }, true).await;
         let Ended::Panicked(payload) = ended else {
             panic!("not reported as a panic")
         };
         assert_eq!(payload.downcast_ref::<&str>(), Some(&"boom"));
         for i in 0..20u32 {
-            assert!(matches!(spawn(move || i).await, Ended::Returned(r) if r == i));
+            assert!(matches!(spawn(move || i, true).await, Ended::Returned(r) if r == i));
         }
     }
 
@@ -328,10 +343,13 @@ mod tests {
         let handles: Vec<_> = (0..n)
             .map(|i| {
                 let barrier = barrier.clone();
-                spawn(move || {
-                    barrier.wait();
-                    i
-                })
+                spawn(
+                    move || {
+                        barrier.wait();
+                        i
+                    },
+                    true,
+                )
             })
             .collect();
         let mut got = Vec::new();
@@ -346,7 +364,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_job_runs_inside_the_callers_runtime() {
-        let ended = spawn(|| tokio::runtime::Handle::try_current().is_ok()).await;
+        let ended = spawn(|| tokio::runtime::Handle::try_current().is_ok(), true).await;
         assert!(matches!(ended, Ended::Returned(true)));
     }
 

@@ -533,14 +533,18 @@ impl Invocation {
         let span = Span::current();
         // The blocking thread logs to the caller's subscriber, even a scoped one.
         let subscriber = tracing::dispatcher::get_default(Clone::clone);
-        let mut handle = blocking::spawn(move || {
-            tracing::dispatcher::with_default(&subscriber, || {
-                let _entered = span.enter();
-                let ctx = host.into_context();
-                // Contained here, on the thread that panicked, where its backtrace is.
-                panics::contain(|| runner.execute(input, &ctx))
-            })
-        });
+        let quick = tool.run_times.usually_quick();
+        let mut handle = blocking::spawn(
+            move || {
+                tracing::dispatcher::with_default(&subscriber, || {
+                    let _entered = span.enter();
+                    let ctx = host.into_context();
+                    // Contained here, on the thread that panicked, where its backtrace is.
+                    panics::contain(|| runner.execute(input, &ctx))
+                })
+            },
+            quick,
+        );
         let ended = |e: blocking::Ended<Result<Result<ToolOutput, ToolError>, Caught>>| match e {
             blocking::Ended::Returned(Ok(r)) => Outcome::Returned(r),
             blocking::Ended::Returned(Err(caught)) => Outcome::Panicked(caught),
@@ -552,9 +556,7 @@ impl Invocation {
         };
         // A tool whose calls usually end within the spin budget: take its result without
         // yielding (and so without a wake-up), as long as it is not cancelled meanwhile.
-        if tool.run_times.usually_quick()
-            && let Some(e) = handle.spin(blocking::CALLER_SPIN)
-        {
+        if quick && let Some(e) = handle.spin(blocking::CALLER_SPIN) {
             return ended(e);
         }
         tokio::select! {
