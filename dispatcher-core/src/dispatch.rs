@@ -80,10 +80,17 @@ fn path_args<'a>(def_params: &'a [String], input: &'a Value) -> impl Iterator<It
 }
 
 /// Waits for a place under a cap, unless the call is cancelled first.
-async fn acquire<'s>(sem: &'s Semaphore, call: &mut Invocation) -> Option<SemaphorePermit<'s>> {
+///
+/// `waited` is set to when the call first had to wait (left alone when a place was free).
+async fn acquire<'s>(
+    sem: &'s Semaphore,
+    call: &mut Invocation,
+    waited: &mut Option<Instant>,
+) -> Option<SemaphorePermit<'s>> {
     if let Ok(permit) = sem.try_acquire() {
         return Some(permit);
     }
+    waited.get_or_insert_with(Instant::now);
     let entry = call.register().clone();
     tokio::select! {
         biased;
@@ -143,16 +150,17 @@ impl Invocation {
         };
 
         // 6. Per-tool cap, session cap, then execute.
-        let queued = Instant::now();
+        // A call that finds a place at once was queued for no time (and reads no clock).
+        let mut queued: Option<Instant> = None;
         let state = self.session.state.clone();
         let tool_permit = match per_tool(&state.tool_caps, &tool.name) {
-            Some(sem) => match acquire(sem, &mut self).await {
+            Some(sem) => match acquire(sem, &mut self, &mut queued).await {
                 Some(p) => Some(p),
                 None => return self.not_started(),
             },
             None => None,
         };
-        let Some(_permit) = acquire(&state.semaphore, &mut self).await else {
+        let Some(_permit) = acquire(&state.semaphore, &mut self, &mut queued).await else {
             return self.not_started();
         };
         let _tool_permit = tool_permit;
@@ -164,14 +172,19 @@ impl Invocation {
             // Registered before `tool.called`, so a cancel that follows the event reaches it.
             self.register();
         }
-        self.emit(EventKind::Called {
-            queued_ms: ms(queued.elapsed()),
-            authorized_by,
-        });
         let post_input = (!self.engine.settings.post_hooks.is_empty()).then(|| input.clone());
         let exec_started = Instant::now();
+        self.emit_at(
+            EventKind::Called {
+                queued_ms: queued.map_or(0.0, |q| ms(exec_started.saturating_duration_since(q))),
+                authorized_by,
+            },
+            exec_started,
+        );
         let outcome = self.execute(&tool, input, grant.timeout).await;
-        let elapsed = exec_started.elapsed();
+        let ended = Instant::now();
+        let elapsed = ended.saturating_duration_since(exec_started);
+        self.ended = Some(ended);
         if !tool.inline {
             tool.run_times.record(elapsed);
         }
@@ -186,6 +199,8 @@ impl Invocation {
             );
         }
         let mut block = self.report(&tool, outcome, elapsed);
+        // Later events (a post-use hook's) are stamped when they happen.
+        self.ended = None;
         if let Some(input) = post_input {
             block = self.post_use(&tool, &input, block).await;
         }

@@ -183,6 +183,12 @@ impl EventChannel {
         self.tx.subscribe()
     }
 
+    /// Whether anyone ever subscribed (no lock).
+    pub(crate) fn ever_subscribed(&self) -> bool {
+        self.ever_subscribed
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
     pub(crate) fn has_subscribers(&self) -> bool {
         self.ever_subscribed
             .load(std::sync::atomic::Ordering::Acquire)
@@ -224,18 +230,27 @@ pub(crate) fn observe() -> (mpsc::Sender<Arc<ToolEvent>>, CallEvents) {
 
 /// Emits `kind` for `call` to the session's subscribers, the dispatcher's, and the call's
 /// own observer; builds nothing when nobody listens.
+///
+/// `timestamp_ms` is the event's wall-clock time. A channel that ever had a subscriber is
+/// sent to without asking how many it has now (asking takes the channel's lock, and so
+/// does the send).
 pub(crate) fn publish(
     session: &EventChannel,
     global: &EventChannel,
     observer: Option<&mpsc::Sender<Arc<ToolEvent>>>,
     call: &Arc<CallHeader>,
     kind: EventKind,
+    timestamp_ms: u64,
 ) {
-    let (to_session, to_global) = (session.has_subscribers(), global.has_subscribers());
+    let (to_session, to_global) = (session.ever_subscribed(), global.ever_subscribed());
     if observer.is_none() && !to_session && !to_global {
         return;
     }
-    let event = Arc::new(ToolEvent::new(call.clone(), kind));
+    let event = Arc::new(ToolEvent {
+        kind,
+        call: call.clone(),
+        timestamp_ms,
+    });
     if let Some(observer) = observer {
         let _ = observer.try_send(event.clone());
     }
@@ -270,6 +285,7 @@ impl EventSink {
             self.observer.as_ref(),
             call,
             kind,
+            now_ms(),
         );
     }
 }

@@ -51,6 +51,11 @@ pub struct Invocation {
     /// The input was already found valid (a batch checks it when the call is pushed).
     pub(crate) validated: bool,
     pub(crate) started: Instant,
+    /// The wall-clock time at `started`, in milliseconds since the epoch: events are
+    /// stamped from it and the monotonic clock (one wall-clock read per call).
+    wall_ms: u64,
+    /// When the tool's execution ended, once it has: the final event's time.
+    pub(crate) ended: Option<Instant>,
     observer: Option<mpsc::Sender<Arc<ToolEvent>>>,
     /// The cancellation entry a batch made for the call, before it started.
     control: Option<Arc<InFlight>>,
@@ -88,6 +93,8 @@ impl Invocation {
             input,
             validated: false,
             started: Instant::now(),
+            wall_ms: events::now_ms(),
+            ended: None,
             observer: None,
             control: None,
             guard: None,
@@ -123,15 +130,28 @@ impl Invocation {
         }
     }
 
-    /// Emits one of the call's events.
+    /// Emits one of the call's events, stamped now (or when execution ended).
     pub(crate) fn emit(&self, kind: EventKind) {
+        self.emit_at(kind, self.now());
+    }
+
+    /// Emits one of the call's events, stamped `at`.
+    pub(crate) fn emit_at(&self, kind: EventKind, at: Instant) {
+        let since = at.saturating_duration_since(self.started).as_millis();
         events::publish(
             &self.session.state.events,
             &self.engine.events,
             self.observer.as_ref(),
             &self.header,
             kind,
+            self.wall_ms
+                .saturating_add(u64::try_from(since).unwrap_or(u64::MAX)),
         );
+    }
+
+    /// Now, or when the tool's execution ended (the moment the final event reports).
+    pub(crate) fn now(&self) -> Instant {
+        self.ended.unwrap_or_else(Instant::now)
     }
 
     /// Where the call's live output goes when its tool runs on another thread.
@@ -144,7 +164,10 @@ impl Invocation {
     }
 
     pub(crate) fn elapsed_ms(&self) -> f64 {
-        self.started.elapsed().as_secs_f64() * 1000.0
+        self.now()
+            .saturating_duration_since(self.started)
+            .as_secs_f64()
+            * 1000.0
     }
 
     /// Makes the call part of a batch, which cancels it through `control`.
