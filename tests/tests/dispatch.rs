@@ -129,6 +129,50 @@ async fn per_tool_timeout_from_config_wins_over_the_declaration() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocking_calls_run_while_every_warm_runner_holds_an_abandoned_tool() {
+    // Six calls of a tool that ignores its 200 ms timeout and sleeps 3 s: more than there
+    // are warm runner threads (at most four), so every runner holds one, abandoned. A
+    // quick blocking call made then must still run (on tokio's blocking pool), long before
+    // any of them wakes up.
+    let d = Dispatcher::new();
+    d.register(factory::<Stubborn>()).unwrap();
+    d.register(tool_api::testing::noop(ToolDefinition::new(
+        "blocking_noop",
+        "x",
+        SideEffect::None,
+        json!({"type": "object"}),
+    )))
+    .unwrap();
+    let fx = Fixture::new(d.clone());
+    let started = Instant::now();
+    let stubborn: Vec<_> = (0..6)
+        .map(|i| {
+            let (d, s) = (d.clone(), fx.session.clone());
+            tokio::spawn(async move {
+                d.dispatch(ToolUse::new(format!("tu{i}"), "stubborn", json!({})), &s)
+                    .await
+            })
+        })
+        .collect();
+    for call in stubborn {
+        let r = call.await.unwrap();
+        assert_eq!(r.error_class, Some(ErrorClass::Timeout), "{}", r.text());
+    }
+    let r = d
+        .dispatch(
+            ToolUse::new("tu_quick", "blocking_noop", json!({})),
+            &fx.session,
+        )
+        .await;
+    assert!(!r.is_error(), "{}", r.text());
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "the quick call waited for an abandoned one: {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_ignoring_cancellation_is_abandoned_after_grace_period() {
     let d = Dispatcher::builder()
         .config(DispatcherConfig {
