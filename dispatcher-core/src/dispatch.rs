@@ -570,7 +570,8 @@ impl Invocation {
             blocking::Ended::Lost => Outcome::Cancelled(None),
         };
         // A tool whose calls usually end within the spin budget: take its result without
-        // yielding (and so without a wake-up), as long as it is not cancelled meanwhile.
+        // yielding (and so without a wake-up). A cancellation or a timeout that comes
+        // meanwhile is seen when the spin ends, at most CALLER_SPIN later.
         if quick && let Some(e) = handle.spin(blocking::CALLER_SPIN) {
             return ended(e);
         }
