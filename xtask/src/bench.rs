@@ -197,17 +197,28 @@ fn start_ms(cmd: &[String], cwd: &Path) -> std::result::Result<f64, String> {
             let mut stdin = child.stdin.take().ok_or("no stdin")?;
             let stdout = child.stdout.take().ok_or("no stdout")?;
             writeln!(stdin, "{INITIALIZE}").map_err(|e| e.to_string())?;
-            let mut line = String::new();
-            std::io::BufReader::new(stdout)
-                .read_line(&mut line)
-                .map_err(|e| e.to_string())?;
-            times.push(start.elapsed());
-            if !line.contains("\"result\"") {
+            // Read on another thread, so that a server that never answers is killed after
+            // a while instead of holding the bench forever.
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let mut line = String::new();
+                let read = std::io::BufReader::new(stdout).read_line(&mut line);
+                // Timed where it was read, not where this thread's message arrives.
+                let _ = tx.send((read.map(|_| line), std::time::Instant::now()));
+            });
+            let failure = match rx.recv_timeout(std::time::Duration::from_secs(30)) {
+                Ok((Ok(line), at)) if line.contains("\"result\"") => {
+                    times.push(at.saturating_duration_since(start));
+                    None
+                }
+                Ok((Ok(line), _)) => Some(format!("did not answer initialize: {line}")),
+                Ok((Err(e), _)) => Some(format!("cannot read its answer: {e}")),
+                Err(_) => Some("did not answer initialize within 30 s".to_string()),
+            };
+            if let Some(why) = failure {
                 let _ = child.kill();
-                return Err(format!(
-                    "{} did not answer initialize: {line}",
-                    cmd.join(" ")
-                ));
+                let _ = child.wait();
+                return Err(format!("{}: {why}", cmd.join(" ")));
             }
             drop(stdin);
         } else {
@@ -542,6 +553,22 @@ mod tests {
         let best = mcp_best(text);
         assert_eq!(best["toolhost"], (29821.0, 31.0, 13.2));
         assert_eq!(best["everything"], (15425.0, 71.0, 74.2));
+    }
+
+    #[test]
+    fn start_up_is_timed_to_the_answer_and_a_wrong_answer_is_an_error() {
+        let cwd = std::env::temp_dir();
+        let server = |script: &str| -> Vec<String> {
+            // `--mcp` is the shell's $0 here: it marks a server that answers `initialize`.
+            vec!["sh".into(), "-c".into(), script.into(), "--mcp".into()]
+        };
+        let ms = start_ms(&server(r#"read l; echo '{"result":{}}'"#), &cwd);
+        assert!(ms.as_ref().is_ok_and(|ms| *ms > 0.0), "{ms:?}");
+        let err = start_ms(&server("read l; echo nope"), &cwd);
+        assert!(
+            matches!(&err, Err(e) if e.contains("did not answer initialize: nope")),
+            "{err:?}"
+        );
     }
 
     #[test]
