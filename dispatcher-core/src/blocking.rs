@@ -12,9 +12,9 @@
 //!   the next one for [`RUNNER_SPIN`] before it parks, so a job handed to it within that
 //!   window starts without a wake-up; after a slow one it parks at once, so it never takes
 //!   a CPU from what the job itself waited for (an isolated plugin's worker process);
-//! - the caller looks for the result for up to [`CALLER_SPIN`] before it yields to the
-//!   async runtime, so a job that ends within that budget is taken without a wake-up
-//!   either. It skips this for a tool whose recent calls took longer than the budget
+//! - the caller of a job on a runner looks for the result for up to [`CALLER_SPIN`]
+//!   before it yields to the async runtime, so a job that ends within that budget is
+//!   taken without a wake-up either. It skips this for a tool whose recent calls took longer than the budget
 //!   ([`RunTimes`]), so a slow tool costs no spinning.
 //!
 //! A tool whose recent calls took longer than [`CALLER_SPIN`] goes to tokio's blocking
@@ -205,6 +205,9 @@ pub(crate) enum Ended<R> {
 pub(crate) struct Handle<R> {
     /// `None` once the result was taken.
     rx: Option<oneshot::Receiver<std::thread::Result<R>>>,
+    /// The job went to a warm runner (else to tokio's blocking pool, whose thread must be
+    /// woken first: spinning for it would only take the CPU it needs).
+    on_runner: bool,
 }
 
 /// Runs `job` off the async threads: with `warm`, on a warm runner if one is free; else
@@ -225,17 +228,27 @@ where
         }
     });
     let submitted = if warm { pool().submit(job) } else { Err(job) };
-    if let Err(job) = submitted {
-        // Detached: the job sends its result through the channel either way.
-        drop(runtime.spawn_blocking(job));
+    let on_runner = match submitted {
+        Ok(()) => true,
+        Err(job) => {
+            // Detached: the job sends its result through the channel either way.
+            drop(runtime.spawn_blocking(job));
+            false
+        }
+    };
+    Handle {
+        rx: Some(rx),
+        on_runner,
     }
-    Handle { rx: Some(rx) }
 }
 
 impl<R> Handle<R> {
     /// Looks for the result for up to `budget` without yielding; returns it if the job
-    /// ended in that time.
+    /// ended in that time. Does not look for a job on the blocking pool.
     pub(crate) fn spin(&mut self, budget: Duration) -> Option<Ended<R>> {
+        if !self.on_runner {
+            return None;
+        }
         let rx = self.rx.as_mut()?;
         let start = Instant::now();
         let mut spins = 0u32;
