@@ -4,10 +4,12 @@
 //! `toolhost-tests`: `plugins`), the MCP round-trip bench, and the peers the targets are
 //! measured against, in the same run: the spec's own design in Python
 //! (`xtask/peers/py_dispatch_peer.py`, in a venv under `target/peers` with `jsonschema`) and
-//! MCP servers side by side (`xtask/peers/mcp_peer.py`: `toolhost serve --mcp`, Node's
-//! `@modelcontextprotocol/server-everything` with Node 22 from npm, and a Python echo
-//! server). What it cannot install (no `python3`, no `npm`, no registry) it skips and says
-//! why. Then it prints one table: figure, measured, target, pass/fail. `--write-readme`
+//! MCP servers side by side (`xtask/peers/mcp_peer.py`: `toolhost serve --mcp` calling
+//! `read_file`, the same server calling `word_count` from the signed text-tools example in
+//! process, Node's `@modelcontextprotocol/server-everything` with Node 22 from npm, and a
+//! Python echo server), and the start-up of `serve --mcp` with the example plugins against
+//! the same binary bare. What it cannot install (no `python3`, no `npm`, no registry) it
+//! skips and says why. Then it prints one table: figure, measured, target, pass/fail. `--write-readme`
 //! replaces the README's performance table (between `<!-- bench:begin -->` and
 //! `<!-- bench:end -->`) with it, so the README shows what was measured, not typed.
 
