@@ -185,9 +185,6 @@ impl Invocation {
         let ended = Instant::now();
         let elapsed = ended.saturating_duration_since(exec_started);
         self.ended = Some(ended);
-        if !tool.inline {
-            tool.run_times.record(elapsed);
-        }
         let slow = self.engine.settings.config.slow_call_threshold;
         if elapsed >= slow {
             tracing::warn!(
@@ -549,6 +546,7 @@ impl Invocation {
         // The blocking thread logs to the caller's subscriber, even a scoped one.
         let subscriber = tracing::dispatcher::get_default(Clone::clone);
         let quick = tool.run_times.usually_quick();
+        let sent = Instant::now();
         let mut handle = blocking::spawn(
             move || {
                 tracing::dispatcher::with_default(&subscriber, || {
@@ -572,33 +570,39 @@ impl Invocation {
         // A tool whose calls usually end within the spin budget: take its result without
         // yielding (and so without a wake-up). A cancellation or a timeout that comes
         // meanwhile is seen when the spin ends, at most CALLER_SPIN later.
-        if quick && let Some(e) = handle.spin(blocking::CALLER_SPIN) {
-            return ended(e);
-        }
-        tokio::select! {
-            biased;
-            e = &mut handle => ended(e),
-            _ = entry.cancelled() => {
-                let grace = self.engine.settings.config.cancel_grace;
-                match tokio::time::timeout(grace, &mut handle).await {
-                    Ok(blocking::Ended::Returned(Ok(Ok(out)))) => Outcome::Cancelled(Some(out)),
-                    Ok(_) => Outcome::Cancelled(None),
-                    Err(_) => {
-                        tracing::warn!(
-                            grace_ms = ms(grace),
-                            "tool '{}' did not stop within {} of being cancelled; abandoning it (its cleanup may still finish)",
-                            tool.name,
-                            format_duration(grace)
-                        );
-                        Outcome::Cancelled(None)
+        let outcome = if quick && let Some(e) = handle.spin(blocking::CALLER_SPIN) {
+            ended(e)
+        } else {
+            tokio::select! {
+                biased;
+                e = &mut handle => ended(e),
+                _ = entry.cancelled() => {
+                    let grace = self.engine.settings.config.cancel_grace;
+                    match tokio::time::timeout(grace, &mut handle).await {
+                        Ok(blocking::Ended::Returned(Ok(Ok(out)))) => {
+                            Outcome::Cancelled(Some(out))
+                        }
+                        Ok(_) => Outcome::Cancelled(None),
+                        Err(_) => {
+                            tracing::warn!(
+                                grace_ms = ms(grace),
+                                "tool '{}' did not stop within {} of being cancelled; abandoning it (its cleanup may still finish)",
+                                tool.name,
+                                format_duration(grace)
+                            );
+                            Outcome::Cancelled(None)
+                        }
                     }
                 }
+                _ = tokio::time::sleep(timeout) => {
+                    entry.cancel();
+                    Outcome::TimedOut(timeout)
+                }
             }
-            _ = tokio::time::sleep(timeout) => {
-                entry.cancel();
-                Outcome::TimedOut(timeout)
-            }
-        }
+        };
+        // How long this tool takes off the async threads decides its next call's path.
+        tool.run_times.record(sent.elapsed());
+        outcome
     }
 
     /// Step 6, end: classify the outcome, emit the final event, build the block.

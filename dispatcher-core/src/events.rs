@@ -190,9 +190,7 @@ impl EventChannel {
     }
 
     pub(crate) fn has_subscribers(&self) -> bool {
-        self.ever_subscribed
-            .load(std::sync::atomic::Ordering::Acquire)
-            && self.tx.receiver_count() > 0
+        self.ever_subscribed() && self.tx.receiver_count() > 0
     }
 
     pub(crate) fn send(&self, event: Arc<ToolEvent>) {

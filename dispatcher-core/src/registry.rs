@@ -38,7 +38,7 @@ pub(crate) struct Registered {
     pub(crate) inline: bool,
     /// Tried inline with a file budget first (see [`crate::workspace::InlineBudget`]).
     pub(crate) inline_when_small: bool,
-    /// How long its recent calls off the async threads took.
+    /// How long its recent calls took off the async threads (recorded where they run).
     pub(crate) run_times: crate::blocking::RunTimes,
 }
 
