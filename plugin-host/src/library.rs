@@ -13,6 +13,7 @@ use tool_api::ToolDefinition;
 use tool_api::abi::PluginModRef;
 
 use crate::error::Refusal;
+use crate::layouts::Layouts;
 
 /// What a loaded library says about itself.
 #[derive(Clone)]
@@ -51,7 +52,43 @@ pub struct Inspection {
     pub tools: Vec<ToolDefinition>,
 }
 
+/// What a library exports, borrowed from a [`Library`] or an [`Inspection`]: what is
+/// compared with a manifest, without copying the definitions.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Exported<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) version: &'a str,
+    pub(crate) tool_api: &'a str,
+    pub(crate) requires_tool_api: &'a str,
+    pub(crate) unwinds: bool,
+    pub(crate) tools: &'a [ToolDefinition],
+}
+
+impl Inspection {
+    pub(crate) fn exported(&self) -> Exported<'_> {
+        Exported {
+            name: &self.name,
+            version: &self.version,
+            tool_api: &self.tool_api,
+            requires_tool_api: &self.requires_tool_api,
+            unwinds: self.unwinds,
+            tools: &self.tools,
+        }
+    }
+}
+
 impl Library {
+    pub(crate) fn exported(&self) -> Exported<'_> {
+        Exported {
+            name: &self.name,
+            version: &self.version,
+            tool_api: &self.tool_api,
+            requires_tool_api: &self.requires_tool_api,
+            unwinds: self.unwinds,
+            tools: &self.definitions,
+        }
+    }
+
     /// The plain-data view of the library.
     pub fn inspection(&self) -> Inspection {
         Inspection {
@@ -135,13 +172,40 @@ fn refusal(path: &Path, e: LibraryError) -> Refusal {
 /// Opens a library and reads its metadata and definitions. This runs the library's code:
 /// call it only after everything that can be checked without opening it was checked.
 pub fn open(path: &Path) -> Result<Library, Refusal> {
+    open_checked(path, None)
+}
+
+/// [`open`], for a library whose bytes have the SHA-256 `sha256` (verified by the caller
+/// this start): its layout check is skipped if `layouts` remembers that those bytes passed
+/// against this host, and remembered if they pass now ([`crate::layouts`]).
+pub fn open_remembered(path: &Path, sha256: &str, layouts: &Layouts) -> Result<Library, Refusal> {
+    open_checked(path, Some((sha256, layouts)))
+}
+
+fn open_checked(path: &Path, remembered: Option<(&str, &Layouts)>) -> Result<Library, Refusal> {
     // Safe to call from several threads at once: the dynamic loader serializes `dlopen`,
     // and abi_stable keeps its layout checker's shared state behind mutexes (so the checks
     // of several libraries run in parallel).
     let header = lib_header_from_path(path).map_err(|e| refusal(path, e))?;
-    let module = header
-        .init_root_module::<PluginModRef>()
-        .map_err(|e| refusal(path, e))?;
+    let module = match remembered {
+        Some((sha256, layouts)) if layouts.passed(sha256) => {
+            #[allow(unsafe_code)]
+            // SAFETY: these exact bytes (their SHA-256 verified this start) passed
+            // abi_stable's layout check against this exact host file on an earlier start,
+            // and that check depends on nothing else; abi_stable's version check still runs.
+            let module = unsafe { header.init_root_module_with_unchecked_layout::<PluginModRef>() };
+            module.map_err(|e| refusal(path, e))?
+        }
+        _ => {
+            let module = header
+                .init_root_module::<PluginModRef>()
+                .map_err(|e| refusal(path, e))?;
+            if let Some((sha256, layouts)) = remembered {
+                layouts.remember(sha256);
+            }
+            module
+        }
+    };
     debug_assert_eq!(PluginModRef::NAME, "toolhost_plugin");
     let info = (module.info())();
     let requires_tool_api =

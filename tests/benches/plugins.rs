@@ -4,9 +4,13 @@
 //! or thread started per call); (2) a host's start over a directory of 50 plugin packages,
 //! in process, against the floor of `dlopen` plus entry-point lookup of the same 50
 //! libraries (`dlopen_50_libraries`; target: loading at most 2× that): the first start,
-//! when every library is hashed (`load_50_packages`), and a later start over the same
-//! unchanged packages, whose digests the first one remembered
-//! (`load_50_packages_remembered`).
+//! when every library is hashed and every layout checked (`load_50_packages`), and a later
+//! start over the same unchanged packages, whose digests and layout checks the first one
+//! remembered (`load_50_packages_remembered`). Both start from an empty dispatcher, so their
+//! window includes the schema engine's one-time set-up (the first schema compiled in a
+//! process builds the meta-schema's validator). `load_50_packages_after_builtins` is the
+//! later start in a dispatcher that already holds the built-in tools, as in `toolhost`,
+//! which registers them before it loads plugins.
 //!
 //! The 50 packages are 50 distinct libraries: copies of the `bench-noop` fixture whose tool
 //! name suffix `000` is patched to `001`…`050` in the library's bytes. Every load sample
@@ -135,7 +139,8 @@ fn benches(c: &mut Criterion) {
         patched_copy(&original, n, &lib);
         package_library(&lib, packages.path(), &format!("pkg{n:03}"));
     }
-    // An earlier start's digests, for the usual start (nothing changed since).
+    // An earlier start's digests and layout checks, for the usual start (nothing changed
+    // since).
     let remembered = tempfile::tempdir().unwrap();
     let earlier = PluginHost::new([packages.path()])
         .isolation(Isolation::InProcess)
@@ -147,7 +152,7 @@ fn benches(c: &mut Criterion) {
     let mut group = c.benchmark_group("plugin_load");
     group.sample_size(10);
     group.measurement_time(Duration::from_secs(6));
-    for mode in [LoadMode::Dlopen, LoadMode::Cold, LoadMode::Remembered] {
+    for mode in LoadMode::ALL {
         group.bench_function(mode.bench_name(), |b| {
             b.iter_custom(|iters| {
                 (0..iters)
@@ -167,23 +172,32 @@ enum LoadMode {
     Dlopen,
     /// `PluginHost::load_into` with nothing remembered: every library is hashed.
     Cold,
-    /// `PluginHost::load_into` with the digests an earlier start remembered.
+    /// `PluginHost::load_into` with the digests and layout checks an earlier start
+    /// remembered.
     Remembered,
+    /// The same, into a dispatcher that already holds the built-in tools.
+    AfterBuiltins,
 }
 
 impl LoadMode {
+    const ALL: [LoadMode; 4] = [
+        LoadMode::Dlopen,
+        LoadMode::Cold,
+        LoadMode::Remembered,
+        LoadMode::AfterBuiltins,
+    ];
+
     fn bench_name(self) -> &'static str {
         match self {
             LoadMode::Dlopen => "dlopen_50_libraries",
             LoadMode::Cold => "load_50_packages",
             LoadMode::Remembered => "load_50_packages_remembered",
+            LoadMode::AfterBuiltins => "load_50_packages_after_builtins",
         }
     }
 
     fn from_name(name: &str) -> Option<LoadMode> {
-        [LoadMode::Dlopen, LoadMode::Cold, LoadMode::Remembered]
-            .into_iter()
-            .find(|m| m.bench_name() == name)
+        LoadMode::ALL.into_iter().find(|m| m.bench_name() == name)
     }
 }
 
@@ -249,8 +263,8 @@ fn child(spec: &str) {
             }
             start.elapsed()
         }
-        LoadMode::Cold | LoadMode::Remembered => {
-            // Cold: an empty cache, so no digest is remembered.
+        LoadMode::Cold | LoadMode::Remembered | LoadMode::AfterBuiltins => {
+            // Cold: an empty cache, so nothing is remembered.
             let empty = tempfile::tempdir().unwrap();
             let cache = if mode == LoadMode::Cold {
                 empty.path()
@@ -258,6 +272,11 @@ fn child(spec: &str) {
                 Path::new(remembered)
             };
             let d = Dispatcher::new();
+            if mode == LoadMode::AfterBuiltins {
+                for f in builtin_tools::factories() {
+                    d.register(f).unwrap();
+                }
+            }
             let start = Instant::now();
             let report = PluginHost::new([packages])
                 .isolation(Isolation::InProcess)

@@ -787,3 +787,50 @@ async fn an_inline_plugin_tool_that_reads_a_file_works() {
     .expect("the call answers");
     assert_eq!(r.text(), "seen", "{r:?}");
 }
+
+#[tokio::test]
+async fn a_passed_layout_check_is_remembered_for_those_bytes_and_a_later_start_uses_it() {
+    let env = Env::new();
+    let package = env.add("good", "good");
+    let first = env.load_in_process();
+    assert_eq!(first.loaded().count(), 1, "{:?}", first.lines());
+    let file = env.cache.path().join(plugin_host::layouts::LAYOUTS_FILE);
+    let library = fixtures().library("good");
+    let sha = package::sha256_file(&library).unwrap();
+    let remembered = std::fs::read_to_string(&file).unwrap();
+    assert!(remembered.contains(&sha), "{remembered}");
+    assert!(
+        remembered.contains(&plugin_host::layouts::host_identity().unwrap()),
+        "the verdict names this host: {remembered}"
+    );
+
+    // A later start over the same bytes, with the verdict remembered: it loads and works.
+    let later = Dispatcher::builder().policy(allow_all()).build();
+    let report = common::plugin_host([env.dir()], Isolation::InProcess)
+        .cache_dir(env.cache.path())
+        .load_into(&later);
+    assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
+    let session = later
+        .open_session(SessionSpec::new("s", env.workspace.path()))
+        .unwrap();
+    let r = later
+        .dispatch(
+            ToolUse::new("t1", "echo_upper", json!({"text": "abc"})),
+            &session,
+        )
+        .await;
+    assert_eq!((r.text().as_str(), r.is_error()), ("ABC", false));
+
+    // Other bytes in the same place have another digest: checked again, and the verdict
+    // for bytes no longer there is dropped.
+    std::fs::remove_dir_all(&package).unwrap();
+    env.add("noisy", "good");
+    let report = common::plugin_host([env.dir()], Isolation::InProcess)
+        .cache_dir(env.cache.path())
+        .load_into(&Dispatcher::new());
+    assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
+    let other_sha = package::sha256_file(&fixtures().library("noisy")).unwrap();
+    let remembered = std::fs::read_to_string(&file).unwrap();
+    assert!(remembered.contains(&other_sha), "{remembered}");
+    assert!(!remembered.contains(&sha), "{remembered}");
+}

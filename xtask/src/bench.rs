@@ -430,14 +430,21 @@ pub fn bench(write_readme: bool) -> Result {
         p("plugin_isolated_noop"),
     ));
     let floor = criterion_us("plugin_load", "dlopen_50_libraries");
-    for (figure, name) in [
+    for (figure, name, target) in [
         (
-            "first start over 50 packages (every library hashed) vs dlopen of the 50 libraries",
+            "first start over 50 packages (every library hashed, every layout checked) vs dlopen of the 50 libraries",
             "load_50_packages",
+            true,
         ),
         (
-            "later start over the same 50 unchanged packages (digests remembered) vs dlopen",
+            "later start over the same 50 unchanged packages (digests and layout checks remembered) vs dlopen",
             "load_50_packages_remembered",
+            true,
+        ),
+        (
+            "the same later start into a dispatcher that holds the built-ins (schema engine set up, as in toolhost) vs dlopen",
+            "load_50_packages_after_builtins",
+            false,
         ),
     ] {
         rows.push(match (criterion_us("plugin_load", name), floor) {
@@ -449,8 +456,8 @@ pub fn bench(write_readme: bool) -> Result {
                     f / 1000.0,
                     l / f
                 ),
-                target: "≤ 2×".into(),
-                pass: Some(l / f <= 2.0),
+                target: if target { "≤ 2×" } else { "reported" }.into(),
+                pass: target.then_some(l / f <= 2.0),
             },
             _ => missing(figure),
         });
