@@ -550,10 +550,13 @@ pub const DIGESTS_FILE: &str = "digests.json";
 
 /// `f` over `items` on up to four threads (one per core), results in order.
 fn in_parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .min(4)
-        .min(items.len());
+    // Asked once: under cgroups, the answer reads files.
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    if items.len() <= 1 {
+        return items.iter().map(f).collect();
+    }
+    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from));
+    let threads = cores.min(4).min(items.len());
     if threads <= 1 {
         return items.iter().map(f).collect();
     }
