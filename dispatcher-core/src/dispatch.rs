@@ -28,7 +28,7 @@ use crate::registry::Registered;
 use crate::result::{SideEffectRecord, ToolResultBlock};
 use crate::runtime::Grant;
 use crate::spool;
-use crate::workspace::InlineBudget;
+use crate::workspace::{InlineBudget, Opened};
 
 /// How an execution ended, before classification.
 enum Outcome {
@@ -129,10 +129,12 @@ impl Invocation {
             return block;
         }
 
-        // 3. Workspace scoping of path arguments.
-        if let Err(block) = self.scope(&tool, &input) {
-            return block;
-        }
+        // 3. Workspace scoping of path arguments (a path a small read will use at once may
+        // stay open for it).
+        let mut opened = match self.scope(&tool, &input, self.may_keep_open(&tool)) {
+            Ok(opened) => opened,
+            Err(block) => return block,
+        };
         if self.is_cancelled() {
             return self.not_started();
         }
@@ -164,6 +166,10 @@ impl Invocation {
             return self.not_started();
         };
         let _tool_permit = tool_permit;
+        if queued.is_some() {
+            // It waited for a place: the path is opened again when it runs, as it is then.
+            opened = None;
+        }
         if self.is_cancelled() {
             // Interrupted while it waited for a hook, a prompt or a place: it never starts.
             return self.not_started();
@@ -181,7 +187,7 @@ impl Invocation {
             },
             exec_started,
         );
-        let outcome = self.execute(&tool, input, grant.timeout).await;
+        let outcome = self.execute(&tool, input, grant.timeout, opened).await;
         let ended = Instant::now();
         let elapsed = ended.saturating_duration_since(exec_started);
         self.ended = Some(ended);
@@ -247,11 +253,46 @@ impl Invocation {
         ))
     }
 
-    /// Step 3: the path arguments against the workspace.
-    fn scope(&self, tool: &Registered, input: &Value) -> Result<(), ToolResultBlock> {
+    /// Whether the scope check may keep the path it checks open for the call's own read: a
+    /// tool that reads small files inline, on a local filesystem, that nothing stands
+    /// between the check and its run (no pre-use hook, and the policy lets it run without
+    /// asking), so the handle is used moments after the check, as the path is then.
+    fn may_keep_open(&self, tool: &Registered) -> bool {
+        let state = &self.session.state;
+        tool.inline_when_small
+            && !tool.inline
+            && state.workspace.allows_inline()
+            && self.engine.settings.hooks.is_empty()
+            && state
+                .policy
+                .as_ref()
+                .unwrap_or(&self.engine.settings.policy)
+                .decide(&tool.name, tool.side_effects, state.workspace.root())
+                .mode
+                == Mode::Auto
+    }
+
+    /// Step 3: the path arguments against the workspace. With `keep_open` and a single
+    /// path, that path is checked by opening it for reading, and the handle returned
+    /// ([`crate::workspace::Workspace::check_opening`]).
+    fn scope(
+        &self,
+        tool: &Registered,
+        input: &Value,
+        keep_open: bool,
+    ) -> Result<Option<Opened>, ToolResultBlock> {
         let workspace = &self.session.state.workspace;
-        for path in path_args(&tool.definition().path_params, input) {
-            if let Err(e) = workspace.check(path) {
+        let mut paths = path_args(&tool.definition().path_params, input).peekable();
+        let mut opened = None;
+        let mut first = true;
+        while let Some(path) = paths.next() {
+            let only = std::mem::take(&mut first) && paths.peek().is_none();
+            let checked = if keep_open && only {
+                workspace.check_opening(path).map(|o| opened = o)
+            } else {
+                workspace.check(path).map(|_| ())
+            };
+            if let Err(e) = checked {
                 let class = if e.is_permission_denied() {
                     ErrorClass::PermissionDenied
                 } else {
@@ -260,7 +301,7 @@ impl Invocation {
                 return Err(self.fail(class, e.to_string()));
             }
         }
-        Ok(())
+        Ok(opened)
     }
 
     /// Step 4: hooks, policy, session approvals and, if needed, the confirmation round
@@ -325,7 +366,7 @@ impl Invocation {
                 }
                 HookDecision::Rewrite(new_input) => {
                     self.validate(tool, &new_input, Some(hook.name()))?;
-                    self.scope(tool, &new_input)?;
+                    self.scope(tool, &new_input, false)?;
                     tracing::debug!(hook = hook.name(), "pre-use hook rewrote the input");
                     input = new_input;
                 }
@@ -478,7 +519,13 @@ impl Invocation {
     }
 
     /// Step 6: a fresh instance, executed inline or on a blocking thread under the timeout.
-    async fn execute(&mut self, tool: &Registered, input: Value, timeout: Duration) -> Outcome {
+    async fn execute(
+        &mut self,
+        tool: &Registered,
+        input: Value,
+        timeout: Duration,
+        opened: Option<Opened>,
+    ) -> Outcome {
         let instance = match fresh_instance(tool) {
             Ok(instance) => instance,
             Err(outcome) => return outcome,
@@ -507,7 +554,7 @@ impl Invocation {
         {
             // An attempt on this thread within the file budget; over it, the attempt is
             // discarded and the call runs again on a blocking thread.
-            let budget = Arc::new(InlineBudget::default());
+            let budget = Arc::new(InlineBudget::with_opened(opened));
             let mut attempt = host.clone();
             attempt.budget = Some(budget.clone());
             let ctx = attempt.into_context();

@@ -27,10 +27,20 @@
 //! anything and the host runs the call again on a blocking thread. So the bound is bytes
 //! and entries on a local filesystem, and the worst an inline attempt costs is reading
 //! 64 KiB or 1,024 directory entries from the page cache.
+//!
+//! Such a call's path is checked before it runs (a symlink escape is refused before any
+//! hook or prompt). When nothing stands between that check and the run (no pre-use hook,
+//! the policy asks nobody, a place was free), the check opens the path read-only and
+//! non-blocking beneath the root, and the read or listing uses that handle
+//! ([`Workspace::check_opening`], [`Opened`]): one `openat2` where there were two, and the
+//! file checked is the file read. Otherwise the handle is dropped and the run opens the
+//! path again, as it is then.
 
 use std::io::{self, Read, Write};
+use std::os::fd::OwnedFd;
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
@@ -149,14 +159,43 @@ pub const INLINE_BYTES: u64 = 64 * 1024;
 /// The most directory entries an inline attempt lists (1,024).
 pub const INLINE_ENTRIES: usize = 1024;
 
+/// A path the call's scope check opened (read-only, non-blocking) beneath the root, kept
+/// for the call's first read or listing of that same path: checking and using the path
+/// are then one open, not two ([`Workspace::check_opening`]).
+#[derive(Debug)]
+pub struct Opened {
+    rel: PathBuf,
+    fd: OwnedFd,
+}
+
 /// Marks an inline attempt: operations over its limits fail with [`FsError::OverBudget`]
 /// and record that they did, so the host reruns the call off-thread.
 #[derive(Debug, Default)]
 pub struct InlineBudget {
     exceeded: AtomicBool,
+    /// What the scope check opened, until a read or a listing of that path takes it.
+    opened: Mutex<Option<Opened>>,
 }
 
 impl InlineBudget {
+    /// An inline attempt that starts with what the scope check opened, if anything.
+    pub fn with_opened(opened: Option<Opened>) -> InlineBudget {
+        InlineBudget {
+            exceeded: AtomicBool::new(false),
+            opened: Mutex::new(opened),
+        }
+    }
+
+    /// The handle opened for `rel`, once.
+    fn take_opened(&self, rel: &Path) -> Option<OwnedFd> {
+        let mut slot = self.opened.lock().unwrap_or_else(PoisonError::into_inner);
+        if slot.as_ref().is_some_and(|o| o.rel == rel) {
+            slot.take().map(|o| o.fd)
+        } else {
+            None
+        }
+    }
+
     /// Whether an operation went over the budget.
     pub fn exceeded(&self) -> bool {
         self.exceeded.load(Ordering::Relaxed)
@@ -172,6 +211,40 @@ impl InlineBudget {
         FsError::OverBudget {
             path: path.into(),
             what,
+        }
+    }
+}
+
+/// The entries of a directory read from an open handle (`getdents64`), without `.` and
+/// `..`, as `(name, is a directory)`: the kind comes with the entry, or from an `lstat`
+/// where the filesystem does not say. A symlink is not a directory, whatever it points to.
+struct DirEntries(rustix::fs::Dir);
+
+impl Iterator for DirEntries {
+    type Item = io::Result<(String, bool)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        use rustix::fs::FileType;
+        loop {
+            let entry = match self.0.read()? {
+                Ok(entry) => entry,
+                Err(e) => return Some(Err(e.into())),
+            };
+            let name = entry.file_name();
+            if matches!(name.to_bytes(), b"." | b"..") {
+                continue;
+            }
+            let kind = match entry.file_type() {
+                FileType::Unknown => match self.0.fd().and_then(|fd| {
+                    rustix::fs::statat(fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                }) {
+                    Ok(stat) => FileType::from_raw_mode(stat.st_mode),
+                    Err(e) => return Some(Err(e.into())),
+                },
+                known => known,
+            };
+            let name = String::from_utf8_lossy(name.to_bytes()).into_owned();
+            return Some(Ok((name, kind == FileType::Directory)));
         }
     }
 }
@@ -309,19 +382,43 @@ impl Workspace {
         Ok(rel)
     }
 
+    /// [`Workspace::check`] for a path the call is about to read or list: the path itself
+    /// is opened read-only and non-blocking beneath the root (one `openat2`, as the check
+    /// makes anyway), and the handle is returned for that read to use. Where that open
+    /// fails (not found, not readable, no `openat2`), the verdict is `check`'s and there is
+    /// no handle.
+    pub fn check_opening(&self, path: &str) -> Result<Option<Opened>, FsError> {
+        let rel = self.resolve(path)?;
+        let flags =
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOCTTY;
+        match self.open_beneath(&rel, flags) {
+            Ok(fd) => Ok(Some(Opened { rel, fd })),
+            Err(_) => self.check(path).map(|_| None),
+        }
+    }
+
+    /// Opens `rel` beneath the root, refusing any symlink that leads outside, with `openat2`
+    /// (Linux 5.6+; `NOSYS` or `PERM` elsewhere, for the caller to fall back on cap-std).
+    fn open_beneath(
+        &self,
+        rel: &Path,
+        flags: rustix::fs::OFlags,
+    ) -> Result<OwnedFd, rustix::io::Errno> {
+        use rustix::fs::{Mode, OFlags, ResolveFlags};
+        rustix::fs::openat2(
+            &self.dir,
+            rel,
+            flags | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+        )
+    }
+
     /// Whether `rel` exists, resolved beneath the root with no symlink leading outside (an
     /// escape is cap-std's "outside of the filesystem" error). One `openat2` of an `O_PATH`
     /// descriptor where the kernel has it (Linux 5.6+), else cap-std's confined stat.
     fn exists_beneath(&self, rel: &Path) -> io::Result<()> {
-        use rustix::fs::{Mode, OFlags, ResolveFlags};
-        let opened = rustix::fs::openat2(
-            &self.dir,
-            rel,
-            OFlags::PATH | OFlags::CLOEXEC,
-            Mode::empty(),
-            ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
-        );
-        match opened {
+        match self.open_beneath(rel, rustix::fs::OFlags::PATH) {
             Ok(_fd) => Ok(()),
             Err(rustix::io::Errno::XDEV) => Err(io::Error::new(
                 io::ErrorKind::PermissionDenied,
@@ -381,11 +478,16 @@ impl Workspace {
         let mut file = match budget {
             None => self.dir.open(&rel).map_err(io_err)?,
             Some(budget) => {
-                let mut options = OpenOptions::new();
-                options.read(true);
-                #[allow(clippy::cast_possible_wrap)]
-                options.custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32);
-                let mut file = self.dir.open_with(&rel, &options).map_err(io_err)?;
+                let file = match budget.take_opened(&rel) {
+                    Some(fd) => cap_std::fs::File::from_std(std::fs::File::from(fd)),
+                    None => {
+                        let mut options = OpenOptions::new();
+                        options.read(true);
+                        #[allow(clippy::cast_possible_wrap)]
+                        options.custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32);
+                        self.dir.open_with(&rel, &options).map_err(io_err)?
+                    }
+                };
                 let meta = file.metadata().map_err(io_err)?;
                 if !meta.is_file() {
                     return Err(budget.over(path, "a file that is not a regular file"));
@@ -393,20 +495,19 @@ impl Workspace {
                 if meta.len() > INLINE_BYTES {
                     return Err(budget.over(path, "a file over 64 KiB"));
                 }
-                // The size just read: one read for the whole file, no second stat and no
-                // probe for the end (a file that changes meanwhile is read as far as it
-                // was long).
-                let mut buf = vec![0u8; usize::try_from(meta.len()).unwrap_or(0)];
-                let mut filled = 0;
-                while filled < buf.len() {
-                    match file.read(&mut buf[filled..]) {
+                // The size just read: one read for the whole file, into memory it does not
+                // zero first, with no second stat and no probe for the end (a file that
+                // changes meanwhile is read as far as it was long).
+                let len = usize::try_from(meta.len()).unwrap_or(0);
+                let mut buf = Vec::with_capacity(len);
+                while buf.len() < len {
+                    match rustix::io::read(&file, rustix::buffer::spare_capacity(&mut buf)) {
                         Ok(0) => break,
-                        Ok(n) => filled += n,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(e) => return Err(io_err(e)),
+                        Ok(_) => {}
+                        Err(rustix::io::Errno::INTR) => {}
+                        Err(e) => return Err(io_err(e.into())),
                     }
                 }
-                buf.truncate(filled);
                 return Ok(buf);
             }
         };
@@ -540,16 +641,34 @@ impl Workspace {
     ) -> Result<Vec<String>, FsError> {
         let rel = self.resolve(path)?;
         let io_err = |e| self.io_error(path, e);
+        if let Some(fd) = budget.and_then(|b| b.take_opened(&rel)) {
+            let dir = rustix::fs::Dir::new(fd).map_err(|e| io_err(e.into()))?;
+            return self.names(path, budget, DirEntries(dir));
+        }
+        let entries = self.dir.read_dir(&rel).map_err(io_err)?.map(|entry| {
+            let entry = entry?;
+            let is_dir = entry.file_type()?.is_dir();
+            Ok((entry.file_name().to_string_lossy().into_owned(), is_dir))
+        });
+        self.names(path, budget, entries)
+    }
+
+    /// The sorted names of a listing's entries (directories end with `/`), within `budget`.
+    fn names(
+        &self,
+        path: &str,
+        budget: Option<&InlineBudget>,
+        entries: impl Iterator<Item = io::Result<(String, bool)>>,
+    ) -> Result<Vec<String>, FsError> {
         let mut names = Vec::new();
-        for entry in self.dir.read_dir(&rel).map_err(io_err)? {
+        for entry in entries {
             if let Some(budget) = budget
                 && names.len() == INLINE_ENTRIES
             {
                 return Err(budget.over(path, "a directory of over 1,024 entries"));
             }
-            let entry = entry.map_err(io_err)?;
-            let mut name = entry.file_name().to_string_lossy().into_owned();
-            if entry.file_type().map_err(io_err)?.is_dir() {
+            let (mut name, is_dir) = entry.map_err(|e| self.io_error(path, e))?;
+            if is_dir {
                 name.push('/');
             }
             names.push(name);

@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -896,4 +897,155 @@ async fn a_question_nobody_answers_is_no_answer_after_the_confirmation_timeout()
         .dispatch(ToolUse::new("tu", "asking", json!({})), &fx.session)
         .await;
     assert_eq!(r.text(), "NoAnswer", "{r:?}");
+}
+
+/// Replaces a workspace file the way an editor saves: a new file renamed over the old one.
+fn replace_file(fx_dir: &std::path::Path, rel: &str, content: &str) {
+    let tmp = fx_dir.join(format!(".{rel}.new"));
+    std::fs::write(&tmp, content).unwrap();
+    std::fs::rename(&tmp, fx_dir.join(rel)).unwrap();
+}
+
+#[derive(Default)]
+struct Holds;
+impl Tool for Holds {
+    fn execute(&self, _input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        std::thread::sleep(Duration::from_millis(300));
+        Ok(ToolOutput::text("held"))
+    }
+}
+impl DefinedTool for Holds {
+    fn definition() -> ToolDefinition {
+        ToolDefinition::new(
+            "holds",
+            "Holds its place for a while.",
+            SideEffect::None,
+            json!({"type": "object"}),
+        )
+    }
+}
+
+#[tokio::test]
+async fn a_read_that_waited_for_a_place_reads_the_file_as_it_is_when_it_runs() {
+    let d = Dispatcher::builder()
+        .config(DispatcherConfig {
+            max_concurrency: 1,
+            ..Default::default()
+        })
+        .policy(common::allow_all())
+        .build();
+    builtins(&d);
+    d.register(factory::<Holds>()).unwrap();
+    let fx = Fixture::new(d.clone());
+    fx.write("a.txt", "before");
+    let holder = {
+        let (d, s) = (d.clone(), fx.session.clone());
+        tokio::spawn(async move { d.dispatch(ToolUse::new("t1", "holds", json!({})), &s).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Checked (and its path opened) now; it waits for the only place.
+    let read = {
+        let (d, s) = (d.clone(), fx.session.clone());
+        tokio::spawn(async move {
+            d.dispatch(
+                ToolUse::new("t2", "read_file", json!({"path": "a.txt"})),
+                &s,
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    replace_file(fx.dir.path(), "a.txt", "after");
+    assert_eq!(holder.await.unwrap().text(), "held");
+    assert_eq!(read.await.unwrap().text(), "after");
+}
+
+#[tokio::test]
+async fn a_read_the_user_confirmed_reads_the_file_as_it_is_when_it_runs() {
+    struct EditsThenAllows(std::path::PathBuf);
+    impl Confirmer for EditsThenAllows {
+        fn name(&self) -> &str {
+            "edits-then-allows"
+        }
+        fn confirm(&self, _r: ConfirmationRequest) -> dispatcher_core::confirmation::ConfirmFuture {
+            // While the user looks at the prompt, the file is saved again.
+            replace_file(&self.0, "a.txt", "after");
+            Box::pin(async move { Decision::Allow.into() })
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "before").unwrap();
+    let d = Dispatcher::builder()
+        .policy(policy(r#"default = { read = "prompt" }"#))
+        .confirmer(Arc::new(EditsThenAllows(dir.path().to_path_buf())))
+        .build();
+    builtins(&d);
+    let session = d.open_session(SessionSpec::new("s", dir.path())).unwrap();
+    let r = d
+        .dispatch(
+            ToolUse::new("t1", "read_file", json!({"path": "a.txt"})),
+            &session,
+        )
+        .await;
+    assert_eq!(r.text(), "after");
+}
+
+#[tokio::test]
+async fn a_read_a_pre_use_hook_looked_at_reads_the_file_as_it_is_when_it_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "before").unwrap();
+    let root = dir.path().to_path_buf();
+    let d = Dispatcher::builder()
+        .policy(common::allow_all())
+        .hook(pre_use_fn(
+            "saves-meanwhile",
+            move |_call: &HookCall<'_>| {
+                replace_file(&root, "a.txt", "after");
+                HookDecision::Continue
+            },
+        ))
+        .build();
+    builtins(&d);
+    let session = d.open_session(SessionSpec::new("s", dir.path())).unwrap();
+    let r = d
+        .dispatch(
+            ToolUse::new("t1", "read_file", json!({"path": "a.txt"})),
+            &session,
+        )
+        .await;
+    assert_eq!(r.text(), "after");
+}
+
+#[tokio::test]
+async fn a_listing_through_the_checked_handle_names_entries_as_the_workspace_does() {
+    let fx = with_inline_noop();
+    fx.write("d/file.txt", "x");
+    fx.write("d/sub/inner.txt", "y");
+    std::os::unix::fs::symlink("sub", fx.path("d/link_to_sub")).unwrap();
+    std::os::unix::fs::symlink("file.txt", fx.path("d/link_to_file")).unwrap();
+    std::fs::write(
+        fx.path("d")
+            .join(std::ffi::OsStr::from_bytes(b"not-utf8-\xff")),
+        "",
+    )
+    .unwrap();
+    let listed = fx
+        .dispatcher
+        .dispatch(
+            ToolUse::new("t1", "list_dir", json!({"path": "d"})),
+            &fx.session,
+        )
+        .await;
+    let expected = fx.session.workspace().list("d").unwrap();
+    assert_eq!(listed.text().lines().collect::<Vec<_>>(), expected);
+    assert_eq!(
+        expected,
+        [
+            "file.txt",
+            "link_to_file",
+            "link_to_sub",
+            "not-utf8-\u{fffd}",
+            "sub/"
+        ]
+    );
 }
