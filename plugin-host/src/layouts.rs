@@ -26,7 +26,14 @@
 //!   adds no new trust. A missing or unreadable file costs only the checks.
 //!
 //! Only passes are remembered: a library that failed its check is checked (and refused)
-//! again on every start, with the full report in the log.
+//! again on every start, with the full report in the log. And only the pass of a library
+//! this process opened for the first time: the dynamic loader hands back the library it
+//! already holds for a path or file opened before, so a later check in the same process
+//! saw that library, not necessarily the bytes now at the path.
+//!
+//! What this does not cover is what the digests do not cover either: a file replaced
+//! between its hashing and its `dlopen` by someone who can write the plugin directory
+//! (who could as well have replaced it before the hashing).
 
 use std::collections::HashSet;
 use std::io;

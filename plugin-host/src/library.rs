@@ -5,7 +5,10 @@
 //! a type and silently returns it for every later path). abi_stable never unloads a
 //! library: loading the same path twice returns the same module.
 
-use std::path::Path;
+use std::collections::HashSet;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 
 use abi_stable::library::{LibraryError, RootModule, lib_header_from_path};
 use abi_stable::std_types::{RResult, RStr};
@@ -182,10 +185,28 @@ pub fn open_remembered(path: &Path, sha256: &str, layouts: &Layouts) -> Result<L
     open_checked(path, Some((sha256, layouts)))
 }
 
+/// Whether this process opens `path` for the first time: neither that path nor the file
+/// now there (its device and inode) was opened before. The dynamic loader returns the
+/// library it already holds for either (abi_stable never unloads one), so a later open's
+/// layout check saw that library, not necessarily the bytes at the path now.
+fn first_open_in_process(path: &Path) -> bool {
+    static OPENED: Mutex<Option<(HashSet<PathBuf>, HashSet<(u64, u64)>)>> = Mutex::new(None);
+    let (Ok(meta), Ok(path)) = (std::fs::metadata(path), std::path::absolute(path)) else {
+        return false;
+    };
+    let mut opened = OPENED.lock().unwrap_or_else(PoisonError::into_inner);
+    let (paths, files) = opened.get_or_insert_with(Default::default);
+    let new_path = paths.insert(path);
+    let new_file = files.insert((meta.dev(), meta.ino()));
+    new_path && new_file
+}
+
 fn open_checked(path: &Path, remembered: Option<(&str, &Layouts)>) -> Result<Library, Refusal> {
     // Safe to call from several threads at once: the dynamic loader serializes `dlopen`,
     // and abi_stable keeps its layout checker's shared state behind mutexes (so the checks
     // of several libraries run in parallel).
+    // Asked before `dlopen`, which hands back what it loaded before for this path or file.
+    let first = remembered.is_some() && first_open_in_process(path);
     let header = lib_header_from_path(path).map_err(|e| refusal(path, e))?;
     let module = match remembered {
         Some((sha256, layouts)) if layouts.passed(sha256) => {
@@ -200,7 +221,11 @@ fn open_checked(path: &Path, remembered: Option<(&str, &Layouts)>) -> Result<Lib
             let module = header
                 .init_root_module::<PluginModRef>()
                 .map_err(|e| refusal(path, e))?;
-            if let Some((sha256, layouts)) = remembered {
+            // Only a first open checked the bytes that were hashed: a later one checked
+            // what the loader held from before, whatever the file holds now.
+            if let Some((sha256, layouts)) = remembered
+                && first
+            {
                 layouts.remember(sha256);
             }
             module

@@ -834,3 +834,29 @@ async fn a_passed_layout_check_is_remembered_for_those_bytes_and_a_later_start_u
     assert!(remembered.contains(&other_sha), "{remembered}");
     assert!(!remembered.contains(&sha), "{remembered}");
 }
+
+#[tokio::test]
+async fn a_library_replaced_under_a_path_this_process_opened_is_not_remembered_as_checked() {
+    let env = Env::new();
+    let package = env.add("good", "good");
+    let first = env.load_in_process();
+    assert_eq!(first.loaded().count(), 1, "{:?}", first.lines());
+    // Other bytes under the same path, with a manifest that matches them: the loader hands
+    // back the library it already holds for that path, so this process never checks them.
+    let library = fixtures().library("good");
+    let file_name = library.file_name().unwrap();
+    let staging = tempfile::tempdir().unwrap();
+    let other = staging.path().join(file_name);
+    std::fs::copy(fixtures().library("noisy"), &other).unwrap();
+    std::fs::remove_dir_all(&package).unwrap();
+    package_library(&other, env.dir(), "good");
+    let other_sha = package::sha256_file(&other).unwrap();
+    let again = common::plugin_host([env.dir()], Isolation::InProcess)
+        .cache_dir(env.cache.path())
+        .load_into(&Dispatcher::new());
+    assert_eq!(again.loaded().count(), 0, "{:?}", again.lines());
+    let remembered =
+        std::fs::read_to_string(env.cache.path().join(plugin_host::layouts::LAYOUTS_FILE))
+            .unwrap_or_default();
+    assert!(!remembered.contains(&other_sha), "{remembered}");
+}
