@@ -190,7 +190,9 @@ pub fn open_remembered(path: &Path, sha256: &str, layouts: &Layouts) -> Result<L
 /// library it already holds for either (abi_stable never unloads one), so a later open's
 /// layout check saw that library, not necessarily the bytes at the path now.
 fn first_open_in_process(path: &Path) -> bool {
-    static OPENED: Mutex<Option<(HashSet<PathBuf>, HashSet<(u64, u64)>)>> = Mutex::new(None);
+    /// Paths opened, and files opened by device and inode.
+    type Opened = (HashSet<PathBuf>, HashSet<(u64, u64)>);
+    static OPENED: Mutex<Option<Opened>> = Mutex::new(None);
     let (Ok(meta), Ok(path)) = (std::fs::metadata(path), std::path::absolute(path)) else {
         return false;
     };
