@@ -35,7 +35,7 @@
 //! between its hashing and its `dlopen` by someone who can write the plugin directory
 //! (who could as well have replaced it before the hashing).
 
-use std::collections::HashSet;
+use std::collections::BTreeMap;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -51,8 +51,9 @@ pub const LAYOUTS_FILE: &str = "layouts.json";
 struct Stored {
     /// The host the verdicts hold for ([`host_identity`]).
     host: String,
-    /// Lowercase hex SHA-256 digests of libraries that passed against that host.
-    passed: Vec<String>,
+    /// Lowercase hex SHA-256 digests of libraries that passed against that host, each with
+    /// where such a library was last opened (a pass whose file is gone is dropped).
+    passed: BTreeMap<String, PathBuf>,
 }
 
 /// Layout verdicts, remembered across starts when given a file and a host identity.
@@ -61,9 +62,7 @@ pub struct Layouts {
     file: Option<PathBuf>,
     host: Option<String>,
     /// Passes read from the file (for this host) and recorded this start.
-    passed: Mutex<HashSet<String>>,
-    /// Digests this start looked up or recorded: what [`Layouts::save`] keeps.
-    used: Mutex<HashSet<String>>,
+    passed: Mutex<BTreeMap<String, PathBuf>>,
     changed: AtomicBool,
 }
 
@@ -90,55 +89,46 @@ impl Layouts {
             .ok()
             .and_then(|bytes| serde_json::from_slice(&bytes).ok());
         let passed = match stored {
-            Some(s) if s.host == host => s.passed.into_iter().collect(),
-            _ => HashSet::new(),
+            Some(s) if s.host == host => s.passed,
+            _ => BTreeMap::new(),
         };
         Layouts {
             file: Some(file),
             host: Some(host),
             passed: Mutex::new(passed),
-            used: Mutex::new(HashSet::new()),
             changed: AtomicBool::new(false),
         }
     }
 
     /// Whether the library with this SHA-256 passed its layout check against this host.
     pub fn passed(&self, sha256: &str) -> bool {
-        if self.host.is_none() {
-            return false;
-        }
-        let key = sha256.to_ascii_lowercase();
-        let known = lock(&self.passed).contains(&key);
-        lock(&self.used).insert(key);
-        known
+        self.host.is_some() && lock(&self.passed).contains_key(&sha256.to_ascii_lowercase())
     }
 
-    /// Records that the library with this SHA-256 passed its layout check.
-    pub fn remember(&self, sha256: &str) {
+    /// Records that the library at `path`, with this SHA-256, passed its layout check.
+    pub fn remember(&self, sha256: &str, path: &Path) {
         if self.host.is_none() {
             return;
         }
-        let key = sha256.to_ascii_lowercase();
-        lock(&self.used).insert(key.clone());
-        if lock(&self.passed).insert(key) {
+        let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        let before = lock(&self.passed).insert(sha256.to_ascii_lowercase(), path.clone());
+        if before.as_ref() != Some(&path) {
             self.changed.store(true, Ordering::Relaxed);
         }
     }
 
-    /// Writes the verdicts back if one was added or one is no longer used. Keeps the
-    /// passes of the libraries this start opened, so the file stays as small as the
-    /// plugin directories. Failing to write only costs the checks next time; it is logged.
+    /// Writes the verdicts back if one was added, without those whose library file no
+    /// longer exists (so the file stays about as large as the plugin directories that share
+    /// this cache). Failing to write only costs the checks next time; it is logged.
     pub fn save(&self) {
         let (Some(file), Some(host)) = (&self.file, &self.host) else {
             return;
         };
-        let used = lock(&self.used).clone();
-        let mut passed: Vec<String> = lock(&self.passed).intersection(&used).cloned().collect();
-        let stale = passed.len() != lock(&self.passed).len();
-        if !self.changed.load(Ordering::Relaxed) && !stale {
+        if !self.changed.load(Ordering::Relaxed) {
             return;
         }
-        passed.sort();
+        let mut passed = lock(&self.passed).clone();
+        passed.retain(|_, path| path.exists());
         let stored = Stored {
             host: host.clone(),
             passed,
@@ -215,6 +205,14 @@ mod tests {
 
     const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
     const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+    const C: &str = "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc";
+
+    /// A library file that exists, for `remember`.
+    fn library(dir: &Path, name: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, b"library").unwrap();
+        path
+    }
 
     #[test]
     fn a_pass_is_remembered_for_the_same_host() {
@@ -222,7 +220,7 @@ mod tests {
         let file = dir.path().join(LAYOUTS_FILE);
         let first = Layouts::load_for(file.clone(), Some("host-1".into()));
         assert!(!first.passed(A));
-        first.remember(A);
+        first.remember(A, &library(dir.path(), "a.so"));
         first.save();
         let second = Layouts::load_for(file, Some("host-1".into()));
         assert!(
@@ -237,7 +235,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join(LAYOUTS_FILE);
         let first = Layouts::load_for(file.clone(), Some("host-1".into()));
-        first.remember(A);
+        first.remember(A, &library(dir.path(), "a.so"));
         first.save();
         let rebuilt = Layouts::load_for(file, Some("host-2".into()));
         assert!(!rebuilt.passed(A));
@@ -248,7 +246,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join(LAYOUTS_FILE);
         let unknown = Layouts::load_for(file.clone(), None);
-        unknown.remember(A);
+        unknown.remember(A, &library(dir.path(), "a.so"));
         unknown.save();
         assert!(!unknown.passed(A));
         assert!(!file.exists());
@@ -261,25 +259,39 @@ mod tests {
         std::fs::write(&file, b"{not json").unwrap();
         let layouts = Layouts::load_for(file.clone(), Some("host-1".into()));
         assert!(!layouts.passed(A));
-        layouts.remember(A);
+        layouts.remember(A, &library(dir.path(), "a.so"));
         layouts.save();
         assert!(Layouts::load_for(file, Some("host-1".into())).passed(A));
     }
 
     #[test]
-    fn passes_of_libraries_no_longer_opened_are_dropped() {
+    fn passes_of_libraries_no_longer_on_disk_are_dropped_and_others_kept() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join(LAYOUTS_FILE);
         let first = Layouts::load_for(file.clone(), Some("host-1".into()));
-        first.remember(A);
-        first.remember(B);
+        first.remember(A, &library(dir.path(), "a.so"));
+        let b = library(dir.path(), "b.so");
+        first.remember(B, &b);
         first.save();
-        let second = Layouts::load_for(file.clone(), Some("host-1".into()));
-        assert!(second.passed(A));
-        second.save();
-        let third = Layouts::load_for(file, Some("host-1".into()));
-        assert!(third.passed(A));
-        assert!(!third.passed(B));
+        // Another plugin directory sharing the cache: its start keeps A and B.
+        let other = Layouts::load_for(file.clone(), Some("host-1".into()));
+        other.remember(C, &library(dir.path(), "c.so"));
+        other.save();
+        std::fs::remove_file(&b).unwrap();
+        let later = Layouts::load_for(file.clone(), Some("host-1".into()));
+        assert!(later.passed(A) && later.passed(B) && later.passed(C));
+        later.remember(C, &dir.path().join("c.so"));
+        later.save();
+        assert!(
+            Layouts::load_for(file.clone(), Some("host-1".into())).passed(B),
+            "nothing new: not rewritten"
+        );
+        later.remember(A, &dir.path().join("moved-a.so"));
+        std::fs::write(dir.path().join("moved-a.so"), b"library").unwrap();
+        later.save();
+        let last = Layouts::load_for(file, Some("host-1".into()));
+        assert!(last.passed(A) && last.passed(C));
+        assert!(!last.passed(B), "its file is gone");
     }
 
     #[test]

@@ -228,7 +228,7 @@ fn open_checked(path: &Path, remembered: Option<(&str, &Layouts)>) -> Result<Lib
             if let Some((sha256, layouts)) = remembered
                 && first
             {
-                layouts.remember(sha256);
+                layouts.remember(sha256, path);
             }
             module
         }
