@@ -26,10 +26,11 @@
 //!   adds no new trust. A missing or unreadable file costs only the checks.
 //!
 //! Only passes are remembered: a library that failed its check is checked (and refused)
-//! again on every start, with the full report in the log. And only the pass of a library
-//! this process opened for the first time: the dynamic loader hands back the library it
-//! already holds for a path or file opened before, so a later check in the same process
-//! saw that library, not necessarily the bytes now at the path.
+//! again on every start, with the full report in the log. And a pass is remembered, and
+//! used, only on the process's first open of a path and file: the dynamic loader hands
+//! back the library it already holds for a path or file opened before (abi_stable never
+//! unloads one, not even one that failed its check), so a later open is of that library,
+//! not necessarily of the bytes now at the path, and is always checked.
 //!
 //! What this does not cover is what the digests do not cover either: a file replaced
 //! between its hashing and its `dlopen` by someone who can write the plugin directory

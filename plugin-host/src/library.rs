@@ -207,15 +207,19 @@ fn open_checked(path: &Path, remembered: Option<(&str, &Layouts)>) -> Result<Lib
     // Safe to call from several threads at once: the dynamic loader serializes `dlopen`,
     // and abi_stable keeps its layout checker's shared state behind mutexes (so the checks
     // of several libraries run in parallel).
-    // Asked before `dlopen`, which hands back what it loaded before for this path or file.
-    let first = remembered.is_some() && first_open_in_process(path);
+    // Asked before `dlopen`, which hands back what it loaded before for this path or file;
+    // asked of every open, so an earlier one without a memo counts too.
+    let first = first_open_in_process(path);
     let header = lib_header_from_path(path).map_err(|e| refusal(path, e))?;
     let module = match remembered {
-        Some((sha256, layouts)) if layouts.passed(sha256) => {
+        // Only on a first open: otherwise the loader hands back a library it already holds,
+        // which may be other bytes (even ones that failed their check).
+        Some((sha256, layouts)) if first && layouts.passed(sha256) => {
             #[allow(unsafe_code)]
-            // SAFETY: these exact bytes (their SHA-256 verified this start) passed
-            // abi_stable's layout check against this exact host file on an earlier start,
-            // and that check depends on nothing else; abi_stable's version check still runs.
+            // SAFETY: this is the process's first open of this path and file, so the library
+            // is these exact bytes (their SHA-256 verified this start), which passed
+            // abi_stable's layout check against this exact host file on an earlier start;
+            // that check depends on nothing else. abi_stable's version check still runs.
             let module = unsafe { header.init_root_module_with_unchecked_layout::<PluginModRef>() };
             module.map_err(|e| refusal(path, e))?
         }
@@ -262,4 +266,29 @@ fn open_checked(path: &Path, remembered: Option<(&str, &Layouts)>) -> Result<Lib
         unwinds: info.unwinds,
         definitions,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn every_open_counts_toward_a_later_one_not_being_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("not-a-library.so");
+        std::fs::write(&path, b"garbage").unwrap();
+        // An open without a memo, even one that fails, is remembered as opened.
+        assert!(matches!(open(&path), Err(Refusal::NotALibrary { .. })));
+        assert!(!first_open_in_process(&path));
+        // The same file by another name is the same library to the loader.
+        let link = dir.path().join("another-name.so");
+        std::fs::hard_link(&path, &link).unwrap();
+        assert!(!first_open_in_process(&link));
+        // Another file under a new name is a first open.
+        let other = dir.path().join("other.so");
+        std::fs::write(&other, b"garbage").unwrap();
+        assert!(first_open_in_process(&other));
+        assert!(!first_open_in_process(&other));
+    }
 }
