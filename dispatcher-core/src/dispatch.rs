@@ -23,7 +23,7 @@ use crate::hooks::{HookDecision, PostDecision, PostUseCall};
 use crate::host::CallHost;
 use crate::invocation::{Invocation, cancel_message};
 use crate::panics::{self, Caught};
-use crate::policy::Mode;
+use crate::policy::{Mode, PolicyDecision};
 use crate::registry::Registered;
 use crate::result::{SideEffectRecord, ToolResultBlock};
 use crate::runtime::Grant;
@@ -130,8 +130,10 @@ impl Invocation {
         }
 
         // 3. Workspace scoping of path arguments (a path a small read will use at once may
-        // stay open for it).
-        let mut opened = match self.scope(&tool, &input, self.may_keep_open(&tool)) {
+        // stay open for it: the policy decision, needed again in step 4, tells).
+        let decision = self.policy_decision(&tool);
+        let keep_open = self.may_keep_open(&tool, &decision);
+        let mut opened = match self.scope(&tool, &input, keep_open) {
             Ok(opened) => opened,
             Err(block) => return block,
         };
@@ -140,7 +142,7 @@ impl Invocation {
         }
 
         // 4. Hooks and confirmation policy (a hook may rewrite the input).
-        let (input, authorized_by) = match self.authorize(&tool, input).await {
+        let (input, authorized_by) = match self.authorize(&tool, input, decision).await {
             Ok(authorized) => authorized,
             Err(block) => return block,
         };
@@ -257,19 +259,22 @@ impl Invocation {
     /// tool that reads small files inline, on a local filesystem, that nothing stands
     /// between the check and its run (no pre-use hook, and the policy lets it run without
     /// asking), so the handle is used moments after the check, as the path is then.
-    fn may_keep_open(&self, tool: &Registered) -> bool {
-        let state = &self.session.state;
+    fn may_keep_open(&self, tool: &Registered, decision: &PolicyDecision) -> bool {
         tool.inline_when_small
             && !tool.inline
-            && state.workspace.allows_inline()
+            && self.session.state.workspace.allows_inline()
             && self.engine.settings.hooks.is_empty()
-            && state
-                .policy
-                .as_ref()
-                .unwrap_or(&self.engine.settings.policy)
-                .decide(&tool.name, tool.side_effects, state.workspace.root())
-                .mode
-                == Mode::Auto
+            && decision.mode == Mode::Auto
+    }
+
+    /// What the confirmation policy (the session's, else the dispatcher's) says of the tool.
+    fn policy_decision(&self, tool: &Registered) -> PolicyDecision {
+        let state = &self.session.state;
+        state
+            .policy
+            .as_ref()
+            .unwrap_or(&self.engine.settings.policy)
+            .decide(&tool.name, tool.side_effects, state.workspace.root())
     }
 
     /// Step 3: the path arguments against the workspace. With `keep_open` and a single
@@ -304,18 +309,17 @@ impl Invocation {
         Ok(opened)
     }
 
-    /// Step 4: hooks, policy, session approvals and, if needed, the confirmation round
-    /// trip. Returns the input the call runs with (a hook may have rewritten it) and what
-    /// let it run.
+    /// Step 4: hooks, policy (its `decision` for this tool), session approvals and, if
+    /// needed, the confirmation round trip. Returns the input the call runs with (a hook
+    /// may have rewritten it) and what let it run.
     async fn authorize(
         &mut self,
         tool: &Registered,
         mut input: Value,
+        mut decision: PolicyDecision,
     ) -> Result<(Value, DecidedBy), ToolResultBlock> {
         let engine = self.engine.clone();
         let state = self.session.state.clone();
-        let policy = state.policy.as_ref().unwrap_or(&engine.settings.policy);
-        let mut decision = policy.decide(&tool.name, tool.side_effects, state.workspace.root());
         let policy_denied = |call: &Self, rule: &str| {
             let message = format!(
                 "Tool '{}' is denied by policy ({rule} = \"deny\"); change that setting to allow it.",

@@ -124,20 +124,22 @@ impl Digests {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         entries.retain(|path, _| path.exists());
-        let written = serde_json::to_vec(&entries)
-            .map_err(io::Error::other)
-            .and_then(|bytes| {
-                if let Some(dir) = file.parent() {
-                    std::fs::create_dir_all(dir)?;
-                }
-                let tmp = file.with_extension(format!("{}.tmp", std::process::id()));
-                std::fs::write(&tmp, bytes)?;
-                std::fs::rename(&tmp, file)
-            });
-        if let Err(e) = written {
+        if let Err(e) = write_json(file, &entries) {
             tracing::debug!(file = %file.display(), "cannot save plugin digests: {e}");
         }
     }
+}
+
+/// Writes `value` as JSON to `file` (and its directory) through a temporary file renamed
+/// over it, so a reader, or a host starting meanwhile, sees the old file or the new one.
+pub(crate) fn write_json(file: &Path, value: &impl Serialize) -> io::Result<()> {
+    let bytes = serde_json::to_vec(value).map_err(io::Error::other)?;
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = file.with_extension(format!("{}.tmp", std::process::id()));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, file)
 }
 
 #[cfg(test)]

@@ -37,7 +37,6 @@
 //! (who could as well have replaced it before the hashing).
 
 use std::collections::BTreeMap;
-use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -134,7 +133,7 @@ impl Layouts {
             host: host.clone(),
             passed,
         };
-        if let Err(e) = write_atomically(file, &stored) {
+        if let Err(e) = crate::digest::write_json(file, &stored) {
             tracing::debug!(file = %file.display(), "cannot save plugin layout checks: {e}");
         }
     }
@@ -142,16 +141,6 @@ impl Layouts {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn write_atomically(file: &Path, stored: &Stored) -> io::Result<()> {
-    let bytes = serde_json::to_vec(stored).map_err(io::Error::other)?;
-    if let Some(dir) = file.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let tmp = file.with_extension(format!("{}.tmp", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, file)
 }
 
 /// What names this host's code: the object file mapped where this function is, by device,
@@ -208,6 +197,11 @@ mod tests {
     const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
     const C: &str = "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc";
 
+    /// The verdicts in `file` for the host named `host`.
+    fn for_host(file: &Path, host: &str) -> Layouts {
+        Layouts::load_for(file.to_path_buf(), Some(host.into()))
+    }
+
     /// A library file that exists, for `remember`.
     fn library(dir: &Path, name: &str) -> PathBuf {
         let path = dir.join(name);
@@ -219,11 +213,11 @@ mod tests {
     fn a_pass_is_remembered_for_the_same_host() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join(LAYOUTS_FILE);
-        let first = Layouts::load_for(file.clone(), Some("host-1".into()));
+        let first = for_host(&file, "host-1");
         assert!(!first.passed(A));
         first.remember(A, &library(dir.path(), "a.so"));
         first.save();
-        let second = Layouts::load_for(file, Some("host-1".into()));
+        let second = for_host(&file, "host-1");
         assert!(
             second.passed(&A.to_ascii_uppercase()),
             "digests compare in any case"
@@ -235,10 +229,10 @@ mod tests {
     fn a_pass_is_not_trusted_by_another_host() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join(LAYOUTS_FILE);
-        let first = Layouts::load_for(file.clone(), Some("host-1".into()));
+        let first = for_host(&file, "host-1");
         first.remember(A, &library(dir.path(), "a.so"));
         first.save();
-        let rebuilt = Layouts::load_for(file, Some("host-2".into()));
+        let rebuilt = for_host(&file, "host-2");
         assert!(!rebuilt.passed(A));
     }
 
@@ -258,39 +252,39 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join(LAYOUTS_FILE);
         std::fs::write(&file, b"{not json").unwrap();
-        let layouts = Layouts::load_for(file.clone(), Some("host-1".into()));
+        let layouts = for_host(&file, "host-1");
         assert!(!layouts.passed(A));
         layouts.remember(A, &library(dir.path(), "a.so"));
         layouts.save();
-        assert!(Layouts::load_for(file, Some("host-1".into())).passed(A));
+        assert!(for_host(&file, "host-1").passed(A));
     }
 
     #[test]
     fn passes_of_libraries_no_longer_on_disk_are_dropped_and_others_kept() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join(LAYOUTS_FILE);
-        let first = Layouts::load_for(file.clone(), Some("host-1".into()));
+        let first = for_host(&file, "host-1");
         first.remember(A, &library(dir.path(), "a.so"));
         let b = library(dir.path(), "b.so");
         first.remember(B, &b);
         first.save();
         // Another plugin directory sharing the cache: its start keeps A and B.
-        let other = Layouts::load_for(file.clone(), Some("host-1".into()));
+        let other = for_host(&file, "host-1");
         other.remember(C, &library(dir.path(), "c.so"));
         other.save();
         std::fs::remove_file(&b).unwrap();
-        let later = Layouts::load_for(file.clone(), Some("host-1".into()));
+        let later = for_host(&file, "host-1");
         assert!(later.passed(A) && later.passed(B) && later.passed(C));
         later.remember(C, &dir.path().join("c.so"));
         later.save();
         assert!(
-            Layouts::load_for(file.clone(), Some("host-1".into())).passed(B),
+            for_host(&file, "host-1").passed(B),
             "nothing new: not rewritten"
         );
         later.remember(A, &dir.path().join("moved-a.so"));
         std::fs::write(dir.path().join("moved-a.so"), b"library").unwrap();
         later.save();
-        let last = Layouts::load_for(file, Some("host-1".into()));
+        let last = for_host(&file, "host-1");
         assert!(last.passed(A) && last.passed(C));
         assert!(!last.passed(B), "its file is gone");
     }
