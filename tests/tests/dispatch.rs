@@ -974,26 +974,31 @@ async fn a_read_the_user_confirmed_reads_the_file_as_it_is_when_it_runs() {
         }
     }
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("a.txt"), "before").unwrap();
     let d = Dispatcher::builder()
         .policy(policy(r#"default = { read = "prompt" }"#))
         .confirmer(Arc::new(EditsThenAllows(dir.path().to_path_buf())))
         .build();
-    builtins(&d);
-    let session = d.open_session(SessionSpec::new("s", dir.path())).unwrap();
+    assert_eq!(read_a_file_saved_meanwhile(&d, dir.path()).await, "after");
+}
+
+/// `read_file` of `a.txt` (written as "before") in `dir` through `d` with the built-ins:
+/// what the call read.
+async fn read_a_file_saved_meanwhile(d: &Dispatcher, dir: &std::path::Path) -> String {
+    std::fs::write(dir.join("a.txt"), "before").unwrap();
+    builtins(d);
+    let session = d.open_session(SessionSpec::new("s", dir)).unwrap();
     let r = d
         .dispatch(
             ToolUse::new("t1", "read_file", json!({"path": "a.txt"})),
             &session,
         )
         .await;
-    assert_eq!(r.text(), "after");
+    r.text()
 }
 
 #[tokio::test]
 async fn a_read_a_pre_use_hook_looked_at_reads_the_file_as_it_is_when_it_runs() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("a.txt"), "before").unwrap();
     let root = dir.path().to_path_buf();
     let d = Dispatcher::builder()
         .policy(common::allow_all())
@@ -1005,15 +1010,7 @@ async fn a_read_a_pre_use_hook_looked_at_reads_the_file_as_it_is_when_it_runs() 
             },
         ))
         .build();
-    builtins(&d);
-    let session = d.open_session(SessionSpec::new("s", dir.path())).unwrap();
-    let r = d
-        .dispatch(
-            ToolUse::new("t1", "read_file", json!({"path": "a.txt"})),
-            &session,
-        )
-        .await;
-    assert_eq!(r.text(), "after");
+    assert_eq!(read_a_file_saved_meanwhile(&d, dir.path()).await, "after");
 }
 
 #[tokio::test]
