@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
@@ -52,6 +52,7 @@ pub struct Digests {
     file: Option<PathBuf>,
     entries: Mutex<HashMap<PathBuf, Entry>>,
     changed: AtomicBool,
+    hashed: AtomicUsize,
 }
 
 impl Digests {
@@ -70,15 +71,25 @@ impl Digests {
             file: Some(file),
             entries: Mutex::new(entries),
             changed: AtomicBool::new(false),
+            hashed: AtomicUsize::new(0),
         }
     }
 
     /// The hex SHA-256 of `path`: remembered if the file is unchanged, else computed.
+    /// A path that is not there is an error of kind `NotFound`; one that is not a regular
+    /// file (a directory, say) is refused with `InvalidInput`.
     pub fn sha256(&self, path: &Path) -> io::Result<String> {
+        let before = std::fs::metadata(path)?;
+        if !before.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file",
+            ));
+        }
         if self.file.is_none() {
+            self.hashed.fetch_add(1, Ordering::Relaxed);
             return sha256_file(path);
         }
-        let before = std::fs::metadata(path)?;
         let key = std::path::absolute(path)?;
         let known = self
             .entries
@@ -90,6 +101,7 @@ impl Digests {
         if let Some(sha256) = known {
             return Ok(sha256);
         }
+        self.hashed.fetch_add(1, Ordering::Relaxed);
         let sha256 = sha256_file(path)?;
         // Remembered only if the file did not change while it was read.
         let after = std::fs::metadata(path)?;
@@ -109,6 +121,11 @@ impl Digests {
             self.changed.store(true, Ordering::Relaxed);
         }
         Ok(sha256)
+    }
+
+    /// How many files these digests had to read and hash (not remembered, or changed).
+    pub fn hashed(&self) -> usize {
+        self.hashed.load(Ordering::Relaxed)
     }
 
     /// Writes the digests back if any was added (entries for files that no longer exist
@@ -162,11 +179,28 @@ mod tests {
             !second.changed.load(Ordering::Relaxed),
             "served from the cache"
         );
+        assert_eq!((first.hashed(), second.hashed()), (1, 0));
         // Same size, rewritten: the change time moves, so it is hashed again.
         std::fs::write(&lib, b"two").unwrap();
         let third = Digests::load(cache);
         assert_ne!(third.sha256(&lib).unwrap(), one);
+        assert_eq!(third.hashed(), 1);
         assert_eq!(third.sha256(&lib).unwrap(), sha256_file(&lib).unwrap());
+    }
+
+    #[test]
+    fn a_missing_file_is_not_found_and_a_directory_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        for digests in [
+            Digests::uncached(),
+            Digests::load(dir.path().join("d.json")),
+        ] {
+            let missing = digests.sha256(&dir.path().join("gone.so")).unwrap_err();
+            assert_eq!(missing.kind(), io::ErrorKind::NotFound);
+            let folder = digests.sha256(dir.path()).unwrap_err();
+            assert_eq!(folder.kind(), io::ErrorKind::InvalidInput);
+            assert_eq!(digests.hashed(), 0);
+        }
     }
 
     #[test]

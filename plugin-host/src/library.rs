@@ -185,22 +185,51 @@ pub fn open_remembered(path: &Path, sha256: &str, layouts: &Layouts) -> Result<L
     open_checked(path, Some((sha256, layouts)))
 }
 
-/// Whether this process opens `path` for the first time: neither that path nor the file
-/// now there (its device and inode) was opened before. The dynamic loader returns the
-/// library it already holds for either (abi_stable never unloads one), so a later open's
-/// layout check saw that library, not necessarily the bytes at the path now.
-fn first_open_in_process(path: &Path) -> bool {
-    /// Paths opened, and files opened by device and inode.
-    type Opened = (HashSet<PathBuf>, HashSet<(u64, u64)>);
-    static OPENED: Mutex<Option<Opened>> = Mutex::new(None);
+/// What this process opened: the paths, and the files (device, inode) the loader holds.
+type Opened = (HashSet<PathBuf>, HashSet<FileId>);
+/// A file as the dynamic loader tells files apart: device and inode.
+type FileId = (u64, u64);
+static OPENED: Mutex<Option<Opened>> = Mutex::new(None);
+
+/// An open about to happen, as the dynamic loader will see it.
+struct Opening {
+    /// Neither the path nor the file now there was opened before in this process: the
+    /// loader will map these bytes, not hand back a library it holds.
+    first: bool,
+    /// The file now at the path.
+    file: FileId,
+}
+
+/// Notes an open of `path` before `dlopen`. The loader hands back the library it already
+/// holds for a path it opened (whatever the file there is now) or for a file it holds
+/// under another name (a hard link); abi_stable never unloads one. So a path counts from
+/// its first open on, and a file from its first open that left it loaded
+/// ([`note_loaded`]). `None` when the file cannot be looked at (the open will fail).
+fn note_opening(path: &Path) -> Option<Opening> {
     let (Ok(meta), Ok(path)) = (std::fs::metadata(path), std::path::absolute(path)) else {
-        return false;
+        return None;
     };
+    let file = (meta.dev(), meta.ino());
     let mut opened = OPENED.lock().unwrap_or_else(PoisonError::into_inner);
     let (paths, files) = opened.get_or_insert_with(Default::default);
     let new_path = paths.insert(path);
-    let new_file = files.insert((meta.dev(), meta.ino()));
-    new_path && new_file
+    Some(Opening {
+        first: new_path && !files.contains(&file),
+        file,
+    })
+}
+
+/// Notes that a first open left its file loaded. Only then does the file count: the
+/// loader matches files against the libraries it holds, and a file it never held (its
+/// open failed) may be deleted and its inode number reused by another file.
+fn note_loaded(opening: &Opening) {
+    if opening.first {
+        let mut opened = OPENED.lock().unwrap_or_else(PoisonError::into_inner);
+        opened
+            .get_or_insert_with(Default::default)
+            .1
+            .insert(opening.file);
+    }
 }
 
 fn open_checked(path: &Path, remembered: Option<(&str, &Layouts)>) -> Result<Library, Refusal> {
@@ -209,8 +238,16 @@ fn open_checked(path: &Path, remembered: Option<(&str, &Layouts)>) -> Result<Lib
     // of several libraries run in parallel).
     // Asked before `dlopen`, which hands back what it loaded before for this path or file;
     // asked of every open, so an earlier one without a memo counts too.
-    let first = first_open_in_process(path);
-    let header = lib_header_from_path(path).map_err(|e| refusal(path, e))?;
+    let opening = note_opening(path);
+    let first = opening.as_ref().is_some_and(|o| o.first);
+    let header = lib_header_from_path(path);
+    // Loaded unless `dlopen` itself failed (a missing entry point leaves it loaded).
+    if let Some(opening) = &opening
+        && !matches!(header, Err(LibraryError::OpenError { .. }))
+    {
+        note_loaded(opening);
+    }
+    let header = header.map_err(|e| refusal(path, e))?;
     let module = match remembered {
         // Only on a first open: otherwise the loader hands back a library it already holds,
         // which may be other bytes (even ones that failed their check).
@@ -273,22 +310,43 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    /// Whether an open of `path` now would be this process's first of that path and file
+    /// (asking counts as an open of the path).
+    fn first_open_in_process(path: &Path) -> bool {
+        note_opening(path).is_some_and(|o| o.first)
+    }
+
     #[test]
-    fn every_open_counts_toward_a_later_one_not_being_first() {
+    fn a_path_counts_from_its_first_open_and_a_file_once_the_loader_holds_it() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("not-a-library.so");
-        std::fs::write(&path, b"garbage").unwrap();
-        // An open without a memo, even one that fails, is remembered as opened.
-        assert!(matches!(open(&path), Err(Refusal::NotALibrary { .. })));
-        assert!(!first_open_in_process(&path));
-        // The same file by another name is the same library to the loader.
+        let garbage = dir.path().join("not-a-library.so");
+        std::fs::write(&garbage, b"garbage").unwrap();
+        // An open without a memo, even one the loader refuses, counts for its path.
+        assert!(matches!(open(&garbage), Err(Refusal::NotALibrary { .. })));
+        assert!(!first_open_in_process(&garbage));
+        // The loader does not hold a file it refused: under another name it is a first open
+        // (and once deleted, its inode number may be another file's).
         let link = dir.path().join("another-name.so");
-        std::fs::hard_link(&path, &link).unwrap();
-        assert!(!first_open_in_process(&link));
-        // Another file under a new name is a first open.
-        let other = dir.path().join("other.so");
-        std::fs::write(&other, b"garbage").unwrap();
-        assert!(first_open_in_process(&other));
-        assert!(!first_open_in_process(&other));
+        std::fs::hard_link(&garbage, &link).unwrap();
+        assert!(first_open_in_process(&link));
+
+        // A real shared object without our entry point: refused, but the loader holds it,
+        // so the same file under another name is no first open.
+        let Some(system) = [
+            "/lib/x86_64-linux-gnu/libm.so.6",
+            "/usr/lib64/libm.so.6",
+            "/lib64/libm.so.6",
+        ]
+        .into_iter()
+        .map(Path::new)
+        .find(|p| p.exists()) else {
+            panic!("no libm.so.6 to open");
+        };
+        let copy = dir.path().join("libm-copy.so");
+        std::fs::copy(system, &copy).unwrap();
+        assert!(matches!(open(&copy), Err(Refusal::NoEntryPoint { .. })));
+        let held = dir.path().join("libm-link.so");
+        std::fs::hard_link(&copy, &held).unwrap();
+        assert!(!first_open_in_process(&held));
     }
 }

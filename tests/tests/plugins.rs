@@ -610,6 +610,56 @@ async fn one_bad_package_never_stops_the_others() {
 }
 
 #[tokio::test]
+async fn a_library_that_is_missing_or_a_folder_is_not_in_the_package() {
+    let env = Env::new();
+    let library = fixtures().library("good");
+    let file_name = library.file_name().unwrap();
+    let gone = env.add("good", "1-gone");
+    std::fs::remove_file(gone.join(file_name)).unwrap();
+    let folder = env.add("good", "2-folder");
+    std::fs::remove_file(folder.join(file_name)).unwrap();
+    std::fs::create_dir(folder.join(file_name)).unwrap();
+    let report = env.load();
+    let lines = report.lines();
+    assert_eq!(report.refused().count(), 2, "{lines:?}");
+    for line in &lines {
+        assert!(line.contains("is not in the package"), "{lines:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_later_start_where_one_library_changed_loads_every_package_in_directory_order() {
+    let env = Env::new();
+    for n in 1..=4 {
+        env.add("good", &format!("{n}-good"));
+    }
+    let first = env.load();
+    assert_eq!(first.loaded().count(), 1, "{:?}", first.lines());
+    // Same bytes in a new file renamed over it (never rewritten in place: this process
+    // has it mapped): this start hashes it, and checks the packages after it in parallel.
+    let library = fixtures().library("good");
+    let second = env.dir().join("2-good").join(library.file_name().unwrap());
+    let copy = second.with_extension("new");
+    std::fs::copy(&second, &copy).unwrap();
+    std::fs::rename(&copy, &second).unwrap();
+    let later = Dispatcher::new();
+    let report = common::plugin_host([env.dir()], common::isolation_under_test())
+        .cache_dir(env.cache.path())
+        .load_into(&later);
+    let paths: Vec<_> = report.packages.iter().map(|p| p.path.clone()).collect();
+    let expected: Vec<_> = (1..=4)
+        .map(|n| env.dir().join(format!("{n}-good")))
+        .collect();
+    assert_eq!(paths, expected, "{:?}", report.lines());
+    assert_eq!(
+        report.loaded().next().map(|p| p.path.clone()),
+        Some(env.dir().join("1-good")),
+        "copies of one version: the first in directory order loads, the rest clash: {:?}",
+        report.lines()
+    );
+}
+
+#[tokio::test]
 async fn archive_with_too_many_entries_is_refused_not_unpacked() {
     let env = Env::new();
     let staging = tempfile::tempdir().unwrap();
