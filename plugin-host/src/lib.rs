@@ -531,8 +531,8 @@ impl PluginHost {
                     }
                 })
             }
-            package::Found::Folder(path) if path.is_dir() => Ok(path.clone()),
-            package::Found::Folder(path) => Err(Refusal::NotAPackage {
+            package::Found::Folder(path) => Ok(path.clone()),
+            package::Found::Library(path) => Err(Refusal::NotAPackage {
                 detail: format!(
                     "'{}' is a bare library; put it in a package with `cargo xtask plugin package`",
                     path.display()

@@ -34,13 +34,16 @@ pub enum Found {
     Folder(PathBuf),
     /// A `.tar.gz` / `.tgz` archive.
     Archive(PathBuf),
+    /// A bare library (`.so`, `.dylib`, `.dll`) outside a package: a common mistake,
+    /// reported rather than ignored.
+    Library(PathBuf),
 }
 
 impl Found {
     /// Where it is.
     pub fn path(&self) -> &Path {
         match self {
-            Found::Folder(p) | Found::Archive(p) => p,
+            Found::Folder(p) | Found::Archive(p) | Found::Library(p) => p,
         }
     }
 }
@@ -53,9 +56,9 @@ fn is_archive(path: &Path) -> bool {
     name.ends_with(".tar.gz") || name.ends_with(".tgz")
 }
 
-/// The packages of a plugin directory, sorted by path. Hidden entries are skipped;
-/// loose files that are not archives are reported as `Found::Folder`-less and skipped
-/// with a debug log.
+/// The packages of a plugin directory, sorted by path. Hidden entries are skipped; other
+/// loose files are skipped with a debug log. An entry's kind comes from the directory
+/// listing; only a symlink is looked up (and followed).
 pub fn discover(dir: &Path) -> io::Result<Vec<Found>> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir(dir)? {
@@ -65,7 +68,13 @@ pub fn discover(dir: &Path) -> io::Result<Vec<Found>> {
         if hidden {
             continue;
         }
-        if path.is_dir() {
+        let kind = entry.file_type()?;
+        let is_dir = if kind.is_symlink() {
+            path.is_dir()
+        } else {
+            kind.is_dir()
+        };
+        if is_dir {
             found.push(Found::Folder(path));
         } else if is_archive(&path) {
             found.push(Found::Archive(path));
@@ -73,8 +82,7 @@ pub fn discover(dir: &Path) -> io::Result<Vec<Found>> {
             .extension()
             .is_some_and(|e| e == "so" || e == "dylib" || e == "dll")
         {
-            // A bare library is a common mistake: report it rather than ignore it.
-            found.push(Found::Folder(path));
+            found.push(Found::Library(path));
         } else {
             tracing::debug!(path = %path.display(), "not a plugin package; skipped");
         }

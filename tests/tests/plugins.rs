@@ -610,6 +610,19 @@ async fn one_bad_package_never_stops_the_others() {
 }
 
 #[tokio::test]
+async fn a_package_folder_reached_through_a_symlink_loads_and_a_linked_bare_library_is_named() {
+    let env = Env::new();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let package = package_library(&fixtures().library("good"), elsewhere.path(), "good");
+    std::os::unix::fs::symlink(&package, env.dir().join("1-linked")).unwrap();
+    std::os::unix::fs::symlink(fixtures().library("good"), env.dir().join("2-bare.so")).unwrap();
+    let report = env.load();
+    let lines = report.lines();
+    assert_eq!(report.loaded().count(), 1, "{lines:?}");
+    assert!(lines[1].contains("bare library"), "{lines:?}");
+}
+
+#[tokio::test]
 async fn a_library_that_is_missing_or_a_folder_is_not_in_the_package() {
     let env = Env::new();
     let library = fixtures().library("good");
