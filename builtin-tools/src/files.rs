@@ -10,6 +10,13 @@ fn str_arg<'a>(input: &'a Value, key: &str) -> Result<&'a str, ToolError> {
         .ok_or_else(|| ToolError::invalid_input(format!("'{key}' must be a string")))
 }
 
+/// How many lines `text` has, as `str::lines` counts them (a last line without a newline
+/// counts; a final newline starts none), with a vectorized search for the newlines.
+fn line_count(text: &str) -> usize {
+    memchr::memchr_iter(b'\n', text.as_bytes()).count()
+        + usize::from(!text.is_empty() && !text.ends_with('\n'))
+}
+
 /// Largest file `read_file` returns whole; beyond it, ask for a range of lines.
 pub const READ_LIMIT_BYTES: usize = 256 * 1024;
 
@@ -45,7 +52,7 @@ impl Tool for ReadFile {
         let text = ctx.files().read(path)?;
         let offset = input.get("offset").and_then(Value::as_u64);
         let limit = input.get("limit").and_then(Value::as_u64);
-        let total_lines = text.lines().count();
+        let total_lines = line_count(&text);
         let bytes = text.len();
         let (body, first, count) = if offset.is_some() || limit.is_some() {
             let first = usize::try_from(offset.unwrap_or(1))
@@ -182,5 +189,32 @@ impl Tool for PatchFile {
         Ok(ToolOutput::text(format!("Patched {path}"))
             .with_metadata(json!({"path": path}))
             .with_files_modified(vec![path.to_string()]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::line_count;
+
+    #[test]
+    fn line_count_counts_lines_as_str_lines_does() {
+        for text in [
+            "",
+            "\n",
+            "\n\n",
+            "one",
+            "one\n",
+            "one\ntwo",
+            "one\ntwo\n",
+            "one\r\ntwo\r\n",
+            "\r\n",
+            "a\n\nb",
+            "tail without newline\n\nlast",
+        ] {
+            assert_eq!(line_count(text), text.lines().count(), "{text:?}");
+        }
+        let long = "x".repeat(100) + "\n";
+        let long = long.repeat(1000) + "end";
+        assert_eq!(line_count(&long), long.lines().count());
     }
 }
