@@ -138,42 +138,71 @@ struct Checker<'a> {
     root: &'a Value,
 }
 
-fn escape(token: &str) -> String {
-    token.replace('~', "~0").replace('/', "~1")
+/// Where a node is inside the schema. Rendered as a JSON pointer only for an error, so a
+/// schema within the subset is checked without building a string for each node.
+#[derive(Clone, Copy)]
+enum Place<'a> {
+    Root,
+    Key(&'a Place<'a>, &'a str),
+    Index(&'a Place<'a>, usize),
+}
+
+impl Place<'_> {
+    /// The JSON pointer (`/` for the root).
+    fn pointer(&self) -> String {
+        fn write(place: &Place<'_>, out: &mut String) {
+            match place {
+                Place::Root => {}
+                Place::Key(parent, key) => {
+                    write(parent, out);
+                    out.push('/');
+                    out.push_str(&key.replace('~', "~0").replace('/', "~1"));
+                }
+                Place::Index(parent, i) => {
+                    write(parent, out);
+                    out.push('/');
+                    out.push_str(&i.to_string());
+                }
+            }
+        }
+        let mut out = String::new();
+        write(self, &mut out);
+        if out.is_empty() {
+            out.push('/');
+        }
+        out
+    }
 }
 
 impl Checker<'_> {
-    fn unsupported(&self, pointer: &str, construct: &str) -> SchemaProblem {
+    fn unsupported(&self, place: &Place<'_>, construct: &str) -> SchemaProblem {
         SchemaProblem::Unsupported {
-            pointer: if pointer.is_empty() {
-                "/".into()
-            } else {
-                pointer.into()
-            },
+            pointer: place.pointer(),
             construct: construct.to_string(),
             hint: hint_for(construct).to_string(),
         }
     }
 
-    fn invalid(&self, pointer: &str, message: impl Into<String>) -> SchemaProblem {
+    fn invalid(&self, place: &Place<'_>, message: impl Into<String>) -> SchemaProblem {
         SchemaProblem::Invalid {
-            pointer: if pointer.is_empty() {
-                "/".into()
-            } else {
-                pointer.into()
-            },
+            pointer: place.pointer(),
             message: message.into(),
         }
     }
 
-    fn check_node(&self, node: &Value, pointer: &str, is_root: bool) -> Result<(), SchemaProblem> {
+    fn check_node(
+        &self,
+        node: &Value,
+        place: &Place<'_>,
+        is_root: bool,
+    ) -> Result<(), SchemaProblem> {
         let obj = match node {
             Value::Object(o) => o,
             Value::Bool(_) if !is_root => return Ok(()),
-            _ => return Err(self.invalid(pointer, "a schema must be a JSON object")),
+            _ => return Err(self.invalid(place, "a schema must be a JSON object")),
         };
         for (key, value) in obj {
-            let here = format!("{pointer}/{}", escape(key));
+            let here = Place::Key(place, key);
             match key.as_str() {
                 k if ANNOTATIONS.contains(&k) || SCALAR_KEYWORDS.contains(&k) => {}
                 "$schema" | "$defs" | "definitions" if is_root => {
@@ -191,7 +220,7 @@ impl Checker<'_> {
                 "anyOf" => match value {
                     Value::Array(items) if !items.is_empty() => {
                         for (i, item) in items.iter().enumerate() {
-                            self.check_node(item, &format!("{here}/{i}"), false)?;
+                            self.check_node(item, &Place::Index(&here, i), false)?;
                         }
                     }
                     _ => {
@@ -207,27 +236,27 @@ impl Checker<'_> {
         Ok(())
     }
 
-    fn check_map(&self, value: &Value, pointer: &str) -> Result<(), SchemaProblem> {
+    fn check_map(&self, value: &Value, place: &Place<'_>) -> Result<(), SchemaProblem> {
         let Value::Object(map) = value else {
-            return Err(self.invalid(pointer, "expected an object mapping names to schemas"));
+            return Err(self.invalid(place, "expected an object mapping names to schemas"));
         };
         for (name, schema) in map {
-            self.check_node(schema, &format!("{pointer}/{}", escape(name)), false)?;
+            self.check_node(schema, &Place::Key(place, name), false)?;
         }
         Ok(())
     }
 
-    fn check_type(&self, value: &Value, pointer: &str) -> Result<(), SchemaProblem> {
-        let names: Vec<&Value> = match value {
-            Value::Array(items) => items.iter().collect(),
-            v => vec![v],
+    fn check_type(&self, value: &Value, place: &Place<'_>) -> Result<(), SchemaProblem> {
+        let names: &[Value] = match value {
+            Value::Array(items) => items,
+            v => std::slice::from_ref(v),
         };
         for name in names {
             match name.as_str() {
                 Some(n) if TYPES.contains(&n) => {}
                 _ => {
                     return Err(self.invalid(
-                        pointer,
+                        place,
                         format!("unknown type {name}: expected one of {}", TYPES.join(", ")),
                     ));
                 }
@@ -236,17 +265,17 @@ impl Checker<'_> {
         Ok(())
     }
 
-    fn check_ref(&self, value: &Value, pointer: &str) -> Result<(), SchemaProblem> {
+    fn check_ref(&self, value: &Value, place: &Place<'_>) -> Result<(), SchemaProblem> {
         let Some(target) = value.as_str() else {
-            return Err(self.invalid(pointer, "$ref must be a string"));
+            return Err(self.invalid(place, "$ref must be a string"));
         };
         let local = target
             .strip_prefix('#')
             .filter(|rest| rest.starts_with("/$defs/") || rest.starts_with("/definitions/"));
         match local {
             Some(p) if self.root.pointer(p).is_some() => Ok(()),
-            Some(_) => Err(self.invalid(pointer, format!("$ref '{target}' points to nothing"))),
-            None => Err(self.unsupported(pointer, "$ref")),
+            Some(_) => Err(self.invalid(place, format!("$ref '{target}' points to nothing"))),
+            None => Err(self.unsupported(place, "$ref")),
         }
     }
 }
@@ -266,12 +295,41 @@ impl Checker<'_> {
 /// ```
 pub fn check_subset(schema: &Value) -> Result<(), SchemaProblem> {
     let checker = Checker { root: schema };
-    checker.check_node(schema, "", true)?;
+    checker.check_node(schema, &Place::Root, true)?;
     if schema.get("type").and_then(Value::as_str) != Some("object") {
         return Err(checker.invalid(
-            "/type",
+            &Place::Key(&Place::Root, "type"),
             "the top of an input schema must be \"type\": \"object\"",
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pointer_of(schema: &Value) -> String {
+        match check_subset(schema) {
+            Err(
+                SchemaProblem::Unsupported { pointer, .. } | SchemaProblem::Invalid { pointer, .. },
+            ) => pointer,
+            Ok(()) => panic!("{schema} was accepted"),
+        }
+    }
+
+    #[test]
+    fn a_refusal_names_the_json_pointer_of_the_construct() {
+        let escaped = json!({"type": "object", "properties": {"a/b~c": {"oneOf": []}}});
+        assert_eq!(pointer_of(&escaped), "/properties/a~1b~0c/oneOf");
+        let in_any_of = json!({"type": "object", "properties": {
+            "x": {"anyOf": [{"type": "string"}, {"not": {}}]}
+        }});
+        assert_eq!(pointer_of(&in_any_of), "/properties/x/anyOf/1/not");
+        let in_defs = json!({"type": "object", "$defs": {"d": {"type": "wat"}}});
+        assert_eq!(pointer_of(&in_defs), "/$defs/d/type");
+        assert_eq!(pointer_of(&json!(true)), "/");
+        assert_eq!(pointer_of(&json!({"properties": {}})), "/type");
+    }
 }
