@@ -7,10 +7,16 @@
 //! when every library is hashed and every layout checked (`load_50_packages`), and a later
 //! start over the same unchanged packages, whose digests and layout checks the first one
 //! remembered (`load_50_packages_remembered`). Both start from an empty dispatcher, so their
-//! window includes the schema engine's one-time set-up (the first schema compiled in a
-//! process builds the meta-schema's validator). `load_50_packages_after_builtins` is the
-//! later start in a dispatcher that already holds the built-in tools, as in `toolhost`,
-//! which registers them before it loads plugins.
+//! window includes the schema engine's first compile in the process.
+//! `load_50_packages_after_builtins` is the later start in a dispatcher that already holds
+//! the built-in tools, as in `toolhost`, which registers them before it loads plugins.
+//!
+//! Each load sample is paired with a `dlopen` floor sample taken next to it (before it on
+//! even samples, after it on odd ones), and the targets compare the medians of those pairs
+//! (`paired.json` beside criterion's own estimates, read by `cargo xtask bench`). Measured
+//! in separate windows seconds apart, the floor drifts on a shared VM (2.2 to 3.0 ms
+//! between runs of the same code, and higher right after a first start's hashing), and
+//! the ratio with it: 1.84×, 2.02× and 2.30× in three runs of the same later start.
 //!
 //! The 50 packages are 50 distinct libraries: copies of the `bench-noop` fixture whose tool
 //! name suffix `000` is patched to `001`…`050` in the library's bytes. Every load sample
@@ -20,6 +26,7 @@
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, criterion_group};
@@ -152,16 +159,81 @@ fn benches(c: &mut Criterion) {
     let mut group = c.benchmark_group("plugin_load");
     group.sample_size(10);
     group.measurement_time(Duration::from_secs(6));
+    let pairs: Mutex<Vec<(LoadMode, Duration, Duration)>> = Mutex::new(Vec::new());
     for mode in LoadMode::ALL {
         group.bench_function(mode.bench_name(), |b| {
             b.iter_custom(|iters| {
                 (0..iters)
-                    .map(|_| load_in_child(mode, packages.path(), remembered.path()))
+                    .map(|i| {
+                        let run = |m| load_in_child(m, packages.path(), remembered.path());
+                        if mode == LoadMode::Dlopen {
+                            return run(mode);
+                        }
+                        // Its own floor, taken next to it (before it on even samples, after
+                        // it on odd ones), so that the ratio compares one moment of this
+                        // noisy machine, not two windows seconds apart.
+                        let (spent, floor) = if i % 2 == 0 {
+                            let floor = run(LoadMode::Dlopen);
+                            (run(mode), floor)
+                        } else {
+                            (run(mode), run(LoadMode::Dlopen))
+                        };
+                        pairs.lock().unwrap().push((mode, spent, floor));
+                        spent
+                    })
                     .sum()
             })
         });
     }
     group.finish();
+    report_pairs(&pairs.into_inner().unwrap());
+}
+
+/// Prints, and writes to `target/criterion/plugin_load/paired.json` for `cargo xtask
+/// bench`, each load mode's median against the median of the `dlopen` floors paired with
+/// its samples.
+fn report_pairs(pairs: &[(LoadMode, Duration, Duration)]) {
+    let median_ms = |mut v: Vec<Duration>| {
+        v.sort();
+        v.get(v.len() / 2).map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    };
+    let mut paired = serde_json::Map::new();
+    for mode in LoadMode::ALL.into_iter().filter(|m| *m != LoadMode::Dlopen) {
+        let (spent, floor): (Vec<Duration>, Vec<Duration>) = pairs
+            .iter()
+            .filter(|(m, ..)| *m == mode)
+            .map(|(_, spent, floor)| (*spent, *floor))
+            .unzip();
+        let n = spent.len();
+        if n == 0 {
+            continue; // filtered out of this run
+        }
+        let (load_ms, dlopen_ms) = (median_ms(spent), median_ms(floor));
+        println!(
+            "plugin_load/{} paired with dlopen_50_libraries: {load_ms:.3} ms vs {dlopen_ms:.3} ms ({:.2}x) over {n} pairs",
+            mode.bench_name(),
+            load_ms / dlopen_ms
+        );
+        paired.insert(
+            mode.bench_name().into(),
+            json!({"load_ms": load_ms, "dlopen_ms": dlopen_ms, "pairs": n}),
+        );
+    }
+    // target/release/deps/plugins-… -> target/criterion/plugin_load
+    let exe = std::env::current_exe().unwrap();
+    let Some(target) = exe.ancestors().nth(3) else {
+        return;
+    };
+    let dir = target.join("criterion/plugin_load");
+    std::fs::create_dir_all(&dir).unwrap();
+    // A run filtered to some modes keeps the others' last figures.
+    let file = dir.join("paired.json");
+    let mut all: serde_json::Map<String, serde_json::Value> = std::fs::read(&file)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default();
+    all.extend(paired);
+    std::fs::write(&file, serde_json::to_vec_pretty(&all).unwrap()).unwrap();
 }
 
 /// What one cold start measures.
