@@ -58,9 +58,7 @@ impl Env {
     }
 
     fn load_as(&self, isolation: Isolation) -> plugin_host::LoadReport {
-        let report = common::plugin_host([self.dir()], isolation)
-            .cache_dir(self.cache.path())
-            .load_into(&self.dispatcher);
+        let report = self.load_into(&self.dispatcher, isolation);
         for package in report.loaded() {
             let Outcome::Loaded { isolation: ran, .. } = &package.outcome else {
                 unreachable!()
@@ -68,6 +66,14 @@ impl Env {
             assert_eq!(*ran, isolation, "{:?}", report.lines());
         }
         report
+    }
+
+    /// A start over the plugin directory, with this environment's cache (what earlier
+    /// starts remembered), into `dispatcher`.
+    fn load_into(&self, dispatcher: &Dispatcher, isolation: Isolation) -> plugin_host::LoadReport {
+        common::plugin_host([self.dir()], isolation)
+            .cache_dir(self.cache.path())
+            .load_into(dispatcher)
     }
 
     fn session(&self) -> dispatcher_core::Session {
@@ -656,9 +662,7 @@ async fn a_later_start_where_one_library_changed_loads_every_package_in_director
     std::fs::copy(&second, &copy).unwrap();
     std::fs::rename(&copy, &second).unwrap();
     let later = Dispatcher::new();
-    let report = common::plugin_host([env.dir()], common::isolation_under_test())
-        .cache_dir(env.cache.path())
-        .load_into(&later);
+    let report = env.load_into(&later, common::isolation_under_test());
     let paths: Vec<_> = report.packages.iter().map(|p| p.path.clone()).collect();
     let expected: Vec<_> = (1..=4)
         .map(|n| env.dir().join(format!("{n}-good")))
@@ -869,9 +873,7 @@ async fn a_passed_layout_check_is_remembered_for_those_bytes_and_a_later_start_u
 
     // A later start over the same bytes, with the verdict remembered: it loads and works.
     let later = Dispatcher::builder().policy(allow_all()).build();
-    let report = common::plugin_host([env.dir()], Isolation::InProcess)
-        .cache_dir(env.cache.path())
-        .load_into(&later);
+    let report = env.load_into(&later, Isolation::InProcess);
     assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
     let session = later
         .open_session(SessionSpec::new("s", env.workspace.path()))
@@ -888,9 +890,7 @@ async fn a_passed_layout_check_is_remembered_for_those_bytes_and_a_later_start_u
     // for bytes no longer there is dropped.
     std::fs::remove_dir_all(&package).unwrap();
     env.add("noisy", "good");
-    let report = common::plugin_host([env.dir()], Isolation::InProcess)
-        .cache_dir(env.cache.path())
-        .load_into(&Dispatcher::new());
+    let report = env.load_into(&Dispatcher::new(), Isolation::InProcess);
     assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
     let other_sha = package::sha256_file(&fixtures().library("noisy")).unwrap();
     let remembered = std::fs::read_to_string(&file).unwrap();
@@ -914,9 +914,7 @@ async fn a_library_replaced_under_a_path_this_process_opened_is_not_remembered_a
     std::fs::remove_dir_all(&package).unwrap();
     package_library(&other, env.dir(), "good");
     let other_sha = package::sha256_file(&other).unwrap();
-    let again = common::plugin_host([env.dir()], Isolation::InProcess)
-        .cache_dir(env.cache.path())
-        .load_into(&Dispatcher::new());
+    let again = env.load_into(&Dispatcher::new(), Isolation::InProcess);
     assert_eq!(again.loaded().count(), 0, "{:?}", again.lines());
     let remembered =
         std::fs::read_to_string(env.cache.path().join(plugin_host::layouts::LAYOUTS_FILE))
