@@ -59,8 +59,8 @@ struct Stored {
 /// Layout verdicts, remembered across starts when given a file and a host identity.
 #[derive(Debug, Default)]
 pub struct Layouts {
-    file: Option<PathBuf>,
-    host: Option<String>,
+    /// Where the verdicts are kept, and the host they hold for; `None`: nothing is kept.
+    kept: Option<(PathBuf, String)>,
     /// Passes read from the file (for this host) and recorded this start.
     passed: Mutex<BTreeMap<String, PathBuf>>,
     changed: AtomicBool,
@@ -93,8 +93,7 @@ impl Layouts {
             _ => BTreeMap::new(),
         };
         Layouts {
-            file: Some(file),
-            host: Some(host),
+            kept: Some((file, host)),
             passed: Mutex::new(passed),
             changed: AtomicBool::new(false),
         }
@@ -102,12 +101,12 @@ impl Layouts {
 
     /// Whether the library with this SHA-256 passed its layout check against this host.
     pub fn passed(&self, sha256: &str) -> bool {
-        self.host.is_some() && lock(&self.passed).contains_key(&sha256.to_ascii_lowercase())
+        lock(&self.passed).contains_key(&sha256.to_ascii_lowercase())
     }
 
     /// Records that the library at `path`, with this SHA-256, passed its layout check.
     pub fn remember(&self, sha256: &str, path: &Path) {
-        if self.host.is_none() {
+        if self.kept.is_none() {
             return;
         }
         let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
@@ -121,7 +120,7 @@ impl Layouts {
     /// longer exists (so the file stays about as large as the plugin directories that share
     /// this cache). Failing to write only costs the checks next time; it is logged.
     pub fn save(&self) {
-        let (Some(file), Some(host)) = (&self.file, &self.host) else {
+        let Some((file, host)) = &self.kept else {
             return;
         };
         if !self.changed.load(Ordering::Relaxed) {
