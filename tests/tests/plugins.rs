@@ -647,6 +647,20 @@ async fn a_library_that_is_missing_or_a_folder_is_not_in_the_package() {
 }
 
 #[tokio::test]
+async fn a_manifest_that_is_a_folder_is_an_invalid_plugin_toml_not_a_missing_one() {
+    let env = Env::new();
+    let package = env.dir().join("odd");
+    std::fs::create_dir_all(package.join("plugin.toml")).unwrap();
+    let report = env.load();
+    let lines = report.lines();
+    assert!(
+        matches!(report.refused().next(), Some((_, Refusal::Manifest { .. }))),
+        "{lines:?}"
+    );
+    assert!(lines[0].contains("invalid plugin.toml"), "{lines:?}");
+}
+
+#[tokio::test]
 async fn a_later_start_where_one_library_changed_loads_every_package_in_directory_order() {
     let env = Env::new();
     for n in 1..=4 {
