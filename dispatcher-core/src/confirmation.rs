@@ -81,8 +81,9 @@ impl From<Decision> for Answer {
 pub enum DecidedBy {
     /// The confirmation policy let it run without asking.
     Policy {
-        /// The config key that decided.
-        rule: String,
+        /// The config key that decided (borrowed for the built-in keys, so a call the
+        /// default policy lets run allocates nothing to say so).
+        rule: std::borrow::Cow<'static, str>,
     },
     /// A pre-use hook allowed it without a prompt.
     Hook {

@@ -79,17 +79,28 @@ fn path_args<'a>(def_params: &'a [String], input: &'a Value) -> impl Iterator<It
     })
 }
 
-/// Waits for a place under a cap, unless the call is cancelled first.
+/// A place under a cap: at once when one is free, else waited for unless the call is
+/// cancelled first.
 ///
 /// `waited` is set to when the call first had to wait (left alone when a place was free).
+/// The wait is boxed: a call that finds a place carries none of its state.
 async fn acquire<'s>(
     sem: &'s Semaphore,
     call: &mut Invocation,
     waited: &mut Option<Instant>,
 ) -> Option<SemaphorePermit<'s>> {
-    if let Ok(permit) = sem.try_acquire() {
-        return Some(permit);
+    match sem.try_acquire() {
+        Ok(permit) => Some(permit),
+        Err(_) => Box::pin(wait_for_place(sem, call, waited)).await,
     }
+}
+
+/// [`acquire`] when no place was free.
+async fn wait_for_place<'s>(
+    sem: &'s Semaphore,
+    call: &mut Invocation,
+    waited: &mut Option<Instant>,
+) -> Option<SemaphorePermit<'s>> {
     waited.get_or_insert_with(Instant::now);
     let entry = call.register().clone();
     tokio::select! {
@@ -142,7 +153,20 @@ impl Invocation {
         }
 
         // 4. Hooks and confirmation policy (a hook may rewrite the input).
-        let (input, authorized_by) = match self.authorize(&tool, input, decision).await {
+        // With no hooks to ask, a call the policy lets run is authorized at once; the rest
+        // (hooks, a prompt, a denial) is boxed where it is awaited, so a call that never
+        // waits does not carry the state of one that does.
+        let authorized = if self.engine.settings.hooks.is_empty() && decision.mode == Mode::Auto {
+            Ok((
+                input,
+                DecidedBy::Policy {
+                    rule: decision.rule,
+                },
+            ))
+        } else {
+            Box::pin(self.authorize(&tool, input, decision)).await
+        };
+        let (input, authorized_by) = match authorized {
             Ok(authorized) => authorized,
             Err(block) => return block,
         };
@@ -189,7 +213,10 @@ impl Invocation {
             },
             exec_started,
         );
-        let outcome = self.execute(&tool, input, grant.timeout, opened).await;
+        let outcome = match self.execute_here(&tool, input, opened) {
+            Ok(outcome) => outcome,
+            Err(input) => Box::pin(self.execute_off_thread(&tool, input, grant.timeout)).await,
+        };
         let ended = Instant::now();
         let elapsed = ended.saturating_duration_since(exec_started);
         self.ended = Some(ended);
@@ -207,7 +234,7 @@ impl Invocation {
         // Later events (a post-use hook's) are stamped when they happen.
         self.ended = None;
         if let Some(input) = post_input {
-            block = self.post_use(&tool, &input, block).await;
+            block = Box::pin(self.post_use(&tool, &input, block)).await;
         }
         spool::cap(
             block,
@@ -393,7 +420,7 @@ impl Invocation {
             Mode::Auto => Ok((
                 input,
                 DecidedBy::Policy {
-                    rule: decision.rule.into_owned(),
+                    rule: decision.rule,
                 },
             )),
             Mode::Deny => Err(policy_denied(self, &decision.rule)),
@@ -522,19 +549,9 @@ impl Invocation {
             .unwrap_or(tool.definition().interrupt)
     }
 
-    /// Step 6: a fresh instance, executed inline or on a blocking thread under the timeout.
-    async fn execute(
-        &mut self,
-        tool: &Registered,
-        input: Value,
-        timeout: Duration,
-        opened: Option<Opened>,
-    ) -> Outcome {
-        let instance = match fresh_instance(tool) {
-            Ok(instance) => instance,
-            Err(outcome) => return outcome,
-        };
-        let mut host = CallHost {
+    /// The call's host, as a tool running on this thread gets it.
+    fn host(&self) -> CallHost {
+        CallHost {
             call: self.header.clone(),
             workspace: self.session.state.workspace.clone(),
             inflight: self.entry().cloned(),
@@ -542,38 +559,68 @@ impl Invocation {
             output: None,
             budget: None,
             asker: None,
+        }
+    }
+
+    /// Step 6 on this thread: an inline tool, or an attempt of an `inline_when_small` tool
+    /// within the file budget. `Err` gives the input back: the call runs off-thread
+    /// ([`Invocation::execute_off_thread`]), having done nothing here that counts (an
+    /// attempt over the budget is discarded).
+    fn execute_here(
+        &mut self,
+        tool: &Registered,
+        input: Value,
+        opened: Option<Opened>,
+    ) -> Result<Outcome, Value> {
+        let attempt = tool.inline
+            || (tool.inline_when_small
+                && self.session.state.workspace.allows_inline()
+                && !self.entry().is_some_and(|e| e.is_cancelled()));
+        if !attempt {
+            return Err(input);
+        }
+        let instance = match fresh_instance(tool) {
+            Ok(instance) => instance,
+            Err(outcome) => return Ok(outcome),
         };
+        let mut host = self.host();
         if tool.inline {
             // Runs on this thread, already inside the call's span.
             let ctx = host.into_context();
-            return match panics::contain(|| instance.execute(input, &ctx)) {
+            return Ok(match panics::contain(|| instance.execute(input, &ctx)) {
                 Ok(r) => Outcome::Returned(r),
                 Err(caught) => Outcome::Panicked(caught),
-            };
+            });
         }
-        let mut instance = instance;
-        if tool.inline_when_small
-            && host.workspace.allows_inline()
-            && !self.entry().is_some_and(|e| e.is_cancelled())
-        {
-            // An attempt on this thread within the file budget; over it, the attempt is
-            // discarded and the call runs again on a blocking thread.
-            let budget = Arc::new(InlineBudget::with_opened(opened));
-            let mut attempt = host.clone();
-            attempt.budget = Some(budget.clone());
-            let ctx = attempt.into_context();
-            let outcome = panics::contain(|| instance.execute(input.clone(), &ctx));
-            if !budget.exceeded() {
-                return match outcome {
-                    Ok(r) => Outcome::Returned(r),
-                    Err(caught) => Outcome::Panicked(caught),
-                };
-            }
-            instance = match fresh_instance(tool) {
-                Ok(instance) => instance,
-                Err(outcome) => return outcome,
-            };
+        // Over the budget, the attempt is discarded and the call runs again on a blocking
+        // thread, with a fresh instance.
+        let budget = Arc::new(InlineBudget::with_opened(opened));
+        host.budget = Some(budget.clone());
+        let ctx = host.into_context();
+        let outcome = panics::contain(|| instance.execute(input.clone(), &ctx));
+        if budget.exceeded() {
+            return Err(input);
         }
+        Ok(match outcome {
+            Ok(r) => Outcome::Returned(r),
+            Err(caught) => Outcome::Panicked(caught),
+        })
+    }
+
+    /// Step 6 off this thread: a fresh instance on a blocking thread, under the timeout and
+    /// the call's cancellation. Boxed where it is awaited: the state it keeps across its
+    /// waits is most of a call's, and an inline call never needs it.
+    async fn execute_off_thread(
+        &mut self,
+        tool: &Registered,
+        input: Value,
+        timeout: Duration,
+    ) -> Outcome {
+        let instance = match fresh_instance(tool) {
+            Ok(instance) => instance,
+            Err(outcome) => return outcome,
+        };
+        let mut host = self.host();
         let entry = self.register().clone();
         host.inflight = Some(entry.clone());
         host.span = Span::current();
