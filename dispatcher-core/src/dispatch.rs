@@ -113,136 +113,160 @@ async fn wait_for_place<'s>(
 impl Invocation {
     /// Takes the call through the whole pipeline. Never fails: every outcome, including an
     /// unknown tool, invalid input, a denial, a timeout or a panic, is a result block.
-    pub async fn run(self) -> ToolResultBlock {
+    ///
+    /// The future owns the call (it borrows nothing), so it can be spawned. It is the
+    /// pipeline's own future, not one wrapped around it: a call's state is moved as few
+    /// times as the caller moves it.
+    pub fn run(self) -> impl Future<Output = ToolResultBlock> + Send + 'static {
         let span = tracing::info_span!(
             "tool_call",
             tool = %self.header.tool_name,
             tool_use_id = %self.header.tool_use_id,
             session = %self.header.session_id,
         );
-        self.pipeline().instrument(span).await
+        self.pipeline().instrument(span)
     }
 
-    async fn pipeline(mut self) -> ToolResultBlock {
+    /// Steps 1 to 3, which never wait: the tool, the input taken out of the call, what the
+    /// policy says, and the path a small read may keep open.
+    fn prepare(
+        &mut self,
+    ) -> Result<(Arc<Registered>, Value, PolicyDecision, Option<Opened>), ToolResultBlock> {
         // 1. Look up (done when the call was made).
         let Some(tool) = self.tool.clone() else {
             let message = self
                 .engine
                 .not_found_message(&self.header.tool_name, &self.session.state);
-            return self.fail(ErrorClass::NotFound, message);
+            return Err(self.fail(ErrorClass::NotFound, message));
         };
         let input = std::mem::take(&mut self.input);
 
         // 2. Validate (unless the batch already found the input valid).
-        if !self.validated
-            && let Err(block) = self.validate(&tool, &input, None)
-        {
-            return block;
+        if !self.validated {
+            self.validate(&tool, &input, None)?;
         }
 
         // 3. Workspace scoping of path arguments (a path a small read will use at once may
         // stay open for it: the policy decision, needed again in step 4, tells).
         let decision = self.policy_decision(&tool);
         let keep_open = self.may_keep_open(&tool, &decision);
-        let mut opened = match self.scope(&tool, &input, keep_open) {
-            Ok(opened) => opened,
-            Err(block) => return block,
-        };
+        let opened = self.scope(&tool, &input, keep_open)?;
         if self.is_cancelled() {
-            return self.not_started();
+            return Err(self.not_started());
         }
+        Ok((tool, input, decision, opened))
+    }
 
-        // 4. Hooks and confirmation policy (a hook may rewrite the input).
-        // With no hooks to ask, a call the policy lets run is authorized at once; the rest
-        // (hooks, a prompt, a denial) is boxed where it is awaited, so a call that never
-        // waits does not carry the state of one that does.
-        let authorized = if self.engine.settings.hooks.is_empty() && decision.mode == Mode::Auto {
-            Ok((
-                input,
-                DecidedBy::Policy {
-                    rule: decision.rule,
+    /// The steps in order. The future holds only what lives across its waits: the call
+    /// itself (captured, not copied into a local as an `async fn` parameter would be),
+    /// and each step's values only until the step ends.
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an async fn would copy `self` into a second 168-byte slot of the state"
+    )]
+    fn pipeline(mut self) -> impl Future<Output = ToolResultBlock> + Send + 'static {
+        async move {
+            let (tool, input, decision, mut opened) = match self.prepare() {
+                Ok(prepared) => prepared,
+                Err(block) => return block,
+            };
+
+            // 4. Hooks and confirmation policy (a hook may rewrite the input).
+            // With no hooks to ask, a call the policy lets run is authorized at once; the rest
+            // (hooks, a prompt, a denial) is boxed where it is awaited, so a call that never
+            // waits does not carry the state of one that does.
+            let (input, authorized_by) = {
+                let authorized =
+                    if self.engine.settings.hooks.is_empty() && decision.mode == Mode::Auto {
+                        Ok((
+                            input,
+                            DecidedBy::Policy {
+                                rule: decision.rule,
+                            },
+                        ))
+                    } else {
+                        Box::pin(self.authorize(&tool, input, decision)).await
+                    };
+                match authorized {
+                    Ok(authorized) => authorized,
+                    Err(block) => return block,
+                }
+            };
+
+            // 5. The runtime grant.
+            let grant = match self.grant(&tool, &input) {
+                Ok(grant) => grant,
+                Err(block) => return block,
+            };
+
+            // 6. Per-tool cap, session cap, then execute.
+            // A call that finds a place at once was queued for no time (and reads no clock).
+            let mut queued: Option<Instant> = None;
+            let state = self.session.state.clone();
+            let tool_permit = match per_tool(&state.tool_caps, &tool.name) {
+                Some(sem) => match acquire(sem, &mut self, &mut queued).await {
+                    Some(p) => Some(p),
+                    None => return self.not_started(),
                 },
-            ))
-        } else {
-            Box::pin(self.authorize(&tool, input, decision)).await
-        };
-        let (input, authorized_by) = match authorized {
-            Ok(authorized) => authorized,
-            Err(block) => return block,
-        };
-
-        // 5. The runtime grant.
-        let grant = match self.grant(&tool, &input) {
-            Ok(grant) => grant,
-            Err(block) => return block,
-        };
-
-        // 6. Per-tool cap, session cap, then execute.
-        // A call that finds a place at once was queued for no time (and reads no clock).
-        let mut queued: Option<Instant> = None;
-        let state = self.session.state.clone();
-        let tool_permit = match per_tool(&state.tool_caps, &tool.name) {
-            Some(sem) => match acquire(sem, &mut self, &mut queued).await {
-                Some(p) => Some(p),
-                None => return self.not_started(),
-            },
-            None => None,
-        };
-        let Some(_permit) = acquire(&state.semaphore, &mut self, &mut queued).await else {
-            return self.not_started();
-        };
-        let _tool_permit = tool_permit;
-        if queued.is_some() {
-            // It waited for a place: the path is opened again when it runs, as it is then.
-            opened = None;
-        }
-        if self.is_cancelled() {
-            // Interrupted while it waited for a hook, a prompt or a place: it never starts.
-            return self.not_started();
-        }
-        if !tool.inline {
-            // Registered before `tool.called`, so a cancel that follows the event reaches it.
-            self.register();
-        }
-        let post_input = (!self.engine.settings.post_hooks.is_empty()).then(|| input.clone());
-        let exec_started = Instant::now();
-        self.emit_at(
-            EventKind::Called {
-                queued_ms: queued.map_or(0.0, |q| ms(exec_started.saturating_duration_since(q))),
-                authorized_by,
-            },
-            exec_started,
-        );
-        let outcome = match self.execute_here(&tool, input, opened) {
-            Ok(outcome) => outcome,
-            Err(input) => Box::pin(self.execute_off_thread(&tool, input, grant.timeout)).await,
-        };
-        let ended = Instant::now();
-        let elapsed = ended.saturating_duration_since(exec_started);
-        self.ended = Some(ended);
-        let slow = self.engine.settings.config.slow_call_threshold;
-        if elapsed >= slow {
-            tracing::warn!(
-                elapsed_ms = ms(elapsed),
-                threshold_ms = ms(slow),
-                "slow tool call: '{}' took {:.1}s",
-                tool.name,
-                elapsed.as_secs_f64()
+                None => None,
+            };
+            let Some(_permit) = acquire(&state.semaphore, &mut self, &mut queued).await else {
+                return self.not_started();
+            };
+            let _tool_permit = tool_permit;
+            if queued.is_some() {
+                // It waited for a place: the path is opened again when it runs, as it is then.
+                opened = None;
+            }
+            if self.is_cancelled() {
+                // Interrupted while it waited for a hook, a prompt or a place: it never starts.
+                return self.not_started();
+            }
+            if !tool.inline {
+                // Registered before `tool.called`, so a cancel that follows the event reaches it.
+                self.register();
+            }
+            let post_input = (!self.engine.settings.post_hooks.is_empty()).then(|| input.clone());
+            let exec_started = Instant::now();
+            self.emit_at(
+                EventKind::Called {
+                    queued_ms: queued
+                        .map_or(0.0, |q| ms(exec_started.saturating_duration_since(q))),
+                    authorized_by,
+                },
+                exec_started,
             );
+            let outcome = match self.execute_here(&tool, input, opened) {
+                Ok(outcome) => outcome,
+                Err(input) => Box::pin(self.execute_off_thread(&tool, input, grant.timeout)).await,
+            };
+            let ended = Instant::now();
+            let elapsed = ended.saturating_duration_since(exec_started);
+            self.ended = Some(ended);
+            let slow = self.engine.settings.config.slow_call_threshold;
+            if elapsed >= slow {
+                tracing::warn!(
+                    elapsed_ms = ms(elapsed),
+                    threshold_ms = ms(slow),
+                    "slow tool call: '{}' took {:.1}s",
+                    tool.name,
+                    elapsed.as_secs_f64()
+                );
+            }
+            let mut block = self.report(&tool, outcome, elapsed);
+            // Later events (a post-use hook's) are stamped when they happen.
+            self.ended = None;
+            if let Some(input) = post_input {
+                block = Box::pin(self.post_use(&tool, &input, block)).await;
+            }
+            spool::cap(
+                block,
+                grant.max_result_chars,
+                self.engine.settings.config.result_preview_chars,
+                &state.data_dir,
+                state.workspace.root(),
+            )
         }
-        let mut block = self.report(&tool, outcome, elapsed);
-        // Later events (a post-use hook's) are stamped when they happen.
-        self.ended = None;
-        if let Some(input) = post_input {
-            block = Box::pin(self.post_use(&tool, &input, block)).await;
-        }
-        spool::cap(
-            block,
-            grant.max_result_chars,
-            self.engine.settings.config.result_preview_chars,
-            &state.data_dir,
-            state.workspace.root(),
-        )
     }
 
     /// Step 2: the input against the compiled schema.

@@ -227,8 +227,15 @@ impl Dispatcher {
 
     /// Runs one call through the whole pipeline. Never fails: every outcome, including
     /// an unknown tool, invalid input, a denial, a timeout or a panic, is a result block.
-    pub async fn dispatch(&self, call: ToolUse, session: &Session) -> ToolResultBlock {
-        self.invocation(call, session).run().await
+    ///
+    /// The call is made (and its tool looked up) when this is called; the future owns it
+    /// and borrows neither the dispatcher nor the session, so it can be spawned.
+    pub fn dispatch(
+        &self,
+        call: ToolUse,
+        session: &Session,
+    ) -> impl Future<Output = ToolResultBlock> + Send + 'static {
+        self.invocation(call, session).run()
     }
 
     /// A new, empty batch for the calls of one assistant message in `session`
