@@ -230,6 +230,22 @@ impl Dispatcher {
     ///
     /// The call is made (and its tool looked up) when this is called; the future owns it
     /// and borrows neither the dispatcher nor the session, so it can be spawned.
+    ///
+    /// ```
+    /// use dispatcher_core::{Dispatcher, SessionSpec, ToolUse};
+    /// use serde_json::json;
+    ///
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let dispatcher = Dispatcher::new();
+    /// let session = dispatcher.open_session(SessionSpec::new("s", std::env::temp_dir())).unwrap();
+    /// let call = ToolUse::new("tu_1", "no_such_tool", json!({}));
+    /// let task = tokio::spawn(dispatcher.dispatch(call, &session));
+    /// drop(session);
+    /// let result = task.await.unwrap();
+    /// assert!(result.is_error());
+    /// assert_eq!(result.tool_use_id, "tu_1");
+    /// # });
+    /// ```
     pub fn dispatch(
         &self,
         call: ToolUse,
