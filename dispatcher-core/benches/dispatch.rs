@@ -7,10 +7,18 @@
 //! (a): at most 1 µs median.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
+use std::sync::Arc;
+
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use dispatcher_core::{Dispatcher, SessionSpec, ToolUse};
+use dispatcher_core::confirmation::DecidedBy;
+use dispatcher_core::events::EVENT_BUFFER;
+use dispatcher_core::result::SideEffectRecord;
+use dispatcher_core::schema::InputValidator;
+use dispatcher_core::{
+    CallHeader, Dispatcher, EventKind, SessionSpec, ToolEvent, ToolResultBlock, ToolUse,
+};
 use serde_json::json;
-use tool_api::{SideEffect, ToolDefinition};
+use tool_api::{SideEffect, ToolDefinition, ToolOutput};
 
 fn noop_definition(name: &str, inline: bool) -> ToolDefinition {
     let def = ToolDefinition::new(
@@ -108,6 +116,53 @@ fn benches(c: &mut Criterion) {
         b.to_async(&rt).iter_batched(
             || ToolUse::new("toolu_bench", "list_dir", json!({"path": "twenty"})),
             |tu| dispatcher.dispatch(tu, &session),
+            BatchSize::SmallInput,
+        )
+    });
+    let floor_validator =
+        InputValidator::compile("noop", &noop_definition("noop", true).input_schema).unwrap();
+    let (floor_events, _floor_subscriber) =
+        tokio::sync::broadcast::channel::<Arc<ToolEvent>>(EVENT_BUFFER);
+    let (session_id, turn_id, tool_name): (Arc<str>, Arc<str>, Arc<str>) =
+        (Arc::from("bench"), Arc::from("turn"), Arc::from("noop"));
+    group.bench_function("g_required_work_floor", |b| {
+        b.to_async(&rt).iter_batched(
+            || call("noop"),
+            |ToolUse { id, input, .. }| {
+                let header = Arc::new(CallHeader {
+                    session_id: session_id.clone(),
+                    turn_id: turn_id.clone(),
+                    tool_use_id: Arc::from(id),
+                    tool_name: tool_name.clone(),
+                    side_effects: Some(SideEffect::None),
+                });
+                let timestamp_ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64);
+                assert!(floor_validator.is_valid(&input));
+                let event = |kind| {
+                    let _ = floor_events.send(Arc::new(ToolEvent {
+                        kind,
+                        call: header.clone(),
+                        timestamp_ms,
+                    }));
+                };
+                event(EventKind::Called {
+                    queued_ms: 0.0,
+                    authorized_by: DecidedBy::Policy {
+                        rule: "tool_confirmation.default.none".into(),
+                    },
+                });
+                let out = ToolOutput::text("ok");
+                drop(input);
+                event(EventKind::Completed {
+                    duration_ms: 0.0,
+                    record: SideEffectRecord::default(),
+                });
+                let block =
+                    ToolResultBlock::success(&header.tool_use_id, out.content, out.metadata);
+                async move { block }
+            },
             BatchSize::SmallInput,
         )
     });

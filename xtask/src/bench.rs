@@ -369,6 +369,18 @@ pub fn bench(write_readme: bool) -> Result {
         },
         _ => us_row("(a) inline no-op dispatch", a),
     });
+    let floor_figure = "the floor under (a): only the work the spec's design asks of a no-op call \
+        (its header, a clock read, validation, two events to a subscriber, output, result), \
+        with no pipeline around it";
+    rows.push(match (d("g_required_work_floor"), py_peer) {
+        (Some(floor), Some(py)) => Row {
+            figure: floor_figure.into(),
+            measured: format!("{floor:.2} µs: {:.0}× the Python design", py / floor),
+            target: "reported".into(),
+            pass: None,
+        },
+        (floor, _) => us_row(floor_figure, floor),
+    });
     rows.push(ratio_row(
         "(b) blocking-thread no-op",
         d("b_blocking_noop"),
