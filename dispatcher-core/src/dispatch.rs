@@ -253,7 +253,8 @@ impl Invocation {
                     elapsed.as_secs_f64()
                 );
             }
-            let mut block = self.report(&tool, outcome, elapsed);
+            let given_id = std::mem::take(&mut self.given_id);
+            let mut block = self.report(&tool, outcome, elapsed, given_id);
             // Later events (a post-use hook's) are stamped when they happen.
             self.ended = None;
             if let Some(input) = post_input {
@@ -728,7 +729,15 @@ impl Invocation {
     }
 
     /// Step 6, end: classify the outcome, emit the final event, build the block.
-    fn report(&self, tool: &Registered, outcome: Outcome, elapsed: Duration) -> ToolResultBlock {
+    /// `given_id` is the tool_use id as the caller gave it: a successful result takes it
+    /// as it is (the other results, rarer, copy the header's).
+    fn report(
+        &self,
+        tool: &Registered,
+        outcome: Outcome,
+        elapsed: Duration,
+        given_id: String,
+    ) -> ToolResultBlock {
         let name = &tool.name;
         let cancel_requested = self.is_cancelled();
         let redacted = |detail: &str, backtrace: Option<&str>| {
@@ -750,8 +759,9 @@ impl Invocation {
                     duration_ms: ms(elapsed),
                     record: record.clone(),
                 });
-                ToolResultBlock::success(&self.header.tool_use_id, out.content, out.metadata)
-                    .with_record(record)
+                let mut block = ToolResultBlock::success("", out.content, out.metadata);
+                block.tool_use_id = given_id;
+                block.with_record(record)
             }
             Outcome::Returned(Ok(out)) if cancel_requested => self.cancelled(tool, Some(out)),
             Outcome::Returned(Ok(out)) => {

@@ -45,6 +45,9 @@ pub struct Invocation {
     pub(crate) session: Session,
     /// Who called which tool: shared by every event of the call.
     pub(crate) header: Arc<CallHeader>,
+    /// The tool_use id as the caller gave it, kept for the result block (the header has
+    /// its own shared copy): a call that succeeds moves it there instead of copying.
+    pub(crate) given_id: String,
     /// The tool the name resolved to; `None`: not found.
     pub(crate) tool: Option<Arc<Registered>>,
     pub(crate) input: Value,
@@ -79,7 +82,7 @@ impl Invocation {
         let header = Arc::new(CallHeader {
             session_id: session.state.id.clone(),
             turn_id: session.turn_id.clone(),
-            tool_use_id: Arc::from(id),
+            tool_use_id: Arc::from(id.as_str()),
             tool_name: tool
                 .as_ref()
                 .map_or_else(|| Arc::from(name), |t| t.name.clone()),
@@ -89,6 +92,7 @@ impl Invocation {
             engine: engine.clone(),
             session: session.clone(),
             header,
+            given_id: id,
             tool,
             input,
             validated: false,
