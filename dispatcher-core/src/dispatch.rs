@@ -162,7 +162,7 @@ impl Invocation {
     /// and each step's values only until the step ends.
     #[allow(
         clippy::manual_async_fn,
-        reason = "an async fn would copy `self` into a second 168-byte slot of the state"
+        reason = "an async fn would copy `self`, the whole call, into a second slot of the state"
     )]
     fn pipeline(mut self) -> impl Future<Output = ToolResultBlock> + Send + 'static {
         async move {
