@@ -557,6 +557,11 @@ async fn events_serialize_with_the_spec_names_and_fields() {
         );
     }
     assert_eq!(called["tool_use_id"], "tu_01HZ_a");
+    assert_eq!(
+        called["authorized_by"],
+        json!({"by": "policy", "rule": "tool_confirmation.default.read"}),
+        "{called}"
+    );
     let completed = next_of(&mut all, "tool.completed").await.to_json();
     assert!(completed["duration_ms"].as_f64().unwrap() >= 0.0);
 }
