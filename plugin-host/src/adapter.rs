@@ -84,9 +84,26 @@ thread_local! {
     static INPUT_TEXT: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
+/// `input` as JSON text, written into `buf`.
+fn json_text<'b>(buf: &'b mut Vec<u8>, input: &Value) -> Result<&'b str, ToolError> {
+    serde_json::to_writer(&mut *buf, input).map_err(|e| ToolError::internal(e.to_string()))?;
+    // serde_json writes UTF-8; the check is a formality the compiler cannot skip.
+    std::str::from_utf8(buf).map_err(|e| ToolError::internal(e.to_string()))
+}
+
 /// One plugin tool instance; input crosses as JSON text, the context as host callbacks.
 struct PluginTool {
     inner: AbiToolBox,
+}
+
+impl PluginTool {
+    /// The plugin's `execute` with the input as JSON text.
+    fn execute_text(&self, text: &str, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        match self.inner.execute(RStr::from(text), ctx.host().clone()) {
+            RResult::ROk(out) => Ok(out.into()),
+            RResult::RErr(e) => Err(e.into()),
+        }
+    }
 }
 
 impl Tool for PluginTool {
@@ -96,19 +113,9 @@ impl Tool for PluginTool {
         // plugin (through the host) gets a buffer of its own.
         let mut json = INPUT_TEXT.take();
         json.clear();
-        let written = serde_json::to_writer(&mut json, &input);
+        let text = json_text(&mut json, &input);
         drop(input);
-        let result = match written {
-            Err(e) => Err(ToolError::internal(e.to_string())),
-            // serde_json writes UTF-8; the check is a formality the compiler cannot skip.
-            Ok(()) => match std::str::from_utf8(&json) {
-                Err(e) => Err(ToolError::internal(e.to_string())),
-                Ok(text) => match self.inner.execute(RStr::from(text), ctx.host().clone()) {
-                    RResult::ROk(out) => Ok(out.into()),
-                    RResult::RErr(e) => Err(e.into()),
-                },
-            },
-        };
+        let result = text.and_then(|text| self.execute_text(text, ctx));
         if json.capacity() <= MAX_KEPT_INPUT_TEXT {
             INPUT_TEXT.set(json);
         }
