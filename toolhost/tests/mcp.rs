@@ -776,3 +776,51 @@ fn every_bad_message_gets_a_json_rpc_error_naming_the_problem_and_the_server_kee
     assert_eq!(ok["result"]["content"][0]["text"], "# hello\n", "{ok}");
     assert!(!ws.path().join("big.txt").exists());
 }
+
+#[test]
+fn an_unknown_method_or_prompt_is_answered_with_what_was_not_found() {
+    let ws = workspace();
+    let frames = vec![
+        br#"{"jsonrpc":"2.0","id":20,"method":"tools/frobnicate","params":{}}"#.to_vec(),
+        br#"{"jsonrpc":"2.0","id":21,"method":"prompts/get","params":{"name":"review"}}"#.to_vec(),
+        br#"{"jsonrpc":"2.0","id":22,"method":"logging/setLevel","params":{"level":"debug"}}"#
+            .to_vec(),
+        br#"{"jsonrpc":"2.0","id":23,"method":"ping"}"#.to_vec(),
+    ];
+    let seen = raw_exchange(ws.path(), frames, 23);
+    let error = |id: i64| -> &Value {
+        seen.iter()
+            .find(|v| v["id"] == json!(id))
+            .map(|v| &v["error"])
+            .unwrap_or_else(|| panic!("no answer for id {id}: {seen:?}"))
+    };
+    let unknown = error(20);
+    assert_eq!(unknown["code"], -32601, "{unknown}");
+    assert_eq!(unknown["data"]["method"], "tools/frobnicate", "{unknown}");
+    let message = unknown["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("Method not found: 'tools/frobnicate'")
+            && message.contains("tools/call"),
+        "{message}"
+    );
+    let prompt = error(21);
+    assert_eq!(prompt["code"], -32602, "{prompt}");
+    assert_eq!(prompt["data"]["name"], "review", "{prompt}");
+    assert!(
+        prompt["message"]
+            .as_str()
+            .unwrap()
+            .contains("Prompt not found: 'review'"),
+        "{prompt}"
+    );
+    let logging = error(22);
+    assert_eq!(logging["code"], -32601, "{logging}");
+    assert!(
+        logging["message"].as_str().unwrap().contains("stderr"),
+        "{logging}"
+    );
+    assert!(
+        seen.iter()
+            .any(|v| v["id"] == json!(23) && v["result"] == json!({}))
+    );
+}

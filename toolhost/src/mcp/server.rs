@@ -385,6 +385,16 @@ fn principal(context: &RequestContext<RoleServer>) -> String {
         .map_or_else(|| "stdio".to_string(), |p| p.0.clone())
 }
 
+/// `-32601` for `method`, naming it and saying what the server does answer (rmcp's own
+/// answer carries only the method's name as its message).
+fn method_not_found(method: &str, hint: &str) -> McpError {
+    McpError::new(
+        rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+        format!("Method not found: '{method}'; {hint}"),
+        Some(serde_json::json!({"method": method})),
+    )
+}
+
 impl McpServer {
     /// A handler over the shared state.
     pub fn new(shared: Arc<McpShared>) -> Self {
@@ -589,6 +599,50 @@ impl ServerHandler for McpServer {
             Era::Stateless => McpError::invalid_params(message, data),
             Era::Session => McpError::resource_not_found(message, data),
         })
+    }
+
+    async fn get_prompt(
+        &self,
+        request: rmcp::model::GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetPromptResponse, McpError> {
+        // Prompts are declared and listed empty: a name is an unknown prompt (-32602, as
+        // the specification says), not an unknown method.
+        Err(McpError::invalid_params(
+            format!(
+                "Prompt not found: '{}' (toolhost offers tools only; prompts/list is empty)",
+                request.name
+            ),
+            Some(serde_json::json!({"name": request.name})),
+        ))
+    }
+
+    #[allow(
+        deprecated,
+        reason = "logging is deprecated (SEP-2577), but clients of earlier revisions still send setLevel"
+    )]
+    async fn set_level(
+        &self,
+        _request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        Err(method_not_found(
+            "logging/setLevel",
+            "toolhost does not declare the logging capability; its logs go to stderr, \
+             filtered by TOOLHOST_LOG",
+        ))
+    }
+
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CustomResult, McpError> {
+        Err(method_not_found(
+            &request.method,
+            "this server answers initialize, server/discover, ping, tools/list, tools/call, \
+             and empty prompt and resource lists",
+        ))
     }
 
     async fn list_tools(
