@@ -3,20 +3,28 @@
 //! The command runs in its own process group. On cancellation (the host's signal or
 //! [`Tool::cancel`]) the whole group gets SIGTERM, and SIGKILL [`KILL_AFTER`] later if it is
 //! still running; the output captured so far is returned. When the shell exits, anything it
-//! left running in its group is killed, so a call leaves no processes behind. Each of stdout
-//! and stderr keeps its first [`OUTPUT_CAP`] bytes; the rest is counted and dropped.
+//! left running in its group is killed. Each of stdout and stderr keeps its first
+//! [`OUTPUT_CAP`] bytes; the rest is counted and dropped.
+//!
+//! A process the command moved out of its group (`setsid`, a daemon that detaches) is not
+//! reached by the group's signals. If it keeps the command's stdout or stderr open, the call
+//! does not wait for it: [`OUTPUT_GRACE`] after the shell exits, the call returns what
+//! arrived, says which stream was left open (the text and `output_left_open` in the
+//! metadata), and stops reading that pipe (a later write to it gets `EPIPE`/`SIGPIPE`).
 //!
 //! While the command runs, what it prints (the kept part) is streamed as live output
 //! ([`ToolContext::output`], `tool.output_delta` events), stderr lines prefixed `[stderr] `.
 
 use std::io::Read;
+use std::os::fd::AsFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use rustix::process::{Pid, Signal, kill_process_group};
 use serde_json::{Value, json};
 use tool_api::{DefinedTool, SideEffect, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput};
@@ -26,6 +34,9 @@ pub const KILL_AFTER: Duration = Duration::from_secs(5);
 /// Bytes kept of each of stdout and stderr.
 pub const OUTPUT_CAP: usize = 64 * 1024;
 const POLL: Duration = Duration::from_millis(10);
+/// How long after the command exits its output may still arrive. A pipe still open then is
+/// held by a process outside the command's group; what arrived so far is returned.
+pub const OUTPUT_GRACE: Duration = Duration::from_secs(2);
 
 /// `shell` (execute): runs a shell command in the workspace directory.
 #[derive(Default)]
@@ -61,35 +72,80 @@ fn signal_group(pgid: i32, signal: Signal) {
 
 /// What a capture thread reports.
 enum Captured {
-    /// A chunk of the kept part of a stream, as it arrives.
-    Chunk(usize, Vec<u8>),
-    /// The stream ended: its kept bytes and its total length.
-    Done(usize, Vec<u8>, usize),
+    /// `read` bytes arrived on a stream; `kept` is the part of them within `OUTPUT_CAP`.
+    Chunk {
+        which: usize,
+        kept: Vec<u8>,
+        read: usize,
+    },
+    /// The stream ended.
+    Done(usize),
 }
 
-/// Reads a stream to its end, keeping the first `OUTPUT_CAP` bytes and reporting each kept
-/// chunk as it arrives.
-fn capture(mut stream: impl Read + Send + 'static, tx: mpsc::Sender<Captured>, which: usize) {
+/// How often a capture thread that waits for output looks whether it was told to stop.
+const STOP_CHECK: Duration = Duration::from_millis(50);
+
+/// Reads a stream to its end, reporting each chunk as it arrives and keeping no more than
+/// `OUTPUT_CAP` bytes of it. It stops early when `stop` is set: a process outside the
+/// command's group (started with `setsid`, a daemon) may hold the pipe open for ever.
+fn capture(
+    mut stream: impl Read + AsFd + Send + 'static,
+    tx: mpsc::Sender<Captured>,
+    which: usize,
+    stop: Arc<AtomicBool>,
+) {
     thread::spawn(move || {
-        let mut kept = Vec::new();
-        let mut total = 0usize;
+        let mut kept_len = 0usize;
         let mut buf = [0u8; 8192];
+        let wait = Timespec::try_from(STOP_CHECK).unwrap_or(Timespec {
+            tv_sec: 0,
+            tv_nsec: 50_000_000,
+        });
         loop {
+            if stop.load(Ordering::Acquire) {
+                return;
+            }
+            let mut fds = [PollFd::new(&stream, PollFlags::IN)];
+            match poll(&mut fds, Some(&wait)) {
+                Ok(0) | Err(rustix::io::Errno::INTR) => continue,
+                Ok(_) => {}
+                Err(_) => break,
+            }
             match stream.read(&mut buf) {
-                Ok(0) | Err(_) => break,
+                Ok(0) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
                 Ok(n) => {
-                    total += n;
-                    let room = OUTPUT_CAP.saturating_sub(kept.len());
-                    let keep = &buf[..n.min(room)];
-                    if !keep.is_empty() {
-                        kept.extend_from_slice(keep);
-                        let _ = tx.send(Captured::Chunk(which, keep.to_vec()));
+                    let room = OUTPUT_CAP.saturating_sub(kept_len);
+                    let kept = buf[..n.min(room)].to_vec();
+                    kept_len += kept.len();
+                    if tx
+                        .send(Captured::Chunk {
+                            which,
+                            kept,
+                            read: n,
+                        })
+                        .is_err()
+                    {
+                        return;
                     }
                 }
             }
         }
-        let _ = tx.send(Captured::Done(which, kept, total));
+        let _ = tx.send(Captured::Done(which));
     });
+}
+
+/// One stream's output as the call has received it.
+#[derive(Default)]
+struct Stream {
+    /// Its first `OUTPUT_CAP` bytes.
+    kept: Vec<u8>,
+    /// How many bytes arrived in all.
+    total: usize,
+    /// It reached its end (else something still holds it open).
+    ended: bool,
+    live: LiveText,
 }
 
 /// Turns byte chunks of one stream into text for live output, never splitting a UTF-8
@@ -114,17 +170,14 @@ impl LiveText {
     }
 }
 
-/// Streams captured chunks to the context as live output.
-fn stream_live(
-    ctx: &ToolContext,
-    live: &mut [LiveText; 2],
-    streams: &mut [(Vec<u8>, usize); 2],
-    done: &mut usize,
-    msg: Captured,
-) {
+/// Records a captured chunk and streams it to the context as live output.
+fn receive(ctx: &ToolContext, streams: &mut [Stream; 2], msg: Captured) {
     match msg {
-        Captured::Chunk(which, bytes) => {
-            let text = live[which].push(&bytes);
+        Captured::Chunk { which, kept, read } => {
+            let stream = &mut streams[which];
+            stream.total += read;
+            stream.kept.extend_from_slice(&kept);
+            let text = stream.live.push(&kept);
             if text.is_empty() {
                 return;
             }
@@ -138,10 +191,7 @@ fn stream_live(
                 ctx.output(&prefixed);
             }
         }
-        Captured::Done(which, kept, total) => {
-            streams[which] = (kept, total);
-            *done += 1;
-        }
+        Captured::Done(which) => streams[which].ended = true,
     }
 }
 
@@ -167,21 +217,22 @@ impl Tool for Shell {
             .debug(format_args!("shell started (pgid {pgid}): {command}"));
 
         let (tx, rx) = mpsc::channel();
-        if let Some(out) = child.stdout.take() {
-            capture(out, tx.clone(), 0);
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut streams: [Stream; 2] = Default::default();
+        match child.stdout.take() {
+            Some(out) => capture(out, tx.clone(), 0, stop.clone()),
+            None => streams[0].ended = true,
         }
-        if let Some(err) = child.stderr.take() {
-            capture(err, tx, 1);
+        match child.stderr.take() {
+            Some(err) => capture(err, tx, 1, stop.clone()),
+            None => streams[1].ended = true,
         }
 
         let mut term_sent: Option<Instant> = None;
         let mut killed = false;
-        let mut live: [LiveText; 2] = Default::default();
-        let mut streams = [(Vec::new(), 0usize), (Vec::new(), 0usize)];
-        let mut done = 0usize;
         let status = loop {
             while let Ok(msg) = rx.try_recv() {
-                stream_live(ctx, &mut live, &mut streams, &mut done, msg);
+                receive(ctx, &mut streams, msg);
             }
             match child.try_wait() {
                 Ok(Some(status)) => break status,
@@ -215,15 +266,40 @@ impl Tool for Shell {
         // Whatever the shell left in its group goes too, so the pipes close.
         signal_group(pgid, Signal::KILL);
 
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while done < 2 {
+        let deadline = Instant::now() + OUTPUT_GRACE;
+        while !streams.iter().all(|s| s.ended) {
             let left = deadline.saturating_duration_since(Instant::now());
             match rx.recv_timeout(left) {
-                Ok(msg) => stream_live(ctx, &mut live, &mut streams, &mut done, msg),
+                Ok(msg) => receive(ctx, &mut streams, msg),
                 Err(_) => break,
             }
         }
-        let [(stdout, stdout_total), (stderr, stderr_total)] = streams;
+        // A stream still open now is held by a process outside the group: stop reading it.
+        stop.store(true, Ordering::Release);
+        let left_open: Vec<&str> = ["stdout", "stderr"]
+            .into_iter()
+            .zip(&streams)
+            .filter(|(_, s)| !s.ended)
+            .map(|(name, _)| name)
+            .collect();
+        if !left_open.is_empty() {
+            ctx.log().warn(format_args!(
+                "the command exited but its {} stayed open, held by a process outside its group",
+                left_open.join(" and ")
+            ));
+        }
+        let [
+            Stream {
+                kept: stdout,
+                total: stdout_total,
+                ..
+            },
+            Stream {
+                kept: stderr,
+                total: stderr_total,
+                ..
+            },
+        ] = streams;
         let cancelled = term_sent.is_some();
 
         let mut text = String::from_utf8_lossy(&stdout).into_owned();
@@ -249,6 +325,15 @@ impl Tool for Shell {
         if !text.is_empty() && !text.ends_with('\n') {
             text.push('\n');
         }
+        if !left_open.is_empty() {
+            text.push_str(&format!(
+                "[{} still open {}s after the command exited, held by a process it started \
+                 outside its process group (setsid, a daemon), which was not stopped; output \
+                 after this point is not shown]\n",
+                left_open.join(" and "),
+                OUTPUT_GRACE.as_secs()
+            ));
+        }
         let ending = match (status.code(), status.signal()) {
             (Some(code), _) => format!("[exit code: {code}]"),
             (None, Some(sig)) => format!("[killed by signal {sig}]"),
@@ -263,6 +348,7 @@ impl Tool for Shell {
             "cancelled": cancelled,
             "sigterm_sent": cancelled,
             "sigkill_sent": killed,
+            "output_left_open": left_open,
         });
         let success = status.success() && !cancelled;
         let out = if success {

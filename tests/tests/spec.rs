@@ -753,6 +753,42 @@ async fn shell_command_that_honours_sigterm_stops_at_once() {
     assert_eq!(r.metadata["signal"], 15);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shell_output_held_open_by_a_detached_process_is_returned_and_named() {
+    let d = Dispatcher::builder().policy(allow_all()).build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    // The detached process leaves the command's group, so the group's SIGKILL misses it,
+    // and it keeps stdout and stderr open for far longer than the call may wait.
+    let command =
+        "setsid sh -c 'echo $$ > held.pid; exec sleep 120' & echo started; echo warned >&2";
+    let r = d
+        .dispatch(
+            ToolUse::new("tu", "shell", json!({"command": command})),
+            &fx.session,
+        )
+        .await;
+    let held = std::fs::read_to_string(fx.path("held.pid")).unwrap_or_default();
+    if let Ok(pid) = held.trim().parse::<i32>() {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    assert!(!r.is_error(), "{}", r.text());
+    let text = r.text();
+    assert!(
+        text.starts_with("started\n[stderr]\nwarned\n"),
+        "what arrived before the shell exited is kept: {text}"
+    );
+    assert!(
+        text.contains("[stdout and stderr still open") && text.contains("setsid"),
+        "{text}"
+    );
+    assert_eq!(r.metadata["output_left_open"], json!(["stdout", "stderr"]));
+    assert_eq!(r.metadata["stdout_bytes"], 8);
+    assert_eq!(r.metadata["exit_code"], 0);
+}
+
 // 11 (exception wrapping) and 12 (fs API enforcement) assert on logs: see logging.rs.
 
 // ---------------------------------------------------------------- 13: trusted workspace
