@@ -101,6 +101,14 @@ pub enum FsError {
         /// What was too big.
         what: &'static str,
     },
+    /// The file is larger than one whole-file read returns ([`MAX_READ_BYTES`]).
+    #[error("{}", tool_api::fs_error::too_large(path, *size, MAX_READ_BYTES))]
+    TooLarge {
+        /// The path as given.
+        path: String,
+        /// Its size in bytes (at least: it may have grown while it was read).
+        size: u64,
+    },
     /// Any other OS error.
     #[error("cannot access '{path}': {source}")]
     Io {
@@ -152,6 +160,11 @@ impl From<FsError> for ToolError {
 }
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// The most one whole-file read returns (1 GiB): a larger file is refused with
+/// [`FsError::TooLarge`] before anything is read, and a stream without end (a device) is
+/// cut there, so no tool can make the host hold more for one read.
+pub const MAX_READ_BYTES: u64 = 1 << 30;
 
 /// The largest regular file an inline attempt reads (64 KiB).
 pub const INLINE_BYTES: u64 = 64 * 1024;
@@ -467,53 +480,98 @@ impl Workspace {
     }
 
     /// Reads a file's bytes, within `budget` if given: then only a regular file of at most
-    /// [`INLINE_BYTES`], opened non-blocking.
+    /// [`INLINE_BYTES`], opened non-blocking. Without a budget, the whole file, up to
+    /// [`MAX_READ_BYTES`]: a larger file is refused before anything is read, and a stream
+    /// with no end (a device) stops at the limit. A named pipe is read as it is written,
+    /// to its writer's end, like a slow file.
     pub fn read_bytes_within(
         &self,
         path: &str,
         budget: Option<&InlineBudget>,
     ) -> Result<Vec<u8>, FsError> {
         let rel = self.resolve(path)?;
+        match budget {
+            None => self.read_whole(path, &rel),
+            Some(budget) => self.read_inline(path, &rel, budget),
+        }
+    }
+
+    /// [`Workspace::read_bytes_within`] without a budget.
+    fn read_whole(&self, path: &str, rel: &Path) -> Result<Vec<u8>, FsError> {
         let io_err = |e| self.io_error(path, e);
-        let mut file = match budget {
-            None => self.dir.open(&rel).map_err(io_err)?,
-            Some(budget) => {
-                let file = match budget.take_opened(&rel) {
-                    Some(fd) => cap_std::fs::File::from_std(std::fs::File::from(fd)),
-                    None => {
-                        let mut options = OpenOptions::new();
-                        options.read(true);
-                        #[allow(clippy::cast_possible_wrap)]
-                        options.custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32);
-                        self.dir.open_with(&rel, &options).map_err(io_err)?
-                    }
-                };
-                let meta = file.metadata().map_err(io_err)?;
-                if !meta.is_file() {
-                    return Err(budget.over(path, "a file that is not a regular file"));
-                }
-                if meta.len() > INLINE_BYTES {
-                    return Err(budget.over(path, "a file over 64 KiB"));
-                }
-                // The size just read: one read for the whole file, into memory it does not
-                // zero first, with no second stat and no probe for the end (a file that
-                // changes meanwhile is read as far as it was long).
-                let len = usize::try_from(meta.len()).unwrap_or(0);
-                let mut buf = Vec::with_capacity(len);
-                while buf.len() < len {
-                    match rustix::io::read(&file, rustix::buffer::spare_capacity(&mut buf)) {
-                        Ok(0) => break,
-                        Ok(_) => {}
-                        Err(rustix::io::Errno::INTR) => {}
-                        Err(e) => return Err(io_err(e.into())),
-                    }
-                }
-                return Ok(buf);
-            }
+        let too_large = |size| FsError::TooLarge {
+            path: path.into(),
+            size,
         };
-        let mut buf = Vec::new();
-        file.read_to_end(&mut buf).map_err(io_err)?;
+        let file = self.dir.open(rel).map_err(io_err)?;
+        let meta = file.metadata().map_err(io_err)?;
+        if meta.is_dir() {
+            return Err(FsError::WrongKind {
+                path: path.into(),
+                what: "is a directory",
+            });
+        }
+        if meta.len() > MAX_READ_BYTES {
+            return Err(too_large(meta.len()));
+        }
+        let mut buf = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+        // A file that grows while it is read, or a device without end, stops one byte past
+        // the limit.
+        (&file)
+            .take(MAX_READ_BYTES + 1)
+            .read_to_end(&mut buf)
+            .map_err(io_err)?;
+        if buf.len() as u64 > MAX_READ_BYTES {
+            return Err(too_large(buf.len() as u64));
+        }
         Ok(buf)
+    }
+
+    /// [`Workspace::read_bytes_within`] within `budget`: a small regular file, or
+    /// [`FsError::OverBudget`].
+    fn read_inline(
+        &self,
+        path: &str,
+        rel: &Path,
+        budget: &InlineBudget,
+    ) -> Result<Vec<u8>, FsError> {
+        let io_err = |e| self.io_error(path, e);
+        let file = match budget.take_opened(rel) {
+            Some(fd) => cap_std::fs::File::from_std(std::fs::File::from(fd)),
+            None => self.open_nonblocking(rel).map_err(io_err)?,
+        };
+        let meta = file.metadata().map_err(io_err)?;
+        if !meta.is_file() {
+            return Err(budget.over(path, "a file that is not a regular file"));
+        }
+        if meta.len() > INLINE_BYTES {
+            return Err(budget.over(path, "a file over 64 KiB"));
+        }
+        // The size just read: one read for the whole file, into memory it does not
+        // zero first, with no second stat and no probe for the end (a file that
+        // changes meanwhile is read as far as it was long).
+        let len = usize::try_from(meta.len()).unwrap_or(0);
+        let mut buf = Vec::with_capacity(len);
+        while buf.len() < len {
+            match rustix::io::read(&file, rustix::buffer::spare_capacity(&mut buf)) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(io_err(e.into())),
+            }
+        }
+        Ok(buf)
+    }
+
+    /// Opens `rel` for reading, non-blocking and without taking a controlling terminal.
+    fn open_nonblocking(&self, rel: &Path) -> io::Result<cap_std::fs::File> {
+        let mut options = OpenOptions::new();
+        options.read(true);
+        #[allow(clippy::cast_possible_wrap)]
+        options.custom_flags(
+            (rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOCTTY).bits() as i32,
+        );
+        self.dir.open_with(rel, &options)
     }
 
     /// Creates or atomically replaces a file, creating parent directories.

@@ -951,3 +951,21 @@ fn every_file_operation_refuses_paths_and_symlinks_leading_outside() {
     );
     assert!(!outside.path().join("new.txt").exists());
 }
+
+#[test]
+fn a_whole_file_read_over_the_limit_is_refused_before_reading() {
+    let fx = Fixture::new(Dispatcher::new());
+    // Sparse: a size over the limit without the bytes on disk.
+    let file = std::fs::File::create(fx.path("huge.log")).unwrap();
+    file.set_len(dispatcher_core::workspace::MAX_READ_BYTES + 1)
+        .unwrap();
+    let e = fx.session.workspace().read_bytes("huge.log").unwrap_err();
+    assert!(
+        matches!(e, dispatcher_core::FsError::TooLarge { size, .. } if size == dispatcher_core::workspace::MAX_READ_BYTES + 1),
+        "{e:?}"
+    );
+    assert_eq!(
+        e.to_string(),
+        "'huge.log' is 1073741825 bytes, over the 1073741824-byte limit of one whole-file read; read a part of it another way (e.g. a range of lines)"
+    );
+}

@@ -251,12 +251,13 @@ pub struct WorkspaceFiles<'a> {
 }
 
 impl WorkspaceFiles<'_> {
-    /// Reads a UTF-8 file.
+    /// Reads a UTF-8 file, whole. toolhost returns up to 1 GiB; a larger file is an error
+    /// that says so, before anything is read.
     pub fn read(&self, path: &str) -> Result<String, ToolError> {
         lift(self.host.fs_read(path.into()), |s| s.into_string())
     }
 
-    /// Reads a file's bytes.
+    /// Reads a file's bytes, whole, with the limits of [`WorkspaceFiles::read`].
     pub fn read_bytes(&self, path: &str) -> Result<Vec<u8>, ToolError> {
         lift(self.host.fs_read_bytes(path.into()), |b| b.into_vec())
     }

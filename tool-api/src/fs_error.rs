@@ -12,6 +12,14 @@ pub fn not_found(path: &str) -> String {
     format!("'{path}' not found in the workspace")
 }
 
+/// The file is over the `limit` of bytes one whole-file read returns.
+pub fn too_large(path: &str, size: u64, limit: u64) -> String {
+    format!(
+        "'{path}' is {size} bytes, over the {limit}-byte limit of one whole-file read; \
+         read a part of it another way (e.g. a range of lines)"
+    )
+}
+
 /// The file is not UTF-8 text.
 pub fn not_utf8(path: &str) -> String {
     format!("'{path}' is not UTF-8 text; read it as bytes")
