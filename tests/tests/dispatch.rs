@@ -5,6 +5,7 @@ mod common;
 
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{Fixture, builtins, drain, next_of, policy};
@@ -182,24 +183,35 @@ async fn tool_ignoring_cancellation_is_abandoned_after_grace_period() {
         })
         .build();
     let def = ToolDefinition::new("stubborn", "x", SideEffect::None, json!({"type": "object"}));
+    // Set once this test's tool is running: an interrupt that comes before (just after
+    // `tool.called`) stops the call before its tool starts, and there is nothing to abandon.
+    static RUNNING: AtomicBool = AtomicBool::new(false);
+    struct Running;
+    impl Tool for Running {
+        fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+            RUNNING.store(true, Ordering::SeqCst);
+            Stubborn.execute(input, ctx)
+        }
+    }
     struct F(ToolDefinition);
     impl tool_api::ToolFactory for F {
         fn definition(&self) -> &ToolDefinition {
             &self.0
         }
         fn create(&self) -> Result<Box<dyn Tool>, ToolError> {
-            Ok(Box::new(Stubborn))
+            Ok(Box::new(Running))
         }
     }
     d.register(Arc::new(F(def))).unwrap();
     let fx = Fixture::new(d.clone());
-    let mut events = fx.session.subscribe();
     let (d2, s2) = (d.clone(), fx.session.clone());
     let pending = tokio::spawn(async move {
         d2.dispatch(ToolUse::new("tu", "stubborn", json!({})), &s2)
             .await
     });
-    next_of(&mut events, "tool.called").await;
+    while !RUNNING.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let started = Instant::now();
     d.cancel_session_tools("s1").await;
     let waited = started.elapsed();
