@@ -49,7 +49,17 @@ impl DefinedTool for ReadFile {
 impl Tool for ReadFile {
     fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let path = str_arg(&input, "path")?;
-        let text = ctx.files().read(path)?;
+        let text = ctx.files().read(path).map_err(|e| {
+            // The file API's own advice (read it as bytes) is for tool authors; the model
+            // has no such tool.
+            if e.message() == tool_api::fs_error::not_utf8(path) {
+                ToolError::failed(format!(
+                    "'{path}' is not UTF-8 text (a binary file?); read_file returns text only"
+                ))
+            } else {
+                e
+            }
+        })?;
         let offset = input.get("offset").and_then(Value::as_u64);
         let limit = input.get("limit").and_then(Value::as_u64);
         let total_lines = line_count(&text);

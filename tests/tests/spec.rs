@@ -969,3 +969,27 @@ fn a_whole_file_read_over_the_limit_is_refused_before_reading() {
         "'huge.log' is 1073741825 bytes, over the 1073741824-byte limit of one whole-file read; read a part of it another way (e.g. a range of lines)"
     );
 }
+
+#[tokio::test]
+async fn read_file_of_a_binary_file_says_it_reads_text_only() {
+    let d = Dispatcher::builder().policy(allow_all()).build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    std::fs::write(fx.path("image.bin"), b"\x89PNG\r\n\x1a\n\xff\xfe").unwrap();
+    let r = d
+        .dispatch(
+            ToolUse::new("tu", "read_file", json!({"path": "image.bin"})),
+            &fx.session,
+        )
+        .await;
+    assert_eq!(
+        r.error_class,
+        Some(ErrorClass::ExecutionError),
+        "{}",
+        r.text()
+    );
+    assert_eq!(
+        r.text(),
+        "'image.bin' is not UTF-8 text (a binary file?); read_file returns text only"
+    );
+}
