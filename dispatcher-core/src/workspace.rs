@@ -101,6 +101,15 @@ pub enum FsError {
         /// What was too big.
         what: &'static str,
     },
+    /// The file is marked read-only (no write permission for anyone): it is not replaced,
+    /// patched or appended to, even by a user whose privileges would allow it.
+    #[error(
+        "'{path}' is read-only (no write permission for anyone); it was left as it is: make it writable first if it should change"
+    )]
+    ReadOnly {
+        /// The path as given.
+        path: String,
+    },
     /// The file is larger than one whole-file read returns ([`MAX_READ_BYTES`]).
     #[error("{}", tool_api::fs_error::too_large(path, *size, MAX_READ_BYTES))]
     TooLarge {
@@ -142,9 +151,10 @@ impl FsError {
         }
     }
 
-    /// Whether this is a boundary violation (reported as `permission_denied`).
+    /// Whether this is a boundary violation, a read-only file, or a permission the system
+    /// refused (reported as `permission_denied`).
     pub fn is_permission_denied(&self) -> bool {
-        matches!(self, FsError::Escape { .. })
+        matches!(self, FsError::Escape { .. } | FsError::ReadOnly { .. })
             || matches!(self, FsError::Io { source, .. } if source.kind() == io::ErrorKind::PermissionDenied)
     }
 }
@@ -581,7 +591,8 @@ impl Workspace {
 
     /// Creates or atomically replaces a file, creating parent directories: the content goes
     /// to a temporary file in the same directory, is synced, and is renamed over the target.
-    /// An existing file keeps its permissions.
+    /// An existing file keeps its permissions; a read-only one is refused
+    /// ([`FsError::ReadOnly`]).
     pub fn write_bytes(&self, path: &str, content: &[u8]) -> Result<(), FsError> {
         let rel = self.resolve(path)?;
         let io_err = |e| self.io_error(path, e);
@@ -601,6 +612,10 @@ impl Workspace {
                     path: path.into(),
                     what: "is a directory",
                 });
+            }
+            Ok(m) if m.permissions().readonly() => {
+                // Replacing it through a rename would pass over the mark: refuse instead.
+                return Err(FsError::ReadOnly { path: path.into() });
             }
             Ok(m) => Some(m.permissions()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
@@ -642,6 +657,10 @@ impl Workspace {
             .dir
             .open_with(&rel, OpenOptions::new().append(true).create(true))
             .map_err(io_err)?;
+        // Opening succeeds on a read-only file for a privileged user: the mark still holds.
+        if file.metadata().map_err(io_err)?.permissions().readonly() {
+            return Err(FsError::ReadOnly { path: path.into() });
+        }
         file.write_all(content).map_err(io_err)
     }
 

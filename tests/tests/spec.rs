@@ -760,8 +760,10 @@ async fn shell_output_held_open_by_a_detached_process_is_returned_and_named() {
     let fx = Fixture::new(d.clone());
     // The detached process leaves the command's group, so the group's SIGKILL misses it,
     // and it keeps stdout and stderr open for far longer than the call may wait.
-    let command =
-        "setsid sh -c 'echo $$ > held.pid; exec sleep 120' & echo started; echo warned >&2";
+    // The shell waits until the detached process has left its group (it writes its pid
+    // after `setsid`), else the group's SIGKILL at the shell's exit could still reach it.
+    let command = "setsid sh -c 'echo $$ > held.pid; exec sleep 120' & \
+                   while [ ! -s held.pid ]; do sleep 0.01; done; echo started; echo warned >&2";
     let r = d
         .dispatch(
             ToolUse::new("tu", "shell", json!({"command": command})),
@@ -992,4 +994,60 @@ async fn read_file_of_a_binary_file_says_it_reads_text_only() {
         r.text(),
         "'image.bin' is not UTF-8 text (a binary file?); read_file returns text only"
     );
+}
+
+#[tokio::test]
+async fn a_read_only_file_is_not_replaced_patched_or_appended_to() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = Dispatcher::builder().policy(allow_all()).build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    fx.write("locked.txt", "keep me\n");
+    std::fs::set_permissions(
+        fx.path("locked.txt"),
+        std::fs::Permissions::from_mode(0o444),
+    )
+    .unwrap();
+    let expected = "'locked.txt' is read-only (no write permission for anyone); it was left as it is: make it writable first if it should change";
+    for (tool, input) in [
+        (
+            "write_file",
+            json!({"path": "locked.txt", "content": "gone"}),
+        ),
+        (
+            "patch_file",
+            json!({"path": "locked.txt", "old": "keep", "new": "lose"}),
+        ),
+    ] {
+        let r = d
+            .dispatch(ToolUse::new("tu", tool, input), &fx.session)
+            .await;
+        assert_eq!(
+            r.error_class,
+            Some(ErrorClass::PermissionDenied),
+            "{tool}: {}",
+            r.text()
+        );
+        assert_eq!(r.text(), format!("permission denied: {expected}"), "{tool}");
+    }
+    let appended = fx.session.workspace().append("locked.txt", b"more");
+    assert!(
+        appended.as_ref().is_err_and(|e| e.to_string() == expected),
+        "{appended:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(fx.path("locked.txt")).unwrap(),
+        "keep me\n"
+    );
+    let mode = std::fs::metadata(fx.path("locked.txt"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o444);
+    // Nothing half-made is left beside it.
+    let names: Vec<_> = std::fs::read_dir(fx.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("locked.txt")]);
 }
