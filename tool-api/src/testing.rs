@@ -14,9 +14,11 @@
 //! ```
 //!
 //! Its path rules mirror the real host's lexical rules (relative, `..` resolved while
-//! checking, nothing outside the root); it has no symlinks.
+//! checking, nothing outside the root). It has no symlinks, except those
+//! [`TestHost::put_link_outside`] puts there to stand for one that leads outside, which
+//! the real host refuses.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -31,6 +33,8 @@ use crate::context::{Level, ToolContext};
 #[derive(Default)]
 struct State {
     files: Mutex<BTreeMap<String, Vec<u8>>>,
+    /// Paths of symlinks that lead outside the workspace.
+    links_outside: Mutex<BTreeSet<String>>,
     logs: Mutex<Vec<(Level, String)>>,
     output: Mutex<Vec<String>>,
     cancelled: AtomicBool,
@@ -61,6 +65,44 @@ impl TestHost {
         if let Ok(p) = normalize(path) {
             lock(&self.state.files).insert(p, content.as_ref().to_vec());
         }
+    }
+
+    /// Puts a symlink at `path` that leads outside the workspace, as a checkout may hold
+    /// one (`venv/bin/python -> /usr/bin/python3`): it is listed in its directory, and
+    /// every operation on it or through it is refused as an escape (`permission_denied`),
+    /// as the real host refuses it. A tool that walks directories must get past it.
+    ///
+    /// ```
+    /// use tool_api::testing::TestHost;
+    ///
+    /// let host = TestHost::new();
+    /// host.put_file("src/main.rs", "fn main() {}");
+    /// host.put_link_outside("src/vendor");
+    /// let ctx = host.context();
+    /// let files = ctx.files();
+    /// assert_eq!(files.list("src").unwrap(), ["main.rs", "vendor"]);
+    /// assert!(files.metadata("src/vendor").is_err());
+    /// assert!(files.read("src/vendor/lib.rs").is_err());
+    /// ```
+    pub fn put_link_outside(&self, path: &str) {
+        if let Ok(p) = normalize(path) {
+            lock(&self.state.links_outside).insert(p);
+        }
+    }
+
+    /// `path` resolved under the root, refused when it is, or goes through, a link that
+    /// leads outside.
+    fn resolve(&self, path: &str) -> Result<String, AbiError> {
+        let p = normalize(path)?;
+        let through_link = lock(&self.state.links_outside).iter().any(|l| {
+            p == *l
+                || p.strip_prefix(l.as_str())
+                    .is_some_and(|r| r.starts_with('/'))
+        });
+        if through_link {
+            return Err(denied(path));
+        }
+        Ok(p)
     }
 
     /// The current content of a workspace file as text.
@@ -182,12 +224,12 @@ impl HostContext for TestHost {
         ok_or(self.read(path.as_str()).map(RVec::from))
     }
     fn fs_write(&self, path: RStr<'_>, content: RSlice<'_, u8>) -> RResult<(), AbiError> {
-        ok_or(normalize(path.as_str()).map(|p| {
+        ok_or(self.resolve(path.as_str()).map(|p| {
             lock(&self.state.files).insert(p, content.to_vec());
         }))
     }
     fn fs_append(&self, path: RStr<'_>, content: RSlice<'_, u8>) -> RResult<(), AbiError> {
-        ok_or(normalize(path.as_str()).map(|p| {
+        ok_or(self.resolve(path.as_str()).map(|p| {
             lock(&self.state.files)
                 .entry(p)
                 .or_default()
@@ -195,14 +237,14 @@ impl HostContext for TestHost {
         }))
     }
     fn fs_exists(&self, path: RStr<'_>) -> RResult<bool, AbiError> {
-        ok_or(normalize(path.as_str()).map(|p| {
+        ok_or(self.resolve(path.as_str()).map(|p| {
             let files = lock(&self.state.files);
             let dir = format!("{p}/");
             p.is_empty() || files.contains_key(&p) || files.keys().any(|k| k.starts_with(&dir))
         }))
     }
     fn fs_list(&self, path: RStr<'_>) -> RResult<RVec<RString>, AbiError> {
-        ok_or(normalize(path.as_str()).map(|p| {
+        ok_or(self.resolve(path.as_str()).map(|p| {
             let prefix = if p.is_empty() { p } else { format!("{p}/") };
             let mut names: Vec<String> = lock(&self.state.files)
                 .keys()
@@ -212,12 +254,21 @@ impl HostContext for TestHost {
                     None => rest.to_string(),
                 })
                 .collect();
+            // A link is listed by its name, as a symlink is (its target is never looked at).
+            names.extend(
+                lock(&self.state.links_outside)
+                    .iter()
+                    .filter_map(|l| l.strip_prefix(&prefix))
+                    .filter(|rest| !rest.contains('/'))
+                    .map(str::to_string),
+            );
+            names.sort();
             names.dedup();
             names.into_iter().map(RString::from).collect()
         }))
     }
     fn fs_delete(&self, path: RStr<'_>) -> RResult<(), AbiError> {
-        ok_or(normalize(path.as_str()).and_then(|p| {
+        ok_or(self.resolve(path.as_str()).and_then(|p| {
             lock(&self.state.files)
                 .remove(&p)
                 .map(|_| ())
@@ -252,7 +303,7 @@ impl HostContext for TestHost {
         }
     }
     fn fs_patch(&self, path: RStr<'_>, old: RStr<'_>, new: RStr<'_>) -> RResult<(), AbiError> {
-        ok_or(normalize(path.as_str()).and_then(|p| {
+        ok_or(self.resolve(path.as_str()).and_then(|p| {
             let mut files = lock(&self.state.files);
             let bytes = files
                 .get_mut(&p)
@@ -271,7 +322,7 @@ impl HostContext for TestHost {
 
 impl TestHost {
     fn metadata(&self, path: &str) -> Result<FsMetadata, AbiError> {
-        let p = normalize(path)?;
+        let p = self.resolve(path)?;
         let files = lock(&self.state.files);
         if let Some(bytes) = files.get(&p) {
             return Ok(FsMetadata {
@@ -293,7 +344,7 @@ impl TestHost {
     }
 
     fn read(&self, path: &str) -> Result<Vec<u8>, AbiError> {
-        let p = normalize(path)?;
+        let p = self.resolve(path)?;
         lock(&self.state.files)
             .get(&p)
             .cloned()

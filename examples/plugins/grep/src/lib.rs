@@ -112,12 +112,30 @@ impl TypedTool for Grep {
 
             fn visit(&mut self, path: &str, depth: usize) -> Result<(), ToolError> {
                 self.ctx.check_cancelled()?;
-                let meta = self.ctx.files().metadata(path)?;
+                // Below the path it was asked for, an entry the host will not let it at (a
+                // symlink that leads outside the workspace, a name that is not UTF-8) is
+                // skipped and counted: one such entry does not end the whole search.
+                let meta = match self.ctx.files().metadata(path) {
+                    Ok(meta) => meta,
+                    Err(_) if depth > 0 => {
+                        self.files_skipped += 1;
+                        return Ok(());
+                    }
+                    Err(e) => return Err(e),
+                };
                 if meta.is_dir {
                     if depth >= MAX_DEPTH {
                         return Ok(());
                     }
-                    for name in self.ctx.files().list(path)? {
+                    let names = match self.ctx.files().list(path) {
+                        Ok(names) => names,
+                        Err(_) if depth > 0 => {
+                            self.files_skipped += 1;
+                            return Ok(());
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    for name in names {
                         if self.done() {
                             break;
                         }
@@ -284,6 +302,34 @@ mod tests {
             .execute(json!({"pattern": "x"}), &host.context())
             .unwrap_err();
         assert!(matches!(err, ToolError::Cancelled(_)));
+    }
+
+    #[test]
+    fn a_link_leading_outside_is_skipped_not_the_end_of_the_search() {
+        let host = host();
+        host.put_link_outside("src/vendor");
+        let out = Grep
+            .execute(
+                json!({"pattern": "hello", "ignore_case": true}),
+                &host.context(),
+            )
+            .unwrap();
+        assert_eq!(
+            out.text_content(),
+            "README.md:1: Hello, readme\nsrc/lib.rs:1: // hello there\nsrc/main.rs:2:     println!(\"Hello\");\n"
+        );
+        assert_eq!(
+            out.metadata["files_skipped"], 2,
+            "the binary file and the link"
+        );
+        // Asked for by name, the link is refused, as any path outside is.
+        let err = Grep
+            .execute(
+                json!({"pattern": "x", "path": "src/vendor"}),
+                &host.context(),
+            )
+            .unwrap_err();
+        assert!(matches!(err, ToolError::PermissionDenied(_)), "{err}");
     }
 
     #[test]
