@@ -158,6 +158,12 @@ impl TypedTool for Grep {
                     self.files_skipped += 1;
                     return Ok(());
                 }
+                if meta.size == 0 {
+                    // Nothing to match, and nothing to wait on: a named pipe reports no
+                    // size, and reading one waits for a writer.
+                    self.files_searched += 1;
+                    return Ok(());
+                }
                 let Ok(text) = self.ctx.files().read(path) else {
                     self.files_skipped += 1; // binary or unreadable
                     return Ok(());
