@@ -1357,3 +1357,38 @@ fn an_http_toolset_whose_token_variable_is_unset_is_refused_naming_the_variable(
         "{stdout}"
     );
 }
+
+#[test]
+fn an_unknown_path_or_method_gets_a_json_error_naming_what_is_served() {
+    let ws = workspace();
+    let server = serve_http(ws.path(), &[]);
+    let missing = request(&server.addr, "GET", "/v1/nothing", &[], b"");
+    assert_eq!(missing.status, 404, "{missing:?}");
+    let message = missing.json()["error"].as_str().unwrap().to_string();
+    assert!(
+        message.starts_with("no endpoint GET /v1/nothing; this server answers")
+            && message.contains("/mcp")
+            && message.contains("POST /v1/confirmations/{id}"),
+        "{message}"
+    );
+    let wrong = request(&server.addr, "DELETE", "/v1/events", &[], b"");
+    assert_eq!(wrong.status, 405, "{wrong:?}");
+    let message = wrong.json()["error"].as_str().unwrap().to_string();
+    assert!(
+        message.starts_with("/v1/events does not take DELETE;"),
+        "{message}"
+    );
+
+    // The control API beside MCP on stdio serves no /mcp, and says so.
+    let control = start(command(
+        ws.path(),
+        &["serve", "--mcp", "--control", "127.0.0.1:0"],
+    ));
+    let missing = request(&control.addr, "POST", "/mcp", &[], b"{}");
+    assert_eq!(missing.status, 404, "{missing:?}");
+    let message = missing.json()["error"].as_str().unwrap().to_string();
+    assert!(
+        message.starts_with("no endpoint POST /mcp;") && !message.contains("(MCP"),
+        "{message}"
+    );
+}

@@ -140,6 +140,36 @@ struct AnswerBody {
     decision: String,
 }
 
+/// The endpoints of a server with the control API only (`serve --mcp --control`).
+pub const CONTROL_ENDPOINTS: &str =
+    "GET / (the console), GET /v1/events, GET /v1/confirmations, POST /v1/confirmations/{id}";
+
+/// The endpoints of `serve --http`: MCP as well.
+pub const ALL_ENDPOINTS: &str = "GET / (the console), /mcp (MCP over streamable HTTP), \
+                                 GET /v1/events, GET /v1/confirmations, POST /v1/confirmations/{id}";
+
+/// `404` for a path the server does not serve, naming the `endpoints` it does.
+pub fn no_such_endpoint(method: &http::Method, uri: &http::Uri, endpoints: &str) -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        format!(
+            "no endpoint {method} {}; this server answers {endpoints}",
+            uri.path()
+        ),
+    )
+}
+
+/// `405` for a path served with other methods, naming the `endpoints` it serves.
+pub fn wrong_method(method: &http::Method, uri: &http::Uri, endpoints: &str) -> Response {
+    error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!(
+            "{} does not take {method}; this server answers {endpoints}",
+            uri.path()
+        ),
+    )
+}
+
 fn error(status: StatusCode, message: String) -> Response {
     (status, axum::Json(json!({"error": message}))).into_response()
 }

@@ -99,6 +99,11 @@ impl Server {
             request_timeout: options.request_timeout,
         };
         let mut router = control::routes(control, stop.clone());
+        let endpoints = if mcp.is_some() {
+            control::ALL_ENDPOINTS
+        } else {
+            control::CONTROL_ENDPOINTS
+        };
         if let Some(shared) = mcp {
             let config = StreamableHttpServerConfig::default()
                 .with_legacy_session_mode(true)
@@ -117,7 +122,14 @@ impl Server {
             );
             router = router.merge(mcp);
         }
-        let router = router.layer(axum::middleware::from_fn_with_state(gate, admit));
+        let router = router
+            .fallback(move |method: http::Method, uri: http::Uri| async move {
+                control::no_such_endpoint(&method, &uri, endpoints)
+            })
+            .method_not_allowed_fallback(move |method: http::Method, uri: http::Uri| async move {
+                control::wrong_method(&method, &uri, endpoints)
+            })
+            .layer(axum::middleware::from_fn_with_state(gate, admit));
         Server {
             router,
             inflight,
