@@ -4,7 +4,7 @@
 //! for a call pushed to a [`crate::Batch`]: it looks the tool up, fixes the call's identity
 //! ([`CallHeader`]), and from then on carries everything the pipeline's steps need (the
 //! session, the resolved tool, the input, the cancellation registration, the call's own
-//! event stream). The steps are its methods ([`crate::dispatch`]); hooks, grants,
+//! event stream). The steps are its methods (in the `dispatch` module); hooks, grants,
 //! confirmation requests, the tool's context and every event borrow from it.
 
 use std::sync::Arc;

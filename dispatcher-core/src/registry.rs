@@ -1,7 +1,7 @@
 //! The tool registry: validated definitions, their compiled validators and factories, and
 //! the map that holds them by published name.
 //!
-//! A dispatcher has one global [`Registry`] (built-ins, plugins, shared toolsets); each
+//! A dispatcher has one global `Registry` (built-ins, plugins, shared toolsets); each
 //! session has one more for the tools of the per-session toolsets it started.
 
 use std::collections::{HashMap, HashSet};

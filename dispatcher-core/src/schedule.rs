@@ -20,7 +20,7 @@
 //!   `cancel_reason: sibling_error` and name the call that failed.
 //! - [`Batch::abort`], or dropping the batch before [`Batch::finish`], cancels what has not
 //!   finished; calls that never started get synthetic `cancelled` results (`aborted`).
-//!   A user interrupt ([`Dispatcher::cancel_session_tools`]) does the same with reason
+//!   A user interrupt ([`crate::Dispatcher::cancel_session_tools`]) does the same with reason
 //!   `user`. A running call of an `interrupt = block` tool runs to completion either way.
 //!
 //! ```
@@ -116,7 +116,7 @@ struct Shared {
 }
 
 /// The calls of one assistant message, added as the model streams them. See the
-/// [module docs](self) for the rules. Made by [`Dispatcher::batch`].
+/// [module docs](self) for the rules. Made by [`crate::Dispatcher::batch`].
 ///
 /// Dropping a batch before [`Batch::finish`] aborts it (see [`Batch::abort`]).
 pub struct Batch {

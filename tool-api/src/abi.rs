@@ -330,7 +330,7 @@ pub type AbiToolBox = AbiTool_TO<'static, RBox<()>>;
 pub struct PluginMod {
     /// Plugin metadata.
     pub info: extern "C" fn() -> PluginInfo,
-    /// The plugin's tool definitions, as a JSON array of [`ToolDefinition`].
+    /// The plugin's tool definitions, as a JSON array of [`crate::ToolDefinition`].
     pub definitions: extern "C" fn() -> RResult<RString, AbiError>,
     /// Makes a fresh instance of the named tool.
     pub new_tool: extern "C" fn(name: RStr<'_>) -> RResult<AbiToolBox, AbiError>,

@@ -173,7 +173,8 @@ pub fn test() -> Result {
     result
 }
 
-/// `cargo xtask ci`: formatting, clippy, then [`test`].
+/// `cargo xtask ci`: formatting, clippy, the API docs (a broken intra-doc link is an
+/// error: tool-api's docs are what plugin authors read), then [`test()`].
 pub fn ci() -> Result {
     run(
         "check formatting",
@@ -189,6 +190,12 @@ pub fn ci() -> Result {
             "-D",
             "warnings",
         ]),
+    )?;
+    run(
+        "API docs (warnings are errors)",
+        cargo()
+            .args(["doc", "--no-deps", "--workspace"])
+            .env("RUSTDOCFLAGS", "-D warnings"),
     )?;
     test()
 }

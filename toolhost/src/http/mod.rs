@@ -12,7 +12,7 @@
 //! rmcp's own `Host`/`Origin` checks are switched off: [`access`] makes the one decision
 //! for every route, MCP and control alike.
 //!
-//! Shutdown ([`Server::drain`]): stop accepting, end the event streams, let requests in
+//! Shutdown ([`Server::serve`], once its `shutdown` resolves): stop accepting, end the event streams, let requests in
 //! flight finish within the grace period, then cancel what still runs.
 
 pub mod access;
