@@ -824,3 +824,64 @@ fn an_unknown_method_or_prompt_is_answered_with_what_was_not_found() {
             .any(|v| v["id"] == json!(23) && v["result"] == json!({}))
     );
 }
+
+#[test]
+fn a_request_reusing_the_id_of_one_in_flight_is_refused_and_both_are_answered() {
+    use std::io::{BufRead, Write};
+    let ws = workspace();
+    allow_shell(ws.path());
+    // Request 2, the shell command, is in flight while the same id comes again.
+    let (mut child, mut stdin) = raw_server_calling(
+        ws.path(),
+        &[],
+        "shell",
+        json!({"command": "sleep 1; echo first"}),
+    );
+    for frame in [
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"read_file","arguments":{"path":"README.md"}}}"#,
+        r#"{"jsonrpc":"2.0","id":"2","method":"ping"}"#,
+    ] {
+        writeln!(stdin, "{frame}").unwrap();
+    }
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen: Vec<Value> = Vec::new();
+    while !seen
+        .iter()
+        .any(|v| v["id"] == json!(2) && v.get("result").is_some())
+    {
+        let line = lines.next().expect("the server ended early").unwrap();
+        seen.push(serde_json::from_str(&line).unwrap());
+    }
+    // Free again once answered: the same id is served.
+    writeln!(stdin, r#"{{"jsonrpc":"2.0","id":2,"method":"ping"}}"#).unwrap();
+    let again: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    drop(stdin);
+    let _ = child.wait();
+
+    let refused = seen
+        .iter()
+        .find(|v| v["id"] == json!(2) && v.get("error").is_some())
+        .unwrap_or_else(|| panic!("the second id 2 was not answered: {seen:?}"));
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("id 2 is taken by a request still in flight"),
+        "{refused}"
+    );
+    let first = seen
+        .iter()
+        .find(|v| v["id"] == json!(2) && v.get("result").is_some())
+        .unwrap();
+    assert_eq!(
+        first["result"]["content"][0]["text"], "first\n[exit code: 0]",
+        "{first}"
+    );
+    assert!(
+        seen.iter()
+            .any(|v| v["id"] == json!("2") && v["result"] == json!({})),
+        "the string id \"2\" is another id: {seen:?}"
+    );
+    assert_eq!(again, json!({"jsonrpc": "2.0", "id": 2, "result": {}}));
+}

@@ -5,15 +5,23 @@
 //! over its length limit) without an answer. Here a refused line is answered with a
 //! JSON-RPC error on the same output and the server reads on. A line over the limit is
 //! never held: it is read through, its id recovered on the way, and refused with its size.
+//!
+//! A request whose id is already taken by one still in flight is refused too (`-32600`,
+//! naming the id). rmcp keys its requests by id, so a second one would replace the first
+//! in its table and one of the two answers would be dropped without a word. An id is free
+//! again once its response is sent; the id of a cancelled request stays taken (MCP says a
+//! client never reuses an id within a session, and rmcp sends nothing for it).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
+use rmcp::model::{JsonRpcMessage, RequestId};
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
 
-use super::screen::{MessageBuffer, Rejection, screen};
+use super::screen::{INVALID_REQUEST, MessageBuffer, Rejection, screen};
 
 /// Newline-delimited JSON-RPC over a reader and a writer (a pipe, a socket, a file).
 pub struct StdioTransport<R, W> {
@@ -22,6 +30,15 @@ pub struct StdioTransport<R, W> {
     /// The line read so far. Kept here, not in the reading future, because the protocol
     /// library may drop that future between two reads (it selects over several events).
     line: MessageBuffer,
+    /// The ids of the requests read and not yet answered.
+    in_flight: Arc<std::sync::Mutex<HashSet<RequestId>>>,
+}
+
+fn taken(
+    ids: &std::sync::Mutex<HashSet<RequestId>>,
+) -> std::sync::MutexGuard<'_, HashSet<RequestId>> {
+    ids.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl<R, W> StdioTransport<R, W> {
@@ -34,6 +51,7 @@ impl<R, W> StdioTransport<R, W> {
             reader: BufReader::with_capacity(64 * 1024, reader),
             writer: Arc::new(Mutex::new(writer)),
             line: MessageBuffer::new(max_message_bytes),
+            in_flight: Arc::default(),
         }
     }
 }
@@ -107,6 +125,14 @@ where
         &mut self,
         item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let answered = match &item {
+            JsonRpcMessage::Response(r) => Some(&r.id),
+            JsonRpcMessage::Error(e) => e.id.as_ref(),
+            _ => None,
+        };
+        if let Some(id) = answered {
+            taken(&self.in_flight).remove(id);
+        }
         let writer = self.writer.clone();
         async move {
             let mut bytes = serde_json::to_vec(&item)?;
@@ -130,6 +156,11 @@ where
             let rejection = match line {
                 Ok(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => continue,
                 Ok(bytes) => match screen(&bytes) {
+                    Ok(JsonRpcMessage::Request(request))
+                        if !taken(&self.in_flight).insert(request.id.clone()) =>
+                    {
+                        duplicate(&request.id)
+                    }
                     Ok(message) => return Some(message),
                     Err(rejection) => rejection,
                 },
@@ -141,5 +172,18 @@ where
 
     async fn close(&mut self) -> Result<(), Self::Error> {
         self.writer.lock().await.flush().await
+    }
+}
+
+/// The refusal of a request whose id a request in flight already has.
+fn duplicate(id: &RequestId) -> Rejection {
+    let shown = serde_json::to_value(id).unwrap_or_default();
+    Rejection {
+        message: format!(
+            "Invalid request: id {shown} is taken by a request still in flight (or one that was cancelled); give each request an id of its own"
+        ),
+        id: Some(shown),
+        code: INVALID_REQUEST,
+        data: None,
     }
 }
