@@ -592,9 +592,10 @@ impl Workspace {
     /// Creates or atomically replaces a file, creating parent directories: the content goes
     /// to a temporary file in the same directory, is synced, and is renamed over the target.
     /// An existing file keeps its permissions; a read-only one is refused
-    /// ([`FsError::ReadOnly`]).
+    /// ([`FsError::ReadOnly`]). A symlink inside the workspace is written through: the file
+    /// it leads to is replaced and the link stays.
     pub fn write_bytes(&self, path: &str, content: &[u8]) -> Result<(), FsError> {
-        let rel = self.resolve(path)?;
+        let rel = self.link_target(path, self.resolve(path)?)?;
         let io_err = |e| self.io_error(path, e);
         let Some(name) = rel.file_name() else {
             return Err(FsError::WrongKind {
@@ -644,6 +645,39 @@ impl Workspace {
             return Err(io_err(e));
         }
         Ok(())
+    }
+
+    /// Where a write to `rel` lands: `rel` itself, or, when it is a symlink, the file it
+    /// leads to (link after link, at most 40), so that replacing a file through a rename
+    /// replaces what the link points at and the link stays. A link that leads outside the
+    /// workspace is an escape, as everywhere; a dangling link leads to the file a write
+    /// creates.
+    fn link_target(&self, path: &str, mut rel: PathBuf) -> Result<PathBuf, FsError> {
+        for _ in 0..40 {
+            match self.dir.symlink_metadata(&rel) {
+                Ok(m) if m.file_type().is_symlink() => {}
+                _ => return Ok(rel),
+            }
+            let target = self
+                .dir
+                .read_link_contents(&rel)
+                .map_err(|e| self.io_error(path, e))?;
+            let next = if target.is_absolute() {
+                target
+            } else {
+                rel.parent().unwrap_or(Path::new("")).join(target)
+            };
+            rel = self
+                .resolve(&next.to_string_lossy())
+                .map_err(|_| FsError::Escape { path: path.into() })?;
+        }
+        Err(self.io_error(
+            path,
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "too many levels of symbolic links",
+            ),
+        ))
     }
 
     /// Appends to a file, creating it (and its parent directories) if needed.

@@ -1051,3 +1051,51 @@ async fn a_read_only_file_is_not_replaced_patched_or_appended_to() {
         .collect();
     assert_eq!(names, vec![std::ffi::OsString::from("locked.txt")]);
 }
+
+#[tokio::test]
+async fn a_write_through_a_symlink_inside_the_workspace_changes_its_target_and_keeps_the_link() {
+    let d = Dispatcher::builder().policy(allow_all()).build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    fx.write("docs/AGENTS.md", "agents v1\n");
+    std::os::unix::fs::symlink("docs/AGENTS.md", fx.path("CLAUDE.md")).unwrap();
+    // A chain, and a link whose target does not exist yet.
+    std::os::unix::fs::symlink("CLAUDE.md", fx.path("GEMINI.md")).unwrap();
+    std::os::unix::fs::symlink("notes/new.md", fx.path("NEW.md")).unwrap();
+    for (tool, input) in [
+        (
+            "write_file",
+            json!({"path": "CLAUDE.md", "content": "v2\n"}),
+        ),
+        (
+            "patch_file",
+            json!({"path": "GEMINI.md", "old": "v2", "new": "v3"}),
+        ),
+        (
+            "write_file",
+            json!({"path": "NEW.md", "content": "fresh\n"}),
+        ),
+    ] {
+        let r = d
+            .dispatch(ToolUse::new("tu", tool, input.clone()), &fx.session)
+            .await;
+        assert!(!r.is_error(), "{tool} {input}: {}", r.text());
+    }
+    assert_eq!(
+        std::fs::read_to_string(fx.path("docs/AGENTS.md")).unwrap(),
+        "v3\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(fx.path("notes/new.md")).unwrap(),
+        "fresh\n"
+    );
+    for link in ["CLAUDE.md", "GEMINI.md", "NEW.md"] {
+        assert!(
+            std::fs::symlink_metadata(fx.path(link))
+                .unwrap()
+                .file_type()
+                .is_symlink(),
+            "{link} is still a link"
+        );
+    }
+}
