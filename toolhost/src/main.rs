@@ -60,7 +60,7 @@ enum Command {
     Call {
         /// The tool name.
         name: String,
-        /// The tool input, as a JSON object.
+        /// The tool input, as a JSON object; `-` reads it from stdin (for large inputs).
         #[arg(long, value_name = "JSON", default_value = "{}")]
         input: String,
         #[command(flatten)]
@@ -399,8 +399,15 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
             yes,
             json,
         } => {
+            let (input, from) = if input == "-" {
+                let text = std::io::read_to_string(std::io::stdin())
+                    .map_err(|e| UsageError(format!("could not read --input from stdin: {e}")))?;
+                (text, " (read from stdin)")
+            } else {
+                (input, "")
+            };
             let input: Value = serde_json::from_str(&input)
-                .map_err(|e| UsageError(format!("--input is not valid JSON: {e}")))?;
+                .map_err(|e| UsageError(format!("--input{from} is not valid JSON: {e}")))?;
             if !input.is_object() {
                 return Err(UsageError(
                     "--input must be a JSON object, e.g. '{\"path\": \"README.md\"}'".into(),

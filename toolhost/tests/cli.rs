@@ -98,6 +98,44 @@ fn yes_allows_the_write() {
     );
 }
 
+/// `toolhost` with `stdin` piped in.
+fn toolhost_reading(workspace: &Path, args: &[&str], stdin: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .args(args)
+        .current_dir(workspace)
+        .env("XDG_CONFIG_HOME", workspace.join(".no-user-config"))
+        .env("XDG_CACHE_HOME", workspace.join(".cache"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn input_dash_reads_the_input_from_stdin() {
+    let dir = tempfile::tempdir().unwrap();
+    let content = "line\n".repeat(50_000);
+    let input = serde_json::json!({"path": "big.txt", "content": content}).to_string();
+    let args = ["call", "write_file", "--yes", "--input", "-"];
+    let out = toolhost_reading(dir.path(), &args, input.as_bytes());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("big.txt")).unwrap(),
+        content
+    );
+    let bad = toolhost_reading(dir.path(), &args, b"{not json");
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        text(&bad.stderr).contains("--input (read from stdin) is not valid JSON"),
+        "{}",
+        text(&bad.stderr)
+    );
+}
+
 #[test]
 fn policy_deny_wins_over_yes() {
     let dir = tempfile::tempdir().unwrap();
