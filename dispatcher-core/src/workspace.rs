@@ -595,7 +595,7 @@ impl Workspace {
     /// ([`FsError::ReadOnly`]). A symlink inside the workspace is written through: the file
     /// it leads to is replaced and the link stays.
     pub fn write_bytes(&self, path: &str, content: &[u8]) -> Result<(), FsError> {
-        let rel = self.link_target(path, self.resolve(path)?)?;
+        let (rel, found) = self.link_target(path, self.resolve(path)?)?;
         let io_err = |e| self.io_error(path, e);
         let Some(name) = rel.file_name() else {
             return Err(FsError::WrongKind {
@@ -607,7 +607,7 @@ impl Workspace {
         if let Some(parent) = parent {
             self.dir.create_dir_all(parent).map_err(io_err)?;
         }
-        let existing = match self.dir.metadata(&rel) {
+        let existing = match found {
             Ok(m) if m.is_dir() => {
                 return Err(FsError::WrongKind {
                     path: path.into(),
@@ -651,12 +651,17 @@ impl Workspace {
     /// leads to (link after link, at most 40), so that replacing a file through a rename
     /// replaces what the link points at and the link stays. A link that leads outside the
     /// workspace is an escape, as everywhere; a dangling link leads to the file a write
-    /// creates.
-    fn link_target(&self, path: &str, mut rel: PathBuf) -> Result<PathBuf, FsError> {
+    /// creates. Returned with what a look at that path found (its metadata, or why there
+    /// is none), so that the write need not look again.
+    fn link_target(
+        &self,
+        path: &str,
+        mut rel: PathBuf,
+    ) -> Result<(PathBuf, io::Result<cap_std::fs::Metadata>), FsError> {
         for _ in 0..40 {
             match self.dir.symlink_metadata(&rel) {
                 Ok(m) if m.file_type().is_symlink() => {}
-                _ => return Ok(rel),
+                found => return Ok((rel, found)),
             }
             let target = self
                 .dir
