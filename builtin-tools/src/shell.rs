@@ -82,8 +82,12 @@ enum Captured {
     Done(usize),
 }
 
-/// How often a capture thread that waits for output looks whether it was told to stop.
-const STOP_CHECK: Duration = Duration::from_millis(50);
+/// How often a capture thread that waits for output looks whether it was told to stop
+/// (50 ms).
+const STOP_CHECK: Timespec = Timespec {
+    tv_sec: 0,
+    tv_nsec: 50_000_000,
+};
 
 /// Reads a stream to its end, reporting each chunk as it arrives and keeping no more than
 /// `OUTPUT_CAP` bytes of it. It stops early when `stop` is set: a process outside the
@@ -97,16 +101,12 @@ fn capture(
     thread::spawn(move || {
         let mut kept_len = 0usize;
         let mut buf = [0u8; 8192];
-        let wait = Timespec::try_from(STOP_CHECK).unwrap_or(Timespec {
-            tv_sec: 0,
-            tv_nsec: 50_000_000,
-        });
         loop {
             if stop.load(Ordering::Acquire) {
                 return;
             }
             let mut fds = [PollFd::new(&stream, PollFlags::IN)];
-            match poll(&mut fds, Some(&wait)) {
+            match poll(&mut fds, Some(&STOP_CHECK)) {
                 Ok(0) | Err(rustix::io::Errno::INTR) => continue,
                 Ok(_) => {}
                 Err(_) => break,
