@@ -110,30 +110,36 @@ impl TypedTool for Grep {
                 self.matches >= self.max_matches || self.truncated
             }
 
-            fn visit(&mut self, path: &str, depth: usize) -> Result<(), ToolError> {
-                self.ctx.check_cancelled()?;
-                // Below the path it was asked for, an entry the host will not let it at (a
-                // symlink that leads outside the workspace, a name that is not UTF-8) is
-                // skipped and counted: one such entry does not end the whole search.
-                let meta = match self.ctx.files().metadata(path) {
-                    Ok(meta) => meta,
+            /// What the host answered about an entry `depth` levels below the path asked
+            /// for. Below it, an entry the host will not let it at (a symlink that leads
+            /// outside the workspace, a name that is not UTF-8) is skipped and counted
+            /// (`None`): one such entry does not end the whole search.
+            fn reached<T>(
+                &mut self,
+                answer: Result<T, ToolError>,
+                depth: usize,
+            ) -> Result<Option<T>, ToolError> {
+                match answer {
+                    Ok(value) => Ok(Some(value)),
                     Err(_) if depth > 0 => {
                         self.files_skipped += 1;
-                        return Ok(());
+                        Ok(None)
                     }
-                    Err(e) => return Err(e),
+                    Err(e) => Err(e),
+                }
+            }
+
+            fn visit(&mut self, path: &str, depth: usize) -> Result<(), ToolError> {
+                self.ctx.check_cancelled()?;
+                let Some(meta) = self.reached(self.ctx.files().metadata(path), depth)? else {
+                    return Ok(());
                 };
                 if meta.is_dir {
                     if depth >= MAX_DEPTH {
                         return Ok(());
                     }
-                    let names = match self.ctx.files().list(path) {
-                        Ok(names) => names,
-                        Err(_) if depth > 0 => {
-                            self.files_skipped += 1;
-                            return Ok(());
-                        }
-                        Err(e) => return Err(e),
+                    let Some(names) = self.reached(self.ctx.files().list(path), depth)? else {
+                        return Ok(());
                     };
                     for name in names {
                         if self.done() {
