@@ -6,12 +6,19 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
-fn toolhost(workspace: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_toolhost"))
+/// `toolhost` with `args` in `workspace`, away from the user's own config and cache.
+fn command(workspace: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    command
         .args(args)
         .current_dir(workspace)
         .env("XDG_CONFIG_HOME", workspace.join(".no-user-config"))
-        .env("XDG_CACHE_HOME", workspace.join(".cache"))
+        .env("XDG_CACHE_HOME", workspace.join(".cache"));
+    command
+}
+
+fn toolhost(workspace: &Path, args: &[&str]) -> Output {
+    command(workspace, args)
         .stdin(Stdio::null())
         .output()
         .unwrap()
@@ -101,11 +108,7 @@ fn yes_allows_the_write() {
 /// `toolhost` with `stdin` piped in.
 fn toolhost_reading(workspace: &Path, args: &[&str], stdin: &[u8]) -> Output {
     use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolhost"))
-        .args(args)
-        .current_dir(workspace)
-        .env("XDG_CONFIG_HOME", workspace.join(".no-user-config"))
-        .env("XDG_CACHE_HOME", workspace.join(".cache"))
+    let mut child = command(workspace, args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
