@@ -1089,7 +1089,17 @@ async fn a_write_through_a_symlink_inside_the_workspace_changes_its_target_and_k
         std::fs::read_to_string(fx.path("notes/new.md")).unwrap(),
         "fresh\n"
     );
-    for link in ["CLAUDE.md", "GEMINI.md", "NEW.md"] {
+    // Links that lead to each other are refused, and nothing is written.
+    std::os::unix::fs::symlink("loop_b", fx.path("loop_a")).unwrap();
+    std::os::unix::fs::symlink("loop_a", fx.path("loop_b")).unwrap();
+    let looped = fx.session.workspace().write_bytes("loop_a", b"x");
+    assert!(
+        looped
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("symbolic links")),
+        "{looped:?}"
+    );
+    for link in ["CLAUDE.md", "GEMINI.md", "NEW.md", "loop_a", "loop_b"] {
         assert!(
             std::fs::symlink_metadata(fx.path(link))
                 .unwrap()
