@@ -18,6 +18,7 @@ mod mcp;
 mod serve;
 mod terminal;
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -111,12 +112,18 @@ impl<E: std::fmt::Display> From<E> for UsageError {
     }
 }
 
+/// Logs go to stderr (stdout may be speaking MCP), filtered by `TOOLHOST_LOG` (default
+/// `warn`). Colour codes only reach a terminal: an MCP client that keeps a server's stderr
+/// in a log file, or a pipe into `grep`, gets plain text; `NO_COLOR` turns them off anywhere.
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLHOST_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let colour = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(colour)
         .with_target(false)
         .init();
 }

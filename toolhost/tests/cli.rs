@@ -511,3 +511,59 @@ fn sigterm_to_call_stops_the_command_and_leaves_no_process() {
         "the command's process group was stopped"
     );
 }
+
+/// `serve --mcp` fed one line that is not JSON and then end of input: it logs a warning.
+fn serve_refusing_garbage_on_a_terminal(workspace: &Path, no_color: bool) -> String {
+    let command = format!(
+        "echo garbage | {} serve --mcp >/dev/null",
+        env!("CARGO_BIN_EXE_toolhost")
+    );
+    let mut script = Command::new("script");
+    script
+        .args(["-qec", &command, "/dev/null"])
+        .current_dir(workspace)
+        .env("XDG_CONFIG_HOME", workspace.join(".no-user-config"))
+        .env_remove("NO_COLOR")
+        .stdin(Stdio::null());
+    if no_color {
+        script.env("NO_COLOR", "1");
+    }
+    text(&script.output().unwrap().stdout)
+}
+
+#[test]
+fn logs_are_coloured_only_on_a_terminal_without_no_color() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut piped = command(dir.path(), &["serve", "--mcp"])
+        .env_remove("NO_COLOR")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = piped.stdin.take().unwrap();
+        stdin.write_all(b"garbage\n").unwrap();
+    }
+    let logged = text(&piped.wait_with_output().unwrap().stderr);
+    assert!(logged.contains("refused a message"), "{logged}");
+    assert!(
+        !logged.contains('\u{1b}'),
+        "colour codes in a pipe: {logged:?}"
+    );
+
+    let terminal = serve_refusing_garbage_on_a_terminal(dir.path(), false);
+    assert!(terminal.contains("refused a message"), "{terminal}");
+    assert!(
+        terminal.contains("\u{1b}["),
+        "no colour on a terminal: {terminal:?}"
+    );
+
+    let no_color = serve_refusing_garbage_on_a_terminal(dir.path(), true);
+    assert!(no_color.contains("refused a message"), "{no_color}");
+    assert!(
+        !no_color.contains('\u{1b}'),
+        "colour despite NO_COLOR: {no_color:?}"
+    );
+}
