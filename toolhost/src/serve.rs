@@ -41,7 +41,8 @@ pub struct ServeArgs {
     /// `https://ide.example.com`.
     #[arg(long = "allowed-origin", value_name = "ORIGIN")]
     pub allowed_origins: Vec<String>,
-    /// How long one HTTP request may take, in seconds, before `504` (its call is cancelled).
+    /// How long one HTTP request may take, in seconds, before `504` (its call is cancelled;
+    /// in a 2025-era session, the error ends its event stream).
     #[arg(long, value_name = "SECS", default_value_t = 900)]
     pub request_timeout: u64,
     #[command(flatten)]

@@ -178,7 +178,9 @@ fn request(
         }
         head.contains("transfer-encoding: chunked") && body.ends_with(b"0\r\n\r\n")
     };
-    loop {
+    // At most a minute in all: an event stream's keep-alives would outlast any read timeout.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
         match stream.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => raw.extend_from_slice(&buf[..n]),
@@ -1391,4 +1393,119 @@ fn an_unknown_path_or_method_gets_a_json_error_naming_what_is_served() {
         message.starts_with("no endpoint POST /mcp;") && !message.contains("(MCP"),
         "{message}"
     );
+}
+
+#[test]
+fn a_session_request_reusing_the_id_of_one_in_flight_is_refused_and_the_first_is_answered() {
+    let ws = workspace();
+    allow_shell(ws.path());
+    let server = serve_http(ws.path(), &[]);
+    let session = legacy_session(&server.addr, false);
+    let other = legacy_session(&server.addr, false);
+    let in_session = |session: &str, message: Value| {
+        let headers = [
+            ("Mcp-Session-Id", session),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ];
+        post_mcp(&server.addr, &headers, &message)
+    };
+    let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
+    std::thread::scope(|s| {
+        let first = s.spawn(|| {
+            in_session(
+                &session,
+                tools_call(
+                    2,
+                    "shell",
+                    json!({"command": "touch started; sleep 1; echo first"}),
+                ),
+            )
+        });
+        let started = Instant::now();
+        while !ws.path().join("started").exists() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the call never ran"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let refused = in_session(&session, ping.clone()).json();
+        assert_eq!(refused["id"], 2, "{refused}");
+        assert_eq!(refused["error"]["code"], -32600, "{refused}");
+        assert!(
+            refused["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("id 2 is taken by a request still in flight"),
+            "{refused}"
+        );
+        // Another session's id 2 is another request.
+        assert_eq!(in_session(&other, ping.clone()).json()["result"], json!({}));
+        let first = first.join().unwrap().json();
+        assert_eq!(
+            first["result"]["content"][0]["text"], "first\n[exit code: 0]",
+            "{first}"
+        );
+    });
+    // Free again once answered.
+    assert_eq!(
+        in_session(&session, ping).json(),
+        json!({"jsonrpc": "2.0", "id": 2, "result": {}})
+    );
+}
+
+/// Whether process `pid` has ended (gone, or a zombie left to reap).
+fn ended(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+        stat.rsplit(") ").next().is_some_and(|s| s.starts_with('Z'))
+    })
+}
+
+#[test]
+fn a_session_request_over_the_timeout_gets_the_error_on_its_stream_and_its_call_is_cancelled() {
+    let ws = workspace();
+    allow_shell(ws.path());
+    let server = serve_http(ws.path(), &["--request-timeout", "1"]);
+    let session = legacy_session(&server.addr, false);
+    let headers = [
+        ("Mcp-Session-Id", session.as_str()),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ];
+    let started = Instant::now();
+    let r = post_mcp(
+        &server.addr,
+        &headers,
+        &tools_call(
+            7,
+            "shell",
+            json!({"command": "echo $$ > pid; sleep 30; touch finished"}),
+        ),
+    );
+    let answer = r.json();
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(answer["id"], 7, "{answer}");
+    assert_eq!(answer["error"]["code"], -32001, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Request timed out after 1 s"),
+        "{answer}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let pid = std::fs::read_to_string(ws.path().join("pid")).unwrap();
+    let pid = pid.trim();
+    let cancelled = Instant::now();
+    while !ended(pid) {
+        assert!(
+            cancelled.elapsed() < Duration::from_secs(10),
+            "the timed-out call's shell {pid} still runs"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!ws.path().join("finished").exists());
 }

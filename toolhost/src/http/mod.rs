@@ -1,6 +1,10 @@
 //! toolhost over HTTP: MCP streamable HTTP at `/mcp` (both protocol eras), the control API
 //! at `/v1/…` and the web console at `/` (see [`control`]).
 //!
+//! In a 2025-era session, a request reusing the id of one in flight is refused, and one
+//! over the request timeout gets the same error on its event stream and is cancelled
+//! ([`session`]).
+//!
 //! Every request first passes [`access`] (`Host`, `Origin`, bearer token). On `/mcp`, a
 //! POST body is read with the `[mcp] max_message_bytes` limit and screened like a stdio
 //! line ([`crate::mcp::screen`]) before rmcp's streamable HTTP service sees it, so a bad
@@ -17,6 +21,7 @@
 
 pub mod access;
 pub mod control;
+pub mod session;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -114,7 +119,10 @@ impl Server {
                 .disable_allowed_origins();
             let service = StreamableHttpService::new(
                 move || Ok(McpServer::new(shared.clone())),
-                Arc::new(LocalSessionManager::default()),
+                Arc::new(session::SessionRequests::new(
+                    LocalSessionManager::default(),
+                    options.request_timeout,
+                )),
                 config,
             );
             let mcp = Router::new().route_service("/mcp", service).layer(
@@ -306,17 +314,9 @@ async fn screen_mcp(State(gate): State<Gate>, request: Request, next: Next) -> R
     let request = Request::from_parts(parts, Body::from(bytes));
     match tokio::time::timeout(gate.request_timeout, next.run(request)).await {
         Ok(response) => response,
-        Err(_) => {
-            let secs = gate.request_timeout.as_secs();
-            let timed_out = Rejection {
-                id: Some(id),
-                code: -32001,
-                message: format!(
-                    "Request timed out after {secs} s (serve --request-timeout); the call was cancelled"
-                ),
-                data: None,
-            };
-            rejection_response(StatusCode::GATEWAY_TIMEOUT, &timed_out)
-        }
+        Err(_) => rejection_response(
+            StatusCode::GATEWAY_TIMEOUT,
+            &Rejection::timed_out(id, gate.request_timeout),
+        ),
     }
 }

@@ -21,7 +21,7 @@
 
 use rmcp::model::{
     CallToolRequestParams, ClientJsonRpcMessage, ClientRequest, InitializeRequestParams,
-    PaginatedRequestParams,
+    PaginatedRequestParams, RequestId,
 };
 use serde_json::{Value, json};
 
@@ -31,6 +31,8 @@ pub const PARSE_ERROR: i32 = -32700;
 pub const INVALID_REQUEST: i32 = -32600;
 /// JSON-RPC: the method's params are wrong.
 pub const INVALID_PARAMS: i32 = -32602;
+/// A request that ran out of time (an implementation-defined server error).
+pub const REQUEST_TIMED_OUT: i32 = -32001;
 
 /// The default largest message, in bytes (`[mcp] max_message_bytes`).
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
@@ -61,6 +63,36 @@ impl Rejection {
             error["data"] = data.clone();
         }
         Some(json!({"jsonrpc": "2.0", "id": id, "error": error}))
+    }
+
+    /// The refusal of a request whose id an earlier request of the same session still
+    /// holds: one in flight, or one never answered (cancelled). The protocol library keys
+    /// requests by id, so a second one would take the first one's place and one of the
+    /// two answers would be lost without a word.
+    pub fn duplicate_id(id: &RequestId) -> Rejection {
+        let shown = serde_json::to_value(id).unwrap_or_default();
+        Rejection {
+            message: format!(
+                "Invalid request: id {shown} is taken by a request still in flight (or one that was cancelled); give each request an id of its own"
+            ),
+            id: Some(shown),
+            code: INVALID_REQUEST,
+            data: None,
+        }
+    }
+
+    /// The answer to a request still running after `timeout` (`serve --request-timeout`),
+    /// whose call is then cancelled.
+    pub fn timed_out(id: Value, timeout: std::time::Duration) -> Rejection {
+        Rejection {
+            id: Some(id),
+            code: REQUEST_TIMED_OUT,
+            message: format!(
+                "Request timed out after {} s (serve --request-timeout); the call was cancelled",
+                timeout.as_secs()
+            ),
+            data: None,
+        }
     }
 
     /// The refusal of a message of `size` bytes over `limit`, answering `id` when it was

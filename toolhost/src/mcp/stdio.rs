@@ -21,7 +21,7 @@ use rmcp::transport::Transport;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
 
-use super::screen::{INVALID_REQUEST, MessageBuffer, Rejection, screen};
+use super::screen::{MessageBuffer, Rejection, screen};
 
 /// Newline-delimited JSON-RPC over a reader and a writer (a pipe, a socket, a file).
 pub struct StdioTransport<R, W> {
@@ -159,7 +159,7 @@ where
                     Ok(JsonRpcMessage::Request(request))
                         if !taken(&self.in_flight).insert(request.id.clone()) =>
                     {
-                        duplicate(&request.id)
+                        Rejection::duplicate_id(&request.id)
                     }
                     Ok(message) => return Some(message),
                     Err(rejection) => rejection,
@@ -172,18 +172,5 @@ where
 
     async fn close(&mut self) -> Result<(), Self::Error> {
         self.writer.lock().await.flush().await
-    }
-}
-
-/// The refusal of a request whose id a request in flight already has.
-fn duplicate(id: &RequestId) -> Rejection {
-    let shown = serde_json::to_value(id).unwrap_or_default();
-    Rejection {
-        message: format!(
-            "Invalid request: id {shown} is taken by a request still in flight (or one that was cancelled); give each request an id of its own"
-        ),
-        id: Some(shown),
-        code: INVALID_REQUEST,
-        data: None,
     }
 }
