@@ -20,6 +20,12 @@ fn line_count(text: &str) -> usize {
 /// Largest file `read_file` returns whole; beyond it, ask for a range of lines.
 pub const READ_LIMIT_BYTES: usize = 256 * 1024;
 
+/// Longest line `read_file` returns whole, in characters. A longer one is cut there, with a
+/// note giving the `offset` and `column` to read on from: a line has no lines to page by,
+/// and past the dispatcher's result cap (100,000 characters by default) the model would see
+/// only a preview of it.
+pub const LINE_LIMIT_CHARS: usize = 50_000;
+
 /// `read_file` (read): reads a UTF-8 file from the workspace.
 #[derive(Default)]
 pub struct ReadFile;
@@ -28,14 +34,15 @@ impl DefinedTool for ReadFile {
     fn definition() -> ToolDefinition {
         ToolDefinition::new(
             "read_file",
-            "Read a text file from the workspace. Use offset/limit (1-based line numbers) to read part of a large file.",
+            "Read a text file from the workspace. Use offset/limit (1-based line numbers) to read part of a large file. A line longer than 50,000 characters is cut, with a note giving the offset and column to read on from.",
             SideEffect::Read,
             json!({
                 "type": "object",
                 "properties": {
                     "path": {"type": "string", "description": "File path, relative to the workspace root."},
                     "offset": {"type": "integer", "minimum": 1, "description": "First line to return (1-based)."},
-                    "limit": {"type": "integer", "minimum": 1, "description": "How many lines to return."}
+                    "limit": {"type": "integer", "minimum": 1, "description": "How many lines to return."},
+                    "column": {"type": "integer", "minimum": 1, "description": "First character of the first line to return (1-based), to read on in a line that was cut."}
                 },
                 "required": ["path"],
                 "additionalProperties": false
@@ -60,33 +67,114 @@ impl Tool for ReadFile {
                 e
             }
         })?;
-        let offset = input.get("offset").and_then(Value::as_u64);
-        let limit = input.get("limit").and_then(Value::as_u64);
+        let arg = |key: &str| {
+            input
+                .get(key)
+                .and_then(Value::as_u64)
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX).max(1))
+        };
+        let (offset, limit, column) = (arg("offset"), arg("limit"), arg("column"));
         let total_lines = line_count(&text);
         let bytes = text.len();
-        let (body, first, count) = if offset.is_some() || limit.is_some() {
-            let first = usize::try_from(offset.unwrap_or(1))
-                .unwrap_or(usize::MAX)
-                .max(1);
-            let count = limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
-            let lines: Vec<&str> = text.lines().skip(first - 1).take(count).collect();
-            let n = lines.len();
-            (lines.join("\n"), first, n)
-        } else if bytes > READ_LIMIT_BYTES {
+        let ranged = offset.is_some() || limit.is_some() || column.is_some();
+        if !ranged && bytes > READ_LIMIT_BYTES {
             return Err(ToolError::failed(format!(
-                "'{path}' is {bytes} bytes ({total_lines} lines), over the {READ_LIMIT_BYTES}-byte limit of one read; read it in parts with offset and limit"
+                "'{path}' is {bytes} bytes in {}, over the {READ_LIMIT_BYTES}-byte limit of one read; read it in parts with offset and limit (a line over {LINE_LIMIT_CHARS} characters comes cut, with the column to read on from)",
+                lines(total_lines),
             )));
-        } else {
-            // The whole file: its text is the body, not a copy of it.
-            (text, 1, total_lines)
-        };
-        Ok(ToolOutput::text(body).with_metadata(json!({
+        }
+        // A whole file with no line over the limit is the body as it is (line endings and
+        // all), not a copy of it.
+        if !ranged && !has_long_line(&text) {
+            return Ok(ToolOutput::text(text).with_metadata(json!({
+                "path": path,
+                "bytes": bytes,
+                "total_lines": total_lines,
+                "first_line": 1,
+                "lines_returned": total_lines,
+            })));
+        }
+        let first = offset.unwrap_or(1);
+        if first > total_lines.max(1) {
+            return Err(ToolError::invalid_input(format!(
+                "offset {first} is past the end of '{path}', which has {}",
+                lines(total_lines)
+            )));
+        }
+        let mut body = String::new();
+        let (mut returned, mut cut) = (0, 0);
+        let count = limit.unwrap_or(usize::MAX);
+        for (i, line) in text.lines().skip(first - 1).take(count).enumerate() {
+            let number = first + i;
+            let from = if i == 0 { column.unwrap_or(1) } else { 1 };
+            let rest = match line.char_indices().nth(from - 1) {
+                Some((at, _)) => &line[at..],
+                None if from == 1 => "",
+                None => {
+                    return Err(ToolError::invalid_input(format!(
+                        "column {from} is past the end of line {number} of '{path}', which has {} characters",
+                        line.chars().count()
+                    )));
+                }
+            };
+            if i > 0 {
+                body.push('\n');
+            }
+            // Bytes bound characters from above: most lines stop at the length.
+            let cut_at = (rest.len() > LINE_LIMIT_CHARS)
+                .then(|| rest.char_indices().nth(LINE_LIMIT_CHARS))
+                .flatten();
+            match cut_at {
+                Some((end, _)) => {
+                    let total = from - 1 + rest.chars().count();
+                    let (last, next) = (from + LINE_LIMIT_CHARS - 1, from + LINE_LIMIT_CHARS);
+                    body.push_str(&rest[..end]);
+                    body.push_str(&format!(
+                        " [line {number} cut: characters {from}-{last} of {total} shown; read on with offset={number}, limit=1, column={next}]"
+                    ));
+                    cut += 1;
+                }
+                _ => body.push_str(rest),
+            }
+            returned += 1;
+        }
+        let mut metadata = json!({
             "path": path,
             "bytes": bytes,
             "total_lines": total_lines,
             "first_line": first,
-            "lines_returned": count,
-        })))
+            "lines_returned": returned,
+        });
+        if let Some(column) = column {
+            metadata["first_column"] = json!(column);
+        }
+        if cut > 0 {
+            metadata["lines_cut"] = json!(cut);
+        }
+        Ok(ToolOutput::text(body).with_metadata(metadata))
+    }
+}
+
+/// Whether a line of `text` is longer than [`LINE_LIMIT_CHARS`] characters.
+fn has_long_line(text: &str) -> bool {
+    if text.len() <= LINE_LIMIT_CHARS {
+        return false;
+    }
+    let mut start = 0;
+    let ends = memchr::memchr_iter(b'\n', text.as_bytes()).chain([text.len()]);
+    ends.into_iter().any(|end| {
+        let line = &text[start..end];
+        start = end + 1;
+        line.len() > LINE_LIMIT_CHARS && line.chars().count() > LINE_LIMIT_CHARS
+    })
+}
+
+/// "1 line", "2000 lines".
+fn lines(n: usize) -> String {
+    if n == 1 {
+        "1 line".into()
+    } else {
+        format!("{n} lines")
     }
 }
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::{Fixture, allow_all, builtins, drain, next_of};
 use dispatcher_core::{
     ConfirmationPolicy, Decision, Dispatcher, DispatcherConfig, ErrorClass, EventKind,
-    RegistrationError, ResolveError, ToolUse,
+    RegistrationError, ResolveError, ToolResultBlock, ToolUse,
 };
 use serde_json::{Value, json};
 use tool_api::{
@@ -1108,4 +1108,96 @@ async fn a_write_through_a_symlink_inside_the_workspace_changes_its_target_and_k
             "{link} is still a link"
         );
     }
+}
+
+/// Reads `input` with `read_file`, expecting success.
+async fn read(d: &Dispatcher, fx: &Fixture, input: Value) -> ToolResultBlock {
+    let r = d
+        .dispatch(ToolUse::new("tu", "read_file", input), &fx.session)
+        .await;
+    assert_eq!(r.error_class, None, "{}", r.text());
+    r
+}
+
+#[tokio::test]
+async fn read_file_cuts_a_line_over_the_line_limit_and_says_where_to_read_on() {
+    let d = Dispatcher::builder().policy(allow_all()).build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    // 120,000 characters in 180,000 bytes: cuts fall between characters, not bytes.
+    let long = "éx".repeat(60_000);
+    std::fs::write(fx.path("bundle.min.js"), format!("// header\n{long}\n")).unwrap();
+
+    let whole = read(&d, &fx, json!({"path": "bundle.min.js"})).await;
+    let note = " [line 2 cut: characters 1-50000 of 120000 shown; read on with offset=2, limit=1, column=50001]";
+    assert_eq!(
+        whole.text(),
+        format!("// header\n{}{note}", &long[..75_000])
+    );
+    assert_eq!(whole.metadata["lines_cut"], 1);
+
+    let second = read(
+        &d,
+        &fx,
+        json!({"path": "bundle.min.js", "offset": 2, "limit": 1, "column": 50_001}),
+    )
+    .await;
+    let note = " [line 2 cut: characters 50001-100000 of 120000 shown; read on with offset=2, limit=1, column=100001]";
+    assert_eq!(second.text(), format!("{}{note}", &long[75_000..150_000]));
+    assert_eq!(second.metadata["first_column"], 50_001);
+
+    let last = read(
+        &d,
+        &fx,
+        json!({"path": "bundle.min.js", "offset": 2, "limit": 1, "column": 100_001}),
+    )
+    .await;
+    assert_eq!(last.text(), &long[150_000..], "the rest, with no note");
+    assert!(
+        last.metadata.get("lines_cut").is_none(),
+        "{}",
+        last.metadata
+    );
+
+    let refused = d
+        .dispatch(
+            ToolUse::new(
+                "tu",
+                "read_file",
+                json!({"path": "bundle.min.js", "offset": 2, "column": 120_002}),
+            ),
+            &fx.session,
+        )
+        .await;
+    assert_eq!(refused.error_class, Some(ErrorClass::ValidationError));
+    assert_eq!(
+        refused.text(),
+        "invalid input: column 120002 is past the end of line 2 of 'bundle.min.js', which has 120000 characters"
+    );
+}
+
+#[tokio::test]
+async fn read_file_offset_past_the_end_is_invalid_input_naming_the_length() {
+    let d = Dispatcher::builder().policy(allow_all()).build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    std::fs::write(fx.path("short.txt"), "one\ntwo\n").unwrap();
+    let r = d
+        .dispatch(
+            ToolUse::new("tu", "read_file", json!({"path": "short.txt", "offset": 3})),
+            &fx.session,
+        )
+        .await;
+    assert_eq!(r.error_class, Some(ErrorClass::ValidationError));
+    assert_eq!(
+        r.text(),
+        "invalid input: offset 3 is past the end of 'short.txt', which has 2 lines"
+    );
+    // The last line is still there to read.
+    assert_eq!(
+        read(&d, &fx, json!({"path": "short.txt", "offset": 2}))
+            .await
+            .text(),
+        "two"
+    );
 }
