@@ -76,12 +76,15 @@ pub enum FsError {
         path: String,
     },
     /// A patch's `old` text did not match exactly once.
-    #[error("{}", tool_api::fs_error::patch_matches(path, *count))]
+    #[error("{why}")]
     PatchMatches {
         /// The path as given.
         path: String,
         /// How many matches there were.
         count: usize,
+        /// What to do about it, with where: the lines of several matches, or of a match
+        /// but for whitespace ([`tool_api::fs_error::patch_mismatch`]).
+        why: String,
     },
     /// The path is not usable (empty, or contains NUL).
     #[error("invalid path '{path}': {why}")]
@@ -825,18 +828,17 @@ impl Workspace {
         if let Some(budget) = budget {
             return Err(budget.over(path, "a write"));
         }
-        if old.is_empty() {
-            return Err(FsError::PatchMatches {
-                path: path.into(),
-                count: 0,
-            });
-        }
         let text = self.read(path)?;
-        let count = text.matches(old).count();
+        let count = if old.is_empty() {
+            0
+        } else {
+            text.matches(old).count()
+        };
         if count != 1 {
             return Err(FsError::PatchMatches {
                 path: path.into(),
                 count,
+                why: tool_api::fs_error::patch_mismatch(path, &text, old),
             });
         }
         self.write(path, &text.replacen(old, new, 1))

@@ -441,6 +441,58 @@ async fn batch_runs_unsafe_calls_alone_and_keeps_call_order() {
 }
 
 #[tokio::test]
+async fn a_patch_that_misses_names_the_lines_of_its_matches_or_of_a_match_but_for_whitespace() {
+    let d = Dispatcher::builder()
+        .policy(policy(r#"default = { WRITE = "auto" }"#))
+        .build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    let source = "fn main() {\n    let x = 1;\n    run(x);\n}\nfoo\n\nfoo\n";
+    fx.write("main.rs", source);
+    let test_host = tool_api::testing::TestHost::new();
+    test_host.put_file("main.rs", source);
+    let prefix = "patch of 'main.rs' needs exactly one match of `old`, ";
+    for (old, expected) in [
+        (
+            "foo",
+            "found 2, at lines 5 and 7: include more surrounding text so it matches once",
+        ),
+        (
+            "let x = 1;\nrun(x);",
+            "found 0; the text at line 2 matches it but for whitespace (indentation, line breaks, trailing spaces): copy that text exactly as read_file shows it",
+        ),
+        (
+            "LET X = 1;   RUN(x);",
+            "found 0; the text at line 2 matches it but for letter case (and perhaps whitespace): copy that text exactly as read_file shows it",
+        ),
+        (
+            "nothing like it",
+            "found 0: check the text, including whitespace",
+        ),
+    ] {
+        let r = d
+            .dispatch(
+                ToolUse::new(
+                    "t",
+                    "patch_file",
+                    json!({"path": "main.rs", "old": old, "new": "y"}),
+                ),
+                &fx.session,
+            )
+            .await;
+        assert_eq!(r.text(), format!("{prefix}{expected}"), "{old:?}");
+        // A plugin's tests see what the model will.
+        let in_test = test_host
+            .context()
+            .files()
+            .patch("main.rs", old, "y")
+            .unwrap_err();
+        assert_eq!(in_test.message(), r.text(), "{old:?}");
+    }
+    assert_eq!(std::fs::read_to_string(fx.path("main.rs")).unwrap(), source);
+}
+
+#[tokio::test]
 async fn patch_file_needs_exactly_one_match() {
     let d = Dispatcher::builder()
         .policy(policy(r#"default = { WRITE = "auto" }"#))

@@ -314,7 +314,7 @@ impl HostContext for TestHost {
                     *bytes = text.replacen(old.as_str(), new.as_str(), 1).into_bytes();
                     Ok(())
                 }
-                n => Err(failed(crate::fs_error::patch_matches(&path, n))),
+                _ => Err(failed(crate::fs_error::patch_mismatch(&path, &text, &old))),
             }
         }))
     }
