@@ -48,7 +48,8 @@ enum Command {
 enum PluginCommand {
     /// Scaffold a plugin crate with a sample tool and its tests (builds and passes as is).
     New {
-        /// The crate name (letters, digits, '-' and '_', starting with a letter).
+        /// The crate name (letters, digits, '-' and '_', starting with a letter), or a path
+        /// whose last part is one, as with `cargo new`.
         name: String,
         /// Where to create it (default: ./NAME).
         #[arg(long, value_name = "DIR")]

@@ -35,9 +35,20 @@ fn valid_crate_name(name: &str) -> bool {
 }
 
 /// `plugin new NAME [--path DIR]`: a plugin crate with a sample tool and its test, which
-/// builds and passes `cargo test` as generated.
+/// builds and passes `cargo test` as generated. As with `cargo new`, NAME may be a path
+/// (`../plugins/my-tool`): the crate is created there and named after its last part.
 pub fn new(name: &str, path: Option<&Path>) -> Result<PathBuf> {
     let step = "create the plugin crate";
+    let (name, dir) = match path {
+        Some(path) => (name, path.to_path_buf()),
+        None => {
+            let last = Path::new(name)
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or(name);
+            (last, PathBuf::from(name))
+        }
+    };
     if !valid_crate_name(name) {
         return fail(
             step,
@@ -46,7 +57,6 @@ pub fn new(name: &str, path: Option<&Path>) -> Result<PathBuf> {
             ),
         );
     }
-    let dir = path.map_or_else(|| PathBuf::from(name), Path::to_path_buf);
     if dir.exists() && io(step, std::fs::read_dir(&dir))?.next().is_some() {
         return fail(
             step,

@@ -95,6 +95,23 @@ fn package_refuses_a_panic_abort_build() {
 }
 
 #[test]
+fn new_takes_a_path_as_cargo_new_does_and_names_the_crate_after_its_last_part() {
+    let dir = tempfile::tempdir().unwrap();
+    let crate_dir = dir.path().join("plugins/my-tool");
+    let out = xtask(&["plugin", "new", path_str(&crate_dir)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let manifest = std::fs::read_to_string(crate_dir.join("Cargo.toml")).unwrap();
+    assert!(manifest.contains("name = \"my-tool\""), "{manifest}");
+    let bad = xtask(&["plugin", "new", path_str(&dir.path().join("plugins/9bad"))]);
+    assert!(!bad.status.success());
+    assert!(
+        text(&bad.stderr).contains("'9bad' is not a valid crate name"),
+        "{}",
+        text(&bad.stderr)
+    );
+}
+
+#[test]
 fn new_plugin_builds_passes_its_test_packages_installs_and_loads() {
     let dir = tempfile::tempdir().unwrap();
     let crate_dir = dir.path().join("demo-greeter");
