@@ -69,6 +69,13 @@ pub enum FsError {
         /// "is a directory" / "is not a directory".
         what: &'static str,
     },
+    /// A write's path names a directory by its form (`src/new/`): resolved, it would
+    /// create a file where a directory was meant.
+    #[error("{}", tool_api::fs_error::names_a_directory(path))]
+    NamesDirectory {
+        /// The path as given.
+        path: String,
+    },
     /// The file is not UTF-8 text.
     #[error("{}", tool_api::fs_error::not_utf8(path))]
     NotUtf8 {
@@ -598,6 +605,7 @@ impl Workspace {
     /// ([`FsError::ReadOnly`]). A symlink inside the workspace is written through: the file
     /// it leads to is replaced and the link stays.
     pub fn write_bytes(&self, path: &str, content: &[u8]) -> Result<(), FsError> {
+        refuse_directory_name(path)?;
         let (rel, found) = self.link_target(path, self.resolve(path)?)?;
         let io_err = |e| self.io_error(path, e);
         let Some(name) = rel.file_name() else {
@@ -690,6 +698,7 @@ impl Workspace {
 
     /// Appends to a file, creating it (and its parent directories) if needed.
     pub fn append(&self, path: &str, content: &[u8]) -> Result<(), FsError> {
+        refuse_directory_name(path)?;
         let rel = self.resolve(path)?;
         let io_err = |e| self.io_error(path, e);
         if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -843,4 +852,14 @@ impl Workspace {
         }
         self.write(path, &text.replacen(old, new, 1))
     }
+}
+
+/// A path that names a directory by its form (`src/new/`, `src/new/.`, `src/new/..`) is
+/// refused for a write: resolved, it loses that form, and the write would create a file
+/// where the caller meant a directory.
+fn refuse_directory_name(path: &str) -> Result<(), FsError> {
+    if tool_api::fs_error::is_directory_form(path) {
+        return Err(FsError::NamesDirectory { path: path.into() });
+    }
+    Ok(())
 }

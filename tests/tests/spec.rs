@@ -1201,3 +1201,33 @@ async fn read_file_offset_past_the_end_is_invalid_input_naming_the_length() {
         "two"
     );
 }
+
+#[tokio::test]
+async fn a_write_to_a_path_that_names_a_directory_is_refused_and_creates_nothing() {
+    let d = Dispatcher::builder().policy(allow_all()).build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    let test_host = tool_api::testing::TestHost::new();
+    for path in ["new/dir/", "new/dir/.", "new/dir/.."] {
+        let r = d
+            .dispatch(
+                ToolUse::new("tu", "write_file", json!({"path": path, "content": "x"})),
+                &fx.session,
+            )
+            .await;
+        assert_eq!(r.error_class, Some(ErrorClass::ExecutionError), "{path}");
+        assert_eq!(
+            r.text(),
+            format!(
+                "'{path}' ends with '/', '/.' or '/..', so it names a directory; give the path of a file"
+            )
+        );
+        // A plugin's tests see what the model will.
+        let in_test = test_host.context().files().write(path, "x").unwrap_err();
+        assert_eq!(in_test.message(), r.text());
+    }
+    assert!(
+        !fx.path("new").exists(),
+        "nothing created, not even the parent"
+    );
+}

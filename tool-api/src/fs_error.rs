@@ -20,6 +20,19 @@ pub fn too_large(path: &str, size: u64, limit: u64) -> String {
     )
 }
 
+/// Whether a path names a directory by its form: it ends with `/`, `/.` or `/..`. A write
+/// to it is refused ([`names_a_directory`]) rather than creating a file of the last name.
+pub fn is_directory_form(path: &str) -> bool {
+    path.ends_with('/') || path.ends_with("/.") || path.ends_with("/..")
+}
+
+/// A write's path names a directory by its form ([`is_directory_form`]).
+pub fn names_a_directory(path: &str) -> String {
+    format!(
+        "'{path}' ends with '/', '/.' or '/..', so it names a directory; give the path of a file"
+    )
+}
+
 /// The file is not UTF-8 text.
 pub fn not_utf8(path: &str) -> String {
     format!("'{path}' is not UTF-8 text; read it as bytes")

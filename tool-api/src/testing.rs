@@ -105,6 +105,15 @@ impl TestHost {
         Ok(p)
     }
 
+    /// [`Self::resolve`] for a write: a path in a directory's form is refused, as the host
+    /// refuses it.
+    fn writable(&self, path: &str) -> Result<String, AbiError> {
+        if crate::fs_error::is_directory_form(path) {
+            return Err(failed(crate::fs_error::names_a_directory(path)));
+        }
+        self.resolve(path)
+    }
+
     /// The current content of a workspace file as text.
     pub fn file(&self, path: &str) -> Option<String> {
         let p = normalize(path).ok()?;
@@ -224,12 +233,12 @@ impl HostContext for TestHost {
         ok_or(self.read(path.as_str()).map(RVec::from))
     }
     fn fs_write(&self, path: RStr<'_>, content: RSlice<'_, u8>) -> RResult<(), AbiError> {
-        ok_or(self.resolve(path.as_str()).map(|p| {
+        ok_or(self.writable(path.as_str()).map(|p| {
             lock(&self.state.files).insert(p, content.to_vec());
         }))
     }
     fn fs_append(&self, path: RStr<'_>, content: RSlice<'_, u8>) -> RResult<(), AbiError> {
-        ok_or(self.resolve(path.as_str()).map(|p| {
+        ok_or(self.writable(path.as_str()).map(|p| {
             lock(&self.state.files)
                 .entry(p)
                 .or_default()
