@@ -63,6 +63,12 @@ impl Tool for ReadFile {
                 ToolError::failed(format!(
                     "'{path}' is not UTF-8 text (a binary file?); read_file returns text only"
                 ))
+            } else if tool_api::fs_error::is_too_large(e.message()) {
+                // Its advice (a range of lines) is what read_file cannot do for this file.
+                let size = e.message().split(';').next().unwrap_or_default();
+                ToolError::failed(format!(
+                    "{size} (read_file reads all of a file, even for a range of lines); read the lines you need with a command, if you have a tool that runs one (`tail -n 100 {path}`, `sed -n '1000,1100p' {path}`)"
+                ))
             } else {
                 e
             }

@@ -1231,3 +1231,29 @@ async fn a_write_to_a_path_that_names_a_directory_is_refused_and_creates_nothing
         "nothing created, not even the parent"
     );
 }
+
+#[tokio::test]
+async fn read_file_of_a_range_of_a_file_over_the_read_limit_points_to_a_command() {
+    let d = Dispatcher::builder().policy(allow_all()).build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    // Sparse: a size over the limit without the bytes on disk.
+    let file = std::fs::File::create(fx.path("huge.log")).unwrap();
+    file.set_len(dispatcher_core::workspace::MAX_READ_BYTES + 1)
+        .unwrap();
+    let r = d
+        .dispatch(
+            ToolUse::new(
+                "tu",
+                "read_file",
+                json!({"path": "huge.log", "offset": 1000, "limit": 100}),
+            ),
+            &fx.session,
+        )
+        .await;
+    assert_eq!(r.error_class, Some(ErrorClass::ExecutionError));
+    assert_eq!(
+        r.text(),
+        "'huge.log' is 1073741825 bytes, over the 1073741824-byte limit of one whole-file read (read_file reads all of a file, even for a range of lines); read the lines you need with a command, if you have a tool that runs one (`tail -n 100 huge.log`, `sed -n '1000,1100p' huge.log`)"
+    );
+}

@@ -33,6 +33,12 @@ pub fn names_a_directory(path: &str) -> String {
     )
 }
 
+/// Whether `message` is a [`too_large`] refusal, so that a tool can say what it can do
+/// instead.
+pub fn is_too_large(message: &str) -> bool {
+    message.contains("-byte limit of one whole-file read; ")
+}
+
 /// The file is not UTF-8 text.
 pub fn not_utf8(path: &str) -> String {
     format!("'{path}' is not UTF-8 text; read it as bytes")
