@@ -1,7 +1,9 @@
 //! The file tools: `read_file`, `list_dir`, `write_file`, `patch_file`.
 
 use serde_json::{Value, json};
-use tool_api::{DefinedTool, SideEffect, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput};
+use tool_api::{
+    Content, DefinedTool, SideEffect, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
+};
 
 fn str_arg<'a>(input: &'a Value, key: &str) -> Result<&'a str, ToolError> {
     input
@@ -56,14 +58,8 @@ impl DefinedTool for ReadFile {
 impl Tool for ReadFile {
     fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let path = str_arg(&input, "path")?;
-        let text = ctx.files().read(path).map_err(|e| {
-            // The file API's own advice (read it as bytes) is for tool authors; the model
-            // has no such tool.
-            if e.message() == tool_api::fs_error::not_utf8(path) {
-                ToolError::failed(format!(
-                    "'{path}' is not UTF-8 text (a binary file?); read_file returns text only"
-                ))
-            } else if tool_api::fs_error::is_too_large(e.message()) {
+        let bytes = ctx.files().read_bytes(path).map_err(|e| {
+            if tool_api::fs_error::is_too_large(e.message()) {
                 // Its advice (a range of lines) is what read_file cannot do for this file.
                 let size = e.message().split(';').next().unwrap_or_default();
                 ToolError::failed(format!(
@@ -73,92 +69,128 @@ impl Tool for ReadFile {
                 e
             }
         })?;
-        let arg = |key: &str| {
-            input
-                .get(key)
-                .and_then(Value::as_u64)
-                .map(|n| usize::try_from(n).unwrap_or(usize::MAX).max(1))
-        };
-        let (offset, limit, column) = (arg("offset"), arg("limit"), arg("column"));
-        let total_lines = line_count(&text);
-        let bytes = text.len();
-        let ranged = offset.is_some() || limit.is_some() || column.is_some();
-        if !ranged && bytes > READ_LIMIT_BYTES {
-            return Err(ToolError::failed(format!(
-                "'{path}' is {bytes} bytes in {}, over the {READ_LIMIT_BYTES}-byte limit of one read; read it in parts with offset and limit (a line over {LINE_LIMIT_CHARS} characters comes cut, with the column to read on from)",
-                lines(total_lines),
+        let (text, replaced) = decode(path, bytes)?;
+        let mut output = read_text(path, text, &input)?;
+        if replaced > 0 {
+            output.metadata["invalid_utf8_bytes"] = json!(replaced);
+            output.content.push(Content::text(format!(
+                "[{replaced} bytes of '{path}' are not UTF-8 (another encoding, e.g. Latin-1?) and are shown as \u{FFFD}; a patch_file `old` cannot match the lines that hold them]"
             )));
         }
-        // A whole file with no line over the limit is the body as it is (line endings and
-        // all), not a copy of it.
-        if !ranged && !has_long_line(&text) {
-            return Ok(ToolOutput::text(text).with_metadata(json!({
-                "path": path,
-                "bytes": bytes,
-                "total_lines": total_lines,
-                "first_line": 1,
-                "lines_returned": total_lines,
-            })));
-        }
-        let first = offset.unwrap_or(1);
-        if first > total_lines.max(1) {
-            return Err(ToolError::invalid_input(format!(
-                "offset {first} is past the end of '{path}', which has {}",
-                lines(total_lines)
-            )));
-        }
-        let mut body = String::new();
-        let (mut returned, mut cut) = (0, 0);
-        let count = limit.unwrap_or(usize::MAX);
-        for (i, line) in text.lines().skip(first - 1).take(count).enumerate() {
-            let number = first + i;
-            let from = if i == 0 { column.unwrap_or(1) } else { 1 };
-            let rest = match line.char_indices().nth(from - 1) {
-                Some((at, _)) => &line[at..],
-                None if from == 1 => "",
-                None => {
-                    return Err(ToolError::invalid_input(format!(
-                        "column {from} is past the end of line {number} of '{path}', which has {} characters",
-                        line.chars().count()
-                    )));
-                }
-            };
-            if i > 0 {
-                body.push('\n');
-            }
-            // Bytes bound characters from above: most lines stop at the length.
-            let cut_at = (rest.len() > LINE_LIMIT_CHARS)
-                .then(|| rest.char_indices().nth(LINE_LIMIT_CHARS))
-                .flatten();
-            match cut_at {
-                Some((end, _)) => {
-                    let total = from - 1 + rest.chars().count();
-                    let (last, next) = (from + LINE_LIMIT_CHARS - 1, from + LINE_LIMIT_CHARS);
-                    body.push_str(&rest[..end]);
-                    body.push_str(&format!(
-                        " [line {number} cut: characters {from}-{last} of {total} shown; read on with offset={number}, limit=1, column={next}]"
-                    ));
-                    cut += 1;
-                }
-                _ => body.push_str(rest),
-            }
-            returned += 1;
-        }
-        let mut metadata = json!({
+        Ok(output)
+    }
+}
+
+/// A file's text, and how many of its bytes are not UTF-8 and are shown as U+FFFD: text
+/// in another encoding (a Latin-1 source file, a log with a stray byte) is read that way.
+/// A file with a NUL in its first 8,000 bytes (as git decides), or with over a quarter of
+/// its bytes not UTF-8, is binary and refused.
+fn decode(path: &str, bytes: Vec<u8>) -> Result<(String, usize), ToolError> {
+    if memchr::memchr(0, &bytes[..bytes.len().min(8000)]).is_some() {
+        return Err(ToolError::failed(format!(
+            "'{path}' holds NUL bytes (a binary file, or UTF-16 text?); read_file returns text only"
+        )));
+    }
+    let bytes = match String::from_utf8(bytes) {
+        Ok(text) => return Ok((text, 0)),
+        Err(e) => e.into_bytes(),
+    };
+    let invalid: usize = bytes.utf8_chunks().map(|c| c.invalid().len()).sum();
+    if invalid * 4 > bytes.len() {
+        return Err(ToolError::failed(format!(
+            "'{path}' is not UTF-8 text (a binary file?); read_file returns text only"
+        )));
+    }
+    Ok((String::from_utf8_lossy(&bytes).into_owned(), invalid))
+}
+
+/// `read_file`'s answer for `text`, the whole file or the range `input` asks for.
+fn read_text(path: &str, text: String, input: &Value) -> Result<ToolOutput, ToolError> {
+    let arg = |key: &str| {
+        input
+            .get(key)
+            .and_then(Value::as_u64)
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX).max(1))
+    };
+    let (offset, limit, column) = (arg("offset"), arg("limit"), arg("column"));
+    let total_lines = line_count(&text);
+    let bytes = text.len();
+    let ranged = offset.is_some() || limit.is_some() || column.is_some();
+    if !ranged && bytes > READ_LIMIT_BYTES {
+        return Err(ToolError::failed(format!(
+            "'{path}' is {bytes} bytes in {}, over the {READ_LIMIT_BYTES}-byte limit of one read; read it in parts with offset and limit (a line over {LINE_LIMIT_CHARS} characters comes cut, with the column to read on from)",
+            lines(total_lines),
+        )));
+    }
+    // A whole file with no line over the limit is the body as it is (line endings and
+    // all), not a copy of it.
+    if !ranged && !has_long_line(&text) {
+        return Ok(ToolOutput::text(text).with_metadata(json!({
             "path": path,
             "bytes": bytes,
             "total_lines": total_lines,
-            "first_line": first,
-            "lines_returned": returned,
-        });
-        if let Some(column) = column {
-            metadata["first_column"] = json!(column);
-        }
-        if cut > 0 {
-            metadata["lines_cut"] = json!(cut);
-        }
-        Ok(ToolOutput::text(body).with_metadata(metadata))
+            "first_line": 1,
+            "lines_returned": total_lines,
+        })));
     }
+    let first = offset.unwrap_or(1);
+    if first > total_lines.max(1) {
+        return Err(ToolError::invalid_input(format!(
+            "offset {first} is past the end of '{path}', which has {}",
+            lines(total_lines)
+        )));
+    }
+    let mut body = String::new();
+    let (mut returned, mut cut) = (0, 0);
+    let count = limit.unwrap_or(usize::MAX);
+    for (i, line) in text.lines().skip(first - 1).take(count).enumerate() {
+        let number = first + i;
+        let from = if i == 0 { column.unwrap_or(1) } else { 1 };
+        let rest = match line.char_indices().nth(from - 1) {
+            Some((at, _)) => &line[at..],
+            None if from == 1 => "",
+            None => {
+                return Err(ToolError::invalid_input(format!(
+                    "column {from} is past the end of line {number} of '{path}', which has {} characters",
+                    line.chars().count()
+                )));
+            }
+        };
+        if i > 0 {
+            body.push('\n');
+        }
+        // Bytes bound characters from above: most lines stop at the length.
+        let cut_at = (rest.len() > LINE_LIMIT_CHARS)
+            .then(|| rest.char_indices().nth(LINE_LIMIT_CHARS))
+            .flatten();
+        match cut_at {
+            Some((end, _)) => {
+                let total = from - 1 + rest.chars().count();
+                let (last, next) = (from + LINE_LIMIT_CHARS - 1, from + LINE_LIMIT_CHARS);
+                body.push_str(&rest[..end]);
+                body.push_str(&format!(
+                        " [line {number} cut: characters {from}-{last} of {total} shown; read on with offset={number}, limit=1, column={next}]"
+                    ));
+                cut += 1;
+            }
+            _ => body.push_str(rest),
+        }
+        returned += 1;
+    }
+    let mut metadata = json!({
+        "path": path,
+        "bytes": bytes,
+        "total_lines": total_lines,
+        "first_line": first,
+        "lines_returned": returned,
+    });
+    if let Some(column) = column {
+        metadata["first_column"] = json!(column);
+    }
+    if cut > 0 {
+        metadata["lines_cut"] = json!(cut);
+    }
+    Ok(ToolOutput::text(body).with_metadata(metadata))
 }
 
 /// Whether a line of `text` is longer than [`LINE_LIMIT_CHARS`] characters.

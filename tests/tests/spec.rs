@@ -1257,3 +1257,45 @@ async fn read_file_of_a_range_of_a_file_over_the_read_limit_points_to_a_command(
         "'huge.log' is 1073741825 bytes, over the 1073741824-byte limit of one whole-file read (read_file reads all of a file, even for a range of lines); read the lines you need with a command, if you have a tool that runs one (`tail -n 100 huge.log`, `sed -n '1000,1100p' huge.log`)"
     );
 }
+
+#[tokio::test]
+async fn read_file_of_text_in_another_encoding_shows_what_it_cannot_decode_and_says_so() {
+    let d = Dispatcher::builder().policy(allow_all()).build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    // Latin-1: ü, ß and ö are one byte each, none of them UTF-8.
+    std::fs::write(
+        fx.path("legacy.txt"),
+        b"Gr\xfc\xdfe aus K\xf6ln\nzweite Zeile\n",
+    )
+    .unwrap();
+    let r = read(&d, &fx, json!({"path": "legacy.txt"})).await;
+    let note = "[3 bytes of 'legacy.txt' are not UTF-8 (another encoding, e.g. Latin-1?) and are shown as \u{FFFD}; a patch_file `old` cannot match the lines that hold them]";
+    assert_eq!(
+        r.text(),
+        format!("Gr\u{FFFD}\u{FFFD}e aus K\u{FFFD}ln\nzweite Zeile\n\n{note}")
+    );
+    assert_eq!(r.metadata["invalid_utf8_bytes"], 3);
+    let second = read(&d, &fx, json!({"path": "legacy.txt", "offset": 2})).await;
+    assert_eq!(second.text(), format!("zweite Zeile\n{note}"));
+}
+
+#[tokio::test]
+async fn read_file_of_a_file_holding_nul_bytes_is_refused_as_binary() {
+    let d = Dispatcher::builder().policy(allow_all()).build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    // Valid UTF-8 all the same: UTF-16 text of ASCII letters.
+    std::fs::write(fx.path("notes.txt"), b"h\x00i\x00").unwrap();
+    let r = d
+        .dispatch(
+            ToolUse::new("tu", "read_file", json!({"path": "notes.txt"})),
+            &fx.session,
+        )
+        .await;
+    assert_eq!(r.error_class, Some(ErrorClass::ExecutionError));
+    assert_eq!(
+        r.text(),
+        "'notes.txt' holds NUL bytes (a binary file, or UTF-16 text?); read_file returns text only"
+    );
+}
