@@ -169,8 +169,8 @@ fn read_text(path: &str, text: String, input: &Value) -> Result<ToolOutput, Tool
                 let (last, next) = (from + LINE_LIMIT_CHARS - 1, from + LINE_LIMIT_CHARS);
                 body.push_str(&rest[..end]);
                 body.push_str(&format!(
-                        " [line {number} cut: characters {from}-{last} of {total} shown; read on with offset={number}, limit=1, column={next}]"
-                    ));
+                    " [line {number} cut: characters {from}-{last} of {total} shown; read on with offset={number}, limit=1, column={next}]"
+                ));
                 cut += 1;
             }
             _ => body.push_str(rest),
@@ -199,8 +199,8 @@ fn has_long_line(text: &str) -> bool {
         return false;
     }
     let mut start = 0;
-    let ends = memchr::memchr_iter(b'\n', text.as_bytes()).chain([text.len()]);
-    ends.into_iter().any(|end| {
+    let mut ends = memchr::memchr_iter(b'\n', text.as_bytes()).chain([text.len()]);
+    ends.any(|end| {
         let line = &text[start..end];
         start = end + 1;
         line.len() > LINE_LIMIT_CHARS && line.chars().count() > LINE_LIMIT_CHARS
