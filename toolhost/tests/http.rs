@@ -1517,3 +1517,55 @@ fn a_session_request_over_the_timeout_gets_the_error_on_its_stream_and_its_call_
     }
     assert!(!ws.path().join("finished").exists());
 }
+
+#[test]
+fn the_mcp_transports_refusals_are_json_rpc_errors_with_their_status_and_what_to_do() {
+    let ws = workspace();
+    let server = serve_http(ws.path(), &[]);
+    let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
+    let version = ("MCP-Protocol-Version", "2025-11-25");
+    let cases = [
+        (
+            post_mcp(&server.addr, &[version], &ping),
+            400,
+            json!(2),
+            "Bad Request: Session ID is required; initialize first and send the Mcp-Session-Id header it answers with (or use protocol 2026-07-28, which has no sessions)",
+        ),
+        (
+            post_mcp(&server.addr, &[version, ("Mcp-Session-Id", "gone")], &ping),
+            404,
+            json!(2),
+            "Not Found: Session not found; the session was closed or has expired: initialize a new one",
+        ),
+        (
+            request(
+                &server.addr,
+                "POST",
+                "/mcp",
+                &[
+                    ("Content-Type", "application/json"),
+                    ("Accept", "text/html"),
+                ],
+                ping.to_string().as_bytes(),
+            ),
+            406,
+            json!(2),
+            "Not Acceptable: Client must accept both application/json and text/event-stream",
+        ),
+        (
+            request(&server.addr, "PUT", "/mcp", &[], b""),
+            405,
+            Value::Null,
+            "Method Not Allowed; /mcp answers POST (messages), GET (a session's event stream) and DELETE (end a session)",
+        ),
+    ];
+    for (r, status, id, message) in cases {
+        assert_eq!(r.status, status, "{r:?}");
+        assert_eq!(r.header("content-type"), Some("application/json"), "{r:?}");
+        assert_eq!(
+            r.json(),
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32000, "message": message}}),
+            "{r:?}"
+        );
+    }
+}

@@ -264,10 +264,11 @@ async fn read_limited(body: Body, limit: usize) -> Result<Vec<u8>, Rejection> {
     message.take()
 }
 
-/// `/mcp`: POST bodies screened before rmcp; each request under the request timeout.
+/// `/mcp`: POST bodies screened before rmcp; each request under the request timeout; the
+/// protocol library's plain-text refusals made JSON-RPC errors.
 async fn screen_mcp(State(gate): State<Gate>, request: Request, next: Next) -> Response {
     if request.method() != http::Method::POST {
-        return next.run(request).await;
+        return as_json_rpc(next.run(request).await, Value::Null).await;
     }
     let stateless = request
         .headers()
@@ -313,10 +314,56 @@ async fn screen_mcp(State(gate): State<Gate>, request: Request, next: Next) -> R
     };
     let request = Request::from_parts(parts, Body::from(bytes));
     match tokio::time::timeout(gate.request_timeout, next.run(request)).await {
-        Ok(response) => response,
+        Ok(response) => as_json_rpc(response, id).await,
         Err(_) => rejection_response(
             StatusCode::GATEWAY_TIMEOUT,
             &Rejection::timed_out(id, gate.request_timeout),
         ),
     }
+}
+
+/// A refusal of rmcp's streamable HTTP transport (`400 Session ID is required`, `404
+/// Session not found`, `406`, `415`, a bad `MCP-Protocol-Version`) comes as plain text with
+/// no content type; a client reading JSON-RPC gets it as a JSON-RPC error (`-32000`, as the
+/// TypeScript SDK's server answers them), with the same status, the request's id when
+/// there is one, and what to do next. Every other response passes as it is.
+async fn as_json_rpc(response: Response, id: Value) -> Response {
+    let status = response.status();
+    let plain = response
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .is_none_or(|t| t.as_bytes().starts_with(b"text/plain"));
+    if !(status.is_client_error() || status.is_server_error()) || !plain {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let Ok(Ok(text)) = tokio::time::timeout(
+        Duration::from_secs(5),
+        http_body_util::Limited::new(body, 4096).collect(),
+    )
+    .await
+    else {
+        return Response::from_parts(parts, Body::from("refused by the MCP transport"));
+    };
+    let text = String::from_utf8_lossy(&text.to_bytes()).trim().to_string();
+    let next = if text.contains("Session ID is required") {
+        "; initialize first and send the Mcp-Session-Id header it answers with (or use protocol 2026-07-28, which has no sessions)"
+    } else if text.contains("Session not found") {
+        "; the session was closed or has expired: initialize a new one"
+    } else if status == StatusCode::METHOD_NOT_ALLOWED {
+        "; /mcp answers POST (messages), GET (a session's event stream) and DELETE (end a session)"
+    } else {
+        ""
+    };
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {"code": -32000, "message": format!("{text}{next}")},
+    });
+    (
+        status,
+        [(http::header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
