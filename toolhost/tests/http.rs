@@ -1553,6 +1553,21 @@ fn the_mcp_transports_refusals_are_json_rpc_errors_with_their_status_and_what_to
             "Not Acceptable: Client must accept both application/json and text/event-stream",
         ),
         (
+            request(
+                &server.addr,
+                "POST",
+                "/mcp",
+                &[
+                    ("Content-Type", "text/plain"),
+                    ("Accept", "application/json, text/event-stream"),
+                ],
+                ping.to_string().as_bytes(),
+            ),
+            415,
+            json!(2),
+            "Unsupported Media Type: Content-Type must be application/json",
+        ),
+        (
             request(&server.addr, "PUT", "/mcp", &[], b""),
             405,
             Value::Null,
