@@ -66,7 +66,7 @@ impl Tool for ReadFile {
                     "{size} (read_file reads all of a file, even for a range of lines); read the lines you need with a command, if you have a tool that runs one (`tail -n 100 {path}`, `sed -n '1000,1100p' {path}`)"
                 ))
             } else {
-                e
+                crate::missing::explain(ctx, path, e)
             }
         })?;
         let (text, replaced) = decode(path, bytes)?;
@@ -242,7 +242,10 @@ impl DefinedTool for ListDir {
 impl Tool for ListDir {
     fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let path = input.get("path").and_then(Value::as_str).unwrap_or(".");
-        let names = ctx.files().list(path)?;
+        let names = ctx
+            .files()
+            .list(path)
+            .map_err(|e| crate::missing::explain(ctx, path, e))?;
         let text = if names.is_empty() {
             format!("'{path}' is empty")
         } else {
@@ -321,7 +324,9 @@ impl Tool for PatchFile {
         let path = str_arg(&input, "path")?;
         let old = str_arg(&input, "old")?;
         let new = str_arg(&input, "new")?;
-        ctx.files().patch(path, old, new)?;
+        ctx.files()
+            .patch(path, old, new)
+            .map_err(|e| crate::missing::explain(ctx, path, e))?;
         Ok(ToolOutput::text(format!("Patched {path}"))
             .with_metadata(json!({"path": path}))
             .with_files_modified(vec![path.to_string()]))

@@ -13,6 +13,7 @@
 //! all with [`factories`].
 
 mod files;
+mod missing;
 mod shell;
 
 use std::sync::Arc;

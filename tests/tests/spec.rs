@@ -1299,3 +1299,51 @@ async fn read_file_of_a_file_holding_nul_bytes_is_refused_as_binary() {
         "'notes.txt' holds NUL bytes (a binary file, or UTF-16 text?); read_file returns text only"
     );
 }
+
+#[tokio::test]
+async fn a_path_that_is_not_there_gets_the_names_it_may_have_meant() {
+    let d = Dispatcher::builder().policy(allow_all()).build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    std::fs::create_dir_all(fx.path("src")).unwrap();
+    std::fs::write(fx.path("src/main.tsx"), "x").unwrap();
+    std::fs::write(fx.path("README.md"), "x").unwrap();
+    for (tool, input, expected) in [
+        (
+            "read_file",
+            json!({"path": "src/main.ts"}),
+            "'src/main.ts' not found in the workspace; did you mean 'src/main.tsx'?",
+        ),
+        (
+            "read_file",
+            json!({"path": "readme.md"}),
+            "'readme.md' not found in the workspace; did you mean 'README.md'?",
+        ),
+        (
+            "patch_file",
+            json!({"path": "lib/util/x.rs", "old": "a", "new": "b"}),
+            "'lib/util/x.rs' not found in the workspace; there is no directory 'lib'",
+        ),
+        (
+            "list_dir",
+            json!({"path": "srcs"}),
+            "'srcs' not found in the workspace; did you mean 'src'?",
+        ),
+        (
+            "read_file",
+            json!({"path": "nothing/like/it.txt"}),
+            "'nothing/like/it.txt' not found in the workspace; there is no directory 'nothing'",
+        ),
+        (
+            "read_file",
+            json!({"path": "unrelated.rs"}),
+            "'unrelated.rs' not found in the workspace",
+        ),
+    ] {
+        let r = d
+            .dispatch(ToolUse::new("tu", tool, input), &fx.session)
+            .await;
+        assert_eq!(r.error_class, Some(ErrorClass::ExecutionError), "{tool}");
+        assert_eq!(r.text(), expected, "{tool}");
+    }
+}
