@@ -324,6 +324,11 @@ impl Tool for PatchFile {
         let path = str_arg(&input, "path")?;
         let old = str_arg(&input, "old")?;
         let new = str_arg(&input, "new")?;
+        if old == new {
+            return Err(ToolError::invalid_input(
+                "`old` and `new` are the same: there is nothing to change",
+            ));
+        }
         ctx.files()
             .patch(path, old, new)
             .map_err(|e| crate::missing::explain(ctx, path, e))?;

@@ -1347,3 +1347,35 @@ async fn a_path_that_is_not_there_gets_the_names_it_may_have_meant() {
         assert_eq!(r.text(), expected, "{tool}");
     }
 }
+
+#[tokio::test]
+async fn a_patch_whose_old_and_new_are_the_same_is_invalid_and_writes_nothing() {
+    let d = Dispatcher::builder().policy(allow_all()).build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    std::fs::write(fx.path("f.txt"), "keep").unwrap();
+    let before = std::fs::metadata(fx.path("f.txt"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    let r = d
+        .dispatch(
+            ToolUse::new(
+                "tu",
+                "patch_file",
+                json!({"path": "f.txt", "old": "keep", "new": "keep"}),
+            ),
+            &fx.session,
+        )
+        .await;
+    assert_eq!(r.error_class, Some(ErrorClass::ValidationError));
+    assert_eq!(
+        r.text(),
+        "invalid input: `old` and `new` are the same: there is nothing to change"
+    );
+    let after = std::fs::metadata(fx.path("f.txt"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    assert_eq!(before, after, "the file was not rewritten");
+}
