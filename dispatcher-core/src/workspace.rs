@@ -69,6 +69,14 @@ pub enum FsError {
         /// "is a directory" / "is not a directory".
         what: &'static str,
     },
+    /// A part of the path before its last is a file (`a.txt` in `a.txt/x`).
+    #[error("'{path}' lies under '{file}', which is a file, not a directory")]
+    UnderFile {
+        /// The path as given.
+        path: String,
+        /// The file on its way, relative to the workspace root.
+        file: String,
+    },
     /// A write's path names a directory by its form (`src/new/`): resolved, it would
     /// create a file where a directory was meant.
     #[error("{}", tool_api::fs_error::names_a_directory(path))]
@@ -409,7 +417,7 @@ impl Workspace {
             match self.exists_beneath(ancestor) {
                 Ok(()) => break,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(FsError::from_io(path, e)),
+                Err(e) => return Err(self.error_at(path, e)),
             }
         }
         Ok(rel)
@@ -469,14 +477,48 @@ impl Workspace {
     /// exists"), so the path is checked again and such a failure named as the escape it is.
     /// Only the error path pays for the check; the operations are confined on their own.
     fn io_error(&self, path: &str, e: io::Error) -> FsError {
-        let error = FsError::from_io(path, e);
-        if matches!(error, FsError::Escape { .. } | FsError::NotFound { .. }) {
+        let error = self.error_at(path, e);
+        if matches!(
+            error,
+            FsError::Escape { .. } | FsError::NotFound { .. } | FsError::UnderFile { .. }
+        ) {
             return error;
         }
         match self.check(path) {
             Err(escape @ FsError::Escape { .. }) => escape,
             _ => error,
         }
+    }
+
+    /// [`FsError::from_io`], with the file on the way named when a part of the path that
+    /// should be a directory is not.
+    fn error_at(&self, path: &str, e: io::Error) -> FsError {
+        if e.kind() == io::ErrorKind::NotADirectory
+            && let Some(file) = self.file_on_the_way(path)
+        {
+            return FsError::UnderFile {
+                path: path.into(),
+                file,
+            };
+        }
+        FsError::from_io(path, e)
+    }
+
+    /// The first part of `path` before its last that is a file, not a directory (`a.txt`
+    /// for `a.txt/x`), as the workspace-relative path it resolves to.
+    fn file_on_the_way(&self, path: &str) -> Option<String> {
+        let rel = self.resolve(path).ok()?;
+        let mut at = PathBuf::new();
+        let parts: Vec<_> = rel.components().collect();
+        for part in &parts[..parts.len().saturating_sub(1)] {
+            at.push(part);
+            match self.dir.metadata(&at) {
+                Ok(m) if !m.is_dir() => return Some(at.display().to_string()),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+        None
     }
 
     /// Reads a UTF-8 file.

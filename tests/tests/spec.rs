@@ -1379,3 +1379,34 @@ async fn a_patch_whose_old_and_new_are_the_same_is_invalid_and_writes_nothing() 
         .unwrap();
     assert_eq!(before, after, "the file was not rewritten");
 }
+
+#[tokio::test]
+async fn a_path_under_a_file_names_the_file() {
+    let d = Dispatcher::builder().policy(allow_all()).build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    std::fs::create_dir_all(fx.path("src")).unwrap();
+    std::fs::write(fx.path("src/config.json"), "{}").unwrap();
+    for (tool, input) in [
+        (
+            "write_file",
+            json!({"path": "src/config.json/x", "content": "1"}),
+        ),
+        ("read_file", json!({"path": "src/config.json/x"})),
+        ("list_dir", json!({"path": "src/config.json/y/z"})),
+    ] {
+        let path = input["path"].as_str().unwrap().to_string();
+        let r = d
+            .dispatch(ToolUse::new("tu", tool, input), &fx.session)
+            .await;
+        assert_eq!(
+            r.text(),
+            format!("'{path}' lies under 'src/config.json', which is a file, not a directory"),
+            "{tool}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(fx.path("src/config.json")).unwrap(),
+        "{}"
+    );
+}
