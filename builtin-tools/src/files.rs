@@ -1,5 +1,6 @@
 //! The file tools: `read_file`, `list_dir`, `write_file`, `patch_file`.
 
+use crate::hints::Wanted;
 use serde_json::{Value, json};
 use tool_api::{
     Content, DefinedTool, SideEffect, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
@@ -66,7 +67,7 @@ impl Tool for ReadFile {
                     "{size} (read_file reads all of a file, even for a range of lines); read the lines you need with a command, if you have a tool that runs one (`tail -n 100 {path}`, `sed -n '1000,1100p' {path}`)"
                 ))
             } else {
-                crate::missing::explain(ctx, path, e)
+                crate::hints::explain(ctx, path, Wanted::File, e)
             }
         })?;
         let (text, replaced) = decode(path, bytes)?;
@@ -245,7 +246,7 @@ impl Tool for ListDir {
         let names = ctx
             .files()
             .list(path)
-            .map_err(|e| crate::missing::explain(ctx, path, e))?;
+            .map_err(|e| crate::hints::explain(ctx, path, Wanted::Directory, e))?;
         let text = if names.is_empty() {
             format!("'{path}' is empty")
         } else {
@@ -331,7 +332,7 @@ impl Tool for PatchFile {
         }
         ctx.files()
             .patch(path, old, new)
-            .map_err(|e| crate::missing::explain(ctx, path, e))?;
+            .map_err(|e| crate::hints::explain(ctx, path, Wanted::File, e))?;
         Ok(ToolOutput::text(format!("Patched {path}"))
             .with_metadata(json!({"path": path}))
             .with_files_modified(vec![path.to_string()]))

@@ -13,7 +13,7 @@
 //! all with [`factories`].
 
 mod files;
-mod missing;
+mod hints;
 mod shell;
 
 use std::sync::Arc;

@@ -1410,3 +1410,34 @@ async fn a_path_under_a_file_names_the_file() {
         "{}"
     );
 }
+
+#[tokio::test]
+async fn a_directory_given_to_read_and_a_file_given_to_list_name_the_other_tool() {
+    let d = Dispatcher::builder().policy(allow_all()).build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    std::fs::create_dir_all(fx.path("src")).unwrap();
+    std::fs::write(fx.path("notes.txt"), "x").unwrap();
+    for (tool, input, expected) in [
+        (
+            "read_file",
+            json!({"path": "src"}),
+            "'src' is a directory; list it with list_dir",
+        ),
+        (
+            "patch_file",
+            json!({"path": "src", "old": "a", "new": "b"}),
+            "'src' is a directory; list it with list_dir",
+        ),
+        (
+            "list_dir",
+            json!({"path": "notes.txt"}),
+            "'notes.txt' is not a directory; read it with read_file",
+        ),
+    ] {
+        let r = d
+            .dispatch(ToolUse::new("tu", tool, input), &fx.session)
+            .await;
+        assert_eq!(r.text(), expected, "{tool}");
+    }
+}

@@ -1,18 +1,42 @@
-//! What the file tools add when a path is not there: the names nearby that it may have
-//! meant (`src/main.ts` for `src/main.tsx`, `readme.md` for `README.md`), or the directory
-//! on its way that does not exist. A model that guessed a path gets its next step, not a
-//! bare "not found".
+//! What the file tools add when a path is not what they need, so that a model that guessed
+//! gets its next step, not a bare refusal: for a path that is not there, the names nearby
+//! it may have meant (`src/main.ts` for `src/main.tsx`, `readme.md` for `README.md`) or
+//! the directory on its way that does not exist; for a directory given to `read_file`,
+//! `list_dir`; for a file given to `list_dir`, `read_file`.
 
 use tool_api::{ToolContext, ToolError};
 
 /// How many names a hint offers at most.
 const OFFERED: usize = 3;
 
-/// `error` from an operation on `path`; when `path` does not exist, with what is nearby.
+/// What a tool wanted at a path.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wanted {
+    /// A file to read or change.
+    File,
+    /// A directory to list.
+    Directory,
+}
+
+/// `error` from an operation on `path` that wanted `wanted` there, with what to do next.
 /// Looking around is best effort: anything it cannot see leaves the error as it was.
-pub(crate) fn explain(ctx: &ToolContext, path: &str, error: ToolError) -> ToolError {
-    if !matches!(ctx.files().exists(path), Ok(false)) {
-        return error;
+pub(crate) fn explain(
+    ctx: &ToolContext,
+    path: &str,
+    wanted: Wanted,
+    error: ToolError,
+) -> ToolError {
+    let other_kind = match ctx.files().exists(path) {
+        Ok(false) => None,
+        Ok(true) => match ctx.files().metadata(path) {
+            Ok(m) if m.is_dir && wanted == Wanted::File => Some("; list it with list_dir"),
+            Ok(m) if !m.is_dir && wanted == Wanted::Directory => Some("; read it with read_file"),
+            _ => return error,
+        },
+        Err(_) => return error,
+    };
+    if let Some(hint) = other_kind {
+        return with_hint(error, hint);
     }
     let trimmed = path.trim_end_matches('/');
     let (parent, name) = match trimmed.rsplit_once('/') {
@@ -39,9 +63,15 @@ pub(crate) fn explain(ctx: &ToolContext, path: &str, error: ToolError) -> ToolEr
             None => return error,
         },
     };
+    with_hint(error, &hint)
+}
+
+/// `error` with `hint` after its message, in the same class.
+fn with_hint(error: ToolError, hint: &str) -> ToolError {
     let message = format!("{}{hint}", error.message());
     match error {
         ToolError::InvalidInput(_) => ToolError::InvalidInput(message),
+        ToolError::PermissionDenied(_) => ToolError::PermissionDenied(message),
         _ => ToolError::Failed(message),
     }
 }
