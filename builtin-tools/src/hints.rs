@@ -19,13 +19,17 @@ pub(crate) enum Wanted {
 }
 
 /// `error` from an operation on `path` that wanted `wanted` there, with what to do next.
-/// Looking around is best effort: anything it cannot see leaves the error as it was.
+/// Only a failure is explained (not a refusal, a cancellation or an internal error), and
+/// looking around is best effort: anything it cannot see leaves the error as it was.
 pub(crate) fn explain(
     ctx: &ToolContext,
     path: &str,
     wanted: Wanted,
     error: ToolError,
 ) -> ToolError {
+    if !matches!(error, ToolError::Failed(_)) {
+        return error;
+    }
     let other_kind = match ctx.files().exists(path) {
         Ok(false) => None,
         Ok(true) => match ctx.files().metadata(path) {
@@ -66,14 +70,9 @@ pub(crate) fn explain(
     with_hint(error, &hint)
 }
 
-/// `error` with `hint` after its message, in the same class.
+/// The failure `error` with `hint` after its message.
 fn with_hint(error: ToolError, hint: &str) -> ToolError {
-    let message = format!("{}{hint}", error.message());
-    match error {
-        ToolError::InvalidInput(_) => ToolError::InvalidInput(message),
-        ToolError::PermissionDenied(_) => ToolError::PermissionDenied(message),
-        _ => ToolError::Failed(message),
-    }
+    ToolError::Failed(format!("{}{hint}", error.message()))
 }
 
 /// The first directory on the way to `path` that does not exist.
