@@ -826,6 +826,33 @@ fn an_unknown_method_or_prompt_is_answered_with_what_was_not_found() {
 }
 
 #[test]
+fn resource_subscriptions_are_method_not_found_saying_toolhost_offers_tools_only() {
+    let ws = workspace();
+    let frames = vec![
+        br#"{"jsonrpc":"2.0","id":30,"method":"resources/subscribe","params":{"uri":"file:///a"}}"#
+            .to_vec(),
+        br#"{"jsonrpc":"2.0","id":31,"method":"resources/unsubscribe","params":{"uri":"file:///a"}}"#
+            .to_vec(),
+    ];
+    let seen = raw_exchange(ws.path(), frames, 31);
+    for (id, method) in [(30, "resources/subscribe"), (31, "resources/unsubscribe")] {
+        let answer = seen
+            .iter()
+            .find(|v| v["id"] == json!(id))
+            .unwrap_or_else(|| panic!("no answer for id {id}: {seen:?}"));
+        assert_eq!(
+            answer["error"],
+            json!({
+                "code": -32601,
+                "message": format!("Method not found: '{method}'; toolhost offers tools only and declares no resource subscriptions"),
+                "data": {"method": method},
+            }),
+            "{answer}"
+        );
+    }
+}
+
+#[test]
 fn a_request_reusing_the_id_of_one_in_flight_is_refused_and_both_are_answered() {
     use std::io::{BufRead, Write};
     let ws = workspace();

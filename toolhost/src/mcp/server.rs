@@ -633,6 +633,36 @@ impl ServerHandler for McpServer {
         ))
     }
 
+    #[allow(
+        deprecated,
+        reason = "resources/subscribe is legacy-only, but clients of earlier revisions still send it"
+    )]
+    async fn subscribe(
+        &self,
+        _request: rmcp::model::SubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        Err(method_not_found(
+            "resources/subscribe",
+            "toolhost offers tools only and declares no resource subscriptions",
+        ))
+    }
+
+    #[allow(
+        deprecated,
+        reason = "resources/unsubscribe is legacy-only, but clients of earlier revisions still send it"
+    )]
+    async fn unsubscribe(
+        &self,
+        _request: rmcp::model::UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        Err(method_not_found(
+            "resources/unsubscribe",
+            "toolhost offers tools only and declares no resource subscriptions",
+        ))
+    }
+
     async fn on_custom_request(
         &self,
         request: rmcp::model::CustomRequest,
