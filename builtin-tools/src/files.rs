@@ -247,27 +247,12 @@ impl Tool for ListDir {
             .files()
             .list(path)
             .map_err(|e| crate::hints::explain(ctx, path, Wanted::Directory, e))?;
-        if names.is_empty() {
-            return Ok(ToolOutput::text(format!("'{path}' is empty"))
-                .with_metadata(json!({"path": path, "entries": 0})));
-        }
-        let mut text = names.join("\n");
-        let mut metadata = json!({"path": path, "entries": names.len()});
-        // The host lists a name that is not UTF-8 with U+FFFD in it: no tool can reach it
-        // by that name, and the model should know why.
-        let unreachable = names.iter().filter(|n| n.contains('\u{FFFD}')).count();
-        if unreachable > 0 {
-            let (names_are, them) = if unreachable == 1 {
-                ("1 name here is".to_string(), "it")
-            } else {
-                (format!("{unreachable} names here are"), "them")
-            };
-            text.push_str(&format!(
-                "\n[{names_are} not UTF-8, shown with \u{FFFD}: the file tools cannot reach {them} by that name; a command can]"
-            ));
-            metadata["names_not_utf8"] = json!(unreachable);
-        }
-        Ok(ToolOutput::text(text).with_metadata(metadata))
+        let text = if names.is_empty() {
+            format!("'{path}' is empty")
+        } else {
+            names.join("\n")
+        };
+        Ok(ToolOutput::text(text).with_metadata(json!({"path": path, "entries": names.len()})))
     }
 }
 

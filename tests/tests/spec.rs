@@ -1441,33 +1441,3 @@ async fn a_directory_given_to_read_and_a_file_given_to_list_name_the_other_tool(
         assert_eq!(r.text(), expected, "{tool}");
     }
 }
-
-#[tokio::test]
-async fn list_dir_says_which_names_are_not_utf8_and_cannot_be_reached_by_them() {
-    use std::os::unix::ffi::OsStrExt;
-    let d = Dispatcher::builder().policy(allow_all()).build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
-    std::fs::create_dir_all(fx.path("data")).unwrap();
-    std::fs::write(fx.path("data/ok.txt"), "x").unwrap();
-    let latin1 = std::ffi::OsStr::from_bytes(b"caf\xe9.txt");
-    std::fs::write(fx.path("data").join(latin1), "x").unwrap();
-    let r = listing(&d, &fx, "data").await;
-    assert_eq!(
-        r.text(),
-        "caf\u{FFFD}.txt\nok.txt\n[1 name here is not UTF-8, shown with \u{FFFD}: the file tools cannot reach it by that name; a command can]"
-    );
-    assert_eq!(r.metadata["names_not_utf8"], 1);
-    assert_eq!(r.metadata["entries"], 2);
-}
-
-async fn listing(d: &Dispatcher, fx: &Fixture, path: &str) -> ToolResultBlock {
-    let r = d
-        .dispatch(
-            ToolUse::new("tu", "list_dir", json!({"path": path})),
-            &fx.session,
-        )
-        .await;
-    assert_eq!(r.error_class, None, "{}", r.text());
-    r
-}
