@@ -105,6 +105,29 @@ struct Process {
     killed_for: Mutex<Option<String>>,
     /// Why it is gone, once it is.
     cause: Mutex<Option<String>>,
+    /// Set when everything the worker printed has been logged.
+    log: Arc<LogDrained>,
+}
+
+/// Whether a worker's stdout and stderr have been read to their end and logged: they end
+/// when the worker (and whatever it started) has closed them.
+#[derive(Default)]
+struct LogDrained {
+    done: Mutex<bool>,
+    ended: std::sync::Condvar,
+}
+
+impl LogDrained {
+    fn set(&self) {
+        *lock(&self.done) = true;
+        self.ended.notify_all();
+    }
+
+    /// Waits until the log has been read to its end, at most `timeout`.
+    fn wait(&self, timeout: Duration) {
+        let done = lock(&self.done);
+        let _ = self.ended.wait_timeout_while(done, timeout, |done| !*done);
+    }
 }
 
 impl Process {
@@ -302,10 +325,11 @@ fn start(
     drop(command);
     let pid = child.id();
     let tail = Arc::new(Tail::default());
-    let (drained_tx, drained_rx) = mpsc::channel::<()>();
+    let drained = Arc::new(LogDrained::default());
     {
         let tail = tail.clone();
         let plugin = plugin.to_string();
+        let drained = drained.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("plugin-log-{plugin}"))
             .spawn(move || {
@@ -320,7 +344,7 @@ fn start(
                     tail.push(text);
                     line.clear();
                 }
-                let _ = drained_tx.send(());
+                drained.set();
             });
         if let Err(e) = spawned {
             return Err(failed("cannot start the worker's log thread", &e));
@@ -335,7 +359,7 @@ fn start(
     let _ = reader.set_read_timeout(None);
     let ended = |child: &mut Option<Child>, tail: &Tail, what: &str| {
         let status = reap(child, Duration::from_secs(2), pid);
-        let _ = drained_rx.recv_timeout(Duration::from_millis(300));
+        drained.wait(Duration::from_millis(300));
         StartError::Failed(format!(
             "{what}: it {}{}",
             describe_exit(status),
@@ -402,6 +426,7 @@ fn start(
         next: AtomicU64::new(1),
         killed_for: Mutex::new(None),
         cause: Mutex::new(None),
+        log: drained.clone(),
     });
     let weak = Arc::downgrade(&process);
     let spawned = std::thread::Builder::new()
@@ -413,7 +438,7 @@ fn start(
             }
             // Give a dying worker a moment to finish exiting before it is killed.
             let status = reap(&mut child, Duration::from_millis(500), pid);
-            let _ = drained_rx.recv_timeout(Duration::from_millis(300));
+            drained.wait(Duration::from_millis(300));
             let Some(process) = weak.upgrade() else {
                 return;
             };
@@ -689,8 +714,14 @@ impl PluginWorker {
 }
 
 impl Drop for PluginWorker {
+    /// Stops the worker, and waits (half a second at most) until what it printed last has
+    /// reached the log: a host that exits next would lose it otherwise.
     fn drop(&mut self) {
+        let running = self.running();
         self.stop();
+        if let Some(process) = running {
+            process.log.wait(Duration::from_millis(500));
+        }
     }
 }
 
