@@ -217,11 +217,7 @@ async fn admit(State(gate): State<Gate>, mut request: Request, next: Next) -> Re
 
 /// A JSON-RPC error response with an HTTP status.
 fn rejection_response(status: StatusCode, rejection: &Rejection) -> Response {
-    tracing::warn!(
-        code = rejection.code,
-        "refused a message: {}",
-        rejection.message
-    );
+    rejection.log();
     let body = rejection
         .response()
         .unwrap_or_else(|| json!({"jsonrpc": "2.0", "id": null, "error": {"code": rejection.code, "message": rejection.message}}));

@@ -30,7 +30,7 @@ use rmcp::transport::streamable_http_server::session::{
 };
 use serde_json::json;
 
-use crate::mcp::screen::Rejection;
+use crate::mcp::screen::{Rejection, answered_id};
 
 /// `M`, with each session's requests held to one per id and to the request timeout.
 pub struct SessionRequests<M>(Arc<Shared<M>>);
@@ -79,22 +79,9 @@ impl<M> Shared<M> {
     }
 }
 
-/// Whether `message` is the answer (result or error) to `id`.
-fn answers(message: &ServerSseMessage, id: &RequestId) -> bool {
-    match message.message.as_deref() {
-        Some(JsonRpcMessage::Response(r)) => &r.id == id,
-        Some(JsonRpcMessage::Error(e)) => e.id.as_ref() == Some(id),
-        _ => false,
-    }
-}
-
 /// `rejection` as the one message of a stream, logged as every refusal is.
 fn error_message(rejection: Rejection, id: &RequestId) -> ServerSseMessage {
-    tracing::warn!(
-        code = rejection.code,
-        "refused a message: {}",
-        rejection.message
-    );
+    rejection.log();
     ServerSseMessage::from_message(ServerJsonRpcMessage::error(
         rmcp::ErrorData::new(
             rmcp::model::ErrorCode(rejection.code),
@@ -148,7 +135,9 @@ impl<M: SessionManager, S: Stream<Item = ServerSseMessage>> Stream for Answering
         }
         match this.stream.as_mut().poll_next(cx) {
             Poll::Ready(Some(message)) => {
-                if !this.answered && answers(&message, &this.id) {
+                if !this.answered
+                    && message.message.as_deref().and_then(answered_id) == Some(&this.id)
+                {
                     this.answered = true;
                     this.shared.free(&this.session, &this.id);
                 }

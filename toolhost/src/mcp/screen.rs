@@ -21,7 +21,7 @@
 
 use rmcp::model::{
     CallToolRequestParams, ClientJsonRpcMessage, ClientRequest, InitializeRequestParams,
-    PaginatedRequestParams, RequestId,
+    JsonRpcMessage, PaginatedRequestParams, RequestId, ServerJsonRpcMessage,
 };
 use serde_json::{Value, json};
 
@@ -33,6 +33,16 @@ pub const INVALID_REQUEST: i32 = -32600;
 pub const INVALID_PARAMS: i32 = -32602;
 /// A request that ran out of time (an implementation-defined server error).
 pub const REQUEST_TIMED_OUT: i32 = -32001;
+
+/// The id a server message answers: a result's or an error's; `None` for a notification,
+/// a request, or an error that answers no id.
+pub fn answered_id(message: &ServerJsonRpcMessage) -> Option<&RequestId> {
+    match message {
+        JsonRpcMessage::Response(r) => Some(&r.id),
+        JsonRpcMessage::Error(e) => e.id.as_ref(),
+        _ => None,
+    }
+}
 
 /// The default largest message, in bytes (`[mcp] max_message_bytes`).
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
@@ -63,6 +73,11 @@ impl Rejection {
             error["data"] = data.clone();
         }
         Some(json!({"jsonrpc": "2.0", "id": id, "error": error}))
+    }
+
+    /// Logs the refusal, as every transport does before it answers.
+    pub fn log(&self) {
+        tracing::warn!(code = self.code, "refused a message: {}", self.message);
     }
 
     /// The refusal of a request whose id an earlier request of the same session still

@@ -21,7 +21,7 @@ use rmcp::transport::Transport;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
 
-use super::screen::{MessageBuffer, Rejection, screen};
+use super::screen::{MessageBuffer, Rejection, answered_id, screen};
 
 /// Newline-delimited JSON-RPC over a reader and a writer (a pipe, a socket, a file).
 pub struct StdioTransport<R, W> {
@@ -89,11 +89,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> StdioTransport<R, W> {
     where
         W: Send + 'static,
     {
-        tracing::warn!(
-            code = rejection.code,
-            "refused a message: {}",
-            rejection.message
-        );
+        rejection.log();
         let Some(response) = rejection.response() else {
             return;
         };
@@ -125,12 +121,7 @@ where
         &mut self,
         item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        let answered = match &item {
-            JsonRpcMessage::Response(r) => Some(&r.id),
-            JsonRpcMessage::Error(e) => e.id.as_ref(),
-            _ => None,
-        };
-        if let Some(id) = answered {
+        if let Some(id) = answered_id(&item) {
             taken(&self.in_flight).remove(id);
         }
         let writer = self.writer.clone();
