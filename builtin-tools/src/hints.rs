@@ -43,9 +43,14 @@ pub(crate) fn explain(
         return with_hint(error, hint);
     }
     let trimmed = path.trim_end_matches('/');
-    let (parent, name) = match trimmed.rsplit_once('/') {
-        Some((parent, name)) => (if parent.is_empty() { "/" } else { parent }, name),
-        None => (".", trimmed),
+    // `src/` and `main.ts` of `src/main.ts`; the directory to look in is the prefix.
+    let (prefix, name) = trimmed
+        .rfind('/')
+        .map_or(("", trimmed), |at| trimmed.split_at(at + 1));
+    let parent = match prefix {
+        "" => ".",
+        "/" => "/",
+        dir => dir.trim_end_matches('/'),
     };
     let hint = match ctx.files().list(parent) {
         Ok(names) => {
@@ -53,13 +58,7 @@ pub(crate) fn explain(
             if near.is_empty() {
                 return error;
             }
-            let shown: Vec<String> = near
-                .iter()
-                .map(|n| match trimmed.rsplit_once('/') {
-                    Some((p, _)) => format!("'{p}/{n}'"),
-                    None => format!("'{n}'"),
-                })
-                .collect();
+            let shown: Vec<String> = near.iter().map(|n| format!("'{prefix}{n}'")).collect();
             format!("; did you mean {}?", or_list(&shown))
         }
         Err(_) => match missing_directory(ctx, trimmed) {
