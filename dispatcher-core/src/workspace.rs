@@ -880,11 +880,7 @@ impl Workspace {
             return Err(budget.over(path, "a write"));
         }
         let text = self.read(path)?;
-        let count = if old.is_empty() {
-            0
-        } else {
-            text.matches(old).count()
-        };
+        let count = tool_api::fs_error::patch_match_count(&text, old);
         if count != 1 {
             return Err(FsError::PatchMatches {
                 path: path.into(),

@@ -64,6 +64,16 @@ const NEAR_MATCH_MAX_BYTES: usize = 16 * 1024 * 1024;
 /// How many match lines [`patch_mismatch`] names.
 const LINES_NAMED: usize = 10;
 
+/// How many times a patch's `old` text occurs in `text`, as every host counts it: an
+/// empty `old` matches nothing (it would otherwise match between every two characters).
+pub fn patch_match_count(text: &str, old: &str) -> usize {
+    if old.is_empty() {
+        0
+    } else {
+        text.matches(old).count()
+    }
+}
+
 /// A patch's `old` text did not match `text` exactly once, and where: the lines of the
 /// first matches when there are several; when there is none, the line of a match that
 /// differs only in whitespace (indentation, line breaks, trailing spaces) or in letter
@@ -79,11 +89,7 @@ const LINES_NAMED: usize = 10;
 /// );
 /// ```
 pub fn patch_mismatch(path: &str, text: &str, old: &str) -> String {
-    let count = if old.is_empty() {
-        0
-    } else {
-        text.matches(old).count()
-    };
+    let count = patch_match_count(text, old);
     if count >= 2 {
         let mut lines = Vec::new();
         let (mut line, mut seen) = (1, 0);

@@ -318,7 +318,7 @@ impl HostContext for TestHost {
                 .get_mut(&p)
                 .ok_or_else(|| failed(crate::fs_error::not_found(&path)))?;
             let text = String::from_utf8_lossy(bytes).into_owned();
-            match text.matches(old.as_str()).count() {
+            match crate::fs_error::patch_match_count(&text, &old) {
                 1 => {
                     *bytes = text.replacen(old.as_str(), new.as_str(), 1).into_bytes();
                     Ok(())

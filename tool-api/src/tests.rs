@@ -419,3 +419,20 @@ fn check_plugin_names_every_problem_a_host_would_refuse() {
         "one problem per line:\n{problems}"
     );
 }
+
+#[test]
+fn test_host_refuses_an_empty_patch_as_the_host_does() {
+    let host = TestHost::new();
+    host.put_file("empty.txt", "");
+    let e = host
+        .context()
+        .files()
+        .patch("empty.txt", "", "x")
+        .unwrap_err();
+    assert_eq!(
+        e.message(),
+        crate::fs_error::patch_matches("empty.txt", 0),
+        "an empty `old` matches nothing"
+    );
+    assert_eq!(host.file("empty.txt").as_deref(), Some(""));
+}
