@@ -387,6 +387,9 @@ fn principal(context: &RequestContext<RoleServer>) -> String {
 
 /// `-32601` for `method`, naming it and saying what the server does answer (rmcp's own
 /// answer carries only the method's name as its message).
+/// What `resources/subscribe` and `resources/unsubscribe` are told.
+const NO_SUBSCRIPTIONS: &str = "toolhost offers tools only and declares no resource subscriptions";
+
 fn method_not_found(method: &str, hint: &str) -> McpError {
     McpError::new(
         rmcp::model::ErrorCode::METHOD_NOT_FOUND,
@@ -642,10 +645,7 @@ impl ServerHandler for McpServer {
         _request: rmcp::model::SubscribeRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        Err(method_not_found(
-            "resources/subscribe",
-            "toolhost offers tools only and declares no resource subscriptions",
-        ))
+        Err(method_not_found("resources/subscribe", NO_SUBSCRIPTIONS))
     }
 
     #[allow(
@@ -657,10 +657,7 @@ impl ServerHandler for McpServer {
         _request: rmcp::model::UnsubscribeRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        Err(method_not_found(
-            "resources/unsubscribe",
-            "toolhost offers tools only and declares no resource subscriptions",
-        ))
+        Err(method_not_found("resources/unsubscribe", NO_SUBSCRIPTIONS))
     }
 
     async fn on_custom_request(
