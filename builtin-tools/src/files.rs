@@ -107,11 +107,14 @@ fn decode(path: &str, bytes: Vec<u8>) -> Result<(String, usize), ToolError> {
 
 /// `read_file`'s answer for `text`, the whole file or the range `input` asks for.
 fn read_text(path: &str, text: String, input: &Value) -> Result<ToolOutput, ToolError> {
+    // The schema let through integers of at least 1 only; one past u64 (`1e20`,
+    // `18446744073709551616`) comes as a float and means "further than any file goes".
     let arg = |key: &str| {
-        input
-            .get(key)
-            .and_then(Value::as_u64)
-            .map(|n| usize::try_from(n).unwrap_or(usize::MAX).max(1))
+        input.get(key).filter(|v| v.is_number()).map(|v| {
+            v.as_u64()
+                .map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX))
+                .max(1)
+        })
     };
     let (offset, limit, column) = (arg("offset"), arg("limit"), arg("column"));
     let total_lines = line_count(&text);
@@ -137,7 +140,8 @@ fn read_text(path: &str, text: String, input: &Value) -> Result<ToolOutput, Tool
     let first = offset.unwrap_or(1);
     if first > total_lines.max(1) {
         return Err(ToolError::invalid_input(format!(
-            "offset {first} is past the end of '{path}', which has {}",
+            "offset {} is past the end of '{path}', which has {}",
+            input["offset"],
             lines(total_lines)
         )));
     }
@@ -152,7 +156,8 @@ fn read_text(path: &str, text: String, input: &Value) -> Result<ToolOutput, Tool
             None if from == 1 => "",
             None => {
                 return Err(ToolError::invalid_input(format!(
-                    "column {from} is past the end of line {number} of '{path}', which has {} characters",
+                    "column {} is past the end of line {number} of '{path}', which has {} characters",
+                    input["column"],
                     line.chars().count()
                 )));
             }

@@ -1203,6 +1203,36 @@ async fn read_file_offset_past_the_end_is_invalid_input_naming_the_length() {
 }
 
 #[tokio::test]
+async fn read_file_numbers_past_u64_mean_past_the_end_and_are_not_ignored() {
+    let d = Dispatcher::builder().policy(allow_all()).build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    std::fs::write(fx.path("short.txt"), "one\ntwo\n").unwrap();
+    // JSON numbers past u64 arrive as floats; they passed the schema as integers >= 1.
+    let offset: Value =
+        serde_json::from_str(r#"{"path": "short.txt", "offset": 18446744073709551616}"#).unwrap();
+    let r = d
+        .dispatch(ToolUse::new("tu", "read_file", offset), &fx.session)
+        .await;
+    assert_eq!(r.error_class, Some(ErrorClass::ValidationError));
+    assert_eq!(
+        r.text(),
+        "invalid input: offset 1.8446744073709552e+19 is past the end of 'short.txt', which has 2 lines"
+    );
+    let column = json!({"path": "short.txt", "offset": 2, "column": 1e20});
+    let r = d
+        .dispatch(ToolUse::new("tu", "read_file", column), &fx.session)
+        .await;
+    assert_eq!(
+        r.text(),
+        "invalid input: column 1e+20 is past the end of line 2 of 'short.txt', which has 3 characters"
+    );
+    // A limit past u64 is no limit.
+    let limit = json!({"path": "short.txt", "limit": 1e300});
+    assert_eq!(read(&d, &fx, limit).await.text(), "one\ntwo");
+}
+
+#[tokio::test]
 async fn a_write_to_a_path_that_names_a_directory_is_refused_and_creates_nothing() {
     let d = Dispatcher::builder().policy(allow_all()).build();
     builtins(&d);
