@@ -151,6 +151,19 @@ pub fn screen(bytes: &[u8]) -> Result<ClientJsonRpcMessage, Rejection> {
                     data: Some(json!({"method": "tools/call"})),
                 });
             }
+            if let Some((method, cursor)) = cursor_of_a_list(&request.request) {
+                // Nothing here is paginated, so no cursor can be one this server gave; the
+                // spec asks for invalid params, not a first page.
+                return Err(Rejection {
+                    id: Some(id_value(&request.id)),
+                    code: INVALID_PARAMS,
+                    message: format!(
+                        "Invalid params for '{method}': cursor {cursor:?} is not one this server gave; \
+                         it lists everything in one answer (no nextCursor), so call it without a cursor"
+                    ),
+                    data: Some(json!({"method": method, "cursor": cursor})),
+                });
+            }
             if let ClientRequest::CustomRequest(custom) = &request.request
                 && let Some(problem) = typed_params_problem(&custom.method, custom.params.as_ref())
             {
@@ -292,6 +305,18 @@ fn diagnose(bytes: &[u8], error: &serde_json::Error) -> Rejection {
             "Invalid request: no \"method\" (a request needs \"method\", and \"id\" unless it is a notification)".into(),
         ),
     }
+}
+
+/// The method and cursor of a list request that carries a cursor.
+fn cursor_of_a_list(request: &ClientRequest) -> Option<(&'static str, &str)> {
+    let (method, params) = match request {
+        ClientRequest::ListToolsRequest(r) => ("tools/list", &r.params),
+        ClientRequest::ListPromptsRequest(r) => ("prompts/list", &r.params),
+        ClientRequest::ListResourcesRequest(r) => ("resources/list", &r.params),
+        ClientRequest::ListResourceTemplatesRequest(r) => ("resources/templates/list", &r.params),
+        _ => return None,
+    };
+    Some((method, params.as_ref()?.cursor.as_deref()?))
 }
 
 fn invalid_request(id: Option<Value>, message: String) -> Rejection {
@@ -674,6 +699,40 @@ mod tests {
             let r = rejected(line.as_bytes());
             assert_eq!(r.code, INVALID_PARAMS, "{responses}: {r:?}");
             assert!(r.message.contains("inputResponses"), "{r:?}");
+        }
+    }
+
+    #[test]
+    fn a_list_with_a_cursor_this_server_never_gave_is_invalid_params() {
+        for method in [
+            "tools/list",
+            "prompts/list",
+            "resources/list",
+            "resources/templates/list",
+        ] {
+            let line = format!(
+                r#"{{"jsonrpc":"2.0","id":8,"method":"{method}","params":{{"cursor":"abc"}}}}"#
+            );
+            let r = rejected(line.as_bytes());
+            assert_eq!(
+                (r.code, r.id.clone()),
+                (INVALID_PARAMS, Some(json!(8))),
+                "{r:?}"
+            );
+            assert_eq!(
+                r.message,
+                format!(
+                    "Invalid params for '{method}': cursor \"abc\" is not one this server gave; it lists \
+                     everything in one answer (no nextCursor), so call it without a cursor"
+                )
+            );
+        }
+        for fine in [
+            r#"{"jsonrpc":"2.0","id":8,"method":"tools/list"}"#,
+            r#"{"jsonrpc":"2.0","id":8,"method":"tools/list","params":{}}"#,
+            r#"{"jsonrpc":"2.0","id":8,"method":"tools/list","params":{"cursor":null}}"#,
+        ] {
+            assert!(screen(fine.as_bytes()).is_ok(), "{fine}");
         }
     }
 
