@@ -14,7 +14,7 @@ use crate::error::SessionError;
 use crate::events::{EventChannel, EventKind};
 use crate::hooks::{PostUseHook, PreUseHook};
 use crate::policy::ConfirmationPolicy;
-use crate::registry::{Registered, Registry};
+use crate::registry::{Changes, Registered, Registry};
 use crate::runtime::RuntimePolicy;
 use crate::session::{SessionSpec, SessionState};
 use crate::spool;
@@ -26,6 +26,8 @@ pub(crate) struct Engine {
     pub(crate) settings: Settings,
     pub(crate) broker: ConfirmationBroker,
     pub(crate) registry: Arc<Registry>,
+    /// Counts changes to the tools of every registry here (see `Dispatcher::watch_tools`).
+    pub(crate) changes: Changes,
     pub(crate) toolsets: Toolsets,
     sessions: Mutex<HashMap<Arc<str>, Arc<SessionState>>>,
     pub(crate) events: EventChannel,
@@ -46,10 +48,12 @@ pub(crate) struct Settings {
 
 impl Engine {
     pub(crate) fn new(settings: Settings) -> Engine {
+        let changes: Changes = Arc::new(tokio::sync::watch::channel(0).0);
         Engine {
             settings,
             broker: ConfirmationBroker::default(),
-            registry: Arc::new(Registry::default()),
+            registry: Arc::new(Registry::new(changes.clone())),
+            changes,
             toolsets: Toolsets::default(),
             sessions: Mutex::new(HashMap::new()),
             events: EventChannel::new(),
@@ -112,6 +116,7 @@ impl Engine {
             self.settings.config.max_concurrency,
             &self.settings.config.tool_concurrency,
             data_dir,
+            self.changes.clone(),
         ));
         self.toolsets.start_for(
             &state,

@@ -190,6 +190,25 @@ impl Dispatcher {
         listing.into_iter().map(|l| l.definition).collect()
     }
 
+    /// A receiver that sees a new value whenever a tool is registered, removed or
+    /// republished, in the dispatcher or in any session (a toolset that re-listed its
+    /// tools, a per-session toolset that started or stopped). A host that tells its clients
+    /// when their tool list changes (MCP's `notifications/tools/list_changed`) waits on it
+    /// and compares [`Dispatcher::definitions_for_session`] before and after: a change in
+    /// another session, or one the session's visibility hides, leaves its list as it was.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let dispatcher = dispatcher_core::Dispatcher::new();
+    /// let mut changes = dispatcher.watch_tools();
+    /// dispatcher.unregister("nothing");          // nothing removed: no change
+    /// assert!(!changes.has_changed().unwrap());
+    /// # }
+    /// ```
+    pub fn watch_tools(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.engine.changes.subscribe()
+    }
+
     /// Like [`Dispatcher::definitions_for_session`], with each tool's source.
     pub fn listing_for_session(&self, session: &Session) -> Vec<ToolListing> {
         let e = &self.engine;

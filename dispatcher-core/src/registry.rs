@@ -71,13 +71,31 @@ impl Registered {
     }
 }
 
+/// The dispatcher's count of changes to its tools, shared by all its registries (the
+/// global one and every session's): bumped by every insert, removal or republish.
+pub(crate) type Changes = Arc<tokio::sync::watch::Sender<u64>>;
+
 /// Registered tools by published name.
-#[derive(Default)]
 pub(crate) struct Registry {
     tools: RwLock<HashMap<Arc<str>, Arc<Registered>>>,
+    changes: Changes,
 }
 
 impl Registry {
+    /// An empty registry that reports its changes to `changes`.
+    pub(crate) fn new(changes: Changes) -> Registry {
+        Registry {
+            tools: RwLock::default(),
+            changes,
+        }
+    }
+
+    /// Tells whoever watches the dispatcher's tools that they changed (after the write
+    /// lock is gone, so a watcher that lists them at once does not wait on it).
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
     fn read(&self) -> RwLockReadGuard<'_, HashMap<Arc<str>, Arc<Registered>>> {
         self.tools.read().unwrap_or_else(PoisonError::into_inner)
     }
@@ -117,12 +135,18 @@ impl Registry {
             });
         }
         tools.insert(tool.name.clone(), Arc::new(tool));
+        drop(tools);
+        self.changed();
         Ok(())
     }
 
     /// Removes a tool; returns whether it was there.
     pub(crate) fn remove(&self, name: &str) -> bool {
-        self.write().remove(name).is_some()
+        let removed = self.write().remove(name).is_some();
+        if removed {
+            self.changed();
+        }
+        removed
     }
 
     /// Replaces the tools of `toolset` with what `prepare` makes, atomically: `prepare`
@@ -146,12 +170,20 @@ impl Registry {
         for tool in prepared {
             tools.insert(tool.name.clone(), Arc::new(tool));
         }
+        drop(tools);
+        self.changed();
         Ok(count)
     }
 
     /// Forgets every tool.
     pub(crate) fn clear(&self) {
-        self.write().clear();
+        let mut tools = self.write();
+        let had_some = !tools.is_empty();
+        tools.clear();
+        drop(tools);
+        if had_some {
+            self.changed();
+        }
     }
 }
 

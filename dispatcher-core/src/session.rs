@@ -12,7 +12,7 @@ use tool_api::Tool;
 use crate::error::CancelReason;
 use crate::events::EventChannel;
 use crate::policy::ConfirmationPolicy;
-use crate::registry::{Registered, Registry, ToolListing};
+use crate::registry::{Changes, Registered, Registry, ToolListing};
 use crate::workspace::Workspace;
 
 /// Which registered tools a session sees.
@@ -261,6 +261,7 @@ impl SessionState {
         cap: usize,
         tool_caps: &HashMap<String, usize>,
         data_dir: PathBuf,
+        changes: Changes,
     ) -> Self {
         SessionState {
             id,
@@ -276,7 +277,7 @@ impl SessionState {
                 .map(|(tool, cap)| (tool.clone(), Arc::new(Semaphore::new((*cap).max(1)))))
                 .collect(),
             data_dir,
-            tools: Registry::default(),
+            tools: Registry::new(changes),
             semaphore: Arc::new(Semaphore::new(cap.max(1))),
             events: EventChannel::new(),
             inflight: Mutex::new(HashMap::new()),

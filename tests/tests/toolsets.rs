@@ -374,3 +374,56 @@ async fn shared_toolset_republishes_through_its_handle_and_refuses_once_the_disp
     let e = set.change_to(&["three"]).unwrap_err().to_string();
     assert!(e.contains("dispatcher is gone"), "{e}");
 }
+
+#[tokio::test]
+async fn watch_tools_sees_every_change_to_the_tools_and_none_without_one() {
+    let d = Dispatcher::new();
+    let mut changes = d.watch_tools();
+    let set = Changing::new(&["one"]);
+    d.register_toolset(ToolsetDef {
+        id: "srv".into(),
+        prefix: Some("srv".into()),
+        binding: ToolsetBinding::Shared(set.clone()),
+    })
+    .unwrap();
+    assert!(changes.has_changed().unwrap(), "a toolset published");
+    changes.mark_unchanged();
+    // A republish wakes a watcher that is waiting.
+    let waiting = tokio::spawn(async move {
+        changes.changed().await.unwrap();
+        changes
+    });
+    tokio::task::yield_now().await;
+    set.change_to(&["two"]).unwrap();
+    let mut changes = tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+        .await
+        .expect("the republish woke the watcher")
+        .unwrap();
+    // Removing a tool that is not there changes nothing; removing one that is does.
+    assert!(!d.unregister("nothing"));
+    assert!(!changes.has_changed().unwrap());
+    assert!(d.unregister("srv__two"));
+    assert!(changes.has_changed().unwrap());
+    changes.mark_unchanged();
+    // A per-session toolset starting in a session is a change too.
+    d.register_toolset(ToolsetDef {
+        id: "live".into(),
+        prefix: Some("live".into()),
+        binding: ToolsetBinding::PerSession(Arc::new(|_session: &str| {
+            Ok(Changing::new(&["x"]) as Arc<dyn Toolset>)
+        })),
+    })
+    .unwrap();
+    changes.mark_unchanged();
+    let dir = tempfile::tempdir().unwrap();
+    let s = d
+        .open_session(SessionSpec::new("s", dir.path()).toolsets(["live"]))
+        .unwrap();
+    assert!(changes.has_changed().unwrap());
+    let names: Vec<String> = d
+        .definitions_for_session(&s)
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert_eq!(names, ["live__x"]);
+}
