@@ -1584,3 +1584,97 @@ fn the_mcp_transports_refusals_are_json_rpc_errors_with_their_status_and_what_to
         );
     }
 }
+
+#[test]
+fn a_2026_listen_stream_is_told_of_tool_changes_and_ends_with_its_result_on_sigterm() {
+    let ws = workspace();
+    let server_bin = toolhost_tests::fixtures().mcp_server();
+    std::fs::write(
+        ws.path().join("toolhost.toml"),
+        format!(
+            "[tool_confirmation.default]\nWRITE = \"auto\"\n\n[[mcp_servers]]\nid = \"fixture\"\nprefix = \"fx\"\ncommand = \"{}\"\n",
+            server_bin.display()
+        ),
+    )
+    .unwrap();
+    let mut server = serve_http(ws.path(), &[]);
+    // The listen request's event stream, read as it comes.
+    let listen = stateless(
+        1,
+        "subscriptions/listen",
+        json!({"notifications": {"toolsListChanged": true, "resourcesListChanged": true}}),
+        false,
+    )
+    .to_string();
+    let mut stream = TcpStream::connect(&server.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: subscriptions/listen\r\n",
+        server.addr,
+        listen.len()
+    );
+    for (k, v) in JSON_HEADERS {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    stream
+        .write_all(format!("{head}\r\n{listen}").as_bytes())
+        .unwrap();
+    let mut lines = BufReader::new(stream).lines().map_while(Result::ok);
+    let mut next_message = || -> Value {
+        for line in lines.by_ref() {
+            if let Some(data) = line.strip_prefix("data:")
+                && let Ok(v) = serde_json::from_str::<Value>(data.trim())
+            {
+                return v;
+            }
+        }
+        panic!("the listen stream ended");
+    };
+    let ack = next_message();
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"toolsListChanged": true}),
+        "tools only: resources never change"
+    );
+    let grown = post_stateless(
+        &server.addr,
+        &stateless(
+            2,
+            "tools/call",
+            json!({"name": "fx__grow", "arguments": {}}),
+            false,
+        ),
+    )
+    .json();
+    assert_eq!(grown["result"]["content"][0]["text"], "grown", "{grown}");
+    let note = next_message();
+    assert_eq!(note["method"], "notifications/tools/list_changed", "{note}");
+    assert_eq!(
+        note["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 1,
+        "{note}"
+    );
+    let listed = post_stateless(&server.addr, &stateless(3, "tools/list", json!({}), false)).json();
+    assert!(
+        listed["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "fx__extra"),
+        "{listed}"
+    );
+    // A stopping server ends the stream with its final result, not a cut connection.
+    send_signal(server.child.id(), rustix::process::Signal::TERM);
+    let last = next_message();
+    assert_eq!(last["id"], 1, "{last}");
+    assert_eq!(last["result"]["resultType"], "complete", "{last}");
+    let status = wait_exit(&mut server.child);
+    assert_eq!(status.code(), Some(143), "{status}");
+    let log = server.log.lock().unwrap().join("\n");
+    assert!(!log.contains("ERROR"), "{log}");
+}

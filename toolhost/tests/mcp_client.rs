@@ -62,7 +62,11 @@ async fn serve(dir: &Path) -> RunningService<RoleClient, ()> {
         .unwrap()
 }
 
-async fn call(s: &RunningService<RoleClient, ()>, name: &str, args: Value) -> CallToolResult {
+async fn call<S: rmcp::service::Service<RoleClient>>(
+    s: &RunningService<RoleClient, S>,
+    name: &str,
+    args: Value,
+) -> CallToolResult {
     let Value::Object(args) = args else { panic!() };
     s.peer()
         .call_tool(CallToolRequestParams::new(name.to_string()).with_arguments(args))
@@ -319,5 +323,117 @@ args = ["-c", "if [ -e '{marker}' ]; then echo 'no restart' >&2; exit 1; fi; tou
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let t = text(&call(&s, "fx__echo", json!({"text": "c"})).await);
     assert!(t.contains("retrying in 2s"), "{t}");
+    s.cancel().await.unwrap();
+}
+
+/// A 2025-era client that counts the `notifications/tools/list_changed` it gets.
+#[derive(Clone, Default)]
+struct ListWatcher(std::sync::Arc<tokio::sync::Notify>);
+
+impl rmcp::ClientHandler for ListWatcher {
+    async fn on_tool_list_changed(&self, _context: rmcp::service::NotificationContext<RoleClient>) {
+        self.0.notify_one();
+    }
+}
+
+#[tokio::test]
+async fn a_2025_client_is_told_when_a_server_behind_toolhost_changes_its_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(
+        dir.path(),
+        "[tool_confirmation.default]\nWRITE = \"auto\"\n",
+    );
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    cmd.args(["serve", "--mcp", "--workspace"])
+        .arg(dir.path())
+        .current_dir(dir.path())
+        .env("XDG_CONFIG_HOME", dir.path().join(".no-config"));
+    let told = ListWatcher::default();
+    let s = told
+        .clone()
+        .serve(TokioChildProcess::new(cmd).unwrap())
+        .await
+        .unwrap();
+    let caps = s.peer().peer_info().unwrap().capabilities.clone();
+    assert_eq!(
+        caps.tools.and_then(|t| t.list_changed),
+        Some(true),
+        "the server declares tools.listChanged"
+    );
+    let before = s.peer().list_all_tools().await.unwrap();
+    assert!(!before.iter().any(|t| t.name == "fx__extra"));
+    // A call that changes nothing tells nothing.
+    assert_eq!(
+        text(&call(&s, "fx__echo", json!({"text": "x"})).await),
+        "echo: x"
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), told.0.notified())
+            .await
+            .is_err(),
+        "no change, no notice"
+    );
+    assert_eq!(text(&call(&s, "fx__grow", json!({})).await), "grown");
+    tokio::time::timeout(Duration::from_secs(10), told.0.notified())
+        .await
+        .expect("notifications/tools/list_changed reached the client");
+    let after = s.peer().list_all_tools().await.unwrap();
+    assert!(after.iter().any(|t| t.name == "fx__extra"), "{after:?}");
+    s.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_2026_client_is_told_of_tool_changes_on_its_listen_stream() {
+    use rmcp::ClientServiceExt as _;
+    use rmcp::model::{ProtocolVersion, ServerNotification, SubscriptionFilter};
+    let dir = tempfile::tempdir().unwrap();
+    write_config(
+        dir.path(),
+        "[tool_confirmation.default]\nWRITE = \"auto\"\n",
+    );
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    cmd.args(["serve", "--mcp", "--workspace"])
+        .arg(dir.path())
+        .current_dir(dir.path())
+        .env("XDG_CONFIG_HOME", dir.path().join(".no-config"));
+    let s = ()
+        .serve_with_lifecycle(
+            TokioChildProcess::new(cmd).unwrap(),
+            rmcp::ClientLifecycleMode::Auto {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                legacy_version: None,
+            },
+        )
+        .await
+        .unwrap();
+    let mut listen = s
+        .peer()
+        .listen(
+            SubscriptionFilter::builder()
+                .tools_list_changed()
+                .prompts_list_changed()
+                .build(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        listen.acknowledged(),
+        &SubscriptionFilter::builder().tools_list_changed().build(),
+        "tools only: prompts never change"
+    );
+    assert_eq!(text(&call(&s, "fx__grow", json!({})).await), "grown");
+    let note = tokio::time::timeout(Duration::from_secs(10), listen.next())
+        .await
+        .expect("a notice on the listen stream")
+        .unwrap();
+    assert!(
+        matches!(
+            note,
+            Some(ServerNotification::ToolListChangedNotification(_))
+        ),
+        "{note:?}"
+    );
+    let after = s.peer().list_all_tools().await.unwrap();
+    assert!(after.iter().any(|t| t.name == "fx__extra"), "{after:?}");
     s.cancel().await.unwrap();
 }

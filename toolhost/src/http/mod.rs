@@ -85,6 +85,9 @@ pub struct Server {
     inflight: Arc<Inflight>,
     /// Ends rmcp's sessions and streams, and the event streams.
     stop: CancellationToken,
+    /// The MCP handlers' `subscriptions/listen` streams, ended with their final result as
+    /// soon as shutdown begins (before `stop` closes the connections they write to).
+    mcp: Option<Arc<McpShared>>,
 }
 
 impl Server {
@@ -97,6 +100,7 @@ impl Server {
     ) -> Server {
         let inflight = Arc::new(Inflight::default());
         let stop = CancellationToken::new();
+        let listening = mcp.clone();
         let gate = Gate {
             access: options.access,
             inflight: inflight.clone(),
@@ -142,6 +146,7 @@ impl Server {
             router,
             inflight,
             stop,
+            mcp: listening,
         }
     }
 
@@ -165,6 +170,14 @@ impl Server {
         tokio::select! {
             r = &mut server => return r.map(|()| true),
             () = shutdown => {}
+        }
+        // Listen streams end first, each with its final result: their handlers return
+        // within a moment, and the results get a moment to reach the wire before `stop`
+        // ends the streams they go out on.
+        if let Some(mcp) = &self.mcp
+            && mcp.listens.end(Duration::from_secs(1)).await > 0
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let _ = accepting_tx.send(());
         // Long-lived streams (events, MCP's GET streams) are not counted: the drain waits

@@ -1,7 +1,9 @@
 //! toolhost as an MCP server: the request handler ([`server`]), the screening every
 //! incoming message passes first ([`screen`]), stateless confirmations
-//! ([`request_state`]) and the transports ([`stdio`]).
+//! ([`request_state`]), telling clients their tool list changed ([`list_changes`]) and the
+//! transports ([`stdio`]).
 
+pub mod list_changes;
 pub mod request_state;
 pub mod screen;
 pub mod server;

@@ -8,6 +8,9 @@
 //!   tool failures come back as results with `isError: true` and the dispatcher's message;
 //!   only protocol faults are JSON-RPC errors.
 //! - `notifications/cancelled` cancels the call (the shell's process group is stopped).
+//! - The server declares `tools.listChanged` and tells a client when its session's tool
+//!   list changes ([`super::list_changes`]): after `notifications/initialized` (2025 era),
+//!   or on a `subscriptions/listen` stream that asks for `toolsListChanged` (2026-07-28).
 //! - A call whose request carries `_meta.progressToken` gets the tool's live output
 //!   (`tool.output_delta`, e.g. a command's stdout as it prints) as
 //!   `notifications/progress`: `progress` counts the characters streamed so far and
@@ -40,6 +43,7 @@ use dispatcher_core::{
     Answer, CallEvents, ConfirmationRequest, Confirmer, DecidedBy, Decision, Dispatcher, EventKind,
     Session, ToolResultBlock, ToolUse,
 };
+use rmcp::model::SubscriptionFilter;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ContentBlock,
     ElicitRequest, ElicitRequestParams, ElicitationAction, Implementation, InputRequest,
@@ -47,7 +51,7 @@ use rmcp::model::{
     ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig,
     Tool, ToolAnnotations,
 };
-use rmcp::service::{Peer, RequestContext, RoleServer};
+use rmcp::service::{NotificationContext, Peer, RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData as McpError, ServerHandler};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -320,6 +324,8 @@ pub struct McpShared {
     pub config_file: String,
     /// Where calls run.
     pub sessions: Sessions,
+    /// The open `subscriptions/listen` streams, which a stopping server ends.
+    pub listens: Listens,
     next_call: AtomicU64,
 }
 
@@ -338,6 +344,7 @@ impl McpShared {
             confirmations,
             config_file,
             sessions,
+            listens: Listens::default(),
             next_call: AtomicU64::new(1),
         })
     }
@@ -350,6 +357,9 @@ pub struct McpServer {
     /// The dispatcher session of this connection (HTTP, 2025 era), opened at first use
     /// (under the lock: concurrent first requests open one session, not two).
     own: Mutex<Option<Session>>,
+    /// The task telling this connection's client of tool list changes (2025 era), stopped
+    /// with the connection.
+    list_watch: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
 /// The protocol era of a request.
@@ -377,11 +387,15 @@ fn elicits_form(caps: Option<&ClientCapabilities>) -> bool {
 }
 
 fn principal(context: &RequestContext<RoleServer>) -> String {
-    context
-        .extensions
+    principal_of(&context.extensions)
+}
+
+/// The principal the transport put in a message's extensions (`stdio` when none did).
+fn principal_of(extensions: &rmcp::model::Extensions) -> String {
+    extensions
         .get::<http::request::Parts>()
         .and_then(|parts| parts.extensions.get::<Principal>())
-        .or_else(|| context.extensions.get::<Principal>())
+        .or_else(|| extensions.get::<Principal>())
         .map_or_else(|| "stdio".to_string(), |p| p.0.clone())
 }
 
@@ -398,12 +412,74 @@ fn method_not_found(method: &str, hint: &str) -> McpError {
     )
 }
 
+/// The `subscriptions/listen` streams open on a server. A stopping server ends them first,
+/// so that each sends its final result (the 2026-07-28 sign of a server going away) while
+/// its connection is still open, rather than being cut off with it.
+#[derive(Default)]
+pub struct Listens {
+    stop: tokio_util::sync::CancellationToken,
+    open: tokio::sync::watch::Sender<usize>,
+}
+
+impl Listens {
+    /// Ends every listen stream, and any opened from now on, and waits up to `within`
+    /// for their handlers to return. Returns how many were open.
+    pub async fn end(&self, within: std::time::Duration) -> usize {
+        let open = *self.open.borrow();
+        self.stop.cancel();
+        let mut watch = self.open.subscribe();
+        let _ = tokio::time::timeout(within, watch.wait_for(|n| *n == 0)).await;
+        open
+    }
+
+    /// Counts a listen stream as open until the guard drops.
+    fn enter(&self) -> ListenGuard<'_> {
+        self.open.send_modify(|n| *n += 1);
+        ListenGuard(self)
+    }
+}
+
+struct ListenGuard<'a>(&'a Listens);
+
+impl Drop for ListenGuard<'_> {
+    fn drop(&mut self) {
+        self.0.open.send_modify(|n| *n -= 1);
+    }
+}
+
+/// A session's `tools/list`: its visible tools with their input schemas and annotations.
+fn tool_list(dispatcher: &Dispatcher, session: &Session) -> Vec<Tool> {
+    dispatcher
+        .definitions_for_session(session)
+        .into_iter()
+        .map(|d| {
+            let schema = match d.input_schema {
+                Value::Object(map) => map,
+                _ => serde_json::Map::new(),
+            };
+            Tool::new(d.name, d.description, Arc::new(schema)).annotate(annotations(d.side_effects))
+        })
+        .collect()
+}
+
+/// Tells the client of `session` of changes to its tool list through `notify`, until that
+/// fails or the dispatcher is gone.
+async fn tell_of_changes<Fut>(dispatcher: Dispatcher, session: Session, notify: impl Fn() -> Fut)
+where
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let changes = dispatcher.watch_tools();
+    super::list_changes::tell_of_changes(changes, || tool_list(&dispatcher, &session), notify)
+        .await;
+}
+
 impl McpServer {
     /// A handler over the shared state.
     pub fn new(shared: Arc<McpShared>) -> Self {
         McpServer {
             shared,
             own: Mutex::new(None),
+            list_watch: Mutex::new(None),
         }
     }
 
@@ -490,6 +566,14 @@ impl McpServer {
 
 impl Drop for McpServer {
     fn drop(&mut self) {
+        if let Some(watch) = self
+            .list_watch
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            watch.abort();
+        }
         // An HTTP client's session ends with its MCP session: stop what still runs there.
         let own = self.own.get_mut().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(session) = own
@@ -570,6 +654,7 @@ impl ServerHandler for McpServer {
         ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_tools()
+                .enable_tool_list_changed()
                 .enable_prompts()
                 .enable_resources()
                 .build(),
@@ -672,27 +757,82 @@ impl ServerHandler for McpServer {
         ))
     }
 
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        // A 2025-era client: its connection carries notifications from here on.
+        tracing::debug!("client initialized");
+        let session = match self.session(Era::Session, &principal_of(&context.extensions)) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("no tool list changes for this client: {}", e.message);
+                return;
+            }
+        };
+        let (dispatcher, peer) = (self.shared.dispatcher.clone(), context.peer);
+        let task = tokio::spawn(tell_of_changes(dispatcher, session, move || {
+            let peer = peer.clone();
+            async move {
+                peer.notify_tool_list_changed()
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+        }));
+        let previous = self
+            .list_watch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .replace(task.abort_handle());
+        if let Some(previous) = previous {
+            previous.abort();
+        }
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        // Tools only: prompts and resources are empty and never change.
+        Some(SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        let listens = &self.shared.listens;
+        let _open = listens.enter();
+        if context.accepted().tools_list_changed != Some(true) {
+            tokio::select! {
+                () = context.cancelled() => {}
+                () = listens.stop.cancelled() => {}
+            }
+            return Ok(());
+        }
+        let request = context.request_context();
+        let session = self.session(Era::of(request), &principal(request))?;
+        let sink = context.sink().clone();
+        let told = tell_of_changes(self.shared.dispatcher.clone(), session, move || {
+            let sink = sink.clone();
+            async move {
+                sink.notify_tool_list_changed()
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+        });
+        tokio::select! {
+            () = context.cancelled() => {}
+            () = listens.stop.cancelled() => {}
+            () = told => {}
+        }
+        Ok(())
+    }
+
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let session = self.session(Era::of(&context), &principal(&context))?;
-        let tools = self
-            .shared
-            .dispatcher
-            .definitions_for_session(&session)
-            .into_iter()
-            .map(|d| {
-                let schema = match d.input_schema {
-                    Value::Object(map) => map,
-                    _ => serde_json::Map::new(),
-                };
-                Tool::new(d.name, d.description, Arc::new(schema))
-                    .annotate(annotations(d.side_effects))
-            })
-            .collect();
-        Ok(ListToolsResult::with_all_items(tools))
+        Ok(ListToolsResult::with_all_items(tool_list(
+            &self.shared.dispatcher,
+            &session,
+        )))
     }
 
     async fn call_tool(

@@ -1,0 +1,96 @@
+//! Telling a client that its tool list changed (`notifications/tools/list_changed`): an MCP
+//! server configured as a toolset re-listed its tools, a per-session toolset started, a
+//! tool was registered or removed.
+//!
+//! A 2025-era client (stdio, or an HTTP `Mcp-Session-Id` session) is told on its
+//! connection from `notifications/initialized` on; a 2026-07-28 client is told on the
+//! `subscriptions/listen` stream it opens with `toolsListChanged`. Either way the watcher
+//! compares the session's list with the one it last saw, so a change in another session,
+//! or one the session's visibility hides, sends nothing.
+
+use std::future::Future;
+
+use tokio::sync::watch;
+
+/// Waits on the dispatcher's tool changes (`Dispatcher::watch_tools`) and calls `notify`
+/// each time `list` (the session's `tools/list`) differs from the last one seen. Ends when
+/// `notify` fails (the client is gone) or the dispatcher is dropped.
+pub async fn tell_of_changes<T, Fut>(
+    mut changes: watch::Receiver<u64>,
+    list: impl Fn() -> Vec<T>,
+    notify: impl Fn() -> Fut,
+) where
+    T: PartialEq,
+    Fut: Future<Output = Result<(), String>>,
+{
+    changes.mark_unchanged();
+    let mut seen = list();
+    while changes.changed().await.is_ok() {
+        let now = list();
+        if now == seen {
+            continue;
+        }
+        seen = now;
+        if let Err(e) = notify().await {
+            tracing::debug!("stopped telling a client of tool list changes: {e}");
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn only_a_list_that_differs_is_told_and_a_failed_notice_ends_the_watch() {
+        let (tx, rx) = watch::channel(0u64);
+        let list = Arc::new(Mutex::new(vec!["a"]));
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let watcher = tokio::spawn({
+            let (list, told) = (list.clone(), told.clone());
+            async move {
+                tell_of_changes(
+                    rx,
+                    || list.lock().unwrap().clone(),
+                    || {
+                        let now = list.lock().unwrap().clone();
+                        told.lock().unwrap().push(now.clone());
+                        async move {
+                            if now.contains(&"gone") {
+                                Err("the client is gone".to_string())
+                            } else {
+                                Ok(())
+                            }
+                        }
+                    },
+                )
+                .await;
+            }
+        });
+        let settle = || async {
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
+        };
+        settle().await;
+        // A change elsewhere: the list is the same, so nothing is told.
+        tx.send_modify(|n| *n += 1);
+        settle().await;
+        assert!(told.lock().unwrap().is_empty());
+        *list.lock().unwrap() = vec!["a", "b"];
+        tx.send_modify(|n| *n += 1);
+        settle().await;
+        assert_eq!(*told.lock().unwrap(), [vec!["a", "b"]]);
+        *list.lock().unwrap() = vec!["gone"];
+        tx.send_modify(|n| *n += 1);
+        tokio::time::timeout(std::time::Duration::from_secs(5), watcher)
+            .await
+            .expect("a failed notice ends the watch")
+            .unwrap();
+        assert_eq!(told.lock().unwrap().len(), 2);
+    }
+}
