@@ -23,7 +23,9 @@
 //!   between failed attempts.
 //! - `notifications/tools/list_changed` from the server re-lists its tools and republishes
 //!   them, through the [`ToolsetHandle`] the dispatcher gave the toolset when it was
-//!   registered (shared) or started for a session (per session).
+//!   registered (shared) or started for a session (per session). A 2026-07-28 server that
+//!   declares `tools.listChanged` sends it on a `subscriptions/listen` stream the client
+//!   opens once connected.
 //! - Cancelling a call sends `notifications/cancelled` to the server.
 //! - The server's stderr is passed through to ours (logs); [`Toolset::stop`] kills it.
 
@@ -306,6 +308,71 @@ struct Live {
     service: RunningService<RoleClient, ClientSide>,
     /// The server's process; `None` for a server reached over HTTP.
     child: Option<Arc<tokio::sync::Mutex<tokio::process::Child>>>,
+    /// The task reading a 2026-07-28 server's `subscriptions/listen` stream, stopped with
+    /// the connection.
+    listen: Option<tokio::task::AbortHandle>,
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        if let Some(listen) = self.listen.take() {
+            listen.abort();
+        }
+    }
+}
+
+/// A 2026-07-28 server sends no notification it was not asked for: when it declares
+/// `tools.listChanged`, this opens a `subscriptions/listen` stream for tool list changes
+/// and runs `on_change` for each, until the stream ends (the server stopped: the next
+/// connection opens another). `None` for an older server (it notifies on the connection)
+/// or one that does not declare the capability.
+async fn listen_for_tool_changes(
+    service: &RunningService<RoleClient, ClientSide>,
+    on_change: Arc<dyn Fn() + Send + Sync>,
+    id: &str,
+) -> Option<tokio::task::AbortHandle> {
+    let peer = service.peer();
+    let info = peer.peer_info()?;
+    let stateless = info.protocol_version >= rmcp::model::ProtocolVersion::V_2026_07_28;
+    let declares = info
+        .capabilities
+        .tools
+        .as_ref()
+        .and_then(|t| t.list_changed)
+        == Some(true);
+    if !stateless || !declares {
+        return None;
+    }
+    let filter = rmcp::model::SubscriptionFilter::builder()
+        .tools_list_changed()
+        .build();
+    let mut subscription = match peer.listen(filter).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(server = %id, "could not listen for tool list changes: {e}");
+            return None;
+        }
+    };
+    let id = id.to_string();
+    let task = tokio::spawn(async move {
+        loop {
+            match subscription.next().await {
+                Ok(Some(rmcp::model::ServerNotification::ToolListChangedNotification(_))) => {
+                    on_change();
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    tracing::debug!(server = %id, end = ?subscription.end(), "tool list subscription ended");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(server = %id, "tool list subscription failed: {e}");
+                    return;
+                }
+            }
+        }
+    });
+    Some(task.abort_handle())
 }
 
 /// What a `tools/call` round got.
@@ -475,8 +542,9 @@ impl Server {
             config.auth_header = Some(token);
         }
         let transport = StreamableHttpClientTransport::from_config(config);
+        let on_list_changed = Server::on_list_changed(me);
         let client = ClientSide {
-            on_list_changed: Server::on_list_changed(me),
+            on_list_changed: on_list_changed.clone(),
             answers_input: true,
         };
         let init = async {
@@ -496,9 +564,11 @@ impl Server {
             Ok(Ok((service, tools))) => {
                 *self.tools.lock().unwrap_or_else(PoisonError::into_inner) = tools;
                 tracing::info!(server = %c.id, url, "MCP server reached over HTTP");
+                let listen = listen_for_tool_changes(&service, on_list_changed, &c.id).await;
                 Ok(Live {
                     service,
                     child: None,
+                    listen,
                 })
             }
             Ok(Err(detail)) => Err(McpError::Initialize {
@@ -553,9 +623,11 @@ impl Server {
             Ok(Ok((service, tools))) => {
                 *self.tools.lock().unwrap_or_else(PoisonError::into_inner) = tools;
                 tracing::info!(server = %c.id, "MCP server started");
+                // Started with `initialize` (2025 era): it notifies on the connection.
                 Ok(Live {
                     service,
                     child: Some(child),
+                    listen: None,
                 })
             }
             Ok(Err(detail)) => {

@@ -1678,3 +1678,81 @@ fn a_2026_listen_stream_is_told_of_tool_changes_and_ends_with_its_result_on_sigt
     let log = server.log.lock().unwrap().join("\n");
     assert!(!log.contains("ERROR"), "{log}");
 }
+
+#[test]
+fn a_change_behind_a_2026_server_reaches_the_client_of_the_toolhost_that_uses_it() {
+    // fixture server (stdio) -> remote toolhost (HTTP, 2026-07-28) -> local toolhost
+    // (stdio) -> a 2025-era client. The fixture grows a tool; the remote tells the local
+    // one on the listen stream it opened; the local one tells its client.
+    let remote_ws = workspace();
+    std::fs::write(
+        remote_ws.path().join("toolhost.toml"),
+        format!(
+            "[tool_confirmation.default]\nWRITE = \"auto\"\n\n[[mcp_servers]]\nid = \"fixture\"\nprefix = \"fx\"\ncommand = \"{}\"\n",
+            toolhost_tests::fixtures().mcp_server().display()
+        ),
+    )
+    .unwrap();
+    let remote = serve_http(remote_ws.path(), &[]);
+    let local = workspace();
+    std::fs::write(
+        local.path().join("toolhost.toml"),
+        format!(
+            "[[mcp_servers]]\nid = \"remote\"\nprefix = \"remote\"\nurl = \"http://{}/mcp\"\n\n\
+             [tool_confirmation.per_tool]\nremote__fx__grow = \"auto\"\n",
+            remote.addr
+        ),
+    )
+    .unwrap();
+    let mut server = start_stdio(local.path());
+    let mut stdin = server.child.stdin.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    let stdout = server.child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Ok(v) = serde_json::from_str(&line) {
+                let _ = tx.send(v);
+            }
+        }
+    });
+    let mut send = |v: Value| writeln!(stdin, "{v}").unwrap();
+    let next = |pred: &dyn Fn(&Value) -> bool, what: &str| -> Value {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(v) if pred(&v) => return v,
+                Ok(_) => {}
+                Err(_) => panic!("no {what} within 20 s"),
+            }
+        }
+    };
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw-test", "version": "1"}}}),
+    );
+    let init = next(&|v| v["id"] == 1, "initialize answer");
+    assert_eq!(
+        init["result"]["capabilities"]["tools"]["listChanged"], true,
+        "{init}"
+    );
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(tools_call(2, "remote__fx__grow", json!({})));
+    let grown = next(&|v| v["id"] == 2, "tools/call answer");
+    assert_eq!(grown["result"]["content"][0]["text"], "grown", "{grown}");
+    next(
+        &|v| v["method"] == "notifications/tools/list_changed",
+        "notifications/tools/list_changed",
+    );
+    send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}));
+    let listed = next(&|v| v["id"] == 3, "tools/list answer");
+    assert!(
+        listed["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "remote__fx__extra"),
+        "{listed}"
+    );
+}
