@@ -43,13 +43,12 @@ use dispatcher_core::{
     Answer, CallEvents, ConfirmationRequest, Confirmer, DecidedBy, Decision, Dispatcher, EventKind,
     Session, ToolResultBlock, ToolUse,
 };
-use rmcp::model::SubscriptionFilter;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ContentBlock,
     ElicitRequest, ElicitRequestParams, ElicitationAction, Implementation, InputRequest,
     InputRequests, InputRequiredResult, ListToolsResult, PaginatedRequestParams,
     ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig,
-    Tool, ToolAnnotations,
+    SubscriptionFilter, Tool, ToolAnnotations,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData as McpError, ServerHandler};
@@ -464,8 +463,11 @@ fn tool_list(dispatcher: &Dispatcher, session: &Session) -> Vec<Tool> {
 
 /// Tells the client of `session` of changes to its tool list through `notify`, until that
 /// fails or the dispatcher is gone.
-async fn tell_of_changes<Fut>(dispatcher: Dispatcher, session: Session, notify: impl Fn() -> Fut)
-where
+async fn watch_session_tools<Fut>(
+    dispatcher: Dispatcher,
+    session: Session,
+    notify: impl Fn() -> Fut,
+) where
     Fut: std::future::Future<Output = Result<(), String>>,
 {
     let changes = dispatcher.watch_tools();
@@ -768,7 +770,7 @@ impl ServerHandler for McpServer {
             }
         };
         let (dispatcher, peer) = (self.shared.dispatcher.clone(), context.peer);
-        let task = tokio::spawn(tell_of_changes(dispatcher, session, move || {
+        let task = tokio::spawn(watch_session_tools(dispatcher, session, move || {
             let peer = peer.clone();
             async move {
                 peer.notify_tool_list_changed()
@@ -807,7 +809,7 @@ impl ServerHandler for McpServer {
         let request = context.request_context();
         let session = self.session(Era::of(request), &principal(request))?;
         let sink = context.sink().clone();
-        let told = tell_of_changes(self.shared.dispatcher.clone(), session, move || {
+        let told = watch_session_tools(self.shared.dispatcher.clone(), session, move || {
             let sink = sink.clone();
             async move {
                 sink.notify_tool_list_changed()
