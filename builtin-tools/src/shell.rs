@@ -1,6 +1,10 @@
 //! The `shell` tool: runs a command with `/bin/sh -c` in the workspace directory.
 //!
-//! The command runs in its own process group. On cancellation (the host's signal or
+//! The command runs in a session of its own (through util-linux's `setsid` where it is
+//! installed; elsewhere, e.g. macOS, in a process group of its own in the host's session),
+//! so it has no controlling terminal: a program that asks on `/dev/tty` (a password, an SSH
+//! host key, a git credential) fails at once instead of stopping, unseen, until the call's
+//! timeout. The session's one process group is the command's. On cancellation (the host's signal or
 //! [`Tool::cancel`]) the whole group gets SIGTERM, and SIGKILL [`KILL_AFTER`] later if it is
 //! still running; the output captured so far is returned. When the shell exits, anything it
 //! left running in its group is killed. Each of stdout and stderr keeps its first
@@ -63,10 +67,47 @@ impl DefinedTool for Shell {
     }
 }
 
-fn signal_group(pgid: i32, signal: Signal) {
+/// Signals the command's process group. While the shell is not yet reaped
+/// (`shell_unreaped`), a group that is not there yet (`setsid` has not made it) means the
+/// shell itself gets the signal; once reaped, its pid may be another process's.
+fn signal_group(pgid: i32, signal: Signal, shell_unreaped: bool) {
     if let Some(pid) = Pid::from_raw(pgid) {
         // ESRCH (already gone) is fine.
-        let _ = kill_process_group(pid, signal);
+        if kill_process_group(pid, signal) == Err(rustix::io::Errno::SRCH) && shell_unreaped {
+            let _ = rustix::process::kill_process(pid, signal);
+        }
+    }
+}
+
+/// util-linux's (or busybox's) `setsid`, where installed. Looked for at fixed places only:
+/// what runs every command is not taken from a `PATH` a workspace could shape.
+fn setsid_program() -> Option<&'static std::path::Path> {
+    static FOUND: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            ["/usr/bin/setsid", "/bin/setsid"]
+                .into_iter()
+                .map(std::path::PathBuf::from)
+                .find(|p| p.is_file())
+        })
+        .as_deref()
+}
+
+/// `/bin/sh -c command` in a session of its own where `setsid` is installed (the child is
+/// not a group leader, so `setsid` makes the session in place and execs the shell: its pid
+/// stays the command's, and the session's group id), else in a group of its own.
+fn shell_command(command: &str) -> Command {
+    match setsid_program() {
+        Some(setsid) => {
+            let mut cmd = Command::new(setsid);
+            cmd.arg("/bin/sh").arg("-c").arg(command);
+            cmd
+        }
+        None => {
+            let mut cmd = Command::new("/bin/sh");
+            cmd.arg("-c").arg(command).process_group(0);
+            cmd
+        }
     }
 }
 
@@ -201,16 +242,13 @@ impl Tool for Shell {
             .get("command")
             .and_then(Value::as_str)
             .ok_or_else(|| ToolError::invalid_input("'command' must be a string"))?;
-        let mut child = Command::new("/bin/sh")
-            .arg("-c")
-            .arg(command)
+        let mut child = shell_command(command)
             .current_dir(ctx.workspace_root())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
             .spawn()
-            .map_err(|e| ToolError::failed(format!("could not start /bin/sh: {e}")))?;
+            .map_err(|e| ToolError::failed(format!("could not start the shell (/bin/sh): {e}")))?;
         let pgid = i32::try_from(child.id()).unwrap_or(0);
         self.pgid.store(pgid, Ordering::SeqCst);
         ctx.log()
@@ -248,7 +286,7 @@ impl Tool for Shell {
                 None if cancelled => {
                     ctx.log()
                         .info("cancelling: SIGTERM to the command's process group");
-                    signal_group(pgid, Signal::TERM);
+                    signal_group(pgid, Signal::TERM, true);
                     term_sent = Some(Instant::now());
                 }
                 Some(at) if !killed && at.elapsed() >= KILL_AFTER => {
@@ -256,7 +294,7 @@ impl Tool for Shell {
                         "command still running {}s after SIGTERM: SIGKILL",
                         KILL_AFTER.as_secs()
                     ));
-                    signal_group(pgid, Signal::KILL);
+                    signal_group(pgid, Signal::KILL, true);
                     killed = true;
                 }
                 _ => {}
@@ -264,7 +302,7 @@ impl Tool for Shell {
             thread::sleep(POLL);
         };
         // Whatever the shell left in its group goes too, so the pipes close.
-        signal_group(pgid, Signal::KILL);
+        signal_group(pgid, Signal::KILL, false);
 
         let deadline = Instant::now() + OUTPUT_GRACE;
         while !streams.iter().all(|s| s.ended) {

@@ -567,3 +567,35 @@ fn logs_are_coloured_only_on_a_terminal_without_no_color() {
         "colour despite NO_COLOR: {no_color:?}"
     );
 }
+
+#[test]
+fn a_command_has_no_controlling_terminal_so_a_prompt_on_it_fails_at_once() {
+    // toolhost on a terminal (under `script`), as a CLI agent or `toolhost call` runs it: a
+    // command that opens /dev/tty (sudo, ssh's host-key question, a git credential
+    // prompt) would otherwise stop, unseen, until the call's timeout.
+    if !Path::new("/usr/bin/setsid").exists() && !Path::new("/bin/setsid").exists() {
+        eprintln!("skipped: no setsid here (commands run in a process group of their own)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let input = r#"{"command": "if (: </dev/tty) 2>/dev/null; then echo has-a-terminal; else echo no-terminal; fi; ps -o sid= -p $$ > sid"}"#;
+    let command = format!(
+        "{} call shell --yes --input '{input}'; ps -o sid= -p $$ > host-sid",
+        env!("CARGO_BIN_EXE_toolhost")
+    );
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .current_dir(dir.path())
+        .env("XDG_CONFIG_HOME", dir.path().join(".no-user-config"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let printed = text(&out.stdout);
+    assert!(printed.contains("no-terminal"), "{printed}");
+    let sid = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
+    assert_ne!(
+        sid("sid").trim(),
+        sid("host-sid").trim(),
+        "the command runs in a session of its own"
+    );
+}
