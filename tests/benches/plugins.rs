@@ -18,6 +18,9 @@
 //! between runs of the same code, and higher right after a first start's hashing), and
 //! the ratio with it: 1.84×, 2.02× and 2.30× in three runs of the same later start.
 //!
+//! `sha256_50_libraries` hashes the 50 libraries alone, on all cores at once: the part of a
+//! first start that no cache can help with, as a floor under its ratio to `dlopen`.
+//!
 //! The 50 packages are 50 distinct libraries: copies of the `bench-noop` fixture whose tool
 //! name suffix `000` is patched to `001`…`050` in the library's bytes. Every load sample
 //! runs in a fresh process (this bench binary, started again as a child), so each really
@@ -159,6 +162,25 @@ fn benches(c: &mut Criterion) {
     let mut group = c.benchmark_group("plugin_load");
     group.sample_size(10);
     group.measurement_time(Duration::from_secs(6));
+    // What a first start cannot do without: every library's SHA-256, here on all cores at
+    // once (the host's own hashing function), before anything is opened.
+    let libraries: Vec<std::path::PathBuf> = (1..=50)
+        .map(|n| staging.path().join(format!("lib{n:03}")).join(&file_name))
+        .collect();
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    group.bench_function("sha256_50_libraries", |b| {
+        b.iter(|| {
+            std::thread::scope(|s| {
+                for share in libraries.chunks(libraries.len().div_ceil(cores)) {
+                    s.spawn(move || {
+                        for lib in share {
+                            plugin_host::package::sha256_file(lib).unwrap();
+                        }
+                    });
+                }
+            })
+        })
+    });
     let pairs: Mutex<Vec<(LoadMode, Duration, Duration)>> = Mutex::new(Vec::new());
     for mode in LoadMode::ALL {
         group.bench_function(mode.bench_name(), |b| {

@@ -111,6 +111,19 @@ fn ratio_row(figure: &str, value: Option<f64>, base: Option<f64>, max: f64) -> R
     }
 }
 
+/// A reported figure with its ratio to `a_inline_noop`: a floor under a ratio target.
+fn share_row(figure: &str, value: Option<f64>, base: Option<f64>) -> Row {
+    match (value, base) {
+        (Some(v), Some(b)) if b > 0.0 => Row {
+            figure: figure.into(),
+            measured: format!("{v:.2} µs = {:.1}× a_inline_noop", v / b),
+            target: "reported".into(),
+            pass: None,
+        },
+        (v, _) => us_row(figure, v),
+    }
+}
+
 fn missing(figure: &str) -> Row {
     Row {
         figure: figure.into(),
@@ -398,6 +411,26 @@ pub fn bench(write_readme: bool) -> Result {
         a,
         3.0,
     ));
+    for (figure, name) in [
+        (
+            "the kernel's part of read_file alone: openat2 beneath the workspace, statx, read, close",
+            "kernel_read_4k",
+        ),
+        (
+            "the kernel's part of list_dir alone: openat2, getdents64 to the end, close",
+            "kernel_list_20",
+        ),
+        (
+            "the kernel's part of write_file alone: a temporary file created, written, synced, renamed over the target",
+            "kernel_write_4k_synced",
+        ),
+        (
+            "the same write unsynced (what no durability at all would leave)",
+            "kernel_write_4k_unsynced",
+        ),
+    ] {
+        rows.push(share_row(figure, d(name), a));
+    }
     rows.push(us_row(
         "dispatch_batch of 4 inline no-ops",
         d("c_batch_4_inline_noop"),
@@ -491,6 +524,22 @@ pub fn bench(write_readme: bool) -> Result {
             None => missing(figure),
         });
     }
+    let hashing = criterion_us("plugin_load", "sha256_50_libraries").map(|us| us / 1000.0);
+    let figure = "the first start's floor: SHA-256 of the 50 libraries alone, on all cores at once, before anything is opened";
+    rows.push(match (hashing, pair("load_50_packages")) {
+        (Some(h), Some((_, f, _))) => Row {
+            figure: figure.into(),
+            measured: format!("{h:.2} ms = {:.2}× the paired dlopen median", h / f),
+            target: "reported".into(),
+            pass: None,
+        },
+        (h, _) => Row {
+            figure: figure.into(),
+            measured: h.map_or_else(|| "not measured".into(), |h| format!("{h:.2} ms")),
+            target: "reported".into(),
+            pass: None,
+        },
+    });
     for line in roundtrip
         .lines()
         .filter(|l| l.starts_with("mcp_roundtrip/"))
