@@ -4,9 +4,9 @@
 //! installed; elsewhere, e.g. macOS, in a process group of its own in the host's session),
 //! so it has no controlling terminal: a program that asks on `/dev/tty` (a password, an SSH
 //! host key, a git credential) fails at once instead of stopping, unseen, until the call's
-//! timeout. The session's one process group is the command's. On cancellation (the host's signal or
-//! [`Tool::cancel`]) the whole group gets SIGTERM, and SIGKILL [`KILL_AFTER`] later if it is
-//! still running; the output captured so far is returned. When the shell exits, anything it
+//! timeout. The session's one process group is the command's. On cancellation (the host's
+//! signal or [`Tool::cancel`]) the whole group gets SIGTERM, and SIGKILL [`KILL_AFTER`]
+//! later if it is still running; the output captured so far is returned. When the shell exits, anything it
 //! left running in its group is killed. Each of stdout and stderr keeps its first
 //! [`OUTPUT_CAP`] bytes; the rest is counted and dropped.
 //!
