@@ -237,6 +237,26 @@ fn install_tls_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
+/// Why an MCP tool cannot be published as it is, if it cannot: its input schema is outside
+/// the subset the dispatcher publishes (what model providers accept), or not a schema.
+fn schema_problem(tool: &rmcp::model::Tool) -> Option<String> {
+    let name = tool.name.as_ref();
+    let schema = Value::Object((*tool.input_schema).clone());
+    dispatcher_core::schema::check_subset(name, &schema)
+        .and_then(|()| dispatcher_core::schema::InputValidator::compile(name, &schema).map(drop))
+        .err()
+        .map(|e| e.to_string())
+}
+
+/// Logs the tools of a listing that are left out (see [`schema_problem`]).
+fn warn_left_out(id: &str, tools: &[rmcp::model::Tool]) {
+    for tool in tools {
+        if let Some(why) = schema_problem(tool) {
+            tracing::warn!(server = %id, "{why}: left out, the server's other tools are published");
+        }
+    }
+}
+
 /// The class of an MCP tool: annotations read conservatively, config overrides win.
 pub fn side_effects_of(
     tool: &rmcp::model::Tool,
@@ -434,6 +454,19 @@ impl McpToolset {
             .map(|server| Arc::new(McpToolset { server }))
     }
 
+    /// The server's tools that are left out, each with why (the message names the tool): an
+    /// input schema the dispatcher would refuse (outside the subset model providers accept,
+    /// or not a valid schema). One such tool does not cost the server its other tools.
+    pub fn left_out(&self) -> Vec<(String, String)> {
+        self.server
+            .tools
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter_map(|t| schema_problem(t).map(|why| (t.name.to_string(), why)))
+            .collect()
+    }
+
     /// The configuration it runs with.
     pub fn config(&self) -> &McpServerConfig {
         &self.server.config
@@ -512,8 +545,14 @@ impl Server {
             .list_all_tools()
             .await
             .map_err(|e| e.to_string())?;
-        *self.tools.lock().unwrap_or_else(PoisonError::into_inner) = tools;
+        self.keep_tools(tools);
         Ok(())
+    }
+
+    /// Keeps a fresh listing of the server's tools, saying which are left out.
+    fn keep_tools(&self, tools: Vec<rmcp::model::Tool>) {
+        warn_left_out(&self.config.id, &tools);
+        *self.tools.lock().unwrap_or_else(PoisonError::into_inner) = tools;
     }
 
     async fn connect(&self, me: Weak<Server>) -> Result<Live, McpError> {
@@ -562,7 +601,7 @@ impl Server {
         };
         match tokio::time::timeout(c.startup_timeout(), init).await {
             Ok(Ok((service, tools))) => {
-                *self.tools.lock().unwrap_or_else(PoisonError::into_inner) = tools;
+                self.keep_tools(tools);
                 tracing::info!(server = %c.id, url, "MCP server reached over HTTP");
                 let listen = listen_for_tool_changes(&service, on_list_changed, &c.id).await;
                 Ok(Live {
@@ -621,7 +660,7 @@ impl Server {
         };
         match tokio::time::timeout(c.startup_timeout(), init).await {
             Ok(Ok((service, tools))) => {
-                *self.tools.lock().unwrap_or_else(PoisonError::into_inner) = tools;
+                self.keep_tools(tools);
                 tracing::info!(server = %c.id, "MCP server started");
                 // Started with `initialize` (2025 era): it notifies on the connection.
                 Ok(Live {
@@ -760,6 +799,7 @@ impl Toolset for McpToolset {
             .clone();
         tools
             .iter()
+            .filter(|t| schema_problem(t).is_none())
             .map(|t| {
                 let schema = Value::Object((*t.input_schema).clone());
                 let mut def = ToolDefinition::new(

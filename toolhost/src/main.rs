@@ -231,7 +231,7 @@ impl Host {
         let mut lines = self.plugins.lines();
         lines.extend(self.plugins.worker_lines());
         for (id, r) in &self.mcp {
-            lines.push(match r {
+            match r {
                 Ok(ts) => {
                     let tools: Vec<String> = dispatcher_core::Toolset::tools(ts.as_ref())
                         .iter()
@@ -239,20 +239,29 @@ impl Host {
                             format!("{} ({})", t.definition().name, t.definition().side_effects)
                         })
                         .collect();
-                    format!(
+                    lines.push(format!(
                         "loaded   MCP server '{id}' (prefix {}): {}",
                         ts.config().prefix,
                         tools.join(", ")
-                    )
+                    ));
+                    lines.extend(ts.left_out().into_iter().map(|(_, why)| {
+                        format!("left out MCP server '{id}': {why} (its other tools are published)")
+                    }));
                 }
-                Err(e) => format!("refused  MCP server '{id}': {e}"),
-            });
+                Err(e) => lines.push(format!("refused  MCP server '{id}': {e}")),
+            }
         }
         lines
     }
 
+    /// Whether anything was refused: a plugin package, an MCP server, or one of a loaded
+    /// server's tools (left out).
     fn any_refused(&self) -> bool {
-        self.plugins.refused().next().is_some() || self.mcp.iter().any(|(_, r)| r.is_err())
+        self.plugins.refused().next().is_some()
+            || self.mcp.iter().any(|(_, r)| match r {
+                Ok(ts) => !ts.left_out().is_empty(),
+                Err(_) => true,
+            })
     }
 }
 

@@ -437,3 +437,43 @@ async fn a_2026_client_is_told_of_tool_changes_on_its_listen_stream() {
     assert!(after.iter().any(|t| t.name == "fx__extra"), "{after:?}");
     s.cancel().await.unwrap();
 }
+
+#[test]
+fn a_server_tool_outside_the_schema_subset_is_left_out_and_its_other_tools_are_published() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[[mcp_servers]]\nid = \"mixed\"\nprefix = \"mx\"\ncommand = \"{}\"\nargs = [\"--with-oneof\"]\n\n\
+         [tool_confirmation.per_tool]\nmx__echo = \"auto\"\n",
+        fixture_server()
+    );
+    std::fs::write(dir.path().join("toolhost.toml"), config).unwrap();
+    let out = toolhost(dir.path(), &["plugins"]);
+    let report = text_of(&out.stdout);
+    assert!(
+        report.contains("loaded   MCP server 'mixed' (prefix mx): echo (read)"),
+        "{report}"
+    );
+    assert!(
+        report.contains(
+            "left out MCP server 'mixed': tool 'either': input_schema uses oneOf at /properties/v/oneOf"
+        ) && report.contains("(its other tools are published)"),
+        "{report}"
+    );
+    assert_eq!(out.status.code(), Some(1), "a left-out tool is a refusal");
+    let out = toolhost(
+        dir.path(),
+        &["call", "mx__echo", "--input", r#"{"text": "still here"}"#],
+    );
+    assert_eq!(
+        text_of(&out.stdout),
+        "echo: still here\n",
+        "{}",
+        text_of(&out.stderr)
+    );
+    let out = toolhost(dir.path(), &["list"]);
+    assert!(
+        !text_of(&out.stdout).contains("mx__either"),
+        "{}",
+        text_of(&out.stdout)
+    );
+}
