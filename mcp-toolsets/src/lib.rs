@@ -913,13 +913,19 @@ impl Tool for McpTool {
                 rmcp::model::ContentBlock::Text(t) => Some(tool_api::Content::text(t.text.clone())),
                 rmcp::model::ContentBlock::Image(i) => {
                     use base64::Engine as _;
-                    base64::engine::general_purpose::STANDARD
-                        .decode(&i.data)
-                        .ok()
-                        .map(|data| tool_api::Content::Image {
-                            mime: i.mime_type.clone(),
-                            data,
-                        })
+                    Some(
+                        match base64::engine::general_purpose::STANDARD.decode(&i.data) {
+                            Ok(data) => tool_api::Content::Image {
+                                mime: i.mime_type.clone(),
+                                data,
+                            },
+                            // Said, not dropped: the model learns an image was there.
+                            Err(e) => tool_api::Content::text(format!(
+                                "[an image ({}) from MCP server '{id}' was not valid base64 ({e}) and is left out]",
+                                i.mime_type
+                            )),
+                        },
+                    )
                 }
                 other => serde_json::to_string(other)
                     .ok()

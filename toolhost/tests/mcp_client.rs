@@ -477,3 +477,19 @@ fn a_server_tool_outside_the_schema_subset_is_left_out_and_its_other_tools_are_p
         text_of(&out.stdout)
     );
 }
+
+#[test]
+fn an_image_a_server_sent_that_is_not_base64_is_named_not_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "");
+    let out = toolhost(
+        dir.path(),
+        &["call", "fx__echo", "--input", r#"{"text": "bad image"}"#],
+    );
+    assert_eq!(
+        text_of(&out.stdout),
+        "echo: bad image\n[an image (image/png) from MCP server 'fixture' was not valid base64 (Invalid symbol 32, offset 3.) and is left out]\n",
+        "{}",
+        text_of(&out.stderr)
+    );
+}
