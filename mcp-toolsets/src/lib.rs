@@ -344,12 +344,14 @@ impl Drop for Live {
 /// A 2026-07-28 server sends no notification it was not asked for: when it declares
 /// `tools.listChanged`, this opens a `subscriptions/listen` stream for tool list changes
 /// and runs `on_change` for each, until the stream ends (the server stopped: the next
-/// connection opens another). `None` for an older server (it notifies on the connection)
-/// or one that does not declare the capability.
+/// connection opens another). `None` for an older server (it notifies on the connection),
+/// one that does not declare the capability, or one that does not acknowledge the stream
+/// within `within`.
 async fn listen_for_tool_changes(
     service: &RunningService<RoleClient, ClientSide>,
     on_change: Arc<dyn Fn() + Send + Sync>,
     id: &str,
+    within: std::time::Duration,
 ) -> Option<tokio::task::AbortHandle> {
     let peer = service.peer();
     let info = peer.peer_info()?;
@@ -366,10 +368,17 @@ async fn listen_for_tool_changes(
     let filter = rmcp::model::SubscriptionFilter::builder()
         .tools_list_changed()
         .build();
-    let mut subscription = match peer.listen(filter).await {
-        Ok(s) => s,
-        Err(e) => {
+    let mut subscription = match tokio::time::timeout(within, peer.listen(filter)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
             tracing::warn!(server = %id, "could not listen for tool list changes: {e}");
+            return None;
+        }
+        Err(_) => {
+            tracing::warn!(
+                server = %id,
+                "no acknowledgment of the tool list subscription within {within:?}; not listening"
+            );
             return None;
         }
     };
@@ -603,7 +612,9 @@ impl Server {
             Ok(Ok((service, tools))) => {
                 self.keep_tools(tools);
                 tracing::info!(server = %c.id, url, "MCP server reached over HTTP");
-                let listen = listen_for_tool_changes(&service, on_list_changed, &c.id).await;
+                let listen =
+                    listen_for_tool_changes(&service, on_list_changed, &c.id, c.startup_timeout())
+                        .await;
                 Ok(Live {
                     service,
                     child: None,
