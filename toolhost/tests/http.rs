@@ -1716,14 +1716,20 @@ fn a_change_behind_a_2026_server_reaches_the_client_of_the_toolhost_that_uses_it
         }
     });
     let mut send = |v: Value| writeln!(stdin, "{v}").unwrap();
-    let next = |pred: &dyn Fn(&Value) -> bool, what: &str| -> Value {
+    // Messages come in any order (the notice may come before the call's answer): what one
+    // wait passes over is kept for the next.
+    let mut kept: Vec<Value> = Vec::new();
+    let mut next = |pred: &dyn Fn(&Value) -> bool, what: &str| -> Value {
+        if let Some(i) = kept.iter().position(|v| pred(v)) {
+            return kept.remove(i);
+        }
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match rx.recv_timeout(left) {
                 Ok(v) if pred(&v) => return v,
-                Ok(_) => {}
-                Err(_) => panic!("no {what} within 20 s"),
+                Ok(v) => kept.push(v),
+                Err(_) => panic!("no {what} within 20 s; passed over: {kept:?}"),
             }
         }
     };

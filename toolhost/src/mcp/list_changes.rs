@@ -15,6 +15,11 @@ use tokio::sync::watch;
 /// Waits on the dispatcher's tool changes (`Dispatcher::watch_tools`) and calls `notify`
 /// each time `list` (the session's `tools/list`) differs from the last one seen. Ends when
 /// `notify` fails (the client is gone) or the dispatcher is dropped.
+///
+/// `changes` is subscribed when the client's subscription began (before its
+/// acknowledgment went out); a change between then and this first look at the list cannot
+/// be compared with a list from before it, so it is told at once (at worst a client lists
+/// again for nothing).
 pub async fn tell_of_changes<T, Fut>(
     mut changes: watch::Receiver<u64>,
     list: impl Fn() -> Vec<T>,
@@ -23,8 +28,13 @@ pub async fn tell_of_changes<T, Fut>(
     T: PartialEq,
     Fut: Future<Output = Result<(), String>>,
 {
+    let changed_already = changes.has_changed().unwrap_or(false);
     changes.mark_unchanged();
     let mut seen = list();
+    if changed_already && let Err(e) = notify().await {
+        tracing::debug!("stopped telling a client of tool list changes: {e}");
+        return;
+    }
     while changes.changed().await.is_ok() {
         let now = list();
         if now == seen {
@@ -44,6 +54,32 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
+
+    #[tokio::test]
+    async fn a_change_before_the_first_look_is_told_at_once() {
+        let (tx, rx) = watch::channel(0u64);
+        tx.send_modify(|n| *n += 1);
+        let told = Arc::new(Mutex::new(0));
+        let watcher = tokio::spawn({
+            let told = told.clone();
+            async move {
+                tell_of_changes(
+                    rx,
+                    || vec!["a"],
+                    || {
+                        *told.lock().unwrap() += 1;
+                        async { Err("enough".to_string()) }
+                    },
+                )
+                .await;
+            }
+        });
+        tokio::time::timeout(std::time::Duration::from_secs(5), watcher)
+            .await
+            .expect("told at once")
+            .unwrap();
+        assert_eq!(*told.lock().unwrap(), 1);
+    }
 
     #[tokio::test]
     async fn only_a_list_that_differs_is_told_and_a_failed_notice_ends_the_watch() {

@@ -359,6 +359,11 @@ pub struct McpServer {
     /// The task telling this connection's client of tool list changes (2025 era), stopped
     /// with the connection.
     list_watch: Mutex<Option<tokio::task::AbortHandle>>,
+    /// Change watches taken when a `subscriptions/listen` was accepted, for its handler.
+    early_watches: Mutex<Vec<tokio::sync::watch::Receiver<u64>>>,
+    /// The change watch taken when the connection began, for its 2025-era client's
+    /// watcher: a change made before `notifications/initialized` is handled is told too.
+    connection_watch: Mutex<Option<tokio::sync::watch::Receiver<u64>>>,
 }
 
 /// The protocol era of a request.
@@ -461,16 +466,17 @@ fn tool_list(dispatcher: &Dispatcher, session: &Session) -> Vec<Tool> {
         .collect()
 }
 
-/// Tells the client of `session` of changes to its tool list through `notify`, until that
-/// fails or the dispatcher is gone.
+/// Tells the client of `session` of changes to its tool list (seen by `changes`, subscribed
+/// when the client's subscription began) through `notify`, until that fails or the
+/// dispatcher is gone.
 async fn watch_session_tools<Fut>(
     dispatcher: Dispatcher,
     session: Session,
+    changes: tokio::sync::watch::Receiver<u64>,
     notify: impl Fn() -> Fut,
 ) where
     Fut: std::future::Future<Output = Result<(), String>>,
 {
-    let changes = dispatcher.watch_tools();
     super::list_changes::tell_of_changes(changes, || tool_list(&dispatcher, &session), notify)
         .await;
 }
@@ -479,9 +485,11 @@ impl McpServer {
     /// A handler over the shared state.
     pub fn new(shared: Arc<McpShared>) -> Self {
         McpServer {
-            shared,
             own: Mutex::new(None),
             list_watch: Mutex::new(None),
+            early_watches: Mutex::new(Vec::new()),
+            connection_watch: Mutex::new(Some(shared.dispatcher.watch_tools())),
+            shared,
         }
     }
 
@@ -770,14 +778,25 @@ impl ServerHandler for McpServer {
             }
         };
         let (dispatcher, peer) = (self.shared.dispatcher.clone(), context.peer);
-        let task = tokio::spawn(watch_session_tools(dispatcher, session, move || {
-            let peer = peer.clone();
-            async move {
-                peer.notify_tool_list_changed()
-                    .await
-                    .map_err(|e| e.to_string())
-            }
-        }));
+        let changes = self
+            .connection_watch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .unwrap_or_else(|| dispatcher.watch_tools());
+        let task = tokio::spawn(watch_session_tools(
+            dispatcher,
+            session,
+            changes,
+            move || {
+                let peer = peer.clone();
+                async move {
+                    peer.notify_tool_list_changed()
+                        .await
+                        .map_err(|e| e.to_string())
+                }
+            },
+        ));
         let previous = self
             .list_watch
             .lock()
@@ -792,6 +811,12 @@ impl ServerHandler for McpServer {
         &self,
         _requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
+        // Changes are watched from here, before rmcp sends the acknowledgment: a change
+        // the client makes right after it must not fall between the two.
+        self.early_watches
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(self.shared.dispatcher.watch_tools());
         // Tools only: prompts and resources are empty and never change.
         Some(SubscriptionFilter::builder().tools_list_changed().build())
     }
@@ -808,15 +833,27 @@ impl ServerHandler for McpServer {
         }
         let request = context.request_context();
         let session = self.session(Era::of(request), &principal(request))?;
+        // Any early watch will do: all of this handler's listens are in one session.
+        let changes = self
+            .early_watches
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+            .unwrap_or_else(|| self.shared.dispatcher.watch_tools());
         let sink = context.sink().clone();
-        let told = watch_session_tools(self.shared.dispatcher.clone(), session, move || {
-            let sink = sink.clone();
-            async move {
-                sink.notify_tool_list_changed()
-                    .await
-                    .map_err(|e| e.to_string())
-            }
-        });
+        let told = watch_session_tools(
+            self.shared.dispatcher.clone(),
+            session,
+            changes,
+            move || {
+                let sink = sink.clone();
+                async move {
+                    sink.notify_tool_list_changed()
+                        .await
+                        .map_err(|e| e.to_string())
+                }
+            },
+        );
         tokio::select! {
             () = context.cancelled() => {}
             () = listens.stop.cancelled() => {}
