@@ -1720,7 +1720,7 @@ fn a_change_behind_a_2026_server_reaches_the_client_of_the_toolhost_that_uses_it
     // wait passes over is kept for the next.
     let mut kept: Vec<Value> = Vec::new();
     let mut next = |pred: &dyn Fn(&Value) -> bool, what: &str| -> Value {
-        if let Some(i) = kept.iter().position(|v| pred(v)) {
+        if let Some(i) = kept.iter().position(pred) {
             return kept.remove(i);
         }
         let deadline = Instant::now() + Duration::from_secs(20);
