@@ -824,6 +824,13 @@ impl ServerHandler for McpServer {
     async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
         let listens = &self.shared.listens;
         let _open = listens.enter();
+        // Any early watch will do: all of this handler's listens are in one session.
+        let changes = self
+            .early_watches
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+            .unwrap_or_else(|| self.shared.dispatcher.watch_tools());
         if context.accepted().tools_list_changed != Some(true) {
             tokio::select! {
                 () = context.cancelled() => {}
@@ -833,13 +840,6 @@ impl ServerHandler for McpServer {
         }
         let request = context.request_context();
         let session = self.session(Era::of(request), &principal(request))?;
-        // Any early watch will do: all of this handler's listens are in one session.
-        let changes = self
-            .early_watches
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop()
-            .unwrap_or_else(|| self.shared.dispatcher.watch_tools());
         let sink = context.sink().clone();
         let told = watch_session_tools(
             self.shared.dispatcher.clone(),
