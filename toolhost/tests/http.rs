@@ -1585,18 +1585,23 @@ fn the_mcp_transports_refusals_are_json_rpc_errors_with_their_status_and_what_to
     }
 }
 
-#[test]
-fn a_2026_listen_stream_is_told_of_tool_changes_and_ends_with_its_result_on_sigterm() {
-    let ws = workspace();
-    let server_bin = toolhost_tests::fixtures().mcp_server();
+/// A toolhost.toml in `ws` with the fixture MCP server as toolset `fx` (its `grow` adds a
+/// tool), writes allowed.
+fn use_the_fixture_server(ws: &Path) {
     std::fs::write(
-        ws.path().join("toolhost.toml"),
+        ws.join("toolhost.toml"),
         format!(
             "[tool_confirmation.default]\nWRITE = \"auto\"\n\n[[mcp_servers]]\nid = \"fixture\"\nprefix = \"fx\"\ncommand = \"{}\"\n",
-            server_bin.display()
+            toolhost_tests::fixtures().mcp_server().display()
         ),
     )
     .unwrap();
+}
+
+#[test]
+fn a_2026_listen_stream_is_told_of_tool_changes_and_ends_with_its_result_on_sigterm() {
+    let ws = workspace();
+    use_the_fixture_server(ws.path());
     let mut server = serve_http(ws.path(), &[]);
     // The listen request's event stream, read as it comes.
     let listen = stateless(
@@ -1685,14 +1690,7 @@ fn a_change_behind_a_2026_server_reaches_the_client_of_the_toolhost_that_uses_it
     // (stdio) -> a 2025-era client. The fixture grows a tool; the remote tells the local
     // one on the listen stream it opened; the local one tells its client.
     let remote_ws = workspace();
-    std::fs::write(
-        remote_ws.path().join("toolhost.toml"),
-        format!(
-            "[tool_confirmation.default]\nWRITE = \"auto\"\n\n[[mcp_servers]]\nid = \"fixture\"\nprefix = \"fx\"\ncommand = \"{}\"\n",
-            toolhost_tests::fixtures().mcp_server().display()
-        ),
-    )
-    .unwrap();
+    use_the_fixture_server(remote_ws.path());
     let remote = serve_http(remote_ws.path(), &[]);
     let local = workspace();
     std::fs::write(

@@ -51,15 +51,19 @@ fn text_of(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-async fn serve(dir: &Path) -> RunningService<RoleClient, ()> {
+/// `toolhost serve --mcp` over `dir` (its toolhost.toml, no user configuration), as a
+/// client's transport.
+fn serve_transport(dir: &Path) -> TokioChildProcess {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
     cmd.args(["serve", "--mcp", "--workspace"])
         .arg(dir)
         .current_dir(dir)
         .env("XDG_CONFIG_HOME", dir.join(".no-config"));
-    ().serve(TokioChildProcess::new(cmd).unwrap())
-        .await
-        .unwrap()
+    TokioChildProcess::new(cmd).unwrap()
+}
+
+async fn serve(dir: &Path) -> RunningService<RoleClient, ()> {
+    ().serve(serve_transport(dir)).await.unwrap()
 }
 
 async fn call<S: rmcp::service::Service<RoleClient>>(
@@ -343,15 +347,10 @@ async fn a_2025_client_is_told_when_a_server_behind_toolhost_changes_its_tools()
         dir.path(),
         "[tool_confirmation.default]\nWRITE = \"auto\"\n",
     );
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
-    cmd.args(["serve", "--mcp", "--workspace"])
-        .arg(dir.path())
-        .current_dir(dir.path())
-        .env("XDG_CONFIG_HOME", dir.path().join(".no-config"));
     let told = ListWatcher::default();
     let s = told
         .clone()
-        .serve(TokioChildProcess::new(cmd).unwrap())
+        .serve(serve_transport(dir.path()))
         .await
         .unwrap();
     let caps = s.peer().peer_info().unwrap().capabilities.clone();
@@ -391,14 +390,9 @@ async fn a_2026_client_is_told_of_tool_changes_on_its_listen_stream() {
         dir.path(),
         "[tool_confirmation.default]\nWRITE = \"auto\"\n",
     );
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
-    cmd.args(["serve", "--mcp", "--workspace"])
-        .arg(dir.path())
-        .current_dir(dir.path())
-        .env("XDG_CONFIG_HOME", dir.path().join(".no-config"));
     let s = ()
         .serve_with_lifecycle(
-            TokioChildProcess::new(cmd).unwrap(),
+            serve_transport(dir.path()),
             rmcp::ClientLifecycleMode::Auto {
                 preferred_versions: vec![ProtocolVersion::V_2026_07_28],
                 legacy_version: None,
