@@ -248,15 +248,6 @@ fn schema_problem(tool: &rmcp::model::Tool) -> Option<String> {
         .map(|e| e.to_string())
 }
 
-/// Logs the tools of a listing that are left out (see [`schema_problem`]).
-fn warn_left_out(id: &str, tools: &[rmcp::model::Tool]) {
-    for tool in tools {
-        if let Some(why) = schema_problem(tool) {
-            tracing::warn!(server = %id, "{why}: left out, the server's other tools are published");
-        }
-    }
-}
-
 /// The class of an MCP tool: annotations read conservatively, config overrides win.
 pub fn side_effects_of(
     tool: &rmcp::model::Tool,
@@ -429,7 +420,11 @@ struct Server {
     config: McpServerConfig,
     runtime: tokio::runtime::Handle,
     conn: tokio::sync::Mutex<Conn>,
+    /// The server's last listing: the tools to publish.
     tools: Mutex<Vec<rmcp::model::Tool>>,
+    /// The tools of that listing left out, each with why (see [`schema_problem`]), decided
+    /// once per listing.
+    left_out: Mutex<Vec<(String, String)>>,
     /// Given by the dispatcher when the toolset was bound; announces changed tools.
     handle: Mutex<Option<ToolsetHandle>>,
 }
@@ -468,12 +463,10 @@ impl McpToolset {
     /// or not a valid schema). One such tool does not cost the server its other tools.
     pub fn left_out(&self) -> Vec<(String, String)> {
         self.server
-            .tools
+            .left_out
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .filter_map(|t| schema_problem(t).map(|why| (t.name.to_string(), why)))
-            .collect()
+            .clone()
     }
 
     /// The configuration it runs with.
@@ -502,6 +495,7 @@ impl Server {
                 reason: "not started".into(),
             }),
             tools: Mutex::new(Vec::new()),
+            left_out: Mutex::new(Vec::new()),
             handle: Mutex::new(None),
             config,
         });
@@ -558,10 +552,22 @@ impl Server {
         Ok(())
     }
 
-    /// Keeps a fresh listing of the server's tools, saying which are left out.
-    fn keep_tools(&self, tools: Vec<rmcp::model::Tool>) {
-        warn_left_out(&self.config.id, &tools);
+    /// Keeps a fresh listing of the server's tools: those to publish, and those left out
+    /// (logged).
+    fn keep_tools(&self, listed: Vec<rmcp::model::Tool>) {
+        let mut tools = Vec::with_capacity(listed.len());
+        let mut left_out = Vec::new();
+        for tool in listed {
+            match schema_problem(&tool) {
+                None => tools.push(tool),
+                Some(why) => {
+                    tracing::warn!(server = %self.config.id, "{why}: left out, the server's other tools are published");
+                    left_out.push((tool.name.to_string(), why));
+                }
+            }
+        }
         *self.tools.lock().unwrap_or_else(PoisonError::into_inner) = tools;
+        *self.left_out.lock().unwrap_or_else(PoisonError::into_inner) = left_out;
     }
 
     async fn connect(&self, me: Weak<Server>) -> Result<Live, McpError> {
@@ -810,7 +816,6 @@ impl Toolset for McpToolset {
             .clone();
         tools
             .iter()
-            .filter(|t| schema_problem(t).is_none())
             .map(|t| {
                 let schema = Value::Object((*t.input_schema).clone());
                 let mut def = ToolDefinition::new(
