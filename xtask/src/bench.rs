@@ -102,10 +102,9 @@ fn mcp_best(text: &str) -> BTreeMap<String, (f64, f64, f64)> {
 fn ratio_row(figure: &str, value: Option<f64>, base: Option<f64>, max: f64) -> Row {
     match (value, base) {
         (Some(v), Some(b)) if b > 0.0 => Row {
-            figure: figure.into(),
-            measured: format!("{v:.2} µs = {:.1}× a_inline_noop", v / b),
             target: format!("≤ {max}×"),
             pass: Some(v / b <= max),
+            ..share_row(figure, value, base)
         },
         _ => missing(figure),
     }
