@@ -28,23 +28,20 @@ pub async fn tell_of_changes<T, Fut>(
     T: PartialEq,
     Fut: Future<Output = Result<(), String>>,
 {
-    let changed_already = changes.has_changed().unwrap_or(false);
+    let mut tell = changes.has_changed().unwrap_or(false);
     changes.mark_unchanged();
     let mut seen = list();
-    if changed_already && let Err(e) = notify().await {
-        tracing::debug!("stopped telling a client of tool list changes: {e}");
-        return;
-    }
-    while changes.changed().await.is_ok() {
-        let now = list();
-        if now == seen {
-            continue;
-        }
-        seen = now;
-        if let Err(e) = notify().await {
+    loop {
+        if tell && let Err(e) = notify().await {
             tracing::debug!("stopped telling a client of tool list changes: {e}");
             return;
         }
+        if changes.changed().await.is_err() {
+            return;
+        }
+        let now = list();
+        tell = now != seen;
+        seen = now;
     }
 }
 
