@@ -415,6 +415,14 @@ async fn a_2026_client_is_told_of_tool_changes_on_its_listen_stream() {
         &SubscriptionFilter::builder().tools_list_changed().build(),
         "tools only: prompts never change"
     );
+    // A stream that asks for nothing toolhost sends is acknowledged with nothing, stays
+    // open, and is told nothing.
+    let mut quiet = s
+        .peer()
+        .listen(SubscriptionFilter::builder().prompts_list_changed().build())
+        .await
+        .unwrap();
+    assert_eq!(quiet.acknowledged(), &SubscriptionFilter::new());
     assert_eq!(text(&call(&s, "fx__grow", json!({})).await), "grown");
     let note = tokio::time::timeout(Duration::from_secs(10), listen.next())
         .await
@@ -429,6 +437,12 @@ async fn a_2026_client_is_told_of_tool_changes_on_its_listen_stream() {
     );
     let after = s.peer().list_all_tools().await.unwrap();
     assert!(after.iter().any(|t| t.name == "fx__extra"), "{after:?}");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), quiet.next())
+            .await
+            .is_err(),
+        "the quiet stream stays open and is told nothing"
+    );
     s.cancel().await.unwrap();
 }
 
