@@ -1,0 +1,333 @@
+//! # sandbox: confine a process to what it was granted, enforced by the kernel
+//!
+//! One place that confines a process on this OS, and knows nothing of tools. Its users say
+//! what a process may do as a [`Confinement`] (files to read, files to write, programs,
+//! connections, limits) and this crate makes the kernel hold it:
+//!
+//! - **Landlock** for files (read, write, execute, create, remove, rename, truncate, device
+//!   `ioctl`), TCP ports (ABI 4) and the scoping of signals and abstract UNIX sockets
+//!   (ABI 6); a sandboxed process also cannot reach other processes' `/proc` entries or
+//!   trace them;
+//! - **seccomp** (filters compiled with seccompiler) for the system calls no confined
+//!   process needs and those its confinement does not grant (see [`filter`](self#filters));
+//! - `no_new_privs`, every capability dropped (bounding set included), and resource limits
+//!   (open files, core dumps, processes).
+//!
+//! Two ways to apply one:
+//!
+//! - [`confine_self`]: the calling process, which must run a single thread (a plugin
+//!   worker, before it opens the plugin's library: opening a library runs its code);
+//! - [`Prepared::attach`]: a child process, between `fork` and `exec` (a command, an MCP
+//!   server). Everything is decided and built in the parent; the child only makes system
+//!   calls.
+//!
+//! [`probe`] asks the kernel once what it enforces; [`Support::check`] says whether a
+//! confinement can be enforced here ([`Unenforceable`] names what is missing: callers
+//! refuse to run what needed it, never run it unconfined by themselves) and what it does
+//! not cover on this kernel ([`Coverage::gaps`]). After applying, Landlock's own verdict is
+//! checked: a ruleset the kernel enforces only in part is an error, not a success.
+//!
+//! The two command modes, `read-only` and `workspace-write`, are [`CommandPolicy`]s.
+//!
+//! ```no_run
+//! use sandbox::{CommandMode, CommandPolicy, Prepared, PrivateTmp};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let tmp = PrivateTmp::new()?;
+//! let policy = CommandPolicy {
+//!     mode: CommandMode::WorkspaceWrite,
+//!     workspace: "/home/me/project".into(),
+//!     readable_roots: vec![],
+//!     writable_roots: vec![],
+//!     network: false,
+//! };
+//! let prepared = Prepared::new(&policy.confinement(tmp.path(), None))?;
+//! let mut command = std::process::Command::new("/bin/sh");
+//! command.args(["-c", "make"]).current_dir("/home/me/project").env("TMPDIR", tmp.path());
+//! prepared.attach(&mut command);
+//! let status = command.status()?;
+//! # let _ = status; Ok(()) }
+//! ```
+//!
+//! ## Filters
+//!
+//! The seccomp filter allows by default and refuses with `EPERM`: `ptrace`,
+//! `process_vm_readv`/`writev`, io_uring, `bpf`, `perf_event_open`, `userfaultfd`, mounts,
+//! `chroot`, `unshare`, `setns` and namespace flags on `clone`, keyrings, kernel modules and
+//! `kexec`, `reboot`, swap, clocks, `open_by_handle_at`, `kcmp`, `pidfd_getfd`, terminal
+//! input injection (`TIOCSTI`); sockets beyond the confinement's [`Network`]; without
+//! [`Confinement::exec`], `execve` and any new process (threads only); signals to the host,
+//! its process group or everyone (without `exec`: to anything but itself). `clone3` and
+//! x32 system calls get `ENOSYS`, a call from another architecture's table kills the
+//! process.
+
+#![cfg_attr(target_os = "linux", allow(unsafe_code))]
+
+mod policy;
+mod probe;
+
+#[cfg(target_os = "linux")]
+#[path = "linux/mod.rs"]
+mod os;
+#[cfg(not(target_os = "linux"))]
+#[path = "other.rs"]
+mod os;
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub use policy::{
+    CommandMode, CommandPolicy, Confinement, DEVICES, LOADER_READ, Limits, Network, RESOLVER_READ,
+    SYSTEM_READ, expand_home,
+};
+pub use probe::{Coverage, Mechanism, State, Support, Unenforceable, probe};
+
+/// Why a confinement could not be applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SandboxError {
+    /// The kernel lacks what it needs.
+    #[error(transparent)]
+    Unenforceable(#[from] Unenforceable),
+    /// The process already runs more than one thread: the others would stay unconfined.
+    #[error(
+        "this process already runs {0} threads; a process confines itself before it starts any (the others would stay unconfined)"
+    )]
+    Threads(usize),
+    /// Building or applying the Landlock ruleset failed.
+    #[error("Landlock: {0}")]
+    Landlock(String),
+    /// Building or installing the seccomp filters failed.
+    #[error("seccomp: {0}")]
+    Seccomp(String),
+    /// A step of applying failed with an OS error.
+    #[error("{step} failed: {error}")]
+    Apply {
+        /// The step.
+        step: Step,
+        /// The OS error.
+        error: String,
+    },
+    /// A private temporary directory could not be made.
+    #[error("cannot make a private temporary directory: {0}")]
+    Tmp(String),
+}
+
+/// The steps of applying a confinement, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Setting resource limits.
+    Limits,
+    /// Dropping capabilities.
+    Capabilities,
+    /// Enforcing the Landlock ruleset.
+    Landlock,
+    /// Landlock said the ruleset is only partly enforced.
+    LandlockPartial,
+    /// Installing the seccomp filters.
+    Seccomp,
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Step::Limits => "setting resource limits",
+            Step::Capabilities => "dropping capabilities",
+            Step::Landlock => "enforcing the Landlock ruleset",
+            Step::LandlockPartial => "Landlock enforced the ruleset only in part, so the sandbox",
+            Step::Seccomp => "installing the seccomp filter",
+        })
+    }
+}
+
+fn applying(step: Step, errno: i32) -> SandboxError {
+    SandboxError::Apply {
+        step,
+        error: std::io::Error::from_raw_os_error(errno).to_string(),
+    }
+}
+
+/// What a confined process got, as checked after applying.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Enforcement {
+    /// The Landlock ABI of the kernel that enforces it.
+    pub landlock_abi: i32,
+    /// Enforced, or partial with [`Enforcement::gaps`].
+    pub state: State,
+    /// What does not hold on this kernel.
+    pub gaps: Vec<String>,
+    /// Granted paths that do not exist here (nothing was granted for them).
+    pub skipped: Vec<PathBuf>,
+}
+
+impl Enforcement {
+    /// One line: `enforced (Landlock ABI 7, seccomp)` or `partial (…): gaps`.
+    pub fn summary(&self) -> String {
+        let base = format!(
+            "{} (Landlock ABI {}, seccomp, no_new_privs)",
+            self.state, self.landlock_abi
+        );
+        if self.gaps.is_empty() {
+            base
+        } else {
+            format!("{base}: {}", self.gaps.join("; "))
+        }
+    }
+}
+
+/// Confines the calling process to `c`, for good, before it runs anything it does not
+/// trust. It must run a single thread (threads started later inherit the confinement; one
+/// started before would not). Its parent is the host: never signalled.
+pub fn confine_self(c: &Confinement) -> Result<Enforcement, SandboxError> {
+    let support = probe();
+    let coverage = support.check(c)?;
+    #[cfg(target_os = "linux")]
+    {
+        if let Some(n) = os::threads().filter(|&n| n > 1) {
+            return Err(SandboxError::Threads(n));
+        }
+        let (host_pid, host_pgid) = os::parent();
+        let (me, _) = os::me();
+        let mut plan = os::Plan::new(
+            c,
+            support,
+            os::Parties {
+                own_pid: Some(me),
+                host_pid,
+                host_pgid,
+                landlock_truncates: false,
+            },
+        )?;
+        plan.apply(true).map_err(|(step, e)| applying(step, e))?;
+        Ok(Enforcement {
+            landlock_abi: support.landlock_abi().unwrap_or(0),
+            state: coverage.state(),
+            gaps: coverage.gaps,
+            skipped: std::mem::take(&mut plan.skipped),
+        })
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = coverage;
+        Err(SandboxError::Unenforceable(os::unsupported()))
+    }
+}
+
+/// A confinement built for child processes: attach it to a [`std::process::Command`] and
+/// the child confines itself between `fork` and `exec`. Build one per policy and
+/// [`Prepared::try_clone`] it per command: the ruleset is shared.
+pub struct Prepared {
+    #[cfg(target_os = "linux")]
+    plan: os::Plan,
+    enforcement: Enforcement,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("enforcement", &self.enforcement)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Prepared {
+    /// Builds the ruleset and filters of `c` (which must allow [`Confinement::exec`]: the
+    /// command itself is started by `execve`). The process building it is the host: never
+    /// signalled.
+    pub fn new(c: &Confinement) -> Result<Prepared, SandboxError> {
+        if !c.exec {
+            return Err(SandboxError::Seccomp(
+                "a command's confinement must allow exec: the command itself is started by execve"
+                    .into(),
+            ));
+        }
+        let support = probe();
+        let coverage = support.check(c)?;
+        #[cfg(target_os = "linux")]
+        {
+            let (host_pid, host_pgid) = os::me();
+            let plan = os::Plan::new(
+                c,
+                support,
+                os::Parties {
+                    own_pid: None,
+                    host_pid,
+                    host_pgid,
+                    landlock_truncates: false,
+                },
+            )?;
+            let enforcement = Enforcement {
+                landlock_abi: support.landlock_abi().unwrap_or(0),
+                state: coverage.state(),
+                gaps: coverage.gaps,
+                skipped: plan.skipped.clone(),
+            };
+            Ok(Prepared { plan, enforcement })
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = coverage;
+            Err(SandboxError::Unenforceable(os::unsupported()))
+        }
+    }
+
+    /// What a child gets once attached (it holds when the child starts: a child that
+    /// cannot apply it fails to start).
+    pub fn enforcement(&self) -> &Enforcement {
+        &self.enforcement
+    }
+
+    /// Another prepared confinement sharing this one's ruleset.
+    pub fn try_clone(&self) -> std::io::Result<Prepared> {
+        Ok(Prepared {
+            #[cfg(target_os = "linux")]
+            plan: self.plan.try_clone()?,
+            enforcement: self.enforcement.clone(),
+        })
+    }
+
+    /// Makes `command`'s child confine itself before `exec`. Starting it fails (with the
+    /// OS error of the step that failed) if the confinement cannot be applied in full.
+    pub fn attach(self, command: &mut std::process::Command) {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::unix::process::CommandExt;
+            let mut plan = Some(self.plan);
+            let hook = move || match plan.as_mut() {
+                Some(plan) => plan
+                    .apply(false)
+                    .map_err(|(_, errno)| std::io::Error::from_raw_os_error(errno)),
+                None => Ok(()),
+            };
+            // SAFETY: the hook runs in the child between fork and exec; `Plan::apply` only
+            // makes system calls (setrlimit, prctl, capset, landlock_restrict_self,
+            // seccomp) on data built before the fork, and allocates nothing.
+            unsafe {
+                command.pre_exec(hook);
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = command;
+    }
+}
+
+/// A private temporary directory (mode 0700) for one confined process or command,
+/// removed when dropped.
+#[derive(Debug)]
+pub struct PrivateTmp(tempfile::TempDir);
+
+impl PrivateTmp {
+    /// A new directory under the system's temporary directory.
+    pub fn new() -> Result<PrivateTmp, SandboxError> {
+        tempfile::Builder::new()
+            .prefix("toolhost-sandbox-")
+            .tempdir()
+            .map(PrivateTmp)
+            .map_err(|e| SandboxError::Tmp(e.to_string()))
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        self.0.path()
+    }
+}

@@ -1,0 +1,36 @@
+//! Platforms without Landlock and seccomp (macOS, the BSDs, Windows): nothing can be
+//! enforced, and every confinement says so.
+
+use crate::probe::Unenforceable;
+
+fn platform() -> String {
+    format!(
+        "this platform ({}) has no Landlock: toolhost's sandbox needs Linux 5.13 or later",
+        std::env::consts::OS
+    )
+}
+
+/// Always unavailable here.
+pub(crate) fn landlock_abi() -> Result<i32, String> {
+    Err(platform())
+}
+
+/// Always unavailable here.
+pub(crate) fn seccomp_available() -> Result<(), String> {
+    Err(format!(
+        "this platform ({}) has no seccomp",
+        std::env::consts::OS
+    ))
+}
+
+/// Not asked here.
+pub(crate) fn is_root() -> bool {
+    false
+}
+
+/// Why nothing can be confined here.
+pub(crate) fn unsupported() -> Unenforceable {
+    Unenforceable {
+        missing: vec![platform()],
+    }
+}

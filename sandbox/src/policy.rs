@@ -1,0 +1,304 @@
+//! What a confined process may do ([`Confinement`]), and the two command modes that make
+//! one ([`CommandPolicy`]): `read-only` and `workspace-write`.
+//!
+//! A confinement is a list of grants; everything it does not grant is denied. It is plain
+//! data (serializable: a host hands it to a worker process on its command line) and knows
+//! nothing of tools: the caller decides what a tool's class or a command's mode is worth.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// What a confined process may do. Everything not granted here is denied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Confinement {
+    /// Files and directories (with everything beneath them) it may read; with
+    /// [`Confinement::exec`], also run as programs.
+    pub read: Vec<PathBuf>,
+    /// Directories (with everything beneath them) and files it may read, write, create in,
+    /// rename in and remove from. Never device nodes.
+    pub write: Vec<PathBuf>,
+    /// Device files it may read and write (`/dev/null`, `/dev/urandom`…).
+    pub devices: Vec<PathBuf>,
+    /// It may start programs and processes (`execve`, `fork`); its children get the same
+    /// confinement.
+    pub exec: bool,
+    /// Which connections it may open.
+    pub network: Network,
+    /// Resource limits.
+    pub limits: Limits,
+}
+
+/// Which connections a confined process may open.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Network {
+    /// No new sockets at all (with [`Confinement::exec`], `socketpair` for talking to its
+    /// own children).
+    None,
+    /// Outbound TCP and UDP over IPv4 and IPv6. With `tcp_ports`, TCP connections only to
+    /// those ports (UDP, e.g. DNS, is not narrowed). No listening sockets for a process that
+    /// may not start programs.
+    Outbound {
+        /// The only TCP ports it may connect to (`None`: any).
+        tcp_ports: Option<Vec<u16>>,
+    },
+}
+
+/// Resource limits of a confined process (and its children).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// The most file descriptors it may hold open (`RLIMIT_NOFILE`).
+    pub open_files: Option<u64>,
+    /// With [`Confinement::exec`]: how many more processes and threads than the whole
+    /// system runs now its user may start (`RLIMIT_NPROC`, counted per user; the kernel
+    /// does not apply it to root). Without `exec`, no process can be started at all.
+    pub more_processes: Option<u64>,
+    /// Whether a crash may write a core file (`RLIMIT_CORE`): off by default, a core holds
+    /// whatever the process had in memory.
+    pub core_dumps: bool,
+}
+
+impl Default for Limits {
+    /// 1024 open files, 1024 more processes, no core dumps.
+    fn default() -> Self {
+        Limits {
+            open_files: Some(1024),
+            more_processes: Some(1024),
+            core_dumps: false,
+        }
+    }
+}
+
+impl Confinement {
+    /// Nothing at all: no file, no network, no programs; default limits. Grants are added
+    /// to it.
+    pub fn nothing() -> Self {
+        Confinement {
+            read: Vec::new(),
+            write: Vec::new(),
+            devices: Vec::new(),
+            exec: false,
+            network: Network::None,
+            limits: Limits::default(),
+        }
+    }
+
+    /// Adds paths it may read.
+    pub fn reading<P: Into<PathBuf>>(mut self, paths: impl IntoIterator<Item = P>) -> Self {
+        self.read.extend(paths.into_iter().map(Into::into));
+        self
+    }
+
+    /// Adds paths it may write.
+    pub fn writing<P: Into<PathBuf>>(mut self, paths: impl IntoIterator<Item = P>) -> Self {
+        self.write.extend(paths.into_iter().map(Into::into));
+        self
+    }
+
+    /// The harmless device files ([`DEVICES`]).
+    pub fn with_devices(mut self) -> Self {
+        self.devices.extend(DEVICES.iter().map(PathBuf::from));
+        self
+    }
+}
+
+/// System directories a command needs to run what a build needs: programs, libraries,
+/// headers, configuration, `/proc` and `/sys`. None of them holds a user's files.
+pub const SYSTEM_READ: &[&str] = &[
+    "/bin",
+    "/sbin",
+    "/usr",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/proc",
+    "/sys",
+    "/nix/store",
+];
+
+/// What the dynamic loader reads to open a library: its cache and the system library
+/// directories (a plugin's own dependencies live there; the worker's already-loaded
+/// libraries are not opened again).
+pub const LOADER_READ: &[&str] = &[
+    "/etc/ld.so.cache",
+    "/lib",
+    "/lib64",
+    "/usr/lib",
+    "/usr/lib64",
+    "/usr/local/lib",
+];
+
+/// What name resolution and TLS read: resolver configuration, hosts, services and the
+/// system's certificate authorities.
+pub const RESOLVER_READ: &[&str] = &[
+    "/etc/resolv.conf",
+    "/etc/hosts",
+    "/etc/nsswitch.conf",
+    "/etc/host.conf",
+    "/etc/gai.conf",
+    "/etc/services",
+    "/etc/protocols",
+    "/etc/ssl",
+    "/etc/pki",
+    "/etc/ca-certificates",
+    "/usr/share/ca-certificates",
+    "/run/systemd/resolve",
+];
+
+/// Device files any process may use: they hold nothing and reach nothing.
+pub const DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+];
+
+/// The two modes a command can run under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CommandMode {
+    /// Reads what [`CommandMode::WorkspaceWrite`] reads; writes only its private temporary
+    /// directory.
+    ReadOnly,
+    /// Reads the system directories, the workspace and the configured readable roots;
+    /// writes the workspace, its private temporary directory and the configured writable
+    /// roots. Not the user's home outside the workspace.
+    WorkspaceWrite,
+}
+
+impl CommandMode {
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CommandMode::ReadOnly => "read-only",
+            CommandMode::WorkspaceWrite => "workspace-write",
+        }
+    }
+}
+
+impl std::fmt::Display for CommandMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a command (a `shell` call, an MCP server) is confined.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CommandPolicy {
+    /// Read-only or workspace-write.
+    pub mode: CommandMode,
+    /// The workspace root.
+    pub workspace: PathBuf,
+    /// More directories it may read (a toolchain under the home directory, say).
+    pub readable_roots: Vec<PathBuf>,
+    /// More directories it may write (`workspace-write` only).
+    pub writable_roots: Vec<PathBuf>,
+    /// Whether it may open outbound connections.
+    pub network: bool,
+}
+
+impl CommandPolicy {
+    /// The confinement of a command under this policy whose private temporary directory is
+    /// `tmp`. `program` (the command's own executable, when it lies outside what the policy
+    /// reads) is made readable too: it was named by whoever configured it.
+    pub fn confinement(&self, tmp: &Path, program: Option<&Path>) -> Confinement {
+        let mut c = Confinement::nothing()
+            .reading(SYSTEM_READ.iter().map(PathBuf::from))
+            .reading([self.workspace.clone()])
+            .reading(self.readable_roots.iter().cloned())
+            .reading(program.map(Path::to_path_buf))
+            .writing([tmp.to_path_buf()])
+            .with_devices();
+        if self.mode == CommandMode::WorkspaceWrite {
+            c = c
+                .writing([self.workspace.clone()])
+                .writing(self.writable_roots.iter().cloned());
+        }
+        c.exec = true;
+        c.network = if self.network {
+            Network::Outbound { tcp_ports: None }
+        } else {
+            Network::None
+        };
+        c
+    }
+}
+
+/// `~/…` with the home directory (`$HOME`), for paths users write in config files; other
+/// paths are returned as they are.
+pub fn expand_home(path: &Path) -> PathBuf {
+    match path.strip_prefix("~") {
+        Ok(rest) => match std::env::var_os("HOME") {
+            Some(home) => PathBuf::from(home).join(rest),
+            None => path.to_path_buf(),
+        },
+        Err(_) => path.to_path_buf(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn policy(mode: CommandMode) -> CommandPolicy {
+        CommandPolicy {
+            mode,
+            workspace: "/w".into(),
+            readable_roots: vec!["/r".into()],
+            writable_roots: vec!["/x".into()],
+            network: false,
+        }
+    }
+
+    #[test]
+    fn workspace_write_writes_the_workspace_the_temp_dir_and_the_writable_roots() {
+        let c = policy(CommandMode::WorkspaceWrite).confinement(Path::new("/t"), None);
+        assert_eq!(
+            c.write,
+            [PathBuf::from("/t"), "/w".into(), "/x".into()],
+            "{c:?}"
+        );
+        assert!(c.read.contains(&"/r".into()) && c.read.contains(&"/usr".into()));
+        assert!(c.exec);
+        assert_eq!(c.network, Network::None);
+    }
+
+    #[test]
+    fn read_only_writes_only_its_temp_dir() {
+        let c = policy(CommandMode::ReadOnly).confinement(Path::new("/t"), None);
+        assert_eq!(c.write, [PathBuf::from("/t")]);
+        assert!(c.read.contains(&"/w".into()));
+    }
+
+    #[test]
+    fn the_home_directory_is_never_granted_by_a_mode() {
+        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap();
+        let c = policy(CommandMode::WorkspaceWrite).confinement(Path::new("/t"), None);
+        assert!(
+            !c.read.iter().chain(&c.write).any(|p| home.starts_with(p)),
+            "{c:?}"
+        );
+    }
+
+    #[test]
+    fn a_confinement_crosses_a_command_line_as_json() {
+        let c = policy(CommandMode::WorkspaceWrite).confinement(Path::new("/t"), None);
+        let text = serde_json::to_string(&c).unwrap();
+        assert_eq!(serde_json::from_str::<Confinement>(&text).unwrap(), c);
+    }
+
+    #[test]
+    fn a_tilde_path_is_under_home() {
+        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap();
+        assert_eq!(expand_home(Path::new("~/.cargo")), home.join(".cargo"));
+        assert_eq!(expand_home(Path::new("/abs")), PathBuf::from("/abs"));
+    }
+}
