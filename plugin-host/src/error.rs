@@ -206,4 +206,24 @@ pub enum Refusal {
         /// What is wrong (an unknown key, a digest mismatch, an unreadable file), naming the key.
         detail: String,
     },
+    /// The package's worker needs a sandbox the kernel cannot enforce here.
+    #[error(
+        "plugin '{name}' runs isolated in a sandbox ({grant}) that cannot be enforced here: missing {missing}. It was not run unconfined: run toolhost where Landlock and seccomp are available, load the plugin in process if you trust it (isolation = \"in_process\"), or accept the risk with `allow_unsandboxed = true` under [plugins.{name}]"
+    )]
+    Sandbox {
+        /// The plugin.
+        name: String,
+        /// What its worker may do beyond its context.
+        grant: String,
+        /// What the kernel lacks.
+        missing: String,
+    },
+    /// The worker could not confine itself before opening the library.
+    #[error(
+        "the plugin's worker could not confine itself, so its library was not opened: {detail}"
+    )]
+    SandboxFailed {
+        /// What failed.
+        detail: String,
+    },
 }

@@ -4,28 +4,7 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};
 
-use sha2::{Digest, Sha256};
-
 use crate::manifest::MANIFEST_FILE;
-
-/// Hex SHA-256 of a file.
-pub fn sha256_file(path: &Path) -> io::Result<String> {
-    let mut file = File::open(path)?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
-}
 
 /// One thing found in a plugin directory.
 #[derive(Debug, Clone, PartialEq, Eq)]

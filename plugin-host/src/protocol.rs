@@ -9,7 +9,8 @@
 //!
 //! The conversation:
 //!
-//! 1. the worker opens the library named on its command line and sends
+//! 1. the worker confines itself to the sandbox on its command line, opens the library
+//!    named there and sends
 //!    [`FromWorker::Ready`] (protocol version and what the library exports) or
 //!    [`FromWorker::Refused`];
 //! 2. the host sends [`ToWorker::Execute`] per call; while the call runs the worker sends
@@ -35,7 +36,7 @@ use crate::error::Refusal;
 use crate::library::Inspection;
 
 /// The protocol version; host and worker must agree exactly (they are one build).
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The largest frame either side accepts (64 MiB): a file the tool reads or writes through
 /// the host must fit in one frame.
@@ -193,8 +194,11 @@ pub enum FromWorker {
         protocol: u32,
         /// What the library exports.
         inspection: Inspection,
+        /// What the worker's sandbox holds, as it checked after applying it before it
+        /// opened the library (`None`: started unconfined).
+        sandbox: Option<sandbox::Enforcement>,
     },
-    /// The library could not be opened.
+    /// The library could not be opened (or the worker could not confine itself).
     Refused {
         /// Why.
         refusal: Refusal,

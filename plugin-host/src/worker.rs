@@ -8,7 +8,12 @@
 //! - limits its own address space (`RLIMIT_AS`, `--memory-limit BYTES`) before it opens the
 //!   library, so a memory bomb ends the worker, not the machine;
 //! - takes the protocol socket from fd 0 and points fd 0 at `/dev/null`; its stdout and
-//!   stderr are the host's log, never the protocol;
+//!   stderr are the host's log, never the protocol; closes every other descriptor it
+//!   inherited;
+//! - confines itself to the sandbox on its command line (`--sandbox JSON`, a
+//!   [`sandbox::Confinement`]) while it still runs one thread and before it opens the
+//!   library (opening a library runs its constructors), and reports what holds; if it
+//!   cannot, it refuses ([`Refusal::SandboxFailed`]) and never opens the library;
 //! - runs calls on a pool of threads that grows to the number of calls running at once and
 //!   is reused (no thread per call); the thread that reads the host's messages never runs
 //!   a tool, so it can always deliver the answers to a tool's file operations;
@@ -28,18 +33,22 @@ use tool_api::abi::{
     PluginModRef, TD_Opaque,
 };
 
+use crate::error::Refusal;
 use crate::protocol::{
     CallIdentity, FromWorker, HostAnswer, HostOp, PROTOCOL_VERSION, ToWorker, WireError,
     read_frame, write_frame,
 };
 
-/// The worker's command line: `--library PATH [--memory-limit BYTES]`.
+/// The worker's command line: `--library PATH [--memory-limit BYTES] [--sandbox JSON]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerArgs {
     /// The plugin library to load.
     pub library: PathBuf,
     /// The address-space limit in bytes (`None`: unlimited).
     pub memory_limit: Option<u64>,
+    /// The sandbox to confine itself to before opening the library (`None`: unconfined,
+    /// as the host decided).
+    pub sandbox: Option<sandbox::Confinement>,
 }
 
 impl WorkerArgs {
@@ -47,6 +56,7 @@ impl WorkerArgs {
     pub fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Self, String> {
         let mut library = None;
         let mut memory_limit = None;
+        let mut sandbox = None;
         let mut args = args.into_iter();
         while let Some(arg) = args.next() {
             match arg.to_str() {
@@ -61,12 +71,23 @@ impl WorkerArgs {
                         })?;
                     memory_limit = (bytes > 0).then_some(bytes);
                 }
+                Some("--sandbox") => {
+                    let value = args.next().unwrap_or_default();
+                    let text = value
+                        .to_str()
+                        .ok_or("--sandbox takes a JSON confinement, not a non-UTF-8 string")?;
+                    sandbox = Some(
+                        serde_json::from_str(text)
+                            .map_err(|e| format!("--sandbox is not a confinement: {e}"))?,
+                    );
+                }
                 _ => return Err(format!("unknown plugin-worker argument {arg:?}")),
             }
         }
         Ok(WorkerArgs {
             library: library.ok_or("plugin-worker needs --library PATH")?,
             memory_limit,
+            sandbox,
         })
     }
 }
@@ -93,6 +114,12 @@ pub fn run(args: WorkerArgs) -> i32 {
             return 2;
         }
     };
+    {
+        use std::os::fd::AsRawFd;
+        // Whatever the host's process leaked to its children is not the plugin's (first:
+        // from here on, descriptors are this process's own).
+        sandbox::close_descriptors_except(socket.as_raw_fd());
+    }
     let writer = match socket.try_clone() {
         Ok(w) => Arc::new(Mutex::new(w)),
         Err(e) => {
@@ -101,11 +128,23 @@ pub fn run(args: WorkerArgs) -> i32 {
         }
     };
     let out = Out(writer);
+    let enforcement = match args.sandbox.as_ref().map(sandbox::confine_self) {
+        None => None,
+        Some(Ok(enforcement)) => Some(enforcement),
+        Some(Err(e)) => {
+            let refusal = Refusal::SandboxFailed {
+                detail: e.to_string(),
+            };
+            let _ = out.send(&FromWorker::Refused { refusal });
+            return 5;
+        }
+    };
     let module = match crate::library::open(&args.library) {
         Ok(lib) => {
             let ready = FromWorker::Ready {
                 protocol: PROTOCOL_VERSION,
                 inspection: lib.inspection(),
+                sandbox: enforcement,
             };
             if out.send(&ready).is_err() {
                 return 0;

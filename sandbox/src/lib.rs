@@ -311,6 +311,16 @@ impl Prepared {
     }
 }
 
+/// Closes every descriptor above stderr except `keep`: a process about to run code it
+/// does not trust drops what it inherited. Linux only (`close_range`); elsewhere nothing is
+/// closed.
+pub fn close_descriptors_except(keep: std::os::fd::RawFd) {
+    #[cfg(target_os = "linux")]
+    os::close_descriptors_except(keep);
+    #[cfg(not(target_os = "linux"))]
+    let _ = keep;
+}
+
 /// A private temporary directory (mode 0700) for one confined process or command,
 /// removed when dropped.
 #[derive(Debug)]

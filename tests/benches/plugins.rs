@@ -174,7 +174,7 @@ fn benches(c: &mut Criterion) {
                 for share in libraries.chunks(libraries.len().div_ceil(cores)) {
                     s.spawn(move || {
                         for lib in share {
-                            plugin_host::package::sha256_file(lib).unwrap();
+                            plugin_host::digest::sha256_file(lib).unwrap();
                         }
                     });
                 }

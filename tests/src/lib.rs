@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use plugin_host::{Manifest, package};
+use plugin_host::{Manifest, digest, package};
 
 /// The built fixture libraries.
 #[derive(Debug)]
@@ -134,7 +134,7 @@ pub fn package_library(library: &Path, parent: &Path, dir_name: &str) -> PathBuf
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let sha = package::sha256_file(library).unwrap_or_default();
+    let sha = digest::sha256_file(library).unwrap_or_default();
     let manifest = match Manifest::for_library(&lib.inspection(), &file_name, sha) {
         Ok(m) => m,
         Err(e) => panic!("bad versions in {}: {e}", library.display()),
@@ -162,7 +162,7 @@ pub fn package_crash_on_load(parent: &Path, dir_name: &str) -> PathBuf {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default(),
-        sha256: package::sha256_file(&lib).unwrap_or_default(),
+        sha256: digest::sha256_file(&lib).unwrap_or_default(),
         tools: vec![plugin_host::ManifestTool {
             name: "never".into(),
             side_effects: tool_api::SideEffect::None,

@@ -382,7 +382,7 @@ async fn require_signatures_refuses_a_tampered_library() {
         matches!(refusal, Refusal::ChecksumMismatch { .. }),
         "{refusal}"
     );
-    let sha = plugin_host::package::sha256_file(&lib).unwrap();
+    let sha = plugin_host::digest::sha256_file(&lib).unwrap();
     edit_manifest(&pkg, |m| m.sha256 = sha);
     let refusal = only_refusal(&required(&env, &key));
     let Refusal::BadSignature { detail, .. } = &refusal else {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::{allow_all, next_of};
 use dispatcher_core::{Dispatcher, DispatcherConfig, ErrorClass, SessionSpec, ToolUse};
-use plugin_host::{Isolation, Manifest, Outcome, PluginHost, Refusal, package};
+use plugin_host::{Isolation, Manifest, Outcome, PluginHost, Refusal, digest, package};
 use serde_json::json;
 use toolhost_tests::{fixtures, package_library, write_package};
 
@@ -146,7 +146,7 @@ async fn archive_package_is_unpacked_to_a_cache_named_by_its_checksum() {
     );
     let report = env.load();
     assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
-    let digest = package::sha256_file(&archive).unwrap();
+    let digest = digest::sha256_file(&archive).unwrap();
     assert!(
         env.cache
             .path()
@@ -236,7 +236,7 @@ async fn garbage_bytes_named_so_are_refused_as_not_a_library() {
     let pkg = env.add("good", "garbage");
     let lib = pkg.join("libfixture_good.so");
     std::fs::write(&lib, b"this is not an ELF file at all").unwrap();
-    let sha = package::sha256_file(&lib).unwrap();
+    let sha = digest::sha256_file(&lib).unwrap();
     edit_manifest(&pkg, |m| m.sha256 = sha);
     let refusal = only_refusal(&env.load());
     assert!(matches!(refusal, Refusal::NotALibrary { .. }), "{refusal}");
@@ -256,7 +256,7 @@ async fn library_without_entry_point_is_refused() {
     let lib = fixtures().library("no-entry");
     let manifest = Manifest {
         library: lib.file_name().unwrap().to_string_lossy().into_owned(),
-        sha256: package::sha256_file(&lib).unwrap(),
+        sha256: digest::sha256_file(&lib).unwrap(),
         ..m
     };
     write_package(&lib, &manifest, env.dir(), "no-entry");
@@ -459,7 +459,7 @@ async fn panic_in_definitions_refuses_the_package_and_others_still_load() {
     let manifest = Manifest {
         name: "fixture-bad-defs".into(),
         library: lib.file_name().unwrap().to_string_lossy().into_owned(),
-        sha256: package::sha256_file(&lib).unwrap(),
+        sha256: digest::sha256_file(&lib).unwrap(),
         tools: vec![plugin_host::ManifestTool {
             name: "broken".into(),
             side_effects: tool_api::SideEffect::None,
@@ -877,7 +877,7 @@ async fn a_passed_layout_check_is_remembered_for_those_bytes_and_a_later_start_u
     assert_eq!(first.loaded().count(), 1, "{:?}", first.lines());
     let file = env.cache.path().join(plugin_host::layouts::LAYOUTS_FILE);
     let library = fixtures().library("good");
-    let sha = package::sha256_file(&library).unwrap();
+    let sha = digest::sha256_file(&library).unwrap();
     let remembered = std::fs::read_to_string(&file).unwrap();
     assert!(remembered.contains(&sha), "{remembered}");
     assert!(
@@ -906,7 +906,7 @@ async fn a_passed_layout_check_is_remembered_for_those_bytes_and_a_later_start_u
     env.add("noisy", "good");
     let report = env.load_into(&Dispatcher::new(), Isolation::InProcess);
     assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
-    let other_sha = package::sha256_file(&fixtures().library("noisy")).unwrap();
+    let other_sha = digest::sha256_file(&fixtures().library("noisy")).unwrap();
     let remembered = std::fs::read_to_string(&file).unwrap();
     assert!(remembered.contains(&other_sha), "{remembered}");
     assert!(!remembered.contains(&sha), "{remembered}");
@@ -927,7 +927,7 @@ async fn a_library_replaced_under_a_path_this_process_opened_is_not_remembered_a
     std::fs::copy(fixtures().library("noisy"), &other).unwrap();
     std::fs::remove_dir_all(&package).unwrap();
     package_library(&other, env.dir(), "good");
-    let other_sha = package::sha256_file(&other).unwrap();
+    let other_sha = digest::sha256_file(&other).unwrap();
     let again = env.load_into(&Dispatcher::new(), Isolation::InProcess);
     assert_eq!(again.loaded().count(), 0, "{:?}", again.lines());
     let remembered =

@@ -4,7 +4,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use plugin_host::{Inspection, Manifest, Refusal, package};
+use plugin_host::{Inspection, Manifest, Refusal, digest, package};
 
 use crate::steps::{Result, announce, cargo, fail, io, root};
 
@@ -381,7 +381,7 @@ pub fn package_library(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let sha = io(&step, package::sha256_file(library))?;
+    let sha = io(&step, digest::sha256_file(library))?;
     let manifest = Manifest::for_library(&insp, &file_name, sha)
         .or_else(|e| fail(&step, format!("bad version in the library's metadata: {e}")))?;
     let staging = root().join("target/xtask-package").join(&insp.name);

@@ -251,3 +251,23 @@ pub(crate) fn me() -> (i32, i32) {
     let group = rustix::process::getpgrp().as_raw_nonzero().get();
     (pid, group)
 }
+
+/// Closes every descriptor above stderr except `keep`.
+pub(crate) fn close_descriptors_except(keep: std::os::fd::RawFd) {
+    let close = |first: u32, last: u32| {
+        if first <= last {
+            // SAFETY: close_range only closes descriptors; the caller has just said none of
+            // these is owned by anything it still uses.
+            unsafe {
+                libc::syscall(libc::SYS_close_range, first, last, 0u32);
+            }
+        }
+    };
+    let keep = u32::try_from(keep).unwrap_or(u32::MAX);
+    if keep >= 3 {
+        close(3, keep - 1);
+        close(keep.saturating_add(1), u32::MAX);
+    } else {
+        close(3, u32::MAX);
+    }
+}

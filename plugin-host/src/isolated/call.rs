@@ -1,0 +1,229 @@
+//! One call of an isolated tool: an `Execute` frame out, the tool's callbacks answered
+//! through the call's own context, frames routed back until `Done`.
+
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use abi_stable::std_types::{RResult, RStr};
+use serde_json::Value;
+use tool_api::abi::{AbiError, OP_CONCURRENCY_SAFE};
+use tool_api::{Level, Tool, ToolContext, ToolDefinition, ToolError, ToolFactory, ToolOutput};
+
+use super::process::{Event, Process};
+use super::{PluginWorker, QUESTION_TIMEOUT, lock};
+use crate::protocol::{CallIdentity, FromWorker, HostAnswer, HostOp, ToWorker, WireError};
+
+/// Makes instances of one isolated plugin tool.
+pub(crate) struct IsolatedToolFactory {
+    pub(crate) worker: Arc<PluginWorker>,
+    /// The plugin's definition, never `inline`: a call waits on the worker, so it runs
+    /// where timeouts and cancellation reach it.
+    pub(crate) definition: ToolDefinition,
+    pub(crate) source: String,
+    pub(crate) per_call_safety: bool,
+}
+
+impl ToolFactory for IsolatedToolFactory {
+    fn definition(&self) -> &ToolDefinition {
+        &self.definition
+    }
+
+    fn create(&self) -> Result<Box<dyn Tool>, ToolError> {
+        Ok(Box::new(IsolatedTool {
+            worker: self.worker.clone(),
+            name: self.definition.name.clone(),
+            running: Mutex::new(Running::default()),
+        }))
+    }
+
+    fn source(&self) -> &str {
+        &self.source
+    }
+
+    fn is_concurrency_safe(&self, input: &Value) -> bool {
+        // Asked on the host's async thread: only a running worker is asked (a restart
+        // belongs to the call, on its own thread); without one the definition decides.
+        crate::adapter::judge_concurrency(&self.definition, self.per_call_safety, input, |p| {
+            let process = self.worker.running()?;
+            process.ask_plugin(OP_CONCURRENCY_SAFE, p, QUESTION_TIMEOUT)
+        })
+    }
+}
+
+#[derive(Default)]
+struct Running {
+    call: Option<(Arc<Process>, u64, Sender<Event>)>,
+    cancelled: bool,
+}
+
+/// One isolated call.
+struct IsolatedTool {
+    worker: Arc<PluginWorker>,
+    name: String,
+    running: Mutex<Running>,
+}
+
+fn tool_error(e: WireError) -> ToolError {
+    AbiError {
+        code: e.code,
+        message: e.message.into(),
+    }
+    .into()
+}
+
+fn answer(ctx: &ToolContext, op: HostOp) -> Result<HostAnswer, WireError> {
+    fn done<T>(
+        r: RResult<T, AbiError>,
+        f: impl FnOnce(T) -> HostAnswer,
+    ) -> Result<HostAnswer, WireError> {
+        match r {
+            RResult::ROk(v) => Ok(f(v)),
+            RResult::RErr(e) => Err(WireError {
+                code: e.code,
+                message: e.message.into_string(),
+            }),
+        }
+    }
+    let host = ctx.host();
+    match op {
+        HostOp::Read { path } => done(host.fs_read(path.as_str().into()), |t| {
+            HostAnswer::Text(t.into_string())
+        }),
+        HostOp::ReadBytes { path } => done(host.fs_read_bytes(path.as_str().into()), |b| {
+            HostAnswer::Bytes(b.into_vec())
+        }),
+        HostOp::Write { path, data } => done(
+            host.fs_write(path.as_str().into(), data.as_slice().into()),
+            |()| HostAnswer::Unit,
+        ),
+        HostOp::Append { path, data } => done(
+            host.fs_append(path.as_str().into(), data.as_slice().into()),
+            |()| HostAnswer::Unit,
+        ),
+        HostOp::Exists { path } => done(host.fs_exists(path.as_str().into()), HostAnswer::Bool),
+        HostOp::List { path } => done(host.fs_list(path.as_str().into()), |n| {
+            HostAnswer::Names(n.into_iter().map(|s| s.into_string()).collect())
+        }),
+        HostOp::Delete { path } => {
+            done(host.fs_delete(path.as_str().into()), |()| HostAnswer::Unit)
+        }
+        HostOp::Patch { path, old, new } => done(
+            host.fs_patch(
+                path.as_str().into(),
+                old.as_str().into(),
+                new.as_str().into(),
+            ),
+            |()| HostAnswer::Unit,
+        ),
+        HostOp::Extension { name, payload } => done(
+            host.extension(RStr::from(name.as_str()), RStr::from(payload.as_str())),
+            |t| HostAnswer::Text(t.into_string()),
+        ),
+    }
+}
+
+impl Tool for IsolatedTool {
+    fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let process = self.worker.process().map_err(ToolError::failed)?;
+        let call = process.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel();
+        if !process.register(call, tx.clone()) {
+            return Err(ToolError::failed(process.cause()));
+        }
+        let cancelled = {
+            let mut running = lock(&self.running);
+            running.call = Some((process.clone(), call, tx));
+            running.cancelled
+        };
+        let _unregister = Unregister(&process, call);
+        let log_level = (1..=5u8)
+            .rev()
+            .find(|&l| ctx.log().enabled(Level::from_code(l)))
+            .unwrap_or(0);
+        let execute = ToWorker::Execute {
+            call,
+            tool: self.name.clone(),
+            input,
+            identity: CallIdentity {
+                session_id: ctx.session_id().into(),
+                turn_id: ctx.turn_id().into(),
+                tool_use_id: ctx.tool_use_id().into(),
+                workspace_root: ctx.workspace_root().into(),
+            },
+            log_level,
+        };
+        if let Err(e) = process.send(&execute) {
+            // The reader notices the death and explains it; wait for that.
+            tracing::debug!(plugin = %process.plugin, "cannot send a call to the worker: {e}");
+        }
+        if cancelled {
+            let _ = process.send(&ToWorker::Cancel { call });
+        }
+        let grace = self.worker.settings.cancel_grace;
+        let mut deadline = cancelled.then(|| Instant::now() + grace);
+        loop {
+            let event = match deadline {
+                None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                Some(d) => rx.recv_timeout(d.saturating_duration_since(Instant::now())),
+            };
+            match event {
+                Ok(Event::Frame(FromWorker::Host { request, op, .. })) => {
+                    let result = answer(ctx, op);
+                    let _ = process.send(&ToWorker::HostReply {
+                        call,
+                        request,
+                        result,
+                    });
+                }
+                Ok(Event::Frame(FromWorker::Log { level, message, .. })) => {
+                    ctx.host().log(level, message.as_str().into());
+                }
+                Ok(Event::Frame(FromWorker::Output { chunk, .. })) => ctx.output(&chunk),
+                Ok(Event::Frame(FromWorker::Done { result, .. })) => {
+                    self.worker.call_finished();
+                    return result.map_err(tool_error);
+                }
+                Ok(Event::Frame(_)) => {}
+                Ok(Event::Died(cause)) => return Err(ToolError::failed(cause)),
+                Ok(Event::Cancel) => {
+                    if deadline.is_none() {
+                        let _ = process.send(&ToWorker::Cancel { call });
+                        deadline = Some(Instant::now() + grace);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    deadline = None;
+                    process.kill(format!(
+                        "tool '{}' did not stop within {} ms of being cancelled",
+                        self.name,
+                        grace.as_millis()
+                    ));
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(ToolError::failed(process.cause()));
+                }
+            }
+        }
+    }
+
+    /// Only wakes the call's own thread, which tells the worker: `cancel` is called from
+    /// the host's async threads and must never wait on the socket.
+    fn cancel(&self) -> bool {
+        let mut running = lock(&self.running);
+        running.cancelled = true;
+        if let Some((_, _, tx)) = &running.call {
+            let _ = tx.send(Event::Cancel);
+        }
+        true
+    }
+}
+
+struct Unregister<'a>(&'a Process, u64);
+
+impl Drop for Unregister<'_> {
+    fn drop(&mut self) {
+        self.0.unregister(self.1);
+    }
+}

@@ -1,0 +1,101 @@
+//! Registering a package's tools in a dispatcher: all of them or none, under the source
+//! `plugin:NAME`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use dispatcher_core::Dispatcher;
+
+use crate::checks::{compare, preflight};
+use crate::report::Outcome;
+use crate::{Inspection, Isolation, Library, PluginWorker, Refusal, adapter, isolated, library};
+
+/// Verifies, opens (in process) and registers one package folder.
+pub fn load_package(folder: &Path, dispatcher: &Dispatcher) -> Result<Outcome, Refusal> {
+    let (manifest, library_path) = preflight(folder)?;
+    let lib = library::open(&library_path)?;
+    compare(&manifest, &lib)?;
+    register_library(&lib, dispatcher)
+}
+
+/// Registers every factory or none (a clash unregisters the ones already in).
+fn register_all(
+    dispatcher: &Dispatcher,
+    factories: Vec<Arc<dyn tool_api::ToolFactory>>,
+) -> Result<(), Refusal> {
+    let mut registered: Vec<String> = Vec::new();
+    for factory in factories {
+        let name = factory.definition().name.clone();
+        if let Err(e) = dispatcher.register(factory) {
+            for name in &registered {
+                dispatcher.unregister(name);
+            }
+            return Err(Refusal::Registration(e.to_string()));
+        }
+        registered.push(name);
+    }
+    Ok(())
+}
+
+fn loaded(lib: library::Exported<'_>, isolation: Isolation) -> Outcome {
+    Outcome::Loaded {
+        name: lib.name.to_string(),
+        version: lib.version.to_string(),
+        tools: lib
+            .tools
+            .iter()
+            .map(|d| (d.name.clone(), d.side_effects))
+            .collect(),
+        isolation,
+        signed_by: None,
+    }
+}
+
+/// Whether a library built against `tool_api` answers the per-call concurrency question.
+fn per_call_safety(tool_api: &str) -> bool {
+    semver::Version::parse(tool_api).is_ok_and(|v| v >= semver::Version::new(1, 2, 0))
+}
+
+/// Registers an isolated library's tools, each call going to `worker`.
+pub(crate) fn register_isolated(
+    lib: &Inspection,
+    worker: &Arc<PluginWorker>,
+    dispatcher: &Dispatcher,
+) -> Result<Outcome, Refusal> {
+    let source = format!("plugin:{}", lib.name);
+    let factories = lib
+        .tools
+        .iter()
+        .map(|definition| {
+            let mut definition = definition.clone();
+            definition.inline = false;
+            Arc::new(isolated::IsolatedToolFactory {
+                worker: worker.clone(),
+                definition,
+                source: source.clone(),
+                per_call_safety: per_call_safety(&lib.tool_api),
+            }) as Arc<dyn tool_api::ToolFactory>
+        })
+        .collect();
+    register_all(dispatcher, factories)?;
+    Ok(loaded(lib.exported(), Isolation::Process))
+}
+
+/// Registers an opened, verified library's tools (all or none; source `plugin:NAME`).
+pub fn register_library(lib: &Library, dispatcher: &Dispatcher) -> Result<Outcome, Refusal> {
+    let source = format!("plugin:{}", lib.name);
+    let factories = lib
+        .definitions
+        .iter()
+        .map(|definition| {
+            Arc::new(adapter::PluginToolFactory {
+                module: lib.module,
+                definition: definition.clone(),
+                source: source.clone(),
+                per_call_safety: per_call_safety(&lib.tool_api),
+            }) as Arc<dyn tool_api::ToolFactory>
+        })
+        .collect();
+    register_all(dispatcher, factories)?;
+    Ok(loaded(lib.exported(), Isolation::InProcess))
+}

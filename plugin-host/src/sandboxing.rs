@@ -1,0 +1,294 @@
+//! What an isolated plugin's worker may do directly, and the OS sandbox that holds it.
+//!
+//! A worker hosts one package, so it gets one grant for all the package's tools: the
+//! smallest that covers every tool's declared class ([`WorkerGrant::covering`]):
+//!
+//! | declared class | what the worker may do itself |
+//! |---|---|
+//! | `none`, `read`, `write` | nothing beyond its context: every file operation goes through the host, which checks the class |
+//! | `network` | outbound TCP and UDP (TCP narrowed to ports with `tcp_ports`); name resolution and CA files readable |
+//! | `execute` | start programs, which run under the `workspace-write` command sandbox (read the system and the workspace, write the workspace and a private temporary directory, no network) |
+//!
+//! Beyond the grant the worker reads its own library and what the loader needs, nothing
+//! else, and writes nothing (an `execute` worker: as above). Its environment holds nothing
+//! of the host's. A host setting may narrow the grant, or widen it (logged).
+//!
+//! Where the kernel cannot enforce a worker's sandbox, its package is refused
+//! ([`Refusal::Sandbox`]) unless the host accepts the risk (`allow_unsandboxed`): then it
+//! runs unconfined, logged and reported as such.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use sandbox::{Confinement, LOADER_READ, Limits, Network, RESOLVER_READ, SYSTEM_READ};
+use serde::{Deserialize, Serialize};
+use tool_api::SideEffect;
+
+use crate::Refusal;
+
+/// What a worker may do beyond its context.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct WorkerGrant {
+    /// Open outbound connections (`network` tools).
+    pub network: bool,
+    /// Start programs (`execute` tools).
+    pub execute: bool,
+}
+
+impl WorkerGrant {
+    /// What a tool of class `class` needs.
+    pub fn of(class: SideEffect) -> WorkerGrant {
+        WorkerGrant {
+            network: class == SideEffect::Network,
+            execute: class == SideEffect::Execute,
+        }
+    }
+
+    /// The smallest grant that covers every class.
+    pub fn covering(classes: impl IntoIterator<Item = SideEffect>) -> WorkerGrant {
+        classes
+            .into_iter()
+            .map(WorkerGrant::of)
+            .fold(WorkerGrant::default(), |a, b| a.union(b))
+    }
+
+    /// Both grants together.
+    pub fn union(self, other: WorkerGrant) -> WorkerGrant {
+        WorkerGrant {
+            network: self.network || other.network,
+            execute: self.execute || other.execute,
+        }
+    }
+
+    /// Whether this grant allows everything `other` does.
+    pub fn covers(self, other: WorkerGrant) -> bool {
+        (self.network || !other.network) && (self.execute || !other.execute)
+    }
+}
+
+impl fmt::Display for WorkerGrant {
+    /// `context only`, `network`, `execute` or `network, execute`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match (self.network, self.execute) {
+            (false, false) => "context only",
+            (true, false) => "network",
+            (false, true) => "execute",
+            (true, true) => "network, execute",
+        })
+    }
+}
+
+/// How a host confines its workers. The default: no workspace, nothing more to read or
+/// write, never unconfined.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkerSandbox {
+    /// The workspaces an `execute` worker's programs may write (the host's sessions').
+    pub workspaces: Vec<PathBuf>,
+    /// More directories an `execute` worker's programs may read.
+    pub readable_roots: Vec<PathBuf>,
+    /// More directories an `execute` worker's programs may write.
+    pub writable_roots: Vec<PathBuf>,
+    /// Where the sandbox cannot be enforced, run workers unconfined (logged) instead of
+    /// refusing their packages.
+    pub allow_unsandboxed: bool,
+}
+
+/// One plugin's sandbox settings (`[plugins.NAME]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PluginSandbox {
+    /// Its worker's grant instead of the one its tools' classes call for: narrower, or
+    /// wider (logged).
+    pub grant: Option<WorkerGrant>,
+    /// With network: the only TCP ports it may connect to.
+    pub tcp_ports: Option<Vec<u16>>,
+    /// Where its sandbox cannot be enforced, run it unconfined (logged).
+    pub allow_unsandboxed: bool,
+}
+
+/// How one package's worker runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerPlan {
+    /// What the worker may do beyond its context.
+    pub grant: WorkerGrant,
+    /// Its confinement, or why it runs unconfined (allowed by `allow_unsandboxed`).
+    pub confinement: Result<Confinement, String>,
+}
+
+impl WorkerPlan {
+    /// The plan for a package named `plugin` whose tools declare `classes`, with the host's
+    /// and the plugin's settings, on this kernel. A sandbox the kernel cannot enforce
+    /// refuses the package unless one of the settings allows running it unconfined.
+    pub fn new(
+        plugin: &str,
+        library: &Path,
+        classes: impl IntoIterator<Item = SideEffect>,
+        host: &WorkerSandbox,
+        own: &PluginSandbox,
+    ) -> Result<WorkerPlan, Refusal> {
+        let declared = WorkerGrant::covering(classes);
+        let grant = match own.grant {
+            Some(set) if !set.covers(declared) => {
+                tracing::info!(plugin, declared = %declared, granted = %set, "plugin sandbox narrowed by configuration: tools that need more fail when they try");
+                set
+            }
+            Some(set) if set != declared => {
+                tracing::warn!(plugin, declared = %declared, granted = %set, "plugin sandbox widened by configuration beyond what its tools declare");
+                set
+            }
+            Some(set) => set,
+            None => declared,
+        };
+        let confinement = confinement(library, grant, own.tcp_ports.clone(), host);
+        match sandbox::probe().check(&confinement) {
+            Ok(_) => Ok(WorkerPlan {
+                grant,
+                confinement: Ok(confinement),
+            }),
+            Err(missing) if own.allow_unsandboxed || host.allow_unsandboxed => {
+                tracing::warn!(
+                    plugin,
+                    "plugin runs UNSANDBOXED (allow_unsandboxed = true): {missing}"
+                );
+                Ok(WorkerPlan {
+                    grant,
+                    confinement: Err(missing.to_string()),
+                })
+            }
+            Err(missing) => Err(Refusal::Sandbox {
+                name: plugin.to_string(),
+                grant: grant.to_string(),
+                missing: missing.missing.join("; "),
+            }),
+        }
+    }
+
+    /// The environment the worker starts with (nothing of the host's): where its
+    /// programs find programs, and its private temporary directory.
+    pub(crate) fn environment(&self, tmp: Option<&Path>) -> Vec<(&'static str, String)> {
+        let mut env = vec![
+            // Fewer malloc arenas: the address-space limit measures what the plugin uses.
+            ("MALLOC_ARENA_MAX", "2".to_string()),
+            // A crash explains itself in a few lines (kept for the call's error), not a
+            // backtrace of the worker's own frames.
+            ("RUST_BACKTRACE", "0".to_string()),
+            ("LANG", "C.UTF-8".to_string()),
+        ];
+        if self.grant.execute {
+            env.push(("PATH", "/usr/local/bin:/usr/bin:/bin".to_string()));
+        }
+        if let Some(tmp) = tmp {
+            let tmp = tmp.display().to_string();
+            env.push(("TMPDIR", tmp.clone()));
+            env.push(("HOME", tmp));
+        }
+        env
+    }
+
+    /// Whether the worker needs a private temporary directory (it starts programs).
+    pub(crate) fn needs_tmp(&self) -> bool {
+        self.grant.execute
+    }
+
+    /// One line for reports: the grant and what holds it.
+    pub fn describe(&self) -> String {
+        match &self.confinement {
+            Ok(_) => format!("sandbox: {}", self.grant),
+            Err(why) => format!("UNSANDBOXED ({}): {why}", self.grant),
+        }
+    }
+}
+
+/// The placeholder for the worker's private temporary directory in a confinement, replaced
+/// when the worker starts.
+pub(crate) const TMP_PLACEHOLDER: &str = "/nonexistent/toolhost-worker-tmp";
+
+/// The confinement of a worker with this grant.
+fn confinement(
+    library: &Path,
+    grant: WorkerGrant,
+    tcp_ports: Option<Vec<u16>>,
+    host: &WorkerSandbox,
+) -> Confinement {
+    let mut c = Confinement::nothing()
+        .reading(LOADER_READ.iter().map(PathBuf::from))
+        .reading([library.to_path_buf()]);
+    c.limits = Limits {
+        open_files: Some(256),
+        ..Limits::default()
+    };
+    if grant.network {
+        c = c.reading(RESOLVER_READ.iter().map(PathBuf::from));
+        c.network = Network::Outbound { tcp_ports };
+    }
+    if grant.execute {
+        c = c
+            .reading(SYSTEM_READ.iter().map(PathBuf::from))
+            .reading(host.workspaces.iter().cloned())
+            .reading(host.readable_roots.iter().cloned())
+            .writing(host.workspaces.iter().cloned())
+            .writing(host.writable_roots.iter().cloned())
+            .writing([PathBuf::from(TMP_PLACEHOLDER)])
+            .with_devices();
+        c.exec = true;
+    }
+    c
+}
+
+/// `c` with its private temporary directory in place.
+pub(crate) fn with_tmp(c: &Confinement, tmp: &Path) -> Confinement {
+    let mut c = c.clone();
+    for path in &mut c.write {
+        if path == Path::new(TMP_PLACEHOLDER) {
+            *path = tmp.to_path_buf();
+        }
+    }
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_package_gets_the_smallest_grant_covering_its_tools() {
+        use SideEffect::*;
+        let grant = |classes: &[SideEffect]| WorkerGrant::covering(classes.iter().copied());
+        assert_eq!(grant(&[None, Read, Write]), WorkerGrant::default());
+        assert_eq!(grant(&[Read, Network]).to_string(), "network");
+        assert_eq!(grant(&[Execute, Network]).to_string(), "network, execute");
+    }
+
+    #[test]
+    fn a_context_only_worker_reads_its_library_and_the_loader_and_writes_nothing() {
+        let c = confinement(
+            Path::new("/p/lib.so"),
+            WorkerGrant::default(),
+            None,
+            &WorkerSandbox::default(),
+        );
+        assert!(c.read.contains(&PathBuf::from("/p/lib.so")));
+        assert!(!c.read.iter().any(|p| p == Path::new("/etc")));
+        assert!(c.write.is_empty() && !c.exec);
+        assert_eq!(c.network, Network::None);
+    }
+
+    #[test]
+    fn an_execute_worker_writes_the_workspaces_and_its_temp_dir() {
+        let host = WorkerSandbox {
+            workspaces: vec!["/w".into()],
+            ..WorkerSandbox::default()
+        };
+        let grant = WorkerGrant {
+            network: false,
+            execute: true,
+        };
+        let c = with_tmp(
+            &confinement(Path::new("/p/lib.so"), grant, None, &host),
+            Path::new("/t"),
+        );
+        assert_eq!(c.write, [PathBuf::from("/w"), "/t".into()]);
+        assert!(c.exec);
+        assert_eq!(c.network, Network::None);
+    }
+}

@@ -1,0 +1,319 @@
+//! Isolated plugins run in an OS sandbox their declared class decides, applied before
+//! their library is opened: a hostile plugin whose tools all declare `none` tries, with
+//! plain `std`, each escape; each fails with evidence at its target, the call ends as a
+//! readable error, and the worker and the host go on. A `network` plugin connects; an
+//! `execute` plugin starts programs that write the workspace and nothing else.
+#![cfg(target_os = "linux")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{ErrorKind, Read};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+
+use common::allow_all;
+use dispatcher_core::{Dispatcher, ErrorClass, SessionSpec, ToolResultBlock, ToolUse};
+use plugin_host::{Isolation, LoadReport, PluginHost, PluginSandbox, WorkerGrant};
+use serde_json::{Value, json};
+use toolhost_tests::{fixtures, package_library};
+
+struct Env {
+    plugins: tempfile::TempDir,
+    cache: tempfile::TempDir,
+    workspace: tempfile::TempDir,
+    /// Outside the workspace: a stand-in for the user's home, with a secret planted in it.
+    outside: tempfile::TempDir,
+    dispatcher: Dispatcher,
+}
+
+const SECRET: &str = "the-planted-secret-7f3a";
+
+impl Env {
+    fn new() -> Env {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("id_ed25519"), SECRET).unwrap();
+        Env {
+            plugins: tempfile::tempdir().unwrap(),
+            cache: tempfile::tempdir().unwrap(),
+            workspace: tempfile::tempdir().unwrap(),
+            outside,
+            dispatcher: Dispatcher::builder().policy(allow_all()).build(),
+        }
+    }
+
+    fn host(&self) -> PluginHost {
+        let mut worker = common::worker_settings();
+        worker.sandbox.workspaces = vec![self.workspace.path().to_path_buf()];
+        PluginHost::new([self.plugins.path()])
+            .cache_dir(self.cache.path())
+            .isolation(Isolation::Process)
+            .worker(worker)
+    }
+
+    /// Packages fixture `name` and loads everything isolated, with `sandbox` for it.
+    fn load(&self, name: &str, sandbox: Option<PluginSandbox>) -> LoadReport {
+        package_library(&fixtures().library(name), self.plugins.path(), name);
+        let mut host = self.host();
+        if let Some(s) = sandbox {
+            host = host.sandbox(format!("fixture-{name}"), s);
+        }
+        let report = host.load_into(&self.dispatcher);
+        assert_eq!(report.refused().count(), 0, "{:?}", report.lines());
+        report
+    }
+
+    async fn call(&self, tool: &str, input: Value) -> ToolResultBlock {
+        let session = self
+            .dispatcher
+            .open_session(SessionSpec::new("s", self.workspace.path()))
+            .unwrap();
+        self.dispatcher
+            .dispatch(ToolUse::new("tu", tool, input), &session)
+            .await
+    }
+
+    fn outside(&self, name: &str) -> PathBuf {
+        self.outside.path().join(name)
+    }
+}
+
+/// The call failed as a readable execution error that says the OS refused.
+fn assert_refused(r: &ToolResultBlock, attempt: &str) {
+    assert_eq!(
+        r.error_class,
+        Some(ErrorClass::ExecutionError),
+        "{attempt}: {r:?}"
+    );
+    let text = r.text();
+    assert!(
+        text.contains("refused")
+            && (text.contains("ermission denied") || text.contains("not permitted")),
+        "{attempt}: {text}"
+    );
+}
+
+/// A listener on loopback that nothing has reached yet.
+fn listener() -> (TcpListener, String) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.set_nonblocking(true).unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    (l, port)
+}
+
+fn nothing_arrived(l: &TcpListener) -> bool {
+    matches!(l.accept(), Err(e) if e.kind() == ErrorKind::WouldBlock)
+}
+
+#[tokio::test]
+async fn every_escape_of_a_none_plugin_fails_at_its_target_and_the_worker_goes_on() {
+    let env = Env::new();
+    let report = env.load("hostile", None);
+    let host_pid = std::process::id().to_string();
+    let inside = env.workspace.path().join("bypass.txt");
+    let (listener, port) = listener();
+    let attempts: Vec<(&str, &str, Value)> = vec![
+        (
+            "read a planted secret outside the workspace",
+            "hostile_read_file",
+            json!({"path": env.outside("id_ed25519")}),
+        ),
+        (
+            "read /etc/passwd",
+            "hostile_read_file",
+            json!({"path": "/etc/passwd"}),
+        ),
+        (
+            "write outside the workspace",
+            "hostile_write_file",
+            json!({"path": env.outside("planted")}),
+        ),
+        (
+            "write inside the workspace bypassing the context",
+            "hostile_write_file",
+            json!({"path": inside}),
+        ),
+        (
+            "connect to a local listener",
+            "hostile_connect",
+            json!({"port": port}),
+        ),
+        ("spawn a process", "hostile_spawn", json!({})),
+        (
+            "read the host's environment through /proc",
+            "hostile_read_file",
+            json!({"path": format!("/proc/{host_pid}/environ")}),
+        ),
+        (
+            "signal the host",
+            "hostile_signal",
+            json!({"pid": host_pid}),
+        ),
+        (
+            "read /etc/passwd from a thread of its own",
+            "hostile_thread_read",
+            json!({"path": "/etc/passwd"}),
+        ),
+    ];
+    for (attempt, tool, input) in attempts {
+        let r = env.call(tool, input).await;
+        assert_refused(&r, attempt);
+        assert!(!r.text().contains(SECRET), "{attempt}: {}", r.text());
+        assert!(!r.text().contains("root:"), "{attempt}: {}", r.text());
+        assert_eq!(env.call("hostile_ok", json!({})).await.text(), "ok");
+    }
+    // Evidence at each target.
+    assert!(!env.outside("planted").exists());
+    assert!(!inside.exists());
+    assert!(nothing_arrived(&listener), "something connected");
+    let status = report.workers[0].status();
+    assert_eq!(status.restarts, 0, "the worker went on: {status:?}");
+    assert!(status.pid.is_some());
+}
+
+#[tokio::test]
+async fn the_host_environment_is_not_the_workers() {
+    let env = Env::new();
+    env.load("hostile", None);
+    for name in ["PATH", "HOME", "CARGO_MANIFEST_DIR"] {
+        assert!(std::env::var_os(name).is_some(), "the host has {name}");
+        let r = env.call("hostile_env", json!({"name": name})).await;
+        assert!(r.is_error(), "{name}: {}", r.text());
+        assert!(r.text().contains("not found"), "{}", r.text());
+    }
+}
+
+#[tokio::test]
+async fn the_worker_reports_the_sandbox_it_applied_before_opening_its_library() {
+    let env = Env::new();
+    let report = env.load("hostile", None);
+    let status = report.workers[0].status();
+    let enforcement = status.sandbox.clone().expect("a sandbox report");
+    assert_eq!(enforcement.state, sandbox::State::Enforced, "{status:?}");
+    assert_eq!(status.grant, WorkerGrant::default());
+    assert!(
+        status
+            .sandbox_line()
+            .starts_with("sandbox: context only, enforced"),
+        "{}",
+        status.sandbox_line()
+    );
+}
+
+#[tokio::test]
+async fn a_network_plugin_connects_and_still_reads_no_file() {
+    let env = Env::new();
+    env.load("netprobe", None);
+    let (listener, port) = listener();
+    let r = env.call("net_connect", json!({"port": port})).await;
+    assert_eq!(r.text(), "CONNECTED", "{r:?}");
+    listener.set_nonblocking(false).unwrap();
+    let (mut conn, _) = listener.accept().unwrap();
+    let mut said = String::new();
+    conn.read_to_string(&mut said).unwrap();
+    assert_eq!(said, "hello from a network tool");
+    let r = env
+        .call("net_read_file", json!({"path": env.outside("id_ed25519")}))
+        .await;
+    assert_refused(&r, "read a secret");
+}
+
+#[tokio::test]
+async fn a_network_plugin_narrowed_to_context_only_cannot_connect() {
+    let env = Env::new();
+    env.load(
+        "netprobe",
+        Some(PluginSandbox {
+            grant: Some(WorkerGrant::default()),
+            ..PluginSandbox::default()
+        }),
+    );
+    let (listener, port) = listener();
+    let r = env.call("net_connect", json!({"port": port})).await;
+    assert_refused(&r, "connect");
+    assert!(nothing_arrived(&listener));
+}
+
+#[tokio::test]
+async fn tcp_ports_narrow_where_a_network_plugin_connects() {
+    let env = Env::new();
+    let (allowed, allowed_port) = listener();
+    let (other, other_port) = listener();
+    env.load(
+        "netprobe",
+        Some(PluginSandbox {
+            tcp_ports: Some(vec![allowed_port.parse().unwrap()]),
+            ..PluginSandbox::default()
+        }),
+    );
+    let r = env.call("net_connect", json!({"port": other_port})).await;
+    assert_refused(&r, "connect to a port not granted");
+    assert!(nothing_arrived(&other));
+    let r = env.call("net_connect", json!({"port": allowed_port})).await;
+    assert_eq!(r.text(), "CONNECTED", "{r:?}");
+    drop(allowed);
+}
+
+#[tokio::test]
+async fn an_execute_plugins_programs_write_the_workspace_and_nothing_else() {
+    let env = Env::new();
+    env.load("execprobe", None);
+    let r = env
+        .call(
+            "exec_run",
+            json!({"command": "echo made > made.txt && cat made.txt"}),
+        )
+        .await;
+    assert!(!r.is_error(), "{}", r.text());
+    assert_eq!(
+        std::fs::read_to_string(env.workspace.path().join("made.txt")).unwrap(),
+        "made\n"
+    );
+    let outside = env.outside("planted");
+    let r = env
+        .call(
+            "exec_run",
+            json!({"command": format!("echo x > {}", outside.display())}),
+        )
+        .await;
+    assert!(r.is_error(), "{}", r.text());
+    assert!(!outside.exists());
+    let r = env
+        .call(
+            "exec_run",
+            json!({"command": format!("cat {}", env.outside("id_ed25519").display())}),
+        )
+        .await;
+    assert!(r.is_error() && !r.text().contains(SECRET), "{}", r.text());
+}
+
+#[tokio::test]
+async fn a_none_plugin_widened_to_execute_is_logged_and_may_spawn() {
+    let env = Env::new();
+    let report = env.load(
+        "hostile",
+        Some(PluginSandbox {
+            grant: Some(WorkerGrant {
+                network: false,
+                execute: true,
+            }),
+            ..PluginSandbox::default()
+        }),
+    );
+    assert_eq!(report.workers[0].status().grant.to_string(), "execute");
+    let r = env.call("hostile_spawn", json!({})).await;
+    assert!(r.text().contains("SPAWNED: spawned"), "{}", r.text());
+}
+
+/// The library itself is all a worker may read of its package: the rest stays closed.
+#[tokio::test]
+async fn a_worker_reads_its_library_and_not_its_package_folder() {
+    let env = Env::new();
+    env.load("hostile", None);
+    let manifest: PathBuf = env.plugins.path().join("hostile").join("plugin.toml");
+    assert!(Path::new(&manifest).exists());
+    let r = env
+        .call("hostile_read_file", json!({"path": manifest}))
+        .await;
+    assert_refused(&r, "read its own manifest");
+}
