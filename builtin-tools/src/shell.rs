@@ -1,8 +1,16 @@
 //! The `shell` tool: runs a command with `/bin/sh -c` in the workspace directory.
 //!
-//! The command runs in a session of its own (through util-linux's `setsid` where it is
-//! installed; elsewhere, e.g. macOS, in a process group of its own in the host's session),
-//! so it has no controlling terminal: a program that asks on `/dev/tty` (a password, an SSH
+//! The command runs in the call's sandbox ([`ToolContext::process_sandbox`]): under
+//! `workspace-write` (the default) it reads the system directories, the workspace and the
+//! configured readable roots, writes the workspace, a private temporary directory
+//! (`TMPDIR`) and the configured writable roots, and has no network unless granted; under
+//! `read-only` it writes only the temporary directory; under `host` it runs with the
+//! user's rights. Where the granted sandbox cannot be enforced the command is refused
+//! (`permission_denied`, naming what is missing), unless the host allows running
+//! unconfined (`allow_unsandboxed`). The metadata's `sandbox` says what it ran in.
+//!
+//! The command runs in a session of its own (`setsid` in the child before `exec`), so it
+//! has no controlling terminal: a program that asks on `/dev/tty` (a password, an SSH
 //! host key, a git credential) fails at once instead of stopping, unseen, until the call's
 //! timeout. The session's one process group is the command's. On cancellation (the host's
 //! signal or [`Tool::cancel`]) the whole group gets SIGTERM, and SIGKILL [`KILL_AFTER`]
@@ -21,7 +29,8 @@
 
 use std::io::Read;
 use std::os::fd::AsFd;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, mpsc};
@@ -30,8 +39,11 @@ use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use rustix::process::{Pid, Signal, kill_process_group};
+use sandbox::{CommandMode, CommandPolicy};
 use serde_json::{Value, json};
-use tool_api::{DefinedTool, SideEffect, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput};
+use tool_api::{
+    DefinedTool, SandboxMode, SideEffect, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
+};
 
 /// How long after SIGTERM a still-running command gets SIGKILL.
 pub const KILL_AFTER: Duration = Duration::from_secs(5);
@@ -79,35 +91,78 @@ fn signal_group(pgid: i32, signal: Signal, shell_unreaped: bool) {
     }
 }
 
-/// util-linux's (or busybox's) `setsid`, where installed. Looked for at fixed places only:
-/// what runs every command is not taken from a `PATH` a workspace could shape.
-fn setsid_program() -> Option<&'static std::path::Path> {
-    static FOUND: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
-    FOUND
-        .get_or_init(|| {
-            ["/usr/bin/setsid", "/bin/setsid"]
-                .into_iter()
-                .map(std::path::PathBuf::from)
-                .find(|p| p.is_file())
-        })
-        .as_deref()
+/// `/bin/sh -c command` in a session of its own: the child calls `setsid` before `exec`,
+/// so its pid is the session's and its process group's id.
+fn shell_command(command: &str) -> Command {
+    let mut cmd = Command::new("/bin/sh");
+    cmd.arg("-c").arg(command);
+    sandbox::new_session(&mut cmd);
+    cmd
 }
 
-/// `/bin/sh -c command` in a session of its own where `setsid` is installed (the child is
-/// not a group leader, so `setsid` makes the session in place and execs the shell: its pid
-/// stays the command's, and the session's group id), else in a group of its own.
-fn shell_command(command: &str) -> Command {
-    match setsid_program() {
-        Some(setsid) => {
-            let mut cmd = Command::new(setsid);
-            cmd.arg("/bin/sh").arg("-c").arg(command);
-            cmd
+/// Where a command runs: its sandbox, kept alive while it runs.
+struct Confined {
+    /// `workspace-write`, `read-only`, `host`, or `unsandboxed (…)`.
+    label: String,
+    /// The private temporary directory, removed when the call ends.
+    tmp: Option<sandbox::PrivateTmp>,
+    prepared: Option<sandbox::Prepared>,
+}
+
+/// The call's sandbox for a command: nothing under `host`; else the OS sandbox of its
+/// mode, or a refusal where it cannot be enforced (unless the host allows unconfined).
+fn confine(ctx: &ToolContext) -> Result<Confined, ToolError> {
+    let granted = ctx.process_sandbox();
+    let mode = match granted.mode {
+        SandboxMode::Host => {
+            return Ok(Confined {
+                label: "host".into(),
+                tmp: None,
+                prepared: None,
+            });
         }
-        None => {
-            let mut cmd = Command::new("/bin/sh");
-            cmd.arg("-c").arg(command).process_group(0);
-            cmd
+        SandboxMode::ReadOnly => CommandMode::ReadOnly,
+        SandboxMode::WorkspaceWrite => CommandMode::WorkspaceWrite,
+        other => {
+            return Err(ToolError::PermissionDenied(format!(
+                "the command was not run: sandbox mode '{other}' is not provided here (supported: host, read-only, workspace-write)"
+            )));
         }
+    };
+    let policy = CommandPolicy {
+        mode,
+        workspace: PathBuf::from(ctx.workspace_root()),
+        readable_roots: granted.readable_roots.iter().map(PathBuf::from).collect(),
+        writable_roots: granted.writable_roots.iter().map(PathBuf::from).collect(),
+        network: granted.network,
+    };
+    let tmp = sandbox::PrivateTmp::new().map_err(|e| ToolError::failed(e.to_string()))?;
+    let confinement = policy.confinement(tmp.path(), None);
+    match sandbox::Prepared::new(&confinement) {
+        Ok(prepared) => Ok(Confined {
+            label: mode.to_string(),
+            tmp: Some(tmp),
+            prepared: Some(prepared),
+        }),
+        Err(sandbox::SandboxError::Unenforceable(missing)) if granted.allow_unsandboxed => {
+            ctx.log().warn(format_args!(
+                "running the command UNSANDBOXED (allow_unsandboxed = true): {missing}"
+            ));
+            Ok(Confined {
+                label: format!("unsandboxed ({missing})"),
+                tmp: None,
+                prepared: None,
+            })
+        }
+        Err(e @ sandbox::SandboxError::Unenforceable(_)) => {
+            Err(ToolError::PermissionDenied(format!(
+                "the command was not run: its sandbox '{mode}' {}; it is never run unconfined unless the host allows it (allow_unsandboxed = true in [sandbox]), or grant it sandbox \"host\" ([sandbox.per_tool] shell = \"host\")",
+                e.to_string().trim_start_matches("the sandbox ")
+            )))
+        }
+        Err(e) => Err(ToolError::failed(format!(
+            "the command was not run: its sandbox '{mode}' could not be prepared: {e}"
+        ))),
     }
 }
 
@@ -242,13 +297,24 @@ impl Tool for Shell {
             .get("command")
             .and_then(Value::as_str)
             .ok_or_else(|| ToolError::invalid_input("'command' must be a string"))?;
-        let mut child = shell_command(command)
-            .current_dir(ctx.workspace_root())
+        let confined = confine(ctx)?;
+        let mut cmd = shell_command(command);
+        cmd.current_dir(ctx.workspace_root())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| ToolError::failed(format!("could not start the shell (/bin/sh): {e}")))?;
+            .stderr(Stdio::piped());
+        if let Some(tmp) = &confined.tmp {
+            cmd.env("TMPDIR", tmp.path());
+        }
+        if let Some(prepared) = confined.prepared {
+            prepared.attach(&mut cmd);
+        }
+        let mut child = cmd.spawn().map_err(|e| {
+            ToolError::failed(format!(
+                "could not start the shell (/bin/sh) in sandbox '{}': {e}",
+                confined.label
+            ))
+        })?;
         let pgid = i32::try_from(child.id()).unwrap_or(0);
         self.pgid.store(pgid, Ordering::SeqCst);
         ctx.log()
@@ -387,6 +453,7 @@ impl Tool for Shell {
             "sigterm_sent": cancelled,
             "sigkill_sent": killed,
             "output_left_open": left_open,
+            "sandbox": confined.label,
         });
         let success = status.success() && !cancelled;
         let out = if success {

@@ -236,9 +236,9 @@ impl Invocation {
                 },
                 exec_started,
             );
-            let outcome = match self.execute_here(&tool, input, opened) {
+            let outcome = match self.execute_here(&tool, input, opened, &grant) {
                 Ok(outcome) => outcome,
-                Err(input) => Box::pin(self.execute_off_thread(&tool, input, grant.timeout)).await,
+                Err(input) => Box::pin(self.execute_off_thread(&tool, input, &grant)).await,
             };
             let ended = Instant::now();
             let elapsed = ended.saturating_duration_since(exec_started);
@@ -531,7 +531,8 @@ impl Invocation {
     fn grant(&self, tool: &Registered, input: &Value) -> Result<Grant, ToolResultBlock> {
         let config = &self.engine.settings.config;
         let base = Grant {
-            sandbox: config.sandbox,
+            sandbox: config.sandbox.mode_of(&tool.name),
+            network: config.sandbox.network,
             timeout: self.timeout_for(tool),
             max_result_chars: per_tool(&config.tool_result_chars, &tool.name)
                 .copied()
@@ -547,7 +548,7 @@ impl Invocation {
                     self.fail(ErrorClass::PermissionDenied, message)
                 })?,
         };
-        grant.sandbox.check_supported().map_err(|m| {
+        crate::runtime::check_supported(grant.sandbox).map_err(|m| {
             let message = format!("Tool '{}' was not run: {m}.", tool.name);
             self.fail(ErrorClass::PermissionDenied, message)
         })?;
@@ -575,10 +576,12 @@ impl Invocation {
     }
 
     /// The call's host, as a tool running on this thread gets it.
-    fn host(&self) -> CallHost {
+    fn host(&self, grant: &Grant) -> CallHost {
         CallHost {
             call: self.header.clone(),
             workspace: self.session.state.workspace.clone(),
+            sandbox: grant.sandbox,
+            network: grant.network,
             inflight: self.entry().cloned(),
             span: Span::none(),
             output: None,
@@ -596,6 +599,7 @@ impl Invocation {
         tool: &Registered,
         input: Value,
         opened: Option<Opened>,
+        grant: &Grant,
     ) -> Result<Outcome, Value> {
         let attempt = tool.inline
             || (tool.inline_when_small
@@ -608,7 +612,7 @@ impl Invocation {
             Ok(instance) => instance,
             Err(outcome) => return Ok(outcome),
         };
-        let mut host = self.host();
+        let mut host = self.host(grant);
         if tool.inline {
             // Runs on this thread, already inside the call's span.
             let ctx = host.into_context();
@@ -639,13 +643,14 @@ impl Invocation {
         &mut self,
         tool: &Registered,
         input: Value,
-        timeout: Duration,
+        grant: &Grant,
     ) -> Outcome {
+        let timeout = grant.timeout;
         let instance = match fresh_instance(tool) {
             Ok(instance) => instance,
             Err(outcome) => return outcome,
         };
-        let mut host = self.host();
+        let mut host = self.host(grant);
         let entry = self.register().clone();
         host.inflight = Some(entry.clone());
         host.span = Span::current();

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tool_api::abi::{AbiError, HostContext, HostContext_TO, HostCtx, TD_Opaque};
 use tool_api::abi::{RArc, RResult, RSlice, RStr, RString, RVec};
-use tool_api::{Level, SideEffect, ToolContext, ToolError};
+use tool_api::{Level, SandboxMode, SideEffect, ToolContext, ToolError};
 use tracing::Span;
 
 use crate::call::CallHeader;
@@ -19,6 +19,11 @@ pub(crate) struct CallHost {
     /// The call's identity.
     pub(crate) call: Arc<CallHeader>,
     pub(crate) workspace: Arc<Workspace>,
+    /// The call's granted sandbox: `read-only` refuses writes here, and the programs the
+    /// tool starts run in it ([`tool_api::ToolContext::process_sandbox`]).
+    pub(crate) sandbox: SandboxMode,
+    /// Whether those programs may use the network.
+    pub(crate) network: bool,
     /// The call's cancellation signal; `None` for an inline call, which cannot be
     /// interrupted.
     pub(crate) inflight: Option<Arc<InFlight>>,
@@ -59,6 +64,13 @@ impl CallHost {
     /// tools get both. The declaration is what the confirmation policy judged, so it is
     /// also what the tool may do.
     fn permit(&self, access: Access, op: &str, path: &str) -> Result<(), AbiError> {
+        if matches!(access, Access::Write) && self.sandbox == SandboxMode::ReadOnly {
+            return Err(ToolError::PermissionDenied(format!(
+                "tool '{}' was granted sandbox 'read-only' for this call, so it may not change workspace files ({op} '{path}')",
+                self.call.tool_name
+            ))
+            .into());
+        }
         let class = self.call.side_effects.unwrap_or(SideEffect::None);
         let (needed, what) = match access {
             Access::Read => (SideEffect::Read, "read workspace files"),
@@ -229,12 +241,30 @@ impl HostContext for CallHost {
                 RResult::ROk(RString::new())
             }
             tool_api::abi::OP_USER_CONFIRM => self.ask_user(payload.as_str()).into(),
+            tool_api::abi::OP_PROCESS_SANDBOX => RResult::ROk(self.process_sandbox().into()),
             other => RResult::RErr(tool_api::abi::unsupported(other, "host")),
         }
     }
 }
 
 impl CallHost {
+    /// The call's [`tool_api::ProcessSandbox`], as JSON: its granted mode and network, and
+    /// the host's roots. An inline call (which may not start programs) gets no roots.
+    fn process_sandbox(&self) -> String {
+        let roots = |paths: &[std::path::PathBuf]| -> Vec<String> {
+            paths.iter().map(|p| p.display().to_string()).collect()
+        };
+        let settings = self.asker.as_ref().map(|e| &e.settings.config.sandbox);
+        let answer = tool_api::ProcessSandbox {
+            mode: self.sandbox,
+            network: self.network,
+            readable_roots: settings.map_or_else(Vec::new, |s| roots(&s.readable_roots)),
+            writable_roots: settings.map_or_else(Vec::new, |s| roots(&s.writable_roots)),
+            allow_unsandboxed: settings.is_some_and(|s| s.allow_unsandboxed),
+        };
+        serde_json::to_string(&answer).unwrap_or_default()
+    }
+
     /// A tool's own question: the same broker, confirmers, events and timeout as the
     /// pipeline's confirmation; "always" allows this once and grants nothing.
     fn ask_user(&self, payload: &str) -> Result<RString, AbiError> {

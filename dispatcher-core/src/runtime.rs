@@ -6,9 +6,12 @@
 //! one, which may tighten or loosen it, or refuse the call. The dispatch engine is the same
 //! whatever the policy: it only reads the grant.
 //!
-//! Only [`SandboxMode::Host`] exists in this release. A grant (or a config) that asks for
-//! another mode is refused with a clear error (`permission_denied`, the call does not run),
-//! never silently run on the host.
+//! The modes provided are [`SUPPORTED`]: `host`, `read-only` and `workspace-write` (the
+//! default). A grant (or a config) that asks for another is refused with a clear error
+//! (`permission_denied`, the call does not run), never silently run on the host. A tool
+//! learns its call's mode through its context
+//! ([`tool_api::ToolContext::process_sandbox`]); under `read-only` the context refuses
+//! writes.
 //!
 //! ```
 //! use std::time::Duration;
@@ -28,93 +31,42 @@
 //! # let _ = dispatcher_core::Dispatcher::builder().runtime(std::sync::Arc::new(Strict)).build();
 //! ```
 
-use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
-
-use serde::{Deserialize, Serialize};
 
 use crate::call::CallView;
 
-/// Where a call runs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SandboxMode {
-    /// Directly on the host, as the host's user, confined only by the workspace file API.
-    /// The only mode this release provides.
-    #[default]
-    Host,
-    /// An OS sandbox where the tool can read but not write (not provided yet).
-    ReadOnly,
-    /// An OS sandbox where the tool can write only inside the workspace (not provided yet).
-    WorkspaceWrite,
-    /// A container (not provided yet).
-    Container,
-}
+pub use tool_api::SandboxMode;
 
-impl SandboxMode {
-    /// Every mode, by its config name.
-    pub const ALL: [SandboxMode; 4] = [
-        SandboxMode::Host,
-        SandboxMode::ReadOnly,
-        SandboxMode::WorkspaceWrite,
-        SandboxMode::Container,
-    ];
+/// The modes this host provides: `host`, and the OS sandboxes `read-only` and
+/// `workspace-write` (enforced on Linux by the `sandbox` crate where the call's programs
+/// start). `container`, `microvm`, `wasm` and `remote` are refused with a message that
+/// names what exists.
+pub const SUPPORTED: [SandboxMode; 3] = [
+    SandboxMode::Host,
+    SandboxMode::ReadOnly,
+    SandboxMode::WorkspaceWrite,
+];
 
-    /// The config spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SandboxMode::Host => "host",
-            SandboxMode::ReadOnly => "read-only",
-            SandboxMode::WorkspaceWrite => "workspace-write",
-            SandboxMode::Container => "container",
-        }
-    }
-
-    /// Whether this host can run calls in this mode.
-    pub fn is_supported(self) -> bool {
-        self == SandboxMode::Host
-    }
-
-    /// Refuses a mode this host cannot provide, with the message users see.
-    pub fn check_supported(self) -> Result<(), String> {
-        if self.is_supported() {
-            Ok(())
-        } else {
-            Err(format!(
-                "sandbox mode '{}' is not supported by this host (supported: host); tools are never run outside the sandbox they were granted",
-                self.as_str()
-            ))
-        }
-    }
-}
-
-impl fmt::Display for SandboxMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for SandboxMode {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        SandboxMode::ALL
-            .into_iter()
-            .find(|m| m.as_str() == s)
-            .ok_or_else(|| {
-                format!(
-                    "unknown sandbox mode '{s}': expected one of host, read-only, workspace-write, container"
-                )
-            })
+/// Refuses a mode this host cannot provide, with the message users see.
+pub fn check_supported(mode: SandboxMode) -> Result<(), String> {
+    if SUPPORTED.contains(&mode) {
+        Ok(())
+    } else {
+        Err(format!(
+            "sandbox mode '{mode}' is not supported by this host (supported: host, read-only, workspace-write); tools are never run outside the sandbox they were granted"
+        ))
     }
 }
 
 /// What a call is granted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
-    /// Where it runs.
+    /// Where it runs: for the programs it starts, the OS sandbox they run in; under
+    /// `read-only`, its context refuses writes too.
     pub sandbox: SandboxMode,
+    /// Whether the programs it starts may use the network (under `read-only` and
+    /// `workspace-write`).
+    pub network: bool,
     /// How long it may run.
     pub timeout: Duration,
     /// How many characters of text the model gets before the rest is spooled to a file.

@@ -28,15 +28,23 @@
 //!   opens once connected.
 //! - Cancelling a call sends `notifications/cancelled` to the server.
 //! - The server's stderr is passed through to ours (logs); [`Toolset::stop`] kills it.
+//! - **A stdio server runs in an OS sandbox** ([`ServerSandbox`]; `workspace-write` unless
+//!   its entry or the host says otherwise): it reads the system, the workspace, its program
+//!   and scripts and the readable roots; it writes the workspace, a private temporary
+//!   directory and the writable roots; no network unless granted. Where that cannot be
+//!   enforced it is not started ([`McpError::Sandbox`]) unless `allow_unsandboxed`.
 
+mod confine;
 pub mod input;
+
+pub use confine::ServerSandbox;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use dispatcher_core::config::Seconds;
+use dispatcher_core::config::{Seconds, SupportedSandbox};
 use dispatcher_core::{Toolset, ToolsetHandle};
 use rmcp::ClientHandler;
 use rmcp::model::{
@@ -107,6 +115,22 @@ pub struct McpServerConfig {
     /// Per-tool side-effect classes; win over the server's annotations.
     #[serde(default)]
     pub side_effects: BTreeMap<String, SideEffect>,
+    /// Where a stdio server runs: `host`, `read-only` or `workspace-write` (default: the
+    /// host's).
+    #[serde(default)]
+    pub sandbox: Option<SupportedSandbox>,
+    /// Whether it may open connections (default: the host's setting).
+    #[serde(default)]
+    pub network: Option<bool>,
+    /// More directories it may read, besides the host's.
+    #[serde(default)]
+    pub readable_roots: Vec<PathBuf>,
+    /// More directories it may write under `workspace-write`, besides the host's.
+    #[serde(default)]
+    pub writable_roots: Vec<PathBuf>,
+    /// Start it unconfined where its sandbox cannot be enforced (default: the host's).
+    #[serde(default)]
+    pub allow_unsandboxed: Option<bool>,
 }
 
 fn default_startup() -> Seconds {
@@ -142,6 +166,11 @@ impl McpServerConfig {
             startup_timeout: default_startup(),
             call_timeout: default_call(),
             side_effects: BTreeMap::new(),
+            sandbox: None,
+            network: None,
+            readable_roots: Vec::new(),
+            writable_roots: Vec::new(),
+            allow_unsandboxed: None,
         }
     }
 
@@ -167,6 +196,15 @@ impl McpServerConfig {
             }
             (None, false) if self.bearer_token_env.is_some() => {
                 Some("`bearer_token_env` goes with `url`, not with `command`".into())
+            }
+            (Some(_), true)
+                if self.sandbox.is_some()
+                    || self.network.is_some()
+                    || !self.readable_roots.is_empty()
+                    || !self.writable_roots.is_empty()
+                    || self.allow_unsandboxed.is_some() =>
+            {
+                Some("the sandbox settings (`sandbox`, `network`, `readable_roots`, `writable_roots`, `allow_unsandboxed`) go with `command`: a server reached over `url` runs elsewhere".into())
             }
             _ => None,
         }
@@ -202,6 +240,18 @@ pub enum McpError {
         id: String,
         /// The timeout.
         timeout: Seconds,
+    },
+    /// Its sandbox could not be made, or cannot be enforced here.
+    #[error(
+        "MCP server '{id}' was not started: its sandbox ({mode}) {detail}. It is never started unconfined unless allowed: set `allow_unsandboxed = true` on its [[mcp_servers]] entry (or in [sandbox]) to accept the risk, or `sandbox = \"host\"` to run it with your rights"
+    )]
+    Sandbox {
+        /// Server id.
+        id: String,
+        /// The mode it was to run in.
+        mode: String,
+        /// What is missing or failed.
+        detail: String,
     },
     /// Initialization or listing failed.
     #[error("MCP server '{id}' failed to initialize: {detail}")]
@@ -322,6 +372,8 @@ struct Live {
     /// The task reading a 2026-07-28 server's `subscriptions/listen` stream, stopped with
     /// the connection.
     listen: Option<tokio::task::AbortHandle>,
+    /// The private temporary directory of a sandboxed server, removed when it stops.
+    _tmp: Option<sandbox::PrivateTmp>,
 }
 
 impl Drop for Live {
@@ -418,6 +470,10 @@ pub struct McpToolset {
 /// The connection to one server, shared by the toolset and the factories of its tools.
 struct Server {
     config: McpServerConfig,
+    /// Its sandbox settings (stdio servers).
+    sandbox: ServerSandbox,
+    /// What the running process is confined by (`host (unconfined)`, `workspace-write`…).
+    confined: Mutex<String>,
     runtime: tokio::runtime::Handle,
     conn: tokio::sync::Mutex<Conn>,
     /// The server's last listing: the tools to publish.
@@ -450,12 +506,28 @@ async fn exit_status(child: Option<&tokio::sync::Mutex<tokio::process::Child>>) 
 }
 
 impl McpToolset {
-    /// Starts the server, initializes it within its startup timeout and lists its tools.
-    /// Refused when this process is already [`MAX_NESTING`] toolhosts deep.
-    pub async fn start(config: McpServerConfig) -> Result<Arc<McpToolset>, McpError> {
-        Server::start(config)
+    /// Starts the server (a stdio server in its sandbox: `host`'s settings under its own
+    /// entry's, [`ServerSandbox::for_server`]), initializes it within its startup timeout
+    /// and lists its tools. Refused when this process is already [`MAX_NESTING`] toolhosts
+    /// deep.
+    pub async fn start(
+        config: McpServerConfig,
+        host: &ServerSandbox,
+    ) -> Result<Arc<McpToolset>, McpError> {
+        let sandbox = host.for_server(&config);
+        Server::start(config, sandbox)
             .await
             .map(|server| Arc::new(McpToolset { server }))
+    }
+
+    /// What its process runs in: `workspace-write`, `read-only, network`, `host
+    /// (unconfined)`, `unsandboxed (…)`, or `remote (…)` for a server reached over HTTP.
+    pub fn confinement(&self) -> String {
+        self.server
+            .confined
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The server's tools that are left out, each with why (the message names the tool): an
@@ -476,7 +548,10 @@ impl McpToolset {
 }
 
 impl Server {
-    async fn start(config: McpServerConfig) -> Result<Arc<Server>, McpError> {
+    async fn start(
+        config: McpServerConfig,
+        sandbox: ServerSandbox,
+    ) -> Result<Arc<Server>, McpError> {
         if config.url.is_none() && nesting() >= MAX_NESTING {
             return Err(McpError::Initialize {
                 id: config.id.clone(),
@@ -497,6 +572,11 @@ impl Server {
             tools: Mutex::new(Vec::new()),
             left_out: Mutex::new(Vec::new()),
             handle: Mutex::new(None),
+            confined: Mutex::new(match &config.url {
+                Some(url) => format!("remote ({url}: not confined by toolhost)"),
+                None => String::new(),
+            }),
+            sandbox,
             config,
         });
         let live = server.connect(Arc::downgrade(&server)).await?;
@@ -625,6 +705,7 @@ impl Server {
                     service,
                     child: None,
                     listen,
+                    _tmp: None,
                 })
             }
             Ok(Err(detail)) => Err(McpError::Initialize {
@@ -640,6 +721,7 @@ impl Server {
 
     async fn connect_child(&self, me: Weak<Server>) -> Result<Live, McpError> {
         let c = &self.config;
+        let confined = confine::confine(c, &self.sandbox)?;
         let mut cmd = tokio::process::Command::new(&c.command);
         cmd.args(&c.args)
             .envs(&c.env)
@@ -651,11 +733,26 @@ impl Server {
         if let Some(cwd) = &c.cwd {
             cmd.current_dir(cwd);
         }
+        if let Some(tmp) = &confined.tmp {
+            cmd.env("TMPDIR", tmp.path());
+        }
+        if let Some(prepared) = confined.prepared {
+            prepared.attach(cmd.as_std_mut());
+        }
         let mut child = cmd.spawn().map_err(|e| McpError::Spawn {
             id: c.id.clone(),
             command: c.command.clone(),
-            detail: e.to_string(),
+            detail: if e.kind() == std::io::ErrorKind::PermissionDenied && confined.tmp.is_some()
+            {
+                format!(
+                    "{e}: under its sandbox ({}) it may run only programs in the system directories, the workspace and its readable roots; add the program's directory to `readable_roots`",
+                    confined.label
+                )
+            } else {
+                e.to_string()
+            },
         })?;
+        *self.confined.lock().unwrap_or_else(PoisonError::into_inner) = confined.label.clone();
         let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
             return Err(McpError::Spawn {
                 id: c.id.clone(),
@@ -684,6 +781,7 @@ impl Server {
                     service,
                     child: Some(child),
                     listen: None,
+                    _tmp: confined.tmp,
                 })
             }
             Ok(Err(detail)) => {

@@ -61,7 +61,7 @@
 //! x32 system calls get `ENOSYS`, a call from another architecture's table kills the
 //! process.
 
-#![cfg_attr(target_os = "linux", allow(unsafe_code))]
+#![cfg_attr(unix, allow(unsafe_code))]
 
 mod policy;
 mod probe;
@@ -79,7 +79,7 @@ use serde::{Deserialize, Serialize};
 
 pub use policy::{
     CommandMode, CommandPolicy, Confinement, DEVICES, LOADER_READ, Limits, Network, RESOLVER_READ,
-    SYSTEM_READ, expand_home,
+    SYSTEM_READ,
 };
 pub use probe::{Coverage, Mechanism, State, Support, Unenforceable, probe};
 
@@ -308,6 +308,24 @@ impl Prepared {
         }
         #[cfg(not(target_os = "linux"))]
         let _ = command;
+    }
+}
+
+/// Makes `command`'s child leave the host's session before `exec` (`setsid`): it has no
+/// controlling terminal, so a program that asks on `/dev/tty` (a password, an SSH host
+/// key) fails at once instead of waiting unseen; its pid is its session's and its process
+/// group's id, so signalling the group reaches everything it starts there.
+#[cfg(unix)]
+pub fn new_session(command: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setsid(2) is async-signal-safe and touches no memory of the process; the
+    // child is not a group leader (it was just forked), so it cannot fail with EPERM.
+    unsafe {
+        command.pre_exec(|| {
+            rustix::process::setsid()
+                .map(|_| ())
+                .map_err(std::io::Error::from)
+        });
     }
 }
 

@@ -231,18 +231,6 @@ impl CommandPolicy {
     }
 }
 
-/// `~/…` with the home directory (`$HOME`), for paths users write in config files; other
-/// paths are returned as they are.
-pub fn expand_home(path: &Path) -> PathBuf {
-    match path.strip_prefix("~") {
-        Ok(rest) => match std::env::var_os("HOME") {
-            Some(home) => PathBuf::from(home).join(rest),
-            None => path.to_path_buf(),
-        },
-        Err(_) => path.to_path_buf(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -293,12 +281,5 @@ mod tests {
         let c = policy(CommandMode::WorkspaceWrite).confinement(Path::new("/t"), None);
         let text = serde_json::to_string(&c).unwrap();
         assert_eq!(serde_json::from_str::<Confinement>(&text).unwrap(), c);
-    }
-
-    #[test]
-    fn a_tilde_path_is_under_home() {
-        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap();
-        assert_eq!(expand_home(Path::new("~/.cargo")), home.join(".cargo"));
-        assert_eq!(expand_home(Path::new("/abs")), PathBuf::from("/abs"));
     }
 }

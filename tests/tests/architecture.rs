@@ -99,6 +99,16 @@ fn tool_api_modules_form_no_import_cycle() {
 }
 
 #[test]
+fn plugin_host_modules_form_no_import_cycle() {
+    assert_acyclic("plugin-host");
+}
+
+#[test]
+fn sandbox_modules_form_no_import_cycle() {
+    assert_acyclic("sandbox");
+}
+
+#[test]
 fn the_cycle_check_finds_a_cycle() {
     let graph: BTreeMap<String, BTreeSet<String>> = [
         ("a", &["b"][..]),

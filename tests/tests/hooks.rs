@@ -310,6 +310,7 @@ impl RuntimePolicy for Limits {
         }
         Ok(Grant {
             sandbox: self.sandbox,
+            network: false,
             timeout: base.timeout.min(Duration::from_millis(300)),
             max_result_chars: 10,
         })
@@ -359,7 +360,7 @@ async fn unsupported_sandbox_mode_in_a_grant_is_refused_never_ignored() {
     let d = Dispatcher::builder()
         .policy(policy(r#"per_tool = { shell = "auto" }"#))
         .runtime(Arc::new(Limits {
-            sandbox: SandboxMode::WorkspaceWrite,
+            sandbox: SandboxMode::Container,
         }))
         .build();
     builtins(&d);
@@ -372,8 +373,9 @@ async fn unsupported_sandbox_mode_in_a_grant_is_refused_never_ignored() {
         .await;
     assert_eq!(r.error_class, Some(ErrorClass::PermissionDenied));
     assert!(
-        r.text()
-            .contains("sandbox mode 'workspace-write' is not supported by this host"),
+        r.text().contains(
+            "sandbox mode 'container' is not supported by this host (supported: host, read-only, workspace-write)"
+        ),
         "{}",
         r.text()
     );

@@ -15,7 +15,7 @@
 //! named *extension* entry points that 1.0 already has:
 //!
 //! - [`HostContext::extension`]: host callbacks added after 1.0 (1.1: [`OP_FS_METADATA`];
-//!   1.2: [`OP_OUTPUT_DELTA`]);
+//!   1.2: [`OP_OUTPUT_DELTA`]; 1.4: [`OP_USER_CONFIRM`]; 1.5: [`OP_PROCESS_SANDBOX`]);
 //! - [`PluginMod::extension`]: plugin metadata added after 1.0 (1.1: [`OP_REQUIREMENTS`];
 //!   1.2: [`OP_CONCURRENCY_SAFE`]);
 //! - [`AbiTool::extension`]: per-tool operations (none yet; reserved).
@@ -67,6 +67,9 @@ pub const OP_OUTPUT_DELTA: &str = "output.delta";
 /// "no_answer"}`, the user's answer through the host's confirmation channel
 /// ([`crate::ToolContext::ask_user`]).
 pub const OP_USER_CONFIRM: &str = "user.confirm";
+/// Host extension (tool-api 1.5): `""` → the call's [`crate::ProcessSandbox`] as JSON: how
+/// the programs it starts are to be confined ([`crate::ToolContext::process_sandbox`]).
+pub const OP_PROCESS_SANDBOX: &str = "process.sandbox";
 /// Plugin extension (tool-api 1.2): `{"tool": …, "input": …}` → `"true"`, `"false"`, or `""`
 /// when the tool defers to its definition ([`crate::DefinedTool::is_concurrency_safe`]).
 pub const OP_CONCURRENCY_SAFE: &str = "concurrency_safe";

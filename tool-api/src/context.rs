@@ -152,6 +152,31 @@ impl ToolContext {
         }
     }
 
+    /// How the programs this call starts are to be confined (tool-api 1.5): the mode the
+    /// host granted the call (`host`, `read-only`, `workspace-write`), whether they may use
+    /// the network, and the host's readable and writable roots. A tool that starts
+    /// programs confines them accordingly (the `sandbox` crate does it on Linux) and
+    /// refuses to start them where it cannot, unless `allow_unsandboxed` says otherwise. A
+    /// host older than 1.5 answers nothing: the default (`workspace-write`, no network)
+    /// applies.
+    ///
+    /// ```
+    /// use tool_api::{ProcessSandbox, SandboxMode, testing::TestHost};
+    /// let host = TestHost::new();
+    /// assert_eq!(host.context().process_sandbox().mode, SandboxMode::WorkspaceWrite);
+    /// host.set_process_sandbox(ProcessSandbox { mode: SandboxMode::ReadOnly, ..ProcessSandbox::default() });
+    /// assert_eq!(host.context().process_sandbox().mode, SandboxMode::ReadOnly);
+    /// ```
+    pub fn process_sandbox(&self) -> crate::sandbox::ProcessSandbox {
+        match self
+            .host
+            .extension(crate::abi::OP_PROCESS_SANDBOX.into(), "".into())
+        {
+            RResult::ROk(answer) => serde_json::from_str(answer.as_str()).unwrap_or_default(),
+            RResult::RErr(_) => crate::sandbox::ProcessSandbox::default(),
+        }
+    }
+
     /// The call's logger.
     pub fn log(&self) -> Logger<'_> {
         Logger { host: &self.host }

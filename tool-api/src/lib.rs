@@ -93,6 +93,11 @@
 //!   errors for every host), [`testing::noop`]; [`export_plugin!`]'s expansion carries its
 //!   own `unsafe_code` allow; [`ToolDefinition::inline_when_small`] (small file work
 //!   without a thread handoff; an older host ignores it and runs the tool off-thread).
+//! - 1.4: [`ToolContext::ask_user`] (a question to the user through the host's
+//!   confirmation channel).
+//! - 1.5: [`ToolContext::process_sandbox`]: how the programs a call starts are to be
+//!   confined ([`SandboxMode`], [`ProcessSandbox`]); an older host answers nothing and the
+//!   strictest usable sandbox applies (`workspace-write`, no network).
 //!
 //! Minor releases add optional fields to [`ToolDefinition`]: build one with
 //! [`ToolDefinition::new`] and its setters (or `..ToolDefinition::new(…)` in a struct
@@ -106,6 +111,7 @@ mod definition;
 pub mod export;
 pub mod fs_error;
 mod output;
+pub mod sandbox;
 pub mod schema;
 pub mod testing;
 #[cfg(test)]
@@ -117,6 +123,7 @@ pub mod typed;
 pub use context::{Level, Logger, Metadata, ToolContext, UserAnswer, WorkspaceFiles};
 pub use definition::{InterruptBehavior, SideEffect, ToolDefinition, is_valid_tool_name};
 pub use output::{Content, ToolError, ToolOutput};
+pub use sandbox::{ProcessSandbox, SandboxMode};
 pub use tool::{DefinedTool, Tool, ToolFactory, TypedFactory, factory, factory_from};
 
 /// Re-exported so tools and plugins need no direct dependency on `serde_json`.

@@ -40,6 +40,7 @@ struct State {
     cancelled: AtomicBool,
     questions: Mutex<Vec<String>>,
     answer: Mutex<Option<crate::context::UserAnswer>>,
+    process_sandbox: Mutex<crate::sandbox::ProcessSandbox>,
 }
 
 /// An in-memory host: workspace files, a cancellation flag and captured logs.
@@ -58,6 +59,12 @@ impl TestHost {
     /// An empty workspace rooted at `/workspace`.
     pub fn new() -> Self {
         TestHost::default()
+    }
+
+    /// What [`crate::ToolContext::process_sandbox`] answers (default:
+    /// [`crate::sandbox::ProcessSandbox::default`]).
+    pub fn set_process_sandbox(&self, sandbox: crate::sandbox::ProcessSandbox) {
+        *lock(&self.state.process_sandbox) = sandbox;
     }
 
     /// Puts a file into the workspace.
@@ -294,6 +301,10 @@ impl HostContext for TestHost {
             crate::abi::OP_OUTPUT_DELTA => {
                 lock(&self.state.output).push(payload.as_str().to_string());
                 RResult::ROk(RString::new())
+            }
+            crate::abi::OP_PROCESS_SANDBOX => {
+                let answer = serde_json::to_string(&*lock(&self.state.process_sandbox));
+                RResult::ROk(answer.unwrap_or_default().into())
             }
             crate::abi::OP_USER_CONFIRM => {
                 let question = serde_json::from_str::<serde_json::Value>(payload.as_str())

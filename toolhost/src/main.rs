@@ -282,6 +282,7 @@ impl Drop for Host {
 /// warning and skipped; the others still load.
 async fn build_host(
     sources: &Sources<'_>,
+    workspace: &Path,
     confirmer: Option<Arc<dyn dispatcher_core::Confirmer>>,
 ) -> Result<Host, UsageError> {
     let config = sources.config;
@@ -311,12 +312,16 @@ async fn build_host(
     } else {
         let program = std::env::current_exe()
             .map_err(|e| format!("cannot find this program to start plugin workers: {e}"))?;
-        config.plugin_host(dirs, program).load_into(&dispatcher)
+        config
+            .plugin_host(dirs, program, workspace)
+            .load_into(&dispatcher)
     };
     let mut starting = tokio::task::JoinSet::new();
+    let servers = Arc::new(config.sandbox.servers(workspace));
     for (i, server) in config.mcp_servers.iter().enumerate() {
         let server = server.clone();
-        starting.spawn(async move { (i, mcp_toolsets::McpToolset::start(server).await) });
+        let sandbox = servers.clone();
+        starting.spawn(async move { (i, mcp_toolsets::McpToolset::start(server, &sandbox).await) });
     }
     let mut started = Vec::new();
     while let Some(joined) = starting.join_next().await {
@@ -362,7 +367,7 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
     };
     match cli.command {
         Command::Plugins => {
-            let host = build_host(&sources, None).await?;
+            let host = build_host(&sources, Path::new("."), None).await?;
             let lines = host.report_lines();
             if lines.is_empty() {
                 println!(
@@ -390,7 +395,7 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
         }
         Command::Serve(args) => serve::serve(&sources, &args).await,
         Command::Manifest { format, session } => {
-            let host = build_host(&sources, None).await?;
+            let host = build_host(&sources, &session.workspace, None).await?;
             let session = host.open_session("cli", &session)?;
             let listing = host.dispatcher.listing_for_session(&session);
             match format {
@@ -403,7 +408,7 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::List { session, json } => {
-            let host = build_host(&sources, None).await?;
+            let host = build_host(&sources, &session.workspace, None).await?;
             let session = host.open_session("cli", &session)?;
             list(&host.dispatcher, &session, json);
             Ok(ExitCode::SUCCESS)
@@ -436,7 +441,7 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
             } else {
                 Arc::new(NoTerminalConfirmer)
             };
-            let host = build_host(&sources, Some(confirmer)).await?;
+            let host = build_host(&sources, &session.workspace, Some(confirmer)).await?;
             let session = host.open_session("cli", &session)?;
             let mut call = host
                 .dispatcher

@@ -97,7 +97,7 @@ async fn serve_http(
     let (listener, local, options) = listen(sources, args, addr).await?;
     let routes = mcp::Routes::new(sources.config.mcp.prompt_fallback);
     let confirmer = Arc::new(mcp::McpConfirmer::new(routes.clone()));
-    let host = build_host(sources, Some(confirmer)).await?;
+    let host = build_host(sources, &args.session.workspace, Some(confirmer)).await?;
     let dispatcher = host.dispatcher.clone();
     let workspace = args.session.workspace.clone();
     // Fail now, not at the first request, if the workspace cannot hold a session.
@@ -188,7 +188,7 @@ async fn serve_mcp(sources: &Sources<'_>, serve: &ServeArgs) -> Result<ExitCode,
     use rmcp::ServiceExt as _;
     let routes = mcp::Routes::new(sources.config.mcp.prompt_fallback);
     let confirmer = Arc::new(mcp::McpConfirmer::new(routes.clone()));
-    let host = build_host(sources, Some(confirmer)).await?;
+    let host = build_host(sources, &args.workspace, Some(confirmer)).await?;
     let dispatcher = host.dispatcher.clone();
     let session = host.open_session("mcp", args)?;
     let control = match serve.control {

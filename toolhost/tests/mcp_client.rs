@@ -256,7 +256,9 @@ async fn cancelling_a_call_reaches_the_external_server() {
         fixture_server()
     ))
     .unwrap();
-    let ts = mcp_toolsets::McpToolset::start(config).await.unwrap();
+    let ts = mcp_toolsets::McpToolset::start(config, &mcp_toolsets::ServerSandbox::new(dir.path()))
+        .await
+        .unwrap();
     dispatcher
         .register_toolset(dispatcher_core::ToolsetDef {
             id: "fixture".into(),
@@ -306,6 +308,7 @@ id = "fixture"
 prefix = "fx"
 command = "/bin/sh"
 args = ["-c", "if [ -e '{marker}' ]; then echo 'no restart' >&2; exit 1; fi; touch '{marker}'; exec '{server}'"]
+readable_roots = ["{server}"]  # the script runs it: its sandbox must let it
 "#,
         marker = marker.display(),
         server = fixture_server()

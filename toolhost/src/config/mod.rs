@@ -7,14 +7,17 @@
 //! [`mcp_toolsets::McpServerConfig`]'s), and a bad value is refused by the value's type while
 //! the file is deserialized ([`dispatcher_core::config`]), so every error keeps its line.
 
+mod sandbox;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use dispatcher_core::config::{Chars, Limit, Seconds, Separator, SupportedSandbox};
+use dispatcher_core::config::{Chars, Limit, Seconds, Separator};
 use dispatcher_core::hooks::{COMMAND_HOOK_TIMEOUT, CommandHook, HookMatcher};
 use dispatcher_core::{ConfirmationPolicy, DispatcherConfig, InterruptBehavior, OnExecuteError};
 use mcp_toolsets::McpServerConfig;
 use plugin_host::{Isolation, PublicKey};
+pub use sandbox::{PluginGrant, Sandbox};
 use serde::Deserialize;
 
 /// The file name looked for in the working directory and the user's config directory.
@@ -34,8 +37,8 @@ pub struct Config {
     pub max_concurrency: Limit,
     /// What a failed `execute` call does to its batch.
     pub on_execute_error: OnExecuteError,
-    /// Where tools run (only `host` is supported).
-    pub sandbox: SupportedSandbox,
+    /// Where tools run and how the programs they start are confined.
+    pub sandbox: Sandbox,
     /// Per-tool concurrency caps.
     pub tool_concurrency: BTreeMap<String, Limit>,
     /// Per-tool interrupt behaviour.
@@ -69,11 +72,18 @@ pub struct Config {
 }
 
 /// A `[plugins.NAME]` table.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct PluginConfig {
     /// Where this plugin runs, whatever `plugin_isolation` says.
-    pub isolation: Isolation,
+    pub isolation: Option<Isolation>,
+    /// What its worker may do instead of what its tools declare: narrower, or wider
+    /// (logged).
+    pub sandbox: Option<PluginGrant>,
+    /// With network: the only TCP ports its worker may connect to.
+    pub tcp_ports: Option<Vec<u16>>,
+    /// Where its worker's sandbox cannot be enforced, run it unconfined (logged).
+    pub allow_unsandboxed: bool,
 }
 
 impl Default for Config {
@@ -84,7 +94,7 @@ impl Default for Config {
             capabilities: Vec::new(),
             max_concurrency: Limit(d.max_concurrency),
             on_execute_error: d.on_execute_error,
-            sandbox: SupportedSandbox(d.sandbox),
+            sandbox: Sandbox::default(),
             tool_concurrency: BTreeMap::new(),
             interrupt: BTreeMap::new(),
             results: Results::default(),
@@ -310,12 +320,17 @@ impl Config {
         let mut config = Config::parse(file, &text)?;
         let base = file.parent().unwrap_or(Path::new("."));
         for dir in &mut config.plugin_dirs {
-            let expanded = dispatcher_core::policy::expand_home(dir);
-            *dir = if expanded.is_absolute() {
-                expanded
-            } else {
-                base.join(expanded)
-            };
+            *dir = sandbox::resolve(dir, base);
+        }
+        config.sandbox.resolve_paths(base);
+        for server in &mut config.mcp_servers {
+            for root in server
+                .readable_roots
+                .iter_mut()
+                .chain(server.writable_roots.iter_mut())
+            {
+                *root = sandbox::resolve(root, base);
+            }
         }
         Ok(config)
     }
@@ -354,13 +369,16 @@ impl Config {
     }
 
     /// The plugin host this config describes: its directories' packages, isolation,
-    /// signatures and workers (started as `worker_program plugin-worker …`).
+    /// signatures and workers (started as `worker_program plugin-worker …`, sandboxed for
+    /// sessions in `workspace`).
     pub fn plugin_host(
         &self,
         dirs: Vec<PathBuf>,
         worker_program: PathBuf,
+        workspace: &Path,
     ) -> plugin_host::PluginHost {
         let mut worker = plugin_host::WorkerSettings::new(worker_program, ["plugin-worker"]);
+        worker.sandbox = self.sandbox.workers(workspace);
         worker.memory_limit = (self.plugin_memory_limit_mib > 0)
             .then(|| self.plugin_memory_limit_mib.saturating_mul(1 << 20));
         worker.cancel_grace = self.timeouts.cancel_grace.0;
@@ -370,7 +388,17 @@ impl Config {
             .trusted_keys(self.trusted_keys.iter().copied())
             .require_signatures(self.require_signatures);
         for (name, plugin) in &self.plugins {
-            host = host.isolate(name.clone(), plugin.isolation);
+            if let Some(isolation) = plugin.isolation {
+                host = host.isolate(name.clone(), isolation);
+            }
+            host = host.sandbox(
+                name.clone(),
+                plugin_host::PluginSandbox {
+                    grant: plugin.sandbox.map(|g| g.0),
+                    tcp_ports: plugin.tcp_ports.clone(),
+                    allow_unsandboxed: plugin.allow_unsandboxed,
+                },
+            );
         }
         host
     }
@@ -399,7 +427,7 @@ impl Config {
                 .collect(),
             on_execute_error: self.on_execute_error,
             interrupt: self.interrupt.clone().into_iter().collect(),
-            sandbox: self.sandbox.0,
+            sandbox: self.sandbox.dispatcher(),
         }
     }
 }
@@ -544,11 +572,18 @@ mod tests {
 
     #[test]
     fn unsupported_sandbox_mode_is_refused_with_a_clear_error() {
-        let e = parse("sandbox = \"read-only\"").unwrap_err().to_string();
+        let e = parse("sandbox = \"container\"").unwrap_err().to_string();
         assert!(
             e.contains("key `sandbox`")
-                && e.contains("'read-only' is not supported")
-                && e.contains("supported: host"),
+                && e.contains("'container' is not supported")
+                && e.contains("supported: host, read-only, workspace-write"),
+            "{e}"
+        );
+        let e = parse("[sandbox.per_tool]\nshell = \"wasm\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("key `sandbox.per_tool.shell`") && e.contains("'wasm' is not supported"),
             "{e}"
         );
         let e = parse("sandbox = \"jail\"").unwrap_err().to_string();
@@ -584,7 +619,7 @@ mod tests {
 
     /// The ```toml block after `heading` in the README.
     fn readme_block(heading: &str) -> &'static str {
-        let readme = include_str!("../../README.md");
+        let readme = include_str!("../../../README.md");
         let after = &readme[readme.find(heading).expect("heading in README")..];
         let start = after.find("```toml\n").expect("a toml block") + "```toml\n".len();
         let len = after[start..].find("```").expect("the block ends");
@@ -599,7 +634,7 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(c.plugin_isolation, Isolation::Process);
-        assert_eq!(c.plugins["grep-tool"].isolation, Isolation::InProcess);
+        assert_eq!(c.plugins["grep-tool"].isolation, Some(Isolation::InProcess));
         assert_eq!(c.trusted_keys, [key]);
         assert!(c.require_signatures);
         assert_eq!(c.plugin_memory_limit_mib, 512);

@@ -1,0 +1,200 @@
+//! `shell` runs in the call's sandbox: `workspace-write` by default, or what the config
+//! (per tool) or the runtime policy (per call) grants. Under `workspace-write` writing
+//! outside, connecting out and reading a planted secret fail, and building and running
+//! something inside the workspace works; `read-only` reaches the file API too.
+#![cfg(target_os = "linux")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::ErrorKind;
+use std::net::TcpListener;
+use std::sync::Arc;
+
+use common::{Fixture, allow_all, builtins};
+use dispatcher_core::runtime::{Grant, GrantRequest, RuntimePolicy};
+use dispatcher_core::{Dispatcher, DispatcherConfig, ErrorClass, SandboxMode, ToolUse};
+use serde_json::json;
+
+/// A dispatcher with the built-ins, asking for nothing, with `config`.
+fn dispatcher(config: DispatcherConfig) -> Dispatcher {
+    let d = Dispatcher::builder()
+        .policy(allow_all())
+        .config(config)
+        .build();
+    builtins(&d);
+    d
+}
+
+fn shell(command: &str) -> ToolUse {
+    ToolUse::new("tu", "shell", json!({ "command": command }))
+}
+
+/// A directory outside the workspace with a secret in it (a stand-in for `~/.ssh`).
+fn planted() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("id_ed25519"), "the-planted-secret").unwrap();
+    dir
+}
+
+#[tokio::test]
+async fn shell_defaults_to_workspace_write_and_says_so() {
+    let fx = Fixture::new(dispatcher(DispatcherConfig::default()));
+    let r = fx
+        .dispatcher
+        .dispatch(shell("echo hi > made.txt && cat made.txt"), &fx.session)
+        .await;
+    assert!(!r.is_error(), "{}", r.text());
+    assert_eq!(r.metadata["sandbox"], "workspace-write");
+    assert_eq!(
+        std::fs::read_to_string(fx.path("made.txt")).unwrap(),
+        "hi\n"
+    );
+}
+
+#[tokio::test]
+async fn under_workspace_write_escapes_fail_at_their_target() {
+    let fx = Fixture::new(dispatcher(DispatcherConfig::default()));
+    let secret = planted();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let outside = secret.path().join("written");
+    let attempts = [
+        format!("echo x > {}", outside.display()),
+        format!("cat {}/id_ed25519", secret.path().display()),
+        format!("ls {}", std::env::var("HOME").unwrap()),
+        format!("bash -c 'echo hi > /dev/tcp/127.0.0.1/{port}'"),
+        format!("kill -0 {}", std::process::id()),
+    ];
+    for attempt in attempts {
+        let r = fx.dispatcher.dispatch(shell(&attempt), &fx.session).await;
+        assert!(r.is_error(), "{attempt}: {}", r.text());
+        assert!(!r.text().contains("the-planted-secret"), "{}", r.text());
+    }
+    assert!(!outside.exists());
+    assert!(matches!(listener.accept(), Err(e) if e.kind() == ErrorKind::WouldBlock));
+}
+
+#[tokio::test]
+async fn under_workspace_write_a_build_in_the_workspace_runs() {
+    let fx = Fixture::new(dispatcher(DispatcherConfig::default()));
+    fx.write(
+        "hello.c",
+        "#include <stdio.h>\nint main(void) { puts(\"built\"); return 0; }\n",
+    );
+    let r = fx
+        .dispatcher
+        .dispatch(shell("cc -o hello hello.c && ./hello"), &fx.session)
+        .await;
+    assert!(!r.is_error(), "{}", r.text());
+    assert!(r.text().starts_with("built\n"), "{}", r.text());
+}
+
+#[tokio::test]
+async fn network_granted_by_config_lets_a_command_connect() {
+    let mut config = DispatcherConfig::default();
+    config.sandbox.network = true;
+    let fx = Fixture::new(dispatcher(config));
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let r = fx
+        .dispatcher
+        .dispatch(
+            shell(&format!("bash -c 'echo hi > /dev/tcp/127.0.0.1/{port}'")),
+            &fx.session,
+        )
+        .await;
+    assert!(!r.is_error(), "{}", r.text());
+    listener.set_nonblocking(true).unwrap();
+    assert!(listener.accept().is_ok());
+}
+
+#[tokio::test]
+async fn a_per_tool_mode_of_host_runs_the_command_with_the_users_rights() {
+    let mut config = DispatcherConfig::default();
+    config
+        .sandbox
+        .per_tool
+        .insert("shell".into(), SandboxMode::Host);
+    let fx = Fixture::new(dispatcher(config));
+    let outside = tempfile::tempdir().unwrap();
+    let file = outside.path().join("written");
+    let r = fx
+        .dispatcher
+        .dispatch(shell(&format!("echo x > {}", file.display())), &fx.session)
+        .await;
+    assert!(!r.is_error(), "{}", r.text());
+    assert_eq!(r.metadata["sandbox"], "host");
+    assert!(file.exists());
+}
+
+/// Grants `read-only` to every call of the tools it names.
+struct ReadOnlyFor(&'static [&'static str]);
+impl RuntimePolicy for ReadOnlyFor {
+    fn grant(&self, call: &GrantRequest<'_>, base: Grant) -> Result<Grant, String> {
+        Ok(if self.0.contains(&call.tool_name()) {
+            Grant {
+                sandbox: SandboxMode::ReadOnly,
+                ..base
+            }
+        } else {
+            base
+        })
+    }
+}
+
+fn read_only_for(tools: &'static [&'static str]) -> Dispatcher {
+    let d = Dispatcher::builder()
+        .policy(allow_all())
+        .runtime(Arc::new(ReadOnlyFor(tools)))
+        .build();
+    builtins(&d);
+    d
+}
+
+#[tokio::test]
+async fn a_read_only_grant_lets_a_command_read_the_workspace_and_write_nothing() {
+    let fx = Fixture::new(read_only_for(&["shell"]));
+    fx.write("kept.txt", "kept");
+    let r = fx
+        .dispatcher
+        .dispatch(shell("cat kept.txt"), &fx.session)
+        .await;
+    assert_eq!(r.text(), "kept\n[exit code: 0]");
+    assert_eq!(r.metadata["sandbox"], "read-only");
+    let r = fx
+        .dispatcher
+        .dispatch(shell("echo x > new.txt; rm kept.txt"), &fx.session)
+        .await;
+    assert!(r.is_error(), "{}", r.text());
+    assert!(!fx.path("new.txt").exists() && fx.path("kept.txt").exists());
+}
+
+#[tokio::test]
+async fn a_read_only_grant_reaches_the_file_api_too() {
+    let fx = Fixture::new(read_only_for(&["write_file", "read_file"]));
+    fx.write("a.txt", "a");
+    let r = fx
+        .dispatcher
+        .dispatch(
+            ToolUse::new("tu", "write_file", json!({"path": "b.txt", "content": "b"})),
+            &fx.session,
+        )
+        .await;
+    assert_eq!(r.error_class, Some(ErrorClass::PermissionDenied), "{r:?}");
+    assert!(
+        r.text().contains("granted sandbox 'read-only'"),
+        "{}",
+        r.text()
+    );
+    assert!(!fx.path("b.txt").exists());
+    let r = fx
+        .dispatcher
+        .dispatch(
+            ToolUse::new("tu", "read_file", json!({"path": "a.txt"})),
+            &fx.session,
+        )
+        .await;
+    assert!(!r.is_error(), "{}", r.text());
+}
