@@ -23,6 +23,8 @@ pub struct ToolListing {
     pub toolset: Option<String>,
     /// Its name inside the toolset (what the toolset itself calls it).
     pub original_name: Option<String>,
+    /// Where its calls run and what confines them, as its factory says.
+    pub placement: tool_api::Placement,
 }
 
 /// A registered tool, ready to dispatch.
@@ -67,6 +69,7 @@ impl Registered {
             source: self.factory.source().to_string(),
             toolset: self.origin.as_ref().map(|(t, _)| t.to_string()),
             original_name: self.origin.as_ref().map(|(_, n)| n.clone()),
+            placement: self.factory.placement(),
         }
     }
 }

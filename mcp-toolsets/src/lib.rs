@@ -523,11 +523,7 @@ impl McpToolset {
     /// What its process runs in: `workspace-write`, `read-only, network`, `host
     /// (unconfined)`, `unsandboxed (…)`, or `remote (…)` for a server reached over HTTP.
     pub fn confinement(&self) -> String {
-        self.server
-            .confined
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.server.confinement()
     }
 
     /// The server's tools that are left out, each with why (the message names the tool): an
@@ -548,6 +544,14 @@ impl McpToolset {
 }
 
 impl Server {
+    /// What its process runs in (see [`McpToolset::confinement`]).
+    fn confinement(&self) -> String {
+        self.confined
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     async fn start(
         config: McpServerConfig,
         sandbox: ServerSandbox,
@@ -574,7 +578,7 @@ impl Server {
             handle: Mutex::new(None),
             confined: Mutex::new(match &config.url {
                 Some(url) => format!("remote ({url}: not confined by toolhost)"),
-                None => String::new(),
+                None => "not started".into(),
             }),
             sandbox,
             config,
@@ -980,6 +984,14 @@ impl ToolFactory for McpToolFactory {
     }
     fn source(&self) -> &str {
         &self.source
+    }
+    fn placement(&self) -> tool_api::Placement {
+        match &self.server.config.url {
+            Some(url) => tool_api::Placement::Remote { url: url.clone() },
+            None => tool_api::Placement::Server {
+                sandbox: self.server.confinement(),
+            },
+        }
     }
 }
 

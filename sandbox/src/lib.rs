@@ -175,12 +175,25 @@ impl Enforcement {
     }
 }
 
+/// What confining a process to `c` gives on this kernel, without applying it (for reports:
+/// the same verdict [`confine_self`] and [`Prepared::new`] start from; what is skipped is
+/// known only once the rules are built).
+pub fn expected(c: &Confinement) -> Result<Enforcement, Unenforceable> {
+    let support = probe();
+    let coverage = support.check(c)?;
+    Ok(Enforcement {
+        landlock_abi: support.landlock_abi().unwrap_or(0),
+        state: coverage.state(),
+        gaps: coverage.gaps,
+        skipped: Vec::new(),
+    })
+}
+
 /// Confines the calling process to `c`, for good, before it runs anything it does not
 /// trust. It must run a single thread (threads started later inherit the confinement; one
 /// started before would not). Its parent is the host: never signalled.
 pub fn confine_self(c: &Confinement) -> Result<Enforcement, SandboxError> {
-    let support = probe();
-    let coverage = support.check(c)?;
+    let mut enforcement = expected(c)?;
     #[cfg(target_os = "linux")]
     {
         if let Some(n) = os::threads().filter(|&n| n > 1) {
@@ -190,7 +203,7 @@ pub fn confine_self(c: &Confinement) -> Result<Enforcement, SandboxError> {
         let (me, _) = os::me();
         let mut plan = os::Plan::new(
             c,
-            support,
+            probe(),
             os::Parties {
                 own_pid: Some(me),
                 host_pid,
@@ -199,16 +212,12 @@ pub fn confine_self(c: &Confinement) -> Result<Enforcement, SandboxError> {
             },
         )?;
         plan.apply(true).map_err(|(step, e)| applying(step, e))?;
-        Ok(Enforcement {
-            landlock_abi: support.landlock_abi().unwrap_or(0),
-            state: coverage.state(),
-            gaps: coverage.gaps,
-            skipped: std::mem::take(&mut plan.skipped),
-        })
+        enforcement.skipped = std::mem::take(&mut plan.skipped);
+        Ok(enforcement)
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = coverage;
+        let _ = &mut enforcement;
         Err(SandboxError::Unenforceable(os::unsupported()))
     }
 }
@@ -241,14 +250,13 @@ impl Prepared {
                     .into(),
             ));
         }
-        let support = probe();
-        let coverage = support.check(c)?;
+        let mut enforcement = expected(c)?;
         #[cfg(target_os = "linux")]
         {
             let (host_pid, host_pgid) = os::me();
             let plan = os::Plan::new(
                 c,
-                support,
+                probe(),
                 os::Parties {
                     own_pid: None,
                     host_pid,
@@ -256,17 +264,12 @@ impl Prepared {
                     landlock_truncates: false,
                 },
             )?;
-            let enforcement = Enforcement {
-                landlock_abi: support.landlock_abi().unwrap_or(0),
-                state: coverage.state(),
-                gaps: coverage.gaps,
-                skipped: plan.skipped.clone(),
-            };
+            enforcement.skipped = plan.skipped.clone();
             Ok(Prepared { plan, enforcement })
         }
         #[cfg(not(target_os = "linux"))]
         {
-            let _ = coverage;
+            let _ = &mut enforcement;
             Err(SandboxError::Unenforceable(os::unsupported()))
         }
     }

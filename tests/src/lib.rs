@@ -267,3 +267,41 @@ pub fn wait_exit(child: &mut std::process::Child) -> std::process::ExitStatus {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// Makes `command`'s process run as in a container whose seccomp policy hides Landlock:
+/// its Landlock system calls (and those of everything it starts) fail with `ENOSYS`, as
+/// on a kernel without Landlock. For tests of what toolhost does where its sandbox cannot
+/// be enforced.
+#[cfg(target_os = "linux")]
+pub fn without_landlock(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let arch = match std::env::consts::ARCH.try_into() {
+        Ok(arch) => arch,
+        Err(e) => panic!("seccompiler does not know this architecture: {e:?}"),
+    };
+    let hidden = [
+        libc::SYS_landlock_create_ruleset,
+        libc::SYS_landlock_add_rule,
+        libc::SYS_landlock_restrict_self,
+    ];
+    let filter = seccompiler::SeccompFilter::new(
+        hidden.iter().map(|&n| (n, Vec::new())).collect(),
+        seccompiler::SeccompAction::Allow,
+        seccompiler::SeccompAction::Errno(libc::ENOSYS as u32),
+        arch,
+    );
+    let program: seccompiler::BpfProgram = match filter.and_then(TryInto::try_into) {
+        Ok(p) => p,
+        Err(e) => panic!("cannot build the filter that hides Landlock: {e}"),
+    };
+    let hook = move || {
+        seccompiler::apply_filter(&program).map_err(|e| std::io::Error::other(e.to_string()))
+    };
+    // SAFETY: the hook runs between fork and exec and only makes the prctl and seccomp
+    // system calls on a program built before the fork (it allocates only to report an
+    // error, after which the child exits).
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(hook);
+    }
+}

@@ -123,7 +123,7 @@ pub mod typed;
 pub use context::{Level, Logger, Metadata, ToolContext, UserAnswer, WorkspaceFiles};
 pub use definition::{InterruptBehavior, SideEffect, ToolDefinition, is_valid_tool_name};
 pub use output::{Content, ToolError, ToolOutput};
-pub use sandbox::{ProcessSandbox, SandboxMode};
+pub use sandbox::{Placement, ProcessSandbox, SandboxMode};
 pub use tool::{DefinedTool, Tool, ToolFactory, TypedFactory, factory, factory_from};
 
 /// Re-exported so tools and plugins need no direct dependency on `serde_json`.

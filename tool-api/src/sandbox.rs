@@ -4,7 +4,8 @@
 //! build runner) asks for the call's [`ProcessSandbox`] with
 //! [`crate::ToolContext::process_sandbox`] and confines what it starts accordingly; the
 //! `shell` built-in does. A tool's own file access goes through its context, which holds
-//! the same grant (a `read-only` call may not write).
+//! the same grant (a `read-only` call may not write). A host reports where each tool runs
+//! as its [`Placement`].
 
 use std::fmt;
 use std::str::FromStr;
@@ -113,6 +114,38 @@ impl Default for ProcessSandbox {
             allow_unsandboxed: false,
         }
     }
+}
+
+/// Where a tool's calls run and what confines them, as its factory reports it
+/// ([`crate::ToolFactory::placement`]): for listings, `toolhost sandbox` and MCP clients.
+/// Host-side only: not part of the plugin ABI.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "runs", rename_all = "snake_case")]
+pub enum Placement {
+    /// In the host's process (its own tools, trusted plugins): file access goes through
+    /// the workspace API, programs it starts run in its call's [`SandboxMode`].
+    #[default]
+    InProcess,
+    /// In a worker process of its own, in an OS sandbox.
+    Worker {
+        /// What the worker may do beyond its context (`context only`, `network`,
+        /// `execute`).
+        grant: String,
+        /// `enforced`, `partial` (the detail names what does not hold) or `unsandboxed`.
+        state: String,
+        /// What holds it, or why nothing does.
+        detail: String,
+    },
+    /// In an MCP server's process.
+    Server {
+        /// What that process runs in (`workspace-write`, `host (unconfined)`, …).
+        sandbox: String,
+    },
+    /// On another host, reached over the network: not confined by this one.
+    Remote {
+        /// Where.
+        url: String,
+    },
 }
 
 #[cfg(test)]

@@ -109,6 +109,10 @@ pub trait ToolFactory: Send + Sync {
         let _ = input;
         self.definition().is_concurrency_safe()
     }
+    /// Where its calls run and what confines them (default: in the host's process).
+    fn placement(&self) -> crate::sandbox::Placement {
+        crate::sandbox::Placement::InProcess
+    }
 }
 
 /// The factory of a [`DefinedTool`] type.

@@ -4,6 +4,7 @@
 //! toolhost list [--json] [--workspace DIR]
 //! toolhost call NAME --input JSON [--workspace DIR] [--yes] [--json]
 //! toolhost plugins
+//! toolhost sandbox [--json] [--workspace DIR]
 //! toolhost serve --mcp [--control ADDR] | --http ADDR   (see `serve.rs`)
 //! ```
 //!
@@ -15,6 +16,7 @@
 mod config;
 mod http;
 mod mcp;
+mod sandbox_report;
 mod serve;
 mod terminal;
 
@@ -76,6 +78,18 @@ enum Command {
     /// Load the plugin directories and print, per package, loaded (with its tools) or
     /// refused (with the reason). Exit code 1 if any package was refused.
     Plugins,
+    /// What the kernel enforces here (Landlock, seccomp, no_new_privs, limits) and what
+    /// confines each tool: toolhost's process, a plugin worker's sandbox, an MCP server's,
+    /// and the sandbox of the programs a tool starts. Exit code 1 if anything runs
+    /// unsandboxed (allow_unsandboxed) or cannot run because its sandbox cannot be
+    /// enforced here.
+    Sandbox {
+        #[command(flatten)]
+        session: SessionArgs,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Render every visible tool (name, source, side effects, description, input schema)
     /// for offline documentation.
     Manifest {
@@ -394,6 +408,40 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
             })
         }
         Command::Serve(args) => serve::serve(&sources, &args).await,
+        Command::Sandbox { session, json } => {
+            let host = build_host(&sources, &session.workspace, None).await?;
+            let session = host.open_session("cli", &session)?;
+            let listing = host.dispatcher.listing_for_session(&session);
+            let config = &host.dispatcher.config().sandbox;
+            let workspace = sandbox_report::absolute(session.workspace().root());
+            if json {
+                let report = sandbox_report::json(&listing, config, &workspace);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).unwrap_or_default()
+                );
+            } else {
+                print!("{}", sandbox_report::text(&listing, config, &workspace));
+                let others: Vec<String> = host
+                    .report_lines()
+                    .into_iter()
+                    .filter(|l| !l.starts_with("loaded "))
+                    .collect();
+                if !others.is_empty() {
+                    println!("\nplugin workers and refusals:");
+                    for line in others {
+                        println!("  {line}");
+                    }
+                }
+            }
+            Ok(
+                if sandbox_report::anything_unsandboxed(&listing, config, &workspace) {
+                    ExitCode::from(1)
+                } else {
+                    ExitCode::SUCCESS
+                },
+            )
+        }
         Command::Manifest { format, session } => {
             let host = build_host(&sources, &session.workspace, None).await?;
             let session = host.open_session("cli", &session)?;
@@ -499,9 +547,17 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
 fn list(dispatcher: &Dispatcher, session: &Session, as_json: bool) {
     let listing = dispatcher.listing_for_session(session);
     if as_json {
+        let mut tools = listing_json(&listing);
+        let workspace = sandbox_report::absolute(session.workspace().root());
+        if let Value::Array(items) = &mut tools {
+            for (item, l) in items.iter_mut().zip(&listing) {
+                item["sandbox"] =
+                    sandbox_report::tool_json(l, &dispatcher.config().sandbox, &workspace);
+            }
+        }
         println!(
             "{}",
-            serde_json::to_string_pretty(&listing_json(&listing)).unwrap_or_default()
+            serde_json::to_string_pretty(&tools).unwrap_or_default()
         );
         return;
     }

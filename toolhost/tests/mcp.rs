@@ -144,6 +144,41 @@ async fn lists_tools_with_schemas_and_side_effect_annotations() {
 }
 
 #[tokio::test]
+async fn each_listed_tool_says_in_its_meta_what_confines_it() {
+    let ws = workspace();
+    toolhost_tests::package_library(
+        &toolhost_tests::fixtures().library("hostile"),
+        &ws.path().join(".plugins"),
+        "hostile",
+    );
+    std::fs::write(
+        ws.path().join("toolhost.toml"),
+        "plugin_dirs = [\".plugins\"]\n",
+    )
+    .unwrap();
+    let service = connect(ws.path(), TestClient::default()).await;
+    let tools = service.peer().list_all_tools().await.unwrap();
+    let sandbox = |name: &str| {
+        let tool = tools.iter().find(|t| t.name == name).unwrap();
+        tool.meta.as_ref().unwrap().0["toolhost/sandbox"].clone()
+    };
+    let hostile = sandbox("hostile_connect");
+    assert_eq!(
+        (&hostile["runs"], &hostile["grant"], &hostile["state"]),
+        (&json!("worker"), &json!("context only"), &json!("enforced")),
+        "{hostile}"
+    );
+    assert!(
+        hostile["detail"].as_str().unwrap().contains("Landlock ABI"),
+        "{hostile}"
+    );
+    let shell = sandbox("shell");
+    assert_eq!(shell["runs"], "in_process");
+    assert_eq!(shell["programs"]["mode"], "workspace-write", "{shell}");
+    service.cancel().await.unwrap();
+}
+
+#[tokio::test]
 async fn calls_succeed_and_errors_are_results_with_is_error() {
     let ws = workspace();
     let service = connect(ws.path(), TestClient::default()).await;

@@ -42,6 +42,10 @@ impl ToolFactory for IsolatedToolFactory {
         &self.source
     }
 
+    fn placement(&self) -> tool_api::Placement {
+        self.worker.placement()
+    }
+
     fn is_concurrency_safe(&self, input: &Value) -> bool {
         // Asked on the host's async thread: only a running worker is asked (a restart
         // belongs to the call, on its own thread); without one the definition decides.

@@ -229,6 +229,28 @@ impl PluginWorker {
         }
     }
 
+    /// Where its tools' calls run, from its plan: what its sandbox holds on this kernel,
+    /// or why it runs unconfined. The same across restarts, so a client's tool list does
+    /// not change when a worker does (the running worker's own report is in
+    /// [`PluginWorker::status`]).
+    pub fn placement(&self) -> tool_api::Placement {
+        let (state, detail) = match &self.plan.confinement {
+            Err(why) => (
+                "unsandboxed".to_string(),
+                format!("UNSANDBOXED (allow_unsandboxed = true): {why}"),
+            ),
+            Ok(c) => match sandbox::expected(c) {
+                Ok(e) => (e.state.to_string(), e.summary()),
+                Err(missing) => ("unsandboxed".to_string(), missing.to_string()),
+            },
+        };
+        tool_api::Placement::Worker {
+            grant: self.plan.grant.to_string(),
+            state,
+            detail,
+        }
+    }
+
     /// Stops the worker (its running calls end as crashed).
     pub fn stop(&self) {
         if let State::Running(p) = &*lock(&self.state) {

@@ -451,20 +451,35 @@ impl Drop for ListenGuard<'_> {
     }
 }
 
-/// A session's `tools/list`: its visible tools with their input schemas and annotations.
+/// A session's `tools/list`: its visible tools with their input schemas, annotations, and
+/// in `_meta` (`toolhost/sandbox`) what confines each.
 fn tool_list(dispatcher: &Dispatcher, session: &Session) -> Vec<Tool> {
+    let config = &dispatcher.config().sandbox;
+    let workspace = session.workspace().root();
     dispatcher
-        .definitions_for_session(session)
+        .listing_for_session(session)
         .into_iter()
-        .map(|d| {
+        .map(|l| {
+            let mut meta = rmcp::model::MetaObject::new();
+            meta.0.insert(
+                SANDBOX_META.into(),
+                crate::sandbox_report::tool_json(&l, config, workspace),
+            );
+            let d = l.definition;
             let schema = match d.input_schema {
                 Value::Object(map) => map,
                 _ => serde_json::Map::new(),
             };
-            Tool::new(d.name, d.description, Arc::new(schema)).annotate(annotations(d.side_effects))
+            let mut tool = Tool::new(d.name, d.description, Arc::new(schema))
+                .annotate(annotations(d.side_effects));
+            tool.meta = Some(meta);
+            tool
         })
         .collect()
 }
+
+/// The `_meta` key of a listed tool that says what confines it.
+pub const SANDBOX_META: &str = "toolhost/sandbox";
 
 /// Tells the client of `session` of changes to its tool list (seen by `changes`, subscribed
 /// when the client's subscription began) through `notify`, until that fails or the
