@@ -226,6 +226,43 @@ async fn garbage_on_stdout_and_stderr_never_reaches_the_protocol() {
     }
 }
 
+/// A worker the host stops on purpose (at exit, or dropping the plugin) did not crash: its
+/// end says so, and the next call starts a new one.
+#[tokio::test]
+async fn a_worker_the_host_stops_is_not_reported_as_crashed() {
+    let env = Env::new();
+    env.add("good");
+    let report = env.load();
+    let worker = &report.workers[0];
+    worker.stop();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        let status = worker.status();
+        if status.last_failure.is_some() || Instant::now() > deadline {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let end = status.last_failure.unwrap_or_default();
+    assert!(
+        end.contains("stopped by the host") && !end.contains("crashed"),
+        "{end}"
+    );
+    let session = env
+        .dispatcher
+        .open_session(SessionSpec::new("s", env.workspace.path()))
+        .unwrap();
+    let r = env
+        .dispatcher
+        .dispatch(
+            ToolUse::new("tu", "echo_upper", json!({"text": "hi"})),
+            &session,
+        )
+        .await;
+    assert_eq!(r.text(), "HI", "{r:?}");
+    assert_eq!(worker.status().restarts, 1);
+}
+
 #[tokio::test]
 async fn worker_that_exits_at_start_up_refuses_only_its_package() {
     let env = Env::new();

@@ -251,10 +251,11 @@ impl PluginWorker {
         }
     }
 
-    /// Stops the worker (its running calls end as crashed).
+    /// Stops the worker on purpose (logged as a stop, not a crash); its running calls end
+    /// as failed, saying the host stopped it.
     pub fn stop(&self) {
         if let State::Running(p) = &*lock(&self.state) {
-            p.kill("the host stopped it".into());
+            p.stop();
         }
     }
 

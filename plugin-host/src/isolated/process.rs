@@ -41,6 +41,9 @@ pub(super) struct Process {
     pub(super) next: AtomicU64,
     /// Why the host killed it, if it did.
     killed_for: Mutex<Option<String>>,
+    /// The host stopped it on purpose (shutting down, or dropping the plugin): its end is
+    /// not a crash.
+    stopped: std::sync::atomic::AtomicBool,
     /// Why it is gone, once it is.
     cause: Mutex<Option<String>>,
     /// Set when everything the worker printed has been logged.
@@ -91,6 +94,13 @@ impl Process {
             ));
         }
         result
+    }
+
+    /// Stops the worker on purpose: its whole process group is killed, and its end is
+    /// logged as a stop, not a crash.
+    pub(super) fn stop(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+        kill_group(self.pid);
     }
 
     /// Kills the worker's whole process group (the worker and anything its tools started).
@@ -255,6 +265,7 @@ pub(super) fn start(
         questions: Mutex::new(HashMap::new()),
         next: AtomicU64::new(1),
         killed_for: Mutex::new(None),
+        stopped: std::sync::atomic::AtomicBool::new(false),
         cause: Mutex::new(None),
         log: log.drained.clone(),
         sandbox: ready.sandbox,
@@ -481,12 +492,22 @@ fn route_frames(
                 ),
                 (None, None) => format!("its worker process {}", describe_exit(status)),
             };
-            let cause = format!(
-                "plugin '{}' crashed: {what}{}. Other tools are not affected; the worker restarts on the next call.",
-                process.plugin,
-                log.tail.render()
-            );
-            tracing::warn!(plugin = %process.plugin, pid, "{cause}");
+            let cause = if process.stopped.load(Ordering::Relaxed) {
+                let cause = format!(
+                    "plugin '{}' was stopped by the host; the worker starts again on the next call",
+                    process.plugin
+                );
+                tracing::debug!(plugin = %process.plugin, pid, "{cause}");
+                cause
+            } else {
+                let cause = format!(
+                    "plugin '{}' crashed: {what}{}. Other tools are not affected; the worker restarts on the next call.",
+                    process.plugin,
+                    log.tail.render()
+                );
+                tracing::warn!(plugin = %process.plugin, pid, "{cause}");
+                cause
+            };
             *lock(&process.cause) = Some(cause.clone());
             let pending = lock(&process.pending).take().unwrap_or_default();
             lock(&process.questions).clear();
