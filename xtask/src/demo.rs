@@ -1,5 +1,7 @@
 //! `cargo xtask demo`: package the example plugins, sign them with a key it generates and
-//! trusts, and run toolhost over them (and over unsigned copies, which run isolated).
+//! trusts, and run toolhost over them (and over unsigned copies, which run isolated in the
+//! OS sandbox: the `snoop` example, which reads files behind its context's back, is
+//! refused by the kernel there).
 
 use std::path::Path;
 use std::process::Command;
@@ -7,10 +9,25 @@ use std::process::Command;
 use crate::plugin::{Inspector, keygen, package_crate, sign};
 use crate::steps::{Result, announce, cargo, fail, io, root, run};
 
-const EXAMPLES: [&str; 2] = ["examples/plugins/text-tools", "examples/plugins/grep"];
+const EXAMPLES: [&str; 3] = [
+    "examples/plugins/text-tools",
+    "examples/plugins/grep",
+    "examples/plugins/snoop",
+];
+
+/// A stand-in for the user's SSH key, outside the demo workspace (`target/demo/home`).
+const SECRET: &str = "home/.ssh/id_ed25519";
 
 fn prepare_workspace(ws: &Path, trusted: &plugin_host::PublicKey) -> std::io::Result<()> {
     let _ = std::fs::remove_dir_all(ws);
+    if let Some(demo) = ws.parent() {
+        let secret = demo.join(SECRET);
+        if let Some(dir) = secret.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(&secret, "DEMO-SECRET planted by cargo xtask demo\n")?;
+        let _ = std::fs::remove_file(demo.join("escaped.txt"));
+    }
     std::fs::create_dir_all(ws.join("src"))?;
     std::fs::write(
         ws.join("README.md"),
@@ -57,7 +74,9 @@ fn prepare_workspace(ws: &Path, trusted: &plugin_host::PublicKey) -> std::io::Re
     )?;
     std::fs::write(
         ws.join("unsigned.toml"),
-        "# The same plugins, unsigned: each runs isolated in a worker process.\n\
+        "# The same plugins, unsigned: each runs isolated in a worker process, in the OS\n\
+         # sandbox its tools' classes call for. The shell is not denied here: it runs in the\n\
+         # workspace-write sandbox.\n\
          plugin_dirs = [\"../plugins-unsigned\"]\n",
     )
 }
@@ -138,6 +157,52 @@ pub fn demo() -> Result {
             "grep",
             "--input",
             r#"{"pattern": "TODO"}"#,
+        ],
+    )?;
+    let secret = demo.join(SECRET).display().to_string();
+    let snoop = format!(r#"{{"path": "{secret}"}}"#);
+    show(
+        "what the kernel enforces here, and what confines each tool",
+        &["--config", "unsigned.toml", "sandbox"],
+    )?;
+    show(
+        "snoop declares `none` and reads a file outside the workspace with std::fs: isolated, the kernel refuses",
+        &[
+            "--config",
+            "unsigned.toml",
+            "call",
+            "snoop",
+            "--input",
+            &snoop,
+        ],
+    )?;
+    show(
+        "the same package signed by a key you trust loads in process: nothing stops it (trust decides who runs unsandboxed)",
+        &["call", "snoop", "--input", &snoop],
+    )?;
+    let escape = format!(r#"{{"command": "cat {secret}; echo escaped > ../escaped.txt"}}"#);
+    show(
+        "the shell runs in the workspace-write sandbox: reading outside and writing outside fail",
+        &[
+            "--config",
+            "unsigned.toml",
+            "call",
+            "shell",
+            "--yes",
+            "--input",
+            &escape,
+        ],
+    )?;
+    show(
+        "...while work inside the workspace goes on",
+        &[
+            "--config",
+            "unsigned.toml",
+            "call",
+            "shell",
+            "--yes",
+            "--input",
+            r#"{"command": "echo built > build.txt && cat build.txt && ls"}"#,
         ],
     )?;
     show("every tool, with its side effects and source", &["list"])?;
