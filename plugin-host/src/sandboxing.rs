@@ -15,7 +15,8 @@
 //!
 //! Where the kernel cannot enforce a worker's sandbox, its package is refused
 //! ([`Refusal::Sandbox`]) unless the host accepts the risk (`allow_unsandboxed`): then it
-//! runs unconfined, logged and reported as such.
+//! runs unconfined, logged and reported as such. A plugin may also be run unconfined on
+//! purpose ([`PluginSandbox::unconfined`]), logged and reported the same way.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -103,6 +104,10 @@ pub struct PluginSandbox {
     pub tcp_ports: Option<Vec<u16>>,
     /// Where its sandbox cannot be enforced, run it unconfined (logged).
     pub allow_unsandboxed: bool,
+    /// Run its worker with no OS sandbox at all, wherever it could be enforced (logged at
+    /// WARN and reported UNSANDBOXED): for a plugin trusted not to be hostile that needs
+    /// more than any class grants, isolated for its faults only.
+    pub unconfined: bool,
 }
 
 /// How one package's worker runs.
@@ -138,6 +143,18 @@ impl WorkerPlan {
             Some(set) => set,
             None => declared,
         };
+        if own.unconfined {
+            tracing::warn!(
+                plugin,
+                "plugin runs UNSANDBOXED by configuration ([plugins.{plugin}] sandbox = \"unconfined\"): it can do whatever you can"
+            );
+            return Ok(WorkerPlan {
+                grant,
+                confinement: Err(format!(
+                    "unconfined by configuration ([plugins.{plugin}] sandbox = \"unconfined\")"
+                )),
+            });
+        }
         let confinement = confinement(library, grant, own.tcp_ports.clone(), host);
         match sandbox::probe().check(&confinement) {
             Ok(_) => Ok(WorkerPlan {

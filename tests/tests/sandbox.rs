@@ -317,3 +317,68 @@ async fn a_worker_reads_its_library_and_not_its_package_folder() {
         .await;
     assert_refused(&r, "read its own manifest");
 }
+
+#[tokio::test]
+async fn a_plugin_run_unconfined_by_configuration_reaches_outside_and_every_report_says_so() {
+    let env = Env::new();
+    let report = env.load(
+        "hostile",
+        Some(PluginSandbox {
+            unconfined: true,
+            ..PluginSandbox::default()
+        }),
+    );
+    let r = env
+        .call(
+            "hostile_read_file",
+            json!({"path": env.outside("id_ed25519")}),
+        )
+        .await;
+    assert!(r.text().contains(SECRET), "{}", r.text());
+    let status = report.workers[0].status();
+    assert!(status.sandbox.is_none(), "{status:?}");
+    assert!(
+        status
+            .sandbox_line()
+            .contains("UNSANDBOXED (context only): unconfined by configuration"),
+        "{}",
+        status.sandbox_line()
+    );
+    match report.workers[0].placement() {
+        tool_api::Placement::Worker { state, .. } => assert_eq!(state, "unsandboxed"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A worker program that ignores the sandbox it is given (not this build's worker, or one
+/// replaced on disk) is stopped before any call reaches it, naming what happened.
+#[tokio::test]
+async fn a_worker_program_that_ignores_its_sandbox_is_refused() {
+    let env = Env::new();
+    package_library(
+        &fixtures().library("hostile"),
+        env.plugins.path(),
+        "hostile",
+    );
+    let script = env.outside.path().join("lax-worker.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n# drops --sandbox JSON, runs the real worker\nkeep=\"\"\nwhile [ $# -gt 0 ]; do\n  if [ \"$1\" = --sandbox ]; then shift 2; continue; fi\n  keep=\"$keep '$1'\"; shift\ndone\neval exec '{}' $keep\n",
+            env!("CARGO_BIN_EXE_plugin-worker")
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut worker = common::worker_settings();
+    worker.program = script;
+    let report = env.host().worker(worker).load_into(&env.dispatcher);
+    let refused: Vec<String> = report.refused().map(|(_, r)| r.to_string()).collect();
+    assert_eq!(refused.len(), 1, "{:?}", report.lines());
+    assert!(
+        refused[0].contains("reported no sandbox although one was asked for"),
+        "{}",
+        refused[0]
+    );
+    assert!(report.workers.is_empty());
+}

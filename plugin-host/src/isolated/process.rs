@@ -156,7 +156,7 @@ impl Process {
 impl Drop for Process {
     fn drop(&mut self) {
         if lock(&self.pending).is_some() {
-            self.kill("the host no longer needs it".into());
+            self.stop();
         }
     }
 }
@@ -257,6 +257,17 @@ pub(super) fn start(
     let log = drain_log(plugin, spawned.pid, spawned.log)?;
     let mut child = Some(spawned.child);
     let ready = handshake(&spawned.host_end, spawned.pid, &mut child, &log)?;
+    if plan.confinement.is_ok() && ready.sandbox.is_none() {
+        // Only a worker program that ignores `--sandbox` gets here (not this build's).
+        kill_group(spawned.pid);
+        reap(&mut child, Duration::from_secs(2), spawned.pid);
+        return Err(StartError::Refused(Refusal::SandboxFailed {
+            detail: format!(
+                "the worker program {} reported no sandbox although one was asked for, so it was stopped; use the worker of this toolhost build",
+                settings.program.display()
+            ),
+        }));
+    }
     let process = Arc::new(Process {
         plugin: plugin.to_string(),
         pid: spawned.pid,

@@ -78,7 +78,7 @@ pub struct PluginConfig {
     /// Where this plugin runs, whatever `plugin_isolation` says.
     pub isolation: Option<Isolation>,
     /// What its worker may do instead of what its tools declare: narrower, or wider
-    /// (logged).
+    /// (logged); `unconfined`: no sandbox (logged).
     pub sandbox: Option<PluginGrant>,
     /// With network: the only TCP ports its worker may connect to.
     pub tcp_ports: Option<Vec<u16>>,
@@ -394,9 +394,13 @@ impl Config {
             host = host.sandbox(
                 name.clone(),
                 plugin_host::PluginSandbox {
-                    grant: plugin.sandbox.map(|g| g.0),
+                    grant: match plugin.sandbox {
+                        Some(PluginGrant::Classes(g)) => Some(g),
+                        _ => None,
+                    },
                     tcp_ports: plugin.tcp_ports.clone(),
                     allow_unsandboxed: plugin.allow_unsandboxed,
+                    unconfined: plugin.sandbox == Some(PluginGrant::Unconfined),
                 },
             );
         }
