@@ -52,6 +52,70 @@ fn paired_load(paired: &serde_json::Value, name: &str) -> Option<(f64, f64, u64)
     ))
 }
 
+/// What the sandbox costs, from the sandbox bench's `paired.json` (each figure measured in
+/// alternation with its peer without the sandbox, in the same run).
+fn sandbox_rows() -> Vec<Row> {
+    let paired = std::fs::read(root().join("target/criterion/sandbox/paired.json"))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
+        .unwrap_or_default();
+    let pair = |group: &str, with: &str, without: &str| {
+        Some((
+            paired[group][with].as_f64()?,
+            paired[group][without].as_f64()?,
+        ))
+    };
+    let mut rows = Vec::new();
+    let figure =
+        "isolated no-op in a sandboxed worker vs the same worker unconfined (paired rounds)";
+    rows.push(match pair("isolated_noop_us", "sandboxed", "unconfined") {
+        Some((with, without)) => Row {
+            figure: figure.into(),
+            measured: format!(
+                "{with:.2} µs vs {without:.2} µs: {:+.1}%",
+                (with / without - 1.0) * 100.0
+            ),
+            target: "within 5%".into(),
+            pass: Some(with <= without * 1.05),
+        },
+        None => missing(figure),
+    });
+    for (figure, group, with, without, names) in [
+        (
+            "a plugin worker's start (spawn, confine itself, open the library, report): sandboxed vs unconfined",
+            "worker_start_us",
+            "sandboxed",
+            "unconfined",
+            ("sandboxed", "unconfined"),
+        ),
+        (
+            "shell running `true`: under workspace-write vs under host",
+            "shell_true_us",
+            "sandboxed",
+            "host",
+            ("workspace-write", "host"),
+        ),
+    ] {
+        rows.push(match pair(group, with, without) {
+            Some((a, b)) => Row {
+                figure: figure.into(),
+                measured: format!(
+                    "{:.2} ms {} vs {:.2} ms {}: +{:.2} ms",
+                    a / 1000.0,
+                    names.0,
+                    b / 1000.0,
+                    names.1,
+                    (a - b) / 1000.0
+                ),
+                target: "reported".into(),
+                pass: None,
+            },
+            None => missing(figure),
+        });
+    }
+    rows
+}
+
 /// The first number after `marker` in `text`.
 fn number_after(text: &str, marker: &str) -> Option<f64> {
     let rest = &text[text.find(marker)? + marker.len()..];
@@ -295,6 +359,10 @@ pub fn bench(write_readme: bool) -> Result {
         "plugin benches",
         cargo().args(["bench", "-p", "toolhost-tests", "--bench", "plugins"]),
     )?;
+    run(
+        "sandbox bench (each figure paired with the same work unsandboxed)",
+        cargo().args(["bench", "-p", "toolhost-tests", "--bench", "sandbox"]),
+    )?;
     announce("scaling bench (1, 4, 16, 64 sessions; RSS after 10k and 1M dispatches)");
     let scale = output(cargo().args(["bench", "-p", "dispatcher-core", "--bench", "scale"]))
         .unwrap_or_default();
@@ -487,6 +555,7 @@ pub fn bench(write_readme: bool) -> Result {
         "the same plugin isolated in a worker process",
         p("plugin_isolated_noop"),
     ));
+    rows.extend(sandbox_rows());
     // Each load against the dlopen floors paired with its own samples (see the plugin
     // bench's docs: floors measured in their own window drift on a shared VM).
     let paired = std::fs::read(root().join("target/criterion/plugin_load/paired.json"))

@@ -1,0 +1,235 @@
+//! What the sandbox costs, each figure against the same work without it, measured in
+//! alternation in one run (on a shared VM two windows seconds apart drift by more than
+//! the 5% under test):
+//!
+//! - an isolated no-op call in a sandboxed worker vs the same plugin in a worker run
+//!   unconfined (`sandbox = "unconfined"`): the sandbox is set up once per worker, so a
+//!   call pays only what seccomp's filter adds to each of the worker's system calls
+//!   (target: within 5%);
+//! - a worker's start (spawn, confine itself, open the library, report) with and without
+//!   its sandbox;
+//! - `shell` running `true` under `workspace-write` vs `host` (the sandbox is prepared per
+//!   command: its ruleset and filters are built in the host, applied in the child).
+//!
+//! Each figure is a median over rounds; in each round both sides run the same number of
+//! times, in alternating order. `cargo bench --bench sandbox` prints them and writes
+//! `target/criterion/sandbox/paired.json` for `cargo xtask bench`; run as a test (`cargo
+//! test --benches`), it does a few rounds to prove it works.
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use dispatcher_core::{ConfirmationPolicy, Dispatcher, DispatcherConfig, SessionSpec, ToolUse};
+use plugin_host::{Isolation, PluginHost, PluginSandbox, WorkerSettings};
+use serde_json::json;
+use tool_api::SandboxMode;
+use toolhost_tests::{package_library, release_library};
+
+/// How many rounds, and how many times each side runs in a round.
+struct Plan {
+    rounds: usize,
+    calls: usize,
+    starts: usize,
+    commands: usize,
+}
+
+const BENCH: Plan = Plan {
+    rounds: 31,
+    calls: 400,
+    starts: 4,
+    commands: 20,
+};
+
+const SMOKE: Plan = Plan {
+    rounds: 2,
+    calls: 5,
+    starts: 1,
+    commands: 2,
+};
+
+/// Runs `a` and `b` in alternating order for `rounds`, each `n` times a round, and returns
+/// the medians of their per-round means, in µs.
+fn paired(
+    rounds: usize,
+    n: usize,
+    mut a: impl FnMut() -> Duration,
+    mut b: impl FnMut() -> Duration,
+) -> (f64, f64) {
+    let mut means = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let side = |f: &mut dyn FnMut() -> Duration| {
+            let total: Duration = (0..n).map(|_| f()).sum();
+            total.as_secs_f64() * 1e6 / n as f64
+        };
+        if round % 2 == 0 {
+            means.0.push(side(&mut a));
+            means.1.push(side(&mut b));
+        } else {
+            means.1.push(side(&mut b));
+            means.0.push(side(&mut a));
+        }
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    (median(means.0), median(means.1))
+}
+
+fn worker() -> WorkerSettings {
+    WorkerSettings::new(env!("CARGO_BIN_EXE_plugin-worker"), Vec::<String>::new())
+}
+
+/// A plugin host over `plugins`, isolated, its worker unconfined or not.
+fn host(plugins: &std::path::Path, cache: &std::path::Path, unconfined: bool) -> PluginHost {
+    PluginHost::new([plugins])
+        .isolation(Isolation::Process)
+        .worker(worker())
+        .cache_dir(cache)
+        .sandbox(
+            "bench-noop",
+            PluginSandbox {
+                unconfined,
+                ..PluginSandbox::default()
+            },
+        )
+}
+
+fn allow_all() -> ConfirmationPolicy {
+    toml::from_str(r#"default = { write = "auto", execute = "auto", network = "auto" }"#).unwrap()
+}
+
+fn main() {
+    let plan = if std::env::args().any(|a| a == "--bench") {
+        BENCH
+    } else {
+        SMOKE
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let plugins = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    package_library(&release_library("bench-noop"), plugins.path(), "bench-noop");
+    let workspace = tempfile::tempdir().unwrap();
+
+    // The isolated no-op, sandboxed and not.
+    let sides: Vec<(Dispatcher, dispatcher_core::Session)> = [false, true]
+        .into_iter()
+        .map(|unconfined| {
+            let d = Dispatcher::new();
+            let report = host(plugins.path(), cache.path(), unconfined).load_into(&d);
+            assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
+            let confined = report.workers[0].status().sandbox.is_some();
+            assert_eq!(confined, !unconfined, "{:?}", report.worker_lines());
+            let session = d
+                .open_session(SessionSpec::new("bench", workspace.path()))
+                .unwrap();
+            (d, session)
+        })
+        .collect();
+    let call = |(d, session): &(Dispatcher, dispatcher_core::Session)| {
+        let tu = ToolUse::new(
+            "toolu_bench",
+            "bench_noop_suffix_000",
+            json!({"a": "x", "b": 1, "c": true}),
+        );
+        let start = Instant::now();
+        let result = rt.block_on(d.dispatch(tu, session));
+        let spent = start.elapsed();
+        assert!(!result.is_error(), "{}", result.text());
+        spent
+    };
+    let (noop_sandboxed, noop_unconfined) = paired(
+        plan.rounds,
+        plan.calls,
+        || call(&sides[0]),
+        || call(&sides[1]),
+    );
+    drop(sides);
+
+    // A worker's start, sandboxed and not: spawn, confine, open the library, report.
+    let start = |unconfined: bool| {
+        let d = Dispatcher::new();
+        let host = host(plugins.path(), cache.path(), unconfined);
+        let begin = Instant::now();
+        let report = host.load_into(&d);
+        let spent = begin.elapsed();
+        assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
+        spent
+    };
+    let (start_sandboxed, start_unconfined) = paired(
+        plan.rounds.min(15),
+        plan.starts,
+        || start(false),
+        || start(true),
+    );
+
+    // `shell` running `true` under workspace-write and under host.
+    let shells: Vec<(Dispatcher, dispatcher_core::Session)> =
+        [SandboxMode::WorkspaceWrite, SandboxMode::Host]
+            .into_iter()
+            .map(|mode| {
+                let mut config = DispatcherConfig::default();
+                config.sandbox.mode = mode;
+                let d = Dispatcher::builder()
+                    .config(config)
+                    .policy(allow_all())
+                    .build();
+                for f in builtin_tools::factories() {
+                    d.register(f).unwrap();
+                }
+                let session = d
+                    .open_session(SessionSpec::new("bench", workspace.path()))
+                    .unwrap();
+                (d, session)
+            })
+            .collect();
+    let shell = |(d, session): &(Dispatcher, dispatcher_core::Session)| {
+        let tu = ToolUse::new("toolu_bench", "shell", json!({"command": "true"}));
+        let start = Instant::now();
+        let result = rt.block_on(d.dispatch(tu, session));
+        let spent = start.elapsed();
+        assert!(!result.is_error(), "{}", result.text());
+        spent
+    };
+    let (shell_sandboxed, shell_host) = paired(
+        plan.rounds.min(15),
+        plan.commands,
+        || shell(&shells[0]),
+        || shell(&shells[1]),
+    );
+
+    println!(
+        "sandbox/isolated_noop: {noop_sandboxed:.2} µs sandboxed vs {noop_unconfined:.2} µs unconfined ({:+.1}%)",
+        (noop_sandboxed / noop_unconfined - 1.0) * 100.0
+    );
+    println!(
+        "sandbox/worker_start: {:.2} ms sandboxed vs {:.2} ms unconfined",
+        start_sandboxed / 1000.0,
+        start_unconfined / 1000.0
+    );
+    println!(
+        "sandbox/shell_true: {:.2} ms under workspace-write vs {:.2} ms under host",
+        shell_sandboxed / 1000.0,
+        shell_host / 1000.0
+    );
+    if plan.rounds == BENCH.rounds {
+        // target/release/deps/sandbox-… -> target/criterion/sandbox
+        let exe = std::env::current_exe().unwrap();
+        let dir = exe.ancestors().nth(3).unwrap().join("criterion/sandbox");
+        std::fs::create_dir_all(&dir).unwrap();
+        let figures = json!({
+            "isolated_noop_us": {"sandboxed": noop_sandboxed, "unconfined": noop_unconfined, "rounds": plan.rounds, "calls": plan.calls},
+            "worker_start_us": {"sandboxed": start_sandboxed, "unconfined": start_unconfined},
+            "shell_true_us": {"sandboxed": shell_sandboxed, "host": shell_host},
+        });
+        std::fs::write(
+            dir.join("paired.json"),
+            serde_json::to_vec_pretty(&figures).unwrap(),
+        )
+        .unwrap();
+    }
+}
