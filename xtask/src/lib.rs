@@ -5,6 +5,7 @@
 //! cargo xtask test                          every test, doctests included
 //! cargo xtask ci                            fmt --check, clippy -D warnings, then test
 //! cargo xtask demo                          package the example plugins, run toolhost over them
+//! cargo xtask fuzz [TARGET…] [--seconds N]  the fuzz targets (nightly), from their seeds
 //! cargo xtask bench [--write-readme]        every benchmark and its peers: one table
 //! cargo xtask plugin keygen FILE            a signing key (FILE, FILE.pub)
 //! cargo xtask plugin sign PACKAGE --key FILE    sign a package (plugin.sig)
@@ -21,6 +22,7 @@
 
 pub mod bench;
 pub mod demo;
+pub mod fuzz;
 pub mod peers;
 pub mod plugin;
 pub mod steps;
@@ -132,6 +134,9 @@ pub fn ensure_browser() -> Result {
     }
 }
 
+/// How long `cargo xtask test` runs each fuzz target.
+pub const FUZZ_SECONDS: u64 = 10;
+
 /// `cargo xtask test`: builds everything, then runs every test (doctests included) and
 /// prints one `N passed, N failed` summary line.
 pub fn test() -> Result {
@@ -165,7 +170,8 @@ pub fn test() -> Result {
             cargo().args(["test", "--workspace", "--doc"]),
             &mut totals,
         )
-    });
+    })
+    .and_then(|()| fuzz::fuzz(&[], FUZZ_SECONDS));
     println!(
         "\ntests: {} passed, {} failed, {} skipped",
         totals.passed, totals.failed, totals.ignored

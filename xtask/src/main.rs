@@ -32,6 +32,15 @@ enum Command {
         #[arg(long)]
         write_readme: bool,
     },
+    /// Run the fuzz targets (fuzz/: cargo-fuzz on nightly, installed under target/tools
+    /// when missing) from their seed corpora.
+    Fuzz {
+        /// The targets to run (default: all).
+        targets: Vec<String>,
+        /// Seconds per target.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+    },
     /// Create, build, package, verify and install plugins.
     #[command(subcommand)]
     Plugin(PluginCommand),
@@ -164,6 +173,7 @@ fn main() -> ExitCode {
         Command::Test => xtask::test(),
         Command::Ci => xtask::ci(),
         Command::Demo => xtask::demo::demo(),
+        Command::Fuzz { targets, seconds } => xtask::fuzz::fuzz(&targets, seconds),
         Command::Bench { write_readme } => xtask::bench::bench(write_readme),
         Command::Plugin(command) => plugin_command(command),
         Command::Inspect { library } => return child(plugin::inspect_here(&library)),

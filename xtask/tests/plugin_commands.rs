@@ -392,10 +392,21 @@ fn the_author_path_catches_mistakes_before_shipping() {
 }
 
 #[test]
+fn an_unknown_fuzz_target_is_refused_naming_the_targets() {
+    let out = xtask(&["fuzz", "no_such_target", "--seconds", "1"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("no fuzz target 'no_such_target'") && err.contains("worker_frames"),
+        "{err}"
+    );
+}
+
+#[test]
 fn help_works_at_every_level_and_lists_the_commands() {
     let top = xtask(&["--help"]);
     assert!(top.status.success(), "{}", text(&top.stderr));
-    for command in ["test", "ci", "demo", "plugin"] {
+    for command in ["test", "ci", "demo", "fuzz", "plugin"] {
         assert!(text(&top.stdout).contains(command), "{}", text(&top.stdout));
     }
     let plugin = xtask(&["plugin", "--help"]);

@@ -1,0 +1,45 @@
+//! Opening a `requestState` (toolhost's `mcp/request_state.rs`, compiled in from its
+//! source): a client's token is either one this server sealed for that caller, tool and
+//! arguments, or refused; any string, including one derived from a real token, is one or
+//! the other, never a panic, and a forged one is never accepted.
+#![no_main]
+
+#[allow(dead_code, missing_docs)]
+#[path = "../../toolhost/src/mcp/request_state.rs"]
+mod request_state;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use libfuzzer_sys::fuzz_target;
+use serde_json::json;
+
+fn confirmations() -> &'static request_state::Confirmations {
+    static C: OnceLock<request_state::Confirmations> = OnceLock::new();
+    C.get_or_init(|| {
+        let codec = request_state::parse_ring(
+            "k1 AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKiss",
+            "fuzz",
+        )
+        .expect("a key ring");
+        request_state::Confirmations::new(codec, Duration::from_secs(300))
+    })
+}
+
+fuzz_target!(|token: &str| {
+    let c = confirmations();
+    let args = json!({"path": "a.txt"});
+    assert!(
+        c.open(token, "principal", "write_file", &args).is_err(),
+        "a token this server never sealed was accepted: {token:?}"
+    );
+    // A real token with the fuzz input spliced into it is refused too.
+    let real = c.seal("principal", "write_file", &args);
+    let at = token.len() % (real.len() + 1);
+    if let Some((head, tail)) = real.split_at_checked(at) {
+        let forged = format!("{head}{token}{tail}");
+        if forged != real {
+            assert!(c.open(&forged, "principal", "write_file", &args).is_err());
+        }
+    }
+});
