@@ -111,6 +111,18 @@ impl ToolsetHandle {
         &self.id
     }
 
+    /// Whether what it publishes into is still there: the toolset's instance, the
+    /// dispatcher and (per session) the session. Once not, it never is again (the host is
+    /// shutting down, or the session closed): a failure to republish then is no fault.
+    pub fn is_live(&self) -> bool {
+        self.instance.strong_count() > 0
+            && self.global.strong_count() > 0
+            && self
+                .session
+                .as_ref()
+                .is_none_or(|s| s.upgrade().is_some_and(|s| !s.is_closed()))
+    }
+
     /// Re-reads the toolset's tools ([`Toolset::tools`]) and republishes them in place of
     /// the old ones, all or none. Returns how many tools it now has. Refused when the
     /// dispatcher or the session is gone, or when a tool is (its message says why).

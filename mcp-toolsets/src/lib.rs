@@ -41,6 +41,7 @@ pub use confine::ServerSandbox;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -483,6 +484,8 @@ struct Server {
     left_out: Mutex<Vec<(String, String)>>,
     /// Given by the dispatcher when the toolset was bound; announces changed tools.
     handle: Mutex<Option<ToolsetHandle>>,
+    /// How many `tools/list_changed` notifications it has sent.
+    list_changes: AtomicU64,
 }
 
 impl std::fmt::Debug for McpToolset {
@@ -576,6 +579,7 @@ impl Server {
             tools: Mutex::new(Vec::new()),
             left_out: Mutex::new(Vec::new()),
             handle: Mutex::new(None),
+            list_changes: AtomicU64::new(0),
             confined: Mutex::new(match &config.url {
                 Some(url) => format!("remote ({url}: not confined by toolhost)"),
                 None => "not started".into(),
@@ -583,8 +587,12 @@ impl Server {
             sandbox,
             config,
         });
-        let live = server.connect(Arc::downgrade(&server)).await?;
-        *server.conn.lock().await = Conn::Up(live);
+        {
+            // Held while it starts: a list change it announces meanwhile is re-listed once it
+            // is up, not refused as "down".
+            let mut conn = server.conn.lock().await;
+            *conn = Conn::Up(server.connect(Arc::downgrade(&server)).await?);
+        }
         Ok(server)
     }
 
@@ -595,14 +603,18 @@ impl Server {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        match handle.map(|h| h.tools_changed()) {
-            Some(Ok(n)) => {
+        let Some(handle) = handle else { return };
+        match handle.tools_changed() {
+            Ok(n) => {
                 tracing::info!(server = %self.config.id, tools = n, "{why}: tools republished")
             }
-            Some(Err(e)) => {
+            // The dispatcher (or the session) is gone: toolhost is shutting down.
+            Err(e) if !handle.is_live() => {
+                tracing::debug!(server = %self.config.id, "{why}: not republished: {e}")
+            }
+            Err(e) => {
                 tracing::warn!(server = %self.config.id, "{why}: republishing tools failed: {e}")
             }
-            None => {}
         }
     }
 
@@ -610,6 +622,7 @@ impl Server {
     fn on_list_changed(me: Weak<Server>) -> Arc<dyn Fn() + Send + Sync> {
         Arc::new(move || {
             let Some(this) = me.upgrade() else { return };
+            this.list_changes.fetch_add(1, Ordering::AcqRel);
             let runtime = this.runtime.clone();
             runtime.spawn(async move {
                 if let Err(e) = this.relist().await {
@@ -623,8 +636,11 @@ impl Server {
 
     async fn relist(&self) -> Result<(), String> {
         let conn = self.conn.lock().await;
-        let Conn::Up(live) = &*conn else {
-            return Err("server is down".into());
+        let live = match &*conn {
+            Conn::Up(live) => live,
+            // Stopped on purpose (toolhost is exiting): nothing to re-list, nothing wrong.
+            Conn::Down { reason, .. } if reason == STOPPED => return Ok(()),
+            Conn::Down { .. } => return Err("server is down".into()),
         };
         let tools = live
             .service
@@ -654,11 +670,24 @@ impl Server {
         *self.left_out.lock().unwrap_or_else(PoisonError::into_inner) = left_out;
     }
 
+    /// Starts (or reaches) the server and lists its tools. A change it announced while
+    /// starting, which its first listing may predate, is listed again before it counts
+    /// as up, so the host publishes what the server has now.
     async fn connect(&self, me: Weak<Server>) -> Result<Live, McpError> {
-        match self.config.url.clone() {
+        let changes = self.list_changes.load(Ordering::Acquire);
+        let live = match self.config.url.clone() {
             Some(url) => self.connect_http(&url, me).await,
             None => self.connect_child(me).await,
+        }?;
+        if self.list_changes.load(Ordering::Acquire) != changes {
+            match live.service.peer().list_all_tools().await {
+                Ok(tools) => self.keep_tools(tools),
+                Err(e) => {
+                    tracing::warn!(server = %self.config.id, "re-listing tools after a change announced at start failed: {e}")
+                }
+            }
         }
+        Ok(live)
     }
 
     /// Reaches the server over streamable HTTP: `server/discover` first (2026-07-28), then
@@ -953,7 +982,7 @@ impl Toolset for McpToolset {
             let down = Conn::Down {
                 since: Instant::now(),
                 backoff: Duration::from_secs(30),
-                reason: "stopped".into(),
+                reason: STOPPED.into(),
             };
             if let Conn::Up(live) = std::mem::replace(&mut *conn, down) {
                 if let Some(Ok(mut child)) = live.child.as_ref().map(|c| c.try_lock()) {
@@ -964,6 +993,9 @@ impl Toolset for McpToolset {
         }
     }
 }
+
+/// Why a server stopped on purpose is down.
+const STOPPED: &str = "stopped";
 
 struct McpToolFactory {
     server: Arc<Server>,

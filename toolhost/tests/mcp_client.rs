@@ -122,6 +122,22 @@ fn server_tools_are_published_under_the_prefix_and_annotations_are_not_trusted_b
     );
 }
 
+/// A server that announces a change while it starts (as servers that register their
+/// tools then do) is re-listed once it is up, not refused as "down", and a command that
+/// ends at once stops it without a warning about republishing into a host that is gone.
+#[test]
+fn a_list_change_announced_while_a_server_starts_warns_of_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "args = [\"--grow-at-start\"]");
+    for _ in 0..5 {
+        let out = toolhost(dir.path(), &["list"]);
+        let log = text_of(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{log}");
+        assert!(!log.contains("WARN"), "{log}");
+        assert!(text_of(&out.stdout).contains("fx__echo"));
+    }
+}
+
 #[test]
 fn a_server_that_never_initializes_is_reported_and_the_others_still_load() {
     let dir = tempfile::tempdir().unwrap();
