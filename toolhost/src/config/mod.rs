@@ -679,6 +679,25 @@ mod tests {
     }
 
     #[test]
+    fn readme_sandbox_blocks_load_as_written() {
+        let c = parse(readme_block("**Plugin workers.**")).unwrap();
+        assert_eq!(
+            c.plugins["fetcher"].sandbox,
+            Some(PluginGrant::Classes(plugin_host::WorkerGrant::default()))
+        );
+        assert_eq!(c.plugins["http-client"].tcp_ports, Some(vec![443]));
+        assert_eq!(c.plugins["legacy"].sandbox, Some(PluginGrant::Unconfined));
+        let c = parse(readme_block("**Commands**")).unwrap();
+        assert!(c.sandbox.network);
+        assert_eq!(
+            c.sandbox.per_tool["shell"],
+            dispatcher_core::SandboxMode::WorkspaceWrite
+        );
+        // `~` is expanded when the file is loaded (relative to it), not when it is parsed.
+        assert_eq!(c.mcp_servers[0].writable_roots, [PathBuf::from("~/.npm")]);
+    }
+
+    #[test]
     fn a_bad_value_names_its_key_and_line() {
         let e = parse("max_concurrency = 2\n[timeouts.per_tool]\nshell = -1")
             .unwrap_err()
