@@ -129,9 +129,14 @@ impl<E: std::fmt::Display> From<E> for UsageError {
 /// Logs go to stderr (stdout may be speaking MCP), filtered by `TOOLHOST_LOG` (default
 /// `warn`). Colour codes only reach a terminal: an MCP client that keeps a server's stderr
 /// in a log file, or a pipe into `grep`, gets plain text; `NO_COLOR` turns them off anywhere.
+///
+/// By default the protocol library's own service loop logs errors only: its warnings are
+/// about what a peer did (each error response sent to a client, an answer arriving for a
+/// request toolhost stopped waiting for as it exits), which toolhost reports in its own
+/// words where it matters; `TOOLHOST_LOG=warn` shows them.
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLHOST_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG));
     let colour = std::io::stderr().is_terminal()
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     tracing_subscriber::fmt()
@@ -141,6 +146,9 @@ fn init_logging() {
         .with_target(false)
         .init();
 }
+
+/// The log filter without `TOOLHOST_LOG`.
+const DEFAULT_LOG: &str = "warn,rmcp::service=error";
 
 fn main() -> ExitCode {
     init_logging();
