@@ -20,14 +20,29 @@ use tool_api::Placement;
 #[derive(Debug, Clone, Serialize)]
 pub struct Programs {
     /// `host`, `read-only` or `workspace-write`.
-    pub mode: String,
-    /// Whether they may open connections (not under `host`: there, anything goes).
+    pub mode: SandboxMode,
+    /// Whether they may open connections (under `host`, anything goes).
     pub network: bool,
-    /// `enforced`, `partial`, `unsandboxed` (allowed by `allow_unsandboxed`), `refused`
-    /// (cannot be enforced here: commands are not run) or `host` (the user's rights).
-    pub state: String,
+    /// How far that holds here.
+    pub state: ProgramsState,
     /// What holds them, or why nothing does.
     pub detail: String,
+}
+
+/// How far the sandbox of a tool's programs holds on this kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProgramsState {
+    /// Everything holds.
+    Enforced,
+    /// Some of it holds; the detail names what does not.
+    Partial,
+    /// It cannot be enforced here and `allow_unsandboxed` runs them unconfined.
+    Unsandboxed,
+    /// It cannot be enforced here, so commands are not run.
+    Refused,
+    /// Mode `host`: no OS sandbox, your rights.
+    Host,
 }
 
 /// The programs' sandbox for a tool in `workspace` under `config`.
@@ -38,9 +53,9 @@ pub fn programs(config: &SandboxConfig, tool: &str, workspace: &Path) -> Program
         SandboxMode::WorkspaceWrite => CommandMode::WorkspaceWrite,
         other => {
             return Programs {
-                mode: other.to_string(),
+                mode: other,
                 network: true,
-                state: "host".into(),
+                state: ProgramsState::Host,
                 detail: "host: no OS sandbox, they run with your rights".into(),
             };
         }
@@ -54,20 +69,21 @@ pub fn programs(config: &SandboxConfig, tool: &str, workspace: &Path) -> Program
     };
     let confinement = policy.confinement(&std::env::temp_dir(), None);
     let (state, detail) = match sandbox::expected(&confinement) {
-        Ok(e) => (e.state.to_string(), e.summary()),
+        Ok(e) if e.state == sandbox::State::Enforced => (ProgramsState::Enforced, e.summary()),
+        Ok(e) => (ProgramsState::Partial, e.summary()),
         Err(missing) if config.allow_unsandboxed => (
-            "unsandboxed".to_string(),
+            ProgramsState::Unsandboxed,
             format!("UNSANDBOXED (allow_unsandboxed = true): {missing}"),
         ),
         Err(missing) => (
-            "refused".to_string(),
+            ProgramsState::Refused,
             format!(
                 "refused: {missing}; commands are not run (allow_unsandboxed = true in [sandbox] accepts the risk)"
             ),
         ),
     };
     Programs {
-        mode: mode.to_string(),
+        mode,
         network: config.network,
         state,
         detail,
@@ -96,7 +112,7 @@ fn tool_line(listing: &ToolListing, config: &SandboxConfig, workspace: &Path) ->
             let class = listing.definition.side_effects;
             if class == tool_api::SideEffect::Execute {
                 let p = programs(config, &listing.definition.name, workspace);
-                let network = if p.network && p.mode != "host" {
+                let network = if p.network && p.state != ProgramsState::Host {
                     " + network"
                 } else {
                     ""
@@ -114,16 +130,21 @@ fn tool_line(listing: &ToolListing, config: &SandboxConfig, workspace: &Path) ->
     }
 }
 
-/// What a worker grant lets it do, in words.
+/// What a worker grant (as `plugin_host::WorkerGrant` shows it) lets it do, in words.
 fn grant_words(grant: &str) -> String {
     match grant {
         "context only" => "only use its context (no files, network or programs of its own)".into(),
-        other => format!("{other} (nothing else but its context)"),
+        "network" => "use its context and open outbound connections".into(),
+        "execute" => "use its context and start programs (under workspace-write)".into(),
+        "network, execute" => {
+            "use its context, open outbound connections and start programs".into()
+        }
+        other => format!("use its context and {other}"),
     }
 }
 
 /// The mechanisms this kernel enforces, one line each.
-pub fn mechanism_lines() -> Vec<String> {
+fn mechanism_lines() -> Vec<String> {
     sandbox::probe()
         .mechanisms()
         .into_iter()
@@ -195,10 +216,8 @@ pub fn anything_unsandboxed(
         Placement::Server { sandbox } => sandbox.starts_with("unsandboxed"),
         Placement::InProcess if l.definition.side_effects == tool_api::SideEffect::Execute => {
             matches!(
-                programs(config, &l.definition.name, workspace)
-                    .state
-                    .as_str(),
-                "unsandboxed" | "refused"
+                programs(config, &l.definition.name, workspace).state,
+                ProgramsState::Unsandboxed | ProgramsState::Refused
             )
         }
         _ => false,
