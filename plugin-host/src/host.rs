@@ -113,7 +113,7 @@ impl PluginHost {
     /// does the start of worker processes; libraries load one after another (see
     /// `open_all`); registration runs in directory order, so which of two clashing packages
     /// is refused does not depend on timing. Digests of unchanged files and the layout
-    /// checks libraries passed are remembered in the cache directory ([`digest`],
+    /// checks libraries passed are remembered in the cache directory ([`digest`](crate::digest),
     /// [`layouts`]).
     pub fn load_into(&self, dispatcher: &Dispatcher) -> LoadReport {
         let digests = Digests::load(self.cache_dir.join(DIGESTS_FILE));

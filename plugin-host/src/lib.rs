@@ -4,7 +4,7 @@
 //! `cargo xtask plugin package`) with a [`Manifest`] (`plugin.toml`), a `cdylib` built
 //! against `tool-api`, and optionally a signature (`plugin.sig`, see [`trust`]).
 //! [`PluginHost::load_into`] scans the directories and registers every good package's tools
-//! in a [`Dispatcher`], through the same factory trait as built-ins, and returns a
+//! in a [`Dispatcher`](dispatcher_core::Dispatcher), through the same factory trait as built-ins, and returns a
 //! [`LoadReport`]: for each package, loaded (with its tools, where it runs and who signed
 //! it) or refused with a [`Refusal`] its author can act on. One bad package never stops the
 //! others.

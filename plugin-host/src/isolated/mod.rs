@@ -1,8 +1,8 @@
-//! The host side of isolation `process`: a plugin's tools as [`ToolFactory`]s whose calls
+//! The host side of isolation `process`: a plugin's tools as [`ToolFactory`](tool_api::ToolFactory)s whose calls
 //! run in a worker process (see [`crate::worker`] and [`crate::protocol`]).
 //!
 //! One [`PluginWorker`] per loaded package owns the worker process. A call is one
-//! [`ToWorker::Execute`] frame and one [`FromWorker::Done`] frame; the host answers the
+//! [`ToWorker::Execute`](crate::protocol::ToWorker::Execute) frame and one [`FromWorker::Done`](crate::protocol::FromWorker::Done) frame; the host answers the
 //! tool's callbacks in between on the call's own thread, through the call's real context,
 //! so file access has exactly the confinement and class checks of an in-process call.
 //!

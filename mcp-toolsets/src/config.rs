@@ -1,0 +1,170 @@
+//! One `[[mcp_servers]]` entry ([`McpServerConfig`]), its defaults, and the nesting limit
+//! that keeps a configuration from starting toolhost as its own server without end.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use dispatcher_core::config::{Seconds, SupportedSandbox};
+use serde::Deserialize;
+use tool_api::SideEffect;
+
+/// Environment variable counting how deep this process is in a chain of toolhosts started
+/// as each other's MCP servers (toolhost-in-toolhost). Children get it incremented.
+pub const NESTING_ENV: &str = "TOOLHOST_NESTING";
+/// A toolhost this deep starts no MCP servers: a configuration that lists toolhost as its own
+/// MCP server would otherwise start copies of itself without end.
+pub const MAX_NESTING: u32 = 3;
+
+/// This process's nesting depth (0 when not started by a toolhost).
+pub fn nesting() -> u32 {
+    std::env::var(NESTING_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Seconds a server may take to start and initialize, unless configured.
+pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Seconds a call may take, unless configured.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One `[[mcp_servers]]` entry. Bad values are refused while it is deserialized.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerConfig {
+    /// Toolset id (what session allowlists and messages name).
+    #[serde(deserialize_with = "dispatcher_core::config::non_empty")]
+    pub id: String,
+    /// Prefix of its published tool names ([`dispatcher_core::toolset::check_prefix`]).
+    #[serde(deserialize_with = "prefix")]
+    pub prefix: String,
+    /// The program to run (or `url`).
+    #[serde(default)]
+    pub command: String,
+    /// A streamable HTTP endpoint instead of a program (`http://` or `https://`).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// With `url`: the environment variable holding a bearer token to send.
+    #[serde(default)]
+    pub bearer_token_env: Option<String>,
+    /// Its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Extra environment variables.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Working directory (default: toolhost's).
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// Time to start and initialize (default [`DEFAULT_STARTUP_TIMEOUT`]).
+    #[serde(default = "default_startup", rename = "startup_timeout_secs")]
+    pub startup_timeout: Seconds,
+    /// Time a call may take (default [`DEFAULT_CALL_TIMEOUT`]).
+    #[serde(default = "default_call", rename = "call_timeout_secs")]
+    pub call_timeout: Seconds,
+    /// Per-tool side-effect classes; win over the server's annotations.
+    #[serde(default)]
+    pub side_effects: BTreeMap<String, SideEffect>,
+    /// Where a stdio server runs: `host`, `read-only` or `workspace-write` (default: the
+    /// host's).
+    #[serde(default)]
+    pub sandbox: Option<SupportedSandbox>,
+    /// Whether it may open connections (default: the host's setting).
+    #[serde(default)]
+    pub network: Option<bool>,
+    /// More directories it may read, besides the host's.
+    #[serde(default)]
+    pub readable_roots: Vec<PathBuf>,
+    /// More directories it may write under `workspace-write`, besides the host's.
+    #[serde(default)]
+    pub writable_roots: Vec<PathBuf>,
+    /// Start it unconfined where its sandbox cannot be enforced (default: the host's).
+    #[serde(default)]
+    pub allow_unsandboxed: Option<bool>,
+}
+
+fn default_startup() -> Seconds {
+    Seconds(DEFAULT_STARTUP_TIMEOUT)
+}
+
+fn default_call() -> Seconds {
+    Seconds(DEFAULT_CALL_TIMEOUT)
+}
+
+fn prefix<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    dispatcher_core::toolset::check_prefix(&s).map_err(serde::de::Error::custom)?;
+    Ok(s)
+}
+
+impl McpServerConfig {
+    /// A server `id` running `command`, published under `prefix`, with every default.
+    pub fn new(
+        id: impl Into<String>,
+        prefix: impl Into<String>,
+        command: impl Into<String>,
+    ) -> Self {
+        McpServerConfig {
+            id: id.into(),
+            prefix: prefix.into(),
+            command: command.into(),
+            url: None,
+            bearer_token_env: None,
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            cwd: None,
+            startup_timeout: default_startup(),
+            call_timeout: default_call(),
+            side_effects: BTreeMap::new(),
+            sandbox: None,
+            network: None,
+            readable_roots: Vec::new(),
+            writable_roots: Vec::new(),
+            allow_unsandboxed: None,
+        }
+    }
+
+    /// A server `id` reached at `url` (streamable HTTP), published under `prefix`.
+    pub fn http(id: impl Into<String>, prefix: impl Into<String>, url: impl Into<String>) -> Self {
+        let mut config = McpServerConfig::new(id, prefix, "");
+        config.url = Some(url.into());
+        config
+    }
+
+    /// What is wrong with an entry whose fields are each well-formed: it needs exactly one
+    /// of `command` and `url`, an `http(s)://` URL, and a token variable only with a URL.
+    pub fn problem(&self) -> Option<String> {
+        match (&self.url, self.command.trim().is_empty()) {
+            (Some(_), false) => Some("set `command` or `url`, not both".into()),
+            (None, true) => Some(
+                "set `command` (a program to run) or `url` (a streamable HTTP endpoint)".into(),
+            ),
+            (Some(url), true) if !(url.starts_with("http://") || url.starts_with("https://")) => {
+                Some(format!(
+                    "`url` must start with http:// or https://, found {url:?}"
+                ))
+            }
+            (None, false) if self.bearer_token_env.is_some() => {
+                Some("`bearer_token_env` goes with `url`, not with `command`".into())
+            }
+            (Some(_), true)
+                if self.sandbox.is_some()
+                    || self.network.is_some()
+                    || !self.readable_roots.is_empty()
+                    || !self.writable_roots.is_empty()
+                    || self.allow_unsandboxed.is_some() =>
+            {
+                Some("the sandbox settings (`sandbox`, `network`, `readable_roots`, `writable_roots`, `allow_unsandboxed`) go with `command`: a server reached over `url` runs elsewhere".into())
+            }
+            _ => None,
+        }
+    }
+
+    pub(crate) fn startup_timeout(&self) -> Duration {
+        self.startup_timeout.0
+    }
+    pub(crate) fn call_timeout(&self) -> Duration {
+        self.call_timeout.0
+    }
+}

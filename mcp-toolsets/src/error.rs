@@ -1,0 +1,48 @@
+//! Why a server could not be used: [`McpError`].
+
+use dispatcher_core::config::Seconds;
+
+/// Why a server could not be used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum McpError {
+    /// The command could not be started.
+    #[error("MCP server '{id}': cannot start `{command}`: {detail}")]
+    Spawn {
+        /// Server id.
+        id: String,
+        /// The command.
+        command: String,
+        /// The OS error.
+        detail: String,
+    },
+    /// It did not initialize in time.
+    #[error(
+        "MCP server '{id}' did not finish initializing within {timeout} (startup_timeout_secs); it was stopped"
+    )]
+    StartupTimeout {
+        /// Server id.
+        id: String,
+        /// The timeout.
+        timeout: Seconds,
+    },
+    /// Its sandbox could not be made, or cannot be enforced here.
+    #[error(
+        "MCP server '{id}' was not started: its sandbox ({mode}) {detail}. It is never started unconfined unless allowed: set `allow_unsandboxed = true` on its [[mcp_servers]] entry (or in [sandbox]) to accept the risk, or `sandbox = \"host\"` to run it with your rights"
+    )]
+    Sandbox {
+        /// Server id.
+        id: String,
+        /// The mode it was to run in.
+        mode: String,
+        /// What is missing or failed.
+        detail: String,
+    },
+    /// Initialization or listing failed.
+    #[error("MCP server '{id}' failed to initialize: {detail}")]
+    Initialize {
+        /// Server id.
+        id: String,
+        /// What failed.
+        detail: String,
+    },
+}

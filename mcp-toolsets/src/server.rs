@@ -1,0 +1,492 @@
+//! The connection to one server, shared by its toolset and its tools' factories
+//! ([`Server`]): starting it (in its sandbox) or reaching it, listing its tools, calling
+//! them (restarting a dead server with backoff), re-listing on a change, stopping it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use dispatcher_core::ToolsetHandle;
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
+    ClientRequest, ServerResult,
+};
+use rmcp::service::{PeerRequestOptions, ServiceExt};
+use serde_json::Value;
+use tool_api::ToolError;
+
+use crate::client::{ClientSide, Live, install_tls_provider, listed, listen_for_tool_changes};
+use crate::config::{MAX_NESTING, McpServerConfig, NESTING_ENV, nesting};
+use crate::confine::{self, ServerSandbox};
+use crate::error::McpError;
+
+/// What a `tools/call` round got.
+pub(crate) enum Called {
+    Complete(CallToolResult),
+    InputRequired(rmcp::model::InputRequiredResult),
+}
+
+enum Conn {
+    Up(Live),
+    Down {
+        since: Instant,
+        backoff: Duration,
+        reason: String,
+    },
+}
+
+/// The connection to one server, shared by the toolset and the factories of its tools.
+pub(crate) struct Server {
+    pub(crate) config: McpServerConfig,
+    /// Its sandbox settings (stdio servers).
+    sandbox: ServerSandbox,
+    /// What the running process is confined by (`host (unconfined)`, `workspace-write`…).
+    confined: Mutex<String>,
+    pub(crate) runtime: tokio::runtime::Handle,
+    conn: tokio::sync::Mutex<Conn>,
+    /// The server's last listing: the tools to publish.
+    pub(crate) tools: Mutex<Vec<rmcp::model::Tool>>,
+    /// The tools of that listing left out, each with why (see [`schema_problem`]), decided
+    /// once per listing.
+    pub(crate) left_out: Mutex<Vec<(String, String)>>,
+    /// Given by the dispatcher when the toolset was bound; announces changed tools.
+    pub(crate) handle: Mutex<Option<ToolsetHandle>>,
+    /// How many `tools/list_changed` notifications it has sent.
+    list_changes: AtomicU64,
+}
+
+async fn exit_status(child: Option<&tokio::sync::Mutex<tokio::process::Child>>) -> String {
+    let Some(child) = child else {
+        return "still running (reached over HTTP)".to_string();
+    };
+    let mut child = child.lock().await;
+    match tokio::time::timeout(Duration::from_millis(500), child.wait()).await {
+        Ok(Ok(status)) => status.to_string(),
+        Ok(Err(e)) => format!("unknown exit status ({e})"),
+        Err(_) => "still running but not answering".to_string(),
+    }
+}
+
+/// Why an MCP tool cannot be published as it is, if it cannot: its input schema is outside
+/// the subset the dispatcher publishes (what model providers accept), or not a schema.
+fn schema_problem(tool: &rmcp::model::Tool) -> Option<String> {
+    let name = tool.name.as_ref();
+    let schema = Value::Object((*tool.input_schema).clone());
+    dispatcher_core::schema::check_subset(name, &schema)
+        .and_then(|()| dispatcher_core::schema::InputValidator::compile(name, &schema).map(drop))
+        .err()
+        .map(|e| e.to_string())
+}
+
+/// Why a server stopped on purpose is down.
+const STOPPED: &str = "stopped";
+
+impl Server {
+    /// What its process runs in (see [`McpToolset::confinement`]).
+    pub(crate) fn confinement(&self) -> String {
+        self.confined
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(crate) async fn start(
+        config: McpServerConfig,
+        sandbox: ServerSandbox,
+    ) -> Result<Arc<Server>, McpError> {
+        if config.url.is_none() && nesting() >= MAX_NESTING {
+            return Err(McpError::Initialize {
+                id: config.id.clone(),
+                detail: format!(
+                    "not started: this toolhost is {} levels deep in toolhosts started as MCP servers ({NESTING_ENV}); \
+                     a configuration that starts toolhost as its own MCP server would recurse without end",
+                    nesting()
+                ),
+            });
+        }
+        let server = Arc::new(Server {
+            runtime: tokio::runtime::Handle::current(),
+            conn: tokio::sync::Mutex::new(Conn::Down {
+                since: Instant::now(),
+                backoff: Duration::ZERO,
+                reason: "not started".into(),
+            }),
+            tools: Mutex::new(Vec::new()),
+            left_out: Mutex::new(Vec::new()),
+            handle: Mutex::new(None),
+            list_changes: AtomicU64::new(0),
+            confined: Mutex::new(match &config.url {
+                Some(url) => format!("remote ({url}: not confined by toolhost)"),
+                None => "not started".into(),
+            }),
+            sandbox,
+            config,
+        });
+        {
+            // Held while it starts: a list change it announces meanwhile is re-listed once it
+            // is up, not refused as "down".
+            let mut conn = server.conn.lock().await;
+            *conn = Conn::Up(server.connect(Arc::downgrade(&server)).await?);
+        }
+        Ok(server)
+    }
+
+    /// Republishes the tools through the handle, if the toolset is bound.
+    fn announce(&self, why: &str) {
+        let handle = self
+            .handle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let Some(handle) = handle else { return };
+        match handle.tools_changed() {
+            Ok(n) => {
+                tracing::info!(server = %self.config.id, tools = n, "{why}: tools republished")
+            }
+            // The dispatcher (or the session) is gone: toolhost is shutting down.
+            Err(e) if !handle.is_live() => {
+                tracing::debug!(server = %self.config.id, "{why}: not republished: {e}")
+            }
+            Err(e) => {
+                tracing::warn!(server = %self.config.id, "{why}: republishing tools failed: {e}")
+            }
+        }
+    }
+
+    /// What `notifications/tools/list_changed` does: re-list, then republish.
+    fn on_list_changed(me: Weak<Server>) -> Arc<dyn Fn() + Send + Sync> {
+        Arc::new(move || {
+            let Some(this) = me.upgrade() else { return };
+            this.list_changes.fetch_add(1, Ordering::AcqRel);
+            let runtime = this.runtime.clone();
+            runtime.spawn(async move {
+                if let Err(e) = this.relist().await {
+                    tracing::warn!(server = %this.config.id, "re-listing tools failed: {e}");
+                    return;
+                }
+                this.announce("tools/list_changed");
+            });
+        })
+    }
+
+    async fn relist(&self) -> Result<(), String> {
+        let conn = self.conn.lock().await;
+        let live = match &*conn {
+            Conn::Up(live) => live,
+            // Stopped on purpose (toolhost is exiting): nothing to re-list, nothing wrong.
+            Conn::Down { reason, .. } if reason == STOPPED => return Ok(()),
+            Conn::Down { .. } => return Err("server is down".into()),
+        };
+        let tools = live
+            .service
+            .peer()
+            .list_all_tools()
+            .await
+            .map_err(|e| e.to_string())?;
+        self.keep_tools(tools);
+        Ok(())
+    }
+
+    /// Keeps a fresh listing of the server's tools: those to publish, and those left out
+    /// (logged).
+    fn keep_tools(&self, listed: Vec<rmcp::model::Tool>) {
+        let mut tools = Vec::with_capacity(listed.len());
+        let mut left_out = Vec::new();
+        for tool in listed {
+            match schema_problem(&tool) {
+                None => tools.push(tool),
+                Some(why) => {
+                    tracing::warn!(server = %self.config.id, "{why}: left out, the server's other tools are published");
+                    left_out.push((tool.name.to_string(), why));
+                }
+            }
+        }
+        *self.tools.lock().unwrap_or_else(PoisonError::into_inner) = tools;
+        *self.left_out.lock().unwrap_or_else(PoisonError::into_inner) = left_out;
+    }
+
+    /// Starts (or reaches) the server and lists its tools. A change it announced while
+    /// starting, which its first listing may predate, is listed again before it counts
+    /// as up, so the host publishes what the server has now.
+    async fn connect(&self, me: Weak<Server>) -> Result<Live, McpError> {
+        let changes = self.list_changes.load(Ordering::Acquire);
+        let live = match self.config.url.clone() {
+            Some(url) => self.connect_http(&url, me).await,
+            None => self.connect_child(me).await,
+        }?;
+        if self.list_changes.load(Ordering::Acquire) != changes {
+            match live.service.peer().list_all_tools().await {
+                Ok(tools) => self.keep_tools(tools),
+                Err(e) => {
+                    tracing::warn!(server = %self.config.id, "re-listing tools after a change announced at start failed: {e}")
+                }
+            }
+        }
+        Ok(live)
+    }
+
+    /// Reaches the server over streamable HTTP: `server/discover` first (2026-07-28), then
+    /// `initialize` for a server that does not know it.
+    async fn connect_http(&self, url: &str, me: Weak<Server>) -> Result<Live, McpError> {
+        use rmcp::ClientServiceExt as _;
+        use rmcp::transport::StreamableHttpClientTransport;
+        use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+        let c = &self.config;
+        install_tls_provider();
+        let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_string());
+        if let Some(var) = &c.bearer_token_env {
+            let token = std::env::var(var).map_err(|_| McpError::Initialize {
+                id: c.id.clone(),
+                detail: format!(
+                    "bearer_token_env names {var}, which is not set in toolhost's environment"
+                ),
+            })?;
+            config.auth_header = Some(token);
+        }
+        let transport = StreamableHttpClientTransport::from_config(config);
+        let on_list_changed = Server::on_list_changed(me);
+        let client = ClientSide {
+            on_list_changed: on_list_changed.clone(),
+            answers_input: true,
+        };
+        let init = async {
+            let service = client
+                .serve_with_lifecycle(
+                    transport,
+                    rmcp::ClientLifecycleMode::Auto {
+                        preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+                        legacy_version: Some(rmcp::model::ProtocolVersion::V_2025_11_25),
+                    },
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            listed(service).await
+        };
+        match tokio::time::timeout(c.startup_timeout(), init).await {
+            Ok(Ok((service, tools))) => {
+                self.keep_tools(tools);
+                tracing::info!(server = %c.id, url, "MCP server reached over HTTP");
+                let listen =
+                    listen_for_tool_changes(&service, on_list_changed, &c.id, c.startup_timeout())
+                        .await;
+                Ok(Live {
+                    service,
+                    child: None,
+                    listen,
+                    _tmp: None,
+                })
+            }
+            Ok(Err(detail)) => Err(McpError::Initialize {
+                id: c.id.clone(),
+                detail: format!("{detail} (at {url})"),
+            }),
+            Err(_) => Err(McpError::StartupTimeout {
+                id: c.id.clone(),
+                timeout: c.startup_timeout,
+            }),
+        }
+    }
+
+    async fn connect_child(&self, me: Weak<Server>) -> Result<Live, McpError> {
+        let c = &self.config;
+        let confined = confine::confine(c, &self.sandbox)?;
+        let mut cmd = tokio::process::Command::new(&c.command);
+        cmd.args(&c.args)
+            .envs(&c.env)
+            .env(NESTING_ENV, (nesting() + 1).to_string())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .kill_on_drop(true);
+        if let Some(cwd) = &c.cwd {
+            cmd.current_dir(cwd);
+        }
+        if let Some(tmp) = &confined.tmp {
+            cmd.env("TMPDIR", tmp.path());
+        }
+        if let Some(prepared) = confined.prepared {
+            prepared.attach(cmd.as_std_mut());
+        }
+        let mut child = cmd.spawn().map_err(|e| McpError::Spawn {
+            id: c.id.clone(),
+            command: c.command.clone(),
+            detail: if e.kind() == std::io::ErrorKind::PermissionDenied && confined.tmp.is_some()
+            {
+                format!(
+                    "{e}: under its sandbox ({}) it may run only programs in the system directories, the workspace and its readable roots; add the program's directory to `readable_roots`",
+                    confined.label
+                )
+            } else {
+                e.to_string()
+            },
+        })?;
+        *self.confined.lock().unwrap_or_else(PoisonError::into_inner) = confined.label.clone();
+        let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+            return Err(McpError::Spawn {
+                id: c.id.clone(),
+                command: c.command.clone(),
+                detail: "no stdio pipes".into(),
+            });
+        };
+        let child = Arc::new(tokio::sync::Mutex::new(child));
+        let client = ClientSide {
+            on_list_changed: Server::on_list_changed(me),
+            answers_input: false,
+        };
+        let init = async {
+            let service = client
+                .serve((stdout, stdin))
+                .await
+                .map_err(|e| e.to_string())?;
+            listed(service).await
+        };
+        match tokio::time::timeout(c.startup_timeout(), init).await {
+            Ok(Ok((service, tools))) => {
+                self.keep_tools(tools);
+                tracing::info!(server = %c.id, "MCP server started");
+                // Started with `initialize` (2025 era): it notifies on the connection.
+                Ok(Live {
+                    service,
+                    child: Some(child),
+                    listen: None,
+                    _tmp: confined.tmp,
+                })
+            }
+            Ok(Err(detail)) => {
+                let status = exit_status(Some(&child)).await;
+                let _ = child.lock().await.kill().await;
+                Err(McpError::Initialize {
+                    id: c.id.clone(),
+                    detail: format!("{detail} (process: {status})"),
+                })
+            }
+            Err(_) => {
+                let _ = child.lock().await.kill().await;
+                Err(McpError::StartupTimeout {
+                    id: c.id.clone(),
+                    timeout: c.startup_timeout,
+                })
+            }
+        }
+    }
+
+    /// Calls a tool, restarting a dead server first (with backoff).
+    pub(crate) async fn call(
+        self: &Arc<Self>,
+        params: CallToolRequestParams,
+        cancel: Arc<tokio::sync::Notify>,
+    ) -> Result<Called, ToolError> {
+        let id = &self.config.id;
+        let (peer, child) = {
+            let mut conn = self.conn.lock().await;
+            if let Conn::Down {
+                since,
+                backoff,
+                reason,
+            } = &*conn
+            {
+                let wait = backoff.saturating_sub(since.elapsed());
+                if !wait.is_zero() {
+                    return Err(ToolError::failed(format!(
+                        "MCP server '{id}' is down ({reason}); next restart attempt in {:.1}s",
+                        wait.as_secs_f64()
+                    )));
+                }
+                let next_backoff =
+                    (*backoff * 2).clamp(Duration::from_secs(1), Duration::from_secs(30));
+                match self.connect(Arc::downgrade(self)).await {
+                    Ok(live) => {
+                        tracing::info!(server = %id, "MCP server restarted");
+                        *conn = Conn::Up(live);
+                        self.announce("restart");
+                    }
+                    Err(e) => {
+                        *conn = Conn::Down {
+                            since: Instant::now(),
+                            backoff: next_backoff,
+                            reason: e.to_string(),
+                        };
+                        return Err(ToolError::failed(format!(
+                            "{e}; retrying in {}s",
+                            next_backoff.as_secs()
+                        )));
+                    }
+                }
+            }
+            let Conn::Up(live) = &*conn else {
+                return Err(ToolError::failed(format!(
+                    "MCP server '{id}' is not running"
+                )));
+            };
+            (live.service.peer().clone(), live.child.clone())
+        };
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let sent = peer
+            .send_cancellable_request(
+                request,
+                PeerRequestOptions::with_timeout(self.config.call_timeout()),
+            )
+            .await;
+        let outcome = match sent {
+            Ok(handle) => {
+                let request_id = handle.id.clone();
+                tokio::select! {
+                    r = handle.await_response() => r,
+                    _ = cancel.notified() => {
+                        let _ = peer
+                            .notify_cancelled(CancelledNotificationParam::new(
+                                Some(request_id),
+                                Some("cancelled by toolhost".into()),
+                            ))
+                            .await;
+                        return Err(ToolError::Cancelled(format!("call to MCP server '{id}' cancelled")));
+                    }
+                }
+            }
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(ServerResult::CallToolResult(result)) => Ok(Called::Complete(result)),
+            Ok(ServerResult::InputRequiredResult(asked)) => Ok(Called::InputRequired(asked)),
+            Ok(_) => Err(ToolError::failed(format!(
+                "MCP server '{id}' answered tools/call with something else"
+            ))),
+            Err(e) => {
+                let status = exit_status(child.as_deref()).await;
+                let reason = format!("exited with {status}");
+                let died = !status.starts_with("still running");
+                if died {
+                    *self.conn.lock().await = Conn::Down {
+                        since: Instant::now(),
+                        backoff: Duration::ZERO,
+                        reason: reason.clone(),
+                    };
+                    Err(ToolError::failed(format!(
+                        "MCP server '{id}' {reason} during the call; it will be restarted on the next call"
+                    )))
+                } else {
+                    Err(ToolError::failed(format!("MCP server '{id}': {e}")))
+                }
+            }
+        }
+    }
+
+    /// Stops it now (synchronous, so it also works while the process is exiting); its
+    /// next call starts it again.
+    pub(crate) fn stop(&self) {
+        // Kill the child now: the connection task ends when its pipes close.
+        if let Ok(mut conn) = self.conn.try_lock() {
+            let down = Conn::Down {
+                since: Instant::now(),
+                backoff: Duration::from_secs(30),
+                reason: STOPPED.into(),
+            };
+            if let Conn::Up(live) = std::mem::replace(&mut *conn, down) {
+                if let Some(Ok(mut child)) = live.child.as_ref().map(|c| c.try_lock()) {
+                    let _ = child.start_kill();
+                }
+                live.service.cancellation_token().cancel();
+            }
+        }
+    }
+}
