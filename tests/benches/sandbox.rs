@@ -130,23 +130,27 @@ fn main() {
             (d, session)
         })
         .collect();
-    let call = |(d, session): &(Dispatcher, dispatcher_core::Session)| {
-        let tu = ToolUse::new(
-            "toolu_bench",
-            "bench_noop_suffix_000",
-            json!({"a": "x", "b": 1, "c": true}),
-        );
+    // One call on one side, timed; it must succeed.
+    let timed = |(d, session): &(Dispatcher, dispatcher_core::Session), tool: &str, input| {
+        let tu = ToolUse::new("toolu_bench", tool, input);
         let start = Instant::now();
         let result = rt.block_on(d.dispatch(tu, session));
         let spent = start.elapsed();
         assert!(!result.is_error(), "{}", result.text());
         spent
     };
+    let noop = |side| {
+        timed(
+            side,
+            "bench_noop_suffix_000",
+            json!({"a": "x", "b": 1, "c": true}),
+        )
+    };
     let (noop_sandboxed, noop_unconfined) = paired(
         plan.rounds,
         plan.calls,
-        || call(&sides[0]),
-        || call(&sides[1]),
+        || noop(&sides[0]),
+        || noop(&sides[1]),
     );
     drop(sides);
 
@@ -187,14 +191,7 @@ fn main() {
                 (d, session)
             })
             .collect();
-    let shell = |(d, session): &(Dispatcher, dispatcher_core::Session)| {
-        let tu = ToolUse::new("toolu_bench", "shell", json!({"command": "true"}));
-        let start = Instant::now();
-        let result = rt.block_on(d.dispatch(tu, session));
-        let spent = start.elapsed();
-        assert!(!result.is_error(), "{}", result.text());
-        spent
-    };
+    let shell = |side| timed(side, "shell", json!({"command": "true"}));
     let (shell_sandboxed, shell_host) = paired(
         plan.rounds.min(15),
         plan.commands,
