@@ -2,7 +2,7 @@
 //! ([`Server`]): starting it (in its sandbox) or reaching it, listing its tools, calling
 //! them (restarting a dead server with backoff), re-listing on a change, stopping it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -53,6 +53,10 @@ pub(crate) struct Server {
     pub(crate) handle: Mutex<Option<ToolsetHandle>>,
     /// How many `tools/list_changed` notifications it has sent.
     list_changes: AtomicU64,
+    /// Re-listings, one at a time.
+    relisting: tokio::sync::Mutex<()>,
+    /// Stopped on purpose ([`Server::stop`]): what fails after that is no fault.
+    stopped: AtomicBool,
 }
 
 async fn exit_status(child: Option<&tokio::sync::Mutex<tokio::process::Child>>) -> String {
@@ -77,9 +81,6 @@ fn schema_problem(tool: &rmcp::model::Tool) -> Option<String> {
         .err()
         .map(|e| e.to_string())
 }
-
-/// Why a server stopped on purpose is down.
-const STOPPED: &str = "stopped";
 
 impl Server {
     /// What its process runs in (see [`McpToolset::confinement`]).
@@ -115,6 +116,8 @@ impl Server {
             left_out: Mutex::new(Vec::new()),
             handle: Mutex::new(None),
             list_changes: AtomicU64::new(0),
+            relisting: tokio::sync::Mutex::new(()),
+            stopped: AtomicBool::new(false),
             confined: Mutex::new(match &config.url {
                 Some(url) => format!("remote ({url}: not confined by toolhost)"),
                 None => "not started".into(),
@@ -160,31 +163,38 @@ impl Server {
             this.list_changes.fetch_add(1, Ordering::AcqRel);
             let runtime = this.runtime.clone();
             runtime.spawn(async move {
-                if let Err(e) = this.relist().await {
-                    tracing::warn!(server = %this.config.id, "re-listing tools failed: {e}");
-                    return;
+                match this.relist().await {
+                    Ok(true) => this.announce("tools/list_changed"),
+                    Ok(false) => {}
+                    // Stopped on purpose meanwhile (toolhost is exiting): nothing wrong.
+                    Err(e) if this.stopped.load(Ordering::Acquire) => {
+                        tracing::debug!(server = %this.config.id, "not re-listed, stopped: {e}")
+                    }
+                    Err(e) => {
+                        tracing::warn!(server = %this.config.id, "re-listing tools failed: {e}")
+                    }
                 }
-                this.announce("tools/list_changed");
             });
         })
     }
 
-    async fn relist(&self) -> Result<(), String> {
-        let conn = self.conn.lock().await;
-        let live = match &*conn {
-            Conn::Up(live) => live,
-            // Stopped on purpose (toolhost is exiting): nothing to re-list, nothing wrong.
-            Conn::Down { reason, .. } if reason == STOPPED => return Ok(()),
+    /// Lists the server's tools again and keeps them; `Ok(false)` when it was stopped on
+    /// purpose (nothing to re-list, nothing wrong). Re-listings run one at a time, so an
+    /// older listing never replaces a newer one; the connection is locked only to reach
+    /// the peer, so stopping the server never waits for a listing.
+    async fn relist(&self) -> Result<bool, String> {
+        let _one_at_a_time = self.relisting.lock().await;
+        let peer = match &*self.conn.lock().await {
+            Conn::Up(live) => live.service.peer().clone(),
+            Conn::Down { .. } if self.stopped.load(Ordering::Acquire) => return Ok(false),
             Conn::Down { .. } => return Err("server is down".into()),
         };
-        let tools = live
-            .service
-            .peer()
-            .list_all_tools()
-            .await
-            .map_err(|e| e.to_string())?;
+        let tools = peer.list_all_tools().await.map_err(|e| e.to_string())?;
+        if self.stopped.load(Ordering::Acquire) {
+            return Ok(false);
+        }
         self.keep_tools(tools);
-        Ok(())
+        Ok(true)
     }
 
     /// Keeps a fresh listing of the server's tools: those to publish, and those left out
@@ -398,6 +408,7 @@ impl Server {
                     Ok(live) => {
                         tracing::info!(server = %id, "MCP server restarted");
                         *conn = Conn::Up(live);
+                        self.stopped.store(false, Ordering::Release);
                         self.announce("restart");
                     }
                     Err(e) => {
@@ -474,12 +485,13 @@ impl Server {
     /// Stops it now (synchronous, so it also works while the process is exiting); its
     /// next call starts it again.
     pub(crate) fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
         // Kill the child now: the connection task ends when its pipes close.
         if let Ok(mut conn) = self.conn.try_lock() {
             let down = Conn::Down {
                 since: Instant::now(),
                 backoff: Duration::from_secs(30),
-                reason: STOPPED.into(),
+                reason: "stopped".into(),
             };
             if let Conn::Up(live) = std::mem::replace(&mut *conn, down) {
                 if let Some(Ok(mut child)) = live.child.as_ref().map(|c| c.try_lock()) {
