@@ -168,7 +168,7 @@ impl WorkerPlan {
                 );
                 Ok(WorkerPlan {
                     grant,
-                    confinement: Err(missing.to_string()),
+                    confinement: Err(format!("allow_unsandboxed = true; {missing}")),
                 })
             }
             Err(missing) => Err(Refusal::Sandbox {

@@ -345,7 +345,14 @@ async fn a_plugin_run_unconfined_by_configuration_reaches_outside_and_every_repo
         status.sandbox_line()
     );
     match report.workers[0].placement() {
-        tool_api::Placement::Worker { state, .. } => assert_eq!(state, "unsandboxed"),
+        tool_api::Placement::Worker { state, detail, .. } => {
+            assert_eq!(state, "unsandboxed");
+            assert!(
+                detail.contains("unconfined by configuration")
+                    && !detail.contains("allow_unsandboxed"),
+                "{detail}"
+            );
+        }
         other => panic!("{other:?}"),
     }
 }

@@ -235,10 +235,7 @@ impl PluginWorker {
     /// [`PluginWorker::status`]).
     pub fn placement(&self) -> tool_api::Placement {
         let (state, detail) = match &self.plan.confinement {
-            Err(why) => (
-                "unsandboxed".to_string(),
-                format!("UNSANDBOXED (allow_unsandboxed = true): {why}"),
-            ),
+            Err(why) => ("unsandboxed".to_string(), format!("UNSANDBOXED: {why}")),
             Ok(c) => match sandbox::expected(c) {
                 Ok(e) => (e.state.to_string(), e.summary()),
                 Err(missing) => ("unsandboxed".to_string(), missing.to_string()),
