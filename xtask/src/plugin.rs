@@ -175,7 +175,7 @@ mod tests {{
          cargo test                                   # its tests, including what a host would refuse\n\
          # in the toolhost checkout ({root}):\n\
          cargo xtask plugin package {abs}             # -> {abs}/dist/{name}-0.1.0-<target>.tar.gz\n\
-         cargo install --path toolhost                # puts `toolhost` on PATH (once)\n\
+         cargo install --locked --path toolhost       # puts `toolhost` on PATH (once)\n\
          # back here:\n\
          toolhost --plugins dist list\n\
          toolhost --plugins dist call {tool_name}_greet --input '{{\"name\": \"Ada\"}}'\n```\n",
