@@ -45,21 +45,23 @@ impl Decision {
 
 /// What a [`Confirmer`] answers: a decision, and whether a user made it or the client
 /// answered from its configuration because it could not ask anyone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answer {
     /// The decision.
     pub decision: Decision,
-    /// `true` when no user was asked (e.g. an MCP client without elicitation, answered by
-    /// `[mcp] prompt_fallback`).
-    pub fallback: bool,
+    /// When no user was asked (e.g. an MCP client without elicitation, answered by
+    /// `[mcp] prompt_fallback`): why, and how to allow the call. A denied call's result
+    /// says it, so the model reads who decided.
+    pub fallback: Option<Arc<str>>,
 }
 
 impl Answer {
-    /// An answer the client's configuration gave because no user could be asked.
-    pub fn fallback(decision: Decision) -> Answer {
+    /// An answer the client's configuration gave because no user could be asked; `why`
+    /// says why nobody was asked and what to change to allow the call.
+    pub fn fallback(decision: Decision, why: impl Into<Arc<str>>) -> Answer {
         Answer {
             decision,
-            fallback: true,
+            fallback: Some(why.into()),
         }
     }
 }
@@ -69,7 +71,7 @@ impl From<Decision> for Answer {
     fn from(decision: Decision) -> Answer {
         Answer {
             decision,
-            fallback: false,
+            fallback: None,
         }
     }
 }
@@ -101,6 +103,8 @@ pub enum DecidedBy {
     Fallback {
         /// The client's name.
         client: String,
+        /// Why nobody was asked, and how to allow the call.
+        reason: Arc<str>,
     },
     /// Nobody answered within the confirmation timeout.
     Timeout,
@@ -111,10 +115,9 @@ pub enum DecidedBy {
 impl DecidedBy {
     fn answered(answer: Answer, client: &str) -> DecidedBy {
         let client = client.to_string();
-        if answer.fallback {
-            DecidedBy::Fallback { client }
-        } else {
-            DecidedBy::User { client }
+        match answer.fallback {
+            Some(reason) => DecidedBy::Fallback { client, reason },
+            None => DecidedBy::User { client },
         }
     }
 }
@@ -346,7 +349,7 @@ impl Resolution {
         match self {
             Resolution::Answered(
                 _,
-                DecidedBy::User { client } | DecidedBy::Fallback { client },
+                DecidedBy::User { client } | DecidedBy::Fallback { client, .. },
             ) => client.clone(),
             other => other.decision_name().to_string(),
         }

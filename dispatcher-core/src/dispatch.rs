@@ -505,6 +505,13 @@ impl Invocation {
                 self.session.state.grant(&tool.name);
                 Ok(by)
             }
+            Resolution::Answered(Decision::Deny, DecidedBy::Fallback { reason, .. }) => {
+                let message = format!(
+                    "Tool '{}' was not run: nobody could be asked to confirm it. {reason}",
+                    tool.name
+                );
+                Err(self.fail(ErrorClass::UserDenied, message))
+            }
             Resolution::Answered(Decision::Deny, _) => Err(self.fail(
                 ErrorClass::UserDenied,
                 "User denied this operation.".to_string(),

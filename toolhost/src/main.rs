@@ -26,7 +26,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
-use dispatcher_core::{DecidedBy, Dispatcher, EventKind, Session, SessionSpec, ToolUse};
+use dispatcher_core::{Dispatcher, Session, SessionSpec, ToolUse};
 use serde_json::{Value, json};
 
 use crate::config::Config;
@@ -495,14 +495,15 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
             } else if terminal::interactive() {
                 Arc::new(TerminalConfirmer)
             } else {
-                Arc::new(NoTerminalConfirmer)
+                Arc::new(NoTerminalConfirmer {
+                    config_file: file.display().to_string(),
+                })
             };
             let host = build_host(&sources, &session.workspace, Some(confirmer)).await?;
             let session = host.open_session("cli", &session)?;
-            let mut call = host
+            let call = host
                 .dispatcher
                 .invocation(ToolUse::new("toolu_cli_1", &name, input), &session);
-            let mut events = call.events();
             let run = call.run();
             tokio::pin!(run);
             let result = tokio::select! {
@@ -518,15 +519,6 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
                     return Ok(signal.exit_code());
                 }
             };
-            let fell_back = std::iter::from_fn(|| events.try_recv()).any(|e| {
-                matches!(
-                    &e.kind,
-                    EventKind::ConfirmationResolved {
-                        decided_by: DecidedBy::Fallback { .. },
-                        ..
-                    }
-                )
-            });
             if json {
                 println!(
                     "{}",
@@ -537,13 +529,6 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
             }
             if let Some(class) = result.error_class {
                 eprintln!("toolhost: '{name}' ended with {class}");
-                if fell_back {
-                    eprintln!(
-                        "toolhost: there is no terminal to ask for confirmation. Pass --yes to allow this call, \
-                         or set `{name} = \"auto\"` under [tool_confirmation.per_tool] in {}.",
-                        file.display()
-                    );
-                }
                 Ok(ExitCode::from(1))
             } else {
                 Ok(ExitCode::SUCCESS)

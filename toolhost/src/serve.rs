@@ -95,7 +95,10 @@ async fn serve_http(
     addr: SocketAddr,
 ) -> Result<ExitCode, UsageError> {
     let (listener, local, options) = listen(sources, args, addr).await?;
-    let routes = mcp::Routes::new(sources.config.mcp.prompt_fallback);
+    let routes = mcp::Routes::new(
+        sources.config.mcp.prompt_fallback,
+        sources.file.display().to_string(),
+    );
     let confirmer = Arc::new(mcp::McpConfirmer::new(routes.clone()));
     let host = build_host(sources, &args.session.workspace, Some(confirmer)).await?;
     let dispatcher = host.dispatcher.clone();
@@ -115,7 +118,6 @@ async fn serve_http(
         dispatcher.clone(),
         routes.clone(),
         confirmations(sources, &dispatcher)?,
-        sources.file.display().to_string(),
         mcp::Sessions::PerClient {
             open: Box::new(opener),
             by_principal: Default::default(),
@@ -186,7 +188,10 @@ async fn control_beside_stdio(
 async fn serve_mcp(sources: &Sources<'_>, serve: &ServeArgs) -> Result<ExitCode, UsageError> {
     let args = &serve.session;
     use rmcp::ServiceExt as _;
-    let routes = mcp::Routes::new(sources.config.mcp.prompt_fallback);
+    let routes = mcp::Routes::new(
+        sources.config.mcp.prompt_fallback,
+        sources.file.display().to_string(),
+    );
     let confirmer = Arc::new(mcp::McpConfirmer::new(routes.clone()));
     let host = build_host(sources, &args.workspace, Some(confirmer)).await?;
     let dispatcher = host.dispatcher.clone();
@@ -201,7 +206,6 @@ async fn serve_mcp(sources: &Sources<'_>, serve: &ServeArgs) -> Result<ExitCode,
         dispatcher.clone(),
         routes,
         confirmations(sources, &dispatcher)?,
-        sources.file.display().to_string(),
         mcp::Sessions::One(session),
     );
     let server = mcp::McpServer::new(shared);

@@ -69,18 +69,27 @@ impl Confirmer for YesConfirmer {
     }
 }
 
-/// Denies every request because there is no terminal to ask on: a fallback answer (the
-/// call's `tool.confirmation_resolved` event says so, and the CLI says how to allow the
-/// tool).
-pub struct NoTerminalConfirmer;
+/// Denies every request because there is no terminal to ask on: a fallback answer, whose
+/// reason (in the call's result and its `tool.confirmation_resolved` event) says so and
+/// how to allow the tool.
+pub struct NoTerminalConfirmer {
+    /// The config file, named in the advice.
+    pub config_file: String,
+}
 
 impl Confirmer for NoTerminalConfirmer {
     fn name(&self) -> &str {
         "no-terminal"
     }
 
-    fn confirm(&self, _request: ConfirmationRequest) -> ConfirmFuture {
-        Box::pin(async { Answer::fallback(Decision::Deny) })
+    fn confirm(&self, request: ConfirmationRequest) -> ConfirmFuture {
+        let tool = request.tool_name();
+        let why = format!(
+            "There is no terminal to ask on (stdin or stderr is not a terminal). Pass --yes to \
+             allow this call, or set `{tool} = \"auto\"` under [tool_confirmation.per_tool] in {}.",
+            self.config_file
+        );
+        Box::pin(async move { Answer::fallback(Decision::Deny, why) })
     }
 }
 

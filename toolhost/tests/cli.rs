@@ -77,11 +77,16 @@ fn write_without_terminal_is_denied_with_a_hint_and_exits_one() {
         ],
     );
     assert_eq!(out.status.code(), Some(1));
-    let err = text(&out.stderr);
+    // The hint is in the result the model reads, and says nobody was asked.
+    let result = text(&out.stdout);
     assert!(
-        err.contains("--yes") && err.contains("[tool_confirmation.per_tool]"),
-        "{err}"
+        result.contains("no terminal to ask")
+            && result.contains("--yes")
+            && result.contains("write_file = \"auto\"")
+            && result.contains("[tool_confirmation.per_tool]"),
+        "{result}"
     );
+    assert!(!result.contains("User denied"), "{result}");
     assert!(!dir.path().join("a.txt").exists());
 }
 

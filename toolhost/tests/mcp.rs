@@ -349,7 +349,11 @@ async fn a_2026_client_without_elicitation_gets_the_fallback() {
     .await;
     let r = service.call_tool(write_params("x.txt")).await.unwrap();
     assert_eq!(r.is_error, Some(true));
-    assert!(text(&r).contains("mcp.prompt_fallback"), "{}", text(&r));
+    assert!(
+        text(&r).contains("prompt_fallback = \"deny\""),
+        "{}",
+        text(&r)
+    );
     assert!(!ws.path().join("x.txt").exists());
     service.cancel().await.unwrap();
 }
@@ -367,11 +371,33 @@ async fn without_elicitation_the_fallback_denies_and_names_the_keys_that_allow()
     assert_eq!(r.is_error, Some(true));
     let t = text(&r);
     assert!(
-        t.contains("mcp.prompt_fallback") && t.contains("write_file = \"auto\""),
+        t.contains("cannot ask its user")
+            && t.contains("prompt_fallback = \"deny\"")
+            && t.contains("write_file = \"auto\""),
         "{t}"
     );
+    assert!(!t.contains("User denied"), "nobody was asked: {t}");
     assert!(!ws.path().join("x.txt").exists());
     service.cancel().await.unwrap();
+}
+
+#[test]
+fn the_fallback_explains_itself_to_a_client_that_sends_no_progress_token() {
+    let ws = workspace();
+    let call = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"write_file","arguments":{"path":"x.txt","content":"x"}}}"#;
+    let seen = raw_exchange(ws.path(), vec![call.to_vec()], 7);
+    let answer = seen.iter().find(|v| v["id"] == 7).unwrap();
+    let t = answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert!(
+        t.contains("nobody could be asked")
+            && t.contains("does not support elicitation")
+            && t.contains("write_file = \"auto\""),
+        "{answer}"
+    );
+    assert!(!ws.path().join("x.txt").exists());
 }
 
 /// Whether the process exists and is not a zombie waiting for its (re)parent to reap it.

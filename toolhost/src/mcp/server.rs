@@ -40,8 +40,8 @@ use std::sync::{Arc, Mutex};
 
 use dispatcher_core::confirmation::ConfirmFuture;
 use dispatcher_core::{
-    Answer, CallEvents, ConfirmationRequest, Confirmer, DecidedBy, Decision, Dispatcher, EventKind,
-    Session, ToolResultBlock, ToolUse,
+    Answer, CallEvents, ConfirmationRequest, Confirmer, Decision, Dispatcher, EventKind, Session,
+    ToolResultBlock, ToolUse,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ContentBlock,
@@ -71,13 +71,31 @@ pub enum PromptFallback {
 }
 
 impl PromptFallback {
-    fn answer(self) -> Answer {
-        Answer::fallback(match self {
-            PromptFallback::Allow => Decision::Allow,
-            PromptFallback::Deny => Decision::Deny,
-        })
+    /// The answer for `tool` when nobody can be asked (`why`: why not), with the advice
+    /// the model and the user read, naming `config_file`.
+    fn answer(self, tool: &str, why: &str, config_file: &str) -> Answer {
+        match self {
+            PromptFallback::Allow => Answer::fallback(
+                Decision::Allow,
+                format!(
+                    "{why}; `prompt_fallback = \"allow\"` under [mcp] in {config_file} allowed it."
+                ),
+            ),
+            PromptFallback::Deny => Answer::fallback(
+                Decision::Deny,
+                format!(
+                    "{why}, and `prompt_fallback = \"deny\"` under [mcp] answered. To allow '{tool}', \
+                     set `{tool} = \"auto\"` under [tool_confirmation.per_tool] in {config_file}, or set \
+                     `prompt_fallback = \"allow\"` under [mcp]."
+                ),
+            ),
+        }
     }
 }
+
+/// Why nobody was asked when the client cannot elicit.
+const CANNOT_ELICIT: &str =
+    "This MCP client cannot ask its user for confirmation (it does not support elicitation)";
 
 /// How one running call's confirmation is answered: set by the handler before the call
 /// starts, read by the [`McpConfirmer`] when the dispatcher asks.
@@ -96,16 +114,20 @@ enum Route {
 pub struct Routes {
     routes: Mutex<HashMap<Arc<str>, Route>>,
     fallback: PromptFallback,
+    /// The config file, named in the fallback's advice.
+    config_file: String,
     /// Consoles following the event stream ([`Routes::watch`]).
     watchers: std::sync::atomic::AtomicUsize,
 }
 
 impl Routes {
-    /// No calls yet; `fallback` answers when nobody can be asked.
-    pub fn new(fallback: PromptFallback) -> Arc<Self> {
+    /// No calls yet; `fallback` answers when nobody can be asked, and its advice names
+    /// `config_file`.
+    pub fn new(fallback: PromptFallback, config_file: impl Into<String>) -> Arc<Self> {
         Arc::new(Routes {
             routes: Mutex::new(HashMap::new()),
             fallback,
+            config_file: config_file.into(),
             watchers: std::sync::atomic::AtomicUsize::new(0),
         })
     }
@@ -222,7 +244,9 @@ impl Confirmer for McpConfirmer {
     }
 
     fn confirm(&self, request: ConfirmationRequest) -> ConfirmFuture {
-        let fallback = self.routes.fallback;
+        let routes = self.routes.clone();
+        let fallback =
+            move |tool: &str, why: &str| routes.fallback.answer(tool, why, &routes.config_file);
         let route = {
             let mut routes = self.routes.lock();
             match routes.get_mut(&request.call.tool_use_id) {
@@ -249,7 +273,7 @@ impl Confirmer for McpConfirmer {
             }
             Some(Route::Elicit(peer)) => Box::pin(async move {
                 let Some(schema) = decision_schema() else {
-                    return fallback.answer();
+                    return fallback(request.tool_name(), CANNOT_ELICIT);
                 };
                 let params = ElicitRequestParams::FormElicitationParams {
                     meta: None,
@@ -268,7 +292,12 @@ impl Confirmer for McpConfirmer {
                     }
                     Err(e) => {
                         tracing::warn!("elicitation failed, denying: {e}");
-                        Decision::Deny.into()
+                        Answer::fallback(
+                            Decision::Deny,
+                            format!(
+                                "Asking the MCP client's user failed ({e}), so the call was denied."
+                            ),
+                        )
                     }
                 }
             }),
@@ -276,7 +305,10 @@ impl Confirmer for McpConfirmer {
             Some(Route::Fallback) | None if self.routes.watched() => {
                 Box::pin(std::future::pending())
             }
-            Some(Route::Fallback) | None => Box::pin(std::future::ready(fallback.answer())),
+            Some(Route::Fallback) | None => Box::pin(std::future::ready(fallback(
+                request.tool_name(),
+                CANNOT_ELICIT,
+            ))),
         }
     }
 }
@@ -319,8 +351,6 @@ pub struct McpShared {
     pub routes: Arc<Routes>,
     /// Seals and opens stateless confirmations.
     pub confirmations: Confirmations,
-    /// The config file, named in the fallback's advice.
-    pub config_file: String,
     /// Where calls run.
     pub sessions: Sessions,
     /// The open `subscriptions/listen` streams, which a stopping server ends.
@@ -334,14 +364,12 @@ impl McpShared {
         dispatcher: Dispatcher,
         routes: Arc<Routes>,
         confirmations: Confirmations,
-        config_file: String,
         sessions: Sessions,
     ) -> Arc<Self> {
         Arc::new(McpShared {
             dispatcher,
             routes,
             confirmations,
-            config_file,
             sessions,
             listens: Listens::default(),
             next_call: AtomicU64::new(1),
@@ -539,8 +567,8 @@ impl McpServer {
         }
     }
 
-    fn to_mcp(&self, block: ToolResultBlock, tool: &str, fell_back: bool) -> CallToolResult {
-        let mut content: Vec<ContentBlock> = block
+    fn to_mcp(&self, block: ToolResultBlock) -> CallToolResult {
+        let content: Vec<ContentBlock> = block
             .content
             .iter()
             .map(|c| match c {
@@ -554,14 +582,6 @@ impl McpServer {
                 }
             })
             .collect();
-        if fell_back && block.is_error() && self.shared.routes.fallback == PromptFallback::Deny {
-            content.push(ContentBlock::text(format!(
-                "This MCP client cannot ask the user for confirmation (it does not support elicitation), so \
-                 `mcp.prompt_fallback = \"deny\"` answered. To allow '{tool}', set `{tool} = \"auto\"` under \
-                 [tool_confirmation.per_tool] in {}, or set `prompt_fallback = \"allow\"` under [mcp].",
-                self.shared.config_file
-            )));
-        }
         let mut result = if block.is_error() {
             CallToolResult::error(content)
         } else {
@@ -612,47 +632,26 @@ impl Drop for McpServer {
     }
 }
 
-/// What the call's own event stream told the server.
-#[derive(Default)]
-struct Watched {
-    /// The confirmation was answered by `[mcp] prompt_fallback`, not by a user.
-    fell_back: bool,
-}
-
-impl Watched {
-    fn see(&mut self, kind: &EventKind) {
-        if let EventKind::ConfirmationResolved {
-            decided_by: DecidedBy::Fallback { .. },
-            ..
-        } = kind
-        {
-            self.fell_back = true;
-        }
-    }
-}
-
-/// Forwards a call's live output to the client as progress notifications, and notes what
-/// the server must know of the call; once `done` fires, forwards what is already queued
-/// and returns.
+/// Forwards a call's live output to the client as progress notifications; once `done`
+/// fires, forwards what is already queued and returns.
 async fn watch_call(
     mut events: CallEvents,
     (token, peer): (ProgressToken, Peer<RoleServer>),
     mut done: tokio::sync::oneshot::Receiver<()>,
-) -> Watched {
-    let mut watched = Watched::default();
+) {
     let mut streamed = 0usize;
     let mut finishing = false;
     loop {
         let event = if finishing {
             match events.try_recv() {
                 Some(e) => e,
-                None => return watched,
+                None => return,
             }
         } else {
             tokio::select! {
                 e = events.recv() => match e {
                     Some(e) => e,
-                    None => return watched,
+                    None => return,
                 },
                 _ = &mut done => {
                     finishing = true;
@@ -660,7 +659,6 @@ async fn watch_call(
                 }
             }
         };
-        watched.see(&event.kind);
         if let EventKind::OutputDelta { chunk } = &event.kind {
             streamed += chunk.chars().count();
             let note = ProgressNotificationParam::new(token.clone(), streamed as f64)
@@ -949,22 +947,16 @@ impl ServerHandler for McpServer {
             ToolUse::new(&*tool_use_id, &name, arguments.clone()),
             &session,
         );
-        let mut events = Some(call.events());
-        // Live output is forwarded as it comes only when the client asked for progress;
-        // otherwise the call's events are read once it has ended.
-        let watcher =
-            context
-                .meta
-                .get_progress_token()
-                .zip(events.take())
-                .map(|(token, events)| {
-                    let (done, finished) = oneshot::channel();
-                    let peer = context.peer.clone();
-                    (
-                        done,
-                        tokio::spawn(watch_call(events, (token, peer), finished)),
-                    )
-                });
+        // Live output is forwarded as it comes when the client asked for progress.
+        let watcher = context.meta.get_progress_token().map(|token| {
+            let events = call.events();
+            let (done, finished) = oneshot::channel();
+            let peer = context.peer.clone();
+            (
+                done,
+                tokio::spawn(watch_call(events, (token, peer), finished)),
+            )
+        });
         // On the heap: the request task rmcp spawns holds this handler's future, and a
         // large future is copied whole when the task is spawned.
         let mut dispatch = Box::pin(call.run());
@@ -992,22 +984,17 @@ impl ServerHandler for McpServer {
                 dispatch.as_mut().await
             }
         };
-        let mut watched = Watched::default();
         if let Some((done, task)) = watcher {
             // Flush the last chunks before the result, so that they arrive first.
             let _ = done.send(());
-            match tokio::time::timeout(std::time::Duration::from_secs(2), task).await {
-                Ok(Ok(w)) => watched = w,
-                _ => tracing::debug!("live output to the MCP client did not flush in time"),
+            if tokio::time::timeout(std::time::Duration::from_secs(2), task)
+                .await
+                .is_err()
+            {
+                tracing::debug!("live output to the MCP client did not flush in time");
             }
         }
-        for event in events
-            .iter_mut()
-            .flat_map(|e| std::iter::from_fn(|| e.try_recv()))
-        {
-            watched.see(&event.kind);
-        }
-        Ok(self.to_mcp(block, &name, watched.fell_back).into())
+        Ok(self.to_mcp(block).into())
     }
 }
 
