@@ -63,11 +63,21 @@ async fn exit_status(child: Option<&tokio::sync::Mutex<tokio::process::Child>>) 
     let Some(child) = child else {
         return "still running (reached over HTTP)".to_string();
     };
+    match waited(child).await {
+        Ok(Some(status)) => status.to_string(),
+        Ok(None) => "still running but not answering".to_string(),
+        Err(e) => format!("unknown exit status ({e})"),
+    }
+}
+
+/// How the child ended, if it has (or does within half a second).
+async fn waited(
+    child: &tokio::sync::Mutex<tokio::process::Child>,
+) -> std::io::Result<Option<std::process::ExitStatus>> {
     let mut child = child.lock().await;
     match tokio::time::timeout(Duration::from_millis(500), child.wait()).await {
-        Ok(Ok(status)) => status.to_string(),
-        Ok(Err(e)) => format!("unknown exit status ({e})"),
-        Err(_) => "still running but not answering".to_string(),
+        Ok(r) => r.map(Some),
+        Err(_) => Ok(None),
     }
 }
 
@@ -363,11 +373,19 @@ impl Server {
                 })
             }
             Ok(Err(detail)) => {
-                let status = exit_status(Some(&child)).await;
+                let detail = match waited(&child).await {
+                    // The transport's error (a broken pipe) says less than the exit does.
+                    Ok(Some(status)) => format!(
+                        "the server exited ({status}) before it answered `initialize`; \
+                         its error output, above, says why"
+                    ),
+                    Ok(None) => format!("{detail} (process: still running but not answering)"),
+                    Err(e) => format!("{detail} (process: unknown exit status: {e})"),
+                };
                 let _ = child.lock().await.kill().await;
                 Err(McpError::Initialize {
                     id: c.id.clone(),
-                    detail: format!("{detail} (process: {status})"),
+                    detail,
                 })
             }
             Err(_) => {

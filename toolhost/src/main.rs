@@ -17,6 +17,7 @@ mod config;
 mod http;
 mod mcp;
 mod sandbox_report;
+mod self_mount;
 mod serve;
 mod terminal;
 
@@ -341,7 +342,12 @@ async fn build_host(
     let mut starting = tokio::task::JoinSet::new();
     let servers = Arc::new(config.sandbox.servers(workspace));
     for (i, server) in config.mcp_servers.iter().enumerate() {
-        let server = server.clone();
+        let mut server = server.clone();
+        if server.url.is_none() {
+            server
+                .env
+                .extend(self_mount::env_for_server(sources.file, &server.id));
+        }
         let sandbox = servers.clone();
         starting.spawn(async move { (i, mcp_toolsets::McpToolset::start(server, &sandbox).await) });
     }
@@ -382,6 +388,7 @@ async fn build_host(
 
 async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
     let (config, file) = load_config(cli.config.as_deref())?;
+    self_mount::check(&file)?;
     let sources = Sources {
         config: &config,
         file: &file,

@@ -642,3 +642,55 @@ fn a_command_has_no_controlling_terminal_so_a_prompt_on_it_fails_at_once() {
         "the command runs in a session of its own"
     );
 }
+
+#[test]
+fn a_config_that_mounts_toolhost_on_itself_is_refused_at_once_saying_so() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("toolhost.toml"),
+        format!(
+            "[[mcp_servers]]\nid = \"in\"\nprefix = \"in\"\ncommand = \"{}\"\nargs = [\"serve\", \"--mcp\"]\n",
+            env!("CARGO_BIN_EXE_toolhost")
+        ),
+    )
+    .unwrap();
+    let out = toolhost(dir.path(), &["list"]);
+    let (listed, err) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        !listed.contains("in__"),
+        "no copy of its own tools: {listed}"
+    );
+    assert!(listed.contains("read_file"), "{listed}");
+    assert_eq!(
+        err.matches("mounts toolhost on this same configuration")
+            .count(),
+        1,
+        "{err}"
+    );
+    assert!(
+        err.contains("entry 'in'") && err.contains("--config") && err.contains("exited"),
+        "{err}"
+    );
+    assert!(!err.contains("TOOLHOST_NESTING"), "{err}");
+}
+
+#[test]
+fn toolhost_mounted_on_another_config_still_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("inner.toml"), "").unwrap();
+    std::fs::write(
+        dir.path().join("toolhost.toml"),
+        format!(
+            "[[mcp_servers]]\nid = \"in\"\nprefix = \"in\"\ncommand = \"{}\"\nargs = [\"--config\", \"inner.toml\", \"serve\", \"--mcp\"]\n",
+            env!("CARGO_BIN_EXE_toolhost")
+        ),
+    )
+    .unwrap();
+    let out = toolhost(dir.path(), &["list"]);
+    assert!(
+        text(&out.stdout).contains("in__read_file"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!text(&out.stderr).contains("WARN"), "{}", text(&out.stderr));
+}

@@ -254,10 +254,16 @@ fn a_config_that_starts_toolhost_as_its_own_server_does_not_recurse_without_end(
         "{:?}",
         started.elapsed()
     );
+    // The toolhost it starts finds its own configuration above it and refuses at once.
     let report = text_of(&out.stdout);
     assert!(
-        report.contains("loaded   MCP server 'me'"),
+        report.contains("refused  MCP server 'me'") && report.contains("exited"),
         "{report}{}",
+        text_of(&out.stderr)
+    );
+    assert!(
+        text_of(&out.stderr).contains("mounts toolhost on this same configuration"),
+        "{}",
         text_of(&out.stderr)
     );
 }
