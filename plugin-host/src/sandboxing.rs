@@ -185,9 +185,13 @@ impl WorkerPlan {
         let mut env = vec![
             // Fewer malloc arenas: the address-space limit measures what the plugin uses.
             ("MALLOC_ARENA_MAX", "2".to_string()),
-            // A crash explains itself in a few lines (kept for the call's error), not a
-            // backtrace of the worker's own frames.
-            ("RUST_BACKTRACE", "0".to_string()),
+            // A crash explains itself in a few lines (kept for the call's error), unless
+            // the user asked for backtraces as a panic's note says (`RUST_BACKTRACE=1`
+            // in toolhost's environment).
+            (
+                "RUST_BACKTRACE",
+                std::env::var("RUST_BACKTRACE").unwrap_or_else(|_| "0".to_string()),
+            ),
             ("LANG", "C.UTF-8".to_string()),
         ];
         if self.grant.execute {

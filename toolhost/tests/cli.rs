@@ -694,3 +694,51 @@ fn toolhost_mounted_on_another_config_still_starts() {
     );
     assert!(!text(&out.stderr).contains("WARN"), "{}", text(&out.stderr));
 }
+
+/// Runs the panic-abort fixture's tool in an isolated worker, with `env` set for toolhost.
+fn worker_panic(env: &[(&str, &str)]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    toolhost_tests::package_library(
+        &toolhost_tests::fixtures().library("fault-panic-abort"),
+        &plugins,
+        "fault-panic-abort",
+    );
+    let out = command(
+        dir.path(),
+        &[
+            "call",
+            "panic_abort",
+            "--plugins",
+            plugins.to_str().unwrap(),
+            "--input",
+            "{}",
+        ],
+    )
+    .env_remove("RUST_BACKTRACE")
+    .envs(env.iter().copied())
+    .stdin(Stdio::null())
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    text(&out.stderr)
+}
+
+#[test]
+fn a_worker_panic_is_one_log_record() {
+    let log = worker_panic(&[]);
+    assert_eq!(log.matches("worker output:").count(), 1, "{log}");
+    let record = &log[log.find("worker output:").unwrap()..];
+    assert!(
+        record.contains("panicked at") && record.contains("the fixture panics on purpose"),
+        "{log}"
+    );
+    assert!(record.contains("RUST_BACKTRACE=1"), "{log}");
+}
+
+#[test]
+fn rust_backtrace_reaches_the_worker_when_asked_for() {
+    let log = worker_panic(&[("RUST_BACKTRACE", "1")]);
+    assert!(log.contains("stack backtrace:"), "{log}");
+    assert_eq!(log.matches("worker output:").count(), 1, "{log}");
+}

@@ -364,7 +364,8 @@ struct Log {
 
 /// Step 2: a thread that logs what the worker prints (plugins log through their context;
 /// what reaches the worker's stdout or stderr is unexpected, so it is shown) and keeps its
-/// last lines to explain a death.
+/// last lines to explain a death. Lines that come together (a panic's message, note and
+/// backtrace) are one log record.
 fn drain_log(plugin: &str, pid: u32, log: std::io::PipeReader) -> Result<Log, StartError> {
     let tail = Arc::new(Tail::default());
     let drained = Arc::new(LogDrained::default());
@@ -373,18 +374,62 @@ fn drain_log(plugin: &str, pid: u32, log: std::io::PipeReader) -> Result<Log, St
         .name(format!("plugin-log-{plugin}"))
         .spawn(move || {
             let mut reader = BufReader::new(log);
-            let mut line = Vec::new();
-            while matches!(reader.read_until(b'\n', &mut line), Ok(n) if n > 0) {
-                let text = String::from_utf8_lossy(&line);
-                let text = text.trim_end();
+            while let Some(record) = next_record(&mut reader) {
+                for line in &record {
+                    t.push(line);
+                }
+                let text = record.join("\n");
                 tracing::warn!(target: "toolhost::plugin_worker", plugin = %plugin, pid, "worker output: {text}");
-                t.push(text);
-                line.clear();
             }
             d.set();
         })
         .map_err(|e| failed("cannot start the worker's log thread", &e))?;
     Ok(Log { tail, drained })
+}
+
+/// How long after a line the next one still belongs to the same record.
+const RECORD_GAP: Duration = Duration::from_millis(25);
+/// The same inside a backtrace, whose frames come as they are symbolized.
+const BACKTRACE_GAP: Duration = Duration::from_secs(2);
+/// The most lines one record holds (a long backtrace goes on in the next).
+const RECORD_LINES: usize = 200;
+
+/// The next lines that came together (each followed within [`RECORD_GAP`] by the next,
+/// [`BACKTRACE_GAP`] inside a backtrace); `None` at the end of the output.
+fn next_record(reader: &mut BufReader<std::io::PipeReader>) -> Option<Vec<String>> {
+    let mut record = Vec::new();
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if !matches!(reader.read_until(b'\n', &mut line), Ok(n) if n > 0) {
+            break;
+        }
+        let text = String::from_utf8_lossy(&line).trim_end().to_string();
+        let gap = if text == "stack backtrace:" || text.starts_with(' ') {
+            BACKTRACE_GAP
+        } else {
+            RECORD_GAP
+        };
+        record.push(text);
+        if record.len() == RECORD_LINES || !more_soon(reader, gap) {
+            break;
+        }
+    }
+    (!record.is_empty()).then_some(record)
+}
+
+/// Whether another line is already buffered, or output arrives within `gap`.
+fn more_soon(reader: &BufReader<std::io::PipeReader>, gap: Duration) -> bool {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    if reader.buffer().contains(&b'\n') {
+        return true;
+    }
+    let timeout = Timespec {
+        tv_sec: gap.as_secs() as _,
+        tv_nsec: gap.subsec_nanos() as _,
+    };
+    let mut fds = [PollFd::new(reader.get_ref(), PollFlags::IN)];
+    matches!(poll(&mut fds, Some(&timeout)), Ok(n) if n > 0)
 }
 
 /// What the worker reported at start.
