@@ -375,7 +375,8 @@ fn drain_log(plugin: &str, pid: u32, log: std::io::PipeReader) -> Result<Log, St
         .spawn(move || {
             let mut reader = BufReader::new(log);
             while let Some(record) = next_record(&mut reader) {
-                for line in &record {
+                // A death is explained by the panic's message, not by its backtrace.
+                for line in record.iter().take_while(|l| *l != "stack backtrace:") {
                     t.push(line);
                 }
                 let text = record.join("\n");
