@@ -137,9 +137,16 @@ impl PluginHost {
         // of two versions of one plugin only the newest is opened (copies of one version
         // load, or clash, as any two packages do).
         let check = |(_, item): &(PathBuf, Result<package::Found, Refusal>)| {
-            item.clone()
-                .and_then(|item| self.folder(&item, &digests))
-                .and_then(|folder| self.checked(&folder, &digests))
+            let item = item.clone()?;
+            let checked = self
+                .folder(&item, &digests)
+                .and_then(|folder| self.checked(&folder, &digests));
+            match (&item, checked) {
+                (package::Found::Archive(archive), Err(refusal)) => {
+                    self.repaired(archive, refusal, &digests)
+                }
+                (_, checked) => checked,
+            }
         };
         // While every digest is remembered a package's checks are a few system calls,
         // cheaper than starting threads (50 packages on a 2-core VM: 0.77 ms on this thread,
@@ -342,6 +349,34 @@ impl PluginHost {
             },
             refused => refused,
         })
+    }
+
+    /// An archive whose unpacked copy in the cache was refused: the copy may have been
+    /// changed after it was unpacked (the archive is fine), so it is unpacked again and
+    /// checked once more. The first refusal stands if the fresh copy is refused too (then
+    /// the archive itself is at fault).
+    fn repaired(
+        &self,
+        archive: &Path,
+        refusal: Refusal,
+        digests: &Digests,
+    ) -> Result<Checked, Refusal> {
+        let Ok(folder) = package::unpack_again(archive, &self.cache_dir, digests) else {
+            return Err(refusal);
+        };
+        match self.checked(&folder, digests) {
+            Ok(checked) => {
+                tracing::warn!(
+                    archive = %archive.display(),
+                    "the unpacked copy of this package in the plugin cache ({}) had been changed \
+                     since it was unpacked ({refusal}); it was unpacked again from the archive, \
+                     which is intact",
+                    folder.display()
+                );
+                Ok(checked)
+            }
+            Err(_) => Err(refusal),
+        }
     }
 
     /// The folder of a found package (an archive is unpacked into the cache).

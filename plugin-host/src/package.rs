@@ -130,6 +130,21 @@ pub fn unpack_cached_with(
     package_root(&target).ok_or(ArchiveError::NoManifest)
 }
 
+/// [`unpack_cached_with`] after removing what the cache holds for `archive` (a copy that
+/// was changed after it was unpacked).
+pub fn unpack_again(
+    archive: &Path,
+    cache: &Path,
+    digests: &crate::digest::Digests,
+) -> Result<PathBuf, ArchiveError> {
+    let target = cache.join(digests.sha256(archive)?);
+    match std::fs::remove_dir_all(&target) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+        _ => {}
+    }
+    unpack_cached_with(archive, cache, digests)
+}
+
 /// Most bytes an archive may unpack to.
 pub const MAX_UNPACKED_BYTES: u64 = 1024 * 1024 * 1024;
 /// Most entries an archive may hold.

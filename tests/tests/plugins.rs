@@ -161,6 +161,49 @@ async fn archive_package_is_unpacked_to_a_cache_named_by_its_checksum() {
 }
 
 #[tokio::test]
+async fn a_changed_copy_in_the_cache_is_unpacked_again_from_the_intact_archive() {
+    let env = Env::new();
+    let staging = tempfile::tempdir().unwrap();
+    let folder = package_library(&fixtures().library("good"), staging.path(), "good");
+    let m = Manifest::parse(
+        &folder.join("plugin.toml"),
+        &std::fs::read_to_string(folder.join("plugin.toml")).unwrap(),
+    )
+    .unwrap();
+    let archive = package::pack(&folder, &m, env.dir()).unwrap();
+    // An earlier start unpacked it; then its copy in the cache was changed.
+    let cached = package::unpack_cached(&archive, env.cache.path())
+        .unwrap()
+        .join(&m.library);
+    let mut bytes = std::fs::read(&cached).unwrap();
+    bytes.extend_from_slice(b"tampered");
+    std::fs::write(&cached, &bytes).unwrap();
+    let report = env.load();
+    assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
+    assert_ne!(
+        std::fs::read(&cached).unwrap(),
+        bytes,
+        "repaired in the cache"
+    );
+}
+
+#[tokio::test]
+async fn a_package_refused_from_a_fresh_copy_blames_the_archive() {
+    let env = Env::new();
+    let staging = tempfile::tempdir().unwrap();
+    let folder = package_library(&fixtures().library("good"), staging.path(), "good");
+    edit_manifest(&folder, |m| m.sha256 = "0".repeat(64));
+    let path = folder.join("plugin.toml");
+    let m = Manifest::parse(&path, &std::fs::read_to_string(&path).unwrap()).unwrap();
+    package::pack(&folder, &m, env.dir()).unwrap();
+    let refusal = only_refusal(&env.load());
+    assert!(
+        matches!(refusal, Refusal::ChecksumMismatch { .. }),
+        "{refusal}"
+    );
+}
+
+#[tokio::test]
 async fn archive_with_path_traversal_entry_is_refused() {
     let env = Env::new();
     let path = env.dir().join("evil.tar.gz");
