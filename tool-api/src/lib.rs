@@ -177,6 +177,11 @@ macro_rules! export_plugin {
             use super::*;
             use $crate::export::__private as __p;
 
+            /// The exported tool types as written (what `tool_api::check_plugin!` looks
+            /// for in the sources).
+            #[allow(dead_code)]
+            pub static TOOL_TYPES: &[&str] = &[$(stringify!($tool)),+];
+
             /// What the plugin exports (what `tool_api::check_plugin!` checks).
             pub static EXPORT: $crate::export::PluginExport = $crate::export::PluginExport::new(
                 $name,
@@ -239,16 +244,19 @@ macro_rules! export_plugin {
 /// Checks, in a plugin crate's own tests, everything a host or `cargo xtask plugin package`
 /// would refuse in what [`export_plugin!`] exports: each tool's name and input schema
 /// ([`ToolDefinition::check`], the subset in [`schema`]), two tools with one name, and an
-/// `export_plugin!` version that is not the crate's (`Cargo.toml`'s). Returns the exported
-/// definitions (assert their names: a tool left out of `export_plugin!` then fails the test),
+/// `export_plugin!` version that is not the crate's (`Cargo.toml`'s). It also reads the
+/// crate's sources (`src/**/*.rs`, test modules aside): a type implementing `Tool` or
+/// `TypedTool` that `export_plugin!` leaves out, and direct use of the filesystem
+/// (`std::fs`), programs (`std::process::Command`) or the network (`std::net`) that no
+/// exported tool's declared class grants (`execute` grants the first two, `network` the
+/// last), are problems too: an isolated worker's sandbox would refuse them at run time. A
+/// line that ends with `// toolhost: allow` is not read. Returns the exported definitions,
 /// or every problem, one per line.
 ///
 /// ```ignore
 /// #[test]
 /// fn exports_what_a_host_accepts() {
-///     let tools = tool_api::check_plugin!().unwrap_or_else(|e| panic!("{e}"));
-///     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
-///     assert_eq!(names, ["word_count", "json_pointer"]);
+///     tool_api::check_plugin!().unwrap_or_else(|e| panic!("{e}"));
 /// }
 /// ```
 #[macro_export]
@@ -256,6 +264,11 @@ macro_rules! export_plugin {
 #[allow(clippy::crate_in_macro_def)]
 macro_rules! check_plugin {
     () => {
-        $crate::testing::check_plugin(&crate::__toolhost_plugin::EXPORT, env!("CARGO_PKG_VERSION"))
+        $crate::testing::check_plugin_sources(
+            &crate::__toolhost_plugin::EXPORT,
+            crate::__toolhost_plugin::TOOL_TYPES,
+            env!("CARGO_PKG_VERSION"),
+            env!("CARGO_MANIFEST_DIR"),
+        )
     };
 }

@@ -25,6 +25,34 @@ impl Inspector {
     }
 }
 
+/// The scaffold's `clippy.toml`: `cargo clippy` warns where a tool reaches around its
+/// context.
+const CLIPPY_TOML: &str = r#"# `cargo clippy` warns where code reaches files, programs or the network around the
+# tool's context. Run isolated (the default for a plugin not signed by a key the user
+# trusts), the worker's OS sandbox refuses what the tools' declared classes do not grant:
+#   none, read, write: nothing beyond the context (files through ctx.files(), confined to
+#                      the workspace and recorded);
+#   execute:           programs, and files through them, within the workspace;
+#   network:           outbound connections.
+# Remove the entries a tool's declared class grants. `tool_api::check_plugin!()` in the
+# crate's tests checks the same against the declared classes.
+disallowed-methods = [
+    { path = "std::fs::read", reason = "read workspace files with ctx.files().read_bytes(): the sandbox refuses direct access" },
+    { path = "std::fs::read_to_string", reason = "read workspace files with ctx.files().read(): the sandbox refuses direct access" },
+    { path = "std::fs::write", reason = "write workspace files with ctx.files().write() (declare `write`): the sandbox refuses direct access" },
+    { path = "std::fs::read_dir", reason = "list workspace folders with ctx.files().list(): the sandbox refuses direct access" },
+    { path = "std::fs::remove_file", reason = "delete workspace files with ctx.files().delete() (declare `write`): the sandbox refuses direct access" },
+    { path = "std::fs::create_dir_all", reason = "ctx.files().write() creates parent folders (declare `write`): the sandbox refuses direct access" },
+]
+disallowed-types = [
+    { path = "std::fs::File", reason = "reach workspace files through ctx.files(): the sandbox refuses direct access" },
+    { path = "std::fs::OpenOptions", reason = "reach workspace files through ctx.files(): the sandbox refuses direct access" },
+    { path = "std::process::Command", reason = "starting programs needs a tool declared `execute`" },
+    { path = "std::net::TcpStream", reason = "connections need a tool declared `network`" },
+    { path = "std::net::UdpSocket", reason = "connections need a tool declared `network`" },
+]
+"#;
+
 fn valid_crate_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
@@ -152,13 +180,13 @@ mod tests {{
     use tool_api::serde_json::json;
     use tool_api::testing::TestHost;
 
-    /// What a host would refuse (names, schemas, duplicates, the version), caught here.
-    /// List every tool: one left out of export_plugin! fails this test.
+    /// What a host would refuse (names, schemas, duplicates, the version), a tool type
+    /// left out of export_plugin!, and file, program or network access around the context
+    /// that no declared class grants (the sandbox would refuse it): caught here.
     #[test]
     fn exports_what_a_host_accepts() {{
         let tools = tool_api::check_plugin!().unwrap_or_else(|e| panic!("{{e}}"));
-        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
-        assert_eq!(names, ["{tool_name}_greet"]);
+        assert!(tools.iter().any(|t| t.name == "{tool_name}_greet"));
     }}
 
     #[test]
@@ -185,6 +213,7 @@ mod tests {{
     io(step, std::fs::write(dir.join("Cargo.toml"), cargo_toml))?;
     io(step, std::fs::write(dir.join("src/lib.rs"), lib_rs))?;
     io(step, std::fs::write(dir.join("README.md"), readme))?;
+    io(step, std::fs::write(dir.join("clippy.toml"), CLIPPY_TOML))?;
     io(step, std::fs::write(dir.join(".gitignore"), "/target\n"))?;
     Ok(dir)
 }
@@ -391,7 +420,33 @@ pub fn package_library(
     verify(&staging, inspector).or_else(|e| fail(&step, format!("not packaged: {}", e.why)))?;
     let archive = io(&step, package::pack(&staging, &manifest, out_dir))?;
     eprintln!("wrote {}", archive.display());
+    for older in other_versions(out_dir, &manifest) {
+        // Beside the new one it would be refused as superseded at every start.
+        if std::fs::remove_file(&older).is_ok() {
+            eprintln!("removed {} (another version)", older.display());
+        }
+    }
     Ok(archive)
+}
+
+/// The archives of other versions of `manifest`'s plugin, for the same target, in `dir`
+/// (by their names: `NAME-VERSION-TARGET.tar.gz`, as `package::pack` writes them).
+fn other_versions(dir: &Path, manifest: &Manifest) -> Vec<PathBuf> {
+    let prefix = format!("{}-", manifest.name);
+    let suffix = format!("-{}.tar.gz", manifest.target);
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
+            name.as_deref()
+                .and_then(|n| n.strip_prefix(&prefix)?.strip_suffix(&suffix))
+                .and_then(|v| semver::Version::parse(v).ok())
+                .is_some_and(|v| v != manifest.version)
+        })
+        .collect()
 }
 
 /// A package folder for a folder or an archive (unpacked into a scratch cache).
@@ -451,19 +506,49 @@ pub fn verify_here(package: &Path) -> std::result::Result<String, String> {
     match verdict {
         Ok(_) => {
             let _ = writeln!(out, "tools:");
+            let _ = writeln!(out, "  {:24} {:8} {:8} SCHEMA", "NAME", "CLASS", "RUNS");
             for def in &lib.definitions {
                 let _ = writeln!(
                     out,
-                    "  {:24} {:8} {:7} schema ok",
+                    "  {:24} {:8} {:8} ok",
                     def.name,
                     def.side_effects,
                     if def.inline { "inline" } else { "blocking" }
                 );
             }
+            let grant =
+                plugin_host::WorkerGrant::covering(lib.definitions.iter().map(|d| d.side_effects));
+            let _ = writeln!(out, "sandbox: {}", sandbox_allows(grant));
             let _ = writeln!(out, "verdict: OK");
             Ok(out)
         }
         Err(e) => Err(format!("{out}verdict: refused: {e}")),
+    }
+}
+
+/// What an isolated worker with `grant` (what its tools' classes call for) may do, in
+/// `plugin verify`'s words.
+fn sandbox_allows(grant: plugin_host::WorkerGrant) -> String {
+    let mut beyond = Vec::new();
+    if grant.execute {
+        beyond.push("start programs, which may write only the workspace (the `execute` tools)");
+    }
+    if grant.network {
+        beyond.push("open outbound connections (the `network` tools)");
+    }
+    let context = "isolated (unsigned, or signed by a key a host does not trust), its worker \
+                   reaches workspace files only through its context, as each tool's class \
+                   allows";
+    if beyond.is_empty() {
+        format!(
+            "{context}; the kernel refuses any other file access, programs and connections \
+             (a tool that needs them must declare `execute` or `network`)"
+        )
+    } else {
+        format!(
+            "{context}; it may also {}; the kernel refuses the rest",
+            beyond.join(" and ")
+        )
     }
 }
 

@@ -1,7 +1,7 @@
 //! `cargo xtask plugin …` as an author runs it: the real binary, real cargo builds.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use dispatcher_core::{Dispatcher, SessionSpec, ToolUse};
@@ -38,8 +38,23 @@ fn verify_reports_tools_side_effects_and_verdicts_of_a_good_package() {
         report.contains("echo_upper") && report.contains("ws_write") && report.contains("write"),
         "{report}"
     );
+    assert!(report.trim_end().ends_with("verdict: OK"), "{report}");
+    // One column per field, whatever the values (a blocking tool's row lines up too).
+    let rows: Vec<&str> = report
+        .lines()
+        .skip_while(|l| *l != "tools:")
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .collect();
+    assert!(rows.len() > 2, "{report}");
+    let schema_column = rows[0].find("SCHEMA").unwrap();
+    for row in &rows[1..] {
+        assert_eq!(row.rfind("ok"), Some(schema_column), "{report}");
+    }
+    // What the sandbox allows its classes: context only (none, read, write tools).
     assert!(
-        report.contains("schema ok") && report.trim_end().ends_with("verdict: OK"),
+        report.contains("sandbox: isolated")
+            && report.contains("the kernel refuses any other file access"),
         "{report}"
     );
 }
@@ -226,6 +241,30 @@ fn cargo_test(crate_dir: &Path) -> Output {
         .unwrap()
 }
 
+/// Runs a plugin crate's tests, which must fail; returns what they said.
+fn failed_test(crate_dir: &Path) -> String {
+    let test = cargo_test(crate_dir);
+    let said = text(&test.stdout) + &text(&test.stderr);
+    assert!(!test.status.success(), "{said}");
+    said
+}
+
+/// A tool an author wrote and forgot to export.
+const FORGOTTEN_TOOL: &str = r#"
+#[derive(Default)]
+pub struct Forgotten;
+impl tool_api::DefinedTool for Forgotten {
+    fn definition() -> ToolDefinition {
+        ToolDefinition::new("forgotten", "Never exported.", SideEffect::None, tool_api::serde_json::json!({"type": "object"}))
+    }
+}
+impl tool_api::Tool for Forgotten {
+    fn execute(&self, _: tool_api::serde_json::Value, _: &ToolContext) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::text(""))
+    }
+}
+"#;
+
 /// Replaces `from` with `to` in a file (the test fails if `from` is not there).
 fn edit(file: &Path, from: &str, to: &str) {
     let text = std::fs::read_to_string(file).unwrap();
@@ -288,6 +327,47 @@ fn the_author_path_catches_mistakes_before_shipping() {
         args.extend_from_slice(extra);
         xtask(&args)
     };
+
+    // A tool that reads files around its context: its test names the line, and clippy
+    // (the scaffold's clippy.toml) warns at the call.
+    let reach = "        let _ = std::fs::read_to_string(\"/etc/hostname\");\n";
+    edit(
+        &lib,
+        "        Ok(ToolOutput::text(format!(",
+        &format!("{reach}        Ok(ToolOutput::text(format!("),
+    );
+    let said = failed_test(&crate_dir);
+    assert!(
+        said.contains("src/lib.rs:") && said.contains("reaches the filesystem directly"),
+        "{said}"
+    );
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let clippy = Command::new(cargo)
+        .args(["clippy", "--quiet", "--manifest-path"])
+        .arg(crate_dir.join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", repo_root().join("target/fixtures"))
+        .output()
+        .unwrap();
+    let warned = text(&clippy.stderr);
+    assert!(
+        warned.contains("disallowed method `std::fs::read_to_string`")
+            && warned.contains("ctx.files().read()"),
+        "{warned}"
+    );
+    edit(&lib, reach, "");
+
+    // A tool defined but left out of export_plugin!: its test names it.
+    std::fs::write(
+        &lib,
+        std::fs::read_to_string(&lib).unwrap() + FORGOTTEN_TOOL,
+    )
+    .unwrap();
+    let said = failed_test(&crate_dir);
+    assert!(
+        said.contains("`Forgotten` is a tool but not in export_plugin!'s tools"),
+        "{said}"
+    );
+    edit(&lib, FORGOTTEN_TOOL, "");
 
     // An export_plugin! version that is not Cargo.toml's: the test and package refuse it.
     edit(
@@ -365,6 +445,10 @@ fn the_author_path_catches_mistakes_before_shipping() {
     let installed = dir.path().join("installed");
     let out = xtask(&["plugin", "install", &v1, "--dir", path_str(&installed)]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+    // Kept aside: packaging the next version removes it from dist/.
+    let kept = dir.path().join(Path::new(&v1).file_name().unwrap());
+    std::fs::copy(&v1, &kept).unwrap();
+    let v1 = path_str(&kept).to_string();
     edit(
         &crate_dir.join("Cargo.toml"),
         "version = \"0.1.0\"",
@@ -373,6 +457,18 @@ fn the_author_path_catches_mistakes_before_shipping() {
     let out = package(&[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v2 = text(&out.stdout).trim().to_string();
+    // The package's own dist/ keeps the current archive only (the older one would be
+    // refused as superseded by `toolhost --plugins dist`).
+    let in_dist: Vec<_> = std::fs::read_dir(crate_dir.join("dist"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(in_dist, [PathBuf::from(&v2)], "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("removed"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = xtask(&["plugin", "install", &v2, "--dir", path_str(&installed)]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(

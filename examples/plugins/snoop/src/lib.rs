@@ -60,9 +60,20 @@ mod tests {
 
     #[test]
     fn it_exports_one_tool_that_declares_no_side_effects() {
-        let tools = tool_api::check_plugin!().unwrap_or_else(|e| panic!("{e}"));
+        let tools = crate::__toolhost_plugin::EXPORT.tool_definitions().unwrap();
         assert_eq!(tools.len(), 1);
         assert_eq!(tools[0].side_effects, SideEffect::None);
+    }
+
+    /// What its author would have been told: `check_plugin!` reads the sources and finds
+    /// the file access that the declared class does not grant.
+    #[test]
+    fn check_plugin_tells_its_author_the_sandbox_will_refuse_its_read() {
+        let e = tool_api::check_plugin!().unwrap_err().to_string();
+        assert!(
+            e.contains("src/lib.rs:") && e.contains("reaches the filesystem directly"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -18,6 +18,8 @@
 //! [`TestHost::put_link_outside`] puts there to stand for one that leads outside, which
 //! the real host refuses.
 
+mod source_check;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -390,8 +392,33 @@ impl std::fmt::Display for PluginProblems {
 
 impl std::error::Error for PluginProblems {}
 
-/// What [`crate::check_plugin!`] runs: checks `export` as a host would, and its version
-/// against `crate_version` (the plugin crate's `CARGO_PKG_VERSION`).
+/// What [`crate::check_plugin!`] runs: [`check_plugin`], then the plugin's sources under
+/// `manifest_dir/src` (its `CARGO_MANIFEST_DIR`): a type that implements `Tool` or
+/// `TypedTool` but is not among `tool_types` (as written in `export_plugin!`), and direct
+/// use of the filesystem, programs or the network that no exported tool's declared class
+/// grants. Test modules (from a file's `#[cfg(test)]` line on) and lines ending with
+/// `// toolhost: allow` are not read.
+pub fn check_plugin_sources(
+    export: &crate::export::PluginExport,
+    tool_types: &[&str],
+    crate_version: &str,
+    manifest_dir: &str,
+) -> Result<Vec<crate::definition::ToolDefinition>, PluginProblems> {
+    let checked = check_plugin(export, crate_version);
+    let classes: Vec<crate::SideEffect> = match &checked {
+        Ok(definitions) => definitions.iter().map(|d| d.side_effects).collect(),
+        Err(_) => return checked,
+    };
+    let problems = source_check::problems(std::path::Path::new(manifest_dir), tool_types, &classes);
+    if problems.is_empty() {
+        checked
+    } else {
+        Err(PluginProblems(problems))
+    }
+}
+
+/// Checks `export` as a host would, and its version against `crate_version` (the plugin
+/// crate's `CARGO_PKG_VERSION`).
 pub fn check_plugin(
     export: &crate::export::PluginExport,
     crate_version: &str,
