@@ -53,6 +53,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// List the tools visible in the workspace, with their side effects and sources.
+    #[command(visible_alias = "tools")]
     List {
         #[command(flatten)]
         session: SessionArgs,
@@ -61,6 +62,7 @@ enum Command {
         json: bool,
     },
     /// Dispatch one tool call and print its result.
+    #[command(alias = "run")]
     Call {
         /// The tool name.
         name: String,
@@ -78,6 +80,7 @@ enum Command {
     },
     /// Load the plugin directories and print, per package, loaded (with its tools) or
     /// refused (with the reason). Exit code 1 if any package was refused.
+    #[command(alias = "plugin")]
     Plugins,
     /// What the kernel enforces here (Landlock, seccomp, no_new_privs, limits) and what
     /// confines each tool: toolhost's process, a plugin worker's sandbox, an MCP server's,
@@ -532,7 +535,14 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
                     serde_json::to_string_pretty(&result).unwrap_or_default()
                 );
             } else {
-                println!("{}", result.text());
+                // The text as the model reads it, ended by one newline (not a second one
+                // after text that already ends with it).
+                let text = result.text();
+                if text.ends_with('\n') {
+                    print!("{text}");
+                } else {
+                    println!("{text}");
+                }
             }
             if let Some(class) = result.error_class {
                 eprintln!("toolhost: '{name}' ended with {class}");

@@ -37,7 +37,8 @@ fn call_prints_result_and_exits_zero() {
         &["call", "read_file", "--input", r#"{"path": "README.md"}"#],
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "# Project Foo\n\n");
+    // The file as it is: no blank line added after its last newline.
+    assert_eq!(text(&out.stdout), "# Project Foo\n");
 }
 
 #[test]
@@ -741,4 +742,18 @@ fn rust_backtrace_reaches_the_worker_when_asked_for() {
     let log = worker_panic(&[("RUST_BACKTRACE", "1")]);
     assert!(log.contains("stack backtrace:"), "{log}");
     assert_eq!(log.matches("worker output:").count(), 1, "{log}");
+}
+
+#[test]
+fn the_subcommands_answer_to_the_names_users_try() {
+    let dir = tempfile::tempdir().unwrap();
+    let listed = toolhost(dir.path(), &["tools"]);
+    assert_eq!(listed.status.code(), Some(0), "{}", text(&listed.stderr));
+    assert!(text(&listed.stdout).contains("read_file"));
+    let typo = toolhost(dir.path(), &["lisst"]);
+    assert!(
+        text(&typo.stderr).contains("a similar subcommand exists: 'list'"),
+        "{}",
+        text(&typo.stderr)
+    );
 }
