@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::plugin::{Inspector, keygen, package_crate, sign};
-use crate::steps::{Result, announce, cargo, fail, io, root, run};
+use crate::steps::{Result, announce, fail, io, root};
 
 const EXAMPLES: [&str; 3] = [
     "examples/plugins/text-tools",
@@ -111,21 +111,40 @@ pub fn package_examples(
 
 /// Runs the demo.
 pub fn demo() -> Result {
+    eprintln!(
+        "cargo xtask demo: packages and signs the three example plugins (release builds), \
+         builds toolhost, then tours it. Output goes to target/demo."
+    );
     let demo = root().join("target/demo");
     let trusted = package_examples(
         &demo.join("plugins"),
         &demo.join("plugins-unsigned"),
         &demo.join("demo-signing.key"),
     )?;
-    run("build toolhost", cargo().args(["build", "-p", "toolhost"]))?;
+    let bin = xtask_launcher::build(
+        "toolhost (debug)",
+        "the binary this tour runs",
+        &["--package", "toolhost", "--bin", "toolhost"],
+    )
+    .map(|b| b.executable("toolhost"))
+    .or_else(|e| fail("build toolhost", e))?
+    .map_or_else(
+        || fail("build toolhost", "cargo built no toolhost executable"),
+        Ok,
+    )?;
     let ws = demo.join("workspace");
     io(
         "prepare the demo workspace",
         prepare_workspace(&ws, &trusted),
     )?;
-    let bin = root().join("target/debug/toolhost");
+    let shown_ws = ws.strip_prefix(root()).unwrap_or(&ws).display().to_string();
+    eprintln!(
+        "\nThe tour: each step shows a command as you would type it in {shown_ws}, with \
+         `toolhost` on your PATH, then what it printed and its exit code."
+    );
     let show = |title: &str, args: &[&str]| -> Result {
-        eprintln!("\n==> {title}\n$ toolhost {}", args.join(" "));
+        let line: Vec<String> = args.iter().map(|a| shell_quoted(a)).collect();
+        eprintln!("\n==> {title}\n$ toolhost {}", line.join(" "));
         let status = Command::new(&bin)
             .args(args)
             .current_dir(&ws)
@@ -276,9 +295,48 @@ pub fn demo() -> Result {
         ],
     )?;
     eprintln!(
-        "\nDemo workspace: {}\nPlugin packages: {}",
+        "\nDemo workspace: {}\nPlugin packages: {}\n\nTry it yourself (from the repository root):\n\
+         \x20 cargo install --locked --path toolhost     # puts `toolhost` on your PATH\n\
+         \x20 cd {shown_ws} && toolhost list            # the tools this workspace sees\n\
+         \x20 toolhost call read_file --input '{{\"path\": \"README.md\"}}'   # then any call above",
         ws.display(),
         demo.join("plugins").display()
     );
     Ok(())
+}
+
+/// `arg` as a POSIX shell reads it back: bare when it holds only safe characters, else in
+/// single quotes (a quote inside written `'\''`).
+pub fn shell_quoted(arg: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c);
+    if !arg.is_empty() && arg.chars().all(safe) {
+        arg.to_string()
+    } else {
+        format!("'{}'", arg.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shell_quoted;
+
+    #[test]
+    fn arguments_are_quoted_so_that_a_shell_reads_them_back() {
+        let table = [
+            ("list", "list"),
+            ("unsigned.toml", "unsigned.toml"),
+            (r#"{"pattern": "TODO"}"#, r#"'{"pattern": "TODO"}'"#),
+            ("it's", r"'it'\''s'"),
+            ("", "''"),
+            ("a b", "'a b'"),
+        ];
+        for (arg, want) in table {
+            assert_eq!(shell_quoted(arg), want, "{arg}");
+            let echoed = std::process::Command::new("sh")
+                .args(["-c", &format!("printf %s {}", shell_quoted(arg))])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+            assert_eq!(echoed.ok().as_deref(), Some(arg), "{arg}");
+        }
+    }
 }

@@ -1,8 +1,7 @@
 //! `cargo xtask plugin …`: new, build, package, verify, install.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use plugin_host::{Inspection, Manifest, Refusal, digest, package};
 
@@ -227,58 +226,33 @@ pub fn build(path: &Path, release: bool, target_dir: Option<&Path>) -> Result<Pa
     if !manifest.is_file() {
         return fail(&step, format!("no Cargo.toml in '{}'", path.display()));
     }
-    let mut cmd = cargo();
-    cmd.args([
-        "build",
-        "--message-format=json-render-diagnostics",
-        "--manifest-path",
-    ])
-    .arg(&manifest)
-    .stdout(Stdio::piped());
+    let mut args: Vec<std::ffi::OsString> = vec!["--manifest-path".into(), manifest.clone().into()];
     if release {
-        cmd.arg("--release");
+        args.push("--release".into());
     }
     if let Some(dir) = target_dir {
-        cmd.arg("--target-dir").arg(dir);
+        args.push("--target-dir".into());
+        args.push(dir.into());
     }
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => return fail(&step, format!("could not start cargo: {e}")),
-    };
-    let mut library = None;
-    if let Some(out) = child.stdout.take() {
-        for line in BufReader::new(out)
-            .lines()
-            .map_while(std::result::Result::ok)
-        {
-            let Ok(msg) = serde_json::from_str::<serde_json::Value>(&line) else {
-                continue;
-            };
-            let is_cdylib = msg["target"]["kind"]
-                .as_array()
-                .is_some_and(|k| k.iter().any(|k| k == "cdylib"));
-            let is_this = msg["manifest_path"]
-                .as_str()
-                .is_some_and(|p| Path::new(p).canonicalize().ok() == manifest.canonicalize().ok());
-            if msg["reason"] == "compiler-artifact" && is_cdylib && is_this {
-                library = msg["filenames"].as_array().and_then(|f| {
-                    f.iter()
-                        .filter_map(|v| v.as_str())
-                        .map(PathBuf::from)
-                        .find(|p| {
-                            p.extension()
-                                .is_some_and(|e| e == std::env::consts::DLL_EXTENSION)
-                        })
-                });
-            }
-        }
-    }
-    let status = child.wait();
-    match status {
-        Ok(s) if s.success() => {}
-        Ok(s) => return fail(&step, format!("cargo build exited with {s}")),
-        Err(e) => return fail(&step, e),
-    }
+    let what = format!(
+        "{} ({})",
+        path.file_name().unwrap_or_default().to_string_lossy(),
+        if release { "release" } else { "debug" }
+    );
+    let built = xtask_launcher::build(&what, "the plugin library to package", &args)
+        .or_else(|e| fail(&step, e))?;
+    let this = manifest.canonicalize().ok();
+    let library = built
+        .artifacts
+        .iter()
+        .filter(|a| a.kinds.iter().any(|k| k == "cdylib"))
+        .filter(|a| a.manifest_path.canonicalize().ok() == this)
+        .flat_map(|a| &a.filenames)
+        .find(|p| {
+            p.extension()
+                .is_some_and(|e| e == std::env::consts::DLL_EXTENSION)
+        })
+        .cloned();
     match library {
         Some(lib) => {
             eprintln!("built {}", lib.display());

@@ -1,0 +1,28 @@
+//! `cargo xtask …` runs this first: it builds the `xtask` tool, showing progress from its
+//! first second, then replaces itself with it (same arguments, exit code and signals).
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let built = xtask_launcher::build(
+        "the xtask tool",
+        "it packages plugins and runs the demo and the tests; a fresh clone compiles it once",
+        &["--package", "xtask", "--bin", "xtask"],
+    );
+    let tool = match built.map(|b| b.executable("xtask")) {
+        Ok(Some(path)) => path,
+        Ok(None) => {
+            eprintln!("cargo xtask: cargo built no `xtask` executable");
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            eprintln!("cargo xtask: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    use std::os::unix::process::CommandExt as _;
+    let e = std::process::Command::new(&tool).args(args).exec();
+    eprintln!("cargo xtask: could not run {}: {e}", tool.display());
+    ExitCode::from(2)
+}

@@ -1,0 +1,71 @@
+//! `cargo xtask demo`, the README's first command, as a new user runs it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::Command;
+
+use toolhost_tests::repo_root;
+
+#[test]
+fn the_demo_tours_toolhost_and_every_command_it_shows_pastes_back_into_a_shell() {
+    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .arg("demo")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.starts_with("cargo xtask demo: packages and signs"),
+        "it says what it does first: {said}"
+    );
+    assert!(
+        !said.contains("   Compiling "),
+        "cargo's build lines stay out of the tour: {said}"
+    );
+    let next = said.rsplit("Try it yourself").next().unwrap();
+    assert_eq!(
+        next.lines().filter(|l| l.starts_with("  ")).count(),
+        3,
+        "it ends with three commands to try: {said}"
+    );
+
+    // Each shown command, typed into a shell in the demo workspace, ends as it did.
+    let demo = repo_root().join("target/demo");
+    let bin_dir = repo_root().join("target/debug");
+    let lines: Vec<&str> = said.lines().collect();
+    let mut checked = 0;
+    for (i, line) in lines.iter().enumerate() {
+        let Some(command) = line.strip_prefix("$ ") else {
+            continue;
+        };
+        let code = lines[i..]
+            .iter()
+            .find_map(|l| l.strip_prefix("(exit code "))
+            .and_then(|c| c.trim_end_matches(')').parse::<i32>().ok())
+            .unwrap();
+        let status = Command::new("sh")
+            .args(["-c", command])
+            .current_dir(demo.join("workspace"))
+            .env("PATH", path_with(&bin_dir))
+            .env("XDG_CONFIG_HOME", demo.join("workspace/.config"))
+            .env("XDG_CACHE_HOME", demo.join("cache"))
+            .output()
+            .unwrap();
+        assert_eq!(
+            status.status.code(),
+            Some(code),
+            "{command}\n{}",
+            String::from_utf8_lossy(&status.stderr)
+        );
+        checked += 1;
+    }
+    assert!(checked >= 10, "{said}");
+}
+
+fn path_with(dir: &Path) -> std::ffi::OsString {
+    let mut dirs = vec![dir.to_path_buf()];
+    dirs.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    std::env::join_paths(dirs).unwrap()
+}
