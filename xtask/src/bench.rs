@@ -10,8 +10,9 @@
 //! Python echo server), and the start-up of `serve --mcp` with the example plugins against
 //! the same binary bare. What it cannot install (no `python3`, no `npm`, no registry) it
 //! skips and says why. Then it prints one table: figure, measured, target, pass/fail. `--write-readme`
-//! replaces the README's performance table (between `<!-- bench:begin -->` and
-//! `<!-- bench:end -->`) with it, so the README shows what was measured, not typed.
+//! replaces the performance table of `docs/performance.md` (linked from the README; between
+//! `<!-- bench:begin -->` and `<!-- bench:end -->`) with it, so the page shows what was
+//! measured, not typed.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -680,22 +681,31 @@ pub fn bench(write_readme: bool) -> Result {
     let table = render(&rows, &skipped);
     println!("\n{table}");
     if write_readme {
-        let readme = root().join("README.md");
-        let text = io("read README.md", std::fs::read_to_string(&readme))?;
+        let page = root().join(PERFORMANCE_PAGE);
+        let text = io(
+            &format!("read {PERFORMANCE_PAGE}"),
+            std::fs::read_to_string(&page),
+        )?;
         let (begin, end) = ("<!-- bench:begin -->", "<!-- bench:end -->");
         let (Some(b), Some(e)) = (text.find(begin), text.find(end)) else {
-            return fail("update README.md", format!("no {begin} … {end} markers"));
+            return fail(
+                &format!("update {PERFORMANCE_PAGE}"),
+                format!("no {begin} … {end} markers"),
+            );
         };
         let updated = format!("{}{begin}\n{table}{}", &text[..b], &text[e..]);
-        let tmp = readme.with_extension("md.tmp");
+        let tmp = page.with_extension("md.tmp");
         io(
-            "write README.md",
-            std::fs::write(&tmp, updated).and_then(|()| std::fs::rename(&tmp, &readme)),
+            &format!("write {PERFORMANCE_PAGE}"),
+            std::fs::write(&tmp, updated).and_then(|()| std::fs::rename(&tmp, &page)),
         )?;
-        eprintln!("README.md: performance table updated");
+        eprintln!("{PERFORMANCE_PAGE}: performance table updated");
     }
     Ok(())
 }
+
+/// The page whose table `--write-readme` replaces.
+pub const PERFORMANCE_PAGE: &str = "docs/performance.md";
 
 #[cfg(test)]
 mod tests {

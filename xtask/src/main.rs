@@ -28,7 +28,7 @@ enum Command {
     /// Run every benchmark and the peers its targets compare with (installed under
     /// target/peers), then print one table: figure, measured, target, pass/fail.
     Bench {
-        /// Also replace the README's performance table with the result.
+        /// Also replace the performance table in docs/performance.md with the result.
         #[arg(long)]
         write_readme: bool,
     },

@@ -8,7 +8,7 @@
 //! which expires after the confirmation timeout. Any instance holding the same key ring can
 //! open it, so a retry may land on another instance behind a load balancer. Each token has
 //! a nonce, and an instance refuses a nonce it has already seen (replay) until the token
-//! expires; instances do not share that memory (see the README's scale-out section).
+//! expires; instances do not share that memory (see "Scale-out" in docs/mcp.md).
 //!
 //! ## The key ring
 //!

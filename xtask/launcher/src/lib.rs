@@ -174,8 +174,8 @@ impl<'a> Progress<'a> {
 
     fn show(&mut self) {
         let line = format!(
-            "    {} crates compiled, {} s{}",
-            self.compiled,
+            "    {} compiled, {} s{}",
+            crates(self.compiled),
             self.started.elapsed().as_secs(),
             if self.last.is_empty() {
                 String::new()
@@ -202,12 +202,21 @@ impl<'a> Progress<'a> {
         }
         if ok {
             eprintln!(
-                "    built {}: {} crates compiled in {:.0} s",
+                "    built {}: {} compiled in {:.0} s",
                 self.what,
-                self.compiled,
+                crates(self.compiled),
                 self.started.elapsed().as_secs_f64()
             );
         }
+    }
+}
+
+/// `1 crate`, `2 crates`.
+fn crates(n: usize) -> String {
+    if n == 1 {
+        "1 crate".into()
+    } else {
+        format!("{n} crates")
     }
 }
 

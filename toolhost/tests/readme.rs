@@ -1,0 +1,54 @@
+//! The README's commands, run as written where a test can run them.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::Command;
+
+/// The first ```sh block after `heading` in the README.
+fn sh_block(heading: &str) -> &'static str {
+    let readme = include_str!("../../README.md");
+    let after = &readme[readme.find(heading).expect("heading in README")..];
+    let start = after.find("```sh\n").expect("a sh block") + "```sh\n".len();
+    &after[start..start + after[start..].find("```").expect("the block's end")]
+}
+
+#[test]
+fn install_and_try_it_runs_as_written() {
+    let block = sh_block("## Install and try it");
+    let (install, rest) = block.split_once('\n').unwrap();
+    // `cargo install` is the one line not run here: the test puts the binary it built on
+    // PATH instead (a release build would take minutes).
+    assert!(
+        install.starts_with("cargo install --locked --path toolhost"),
+        "{install}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let bin = Path::new(env!("CARGO_BIN_EXE_toolhost")).parent().unwrap();
+    let path = std::env::join_paths(
+        std::iter::once(bin.to_path_buf())
+            .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
+    )
+    .unwrap();
+    let out = Command::new("sh")
+        .args(["-e", "-x", "-c", rest])
+        .current_dir(dir.path())
+        .env("PATH", path)
+        .env("HOME", dir.path())
+        .env("XDG_CONFIG_HOME", dir.path().join(".config"))
+        .env("XDG_CACHE_HOME", dir.path().join(".cache"))
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let ws = dir.path().join("try-toolhost");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("notes/todo.md")).unwrap(),
+        "- try toolhost\n"
+    );
+    for shown in ["read_file", "# Hello", "todo.md", "landlock"] {
+        assert!(stdout.contains(shown), "{shown} not in:\n{stdout}");
+    }
+}
