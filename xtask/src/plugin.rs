@@ -200,6 +200,7 @@ mod tests {{
     let readme = format!(
         "# {name}\n\nA toolhost plugin.\n\n```sh\n\
          cargo test                                   # its tests, including what a host would refuse\n\
+         cargo clippy                                 # warns where a tool reaches around its context (clippy.toml)\n\
          # in the toolhost checkout ({root}):\n\
          cargo xtask plugin package {abs}             # -> {abs}/dist/{name}-0.1.0-<target>.tar.gz\n\
          cargo install --locked --path toolhost       # puts `toolhost` on PATH (once)\n\
