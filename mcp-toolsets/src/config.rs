@@ -82,6 +82,10 @@ pub struct McpServerConfig {
     /// Start it unconfined where its sandbox cannot be enforced (default: the host's).
     #[serde(default)]
     pub allow_unsandboxed: Option<bool>,
+    /// What a tool whose definition changed since it was pinned gets: withheld until
+    /// approved (`block`, default) or published with a warning (`warn`).
+    #[serde(default)]
+    pub on_change: crate::pins::OnChange,
 }
 
 fn default_startup() -> Seconds {
@@ -122,6 +126,7 @@ impl McpServerConfig {
             readable_roots: Vec::new(),
             writable_roots: Vec::new(),
             allow_unsandboxed: None,
+            on_change: crate::pins::OnChange::Block,
         }
     }
 

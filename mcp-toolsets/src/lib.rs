@@ -40,6 +40,7 @@ mod config;
 mod confine;
 mod error;
 pub mod input;
+pub mod pins;
 mod server;
 
 pub use call::MAX_INPUT_ROUNDS;
@@ -49,6 +50,7 @@ pub use config::{
 };
 pub use confine::ServerSandbox;
 pub use error::McpError;
+pub use pins::{FilePins, MemoryPins, OnChange, PinStore};
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, PoisonError};
@@ -100,12 +102,17 @@ impl McpToolset {
     /// entry's, [`ServerSandbox::for_server`]), initializes it within its startup timeout
     /// and lists its tools. Refused when this process is already [`MAX_NESTING`] toolhosts
     /// deep.
+    ///
+    /// Its tools are checked against `pins` ([`pins`]): a tool whose definition changed
+    /// since it was first seen is withheld (listed in [`McpToolset::left_out`]) or, with
+    /// `on_change = "warn"`, published with a warning.
     pub async fn start(
         config: McpServerConfig,
         host: &ServerSandbox,
+        pins: Arc<dyn PinStore>,
     ) -> Result<Arc<McpToolset>, McpError> {
         let sandbox = host.for_server(&config);
-        Server::start(config, sandbox)
+        Server::start(config, sandbox, pins)
             .await
             .map(|server| Arc::new(McpToolset { server }))
     }
@@ -118,7 +125,8 @@ impl McpToolset {
 
     /// The server's tools that are left out, each with why (the message names the tool): an
     /// input schema the dispatcher would refuse (outside the subset model providers accept,
-    /// or not a valid schema). One such tool does not cost the server its other tools.
+    /// or not a valid schema), or a definition changed since it was pinned (withheld until
+    /// approved). One such tool does not cost the server its other tools.
     pub fn left_out(&self) -> Vec<(String, String)> {
         self.server
             .left_out

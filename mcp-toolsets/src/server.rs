@@ -19,6 +19,7 @@ use crate::client::{ClientSide, Live, install_tls_provider, listed, listen_for_t
 use crate::config::{MAX_NESTING, McpServerConfig, NESTING_ENV, nesting};
 use crate::confine::{self, ServerSandbox};
 use crate::error::McpError;
+use crate::pins::PinStore;
 
 /// What a `tools/call` round got.
 pub(crate) enum Called {
@@ -57,6 +58,8 @@ pub(crate) struct Server {
     relisting: tokio::sync::Mutex<()>,
     /// Stopped on purpose ([`Server::stop`]): what fails after that is no fault.
     stopped: AtomicBool,
+    /// The pinned definitions its tools are checked against.
+    pins: Arc<dyn PinStore>,
 }
 
 async fn exit_status(child: Option<&tokio::sync::Mutex<tokio::process::Child>>) -> String {
@@ -104,6 +107,7 @@ impl Server {
     pub(crate) async fn start(
         config: McpServerConfig,
         sandbox: ServerSandbox,
+        pins: Arc<dyn PinStore>,
     ) -> Result<Arc<Server>, McpError> {
         if config.url.is_none() && nesting() >= MAX_NESTING {
             return Err(McpError::Initialize {
@@ -128,6 +132,7 @@ impl Server {
             list_changes: AtomicU64::new(0),
             relisting: tokio::sync::Mutex::new(()),
             stopped: AtomicBool::new(false),
+            pins,
             confined: Mutex::new(match &config.url {
                 Some(url) => format!("remote ({url}: not confined by toolhost)"),
                 None => "not started".into(),
@@ -221,8 +226,61 @@ impl Server {
                 }
             }
         }
+        let tools = self.pinned(tools, &mut left_out);
         *self.tools.lock().unwrap_or_else(PoisonError::into_inner) = tools;
         *self.left_out.lock().unwrap_or_else(PoisonError::into_inner) = left_out;
+    }
+
+    /// `tools` checked against their pinned definitions: those that changed are withheld
+    /// (into `left_out`, saying what changed and how to approve) or, with `on_change =
+    /// "warn"`, kept with a warning. Where the pins cannot be read, every tool is withheld:
+    /// a change could not be seen.
+    fn pinned(
+        &self,
+        tools: Vec<rmcp::model::Tool>,
+        left_out: &mut Vec<(String, String)>,
+    ) -> Vec<rmcp::model::Tool> {
+        let id = &self.config.id;
+        let verdicts = match crate::pins::check(
+            self.pins.as_ref(),
+            &crate::pins::server_key(&self.config),
+            &tools,
+        ) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(server = %id, "{e}: its tools are withheld");
+                left_out.extend(tools.iter().map(|t| {
+                    (
+                        t.name.to_string(),
+                        format!("tool '{}' withheld: {e}", t.name),
+                    )
+                }));
+                return Vec::new();
+            }
+        };
+        let mut kept = Vec::with_capacity(tools.len());
+        for (tool, verdict) in tools.into_iter().zip(verdicts) {
+            let crate::pins::Verdict::Changed(change) = verdict else {
+                kept.push(tool);
+                continue;
+            };
+            let name = tool.name.to_string();
+            match self.config.on_change {
+                crate::pins::OnChange::Block => {
+                    let why = format!(
+                        "tool '{name}' withheld: its definition changed since it was pinned ({change}); \
+                         if you trust the change, approve it with `toolhost mcp approve {id} {name}`"
+                    );
+                    tracing::warn!(server = %id, "{why}");
+                    left_out.push((name, why));
+                }
+                crate::pins::OnChange::Warn => {
+                    tracing::warn!(server = %id, "tool '{name}' changed its definition since it was pinned ({change}); published anyway (on_change = \"warn\"); `toolhost mcp approve {id} {name}` pins the new one");
+                    kept.push(tool);
+                }
+            }
+        }
+        kept
     }
 
     /// Starts (or reaches) the server and lists its tools. A change it announced while

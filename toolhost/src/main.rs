@@ -106,6 +106,22 @@ enum Command {
     /// Serve the tools over MCP: `--mcp` on stdin/stdout, or `--http ADDR` (streamable
     /// HTTP, with the control API and the web console).
     Serve(serve::ServeArgs),
+    /// Mounted MCP servers: approve a tool definition that changed since it was pinned.
+    #[command(subcommand)]
+    Mcp(McpCommand),
+}
+
+#[derive(Subcommand)]
+enum McpCommand {
+    /// Pin the changed definitions of SERVER's tools (those `toolhost plugins` reports as
+    /// withheld): all of them, or the TOOLs named. toolhost publishes them from its next
+    /// start (a running server: from its next listing).
+    Approve {
+        /// The server's `id` in `[[mcp_servers]]`.
+        server: String,
+        /// The tools to approve (default: every pending one).
+        tools: Vec<String>,
+    },
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -306,6 +322,27 @@ impl Drop for Host {
 /// Builds the host the config describes: built-in tools, plugin packages, then MCP servers
 /// (started concurrently). A refused package or a server that fails to start is logged as a
 /// warning and skipped; the others still load.
+/// Where the pinned definitions of mounted MCP servers' tools are kept: `[mcp] pins_file`,
+/// else the state directory.
+fn pin_store(config: &Config) -> Arc<dyn mcp_toolsets::PinStore> {
+    match config
+        .mcp
+        .pins_file
+        .clone()
+        .or_else(mcp_toolsets::FilePins::default_path)
+    {
+        Some(path) => Arc::new(mcp_toolsets::FilePins::new(path)),
+        None => {
+            if !config.mcp_servers.is_empty() {
+                tracing::warn!(
+                    "neither XDG_STATE_HOME nor HOME is set: MCP tool definitions are pinned for this process only; set [mcp] pins_file to keep them"
+                );
+            }
+            Arc::new(mcp_toolsets::MemoryPins::default())
+        }
+    }
+}
+
 async fn build_host(
     sources: &Sources<'_>,
     workspace: &Path,
@@ -344,6 +381,7 @@ async fn build_host(
     };
     let mut starting = tokio::task::JoinSet::new();
     let servers = Arc::new(config.sandbox.servers(workspace));
+    let pins = pin_store(config);
     for (i, server) in config.mcp_servers.iter().enumerate() {
         let mut server = server.clone();
         if server.url.is_none() {
@@ -352,7 +390,13 @@ async fn build_host(
                 .extend(self_mount::env_for_server(sources.file, &server.id));
         }
         let sandbox = servers.clone();
-        starting.spawn(async move { (i, mcp_toolsets::McpToolset::start(server, &sandbox).await) });
+        let pins = pins.clone();
+        starting.spawn(async move {
+            (
+                i,
+                mcp_toolsets::McpToolset::start(server, &sandbox, pins).await,
+            )
+        });
     }
     let mut started = Vec::new();
     while let Some(joined) = starting.join_next().await {
@@ -426,6 +470,31 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
             })
         }
         Command::Serve(args) => serve::serve(&sources, &args).await,
+        Command::Mcp(McpCommand::Approve { server, tools }) => {
+            let Some(entry) = config.mcp_servers.iter().find(|s| s.id == server) else {
+                let known: Vec<&str> = config.mcp_servers.iter().map(|s| s.id.as_str()).collect();
+                return Err(UsageError(format!(
+                    "no MCP server '{server}' in {} (its [[mcp_servers]] ids: {})",
+                    file.display(),
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                )));
+            };
+            let store = pin_store(&config);
+            let key = mcp_toolsets::pins::server_key(entry);
+            let approved = mcp_toolsets::pins::approve(store.as_ref(), &key, &tools)
+                .map_err(|e| UsageError(format!("MCP server '{server}': {e}")))?;
+            if approved.is_empty() {
+                println!("MCP server '{server}': no changed definition is pending");
+            }
+            for (tool, change) in approved {
+                println!("approved MCP server '{server}' tool '{tool}': {change}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Sandbox { session, json } => {
             let host = build_host(&sources, &session.workspace, None).await?;
             let session = host.open_session("cli", &session)?;

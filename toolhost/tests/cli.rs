@@ -13,7 +13,8 @@ fn command(workspace: &Path, args: &[&str]) -> Command {
         .args(args)
         .current_dir(workspace)
         .env("XDG_CONFIG_HOME", workspace.join(".no-user-config"))
-        .env("XDG_CACHE_HOME", workspace.join(".cache"));
+        .env("XDG_CACHE_HOME", workspace.join(".cache"))
+        .env("XDG_STATE_HOME", workspace.join(".state"));
     command
 }
 

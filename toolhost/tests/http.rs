@@ -35,6 +35,7 @@ fn command(ws: &Path, args: &[&str]) -> Command {
         .current_dir(ws)
         .env("XDG_CONFIG_HOME", ws.join(".no-config"))
         .env("XDG_CACHE_HOME", ws.join(".cache"))
+        .env("XDG_STATE_HOME", ws.join(".state"))
         .env_remove("TOOLHOST_HTTP_TOKEN")
         .env_remove("TOOLHOST_REQUEST_STATE_KEYS");
     cmd
@@ -1349,6 +1350,7 @@ fn an_http_toolset_whose_token_variable_is_unset_is_refused_naming_the_variable(
         .current_dir(ws.path())
         .env("XDG_CONFIG_HOME", ws.path().join(".no-config"))
         .env("XDG_CACHE_HOME", ws.path().join(".cache"))
+        .env("XDG_STATE_HOME", ws.path().join(".state"))
         .env_remove("UNSET_REMOTE_TOKEN")
         .output()
         .unwrap();

@@ -66,7 +66,8 @@ async fn connect(ws: &Path, client: TestClient) -> RunningService<RoleClient, Te
         .arg(ws)
         .current_dir(ws)
         .env("XDG_CONFIG_HOME", ws.join(".no-config"))
-        .env("XDG_CACHE_HOME", ws.join(".cache"));
+        .env("XDG_CACHE_HOME", ws.join(".cache"))
+        .env("XDG_STATE_HOME", ws.join(".state"));
     let transport = TokioChildProcess::new(cmd).unwrap();
     match client.version.clone() {
         // A 2026-07-28 client probes with server/discover and falls back for old servers.
@@ -545,6 +546,7 @@ fn raw_server_calling(
         .current_dir(ws)
         .env("XDG_CONFIG_HOME", ws.join(".no-config"))
         .env("XDG_CACHE_HOME", ws.join(".cache"))
+        .env("XDG_STATE_HOME", ws.join(".state"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -43,6 +43,7 @@ fn toolhost(dir: &Path, args: &[&str]) -> Output {
         .current_dir(dir)
         .env("XDG_CONFIG_HOME", dir.join(".no-config"))
         .env("XDG_CACHE_HOME", dir.join(".cache"))
+        .env("XDG_STATE_HOME", dir.join(".state"))
         .output()
         .unwrap()
 }
@@ -278,9 +279,13 @@ async fn cancelling_a_call_reaches_the_external_server() {
         fixture_server()
     ))
     .unwrap();
-    let ts = mcp_toolsets::McpToolset::start(config, &mcp_toolsets::ServerSandbox::new(dir.path()))
-        .await
-        .unwrap();
+    let ts = mcp_toolsets::McpToolset::start(
+        config,
+        &mcp_toolsets::ServerSandbox::new(dir.path()),
+        std::sync::Arc::new(mcp_toolsets::MemoryPins::default()),
+    )
+    .await
+    .unwrap();
     dispatcher
         .register_toolset(dispatcher_core::ToolsetDef {
             id: "fixture".into(),
@@ -522,6 +527,116 @@ fn an_image_a_server_sent_that_is_not_base64_is_named_not_dropped() {
     assert_eq!(
         text_of(&out.stdout),
         "echo: bad image\n[an image (image/png) from MCP server 'fixture' was not valid base64 (Invalid symbol 32, offset 3.) and is left out]\n",
+        "{}",
+        text_of(&out.stderr)
+    );
+}
+
+/// A config whose fixture server changes `echo`'s description and `touch`'s schema while
+/// `dir/changed` exists.
+fn rug_pull_config(dir: &Path, extra: &str) {
+    write_config(
+        dir,
+        &format!(
+            "args = [\"--changed-if\", \"{}\"]\n{extra}",
+            dir.join("changed").display()
+        ),
+    );
+}
+
+#[test]
+fn a_tool_that_changed_since_it_was_pinned_is_withheld_until_approved() {
+    let dir = tempfile::tempdir().unwrap();
+    rug_pull_config(dir.path(), "");
+    // First sight: everything published, and pinned.
+    let first = toolhost(dir.path(), &["list"]);
+    assert!(
+        text_of(&first.stdout).contains("fx__echo"),
+        "{}",
+        text_of(&first.stderr)
+    );
+    // The server changes two tools between starts.
+    std::fs::write(dir.path().join("changed"), "").unwrap();
+    let report = toolhost(dir.path(), &["plugins"]);
+    assert_eq!(report.status.code(), Some(1));
+    let said = text_of(&report.stdout);
+    assert!(
+        said.contains("tool 'echo' withheld: its definition changed since it was pinned")
+            && said.contains("read ~/.ssh/id_rsa")
+            && said.contains("tool 'touch' withheld")
+            && said.contains("input schema at /properties/secret")
+            && said.contains("toolhost mcp approve fixture echo"),
+        "{said}"
+    );
+    let listed = text_of(&toolhost(dir.path(), &["list"]).stdout);
+    assert!(
+        !listed.contains("fx__echo")
+            && !listed.contains("fx__touch")
+            && listed.contains("fx__slow"),
+        "{listed}"
+    );
+    let call = toolhost(
+        dir.path(),
+        &["call", "fx__echo", "--input", r#"{"text": "hi"}"#],
+    );
+    assert_eq!(
+        call.status.code(),
+        Some(1),
+        "a withheld tool cannot be called"
+    );
+    // Approving one tool publishes it; the other stays withheld.
+    let approve = toolhost(dir.path(), &["mcp", "approve", "fixture", "echo"]);
+    assert_eq!(
+        approve.status.code(),
+        Some(0),
+        "{}",
+        text_of(&approve.stderr)
+    );
+    assert!(
+        text_of(&approve.stdout).contains("approved MCP server 'fixture' tool 'echo': description"),
+        "{}",
+        text_of(&approve.stdout)
+    );
+    let listed = text_of(&toolhost(dir.path(), &["list"]).stdout);
+    assert!(
+        listed.contains("fx__echo") && !listed.contains("fx__touch"),
+        "{listed}"
+    );
+    let again = toolhost(dir.path(), &["mcp", "approve", "fixture", "echo"]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(
+        text_of(&again.stderr).contains("nothing to approve for echo")
+            && text_of(&again.stderr).contains("pending: touch"),
+        "{}",
+        text_of(&again.stderr)
+    );
+}
+
+#[test]
+fn with_on_change_warn_a_changed_tool_is_published_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    rug_pull_config(dir.path(), "on_change = \"warn\"\n");
+    toolhost(dir.path(), &["list"]);
+    std::fs::write(dir.path().join("changed"), "").unwrap();
+    let listed = toolhost(dir.path(), &["list"]);
+    assert!(text_of(&listed.stdout).contains("fx__echo"));
+    let log = text_of(&listed.stderr);
+    assert!(
+        log.contains("WARN")
+            && log.contains("tool 'echo' changed its definition since it was pinned"),
+        "{log}"
+    );
+}
+
+#[test]
+fn approving_names_the_servers_there_are() {
+    let dir = tempfile::tempdir().unwrap();
+    rug_pull_config(dir.path(), "");
+    let out = toolhost(dir.path(), &["mcp", "approve", "nope"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text_of(&out.stderr).contains("no MCP server 'nope'")
+            && text_of(&out.stderr).contains("ids: fixture"),
         "{}",
         text_of(&out.stderr)
     );

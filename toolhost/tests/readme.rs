@@ -36,6 +36,7 @@ fn install_and_try_it_runs_as_written() {
         .env("HOME", dir.path())
         .env("XDG_CONFIG_HOME", dir.path().join(".config"))
         .env("XDG_CACHE_HOME", dir.path().join(".cache"))
+        .env("XDG_STATE_HOME", dir.path().join(".state"))
         .output()
         .unwrap();
     let (stdout, stderr) = (

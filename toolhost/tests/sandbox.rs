@@ -36,6 +36,7 @@ fn command(ws: &Path, args: &[&str]) -> Command {
         .current_dir(ws)
         .env("XDG_CONFIG_HOME", ws.join(".no-config"))
         .env("XDG_CACHE_HOME", ws.join(".cache"))
+        .env("XDG_STATE_HOME", ws.join(".state"))
         .stdin(Stdio::null());
     c
 }

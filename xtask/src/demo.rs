@@ -150,6 +150,7 @@ pub fn demo() -> Result {
             .current_dir(&ws)
             .env("XDG_CONFIG_HOME", ws.join(".config"))
             .env("XDG_CACHE_HOME", demo.join("cache"))
+            .env("XDG_STATE_HOME", demo.join("state"))
             .status();
         match status {
             Ok(s) => {

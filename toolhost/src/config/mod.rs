@@ -154,6 +154,11 @@ pub struct McpConfig {
     /// The key ring that seals stateless confirmations (`requestState`), relative to this
     /// file; `TOOLHOST_REQUEST_STATE_KEYS` wins. None: a key of the process's own.
     pub request_state_keys: Option<PathBuf>,
+    /// Where the pinned definitions of mounted MCP servers' tools are kept, relative to
+    /// this file. None: `$XDG_STATE_HOME/toolhost/mcp-pins.json` (or
+    /// `~/.local/state/toolhost/mcp-pins.json`). Keep it outside every workspace: a tool
+    /// that can write it can approve a changed definition.
+    pub pins_file: Option<PathBuf>,
 }
 
 impl Default for McpConfig {
@@ -162,6 +167,7 @@ impl Default for McpConfig {
             prompt_fallback: crate::mcp::PromptFallback::default(),
             max_message_bytes: MessageBytes(crate::mcp::screen::DEFAULT_MAX_MESSAGE_BYTES),
             request_state_keys: None,
+            pins_file: None,
         }
     }
 }
@@ -323,6 +329,9 @@ impl Config {
             *dir = sandbox::resolve(dir, base);
         }
         config.sandbox.resolve_paths(base);
+        if let Some(pins) = &mut config.mcp.pins_file {
+            *pins = sandbox::resolve(pins, base);
+        }
         for server in &mut config.mcp_servers {
             for root in server
                 .readable_roots
