@@ -112,11 +112,6 @@ impl Registry {
         self.read().get(name).cloned()
     }
 
-    /// Whether a tool has this name.
-    pub(crate) fn contains(&self, name: &str) -> bool {
-        self.read().contains_key(name)
-    }
-
     /// How many tools it holds.
     pub(crate) fn len(&self) -> usize {
         self.read().len()
@@ -153,20 +148,25 @@ impl Registry {
     }
 
     /// Replaces the tools of `toolset` with what `prepare` makes, atomically: `prepare`
-    /// gets a test for names taken by other tools (here, or wherever `also_taken` says),
-    /// and nothing changes if it fails. Returns how many tools the toolset now has.
+    /// gets the owner (its source) of a name taken by another tool (here, or wherever
+    /// `also_taken` says), and nothing changes if it fails. Returns how many tools the
+    /// toolset now has.
     pub(crate) fn replace_toolset(
         &self,
         toolset: &str,
-        also_taken: &dyn Fn(&str) -> bool,
-        prepare: impl FnOnce(&dyn Fn(&str) -> bool) -> Result<Vec<Registered>, RegistrationError>,
+        also_taken: &dyn Fn(&str) -> Option<String>,
+        prepare: impl FnOnce(
+            &dyn Fn(&str) -> Option<String>,
+        ) -> Result<Vec<Registered>, RegistrationError>,
     ) -> Result<usize, RegistrationError> {
         let mut tools = self.write();
         let prepared = prepare(&|name: &str| {
-            also_taken(name)
-                || tools
+            also_taken(name).or_else(|| {
+                tools
                     .get(name)
-                    .is_some_and(|t| t.toolset() != Some(toolset))
+                    .filter(|t| t.toolset() != Some(toolset))
+                    .map(|t| t.factory.source().to_string())
+            })
         })?;
         tools.retain(|_, t| t.toolset() != Some(toolset));
         let count = prepared.len();

@@ -137,13 +137,15 @@ impl ToolsetHandle {
             .upgrade()
             .ok_or_else(|| gone("the dispatcher"))?;
         let published = match &self.session {
-            None => self.publish(instance.as_ref(), &global, &|_| false),
+            None => self.publish(instance.as_ref(), &global, &|_| None),
             Some(session) => {
                 let session = session
                     .upgrade()
                     .filter(|s| !s.is_closed())
                     .ok_or_else(|| gone("the session"))?;
-                self.publish(instance.as_ref(), &session.tools, &|n| global.contains(n))
+                self.publish(instance.as_ref(), &session.tools, &|n| {
+                    global.get(n).map(|t| t.factory.source().to_string())
+                })
             }
         }?;
         tracing::debug!(toolset = %self.id, tools = published, "toolset republished its tools");
@@ -151,26 +153,45 @@ impl ToolsetHandle {
     }
 
     /// Publishes the tools of `instance` into `target` under this handle's prefix,
-    /// replacing the toolset's old tools there; `also_taken` names taken elsewhere.
+    /// replacing the toolset's old tools there; `also_taken` gives the owner of a name
+    /// taken elsewhere. Without a prefix (a transparent mount) a tool keeps its own name,
+    /// and a name another tool has is refused, naming both.
     fn publish(
         &self,
         instance: &dyn Toolset,
         target: &Registry,
-        also_taken: &dyn Fn(&str) -> bool,
+        also_taken: &dyn Fn(&str) -> Option<String>,
     ) -> Result<usize, RegistrationError> {
         target.replace_toolset(&self.id, also_taken, |taken| {
             let mut prepared: Vec<Registered> = Vec::new();
             for factory in instance.tools() {
                 let tool = factory.definition().name.clone();
-                let free = |n: &str| !taken(n) && !prepared.iter().any(|p| &*p.name == n);
-                let published =
-                    publish_name(self.prefix.as_deref(), &self.separator, &tool, |n| !free(n));
-                if !free(&published) {
-                    return Err(RegistrationError::Duplicate {
-                        name: published,
-                        existing_source: "another tool".into(),
-                        new_source: format!("toolset '{}'", self.id),
-                    });
+                let owner = |n: &str| {
+                    taken(n).or_else(|| {
+                        prepared
+                            .iter()
+                            .any(|p| &*p.name == n)
+                            .then(|| format!("toolset '{}'", self.id))
+                    })
+                };
+                let clash = |name: String, existing_source: String| RegistrationError::Duplicate {
+                    name,
+                    existing_source,
+                    new_source: match &self.prefix {
+                        Some(_) => format!("toolset '{}'", self.id),
+                        None => format!("toolset '{}' (mounted without a prefix)", self.id),
+                    },
+                };
+                if self.prefix.is_none()
+                    && let Some(existing) = owner(&tool)
+                {
+                    return Err(clash(tool, existing));
+                }
+                let published = publish_name(self.prefix.as_deref(), &self.separator, &tool, |n| {
+                    owner(n).is_some()
+                });
+                if let Some(existing) = owner(&published) {
+                    return Err(clash(published, existing));
                 }
                 prepared.push(registry::prepare_as(
                     factory,
@@ -264,7 +285,7 @@ impl Toolsets {
         }
         if let ToolsetBinding::Shared(instance) = &def.binding {
             let handle = Self::handle(&def, separator, instance, global, None);
-            handle.publish(instance.as_ref(), global, &|_| false)?;
+            handle.publish(instance.as_ref(), global, &|_| None)?;
             instance.bind(handle);
         }
         defs.push(def);
@@ -333,9 +354,9 @@ impl Toolsets {
             };
             started.push(instance.clone());
             let handle = Self::handle(def, separator, &instance, global, Some(session));
-            if let Err(e) =
-                handle.publish(instance.as_ref(), &session.tools, &|n| global.contains(n))
-            {
+            if let Err(e) = handle.publish(instance.as_ref(), &session.tools, &|n| {
+                global.get(n).map(|t| t.factory.source().to_string())
+            }) {
                 let (id, message) = (def.id.clone(), e.to_string());
                 return fail(started, SessionError::Toolset { id, message });
             }

@@ -36,7 +36,9 @@ pub struct McpServerConfig {
     /// Toolset id (what session allowlists and messages name).
     #[serde(deserialize_with = "dispatcher_core::config::non_empty")]
     pub id: String,
-    /// Prefix of its published tool names ([`dispatcher_core::toolset::check_prefix`]).
+    /// Prefix of its published tool names ([`dispatcher_core::toolset::check_prefix`]);
+    /// `""` publishes them under their own names (a transparent mount: a name another tool
+    /// has is refused, naming both).
     #[serde(deserialize_with = "prefix")]
     pub prefix: String,
     /// The program to run (or `url`).
@@ -98,7 +100,10 @@ fn default_call() -> Seconds {
 
 fn prefix<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let s = String::deserialize(d)?;
-    dispatcher_core::toolset::check_prefix(&s).map_err(serde::de::Error::custom)?;
+    if !s.is_empty() {
+        dispatcher_core::toolset::check_prefix(&s)
+            .map_err(|e| serde::de::Error::custom(format!("{e}, or \"\" for none")))?;
+    }
     Ok(s)
 }
 

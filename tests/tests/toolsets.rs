@@ -427,3 +427,27 @@ async fn watch_tools_sees_every_change_to_the_tools_and_none_without_one() {
         .collect();
     assert_eq!(names, ["live__x"]);
 }
+
+#[tokio::test]
+async fn a_toolset_without_a_prefix_keeps_its_names_and_a_clash_names_both_owners() {
+    let d = Dispatcher::new();
+    for f in builtin_tools::factories() {
+        d.register(f).unwrap();
+    }
+    let stopped = Arc::new(AtomicUsize::new(0));
+    let mut plain = shared("plain", "", &["lookup"], &stopped);
+    plain.prefix = None;
+    d.register_toolset(plain).unwrap();
+    let s = d
+        .open_session(SessionSpec::new("s", std::env::temp_dir()).toolsets(["plain"]))
+        .unwrap();
+    assert_eq!(call(&d, &s, "lookup").await.text(), "lookup#0");
+    let mut clashing = shared("clash", "", &["read_file"], &stopped);
+    clashing.prefix = None;
+    let e = d.register_toolset(clashing).unwrap_err().to_string();
+    assert!(
+        e.contains("tool 'read_file' from toolset 'clash' (mounted without a prefix) clashes")
+            && e.contains("from builtin"),
+        "{e}"
+    );
+}

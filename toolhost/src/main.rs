@@ -281,9 +281,12 @@ impl Host {
                             format!("{} ({})", t.definition().name, t.definition().side_effects)
                         })
                         .collect();
+                    let prefix = match ts.config().prefix.as_str() {
+                        "" => "no prefix".to_string(),
+                        p => format!("prefix {p}"),
+                    };
                     lines.push(format!(
-                        "loaded   MCP server '{id}' (prefix {}): {}",
-                        ts.config().prefix,
+                        "loaded   MCP server '{id}' ({prefix}): {}",
                         tools.join(", ")
                     ));
                     lines.extend(ts.left_out().into_iter().map(|(_, why)| {
@@ -412,7 +415,8 @@ async fn build_host(
             dispatcher
                 .register_toolset(dispatcher_core::ToolsetDef {
                     id: id.clone(),
-                    prefix: Some(ts.config().prefix.clone()),
+                    // `prefix = ""`: a transparent mount, under the tools' own names.
+                    prefix: Some(ts.config().prefix.clone()).filter(|p| !p.is_empty()),
                     binding: dispatcher_core::ToolsetBinding::Shared(ts.clone()),
                 })
                 .map_err(|e| {

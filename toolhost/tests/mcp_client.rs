@@ -641,3 +641,64 @@ fn approving_names_the_servers_there_are() {
         text_of(&out.stderr)
     );
 }
+
+#[test]
+fn a_server_mounted_without_a_prefix_publishes_its_tools_under_their_own_names() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("toolhost.toml"),
+        format!(
+            "[[mcp_servers]]\nid = \"plain\"\nprefix = \"\"\ncommand = \"{}\"\n",
+            fixture_server()
+        ),
+    )
+    .unwrap();
+    let listed = toolhost(dir.path(), &["list"]);
+    let table = text_of(&listed.stdout);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("echo ") && l.contains("mcp:plain")),
+        "{table}{}",
+        text_of(&listed.stderr)
+    );
+    let call = toolhost(
+        dir.path(),
+        &["call", "echo", "--input", r#"{"text": "hi"}"#],
+    );
+    assert_eq!(
+        text_of(&call.stdout),
+        "echo: hi\n",
+        "{}",
+        text_of(&call.stderr)
+    );
+    let report = text_of(&toolhost(dir.path(), &["plugins"]).stdout);
+    assert!(
+        report.contains("MCP server 'plain' (no prefix)"),
+        "{report}"
+    );
+}
+
+#[test]
+fn two_servers_without_a_prefix_offering_one_name_are_refused_naming_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let entry = |id: &str| {
+        format!(
+            "[[mcp_servers]]\nid = \"{id}\"\nprefix = \"\"\ncommand = \"{}\"\n",
+            fixture_server()
+        )
+    };
+    std::fs::write(
+        dir.path().join("toolhost.toml"),
+        entry("first") + &entry("second"),
+    )
+    .unwrap();
+    let out = toolhost(dir.path(), &["plugins"]);
+    assert_eq!(out.status.code(), Some(1));
+    let report = text_of(&out.stdout);
+    assert!(
+        report.contains("loaded   MCP server 'first'")
+            && report.contains("toolset 'second' (mounted without a prefix) clashes with the tool of the same name from mcp:first"),
+        "{report}"
+    );
+}

@@ -131,7 +131,12 @@ fn unique_servers<'de, D: serde::Deserializer<'de>>(
                 server.id
             )));
         }
-        if let Some(j) = servers[..i].iter().position(|s| s.prefix == server.prefix) {
+        // Servers mounted without a prefix may be several: their tools' names are checked
+        // when they are published.
+        if let Some(j) = servers[..i]
+            .iter()
+            .position(|s| !server.prefix.is_empty() && s.prefix == server.prefix)
+        {
             return Err(serde::de::Error::custom(format!(
                 "entries {j} and {i} have the same prefix {:?}; prefixes must be unique",
                 server.prefix
