@@ -127,3 +127,39 @@ mod tests {
         assert_eq!(told.lock().unwrap().len(), 2);
     }
 }
+
+/// The `subscriptions/listen` streams open on a server. A stopping server ends them first,
+/// so that each sends its final result (the 2026-07-28 sign of a server going away) while
+/// its connection is still open, rather than being cut off with it.
+#[derive(Default)]
+pub struct Listens {
+    pub(crate) stop: tokio_util::sync::CancellationToken,
+    open: tokio::sync::watch::Sender<usize>,
+}
+
+impl Listens {
+    /// Ends every listen stream, and any opened from now on, and waits up to `within`
+    /// for their handlers to return. Returns how many were open.
+    pub async fn end(&self, within: std::time::Duration) -> usize {
+        let open = *self.open.borrow();
+        self.stop.cancel();
+        let mut watch = self.open.subscribe();
+        let _ = tokio::time::timeout(within, watch.wait_for(|n| *n == 0)).await;
+        open
+    }
+
+    /// Counts a listen stream as open until the guard drops.
+    pub(crate) fn enter(&self) -> ListenGuard<'_> {
+        self.open.send_modify(|n| *n += 1);
+        ListenGuard(self)
+    }
+}
+
+/// An open listen stream, counted until dropped.
+pub(crate) struct ListenGuard<'a>(&'a Listens);
+
+impl Drop for ListenGuard<'_> {
+    fn drop(&mut self) {
+        self.0.open.send_modify(|n| *n -= 1);
+    }
+}

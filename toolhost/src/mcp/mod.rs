@@ -1,14 +1,19 @@
 //! toolhost as an MCP server: the request handler ([`server`]), the screening every
-//! incoming message passes first ([`screen`]), stateless confirmations
-//! ([`request_state`]), telling clients their tool list changed ([`list_changes`]) and the
+//! incoming message passes first ([`screen`]), how the user is asked ([`confirm`]) and
+//! stateless confirmations ([`request_state`]), where calls run ([`sessions`]), live output
+//! ([`progress`]), telling clients their tool list changed ([`list_changes`]) and the
 //! transports ([`stdio`]).
 
+pub mod confirm;
 pub mod list_changes;
+pub mod progress;
 pub mod request_state;
 pub mod screen;
 pub mod server;
+pub mod sessions;
 pub mod stdio;
 
-pub use server::{
-    EofNotify, McpConfirmer, McpServer, McpShared, Principal, PromptFallback, Routes, Sessions,
-};
+pub use confirm::{McpConfirmer, PromptFallback, Routes};
+pub use server::{McpServer, McpShared};
+pub use sessions::{Principal, Sessions};
+pub use stdio::EofNotify;

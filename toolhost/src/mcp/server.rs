@@ -14,304 +14,32 @@
 //! - A call whose request carries `_meta.progressToken` gets the tool's live output
 //!   (`tool.output_delta`, e.g. a command's stdout as it prints) as
 //!   `notifications/progress`: `progress` counts the characters streamed so far and
-//!   `message` holds the chunk.
+//!   `message` holds the chunk ([`super::progress`]).
 //!
-//! ## Asking the user (a `prompt` policy decision)
-//!
-//! - A client of protocol 2025-11-25 or older with form elicitation is asked with an
-//!   `elicitation/create` request (allow / deny / always for this session).
-//! - A client of protocol 2026-07-28, which no longer takes requests from servers, gets an
-//!   `input_required` result instead: a form elicitation under the key `confirm` with the
-//!   same question, and a sealed `requestState` ([`super::request_state`]) bound to the
-//!   principal, the tool, the arguments and an expiry (the confirmation timeout). Its retry
-//!   with `inputResponses.confirm` and that state runs the call once, on allow. "Always"
-//!   from such a client approves the tool in the principal's session on this instance (on
-//!   stdio: the one session, as today). A question a tool asks while it runs
-//!   (`ToolContext::ask_user`) cannot wait for a 2026 client's next round: it goes to a
-//!   watching console, else to the fallback.
-//! - A client that cannot be asked gets `[mcp] prompt_fallback` (default `deny`, with a
-//!   message naming the keys that allow the tool).
+//! How the user is asked: [`super::confirm`].
 
 use std::borrow::Cow;
-use std::collections::HashMap;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use dispatcher_core::confirmation::ConfirmFuture;
-use dispatcher_core::{
-    Answer, CallEvents, ConfirmationRequest, Confirmer, Decision, Dispatcher, EventKind, Session,
-    ToolResultBlock, ToolUse,
-};
+use dispatcher_core::{ConfirmationRequest, Dispatcher, Session, ToolResultBlock, ToolUse};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ContentBlock,
-    ElicitRequest, ElicitRequestParams, ElicitationAction, Implementation, InputRequest,
-    InputRequests, InputRequiredResult, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig,
-    SubscriptionFilter, Tool, ToolAnnotations,
+    ElicitRequest, ElicitRequestParams, Implementation, InputRequest, InputRequests,
+    InputRequiredResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    ServerCapabilities, ServerConfig, SubscriptionFilter, Tool, ToolAnnotations,
 };
-use rmcp::service::{NotificationContext, Peer, RequestContext, RoleServer, SubscriptionContext};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData as McpError, ServerHandler};
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tool_api::{Content, SideEffect};
 
+use super::confirm::{Route, Routes, decision_of, decision_schema};
+use super::list_changes::Listens;
+use super::progress::watch_call;
 use super::request_state::Confirmations;
-
-/// What answers a `prompt` when the client cannot be asked.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PromptFallback {
-    /// Deny the call (default).
-    #[default]
-    Deny,
-    /// Allow the call.
-    Allow,
-}
-
-impl PromptFallback {
-    /// The answer for `tool` when nobody can be asked (`why`: why not), with the advice
-    /// the model and the user read, naming `config_file`.
-    fn answer(self, tool: &str, why: &str, config_file: &str) -> Answer {
-        match self {
-            PromptFallback::Allow => Answer::fallback(
-                Decision::Allow,
-                format!(
-                    "{why}; `prompt_fallback = \"allow\"` under [mcp] in {config_file} allowed it."
-                ),
-            ),
-            PromptFallback::Deny => Answer::fallback(
-                Decision::Deny,
-                format!(
-                    "{why}, and `prompt_fallback = \"deny\"` under [mcp] answered. To allow '{tool}', \
-                     set `{tool} = \"auto\"` under [tool_confirmation.per_tool] in {config_file}, or set \
-                     `prompt_fallback = \"allow\"` under [mcp]."
-                ),
-            ),
-        }
-    }
-}
-
-/// Why nobody was asked when the client cannot elicit.
-const CANNOT_ELICIT: &str =
-    "This MCP client cannot ask its user for confirmation (it does not support elicitation)";
-
-/// How one running call's confirmation is answered: set by the handler before the call
-/// starts, read by the [`McpConfirmer`] when the dispatcher asks.
-enum Route {
-    /// Ask through an `elicitation/create` request to this client (2025-11-25 and older).
-    Elicit(Peer<RoleServer>),
-    /// End this round with `input_required` (2026-07-28): hand the question to the handler.
-    Defer(oneshot::Sender<ConfirmationRequest>),
-    /// The user already answered, in a verified retry (2026-07-28).
-    Answered(Decision),
-    /// Nobody can be asked: `[mcp] prompt_fallback`.
-    Fallback,
-}
-
-/// The routes of the calls in flight, by tool-use id.
-pub struct Routes {
-    routes: Mutex<HashMap<Arc<str>, Route>>,
-    fallback: PromptFallback,
-    /// The config file, named in the fallback's advice.
-    config_file: String,
-    /// Consoles following the event stream ([`Routes::watch`]).
-    watchers: std::sync::atomic::AtomicUsize,
-}
-
-impl Routes {
-    /// No calls yet; `fallback` answers when nobody can be asked, and its advice names
-    /// `config_file`.
-    pub fn new(fallback: PromptFallback, config_file: impl Into<String>) -> Arc<Self> {
-        Arc::new(Routes {
-            routes: Mutex::new(HashMap::new()),
-            fallback,
-            config_file: config_file.into(),
-            watchers: std::sync::atomic::AtomicUsize::new(0),
-        })
-    }
-
-    /// Marks a console as watching until the guard drops: while one is, a question no
-    /// client can answer waits for the console (or the confirmation timeout) instead of
-    /// taking `[mcp] prompt_fallback`.
-    pub fn watch(self: &Arc<Self>) -> WatchGuard {
-        self.watchers.fetch_add(1, Ordering::AcqRel);
-        WatchGuard(self.clone())
-    }
-
-    fn watched(&self) -> bool {
-        self.watchers.load(Ordering::Acquire) > 0
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Route>> {
-        self.routes.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Sets a call's route until the guard drops.
-    fn enter(self: &Arc<Self>, id: Arc<str>, route: Route) -> RouteGuard {
-        self.lock().insert(id.clone(), route);
-        RouteGuard {
-            routes: self.clone(),
-            id,
-        }
-    }
-}
-
-/// A console watching ([`Routes::watch`]).
-pub struct WatchGuard(Arc<Routes>);
-
-impl Drop for WatchGuard {
-    fn drop(&mut self) {
-        self.0.watchers.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-struct RouteGuard {
-    routes: Arc<Routes>,
-    id: Arc<str>,
-}
-
-impl Drop for RouteGuard {
-    fn drop(&mut self) {
-        self.routes.lock().remove(&self.id);
-    }
-}
-
-/// Answers the dispatcher's confirmation requests for calls that came from MCP clients,
-/// each the way its client can be asked ([`Route`]).
-pub struct McpConfirmer {
-    routes: Arc<Routes>,
-}
-
-impl McpConfirmer {
-    /// A confirmer over the routes the handlers set.
-    pub fn new(routes: Arc<Routes>) -> Self {
-        McpConfirmer { routes }
-    }
-}
-
-fn decision_schema() -> Option<rmcp::model::ElicitationSchema> {
-    serde_json::from_value(serde_json::json!({
-        "type": "object",
-        "properties": {
-            "decision": {
-                "type": "string",
-                "title": "Decision",
-                "description": "allow: run this call; deny: do not; always: allow this tool for the rest of the session",
-                "enum": ["allow", "deny", "always"]
-            }
-        },
-        "required": ["decision"]
-    }))
-    .ok()
-}
-
-/// The question, as every client is asked it.
-fn question(request: &ConfirmationRequest) -> String {
-    let mut message = format!(
-        "toolhost: '{}' ({}) asks to run.\nInput: {}",
-        request.tool_name(),
-        request.side_effects(),
-        request.input_summary
-    );
-    for m in &request.projected_modifications {
-        message.push_str(&format!("\n{m}"));
-    }
-    message
-}
-
-/// A form elicitation's answer (`{"action": "accept", "content": {"decision": …}}`) as a
-/// decision; anything but an accepted allow or always is a deny.
-fn decision_of(result: &Value) -> Decision {
-    if result.get("action").and_then(Value::as_str) != Some("accept") {
-        return Decision::Deny;
-    }
-    match result
-        .get("content")
-        .and_then(|c| c.get("decision"))
-        .and_then(Value::as_str)
-    {
-        Some("allow") => Decision::Allow,
-        Some("always") => Decision::AlwaysAllow,
-        _ => Decision::Deny,
-    }
-}
-
-impl Confirmer for McpConfirmer {
-    fn name(&self) -> &str {
-        "mcp-client"
-    }
-
-    fn confirm(&self, request: ConfirmationRequest) -> ConfirmFuture {
-        let routes = self.routes.clone();
-        let fallback =
-            move |tool: &str, why: &str| routes.fallback.answer(tool, why, &routes.config_file);
-        let route = {
-            let mut routes = self.routes.lock();
-            match routes.get_mut(&request.call.tool_use_id) {
-                // A question asked while the call runs cannot end the round (the call is
-                // running), and the retry's answer was for the call, not for it: such a
-                // question goes to a console or the fallback.
-                Some(Route::Defer(_) | Route::Answered(_)) if request.mid_call => None,
-                // The sender goes to the first question; a second one (none is expected)
-                // falls back.
-                Some(Route::Defer(_)) => {
-                    routes.insert(request.call.tool_use_id.clone(), Route::Fallback)
-                }
-                Some(Route::Elicit(peer)) => Some(Route::Elicit(peer.clone())),
-                Some(Route::Answered(d)) => Some(Route::Answered(*d)),
-                Some(Route::Fallback) | None => None,
-            }
-        };
-        match route {
-            Some(Route::Answered(decision)) => Box::pin(std::future::ready(decision.into())),
-            Some(Route::Defer(tx)) => {
-                let _ = tx.send(request);
-                // The handler ends the round; this question is withdrawn with the call.
-                Box::pin(std::future::pending())
-            }
-            Some(Route::Elicit(peer)) => Box::pin(async move {
-                let Some(schema) = decision_schema() else {
-                    return fallback(request.tool_name(), CANNOT_ELICIT);
-                };
-                let params = ElicitRequestParams::FormElicitationParams {
-                    meta: None,
-                    message: question(&request),
-                    requested_schema: schema,
-                };
-                match peer.create_elicitation(params).await {
-                    Ok(result) => {
-                        let accepted = result.action == ElicitationAction::Accept;
-                        let content = result.content.unwrap_or(Value::Null);
-                        decision_of(&serde_json::json!({
-                            "action": if accepted { "accept" } else { "decline" },
-                            "content": content,
-                        }))
-                        .into()
-                    }
-                    Err(e) => {
-                        tracing::warn!("elicitation failed, denying: {e}");
-                        Answer::fallback(
-                            Decision::Deny,
-                            format!(
-                                "Asking the MCP client's user failed ({e}), so the call was denied."
-                            ),
-                        )
-                    }
-                }
-            }),
-            // A console is watching: it answers (first answer wins), or the timeout does.
-            Some(Route::Fallback) | None if self.routes.watched() => {
-                Box::pin(std::future::pending())
-            }
-            Some(Route::Fallback) | None => Box::pin(std::future::ready(fallback(
-                request.tool_name(),
-                CANNOT_ELICIT,
-            ))),
-        }
-    }
-}
+use super::sessions::{Sessions, principal, principal_of};
 
 /// MCP annotations for a side-effect class.
 pub fn annotations(class: SideEffect) -> ToolAnnotations {
@@ -321,31 +49,9 @@ pub fn annotations(class: SideEffect) -> ToolAnnotations {
         .open_world(class == SideEffect::Network)
 }
 
-/// Opens a dispatcher session by id.
-pub type SessionOpener = Box<dyn Fn(&str) -> Result<Session, String> + Send + Sync>;
-
-/// Where a request's calls run.
-pub enum Sessions {
-    /// One client (stdio): every request runs in this session.
-    One(Session),
-    /// Many clients (HTTP): each 2025-era MCP session gets a dispatcher session of its own;
-    /// stateless (2026-07-28) requests run in their principal's session.
-    PerClient {
-        /// Opens a session by id.
-        open: SessionOpener,
-        /// The principals' sessions.
-        by_principal: Mutex<HashMap<String, Session>>,
-    },
-}
-
-/// Who is calling, as the transport authenticated it (HTTP puts it in the request's
-/// extensions); stdio's one client is `stdio`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Principal(pub String);
-
 /// What every connection and request of one server shares.
 pub struct McpShared {
-    /// The dispatcher (built with a [`McpConfirmer`] over [`Self::routes`]).
+    /// The dispatcher (built with a [`super::McpConfirmer`] over [`Self::routes`]).
     pub dispatcher: Dispatcher,
     /// The calls in flight and how each is confirmed.
     pub routes: Arc<Routes>,
@@ -418,19 +124,6 @@ fn elicits_form(caps: Option<&ClientCapabilities>) -> bool {
         .is_some_and(|e| e.form.is_some() || e.url.is_none())
 }
 
-fn principal(context: &RequestContext<RoleServer>) -> String {
-    principal_of(&context.extensions)
-}
-
-/// The principal the transport put in a message's extensions (`stdio` when none did).
-fn principal_of(extensions: &rmcp::model::Extensions) -> String {
-    extensions
-        .get::<http::request::Parts>()
-        .and_then(|parts| parts.extensions.get::<Principal>())
-        .or_else(|| extensions.get::<Principal>())
-        .map_or_else(|| "stdio".to_string(), |p| p.0.clone())
-}
-
 /// `-32601` for `method`, naming it and saying what the server does answer (rmcp's own
 /// answer carries only the method's name as its message).
 /// What `resources/subscribe` and `resources/unsubscribe` are told.
@@ -442,41 +135,6 @@ fn method_not_found(method: &str, hint: &str) -> McpError {
         format!("Method not found: '{method}'; {hint}"),
         Some(serde_json::json!({"method": method})),
     )
-}
-
-/// The `subscriptions/listen` streams open on a server. A stopping server ends them first,
-/// so that each sends its final result (the 2026-07-28 sign of a server going away) while
-/// its connection is still open, rather than being cut off with it.
-#[derive(Default)]
-pub struct Listens {
-    stop: tokio_util::sync::CancellationToken,
-    open: tokio::sync::watch::Sender<usize>,
-}
-
-impl Listens {
-    /// Ends every listen stream, and any opened from now on, and waits up to `within`
-    /// for their handlers to return. Returns how many were open.
-    pub async fn end(&self, within: std::time::Duration) -> usize {
-        let open = *self.open.borrow();
-        self.stop.cancel();
-        let mut watch = self.open.subscribe();
-        let _ = tokio::time::timeout(within, watch.wait_for(|n| *n == 0)).await;
-        open
-    }
-
-    /// Counts a listen stream as open until the guard drops.
-    fn enter(&self) -> ListenGuard<'_> {
-        self.open.send_modify(|n| *n += 1);
-        ListenGuard(self)
-    }
-}
-
-struct ListenGuard<'a>(&'a Listens);
-
-impl Drop for ListenGuard<'_> {
-    fn drop(&mut self) {
-        self.0.open.send_modify(|n| *n -= 1);
-    }
 }
 
 /// A session's `tools/list`: its visible tools with their input schemas, annotations, and
@@ -628,44 +286,6 @@ impl Drop for McpServer {
             handle.spawn(async move {
                 dispatcher.close_session(session.id()).await;
             });
-        }
-    }
-}
-
-/// Forwards a call's live output to the client as progress notifications; once `done`
-/// fires, forwards what is already queued and returns.
-async fn watch_call(
-    mut events: CallEvents,
-    (token, peer): (ProgressToken, Peer<RoleServer>),
-    mut done: tokio::sync::oneshot::Receiver<()>,
-) {
-    let mut streamed = 0usize;
-    let mut finishing = false;
-    loop {
-        let event = if finishing {
-            match events.try_recv() {
-                Some(e) => e,
-                None => return,
-            }
-        } else {
-            tokio::select! {
-                e = events.recv() => match e {
-                    Some(e) => e,
-                    None => return,
-                },
-                _ = &mut done => {
-                    finishing = true;
-                    continue;
-                }
-            }
-        };
-        if let EventKind::OutputDelta { chunk } = &event.kind {
-            streamed += chunk.chars().count();
-            let note = ProgressNotificationParam::new(token.clone(), streamed as f64)
-                .with_message(chunk.clone());
-            if peer.notify_progress(note).await.is_err() {
-                tracing::debug!("the MCP client stopped taking progress notifications");
-            }
         }
     }
 }
@@ -1014,7 +634,7 @@ impl McpServer {
                 InputRequest::Elicitation(ElicitRequest::new(
                     ElicitRequestParams::FormElicitationParams {
                         meta: None,
-                        message: crate::mcp::server::question(question),
+                        message: super::confirm::question(question),
                         requested_schema: schema,
                     },
                 )),
@@ -1022,42 +642,5 @@ impl McpServer {
         }
         let state = self.shared.confirmations.seal(principal, tool, arguments);
         InputRequiredResult::new(Some(requests), Some(state))
-    }
-}
-
-/// Stdin that reports end-of-file: when the client closes its end, running tools are
-/// cancelled at once instead of after the protocol layer's drain period.
-pub struct EofNotify<R> {
-    inner: R,
-    on_eof: Option<tokio::sync::oneshot::Sender<()>>,
-}
-
-impl<R> EofNotify<R> {
-    /// Wraps `inner`; `on_eof` fires once, at the first end-of-file or read error.
-    pub fn new(inner: R, on_eof: tokio::sync::oneshot::Sender<()>) -> Self {
-        EofNotify {
-            inner,
-            on_eof: Some(on_eof),
-        }
-    }
-}
-
-impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for EofNotify<R> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
-        let ended = match &poll {
-            std::task::Poll::Ready(Ok(())) => buf.filled().len() == before && buf.remaining() > 0,
-            std::task::Poll::Ready(Err(_)) => true,
-            std::task::Poll::Pending => false,
-        };
-        if ended && let Some(tx) = self.on_eof.take() {
-            let _ = tx.send(());
-        }
-        poll
     }
 }

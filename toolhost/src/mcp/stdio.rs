@@ -13,6 +13,7 @@
 //! client never reuses an id within a session, and rmcp sends nothing for it).
 
 use std::collections::HashSet;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use rmcp::model::{JsonRpcMessage, RequestId};
@@ -163,5 +164,42 @@ where
 
     async fn close(&mut self) -> Result<(), Self::Error> {
         self.writer.lock().await.flush().await
+    }
+}
+
+/// Stdin that reports end-of-file: when the client closes its end, running tools are
+/// cancelled at once instead of after the protocol layer's drain period.
+pub struct EofNotify<R> {
+    inner: R,
+    on_eof: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl<R> EofNotify<R> {
+    /// Wraps `inner`; `on_eof` fires once, at the first end-of-file or read error.
+    pub fn new(inner: R, on_eof: tokio::sync::oneshot::Sender<()>) -> Self {
+        EofNotify {
+            inner,
+            on_eof: Some(on_eof),
+        }
+    }
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for EofNotify<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let ended = match &poll {
+            std::task::Poll::Ready(Ok(())) => buf.filled().len() == before && buf.remaining() > 0,
+            std::task::Poll::Ready(Err(_)) => true,
+            std::task::Poll::Pending => false,
+        };
+        if ended && let Some(tx) = self.on_eof.take() {
+            let _ = tx.send(());
+        }
+        poll
     }
 }

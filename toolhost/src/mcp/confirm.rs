@@ -1,0 +1,288 @@
+//! How a `prompt` decision reaches the user of an MCP client: an `elicitation/create`
+//! request (2025 era), an `input_required` round (2026-07-28), the answer of a verified
+//! retry, a watching console, or `[mcp] prompt_fallback` when nobody can be asked. The
+//! handler sets each call's [`Route`] before the call starts; the [`McpConfirmer`] the
+//! dispatcher was built with follows it.
+//!
+//! ## Asking the user (a `prompt` policy decision)
+//!
+//! - A client of protocol 2025-11-25 or older with form elicitation is asked with an
+//!   `elicitation/create` request (allow / deny / always for this session).
+//! - A client of protocol 2026-07-28, which no longer takes requests from servers, gets an
+//!   `input_required` result instead: a form elicitation under the key `confirm` with the
+//!   same question, and a sealed `requestState` ([`super::request_state`]) bound to the
+//!   principal, the tool, the arguments and an expiry (the confirmation timeout). Its retry
+//!   with `inputResponses.confirm` and that state runs the call once, on allow. "Always"
+//!   from such a client approves the tool in the principal's session on this instance (on
+//!   stdio: the one session, as today). A question a tool asks while it runs
+//!   (`ToolContext::ask_user`) cannot wait for a 2026 client's next round: it goes to a
+//!   watching console, else to the fallback.
+//! - A client that cannot be asked gets `[mcp] prompt_fallback` (default `deny`; the
+//!   result says that nobody could be asked and names the keys that allow the tool).
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use dispatcher_core::confirmation::ConfirmFuture;
+use dispatcher_core::{Answer, ConfirmationRequest, Confirmer, Decision};
+use rmcp::model::{ElicitRequestParams, ElicitationAction};
+use rmcp::service::{Peer, RoleServer};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+/// What answers a `prompt` when the client cannot be asked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PromptFallback {
+    /// Deny the call (default).
+    #[default]
+    Deny,
+    /// Allow the call.
+    Allow,
+}
+
+impl PromptFallback {
+    /// The answer for `tool` when nobody can be asked (`why`: why not), with the advice
+    /// the model and the user read, naming `config_file`.
+    fn answer(self, tool: &str, why: &str, config_file: &str) -> Answer {
+        match self {
+            PromptFallback::Allow => Answer::fallback(
+                Decision::Allow,
+                format!(
+                    "{why}; `prompt_fallback = \"allow\"` under [mcp] in {config_file} allowed it."
+                ),
+            ),
+            PromptFallback::Deny => Answer::fallback(
+                Decision::Deny,
+                format!(
+                    "{why}, and `prompt_fallback = \"deny\"` under [mcp] answered. To allow '{tool}', \
+                     set `{tool} = \"auto\"` under [tool_confirmation.per_tool] in {config_file}, or set \
+                     `prompt_fallback = \"allow\"` under [mcp]."
+                ),
+            ),
+        }
+    }
+}
+
+/// Why nobody was asked when the client cannot elicit.
+const CANNOT_ELICIT: &str =
+    "This MCP client cannot ask its user for confirmation (it does not support elicitation)";
+
+/// How one running call's confirmation is answered: set by the handler before the call
+/// starts, read by the [`McpConfirmer`] when the dispatcher asks.
+pub(crate) enum Route {
+    /// Ask through an `elicitation/create` request to this client (2025-11-25 and older).
+    Elicit(Peer<RoleServer>),
+    /// End this round with `input_required` (2026-07-28): hand the question to the handler.
+    Defer(oneshot::Sender<ConfirmationRequest>),
+    /// The user already answered, in a verified retry (2026-07-28).
+    Answered(Decision),
+    /// Nobody can be asked: `[mcp] prompt_fallback`.
+    Fallback,
+}
+
+/// The routes of the calls in flight, by tool-use id.
+pub struct Routes {
+    routes: Mutex<HashMap<Arc<str>, Route>>,
+    fallback: PromptFallback,
+    /// The config file, named in the fallback's advice.
+    config_file: String,
+    /// Consoles following the event stream ([`Routes::watch`]).
+    watchers: std::sync::atomic::AtomicUsize,
+}
+
+impl Routes {
+    /// No calls yet; `fallback` answers when nobody can be asked, and its advice names
+    /// `config_file`.
+    pub fn new(fallback: PromptFallback, config_file: impl Into<String>) -> Arc<Self> {
+        Arc::new(Routes {
+            routes: Mutex::new(HashMap::new()),
+            fallback,
+            config_file: config_file.into(),
+            watchers: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+
+    /// Marks a console as watching until the guard drops: while one is, a question no
+    /// client can answer waits for the console (or the confirmation timeout) instead of
+    /// taking `[mcp] prompt_fallback`.
+    pub fn watch(self: &Arc<Self>) -> WatchGuard {
+        self.watchers.fetch_add(1, Ordering::AcqRel);
+        WatchGuard(self.clone())
+    }
+
+    fn watched(&self) -> bool {
+        self.watchers.load(Ordering::Acquire) > 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Route>> {
+        self.routes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sets a call's route until the guard drops.
+    pub(crate) fn enter(self: &Arc<Self>, id: Arc<str>, route: Route) -> RouteGuard {
+        self.lock().insert(id.clone(), route);
+        RouteGuard {
+            routes: self.clone(),
+            id,
+        }
+    }
+}
+
+/// A console watching ([`Routes::watch`]).
+pub struct WatchGuard(Arc<Routes>);
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        self.0.watchers.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A call's route, removed when dropped.
+pub(crate) struct RouteGuard {
+    routes: Arc<Routes>,
+    id: Arc<str>,
+}
+
+impl Drop for RouteGuard {
+    fn drop(&mut self) {
+        self.routes.lock().remove(&self.id);
+    }
+}
+
+/// Answers the dispatcher's confirmation requests for calls that came from MCP clients,
+/// each the way its client can be asked ([`Route`]).
+pub struct McpConfirmer {
+    routes: Arc<Routes>,
+}
+
+impl McpConfirmer {
+    /// A confirmer over the routes the handlers set.
+    pub fn new(routes: Arc<Routes>) -> Self {
+        McpConfirmer { routes }
+    }
+}
+
+pub(crate) fn decision_schema() -> Option<rmcp::model::ElicitationSchema> {
+    serde_json::from_value(serde_json::json!({
+        "type": "object",
+        "properties": {
+            "decision": {
+                "type": "string",
+                "title": "Decision",
+                "description": "allow: run this call; deny: do not; always: allow this tool for the rest of the session",
+                "enum": ["allow", "deny", "always"]
+            }
+        },
+        "required": ["decision"]
+    }))
+    .ok()
+}
+
+/// The question, as every client is asked it.
+pub(crate) fn question(request: &ConfirmationRequest) -> String {
+    let mut message = format!(
+        "toolhost: '{}' ({}) asks to run.\nInput: {}",
+        request.tool_name(),
+        request.side_effects(),
+        request.input_summary
+    );
+    for m in &request.projected_modifications {
+        message.push_str(&format!("\n{m}"));
+    }
+    message
+}
+
+/// A form elicitation's answer (`{"action": "accept", "content": {"decision": …}}`) as a
+/// decision; anything but an accepted allow or always is a deny.
+pub(crate) fn decision_of(result: &Value) -> Decision {
+    if result.get("action").and_then(Value::as_str) != Some("accept") {
+        return Decision::Deny;
+    }
+    match result
+        .get("content")
+        .and_then(|c| c.get("decision"))
+        .and_then(Value::as_str)
+    {
+        Some("allow") => Decision::Allow,
+        Some("always") => Decision::AlwaysAllow,
+        _ => Decision::Deny,
+    }
+}
+
+impl Confirmer for McpConfirmer {
+    fn name(&self) -> &str {
+        "mcp-client"
+    }
+
+    fn confirm(&self, request: ConfirmationRequest) -> ConfirmFuture {
+        let routes = self.routes.clone();
+        let fallback =
+            move |tool: &str, why: &str| routes.fallback.answer(tool, why, &routes.config_file);
+        let route = {
+            let mut routes = self.routes.lock();
+            match routes.get_mut(&request.call.tool_use_id) {
+                // A question asked while the call runs cannot end the round (the call is
+                // running), and the retry's answer was for the call, not for it: such a
+                // question goes to a console or the fallback.
+                Some(Route::Defer(_) | Route::Answered(_)) if request.mid_call => None,
+                // The sender goes to the first question; a second one (none is expected)
+                // falls back.
+                Some(Route::Defer(_)) => {
+                    routes.insert(request.call.tool_use_id.clone(), Route::Fallback)
+                }
+                Some(Route::Elicit(peer)) => Some(Route::Elicit(peer.clone())),
+                Some(Route::Answered(d)) => Some(Route::Answered(*d)),
+                Some(Route::Fallback) | None => None,
+            }
+        };
+        match route {
+            Some(Route::Answered(decision)) => Box::pin(std::future::ready(decision.into())),
+            Some(Route::Defer(tx)) => {
+                let _ = tx.send(request);
+                // The handler ends the round; this question is withdrawn with the call.
+                Box::pin(std::future::pending())
+            }
+            Some(Route::Elicit(peer)) => Box::pin(async move {
+                let Some(schema) = decision_schema() else {
+                    return fallback(request.tool_name(), CANNOT_ELICIT);
+                };
+                let params = ElicitRequestParams::FormElicitationParams {
+                    meta: None,
+                    message: question(&request),
+                    requested_schema: schema,
+                };
+                match peer.create_elicitation(params).await {
+                    Ok(result) => {
+                        let accepted = result.action == ElicitationAction::Accept;
+                        let content = result.content.unwrap_or(Value::Null);
+                        decision_of(&serde_json::json!({
+                            "action": if accepted { "accept" } else { "decline" },
+                            "content": content,
+                        }))
+                        .into()
+                    }
+                    Err(e) => {
+                        tracing::warn!("elicitation failed, denying: {e}");
+                        Answer::fallback(
+                            Decision::Deny,
+                            format!(
+                                "Asking the MCP client's user failed ({e}), so the call was denied."
+                            ),
+                        )
+                    }
+                }
+            }),
+            // A console is watching: it answers (first answer wins), or the timeout does.
+            Some(Route::Fallback) | None if self.routes.watched() => {
+                Box::pin(std::future::pending())
+            }
+            Some(Route::Fallback) | None => Box::pin(std::future::ready(fallback(
+                request.tool_name(),
+                CANNOT_ELICIT,
+            ))),
+        }
+    }
+}
