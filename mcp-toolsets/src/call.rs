@@ -9,13 +9,13 @@ use serde_json::Value;
 use tool_api::{Tool, ToolContext, ToolDefinition, ToolError, ToolFactory, ToolOutput};
 
 use crate::input;
-use crate::server::{Called, Server};
+use crate::upstream::{Called, Upstream};
 
 /// How many `input_required` rounds one call may take before toolhost gives up.
 pub const MAX_INPUT_ROUNDS: usize = 10;
 
 pub(crate) struct McpToolFactory {
-    pub(crate) server: Arc<Server>,
+    pub(crate) server: Arc<Upstream>,
     pub(crate) definition: ToolDefinition,
     pub(crate) source: String,
 }
@@ -45,7 +45,7 @@ impl ToolFactory for McpToolFactory {
 }
 
 struct McpTool {
-    server: Arc<Server>,
+    server: Arc<Upstream>,
     name: String,
     cancel: Arc<tokio::sync::Notify>,
 }

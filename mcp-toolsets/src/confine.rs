@@ -6,14 +6,14 @@
 //! script); it writes the workspace, a private temporary directory (`TMPDIR`) and the
 //! writable roots; it has no network unless granted. `read-only` writes only the
 //! temporary directory; `host` runs it with the user's rights. Where the sandbox cannot be
-//! enforced the server is not started ([`McpError::Sandbox`]) unless `allow_unsandboxed`.
+//! enforced the server is not started ([`UpstreamError::Sandbox`]) unless `allow_unsandboxed`.
 
 use std::path::{Path, PathBuf};
 
 use sandbox::{CommandMode, CommandPolicy, Prepared, PrivateTmp, SandboxError};
 use tool_api::SandboxMode;
 
-use crate::{McpError, McpServerConfig};
+use crate::{McpServerConfig, UpstreamError};
 
 /// The host's sandbox settings for the servers it starts (its `[sandbox]` table and its
 /// workspace); a server's own entry adds to them or overrides them.
@@ -111,7 +111,7 @@ fn resolve_program(program: &str, cwd: Option<&Path>, path_var: Option<&str>) ->
 pub(crate) fn confine(
     config: &McpServerConfig,
     settings: &ServerSandbox,
-) -> Result<Confined, McpError> {
+) -> Result<Confined, UpstreamError> {
     let mode = match settings.mode {
         SandboxMode::Host => {
             return Ok(Confined {
@@ -124,7 +124,7 @@ pub(crate) fn confine(
         // Other modes are refused when the config is read.
         _ => CommandMode::WorkspaceWrite,
     };
-    let sandbox_error = |detail: String| McpError::Sandbox {
+    let sandbox_error = |detail: String| UpstreamError::Sandbox {
         id: config.id.clone(),
         mode: mode.to_string(),
         detail,

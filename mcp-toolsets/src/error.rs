@@ -1,14 +1,14 @@
-//! Why a server could not be used: [`McpError`].
+//! Why a server could not be used: [`UpstreamError`].
 
 use dispatcher_core::config::Seconds;
 
 /// Why a server could not be used.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum McpError {
+pub enum UpstreamError {
     /// The command could not be started.
     #[error("MCP server '{id}': cannot start `{command}`: {detail}")]
     Spawn {
-        /// Server id.
+        /// The server's id.
         id: String,
         /// The command.
         command: String,
@@ -20,7 +20,7 @@ pub enum McpError {
         "MCP server '{id}' did not finish initializing within {timeout} (startup_timeout_secs); it was stopped"
     )]
     StartupTimeout {
-        /// Server id.
+        /// The server's id.
         id: String,
         /// The timeout.
         timeout: Seconds,
@@ -30,7 +30,7 @@ pub enum McpError {
         "MCP server '{id}' was not started: its sandbox ({mode}) {detail}. It is never started unconfined unless allowed: set `allow_unsandboxed = true` on its [[mcp_servers]] entry (or in [sandbox]) to accept the risk, or `sandbox = \"host\"` to run it with your rights"
     )]
     Sandbox {
-        /// Server id.
+        /// The server's id.
         id: String,
         /// The mode it was to run in.
         mode: String,
@@ -40,7 +40,7 @@ pub enum McpError {
     /// Initialization or listing failed.
     #[error("MCP server '{id}' failed to initialize: {detail}")]
     Initialize {
-        /// Server id.
+        /// The server's id.
         id: String,
         /// What failed.
         detail: String,

@@ -32,7 +32,7 @@
 //!   its entry or the host says otherwise): it reads the system, the workspace, its program
 //!   and scripts and the readable roots; it writes the workspace, a private temporary
 //!   directory and the writable roots; no network unless granted. Where that cannot be
-//!   enforced it is not started ([`McpError::Sandbox`]) unless `allow_unsandboxed`.
+//!   enforced it is not started ([`UpstreamError::Sandbox`]) unless `allow_unsandboxed`.
 
 mod call;
 mod client;
@@ -41,7 +41,7 @@ mod confine;
 mod error;
 pub mod input;
 pub mod pins;
-mod server;
+mod upstream;
 
 pub use call::MAX_INPUT_ROUNDS;
 pub use config::{
@@ -49,7 +49,7 @@ pub use config::{
     nesting,
 };
 pub use confine::ServerSandbox;
-pub use error::McpError;
+pub use error::UpstreamError;
 pub use pins::{FilePins, MemoryPins, OnChange, PinStore};
 
 use std::collections::BTreeMap;
@@ -60,7 +60,7 @@ use serde_json::Value;
 use tool_api::{SideEffect, ToolDefinition, ToolFactory};
 
 use crate::call::McpToolFactory;
-use crate::server::Server;
+use crate::upstream::Upstream;
 
 /// The class of an MCP tool: annotations read conservatively, config overrides win.
 pub fn side_effects_of(
@@ -86,7 +86,7 @@ pub fn side_effects_of(
 
 /// A running MCP server offered as a toolset.
 pub struct McpToolset {
-    server: Arc<Server>,
+    server: Arc<Upstream>,
 }
 
 impl std::fmt::Debug for McpToolset {
@@ -110,9 +110,9 @@ impl McpToolset {
         config: McpServerConfig,
         host: &ServerSandbox,
         pins: Arc<dyn PinStore>,
-    ) -> Result<Arc<McpToolset>, McpError> {
+    ) -> Result<Arc<McpToolset>, UpstreamError> {
         let sandbox = host.for_server(&config);
-        Server::start(config, sandbox, pins)
+        Upstream::start(config, sandbox, pins)
             .await
             .map(|server| Arc::new(McpToolset { server }))
     }
@@ -181,5 +181,74 @@ impl Toolset for McpToolset {
 
     fn stop(&self) {
         self.server.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use rmcp::model::{Tool, ToolAnnotations};
+
+    fn tool(annotations: Option<ToolAnnotations>) -> Tool {
+        let t = Tool::new(
+            "t".to_string(),
+            "T.".to_string(),
+            Arc::new(Default::default()),
+        );
+        match annotations {
+            Some(a) => t.annotate(a),
+            None => t,
+        }
+    }
+
+    #[test]
+    fn annotations_are_read_conservatively_and_overrides_win() {
+        let table = [
+            (None, SideEffect::Execute),
+            (Some(ToolAnnotations::new()), SideEffect::Network),
+            (
+                Some(ToolAnnotations::new().read_only(true)),
+                SideEffect::Read,
+            ),
+            (
+                Some(ToolAnnotations::new().open_world(true)),
+                SideEffect::Network,
+            ),
+            (
+                Some(ToolAnnotations::new().open_world(false).destructive(false)),
+                SideEffect::Write,
+            ),
+            (
+                Some(ToolAnnotations::new().open_world(false)),
+                SideEffect::Execute,
+            ),
+        ];
+        for (annotations, want) in table {
+            assert_eq!(
+                side_effects_of(&tool(annotations.clone()), &BTreeMap::new()),
+                want,
+                "{annotations:?}"
+            );
+        }
+        let overrides = BTreeMap::from([("t".to_string(), SideEffect::None)]);
+        assert_eq!(side_effects_of(&tool(None), &overrides), SideEffect::None);
+    }
+
+    #[test]
+    fn a_config_entry_names_what_is_wrong() {
+        let e = toml::from_str::<McpServerConfig>(
+            "id = \"a\"\nprefix = \"bad prefix\"\ncommand = \"x\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("prefix 'bad prefix' must be 1-32") && e.contains("\"\" for none"),
+            "{e}"
+        );
+        let c: McpServerConfig =
+            toml::from_str("id = \"a\"\nprefix = \"\"\ncommand = \"x\"\non_change = \"warn\"\n")
+                .unwrap();
+        assert_eq!((c.prefix.as_str(), c.on_change), ("", OnChange::Warn));
     }
 }

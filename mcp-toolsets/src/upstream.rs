@@ -1,5 +1,5 @@
 //! The connection to one server, shared by its toolset and its tools' factories
-//! ([`Server`]): starting it (in its sandbox) or reaching it, listing its tools, calling
+//! ([`Upstream`]): starting it (in its sandbox) or reaching it, listing its tools, calling
 //! them (restarting a dead server with backoff), re-listing on a change, stopping it.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -18,7 +18,7 @@ use tool_api::ToolError;
 use crate::client::{ClientSide, Live, install_tls_provider, listed, listen_for_tool_changes};
 use crate::config::{MAX_NESTING, McpServerConfig, NESTING_ENV, nesting};
 use crate::confine::{self, ServerSandbox};
-use crate::error::McpError;
+use crate::error::UpstreamError;
 use crate::pins::PinStore;
 
 /// What a `tools/call` round got.
@@ -37,7 +37,7 @@ enum Conn {
 }
 
 /// The connection to one server, shared by the toolset and the factories of its tools.
-pub(crate) struct Server {
+pub(crate) struct Upstream {
     pub(crate) config: McpServerConfig,
     /// Its sandbox settings (stdio servers).
     sandbox: ServerSandbox,
@@ -56,7 +56,7 @@ pub(crate) struct Server {
     list_changes: AtomicU64,
     /// Re-listings, one at a time.
     relisting: tokio::sync::Mutex<()>,
-    /// Stopped on purpose ([`Server::stop`]): what fails after that is no fault.
+    /// Stopped on purpose ([`Upstream::stop`]): what fails after that is no fault.
     stopped: AtomicBool,
     /// The pinned definitions its tools are checked against.
     pins: Arc<dyn PinStore>,
@@ -95,7 +95,7 @@ fn schema_problem(tool: &rmcp::model::Tool) -> Option<String> {
         .map(|e| e.to_string())
 }
 
-impl Server {
+impl Upstream {
     /// What its process runs in (see [`McpToolset::confinement`]).
     pub(crate) fn confinement(&self) -> String {
         self.confined
@@ -108,9 +108,9 @@ impl Server {
         config: McpServerConfig,
         sandbox: ServerSandbox,
         pins: Arc<dyn PinStore>,
-    ) -> Result<Arc<Server>, McpError> {
+    ) -> Result<Arc<Upstream>, UpstreamError> {
         if config.url.is_none() && nesting() >= MAX_NESTING {
-            return Err(McpError::Initialize {
+            return Err(UpstreamError::Initialize {
                 id: config.id.clone(),
                 detail: format!(
                     "not started: this toolhost is {} levels deep in toolhosts started as MCP servers ({NESTING_ENV}); \
@@ -119,7 +119,7 @@ impl Server {
                 ),
             });
         }
-        let server = Arc::new(Server {
+        let server = Arc::new(Upstream {
             runtime: tokio::runtime::Handle::current(),
             conn: tokio::sync::Mutex::new(Conn::Down {
                 since: Instant::now(),
@@ -172,7 +172,7 @@ impl Server {
     }
 
     /// What `notifications/tools/list_changed` does: re-list, then republish.
-    fn on_list_changed(me: Weak<Server>) -> Arc<dyn Fn() + Send + Sync> {
+    fn on_list_changed(me: Weak<Upstream>) -> Arc<dyn Fn() + Send + Sync> {
         Arc::new(move || {
             let Some(this) = me.upgrade() else { return };
             this.list_changes.fetch_add(1, Ordering::AcqRel);
@@ -286,7 +286,7 @@ impl Server {
     /// Starts (or reaches) the server and lists its tools. A change it announced while
     /// starting, which its first listing may predate, is listed again before it counts
     /// as up, so the host publishes what the server has now.
-    async fn connect(&self, me: Weak<Server>) -> Result<Live, McpError> {
+    async fn connect(&self, me: Weak<Upstream>) -> Result<Live, UpstreamError> {
         let changes = self.list_changes.load(Ordering::Acquire);
         let live = match self.config.url.clone() {
             Some(url) => self.connect_http(&url, me).await,
@@ -305,7 +305,7 @@ impl Server {
 
     /// Reaches the server over streamable HTTP: `server/discover` first (2026-07-28), then
     /// `initialize` for a server that does not know it.
-    async fn connect_http(&self, url: &str, me: Weak<Server>) -> Result<Live, McpError> {
+    async fn connect_http(&self, url: &str, me: Weak<Upstream>) -> Result<Live, UpstreamError> {
         use rmcp::ClientServiceExt as _;
         use rmcp::transport::StreamableHttpClientTransport;
         use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -313,7 +313,7 @@ impl Server {
         install_tls_provider();
         let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_string());
         if let Some(var) = &c.bearer_token_env {
-            let token = std::env::var(var).map_err(|_| McpError::Initialize {
+            let token = std::env::var(var).map_err(|_| UpstreamError::Initialize {
                 id: c.id.clone(),
                 detail: format!(
                     "bearer_token_env names {var}, which is not set in toolhost's environment"
@@ -322,7 +322,7 @@ impl Server {
             config.auth_header = Some(token);
         }
         let transport = StreamableHttpClientTransport::from_config(config);
-        let on_list_changed = Server::on_list_changed(me);
+        let on_list_changed = Upstream::on_list_changed(me);
         let client = ClientSide {
             on_list_changed: on_list_changed.clone(),
             answers_input: true,
@@ -354,18 +354,18 @@ impl Server {
                     _tmp: None,
                 })
             }
-            Ok(Err(detail)) => Err(McpError::Initialize {
+            Ok(Err(detail)) => Err(UpstreamError::Initialize {
                 id: c.id.clone(),
                 detail: format!("{detail} (at {url})"),
             }),
-            Err(_) => Err(McpError::StartupTimeout {
+            Err(_) => Err(UpstreamError::StartupTimeout {
                 id: c.id.clone(),
                 timeout: c.startup_timeout,
             }),
         }
     }
 
-    async fn connect_child(&self, me: Weak<Server>) -> Result<Live, McpError> {
+    async fn connect_child(&self, me: Weak<Upstream>) -> Result<Live, UpstreamError> {
         let c = &self.config;
         let confined = confine::confine(c, &self.sandbox)?;
         let mut cmd = tokio::process::Command::new(&c.command);
@@ -385,7 +385,7 @@ impl Server {
         if let Some(prepared) = confined.prepared {
             prepared.attach(cmd.as_std_mut());
         }
-        let mut child = cmd.spawn().map_err(|e| McpError::Spawn {
+        let mut child = cmd.spawn().map_err(|e| UpstreamError::Spawn {
             id: c.id.clone(),
             command: c.command.clone(),
             detail: if e.kind() == std::io::ErrorKind::PermissionDenied && confined.tmp.is_some()
@@ -400,7 +400,7 @@ impl Server {
         })?;
         *self.confined.lock().unwrap_or_else(PoisonError::into_inner) = confined.label.clone();
         let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
-            return Err(McpError::Spawn {
+            return Err(UpstreamError::Spawn {
                 id: c.id.clone(),
                 command: c.command.clone(),
                 detail: "no stdio pipes".into(),
@@ -408,7 +408,7 @@ impl Server {
         };
         let child = Arc::new(tokio::sync::Mutex::new(child));
         let client = ClientSide {
-            on_list_changed: Server::on_list_changed(me),
+            on_list_changed: Upstream::on_list_changed(me),
             answers_input: false,
         };
         let init = async {
@@ -441,14 +441,14 @@ impl Server {
                     Err(e) => format!("{detail} (process: unknown exit status: {e})"),
                 };
                 let _ = child.lock().await.kill().await;
-                Err(McpError::Initialize {
+                Err(UpstreamError::Initialize {
                     id: c.id.clone(),
                     detail,
                 })
             }
             Err(_) => {
                 let _ = child.lock().await.kill().await;
-                Err(McpError::StartupTimeout {
+                Err(UpstreamError::StartupTimeout {
                     id: c.id.clone(),
                     timeout: c.startup_timeout,
                 })
