@@ -61,10 +61,24 @@ impl Tool for McpTool {
         let mut params = CallToolRequestParams::new(self.name.clone()).with_arguments(args);
         let mut rounds = 0;
         let result = loop {
-            let called = self
-                .server
-                .runtime
-                .block_on(self.server.call(params.clone(), self.cancel.clone()))?;
+            // The server's progress is the call's live output, as it comes.
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+            let called = self.server.runtime.block_on(async {
+                let call = self.server.call(params.clone(), self.cancel.clone(), tx);
+                tokio::pin!(call);
+                loop {
+                    tokio::select! {
+                        biased;
+                        Some(chunk) = rx.recv() => ctx.output(&format!("{chunk}\n")),
+                        called = &mut call => {
+                            while let Ok(chunk) = rx.try_recv() {
+                                ctx.output(&format!("{chunk}\n"));
+                            }
+                            break called;
+                        }
+                    }
+                }
+            })?;
             match called {
                 Called::Complete(result) => break result,
                 Called::InputRequired(_) if rounds == MAX_INPUT_ROUNDS => {

@@ -2,7 +2,8 @@
 //! server's notifications ([`ClientSide`]), a live connection ([`Live`]), and listening for
 //! a 2026-07-28 server's tool list changes.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use rmcp::ClientHandler;
 use rmcp::service::{NotificationContext, RoleClient, RunningService};
@@ -37,6 +38,61 @@ pub(crate) fn install_tls_provider() {
 pub(crate) struct ClientSide {
     pub(crate) on_list_changed: Arc<dyn Fn() + Send + Sync>,
     pub(crate) answers_input: bool,
+    /// Where a call in flight takes the server's progress notifications.
+    pub(crate) progress: Arc<ProgressRoutes>,
+}
+
+/// The calls in flight that take progress, by the progress token of their request.
+#[derive(Default)]
+pub(crate) struct ProgressRoutes(
+    Mutex<HashMap<rmcp::model::ProgressToken, tokio::sync::mpsc::UnboundedSender<String>>>,
+);
+
+impl ProgressRoutes {
+    /// Sends the progress of the request with `token` to `to` until the guard drops.
+    pub(crate) fn route(
+        self: &Arc<Self>,
+        token: rmcp::model::ProgressToken,
+        to: tokio::sync::mpsc::UnboundedSender<String>,
+    ) -> ProgressGuard {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(token.clone(), to);
+        ProgressGuard {
+            routes: self.clone(),
+            token,
+        }
+    }
+
+    fn send(&self, params: &rmcp::model::ProgressNotificationParam) {
+        let routes = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(to) = routes.get(&params.progress_token) {
+            // What the user sees of it: the server's message, else how far it is.
+            let text = match (&params.message, params.total) {
+                (Some(message), _) => message.clone(),
+                (None, Some(total)) => format!("progress {}/{total}", params.progress),
+                (None, None) => format!("progress {}", params.progress),
+            };
+            let _ = to.send(text);
+        }
+    }
+}
+
+/// A call's progress route, removed when dropped.
+pub(crate) struct ProgressGuard {
+    routes: Arc<ProgressRoutes>,
+    token: rmcp::model::ProgressToken,
+}
+
+impl Drop for ProgressGuard {
+    fn drop(&mut self) {
+        self.routes
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.token);
+    }
 }
 
 impl ClientHandler for ClientSide {
@@ -56,6 +112,14 @@ impl ClientHandler for ClientSide {
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         (self.on_list_changed)();
+    }
+
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.progress.send(&params);
     }
 
     async fn create_elicitation(

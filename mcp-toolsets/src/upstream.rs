@@ -60,6 +60,8 @@ pub(crate) struct Upstream {
     stopped: AtomicBool,
     /// The pinned definitions its tools are checked against.
     pins: Arc<dyn PinStore>,
+    /// Where the calls in flight take the server's progress notifications.
+    progress: Arc<crate::client::ProgressRoutes>,
 }
 
 async fn exit_status(child: Option<&tokio::sync::Mutex<tokio::process::Child>>) -> String {
@@ -133,6 +135,7 @@ impl Upstream {
             relisting: tokio::sync::Mutex::new(()),
             stopped: AtomicBool::new(false),
             pins,
+            progress: Arc::default(),
             confined: Mutex::new(match &config.url {
                 Some(url) => format!("remote ({url}: not confined by toolhost)"),
                 None => "not started".into(),
@@ -326,6 +329,7 @@ impl Upstream {
         let client = ClientSide {
             on_list_changed: on_list_changed.clone(),
             answers_input: true,
+            progress: self.progress.clone(),
         };
         let init = async {
             let service = client
@@ -410,6 +414,7 @@ impl Upstream {
         let client = ClientSide {
             on_list_changed: Upstream::on_list_changed(me),
             answers_input: false,
+            progress: self.progress.clone(),
         };
         let init = async {
             let service = client
@@ -457,10 +462,13 @@ impl Upstream {
     }
 
     /// Calls a tool, restarting a dead server first (with backoff).
+    /// Calls a tool; the server's progress notifications for the call go to `progress`
+    /// (its messages, else how far it is) while it runs.
     pub(crate) async fn call(
         self: &Arc<Self>,
         params: CallToolRequestParams,
         cancel: Arc<tokio::sync::Notify>,
+        progress: tokio::sync::mpsc::UnboundedSender<String>,
     ) -> Result<Called, ToolError> {
         let id = &self.config.id;
         let (peer, child) = {
@@ -517,6 +525,9 @@ impl Upstream {
         let outcome = match sent {
             Ok(handle) => {
                 let request_id = handle.id.clone();
+                // rmcp gives every request a progress token; a notification that came
+                // before this line (none is expected so soon) is not shown.
+                let _progress = self.progress.route(handle.progress_token.clone(), progress);
                 tokio::select! {
                     r = handle.await_response() => r,
                     _ = cancel.notified() => {

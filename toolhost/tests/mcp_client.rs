@@ -702,3 +702,42 @@ fn two_servers_without_a_prefix_offering_one_name_are_refused_naming_both() {
         "{report}"
     );
 }
+
+#[tokio::test]
+async fn a_mounted_tools_progress_is_the_calls_live_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let dispatcher = dispatcher_core::Dispatcher::new();
+    let config = mcp_toolsets::McpServerConfig::new("fixture", "fx", fixture_server());
+    let ts = mcp_toolsets::McpToolset::start(
+        config,
+        &mcp_toolsets::ServerSandbox::new(dir.path()),
+        std::sync::Arc::new(mcp_toolsets::MemoryPins::default()),
+    )
+    .await
+    .unwrap();
+    dispatcher
+        .register_toolset(dispatcher_core::ToolsetDef {
+            id: "fixture".into(),
+            prefix: Some("fx".into()),
+            binding: dispatcher_core::ToolsetBinding::Shared(ts.clone()),
+        })
+        .unwrap();
+    let session = dispatcher
+        .open_session(dispatcher_core::SessionSpec::new("s", dir.path()).toolsets(["fixture"]))
+        .unwrap();
+    let mut call = dispatcher.invocation(
+        dispatcher_core::ToolUse::new("tu", "fx__steps", json!({})),
+        &session,
+    );
+    let mut events = call.events();
+    let result = call.run().await;
+    assert_eq!(result.text(), "steps: done", "{result:?}");
+    let mut streamed = String::new();
+    while let Some(e) = events.try_recv() {
+        if let dispatcher_core::EventKind::OutputDelta { chunk } = &e.kind {
+            streamed.push_str(chunk);
+        }
+    }
+    assert_eq!(streamed, "step 1 of 3\nstep 2 of 3\nstep 3 of 3\n");
+    dispatcher_core::Toolset::stop(ts.as_ref());
+}
