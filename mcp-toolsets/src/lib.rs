@@ -40,6 +40,7 @@ mod config;
 mod confine;
 mod error;
 pub mod input;
+pub mod offers;
 pub mod pins;
 mod upstream;
 

@@ -11,7 +11,7 @@ use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
     ClientRequest, ServerResult,
 };
-use rmcp::service::{PeerRequestOptions, ServiceExt};
+use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceExt};
 use serde_json::Value;
 use tool_api::ToolError;
 
@@ -35,6 +35,9 @@ enum Conn {
         reason: String,
     },
 }
+
+/// A server's process, shared by its connection and its calls.
+pub(crate) type Child = Option<Arc<tokio::sync::Mutex<tokio::process::Child>>>;
 
 /// The connection to one server, shared by the toolset and the factories of its tools.
 pub(crate) struct Upstream {
@@ -62,6 +65,8 @@ pub(crate) struct Upstream {
     pins: Arc<dyn PinStore>,
     /// Where the calls in flight take the server's progress notifications.
     progress: Arc<crate::client::ProgressRoutes>,
+    /// The prompts, resources and resource templates it offered when it was last listed.
+    pub(crate) offers: Mutex<crate::offers::Offers>,
 }
 
 async fn exit_status(child: Option<&tokio::sync::Mutex<tokio::process::Child>>) -> String {
@@ -136,6 +141,7 @@ impl Upstream {
             stopped: AtomicBool::new(false),
             pins,
             progress: Arc::default(),
+            offers: Mutex::default(),
             confined: Mutex::new(match &config.url {
                 Some(url) => format!("remote ({url}: not confined by toolhost)"),
                 None => "not started".into(),
@@ -303,6 +309,8 @@ impl Upstream {
                 }
             }
         }
+        let offers = crate::offers::Offers::list(live.service.peer(), &self.config.id).await;
+        *self.offers.lock().unwrap_or_else(PoisonError::into_inner) = offers;
         Ok(live)
     }
 
@@ -462,6 +470,56 @@ impl Upstream {
     }
 
     /// Calls a tool, restarting a dead server first (with backoff).
+    /// The connection's peer and process, starting the server again first if it is down
+    /// and its backoff has passed.
+    pub(crate) async fn live_peer(
+        self: &Arc<Self>,
+    ) -> Result<(Peer<RoleClient>, Child), ToolError> {
+        let id = &self.config.id;
+        let mut conn = self.conn.lock().await;
+        if let Conn::Down {
+            since,
+            backoff,
+            reason,
+        } = &*conn
+        {
+            let wait = backoff.saturating_sub(since.elapsed());
+            if !wait.is_zero() {
+                return Err(ToolError::failed(format!(
+                    "MCP server '{id}' is down ({reason}); next restart attempt in {:.1}s",
+                    wait.as_secs_f64()
+                )));
+            }
+            let next_backoff =
+                (*backoff * 2).clamp(Duration::from_secs(1), Duration::from_secs(30));
+            match self.connect(Arc::downgrade(self)).await {
+                Ok(live) => {
+                    tracing::info!(server = %id, "MCP server restarted");
+                    *conn = Conn::Up(live);
+                    self.stopped.store(false, Ordering::Release);
+                    self.announce("restart");
+                }
+                Err(e) => {
+                    *conn = Conn::Down {
+                        since: Instant::now(),
+                        backoff: next_backoff,
+                        reason: e.to_string(),
+                    };
+                    return Err(ToolError::failed(format!(
+                        "{e}; retrying in {}s",
+                        next_backoff.as_secs()
+                    )));
+                }
+            }
+        }
+        let Conn::Up(live) = &*conn else {
+            return Err(ToolError::failed(format!(
+                "MCP server '{id}' is not running"
+            )));
+        };
+        Ok((live.service.peer().clone(), live.child.clone()))
+    }
+
     /// Calls a tool; the server's progress notifications for the call go to `progress`
     /// (its messages, else how far it is) while it runs.
     pub(crate) async fn call(
@@ -471,50 +529,7 @@ impl Upstream {
         progress: tokio::sync::mpsc::UnboundedSender<String>,
     ) -> Result<Called, ToolError> {
         let id = &self.config.id;
-        let (peer, child) = {
-            let mut conn = self.conn.lock().await;
-            if let Conn::Down {
-                since,
-                backoff,
-                reason,
-            } = &*conn
-            {
-                let wait = backoff.saturating_sub(since.elapsed());
-                if !wait.is_zero() {
-                    return Err(ToolError::failed(format!(
-                        "MCP server '{id}' is down ({reason}); next restart attempt in {:.1}s",
-                        wait.as_secs_f64()
-                    )));
-                }
-                let next_backoff =
-                    (*backoff * 2).clamp(Duration::from_secs(1), Duration::from_secs(30));
-                match self.connect(Arc::downgrade(self)).await {
-                    Ok(live) => {
-                        tracing::info!(server = %id, "MCP server restarted");
-                        *conn = Conn::Up(live);
-                        self.stopped.store(false, Ordering::Release);
-                        self.announce("restart");
-                    }
-                    Err(e) => {
-                        *conn = Conn::Down {
-                            since: Instant::now(),
-                            backoff: next_backoff,
-                            reason: e.to_string(),
-                        };
-                        return Err(ToolError::failed(format!(
-                            "{e}; retrying in {}s",
-                            next_backoff.as_secs()
-                        )));
-                    }
-                }
-            }
-            let Conn::Up(live) = &*conn else {
-                return Err(ToolError::failed(format!(
-                    "MCP server '{id}' is not running"
-                )));
-            };
-            (live.service.peer().clone(), live.child.clone())
-        };
+        let (peer, child) = self.live_peer().await?;
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let sent = peer
             .send_cancellable_request(

@@ -253,6 +253,17 @@ struct Host {
 }
 
 impl Host {
+    /// The MCP servers that started, whose prompts and resources pass through.
+    fn upstreams(&self) -> mcp::Upstreams {
+        let started = self
+            .mcp
+            .iter()
+            .filter_map(|(id, r)| r.as_ref().ok().map(|ts| (id, ts)))
+            .map(|(id, ts)| (id.clone(), ts.config().prefix.clone(), ts.clone()))
+            .collect();
+        mcp::Upstreams::new(started, &self.dispatcher.config().toolset_separator)
+    }
+
     /// The toolsets a session enables: every MCP server that started.
     fn toolsets(&self) -> Vec<String> {
         self.mcp

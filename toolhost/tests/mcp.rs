@@ -907,7 +907,7 @@ fn resource_subscriptions_are_method_not_found_saying_toolhost_offers_tools_only
             answer["error"],
             json!({
                 "code": -32601,
-                "message": format!("Method not found: '{method}'; toolhost offers tools only and declares no resource subscriptions"),
+                "message": format!("Method not found: '{method}'; toolhost declares no resource subscriptions (not passed through from mounted servers yet)"),
                 "data": {"method": method},
             }),
             "{answer}"

@@ -741,3 +741,68 @@ async fn a_mounted_tools_progress_is_the_calls_live_output() {
     assert_eq!(streamed, "step 1 of 3\nstep 2 of 3\nstep 3 of 3\n");
     dispatcher_core::Toolset::stop(ts.as_ref());
 }
+
+#[tokio::test]
+async fn a_mounted_servers_prompts_resources_and_completion_come_through() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "args = [\"--offers\"]\n");
+    let s = serve(dir.path()).await;
+    let peer = s.peer();
+    assert!(
+        peer.peer_info().unwrap().capabilities.completions.is_some(),
+        "completion is declared when a mounted server can complete"
+    );
+    // Prompts are named with the server's prefix, like its tools.
+    let prompts = peer.list_all_prompts().await.unwrap();
+    assert_eq!(
+        prompts.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+        ["fx__greet"]
+    );
+    let args = serde_json::Map::from_iter([("name".to_string(), json!("Ada"))]);
+    let got = peer
+        .get_prompt(rmcp::model::GetPromptRequestParams::new("fx__greet").with_arguments(args))
+        .await
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(&got.messages[0].content).unwrap()["text"],
+        "Say hello to Ada."
+    );
+    // Resources keep their URIs; a URI under a template reaches its server too.
+    let resources = peer.list_all_resources().await.unwrap();
+    assert_eq!(resources[0].uri, "fixture://readme");
+    let templates = peer.list_all_resource_templates().await.unwrap();
+    assert_eq!(templates[0].uri_template, "fixture://notes/{id}");
+    for (uri, want) in [
+        ("fixture://readme", "the fixture's readme"),
+        ("fixture://notes/7", "note 7"),
+    ] {
+        let read = peer
+            .read_resource(rmcp::model::ReadResourceRequestParams::new(uri))
+            .await
+            .unwrap();
+        assert_eq!(
+            serde_json::to_value(&read.contents[0]).unwrap()["text"],
+            want,
+            "{uri}"
+        );
+    }
+    let missing = peer
+        .read_resource(rmcp::model::ReadResourceRequestParams::new("other://x"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        missing.contains("Resource not found: other://x"),
+        "{missing}"
+    );
+    // Completion reaches the server that owns the prompt.
+    let done = peer
+        .complete(rmcp::model::CompleteRequestParams::new(
+            rmcp::model::Reference::for_prompt("fx__greet"),
+            rmcp::model::ArgumentInfo::new("name", "Al"),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(done.completion.values, ["Alan"]);
+    s.cancel().await.unwrap();
+}

@@ -5,6 +5,7 @@
 //! transports ([`stdio`]).
 
 pub mod confirm;
+pub mod gateway;
 pub mod list_changes;
 pub mod progress;
 pub mod request_state;
@@ -14,6 +15,7 @@ pub mod sessions;
 pub mod stdio;
 
 pub use confirm::{McpConfirmer, PromptFallback, Routes};
+pub use gateway::Upstreams;
 pub use server::{McpServer, McpShared};
 pub use sessions::{Principal, Sessions};
 pub use stdio::EofNotify;

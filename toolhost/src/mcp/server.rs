@@ -36,6 +36,7 @@ use tokio::sync::oneshot;
 use tool_api::{Content, SideEffect};
 
 use super::confirm::{Route, Routes, decision_of, decision_schema};
+use super::gateway::Upstreams;
 use super::list_changes::Listens;
 use super::progress::watch_call;
 use super::request_state::Confirmations;
@@ -61,6 +62,8 @@ pub struct McpShared {
     pub sessions: Sessions,
     /// The open `subscriptions/listen` streams, which a stopping server ends.
     pub listens: Listens,
+    /// The mounted MCP servers whose prompts and resources pass through.
+    pub upstreams: Upstreams,
     next_call: AtomicU64,
 }
 
@@ -71,12 +74,14 @@ impl McpShared {
         routes: Arc<Routes>,
         confirmations: Confirmations,
         sessions: Sessions,
+        upstreams: Upstreams,
     ) -> Arc<Self> {
         Arc::new(McpShared {
             dispatcher,
             routes,
             confirmations,
             sessions,
+            upstreams,
             listens: Listens::default(),
             next_call: AtomicU64::new(1),
         })
@@ -127,7 +132,8 @@ fn elicits_form(caps: Option<&ClientCapabilities>) -> bool {
 /// `-32601` for `method`, naming it and saying what the server does answer (rmcp's own
 /// answer carries only the method's name as its message).
 /// What `resources/subscribe` and `resources/unsubscribe` are told.
-const NO_SUBSCRIPTIONS: &str = "toolhost offers tools only and declares no resource subscriptions";
+const NO_SUBSCRIPTIONS: &str =
+    "toolhost declares no resource subscriptions (not passed through from mounted servers yet)";
 
 fn method_not_found(method: &str, hint: &str) -> McpError {
     McpError::new(
@@ -292,16 +298,19 @@ impl Drop for McpServer {
 
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
-        // Prompts and resources are declared, and listed empty, so that a client that
-        // lists them (and caches the answer) gets an answer rather than an error.
-        ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_tool_list_changed()
-                .enable_prompts()
-                .enable_resources()
-                .build(),
-        )
+        // Prompts and resources are declared (what mounted servers offer; lists empty
+        // without them), so that a client that lists them gets an answer, not an error.
+        // Completion is declared when a mounted server has something to complete.
+        let mut capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .enable_prompts()
+            .enable_resources()
+            .build();
+        if self.shared.upstreams.completes() {
+            capabilities.completions = Some(Default::default());
+        }
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("toolhost", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "toolhost runs tools with input validation, workspace scoping and a confirmation policy. \
@@ -314,16 +323,53 @@ impl ServerHandler for McpServer {
         Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2026_07_28))
     }
 
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListPromptsResult, McpError> {
+        Ok(rmcp::model::ListPromptsResult::with_all_items(
+            self.shared.upstreams.prompts(),
+        ))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, McpError> {
+        Ok(rmcp::model::ListResourcesResult::with_all_items(
+            self.shared.upstreams.resources(),
+        ))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourceTemplatesResult, McpError> {
+        Ok(rmcp::model::ListResourceTemplatesResult::with_all_items(
+            self.shared.upstreams.templates(),
+        ))
+    }
+
     async fn read_resource(
         &self,
         request: rmcp::model::ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
-        // No resources: every URI is unknown. 2026-07-28 says -32602 with the URI; earlier
-        // revisions' convention is -32002.
+        if let Some(server) = self.shared.upstreams.resource(&request.uri) {
+            return server
+                .read_resource(request)
+                .await
+                .map(Into::into)
+                .map_err(|e| McpError::internal_error(e, None));
+        }
+        // An unknown URI: 2026-07-28 says -32602 with the URI; earlier revisions'
+        // convention is -32002.
         let data = Some(serde_json::json!({"uri": request.uri}));
         let message = format!(
-            "Resource not found: {} (toolhost offers tools only)",
+            "Resource not found: {} (no mounted MCP server offers it; resources/list shows what there is)",
             request.uri
         );
         Err(match Era::of(&context) {
@@ -334,18 +380,52 @@ impl ServerHandler for McpServer {
 
     async fn get_prompt(
         &self,
-        request: rmcp::model::GetPromptRequestParams,
+        mut request: rmcp::model::GetPromptRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::GetPromptResponse, McpError> {
-        // Prompts are declared and listed empty: a name is an unknown prompt (-32602, as
-        // the specification says), not an unknown method.
+        if let Some((server, own_name)) = self.shared.upstreams.prompt(&request.name) {
+            request.name = own_name;
+            return server
+                .get_prompt(request)
+                .await
+                .map(Into::into)
+                .map_err(|e| McpError::internal_error(e, None));
+        }
+        // An unknown name is an unknown prompt (-32602, as the specification says), not an
+        // unknown method.
         Err(McpError::invalid_params(
             format!(
-                "Prompt not found: '{}' (toolhost offers tools only; prompts/list is empty)",
+                "Prompt not found: '{}' (prompts/list shows the prompts of the mounted MCP servers)",
                 request.name
             ),
             Some(serde_json::json!({"name": request.name})),
         ))
+    }
+
+    async fn complete(
+        &self,
+        mut request: rmcp::model::CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CompleteResult, McpError> {
+        let upstreams = &self.shared.upstreams;
+        let server = match &mut request.r#ref {
+            rmcp::model::Reference::Prompt(p) => upstreams.prompt(&p.name).map(|(server, own)| {
+                p.name = own;
+                server
+            }),
+            rmcp::model::Reference::Resource(r) => upstreams.template(&r.uri),
+            _ => None,
+        };
+        match server {
+            Some(server) => server
+                .complete(request)
+                .await
+                .map_err(|e| McpError::internal_error(e, None)),
+            None => Err(McpError::invalid_params(
+                "completion/complete: no mounted MCP server offers that prompt or resource template",
+                Some(serde_json::json!({"ref": request.r#ref})),
+            )),
+        }
     }
 
     #[allow(
@@ -396,7 +476,9 @@ impl ServerHandler for McpServer {
         Err(method_not_found(
             &request.method,
             "this server answers initialize, server/discover, ping, tools/list, tools/call, \
-             and empty prompt and resource lists",
+             and the prompts and resources of the MCP servers it mounts (prompts/list, \
+             prompts/get, resources/list, resources/templates/list, resources/read, \
+             completion/complete)",
         ))
     }
 

@@ -1,0 +1,99 @@
+//! What a server offers besides tools: its prompts, resources and resource templates
+//! (listed when it starts, when it declares them), and the requests that reach them
+//! (`prompts/get`, `resources/read`, `completion/complete`), passed through unchanged.
+
+use std::sync::{Arc, PoisonError};
+
+use rmcp::model::{
+    CompleteRequestParams, CompleteResult, GetPromptRequestParams, GetPromptResult, Prompt,
+    ReadResourceRequestParams, ReadResourceResult, Resource, ResourceTemplate,
+};
+use rmcp::service::{Peer, RoleClient};
+
+use crate::McpToolset;
+
+/// A server's prompts, resources and resource templates, as it listed them.
+#[derive(Debug, Clone, Default)]
+pub struct Offers {
+    /// Its prompts.
+    pub prompts: Vec<Prompt>,
+    /// Its resources.
+    pub resources: Vec<Resource>,
+    /// Its resource templates.
+    pub templates: Vec<ResourceTemplate>,
+}
+
+impl Offers {
+    /// Lists what the server declares (a listing that fails is logged and left empty: its
+    /// tools still come through).
+    pub(crate) async fn list(peer: &Peer<RoleClient>, id: &str) -> Offers {
+        let Some(caps) = peer.peer_info().map(|i| i.capabilities.clone()) else {
+            return Offers::default();
+        };
+        let mut offers = Offers::default();
+        if caps.prompts.is_some() {
+            match peer.list_all_prompts().await {
+                Ok(p) => offers.prompts = p,
+                Err(e) => tracing::warn!(server = %id, "listing its prompts failed: {e}"),
+            }
+        }
+        if caps.resources.is_some() {
+            match peer.list_all_resources().await {
+                Ok(r) => offers.resources = r,
+                Err(e) => tracing::warn!(server = %id, "listing its resources failed: {e}"),
+            }
+            match peer.list_all_resource_templates().await {
+                Ok(t) => offers.templates = t,
+                Err(e) => {
+                    tracing::warn!(server = %id, "listing its resource templates failed: {e}")
+                }
+            }
+        }
+        offers
+    }
+}
+
+impl McpToolset {
+    /// The prompts, resources and resource templates the server offered when it was last
+    /// listed.
+    pub fn offers(&self) -> Offers {
+        self.server
+            .offers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// `prompts/get` of one of its prompts (by its own name).
+    pub async fn get_prompt(
+        self: &Arc<Self>,
+        params: GetPromptRequestParams,
+    ) -> Result<GetPromptResult, String> {
+        let (peer, _) = self.server.live_peer().await.map_err(|e| e.to_string())?;
+        peer.get_prompt(params)
+            .await
+            .map_err(|e| format!("MCP server '{}': {e}", self.server.config.id))
+    }
+
+    /// `resources/read` of one of its resources.
+    pub async fn read_resource(
+        self: &Arc<Self>,
+        params: ReadResourceRequestParams,
+    ) -> Result<ReadResourceResult, String> {
+        let (peer, _) = self.server.live_peer().await.map_err(|e| e.to_string())?;
+        peer.read_resource(params)
+            .await
+            .map_err(|e| format!("MCP server '{}': {e}", self.server.config.id))
+    }
+
+    /// `completion/complete` for one of its prompts or resource templates.
+    pub async fn complete(
+        self: &Arc<Self>,
+        params: CompleteRequestParams,
+    ) -> Result<CompleteResult, String> {
+        let (peer, _) = self.server.live_peer().await.map_err(|e| e.to_string())?;
+        peer.complete(params)
+            .await
+            .map_err(|e| format!("MCP server '{}': {e}", self.server.config.id))
+    }
+}
