@@ -305,3 +305,19 @@ pub fn without_landlock(command: &mut Command) {
         command.pre_exec(hook);
     }
 }
+
+/// A program `cargo xtask test` installs and names in `var`; `None` (the test skips)
+/// when it is not set and the run does not require it (`TOOLHOST_TEST_REQUIRE_PEERS`).
+pub fn peer(var: &str) -> Option<PathBuf> {
+    match std::env::var_os(var) {
+        Some(path) => Some(path.into()),
+        None => {
+            assert!(
+                std::env::var_os("TOOLHOST_TEST_REQUIRE_PEERS").is_none(),
+                "{var} is not set: run the tests with cargo xtask test, which installs it"
+            );
+            eprintln!("skipped: {var} is not set (cargo xtask test installs it)");
+            None
+        }
+    }
+}

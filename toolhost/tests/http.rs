@@ -1038,21 +1038,7 @@ fn the_console_in_a_browser_shows_a_pending_write_and_allow_completes_it() {
     browser.wait_for("#pending .empty");
 }
 
-/// A program `cargo xtask test` installs and names in `var`; `None` (the test skips)
-/// when it is not set and the run does not require it.
-fn peer(var: &str) -> Option<std::path::PathBuf> {
-    match std::env::var_os(var) {
-        Some(path) => Some(path.into()),
-        None => {
-            assert!(
-                std::env::var_os("TOOLHOST_TEST_REQUIRE_PEERS").is_none(),
-                "{var} is not set: run the tests with cargo xtask test, which installs it"
-            );
-            eprintln!("skipped: {var} is not set (cargo xtask test installs it)");
-            None
-        }
-    }
-}
+use toolhost_tests::peer;
 
 #[test]
 fn the_official_conformance_suite_passes_both_revisions_but_for_its_fixture_scenarios() {

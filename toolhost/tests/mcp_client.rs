@@ -806,3 +806,91 @@ async fn a_mounted_servers_prompts_resources_and_completion_come_through() {
     assert_eq!(done.completion.values, ["Alan"]);
     s.cancel().await.unwrap();
 }
+
+/// The npm reference server `server-everything` (`cargo xtask test` installs it), mounted
+/// with prefix `ev`; `None` when the run does not have it.
+fn mount_server_everything(dir: &Path) -> Option<()> {
+    let node = toolhost_tests::peer("TOOLHOST_TEST_NODE")?;
+    let server = toolhost_tests::peer("TOOLHOST_TEST_SERVER_EVERYTHING")?;
+    // Its modules are read from where npm put them.
+    let modules = server.ancestors().nth(4).unwrap().to_path_buf();
+    std::fs::write(
+        dir.join("toolhost.toml"),
+        format!(
+            "[[mcp_servers]]\nid = \"ev\"\nprefix = \"ev\"\ncommand = \"{}\"\nargs = [\"{}\", \"stdio\"]\nreadable_roots = [\"{}\"]\n",
+            node.display(),
+            server.display(),
+            modules.display()
+        ),
+    )
+    .unwrap();
+    Some(())
+}
+
+#[tokio::test]
+async fn the_reference_server_everything_keeps_its_prompts_resources_and_completion_behind_toolhost()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    if mount_server_everything(dir.path()).is_none() {
+        return;
+    }
+    let s = serve(dir.path()).await;
+    let peer = s.peer();
+    let tools = peer.list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "ev__echo"), "{tools:?}");
+    assert_eq!(
+        text(&call(&s, "ev__echo", json!({"message": "through toolhost"})).await),
+        "Echo: through toolhost"
+    );
+    // Its prompts, named like its tools; one without required arguments answers.
+    let prompts = peer.list_all_prompts().await.unwrap();
+    assert!(
+        prompts.len() >= 3 && prompts.iter().all(|p| p.name.starts_with("ev__")),
+        "{prompts:?}"
+    );
+    let simple = prompts
+        .iter()
+        .find(|p| {
+            p.arguments
+                .as_ref()
+                .is_none_or(|a| a.iter().all(|a| a.required != Some(true)))
+        })
+        .expect("a prompt without required arguments");
+    let got = peer
+        .get_prompt(rmcp::model::GetPromptRequestParams::new(
+            simple.name.clone(),
+        ))
+        .await
+        .unwrap();
+    assert!(!got.messages.is_empty(), "{got:?}");
+    // Its resources with their own URIs, each readable through toolhost.
+    let resources = peer.list_all_resources().await.unwrap();
+    assert!(!resources.is_empty());
+    let first = &resources[0];
+    let read = peer
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(
+            first.uri.clone(),
+        ))
+        .await
+        .unwrap();
+    assert!(!read.contents.is_empty(), "{read:?}");
+    let templates = peer.list_all_resource_templates().await.unwrap();
+    assert!(!templates.is_empty(), "{templates:?}");
+    // Completion reaches it for a prompt with arguments.
+    assert!(peer.peer_info().unwrap().capabilities.completions.is_some());
+    if let Some((prompt, argument)) = prompts.iter().find_map(|p| {
+        p.arguments
+            .as_ref()
+            .and_then(|a| a.first())
+            .map(|a| (p.name.clone(), a.name.clone()))
+    }) {
+        let done = peer
+            .complete(rmcp::model::CompleteRequestParams::new(
+                rmcp::model::Reference::for_prompt(prompt),
+                rmcp::model::ArgumentInfo::new(argument, ""),
+            ))
+            .await;
+        assert!(done.is_ok(), "{done:?}");
+    }
+    s.cancel().await.unwrap();
+}

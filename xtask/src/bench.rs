@@ -136,13 +136,9 @@ fn python_peer_env(peers: &Path) -> std::result::Result<PathBuf, String> {
 /// Node 22 and server-everything under `target/peers`, from npm.
 fn node_peer(peers: &Path) -> std::result::Result<(PathBuf, PathBuf), String> {
     let node = crate::peers::node22(peers)?;
-    let server = crate::peers::npm_install(
-        peers,
-        "everything",
-        "@modelcontextprotocol/server-everything",
-    )
-    .map_err(|e| format!("cannot install server-everything from npm ({e})"))?
-    .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let server = crate::peers::npm_install(peers, "everything", crate::SERVER_EVERYTHING)
+        .map_err(|e| format!("cannot install server-everything from npm ({e})"))?
+        .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     Ok((node, server))
 }
 

@@ -80,12 +80,15 @@ fn run_tests(step: &str, cmd: &mut Command, totals: &mut Totals) -> Result {
 pub const CONFORMANCE: &str = "@modelcontextprotocol/conformance@0.2.0-alpha.12";
 /// The official MCP Python SDK the tests drive toolhost with.
 pub const PYTHON_SDK: &str = "mcp==2.3.0";
+/// The reference MCP server the tests mount behind toolhost (and the bench compares with).
+pub const SERVER_EVERYTHING: &str = "@modelcontextprotocol/server-everything@2026.8.31";
 
 /// Node 22 with the conformance suite, and a venv with the Python SDK, under
 /// `target/peers`: the environment that tells the tests where they are (and that they are
 /// required).
 pub fn test_peers() -> Result<Vec<(&'static str, PathBuf)>> {
-    const STEP: &str = "install the MCP conformance suite (npm) and the Python SDK (PyPI)";
+    const STEP: &str =
+        "install the MCP conformance suite and server-everything (npm) and the Python SDK (PyPI)";
     announce(STEP);
     let peers = crate::peers::dir();
     let node = crate::peers::node22(&peers).or_else(|e| fail(STEP, e))?;
@@ -94,10 +97,14 @@ pub fn test_peers() -> Result<Vec<(&'static str, PathBuf)>> {
         .join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
     let python = crate::peers::python_venv(&peers, "python-sdk", &[PYTHON_SDK], "mcp")
         .or_else(|e| fail(STEP, e))?;
+    let everything = crate::peers::npm_install(&peers, "everything", SERVER_EVERYTHING)
+        .or_else(|e| fail(STEP, e))?
+        .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     Ok(vec![
         ("TOOLHOST_TEST_NODE", node),
         ("TOOLHOST_TEST_CONFORMANCE", suite),
         ("TOOLHOST_TEST_PYTHON_SDK", python),
+        ("TOOLHOST_TEST_SERVER_EVERYTHING", everything),
     ])
 }
 
