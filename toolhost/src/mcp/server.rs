@@ -421,10 +421,9 @@ impl ServerHandler for McpServer {
                 .complete(request)
                 .await
                 .map_err(|e| McpError::internal_error(e, None)),
-            None => Err(McpError::invalid_params(
-                "completion/complete: no mounted MCP server offers that prompt or resource template",
-                Some(serde_json::json!({"ref": request.r#ref})),
-            )),
+            // Nothing to complete: no values (what a client of a server without completions
+            // gets, and what the conformance suite expects), not an error.
+            None => Ok(rmcp::model::CompleteResult::default()),
         }
     }
 
