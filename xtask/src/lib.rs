@@ -178,7 +178,7 @@ pub fn test() -> Result {
             &mut totals,
         )
     })
-    .and_then(|()| fuzz::fuzz(&[], FUZZ_SECONDS));
+    .and_then(|()| fuzz::fuzz(&[], FUZZ_SECONDS, fuzz::Build::Dev));
     println!(
         "\ntests: {} passed, {} failed, {} skipped",
         totals.passed, totals.failed, totals.ignored

@@ -141,7 +141,7 @@ fn plugin_command(command: PluginCommand) -> xtask::steps::Result {
         }
         PluginCommand::Package { path, out } => {
             let out = out.unwrap_or_else(|| path.join("dist"));
-            let archive = plugin::package_crate(&path, &out, &Inspector::child(), None)?;
+            let archive = plugin::package_crate(&path, &out, &Inspector::child(), None, true)?;
             println!("{}", archive.display());
         }
         PluginCommand::Verify { package } => {
@@ -173,7 +173,9 @@ fn main() -> ExitCode {
         Command::Test => xtask::test(),
         Command::Ci => xtask::ci(),
         Command::Demo => xtask::demo::demo(),
-        Command::Fuzz { targets, seconds } => xtask::fuzz::fuzz(&targets, seconds),
+        Command::Fuzz { targets, seconds } => {
+            xtask::fuzz::fuzz(&targets, seconds, xtask::fuzz::Build::Release)
+        }
         Command::Bench { write_readme } => xtask::bench::bench(write_readme),
         Command::Plugin(command) => plugin_command(command),
         Command::Inspect { library } => return child(plugin::inspect_here(&library)),

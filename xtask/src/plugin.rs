@@ -344,17 +344,19 @@ fn crate_version(path: &Path) -> Result<String> {
         .map_or_else(|| fail(&step, "cargo metadata does not list the crate"), Ok)
 }
 
-/// `plugin package PATH`: checks the crate's version, builds in release, inspects, writes
-/// `plugin.toml` with the checksum, runs every check `plugin verify` runs, and packs
-/// `out_dir/NAME-VERSION-TARGET.tar.gz`. Refuses, with the reason, what a host would.
+/// `plugin package PATH`: checks the crate's version, builds (in release, unless
+/// `release` is false), inspects, writes `plugin.toml` with the checksum, runs every check
+/// `plugin verify` runs, and packs `out_dir/NAME-VERSION-TARGET.tar.gz`. Refuses, with the
+/// reason, what a host would.
 pub fn package_crate(
     path: &Path,
     out_dir: &Path,
     inspector: &Inspector,
     target_dir: Option<&Path>,
+    release: bool,
 ) -> Result<PathBuf> {
     let version = crate_version(path)?;
-    let library = build(path, true, target_dir)?;
+    let library = build(path, release, target_dir)?;
     package_library(&library, out_dir, inspector, Some(&version))
 }
 
