@@ -69,10 +69,10 @@ impl Tool for McpTool {
                 loop {
                     tokio::select! {
                         biased;
-                        Some(chunk) = rx.recv() => ctx.output(&format!("{chunk}\n")),
+                        Some(chunk) = rx.recv() => ctx.output(&chunk),
                         called = &mut call => {
                             while let Ok(chunk) = rx.try_recv() {
-                                ctx.output(&format!("{chunk}\n"));
+                                ctx.output(&chunk);
                             }
                             break called;
                         }

@@ -42,11 +42,21 @@ pub(crate) struct ClientSide {
     pub(crate) progress: Arc<ProgressRoutes>,
 }
 
-/// The calls in flight that take progress, by the progress token of their request.
+/// The calls in flight that take progress, by the progress token of their request, and
+/// progress that came for a token before its call was routed (rmcp handles each
+/// notification in a task of its own, so one may run before the caller has the request's
+/// token): kept, at most [`EARLY_PROGRESS`] lines, until its call is routed.
 #[derive(Default)]
-pub(crate) struct ProgressRoutes(
-    Mutex<HashMap<rmcp::model::ProgressToken, tokio::sync::mpsc::UnboundedSender<String>>>,
-);
+pub(crate) struct ProgressRoutes(Mutex<Routing>);
+
+#[derive(Default)]
+struct Routing {
+    to: HashMap<rmcp::model::ProgressToken, tokio::sync::mpsc::UnboundedSender<String>>,
+    early: std::collections::VecDeque<(rmcp::model::ProgressToken, String)>,
+}
+
+/// The most progress lines kept for calls not routed yet (the oldest go first).
+const EARLY_PROGRESS: usize = 256;
 
 impl ProgressRoutes {
     /// Sends the progress of the request with `token` to `to` until the guard drops.
@@ -55,10 +65,15 @@ impl ProgressRoutes {
         token: rmcp::model::ProgressToken,
         to: tokio::sync::mpsc::UnboundedSender<String>,
     ) -> ProgressGuard {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(token.clone(), to);
+        let mut routing = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        routing.early.retain(|(t, text)| {
+            if *t == token {
+                let _ = to.send(text.clone());
+            }
+            *t != token
+        });
+        routing.to.insert(token.clone(), to);
+        drop(routing);
         ProgressGuard {
             routes: self.clone(),
             token,
@@ -66,15 +81,25 @@ impl ProgressRoutes {
     }
 
     fn send(&self, params: &rmcp::model::ProgressNotificationParam) {
-        let routes = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(to) = routes.get(&params.progress_token) {
-            // What the user sees of it: the server's message, else how far it is.
-            let text = match (&params.message, params.total) {
-                (Some(message), _) => message.clone(),
-                (None, Some(total)) => format!("progress {}/{total}", params.progress),
-                (None, None) => format!("progress {}", params.progress),
-            };
-            let _ = to.send(text);
+        // What the user sees of it: the server's message, else how far it is.
+        let text = match (&params.message, params.total) {
+            (Some(message), _) => format!("{message}\n"),
+            (None, Some(total)) => format!("progress {}/{total}\n", params.progress),
+            (None, None) => format!("progress {}\n", params.progress),
+        };
+        let mut routing = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match routing.to.get(&params.progress_token) {
+            Some(to) => {
+                let _ = to.send(text);
+            }
+            None => {
+                if routing.early.len() == EARLY_PROGRESS {
+                    routing.early.pop_front();
+                }
+                routing
+                    .early
+                    .push_back((params.progress_token.clone(), text));
+            }
         }
     }
 }
@@ -91,6 +116,7 @@ impl Drop for ProgressGuard {
             .0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .to
             .remove(&self.token);
     }
 }

@@ -1,6 +1,8 @@
 //! What a server offers besides tools: its prompts, resources and resource templates
-//! (listed when it starts, when it declares them), and the requests that reach them
-//! (`prompts/get`, `resources/read`, `completion/complete`), passed through unchanged.
+//! (listed on demand, when it declares them: a host that passes them through lists them
+//! when it starts serving, and a CLI call pays nothing for them), and the requests that
+//! reach them (`prompts/get`, `resources/read`, `completion/complete`), passed through
+//! unchanged.
 
 use std::sync::{Arc, PoisonError};
 
@@ -26,7 +28,7 @@ pub struct Offers {
 impl Offers {
     /// Lists what the server declares (a listing that fails is logged and left empty: its
     /// tools still come through).
-    pub(crate) async fn list(peer: &Peer<RoleClient>, id: &str) -> Offers {
+    async fn list(peer: &Peer<RoleClient>, id: &str) -> Offers {
         let Some(caps) = peer.peer_info().map(|i| i.capabilities.clone()) else {
             return Offers::default();
         };
@@ -54,14 +56,33 @@ impl Offers {
 }
 
 impl McpToolset {
-    /// The prompts, resources and resource templates the server offered when it was last
-    /// listed.
-    pub fn offers(&self) -> Offers {
+    /// The prompts, resources and resource templates the server offered when they were
+    /// last listed ([`McpToolset::list_offers`]; empty before).
+    pub fn offers(&self) -> Arc<Offers> {
         self.server
             .offers
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// Lists the server's prompts, resources and resource templates (what it declares)
+    /// and keeps them for [`McpToolset::offers`]. A server that cannot be reached offers
+    /// nothing, logged.
+    pub async fn list_offers(self: &Arc<Self>) {
+        let id = &self.server.config.id;
+        let offers = match self.server.live_peer().await {
+            Ok((peer, _)) => Offers::list(&peer, id).await,
+            Err(e) => {
+                tracing::warn!(server = %id, "its prompts and resources are not listed: {e}");
+                Offers::default()
+            }
+        };
+        *self
+            .server
+            .offers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(offers);
     }
 
     /// `prompts/get` of one of its prompts (by its own name).

@@ -36,6 +36,11 @@ enum Conn {
     },
 }
 
+/// How long a call's progress route stays open after its answer, for the progress the
+/// server sent before the answer that rmcp (a task per notification) has not handed over
+/// yet. A bounded wait, not a proof; it adds this much to every call of a mounted tool.
+const PROGRESS_STRAGGLERS: Duration = Duration::from_millis(1);
+
 /// A server's process, shared by its connection and its calls.
 pub(crate) type Child = Option<Arc<tokio::sync::Mutex<tokio::process::Child>>>;
 
@@ -65,8 +70,9 @@ pub(crate) struct Upstream {
     pins: Arc<dyn PinStore>,
     /// Where the calls in flight take the server's progress notifications.
     progress: Arc<crate::client::ProgressRoutes>,
-    /// The prompts, resources and resource templates it offered when it was last listed.
-    pub(crate) offers: Mutex<crate::offers::Offers>,
+    /// The prompts, resources and resource templates it offered when they were last
+    /// listed ([`McpToolset::list_offers`]).
+    pub(crate) offers: Mutex<Arc<crate::offers::Offers>>,
 }
 
 async fn exit_status(child: Option<&tokio::sync::Mutex<tokio::process::Child>>) -> String {
@@ -309,8 +315,6 @@ impl Upstream {
                 }
             }
         }
-        let offers = crate::offers::Offers::list(live.service.peer(), &self.config.id).await;
-        *self.offers.lock().unwrap_or_else(PoisonError::into_inner) = offers;
         Ok(live)
     }
 
@@ -469,7 +473,6 @@ impl Upstream {
         }
     }
 
-    /// Calls a tool, restarting a dead server first (with backoff).
     /// The connection's peer and process, starting the server again first if it is down
     /// and its backoff has passed.
     pub(crate) async fn live_peer(
@@ -544,7 +547,13 @@ impl Upstream {
                 // before this line (none is expected so soon) is not shown.
                 let _progress = self.progress.route(handle.progress_token.clone(), progress);
                 tokio::select! {
-                    r = handle.await_response() => r,
+                    r = handle.await_response() => {
+                        // rmcp handles each notification in a task of its own: the progress
+                        // the server sent before its answer may still be on its way, in a
+                        // task already spawned. The route stays open a moment for it.
+                        tokio::time::sleep(PROGRESS_STRAGGLERS).await;
+                        r
+                    }
                     _ = cancel.notified() => {
                         let _ = peer
                             .notify_cancelled(CancelledNotificationParam::new(

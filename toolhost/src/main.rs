@@ -254,14 +254,14 @@ struct Host {
 
 impl Host {
     /// The MCP servers that started, whose prompts and resources pass through.
-    fn upstreams(&self) -> mcp::Upstreams {
+    async fn upstreams(&self) -> mcp::Upstreams {
         let started = self
             .mcp
             .iter()
             .filter_map(|(id, r)| r.as_ref().ok().map(|ts| (id, ts)))
             .map(|(id, ts)| (id.clone(), ts.config().prefix.clone(), ts.clone()))
             .collect();
-        mcp::Upstreams::new(started, &self.dispatcher.config().toolset_separator)
+        mcp::Upstreams::new(started, &self.dispatcher.config().toolset_separator).await
     }
 
     /// The toolsets a session enables: every MCP server that started.
@@ -333,9 +333,6 @@ impl Drop for Host {
     }
 }
 
-/// Builds the host the config describes: built-in tools, plugin packages, then MCP servers
-/// (started concurrently). A refused package or a server that fails to start is logged as a
-/// warning and skipped; the others still load.
 /// Where the pinned definitions of mounted MCP servers' tools are kept: `[mcp] pins_file`,
 /// else the state directory.
 fn pin_store(config: &Config) -> Arc<dyn mcp_toolsets::PinStore> {
@@ -357,6 +354,9 @@ fn pin_store(config: &Config) -> Arc<dyn mcp_toolsets::PinStore> {
     }
 }
 
+/// Builds the host the config describes: built-in tools, plugin packages, then MCP servers
+/// (started concurrently). A refused package or a server that fails to start is logged as a
+/// warning and skipped; the others still load.
 async fn build_host(
     sources: &Sources<'_>,
     workspace: &Path,

@@ -122,7 +122,7 @@ async fn serve_http(
             open: Box::new(opener),
             by_principal: Default::default(),
         },
-        host.upstreams(),
+        host.upstreams().await,
     );
     let control = http::control::Control::new(dispatcher.clone(), routes);
     let server = http::Server::new(Some(shared), control, options);
@@ -208,7 +208,7 @@ async fn serve_mcp(sources: &Sources<'_>, serve: &ServeArgs) -> Result<ExitCode,
         routes,
         confirmations(sources, &dispatcher)?,
         mcp::Sessions::One(session),
-        host.upstreams(),
+        host.upstreams().await,
     );
     let server = mcp::McpServer::new(shared);
     tracing::info!(workspace = %args.workspace.display(), "MCP server on stdio");

@@ -30,9 +30,16 @@ pub struct Upstreams {
 }
 
 impl Upstreams {
-    /// The servers that started (id, prefix, toolset), in configuration order; prompt names
-    /// join the prefix with `separator`. Logs what two servers both offer.
-    pub fn new(started: Vec<(String, String, Arc<McpToolset>)>, separator: &str) -> Upstreams {
+    /// The servers that started (id, prefix, toolset), in configuration order, their
+    /// prompts and resources listed; prompt names join the prefix with `separator`. Logs
+    /// what two servers both offer.
+    pub async fn new(
+        started: Vec<(String, String, Arc<McpToolset>)>,
+        separator: &str,
+    ) -> Upstreams {
+        for (_, _, toolset) in &started {
+            toolset.list_offers().await;
+        }
         let upstreams = Upstreams {
             servers: started
                 .into_iter()
@@ -69,7 +76,8 @@ impl Upstreams {
         let mut seen = HashSet::new();
         let mut out = Vec::new();
         for server in &self.servers {
-            for mut prompt in server.toolset.offers().prompts {
+            for prompt in &server.toolset.offers().prompts {
+                let mut prompt = prompt.clone();
                 prompt.name = self.published(server, &prompt.name);
                 if seen.insert(prompt.name.clone()) {
                     out.push(prompt);
@@ -86,9 +94,9 @@ impl Upstreams {
                 .toolset
                 .offers()
                 .prompts
-                .into_iter()
+                .iter()
                 .find(|p| self.published(server, &p.name) == name)
-                .map(|p| (server.toolset.clone(), p.name))
+                .map(|p| (server.toolset.clone(), p.name.clone()))
         })
     }
 
@@ -97,7 +105,7 @@ impl Upstreams {
         let mut seen = HashSet::new();
         self.servers
             .iter()
-            .flat_map(|s| s.toolset.offers().resources)
+            .flat_map(|s| s.toolset.offers().resources.clone())
             .filter(|r| seen.insert(r.uri.clone()))
             .collect()
     }
@@ -107,7 +115,7 @@ impl Upstreams {
         let mut seen = HashSet::new();
         self.servers
             .iter()
-            .flat_map(|s| s.toolset.offers().templates)
+            .flat_map(|s| s.toolset.offers().templates.clone())
             .filter(|t| seen.insert(t.uri_template.clone()))
             .collect()
     }
@@ -124,7 +132,7 @@ impl Upstreams {
         }
         let mut best: Option<(usize, &Mounted)> = None;
         for server in &self.servers {
-            for t in server.toolset.offers().templates {
+            for t in &server.toolset.offers().templates {
                 let fixed = t.uri_template.split('{').next().unwrap_or_default();
                 let longer = best.is_none_or(|(len, _)| fixed.len() > len);
                 if !fixed.is_empty() && uri.starts_with(fixed) && longer {
