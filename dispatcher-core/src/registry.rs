@@ -112,6 +112,13 @@ impl Registry {
         self.read().get(name).cloned()
     }
 
+    /// The source of the tool of this name (what a clash with it names).
+    pub(crate) fn source_of(&self, name: &str) -> Option<String> {
+        self.read()
+            .get(name)
+            .map(|t| t.factory.source().to_string())
+    }
+
     /// How many tools it holds.
     pub(crate) fn len(&self) -> usize {
         self.read().len()

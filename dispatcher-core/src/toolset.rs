@@ -143,9 +143,7 @@ impl ToolsetHandle {
                     .upgrade()
                     .filter(|s| !s.is_closed())
                     .ok_or_else(|| gone("the session"))?;
-                self.publish(instance.as_ref(), &session.tools, &|n| {
-                    global.get(n).map(|t| t.factory.source().to_string())
-                })
+                self.publish(instance.as_ref(), &session.tools, &|n| global.source_of(n))
             }
         }?;
         tracing::debug!(toolset = %self.id, tools = published, "toolset republished its tools");
@@ -354,9 +352,9 @@ impl Toolsets {
             };
             started.push(instance.clone());
             let handle = Self::handle(def, separator, &instance, global, Some(session));
-            if let Err(e) = handle.publish(instance.as_ref(), &session.tools, &|n| {
-                global.get(n).map(|t| t.factory.source().to_string())
-            }) {
+            if let Err(e) =
+                handle.publish(instance.as_ref(), &session.tools, &|n| global.source_of(n))
+            {
                 let (id, message) = (def.id.clone(), e.to_string());
                 return fail(started, SessionError::Toolset { id, message });
             }
