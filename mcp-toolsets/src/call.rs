@@ -2,13 +2,19 @@
 //! ([`McpTool`]) that answers `input_required` rounds through the host and turns the
 //! server's result into a tool output.
 
+#![allow(
+    deprecated,
+    reason = "sampling and logging are deprecated (SEP-2577), but servers still send them, and passing them through is this module's job"
+)]
+
 use std::sync::Arc;
 
-use rmcp::model::CallToolRequestParams;
+use rmcp::model::{CallToolRequestParams, CreateMessageRequestParams, ElicitRequestParams};
 use serde_json::Value;
 use tool_api::{Tool, ToolContext, ToolDefinition, ToolError, ToolFactory, ToolOutput};
 
-use crate::input;
+use crate::input::{self, Answers as _};
+use crate::relay::{FromServer, Relayed};
 use crate::upstream::{Called, Upstream};
 
 /// How many `input_required` rounds one call may take before toolhost gives up.
@@ -60,26 +66,9 @@ impl Tool for McpTool {
         let id = &self.server.config.id;
         let mut params = CallToolRequestParams::new(self.name.clone()).with_arguments(args);
         let mut rounds = 0;
+        let answers = Asking { tool: self, ctx };
         let result = loop {
-            // The server's progress is the call's live output, as it comes.
-            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-            let called = self.server.runtime.block_on(async {
-                let call = self.server.call(params.clone(), self.cancel.clone(), tx);
-                tokio::pin!(call);
-                loop {
-                    tokio::select! {
-                        biased;
-                        Some(chunk) = rx.recv() => ctx.output(&chunk),
-                        called = &mut call => {
-                            while let Ok(chunk) = rx.try_recv() {
-                                ctx.output(&chunk);
-                            }
-                            break called;
-                        }
-                    }
-                }
-            })?;
-            match called {
+            match self.round(params.clone(), &answers)? {
                 Called::Complete(result) => break result,
                 Called::InputRequired(_) if rounds == MAX_INPUT_ROUNDS => {
                     return Err(ToolError::failed(format!(
@@ -89,7 +78,7 @@ impl Tool for McpTool {
                 Called::InputRequired(asked) => {
                     rounds += 1;
                     let requests = asked.input_requests.unwrap_or_default();
-                    params.input_responses = Some(input::answer(id, requests, ctx)?);
+                    params.input_responses = Some(input::answer(id, requests, ctx, &answers)?);
                     params.request_state = asked.request_state;
                 }
             }
@@ -131,5 +120,126 @@ impl Tool for McpTool {
     fn cancel(&self) -> bool {
         self.cancel.notify_one();
         true
+    }
+}
+
+/// What one `tools/call` round waits for next.
+enum Step {
+    From(FromServer),
+    Done(Result<Called, ToolError>),
+}
+
+impl McpTool {
+    /// One `tools/call` round: the server's progress is the call's live output as it comes,
+    /// and its requests to the user are answered ([`Asking`]) while the call waits. A
+    /// sampling request nobody could take fails the call, whatever the server then answers.
+    fn round(
+        &self,
+        params: CallToolRequestParams,
+        answers: &Asking<'_>,
+    ) -> Result<Called, ToolError> {
+        let ctx = answers.ctx;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let session = ctx.session_id().to_string();
+        let mut call = Box::pin(self.server.call(params, self.cancel.clone(), &session, tx));
+        let mut refused: Option<ToolError> = None;
+        loop {
+            // The question is answered outside the runtime (the broker may block), and the
+            // call, pinned here, is polled again after it.
+            let step = self.server.runtime.block_on(async {
+                tokio::select! {
+                    biased;
+                    Some(from) = rx.recv() => Step::From(from),
+                    called = &mut call => Step::Done(called),
+                }
+            });
+            match step {
+                Step::From(FromServer::Progress(chunk)) => ctx.output(&chunk),
+                Step::From(FromServer::Elicit(params, reply)) => {
+                    let answer = answers.elicit(params).and_then(|v| {
+                        serde_json::from_value(v).map_err(|e| ToolError::failed(e.to_string()))
+                    });
+                    let _ = reply.send(answer.map_err(|e| {
+                        rmcp::ErrorData::internal_error(format!("toolhost: {e}"), None)
+                    }));
+                }
+                Step::From(FromServer::Sample(params, reply)) => {
+                    let answer = answers.sample(*params).and_then(|v| {
+                        serde_json::from_value(v).map_err(|e| ToolError::failed(e.to_string()))
+                    });
+                    let _ = reply.send(answer.map_err(|e| {
+                        let message = format!("toolhost: {e}");
+                        refused = Some(e);
+                        rmcp::ErrorData::internal_error(message, None)
+                    }));
+                }
+                Step::Done(called) => {
+                    while let Ok(FromServer::Progress(chunk)) = rx.try_recv() {
+                        ctx.output(&chunk);
+                    }
+                    return match refused {
+                        Some(e) => Err(e),
+                        None => called,
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// The server's requests to the user for one call: to the client that made the call
+/// through the host's relay when it can take them, else to the host's broker
+/// ([`input::elicitation`]); sampling has no broker.
+struct Asking<'a> {
+    tool: &'a McpTool,
+    ctx: &'a ToolContext,
+}
+
+impl input::Answers for Asking<'_> {
+    fn elicit(&self, params: ElicitRequestParams) -> Result<Value, ToolError> {
+        let server = &self.tool.server;
+        let id = &server.config.id;
+        if let Some(relay) = server.relay.get() {
+            let relayed = server
+                .runtime
+                .block_on(relay.elicit(self.ctx.tool_use_id(), params.clone()));
+            match relayed {
+                Relayed::Answered(result) => {
+                    return serde_json::to_value(result)
+                        .map_err(|e| ToolError::failed(e.to_string()));
+                }
+                Relayed::Failed(why) => {
+                    return Err(ToolError::failed(format!(
+                        "MCP server '{id}' asked the user for input, and asking the client that made the call failed: {why}"
+                    )));
+                }
+                Relayed::CannotAsk => {}
+            }
+        }
+        input::elicitation(id, params, self.ctx)
+    }
+
+    fn sample(&self, params: CreateMessageRequestParams) -> Result<Value, ToolError> {
+        let server = &self.tool.server;
+        let id = &server.config.id;
+        let relayed = match server.relay.get() {
+            Some(relay) => server
+                .runtime
+                .block_on(relay.sample(self.ctx.tool_use_id(), params)),
+            None => Relayed::CannotAsk,
+        };
+        match relayed {
+            Relayed::Answered(result) => {
+                serde_json::to_value(result).map_err(|e| ToolError::failed(e.to_string()))
+            }
+            Relayed::Failed(why) => Err(ToolError::failed(format!(
+                "MCP server '{id}' asked to sample a model (sampling/createMessage), and the client that made the call failed to: {why}"
+            ))),
+            Relayed::CannotAsk => Err(ToolError::failed(format!(
+                "MCP server '{id}' asked to sample a model (sampling/createMessage), and the client that made \
+                 this call cannot sample (toolhost runs tools, not models), so the call cannot complete; \
+                 call it from an MCP client that declares sampling"
+            ))),
+        }
     }
 }

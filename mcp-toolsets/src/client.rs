@@ -2,11 +2,17 @@
 //! server's notifications ([`ClientSide`]), a live connection ([`Live`]), and listening for
 //! a 2026-07-28 server's tool list changes.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+#![allow(
+    deprecated,
+    reason = "sampling and logging are deprecated (SEP-2577), but servers still send them, and passing them through is this module's job"
+)]
+
+use std::sync::Arc;
 
 use rmcp::ClientHandler;
 use rmcp::service::{NotificationContext, RoleClient, RunningService};
+
+use crate::relay::{CallRoutes, FromServer};
 
 /// A connected service and its tools.
 pub(crate) async fn listed(
@@ -32,104 +38,28 @@ pub(crate) fn install_tls_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-/// Client side of the connection: reacts to `tools/list_changed`; over HTTP it also says
-/// it can answer form and URL elicitation and `roots/list` (through `input_required`).
+/// Client side of the connection: reacts to `tools/list_changed`, routes progress to its
+/// call, and takes the server's requests to the user to the call they are for
+/// ([`crate::relay`]). It declares form and URL elicitation and sampling (relayed to the
+/// client that made the call, or answered by the host's broker; a call whose client
+/// cannot sample fails, naming the server), so the server publishes the tools that need
+/// them.
 #[derive(Clone)]
 pub(crate) struct ClientSide {
     pub(crate) on_list_changed: Arc<dyn Fn() + Send + Sync>,
-    pub(crate) answers_input: bool,
-    /// Where a call in flight takes the server's progress notifications.
-    pub(crate) progress: Arc<ProgressRoutes>,
-}
-
-/// The calls in flight that take progress, by the progress token of their request, and
-/// progress that came for a token before its call was routed (rmcp handles each
-/// notification in a task of its own, so one may run before the caller has the request's
-/// token): kept, at most [`EARLY_PROGRESS`] lines, until its call is routed.
-#[derive(Default)]
-pub(crate) struct ProgressRoutes(Mutex<Routing>);
-
-#[derive(Default)]
-struct Routing {
-    to: HashMap<rmcp::model::ProgressToken, tokio::sync::mpsc::UnboundedSender<String>>,
-    early: std::collections::VecDeque<(rmcp::model::ProgressToken, String)>,
-}
-
-/// The most progress lines kept for calls not routed yet (the oldest go first).
-const EARLY_PROGRESS: usize = 256;
-
-impl ProgressRoutes {
-    /// Sends the progress of the request with `token` to `to` until the guard drops.
-    pub(crate) fn route(
-        self: &Arc<Self>,
-        token: rmcp::model::ProgressToken,
-        to: tokio::sync::mpsc::UnboundedSender<String>,
-    ) -> ProgressGuard {
-        let mut routing = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        routing.early.retain(|(t, text)| {
-            if *t == token {
-                let _ = to.send(text.clone());
-            }
-            *t != token
-        });
-        routing.to.insert(token.clone(), to);
-        drop(routing);
-        ProgressGuard {
-            routes: self.clone(),
-            token,
-        }
-    }
-
-    fn send(&self, params: &rmcp::model::ProgressNotificationParam) {
-        // What the user sees of it: the server's message, else how far it is.
-        let text = match (&params.message, params.total) {
-            (Some(message), _) => format!("{message}\n"),
-            (None, Some(total)) => format!("progress {}/{total}\n", params.progress),
-            (None, None) => format!("progress {}\n", params.progress),
-        };
-        let mut routing = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        match routing.to.get(&params.progress_token) {
-            Some(to) => {
-                let _ = to.send(text);
-            }
-            None => {
-                if routing.early.len() == EARLY_PROGRESS {
-                    routing.early.pop_front();
-                }
-                routing
-                    .early
-                    .push_back((params.progress_token.clone(), text));
-            }
-        }
-    }
-}
-
-/// A call's progress route, removed when dropped.
-pub(crate) struct ProgressGuard {
-    routes: Arc<ProgressRoutes>,
-    token: rmcp::model::ProgressToken,
-}
-
-impl Drop for ProgressGuard {
-    fn drop(&mut self) {
-        self.routes
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .to
-            .remove(&self.token);
-    }
+    /// The calls in flight, which take the server's progress and requests.
+    pub(crate) calls: Arc<CallRoutes>,
+    /// The server's id, for the log.
+    pub(crate) id: String,
 }
 
 impl ClientHandler for ClientSide {
     fn get_info(&self) -> rmcp::model::ClientConfig {
-        let caps = if self.answers_input {
-            rmcp::model::ClientCapabilities::builder()
-                .enable_elicitation()
-                .build()
-        } else {
-            rmcp::model::ClientCapabilities::default()
-        };
+        let caps: rmcp::model::ClientCapabilities = serde_json::from_value(serde_json::json!({
+            "elicitation": {"form": {}, "url": {}},
+            "sampling": {},
+        }))
+        .unwrap_or_default();
         rmcp::model::ClientConfig::new(
             caps,
             rmcp::model::Implementation::new("toolhost", env!("CARGO_PKG_VERSION")),
@@ -145,21 +75,49 @@ impl ClientHandler for ClientSide {
         params: rmcp::model::ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        self.progress.send(&params);
+        self.calls.progress(&params);
     }
 
     async fn create_elicitation(
         &self,
-        _request: rmcp::model::ElicitRequestParams,
+        request: rmcp::model::ElicitRequestParams,
         _context: rmcp::service::RequestContext<RoleClient>,
     ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
-        // A 2025-era server asking outside any call's context: nobody to route it to.
-        tracing::warn!(
-            "an MCP server sent elicitation/create; toolhost answers elicitation only through input_required (protocol 2026-07-28): declined"
-        );
-        Ok(rmcp::model::ElicitResult::new(
-            rmcp::model::ElicitationAction::Decline,
-        ))
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.ask(FromServer::Elicit(request, reply), "elicitation/create")?;
+        answer.await.unwrap_or_else(|_| Err(call_ended()))
+    }
+
+    async fn create_message(
+        &self,
+        request: rmcp::model::CreateMessageRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, rmcp::ErrorData> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.ask(
+            FromServer::Sample(Box::new(request), reply),
+            "sampling/createMessage",
+        )?;
+        answer.await.unwrap_or_else(|_| Err(call_ended()))
+    }
+}
+
+/// What a server is told when the call its request was for ended before it was answered.
+fn call_ended() -> rmcp::ErrorData {
+    rmcp::ErrorData::internal_error("the tool call this request was for has ended", None)
+}
+
+impl ClientSide {
+    /// Hands a server's request to the call it is for; the error (logged) when there is
+    /// none.
+    fn ask(&self, request: FromServer, method: &str) -> Result<(), rmcp::ErrorData> {
+        let refused = |why: String| {
+            tracing::warn!(server = %self.id, "{method} from the server refused: {why}");
+            rmcp::ErrorData::invalid_request(format!("toolhost refused {method}: {why}"), None)
+        };
+        let to = self.calls.asker().map_err(refused)?;
+        to.send(request)
+            .map_err(|_| refused("the call it was for has ended".into()))
     }
 }
 

@@ -1,38 +1,55 @@
-//! Answering a 2026-07-28 server's `input_required` result: each input request goes to the
-//! user through the host's confirmation channel ([`ToolContext::ask_user`]), and its answer
-//! becomes the `inputResponses` entry of the retry.
+//! Answering what a server asks the user while a call runs: a 2025-era server's
+//! `elicitation/create` and `sampling/createMessage` requests, and the input requests of a
+//! 2026-07-28 server's `input_required` result (whose answers become the `inputResponses`
+//! of the retry).
+//!
+//! Each request goes first to the client that made the call, unchanged, when the host
+//! relays to one that can take it ([`crate::ClientRelay`]), and its answer goes back
+//! unchanged. Otherwise:
 //!
 //! | the server asks | toolhost answers |
 //! |---|---|
-//! | a form elicitation | the question goes to the user; allowed: `accept` with the form filled from its defaults, an allow-like choice (`allow`, `accept`, `yes`, `approve`, `confirm`) for a required choice, `true` for a required flag; denied: `decline`; no answer: `cancel`. A form that needs typed input the user cannot give through a yes/no channel is declined, and the log says so. |
+//! | a form elicitation | the question goes to the user through the host's confirmation channel ([`ToolContext::ask_user`]); allowed: `accept` with the form filled from its defaults, an allow-like choice (`allow`, `accept`, `yes`, `approve`, `confirm`) for a required choice, `true` for a required flag; denied: `decline`; no answer: `cancel`. A form that needs typed input the user cannot give through a yes/no channel is declined, and the log says so. |
 //! | a URL elicitation | the question (with the URL) goes to the user; allowed: `accept`, denied: `decline` |
 //! | `roots/list` | the session's workspace, as one `file://` root |
-//! | sampling (`sampling/createMessage`) | nothing: the call fails, naming the server (toolhost runs tools, not models) |
+//! | sampling (`sampling/createMessage`) | nothing: the call fails, naming the server and saying that the client that made it cannot sample (toolhost runs tools, not models) |
 
-use rmcp::model::{ElicitRequestParams, InputRequest, InputRequests, InputResponses};
+#![allow(
+    deprecated,
+    reason = "sampling and logging are deprecated (SEP-2577), but servers still send them, and passing them through is this module's job"
+)]
+
+use rmcp::model::{
+    CreateMessageRequestParams, ElicitRequestParams, InputRequest, InputRequests, InputResponses,
+};
 use serde_json::{Map, Value, json};
 use tool_api::{ToolContext, ToolError, UserAnswer};
+
+/// Who answers a server's requests to the user for one call: the client that made it,
+/// else the host's broker.
+pub(crate) trait Answers {
+    /// An elicitation's answer (`{"action": …, "content": …}`).
+    fn elicit(&self, params: ElicitRequestParams) -> Result<Value, ToolError>;
+    /// A sampling request's answer; fails when nobody can sample.
+    fn sample(&self, params: CreateMessageRequestParams) -> Result<Value, ToolError>;
+}
 
 /// The responses to `requests`, asking the user as needed.
 pub(crate) fn answer(
     server: &str,
     requests: InputRequests,
     ctx: &ToolContext,
+    answers: &dyn Answers,
 ) -> Result<InputResponses, ToolError> {
     let mut responses = InputResponses::new();
     for (key, request) in requests {
         let response = match request {
-            InputRequest::Elicitation(e) => elicitation(server, e.params, ctx)?,
+            InputRequest::Elicitation(e) => answers.elicit(e.params)?,
             InputRequest::ListRoots(_) => json!({"roots": [{
                 "uri": format!("file://{}", ctx.workspace_root()),
                 "name": "workspace",
             }]}),
-            InputRequest::CreateMessage(_) => {
-                return Err(ToolError::failed(format!(
-                    "MCP server '{server}' asked toolhost to sample a model (sampling/createMessage); \
-                     toolhost runs tools, not models, so this call cannot complete"
-                )));
-            }
+            InputRequest::CreateMessage(m) => answers.sample(m.params)?,
             _ => {
                 return Err(ToolError::failed(format!(
                     "MCP server '{server}' asked for input toolhost does not know how to give"
@@ -44,7 +61,8 @@ pub(crate) fn answer(
     Ok(responses)
 }
 
-fn elicitation(
+/// The broker's answer to an elicitation: the question goes to the user as a yes/no.
+pub(crate) fn elicitation(
     server: &str,
     params: ElicitRequestParams,
     ctx: &ToolContext,

@@ -8,11 +8,14 @@
 //!
 //! - **Both protocol eras over HTTP.** The client probes with `server/discover` and speaks
 //!   2026-07-28 to a server that knows it, 2025-11-25 (`initialize`) to one that does not.
-//!   A 2026 server's `input_required` result is answered through the host's confirmation
-//!   channel ([`tool_api::ToolContext::ask_user`]: the same broker, prompts and console as
-//!   toolhost's own confirmations; see [`input`] for what each kind of request gets), and
-//!   the call is retried with the answers and the server's `requestState`, up to
-//!   [`MAX_INPUT_ROUNDS`] rounds.
+//!   What a server asks the user while a call runs (a 2025 server's `elicitation/create`
+//!   and `sampling/createMessage`, a 2026 server's `input_required` result) goes to the
+//!   client that made the call when the host relays to one that can take it
+//!   ([`ClientRelay`], set with [`McpToolset::relay_through`]), else through the host's
+//!   confirmation channel ([`tool_api::ToolContext::ask_user`]: the same broker, prompts
+//!   and console as toolhost's own confirmations; see [`input`] for what each kind of
+//!   request gets). A 2026 call is retried with the answers and the server's
+//!   `requestState`, up to [`MAX_INPUT_ROUNDS`] rounds.
 //!
 //! - **Side effects are not taken on trust.** A tool without annotations counts as
 //!   `execute`; `readOnlyHint: true` → `read`; otherwise `openWorldHint` (true unless said
@@ -42,6 +45,7 @@ mod error;
 pub mod input;
 pub mod offers;
 pub mod pins;
+pub mod relay;
 mod upstream;
 
 pub use call::MAX_INPUT_ROUNDS;
@@ -52,6 +56,7 @@ pub use config::{
 pub use confine::ServerSandbox;
 pub use error::UpstreamError;
 pub use pins::{FilePins, MemoryPins, OnChange, PinStore};
+pub use relay::{ClientRelay, RelayFuture, Relayed};
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, PoisonError};
@@ -139,6 +144,15 @@ impl McpToolset {
     /// The configuration it runs with.
     pub fn config(&self) -> &McpServerConfig {
         &self.server.config
+    }
+
+    /// Sends the server's requests to the user (elicitation, sampling) to the client that
+    /// made the call, through `relay`, before the host's confirmation broker. Set once: a
+    /// second relay is ignored (and logged).
+    pub fn relay_through(&self, relay: Arc<dyn ClientRelay>) {
+        if self.server.relay.set(relay).is_err() {
+            tracing::warn!(server = %self.server.config.id, "a second client relay was ignored");
+        }
     }
 }
 

@@ -20,6 +20,7 @@ use crate::config::{MAX_NESTING, McpServerConfig, NESTING_ENV, nesting};
 use crate::confine::{self, ServerSandbox};
 use crate::error::UpstreamError;
 use crate::pins::PinStore;
+use crate::relay::{CallRoutes, ClientRelay, FromServer};
 
 /// What a `tools/call` round got.
 pub(crate) enum Called {
@@ -68,8 +69,11 @@ pub(crate) struct Upstream {
     stopped: AtomicBool,
     /// The pinned definitions its tools are checked against.
     pins: Arc<dyn PinStore>,
-    /// Where the calls in flight take the server's progress notifications.
-    progress: Arc<crate::client::ProgressRoutes>,
+    /// The calls in flight, which take the server's progress and requests.
+    calls: Arc<CallRoutes>,
+    /// Where the server's requests to the user go first: the client that made the call
+    /// (set by a host that serves MCP clients).
+    pub(crate) relay: std::sync::OnceLock<Arc<dyn ClientRelay>>,
     /// The prompts, resources and resource templates it offered when they were last
     /// listed ([`McpToolset::list_offers`]).
     pub(crate) offers: Mutex<Arc<crate::offers::Offers>>,
@@ -146,7 +150,8 @@ impl Upstream {
             relisting: tokio::sync::Mutex::new(()),
             stopped: AtomicBool::new(false),
             pins,
-            progress: Arc::default(),
+            calls: Arc::default(),
+            relay: std::sync::OnceLock::new(),
             offers: Mutex::default(),
             confined: Mutex::new(match &config.url {
                 Some(url) => format!("remote ({url}: not confined by toolhost)"),
@@ -340,8 +345,8 @@ impl Upstream {
         let on_list_changed = Upstream::on_list_changed(me);
         let client = ClientSide {
             on_list_changed: on_list_changed.clone(),
-            answers_input: true,
-            progress: self.progress.clone(),
+            calls: self.calls.clone(),
+            id: c.id.clone(),
         };
         let init = async {
             let service = client
@@ -425,8 +430,8 @@ impl Upstream {
         let child = Arc::new(tokio::sync::Mutex::new(child));
         let client = ClientSide {
             on_list_changed: Upstream::on_list_changed(me),
-            answers_input: false,
-            progress: self.progress.clone(),
+            calls: self.calls.clone(),
+            id: c.id.clone(),
         };
         let init = async {
             let service = client
@@ -523,13 +528,14 @@ impl Upstream {
         Ok((live.service.peer().clone(), live.child.clone()))
     }
 
-    /// Calls a tool; the server's progress notifications for the call go to `progress`
-    /// (its messages, else how far it is) while it runs.
+    /// Calls a tool for a call in the host session `session`; what the server sends for
+    /// the call while it runs (its progress, its requests to the user) goes to `to`.
     pub(crate) async fn call(
         self: &Arc<Self>,
         params: CallToolRequestParams,
         cancel: Arc<tokio::sync::Notify>,
-        progress: tokio::sync::mpsc::UnboundedSender<String>,
+        session: &str,
+        to: tokio::sync::mpsc::UnboundedSender<FromServer>,
     ) -> Result<Called, ToolError> {
         let id = &self.config.id;
         let (peer, child) = self.live_peer().await?;
@@ -545,7 +551,7 @@ impl Upstream {
                 let request_id = handle.id.clone();
                 // rmcp gives every request a progress token; a notification that came
                 // before this line (none is expected so soon) is not shown.
-                let _progress = self.progress.route(handle.progress_token.clone(), progress);
+                let _route = self.calls.route(handle.progress_token.clone(), session, to);
                 tokio::select! {
                     r = handle.await_response() => {
                         // rmcp handles each notification in a task of its own: the progress

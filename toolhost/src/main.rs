@@ -253,15 +253,21 @@ struct Host {
 }
 
 impl Host {
-    /// The MCP servers that started, whose prompts and resources pass through.
-    async fn upstreams(&self) -> mcp::Upstreams {
+    /// The MCP servers that started, whose prompts and resources pass through and whose
+    /// requests to the user go to the calling clients (through `routes`).
+    async fn upstreams(&self, routes: &Arc<mcp::Routes>) -> mcp::Upstreams {
         let started = self
             .mcp
             .iter()
             .filter_map(|(id, r)| r.as_ref().ok().map(|ts| (id, ts)))
             .map(|(id, ts)| (id.clone(), ts.config().prefix.clone(), ts.clone()))
             .collect();
-        mcp::Upstreams::new(started, &self.dispatcher.config().toolset_separator).await
+        mcp::Upstreams::new(
+            started,
+            &self.dispatcher.config().toolset_separator,
+            routes.clone(),
+        )
+        .await
     }
 
     /// The toolsets a session enables: every MCP server that started.

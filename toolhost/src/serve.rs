@@ -122,7 +122,7 @@ async fn serve_http(
             open: Box::new(opener),
             by_principal: Default::default(),
         },
-        host.upstreams().await,
+        host.upstreams(&routes).await,
     );
     let control = http::control::Control::new(dispatcher.clone(), routes);
     let server = http::Server::new(Some(shared), control, options);
@@ -205,10 +205,10 @@ async fn serve_mcp(sources: &Sources<'_>, serve: &ServeArgs) -> Result<ExitCode,
     };
     let shared = mcp::McpShared::new(
         dispatcher.clone(),
-        routes,
+        routes.clone(),
         confirmations(sources, &dispatcher)?,
         mcp::Sessions::One(session),
-        host.upstreams().await,
+        host.upstreams(&routes).await,
     );
     let server = mcp::McpServer::new(shared);
     tracing::info!(workspace = %args.workspace.display(), "MCP server on stdio");

@@ -810,6 +810,11 @@ async fn a_mounted_servers_prompts_resources_and_completion_come_through() {
 /// The npm reference server `server-everything` (`cargo xtask test` installs it), mounted
 /// with prefix `ev`; `None` when the run does not have it.
 fn mount_server_everything(dir: &Path) -> Option<()> {
+    mount_server_everything_with(dir, "")
+}
+
+/// [`mount_server_everything`] with `extra` configuration before its entry.
+fn mount_server_everything_with(dir: &Path, extra: &str) -> Option<()> {
     let node = toolhost_tests::peer("TOOLHOST_TEST_NODE")?;
     let server = toolhost_tests::peer("TOOLHOST_TEST_SERVER_EVERYTHING")?;
     // Its modules are read from where npm put them.
@@ -817,7 +822,7 @@ fn mount_server_everything(dir: &Path) -> Option<()> {
     std::fs::write(
         dir.join("toolhost.toml"),
         format!(
-            "[[mcp_servers]]\nid = \"ev\"\nprefix = \"ev\"\ncommand = \"{}\"\nargs = [\"{}\", \"stdio\"]\nreadable_roots = [\"{}\"]\n",
+            "{extra}\n[[mcp_servers]]\nid = \"ev\"\nprefix = \"ev\"\ncommand = \"{}\"\nargs = [\"{}\", \"stdio\"]\nreadable_roots = [\"{}\"]\n",
             node.display(),
             server.display(),
             modules.display()
@@ -892,5 +897,138 @@ async fn the_reference_server_everything_keeps_its_prompts_resources_and_complet
             .await;
         assert!(done.is_ok(), "{done:?}");
     }
+    s.cancel().await.unwrap();
+}
+
+/// A 2025-era client that can elicit and sample: it answers a form with the color `teal`,
+/// a sampling request with `hi there`, and keeps the messages it was asked.
+#[derive(Clone, Default)]
+struct AnsweringClient(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+#[allow(deprecated, reason = "sampling is what is tested")]
+impl rmcp::ClientHandler for AnsweringClient {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        let caps =
+            serde_json::from_value(json!({"elicitation": {"form": {}}, "sampling": {}})).unwrap();
+        rmcp::model::ClientConfig::new(caps, rmcp::model::Implementation::new("answering", "1"))
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        self.0
+            .lock()
+            .unwrap()
+            .push(serde_json::to_string(&request).unwrap());
+        Ok(
+            rmcp::model::ElicitResult::new(rmcp::model::ElicitationAction::Accept)
+                .with_content(json!({"color": "teal"})),
+        )
+    }
+
+    async fn create_message(
+        &self,
+        request: rmcp::model::CreateMessageRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, rmcp::ErrorData> {
+        self.0
+            .lock()
+            .unwrap()
+            .push(serde_json::to_string(&request.messages).unwrap());
+        Ok(rmcp::model::CreateMessageResult::new(
+            rmcp::model::SamplingMessage::assistant_text("hi there"),
+            "test-model".into(),
+        ))
+    }
+}
+
+#[tokio::test]
+async fn a_mounted_servers_questions_go_to_the_user_of_the_client_that_made_the_call() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "args = [\"--asks\"]\n");
+    let client = AnsweringClient::default();
+    let s = client
+        .clone()
+        .serve(serve_transport(dir.path()))
+        .await
+        .unwrap();
+    // The server's own form, message and answer: not toolhost's allow/deny question.
+    assert_eq!(
+        text(&call(&s, "fx__ask", json!({})).await),
+        r#"ask: {"action":"accept","content":{"color":"teal"}}"#
+    );
+    let asked = client.0.lock().unwrap().clone();
+    assert!(
+        asked.len() == 1 && asked[0].contains("Which color?") && asked[0].contains("\"color\""),
+        "{asked:?}"
+    );
+    let sampled = call(&s, "fx__sample", json!({})).await;
+    assert!(
+        text(&sampled).starts_with("sample: ") && text(&sampled).contains("hi there"),
+        "{sampled:?}"
+    );
+    assert!(client.0.lock().unwrap()[1].contains("Say hi"));
+    s.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_client_that_cannot_be_asked_leaves_elicitation_to_the_broker_and_sampling_fails_naming_the_server()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "args = [\"--asks\"]\n");
+    let s = serve(dir.path()).await;
+    // Nobody can be asked: `[mcp] prompt_fallback` (deny) declines the form.
+    assert_eq!(
+        text(&call(&s, "fx__ask", json!({})).await),
+        r#"ask: {"action":"decline"}"#
+    );
+    let sampled = call(&s, "fx__sample", json!({})).await;
+    assert_eq!(sampled.is_error, Some(true));
+    let said = text(&sampled);
+    assert!(
+        said.contains("MCP server 'fixture' asked to sample a model")
+            && said.contains("cannot sample"),
+        "{said}"
+    );
+    s.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_reference_server_everythings_elicitation_and_sampling_reach_the_calling_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let auto = "[tool_confirmation.per_tool]\n\"ev__trigger-sampling-request\" = \"auto\"\n\"ev__trigger-elicitation-request\" = \"auto\"\n";
+    if mount_server_everything_with(dir.path(), auto).is_none() {
+        return;
+    }
+    let client = AnsweringClient::default();
+    let s = client
+        .clone()
+        .serve(serve_transport(dir.path()))
+        .await
+        .unwrap();
+    // It publishes these only to a client that declares elicitation and sampling:
+    // toolhost declares what it relays.
+    let tools = s.peer().list_all_tools().await.unwrap();
+    for name in [
+        "ev__trigger-elicitation-request",
+        "ev__trigger-sampling-request",
+    ] {
+        assert!(tools.iter().any(|t| t.name == name), "{name} in {tools:?}");
+    }
+    let sampled = call(
+        &s,
+        "ev__trigger-sampling-request",
+        json!({"prompt": "greet"}),
+    )
+    .await;
+    assert!(text(&sampled).contains("hi there"), "{sampled:?}");
+    let elicited = call(&s, "ev__trigger-elicitation-request", json!({})).await;
+    let asked = client.0.lock().unwrap().clone();
+    assert!(
+        asked.iter().any(|a| a.contains("Please provide inputs")),
+        "the server's own form reached the client: {asked:?} ({elicited:?})"
+    );
     s.cancel().await.unwrap();
 }

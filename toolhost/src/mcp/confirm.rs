@@ -86,6 +86,9 @@ pub(crate) enum Route {
 /// The routes of the calls in flight, by tool-use id.
 pub struct Routes {
     routes: Mutex<HashMap<Arc<str>, Route>>,
+    /// The connection of each call's client that takes requests while the call runs (2025
+    /// era), for what mounted servers ask ([`super::relay`]).
+    clients: Mutex<HashMap<Arc<str>, Peer<RoleServer>>>,
     fallback: PromptFallback,
     /// The config file, named in the fallback's advice.
     config_file: String,
@@ -99,6 +102,7 @@ impl Routes {
     pub fn new(fallback: PromptFallback, config_file: impl Into<String>) -> Arc<Self> {
         Arc::new(Routes {
             routes: Mutex::new(HashMap::new()),
+            clients: Mutex::new(HashMap::new()),
             fallback,
             config_file: config_file.into(),
             watchers: std::sync::atomic::AtomicUsize::new(0),
@@ -121,9 +125,28 @@ impl Routes {
         self.routes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Sets a call's route until the guard drops.
-    pub(crate) fn enter(self: &Arc<Self>, id: Arc<str>, route: Route) -> RouteGuard {
+    fn clients_lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Peer<RoleServer>>> {
+        self.clients.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The connection of the client that made the call `id`, if it takes requests while
+    /// the call runs.
+    pub(crate) fn client(&self, id: &str) -> Option<Peer<RoleServer>> {
+        self.clients_lock().get(id).cloned()
+    }
+
+    /// Sets a call's route, and the connection of its client if that takes requests while
+    /// the call runs, until the guard drops.
+    pub(crate) fn enter(
+        self: &Arc<Self>,
+        id: Arc<str>,
+        route: Route,
+        client: Option<Peer<RoleServer>>,
+    ) -> RouteGuard {
         self.lock().insert(id.clone(), route);
+        if let Some(client) = client {
+            self.clients_lock().insert(id.clone(), client);
+        }
         RouteGuard {
             routes: self.clone(),
             id,
@@ -149,6 +172,7 @@ pub(crate) struct RouteGuard {
 impl Drop for RouteGuard {
     fn drop(&mut self) {
         self.routes.lock().remove(&self.id);
+        self.routes.clients_lock().remove(&self.id);
     }
 }
 

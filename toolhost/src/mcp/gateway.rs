@@ -31,14 +31,17 @@ pub struct Upstreams {
 
 impl Upstreams {
     /// The servers that started (id, prefix, toolset), in configuration order, their
-    /// prompts and resources listed; prompt names join the prefix with `separator`. Logs
+    /// prompts and resources listed and what they ask the user relayed to the clients that
+    /// made the calls through `relay`; prompt names join the prefix with `separator`. Logs
     /// what two servers both offer.
     pub async fn new(
         started: Vec<(String, String, Arc<McpToolset>)>,
         separator: &str,
+        relay: Arc<dyn mcp_toolsets::ClientRelay>,
     ) -> Upstreams {
         for (_, _, toolset) in &started {
             toolset.list_offers().await;
+            toolset.relay_through(relay.clone());
         }
         let upstreams = Upstreams {
             servers: started

@@ -1,13 +1,15 @@
 //! toolhost as an MCP server: the request handler ([`server`]), the screening every
 //! incoming message passes first ([`screen`]), how the user is asked ([`confirm`]) and
 //! stateless confirmations ([`request_state`]), where calls run ([`sessions`]), live output
-//! ([`progress`]), telling clients their tool list changed ([`list_changes`]) and the
+//! ([`progress`]), what mounted servers ask the user, put to the calling client (`relay`),
+//! telling clients their tool list changed ([`list_changes`]) and the
 //! transports ([`stdio`]).
 
 pub mod confirm;
 pub mod gateway;
 pub mod list_changes;
 pub mod progress;
+mod relay;
 pub mod request_state;
 pub mod screen;
 pub mod server;

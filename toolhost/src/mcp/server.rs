@@ -642,7 +642,8 @@ impl ServerHandler for McpServer {
             }
             _ => Route::Fallback,
         };
-        let _route = self.shared.routes.enter(tool_use_id.clone(), route);
+        let client = (era == Era::Session).then(|| context.peer.clone());
+        let _route = self.shared.routes.enter(tool_use_id.clone(), route, client);
         let dispatcher = &self.shared.dispatcher;
         let mut call = dispatcher.invocation(
             ToolUse::new(&*tool_use_id, &name, arguments.clone()),

@@ -1,0 +1,255 @@
+//! What a server sends for a call in flight, and where it goes: its progress (the call's
+//! live output) and its requests to the user (`elicitation/create`,
+//! `sampling/createMessage`), which go to the client that made the call through the host's
+//! [`ClientRelay`], or to the host's confirmation broker when that client cannot take them.
+//!
+//! A progress notification names its call (its progress token). A 2025-era server's
+//! request does not: it goes to the call in flight on that connection when there is one,
+//! or to the latest of several when they all run in one host session (one client). Calls
+//! from several sessions in flight at once leave it ambiguous, and it is declined rather
+//! than put to the wrong user.
+
+#![allow(
+    deprecated,
+    reason = "sampling and logging are deprecated (SEP-2577), but servers still send them, and passing them through is this module's job"
+)]
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rmcp::model::{
+    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
+    ProgressToken,
+};
+use tokio::sync::{mpsc, oneshot};
+
+/// What the client that made a call did with a server's request relayed to it.
+#[derive(Debug)]
+pub enum Relayed<T> {
+    /// Its answer, to be passed back to the server unchanged.
+    Answered(T),
+    /// It was asked and the request failed (the message says how).
+    Failed(String),
+    /// It cannot take this kind of request (it did not declare the capability, or its
+    /// protocol has no way to be asked while a call runs).
+    CannotAsk,
+}
+
+/// A boxed future of a relay.
+pub type RelayFuture<T> = Pin<Box<dyn Future<Output = Relayed<T>> + Send>>;
+
+/// Puts a mounted server's requests to the client that made a call (the host's side of
+/// the gateway: toolhost's MCP server implements it over its clients' connections).
+/// `call` is the tool-use id of the call in flight
+/// ([`tool_api::ToolContext::tool_use_id`]).
+pub trait ClientRelay: Send + Sync {
+    /// An `elicitation/create` (form or URL), with the server's own message and schema.
+    fn elicit(&self, call: &str, params: ElicitRequestParams) -> RelayFuture<ElicitResult>;
+    /// A `sampling/createMessage`.
+    fn sample(
+        &self,
+        call: &str,
+        params: CreateMessageRequestParams,
+    ) -> RelayFuture<CreateMessageResult>;
+}
+
+/// What the server sent that a call in flight takes.
+pub(crate) enum FromServer {
+    /// A line of progress: its message, else how far it is.
+    Progress(String),
+    /// A request to the user, answered through the reply.
+    Elicit(
+        ElicitRequestParams,
+        oneshot::Sender<Result<ElicitResult, rmcp::ErrorData>>,
+    ),
+    /// A request to sample a model, answered through the reply.
+    Sample(
+        Box<CreateMessageRequestParams>,
+        oneshot::Sender<Result<CreateMessageResult, rmcp::ErrorData>>,
+    ),
+}
+
+/// The calls in flight on one connection, by the progress token of their request, and
+/// progress that came for a token before its call was routed (rmcp handles each
+/// notification in a task of its own, so one may run before the caller has the request's
+/// token): kept, at most [`EARLY_PROGRESS`] lines, until its call is routed.
+#[derive(Default)]
+pub(crate) struct CallRoutes(Mutex<Routing>);
+
+struct Route {
+    /// The host session the call runs in.
+    session: String,
+    /// When it was routed (a count).
+    order: u64,
+    to: mpsc::UnboundedSender<FromServer>,
+}
+
+#[derive(Default)]
+struct Routing {
+    to: HashMap<ProgressToken, Route>,
+    early: std::collections::VecDeque<(ProgressToken, String)>,
+    routed: u64,
+}
+
+/// The most progress lines kept for calls not routed yet (the oldest go first).
+const EARLY_PROGRESS: usize = 256;
+
+impl CallRoutes {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Routing> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sends what the server sends for the request with `token` (a call in the host
+    /// session `session`) to `to` until the guard drops.
+    pub(crate) fn route(
+        self: &Arc<Self>,
+        token: ProgressToken,
+        session: &str,
+        to: mpsc::UnboundedSender<FromServer>,
+    ) -> RouteGuard {
+        let mut routing = self.lock();
+        routing.early.retain(|(t, text)| {
+            if *t == token {
+                let _ = to.send(FromServer::Progress(text.clone()));
+            }
+            *t != token
+        });
+        routing.routed += 1;
+        let order = routing.routed;
+        routing.to.insert(
+            token.clone(),
+            Route {
+                session: session.to_string(),
+                order,
+                to,
+            },
+        );
+        drop(routing);
+        RouteGuard {
+            routes: self.clone(),
+            token,
+        }
+    }
+
+    /// Routes a progress notification to its call.
+    pub(crate) fn progress(&self, params: &rmcp::model::ProgressNotificationParam) {
+        let text = match (&params.message, params.total) {
+            (Some(message), _) => format!("{message}\n"),
+            (None, Some(total)) => format!("progress {}/{total}\n", params.progress),
+            (None, None) => format!("progress {}\n", params.progress),
+        };
+        let mut routing = self.lock();
+        match routing.to.get(&params.progress_token) {
+            Some(route) => {
+                let _ = route.to.send(FromServer::Progress(text));
+            }
+            None => {
+                if routing.early.len() == EARLY_PROGRESS {
+                    routing.early.pop_front();
+                }
+                routing
+                    .early
+                    .push_back((params.progress_token.clone(), text));
+            }
+        }
+    }
+
+    /// Where a request that names no call goes: the call in flight, or the latest of
+    /// several in one session. The error says why there is none to send it to.
+    pub(crate) fn asker(&self) -> Result<mpsc::UnboundedSender<FromServer>, String> {
+        let routing = self.lock();
+        let latest = routing
+            .to
+            .values()
+            .max_by_key(|r| r.order)
+            .ok_or_else(|| "no call of this server is in flight to ask for".to_string())?;
+        let sessions: std::collections::HashSet<&str> =
+            routing.to.values().map(|r| r.session.as_str()).collect();
+        if sessions.len() > 1 {
+            return Err(format!(
+                "calls from {} sessions are in flight on this server, and its request does not \
+                 say which call it is for, so toolhost cannot tell whose user to ask",
+                sessions.len()
+            ));
+        }
+        Ok(latest.to.clone())
+    }
+}
+
+/// A call's route, removed when dropped.
+pub(crate) struct RouteGuard {
+    routes: Arc<CallRoutes>,
+    token: ProgressToken,
+}
+
+impl Drop for RouteGuard {
+    fn drop(&mut self) {
+        self.routes.lock().to.remove(&self.token);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn token(n: i64) -> ProgressToken {
+        ProgressToken(rmcp::model::NumberOrString::Number(n))
+    }
+
+    fn progress(n: i64, message: &str) -> rmcp::model::ProgressNotificationParam {
+        rmcp::model::ProgressNotificationParam::new(token(n), 1.0).with_message(message)
+    }
+
+    fn line(rx: &mut mpsc::UnboundedReceiver<FromServer>) -> Option<String> {
+        match rx.try_recv().ok()? {
+            FromServer::Progress(text) => Some(text),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn progress_goes_to_its_own_call_even_when_it_comes_first() {
+        let routes = Arc::new(CallRoutes::default());
+        routes.progress(&progress(2, "early"));
+        let (tx1, mut rx1) = mpsc::unbounded_channel();
+        let (tx2, mut rx2) = mpsc::unbounded_channel();
+        let _one = routes.route(token(1), "s", tx1);
+        let _two = routes.route(token(2), "s", tx2);
+        routes.progress(&progress(1, "one"));
+        assert_eq!(line(&mut rx1).as_deref(), Some("one\n"));
+        assert_eq!(line(&mut rx2).as_deref(), Some("early\n"));
+        assert_eq!(line(&mut rx1), None);
+    }
+
+    #[test]
+    fn a_request_naming_no_call_goes_to_the_latest_call_of_one_session() {
+        let routes = Arc::new(CallRoutes::default());
+        assert!(routes.asker().unwrap_err().contains("no call"));
+        let (tx1, _rx1) = mpsc::unbounded_channel();
+        let (tx2, mut rx2) = mpsc::unbounded_channel();
+        let _one = routes.route(token(1), "s", tx1);
+        let two = routes.route(token(2), "s", tx2);
+        routes
+            .asker()
+            .unwrap()
+            .send(FromServer::Progress("x".into()))
+            .unwrap();
+        assert_eq!(line(&mut rx2).as_deref(), Some("x"));
+        drop(two);
+        assert!(routes.asker().is_ok());
+    }
+
+    #[test]
+    fn a_request_naming_no_call_is_refused_when_two_sessions_have_calls_in_flight() {
+        let routes = Arc::new(CallRoutes::default());
+        let (tx1, _rx1) = mpsc::unbounded_channel();
+        let (tx2, _rx2) = mpsc::unbounded_channel();
+        let _one = routes.route(token(1), "alice", tx1);
+        let _two = routes.route(token(2), "bob", tx2);
+        let why = routes.asker().unwrap_err();
+        assert!(why.contains("2 sessions"), "{why}");
+    }
+}

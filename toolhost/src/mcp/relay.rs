@@ -1,0 +1,61 @@
+//! What a mounted MCP server asks the user while one of its tools runs, put to the MCP
+//! client that made the call: an `elicitation/create` (with the server's own message and
+//! schema) when that client can elicit in the form's mode, a `sampling/createMessage` when
+//! it declared sampling; its answer goes back unchanged. A client that cannot take the
+//! request (it did not declare the capability, or it speaks 2026-07-28, which takes no
+//! requests while a call runs) leaves it to the confirmation broker (elicitation) or fails
+//! the call, naming the server (sampling).
+
+#![allow(
+    deprecated,
+    reason = "sampling is deprecated (SEP-2577), but 2025-era servers and clients still use it"
+)]
+
+use mcp_toolsets::{ClientRelay, RelayFuture, Relayed};
+use rmcp::model::{
+    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
+};
+use rmcp::service::ElicitationMode;
+
+use super::confirm::Routes;
+
+impl ClientRelay for Routes {
+    fn elicit(&self, call: &str, params: ElicitRequestParams) -> RelayFuture<ElicitResult> {
+        let mode = match &params {
+            ElicitRequestParams::UrlElicitationParams { .. } => ElicitationMode::Url,
+            _ => ElicitationMode::Form,
+        };
+        let client = self
+            .client(call)
+            .filter(|peer| peer.supported_elicitation_modes().contains(&mode));
+        Box::pin(async move {
+            let Some(peer) = client else {
+                return Relayed::CannotAsk;
+            };
+            match peer.create_elicitation(params).await {
+                Ok(result) => Relayed::Answered(result),
+                Err(e) => Relayed::Failed(e.to_string()),
+            }
+        })
+    }
+
+    fn sample(
+        &self,
+        call: &str,
+        params: CreateMessageRequestParams,
+    ) -> RelayFuture<CreateMessageResult> {
+        let client = self.client(call).filter(|peer| {
+            peer.peer_info()
+                .is_some_and(|info| info.capabilities.sampling.is_some())
+        });
+        Box::pin(async move {
+            let Some(peer) = client else {
+                return Relayed::CannotAsk;
+            };
+            match peer.create_message(params).await {
+                Ok(result) => Relayed::Answered(result),
+                Err(e) => Relayed::Failed(e.to_string()),
+            }
+        })
+    }
+}
