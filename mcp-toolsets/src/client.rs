@@ -12,6 +12,7 @@ use std::sync::Arc;
 use rmcp::ClientHandler;
 use rmcp::service::{NotificationContext, RoleClient, RunningService};
 
+use crate::events::ServerEvent;
 use crate::relay::{CallRoutes, FromServer};
 
 /// A connected service and its tools.
@@ -38,8 +39,9 @@ pub(crate) fn install_tls_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-/// Client side of the connection: reacts to `tools/list_changed`, routes progress to its
-/// call, and takes the server's requests to the user to the call they are for
+/// Client side of the connection: reacts to `tools/list_changed` (and to prompt and
+/// resource list changes, resource updates and log messages: [`crate::events`]), routes
+/// progress to its call, and takes the server's requests to the user to the call they are for
 /// ([`crate::relay`]). It declares form and URL elicitation and sampling (relayed to the
 /// client that made the call, or answered by the host's broker; a call whose client
 /// cannot sample fails, naming the server), so the server publishes the tools that need
@@ -47,6 +49,10 @@ pub(crate) fn install_tls_provider() {
 #[derive(Clone)]
 pub(crate) struct ClientSide {
     pub(crate) on_list_changed: Arc<dyn Fn() + Send + Sync>,
+    /// Lists prompts and resources again, then passes the event on.
+    pub(crate) on_offers_changed: Arc<dyn Fn(ServerEvent) + Send + Sync>,
+    /// Where resource updates and log messages are passed on.
+    pub(crate) events: tokio::sync::broadcast::Sender<ServerEvent>,
     /// The calls in flight, which take the server's progress and requests.
     pub(crate) calls: Arc<CallRoutes>,
     /// The server's id, for the log.
@@ -68,6 +74,32 @@ impl ClientHandler for ClientSide {
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         (self.on_list_changed)();
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        (self.on_offers_changed)(ServerEvent::PromptsChanged);
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        (self.on_offers_changed)(ServerEvent::ResourcesChanged);
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let _ = self
+            .events
+            .send(ServerEvent::ResourceUpdated { uri: params.uri });
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let _ = self.events.send(ServerEvent::Log(params));
     }
 
     async fn on_progress(
@@ -141,60 +173,70 @@ impl Drop for Live {
 }
 
 /// A 2026-07-28 server sends no notification it was not asked for: when it declares
-/// `tools.listChanged`, this opens a `subscriptions/listen` stream for tool list changes
-/// and runs `on_change` for each, until the stream ends (the server stopped: the next
-/// connection opens another). `None` for an older server (it notifies on the connection),
-/// one that does not declare the capability, or one that does not acknowledge the stream
-/// within `within`.
-pub(crate) async fn listen_for_tool_changes(
+/// `listChanged` for its tools, prompts or resources, this opens a `subscriptions/listen`
+/// stream for those changes and handles each as the connection would, until the stream
+/// ends (the server stopped: the next connection opens another). `None` for an older
+/// server (it notifies on the connection), one that declares none of them, or one that
+/// does not acknowledge the stream within `within`.
+pub(crate) async fn listen_for_changes(
     service: &RunningService<RoleClient, ClientSide>,
-    on_change: Arc<dyn Fn() + Send + Sync>,
-    id: &str,
+    client: &ClientSide,
     within: std::time::Duration,
 ) -> Option<tokio::task::AbortHandle> {
+    let id = &client.id;
     let peer = service.peer();
     let info = peer.peer_info()?;
     let stateless = info.protocol_version >= rmcp::model::ProtocolVersion::V_2026_07_28;
-    let declares = info
-        .capabilities
-        .tools
-        .as_ref()
-        .and_then(|t| t.list_changed)
-        == Some(true);
-    if !stateless || !declares {
+    let caps = &info.capabilities;
+    let tools = caps.tools.as_ref().and_then(|t| t.list_changed) == Some(true);
+    let prompts = caps.prompts.as_ref().and_then(|p| p.list_changed) == Some(true);
+    let resources = caps.resources.as_ref().and_then(|r| r.list_changed) == Some(true);
+    if !stateless || !(tools || prompts || resources) {
         return None;
     }
-    let filter = rmcp::model::SubscriptionFilter::builder()
-        .tools_list_changed()
-        .build();
-    let mut subscription = match tokio::time::timeout(within, peer.listen(filter)).await {
+    let mut filter = rmcp::model::SubscriptionFilter::builder();
+    if tools {
+        filter = filter.tools_list_changed();
+    }
+    if prompts {
+        filter = filter.prompts_list_changed();
+    }
+    if resources {
+        filter = filter.resources_list_changed();
+    }
+    let mut subscription = match tokio::time::timeout(within, peer.listen(filter.build())).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
-            tracing::warn!(server = %id, "could not listen for tool list changes: {e}");
+            tracing::warn!(server = %id, "could not listen for list changes: {e}");
             return None;
         }
         Err(_) => {
             tracing::warn!(
                 server = %id,
-                "no acknowledgment of the tool list subscription within {within:?}; not listening"
+                "no acknowledgment of the list change subscription within {within:?}; not listening"
             );
             return None;
         }
     };
-    let id = id.to_string();
+    let (id, client) = (id.clone(), client.clone());
     let task = tokio::spawn(async move {
+        use rmcp::model::ServerNotification as N;
         loop {
             match subscription.next().await {
-                Ok(Some(rmcp::model::ServerNotification::ToolListChangedNotification(_))) => {
-                    on_change();
+                Ok(Some(N::ToolListChangedNotification(_))) => (client.on_list_changed)(),
+                Ok(Some(N::PromptListChangedNotification(_))) => {
+                    (client.on_offers_changed)(ServerEvent::PromptsChanged)
+                }
+                Ok(Some(N::ResourceListChangedNotification(_))) => {
+                    (client.on_offers_changed)(ServerEvent::ResourcesChanged)
                 }
                 Ok(Some(_)) => {}
                 Ok(None) => {
-                    tracing::debug!(server = %id, end = ?subscription.end(), "tool list subscription ended");
+                    tracing::debug!(server = %id, end = ?subscription.end(), "list change subscription ended");
                     return;
                 }
                 Err(e) => {
-                    tracing::warn!(server = %id, "tool list subscription failed: {e}");
+                    tracing::warn!(server = %id, "list change subscription failed: {e}");
                     return;
                 }
             }

@@ -42,6 +42,7 @@ mod client;
 mod config;
 mod confine;
 mod error;
+pub mod events;
 pub mod input;
 pub mod offers;
 pub mod pins;
@@ -55,6 +56,7 @@ pub use config::{
 };
 pub use confine::ServerSandbox;
 pub use error::UpstreamError;
+pub use events::ServerEvent;
 pub use pins::{FilePins, MemoryPins, OnChange, PinStore};
 pub use relay::{ClientRelay, RelayFuture, Relayed};
 

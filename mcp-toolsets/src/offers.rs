@@ -13,6 +13,7 @@ use rmcp::model::{
 use rmcp::service::{Peer, RoleClient};
 
 use crate::McpToolset;
+use crate::upstream::Upstream;
 
 /// A server's prompts, resources and resource templates, as it listed them.
 #[derive(Debug, Clone, Default)]
@@ -55,6 +56,21 @@ impl Offers {
     }
 }
 
+impl Upstream {
+    /// Lists its prompts, resources and resource templates and keeps them.
+    pub(crate) async fn list_offers(self: &Arc<Self>) {
+        let id = &self.config.id;
+        let offers = match self.live_peer().await {
+            Ok((peer, _)) => Offers::list(&peer, id).await,
+            Err(e) => {
+                tracing::warn!(server = %id, "its prompts and resources are not listed: {e}");
+                Offers::default()
+            }
+        };
+        *self.offers.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(offers);
+    }
+}
+
 impl McpToolset {
     /// The prompts, resources and resource templates the server offered when they were
     /// last listed ([`McpToolset::list_offers`]; empty before).
@@ -70,19 +86,7 @@ impl McpToolset {
     /// and keeps them for [`McpToolset::offers`]. A server that cannot be reached offers
     /// nothing, logged.
     pub async fn list_offers(self: &Arc<Self>) {
-        let id = &self.server.config.id;
-        let offers = match self.server.live_peer().await {
-            Ok((peer, _)) => Offers::list(&peer, id).await,
-            Err(e) => {
-                tracing::warn!(server = %id, "its prompts and resources are not listed: {e}");
-                Offers::default()
-            }
-        };
-        *self
-            .server
-            .offers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Arc::new(offers);
+        self.server.list_offers().await;
     }
 
     /// `prompts/get` of one of its prompts (by its own name).

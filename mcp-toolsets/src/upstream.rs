@@ -15,10 +15,11 @@ use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceExt};
 use serde_json::Value;
 use tool_api::ToolError;
 
-use crate::client::{ClientSide, Live, install_tls_provider, listed, listen_for_tool_changes};
+use crate::client::{ClientSide, Live, install_tls_provider, listed, listen_for_changes};
 use crate::config::{MAX_NESTING, McpServerConfig, NESTING_ENV, nesting};
 use crate::confine::{self, ServerSandbox};
 use crate::error::UpstreamError;
+use crate::events::ServerEvent;
 use crate::pins::PinStore;
 use crate::relay::{CallRoutes, ClientRelay, FromServer};
 
@@ -77,6 +78,12 @@ pub(crate) struct Upstream {
     /// The prompts, resources and resource templates it offered when they were last
     /// listed ([`McpToolset::list_offers`]).
     pub(crate) offers: Mutex<Arc<crate::offers::Offers>>,
+    /// What it tells its client besides tool changes and progress.
+    pub(crate) events: tokio::sync::broadcast::Sender<ServerEvent>,
+    /// The resource subscriptions held for the host's clients.
+    pub(crate) subscriptions: crate::events::Subscriptions,
+    /// The log level it was last asked for (its rank), if any.
+    pub(crate) log_level: Mutex<Option<u8>>,
 }
 
 async fn exit_status(child: Option<&tokio::sync::Mutex<tokio::process::Child>>) -> String {
@@ -153,6 +160,9 @@ impl Upstream {
             calls: Arc::default(),
             relay: std::sync::OnceLock::new(),
             offers: Mutex::default(),
+            events: tokio::sync::broadcast::channel(crate::events::EVENTS).0,
+            subscriptions: crate::events::Subscriptions::default(),
+            log_level: Mutex::new(None),
             confined: Mutex::new(match &config.url {
                 Some(url) => format!("remote ({url}: not confined by toolhost)"),
                 None => "not started".into(),
@@ -167,6 +177,17 @@ impl Upstream {
             *conn = Conn::Up(server.connect(Arc::downgrade(&server)).await?);
         }
         Ok(server)
+    }
+
+    /// Toolhost's side of a new connection to it.
+    fn client_side(&self, me: Weak<Upstream>) -> ClientSide {
+        ClientSide {
+            on_list_changed: Upstream::on_list_changed(me.clone()),
+            on_offers_changed: Upstream::on_offers_changed(me),
+            events: self.events.clone(),
+            calls: self.calls.clone(),
+            id: self.config.id.clone(),
+        }
     }
 
     /// Republishes the tools through the handle, if the toolset is bound.
@@ -342,14 +363,10 @@ impl Upstream {
             config.auth_header = Some(token);
         }
         let transport = StreamableHttpClientTransport::from_config(config);
-        let on_list_changed = Upstream::on_list_changed(me);
-        let client = ClientSide {
-            on_list_changed: on_list_changed.clone(),
-            calls: self.calls.clone(),
-            id: c.id.clone(),
-        };
+        let client = self.client_side(me);
         let init = async {
             let service = client
+                .clone()
                 .serve_with_lifecycle(
                     transport,
                     rmcp::ClientLifecycleMode::Auto {
@@ -365,9 +382,7 @@ impl Upstream {
             Ok(Ok((service, tools))) => {
                 self.keep_tools(tools);
                 tracing::info!(server = %c.id, url, "MCP server reached over HTTP");
-                let listen =
-                    listen_for_tool_changes(&service, on_list_changed, &c.id, c.startup_timeout())
-                        .await;
+                let listen = listen_for_changes(&service, &client, c.startup_timeout()).await;
                 Ok(Live {
                     service,
                     child: None,
@@ -428,11 +443,7 @@ impl Upstream {
             });
         };
         let child = Arc::new(tokio::sync::Mutex::new(child));
-        let client = ClientSide {
-            on_list_changed: Upstream::on_list_changed(me),
-            calls: self.calls.clone(),
-            id: c.id.clone(),
-        };
+        let client = self.client_side(me);
         let init = async {
             let service = client
                 .serve((stdout, stdin))

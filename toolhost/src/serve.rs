@@ -210,7 +210,7 @@ async fn serve_mcp(sources: &Sources<'_>, serve: &ServeArgs) -> Result<ExitCode,
         mcp::Sessions::One(session),
         host.upstreams(&routes).await,
     );
-    let server = mcp::McpServer::new(shared);
+    let server = mcp::McpServer::new(shared.clone());
     tracing::info!(workspace = %args.workspace.display(), "MCP server on stdio");
     let (eof_tx, eof_rx) = tokio::sync::oneshot::channel();
     let stdin = mcp::EofNotify::new(protocol_stdin(), eof_tx);
@@ -219,6 +219,8 @@ async fn serve_mcp(sources: &Sources<'_>, serve: &ServeArgs) -> Result<ExitCode,
         tokio::spawn(async move {
             if eof_rx.await.is_ok() {
                 tracing::info!("stdin closed: cancelling running tools");
+                // Open listen streams would keep the session waiting for nobody.
+                shared.listens.end(Duration::ZERO).await;
                 dispatcher.cancel_session_tools("mcp").await;
             }
         })

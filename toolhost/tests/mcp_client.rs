@@ -443,13 +443,18 @@ async fn a_2026_client_is_told_of_tool_changes_on_its_listen_stream() {
     assert_eq!(
         listen.acknowledged(),
         &SubscriptionFilter::builder().tools_list_changed().build(),
-        "tools only: prompts never change"
+        "tools only: no mounted server says when its prompts change"
     );
-    // A stream that asks for nothing toolhost sends is acknowledged with nothing, stays
-    // open, and is told nothing.
+    // A stream that asks for nothing toolhost sends (prompt changes no server tells, a
+    // resource nobody serves) is acknowledged with nothing, stays open, and is told nothing.
     let mut quiet = s
         .peer()
-        .listen(SubscriptionFilter::builder().prompts_list_changed().build())
+        .listen(
+            SubscriptionFilter::builder()
+                .prompts_list_changed()
+                .resource_subscription("nobody://x")
+                .build(),
+        )
         .await
         .unwrap();
     assert_eq!(quiet.acknowledged(), &SubscriptionFilter::new());
@@ -1030,5 +1035,265 @@ async fn the_reference_server_everythings_elicitation_and_sampling_reach_the_cal
         asked.iter().any(|a| a.contains("Please provide inputs")),
         "the server's own form reached the client: {asked:?} ({elicited:?})"
     );
+    s.cancel().await.unwrap();
+}
+
+/// A 2025-era client that keeps the notifications mounted servers' events become.
+#[derive(Clone, Default)]
+struct NoticeKeeper(
+    std::sync::Arc<tokio::sync::Mutex<Vec<String>>>,
+    std::sync::Arc<tokio::sync::Notify>,
+);
+
+impl NoticeKeeper {
+    async fn keep(&self, notice: String) {
+        self.0.lock().await.push(notice);
+        self.1.notify_one();
+    }
+
+    /// Waits until a kept notice contains `part` (10 s at most).
+    async fn wait_for(&self, part: &str) {
+        let waited = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                let seen = self.1.notified();
+                if self.0.lock().await.iter().any(|n| n.contains(part)) {
+                    return;
+                }
+                seen.await;
+            }
+        })
+        .await;
+        assert!(
+            waited.is_ok(),
+            "no notice with {part:?}: {:?}",
+            self.0.lock().await
+        );
+    }
+
+    async fn count(&self, part: &str) -> usize {
+        self.0
+            .lock()
+            .await
+            .iter()
+            .filter(|n| n.contains(part))
+            .count()
+    }
+}
+
+#[allow(deprecated, reason = "logging is what is tested")]
+impl rmcp::ClientHandler for NoticeKeeper {
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _c: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        self.keep(format!("progress {}", params.message.unwrap_or_default()))
+            .await;
+    }
+    async fn on_prompt_list_changed(&self, _c: rmcp::service::NotificationContext<RoleClient>) {
+        self.keep("prompts changed".into()).await;
+    }
+    async fn on_resource_list_changed(&self, _c: rmcp::service::NotificationContext<RoleClient>) {
+        self.keep("resources changed".into()).await;
+    }
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _c: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        self.keep(format!("updated {}", params.uri)).await;
+    }
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _c: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        self.keep(format!("log {}", serde_json::to_string(&params).unwrap()))
+            .await;
+    }
+}
+
+#[tokio::test]
+#[allow(
+    deprecated,
+    reason = "logging and resources/subscribe are what is tested"
+)]
+async fn a_2025_client_gets_a_mounted_servers_list_changes_resource_updates_and_logs() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "args = [\"--offers\"]\n");
+    let notices = NoticeKeeper::default();
+    let s = notices
+        .clone()
+        .serve(serve_transport(dir.path()))
+        .await
+        .unwrap();
+    let peer = s.peer();
+    let caps = peer.peer_info().unwrap().capabilities.clone();
+    assert_eq!(
+        caps.resources.as_ref().and_then(|r| r.subscribe),
+        Some(true)
+    );
+    assert!(caps.logging.is_some());
+    // A resource update reaches a client subscribed to it, and only while it is.
+    peer.subscribe(rmcp::model::SubscribeRequestParams::new("fixture://readme"))
+        .await
+        .unwrap();
+    assert_eq!(
+        text(&call(&s, "fx__note", json!({})).await),
+        "noted (subscribed: true)"
+    );
+    notices.wait_for("updated fixture://readme").await;
+    peer.unsubscribe(rmcp::model::UnsubscribeRequestParams::new(
+        "fixture://readme",
+    ))
+    .await
+    .unwrap();
+    assert_eq!(
+        text(&call(&s, "fx__note", json!({})).await),
+        "noted (subscribed: false)"
+    );
+    let unknown = peer
+        .subscribe(rmcp::model::SubscribeRequestParams::new("nobody://x"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        unknown.contains("no mounted MCP server offers nobody://x"),
+        "{unknown}"
+    );
+    // Log messages come once a level is set, labelled with the server's id.
+    call(&s, "fx__log", json!({"text": "too early"})).await;
+    peer.set_level(rmcp::model::SetLevelRequestParams::new(
+        rmcp::model::LoggingLevel::Info,
+    ))
+    .await
+    .unwrap();
+    call(&s, "fx__log", json!({"text": "careful"})).await;
+    notices.wait_for("careful").await;
+    let logged = notices.0.lock().await.clone();
+    assert!(
+        logged
+            .iter()
+            .any(|n| n.contains(r#""logger":"fixture/fixture-log""#)
+                && n.contains(r#""level":"warning""#)),
+        "{logged:?}"
+    );
+    assert_eq!(notices.count("too early").await, 0);
+    // A list change is told, and the lists are new when it is.
+    assert_eq!(text(&call(&s, "fx__more", json!({})).await), "more");
+    notices.wait_for("prompts changed").await;
+    notices.wait_for("resources changed").await;
+    let prompts = peer.list_all_prompts().await.unwrap();
+    assert!(
+        prompts.iter().any(|p| p.name == "fx__farewell"),
+        "{prompts:?}"
+    );
+    let resources = peer.list_all_resources().await.unwrap();
+    assert!(
+        resources.iter().any(|r| r.uri == "fixture://more"),
+        "{resources:?}"
+    );
+    s.cancel().await.unwrap();
+}
+
+#[tokio::test]
+#[allow(deprecated, reason = "logging is what is tested")]
+async fn a_2026_client_gets_resource_updates_and_list_changes_on_its_stream_and_logs_with_its_call()
+{
+    use rmcp::ClientServiceExt as _;
+    use rmcp::model::{ProtocolVersion, ServerNotification as N, SubscriptionFilter};
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "args = [\"--offers\"]\n");
+    let notices = NoticeKeeper::default();
+    let s = notices
+        .clone()
+        .serve_with_lifecycle(
+            serve_transport(dir.path()),
+            rmcp::ClientLifecycleMode::Auto {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                legacy_version: None,
+            },
+        )
+        .await
+        .unwrap();
+    let wanted = SubscriptionFilter::builder()
+        .prompts_list_changed()
+        .resources_list_changed()
+        .resource_subscription("fixture://readme")
+        .build();
+    let mut listen = s.peer().listen(wanted.clone()).await.unwrap();
+    assert_eq!(listen.acknowledged(), &wanted);
+    assert_eq!(
+        text(&call(&s, "fx__note", json!({})).await),
+        "noted (subscribed: true)"
+    );
+    let mut seen = Vec::new();
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(10), listen.next())
+            .await
+            .expect("a notice on the stream")
+            .unwrap()
+            .unwrap()
+    };
+    match next().await {
+        N::ResourceUpdatedNotification(u) => assert_eq!(u.params.uri, "fixture://readme"),
+        other => panic!("{other:?}"),
+    }
+    call(&s, "fx__more", json!({})).await;
+    for _ in 0..2 {
+        seen.push(match next().await {
+            N::PromptListChangedNotification(_) => "prompts",
+            N::ResourceListChangedNotification(_) => "resources",
+            other => panic!("{other:?}"),
+        });
+    }
+    seen.sort();
+    assert_eq!(seen, ["prompts", "resources"]);
+    // A call whose _meta asks for a log level gets the server's log messages with it.
+    let mut params = CallToolRequestParams::new("fx__log").with_arguments(
+        serde_json::Map::from_iter([("text".to_string(), json!("with the call"))]),
+    );
+    let mut meta = rmcp::model::RequestMetaObject::new();
+    meta.set_log_level(rmcp::model::LoggingLevel::Warning);
+    params.meta = Some(meta);
+    s.peer().call_tool(params).await.unwrap();
+    notices.wait_for("with the call").await;
+    s.cancel().await.unwrap();
+}
+
+#[tokio::test]
+#[allow(deprecated, reason = "logging is what is tested")]
+async fn the_reference_server_everythings_progress_and_logs_reach_the_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let auto = "[tool_confirmation.per_tool]\n\"ev__toggle-simulated-logging\" = \"auto\"\n";
+    if mount_server_everything_with(dir.path(), auto).is_none() {
+        return;
+    }
+    let notices = NoticeKeeper::default();
+    let s = notices
+        .clone()
+        .serve(serve_transport(dir.path()))
+        .await
+        .unwrap();
+    // Its long-running tool's progress reaches the client that called it (rmcp's client
+    // sends a progress token with every request).
+    let done = call(
+        &s,
+        "ev__trigger-long-running-operation",
+        json!({"duration": 1, "steps": 2}),
+    )
+    .await;
+    assert_ne!(done.is_error, Some(true), "{done:?}");
+    notices.wait_for("progress ").await;
+    // Its log messages, once the client set a level, labelled with its id.
+    s.peer()
+        .set_level(rmcp::model::SetLevelRequestParams::new(
+            rmcp::model::LoggingLevel::Debug,
+        ))
+        .await
+        .unwrap();
+    call(&s, "ev__toggle-simulated-logging", json!({})).await;
+    notices.wait_for(r#""logger":"ev"#).await;
+    call(&s, "ev__toggle-simulated-logging", json!({})).await;
     s.cancel().await.unwrap();
 }

@@ -8,25 +8,72 @@
 //! `[[mcp_servers]]` order keeps it, the other's is left out of the lists, and the log says
 //! so once, naming both.
 
+#![allow(
+    deprecated,
+    reason = "logging is deprecated (SEP-2577), but 2025-era servers and clients still use it"
+)]
+
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use mcp_toolsets::McpToolset;
-use rmcp::model::{Prompt, Resource, ResourceTemplate};
+use mcp_toolsets::{McpToolset, ServerEvent};
+use rmcp::model::{LoggingLevel, Prompt, Resource, ResourceTemplate};
+use tokio::sync::broadcast;
+
+/// How far a slow client may fall behind the servers' events before it misses some.
+const EVENTS: usize = 256;
+
+/// Passes one server's events on, labelled with its id, until it or toolhost is gone.
+async fn pass_on(
+    mut from: broadcast::Receiver<ServerEvent>,
+    id: Arc<str>,
+    to: broadcast::Sender<(Arc<str>, ServerEvent)>,
+) {
+    loop {
+        match from.recv().await {
+            Ok(event) => {
+                let _ = to.send((id.clone(), event));
+            }
+            Err(broadcast::error::RecvError::Lagged(n)) => {
+                tracing::warn!(server = %id, "{n} of its notifications were dropped: toolhost fell behind");
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
 
 /// One mounted server.
 struct Mounted {
-    id: String,
+    id: Arc<str>,
+    /// What it declared when it started.
+    caps: rmcp::model::ServerCapabilities,
     /// The published name of each of its prompts: `PREFIX SEP NAME` (or `NAME`).
     prefix: Option<String>,
     toolset: Arc<McpToolset>,
 }
 
+impl Mounted {
+    fn subscribes(&self) -> bool {
+        self.caps.resources.as_ref().and_then(|r| r.subscribe) == Some(true)
+    }
+}
+
 /// The mounted servers, in configuration order.
-#[derive(Default)]
 pub struct Upstreams {
     servers: Vec<Mounted>,
     separator: String,
+    /// What they tell toolhost ([`ServerEvent`]), with the id of the server that told it.
+    events: broadcast::Sender<(Arc<str>, ServerEvent)>,
+}
+
+impl Default for Upstreams {
+    fn default() -> Self {
+        Upstreams {
+            servers: Vec::new(),
+            separator: String::new(),
+            events: broadcast::channel(1).0,
+        }
+    }
 }
 
 impl Upstreams {
@@ -39,23 +86,112 @@ impl Upstreams {
         separator: &str,
         relay: Arc<dyn mcp_toolsets::ClientRelay>,
     ) -> Upstreams {
-        for (_, _, toolset) in &started {
+        let events = broadcast::channel(EVENTS).0;
+        let mut servers = Vec::with_capacity(started.len());
+        for (id, prefix, toolset) in started {
             toolset.list_offers().await;
             toolset.relay_through(relay.clone());
+            let id: Arc<str> = id.into();
+            tokio::spawn(pass_on(toolset.events(), id.clone(), events.clone()));
+            servers.push(Mounted {
+                caps: toolset.capabilities().await.unwrap_or_default(),
+                id,
+                prefix: Some(prefix).filter(|p| !p.is_empty()),
+                toolset,
+            });
         }
         let upstreams = Upstreams {
-            servers: started
-                .into_iter()
-                .map(|(id, prefix, toolset)| Mounted {
-                    id,
-                    prefix: Some(prefix).filter(|p| !p.is_empty()),
-                    toolset,
-                })
-                .collect(),
+            servers,
             separator: separator.to_string(),
+            events,
         };
         upstreams.report_overlaps();
         upstreams
+    }
+
+    /// What the servers tell toolhost from now on, each with its server's id.
+    pub fn events(&self) -> broadcast::Receiver<(Arc<str>, ServerEvent)> {
+        self.events.subscribe()
+    }
+
+    /// Whether any server offers resource subscriptions.
+    pub fn subscribes(&self) -> bool {
+        self.servers.iter().any(Mounted::subscribes)
+    }
+
+    /// Whether any server says when its prompts change.
+    pub fn prompts_change(&self) -> bool {
+        self.servers
+            .iter()
+            .any(|s| s.caps.prompts.as_ref().and_then(|p| p.list_changed) == Some(true))
+    }
+
+    /// Whether any server says when its resources change.
+    pub fn resources_change(&self) -> bool {
+        self.servers
+            .iter()
+            .any(|s| s.caps.resources.as_ref().and_then(|r| r.list_changed) == Some(true))
+    }
+
+    /// Whether a client may subscribe to `uri`: a server that offers subscriptions serves
+    /// it.
+    pub fn can_subscribe(&self, uri: &str) -> bool {
+        self.resource_server(uri).is_some_and(Mounted::subscribes)
+    }
+
+    /// Subscribes one more client to updates of `uri` at the server that serves it.
+    pub async fn subscribe(&self, uri: &str) -> Result<(), String> {
+        match self.resource_server(uri) {
+            Some(server) if server.subscribes() => server.toolset.subscribe(uri).await,
+            Some(server) => Err(format!(
+                "MCP server '{}', which serves {uri}, does not offer resource subscriptions",
+                server.id
+            )),
+            None => Err(format!(
+                "no mounted MCP server offers {uri} (resources/list shows what there is)"
+            )),
+        }
+    }
+
+    /// One client no longer wants updates of `uri`.
+    pub async fn unsubscribe(&self, uri: &str) {
+        if let Some(server) = self.resource_server(uri) {
+            server.toolset.unsubscribe(uri).await;
+        }
+    }
+
+    /// Asks every server that offers logging to send messages of `level` and above.
+    pub async fn set_log_level(&self, level: LoggingLevel) {
+        for server in &self.servers {
+            if let Err(e) = server.toolset.set_log_level(level).await {
+                tracing::warn!(server = %server.id, "logging/setLevel not passed on: {e}");
+            }
+        }
+    }
+
+    /// Makes sure the server `id` sends log messages of `level` and above (a lower level
+    /// already set stays).
+    pub async fn lower_log_level(&self, id: &str, level: LoggingLevel) {
+        if let Some(server) = self.servers.iter().find(|s| &*s.id == id)
+            && let Err(e) = server.toolset.lower_log_level(level).await
+        {
+            tracing::warn!(server = %id, "its log level could not be set: {e}");
+        }
+    }
+
+    /// The id of the server whose tool is published as `tool`.
+    pub fn server_of_tool(&self, tool: &str) -> Option<Arc<str>> {
+        self.servers
+            .iter()
+            .find(|s| match &s.prefix {
+                Some(p) => tool
+                    .strip_prefix(p.as_str())
+                    .is_some_and(|rest| rest.starts_with(&self.separator)),
+                None => dispatcher_core::Toolset::tools(s.toolset.as_ref())
+                    .iter()
+                    .any(|t| t.definition().name == tool),
+            })
+            .map(|s| s.id.clone())
     }
 
     /// Whether any server offers prompts or resource templates (what completion serves).
@@ -126,12 +262,16 @@ impl Upstreams {
     /// The server that serves `uri`: the first that lists it, else the one whose template's
     /// fixed beginning (up to its first `{`) is the longest beginning of `uri`.
     pub fn resource(&self, uri: &str) -> Option<Arc<McpToolset>> {
+        self.resource_server(uri).map(|s| s.toolset.clone())
+    }
+
+    fn resource_server(&self, uri: &str) -> Option<&Mounted> {
         if let Some(server) = self
             .servers
             .iter()
             .find(|s| s.toolset.offers().resources.iter().any(|r| r.uri == uri))
         {
-            return Some(server.toolset.clone());
+            return Some(server);
         }
         let mut best: Option<(usize, &Mounted)> = None;
         for server in &self.servers {
@@ -143,7 +283,7 @@ impl Upstreams {
                 }
             }
         }
-        best.map(|(_, s)| s.toolset.clone())
+        best.map(|(_, s)| s)
     }
 
     /// The server that offers the template `uri_template`.
@@ -162,7 +302,7 @@ impl Upstreams {
 
     /// Logs, once, what two servers both offer and which one keeps it.
     fn report_overlaps(&self) {
-        let mut owners: Vec<(String, &str)> = Vec::new();
+        let mut owners: Vec<(String, &Arc<str>)> = Vec::new();
         for server in &self.servers {
             let offers = server.toolset.offers();
             let names = offers

@@ -2,12 +2,14 @@
 //! incoming message passes first ([`screen`]), how the user is asked ([`confirm`]) and
 //! stateless confirmations ([`request_state`]), where calls run ([`sessions`]), live output
 //! ([`progress`]), what mounted servers ask the user, put to the calling client (`relay`),
-//! telling clients their tool list changed ([`list_changes`]) and the
+//! telling clients their tool list changed ([`list_changes`]), mounted servers' notifications
+//! passed on (`passthrough`) and the
 //! transports ([`stdio`]).
 
 pub mod confirm;
 pub mod gateway;
 pub mod list_changes;
+mod passthrough;
 pub mod progress;
 mod relay;
 pub mod request_state;

@@ -38,6 +38,7 @@ use tool_api::{Content, SideEffect};
 use super::confirm::{Route, Routes, decision_of, decision_schema};
 use super::gateway::Upstreams;
 use super::list_changes::Listens;
+use super::passthrough::Interest;
 use super::progress::watch_call;
 use super::request_state::Confirmations;
 use super::sessions::{Sessions, principal, principal_of};
@@ -103,6 +104,11 @@ pub struct McpServer {
     /// The change watch taken when the connection began, for its 2025-era client's
     /// watcher: a change made before `notifications/initialized` is handled is told too.
     connection_watch: Mutex<Option<tokio::sync::watch::Receiver<u64>>>,
+    /// What this connection's 2025-era client subscribed to and its log level.
+    interest: Arc<Interest>,
+    /// The task passing mounted servers' notifications on to that client, stopped with
+    /// the connection.
+    passing_on: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
 /// The protocol era of a request.
@@ -129,12 +135,13 @@ fn elicits_form(caps: Option<&ClientCapabilities>) -> bool {
         .is_some_and(|e| e.form.is_some() || e.url.is_none())
 }
 
+/// What `resources/subscribe` and `resources/unsubscribe` are told when no mounted server
+/// offers subscriptions.
+const NO_SUBSCRIPTIONS: &str = "toolhost passes resource subscriptions through to the MCP servers it mounts, \
+     and none of them offers subscriptions";
+
 /// `-32601` for `method`, naming it and saying what the server does answer (rmcp's own
 /// answer carries only the method's name as its message).
-/// What `resources/subscribe` and `resources/unsubscribe` are told.
-const NO_SUBSCRIPTIONS: &str =
-    "toolhost declares no resource subscriptions (not passed through from mounted servers yet)";
-
 fn method_not_found(method: &str, hint: &str) -> McpError {
     McpError::new(
         rmcp::model::ErrorCode::METHOD_NOT_FOUND,
@@ -196,6 +203,8 @@ impl McpServer {
             list_watch: Mutex::new(None),
             early_watches: Mutex::new(Vec::new()),
             connection_watch: Mutex::new(Some(shared.dispatcher.watch_tools())),
+            interest: Arc::default(),
+            passing_on: Mutex::new(None),
             shared,
         }
     }
@@ -275,13 +284,22 @@ impl McpServer {
 
 impl Drop for McpServer {
     fn drop(&mut self) {
-        if let Some(watch) = self
-            .list_watch
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
+        for task in [&mut self.list_watch, &mut self.passing_on] {
+            if let Some(task) = task.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
+                task.abort();
+            }
+        }
+        // Its subscriptions end with it.
+        let uris = self.interest.take_all();
+        if !uris.is_empty()
+            && let Ok(handle) = tokio::runtime::Handle::try_current()
         {
-            watch.abort();
+            let shared = self.shared.clone();
+            handle.spawn(async move {
+                for uri in uris {
+                    shared.upstreams.unsubscribe(&uri).await;
+                }
+            });
         }
         // An HTTP client's session ends with its MCP session: stop what still runs there.
         let own = self.own.get_mut().unwrap_or_else(|p| p.into_inner()).take();
@@ -299,17 +317,31 @@ impl Drop for McpServer {
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
         // Prompts and resources are declared (what mounted servers offer; lists empty
-        // without them), so that a client that lists them gets an answer, not an error.
-        // Completion is declared when a mounted server has something to complete.
-        let mut capabilities = ServerCapabilities::builder()
-            .enable_tools()
-            .enable_tool_list_changed()
-            .enable_prompts()
-            .enable_resources()
-            .build();
-        if self.shared.upstreams.completes() {
-            capabilities.completions = Some(Default::default());
+        // without them), so that a client that lists them gets an answer, not an error;
+        // logging too (mounted servers' log messages). Completion, list changes of prompts
+        // and resources, and resource subscriptions are declared when a mounted server
+        // offers them.
+        let upstreams = &self.shared.upstreams;
+        let mut capabilities = serde_json::json!({
+            "tools": {"listChanged": true},
+            "prompts": {},
+            "resources": {},
+            "logging": {},
+        });
+        if upstreams.prompts_change() {
+            capabilities["prompts"]["listChanged"] = Value::Bool(true);
         }
+        if upstreams.resources_change() {
+            capabilities["resources"]["listChanged"] = Value::Bool(true);
+        }
+        if upstreams.completes() {
+            capabilities["completions"] = serde_json::json!({});
+        }
+        if upstreams.subscribes() {
+            capabilities["resources"]["subscribe"] = Value::Bool(true);
+        }
+        let capabilities: ServerCapabilities =
+            serde_json::from_value(capabilities).unwrap_or_default();
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("toolhost", env!("CARGO_PKG_VERSION")))
             .with_instructions(
@@ -433,14 +465,14 @@ impl ServerHandler for McpServer {
     )]
     async fn set_level(
         &self,
-        _request: rmcp::model::SetLevelRequestParams,
+        request: rmcp::model::SetLevelRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        Err(method_not_found(
-            "logging/setLevel",
-            "toolhost does not declare the logging capability; its logs go to stderr, \
-             filtered by TOOLHOST_LOG",
-        ))
+        // The mounted servers' log messages of this level and above reach this client;
+        // toolhost's own logs stay on stderr (TOOLHOST_LOG).
+        self.interest.set_log_level(request.level);
+        self.shared.upstreams.set_log_level(request.level).await;
+        Ok(())
     }
 
     #[allow(
@@ -449,10 +481,24 @@ impl ServerHandler for McpServer {
     )]
     async fn subscribe(
         &self,
-        _request: rmcp::model::SubscribeRequestParams,
+        request: rmcp::model::SubscribeRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        Err(method_not_found("resources/subscribe", NO_SUBSCRIPTIONS))
+        if !self.shared.upstreams.subscribes() {
+            return Err(method_not_found("resources/subscribe", NO_SUBSCRIPTIONS));
+        }
+        let uri = request.uri;
+        if !self.interest.subscribe(&uri) {
+            return Ok(());
+        }
+        if let Err(e) = self.shared.upstreams.subscribe(&uri).await {
+            self.interest.unsubscribe(&uri);
+            return Err(McpError::invalid_params(
+                format!("cannot subscribe to {uri}: {e}"),
+                Some(serde_json::json!({"uri": uri})),
+            ));
+        }
+        Ok(())
     }
 
     #[allow(
@@ -461,10 +507,16 @@ impl ServerHandler for McpServer {
     )]
     async fn unsubscribe(
         &self,
-        _request: rmcp::model::UnsubscribeRequestParams,
+        request: rmcp::model::UnsubscribeRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        Err(method_not_found("resources/unsubscribe", NO_SUBSCRIPTIONS))
+        if !self.shared.upstreams.subscribes() {
+            return Err(method_not_found("resources/unsubscribe", NO_SUBSCRIPTIONS));
+        }
+        if self.interest.unsubscribe(&request.uri) {
+            self.shared.upstreams.unsubscribe(&request.uri).await;
+        }
+        Ok(())
     }
 
     async fn on_custom_request(
@@ -475,9 +527,10 @@ impl ServerHandler for McpServer {
         Err(method_not_found(
             &request.method,
             "this server answers initialize, server/discover, ping, tools/list, tools/call, \
-             and the prompts and resources of the MCP servers it mounts (prompts/list, \
-             prompts/get, resources/list, resources/templates/list, resources/read, \
-             completion/complete)",
+             subscriptions/listen, logging/setLevel, and the prompts and resources of the MCP \
+             servers it mounts (prompts/list, prompts/get, resources/list, \
+             resources/templates/list, resources/read, resources/subscribe, \
+             resources/unsubscribe, completion/complete)",
         ))
     }
 
@@ -491,6 +544,19 @@ impl ServerHandler for McpServer {
                 return;
             }
         };
+        let passing_on = tokio::spawn(super::passthrough::tell_connection(
+            self.shared.upstreams.events(),
+            context.peer.clone(),
+            self.interest.clone(),
+        ));
+        if let Some(previous) = self
+            .passing_on
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .replace(passing_on.abort_handle())
+        {
+            previous.abort();
+        }
         let (dispatcher, peer) = (self.shared.dispatcher.clone(), context.peer);
         let changes = self
             .connection_watch
@@ -523,7 +589,7 @@ impl ServerHandler for McpServer {
 
     fn accepted_subscription_filter(
         &self,
-        _requested: &SubscriptionFilter,
+        requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
         // Changes are watched from here, before rmcp sends the acknowledgment: a change
         // the client makes right after it must not fall between the two.
@@ -531,8 +597,26 @@ impl ServerHandler for McpServer {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(self.shared.dispatcher.watch_tools());
-        // Tools only: prompts and resources are empty and never change.
-        Some(SubscriptionFilter::builder().tools_list_changed().build())
+        // Tools always; prompts and resources (what mounted servers offer) when asked, and
+        // the resources asked for that a mounted server can tell updates of.
+        let upstreams = &self.shared.upstreams;
+        let mut accepted = SubscriptionFilter::builder().tools_list_changed();
+        if requested.prompts_list_changed == Some(true) && upstreams.prompts_change() {
+            accepted = accepted.prompts_list_changed();
+        }
+        if requested.resources_list_changed == Some(true) && upstreams.resources_change() {
+            accepted = accepted.resources_list_changed();
+        }
+        let uris: Vec<&String> = requested
+            .resource_subscriptions
+            .iter()
+            .flatten()
+            .filter(|uri| upstreams.can_subscribe(uri))
+            .collect();
+        if !uris.is_empty() {
+            accepted = accepted.resource_subscriptions(uris);
+        }
+        Some(accepted.build())
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
@@ -545,33 +629,57 @@ impl ServerHandler for McpServer {
             .unwrap_or_else(|p| p.into_inner())
             .pop()
             .unwrap_or_else(|| self.shared.dispatcher.watch_tools());
-        if context.accepted().tools_list_changed != Some(true) {
-            tokio::select! {
-                () = context.cancelled() => {}
-                () = listens.stop.cancelled() => {}
+        let upstreams = &self.shared.upstreams;
+        // The resources it asked for are subscribed upstream while it listens.
+        let uris = context
+            .accepted()
+            .resource_subscriptions
+            .clone()
+            .unwrap_or_default();
+        let mut subscribed = Vec::new();
+        for uri in uris {
+            match upstreams.subscribe(&uri).await {
+                Ok(()) => subscribed.push(uri),
+                Err(e) => tracing::warn!("a listen stream's subscription to {uri} failed: {e}"),
             }
-            return Ok(());
         }
-        let request = context.request_context();
-        let session = self.session(Era::of(request), &principal(request))?;
-        let sink = context.sink().clone();
-        let told = watch_session_tools(
-            self.shared.dispatcher.clone(),
-            session,
-            changes,
-            move || {
-                let sink = sink.clone();
-                async move {
-                    sink.notify_tool_list_changed()
-                        .await
-                        .map_err(|e| e.to_string())
+        let passed_on = super::passthrough::tell_stream(upstreams.events(), context.sink().clone());
+        let tools = async {
+            if context.accepted().tools_list_changed != Some(true) {
+                return std::future::pending().await;
+            }
+            let request = context.request_context();
+            let session = match self.session(Era::of(request), &principal(request)) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!("no tool list changes on this stream: {}", e.message);
+                    return std::future::pending().await;
                 }
-            },
-        );
+            };
+            let sink = context.sink().clone();
+            watch_session_tools(
+                self.shared.dispatcher.clone(),
+                session,
+                changes,
+                move || {
+                    let sink = sink.clone();
+                    async move {
+                        sink.notify_tool_list_changed()
+                            .await
+                            .map_err(|e| e.to_string())
+                    }
+                },
+            )
+            .await;
+        };
         tokio::select! {
             () = context.cancelled() => {}
             () = listens.stop.cancelled() => {}
-            () = told => {}
+            () = tools => {}
+            () = passed_on => {}
+        }
+        for uri in subscribed {
+            upstreams.unsubscribe(&uri).await;
         }
         Ok(())
     }
@@ -659,6 +767,25 @@ impl ServerHandler for McpServer {
                 tokio::spawn(watch_call(events, (token, peer), finished)),
             )
         });
+        // A mounted server's log messages during the call, when the request asks for them
+        // (2026-07-28's `_meta` logLevel).
+        let mut logs = None;
+        if let Some(least) = context.meta.log_level()
+            && let Some(server) = self.shared.upstreams.server_of_tool(&name)
+        {
+            // Listening before the server is asked: nothing it sends after is missed.
+            let (done, finished) = oneshot::channel();
+            let told = tokio::spawn(super::passthrough::tell_call(
+                self.shared.upstreams.events(),
+                server.clone(),
+                least,
+                context.peer.clone(),
+                finished,
+            ));
+            self.shared.upstreams.lower_log_level(&server, least).await;
+            logs = Some((done, told));
+        }
+        let _logs = AbortOnDrop(logs.as_ref().map(|(_, task)| task.abort_handle()));
         // On the heap: the request task rmcp spawns holds this handler's future, and a
         // large future is copied whole when the task is spawned.
         let mut dispatch = Box::pin(call.run());
@@ -686,6 +813,11 @@ impl ServerHandler for McpServer {
                 dispatch.as_mut().await
             }
         };
+        if let Some((done, task)) = logs {
+            // The log messages that came before the answer go first.
+            let _ = done.send(());
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), task).await;
+        }
         if let Some((done, task)) = watcher {
             // Flush the last chunks before the result, so that they arrive first.
             let _ = done.send(());
@@ -697,6 +829,17 @@ impl ServerHandler for McpServer {
             }
         }
         Ok(self.to_mcp(block).into())
+    }
+}
+
+/// Stops a task when dropped.
+struct AbortOnDrop(Option<tokio::task::AbortHandle>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.abort();
+        }
     }
 }
 
