@@ -65,6 +65,12 @@ impl Tool for McpTool {
         };
         let id = &self.server.config.id;
         let mut params = CallToolRequestParams::new(self.name.clone()).with_arguments(args);
+        let relay = self.server.relay.get();
+        // The retry of a round the calling client answered itself: its answers go on.
+        if let Some(resume) = relay.and_then(|r| r.resume(ctx.tool_use_id())) {
+            params.input_responses = Some(resume.responses);
+            params.request_state = resume.state;
+        }
         let mut rounds = 0;
         let answers = Asking { tool: self, ctx };
         let result = loop {
@@ -73,6 +79,16 @@ impl Tool for McpTool {
                 Called::InputRequired(_) if rounds == MAX_INPUT_ROUNDS => {
                     return Err(ToolError::failed(format!(
                         "MCP server '{id}' still asked for input after {MAX_INPUT_ROUNDS} rounds; the call was abandoned"
+                    )));
+                }
+                // A client of the server's era answers the round itself: this call ends
+                // here (its client's round ends with the same requests), and the client's
+                // retry resumes it.
+                Called::InputRequired(asked)
+                    if relay.is_some_and(|r| r.defer(ctx.tool_use_id(), &asked)) =>
+                {
+                    return Err(ToolError::failed(format!(
+                        "MCP server '{id}' asked for input; the question went to the client that made the call"
                     )));
                 }
                 Called::InputRequired(asked) => {

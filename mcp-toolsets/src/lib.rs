@@ -58,7 +58,7 @@ pub use confine::ServerSandbox;
 pub use error::UpstreamError;
 pub use events::ServerEvent;
 pub use pins::{FilePins, MemoryPins, OnChange, PinStore};
-pub use relay::{ClientRelay, RelayFuture, Relayed};
+pub use relay::{ClientRelay, RelayFuture, Relayed, Resume};
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, PoisonError};

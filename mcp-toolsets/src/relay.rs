@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use rmcp::model::{
     CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
-    ProgressToken,
+    InputRequiredResult, InputResponses, ProgressToken,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -40,6 +40,16 @@ pub enum Relayed<T> {
 /// A boxed future of a relay.
 pub type RelayFuture<T> = Pin<Box<dyn Future<Output = Relayed<T>> + Send>>;
 
+/// The answers a client gave to a server's `input_required` round that toolhost relayed,
+/// brought back by the client's retry: the next round of the call sends them to the server.
+#[derive(Debug, Clone)]
+pub struct Resume {
+    /// The client's `inputResponses`, unchanged.
+    pub responses: InputResponses,
+    /// The server's `requestState` of that round, unchanged.
+    pub state: Option<String>,
+}
+
 /// Puts a mounted server's requests to the client that made a call (the host's side of
 /// the gateway: toolhost's MCP server implements it over its clients' connections).
 /// `call` is the tool-use id of the call in flight
@@ -53,6 +63,14 @@ pub trait ClientRelay: Send + Sync {
         call: &str,
         params: CreateMessageRequestParams,
     ) -> RelayFuture<CreateMessageResult>;
+    /// A 2026-07-28 server's `input_required` round, handed whole to a client that can
+    /// answer every request in it (a client of the same era: its own round ends with
+    /// these requests, and its retry brings the answers back through
+    /// [`ClientRelay::resume`]). `false`: the client cannot, and toolhost answers.
+    fn defer(&self, call: &str, asked: &InputRequiredResult) -> bool;
+    /// The answers the retry of `call` brought for a round handed over by
+    /// [`ClientRelay::defer`], if it is such a retry.
+    fn resume(&self, call: &str) -> Option<Resume>;
 }
 
 /// What the server sent that a call in flight takes.

@@ -1205,13 +1205,10 @@ fn a_remote_server_over_http_asks_through_input_required_and_toolhost_asks_its_u
     assert_eq!(code, 1, "{block}");
 }
 
-#[test]
-fn a_question_asked_mid_call_is_not_deferred_to_a_stateless_clients_next_round() {
-    // A remote server (HTTP) whose write_file asks; a local stdio server using it as a
-    // toolset (its policy lets the call run); a 2026-07-28 client of the local server
-    // that can elicit. The remote question arrives while the local call runs: it cannot
-    // become the local client's input_required (the call is running), so the fallback
-    // answers it and the remote write is declined.
+/// A remote toolhost over HTTP (2026-07-28) whose `write_file` asks before it writes, and
+/// a local stdio toolhost mounting it, whose own policy lets the call run: the remote
+/// question arrives as the remote server's `input_required` round.
+fn remote_that_asks() -> (tempfile::TempDir, Server, tempfile::TempDir) {
     let remote_ws = workspace();
     let remote = serve_http(remote_ws.path(), &[]);
     let local = workspace();
@@ -1224,22 +1221,89 @@ fn a_question_asked_mid_call_is_not_deferred_to_a_stateless_clients_next_round()
         ),
     )
     .unwrap();
+    (remote_ws, remote, local)
+}
+
+/// A client of a stdio server that sends one message and waits for its answer.
+struct StdioClient {
+    stdin: std::process::ChildStdin,
+    lines: Box<dyn Iterator<Item = Value>>,
+}
+
+impl StdioClient {
+    fn of(server: &mut Server) -> StdioClient {
+        let lines = BufReader::new(server.child.stdout.take().unwrap())
+            .lines()
+            .map_while(Result::ok)
+            .map(|l| serde_json::from_str::<Value>(&l).unwrap());
+        StdioClient {
+            stdin: server.child.stdin.take().unwrap(),
+            lines: Box::new(lines),
+        }
+    }
+
+    fn ask(&mut self, message: Value) -> Value {
+        writeln!(self.stdin, "{message}").unwrap();
+        let id = message["id"].clone();
+        self.lines.find(|v| v["id"] == id).unwrap()
+    }
+}
+
+#[test]
+fn a_mounted_2026_servers_question_goes_whole_to_a_2026_client_and_its_answer_back() {
+    let (remote_ws, _remote, local) = remote_that_asks();
     let mut server = start_stdio(local.path());
-    let mut stdin = server.child.stdin.take().unwrap();
+    let mut client = StdioClient::of(&mut server);
+    let args =
+        json!({"name": "remote__write_file", "arguments": {"path": "mid.txt", "content": "x"}});
+    let first = client.ask(stateless(1, "tools/call", args.clone(), true));
+    let asked = &first["result"];
+    assert_eq!(asked["resultType"], "input_required", "{asked}");
+    // The remote server's own question, under its own key; toolhost's state wraps its state.
+    let question = &asked["inputRequests"]["confirm"];
+    assert!(
+        question
+            .to_string()
+            .contains("'write_file' (write) asks to run"),
+        "{question}"
+    );
+    let state = asked["requestState"].as_str().unwrap().to_string();
+    assert!(!remote_ws.path().join("mid.txt").exists());
+    let mut retry = args.clone();
+    retry["requestState"] = json!(state);
+    retry["inputResponses"] =
+        json!({"confirm": {"action": "accept", "content": {"decision": "allow"}}});
+    let answers = [
+        client.ask(stateless(2, "tools/call", retry.clone(), true)),
+        client.ask(stateless(3, "tools/call", retry, true)),
+    ];
+    assert_eq!(
+        answers[0]["result"]["resultType"], "complete",
+        "{}",
+        answers[0]
+    );
+    assert_ne!(answers[0]["result"]["isError"], true, "{}", answers[0]);
+    assert_eq!(
+        std::fs::read_to_string(remote_ws.path().join("mid.txt")).unwrap(),
+        "x"
+    );
+    // toolhost's state is used once.
+    assert_eq!(answers[1]["error"]["code"], -32602, "{}", answers[1]);
+}
+
+#[test]
+fn a_mounted_servers_question_a_2026_client_cannot_answer_goes_to_the_broker() {
+    // The client cannot elicit: the remote question is not relayed, the fallback answers
+    // it, and the remote write is declined.
+    let (remote_ws, _remote, local) = remote_that_asks();
+    let mut server = start_stdio(local.path());
     let call = stateless(
         1,
         "tools/call",
         json!({"name": "remote__write_file", "arguments": {"path": "mid.txt", "content": "x"}}),
-        true,
+        false,
     );
-    writeln!(stdin, "{call}").unwrap();
-    let stdout = server.child.stdout.take().unwrap();
-    let answer = BufReader::new(stdout)
-        .lines()
-        .map_while(Result::ok)
-        .map(|l| serde_json::from_str::<Value>(&l).unwrap())
-        .find(|v| v["id"] == 1)
-        .unwrap();
+    let answer = &StdioClient::of(&mut server).ask(call);
     assert_eq!(answer["result"]["resultType"], "complete", "{answer}");
     assert_eq!(answer["result"]["isError"], true, "{answer}");
     assert!(answer.to_string().contains("User denied"), "{answer}");

@@ -70,13 +70,28 @@ impl PromptFallback {
 const CANNOT_ELICIT: &str =
     "This MCP client cannot ask its user for confirmation (it does not support elicitation)";
 
+/// What ends a 2026-07-28 client's round with `input_required`.
+pub(crate) enum Question {
+    /// toolhost's own confirmation question.
+    Confirm(ConfirmationRequest),
+    /// A mounted server's `input_required` round, relayed whole.
+    Relay(rmcp::model::InputRequiredResult),
+}
+
 /// How one running call's confirmation is answered: set by the handler before the call
 /// starts, read by the [`McpConfirmer`] when the dispatcher asks.
 pub(crate) enum Route {
     /// Ask through an `elicitation/create` request to this client (2025-11-25 and older).
     Elicit(Peer<RoleServer>),
     /// End this round with `input_required` (2026-07-28): hand the question to the handler.
-    Defer(oneshot::Sender<ConfirmationRequest>),
+    Defer {
+        to: oneshot::Sender<Question>,
+        /// Which of a mounted server's requests the client can answer.
+        caps: Box<rmcp::model::ClientCapabilities>,
+        /// The retry of a relayed round: the call was allowed in an earlier round, and only
+        /// a mounted server's next round ends this one.
+        allowed: bool,
+    },
     /// The user already answered, in a verified retry (2026-07-28).
     Answered(Decision),
     /// Nobody can be asked: `[mcp] prompt_fallback`.
@@ -89,6 +104,8 @@ pub struct Routes {
     /// The connection of each call's client that takes requests while the call runs (2025
     /// era), for what mounted servers ask ([`super::relay`]).
     clients: Mutex<HashMap<Arc<str>, Peer<RoleServer>>>,
+    /// The answers a 2026 client's retry brought for a mounted server's relayed round.
+    resumes: Mutex<HashMap<Arc<str>, mcp_toolsets::Resume>>,
     fallback: PromptFallback,
     /// The config file, named in the fallback's advice.
     config_file: String,
@@ -103,6 +120,7 @@ impl Routes {
         Arc::new(Routes {
             routes: Mutex::new(HashMap::new()),
             clients: Mutex::new(HashMap::new()),
+            resumes: Mutex::new(HashMap::new()),
             fallback,
             config_file: config_file.into(),
             watchers: std::sync::atomic::AtomicUsize::new(0),
@@ -135,6 +153,36 @@ impl Routes {
         self.clients_lock().get(id).cloned()
     }
 
+    fn resumes_lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, mcp_toolsets::Resume>> {
+        self.resumes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Gives the call `id` (entered, until its guard drops) the answers its retry brought.
+    pub(crate) fn resume_with(&self, id: Arc<str>, resume: mcp_toolsets::Resume) {
+        self.resumes_lock().insert(id, resume);
+    }
+
+    /// The answers the retry of `id` brought, taken.
+    pub(crate) fn take_resume(&self, id: &str) -> Option<mcp_toolsets::Resume> {
+        self.resumes_lock().remove(id)
+    }
+
+    /// Hands a mounted server's `input_required` round to the 2026 client that made the
+    /// call `id`, if it can answer every request in it; `false` otherwise.
+    pub(crate) fn defer_round(&self, id: &str, asked: &rmcp::model::InputRequiredResult) -> bool {
+        let mut routes = self.lock();
+        let Some(Route::Defer { caps, .. }) = routes.get(id) else {
+            return false;
+        };
+        if !answers_all(caps, asked) {
+            return false;
+        }
+        let Some(Route::Defer { to, .. }) = routes.insert(id.into(), Route::Fallback) else {
+            return false;
+        };
+        to.send(Question::Relay(asked.clone())).is_ok()
+    }
+
     /// Sets a call's route, and the connection of its client if that takes requests while
     /// the call runs, until the guard drops.
     pub(crate) fn enter(
@@ -152,6 +200,39 @@ impl Routes {
             id,
         }
     }
+}
+
+/// Whether a client with `caps` can answer every request of a server's round: form
+/// elicitation (an empty `elicitation` counts), URL elicitation, sampling, `roots/list`.
+fn answers_all(
+    caps: &rmcp::model::ClientCapabilities,
+    asked: &rmcp::model::InputRequiredResult,
+) -> bool {
+    use rmcp::model::InputRequest;
+    let elicitation = caps.elicitation.as_ref();
+    asked
+        .input_requests
+        .iter()
+        .flatten()
+        .all(|(_, request)| match request {
+            InputRequest::Elicitation(e) => match &e.params {
+                ElicitRequestParams::UrlElicitationParams { .. } => {
+                    elicitation.is_some_and(|e| e.url.is_some())
+                }
+                _ => elicitation.is_some_and(|e| e.form.is_some() || e.url.is_none()),
+            },
+            #[allow(
+                deprecated,
+                reason = "2026 clients may still declare sampling and roots"
+            )]
+            InputRequest::CreateMessage(_) => caps.sampling.is_some(),
+            #[allow(
+                deprecated,
+                reason = "2026 clients may still declare sampling and roots"
+            )]
+            InputRequest::ListRoots(_) => caps.roots.is_some(),
+            _ => false,
+        })
 }
 
 /// A console watching ([`Routes::watch`]).
@@ -173,6 +254,7 @@ impl Drop for RouteGuard {
     fn drop(&mut self) {
         self.routes.lock().remove(&self.id);
         self.routes.clients_lock().remove(&self.id);
+        self.routes.resumes_lock().remove(&self.id);
     }
 }
 
@@ -251,10 +333,11 @@ impl Confirmer for McpConfirmer {
                 // A question asked while the call runs cannot end the round (the call is
                 // running), and the retry's answer was for the call, not for it: such a
                 // question goes to a console or the fallback.
-                Some(Route::Defer(_) | Route::Answered(_)) if request.mid_call => None,
+                Some(Route::Defer { allowed: true, .. }) => Some(Route::Answered(Decision::Allow)),
+                Some(Route::Defer { .. } | Route::Answered(_)) if request.mid_call => None,
                 // The sender goes to the first question; a second one (none is expected)
                 // falls back.
-                Some(Route::Defer(_)) => {
+                Some(Route::Defer { .. }) => {
                     routes.insert(request.call.tool_use_id.clone(), Route::Fallback)
                 }
                 Some(Route::Elicit(peer)) => Some(Route::Elicit(peer.clone())),
@@ -264,8 +347,8 @@ impl Confirmer for McpConfirmer {
         };
         match route {
             Some(Route::Answered(decision)) => Box::pin(std::future::ready(decision.into())),
-            Some(Route::Defer(tx)) => {
-                let _ = tx.send(request);
+            Some(Route::Defer { to, .. }) => {
+                let _ = to.send(Question::Confirm(request));
                 // The handler ends the round; this question is withdrawn with the call.
                 Box::pin(std::future::pending())
             }

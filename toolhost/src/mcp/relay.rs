@@ -1,19 +1,27 @@
 //! What a mounted MCP server asks the user while one of its tools runs, put to the MCP
-//! client that made the call: an `elicitation/create` (with the server's own message and
-//! schema) when that client can elicit in the form's mode, a `sampling/createMessage` when
-//! it declared sampling; its answer goes back unchanged. A client that cannot take the
-//! request (it did not declare the capability, or it speaks 2026-07-28, which takes no
-//! requests while a call runs) leaves it to the confirmation broker (elicitation) or fails
-//! the call, naming the server (sampling).
+//! client that made the call, and its answer back unchanged:
+//!
+//! - to a 2025-era client, a 2025-era server's `elicitation/create` (with the server's own
+//!   message and schema) when the client can elicit in the form's mode, its
+//!   `sampling/createMessage` when the client declared sampling;
+//! - to a 2026-07-28 client, a 2026-07-28 server's `input_required` round whole, when the
+//!   client can answer every request in it: the client's round ends with the server's
+//!   requests, toolhost's sealed `requestState` carries the server's, and the retry's
+//!   `inputResponses` go to the server with it.
+//!
+//! A client that cannot take the request (it did not declare the capability, or the
+//! eras differ: a 2026 client takes no requests while a call runs) leaves it to the
+//! confirmation broker (elicitation) or fails the call, naming the server (sampling).
 
 #![allow(
     deprecated,
     reason = "sampling is deprecated (SEP-2577), but 2025-era servers and clients still use it"
 )]
 
-use mcp_toolsets::{ClientRelay, RelayFuture, Relayed};
+use mcp_toolsets::{ClientRelay, RelayFuture, Relayed, Resume};
 use rmcp::model::{
     CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
+    InputRequiredResult,
 };
 use rmcp::service::ElicitationMode;
 
@@ -57,5 +65,13 @@ impl ClientRelay for Routes {
                 Err(e) => Relayed::Failed(e.to_string()),
             }
         })
+    }
+
+    fn defer(&self, call: &str, asked: &InputRequiredResult) -> bool {
+        self.defer_round(call, asked)
+    }
+
+    fn resume(&self, call: &str) -> Option<Resume> {
+        self.take_resume(call)
     }
 }

@@ -145,6 +145,29 @@ struct Sealed {
     tool: String,
     /// A random value: one retry per token on an instance.
     nonce: String,
+    /// Present when the round relayed a mounted server's own `input_required`: the
+    /// server's `requestState` of that round (opaque to toolhost, sealed by the server).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    relay: Option<RelayRound>,
+}
+
+/// A relayed round of a mounted server.
+#[derive(Debug, Serialize, Deserialize)]
+struct RelayRound {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    state: Option<String>,
+}
+
+/// What an opened `requestState` was for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Opened {
+    /// toolhost's own confirmation question.
+    Confirmation,
+    /// A mounted server's `input_required` round, relayed; its `requestState`.
+    Relay {
+        /// The server's `requestState` of that round.
+        state: Option<String>,
+    },
 }
 
 /// Why a `requestState` was refused.
@@ -188,6 +211,28 @@ impl Confirmations {
 
     /// A token for `principal` calling `tool` with `arguments`.
     pub fn seal(&self, principal: &str, tool: &str, arguments: &Value) -> String {
+        self.seal_round(principal, tool, arguments, None)
+    }
+
+    /// A token for `principal` calling `tool` with `arguments` whose round relayed a
+    /// mounted server's `input_required`, carrying the server's `state`.
+    pub fn seal_relay(
+        &self,
+        principal: &str,
+        tool: &str,
+        arguments: &Value,
+        state: Option<String>,
+    ) -> String {
+        self.seal_round(principal, tool, arguments, Some(RelayRound { state }))
+    }
+
+    fn seal_round(
+        &self,
+        principal: &str,
+        tool: &str,
+        arguments: &Value,
+        relay: Option<RelayRound>,
+    ) -> String {
         let mut nonce = [0u8; 16];
         if getrandom::fill(&mut nonce).is_err() {
             // No randomness: a nonce from the clock still differs per call.
@@ -200,6 +245,7 @@ impl Confirmations {
         let sealed = Sealed {
             tool: tool.to_string(),
             nonce: hex(&nonce),
+            relay,
         };
         let ad = associated_data(principal, tool, arguments);
         let options = SealOptions::new().associated_data(&ad).ttl(self.ttl);
@@ -216,7 +262,7 @@ impl Confirmations {
         principal: &str,
         tool: &str,
         arguments: &Value,
-    ) -> Result<(), StateRefused> {
+    ) -> Result<Opened, StateRefused> {
         let ad = associated_data(principal, tool, arguments);
         let sealed: Sealed = self.codec.open_json_with(token, &ad).map_err(|e| match e {
             RequestStateError::Expired => StateRefused::Expired(self.ttl.as_secs()),
@@ -232,7 +278,10 @@ impl Confirmations {
             return Err(StateRefused::Replayed);
         }
         used.insert(sealed.nonce, now + self.ttl);
-        Ok(())
+        Ok(match sealed.relay {
+            None => Opened::Confirmation,
+            Some(round) => Opened::Relay { state: round.state },
+        })
     }
 }
 
@@ -297,12 +346,33 @@ mod tests {
     }
 
     #[test]
+    fn a_relayed_round_carries_the_servers_own_state_back() {
+        let c = confirmations(Duration::from_secs(60));
+        let args = json!({"q": 1});
+        let token = c.seal_relay("alice", "fx__ask", &args, Some("server-state".into()));
+        assert_eq!(
+            c.open(&token, "alice", "fx__ask", &args),
+            Ok(Opened::Relay {
+                state: Some("server-state".into())
+            })
+        );
+        let token = c.seal_relay("alice", "fx__ask", &args, Some("server-state".into()));
+        assert_eq!(
+            c.open(&token, "bob", "fx__ask", &args),
+            Err(StateRefused::Invalid)
+        );
+    }
+
+    #[test]
     fn a_token_opens_once_for_the_same_principal_tool_and_arguments() {
         let c = confirmations(Duration::from_secs(60));
         let args = json!({"path": "a.txt", "content": "x"});
         let token = c.seal("alice", "write_file", &args);
         let reordered = json!({"content": "x", "path": "a.txt"});
-        assert_eq!(c.open(&token, "alice", "write_file", &reordered), Ok(()));
+        assert_eq!(
+            c.open(&token, "alice", "write_file", &reordered),
+            Ok(Opened::Confirmation)
+        );
         assert_eq!(
             c.open(&token, "alice", "write_file", &args),
             Err(StateRefused::Replayed)
@@ -335,7 +405,10 @@ mod tests {
             c.open(&tampered, "alice", "write_file", &args),
             Err(StateRefused::Invalid)
         );
-        assert_eq!(c.open(&token, "alice", "write_file", &args), Ok(()));
+        assert_eq!(
+            c.open(&token, "alice", "write_file", &args),
+            Ok(Opened::Confirmation)
+        );
     }
 
     #[test]
@@ -362,7 +435,10 @@ mod tests {
             parse_ring(&rotated, "new").unwrap(),
             Duration::from_secs(60),
         );
-        assert_eq!(new.open(&token, "p", "t", &json!({})), Ok(()));
+        assert_eq!(
+            new.open(&token, "p", "t", &json!({})),
+            Ok(Opened::Confirmation)
+        );
         let from_new = new.seal("p", "t", &json!({}));
         assert_eq!(
             old.open(&from_new, "p", "t", &json!({})),

@@ -35,12 +35,12 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tool_api::{Content, SideEffect};
 
-use super::confirm::{Route, Routes, decision_of, decision_schema};
+use super::confirm::{Question, Route, Routes, decision_of, decision_schema};
 use super::gateway::Upstreams;
 use super::list_changes::Listens;
 use super::passthrough::Interest;
 use super::progress::watch_call;
-use super::request_state::Confirmations;
+use super::request_state::{Confirmations, Opened};
 use super::sessions::{Sessions, principal, principal_of};
 
 /// MCP annotations for a side-effect class.
@@ -718,28 +718,50 @@ impl ServerHandler for McpServer {
         let name = request.name.to_string();
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         let (defer_tx, deferred) = oneshot::channel();
+        let caps = context.client_capabilities().unwrap_or_default();
+        let mut resume = None;
         let route = match (era, request.request_state) {
             (Era::Stateless, Some(state)) => {
-                self.shared
+                let opened = self
+                    .shared
                     .confirmations
                     .open(&state, &principal, &name, &arguments)
                     .map_err(|e| McpError::invalid_params(e.to_string(), None))?;
-                let answer = request
-                    .input_responses
-                    .as_ref()
-                    .and_then(|r| r.get("confirm"))
-                    .ok_or_else(|| {
-                        McpError::invalid_params(
-                            "inputResponses has no answer for 'confirm'; retry with the user's answer to the \
-                             confirmation form, or call again without requestState",
-                            None,
-                        )
-                    })?;
-                Route::Answered(decision_of(answer))
+                match opened {
+                    // A mounted server's round the client answered: its answers go to the
+                    // server with the server's state, and a next round can end this one.
+                    Opened::Relay { state } => {
+                        resume = Some(mcp_toolsets::Resume {
+                            responses: request.input_responses.clone().unwrap_or_default(),
+                            state,
+                        });
+                        Route::Defer {
+                            to: defer_tx,
+                            caps: Box::new(caps),
+                            allowed: true,
+                        }
+                    }
+                    Opened::Confirmation => {
+                        let answer = request
+                            .input_responses
+                            .as_ref()
+                            .and_then(|r| r.get("confirm"))
+                            .ok_or_else(|| {
+                                McpError::invalid_params(
+                                    "inputResponses has no answer for 'confirm'; retry with the user's answer to the \
+                                     confirmation form, or call again without requestState",
+                                    None,
+                                )
+                            })?;
+                        Route::Answered(decision_of(answer))
+                    }
+                }
             }
-            (Era::Stateless, None) if elicits_form(context.client_capabilities().as_ref()) => {
-                Route::Defer(defer_tx)
-            }
+            (Era::Stateless, None) if elicits_form(Some(&caps)) => Route::Defer {
+                to: defer_tx,
+                caps: Box::new(caps),
+                allowed: false,
+            },
             (Era::Session, _)
                 if context
                     .peer
@@ -752,6 +774,9 @@ impl ServerHandler for McpServer {
         };
         let client = (era == Era::Session).then(|| context.peer.clone());
         let _route = self.shared.routes.enter(tool_use_id.clone(), route, client);
+        if let Some(resume) = resume {
+            self.shared.routes.resume_with(tool_use_id.clone(), resume);
+        }
         let dispatcher = &self.shared.dispatcher;
         let mut call = dispatcher.invocation(
             ToolUse::new(&*tool_use_id, &name, arguments.clone()),
@@ -797,15 +822,34 @@ impl ServerHandler for McpServer {
         };
         tokio::pin!(deferred);
         let block = tokio::select! {
-            block = &mut dispatch => block,
+            // A question first: a relayed round ends the call right after it hands the
+            // round over, and its result is not the answer.
+            biased;
             question = &mut deferred => {
                 // This round ends here: the question goes to the client with a sealed
                 // state, and the call (waiting for its answer) is dropped.
                 if let Some((done, _)) = watcher {
                     let _ = done.send(());
                 }
-                return Ok(self.input_required(&question, &principal, &name, &arguments).into());
+                let asked = match question {
+                    Question::Confirm(question) => {
+                        self.input_required(&question, &principal, &name, &arguments)
+                    }
+                    // A mounted server's round, whole: its requests, and its state inside
+                    // toolhost's.
+                    Question::Relay(asked) => {
+                        let state = self.shared.confirmations.seal_relay(
+                            &principal,
+                            &name,
+                            &arguments,
+                            asked.request_state,
+                        );
+                        InputRequiredResult::new(asked.input_requests, Some(state))
+                    }
+                };
+                return Ok(asked.into());
             }
+            block = &mut dispatch => block,
             _ = context.ct.cancelled() => {
                 tracing::info!(tool = %name, "client cancelled the call");
                 // Signal only: this task drives the call and must keep polling it.
