@@ -217,7 +217,9 @@ pub(crate) fn prepare_as(
     origin: Option<(Arc<str>, String)>,
 ) -> Result<Registered, RegistrationError> {
     let def = factory.definition();
-    check_subset(&def.name, &def.input_schema)?;
+    if !factory.schema_as_given() {
+        check_subset(&def.name, &def.input_schema)?;
+    }
     for param in &def.path_params {
         let declared = def
             .input_schema

@@ -15,7 +15,20 @@ use tool_api::{Tool, ToolContext, ToolDefinition, ToolError, ToolFactory, ToolOu
 
 use crate::input::{self, Answers as _};
 use crate::relay::{FromServer, Relayed};
-use crate::upstream::{Called, Upstream};
+use crate::upstream::{Called, Caller, Upstream};
+
+/// The key of a mounted tool's output metadata that holds the server's result whole
+/// (`{"content": [...], "structuredContent": ...}`), when the output's content blocks
+/// cannot hold all of it: audio, embedded resources and resource links (which the model
+/// reads as their JSON), or structured content. A host that passes results on to its own
+/// MCP clients sends that instead.
+pub const RESULT_META: &str = "mcp_result";
+
+/// The key of a mounted tool's output metadata that holds the server's JSON-RPC error when
+/// it refused the call for a capability the calling client did not declare (`-32021`,
+/// with `data.requiredCapabilities`): a host that passes calls on answers its client with
+/// that error, as the server would have.
+pub const ERROR_META: &str = "mcp_error";
 
 /// How many `input_required` rounds one call may take before toolhost gives up.
 pub const MAX_INPUT_ROUNDS: usize = 10;
@@ -39,6 +52,9 @@ impl ToolFactory for McpToolFactory {
     }
     fn source(&self) -> &str {
         &self.source
+    }
+    fn schema_as_given(&self) -> bool {
+        self.server.config.input_schemas == crate::config::InputSchemas::AsGiven
     }
     fn placement(&self) -> tool_api::Placement {
         match &self.server.config.url {
@@ -76,6 +92,15 @@ impl Tool for McpTool {
         let result = loop {
             match self.round(params.clone(), &answers)? {
                 Called::Complete(result) => break result,
+                Called::NeedsCapability(refused) => {
+                    let mut out = ToolOutput::text(format!(
+                        "MCP server '{id}' refused the call: {} (the calling client did not declare a capability the tool needs)",
+                        refused.message
+                    ));
+                    out.success = false;
+                    out.metadata = serde_json::json!({ ERROR_META: refused });
+                    return Ok(out);
+                }
                 Called::InputRequired(_) if rounds == MAX_INPUT_ROUNDS => {
                     return Err(ToolError::failed(format!(
                         "MCP server '{id}' still asked for input after {MAX_INPUT_ROUNDS} rounds; the call was abandoned"
@@ -127,8 +152,20 @@ impl Tool for McpTool {
             })
             .collect();
         out.success = result.is_error != Some(true);
-        if let Some(structured) = result.structured_content {
-            out.metadata = structured;
+        // What a tool output cannot hold (audio, embedded resources, resource links,
+        // structured content) is kept whole for a host that passes results on.
+        let whole = result.structured_content.is_some()
+            || result.content.iter().any(|c| {
+                !matches!(
+                    c,
+                    rmcp::model::ContentBlock::Text(_) | rmcp::model::ContentBlock::Image(_)
+                )
+            });
+        if whole {
+            out.metadata = serde_json::json!({ RESULT_META: {
+                "content": result.content,
+                "structuredContent": result.structured_content,
+            }});
         }
         Ok(out)
     }
@@ -157,7 +194,15 @@ impl McpTool {
         let ctx = answers.ctx;
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let session = ctx.session_id().to_string();
-        let mut call = Box::pin(self.server.call(params, self.cancel.clone(), &session, tx));
+        let caller = Caller {
+            session: &session,
+            capabilities: self
+                .server
+                .relay
+                .get()
+                .and_then(|r| r.capabilities(ctx.tool_use_id())),
+        };
+        let mut call = Box::pin(self.server.call(params, self.cancel.clone(), caller, tx));
         let mut refused: Option<ToolError> = None;
         loop {
             // The question is answered outside the runtime (the broker may block), and the

@@ -88,6 +88,24 @@ pub struct McpServerConfig {
     /// approved (`block`, default) or published with a warning (`warn`).
     #[serde(default)]
     pub on_change: crate::pins::OnChange,
+    /// Which input schemas its tools may have: the subset model providers accept
+    /// (`subset`, default: a tool outside it is left out, named in the log), or any JSON
+    /// Schema with local references (`as-given`: for a gateway whose clients take any).
+    #[serde(default)]
+    pub input_schemas: InputSchemas,
+}
+
+/// Which input schemas a mounted server's tools may have.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InputSchemas {
+    /// The subset model providers accept ([`tool_api::schema`]); a tool outside it is left
+    /// out.
+    #[default]
+    Subset,
+    /// Any JSON Schema (Draft 2020-12) with local references, published as the server gave
+    /// it.
+    AsGiven,
 }
 
 fn default_startup() -> Seconds {
@@ -132,6 +150,7 @@ impl McpServerConfig {
             writable_roots: Vec::new(),
             allow_unsandboxed: None,
             on_change: crate::pins::OnChange::Block,
+            input_schemas: InputSchemas::Subset,
         }
     }
 

@@ -49,10 +49,10 @@ pub mod pins;
 pub mod relay;
 mod upstream;
 
-pub use call::MAX_INPUT_ROUNDS;
+pub use call::{ERROR_META, MAX_INPUT_ROUNDS, RESULT_META};
 pub use config::{
-    DEFAULT_CALL_TIMEOUT, DEFAULT_STARTUP_TIMEOUT, MAX_NESTING, McpServerConfig, NESTING_ENV,
-    nesting,
+    DEFAULT_CALL_TIMEOUT, DEFAULT_STARTUP_TIMEOUT, InputSchemas, MAX_NESTING, McpServerConfig,
+    NESTING_ENV, nesting,
 };
 pub use confine::ServerSandbox;
 pub use error::UpstreamError;

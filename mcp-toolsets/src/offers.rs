@@ -7,7 +7,7 @@
 use std::sync::{Arc, PoisonError};
 
 use rmcp::model::{
-    CompleteRequestParams, CompleteResult, GetPromptRequestParams, GetPromptResult, Prompt,
+    CompleteRequestParams, CompleteResult, GetPromptRequestParams, GetPromptResponse, Prompt,
     ReadResourceRequestParams, ReadResourceResult, Resource, ResourceTemplate,
 };
 use rmcp::service::{Peer, RoleClient};
@@ -89,15 +89,44 @@ impl McpToolset {
         self.server.list_offers().await;
     }
 
-    /// `prompts/get` of one of its prompts (by its own name).
+    /// `prompts/get` of one of its prompts (by its own name): its messages, or (a
+    /// 2026-07-28 server) an `input_required` round. `client` is what the asking client can
+    /// be asked, told to a 2026-07-28 server with the request.
     pub async fn get_prompt(
         self: &Arc<Self>,
         params: GetPromptRequestParams,
-    ) -> Result<GetPromptResult, String> {
+        client: Option<rmcp::model::ClientCapabilities>,
+    ) -> Result<GetPromptResponse, String> {
+        let id = &self.server.config.id;
         let (peer, _) = self.server.live_peer().await.map_err(|e| e.to_string())?;
-        peer.get_prompt(params)
+        let mut options = rmcp::service::PeerRequestOptions::no_options();
+        let stateless = peer
+            .peer_info()
+            .is_some_and(|i| i.protocol_version >= rmcp::model::ProtocolVersion::V_2026_07_28);
+        if let (true, Some(caps)) = (stateless, client) {
+            let mut meta = rmcp::model::RequestMetaObject::new();
+            meta.set_client_capabilities(caps);
+            options.meta = Some(meta);
+        }
+        let request = rmcp::model::ClientRequest::GetPromptRequest(
+            rmcp::model::GetPromptRequest::new(params),
+        );
+        let answer = peer
+            .send_request_with_option(request, options)
             .await
-            .map_err(|e| format!("MCP server '{}': {e}", self.server.config.id))
+            .map_err(|e| format!("MCP server '{id}': {e}"))?
+            .await_response()
+            .await
+            .map_err(|e| format!("MCP server '{id}': {e}"))?;
+        match answer {
+            rmcp::model::ServerResult::GetPromptResult(got) => Ok(GetPromptResponse::Complete(got)),
+            rmcp::model::ServerResult::InputRequiredResult(asked) => {
+                Ok(GetPromptResponse::InputRequired(asked))
+            }
+            _ => Err(format!(
+                "MCP server '{id}' answered prompts/get with something else"
+            )),
+        }
     }
 
     /// `resources/read` of one of its resources.

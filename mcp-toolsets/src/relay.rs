@@ -71,6 +71,10 @@ pub trait ClientRelay: Send + Sync {
     /// The answers the retry of `call` brought for a round handed over by
     /// [`ClientRelay::defer`], if it is such a retry.
     fn resume(&self, call: &str) -> Option<Resume>;
+    /// What the client that made `call` can be asked (elicitation, sampling, roots), to
+    /// present to a 2026-07-28 server as the call's client capabilities, so that it asks
+    /// what the client can answer; `None`: the connection's own declaration stands.
+    fn capabilities(&self, call: &str) -> Option<rmcp::model::ClientCapabilities>;
 }
 
 /// What the server sent that a call in flight takes.

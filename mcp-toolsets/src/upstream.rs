@@ -16,17 +16,27 @@ use serde_json::Value;
 use tool_api::ToolError;
 
 use crate::client::{ClientSide, Live, install_tls_provider, listed, listen_for_changes};
-use crate::config::{MAX_NESTING, McpServerConfig, NESTING_ENV, nesting};
+use crate::config::{InputSchemas, MAX_NESTING, McpServerConfig, NESTING_ENV, nesting};
 use crate::confine::{self, ServerSandbox};
 use crate::error::UpstreamError;
 use crate::events::ServerEvent;
 use crate::pins::PinStore;
 use crate::relay::{CallRoutes, ClientRelay, FromServer};
 
+/// Who makes a call: the host session it runs in, and what its client can be asked (see
+/// [`crate::ClientRelay::capabilities`]).
+pub(crate) struct Caller<'a> {
+    pub(crate) session: &'a str,
+    pub(crate) capabilities: Option<rmcp::model::ClientCapabilities>,
+}
+
 /// What a `tools/call` round got.
 pub(crate) enum Called {
     Complete(CallToolResult),
     InputRequired(rmcp::model::InputRequiredResult),
+    /// The server refused the call for a capability the calling client did not declare
+    /// (`-32021`): the client's protocol error, not the tool's.
+    NeedsCapability(rmcp::ErrorData),
 }
 
 enum Conn {
@@ -109,14 +119,23 @@ async fn waited(
 }
 
 /// Why an MCP tool cannot be published as it is, if it cannot: its input schema is outside
-/// the subset the dispatcher publishes (what model providers accept), or not a schema.
-fn schema_problem(tool: &rmcp::model::Tool) -> Option<String> {
+/// the subset the dispatcher publishes (what model providers accept; unless its entry
+/// takes schemas as given), or not a schema.
+fn schema_problem(tool: &rmcp::model::Tool, schemas: InputSchemas) -> Option<String> {
     let name = tool.name.as_ref();
     let schema = Value::Object((*tool.input_schema).clone());
-    dispatcher_core::schema::check_subset(name, &schema)
-        .and_then(|()| dispatcher_core::schema::InputValidator::compile(name, &schema).map(drop))
+    let subset = match schemas {
+        InputSchemas::Subset => dispatcher_core::schema::check_subset(name, &schema)
+            .map_err(|e| format!("{e}; or set `input_schemas = \"as-given\"` in its [[mcp_servers]] entry to publish it as it is")),
+        InputSchemas::AsGiven => Ok(()),
+    };
+    subset
+        .and_then(|()| {
+            dispatcher_core::schema::InputValidator::compile(name, &schema)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        })
         .err()
-        .map(|e| e.to_string())
 }
 
 impl Upstream {
@@ -259,7 +278,7 @@ impl Upstream {
         let mut tools = Vec::with_capacity(listed.len());
         let mut left_out = Vec::new();
         for tool in listed {
-            match schema_problem(&tool) {
+            match schema_problem(&tool, self.config.input_schemas) {
                 None => tools.push(tool),
                 Some(why) => {
                     tracing::warn!(server = %self.config.id, "{why}: left out, the server's other tools are published");
@@ -545,24 +564,32 @@ impl Upstream {
         self: &Arc<Self>,
         params: CallToolRequestParams,
         cancel: Arc<tokio::sync::Notify>,
-        session: &str,
+        caller: Caller<'_>,
         to: tokio::sync::mpsc::UnboundedSender<FromServer>,
     ) -> Result<Called, ToolError> {
         let id = &self.config.id;
         let (peer, child) = self.live_peer().await?;
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let sent = peer
-            .send_cancellable_request(
-                request,
-                PeerRequestOptions::with_timeout(self.config.call_timeout()),
-            )
-            .await;
+        let mut options = PeerRequestOptions::with_timeout(self.config.call_timeout());
+        // A 2026-07-28 server reads the client's capabilities from each request: it is told
+        // what the calling client can be asked, not what toolhost could relay to anyone.
+        let stateless = peer
+            .peer_info()
+            .is_some_and(|i| i.protocol_version >= rmcp::model::ProtocolVersion::V_2026_07_28);
+        if let (true, Some(caps)) = (stateless, caller.capabilities) {
+            let mut meta = rmcp::model::RequestMetaObject::new();
+            meta.set_client_capabilities(caps);
+            options.meta = Some(meta);
+        }
+        let sent = peer.send_cancellable_request(request, options).await;
         let outcome = match sent {
             Ok(handle) => {
                 let request_id = handle.id.clone();
                 // rmcp gives every request a progress token; a notification that came
                 // before this line (none is expected so soon) is not shown.
-                let _route = self.calls.route(handle.progress_token.clone(), session, to);
+                let _route = self
+                    .calls
+                    .route(handle.progress_token.clone(), caller.session, to);
                 tokio::select! {
                     r = handle.await_response() => {
                         // rmcp handles each notification in a task of its own: the progress
@@ -587,6 +614,11 @@ impl Upstream {
         match outcome {
             Ok(ServerResult::CallToolResult(result)) => Ok(Called::Complete(result)),
             Ok(ServerResult::InputRequiredResult(asked)) => Ok(Called::InputRequired(asked)),
+            Err(rmcp::ServiceError::McpError(e))
+                if e.code == rmcp::model::ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY =>
+            {
+                Ok(Called::NeedsCapability(e))
+            }
             Ok(_) => Err(ToolError::failed(format!(
                 "MCP server '{id}' answered tools/call with something else"
             ))),

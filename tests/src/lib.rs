@@ -112,6 +112,14 @@ impl Fixtures {
         ))
     }
 
+    /// The MCP server fixture that offers what the official conformance suite calls.
+    pub fn mcp_conformance_server(&self) -> PathBuf {
+        self.dir.join(format!(
+            "fixture-mcp-conformance-server{}",
+            std::env::consts::EXE_SUFFIX
+        ))
+    }
+
     /// The library of fixture crate `fixture-NAME`.
     pub fn library(&self, name: &str) -> PathBuf {
         let stem = format!("fixture_{}", name.replace('-', "_"));

@@ -113,6 +113,13 @@ pub trait ToolFactory: Send + Sync {
     fn placement(&self) -> crate::sandbox::Placement {
         crate::sandbox::Placement::InProcess
     }
+    /// Whether its input schema is published as its author gave it, even outside the
+    /// subset ([`crate::schema`]): a tool a gateway passes on to clients that take any
+    /// JSON Schema (a mounted MCP server's, when its entry says so). Inputs are still
+    /// validated against it (Draft 2020-12; references must be local). Default: `false`.
+    fn schema_as_given(&self) -> bool {
+        false
+    }
 }
 
 /// The factory of a [`DefinedTool`] type.

@@ -106,6 +106,8 @@ pub struct Routes {
     clients: Mutex<HashMap<Arc<str>, Peer<RoleServer>>>,
     /// The answers a 2026 client's retry brought for a mounted server's relayed round.
     resumes: Mutex<HashMap<Arc<str>, mcp_toolsets::Resume>>,
+    /// What each call's client can be asked while the call runs.
+    caps: Mutex<HashMap<Arc<str>, rmcp::model::ClientCapabilities>>,
     fallback: PromptFallback,
     /// The config file, named in the fallback's advice.
     config_file: String,
@@ -121,6 +123,7 @@ impl Routes {
             routes: Mutex::new(HashMap::new()),
             clients: Mutex::new(HashMap::new()),
             resumes: Mutex::new(HashMap::new()),
+            caps: Mutex::new(HashMap::new()),
             fallback,
             config_file: config_file.into(),
             watchers: std::sync::atomic::AtomicUsize::new(0),
@@ -167,6 +170,19 @@ impl Routes {
         self.resumes_lock().remove(id)
     }
 
+    /// What the client that made the call `id` can be asked while it runs (its declared
+    /// elicitation, sampling and roots, as entered with the call); `None` for a call no MCP
+    /// client made.
+    pub(crate) fn client_capabilities(&self, id: &str) -> Option<rmcp::model::ClientCapabilities> {
+        self.caps_lock().get(id).cloned()
+    }
+
+    fn caps_lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, rmcp::model::ClientCapabilities>> {
+        self.caps.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Hands a mounted server's `input_required` round to the 2026 client that made the
     /// call `id`, if it can answer every request in it; `false` otherwise.
     pub(crate) fn defer_round(&self, id: &str, asked: &rmcp::model::InputRequiredResult) -> bool {
@@ -183,17 +199,21 @@ impl Routes {
         to.send(Question::Relay(asked.clone())).is_ok()
     }
 
-    /// Sets a call's route, and the connection of its client if that takes requests while
-    /// the call runs, until the guard drops.
+    /// Sets a call's route, the connection of its client if that takes requests while the
+    /// call runs, and what that client can be asked ([`asked_of`]), until the guard drops.
     pub(crate) fn enter(
         self: &Arc<Self>,
         id: Arc<str>,
         route: Route,
         client: Option<Peer<RoleServer>>,
+        caps: Option<rmcp::model::ClientCapabilities>,
     ) -> RouteGuard {
         self.lock().insert(id.clone(), route);
         if let Some(client) = client {
             self.clients_lock().insert(id.clone(), client);
+        }
+        if let Some(caps) = caps {
+            self.caps_lock().insert(id.clone(), asked_of(&caps));
         }
         RouteGuard {
             routes: self.clone(),
@@ -202,9 +222,24 @@ impl Routes {
     }
 }
 
+/// What of `declared` a mounted server may ask of the client while a call runs:
+/// elicitation, sampling and roots.
+pub(crate) fn asked_of(
+    declared: &rmcp::model::ClientCapabilities,
+) -> rmcp::model::ClientCapabilities {
+    let mut asked = rmcp::model::ClientCapabilities::default();
+    asked.elicitation = declared.elicitation.clone();
+    #[allow(deprecated, reason = "clients still declare sampling and roots")]
+    {
+        asked.sampling = declared.sampling.clone();
+        asked.roots = declared.roots.clone();
+    }
+    asked
+}
+
 /// Whether a client with `caps` can answer every request of a server's round: form
 /// elicitation (an empty `elicitation` counts), URL elicitation, sampling, `roots/list`.
-fn answers_all(
+pub(crate) fn answers_all(
     caps: &rmcp::model::ClientCapabilities,
     asked: &rmcp::model::InputRequiredResult,
 ) -> bool {
@@ -235,6 +270,13 @@ fn answers_all(
         })
 }
 
+/// Whether a client declared form elicitation (an empty `elicitation` object counts).
+pub(crate) fn elicits_form(caps: &rmcp::model::ClientCapabilities) -> bool {
+    caps.elicitation
+        .as_ref()
+        .is_some_and(|e| e.form.is_some() || e.url.is_none())
+}
+
 /// A console watching ([`Routes::watch`]).
 pub struct WatchGuard(Arc<Routes>);
 
@@ -255,6 +297,7 @@ impl Drop for RouteGuard {
         self.routes.lock().remove(&self.id);
         self.routes.clients_lock().remove(&self.id);
         self.routes.resumes_lock().remove(&self.id);
+        self.routes.caps_lock().remove(&self.id);
     }
 }
 
@@ -334,6 +377,8 @@ impl Confirmer for McpConfirmer {
                 // running), and the retry's answer was for the call, not for it: such a
                 // question goes to a console or the fallback.
                 Some(Route::Defer { allowed: true, .. }) => Some(Route::Answered(Decision::Allow)),
+                // A client that takes relayed rounds but cannot be asked toolhost's form.
+                Some(Route::Defer { caps, .. }) if !elicits_form(caps) => None,
                 Some(Route::Defer { .. } | Route::Answered(_)) if request.mid_call => None,
                 // The sender goes to the first question; a second one (none is expected)
                 // falls back.

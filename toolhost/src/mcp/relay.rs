@@ -74,4 +74,8 @@ impl ClientRelay for Routes {
     fn resume(&self, call: &str) -> Option<Resume> {
         self.take_resume(call)
     }
+
+    fn capabilities(&self, call: &str) -> Option<rmcp::model::ClientCapabilities> {
+        self.client_capabilities(call)
+    }
 }

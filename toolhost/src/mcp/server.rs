@@ -129,10 +129,19 @@ impl Era {
     }
 }
 
-/// Whether capabilities include form elicitation (an empty `elicitation` object counts).
-fn elicits_form(caps: Option<&ClientCapabilities>) -> bool {
-    caps.and_then(|c| c.elicitation.as_ref())
-        .is_some_and(|e| e.form.is_some() || e.url.is_none())
+/// The `resultType` of a result passed on from a mounted server, as the client's era has
+/// it (a server of the other era, or one that leaves it out, does not decide it).
+fn result_type(context: &RequestContext<RoleServer>) -> Option<rmcp::model::ResultType> {
+    (Era::of(context) == Era::Stateless).then_some(rmcp::model::ResultType::COMPLETE)
+}
+
+/// Whether a 2026 client can take an `input_required` round at all: toolhost's own
+/// question (form elicitation) or a mounted server's (elicitation, sampling, roots).
+fn takes_rounds(caps: &ClientCapabilities) -> bool {
+    let asked = super::confirm::asked_of(caps);
+    #[allow(deprecated, reason = "clients still declare sampling and roots")]
+    let more = asked.sampling.is_some() || asked.roots.is_some();
+    asked.elicitation.is_some() || more
 }
 
 /// What `resources/subscribe` and `resources/unsubscribe` are told when no mounted server
@@ -260,6 +269,22 @@ impl McpServer {
         } else {
             CallToolResult::success(content)
         };
+        // A mounted server's result, whole (audio, embedded resources, structured content),
+        // unless toolhost cut it for size.
+        if let Some(whole) = block.metadata.get(mcp_toolsets::RESULT_META)
+            && block.metadata.get("spooled_output").is_none()
+        {
+            if let Some(content) = whole
+                .get("content")
+                .and_then(|c| serde_json::from_value::<Vec<ContentBlock>>(c.clone()).ok())
+            {
+                result.content = content;
+            }
+            result.structured_content = whole
+                .get("structuredContent")
+                .filter(|v| !v.is_null())
+                .cloned();
+        }
         if !block.record.is_empty() {
             // What the tool did, for the client and its user (never part of the content the
             // model reads): `_meta` is the protocol's place for it.
@@ -391,11 +416,12 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
         if let Some(server) = self.shared.upstreams.resource(&request.uri) {
-            return server
+            let mut read = server
                 .read_resource(request)
                 .await
-                .map(Into::into)
-                .map_err(|e| McpError::internal_error(e, None));
+                .map_err(|e| McpError::internal_error(e, None))?;
+            read.result_type = result_type(&context);
+            return Ok(read.into());
         }
         // An unknown URI: 2026-07-28 says -32602 with the URI; earlier revisions'
         // convention is -32002.
@@ -413,15 +439,66 @@ impl ServerHandler for McpServer {
     async fn get_prompt(
         &self,
         mut request: rmcp::model::GetPromptRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::GetPromptResponse, McpError> {
         if let Some((server, own_name)) = self.shared.upstreams.prompt(&request.name) {
-            request.name = own_name;
-            return server
-                .get_prompt(request)
+            let published = std::mem::replace(&mut request.name, own_name);
+            // A relayed round of the server's (2026-07-28) is bound, like a tool call's, to
+            // the caller, the prompt and its arguments.
+            let principal = principal(&context);
+            let key = format!("prompts/get {published}");
+            let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
+            let caps = context.client_capabilities();
+            if Era::of(&context) == Era::Stateless
+                && let Some(state) = request.request_state.take()
+            {
+                match self
+                    .shared
+                    .confirmations
+                    .open(&state, &principal, &key, &arguments)
+                {
+                    Ok(Opened::Relay { state }) => request.request_state = state,
+                    Ok(Opened::Confirmation) => {
+                        let refused = super::request_state::StateRefused::Invalid;
+                        return Err(McpError::invalid_params(refused.to_string(), None));
+                    }
+                    Err(refused) => {
+                        return Err(McpError::invalid_params(refused.to_string(), None));
+                    }
+                }
+            }
+            let asked = caps.as_ref().map(super::confirm::asked_of);
+            let got = server
+                .get_prompt(request, asked)
                 .await
-                .map(Into::into)
-                .map_err(|e| McpError::internal_error(e, None));
+                .map_err(|e| McpError::internal_error(e, None))?;
+            return match got {
+                rmcp::model::GetPromptResponse::Complete(mut got) => {
+                    got.result_type = result_type(&context);
+                    Ok(got.into())
+                }
+                rmcp::model::GetPromptResponse::InputRequired(asked)
+                    if Era::of(&context) == Era::Stateless
+                        && super::confirm::answers_all(&caps.unwrap_or_default(), &asked) =>
+                {
+                    let state = self.shared.confirmations.seal_relay(
+                        &principal,
+                        &key,
+                        &arguments,
+                        asked.request_state,
+                    );
+                    Ok(InputRequiredResult::new(asked.input_requests, Some(state)).into())
+                }
+                _ => Err(McpError::internal_error(
+                    format!(
+                        "MCP server '{}' asks for input before it gives prompt '{published}', \
+                         and this client cannot answer it (it takes input_required rounds only \
+                         at protocol 2026-07-28, for what it declared)",
+                        server.config().id
+                    ),
+                    None,
+                )),
+            };
         }
         // An unknown name is an unknown prompt (-32602, as the specification says), not an
         // unknown method.
@@ -719,6 +796,7 @@ impl ServerHandler for McpServer {
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         let (defer_tx, deferred) = oneshot::channel();
         let caps = context.client_capabilities().unwrap_or_default();
+        let caps_declared = caps.clone();
         let mut resume = None;
         let route = match (era, request.request_state) {
             (Era::Stateless, Some(state)) => {
@@ -757,11 +835,22 @@ impl ServerHandler for McpServer {
                     }
                 }
             }
-            (Era::Stateless, None) if elicits_form(Some(&caps)) => Route::Defer {
-                to: defer_tx,
-                caps: Box::new(caps),
-                allowed: false,
-            },
+            (Era::Stateless, None) if takes_rounds(&caps) => {
+                // Answers given up front (no round asked for them) are the client's to give:
+                // a mounted server gets them, as it would directly; toolhost's own question
+                // is never answered by them.
+                if let Some(responses) = request.input_responses.clone() {
+                    resume = Some(mcp_toolsets::Resume {
+                        responses,
+                        state: None,
+                    });
+                }
+                Route::Defer {
+                    to: defer_tx,
+                    caps: Box::new(caps),
+                    allowed: false,
+                }
+            }
             (Era::Session, _)
                 if context
                     .peer
@@ -773,7 +862,23 @@ impl ServerHandler for McpServer {
             _ => Route::Fallback,
         };
         let client = (era == Era::Session).then(|| context.peer.clone());
-        let _route = self.shared.routes.enter(tool_use_id.clone(), route, client);
+        // What the client can be asked: a 2026 client declares it with the request; to a
+        // 2025 client toolhost relays elicitation and sampling, not roots.
+        let asked = match era {
+            Era::Stateless => Some(caps_declared),
+            Era::Session => context.peer.peer_info().map(|i| {
+                let mut caps = i.capabilities.clone();
+                #[allow(deprecated, reason = "clients still declare roots")]
+                {
+                    caps.roots = None;
+                }
+                caps
+            }),
+        };
+        let _route = self
+            .shared
+            .routes
+            .enter(tool_use_id.clone(), route, client, asked);
         if let Some(resume) = resume {
             self.shared.routes.resume_with(tool_use_id.clone(), resume);
         }
@@ -871,6 +976,13 @@ impl ServerHandler for McpServer {
             {
                 tracing::debug!("live output to the MCP client did not flush in time");
             }
+        }
+        // A mounted server refused the call for a capability this client did not declare:
+        // the client gets the server's protocol error, as it would directly.
+        if let Some(refused) = block.metadata.get(mcp_toolsets::ERROR_META)
+            && let Ok(refused) = serde_json::from_value::<McpError>(refused.clone())
+        {
+            return Err(refused);
         }
         Ok(self.to_mcp(block).into())
     }
