@@ -14,6 +14,7 @@ use serde_json::Value;
 use tool_api::{Tool, ToolContext, ToolDefinition, ToolError, ToolFactory, ToolOutput};
 
 use crate::input::{self, Answers as _};
+use crate::parked::{InFlight, PARKED, ParkedCalls, QUESTION_KEY};
 use crate::relay::{FromServer, Relayed};
 use crate::upstream::{Called, Caller, Upstream};
 
@@ -82,15 +83,48 @@ impl Tool for McpTool {
         let id = &self.server.config.id;
         let mut params = CallToolRequestParams::new(self.name.clone()).with_arguments(args);
         let relay = self.server.relay.get();
-        // The retry of a round the calling client answered itself: its answers go on.
+        // The retry of a round the calling client answered itself: its answers go on, to a
+        // call parked here or to the server's next round.
+        let mut parked = None;
         if let Some(resume) = relay.and_then(|r| r.resume(ctx.tool_use_id())) {
-            params.input_responses = Some(resume.responses);
-            params.request_state = resume.state;
+            match resume.state.as_deref().and_then(|s| s.strip_prefix(PARKED)) {
+                Some(key) => {
+                    let call = self.server.parked.take(key).ok_or_else(|| {
+                        ToolError::failed(format!(
+                            "the call to MCP server '{id}' this answer was for is no longer waiting \
+                             (it ended, waited too long, or waits on another toolhost instance); call the tool again"
+                        ))
+                    })?;
+                    parked = Some((call, resume.responses));
+                }
+                None => {
+                    params.input_responses = Some(resume.responses);
+                    params.request_state = resume.state;
+                }
+            }
         }
         let mut rounds = 0;
         let answers = Asking { tool: self, ctx };
         let result = loop {
-            match self.round(params.clone(), &answers)? {
+            let call = match parked.take() {
+                Some((call, responses)) => {
+                    // The server's question, answered by the client's retry.
+                    let answer = responses
+                        .get(QUESTION_KEY)
+                        .cloned()
+                        .and_then(|v| serde_json::from_value::<rmcp::model::ElicitResult>(v).ok())
+                        .ok_or_else(|| {
+                            rmcp::ErrorData::invalid_params(
+                                "the client gave no answer to the question",
+                                None,
+                            )
+                        });
+                    let _ = call.reply.send(answer);
+                    call.call
+                }
+                None => self.start(params.clone(), ctx),
+            };
+            match self.round(call, &answers)? {
                 Called::Complete(result) => break result,
                 Called::NeedsCapability(refused) => {
                     let mut out = ToolOutput::text(format!(
@@ -180,49 +214,78 @@ impl Tool for McpTool {
 enum Step {
     From(FromServer),
     Done(Result<Called, ToolError>),
+    Cancel,
 }
 
 impl McpTool {
-    /// One `tools/call` round: the server's progress is the call's live output as it comes,
-    /// and its requests to the user are answered ([`Asking`]) while the call waits. A
-    /// sampling request nobody could take fails the call, whatever the server then answers.
-    fn round(
-        &self,
-        params: CallToolRequestParams,
-        answers: &Asking<'_>,
-    ) -> Result<Called, ToolError> {
-        let ctx = answers.ctx;
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let session = ctx.session_id().to_string();
+    /// Starts a `tools/call` upstream, in a task of its own (so that it can wait, parked,
+    /// for a question's answer beyond this call: [`crate::parked`]).
+    fn start(&self, params: CallToolRequestParams, ctx: &ToolContext) -> InFlight {
+        let (tx, from_server) = tokio::sync::mpsc::unbounded_channel();
+        let cancel = Arc::new(tokio::sync::Notify::new());
         let caller = Caller {
-            session: &session,
+            session: ctx.session_id().to_string(),
             capabilities: self
                 .server
                 .relay
                 .get()
                 .and_then(|r| r.capabilities(ctx.tool_use_id())),
         };
-        let mut call = Box::pin(self.server.call(params, self.cancel.clone(), caller, tx));
+        let (server, stop) = (self.server.clone(), cancel.clone());
+        let outcome = self
+            .server
+            .runtime
+            .spawn(async move { server.call(params, stop, caller, tx).await });
+        InFlight {
+            from_server,
+            outcome,
+            cancel,
+        }
+    }
+
+    /// One `tools/call` round: the server's progress is the call's live output as it comes,
+    /// and its requests to the user are answered ([`Asking`]) while the call waits. A
+    /// sampling request nobody could take fails the call, whatever the server then answers.
+    /// A question only a 2026 client can answer parks the call and ends this one.
+    fn round(&self, mut call: InFlight, answers: &Asking<'_>) -> Result<Called, ToolError> {
+        let ctx = answers.ctx;
         let mut refused: Option<ToolError> = None;
         loop {
             // The question is answered outside the runtime (the broker may block), and the
-            // call, pinned here, is polled again after it.
+            // call, in its own task, goes on meanwhile.
             let step = self.server.runtime.block_on(async {
                 tokio::select! {
                     biased;
-                    Some(from) = rx.recv() => Step::From(from),
-                    called = &mut call => Step::Done(called),
+                    Some(from) = call.from_server.recv() => Step::From(from),
+                    outcome = &mut call.outcome => Step::Done(outcome.unwrap_or_else(|e| {
+                        Err(ToolError::failed(format!("the call to the MCP server stopped: {e}")))
+                    })),
+                    () = self.cancel.notified() => Step::Cancel,
                 }
             });
             match step {
+                Step::Cancel => call.cancel.notify_one(),
                 Step::From(FromServer::Progress(chunk)) => ctx.output(&chunk),
                 Step::From(FromServer::Elicit(params, reply)) => {
-                    let answer = answers.elicit(params).and_then(|v| {
-                        serde_json::from_value(v).map_err(|e| ToolError::failed(e.to_string()))
-                    });
-                    let _ = reply.send(answer.map_err(|e| {
-                        rmcp::ErrorData::internal_error(format!("toolhost: {e}"), None)
-                    }));
+                    let answer = match answers.relayed(&params) {
+                        Some(answer) => answer,
+                        None => match self.park(call, params.clone(), reply, ctx) {
+                            Ok(()) => {
+                                return Err(ToolError::failed(format!(
+                                    "MCP server '{}' asked a question; it went to the client that made the call",
+                                    self.server.config.id
+                                )));
+                            }
+                            Err((back, reply)) => {
+                                call = back;
+                                let answer =
+                                    input::elicitation(&self.server.config.id, params, ctx);
+                                let _ = reply.send(to_reply(answer));
+                                continue;
+                            }
+                        },
+                    };
+                    let _ = reply.send(to_reply(answer));
                 }
                 Step::From(FromServer::Sample(params, reply)) => {
                     let answer = answers.sample(*params).and_then(|v| {
@@ -235,7 +298,7 @@ impl McpTool {
                     }));
                 }
                 Step::Done(called) => {
-                    while let Ok(FromServer::Progress(chunk)) = rx.try_recv() {
+                    while let Ok(FromServer::Progress(chunk)) = call.from_server.try_recv() {
                         ctx.output(&chunk);
                     }
                     return match refused {
@@ -246,6 +309,54 @@ impl McpTool {
             }
         }
     }
+
+    /// Parks `call` and hands its server's question to the 2026 client that made it, in a
+    /// round of its own; gives the call back when that client cannot take it.
+    #[allow(
+        clippy::result_large_err,
+        reason = "the call is given back, not an error"
+    )]
+    fn park(
+        &self,
+        call: InFlight,
+        question: ElicitRequestParams,
+        reply: Reply,
+        ctx: &ToolContext,
+    ) -> Result<(), (InFlight, Reply)> {
+        let Some(relay) = self.server.relay.get() else {
+            return Err((call, reply));
+        };
+        let key = ParkedCalls::new_id();
+        let mut requests = rmcp::model::InputRequests::new();
+        requests.insert(
+            QUESTION_KEY.to_string(),
+            rmcp::model::InputRequest::Elicitation(rmcp::model::ElicitRequest::new(question)),
+        );
+        let round =
+            rmcp::model::InputRequiredResult::new(Some(requests), Some(format!("{PARKED}{key}")));
+        // Parked first: the client's retry may come as soon as the round is handed over.
+        self.server.parked.park(&key, call, reply);
+        if relay.defer(ctx.tool_use_id(), &round) {
+            return Ok(());
+        }
+        match self.server.parked.take(&key) {
+            Some(parked) => Err((parked.call, parked.reply)),
+            // Unreachable: only this call knows the key.
+            None => Ok(()),
+        }
+    }
+}
+
+/// The answer to a server's `elicitation/create`.
+type Reply = tokio::sync::oneshot::Sender<Result<rmcp::model::ElicitResult, rmcp::ErrorData>>;
+
+/// An answer as the server gets it.
+fn to_reply(
+    answer: Result<Value, ToolError>,
+) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+    answer
+        .and_then(|v| serde_json::from_value(v).map_err(|e| ToolError::failed(e.to_string())))
+        .map_err(|e| rmcp::ErrorData::internal_error(format!("toolhost: {e}"), None))
 }
 
 /// The server's requests to the user for one call: to the client that made the call
@@ -256,28 +367,33 @@ struct Asking<'a> {
     ctx: &'a ToolContext,
 }
 
+impl Asking<'_> {
+    /// The answer of a 2025-era client that made the call, if the host relays to one.
+    fn relayed(&self, params: &ElicitRequestParams) -> Option<Result<Value, ToolError>> {
+        let server = &self.tool.server;
+        let relay = server.relay.get()?;
+        match server
+            .runtime
+            .block_on(relay.elicit(self.ctx.tool_use_id(), params.clone()))
+        {
+            Relayed::Answered(result) => {
+                Some(serde_json::to_value(result).map_err(|e| ToolError::failed(e.to_string())))
+            }
+            Relayed::Failed(why) => Some(Err(ToolError::failed(format!(
+                "MCP server '{}' asked the user for input, and asking the client that made the call failed: {why}",
+                server.config.id
+            )))),
+            Relayed::CannotAsk => None,
+        }
+    }
+}
+
 impl input::Answers for Asking<'_> {
     fn elicit(&self, params: ElicitRequestParams) -> Result<Value, ToolError> {
-        let server = &self.tool.server;
-        let id = &server.config.id;
-        if let Some(relay) = server.relay.get() {
-            let relayed = server
-                .runtime
-                .block_on(relay.elicit(self.ctx.tool_use_id(), params.clone()));
-            match relayed {
-                Relayed::Answered(result) => {
-                    return serde_json::to_value(result)
-                        .map_err(|e| ToolError::failed(e.to_string()));
-                }
-                Relayed::Failed(why) => {
-                    return Err(ToolError::failed(format!(
-                        "MCP server '{id}' asked the user for input, and asking the client that made the call failed: {why}"
-                    )));
-                }
-                Relayed::CannotAsk => {}
-            }
+        match self.relayed(&params) {
+            Some(answer) => answer,
+            None => input::elicitation(&self.tool.server.config.id, params, self.ctx),
         }
-        input::elicitation(id, params, self.ctx)
     }
 
     fn sample(&self, params: CreateMessageRequestParams) -> Result<Value, ToolError> {

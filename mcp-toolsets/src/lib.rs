@@ -45,6 +45,7 @@ mod error;
 pub mod events;
 pub mod input;
 pub mod offers;
+mod parked;
 pub mod pins;
 pub mod relay;
 mod upstream;

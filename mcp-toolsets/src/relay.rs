@@ -3,6 +3,9 @@
 //! `sampling/createMessage`), which go to the client that made the call through the host's
 //! [`ClientRelay`], or to the host's confirmation broker when that client cannot take them.
 //!
+//! A 2025-era server's question to a 2026-07-28 client, which takes no requests while a
+//! call runs, parks the call until the client's next round.
+//!
 //! A progress notification names its call (its progress token). A 2025-era server's
 //! request does not: it goes to the call in flight on that connection when there is one,
 //! or to the latest of several when they all run in one host session (one client). Calls

@@ -25,8 +25,8 @@ use crate::relay::{CallRoutes, ClientRelay, FromServer};
 
 /// Who makes a call: the host session it runs in, and what its client can be asked (see
 /// [`crate::ClientRelay::capabilities`]).
-pub(crate) struct Caller<'a> {
-    pub(crate) session: &'a str,
+pub(crate) struct Caller {
+    pub(crate) session: String,
     pub(crate) capabilities: Option<rmcp::model::ClientCapabilities>,
 }
 
@@ -94,6 +94,8 @@ pub(crate) struct Upstream {
     pub(crate) subscriptions: crate::events::Subscriptions,
     /// The log level it was last asked for (its rank), if any.
     pub(crate) log_level: Mutex<Option<u8>>,
+    /// Calls waiting for a 2026 client's answer to the server's question.
+    pub(crate) parked: crate::parked::ParkedCalls,
 }
 
 async fn exit_status(child: Option<&tokio::sync::Mutex<tokio::process::Child>>) -> String {
@@ -182,6 +184,7 @@ impl Upstream {
             events: tokio::sync::broadcast::channel(crate::events::EVENTS).0,
             subscriptions: crate::events::Subscriptions::default(),
             log_level: Mutex::new(None),
+            parked: crate::parked::ParkedCalls::default(),
             confined: Mutex::new(match &config.url {
                 Some(url) => format!("remote ({url}: not confined by toolhost)"),
                 None => "not started".into(),
@@ -564,7 +567,7 @@ impl Upstream {
         self: &Arc<Self>,
         params: CallToolRequestParams,
         cancel: Arc<tokio::sync::Notify>,
-        caller: Caller<'_>,
+        caller: Caller,
         to: tokio::sync::mpsc::UnboundedSender<FromServer>,
     ) -> Result<Called, ToolError> {
         let id = &self.config.id;
@@ -589,7 +592,7 @@ impl Upstream {
                 // before this line (none is expected so soon) is not shown.
                 let _route = self
                     .calls
-                    .route(handle.progress_token.clone(), caller.session, to);
+                    .route(handle.progress_token.clone(), &caller.session, to);
                 tokio::select! {
                     r = handle.await_response() => {
                         // rmcp handles each notification in a task of its own: the progress

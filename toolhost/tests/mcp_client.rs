@@ -1297,3 +1297,71 @@ async fn the_reference_server_everythings_progress_and_logs_reach_the_client() {
     call(&s, "ev__toggle-simulated-logging", json!({})).await;
     s.cancel().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_2025_servers_question_reaches_a_2026_client_in_a_round_of_its_own() {
+    use rmcp::ClientServiceExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "args = [\"--asks\"]\n");
+    let client = AnsweringClient::default();
+    let s = client
+        .clone()
+        .serve_with_lifecycle(
+            serve_transport(dir.path()),
+            rmcp::ClientLifecycleMode::Auto {
+                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+                legacy_version: None,
+            },
+        )
+        .await
+        .unwrap();
+    // The server asks with elicitation/create while its call waits; the 2026 client is
+    // asked in an input_required round (rmcp's client loop answers it and retries), and
+    // the call that waited gets the answer.
+    let done = s
+        .call_tool(CallToolRequestParams::new("fx__ask"))
+        .await
+        .unwrap();
+    assert_eq!(
+        text(&done),
+        r#"ask: {"action":"accept","content":{"color":"teal"}}"#
+    );
+    let asked = client.0.lock().unwrap().clone();
+    assert!(
+        asked.len() == 1 && asked[0].contains("Which color?"),
+        "{asked:?}"
+    );
+    // By hand: the round, its answer, and the same state once more (refused).
+    let first = s
+        .peer()
+        .call_tool_once(CallToolRequestParams::new("fx__ask"))
+        .await
+        .unwrap();
+    let rmcp::model::CallToolResponse::InputRequired(round) = first else {
+        panic!("expected input_required, got {first:?}")
+    };
+    let state = round.request_state.clone().unwrap();
+    let answer: rmcp::model::InputResponses = [(
+        "elicitation".to_string(),
+        json!({"action": "accept", "content": {"color": "red"}}),
+    )]
+    .into();
+    let retry = || {
+        CallToolRequestParams::new("fx__ask")
+            .with_input_responses(answer.clone())
+            .with_request_state(state.clone())
+    };
+    let done = s.peer().call_tool_once(retry()).await.unwrap();
+    let rmcp::model::CallToolResponse::Complete(done) = done else {
+        panic!("expected the result, got {done:?}")
+    };
+    assert!(text(&done).contains("red"), "{done:?}");
+    let again = s
+        .peer()
+        .call_tool_once(retry())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(again.contains("requestState refused"), "{again}");
+    s.cancel().await.unwrap();
+}

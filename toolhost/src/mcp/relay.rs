@@ -9,9 +9,11 @@
 //!   requests, toolhost's sealed `requestState` carries the server's, and the retry's
 //!   `inputResponses` go to the server with it.
 //!
-//! A client that cannot take the request (it did not declare the capability, or the
-//! eras differ: a 2026 client takes no requests while a call runs) leaves it to the
-//! confirmation broker (elicitation) or fails the call, naming the server (sampling).
+//! - to a 2026-07-28 client, a 2025-era server's `elicitation/create` too, in a round of
+//!   the client's own while the server's call waits, parked (`mcp_toolsets`' `parked`).
+//!
+//! A client that cannot take the request (it did not declare the capability) leaves it to
+//! the confirmation broker (elicitation) or fails the call, naming the server (sampling).
 
 #![allow(
     deprecated,
