@@ -79,6 +79,86 @@ impl Drop for Held {
 }
 
 impl Upstream {
+    /// After a restart: lists its prompts and resources again (telling the host when they
+    /// changed) and subscribes again to what the host's clients are subscribed to.
+    pub(crate) async fn after_restart(
+        self: &Arc<Self>,
+        peer: rmcp::service::Peer<rmcp::service::RoleClient>,
+    ) {
+        let after = Arc::new(crate::offers::Offers::list(&peer, &self.config.id).await);
+        let before = std::mem::replace(
+            &mut *self.offers.lock().unwrap_or_else(PoisonError::into_inner),
+            after.clone(),
+        );
+        if before.prompts != after.prompts {
+            let _ = self.events.send(ServerEvent::PromptsChanged);
+        }
+        if before.resources != after.resources || before.templates != after.templates {
+            let _ = self.events.send(ServerEvent::ResourcesChanged);
+        }
+        let uris: Vec<String> = self
+            .subscriptions
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect();
+        for uri in uris {
+            let listen = match self.subscribe_upstream(&peer, &uri).await {
+                Ok(listen) => listen,
+                Err(e) => {
+                    tracing::warn!(server = %self.config.id, "after its restart, the subscription to {uri} could not be renewed: {e}");
+                    continue;
+                }
+            };
+            let mut held = self
+                .subscriptions
+                .0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match held.get_mut(&uri) {
+                // The old stream ended with the old connection.
+                Some(h) => h.listen = listen,
+                None => drop(listen.map(|l| l.abort())),
+            }
+        }
+    }
+
+    /// Asks the server for updates of `uri`: `resources/subscribe` (2025 era) or a listen
+    /// stream of its own (2026-07-28, returned).
+    async fn subscribe_upstream(
+        &self,
+        peer: &rmcp::service::Peer<rmcp::service::RoleClient>,
+        uri: &str,
+    ) -> Result<Option<tokio::task::AbortHandle>, String> {
+        let id = &self.config.id;
+        if !Upstream::is_stateless(peer) {
+            peer.subscribe(rmcp::model::SubscribeRequestParams::new(uri))
+                .await
+                .map_err(|e| format!("MCP server '{id}': {e}"))?;
+            return Ok(None);
+        }
+        let filter = rmcp::model::SubscriptionFilter::builder()
+            .resource_subscription(uri)
+            .build();
+        let mut stream = peer
+            .listen(filter)
+            .await
+            .map_err(|e| format!("MCP server '{id}': {e}"))?;
+        let events = self.events.clone();
+        Ok(Some(
+            tokio::spawn(async move {
+                while let Ok(Some(n)) = stream.next().await {
+                    if let rmcp::model::ServerNotification::ResourceUpdatedNotification(u) = n {
+                        let _ = events.send(ServerEvent::ResourceUpdated { uri: u.params.uri });
+                    }
+                }
+            })
+            .abort_handle(),
+        ))
+    }
+
     /// What happens on a prompt or resource list change: list them again, then tell.
     pub(crate) fn on_offers_changed(
         me: std::sync::Weak<Upstream>,
@@ -139,31 +219,7 @@ impl McpToolset {
                 "MCP server '{id}' does not offer resource subscriptions"
             ));
         }
-        let listen = if Upstream::is_stateless(&peer) {
-            let filter = rmcp::model::SubscriptionFilter::builder()
-                .resource_subscription(uri)
-                .build();
-            let mut stream = peer
-                .listen(filter)
-                .await
-                .map_err(|e| format!("MCP server '{id}': {e}"))?;
-            let events = self.server.events.clone();
-            Some(
-                tokio::spawn(async move {
-                    while let Ok(Some(n)) = stream.next().await {
-                        if let rmcp::model::ServerNotification::ResourceUpdatedNotification(u) = n {
-                            let _ = events.send(ServerEvent::ResourceUpdated { uri: u.params.uri });
-                        }
-                    }
-                })
-                .abort_handle(),
-            )
-        } else {
-            peer.subscribe(rmcp::model::SubscribeRequestParams::new(uri))
-                .await
-                .map_err(|e| format!("MCP server '{id}': {e}"))?;
-            None
-        };
+        let listen = self.server.subscribe_upstream(&peer, uri).await?;
         let mut held = self
             .server
             .subscriptions

@@ -29,7 +29,7 @@ pub struct Offers {
 impl Offers {
     /// Lists what the server declares (a listing that fails is logged and left empty: its
     /// tools still come through).
-    async fn list(peer: &Peer<RoleClient>, id: &str) -> Offers {
+    pub(crate) async fn list(peer: &Peer<RoleClient>, id: &str) -> Offers {
         let Some(caps) = peer.peer_info().map(|i| i.capabilities.clone()) else {
             return Offers::default();
         };

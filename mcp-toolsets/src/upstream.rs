@@ -536,9 +536,15 @@ impl Upstream {
             match self.connect(Arc::downgrade(self)).await {
                 Ok(live) => {
                     tracing::info!(server = %id, "MCP server restarted");
+                    let peer = live.service.peer().clone();
                     *conn = Conn::Up(live);
                     self.stopped.store(false, Ordering::Release);
                     self.announce("restart");
+                    // What the host's clients hold there is asked for again: its offers may
+                    // have changed, and it has forgotten their subscriptions.
+                    let this = self.clone();
+                    self.runtime
+                        .spawn(async move { this.after_restart(peer).await });
                 }
                 Err(e) => {
                     *conn = Conn::Down {

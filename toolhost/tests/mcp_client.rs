@@ -1365,3 +1365,35 @@ async fn a_2025_servers_question_reaches_a_2026_client_in_a_round_of_its_own() {
     assert!(again.contains("requestState refused"), "{again}");
     s.cancel().await.unwrap();
 }
+
+#[tokio::test]
+#[allow(deprecated, reason = "resources/subscribe is what is tested")]
+async fn a_subscription_is_renewed_when_its_server_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "args = [\"--offers\"]\n");
+    let notices = NoticeKeeper::default();
+    let s = notices
+        .clone()
+        .serve(serve_transport(dir.path()))
+        .await
+        .unwrap();
+    s.peer()
+        .subscribe(rmcp::model::SubscribeRequestParams::new("fixture://readme"))
+        .await
+        .unwrap();
+    let crashed = call(&s, "fx__crash", json!({})).await;
+    assert_eq!(crashed.is_error, Some(true), "{crashed:?}");
+    // The next call starts it again; the subscription follows (asked for right after the
+    // restart, so it may land a moment after that call).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let noted = text(&call(&s, "fx__note", json!({})).await);
+        if noted == "noted (subscribed: true)" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never subscribed again: {noted}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    notices.wait_for("updated fixture://readme").await;
+    s.cancel().await.unwrap();
+}
