@@ -1397,3 +1397,17 @@ async fn a_subscription_is_renewed_when_its_server_restarts() {
     notices.wait_for("updated fixture://readme").await;
     s.cancel().await.unwrap();
 }
+
+#[test]
+fn an_unknown_input_schemas_value_is_refused_naming_the_key_and_the_choices() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "input_schemas = \"anything\"\n");
+    let out = toolhost(dir.path(), &["list"]);
+    let said = text_of(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("mcp_servers[0].input_schemas")
+            && said.contains("expected `subset` or `as-given`"),
+        "{said}"
+    );
+}

@@ -53,3 +53,41 @@ fn install_and_try_it_runs_as_written() {
         assert!(stdout.contains(shown), "{shown} not in:\n{stdout}");
     }
 }
+
+/// Every ```toml block after `heading` in the README, up to the next `## ` heading.
+fn toml_blocks(heading: &str) -> Vec<&'static str> {
+    let readme = include_str!("../../README.md");
+    let after = &readme[readme.find(heading).expect("heading in README") + heading.len()..];
+    let section = &after[..after.find("\n## ").unwrap_or(after.len())];
+    section
+        .split("```toml\n")
+        .skip(1)
+        .map(|b| &b[..b.find("```").expect("the block's end")])
+        .collect()
+}
+
+#[test]
+fn the_mcp_server_entries_shown_are_accepted_as_written() {
+    let blocks = toml_blocks("### Other MCP servers as toolsets");
+    assert_eq!(blocks.len(), 2, "{blocks:?}");
+    for block in blocks {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("toolhost.toml"), block).unwrap();
+        // Approving a server that is not there reads the whole configuration (and starts
+        // no server): a key the README shows that toolhost refused would be named instead.
+        let out = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+            .args(["mcp", "approve", "not-configured"])
+            .current_dir(dir.path())
+            .env("XDG_CONFIG_HOME", dir.path().join(".config"))
+            .env("XDG_STATE_HOME", dir.path().join(".state"))
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            said.contains(
+                "no MCP server 'not-configured' in toolhost.toml (its [[mcp_servers]] ids:"
+            ),
+            "{block}\n{said}"
+        );
+    }
+}
