@@ -63,6 +63,12 @@ pub fn level_rank(level: LoggingLevel) -> u8 {
 #[derive(Default)]
 pub(crate) struct Subscriptions(Mutex<HashMap<String, Held>>);
 
+impl Subscriptions {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Held>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 struct Held {
     /// How many of the host's subscriptions want it.
     count: usize,
@@ -96,14 +102,7 @@ impl Upstream {
         if before.resources != after.resources || before.templates != after.templates {
             let _ = self.events.send(ServerEvent::ResourcesChanged);
         }
-        let uris: Vec<String> = self
-            .subscriptions
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .keys()
-            .cloned()
-            .collect();
+        let uris: Vec<String> = self.subscriptions.lock().keys().cloned().collect();
         for uri in uris {
             let listen = match self.subscribe_upstream(&peer, &uri).await {
                 Ok(listen) => listen,
@@ -112,11 +111,7 @@ impl Upstream {
                     continue;
                 }
             };
-            let mut held = self
-                .subscriptions
-                .0
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut held = self.subscriptions.lock();
             match held.get_mut(&uri) {
                 // The old stream ended with the old connection.
                 Some(h) => h.listen = listen,
@@ -202,12 +197,7 @@ impl McpToolset {
     pub async fn subscribe(self: &Arc<Self>, uri: &str) -> Result<(), String> {
         let id = &self.server.config.id;
         {
-            let mut held = self
-                .server
-                .subscriptions
-                .0
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut held = self.server.subscriptions.lock();
             if let Some(h) = held.get_mut(uri) {
                 h.count += 1;
                 return Ok(());
@@ -220,12 +210,7 @@ impl McpToolset {
             ));
         }
         let listen = self.server.subscribe_upstream(&peer, uri).await?;
-        let mut held = self
-            .server
-            .subscriptions
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut held = self.server.subscriptions.lock();
         // Another client may have subscribed meanwhile: one upstream subscription serves both.
         match held.get_mut(uri) {
             Some(h) => h.count += 1,
@@ -240,12 +225,7 @@ impl McpToolset {
     /// server.
     pub async fn unsubscribe(self: &Arc<Self>, uri: &str) {
         let last = {
-            let mut held = self
-                .server
-                .subscriptions
-                .0
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut held = self.server.subscriptions.lock();
             match held.get_mut(uri) {
                 Some(h) if h.count > 1 => {
                     h.count -= 1;

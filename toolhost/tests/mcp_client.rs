@@ -64,7 +64,34 @@ fn serve_transport(dir: &Path) -> TokioChildProcess {
 }
 
 async fn serve(dir: &Path) -> RunningService<RoleClient, ()> {
-    ().serve(serve_transport(dir)).await.unwrap()
+    serve_as(&(), dir).await
+}
+
+/// [`serve`] with `client` as the client (2025 era).
+async fn serve_as<C: rmcp::ClientHandler + Clone>(
+    client: &C,
+    dir: &Path,
+) -> RunningService<RoleClient, C> {
+    client.clone().serve(serve_transport(dir)).await.unwrap()
+}
+
+/// [`serve`] with `client` as a 2026-07-28 client.
+async fn serve_2026_as<C: rmcp::ClientHandler + Clone>(
+    client: &C,
+    dir: &Path,
+) -> RunningService<RoleClient, C> {
+    use rmcp::ClientServiceExt as _;
+    client
+        .clone()
+        .serve_with_lifecycle(
+            serve_transport(dir),
+            rmcp::ClientLifecycleMode::Auto {
+                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+                legacy_version: None,
+            },
+        )
+        .await
+        .unwrap()
 }
 
 async fn call<S: rmcp::service::Service<RoleClient>>(
@@ -378,11 +405,7 @@ async fn a_2025_client_is_told_when_a_server_behind_toolhost_changes_its_tools()
         "[tool_confirmation.default]\nWRITE = \"auto\"\n",
     );
     let told = ListWatcher::default();
-    let s = told
-        .clone()
-        .serve(serve_transport(dir.path()))
-        .await
-        .unwrap();
+    let s = serve_as(&told, dir.path()).await;
     let caps = s.peer().peer_info().unwrap().capabilities.clone();
     assert_eq!(
         caps.tools.and_then(|t| t.list_changed),
@@ -954,11 +977,7 @@ async fn a_mounted_servers_questions_go_to_the_user_of_the_client_that_made_the_
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), "args = [\"--asks\"]\n");
     let client = AnsweringClient::default();
-    let s = client
-        .clone()
-        .serve(serve_transport(dir.path()))
-        .await
-        .unwrap();
+    let s = serve_as(&client, dir.path()).await;
     // The server's own form, message and answer: not toolhost's allow/deny question.
     assert_eq!(
         text(&call(&s, "fx__ask", json!({})).await),
@@ -1008,11 +1027,7 @@ async fn the_reference_server_everythings_elicitation_and_sampling_reach_the_cal
         return;
     }
     let client = AnsweringClient::default();
-    let s = client
-        .clone()
-        .serve(serve_transport(dir.path()))
-        .await
-        .unwrap();
+    let s = serve_as(&client, dir.path()).await;
     // It publishes these only to a client that declares elicitation and sampling:
     // toolhost declares what it relays.
     let tools = s.peer().list_all_tools().await.unwrap();
@@ -1122,11 +1137,7 @@ async fn a_2025_client_gets_a_mounted_servers_list_changes_resource_updates_and_
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), "args = [\"--offers\"]\n");
     let notices = NoticeKeeper::default();
-    let s = notices
-        .clone()
-        .serve(serve_transport(dir.path()))
-        .await
-        .unwrap();
+    let s = serve_as(&notices, dir.path()).await;
     let peer = s.peer();
     let caps = peer.peer_info().unwrap().capabilities.clone();
     assert_eq!(
@@ -1200,22 +1211,11 @@ async fn a_2025_client_gets_a_mounted_servers_list_changes_resource_updates_and_
 #[allow(deprecated, reason = "logging is what is tested")]
 async fn a_2026_client_gets_resource_updates_and_list_changes_on_its_stream_and_logs_with_its_call()
 {
-    use rmcp::ClientServiceExt as _;
-    use rmcp::model::{ProtocolVersion, ServerNotification as N, SubscriptionFilter};
+    use rmcp::model::{ServerNotification as N, SubscriptionFilter};
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), "args = [\"--offers\"]\n");
     let notices = NoticeKeeper::default();
-    let s = notices
-        .clone()
-        .serve_with_lifecycle(
-            serve_transport(dir.path()),
-            rmcp::ClientLifecycleMode::Auto {
-                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-                legacy_version: None,
-            },
-        )
-        .await
-        .unwrap();
+    let s = serve_2026_as(&notices, dir.path()).await;
     let wanted = SubscriptionFilter::builder()
         .prompts_list_changed()
         .resources_list_changed()
@@ -1270,11 +1270,7 @@ async fn the_reference_server_everythings_progress_and_logs_reach_the_client() {
         return;
     }
     let notices = NoticeKeeper::default();
-    let s = notices
-        .clone()
-        .serve(serve_transport(dir.path()))
-        .await
-        .unwrap();
+    let s = serve_as(&notices, dir.path()).await;
     // Its long-running tool's progress reaches the client that called it (rmcp's client
     // sends a progress token with every request).
     let done = call(
@@ -1300,21 +1296,10 @@ async fn the_reference_server_everythings_progress_and_logs_reach_the_client() {
 
 #[tokio::test]
 async fn a_2025_servers_question_reaches_a_2026_client_in_a_round_of_its_own() {
-    use rmcp::ClientServiceExt as _;
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), "args = [\"--asks\"]\n");
     let client = AnsweringClient::default();
-    let s = client
-        .clone()
-        .serve_with_lifecycle(
-            serve_transport(dir.path()),
-            rmcp::ClientLifecycleMode::Auto {
-                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
-                legacy_version: None,
-            },
-        )
-        .await
-        .unwrap();
+    let s = serve_2026_as(&client, dir.path()).await;
     // The server asks with elicitation/create while its call waits; the 2026 client is
     // asked in an input_required round (rmcp's client loop answers it and retries), and
     // the call that waited gets the answer.
@@ -1372,11 +1357,7 @@ async fn a_subscription_is_renewed_when_its_server_restarts() {
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), "args = [\"--offers\"]\n");
     let notices = NoticeKeeper::default();
-    let s = notices
-        .clone()
-        .serve(serve_transport(dir.path()))
-        .await
-        .unwrap();
+    let s = serve_as(&notices, dir.path()).await;
     s.peer()
         .subscribe(rmcp::model::SubscribeRequestParams::new("fixture://readme"))
         .await
