@@ -1708,3 +1708,57 @@ fn a_change_behind_a_2026_server_reaches_the_client_of_the_toolhost_that_uses_it
         "{listed}"
     );
 }
+
+#[test]
+fn an_answer_for_a_question_parked_on_another_instance_is_told_to_call_again() {
+    // Two stdio instances sharing a key ring (as behind a load balancer) mount the same
+    // 2025-era server. A 2026 client's round on the first parks the server's call there;
+    // its answer, sent to the second, opens the sealed state but finds no waiting call.
+    let ws = workspace();
+    std::fs::write(
+        ws.path().join("toolhost.toml"),
+        format!(
+            "[[mcp_servers]]\nid = \"fixture\"\nprefix = \"fx\"\ncommand = \"{}\"\nargs = [\"--asks\"]\n",
+            toolhost_tests::fixtures().mcp_server().display()
+        ),
+    )
+    .unwrap();
+    let ring = "k1 AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+    let instance = || {
+        let child = command(ws.path(), &["serve", "--mcp"])
+            .env("TOOLHOST_REQUEST_STATE_KEYS", ring)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        Server {
+            child,
+            addr: String::new(),
+            log: Default::default(),
+        }
+    };
+    let (mut first, mut second) = (instance(), instance());
+    let asked = StdioClient::of(&mut first).ask(stateless(
+        1,
+        "tools/call",
+        json!({"name": "fx__ask", "arguments": {}}),
+        true,
+    ));
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    let state = asked["result"]["requestState"].clone();
+    let answer = StdioClient::of(&mut second).ask(stateless(
+        2,
+        "tools/call",
+        json!({"name": "fx__ask", "arguments": {},
+               "inputResponses": {"elicitation": {"action": "accept", "content": {"color": "teal"}}},
+               "requestState": state}),
+        true,
+    ));
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert!(
+        answer.to_string().contains("is no longer waiting")
+            && answer.to_string().contains("call the tool again"),
+        "{answer}"
+    );
+}
