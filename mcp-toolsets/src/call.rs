@@ -16,6 +16,7 @@ use tool_api::{Tool, ToolContext, ToolDefinition, ToolError, ToolFactory, ToolOu
 use crate::input::{self, Answers as _};
 use crate::parked::{InFlight, PARKED, ParkedCalls, QUESTION_KEY};
 use crate::relay::{FromServer, Relayed};
+use crate::task::Followed;
 use crate::upstream::{Called, Caller, Upstream};
 
 /// The key of a mounted tool's output metadata that holds the server's result whole
@@ -27,8 +28,8 @@ pub const RESULT_META: &str = "mcp_result";
 
 /// The key of a mounted tool's output metadata that holds the server's JSON-RPC error when
 /// it refused the call for a capability the calling client did not declare (`-32021`,
-/// with `data.requiredCapabilities`): a host that passes calls on answers its client with
-/// that error, as the server would have.
+/// with `data.requiredCapabilities`), or when the task it made of the call failed: a host
+/// that passes calls on answers its client with that error, as the server would have.
 pub const ERROR_META: &str = "mcp_error";
 
 /// How many `input_required` rounds one call may take before toolhost gives up.
@@ -127,13 +128,24 @@ impl Tool for McpTool {
             match self.round(call, &answers)? {
                 Called::Complete(result) => break result,
                 Called::NeedsCapability(refused) => {
-                    let mut out = ToolOutput::text(format!(
-                        "MCP server '{id}' refused the call: {} (the calling client did not declare a capability the tool needs)",
-                        refused.message
+                    return Ok(protocol_error(
+                        format!(
+                            "MCP server '{id}' refused the call: {} (the calling client did not declare a capability the tool needs)",
+                            refused.message
+                        ),
+                        refused,
                     ));
-                    out.success = false;
-                    out.metadata = serde_json::json!({ ERROR_META: refused });
-                    return Ok(out);
+                }
+                Called::Task(created) => {
+                    match crate::task::follow(&self.server, &self.cancel, created, ctx, &answers)? {
+                        Followed::Result(result) => break result,
+                        Followed::Failed(error) => {
+                            return Ok(protocol_error(
+                                format!("MCP server '{id}' failed the call: {}", error.message),
+                                error,
+                            ));
+                        }
+                    }
                 }
                 Called::InputRequired(_) if rounds == MAX_INPUT_ROUNDS => {
                     return Err(ToolError::failed(format!(
@@ -208,6 +220,15 @@ impl Tool for McpTool {
         self.cancel.notify_one();
         true
     }
+}
+
+/// A call that ended in the server's protocol error: a failed output whose metadata holds
+/// the error ([`ERROR_META`]) for a host that passes it on.
+fn protocol_error(text: String, error: rmcp::ErrorData) -> ToolOutput {
+    let mut out = ToolOutput::text(text);
+    out.success = false;
+    out.metadata = serde_json::json!({ ERROR_META: error });
+    out
 }
 
 /// What one `tools/call` round waits for next.

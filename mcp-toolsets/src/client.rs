@@ -64,6 +64,8 @@ impl ClientHandler for ClientSide {
         let caps: rmcp::model::ClientCapabilities = serde_json::from_value(serde_json::json!({
             "elicitation": {"form": {}, "url": {}},
             "sampling": {},
+            // toolhost follows a server's tasks itself (`crate::task`).
+            "extensions": {rmcp::model::TASKS_EXTENSION_ID: {}},
         }))
         .unwrap_or_default();
         rmcp::model::ClientConfig::new(

@@ -48,6 +48,7 @@ pub mod offers;
 mod parked;
 pub mod pins;
 pub mod relay;
+mod task;
 mod upstream;
 
 pub use call::{ERROR_META, MAX_INPUT_ROUNDS, RESULT_META};

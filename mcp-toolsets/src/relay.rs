@@ -78,6 +78,25 @@ pub trait ClientRelay: Send + Sync {
     /// present to a 2026-07-28 server as the call's client capabilities, so that it asks
     /// what the client can answer; `None`: the connection's own declaration stands.
     fn capabilities(&self, call: &str) -> Option<rmcp::model::ClientCapabilities>;
+    /// The server made a task of `call` (the tasks extension): the host may make the call a
+    /// task of its own for its client. Resolves to whether it did; then what the server's
+    /// task asks goes through [`ClientRelay::task_input`].
+    fn became_task(&self, call: &str) -> RelayFuture<bool> {
+        let _ = call;
+        Box::pin(std::future::ready(Relayed::Answered(false)))
+    }
+    /// A request the server's task waits on, under the server's own `key`, put in the
+    /// host's task for `call`; its answer goes back to the server's task unchanged.
+    /// [`Relayed::CannotAsk`] when `call` is no task of the host's.
+    fn task_input(
+        &self,
+        call: &str,
+        key: &str,
+        request: rmcp::model::InputRequest,
+    ) -> RelayFuture<serde_json::Value> {
+        let _ = (call, key, request);
+        Box::pin(std::future::ready(Relayed::CannotAsk))
+    }
 }
 
 /// What the server sent that a call in flight takes.

@@ -34,6 +34,9 @@ pub(crate) struct Caller {
 pub(crate) enum Called {
     Complete(CallToolResult),
     InputRequired(rmcp::model::InputRequiredResult),
+    /// The server made a task of the call (the tasks extension): its result comes from
+    /// following the task ([`crate::task`]).
+    Task(rmcp::model::CreateTaskResult),
     /// The server refused the call for a capability the calling client did not declare
     /// (`-32021`): the client's protocol error, not the tool's.
     NeedsCapability(rmcp::ErrorData),
@@ -623,6 +626,7 @@ impl Upstream {
         match outcome {
             Ok(ServerResult::CallToolResult(result)) => Ok(Called::Complete(result)),
             Ok(ServerResult::InputRequiredResult(asked)) => Ok(Called::InputRequired(asked)),
+            Ok(ServerResult::CreateTaskResult(created)) => Ok(Called::Task(created)),
             Err(rmcp::ServiceError::McpError(e))
                 if e.code == rmcp::model::ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY =>
             {

@@ -123,6 +123,7 @@ async fn serve_http(
             by_principal: Default::default(),
         },
         host.upstreams(&routes).await,
+        mcp::Tasks::new(sources.config.mcp.tasks.settings()),
     );
     let control = http::control::Control::new(dispatcher.clone(), routes);
     let server = http::Server::new(Some(shared), control, options);
@@ -209,6 +210,7 @@ async fn serve_mcp(sources: &Sources<'_>, serve: &ServeArgs) -> Result<ExitCode,
         confirmations(sources, &dispatcher)?,
         mcp::Sessions::One(session),
         host.upstreams(&routes).await,
+        mcp::Tasks::new(sources.config.mcp.tasks.settings()),
     );
     let server = mcp::McpServer::new(shared.clone());
     tracing::info!(workspace = %args.workspace.display(), "MCP server on stdio");

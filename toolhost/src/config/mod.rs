@@ -164,6 +164,8 @@ pub struct McpConfig {
     /// `~/.local/state/toolhost/mcp-pins.json`). Keep it outside every workspace: a tool
     /// that can write it can approve a changed definition.
     pub pins_file: Option<PathBuf>,
+    /// Calls that outlive their request ([`crate::mcp::tasks`]).
+    pub tasks: McpTasks,
 }
 
 impl Default for McpConfig {
@@ -173,6 +175,51 @@ impl Default for McpConfig {
             max_message_bytes: MessageBytes(crate::mcp::screen::DEFAULT_MAX_MESSAGE_BYTES),
             request_state_keys: None,
             pins_file: None,
+            tasks: McpTasks::default(),
+        }
+    }
+}
+
+/// The `[mcp.tasks]` table: MCP tasks (the `io.modelcontextprotocol/tasks` extension).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpTasks {
+    /// Whether toolhost offers tasks at all (default `true`).
+    pub enabled: bool,
+    /// A call of a client that takes tasks, still running after this many seconds,
+    /// becomes a task (default 1).
+    pub after: Seconds,
+    /// How long a task stays readable after it ends, and the longest its call may run, in
+    /// seconds (default 3600).
+    pub ttl: Seconds,
+    /// The polling interval suggested to clients, in seconds (default 0.5).
+    pub poll_interval: Seconds,
+    /// The most tasks one client (principal) keeps (default 100).
+    pub max_per_client: Limit,
+}
+
+impl Default for McpTasks {
+    fn default() -> Self {
+        let d = crate::mcp::TaskSettings::default();
+        McpTasks {
+            enabled: d.enabled,
+            after: Seconds(d.after),
+            ttl: Seconds(d.ttl),
+            poll_interval: Seconds(d.poll_interval),
+            max_per_client: Limit(d.max_per_client),
+        }
+    }
+}
+
+impl McpTasks {
+    /// The settings the server's task table takes.
+    pub fn settings(&self) -> crate::mcp::TaskSettings {
+        crate::mcp::TaskSettings {
+            enabled: self.enabled,
+            after: self.after.0,
+            ttl: self.ttl.0,
+            poll_interval: self.poll_interval.0,
+            max_per_client: self.max_per_client.0,
         }
     }
 }

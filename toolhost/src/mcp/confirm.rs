@@ -17,6 +17,9 @@
 //!   stdio: the one session, as today). A question a tool asks while it runs
 //!   (`ToolContext::ask_user`) cannot wait for a 2026 client's next round: it goes to a
 //!   watching console, else to the fallback.
+//! - A call that became a task ([`super::tasks`]) asks in its task: the same form waits
+//!   in the task's `inputRequests` under `confirm` until `tasks/update` answers it. A
+//!   question asked while the call runs goes there too.
 //! - A client that cannot be asked gets `[mcp] prompt_fallback` (default `deny`; the
 //!   result says that nobody could be asked and names the keys that allow the tool).
 
@@ -72,8 +75,9 @@ const CANNOT_ELICIT: &str =
 
 /// What ends a 2026-07-28 client's round with `input_required`.
 pub(crate) enum Question {
-    /// toolhost's own confirmation question.
-    Confirm(ConfirmationRequest),
+    /// toolhost's own confirmation question, and where its answer goes when the handler
+    /// keeps the call going (as a task) instead of ending the round.
+    Confirm(ConfirmationRequest, oneshot::Sender<Answer>),
     /// A mounted server's `input_required` round, relayed whole.
     Relay(rmcp::model::InputRequiredResult),
 }
@@ -94,8 +98,35 @@ pub(crate) enum Route {
     },
     /// The user already answered, in a verified retry (2026-07-28).
     Answered(Decision),
+    /// The call became a task: its questions wait in the task's `inputRequests`.
+    Task(super::tasks::TaskHandle),
+    /// A question ended this round (a [`Route::Defer`] was taken): the call is on its way
+    /// out, and a further question falls back.
+    Asked,
     /// Nobody can be asked: `[mcp] prompt_fallback`.
     Fallback,
+}
+
+/// A call whose client takes tasks: whether it became one, asked for by a mounted server
+/// that made a task of it ([`Routes::became_task`]) and decided by the handler.
+pub(crate) struct Promotion {
+    /// A mounted server made a task of the call.
+    pub(crate) asked: tokio::sync::Notify,
+    /// Whether the call became a task of toolhost's: `None` until decided.
+    decided: tokio::sync::watch::Sender<Option<bool>>,
+}
+
+impl Promotion {
+    /// Says whether the call became a task (once; later words change nothing).
+    pub(crate) fn decide(&self, became: bool) {
+        self.decided.send_if_modified(|d| {
+            let first = d.is_none();
+            if first {
+                *d = Some(became);
+            }
+            first
+        });
+    }
 }
 
 /// The routes of the calls in flight, by tool-use id.
@@ -108,6 +139,8 @@ pub struct Routes {
     resumes: Mutex<HashMap<Arc<str>, mcp_toolsets::Resume>>,
     /// What each call's client can be asked while the call runs.
     caps: Mutex<HashMap<Arc<str>, rmcp::model::ClientCapabilities>>,
+    /// The calls that may become tasks (their clients take tasks).
+    promotions: Mutex<HashMap<Arc<str>, Arc<Promotion>>>,
     fallback: PromptFallback,
     /// The config file, named in the fallback's advice.
     config_file: String,
@@ -124,6 +157,7 @@ impl Routes {
             clients: Mutex::new(HashMap::new()),
             resumes: Mutex::new(HashMap::new()),
             caps: Mutex::new(HashMap::new()),
+            promotions: Mutex::new(HashMap::new()),
             fallback,
             config_file: config_file.into(),
             watchers: std::sync::atomic::AtomicUsize::new(0),
@@ -193,10 +227,65 @@ impl Routes {
         if !answers_all(caps, asked) {
             return false;
         }
-        let Some(Route::Defer { to, .. }) = routes.insert(id.into(), Route::Fallback) else {
+        let Some(Route::Defer { to, .. }) = routes.insert(id.into(), Route::Asked) else {
             return false;
         };
         to.send(Question::Relay(asked.clone())).is_ok()
+    }
+
+    fn promotions_lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Arc<Promotion>>> {
+        self.promotions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks the call `id` (entered) as one that may become a task, until its guard drops.
+    pub(crate) fn offer_task(&self, id: Arc<str>) -> Arc<Promotion> {
+        let promotion = Arc::new(Promotion {
+            asked: tokio::sync::Notify::new(),
+            decided: tokio::sync::watch::channel(None).0,
+        });
+        self.promotions_lock().insert(id, promotion.clone());
+        promotion
+    }
+
+    /// Makes the call `id` a task: its questions go to `task` from now on. `false` when a
+    /// question already ended its round ([`Route::Asked`]), unless `asked` says the
+    /// handler holds that question itself.
+    pub(crate) fn to_task(&self, id: &str, task: super::tasks::TaskHandle, asked: bool) -> bool {
+        let mut routes = self.lock();
+        match routes.get_mut(id) {
+            Some(Route::Asked) if !asked => false,
+            None => false,
+            Some(route) => {
+                *route = Route::Task(task);
+                true
+            }
+        }
+    }
+
+    /// The task the call `id` became, if it did.
+    pub(crate) fn task_of(&self, id: &str) -> Option<super::tasks::TaskHandle> {
+        match self.lock().get(id) {
+            Some(Route::Task(task)) => Some(task.clone()),
+            _ => None,
+        }
+    }
+
+    /// A mounted server made a task of the call `id`: asks the handler to make it a task of
+    /// toolhost's too, and says whether it did (`false` at once for a call whose client
+    /// does not take tasks).
+    pub(crate) fn became_task(&self, id: &str) -> mcp_toolsets::RelayFuture<bool> {
+        let promotion = self.promotions_lock().get(id).cloned();
+        Box::pin(async move {
+            let Some(promotion) = promotion else {
+                return mcp_toolsets::Relayed::Answered(false);
+            };
+            promotion.asked.notify_one();
+            let mut decided = promotion.decided.subscribe();
+            match decided.wait_for(Option::is_some).await {
+                Ok(became) => mcp_toolsets::Relayed::Answered(became.unwrap_or(false)),
+                Err(_) => mcp_toolsets::Relayed::Answered(false),
+            }
+        })
     }
 
     /// Sets a call's route, the connection of its client if that takes requests while the
@@ -223,11 +312,21 @@ impl Routes {
 }
 
 /// What of `declared` a mounted server may ask of the client while a call runs:
-/// elicitation, sampling and roots.
+/// elicitation, sampling and roots; and whether the client takes tasks (toolhost follows
+/// a server's task for it, and makes the call a task of its own).
 pub(crate) fn asked_of(
     declared: &rmcp::model::ClientCapabilities,
 ) -> rmcp::model::ClientCapabilities {
     let mut asked = rmcp::model::ClientCapabilities::default();
+    if declared.supports_tasks() {
+        asked
+            .extensions
+            .get_or_insert_with(Default::default)
+            .insert(
+                rmcp::model::TASKS_EXTENSION_ID.to_string(),
+                Default::default(),
+            );
+    }
     asked.elicitation = declared.elicitation.clone();
     #[allow(deprecated, reason = "clients still declare sampling and roots")]
     {
@@ -298,6 +397,10 @@ impl Drop for RouteGuard {
         self.routes.clients_lock().remove(&self.id);
         self.routes.resumes_lock().remove(&self.id);
         self.routes.caps_lock().remove(&self.id);
+        if let Some(promotion) = self.routes.promotions_lock().remove(&self.id) {
+            // A call that ends before it was decided did not become a task.
+            promotion.decide(false);
+        }
     }
 }
 
@@ -344,6 +447,34 @@ pub(crate) fn question(request: &ConfirmationRequest) -> String {
     message
 }
 
+/// The answer to `request` asked in `task`: the confirmation form waits in its
+/// `inputRequests` under `confirm` until `tasks/update` answers it.
+pub(crate) async fn asked_in_task(
+    task: super::tasks::TaskHandle,
+    request: ConfirmationRequest,
+) -> Answer {
+    let cancelled = || {
+        Answer::fallback(
+            Decision::Deny,
+            "The task was cancelled or expired before its user answered, so the call was denied.",
+        )
+    };
+    let Some(schema) = decision_schema() else {
+        return cancelled();
+    };
+    let form = rmcp::model::InputRequest::Elicitation(rmcp::model::ElicitRequest::new(
+        ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message: question(&request),
+            requested_schema: schema,
+        },
+    ));
+    match task.ask("confirm", form).await {
+        Some(answer) => decision_of(&answer).into(),
+        None => cancelled(),
+    }
+}
+
 /// A form elicitation's answer (`{"action": "accept", "content": {"decision": …}}`) as a
 /// decision; anything but an accepted allow or always is a deny.
 pub(crate) fn decision_of(result: &Value) -> Decision {
@@ -383,19 +514,27 @@ impl Confirmer for McpConfirmer {
                 // The sender goes to the first question; a second one (none is expected)
                 // falls back.
                 Some(Route::Defer { .. }) => {
-                    routes.insert(request.call.tool_use_id.clone(), Route::Fallback)
+                    routes.insert(request.call.tool_use_id.clone(), Route::Asked)
                 }
                 Some(Route::Elicit(peer)) => Some(Route::Elicit(peer.clone())),
                 Some(Route::Answered(d)) => Some(Route::Answered(*d)),
-                Some(Route::Fallback) | None => None,
+                Some(Route::Task(task)) => Some(Route::Task(task.clone())),
+                Some(Route::Asked | Route::Fallback) | None => None,
             }
         };
         match route {
             Some(Route::Answered(decision)) => Box::pin(std::future::ready(decision.into())),
             Some(Route::Defer { to, .. }) => {
-                let _ = to.send(Question::Confirm(request));
-                // The handler ends the round; this question is withdrawn with the call.
-                Box::pin(std::future::pending())
+                let (reply, answer) = oneshot::channel();
+                let _ = to.send(Question::Confirm(request, reply));
+                // The handler ends the round (the question is withdrawn with the call), or
+                // makes the call a task and asks there.
+                Box::pin(async move {
+                    match answer.await {
+                        Ok(answer) => answer,
+                        Err(_) => std::future::pending().await,
+                    }
+                })
             }
             Some(Route::Elicit(peer)) => Box::pin(async move {
                 let Some(schema) = decision_schema() else {
@@ -427,11 +566,12 @@ impl Confirmer for McpConfirmer {
                     }
                 }
             }),
+            Some(Route::Task(task)) => Box::pin(asked_in_task(task, request)),
             // A console is watching: it answers (first answer wins), or the timeout does.
-            Some(Route::Fallback) | None if self.routes.watched() => {
+            Some(Route::Asked | Route::Fallback) | None if self.routes.watched() => {
                 Box::pin(std::future::pending())
             }
-            Some(Route::Fallback) | None => Box::pin(std::future::ready(fallback(
+            Some(Route::Asked | Route::Fallback) | None => Box::pin(std::future::ready(fallback(
                 request.tool_name(),
                 CANNOT_ELICIT,
             ))),

@@ -17,9 +17,11 @@ pub mod screen;
 pub mod server;
 pub mod sessions;
 pub mod stdio;
+pub mod tasks;
 
 pub use confirm::{McpConfirmer, PromptFallback, Routes};
 pub use gateway::Upstreams;
 pub use server::{McpServer, McpShared};
 pub use sessions::{Principal, Sessions};
 pub use stdio::EofNotify;
+pub use tasks::{TaskSettings, Tasks};

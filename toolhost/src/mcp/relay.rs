@@ -12,6 +12,10 @@
 //! - to a 2026-07-28 client, a 2025-era server's `elicitation/create` too, in a round of
 //!   the client's own while the server's call waits, parked (`mcp_toolsets`' `parked`).
 //!
+//! - to a client whose call became a task ([`super::tasks`]), every request, in the task's
+//!   `inputRequests`: a 2025-era server's under `elicitation` or `sampling`, the requests a
+//!   server's own task waits on under the server's keys; `tasks/update` brings the answer.
+//!
 //! A client that cannot take the request (it did not declare the capability) leaves it to
 //! the confirmation broker (elicitation) or fails the call, naming the server (sampling).
 
@@ -22,15 +26,43 @@
 
 use mcp_toolsets::{ClientRelay, RelayFuture, Relayed, Resume};
 use rmcp::model::{
-    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
-    InputRequiredResult,
+    CreateMessageRequest, CreateMessageRequestParams, CreateMessageResult, ElicitRequest,
+    ElicitRequestParams, ElicitResult, InputRequest, InputRequiredResult,
 };
 use rmcp::service::ElicitationMode;
+use serde_json::Value;
 
 use super::confirm::Routes;
+use super::tasks::TaskHandle;
+
+/// Asks `request` in `task` under `key`; the answer as the server takes it.
+fn in_task<T: serde::de::DeserializeOwned + Send + 'static>(
+    task: TaskHandle,
+    key: String,
+    request: InputRequest,
+) -> RelayFuture<T> {
+    Box::pin(async move {
+        match task.ask(&key, request).await {
+            Some(answer) => match serde_json::from_value(answer) {
+                Ok(answer) => Relayed::Answered(answer),
+                Err(e) => Relayed::Failed(format!(
+                    "the answer given through tasks/update for '{key}' is not of the kind asked: {e}"
+                )),
+            },
+            None => Relayed::Failed(format!(
+                "task {} was cancelled or expired before '{key}' was answered",
+                task.id()
+            )),
+        }
+    })
+}
 
 impl ClientRelay for Routes {
     fn elicit(&self, call: &str, params: ElicitRequestParams) -> RelayFuture<ElicitResult> {
+        if let Some(task) = self.task_of(call) {
+            let request = InputRequest::Elicitation(ElicitRequest::new(params));
+            return in_task(task, "elicitation".into(), request);
+        }
         let mode = match &params {
             ElicitRequestParams::UrlElicitationParams { .. } => ElicitationMode::Url,
             _ => ElicitationMode::Form,
@@ -54,6 +86,10 @@ impl ClientRelay for Routes {
         call: &str,
         params: CreateMessageRequestParams,
     ) -> RelayFuture<CreateMessageResult> {
+        if let Some(task) = self.task_of(call) {
+            let request = InputRequest::CreateMessage(CreateMessageRequest::new(params));
+            return in_task(task, "sampling".into(), request);
+        }
         let client = self.client(call).filter(|peer| {
             peer.peer_info()
                 .is_some_and(|info| info.capabilities.sampling.is_some())
@@ -79,5 +115,16 @@ impl ClientRelay for Routes {
 
     fn capabilities(&self, call: &str) -> Option<rmcp::model::ClientCapabilities> {
         self.client_capabilities(call)
+    }
+
+    fn became_task(&self, call: &str) -> RelayFuture<bool> {
+        Routes::became_task(self, call)
+    }
+
+    fn task_input(&self, call: &str, key: &str, request: InputRequest) -> RelayFuture<Value> {
+        match self.task_of(call) {
+            Some(task) => in_task(task, key.to_string(), request),
+            None => Box::pin(std::future::ready(Relayed::CannotAsk)),
+        }
     }
 }

@@ -233,18 +233,9 @@ impl Confirmations {
         arguments: &Value,
         relay: Option<RelayRound>,
     ) -> String {
-        let mut nonce = [0u8; 16];
-        if getrandom::fill(&mut nonce).is_err() {
-            // No randomness: a nonce from the clock still differs per call.
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_nanos();
-            nonce = t.to_le_bytes();
-        }
         let sealed = Sealed {
             tool: tool.to_string(),
-            nonce: hex(&nonce),
+            nonce: random_hex(),
             relay,
         };
         let ad = associated_data(principal, tool, arguments);
@@ -327,6 +318,20 @@ fn write_canonical(value: &Value, out: &mut Vec<u8>) {
         }
         other => out.extend_from_slice(other.to_string().as_bytes()),
     }
+}
+
+/// 16 random bytes in hex: a nonce, a task id.
+pub(crate) fn random_hex() -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        // No randomness: the clock still differs per call.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        bytes = t.to_le_bytes();
+    }
+    hex(&bytes)
 }
 
 fn hex(bytes: &[u8]) -> String {

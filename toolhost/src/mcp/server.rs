@@ -25,8 +25,8 @@ use std::sync::{Arc, Mutex};
 use dispatcher_core::{ConfirmationRequest, Dispatcher, Session, ToolResultBlock, ToolUse};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ContentBlock,
-    ElicitRequest, ElicitRequestParams, Implementation, InputRequest, InputRequests,
-    InputRequiredResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    CreateTaskResult, ElicitRequest, ElicitRequestParams, Implementation, InputRequest,
+    InputRequests, InputRequiredResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
     ServerCapabilities, ServerConfig, SubscriptionFilter, Tool, ToolAnnotations,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer, SubscriptionContext};
@@ -65,6 +65,8 @@ pub struct McpShared {
     pub listens: Listens,
     /// The mounted MCP servers whose prompts and resources pass through.
     pub upstreams: Upstreams,
+    /// The calls that became tasks.
+    pub tasks: Arc<super::tasks::Tasks>,
     next_call: AtomicU64,
 }
 
@@ -76,6 +78,7 @@ impl McpShared {
         confirmations: Confirmations,
         sessions: Sessions,
         upstreams: Upstreams,
+        tasks: Arc<super::tasks::Tasks>,
     ) -> Arc<Self> {
         Arc::new(McpShared {
             dispatcher,
@@ -83,6 +86,7 @@ impl McpShared {
             confirmations,
             sessions,
             upstreams,
+            tasks,
             listens: Listens::default(),
             next_call: AtomicU64::new(1),
         })
@@ -248,63 +252,6 @@ impl McpServer {
             },
         }
     }
-
-    fn to_mcp(&self, block: ToolResultBlock) -> CallToolResult {
-        let content: Vec<ContentBlock> = block
-            .content
-            .iter()
-            .map(|c| match c {
-                Content::Text { text } => ContentBlock::text(text.clone()),
-                Content::Image { mime, data } => {
-                    use base64::Engine as _;
-                    ContentBlock::image(
-                        base64::engine::general_purpose::STANDARD.encode(data),
-                        mime.clone(),
-                    )
-                }
-            })
-            .collect();
-        let mut result = if block.is_error() {
-            CallToolResult::error(content)
-        } else {
-            CallToolResult::success(content)
-        };
-        // A mounted server's result, whole (audio, embedded resources, structured content),
-        // unless toolhost cut it for size.
-        if let Some(whole) = block.metadata.get(mcp_toolsets::RESULT_META)
-            && block.metadata.get("spooled_output").is_none()
-        {
-            if let Some(content) = whole
-                .get("content")
-                .and_then(|c| serde_json::from_value::<Vec<ContentBlock>>(c.clone()).ok())
-            {
-                result.content = content;
-            }
-            result.structured_content = whole
-                .get("structuredContent")
-                .filter(|v| !v.is_null())
-                .cloned();
-        }
-        if !block.record.is_empty() {
-            // What the tool did, for the client and its user (never part of the content the
-            // model reads): `_meta` is the protocol's place for it.
-            let mut meta = rmcp::model::MetaObject::new();
-            if !block.record.files_modified.is_empty() {
-                meta.0.insert(
-                    "toolhost/files_modified".into(),
-                    serde_json::json!(block.record.files_modified),
-                );
-            }
-            if let Some(command) = &block.record.command_executed {
-                meta.0.insert(
-                    "toolhost/command_executed".into(),
-                    serde_json::json!(command),
-                );
-            }
-            result.meta = Some(meta);
-        }
-        result
-    }
 }
 
 impl Drop for McpServer {
@@ -327,13 +274,17 @@ impl Drop for McpServer {
             });
         }
         // An HTTP client's session ends with its MCP session: stop what still runs there.
+        // Its tasks outlive it: the session closes once they have ended.
         let own = self.own.get_mut().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(session) = own
             && let Ok(handle) = tokio::runtime::Handle::try_current()
         {
-            let dispatcher = self.shared.dispatcher.clone();
+            let shared = self.shared.clone();
             handle.spawn(async move {
-                dispatcher.close_session(session.id()).await;
+                while shared.tasks.running_in(session.id()) > 0 {
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+                shared.dispatcher.close_session(session.id()).await;
             });
         }
     }
@@ -364,6 +315,9 @@ impl ServerHandler for McpServer {
         }
         if upstreams.subscribes() {
             capabilities["resources"]["subscribe"] = Value::Bool(true);
+        }
+        if self.shared.tasks.settings().enabled {
+            capabilities["extensions"] = serde_json::json!({ rmcp::model::TASKS_EXTENSION_ID: {} });
         }
         let capabilities: ServerCapabilities =
             serde_json::from_value(capabilities).unwrap_or_default();
@@ -604,6 +558,7 @@ impl ServerHandler for McpServer {
         Err(method_not_found(
             &request.method,
             "this server answers initialize, server/discover, ping, tools/list, tools/call, \
+             tasks/get, tasks/update, tasks/cancel (the tasks extension), \
              subscriptions/listen, logging/setLevel, and the prompts and resources of the MCP \
              servers it mounts (prompts/list, prompts/get, resources/list, \
              resources/templates/list, resources/read, resources/subscribe, \
@@ -782,10 +737,13 @@ impl ServerHandler for McpServer {
         let principal = principal(&context);
         tracing::debug!(?era, version = ?context.protocol_version(), %principal, "tools/call");
         let session = self.session(era, &principal)?;
+        let caps = context.client_capabilities().unwrap_or_default();
+        let takes_tasks = self.shared.tasks.settings().enabled && caps.supports_tasks();
         let tool_use_id: Arc<str> = match self.shared.sessions {
-            Sessions::One(_) => format!("mcp-{}", context.id).into(),
-            // Clients sharing a session may reuse JSON-RPC ids.
-            Sessions::PerClient { .. } => format!(
+            Sessions::One(_) if !takes_tasks => format!("mcp-{}", context.id).into(),
+            // Clients sharing a session may reuse JSON-RPC ids, and a task's call outlives
+            // its request's id.
+            _ => format!(
                 "mcp-{}-{}",
                 self.shared.next_call.fetch_add(1, Ordering::Relaxed),
                 context.id
@@ -795,7 +753,6 @@ impl ServerHandler for McpServer {
         let name = request.name.to_string();
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         let (defer_tx, deferred) = oneshot::channel();
-        let caps = context.client_capabilities().unwrap_or_default();
         let caps_declared = caps.clone();
         let mut resume = None;
         let route = match (era, request.request_state) {
@@ -875,12 +832,11 @@ impl ServerHandler for McpServer {
                 caps
             }),
         };
-        let _route = self
-            .shared
-            .routes
-            .enter(tool_use_id.clone(), route, client, asked);
+        let routes = &self.shared.routes;
+        let route = routes.enter(tool_use_id.clone(), route, client, asked);
+        let promotion = takes_tasks.then(|| routes.offer_task(tool_use_id.clone()));
         if let Some(resume) = resume {
-            self.shared.routes.resume_with(tool_use_id.clone(), resume);
+            routes.resume_with(tool_use_id.clone(), resume);
         }
         let dispatcher = &self.shared.dispatcher;
         let mut call = dispatcher.invocation(
@@ -915,10 +871,35 @@ impl ServerHandler for McpServer {
             self.shared.upstreams.lower_log_level(&server, least).await;
             logs = Some((done, told));
         }
-        let _logs = AbortOnDrop(logs.as_ref().map(|(_, task)| task.abort_handle()));
-        // On the heap: the request task rmcp spawns holds this handler's future, and a
-        // large future is copied whole when the task is spawned.
-        let mut dispatch = Box::pin(call.run());
+        // What tells the request's client as the call runs: stopped when a task takes the
+        // call over (its request has been answered).
+        let telling: Vec<tokio::task::AbortHandle> = watcher
+            .iter()
+            .map(|(_, task)| task.abort_handle())
+            .chain(logs.iter().map(|(_, task)| task.abort_handle()))
+            .collect();
+        // The call, to its result as the client gets it; its route stays set while it runs.
+        let run = async move {
+            let _route = route;
+            let _logs = AbortOnDrop(logs.as_ref().map(|(_, task)| task.abort_handle()));
+            let block = call.run().await;
+            if let Some((done, task)) = logs {
+                // The log messages that came before the answer go first.
+                let _ = done.send(());
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(2), task).await;
+            }
+            if let Some((done, task)) = watcher {
+                // Flush the last chunks before the result, so that they arrive first.
+                let _ = done.send(());
+                if tokio::time::timeout(std::time::Duration::from_secs(2), task)
+                    .await
+                    .is_err()
+                {
+                    tracing::debug!("live output to the MCP client did not flush in time");
+                }
+            }
+            Finished::of(block)
+        };
         let deferred = async {
             match deferred.await {
                 Ok(question) => question,
@@ -926,66 +907,254 @@ impl ServerHandler for McpServer {
             }
         };
         tokio::pin!(deferred);
-        let block = tokio::select! {
-            // A question first: a relayed round ends the call right after it hands the
-            // round over, and its result is not the answer.
-            biased;
-            question = &mut deferred => {
+        let Some(promotion) = promotion else {
+            // On the heap: the request task rmcp spawns holds this handler's future, and a
+            // large future is copied whole when the task is spawned.
+            let mut run = Box::pin(run);
+            return tokio::select! {
+                // A question first: a relayed round ends the call right after it hands the
+                // round over, and its result is not the answer.
+                biased;
                 // This round ends here: the question goes to the client with a sealed
                 // state, and the call (waiting for its answer) is dropped.
-                if let Some((done, _)) = watcher {
-                    let _ = done.send(());
+                question = &mut deferred => Ok(self.round(question, &principal, &name, &arguments)),
+                finished = &mut run => finished.answer(),
+                _ = context.ct.cancelled() => {
+                    tracing::info!(tool = %name, "client cancelled the call");
+                    // Signal only: this task drives the call and must keep polling it.
+                    dispatcher.request_cancel(session.id(), &tool_use_id);
+                    run.await.answer()
                 }
-                let asked = match question {
-                    Question::Confirm(question) => {
-                        self.input_required(&question, &principal, &name, &arguments)
-                    }
-                    // A mounted server's round, whole: its requests, and its state inside
-                    // toolhost's.
-                    Question::Relay(asked) => {
-                        let state = self.shared.confirmations.seal_relay(
-                            &principal,
-                            &name,
-                            &arguments,
-                            asked.request_state,
-                        );
-                        InputRequiredResult::new(asked.input_requests, Some(state))
-                    }
-                };
-                return Ok(asked.into());
+            };
+        };
+        // A client that takes tasks: the call runs on its own, and becomes a task when it
+        // runs past `[mcp.tasks] after`, when a mounted server made a task of it, or when
+        // it has to ask its user (the question waits in the task).
+        let mut running = tokio::spawn(run);
+        let after = tokio::time::sleep(self.shared.tasks.settings().after);
+        tokio::pin!(after);
+        let asking = tokio::select! {
+            biased;
+            question = &mut deferred => match question {
+                Question::Confirm(request, reply) => Some((request, reply)),
+                // A mounted server's round: its call upstream has ended, and so does this
+                // round.
+                relayed @ Question::Relay(_) => {
+                    running.abort();
+                    promotion.decide(false);
+                    return Ok(self.round(relayed, &principal, &name, &arguments));
+                }
+            },
+            finished = &mut running => {
+                promotion.decide(false);
+                return Finished::joined(finished).answer();
             }
-            block = &mut dispatch => block,
+            () = promotion.asked.notified() => None,
+            () = &mut after => None,
             _ = context.ct.cancelled() => {
                 tracing::info!(tool = %name, "client cancelled the call");
-                // Signal only: this task drives the call and must keep polling it.
                 dispatcher.request_cancel(session.id(), &tool_use_id);
-                dispatch.as_mut().await
+                promotion.decide(false);
+                return Finished::joined(running.await).answer();
             }
         };
-        if let Some((done, task)) = logs {
-            // The log messages that came before the answer go first.
-            let _ = done.send(());
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), task).await;
-        }
-        if let Some((done, task)) = watcher {
-            // Flush the last chunks before the result, so that they arrive first.
-            let _ = done.send(());
-            if tokio::time::timeout(std::time::Duration::from_secs(2), task)
-                .await
-                .is_err()
-            {
-                tracing::debug!("live output to the MCP client did not flush in time");
+        let cancel: super::tasks::Canceller = {
+            let (dispatcher, session, call) = (
+                dispatcher.clone(),
+                session.id().to_string(),
+                tool_use_id.clone(),
+            );
+            Box::new(move || {
+                dispatcher.request_cancel(&session, &call);
+            })
+        };
+        let task = self
+            .shared
+            .tasks
+            .create(&principal, session.id(), cancel)
+            .filter(|(_, handle)| {
+                let became = routes.to_task(&tool_use_id, handle.clone(), asking.is_some());
+                if !became {
+                    self.shared.tasks.forget(handle.id());
+                }
+                became
+            });
+        promotion.decide(task.is_some());
+        let Some((task, handle)) = task else {
+            // No task (this client's tasks are all running, or a question ended the round
+            // first): the call answers in its request, as without tasks.
+            if let Some((request, reply)) = asking {
+                running.abort();
+                return Ok(self.round(
+                    Question::Confirm(request, reply),
+                    &principal,
+                    &name,
+                    &arguments,
+                ));
             }
+            return tokio::select! {
+                biased;
+                question = &mut deferred => {
+                    running.abort();
+                    Ok(self.round(question, &principal, &name, &arguments))
+                }
+                finished = &mut running => Finished::joined(finished).answer(),
+            };
+        };
+        for task in telling {
+            task.abort();
         }
-        // A mounted server refused the call for a capability this client did not declare:
-        // the client gets the server's protocol error, as it would directly.
-        if let Some(refused) = block.metadata.get(mcp_toolsets::ERROR_META)
-            && let Ok(refused) = serde_json::from_value::<McpError>(refused.clone())
-        {
-            return Err(refused);
+        tracing::debug!(tool = %name, task = %handle.id(), "the call became a task");
+        if let Some((request, reply)) = asking {
+            let asked_in = handle.clone();
+            tokio::spawn(async move {
+                let _ = reply.send(super::confirm::asked_in_task(asked_in, request).await);
+            });
         }
-        Ok(self.to_mcp(block).into())
+        tokio::spawn(async move {
+            handle.finish(Finished::joined(running.await).outcome());
+        });
+        Ok(CallToolResponse::Task(CreateTaskResult::new(task)))
     }
+
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, McpError> {
+        self.shared
+            .tasks
+            .get(&principal(&context), &request.task_id)
+            .map(rmcp::model::GetTaskResult::new)
+    }
+
+    async fn update_task(
+        &self,
+        request: rmcp::model::UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.shared.tasks.update(
+            &principal(&context),
+            &request.task_id,
+            request.input_responses,
+        )
+    }
+
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.shared
+            .tasks
+            .cancel(&principal(&context), &request.task_id)
+    }
+}
+
+/// How a call ended, as its client gets it.
+struct Finished {
+    result: Result<CallToolResult, McpError>,
+    cancelled: bool,
+}
+
+impl Finished {
+    /// The result block as an MCP result; a mounted server's protocol error (a capability
+    /// the client did not declare, a task of its that failed) as that error, as the
+    /// client would have had it directly.
+    fn of(block: ToolResultBlock) -> Finished {
+        let cancelled = block.error_class == Some(dispatcher_core::ErrorClass::Cancelled);
+        let refused = block
+            .metadata
+            .get(mcp_toolsets::ERROR_META)
+            .and_then(|e| serde_json::from_value::<McpError>(e.clone()).ok());
+        let result = match refused {
+            Some(error) => Err(error),
+            None => Ok(to_mcp(block)),
+        };
+        Finished { result, cancelled }
+    }
+
+    /// A call that ran on its own: a panic in it is an internal error.
+    fn joined(joined: Result<Finished, tokio::task::JoinError>) -> Finished {
+        joined.unwrap_or_else(|e| Finished {
+            result: Err(McpError::internal_error(
+                format!("the call stopped unexpectedly: {e}"),
+                None,
+            )),
+            cancelled: e.is_cancelled(),
+        })
+    }
+
+    fn answer(self) -> Result<CallToolResponse, McpError> {
+        self.result.map(Into::into)
+    }
+
+    fn outcome(self) -> super::tasks::Outcome {
+        use super::tasks::Outcome;
+        match self.result {
+            _ if self.cancelled => Outcome::Cancelled,
+            Ok(result) => Outcome::Completed(result),
+            Err(error) => Outcome::Failed(error),
+        }
+    }
+}
+
+/// A result block as an MCP result.
+fn to_mcp(block: ToolResultBlock) -> CallToolResult {
+    let content: Vec<ContentBlock> = block
+        .content
+        .iter()
+        .map(|c| match c {
+            Content::Text { text } => ContentBlock::text(text.clone()),
+            Content::Image { mime, data } => {
+                use base64::Engine as _;
+                ContentBlock::image(
+                    base64::engine::general_purpose::STANDARD.encode(data),
+                    mime.clone(),
+                )
+            }
+        })
+        .collect();
+    let mut result = if block.is_error() {
+        CallToolResult::error(content)
+    } else {
+        CallToolResult::success(content)
+    };
+    // A mounted server's result, whole (audio, embedded resources, structured content),
+    // unless toolhost cut it for size.
+    if let Some(whole) = block.metadata.get(mcp_toolsets::RESULT_META)
+        && block.metadata.get("spooled_output").is_none()
+    {
+        if let Some(content) = whole
+            .get("content")
+            .and_then(|c| serde_json::from_value::<Vec<ContentBlock>>(c.clone()).ok())
+        {
+            result.content = content;
+        }
+        result.structured_content = whole
+            .get("structuredContent")
+            .filter(|v| !v.is_null())
+            .cloned();
+    }
+    if !block.record.is_empty() {
+        // What the tool did, for the client and its user (never part of the content the
+        // model reads): `_meta` is the protocol's place for it.
+        let mut meta = rmcp::model::MetaObject::new();
+        if !block.record.files_modified.is_empty() {
+            meta.0.insert(
+                "toolhost/files_modified".into(),
+                serde_json::json!(block.record.files_modified),
+            );
+        }
+        if let Some(command) = &block.record.command_executed {
+            meta.0.insert(
+                "toolhost/command_executed".into(),
+                serde_json::json!(command),
+            );
+        }
+        result.meta = Some(meta);
+    }
+    result
 }
 
 /// Stops a task when dropped.
@@ -1000,6 +1169,31 @@ impl Drop for AbortOnDrop {
 }
 
 impl McpServer {
+    /// The `input_required` result that ends a round with `question`: toolhost's own
+    /// confirmation, or a mounted server's round whole, its state inside toolhost's.
+    fn round(
+        &self,
+        question: Question,
+        principal: &str,
+        tool: &str,
+        arguments: &Value,
+    ) -> CallToolResponse {
+        match question {
+            Question::Confirm(question, _) => self
+                .input_required(&question, principal, tool, arguments)
+                .into(),
+            Question::Relay(asked) => {
+                let state = self.shared.confirmations.seal_relay(
+                    principal,
+                    tool,
+                    arguments,
+                    asked.request_state,
+                );
+                InputRequiredResult::new(asked.input_requests, Some(state)).into()
+            }
+        }
+    }
+
     /// The `input_required` result asking `question`, with a state sealed for the retry.
     fn input_required(
         &self,

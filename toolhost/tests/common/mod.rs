@@ -2,6 +2,8 @@
 #![allow(dead_code, reason = "each test file uses part of it")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod raw_http;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

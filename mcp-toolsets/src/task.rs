@@ -1,0 +1,275 @@
+//! A call the server made a task of (the `io.modelcontextprotocol/tasks` extension,
+//! SEP-2663): toolhost follows it to its end, so that a mounted tool keeps the shape of a
+//! call (its result, or its error) whichever way the server chose to run it.
+//!
+//! - The server's `CreateTaskResult` is told to the host first ([`ClientRelay::became_task`]),
+//!   which may make the call a task of its own for its client.
+//! - Then `tasks/get` is polled, as often as the server suggests (`pollIntervalMs`, kept
+//!   between 50 ms and 5 s); a changed `statusMessage` is a line of the call's live output.
+//! - What the task waits on (`inputRequests`) is asked once per key: through the host's
+//!   task, under the server's own key, when the host made one ([`ClientRelay::task_input`];
+//!   the client's answer goes back unchanged), else as any request a server makes
+//!   ([`crate::input`]: the host's broker). Each answer goes to the server by
+//!   `tasks/update`.
+//! - Cancelling the call sends `tasks/cancel` and waits, at most [`CANCEL_WAIT`], for the
+//!   task to end.
+//! - The task's end is the call's: `completed` gives its result (a tool error stays one),
+//!   `failed` its JSON-RPC error, `cancelled` a cancelled call.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CallToolResult, CancelTaskParams, CancelTaskRequest, ClientRequest, CreateTaskResult,
+    GetTaskParams, GetTaskRequest, InputRequest, InputRequests, ServerResult, TaskPayload,
+    UpdateTaskParams, UpdateTaskRequest,
+};
+use serde_json::Value;
+use tokio::sync::{Notify, mpsc};
+use tool_api::{ToolContext, ToolError};
+
+use crate::input::{self, Answers};
+use crate::relay::Relayed;
+use crate::upstream::Upstream;
+
+/// The longest a cancelled call waits for the server's task to end.
+pub(crate) const CANCEL_WAIT: Duration = Duration::from_secs(5);
+
+/// The longest one `tasks/*` request to the server may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How a followed task ended, short of being cancelled.
+pub(crate) enum Followed {
+    /// `completed`: the call's result.
+    Result(CallToolResult),
+    /// `failed`: the server's JSON-RPC error.
+    Failed(rmcp::ErrorData),
+}
+
+enum Step {
+    Poll,
+    Cancel,
+    Answered(String, Result<Value, ToolError>),
+}
+
+/// Sends one `tasks/*` request to the server.
+async fn request(
+    server: &Arc<Upstream>,
+    request: ClientRequest,
+) -> Result<ServerResult, ToolError> {
+    let id = &server.config.id;
+    let (peer, _) = server.live_peer().await?;
+    match tokio::time::timeout(REQUEST_TIMEOUT, peer.send_request(request)).await {
+        Ok(Ok(result)) => Ok(result),
+        Ok(Err(e)) => Err(ToolError::failed(format!(
+            "MCP server '{id}' made a task of the call, and following it failed: {e}"
+        ))),
+        Err(_) => Err(ToolError::failed(format!(
+            "MCP server '{id}' made a task of the call, and did not answer about it within {} s",
+            REQUEST_TIMEOUT.as_secs()
+        ))),
+    }
+}
+
+/// Follows the server's task `created` for the call of `ctx` to its end. `cancel` is the
+/// call's cancellation; `answers` answers what the task asks when the host's client
+/// cannot.
+pub(crate) fn follow(
+    server: &Arc<Upstream>,
+    cancel: &Notify,
+    created: CreateTaskResult,
+    ctx: &ToolContext,
+    answers: &dyn Answers,
+) -> Result<Followed, ToolError> {
+    let id = &server.config.id;
+    let runtime = &server.runtime;
+    let relay = server.relay.get().cloned();
+    let task_id = created.task.task_id;
+    let call = ctx.tool_use_id().to_string();
+    // Told before the first poll: the host's client may take the task's questions.
+    let hosted = relay.as_ref().is_some_and(|r| {
+        matches!(
+            runtime.block_on(r.became_task(&call)),
+            Relayed::Answered(true)
+        )
+    });
+    tracing::debug!(server = %id, task = %task_id, hosted, "following the server's task");
+    let poll = Duration::from_millis(created.task.poll_interval_ms.unwrap_or(500))
+        .clamp(Duration::from_millis(50), Duration::from_secs(5));
+    let (answered, mut answers_in) =
+        mpsc::unbounded_channel::<(String, Result<Value, ToolError>)>();
+    let mut asked: HashSet<String> = HashSet::new();
+    let mut cancelled_at: Option<Instant> = None;
+    let mut message = created.task.status_message;
+    let mut first = true;
+    loop {
+        let step = if first {
+            first = false;
+            Step::Poll
+        } else {
+            runtime.block_on(async {
+                tokio::select! {
+                    biased;
+                    Some((key, answer)) = answers_in.recv() => Step::Answered(key, answer),
+                    () = cancel.notified(), if cancelled_at.is_none() => Step::Cancel,
+                    () = tokio::time::sleep(poll) => Step::Poll,
+                }
+            })
+        };
+        match step {
+            Step::Cancel => {
+                cancelled_at = Some(Instant::now());
+                let stop = ClientRequest::CancelTaskRequest(CancelTaskRequest::new(
+                    CancelTaskParams::new(task_id.clone()),
+                ));
+                if let Err(e) = runtime.block_on(request(server, stop)) {
+                    tracing::debug!(server = %id, task = %task_id, "tasks/cancel: {e}");
+                }
+            }
+            Step::Answered(key, Ok(answer)) => {
+                let responses = BTreeMap::from([(key, answer)]);
+                let update = ClientRequest::UpdateTaskRequest(UpdateTaskRequest::new(
+                    UpdateTaskParams::new(task_id.clone(), responses),
+                ));
+                runtime.block_on(request(server, update))?;
+            }
+            Step::Answered(_, Err(e)) => {
+                // The question could not be answered: the task cannot go on.
+                let stop = ClientRequest::CancelTaskRequest(CancelTaskRequest::new(
+                    CancelTaskParams::new(task_id.clone()),
+                ));
+                let _ = runtime.block_on(request(server, stop));
+                return Err(e);
+            }
+            Step::Poll => {
+                if cancelled_at.is_some_and(|at| at.elapsed() >= CANCEL_WAIT) {
+                    return Err(ToolError::Cancelled(format!(
+                        "call to MCP server '{id}' cancelled (its task {task_id} had not ended {} s later)",
+                        CANCEL_WAIT.as_secs()
+                    )));
+                }
+                let get = ClientRequest::GetTaskRequest(GetTaskRequest::new(GetTaskParams::new(
+                    task_id.clone(),
+                )));
+                let detailed = match runtime.block_on(request(server, get))? {
+                    ServerResult::GetTaskResult(got) => got.task,
+                    _ => {
+                        return Err(ToolError::failed(format!(
+                            "MCP server '{id}' answered tasks/get with something else than its task"
+                        )));
+                    }
+                };
+                if detailed.task.status_message != message {
+                    message = detailed.task.status_message.clone();
+                    if let Some(line) = &message {
+                        ctx.output(&format!("{line}\n"));
+                    }
+                }
+                match detailed.payload {
+                    TaskPayload::Working => {}
+                    TaskPayload::InputRequired { input_requests } => {
+                        let new: InputRequests = input_requests
+                            .into_iter()
+                            .filter(|(key, _)| asked.insert(key.clone()))
+                            .collect();
+                        for (key, request) in new {
+                            ask(
+                                server,
+                                relay.as_ref().filter(|_| hosted),
+                                &call,
+                                key,
+                                request,
+                                ctx,
+                                answers,
+                                &answered,
+                            );
+                        }
+                    }
+                    TaskPayload::Completed { result } => {
+                        return serde_json::from_value(Value::Object(result))
+                            .map(Followed::Result)
+                            .map_err(|e| {
+                                ToolError::failed(format!(
+                                    "MCP server '{id}' ended its task with a result that is not a tool result: {e}"
+                                ))
+                            });
+                    }
+                    TaskPayload::Failed { error } => {
+                        let error = serde_json::from_value(Value::Object(error.clone()))
+                            .unwrap_or_else(|_| {
+                                rmcp::ErrorData::internal_error(
+                                    format!("the task failed: {}", Value::Object(error)),
+                                    None,
+                                )
+                            });
+                        return Ok(Followed::Failed(error));
+                    }
+                    TaskPayload::Cancelled => {
+                        return Err(ToolError::Cancelled(format!(
+                            "MCP server '{id}' cancelled its task for the call"
+                        )));
+                    }
+                    other => {
+                        return Err(ToolError::failed(format!(
+                            "MCP server '{id}' reported its task as {:?}, which toolhost does not know",
+                            other.status()
+                        )));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Asks what the task waits on under `key`: through the host's task when there is one
+/// (the answer comes back through `answered`), else through `answers` now.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one question and everything it goes through"
+)]
+fn ask(
+    server: &Arc<Upstream>,
+    relay: Option<&Arc<dyn crate::ClientRelay>>,
+    call: &str,
+    key: String,
+    request: InputRequest,
+    ctx: &ToolContext,
+    answers: &dyn Answers,
+    answered: &mpsc::UnboundedSender<(String, Result<Value, ToolError>)>,
+) {
+    let id = server.config.id.clone();
+    if let Some(relay) = relay {
+        let asking = relay.task_input(call, &key, request.clone());
+        let answered = answered.clone();
+        let broker = request;
+        server.runtime.spawn(async move {
+            let answer = match asking.await {
+                Relayed::Answered(answer) => Ok(answer),
+                Relayed::Failed(why) => Err(ToolError::failed(format!(
+                    "MCP server '{id}' asked in its task, and asking the client that made the call failed: {why}"
+                ))),
+                Relayed::CannotAsk => Err(ToolError::failed(format!(
+                    "MCP server '{id}' asked in its task for input ({}), and nobody could be asked",
+                    method_of(&broker)
+                ))),
+            };
+            let _ = answered.send((key, answer));
+        });
+        return;
+    }
+    let requests = InputRequests::from([(key.clone(), request)]);
+    let answer = input::answer(&id, requests, ctx, answers).and_then(|mut responses| {
+        responses
+            .remove(&key)
+            .ok_or_else(|| ToolError::failed(format!("MCP server '{id}': no answer was made")))
+    });
+    let _ = answered.send((key, answer));
+}
+
+fn method_of(request: &InputRequest) -> String {
+    serde_json::to_value(request)
+        .ok()
+        .and_then(|v| v.get("method").and_then(Value::as_str).map(String::from))
+        .unwrap_or_else(|| "a request".to_string())
+}

@@ -1,0 +1,350 @@
+//! MCP tasks (the `io.modelcontextprotocol/tasks` extension) from `toolhost serve --http`,
+//! driven over raw HTTP as a third-party client would: a slow call of a client that takes
+//! tasks becomes one, `tasks/get` brings its result, `tasks/update` answers what it asks,
+//! `tasks/cancel` stops it, and only its own principal sees it. The conformance suite
+//! (tests/conformance.rs) checks the wire shapes against a mounted server's tasks.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+mod common;
+use common::raw_http::{Response, post_mcp, post_stateless_with, stateless_declaring};
+use common::{Server, serve_http, workspace};
+
+const TASKS: &str = "io.modelcontextprotocol/tasks";
+
+/// A client that takes tasks (and, with `elicits`, can be asked a form).
+fn caps(elicits: bool) -> Value {
+    let mut caps = json!({"extensions": {TASKS: {}}});
+    if elicits {
+        caps["elicitation"] = json!({"form": {}});
+    }
+    caps
+}
+
+/// A toolhost whose calls become tasks after 0.3 s, with `more` config.
+fn serve(ws: &Path, more: &str) -> Server {
+    std::fs::write(
+        ws.join("toolhost.toml"),
+        format!("[mcp.tasks]\nafter = 0.3\npoll_interval = 0.1\n\n{more}"),
+    )
+    .unwrap();
+    serve_http(ws, &[])
+}
+
+const SHELL_ALLOWED: &str = "[tool_confirmation.per_tool]\nshell = \"auto\"\n";
+
+/// A 2026-07-28 client taking tasks, optionally with a bearer token.
+struct Client<'a> {
+    server: &'a Server,
+    caps: Value,
+    token: Option<&'a str>,
+}
+
+impl Client<'_> {
+    fn post(&self, method: &str, params: Value) -> Response {
+        let bearer = self.token.map(|t| format!("Bearer {t}"));
+        let headers: Vec<(&str, &str)> = bearer
+            .as_deref()
+            .map(|b| vec![("Authorization", b)])
+            .unwrap_or_default();
+        let message = stateless_declaring(1, method, params, self.caps.clone());
+        post_stateless_with(&self.server.addr, &headers, &message)
+    }
+
+    /// The result of a request that must succeed.
+    fn ok(&self, method: &str, params: Value) -> Value {
+        let r = self.post(method, params);
+        let body = r.json();
+        assert!(body.get("result").is_some(), "{method}: {body}");
+        body["result"].clone()
+    }
+
+    fn call(&self, tool: &str, arguments: Value) -> Value {
+        self.ok("tools/call", json!({"name": tool, "arguments": arguments}))
+    }
+
+    fn get(&self, task: &str) -> Value {
+        self.ok("tasks/get", json!({"taskId": task}))
+    }
+
+    /// Polls `tasks/get` until `done` holds (at most 20 s).
+    fn until(&self, task: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let got = self.get(task);
+            if done(&got) {
+                return got;
+            }
+            assert!(Instant::now() < deadline, "the task never got there: {got}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn ended(&self, task: &str) -> Value {
+        self.until(task, |t| {
+            ["completed", "failed", "cancelled"].contains(&t["status"].as_str().unwrap_or(""))
+        })
+    }
+}
+
+fn client(server: &Server) -> Client<'_> {
+    Client {
+        server,
+        caps: caps(false),
+        token: None,
+    }
+}
+
+fn task_id(created: &Value) -> String {
+    assert_eq!(created["resultType"], "task", "{created}");
+    created["taskId"].as_str().unwrap().to_string()
+}
+
+fn text(result: &Value) -> String {
+    result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn a_slow_call_becomes_a_task_and_tasks_get_inlines_its_result() {
+    let ws = workspace();
+    let server = serve(ws.path(), SHELL_ALLOWED);
+    let c = client(&server);
+    let started = Instant::now();
+    let created = c.call("shell", json!({"command": "sleep 1.5; echo finished"}));
+    assert!(
+        started.elapsed() < Duration::from_millis(1400),
+        "{:?}",
+        started.elapsed()
+    );
+    let id = task_id(&created);
+    assert_eq!(created["status"], "working");
+    assert_eq!(created["ttlMs"], 3_600_000);
+    assert_eq!(created["pollIntervalMs"], 100);
+    for absent in ["result", "error", "requestState", "task"] {
+        assert!(created.get(absent).is_none(), "{absent}: {created}");
+    }
+    assert_eq!(c.get(&id)["status"], "working");
+    let done = c.ended(&id);
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["resultType"], "complete");
+    assert!(text(&done["result"]).contains("finished"), "{done}");
+    assert_eq!(done["result"]["isError"], false);
+}
+
+#[test]
+fn a_quick_call_answers_in_its_request_even_for_a_client_that_takes_tasks() {
+    let ws = workspace();
+    let server = serve(ws.path(), SHELL_ALLOWED);
+    let result = client(&server).call("shell", json!({"command": "echo quick"}));
+    assert_eq!(result["resultType"], "complete", "{result}");
+    assert!(result.get("taskId").is_none());
+    assert!(text(&result).contains("quick"), "{result}");
+}
+
+#[test]
+fn a_client_that_did_not_declare_tasks_gets_its_result_and_no_task_methods() {
+    let ws = workspace();
+    let server = serve(ws.path(), SHELL_ALLOWED);
+    let c = Client {
+        server: &server,
+        caps: json!({}),
+        token: None,
+    };
+    let result = c.call("shell", json!({"command": "sleep 0.8; echo waited"}));
+    assert_eq!(result["resultType"], "complete", "{result}");
+    assert!(text(&result).contains("waited"), "{result}");
+    let refused = c.post("tasks/get", json!({"taskId": "anything"})).json();
+    assert_eq!(refused["error"]["code"], -32021, "{refused}");
+}
+
+#[test]
+fn tasks_cancel_stops_the_call_and_the_task_ends_cancelled() {
+    let ws = workspace();
+    let server = serve(ws.path(), SHELL_ALLOWED);
+    let c = client(&server);
+    let id = task_id(&c.call("shell", json!({"command": "sleep 30; touch finished"})));
+    let ack = c.ok("tasks/cancel", json!({"taskId": id}));
+    assert_eq!(ack, json!({"resultType": "complete"}));
+    let started = Instant::now();
+    let done = c.ended(&id);
+    assert_eq!(done["status"], "cancelled", "{done}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    // Cancelling an ended task changes nothing.
+    assert_eq!(c.ok("tasks/cancel", json!({"taskId": id})), ack);
+    assert_eq!(c.get(&id)["status"], "cancelled");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!ws.path().join("finished").exists());
+}
+
+#[test]
+fn a_confirmation_waits_in_the_task_until_tasks_update_answers_it() {
+    for (decision, ran) in [("allow", true), ("deny", false)] {
+        let ws = workspace();
+        let server = serve(ws.path(), "");
+        let c = Client {
+            server: &server,
+            caps: caps(true),
+            token: None,
+        };
+        // Asking takes the user's time: the call becomes a task at once.
+        let id = task_id(&c.call("shell", json!({"command": "echo ran > ran.txt; echo ran"})));
+        let asked = c.until(&id, |t| t["status"] == "input_required");
+        let form = &asked["inputRequests"]["confirm"];
+        assert_eq!(form["method"], "elicitation/create", "{asked}");
+        assert!(
+            form["params"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("'shell'"),
+            "{asked}"
+        );
+        let ack = c.ok(
+            "tasks/update",
+            json!({"taskId": id, "inputResponses": {"confirm": {
+                "action": "accept", "content": {"decision": decision}}}}),
+        );
+        assert_eq!(ack, json!({"resultType": "complete"}));
+        let done = c.ended(&id);
+        assert_eq!(done["status"], "completed", "{decision}: {done}");
+        assert_eq!(done["result"]["isError"], !ran, "{decision}: {done}");
+        assert_eq!(ws.path().join("ran.txt").exists(), ran, "{decision}");
+    }
+}
+
+#[test]
+fn a_task_is_seen_by_its_own_principal_only() {
+    let ws = workspace();
+    std::fs::write(
+        ws.path().join("tokens"),
+        "alice-secret-token-1\nbob-secret-token-22\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.path().join("toolhost.toml"),
+        format!("[mcp.tasks]\nafter = 0.3\n\n{SHELL_ALLOWED}"),
+    )
+    .unwrap();
+    let tokens = ws.path().join("tokens");
+    let server = serve_http(ws.path(), &["--token-file", tokens.to_str().unwrap()]);
+    let as_who = |token| Client {
+        server: &server,
+        caps: caps(false),
+        token: Some(token),
+    };
+    let (alice, bob) = (
+        as_who("alice-secret-token-1"),
+        as_who("bob-secret-token-22"),
+    );
+    let id = task_id(&alice.call("shell", json!({"command": "sleep 1; echo mine"})));
+    for (method, params) in [
+        ("tasks/get", json!({"taskId": id})),
+        ("tasks/update", json!({"taskId": id, "inputResponses": {}})),
+        ("tasks/cancel", json!({"taskId": id})),
+    ] {
+        let refused = bob.post(method, params).json();
+        assert_eq!(refused["error"]["code"], -32602, "{method}: {refused}");
+        assert!(
+            refused["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("Unknown task"),
+            "{refused}"
+        );
+    }
+    assert_eq!(alice.ended(&id)["status"], "completed");
+}
+
+#[test]
+fn a_task_outlives_the_2025_session_that_made_it() {
+    let ws = workspace();
+    let server = serve(ws.path(), SHELL_ALLOWED);
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": caps(false),
+        "clientInfo": {"name": "raw-test", "version": "1"}}});
+    let r = post_mcp(&server.addr, &[], &init);
+    assert_eq!(
+        r.json()["result"]["capabilities"]["extensions"][TASKS],
+        json!({})
+    );
+    let session = r.header("mcp-session-id").unwrap().to_string();
+    let headers = [
+        ("Mcp-Session-Id", session.as_str()),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ];
+    post_mcp(
+        &server.addr,
+        &headers,
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    let created = post_mcp(
+        &server.addr,
+        &headers,
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "shell", "arguments": {"command": "sleep 1; echo survived > out.txt; echo survived"}}}),
+    )
+    .json();
+    let id = task_id(&created["result"]);
+    // The client goes away: its session ends.
+    let gone = common::raw_http::request(&server.addr, "DELETE", "/mcp", &headers, b"");
+    assert!(gone.status < 300, "{gone:?}");
+    // The same principal finds the task again from a request of the other era.
+    let done = client(&server).ended(&id);
+    assert_eq!(done["status"], "completed", "{done}");
+    assert!(text(&done["result"]).contains("survived"), "{done}");
+    assert!(ws.path().join("out.txt").exists());
+}
+
+#[test]
+fn a_mounted_servers_question_during_a_task_waits_in_the_task() {
+    let ws = workspace();
+    let server = serve(
+        ws.path(),
+        &format!(
+            "[[mcp_servers]]\nid = \"fixture\"\nprefix = \"fx\"\ncommand = \"{}\"\nargs = [\"--asks\"]\n",
+            toolhost_tests::fixtures().mcp_server().display()
+        ),
+    );
+    let c = Client {
+        server: &server,
+        caps: caps(true),
+        token: None,
+    };
+    // The server asks (elicitation/create) after the call became a task.
+    let id = task_id(&c.call("fx__ask", json!({"after_ms": 800})));
+    let asked = c.until(&id, |t| t["status"] == "input_required");
+    let question = &asked["inputRequests"]["elicitation"];
+    assert_eq!(question["params"]["message"], "Which color?", "{asked}");
+    c.ok(
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {"elicitation": {
+            "action": "accept", "content": {"color": "teal"}}}}),
+    );
+    let done = c.ended(&id);
+    assert_eq!(done["status"], "completed", "{done}");
+    assert!(text(&done["result"]).contains("teal"), "{done}");
+}
+
+#[test]
+fn bad_tasks_settings_are_refused_naming_the_key() {
+    let ws = workspace();
+    std::fs::write(ws.path().join("toolhost.toml"), "[mcp.tasks]\nafter = 0\n").unwrap();
+    let out = common::command(ws.path(), &["list"]).output().unwrap();
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("after"), "{said}");
+    std::fs::write(ws.path().join("toolhost.toml"), "[mcp.tasks]\nttl_ms = 5\n").unwrap();
+    let out = common::command(ws.path(), &["list"]).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("ttl_ms"), "{said}");
+}
