@@ -232,7 +232,8 @@ async fn serve_mcp(sources: &Sources<'_>, serve: &ServeArgs) -> Result<ExitCode,
     let mut exit = ExitCode::SUCCESS;
     let serving = async {
         let transport =
-            mcp::stdio::StdioTransport::new(stdin, stdout, sources.config.mcp.max_message_bytes.0);
+            mcp::stdio::StdioTransport::new(stdin, stdout, sources.config.mcp.max_message_bytes.0)
+                .with_tasks_2025(sources.config.mcp.tasks.enabled);
         match server.serve(transport).await {
             Ok(running) => {
                 if let Err(e) = running.waiting().await {

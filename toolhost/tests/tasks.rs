@@ -348,3 +348,119 @@ fn bad_tasks_settings_are_refused_naming_the_key() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("ttl_ms"), "{said}");
 }
+
+/// The TypeScript SDK (the copy installed with server-everything) and node, when `cargo
+/// xtask test` installed them.
+fn typescript_sdk() -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+    let node = toolhost_tests::peer("TOOLHOST_TEST_NODE")?;
+    let everything = toolhost_tests::peer("TOOLHOST_TEST_SERVER_EVERYTHING")?;
+    // …/node_modules/@modelcontextprotocol/server-everything/dist/index.js
+    let scope = everything.ancestors().nth(3)?.to_path_buf();
+    Some((node, scope.join("sdk")))
+}
+
+#[test]
+fn a_2025_client_of_the_typescript_sdk_runs_lists_and_cancels_2025_tasks() {
+    let Some((node, sdk)) = typescript_sdk() else {
+        return;
+    };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node/tasks_2025_client.mjs");
+    let ws = workspace();
+    // A mounted server whose tool asks in a task of its own.
+    std::fs::write(
+        ws.path().join("toolhost.toml"),
+        format!(
+            "[[mcp_servers]]\nid = \"cf\"\nprefix = \"cf\"\ncommand = \"{}\"\nargs = [\"stdio\"]\n\n\
+             [tool_confirmation.per_tool]\ncf__confirm_delete = \"auto\"\n",
+            toolhost_tests::fixtures().mcp_conformance_server().display()
+        ),
+    )
+    .unwrap();
+    let server = serve_http(ws.path(), &[]);
+    let url = format!("http://{}/mcp", server.addr);
+    let over_http = vec!["http".to_string(), url];
+    let over_stdio = vec![
+        "stdio".to_string(),
+        env!("CARGO_BIN_EXE_toolhost").to_string(),
+        "serve".into(),
+        "--mcp".into(),
+        "--workspace".into(),
+        ws.path().display().to_string(),
+    ];
+    for how in [over_http, over_stdio] {
+        let out = std::process::Command::new(&node)
+            .arg(&script)
+            .arg(&sdk)
+            .args(&how)
+            .env("XDG_STATE_HOME", ws.path().join(".state"))
+            .env("MOUNTED_TOOL", "cf__confirm_delete")
+            .current_dir(ws.path())
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{how:?}: {said}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let saw: Value = serde_json::from_str(said.trim()).unwrap();
+        assert_eq!(
+            saw["capabilities"],
+            json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}),
+            "{how:?}"
+        );
+        assert_eq!(saw["taskSupport"], "optional", "{how:?}");
+        let messages = saw["messages"].as_array().unwrap();
+        assert_eq!(messages[0]["type"], "taskCreated", "{saw}");
+        let last = messages.last().unwrap();
+        assert_eq!(last["type"], "result", "{saw}");
+        assert!(
+            last["text"].as_str().unwrap().contains("from-a-2025-task"),
+            "{saw}"
+        );
+        // The confirmation went to the client's user as an elicitation/create.
+        assert!(
+            saw["asked"][0].as_str().unwrap().contains("'shell'"),
+            "{saw}"
+        );
+        assert_eq!(saw["cancelled"], "cancelled", "{saw}");
+        assert_eq!(saw["after"], "cancelled", "{saw}");
+        assert!(
+            saw["listed"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("cancelled")),
+            "{saw}"
+        );
+        assert!(
+            saw["resultOfCancelled"]
+                .as_str()
+                .unwrap()
+                .contains("was cancelled"),
+            "{saw}"
+        );
+        // The server's question went to this client, and its answer back to the server.
+        assert_eq!(saw["askedByMounted"], json!(["Delete notes.txt?"]), "{saw}");
+        let mounted = saw["mounted"].as_array().unwrap();
+        let answer = mounted.last().unwrap().as_str().unwrap();
+        assert!(answer.starts_with("confirm_delete notes.txt"), "{saw}");
+        assert!(answer.contains("allow"), "{saw}");
+    }
+}
+
+#[test]
+fn requests_of_the_2025_tasks_are_not_taken_from_a_2026_client() {
+    let ws = workspace();
+    let server = serve(ws.path(), SHELL_ALLOWED);
+    let c = client(&server);
+    for removed in ["tasks/result", "tasks/list"] {
+        let refused = c.post(removed, json!({"taskId": "x"})).json();
+        assert_eq!(refused["error"]["code"], -32601, "{removed}: {refused}");
+    }
+    // The 2025 `task` parameter is ignored: a quick call answers in its request.
+    let result = c.ok(
+        "tools/call",
+        json!({"name": "shell", "arguments": {"command": "echo plain"}, "task": {"ttl": 1000}}),
+    );
+    assert_eq!(result["resultType"], "complete", "{result}");
+}

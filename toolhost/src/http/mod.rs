@@ -41,6 +41,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::mcp::screen::{INVALID_PARAMS, MessageBuffer, Rejection, screen};
+use crate::mcp::tasks_2025;
 use crate::mcp::{McpServer, McpShared};
 use access::{Access, Refusal};
 
@@ -77,6 +78,9 @@ struct Gate {
     inflight: Arc<Inflight>,
     max_message_bytes: usize,
     request_timeout: Duration,
+    /// Whether 2025-era clients are served the 2025-11-25 tasks
+    /// ([`crate::mcp::tasks_2025`]).
+    tasks_2025: bool,
 }
 
 /// A router and the handles its shutdown needs.
@@ -106,6 +110,9 @@ impl Server {
             inflight: inflight.clone(),
             max_message_bytes: options.max_message_bytes,
             request_timeout: options.request_timeout,
+            tasks_2025: mcp
+                .as_ref()
+                .is_some_and(|shared| shared.tasks.settings().enabled),
         };
         let mut router = control::routes(control, stop.clone());
         let endpoints = if mcp.is_some() {
@@ -285,10 +292,16 @@ async fn screen_mcp(State(gate): State<Gate>, request: Request, next: Next) -> R
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v >= "2026-07-28");
     let (parts, body) = request.into_parts();
-    let bytes = match read_limited(body, gate.max_message_bytes).await {
+    let mut bytes = match read_limited(body, gate.max_message_bytes).await {
         Ok(b) => b,
         Err(too_large) => return rejection_response(StatusCode::PAYLOAD_TOO_LARGE, &too_large),
     };
+    let legacy_tasks = gate.tasks_2025 && !stateless;
+    if legacy_tasks && let Some(renamed) = tasks_2025::rename(&bytes) {
+        bytes = renamed;
+    }
+    // A 2025-era answer to `initialize` or `tools/list` declares the 2025-11-25 tasks.
+    let mut adapt: Option<fn(&mut Value)> = None;
     let id = match screen(&bytes) {
         // `initialize` is gone from 2026-07-28: 404 and -32601, as that revision says.
         Ok(rmcp::model::ClientJsonRpcMessage::Request(r))
@@ -308,6 +321,15 @@ async fn screen_mcp(State(gate): State<Gate>, request: Request, next: Next) -> R
         }
         Ok(message) => match &message {
             rmcp::model::ClientJsonRpcMessage::Request(r) => {
+                adapt = match &r.request {
+                    rmcp::model::ClientRequest::InitializeRequest(_) if legacy_tasks => {
+                        Some(tasks_2025::declare)
+                    }
+                    rmcp::model::ClientRequest::ListToolsRequest(_) if legacy_tasks => {
+                        Some(tasks_2025::offer)
+                    }
+                    _ => None,
+                };
                 serde_json::to_value(&r.id).unwrap_or(Value::Null)
             }
             _ => Value::Null,
@@ -323,12 +345,60 @@ async fn screen_mcp(State(gate): State<Gate>, request: Request, next: Next) -> R
     };
     let request = Request::from_parts(parts, Body::from(bytes));
     match tokio::time::timeout(gate.request_timeout, next.run(request)).await {
-        Ok(response) => as_json_rpc(response, id).await,
+        Ok(response) => match adapt {
+            Some(adapt) => adapted(as_json_rpc(response, id).await, adapt).await,
+            None => as_json_rpc(response, id).await,
+        },
         Err(_) => rejection_response(
             StatusCode::GATEWAY_TIMEOUT,
             &Rejection::timed_out(id, gate.request_timeout),
         ),
     }
+}
+
+/// A JSON-RPC result changed by `adapt`, in a JSON body or in the event stream a 2025-era
+/// session answers with (which ends with the answer); any other response as it is.
+async fn adapted(response: Response, adapt: fn(&mut Value)) -> Response {
+    let kind = response
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .map(|t| t.as_bytes().to_vec())
+        .unwrap_or_default();
+    let events = kind.starts_with(b"text/event-stream");
+    if !response.status().is_success() || !(events || kind.starts_with(b"application/json")) {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = body.collect().await.map(|b| b.to_bytes()) else {
+        return Response::from_parts(parts, Body::empty());
+    };
+    let change = |json: &str| -> Option<String> {
+        let mut message: Value = serde_json::from_str(json).ok()?;
+        adapt(message.get_mut("result")?);
+        Some(message.to_string())
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let changed = if events {
+        let mut out = String::with_capacity(text.len() + 128);
+        for line in text.split_inclusive('\n') {
+            match line
+                .strip_prefix("data:")
+                .and_then(|data| change(data.trim()))
+            {
+                Some(data) => {
+                    out.push_str("data: ");
+                    out.push_str(&data);
+                    out.push('\n');
+                }
+                None => out.push_str(line),
+            }
+        }
+        out
+    } else {
+        change(&text).unwrap_or_else(|| text.into_owned())
+    };
+    parts.headers.remove(http::header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(changed))
 }
 
 /// A refusal of rmcp's streamable HTTP transport (`400 Session ID is required`, `404

@@ -6,6 +6,7 @@
 //! passed on (`passthrough`) and the
 //! transports ([`stdio`]).
 
+mod call;
 pub mod confirm;
 pub mod gateway;
 pub mod list_changes;
@@ -18,6 +19,7 @@ pub mod server;
 pub mod sessions;
 pub mod stdio;
 pub mod tasks;
+pub mod tasks_2025;
 
 pub use confirm::{McpConfirmer, PromptFallback, Routes};
 pub use gateway::Upstreams;

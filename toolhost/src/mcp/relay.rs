@@ -57,6 +57,20 @@ fn in_task<T: serde::de::DeserializeOwned + Send + 'static>(
     })
 }
 
+/// A relayed answer as the JSON it is.
+fn as_value<T: serde::Serialize + Send + 'static>(asking: RelayFuture<T>) -> RelayFuture<Value> {
+    Box::pin(async move {
+        match asking.await {
+            Relayed::Answered(answer) => match serde_json::to_value(answer) {
+                Ok(answer) => Relayed::Answered(answer),
+                Err(e) => Relayed::Failed(e.to_string()),
+            },
+            Relayed::Failed(why) => Relayed::Failed(why),
+            Relayed::CannotAsk => Relayed::CannotAsk,
+        }
+    })
+}
+
 impl ClientRelay for Routes {
     fn elicit(&self, call: &str, params: ElicitRequestParams) -> RelayFuture<ElicitResult> {
         if let Some(task) = self.task_of(call) {
@@ -122,9 +136,16 @@ impl ClientRelay for Routes {
     }
 
     fn task_input(&self, call: &str, key: &str, request: InputRequest) -> RelayFuture<Value> {
-        match self.task_of(call) {
-            Some(task) => in_task(task, key.to_string(), request),
-            None => Box::pin(std::future::ready(Relayed::CannotAsk)),
+        if let Some(task) = self.task_of(call) {
+            return in_task(task, key.to_string(), request);
         }
+        // A call that is no task of toolhost's (a 2025-11-25 task): its 2025-era client is
+        // asked as for any call.
+        let asking: RelayFuture<Value> = match request {
+            InputRequest::Elicitation(e) => as_value(self.elicit(call, e.params)),
+            InputRequest::CreateMessage(m) => as_value(self.sample(call, m.params)),
+            _ => Box::pin(std::future::ready(Relayed::CannotAsk)),
+        };
+        asking
     }
 }

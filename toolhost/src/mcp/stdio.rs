@@ -16,7 +16,9 @@ use std::collections::HashSet;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use rmcp::model::{JsonRpcMessage, RequestId};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rmcp::model::{JsonRpcMessage, RequestId, ServerResult};
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
@@ -33,6 +35,10 @@ pub struct StdioTransport<R, W> {
     line: MessageBuffer,
     /// The ids of the requests read and not yet answered.
     in_flight: Arc<std::sync::Mutex<HashSet<RequestId>>>,
+    /// Whether the client is served the 2025-11-25 tasks ([`super::tasks_2025`]).
+    tasks_2025: bool,
+    /// Whether the client began with `initialize` (a 2025-era client).
+    legacy: Arc<AtomicBool>,
 }
 
 fn taken(
@@ -53,8 +59,45 @@ impl<R, W> StdioTransport<R, W> {
             writer: Arc::new(Mutex::new(writer)),
             line: MessageBuffer::new(max_message_bytes),
             in_flight: Arc::default(),
+            tasks_2025: false,
+            legacy: Arc::default(),
         }
     }
+
+    /// Serves 2025-era clients the 2025-11-25 tasks too.
+    pub fn with_tasks_2025(mut self, on: bool) -> Self {
+        self.tasks_2025 = on;
+        self
+    }
+}
+
+/// A message's bytes; with the 2025-11-25 tasks on, a 2025-era answer to `initialize` or
+/// `tools/list` declares them.
+fn wire(
+    item: &TxJsonRpcMessage<RoleServer>,
+    tasks_2025: bool,
+    legacy: &AtomicBool,
+) -> serde_json::Result<Vec<u8>> {
+    if let (true, JsonRpcMessage::Response(response)) = (tasks_2025, item) {
+        let adapt: Option<fn(&mut serde_json::Value)> = match &response.result {
+            ServerResult::InitializeResult(_) => {
+                legacy.store(true, Ordering::Release);
+                Some(super::tasks_2025::declare)
+            }
+            ServerResult::ListToolsResult(_) if legacy.load(Ordering::Acquire) => {
+                Some(super::tasks_2025::offer)
+            }
+            _ => None,
+        };
+        if let Some(adapt) = adapt {
+            let mut message = serde_json::to_value(item)?;
+            if let Some(result) = message.get_mut("result") {
+                adapt(result);
+            }
+            return serde_json::to_vec(&message);
+        }
+    }
+    serde_json::to_vec(item)
 }
 
 impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> StdioTransport<R, W> {
@@ -126,8 +169,9 @@ where
             taken(&self.in_flight).remove(id);
         }
         let writer = self.writer.clone();
+        let (tasks_2025, legacy) = (self.tasks_2025, self.legacy.clone());
         async move {
-            let mut bytes = serde_json::to_vec(&item)?;
+            let mut bytes = wire(&item, tasks_2025, &legacy)?;
             bytes.push(b'\n');
             let mut w = writer.lock().await;
             w.write_all(&bytes).await?;
@@ -147,7 +191,14 @@ where
             };
             let rejection = match line {
                 Ok(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => continue,
-                Ok(bytes) => match screen(&bytes) {
+                Ok(mut bytes) => match screen({
+                    if self.tasks_2025
+                        && let Some(renamed) = super::tasks_2025::rename(&bytes)
+                    {
+                        bytes = renamed;
+                    }
+                    &bytes
+                }) {
                     Ok(JsonRpcMessage::Request(request))
                         if !taken(&self.in_flight).insert(request.id.clone()) =>
                     {

@@ -97,6 +97,8 @@ struct Entry {
     /// Every key asked under, so that no key is used twice in one task.
     used: HashSet<String>,
     cancel: Option<Canceller>,
+    /// How long it is kept after it ends, and the longest its call may run.
+    ttl: Duration,
 }
 
 impl Entry {
@@ -154,6 +156,8 @@ impl Entry {
 pub struct Tasks {
     table: Mutex<HashMap<String, Entry>>,
     settings: TaskSettings,
+    /// Counts the tasks that ended, for those waiting on one.
+    ended: tokio::sync::watch::Sender<u64>,
 }
 
 /// The running side of one task: its call asks through it and ends it.
@@ -189,6 +193,7 @@ impl Tasks {
         Arc::new(Tasks {
             table: Mutex::new(HashMap::new()),
             settings,
+            ended: tokio::sync::watch::channel(0).0,
         })
     }
 
@@ -205,10 +210,11 @@ impl Tasks {
 
     /// Forgets tasks that ended over a TTL ago, and stops calls that ran past theirs.
     fn sweep(&self, table: &mut HashMap<String, Entry>) {
-        let ttl = self.settings.ttl;
+        let mut expired = false;
         table.retain(|_, entry| match &entry.ended {
-            Some((_, at)) => at.elapsed() < ttl,
+            Some((_, at)) => at.elapsed() < entry.ttl,
             None => {
+                let ttl = entry.ttl;
                 if entry.created.elapsed() >= ttl {
                     entry.cancel();
                     let error = McpError::internal_error(
@@ -221,19 +227,25 @@ impl Tasks {
                     entry.end(TaskPayload::Failed {
                         error: error_object(&error),
                     });
+                    expired = true;
                 }
                 true
             }
         });
+        if expired {
+            self.ended.send_modify(|n| *n += 1);
+        }
     }
 
-    /// Makes a task for `owner`'s call running in `session`, stopped by `cancel`. `None`
-    /// when `owner` already has `max_per_client` tasks running.
+    /// Makes a task for `owner`'s call running in `session`, stopped by `cancel`, kept
+    /// `ttl` after it ends (at most, and by default, `[mcp.tasks] ttl`). `None` when
+    /// `owner` already has `max_per_client` tasks running.
     pub(crate) fn create(
         self: &Arc<Self>,
         owner: &str,
         session: &str,
         cancel: Canceller,
+        ttl: Option<Duration>,
     ) -> Option<(Task, TaskHandle)> {
         let mut table = self.lock();
         let mine: Vec<(&String, &Entry)> = table.iter().filter(|(_, e)| e.owner == owner).collect();
@@ -259,8 +271,9 @@ impl Tasks {
         let id = super::request_state::random_hex();
         let now = rmcp::task_manager::current_timestamp();
         let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let ttl = ttl.map_or(self.settings.ttl, |t| t.min(self.settings.ttl));
         let task = Task::new(id.clone(), TaskStatus::Working, now.clone(), now)
-            .with_ttl_ms(millis(self.settings.ttl))
+            .with_ttl_ms(millis(ttl))
             .with_poll_interval_ms(millis(self.settings.poll_interval).max(1));
         table.insert(
             id.clone(),
@@ -273,6 +286,7 @@ impl Tasks {
                 pending: BTreeMap::new(),
                 used: HashSet::new(),
                 cancel: Some(cancel),
+                ttl,
             },
         );
         Some((
@@ -330,6 +344,51 @@ impl Tasks {
                 Ok(())
             }
             _ => Err(unknown(id, self.settings.ttl)),
+        }
+    }
+
+    /// Whether `owner` may have one more task ([`Tasks::create`] would make it).
+    pub fn room_for(&self, owner: &str) -> bool {
+        let table = self.lock();
+        let mine = table.values().filter(|e| e.owner == owner);
+        let (all, running) = mine.fold((0, 0), |(all, running), e| {
+            (all + 1, running + usize::from(e.ended.is_none()))
+        });
+        all < self.settings.max_per_client || running < all
+    }
+
+    /// `owner`'s tasks, the oldest first.
+    pub fn list(&self, owner: &str) -> Vec<Task> {
+        let table = self.lock();
+        let mut mine: Vec<&Entry> = table.values().filter(|e| e.owner == owner).collect();
+        mine.sort_by_key(|e| e.created);
+        mine.into_iter()
+            .map(|e| {
+                let mut task = e.task.clone();
+                task.status = e.status();
+                task
+            })
+            .collect()
+    }
+
+    /// The task once it has ended, waiting at most `patience` (then as it is).
+    pub async fn ended(
+        &self,
+        owner: &str,
+        id: &str,
+        patience: Duration,
+    ) -> Result<DetailedTask, McpError> {
+        let mut ends = self.ended.subscribe();
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            let task = self.get(owner, id)?;
+            if task.status().is_terminal() {
+                return Ok(task);
+            }
+            match tokio::time::timeout_at(deadline, ends.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return self.get(owner, id),
+            }
         }
     }
 
@@ -391,6 +450,7 @@ impl TaskHandle {
         if let Some(entry) = self.tasks.lock().get_mut(&self.id) {
             entry.end(payload);
         }
+        self.tasks.ended.send_modify(|n| *n += 1);
     }
 }
 
@@ -429,7 +489,7 @@ mod tests {
     #[test]
     fn a_new_task_is_working_and_carries_its_ttl_and_poll_interval() {
         let tasks = tasks();
-        let (task, handle) = tasks.create("alice", "s", no_cancel()).unwrap();
+        let (task, handle) = tasks.create("alice", "s", no_cancel(), None).unwrap();
         assert_eq!(task.status, TaskStatus::Working);
         assert_eq!(task.ttl_ms, Some(3_600_000));
         assert_eq!(task.poll_interval_ms, Some(500));
@@ -439,7 +499,7 @@ mod tests {
     #[test]
     fn another_principal_cannot_see_update_or_cancel_a_task() {
         let tasks = tasks();
-        let (_, handle) = tasks.create("alice", "s", no_cancel()).unwrap();
+        let (_, handle) = tasks.create("alice", "s", no_cancel(), None).unwrap();
         for refused in [
             tasks.get("bob", handle.id()).map(drop),
             tasks.update("bob", handle.id(), InputResponses::new()),
@@ -454,7 +514,7 @@ mod tests {
     #[test]
     fn a_completed_task_inlines_its_result() {
         let tasks = tasks();
-        let (_, handle) = tasks.create("alice", "s", no_cancel()).unwrap();
+        let (_, handle) = tasks.create("alice", "s", no_cancel(), None).unwrap();
         handle.finish(Outcome::Completed(CallToolResult::success(vec![
             ContentBlock::text("done"),
         ])));
@@ -467,7 +527,7 @@ mod tests {
     #[test]
     fn a_failed_task_inlines_its_error_and_no_result() {
         let tasks = tasks();
-        let (_, handle) = tasks.create("alice", "s", no_cancel()).unwrap();
+        let (_, handle) = tasks.create("alice", "s", no_cancel(), None).unwrap();
         handle.finish(Outcome::Failed(McpError::internal_error("boom", None)));
         let got = serde_json::to_value(tasks.get("alice", handle.id()).unwrap()).unwrap();
         assert_eq!(got["status"], "failed");
@@ -479,7 +539,7 @@ mod tests {
     #[tokio::test]
     async fn a_question_waits_in_input_requests_until_answered() {
         let tasks = tasks();
-        let (_, handle) = tasks.create("alice", "s", no_cancel()).unwrap();
+        let (_, handle) = tasks.create("alice", "s", no_cancel(), None).unwrap();
         let asking = tokio::spawn({
             let handle = handle.clone();
             async move { handle.ask("confirm", form()).await }
@@ -506,7 +566,7 @@ mod tests {
     #[tokio::test]
     async fn keys_are_unique_within_a_task() {
         let tasks = tasks();
-        let (_, handle) = tasks.create("alice", "s", no_cancel()).unwrap();
+        let (_, handle) = tasks.create("alice", "s", no_cancel(), None).unwrap();
         for _ in 0..2 {
             let h = handle.clone();
             tokio::spawn(async move { h.ask("confirm", form()).await });
@@ -536,6 +596,7 @@ mod tests {
                 Box::new(move || {
                     counter.fetch_add(1, Ordering::SeqCst);
                 }),
+                None,
             )
             .unwrap();
         let asking = tokio::spawn({
@@ -560,7 +621,7 @@ mod tests {
     #[test]
     fn the_first_outcome_stands() {
         let tasks = tasks();
-        let (_, handle) = tasks.create("alice", "s", no_cancel()).unwrap();
+        let (_, handle) = tasks.create("alice", "s", no_cancel(), None).unwrap();
         handle.finish(Outcome::Cancelled);
         handle.finish(Outcome::Completed(CallToolResult::success(vec![])));
         assert_eq!(status(&tasks, "alice", handle.id()), TaskStatus::Cancelled);
@@ -581,6 +642,7 @@ mod tests {
                 Box::new(move || {
                     counter.fetch_add(1, Ordering::SeqCst);
                 }),
+                None,
             )
             .unwrap();
         std::thread::sleep(Duration::from_millis(40));
@@ -605,14 +667,14 @@ mod tests {
             max_per_client: 2,
             ..TaskSettings::default()
         });
-        let (_, first) = tasks.create("alice", "s", no_cancel()).unwrap();
-        let (_, _second) = tasks.create("alice", "s", no_cancel()).unwrap();
+        let (_, first) = tasks.create("alice", "s", no_cancel(), None).unwrap();
+        let (_, _second) = tasks.create("alice", "s", no_cancel(), None).unwrap();
         first.finish(Outcome::Cancelled);
-        let (_, _third) = tasks.create("alice", "s", no_cancel()).unwrap();
+        let (_, _third) = tasks.create("alice", "s", no_cancel(), None).unwrap();
         assert!(tasks.get("alice", first.id()).is_err());
-        assert!(tasks.create("alice", "s", no_cancel()).is_none());
+        assert!(tasks.create("alice", "s", no_cancel(), None).is_none());
         // Another principal has a limit of its own.
-        assert!(tasks.create("bob", "s", no_cancel()).is_some());
+        assert!(tasks.create("bob", "s", no_cancel(), None).is_some());
         assert_eq!(tasks.running_in("s"), 3);
     }
 }

@@ -1,0 +1,655 @@
+//! A `tools/call` from an MCP client: its route (how its user is asked), its live output
+//! and a mounted server's log messages, the dispatcher's run of it, and how it ends: a
+//! result, an `input_required` round, or a task ([`super::tasks`]) that goes on after the
+//! request was answered.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use dispatcher_core::{ConfirmationRequest, ToolResultBlock, ToolUse};
+use rmcp::ErrorData as McpError;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CreateTaskResult,
+    CustomRequest, CustomResult, ElicitRequest, ElicitRequestParams, InputRequest, InputRequests,
+    InputRequiredResult, TaskPayload,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use tool_api::Content;
+
+use super::confirm::{Question, Route, decision_of, decision_schema};
+use super::progress::watch_call;
+use super::request_state::Opened;
+use super::server::{Era, McpServer, takes_rounds};
+use super::sessions::{Sessions, principal};
+use super::tasks_2025;
+
+/// How long `tasks/cancel` (2025-11-25) waits for the call to stop before it answers.
+const CANCEL_SETTLES: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How long `tasks/result` (2025-11-25) waits for the task's end in one request.
+const RESULT_WAITS: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Whether a call may become a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TaskMode {
+    /// When its client takes tasks (the tasks extension) and it runs long, asks its user,
+    /// or a mounted server made a task of it.
+    Auto,
+    /// At once, kept `ttl` after it ends: a 2025-11-25 task-augmented request
+    /// ([`super::tasks_2025`]). Its user is asked as that era's client is (elicitation).
+    Now {
+        /// The retention the client asked for.
+        ttl: Option<std::time::Duration>,
+    },
+}
+
+impl McpServer {
+    /// `tools/call`: becomes a task when its client takes tasks and it should.
+    pub(super) async fn serve_call(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        self.call(request, context, TaskMode::Auto).await
+    }
+
+    /// A 2025-11-25 task request the transport renamed ([`tasks_2025`]); `None` for any
+    /// other custom request.
+    pub(super) async fn serve_task_2025(
+        &self,
+        request: &CustomRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Option<Result<CustomResult, McpError>> {
+        let kind = tasks_2025::Request::of(&request.method)?;
+        let params = request.params.clone().unwrap_or(Value::Null);
+        Some(
+            self.task_2025(kind, params, context)
+                .await
+                .map(CustomResult),
+        )
+    }
+
+    async fn task_2025(
+        &self,
+        kind: tasks_2025::Request,
+        params: Value,
+        context: RequestContext<RoleServer>,
+    ) -> Result<Value, McpError> {
+        use tasks_2025::Request;
+        let principal = principal(&context);
+        let tasks = &self.shared.tasks;
+        let method = kind.method();
+        let task_id = || {
+            params
+                .get("taskId")
+                .and_then(Value::as_str)
+                .map(String::from)
+                .ok_or_else(|| {
+                    McpError::invalid_params(
+                        format!("Invalid params for '{method}': taskId (a string) is required"),
+                        None,
+                    )
+                })
+        };
+        match kind {
+            Request::Call => {
+                if !tasks.room_for(&principal) {
+                    return Err(McpError::invalid_request(
+                        format!(
+                            "this client already has {} tasks running ([mcp.tasks] max_per_client); \
+                             wait for one to end, cancel one, or call without params.task",
+                            tasks.settings().max_per_client
+                        ),
+                        None,
+                    ));
+                }
+                let ttl = tasks_2025::requested_ttl(&params);
+                let call: CallToolRequestParams = serde_json::from_value(params).map_err(|e| {
+                    McpError::invalid_params(format!("Invalid params for 'tools/call': {e}"), None)
+                })?;
+                match self.call(call, context, TaskMode::Now { ttl }).await? {
+                    CallToolResponse::Task(created) => {
+                        Ok(json!({"task": tasks_2025::task(&created.task)}))
+                    }
+                    _ => Err(McpError::internal_error(
+                        "the call could not be made a task (this client's tasks are all running); call it again without params.task",
+                        None,
+                    )),
+                }
+            }
+            Request::Get => {
+                let task = tasks.get(&principal, &task_id()?)?;
+                Ok(tasks_2025::task(&task.task))
+            }
+            Request::List => {
+                let listed: Vec<Value> = tasks
+                    .list(&principal)
+                    .iter()
+                    .map(tasks_2025::task)
+                    .collect();
+                Ok(json!({"tasks": listed}))
+            }
+            Request::Cancel => {
+                let id = task_id()?;
+                tasks.cancel(&principal, &id)?;
+                // The call stops cooperatively; the answer shows it ended when it does so
+                // within a moment.
+                let task = tasks.ended(&principal, &id, CANCEL_SETTLES).await?;
+                Ok(tasks_2025::task(&task.task))
+            }
+            Request::Result => {
+                let id = task_id()?;
+                let task = tasks.ended(&principal, &id, RESULT_WAITS).await?;
+                match task.payload {
+                    TaskPayload::Completed { mut result } => {
+                        let meta = result
+                            .entry("_meta")
+                            .or_insert_with(|| Value::Object(Default::default()));
+                        if let Some(meta) = meta.as_object_mut() {
+                            meta.insert(
+                                tasks_2025::RELATED_TASK_META.into(),
+                                json!({"taskId": id}),
+                            );
+                        }
+                        Ok(Value::Object(result))
+                    }
+                    TaskPayload::Failed { error } => Err(serde_json::from_value(Value::Object(
+                        error,
+                    ))
+                    .unwrap_or_else(|e| {
+                        McpError::internal_error(format!("task {id} failed ({e})"), None)
+                    })),
+                    TaskPayload::Cancelled => Err(McpError::invalid_request(
+                        format!("task {id} was cancelled: it has no result"),
+                        Some(json!({"taskId": id})),
+                    )),
+                    _ => Err(McpError::internal_error(
+                        format!(
+                            "task {id} is still running after {} s; ask tasks/result again",
+                            RESULT_WAITS.as_secs()
+                        ),
+                        Some(json!({"taskId": id})),
+                    )),
+                }
+            }
+        }
+    }
+
+    /// A `tools/call` through the dispatcher, answered as its client's era and
+    /// capabilities have it ([`TaskMode`]: whether it may, or must, become a task).
+    pub(super) async fn call(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+        mode: TaskMode,
+    ) -> Result<CallToolResponse, McpError> {
+        let era = Era::of(&context);
+        let principal = principal(&context);
+        tracing::debug!(?era, version = ?context.protocol_version(), %principal, "tools/call");
+        let session = self.session(era, &principal)?;
+        let caps = context.client_capabilities().unwrap_or_default();
+        let takes_tasks = match mode {
+            TaskMode::Auto => self.shared.tasks.settings().enabled && caps.supports_tasks(),
+            TaskMode::Now { .. } => true,
+        };
+        let tool_use_id: Arc<str> = match self.shared.sessions {
+            Sessions::One(_) if !takes_tasks => format!("mcp-{}", context.id).into(),
+            // Clients sharing a session may reuse JSON-RPC ids, and a task's call outlives
+            // its request's id.
+            _ => format!(
+                "mcp-{}-{}",
+                self.shared.next_call.fetch_add(1, Ordering::Relaxed),
+                context.id
+            )
+            .into(),
+        };
+        let name = request.name.to_string();
+        let arguments = Value::Object(request.arguments.unwrap_or_default());
+        let (defer_tx, deferred) = oneshot::channel();
+        let caps_declared = caps.clone();
+        let mut resume = None;
+        let route = match (era, request.request_state) {
+            (Era::Stateless, Some(state)) => {
+                let opened = self
+                    .shared
+                    .confirmations
+                    .open(&state, &principal, &name, &arguments)
+                    .map_err(|e| McpError::invalid_params(e.to_string(), None))?;
+                match opened {
+                    // A mounted server's round the client answered: its answers go to the
+                    // server with the server's state, and a next round can end this one.
+                    Opened::Relay { state } => {
+                        resume = Some(mcp_toolsets::Resume {
+                            responses: request.input_responses.clone().unwrap_or_default(),
+                            state,
+                        });
+                        Route::Defer {
+                            to: defer_tx,
+                            caps: Box::new(caps),
+                            allowed: true,
+                        }
+                    }
+                    Opened::Confirmation => {
+                        let answer = request
+                            .input_responses
+                            .as_ref()
+                            .and_then(|r| r.get("confirm"))
+                            .ok_or_else(|| {
+                                McpError::invalid_params(
+                                    "inputResponses has no answer for 'confirm'; retry with the user's answer to the \
+                                     confirmation form, or call again without requestState",
+                                    None,
+                                )
+                            })?;
+                        Route::Answered(decision_of(answer))
+                    }
+                }
+            }
+            (Era::Stateless, None) if takes_rounds(&caps) => {
+                // Answers given up front (no round asked for them) are the client's to give:
+                // a mounted server gets them, as it would directly; toolhost's own question
+                // is never answered by them.
+                if let Some(responses) = request.input_responses.clone() {
+                    resume = Some(mcp_toolsets::Resume {
+                        responses,
+                        state: None,
+                    });
+                }
+                Route::Defer {
+                    to: defer_tx,
+                    caps: Box::new(caps),
+                    allowed: false,
+                }
+            }
+            (Era::Session, _)
+                if context
+                    .peer
+                    .supported_elicitation_modes()
+                    .contains(&rmcp::service::ElicitationMode::Form) =>
+            {
+                Route::Elicit(context.peer.clone())
+            }
+            _ => Route::Fallback,
+        };
+        let client = (era == Era::Session).then(|| context.peer.clone());
+        // What the client can be asked: a 2026 client declares it with the request; to a
+        // 2025 client toolhost relays elicitation and sampling, not roots.
+        let asked = match era {
+            Era::Stateless => Some(caps_declared),
+            Era::Session => context.peer.peer_info().map(|i| {
+                let mut caps = i.capabilities.clone();
+                #[allow(deprecated, reason = "clients still declare roots")]
+                {
+                    caps.roots = None;
+                }
+                caps
+            }),
+        };
+        let routes = &self.shared.routes;
+        let route = routes.enter(tool_use_id.clone(), route, client, asked);
+        let promotion = takes_tasks.then(|| routes.offer_task(tool_use_id.clone()));
+        if let Some(resume) = resume {
+            routes.resume_with(tool_use_id.clone(), resume);
+        }
+        let dispatcher = &self.shared.dispatcher;
+        let mut call = dispatcher.invocation(
+            ToolUse::new(&*tool_use_id, &name, arguments.clone()),
+            &session,
+        );
+        // Live output is forwarded as it comes when the client asked for progress.
+        let watcher = context.meta.get_progress_token().map(|token| {
+            let events = call.events();
+            let (done, finished) = oneshot::channel();
+            let peer = context.peer.clone();
+            (
+                done,
+                tokio::spawn(watch_call(events, (token, peer), finished)),
+            )
+        });
+        // A mounted server's log messages during the call, when the request asks for them
+        // (2026-07-28's `_meta` logLevel).
+        let mut logs = None;
+        if let Some(least) = context.meta.log_level()
+            && let Some(server) = self.shared.upstreams.server_of_tool(&name)
+        {
+            // Listening before the server is asked: nothing it sends after is missed.
+            let (done, finished) = oneshot::channel();
+            let told = tokio::spawn(super::passthrough::tell_call(
+                self.shared.upstreams.events(),
+                server.clone(),
+                least,
+                context.peer.clone(),
+                finished,
+            ));
+            self.shared.upstreams.lower_log_level(&server, least).await;
+            logs = Some((done, told));
+        }
+        // What tells the request's client as the call runs: stopped when a task takes the
+        // call over (its request has been answered).
+        let telling: Vec<tokio::task::AbortHandle> = watcher
+            .iter()
+            .map(|(_, task)| task.abort_handle())
+            .chain(logs.iter().map(|(_, task)| task.abort_handle()))
+            .collect();
+        // The call, to its result as the client gets it; its route stays set while it runs.
+        let run = async move {
+            let _route = route;
+            let _logs = AbortOnDrop(logs.as_ref().map(|(_, task)| task.abort_handle()));
+            let block = call.run().await;
+            if let Some((done, task)) = logs {
+                // The log messages that came before the answer go first.
+                let _ = done.send(());
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(2), task).await;
+            }
+            if let Some((done, task)) = watcher {
+                // Flush the last chunks before the result, so that they arrive first.
+                let _ = done.send(());
+                if tokio::time::timeout(std::time::Duration::from_secs(2), task)
+                    .await
+                    .is_err()
+                {
+                    tracing::debug!("live output to the MCP client did not flush in time");
+                }
+            }
+            Finished::of(block)
+        };
+        let deferred = async {
+            match deferred.await {
+                Ok(question) => question,
+                Err(_) => std::future::pending().await,
+            }
+        };
+        tokio::pin!(deferred);
+        let Some(promotion) = promotion else {
+            // On the heap: the request task rmcp spawns holds this handler's future, and a
+            // large future is copied whole when the task is spawned.
+            let mut run = Box::pin(run);
+            return tokio::select! {
+                // A question first: a relayed round ends the call right after it hands the
+                // round over, and its result is not the answer.
+                biased;
+                // This round ends here: the question goes to the client with a sealed
+                // state, and the call (waiting for its answer) is dropped.
+                question = &mut deferred => Ok(self.round(question, &principal, &name, &arguments)),
+                finished = &mut run => finished.answer(),
+                _ = context.ct.cancelled() => {
+                    tracing::info!(tool = %name, "client cancelled the call");
+                    // Signal only: this task drives the call and must keep polling it.
+                    dispatcher.request_cancel(session.id(), &tool_use_id);
+                    run.await.answer()
+                }
+            };
+        };
+        // A client that takes tasks: the call runs on its own, and becomes a task when it
+        // runs past `[mcp.tasks] after`, when a mounted server made a task of it, or when
+        // it has to ask its user (the question waits in the task).
+        let mut running = tokio::spawn(run);
+        let after = tokio::time::sleep(self.shared.tasks.settings().after);
+        tokio::pin!(after);
+        let ttl = match mode {
+            TaskMode::Now { ttl } => ttl,
+            TaskMode::Auto => None,
+        };
+        let asking = if mode != TaskMode::Auto {
+            None
+        } else {
+            tokio::select! {
+            biased;
+            question = &mut deferred => match question {
+                Question::Confirm(request, reply) => Some((request, reply)),
+                // A mounted server's round: its call upstream has ended, and so does this
+                // round.
+                relayed @ Question::Relay(_) => {
+                    running.abort();
+                    promotion.decide(false);
+                    return Ok(self.round(relayed, &principal, &name, &arguments));
+                }
+            },
+            finished = &mut running => {
+                promotion.decide(false);
+                return Finished::joined(finished).answer();
+            }
+            () = promotion.asked.notified() => None,
+            () = &mut after => None,
+            _ = context.ct.cancelled() => {
+                tracing::info!(tool = %name, "client cancelled the call");
+                dispatcher.request_cancel(session.id(), &tool_use_id);
+                promotion.decide(false);
+                return Finished::joined(running.await).answer();
+            }
+            }
+        };
+        let cancel: super::tasks::Canceller = {
+            let (dispatcher, session, call) = (
+                dispatcher.clone(),
+                session.id().to_string(),
+                tool_use_id.clone(),
+            );
+            Box::new(move || {
+                dispatcher.request_cancel(&session, &call);
+            })
+        };
+        let task = self
+            .shared
+            .tasks
+            .create(&principal, session.id(), cancel, ttl)
+            .filter(|(_, handle)| {
+                // A 2025-11-25 task's user is asked as that era's clients are.
+                if mode != TaskMode::Auto {
+                    return true;
+                }
+                let became = routes.to_task(&tool_use_id, handle.clone(), asking.is_some());
+                if !became {
+                    self.shared.tasks.forget(handle.id());
+                }
+                became
+            });
+        promotion.decide(task.is_some());
+        let Some((task, handle)) = task else {
+            // No task (this client's tasks are all running, or a question ended the round
+            // first): the call answers in its request, as without tasks.
+            if let Some((request, reply)) = asking {
+                running.abort();
+                return Ok(self.round(
+                    Question::Confirm(request, reply),
+                    &principal,
+                    &name,
+                    &arguments,
+                ));
+            }
+            return tokio::select! {
+                biased;
+                question = &mut deferred => {
+                    running.abort();
+                    Ok(self.round(question, &principal, &name, &arguments))
+                }
+                finished = &mut running => Finished::joined(finished).answer(),
+            };
+        };
+        for task in telling {
+            task.abort();
+        }
+        tracing::debug!(tool = %name, task = %handle.id(), "the call became a task");
+        if let Some((request, reply)) = asking {
+            let asked_in = handle.clone();
+            tokio::spawn(async move {
+                let _ = reply.send(super::confirm::asked_in_task(asked_in, request).await);
+            });
+        }
+        tokio::spawn(async move {
+            handle.finish(Finished::joined(running.await).outcome());
+        });
+        Ok(CallToolResponse::Task(CreateTaskResult::new(task)))
+    }
+}
+
+/// How a call ended, as its client gets it.
+struct Finished {
+    result: Result<CallToolResult, McpError>,
+    cancelled: bool,
+}
+
+impl Finished {
+    /// The result block as an MCP result; a mounted server's protocol error (a capability
+    /// the client did not declare, a task of its that failed) as that error, as the
+    /// client would have had it directly.
+    fn of(block: ToolResultBlock) -> Finished {
+        let cancelled = block.error_class == Some(dispatcher_core::ErrorClass::Cancelled);
+        let refused = block
+            .metadata
+            .get(mcp_toolsets::ERROR_META)
+            .and_then(|e| serde_json::from_value::<McpError>(e.clone()).ok());
+        let result = match refused {
+            Some(error) => Err(error),
+            None => Ok(to_mcp(block)),
+        };
+        Finished { result, cancelled }
+    }
+
+    /// A call that ran on its own: a panic in it is an internal error.
+    fn joined(joined: Result<Finished, tokio::task::JoinError>) -> Finished {
+        joined.unwrap_or_else(|e| Finished {
+            result: Err(McpError::internal_error(
+                format!("the call stopped unexpectedly: {e}"),
+                None,
+            )),
+            cancelled: e.is_cancelled(),
+        })
+    }
+
+    fn answer(self) -> Result<CallToolResponse, McpError> {
+        self.result.map(Into::into)
+    }
+
+    fn outcome(self) -> super::tasks::Outcome {
+        use super::tasks::Outcome;
+        match self.result {
+            _ if self.cancelled => Outcome::Cancelled,
+            Ok(result) => Outcome::Completed(result),
+            Err(error) => Outcome::Failed(error),
+        }
+    }
+}
+
+/// A result block as an MCP result.
+fn to_mcp(block: ToolResultBlock) -> CallToolResult {
+    let content: Vec<ContentBlock> = block
+        .content
+        .iter()
+        .map(|c| match c {
+            Content::Text { text } => ContentBlock::text(text.clone()),
+            Content::Image { mime, data } => {
+                use base64::Engine as _;
+                ContentBlock::image(
+                    base64::engine::general_purpose::STANDARD.encode(data),
+                    mime.clone(),
+                )
+            }
+        })
+        .collect();
+    let mut result = if block.is_error() {
+        CallToolResult::error(content)
+    } else {
+        CallToolResult::success(content)
+    };
+    // A mounted server's result, whole (audio, embedded resources, structured content),
+    // unless toolhost cut it for size.
+    if let Some(whole) = block.metadata.get(mcp_toolsets::RESULT_META)
+        && block.metadata.get("spooled_output").is_none()
+    {
+        if let Some(content) = whole
+            .get("content")
+            .and_then(|c| serde_json::from_value::<Vec<ContentBlock>>(c.clone()).ok())
+        {
+            result.content = content;
+        }
+        result.structured_content = whole
+            .get("structuredContent")
+            .filter(|v| !v.is_null())
+            .cloned();
+    }
+    if !block.record.is_empty() {
+        // What the tool did, for the client and its user (never part of the content the
+        // model reads): `_meta` is the protocol's place for it.
+        let mut meta = rmcp::model::MetaObject::new();
+        if !block.record.files_modified.is_empty() {
+            meta.0.insert(
+                "toolhost/files_modified".into(),
+                serde_json::json!(block.record.files_modified),
+            );
+        }
+        if let Some(command) = &block.record.command_executed {
+            meta.0.insert(
+                "toolhost/command_executed".into(),
+                serde_json::json!(command),
+            );
+        }
+        result.meta = Some(meta);
+    }
+    result
+}
+
+/// Stops a task when dropped.
+struct AbortOnDrop(Option<tokio::task::AbortHandle>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.abort();
+        }
+    }
+}
+
+impl McpServer {
+    /// The `input_required` result that ends a round with `question`: toolhost's own
+    /// confirmation, or a mounted server's round whole, its state inside toolhost's.
+    fn round(
+        &self,
+        question: Question,
+        principal: &str,
+        tool: &str,
+        arguments: &Value,
+    ) -> CallToolResponse {
+        match question {
+            Question::Confirm(question, _) => self
+                .input_required(&question, principal, tool, arguments)
+                .into(),
+            Question::Relay(asked) => {
+                let state = self.shared.confirmations.seal_relay(
+                    principal,
+                    tool,
+                    arguments,
+                    asked.request_state,
+                );
+                InputRequiredResult::new(asked.input_requests, Some(state)).into()
+            }
+        }
+    }
+
+    /// The `input_required` result asking `question`, with a state sealed for the retry.
+    fn input_required(
+        &self,
+        question: &ConfirmationRequest,
+        principal: &str,
+        tool: &str,
+        arguments: &Value,
+    ) -> InputRequiredResult {
+        let mut requests = InputRequests::new();
+        if let Some(schema) = decision_schema() {
+            requests.insert(
+                "confirm".to_string(),
+                InputRequest::Elicitation(ElicitRequest::new(
+                    ElicitRequestParams::FormElicitationParams {
+                        meta: None,
+                        message: super::confirm::question(question),
+                        requested_schema: schema,
+                    },
+                )),
+            );
+        }
+        let state = self.shared.confirmations.seal(principal, tool, arguments);
+        InputRequiredResult::new(Some(requests), Some(state))
+    }
+}
