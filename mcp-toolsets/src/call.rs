@@ -136,6 +136,27 @@ impl Tool for McpTool {
                         refused,
                     ));
                 }
+                Called::NeedsTask2025 => {
+                    let learnt = self
+                        .server
+                        .tasks_2025
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .insert(self.name.clone());
+                    if !learnt {
+                        return Err(ToolError::failed(format!(
+                            "MCP server '{id}' refused tools/call for '{}' as an unknown method, even as a task",
+                            self.name
+                        )));
+                    }
+                    tracing::info!(server = %id, tool = %self.name, "the tool runs only as a 2025-11-25 task; calling it as one");
+                }
+                Called::Failed(error) => {
+                    return Ok(protocol_error(
+                        format!("MCP server '{id}' failed the call: {}", error.message),
+                        error,
+                    ));
+                }
                 Called::Task(created) => {
                     match crate::task::follow(&self.server, &self.cancel, created, ctx, &answers)? {
                         Followed::Result(result) => break result,
@@ -253,10 +274,19 @@ impl McpTool {
                 .and_then(|r| r.capabilities(ctx.tool_use_id())),
         };
         let (server, stop) = (self.server.clone(), cancel.clone());
-        let outcome = self
+        let as_task_2025 = self
             .server
-            .runtime
-            .spawn(async move { server.call(params, stop, caller, tx).await });
+            .tasks_2025
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(&self.name);
+        let outcome = self.server.runtime.spawn(async move {
+            if as_task_2025 {
+                crate::task::call_2025(&server, params, stop, caller, tx).await
+            } else {
+                server.call(params, stop, caller, tx).await
+            }
+        });
         InFlight {
             from_server,
             outcome,

@@ -273,3 +273,99 @@ fn method_of(request: &InputRequest) -> String {
         .and_then(|v| v.get("method").and_then(Value::as_str).map(String::from))
         .unwrap_or_else(|| "a request".to_string())
 }
+
+/// The `ttl` asked for a 2025-11-25 task: as long as the call may take.
+fn ttl_2025(server: &Upstream) -> u64 {
+    u64::try_from(server.config.call_timeout().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A JSON-RPC result, whichever shape the protocol library took it for, as its JSON.
+fn as_json(result: &ServerResult) -> Value {
+    serde_json::to_value(result).unwrap_or(Value::Null)
+}
+
+/// A call of a tool that runs only as a 2025-11-25 task (a 2025-era server answered its
+/// plain `tools/call` with `-32601`): a task-augmented `tools/call`, then `tasks/result`,
+/// which waits for the task's end; what the server asks meanwhile (it names no call) goes
+/// to this call, as for any call in flight, and cancelling it sends `tasks/cancel`.
+///
+/// rmcp knows only the 2026 extension's tasks, so these requests go as custom ones and
+/// their answers are read as JSON.
+pub(crate) async fn call_2025(
+    server: &Arc<Upstream>,
+    params: rmcp::model::CallToolRequestParams,
+    cancel: Arc<Notify>,
+    caller: crate::upstream::Caller,
+    to: mpsc::UnboundedSender<crate::relay::FromServer>,
+) -> Result<crate::upstream::Called, ToolError> {
+    use crate::upstream::Called;
+    use rmcp::model::CustomRequest;
+    let id = &server.config.id;
+    let (peer, _) = server.live_peer().await?;
+    let mut call = serde_json::to_value(&params)
+        .map_err(|e| ToolError::failed(format!("cannot send the call: {e}")))?;
+    call["task"] = serde_json::json!({"ttl": ttl_2025(server)});
+    let created = tokio::time::timeout(
+        REQUEST_TIMEOUT,
+        peer.send_request(ClientRequest::CustomRequest(CustomRequest::new(
+            "tools/call",
+            Some(call),
+        ))),
+    )
+    .await;
+    let created = match created {
+        Ok(Ok(result)) => as_json(&result),
+        Ok(Err(rmcp::ServiceError::McpError(e))) => return Ok(Called::Failed(e)),
+        Ok(Err(e)) => {
+            return Err(ToolError::failed(format!(
+                "MCP server '{id}' runs this tool only as a task, and asking for one failed: {e}"
+            )));
+        }
+        Err(_) => {
+            return Err(ToolError::failed(format!(
+                "MCP server '{id}' did not answer a task-augmented tools/call within {} s",
+                REQUEST_TIMEOUT.as_secs()
+            )));
+        }
+    };
+    let Some(task_id) = created["task"]["taskId"].as_str().map(String::from) else {
+        return Err(ToolError::failed(format!(
+            "MCP server '{id}' answered a task-augmented tools/call without a task: {created}"
+        )));
+    };
+    tracing::debug!(server = %id, task = %task_id, "following the server's 2025-11-25 task");
+    let task = serde_json::json!({"taskId": task_id});
+    let result =
+        ClientRequest::CustomRequest(CustomRequest::new("tasks/result", Some(task.clone())));
+    let options = rmcp::service::PeerRequestOptions::with_timeout(server.config.call_timeout());
+    let handle = peer
+        .send_cancellable_request(result, options)
+        .await
+        .map_err(|e| ToolError::failed(format!("MCP server '{id}': tasks/result: {e}")))?;
+    let _route = server
+        .calls
+        .route(handle.progress_token.clone(), &caller.session, to);
+    let answer = tokio::select! {
+        answer = handle.await_response() => answer,
+        () = cancel.notified() => {
+            let stop = ClientRequest::CustomRequest(CustomRequest::new("tasks/cancel", Some(task)));
+            let _ = tokio::time::timeout(REQUEST_TIMEOUT, peer.send_request(stop)).await;
+            return Err(ToolError::Cancelled(format!(
+                "call to MCP server '{id}' cancelled (its task {task_id} too)"
+            )));
+        }
+    };
+    match answer {
+        Ok(result) => serde_json::from_value(as_json(&result))
+            .map(Called::Complete)
+            .map_err(|e| {
+                ToolError::failed(format!(
+                    "MCP server '{id}' ended its task with a result that is not a tool result: {e}"
+                ))
+            }),
+        Err(rmcp::ServiceError::McpError(e)) => Ok(Called::Failed(e)),
+        Err(e) => Err(ToolError::failed(format!(
+            "MCP server '{id}': tasks/result for task {task_id}: {e}"
+        ))),
+    }
+}

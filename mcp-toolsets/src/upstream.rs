@@ -37,6 +37,11 @@ pub(crate) enum Called {
     /// The server made a task of the call (the tasks extension): its result comes from
     /// following the task ([`crate::task`]).
     Task(rmcp::model::CreateTaskResult),
+    /// A 2025-era server said the tool has no `tools/call` (`-32601`): it runs only as a
+    /// 2025-11-25 task ([`crate::task`]).
+    NeedsTask2025,
+    /// The server's task for the call failed, with its JSON-RPC error.
+    Failed(rmcp::ErrorData),
     /// The server refused the call for a capability the calling client did not declare
     /// (`-32021`): the client's protocol error, not the tool's.
     NeedsCapability(rmcp::ErrorData),
@@ -84,7 +89,9 @@ pub(crate) struct Upstream {
     /// The pinned definitions its tools are checked against.
     pins: Arc<dyn PinStore>,
     /// The calls in flight, which take the server's progress and requests.
-    calls: Arc<CallRoutes>,
+    pub(crate) calls: Arc<CallRoutes>,
+    /// Its tools that run only as 2025-11-25 tasks (learnt at their first call).
+    pub(crate) tasks_2025: Mutex<std::collections::HashSet<String>>,
     /// Where the server's requests to the user go first: the client that made the call
     /// (set by a host that serves MCP clients).
     pub(crate) relay: std::sync::OnceLock<Arc<dyn ClientRelay>>,
@@ -110,6 +117,16 @@ async fn exit_status(child: Option<&tokio::sync::Mutex<tokio::process::Child>>) 
         Ok(None) => "still running but not answering".to_string(),
         Err(e) => format!("unknown exit status ({e})"),
     }
+}
+
+/// Whether a 2025-era server's tool result is its refusal to run the tool but as a task:
+/// the TypeScript SDK (the usual home of the 2025-11-25 tasks) answers a plain call of a
+/// tool with `execution.taskSupport: "required"` with an error result reading "MCP error
+/// -32601: Tool … requires task augmentation …" rather than a JSON-RPC error.
+fn needs_task_2025(result: &CallToolResult) -> bool {
+    result.is_error == Some(true)
+        && matches!(result.content.as_slice(), [rmcp::model::ContentBlock::Text(t)]
+            if t.text.starts_with("MCP error -32601:") && t.text.contains("task"))
 }
 
 /// How the child ended, if it has (or does within half a second).
@@ -182,6 +199,7 @@ impl Upstream {
             stopped: AtomicBool::new(false),
             pins,
             calls: Arc::default(),
+            tasks_2025: Mutex::default(),
             relay: std::sync::OnceLock::new(),
             offers: Mutex::default(),
             events: tokio::sync::broadcast::channel(crate::events::EVENTS).0,
@@ -624,6 +642,9 @@ impl Upstream {
             Err(e) => Err(e),
         };
         match outcome {
+            Ok(ServerResult::CallToolResult(result)) if !stateless && needs_task_2025(&result) => {
+                Ok(Called::NeedsTask2025)
+            }
             Ok(ServerResult::CallToolResult(result)) => Ok(Called::Complete(result)),
             Ok(ServerResult::InputRequiredResult(asked)) => Ok(Called::InputRequired(asked)),
             Ok(ServerResult::CreateTaskResult(created)) => Ok(Called::Task(created)),
@@ -631,6 +652,14 @@ impl Upstream {
                 if e.code == rmcp::model::ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY =>
             {
                 Ok(Called::NeedsCapability(e))
+            }
+            // `tools/call` exists: a 2025-era server says so of a tool that must run as a
+            // task (`execution.taskSupport: "required"`, which the listing does not show).
+            Err(rmcp::ServiceError::McpError(e))
+                if e.code == rmcp::model::ErrorCode::METHOD_NOT_FOUND && !stateless =>
+            {
+                tracing::debug!(server = %id, "tools/call answered -32601: {}", e.message);
+                Ok(Called::NeedsTask2025)
             }
             Ok(_) => Err(ToolError::failed(format!(
                 "MCP server '{id}' answered tools/call with something else"

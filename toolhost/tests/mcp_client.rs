@@ -1053,6 +1053,40 @@ async fn the_reference_server_everythings_elicitation_and_sampling_reach_the_cal
     s.cancel().await.unwrap();
 }
 
+#[tokio::test]
+async fn the_reference_server_everythings_task_only_tool_runs_as_a_2025_task_behind_toolhost() {
+    let dir = tempfile::tempdir().unwrap();
+    let auto = "[tool_confirmation.per_tool]\n\"ev__simulate-research-query\" = \"auto\"\n";
+    if mount_server_everything_with(dir.path(), auto).is_none() {
+        return;
+    }
+    let client = AnsweringClient::default();
+    let s = serve_as(&client, dir.path()).await;
+    // Its execution.taskSupport is "required": a plain tools/call is refused (-32601), and
+    // toolhost calls it as a 2025-11-25 task and waits for its result.
+    let done = call(
+        &s,
+        "ev__simulate-research-query",
+        json!({"topic": "tidal energy", "ambiguous": true}),
+    )
+    .await;
+    assert_ne!(done.is_error, Some(true), "{done:?}");
+    assert!(
+        text(&done).contains("Research Report: tidal energy"),
+        "{done:?}"
+    );
+    // Its question in the task (an elicitation/create tied to the task) reached the
+    // client that made the call.
+    let asked = client.0.lock().unwrap().clone();
+    assert!(
+        asked
+            .iter()
+            .any(|a| a.contains("could have multiple interpretations")),
+        "{asked:?}"
+    );
+    s.cancel().await.unwrap();
+}
+
 /// A 2025-era client that keeps the notifications mounted servers' events become.
 #[derive(Clone, Default)]
 struct NoticeKeeper(
