@@ -29,6 +29,12 @@
 //!   registered (shared) or started for a session (per session). A 2026-07-28 server that
 //!   declares `tools.listChanged` sends it on a `subscriptions/listen` stream the client
 //!   opens once connected.
+//! - **Tasks.** toolhost declares the tasks extension (`io.modelcontextprotocol/tasks`) to
+//!   the servers it mounts; a call the server makes a task of is followed to its end
+//!   (`tasks/get`, its `inputRequests` asked through the host's task for the call when the
+//!   host made one, [`ClientRelay::became_task`], else like any question; `tasks/cancel` on
+//!   cancel), so it keeps the shape of a call. A 2025-era server's tool that runs only as a
+//!   2025-11-25 task is called as one (`params.task`, then `tasks/result`).
 //! - Cancelling a call sends `notifications/cancelled` to the server.
 //! - The server's stderr is passed through to ours (logs); [`Toolset::stop`] kills it.
 //! - **A stdio server runs in an OS sandbox** ([`ServerSandbox`]; `workspace-write` unless
