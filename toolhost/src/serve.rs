@@ -51,6 +51,9 @@ pub struct ServeArgs {
 
 /// Runs `serve` as its options say.
 pub async fn serve(sources: &Sources<'_>, args: &ServeArgs) -> Result<ExitCode, UsageError> {
+    if sources.config.mcp.client_logs {
+        mcp::own_logs::switch_on();
+    }
     match (args.mcp, args.http) {
         (true, _) => serve_mcp(sources, args).await,
         (false, Some(addr)) => serve_http(sources, args, addr).await,

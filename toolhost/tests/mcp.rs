@@ -973,3 +973,77 @@ fn a_request_reusing_the_id_of_one_in_flight_is_refused_and_both_are_answered() 
     );
     assert_eq!(again, json!({"jsonrpc": "2.0", "id": 2, "result": {}}));
 }
+
+/// The `notifications/message` lines `serve --mcp` sends a 2025 client that set the level
+/// `warning` and then sent a line that is not JSON (which toolhost refuses, logging a
+/// warning), within `wait`.
+fn log_messages_after_a_refused_line(ws: &Path, wait: Duration) -> Vec<Value> {
+    use std::io::{BufRead, Write};
+    let (mut child, mut stdin) =
+        raw_server_calling(ws, &[], "read_file", json!({"path": "README.md"}));
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","id":20,"method":"logging/setLevel","params":{{"level":"warning"}}}}"#
+    )
+    .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if let Ok(v) = serde_json::from_str::<Value>(&line)
+                && tx.send(v).is_err()
+            {
+                break;
+            }
+        }
+    });
+    // The level is set first: then the refused line.
+    while rx.recv_timeout(Duration::from_secs(10)).unwrap()["id"] != 20 {}
+    writeln!(stdin, "{{not json").unwrap();
+    let deadline = Instant::now() + wait;
+    let mut messages = Vec::new();
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(v) if v["method"] == "notifications/message" => {
+                messages.push(v["params"].clone());
+                break;
+            }
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    drop(stdin);
+    let _ = child.kill();
+    let _ = child.wait();
+    messages
+}
+
+#[test]
+fn toolhosts_own_warnings_reach_a_client_that_set_a_level_only_with_client_logs_on() {
+    let ws = workspace();
+    std::fs::write(
+        ws.path().join("toolhost.toml"),
+        "[mcp]\nclient_logs = true\n",
+    )
+    .unwrap();
+    let got = log_messages_after_a_refused_line(ws.path(), Duration::from_secs(10));
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["logger"], "toolhost");
+    assert_eq!(got[0]["level"], "warning");
+    assert!(
+        got[0]["data"]
+            .as_str()
+            .unwrap()
+            .contains("refused a message"),
+        "{got:?}"
+    );
+    // Off by default: the log names what every client of the server did.
+    let ws = workspace();
+    assert_eq!(
+        log_messages_after_a_refused_line(ws.path(), Duration::from_secs(2)),
+        Vec::<Value>::new()
+    );
+}

@@ -166,6 +166,9 @@ pub struct McpConfig {
     pub pins_file: Option<PathBuf>,
     /// Calls that outlive their request ([`crate::mcp::tasks`]).
     pub tasks: McpTasks,
+    /// Whether toolhost's own log messages (info and above) go to the MCP clients that
+    /// asked for log messages, beside the mounted servers' (default `false`).
+    pub client_logs: bool,
 }
 
 impl Default for McpConfig {
@@ -176,6 +179,7 @@ impl Default for McpConfig {
             request_state_keys: None,
             pins_file: None,
             tasks: McpTasks::default(),
+            client_logs: false,
         }
     }
 }

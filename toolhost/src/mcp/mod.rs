@@ -10,6 +10,7 @@ mod call;
 pub mod confirm;
 pub mod gateway;
 pub mod list_changes;
+pub mod own_logs;
 mod passthrough;
 pub mod progress;
 mod relay;

@@ -1,6 +1,8 @@
 //! What mounted MCP servers tell toolhost, passed on to toolhost's own clients: their
 //! prompt and resource list changes, updates of the resources a client subscribed to, and
-//! their log messages, labelled with the server's id (`logger` is `ID` or `ID/LOGGER`).
+//! their log messages, labelled with the server's id (`logger` is `ID` or `ID/LOGGER`);
+//! with `[mcp] client_logs`, toolhost's own messages too (`logger` = `toolhost`,
+//! [`super::own_logs`]).
 //!
 //! | the client speaks | list changes | resource updates | log messages |
 //! |---|---|---|---|
@@ -119,7 +121,29 @@ pub(crate) async fn tell_connection(
     peer: Peer<RoleServer>,
     interest: Arc<Interest>,
 ) {
-    while let Some((id, event)) = next(&mut events).await {
+    let mut own = super::own_logs::subscribe();
+    loop {
+        let own_message = async {
+            match own.as_mut() {
+                Some(own) => own.recv().await.ok(),
+                None => std::future::pending().await,
+            }
+        };
+        let (id, event) = tokio::select! {
+            next = next(&mut events) => match next {
+                Some(event) => event,
+                None => return,
+            },
+            // toolhost's own message, when `[mcp] client_logs` passes them on.
+            Some(message) = own_message => {
+                if interest.wants_log(message.level)
+                    && peer.notify_logging_message(message).await.is_err()
+                {
+                    return;
+                }
+                continue;
+            }
+        };
         let sent = match event {
             ServerEvent::PromptsChanged => peer.notify_prompt_list_changed().await,
             ServerEvent::ResourcesChanged => peer.notify_resource_list_changed().await,
