@@ -13,6 +13,7 @@ mod host;
 pub mod invocation;
 mod panics;
 pub mod policy;
+pub mod provider;
 pub mod registry;
 pub mod result;
 pub mod runtime;

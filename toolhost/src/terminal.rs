@@ -23,19 +23,26 @@ impl Confirmer for TerminalConfirmer {
     }
 }
 
-fn ask(request: &ConfirmationRequest) -> Decision {
-    let mut err = std::io::stderr().lock();
-    let _ = writeln!(
-        err,
-        "\ntoolhost: '{}' ({}) asks to run [{}]",
+/// The question the terminal asks, as an embedder shows it to its user too: the tool, its
+/// class and the rule that asks, its input, and what it would change.
+pub fn question(request: &ConfirmationRequest) -> String {
+    let mut q = format!(
+        "toolhost: '{}' ({}) asks to run [{}]\n  input: {}",
         request.tool_name(),
         request.side_effects(),
-        request.reason
+        request.reason,
+        request.input_summary
     );
-    let _ = writeln!(err, "  input: {}", request.input_summary);
     for m in &request.projected_modifications {
-        let _ = writeln!(err, "  {m}");
+        q.push_str("\n  ");
+        q.push_str(m);
     }
+    q
+}
+
+fn ask(request: &ConfirmationRequest) -> Decision {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "\n{}", question(request));
     let stdin = std::io::stdin();
     loop {
         let _ = write!(err, "Allow? [y]es / [n]o / [a]lways for this session: ");

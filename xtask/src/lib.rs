@@ -25,6 +25,7 @@ pub mod demo;
 pub mod fuzz;
 pub mod peers;
 pub mod plugin;
+pub mod python;
 pub mod steps;
 
 use std::process::Command;
@@ -178,12 +179,32 @@ pub fn test() -> Result {
             &mut totals,
         )
     })
+    .and_then(|()| python_tests(&mut totals))
     .and_then(|()| fuzz::fuzz(&[], FUZZ_SECONDS, fuzz::Build::Dev));
     println!(
         "\ntests: {} passed, {} failed, {} skipped",
         totals.passed, totals.failed, totals.ignored
     );
     result
+}
+
+/// The Python wheel: built, installed into a fresh venv, tested with pytest.
+fn python_tests(totals: &mut Totals) -> Result {
+    let wheel = python::build_wheel()?;
+    let python = python::install_wheel(&wheel)?;
+    let plugins = python::plugin_fixture()?;
+    let (passed, failed, skipped, ok) = python::pytest(&python, &plugins)?;
+    totals.passed += passed;
+    totals.failed += failed;
+    totals.ignored += skipped;
+    if ok {
+        Ok(())
+    } else {
+        fail(
+            "run the Python wheel's tests (pytest)",
+            format!("{failed} failed"),
+        )
+    }
 }
 
 /// `cargo xtask ci`: formatting, clippy, the API docs (a broken intra-doc link is an

@@ -440,9 +440,10 @@ impl Config {
         &self,
         dirs: Vec<PathBuf>,
         worker_program: PathBuf,
+        worker_args: Vec<std::ffi::OsString>,
         workspace: &Path,
     ) -> plugin_host::PluginHost {
-        let mut worker = plugin_host::WorkerSettings::new(worker_program, ["plugin-worker"]);
+        let mut worker = plugin_host::WorkerSettings::new(worker_program, worker_args);
         worker.sandbox = self.sandbox.workers(workspace);
         worker.memory_limit = (self.plugin_memory_limit_mib > 0)
             .then(|| self.plugin_memory_limit_mib.saturating_mul(1 << 20));

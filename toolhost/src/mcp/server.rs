@@ -102,6 +102,10 @@ pub struct McpServer {
     list_watch: Mutex<Option<tokio::task::AbortHandle>>,
     /// Change watches taken when a `subscriptions/listen` was accepted, for its handler.
     early_watches: Mutex<Vec<tokio::sync::watch::Receiver<u64>>>,
+    /// Mounted servers' events followed from when a `subscriptions/listen` was accepted,
+    /// for its handler: what a server tells between the acknowledgment and the handler's
+    /// start (a list change the client caused at once) is not missed.
+    early_events: Mutex<Vec<super::passthrough::Events>>,
     /// The change watch taken when the connection began, for its 2025-era client's
     /// watcher: a change made before `notifications/initialized` is handled is told too.
     connection_watch: Mutex<Option<tokio::sync::watch::Receiver<u64>>>,
@@ -212,6 +216,7 @@ impl McpServer {
             own: Mutex::new(None),
             list_watch: Mutex::new(None),
             early_watches: Mutex::new(Vec::new()),
+            early_events: Mutex::new(Vec::new()),
             connection_watch: Mutex::new(Some(shared.dispatcher.watch_tools())),
             interest: Arc::default(),
             passing_on: Mutex::new(None),
@@ -629,6 +634,10 @@ impl ServerHandler for McpServer {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(self.shared.dispatcher.watch_tools());
+        self.early_events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(self.shared.upstreams.events());
         // Tools always; prompts and resources (what mounted servers offer) when asked, and
         // the resources asked for that a mounted server can tell updates of.
         let upstreams = &self.shared.upstreams;
@@ -662,6 +671,12 @@ impl ServerHandler for McpServer {
             .pop()
             .unwrap_or_else(|| self.shared.dispatcher.watch_tools());
         let upstreams = &self.shared.upstreams;
+        let events = self
+            .early_events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+            .unwrap_or_else(|| upstreams.events());
         // The resources it asked for are subscribed upstream while it listens.
         let uris = context
             .accepted()
@@ -675,7 +690,7 @@ impl ServerHandler for McpServer {
                 Err(e) => tracing::warn!("a listen stream's subscription to {uri} failed: {e}"),
             }
         }
-        let passed_on = super::passthrough::tell_stream(upstreams.events(), context.sink().clone());
+        let passed_on = super::passthrough::tell_stream(events, context.sink().clone());
         let tools = async {
             if context.accepted().tools_list_changed != Some(true) {
                 return std::future::pending().await;

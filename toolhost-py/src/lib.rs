@@ -1,0 +1,75 @@
+//! # toolhost-py: toolhost for Python
+//!
+//! The native module of the `toolhost` wheel (`toolhost._native`; the Python package in
+//! `python/toolhost` is the API its users import). It builds the host a toolhost
+//! configuration describes, as the CLI does ([`toolhost::build_host`]), runs batches of a
+//! model's tool calls without the GIL, asks a Python callback before side effects, and
+//! streams the session's events.
+//!
+//! Built with maturin (`pyproject.toml`), for CPython 3.9 and later (one abi3 wheel per
+//! platform). Plugin workers (isolation `process`) are this module too:
+//! `python -m toolhost._worker`, which calls its `plugin_worker`.
+
+mod confirm;
+mod convert;
+mod host;
+
+use pyo3::prelude::*;
+
+pyo3::create_exception!(
+    _native,
+    ToolhostError,
+    pyo3::exceptions::PyException,
+    "Misuse of the toolhost API (a tool's failure is a result, never this)."
+);
+pyo3::create_exception!(
+    _native,
+    ConfigError,
+    ToolhostError,
+    "The configuration, workspace or plugin directories cannot make a host (the message says what to change)."
+);
+pyo3::create_exception!(
+    _native,
+    HostClosedError,
+    ToolhostError,
+    "The host was closed (after `with` or `close()`); make a new one."
+);
+
+/// Serves one plugin's calls as a worker process (isolation `process`), with the worker's
+/// arguments; does not return: the process exits with the worker's status, without
+/// Python's shutdown, which its sandbox may no longer allow.
+#[pyfunction]
+fn plugin_worker(py: Python<'_>, args: Vec<String>) -> PyResult<()> {
+    let args = plugin_host::worker::WorkerArgs::parse(args.into_iter().map(Into::into))
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("plugin-worker: {e}")))?;
+    let code = py.detach(|| plugin_host::worker::run(args));
+    std::process::exit(code)
+}
+
+/// Logs (a tool's, toolhost's) go to stderr, filtered by `TOOLHOST_LOG` (default `warn`),
+/// unless the program set up its own `tracing` subscriber.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLHOST_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,rmcp::service=error"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    init_logging();
+    let py = m.py();
+    m.add_class::<host::NativeHost>()?;
+    m.add_class::<host::NativeBatch>()?;
+    m.add_class::<host::NativeEvents>()?;
+    m.add_class::<confirm::Confirmation>()?;
+    m.add("ToolhostError", py.get_type::<ToolhostError>())?;
+    m.add("ConfigError", py.get_type::<ConfigError>())?;
+    m.add("HostClosedError", py.get_type::<HostClosedError>())?;
+    m.add_function(wrap_pyfunction!(plugin_worker, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

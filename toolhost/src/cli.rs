@@ -1,0 +1,487 @@
+//! The `toolhost` command line.
+//!
+//! ```text
+//! toolhost list [--json] [--workspace DIR]
+//! toolhost call NAME --input JSON [--workspace DIR] [--yes] [--json]
+//! toolhost plugins
+//! toolhost sandbox [--json] [--workspace DIR]
+//! toolhost serve --mcp [--control ADDR] | --http ADDR   (see `serve.rs`)
+//! ```
+//!
+//! Global options: `--config FILE` (else `./toolhost.toml`, else the user's config dir),
+//! `--plugins DIR` (repeatable; added to the config's `plugin_dirs`).
+//! Exit codes: 0 the call succeeded, 1 the call returned an error result, 2 bad usage or
+//! configuration. Logs go to stderr (`TOOLHOST_LOG=debug` for more).
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use dispatcher_core::{Dispatcher, Session, ToolUse};
+use serde_json::{Value, json};
+
+use crate::host::{SessionArgs, Sources, UsageError, build_host, load_config, pin_store};
+use crate::terminal::{NoTerminalConfirmer, TerminalConfirmer, YesConfirmer};
+use crate::{mcp, sandbox_report, self_mount, serve, terminal};
+
+#[derive(Parser)]
+#[command(
+    name = "toolhost",
+    version,
+    about = "Run LLM agent tools safely: validated, workspace-scoped, confirmed."
+)]
+struct Cli {
+    /// Configuration file (default: ./toolhost.toml, else ~/.config/toolhost/toolhost.toml).
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// A directory of plugin packages to load (repeatable; added to `plugin_dirs`).
+    #[arg(long = "plugins", global = true, value_name = "DIR")]
+    plugins: Vec<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List the tools visible in the workspace, with their side effects and sources.
+    #[command(visible_alias = "tools")]
+    List {
+        #[command(flatten)]
+        session: SessionArgs,
+        /// Print JSON (definitions with input schemas) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Dispatch one tool call and print its result.
+    #[command(alias = "run")]
+    Call {
+        /// The tool name.
+        name: String,
+        /// The tool input, as a JSON object; `-` reads it from stdin (for large inputs).
+        #[arg(long, value_name = "JSON", default_value = "{}")]
+        input: String,
+        #[command(flatten)]
+        session: SessionArgs,
+        /// Answer "allow" to every confirmation prompt (policy `deny` still applies).
+        #[arg(long, short = 'y')]
+        yes: bool,
+        /// Print the tool_result block as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Load the plugin directories and print, per package, loaded (with its tools) or
+    /// refused (with the reason). Exit code 1 if any package was refused.
+    #[command(alias = "plugin")]
+    Plugins,
+    /// What the kernel enforces here (Landlock, seccomp, no_new_privs, limits) and what
+    /// confines each tool: toolhost's process, a plugin worker's sandbox, an MCP server's,
+    /// and the sandbox of the programs a tool starts. Exit code 1 if anything runs
+    /// unsandboxed (allow_unsandboxed) or cannot run because its sandbox cannot be
+    /// enforced here.
+    Sandbox {
+        #[command(flatten)]
+        session: SessionArgs,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Render every visible tool (name, source, side effects, description, input schema)
+    /// for offline documentation.
+    Manifest {
+        /// `json` or `markdown`.
+        #[arg(long, value_enum, default_value = "json")]
+        format: ManifestFormat,
+        #[command(flatten)]
+        session: SessionArgs,
+    },
+    /// Serve the tools over MCP: `--mcp` on stdin/stdout, or `--http ADDR` (streamable
+    /// HTTP, with the control API and the web console).
+    Serve(serve::ServeArgs),
+    /// Mounted MCP servers: approve a tool definition that changed since it was pinned.
+    #[command(subcommand)]
+    Mcp(McpCommand),
+}
+
+#[derive(Subcommand)]
+enum McpCommand {
+    /// Pin the changed definitions of SERVER's tools (those `toolhost plugins` reports as
+    /// withheld): all of them, or the TOOLs named. toolhost publishes them from its next
+    /// start (a running server: from its next listing).
+    Approve {
+        /// The server's `id` in `[[mcp_servers]]`.
+        server: String,
+        /// The tools to approve (default: every pending one).
+        tools: Vec<String>,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ManifestFormat {
+    Json,
+    Markdown,
+}
+
+/// Logs go to stderr (stdout may be speaking MCP), filtered by `TOOLHOST_LOG` (default
+/// `warn`). Colour codes only reach a terminal: an MCP client that keeps a server's stderr
+/// in a log file, or a pipe into `grep`, gets plain text; `NO_COLOR` turns them off anywhere.
+///
+/// By default the protocol library's own service loop logs errors only: its warnings are
+/// about what a peer did (each error response sent to a client, an answer arriving for a
+/// request toolhost stopped waiting for as it exits), which toolhost reports in its own
+/// words where it matters; `TOOLHOST_LOG=warn` shows them.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLHOST_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG));
+    let colour = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let stderr = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(colour)
+        .with_target(false)
+        .with_filter(filter);
+    tracing_subscriber::registry()
+        .with(stderr)
+        .with(mcp::own_logs::layer())
+        .init();
+}
+
+/// The log filter without `TOOLHOST_LOG`.
+const DEFAULT_LOG: &str = "warn,rmcp::service=error";
+
+/// The `toolhost` program.
+pub fn main() -> ExitCode {
+    init_logging();
+    // A plugin worker (isolation `process`), started by a host: not a user command.
+    let mut args = std::env::args_os().skip(1);
+    if args.next().is_some_and(|a| a == "plugin-worker") {
+        return match plugin_host::worker::WorkerArgs::parse(args) {
+            Ok(worker) => {
+                ExitCode::from(u8::try_from(plugin_host::worker::run(worker)).unwrap_or(1))
+            }
+            Err(e) => {
+                eprintln!("toolhost plugin-worker: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
+    let cli = Cli::parse();
+    // `serve` answers one client: its requests, their tools' inline work and the protocol
+    // I/O all run on one thread, so no message waits for a wake-up on another core (tools
+    // that block still run on the blocking pool). The other commands run one call.
+    let mut builder = if matches!(cli.command, Command::Serve(_)) {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(2);
+        b
+    };
+    let runtime = match builder.enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("toolhost: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let outcome = runtime.block_on(run(cli));
+    // A tool abandoned after cancellation or timeout must not keep the process alive.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match outcome {
+        Ok(code) => code,
+        Err(UsageError(message)) => {
+            eprintln!("toolhost: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
+    let (config, file) = load_config(cli.config.as_deref())?;
+    self_mount::check(&file)?;
+    let sources = Sources {
+        config: &config,
+        file: &file,
+        extra_plugin_dirs: &cli.plugins,
+        worker: None,
+    };
+    match cli.command {
+        Command::Plugins => {
+            let host = build_host(&sources, Path::new("."), None).await?;
+            let lines = host.report_lines();
+            if lines.is_empty() {
+                println!(
+                    "no plugin packages or MCP servers found (plugin directories: {})",
+                    if sources.plugin_dirs().is_empty() {
+                        "none; use --plugins DIR or plugin_dirs in toolhost.toml".to_string()
+                    } else {
+                        sources
+                            .plugin_dirs()
+                            .iter()
+                            .map(|d| d.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    }
+                );
+            }
+            for line in lines {
+                println!("{line}");
+            }
+            Ok(if host.any_refused() {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        Command::Serve(args) => serve::serve(&sources, &args).await,
+        Command::Mcp(McpCommand::Approve { server, tools }) => {
+            let Some(entry) = config.mcp_servers.iter().find(|s| s.id == server) else {
+                let known: Vec<&str> = config.mcp_servers.iter().map(|s| s.id.as_str()).collect();
+                return Err(UsageError(format!(
+                    "no MCP server '{server}' in {} (its [[mcp_servers]] ids: {})",
+                    file.display(),
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                )));
+            };
+            let store = pin_store(&config);
+            let key = mcp_toolsets::pins::server_key(entry);
+            let approved = mcp_toolsets::pins::approve(store.as_ref(), &key, &tools)
+                .map_err(|e| UsageError(format!("MCP server '{server}': {e}")))?;
+            if approved.is_empty() {
+                println!("MCP server '{server}': no changed definition is pending");
+            }
+            for (tool, change) in approved {
+                println!("approved MCP server '{server}' tool '{tool}': {change}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Sandbox { session, json } => {
+            let host = build_host(&sources, &session.workspace, None).await?;
+            let session = host.open_session("cli", &session)?;
+            let listing = host.dispatcher.listing_for_session(&session);
+            let config = &host.dispatcher.config().sandbox;
+            let workspace = sandbox_report::absolute(session.workspace().root());
+            if json {
+                let report = sandbox_report::json(&listing, config, &workspace);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).unwrap_or_default()
+                );
+            } else {
+                print!("{}", sandbox_report::text(&listing, config, &workspace));
+                let others: Vec<String> = host
+                    .report_lines()
+                    .into_iter()
+                    .filter(|l| !l.starts_with("loaded "))
+                    .collect();
+                if !others.is_empty() {
+                    println!("\nplugin workers and refusals:");
+                    for line in others {
+                        println!("  {line}");
+                    }
+                }
+            }
+            Ok(
+                if sandbox_report::anything_unsandboxed(&listing, config, &workspace) {
+                    ExitCode::from(1)
+                } else {
+                    ExitCode::SUCCESS
+                },
+            )
+        }
+        Command::Manifest { format, session } => {
+            let host = build_host(&sources, &session.workspace, None).await?;
+            let session = host.open_session("cli", &session)?;
+            let listing = host.dispatcher.listing_for_session(&session);
+            match format {
+                ManifestFormat::Json => println!(
+                    "{}",
+                    serde_json::to_string_pretty(&listing_json(&listing)).unwrap_or_default()
+                ),
+                ManifestFormat::Markdown => print!("{}", manifest_markdown(&listing)),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::List { session, json } => {
+            let host = build_host(&sources, &session.workspace, None).await?;
+            let session = host.open_session("cli", &session)?;
+            list(&host.dispatcher, &session, json);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Call {
+            name,
+            input,
+            session,
+            yes,
+            json,
+        } => {
+            let (input, from) = if input == "-" {
+                let text = std::io::read_to_string(std::io::stdin())
+                    .map_err(|e| UsageError(format!("could not read --input from stdin: {e}")))?;
+                (text, " (read from stdin)")
+            } else {
+                (input, "")
+            };
+            let input: Value = serde_json::from_str(&input)
+                .map_err(|e| UsageError(format!("--input{from} is not valid JSON: {e}")))?;
+            if !input.is_object() {
+                return Err(UsageError(
+                    "--input must be a JSON object, e.g. '{\"path\": \"README.md\"}'".into(),
+                ));
+            }
+            let confirmer: Arc<dyn dispatcher_core::Confirmer> = if yes {
+                Arc::new(YesConfirmer)
+            } else if terminal::interactive() {
+                Arc::new(TerminalConfirmer)
+            } else {
+                Arc::new(NoTerminalConfirmer {
+                    config_file: file.display().to_string(),
+                })
+            };
+            let host = build_host(&sources, &session.workspace, Some(confirmer)).await?;
+            let session = host.open_session("cli", &session)?;
+            let call = host
+                .dispatcher
+                .invocation(ToolUse::new("toolu_cli_1", &name, input), &session);
+            let run = call.run();
+            tokio::pin!(run);
+            let result = tokio::select! {
+                result = &mut run => result,
+                signal = serve::shutdown_signal() => {
+                    // Signal only: this task drives the call and must keep polling it while
+                    // the tool stops (a shell's process group gets SIGTERM, then SIGKILL).
+                    host.dispatcher.request_cancel(session.id(), "toolu_cli_1");
+                    let grace = host.dispatcher.config().cancel_grace;
+                    if tokio::time::timeout(grace, &mut run).await.is_err() {
+                        tracing::warn!("the call did not stop within the grace period after {}", signal.name);
+                    }
+                    return Ok(signal.exit_code());
+                }
+            };
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&result).unwrap_or_default()
+                );
+            } else {
+                // The text as the model reads it, ended by one newline (not a second one
+                // after text that already ends with it).
+                let text = result.text();
+                if text.ends_with('\n') {
+                    print!("{text}");
+                } else {
+                    println!("{text}");
+                }
+            }
+            if let Some(class) = result.error_class {
+                eprintln!("toolhost: '{name}' ended with {class}");
+                Ok(ExitCode::from(1))
+            } else {
+                Ok(ExitCode::SUCCESS)
+            }
+        }
+    }
+}
+
+fn list(dispatcher: &Dispatcher, session: &Session, as_json: bool) {
+    let listing = dispatcher.listing_for_session(session);
+    if as_json {
+        let mut tools = listing_json(&listing);
+        let workspace = sandbox_report::absolute(session.workspace().root());
+        if let Value::Array(items) = &mut tools {
+            for (item, l) in items.iter_mut().zip(&listing) {
+                item["sandbox"] =
+                    sandbox_report::tool_json(l, &dispatcher.config().sandbox, &workspace);
+            }
+        }
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&tools).unwrap_or_default()
+        );
+        return;
+    }
+    let width = listing
+        .iter()
+        .map(|l| l.definition.name.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let sources: Vec<String> = listing
+        .iter()
+        .map(|l| match &l.original_name {
+            Some(original) => format!("{}:{original}", l.source),
+            None => l.source.clone(),
+        })
+        .collect();
+    let source_width = sources.iter().map(String::len).max().unwrap_or(6).max(6);
+    println!(
+        "{:width$}  {:8}  {:source_width$}  DESCRIPTION",
+        "NAME", "EFFECTS", "SOURCE"
+    );
+    for (l, source) in listing.iter().zip(&sources) {
+        let first_line = l.definition.description.lines().next().unwrap_or("");
+        let first_line = match first_line.char_indices().nth(72) {
+            Some((cut, _)) => format!("{}…", &first_line[..cut]),
+            None => first_line.to_string(),
+        };
+        println!(
+            "{:width$}  {:8}  {:source_width$}  {}",
+            l.definition.name, l.definition.side_effects, source, first_line
+        );
+    }
+}
+
+/// Tool listings as JSON: each definition plus its source (and toolset identity).
+fn listing_json(listing: &[dispatcher_core::ToolListing]) -> Value {
+    let tools: Vec<Value> = listing
+        .iter()
+        .map(|l| {
+            let mut v = serde_json::to_value(&l.definition).unwrap_or(Value::Null);
+            v["source"] = json!(l.source);
+            if let (Some(toolset), Some(original)) = (&l.toolset, &l.original_name) {
+                v["toolset"] = json!(toolset);
+                v["original_name"] = json!(original);
+            }
+            v
+        })
+        .collect();
+    Value::Array(tools)
+}
+
+/// Tool listings as a Markdown document.
+fn manifest_markdown(listing: &[dispatcher_core::ToolListing]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::from("# Tools\n\n| tool | side effects | source |\n|---|---|---|\n");
+    for l in listing {
+        let _ = writeln!(
+            out,
+            "| [`{0}`](#{0}) | {1} | {2} |",
+            l.definition.name, l.definition.side_effects, l.source
+        );
+    }
+    for l in listing {
+        let d = &l.definition;
+        let _ = write!(
+            out,
+            "\n## {}\n\n*{}* · {}",
+            d.name, d.side_effects, l.source
+        );
+        if let Some(original) = &l.original_name {
+            let _ = write!(
+                out,
+                " (`{original}` in toolset `{}`)",
+                l.toolset.as_deref().unwrap_or("")
+            );
+        }
+        let schema = serde_json::to_string_pretty(&d.input_schema).unwrap_or_default();
+        let _ = write!(out, "\n\n{}\n\n```json\n{schema}\n```\n", d.description);
+    }
+    out
+}

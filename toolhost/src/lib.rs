@@ -1,0 +1,37 @@
+//! # toolhost
+//!
+//! The `toolhost` program as a library: its command line ([`cli::main`], which the binary
+//! runs), and the host its configuration describes ([`build_host`]), for programs that
+//! embed toolhost the way the CLI runs it (the Python wheel, `toolhost-py`).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), toolhost::UsageError> {
+//! let (config, file) = toolhost::load_config(None)?;
+//! let sources = toolhost::Sources {
+//!     config: &config,
+//!     file: &file,
+//!     extra_plugin_dirs: &[],
+//!     worker: None,
+//! };
+//! let host = toolhost::build_host(&sources, std::path::Path::new("."), None).await?;
+//! let session = host.open_session_in("my-session", std::path::Path::new("."))?;
+//! # drop(session); Ok(()) }
+//! ```
+
+pub mod cli;
+mod config;
+mod host;
+mod http;
+mod mcp;
+mod sandbox_report;
+mod self_mount;
+mod serve;
+mod terminal;
+
+pub use config::Config;
+pub use host::{Host, SessionArgs, Sources, UsageError, build_host, load_config};
+pub use terminal::question as confirmation_question;
+
+/// The tracing layer that passes toolhost's own log messages to MCP clients
+/// (`[mcp] client_logs`): a program that sets up its own subscriber adds it.
+pub use mcp::own_logs::layer as client_log_layer;

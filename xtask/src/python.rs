@@ -1,0 +1,137 @@
+//! The Python wheel (`toolhost-py`) in the test run: built with maturin (from PyPI, pinned)
+//! as a debug build that reuses the workspace's compiled crates, installed into a venv of
+//! its own beside pytest and the official MCP Python SDK, and tested with pytest against a
+//! packaged example plugin.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::peers;
+use crate::plugin::{Inspector, package_crate};
+use crate::steps::{Result, announce, fail, io, root};
+
+/// The maturin that builds the wheel.
+pub const MATURIN: &str = "maturin==1.16.0";
+/// The pytest that runs its tests.
+pub const PYTEST: &str = "pytest==9.2.0";
+
+/// The wheel file maturin wrote into `out`.
+fn wheel_in(out: &Path) -> Option<PathBuf> {
+    std::fs::read_dir(out)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("toolhost-"))
+                && p.extension().is_some_and(|e| e == "whl")
+        })
+}
+
+/// Builds the wheel (debug) into `target/wheels`; returns it.
+pub fn build_wheel() -> Result<PathBuf> {
+    const STEP: &str = "build the Python wheel (maturin, abi3)";
+    let peers = peers::dir();
+    let maturin_python =
+        peers::python_venv(&peers, "maturin", &[MATURIN], "maturin").or_else(|e| fail(STEP, e))?;
+    let maturin = maturin_python.with_file_name("maturin");
+    let out = root().join("target/wheels");
+    let _ = std::fs::remove_dir_all(&out);
+    announce(STEP);
+    let status = Command::new(&maturin)
+        .args(["build", "--quiet", "--profile", "dev", "-m"])
+        .arg(root().join("toolhost-py/Cargo.toml"))
+        .arg("-o")
+        .arg(&out)
+        .current_dir(root())
+        .status()
+        .or_else(|e| fail(STEP, format!("cannot run {}: {e}", maturin.display())))?;
+    if !status.success() {
+        return fail(STEP, format!("maturin exited with {status}"));
+    }
+    wheel_in(&out).map_or_else(
+        || {
+            fail(
+                STEP,
+                format!("maturin wrote no toolhost wheel into {}", out.display()),
+            )
+        },
+        Ok,
+    )
+}
+
+/// A venv with pytest, the MCP Python SDK and `wheel` installed (again each run); returns
+/// its python.
+pub fn install_wheel(wheel: &Path) -> Result<PathBuf> {
+    const STEP: &str = "install the wheel into a fresh venv with pytest and the MCP Python SDK";
+    announce(STEP);
+    let peers = peers::dir();
+    let python = peers::python_venv(
+        &peers,
+        "py-wheel",
+        &[PYTEST, crate::PYTHON_SDK],
+        "pytest, mcp",
+    )
+    .or_else(|e| fail(STEP, e))?;
+    peers::output(
+        Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--force-reinstall",
+                "--no-deps",
+            ])
+            .arg(wheel),
+    )
+    .or_else(|e| fail(STEP, format!("pip install {}: {e}", wheel.display())))?;
+    Ok(python)
+}
+
+/// The example plugin `text-tools` packaged (debug) into `target/py-fixtures/plugins`.
+pub fn plugin_fixture() -> Result<PathBuf> {
+    let dir = root().join("target/py-fixtures/plugins");
+    let _ = std::fs::remove_dir_all(&dir);
+    io("make the plugin directory", std::fs::create_dir_all(&dir))?;
+    package_crate(
+        &root().join("examples/plugins/text-tools"),
+        &dir,
+        &Inspector::child(),
+        None,
+        false,
+    )?;
+    Ok(dir)
+}
+
+/// Runs the wheel's pytest suite; returns (passed, failed, skipped) and whether it passed.
+pub fn pytest(python: &Path, plugins: &Path) -> Result<(u64, u64, u64, bool)> {
+    const STEP: &str = "run the Python wheel's tests (pytest)";
+    announce(STEP);
+    let out = Command::new(python)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"])
+        .current_dir(root().join("toolhost-py"))
+        .env("TOOLHOST_TEST_PLUGINS", plugins)
+        .env("TOOLHOST_TEST_REQUIRE_PEERS", "1")
+        .output()
+        .or_else(|e| fail(STEP, format!("cannot run pytest: {e}")))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    print!("{text}");
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    // The summary line: "28 passed, 1 skipped in 2.95s".
+    let summary = text.lines().last().unwrap_or_default();
+    let count = |what: &str| -> u64 {
+        summary
+            .split([',', ' '])
+            .collect::<Vec<_>>()
+            .windows(2)
+            .find(|w| w[1] == what)
+            .and_then(|w| w[0].parse().ok())
+            .unwrap_or(0)
+    };
+    Ok((
+        count("passed"),
+        count("failed") + count("errors") + count("error"),
+        count("skipped"),
+        out.status.success(),
+    ))
+}
