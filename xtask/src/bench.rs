@@ -21,6 +21,41 @@ use std::process::Command;
 use crate::peers::output;
 use crate::steps::{Result, announce, cargo, fail, io, root, run};
 
+/// What a call costs from Python: through the wheel against the same call in Rust, and
+/// against the spec's Python design (issue 30: reported, no target).
+fn wheel_rows(wheel: Option<(f64, f64, f64)>, rust: Option<f64>) -> Vec<Row> {
+    let Some((run, run_async, design)) = wheel else {
+        return vec![missing("Python wheel: read_file 4 KB through Host.run")];
+    };
+    let against_rust = match rust {
+        Some(rust) => format!(
+            "{run:.1} µs vs {rust:.1} µs in Rust: {:+.1} µs through the wheel",
+            run - rust
+        ),
+        None => format!("{run:.1} µs"),
+    };
+    vec![
+        Row {
+            figure: "Python wheel: read_file 4 KB, one call per Host.run, vs the same call in Rust (dispatch)".into(),
+            measured: against_rust,
+            target: "reported".into(),
+            pass: None,
+        },
+        Row {
+            figure: "Python wheel: the same call through Host.run_async (an asyncio loop)".into(),
+            measured: format!("{run_async:.1} µs"),
+            target: "reported".into(),
+            pass: None,
+        },
+        Row {
+            figure: "the spec's Python design, the same call (xtask/peers/spec_dispatcher.py)".into(),
+            measured: format!("{design:.1} µs: Host.run is {:.1}× faster", design / run),
+            target: "reported".into(),
+            pass: None,
+        },
+    ]
+}
+
 /// One line of the table.
 struct Row {
     figure: String,
@@ -431,6 +466,11 @@ pub fn bench(write_readme: bool) -> Result {
         }
     };
 
+    announce("the Python wheel (release) and the spec's Python design: read_file 4 KB");
+    let wheel = crate::python::wheel_figures()
+        .map_err(|e| skipped.push(format!("the Python wheel's figures: {e}")))
+        .ok();
+
     announce("start-up: from exec to the answer to initialize");
     let version = start_ms(&[toolhost.display().to_string(), "--version".into()], &ws);
     let bare_start = start_ms(&serve(&configs.bare), &ws);
@@ -468,6 +508,7 @@ pub fn bench(write_readme: bool) -> Result {
         15.0,
     ));
     rows.push(ratio_row("read_file 4 KB", d("d_read_file_4k"), a, 3.0));
+    rows.extend(wheel_rows(wheel, d("d_read_file_4k")));
     rows.push(ratio_row("list_dir 20 entries", d("e_list_dir_20"), a, 3.0));
     rows.push(ratio_row(
         "write_file 4 KB (synced)",

@@ -190,8 +190,13 @@ pub fn test() -> Result {
 
 /// The Python wheel: built, installed into a fresh venv, tested with pytest.
 fn python_tests(totals: &mut Totals) -> Result {
-    let wheel = python::build_wheel()?;
-    let python = python::install_wheel(&wheel)?;
+    let wheel = python::build_wheel("dev")?;
+    let python = python::install_wheel(
+        &wheel,
+        "py-wheel",
+        &[python::PYTEST, PYTHON_SDK],
+        "pytest, mcp",
+    )?;
     let plugins = python::plugin_fixture()?;
     let (passed, failed, skipped, ok) = python::pytest(&python, &plugins)?;
     totals.passed += passed;

@@ -1,7 +1,8 @@
-//! The Python wheel (`toolhost-py`) in the test run: built with maturin (from PyPI, pinned)
-//! as a debug build that reuses the workspace's compiled crates, installed into a venv of
-//! its own beside pytest and the official MCP Python SDK, and tested with pytest against a
-//! packaged example plugin.
+//! The Python wheel (`toolhost-py`) in the test run and the bench: built with maturin (from
+//! PyPI, pinned), as a debug build that reuses the workspace's compiled crates for the
+//! tests, installed into a venv of its own beside pytest and the official MCP Python SDK,
+//! and tested with pytest against a packaged example plugin; a release build for the
+//! bench ([`wheel_figures`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -27,8 +28,9 @@ fn wheel_in(out: &Path) -> Option<PathBuf> {
         })
 }
 
-/// Builds the wheel (debug) into `target/wheels`; returns it.
-pub fn build_wheel() -> Result<PathBuf> {
+/// Builds the wheel with the cargo `profile` (`dev` for the tests: the workspace's crates
+/// are compiled already; `release` for the bench) into `target/wheels`; returns it.
+pub fn build_wheel(profile: &str) -> Result<PathBuf> {
     const STEP: &str = "build the Python wheel (maturin, abi3)";
     let peers = peers::dir();
     let maturin_python =
@@ -38,7 +40,7 @@ pub fn build_wheel() -> Result<PathBuf> {
     let _ = std::fs::remove_dir_all(&out);
     announce(STEP);
     let status = Command::new(&maturin)
-        .args(["build", "--quiet", "--profile", "dev", "-m"])
+        .args(["build", "--quiet", "--profile", profile, "-m"])
         .arg(root().join("toolhost-py/Cargo.toml"))
         .arg("-o")
         .arg(&out)
@@ -59,19 +61,21 @@ pub fn build_wheel() -> Result<PathBuf> {
     )
 }
 
-/// A venv with pytest, the MCP Python SDK and `wheel` installed (again each run); returns
-/// its python.
-pub fn install_wheel(wheel: &Path) -> Result<PathBuf> {
-    const STEP: &str = "install the wheel into a fresh venv with pytest and the MCP Python SDK";
+/// What the bench's venv has beside the wheel: the spec's Python design needs jsonschema.
+pub const BENCH_PACKAGES: [&str; 1] = ["jsonschema==4.26.0"];
+
+/// A venv `name` with `packages` (checked by importing `modules`) and `wheel` installed
+/// (again each run); returns its python.
+pub fn install_wheel(
+    wheel: &Path,
+    name: &str,
+    packages: &[&str],
+    modules: &str,
+) -> Result<PathBuf> {
+    const STEP: &str = "install the wheel into a venv of its own";
     announce(STEP);
     let peers = peers::dir();
-    let python = peers::python_venv(
-        &peers,
-        "py-wheel",
-        &[PYTEST, crate::PYTHON_SDK],
-        "pytest, mcp",
-    )
-    .or_else(|e| fail(STEP, e))?;
+    let python = peers::python_venv(&peers, name, packages, modules).or_else(|e| fail(STEP, e))?;
     peers::output(
         Command::new(&python)
             .args([
@@ -133,5 +137,29 @@ pub fn pytest(python: &Path, plugins: &Path) -> Result<(u64, u64, u64, bool)> {
         count("failed") + count("errors") + count("error"),
         count("skipped"),
         out.status.success(),
+    ))
+}
+
+/// The bench's figures of the wheel and of the spec's Python design, in µs per call:
+/// (`Host.run`, `Host.run_async`, the Python design), each `read_file` of 4 KB.
+pub fn wheel_figures() -> std::result::Result<(f64, f64, f64), String> {
+    let wheel = build_wheel("release").map_err(|e| e.to_string())?;
+    let python = install_wheel(&wheel, "py-wheel-bench", &BENCH_PACKAGES, "jsonschema")
+        .map_err(|e| e.to_string())?;
+    let ws = peers::dir().join("wheel-bench-ws");
+    std::fs::create_dir_all(&ws).map_err(|e| e.to_string())?;
+    let json = |script: PathBuf| -> std::result::Result<serde_json::Value, String> {
+        let out = peers::output(Command::new(&python).arg(&script).arg(&ws))?;
+        serde_json::from_str(out.trim()).map_err(|e| format!("{}: {e}: {out}", script.display()))
+    };
+    let wheel = json(root().join("toolhost-py/bench/bench_wheel.py"))?;
+    let design = json(root().join("xtask/peers/spec_dispatcher.py"))?;
+    let number = |v: &serde_json::Value, key: &str| {
+        v[key].as_f64().ok_or_else(|| format!("no {key} in {v}"))
+    };
+    Ok((
+        number(&wheel, "run_us")?,
+        number(&wheel, "run_async_us")?,
+        number(&design, "read_file_4k_us")?,
     ))
 }
