@@ -21,6 +21,7 @@ pub mod schedule;
 pub mod schema;
 pub mod session;
 pub mod spool;
+pub mod store;
 pub mod toolset;
 pub mod workspace;
 

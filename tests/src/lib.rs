@@ -5,6 +5,8 @@
 //! into `target/fixtures`, and makes packages of them the way `cargo xtask plugin package`
 //! does.
 
+pub mod redis_server;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
