@@ -168,6 +168,14 @@ pub trait Confirmer: Send + Sync {
     fn name(&self) -> &str;
     /// Asks the user (or answers from configuration: [`Answer::fallback`]).
     fn confirm(&self, request: ConfirmationRequest) -> ConfirmFuture;
+    /// Whether this client already has the user's answer for `call` (e.g. a verified retry
+    /// that carries it), so that [`Confirmer::confirm`] answers at once: the dispatcher
+    /// then skips what it would look up before asking (an "always" grant in the shared
+    /// state). Default: no.
+    fn answers_at_once(&self, call: &CallHeader) -> bool {
+        let _ = call;
+        false
+    }
 }
 
 /// An answer that could not be applied.

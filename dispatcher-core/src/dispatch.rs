@@ -449,7 +449,15 @@ impl Invocation {
                 },
             )),
             Mode::Deny => Err(policy_denied(self, &decision.rule)),
-            Mode::Prompt if !hook_asked && state.is_granted(&tool.name) => {
+            Mode::Prompt
+                if !hook_asked
+                    && !engine
+                        .settings
+                        .confirmers
+                        .iter()
+                        .any(|c| c.answers_at_once(&self.header))
+                    && crate::session::granted(&engine.store, &state, &tool.name).await =>
+            {
                 Ok((input, DecidedBy::Approval))
             }
             Mode::Prompt => {
@@ -502,7 +510,7 @@ impl Invocation {
         match resolution {
             Resolution::Answered(Decision::Allow, by) => Ok(by),
             Resolution::Answered(Decision::AlwaysAllow, by) => {
-                self.session.state.grant(&tool.name);
+                crate::session::grant(&engine.store, &self.session.state, &tool.name).await;
                 Ok(by)
             }
             Resolution::Answered(Decision::Deny, DecidedBy::Fallback { reason, .. }) => {

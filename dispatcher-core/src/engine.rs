@@ -32,6 +32,10 @@ pub(crate) struct Engine {
     sessions: Mutex<HashMap<Arc<str>, Arc<SessionState>>>,
     pub(crate) events: EventChannel,
     pub(crate) next_request: AtomicU64,
+    /// The shared state: the host's, else this process's memory.
+    pub(crate) store: Arc<dyn crate::store::Store>,
+    /// This instance, among those sharing the store (random, per process).
+    pub(crate) instance: Arc<str>,
 }
 
 /// What a host sets when it builds a dispatcher (everything but the state it accumulates).
@@ -44,12 +48,36 @@ pub(crate) struct Settings {
     pub(crate) post_hooks: Vec<Arc<dyn PostUseHook>>,
     pub(crate) runtime: Option<Arc<dyn RuntimePolicy>>,
     pub(crate) confirmers: Vec<Arc<dyn Confirmer>>,
+    /// The shared state ("always" grants, …); `None`: this process's memory.
+    pub(crate) store: Option<Arc<dyn crate::store::Store>>,
+}
+
+/// A random id for this instance: the keys it shares only with itself, and the ids of
+/// its confirmation requests, never meet another's.
+fn instance_id() -> Arc<str> {
+    use std::hash::BuildHasher;
+    let seed = (
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    // RandomState is keyed from the OS's randomness.
+    let n = std::collections::hash_map::RandomState::new().hash_one(seed);
+    format!("{n:016x}").into()
 }
 
 impl Engine {
-    pub(crate) fn new(settings: Settings) -> Engine {
+    pub(crate) fn new(mut settings: Settings) -> Engine {
         let changes: Changes = Arc::new(tokio::sync::watch::channel(0).0);
+        let store = settings
+            .store
+            .take()
+            .unwrap_or_else(|| crate::store::MemoryStore::new());
         Engine {
+            store,
+            instance: instance_id(),
             settings,
             broker: ConfirmationBroker::default(),
             registry: Arc::new(Registry::new(changes.clone())),
@@ -113,10 +141,14 @@ impl Engine {
             id.clone(),
             Arc::new(workspace),
             &spec,
-            self.settings.config.max_concurrency,
-            &self.settings.config.tool_concurrency,
             data_dir,
-            self.changes.clone(),
+            crate::session::Surroundings {
+                cap: self.settings.config.max_concurrency,
+                tool_caps: &self.settings.config.tool_concurrency,
+                changes: self.changes.clone(),
+                store: self.store.clone(),
+                instance: &self.instance,
+            },
         ));
         self.toolsets.start_for(
             &state,
@@ -128,12 +160,13 @@ impl Engine {
     }
 
     /// Forgets a session and stops the per-session toolsets it started.
-    pub(crate) fn remove_session(&self, id: &str) -> bool {
+    pub(crate) async fn remove_session(&self, id: &str) -> bool {
         let state = self.sessions().remove(id);
         match state {
             Some(state) => {
                 state.close();
                 self.toolsets.stop_for(&state);
+                crate::session::forget_grants(&state).await;
                 true
             }
             None => false,
@@ -180,7 +213,7 @@ pub(crate) async fn ask(
     let (input_summary, projected_modifications, reason) = question;
     let n = engine.next_request.fetch_add(1, Ordering::Relaxed);
     let request = ConfirmationRequest {
-        request_id: Arc::from(format!("cr_{n:012}")),
+        request_id: Arc::from(format!("cr_{}_{n:06}", engine.instance)),
         call: call.clone(),
         input_summary,
         projected_modifications,

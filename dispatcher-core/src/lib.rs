@@ -101,6 +101,13 @@ impl DispatcherBuilder {
         self
     }
 
+    /// Sets the shared state ("always" grants; see [`store`]): default, this process's
+    /// memory ([`store::MemoryStore`]).
+    pub fn store(mut self, store: Arc<dyn store::Store>) -> Self {
+        self.settings.store = Some(store);
+        self
+    }
+
     /// The dispatcher.
     pub fn build(self) -> Dispatcher {
         Dispatcher {
@@ -130,6 +137,11 @@ impl std::fmt::Debug for Dispatcher {
 }
 
 impl Dispatcher {
+    /// The shared state it was built with.
+    pub fn store(&self) -> Arc<dyn store::Store> {
+        self.engine.store.clone()
+    }
+
     /// A dispatcher with default config and policy.
     pub fn new() -> Dispatcher {
         Dispatcher::builder().build()
@@ -237,7 +249,7 @@ impl Dispatcher {
     /// Returns whether it was open. Shared toolsets keep running.
     pub async fn close_session(&self, id: &str) -> bool {
         self.cancel_session_tools(id).await;
-        self.engine.remove_session(id)
+        self.engine.remove_session(id).await
     }
 
     /// The call `call` in `session`, ready to [`run`](Invocation::run); its tool is looked

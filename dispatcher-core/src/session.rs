@@ -55,6 +55,11 @@ pub struct SessionSpec {
     pub data_dir: Option<PathBuf>,
     /// This session's confirmation policy; `None` (the default): the dispatcher's.
     pub policy: Option<ConfirmationPolicy>,
+    /// Whether its id names the same client on every instance that shares the store (a
+    /// server's session per authenticated caller): then its "always" grants hold on every
+    /// instance, and outlive it. Default `false`: they are this instance's, and end with
+    /// the session.
+    pub shared: bool,
 }
 
 impl SessionSpec {
@@ -67,7 +72,14 @@ impl SessionSpec {
             toolsets: Vec::new(),
             data_dir: None,
             policy: None,
+            shared: false,
         }
+    }
+
+    /// Marks the session as the same client on every instance ([`SessionSpec::shared`]).
+    pub fn shared(mut self, shared: bool) -> Self {
+        self.shared = shared;
+        self
     }
 
     /// Gives the session its own confirmation policy instead of the dispatcher's (e.g. a
@@ -247,10 +259,28 @@ pub(crate) struct SessionState {
     closed: AtomicBool,
     /// The session's own confirmation policy, if it has one.
     pub(crate) policy: Option<ConfirmationPolicy>,
+    /// The shared state its grants are kept in.
+    store: Arc<dyn crate::store::Store>,
+    /// `None` for a shared session; else the instance its grants belong to.
+    scope: Option<Arc<str>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What a new session takes from the dispatcher that opens it.
+pub(crate) struct Surroundings<'a> {
+    /// Its concurrency cap.
+    pub(crate) cap: usize,
+    /// Per-tool caps.
+    pub(crate) tool_caps: &'a HashMap<String, usize>,
+    /// The dispatcher's tool changes, for the session's own registry.
+    pub(crate) changes: Changes,
+    /// The shared state.
+    pub(crate) store: Arc<dyn crate::store::Store>,
+    /// This instance.
+    pub(crate) instance: &'a Arc<str>,
 }
 
 impl SessionState {
@@ -258,11 +288,16 @@ impl SessionState {
         id: Arc<str>,
         workspace: Arc<Workspace>,
         spec: &SessionSpec,
-        cap: usize,
-        tool_caps: &HashMap<String, usize>,
         data_dir: PathBuf,
-        changes: Changes,
+        around: Surroundings<'_>,
     ) -> Self {
+        let Surroundings {
+            cap,
+            tool_caps,
+            changes,
+            store,
+            instance,
+        } = around;
         SessionState {
             id,
             workspace,
@@ -286,6 +321,8 @@ impl SessionState {
             interruptible: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
             policy: spec.policy.clone(),
+            store,
+            scope: (!spec.shared).then(|| instance.clone()),
         }
     }
 
@@ -401,11 +438,8 @@ impl SessionState {
         calls
     }
 
-    pub(crate) fn is_granted(&self, tool: &str) -> bool {
-        lock(&self.grants).contains(tool)
-    }
-
-    pub(crate) fn grant(&self, tool: &str) {
+    /// Records a grant made here (the shared state holds it for every instance).
+    fn granted_here(&self, tool: &str) {
         lock(&self.grants).insert(tool.to_string());
     }
 
@@ -418,6 +452,67 @@ impl SessionState {
 
     pub(crate) fn revoke(&self, tool: &str) -> bool {
         lock(&self.grants).remove(tool)
+    }
+}
+
+/// How long a session's "always" grants are kept in the shared state after the last one.
+pub const GRANTS_KEPT: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
+
+/// Where a session's grants are kept in the shared state: a shared session's by its id
+/// (the same client on every instance); another's under this instance too.
+fn grants_key(session: &SessionState) -> String {
+    match &session.scope {
+        None => format!("grants:shared:{}", session.id),
+        Some(instance) => format!("grants:{instance}:{}", session.id),
+    }
+}
+
+/// Whether the user answered "always allow" for `tool` in `session`, on any instance. A
+/// grant that cannot be read is no grant: the user is asked.
+pub(crate) async fn granted(
+    store: &Arc<dyn crate::store::Store>,
+    session: &SessionState,
+    tool: &str,
+) -> bool {
+    match store.contains(&grants_key(session), tool).await {
+        Ok(found) => found,
+        Err(e) => {
+            tracing::warn!(%tool, session = %session.id, "{e}; the \"always\" grants cannot be read, so the user is asked");
+            false
+        }
+    }
+}
+
+/// Records the user's "always allow" for `tool` in `session`, for every instance.
+pub(crate) async fn grant(
+    store: &Arc<dyn crate::store::Store>,
+    session: &SessionState,
+    tool: &str,
+) {
+    session.granted_here(tool);
+    if let Err(e) = store.add(&grants_key(session), tool, GRANTS_KEPT).await {
+        tracing::warn!(%tool, session = %session.id, "{e}; the \"always\" grant holds on this instance only until the store is back, and is asked again elsewhere");
+    }
+}
+
+/// Forgets the session's grants on every instance (it closed).
+pub(crate) async fn forget_grants(session: &SessionState) {
+    if session.scope.is_none() {
+        // A shared session's grants belong to its client on every instance.
+        return;
+    }
+    if let Err(e) = session.store.clear(&grants_key(session)).await {
+        tracing::warn!(session = %session.id, "{e}; its \"always\" grants stay in the store until they expire");
+    }
+}
+
+/// Takes the grants of `tools` back in the shared state too.
+async fn revoke_shared(session: &SessionState, tools: Vec<String>) {
+    let key = grants_key(session);
+    for tool in tools {
+        if let Err(e) = session.store.remove(&key, &tool).await {
+            tracing::warn!(%tool, "{e}; the revoked grant still holds on other instances until the store is back");
+        }
     }
 }
 
@@ -498,13 +593,19 @@ impl Session {
 
     /// Takes back an "always allow" approval: the tool prompts again. Returns whether there
     /// was one.
-    pub fn revoke_approval(&self, tool: &str) -> bool {
+    pub async fn revoke_approval(&self, tool: &str) -> bool {
+        revoke_shared(&self.state, vec![tool.to_string()]).await;
         self.state.revoke(tool)
     }
 
     /// Takes back every approval of the session; returns how many there were.
-    pub fn revoke_all_approvals(&self) -> usize {
-        std::mem::take(&mut *lock(&self.state.grants)).len()
+    pub async fn revoke_all_approvals(&self) -> usize {
+        let all: Vec<String> = std::mem::take(&mut *lock(&self.state.grants))
+            .into_iter()
+            .collect();
+        let n = all.len();
+        revoke_shared(&self.state, all).await;
+        n
     }
 
     /// Where the session keeps its files (spooled results).

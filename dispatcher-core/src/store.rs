@@ -50,6 +50,8 @@ pub trait Sets: Send + Sync {
     fn contains<'a>(&'a self, set: &'a str, member: &'a str) -> StoreFuture<'a, bool>;
     /// Removes `member`; whether it was there.
     fn remove<'a>(&'a self, set: &'a str, member: &'a str) -> StoreFuture<'a, bool>;
+    /// Empties `set`.
+    fn clear<'a>(&'a self, set: &'a str) -> StoreFuture<'a, ()>;
 }
 
 /// Counters over fixed windows.
@@ -222,6 +224,11 @@ impl Sets for MemoryStore {
             .is_some_and(|(members, _)| members.remove(member));
         ready(removed)
     }
+
+    fn clear<'a>(&'a self, set: &'a str) -> StoreFuture<'a, ()> {
+        self.lock().sets.remove(set);
+        ready(())
+    }
 }
 
 impl Counters for MemoryStore {
@@ -349,7 +356,10 @@ mod tests {
     async fn records_expire_and_scan_by_prefix() {
         let store = MemoryStore::new();
         store.put("pending:1", "a", LONG).await.unwrap();
-        store.put("pending:2", "b", Duration::from_millis(20)).await.unwrap();
+        store
+            .put("pending:2", "b", Duration::from_millis(20))
+            .await
+            .unwrap();
         store.put("task:1", "c", LONG).await.unwrap();
         tokio::time::sleep(Duration::from_millis(30)).await;
         assert_eq!(

@@ -8,7 +8,7 @@
 //! | operation | commands | round trips |
 //! |---|---|---|
 //! | [`Claims::claim`] | `SET k 1 NX PX ttl` | 1 |
-//! | [`Sets`] | `SADD` + `PEXPIRE` (one transaction), `SISMEMBER`, `SREM` | 1 |
+//! | [`Sets`] | `SADD` + `PEXPIRE` (one transaction), `SISMEMBER`, `SREM`, `DEL` | 1 |
 //! | [`Counters::hit`] | `INCR` + `PEXPIRE … NX` (one transaction) | 1 |
 //! | [`Records`] | `SET … PX`, `GET`, `DEL`, `SCAN MATCH` + `MGET` | 1 (scan: a few) |
 //! | [`Bus`] | `PUBLISH`; `SUBSCRIBE` once per channel, messages pushed on the same connection | 1 |
@@ -246,6 +246,14 @@ impl Sets for RedisStore {
             let mut c = self.manager.clone();
             let removed: redis::RedisResult<u64> = c.srem(Self::key(set), member).await;
             self.outcome(removed).map(|n| n > 0)
+        })
+    }
+
+    fn clear<'a>(&'a self, set: &'a str) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let mut c = self.manager.clone();
+            let done: redis::RedisResult<u64> = c.del(Self::key(set)).await;
+            self.outcome(done).map(drop)
         })
     }
 }

@@ -393,12 +393,12 @@ async fn always_allow_lasts_for_the_session_and_can_be_listed_and_revoked() {
     }
     assert_eq!(asker.asked(), 1);
     assert_eq!(fx.session.approvals(), ["write_file"]);
-    assert!(fx.session.revoke_approval("write_file"));
-    assert!(!fx.session.revoke_approval("write_file"));
+    assert!(fx.session.revoke_approval("write_file").await);
+    assert!(!fx.session.revoke_approval("write_file").await);
     assert!(fx.session.approvals().is_empty());
     assert!(!d.dispatch(write("d"), &fx.session).await.is_error());
     assert_eq!(asker.asked(), 2, "prompts again after the revoke");
-    assert_eq!(fx.session.revoke_all_approvals(), 1);
+    assert_eq!(fx.session.revoke_all_approvals().await, 1);
 }
 
 #[tokio::test]

@@ -111,9 +111,13 @@ async fn serve_http(
     let toolsets = host.toolsets();
     let opener = {
         let dispatcher = dispatcher.clone();
-        move |id: &str| {
+        move |id: &str, shared: bool| {
             dispatcher
-                .open_session(SessionSpec::new(id, &workspace).toolsets(toolsets.clone()))
+                .open_session(
+                    SessionSpec::new(id, &workspace)
+                        .toolsets(toolsets.clone())
+                        .shared(shared),
+                )
                 .map_err(|e| e.to_string())
         }
     };

@@ -20,7 +20,15 @@ pub enum Inspector {
 impl Inspector {
     /// A child process of the running xtask binary.
     pub fn child() -> Inspector {
-        Inspector::Child(std::env::current_exe().unwrap_or_else(|_| PathBuf::from("xtask")))
+        let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("xtask"));
+        // Rebuilt while it runs (`cargo xtask test` builds the workspace, this tool
+        // included), the file it was started from is replaced: the new one at the same
+        // path is this same tool, rebuilt from the same sources.
+        let exe = match exe.to_str().and_then(|p| p.strip_suffix(" (deleted)")) {
+            Some(path) => PathBuf::from(path),
+            None => exe,
+        };
+        Inspector::Child(exe)
     }
 }
 

@@ -226,8 +226,10 @@ impl McpServer {
 
     /// The session a request's calls run in.
     pub(super) fn session(&self, era: Era, principal: &str) -> Result<Session, McpError> {
-        let opened = |id: &str, open: &dyn Fn(&str) -> Result<Session, String>| {
-            open(id)
+        let opened = |id: &str,
+                      shared: bool,
+                      open: &dyn Fn(&str, bool) -> Result<Session, String>| {
+            open(id, shared)
                 .map_err(|e| McpError::internal_error(format!("cannot open a session: {e}"), None))
         };
         match &self.shared.sessions {
@@ -238,7 +240,7 @@ impl McpServer {
                     if let Some(s) = sessions.get(principal) {
                         return Ok(s.clone());
                     }
-                    let s = opened(&format!("mcp-{principal}"), open.as_ref())?;
+                    let s = opened(&format!("mcp-{principal}"), true, open.as_ref())?;
                     sessions.insert(principal.to_string(), s.clone());
                     Ok(s)
                 }
@@ -248,7 +250,7 @@ impl McpServer {
                         return Ok(s.clone());
                     }
                     let n = self.shared.next_call.fetch_add(1, Ordering::Relaxed);
-                    let s = opened(&format!("mcp-http-{n}"), open.as_ref())?;
+                    let s = opened(&format!("mcp-http-{n}"), false, open.as_ref())?;
                     Ok(own.insert(s).clone())
                 }
             },
