@@ -142,6 +142,35 @@ pub fn ensure_browser() -> Result {
     }
 }
 
+/// Debian's `redis-server`, for the tests of the shared state store: installed with
+/// `apt-get` when missing; returns it.
+pub fn ensure_redis() -> Result<PathBuf> {
+    const STEP: &str = "install redis-server for the shared state tests";
+    let program = PathBuf::from("/usr/bin/redis-server");
+    if program.exists() {
+        return Ok(program);
+    }
+    announce(STEP);
+    let apt = |args: &[&str]| {
+        Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    };
+    let installed = apt(&["install", "-y", "-qq", "redis-server"])
+        || (apt(&["update", "-qq"]) && apt(&["install", "-y", "-qq", "redis-server"]));
+    if installed && program.exists() {
+        Ok(program)
+    } else {
+        fail(
+            STEP,
+            "could not install it; as root on Debian: apt-get update && apt-get install redis-server",
+        )
+    }
+}
+
 /// How long `cargo xtask test` runs each fuzz target.
 pub const FUZZ_SECONDS: u64 = 10;
 
@@ -153,7 +182,9 @@ pub fn test() -> Result {
         cargo().args(["build", "--workspace", "--all-targets"]),
     )?;
     ensure_browser()?;
-    let peers = test_peers()?;
+    let redis = ensure_redis()?;
+    let mut peers = test_peers()?;
+    peers.push(("TOOLHOST_TEST_REDIS", redis));
     let mut totals = Totals::default();
     let result = run_tests(
         "run unit, integration and CLI tests, and benchmarks in test mode",
