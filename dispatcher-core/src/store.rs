@@ -315,6 +315,97 @@ impl Store for MemoryStore {
     }
 }
 
+/// A store that can never be reached: every operation fails as a Redis that is down
+/// would. For the tests of what each caller does then (and for a host that must refuse
+/// what needs shared state).
+pub struct Unreachable {
+    store: String,
+}
+
+impl Unreachable {
+    /// A store named `store` (what its errors name).
+    pub fn new(store: impl Into<String>) -> Self {
+        Unreachable {
+            store: store.into(),
+        }
+    }
+
+    fn down<'a, T: Send + 'a>(&self) -> StoreFuture<'a, T> {
+        let error = StoreError {
+            store: self.store.clone(),
+            detail: "Connection refused (os error 111)".into(),
+        };
+        Box::pin(std::future::ready(Err(error)))
+    }
+}
+
+impl Claims for Unreachable {
+    fn claim<'a>(&'a self, _: &'a str, _: Duration) -> StoreFuture<'a, bool> {
+        self.down()
+    }
+}
+
+impl Sets for Unreachable {
+    fn add<'a>(&'a self, _: &'a str, _: &'a str, _: Duration) -> StoreFuture<'a, ()> {
+        self.down()
+    }
+    fn contains<'a>(&'a self, _: &'a str, _: &'a str) -> StoreFuture<'a, bool> {
+        self.down()
+    }
+    fn remove<'a>(&'a self, _: &'a str, _: &'a str) -> StoreFuture<'a, bool> {
+        self.down()
+    }
+    fn clear<'a>(&'a self, _: &'a str) -> StoreFuture<'a, ()> {
+        self.down()
+    }
+}
+
+impl Counters for Unreachable {
+    fn hit<'a>(&'a self, _: &'a str, _: Duration) -> StoreFuture<'a, u64> {
+        self.down()
+    }
+}
+
+impl Records for Unreachable {
+    fn put<'a>(&'a self, _: &'a str, _: &'a str, _: Duration) -> StoreFuture<'a, ()> {
+        self.down()
+    }
+    fn get<'a>(&'a self, _: &'a str) -> StoreFuture<'a, Option<String>> {
+        self.down()
+    }
+    fn delete<'a>(&'a self, _: &'a str) -> StoreFuture<'a, bool> {
+        self.down()
+    }
+    fn scan<'a>(&'a self, _: &'a str) -> StoreFuture<'a, Vec<(String, String)>> {
+        self.down()
+    }
+}
+
+impl Bus for Unreachable {
+    fn publish<'a>(&'a self, _: &'a str, _: &'a str) -> StoreFuture<'a, ()> {
+        self.down()
+    }
+    fn subscribe(&self, _: &str) -> broadcast::Receiver<Arc<str>> {
+        broadcast::channel(1).1
+    }
+}
+
+impl Store for Unreachable {
+    fn describe(&self) -> String {
+        self.store.clone()
+    }
+    fn check(&self) -> StoreFuture<'_, ()> {
+        self.down()
+    }
+    fn health(&self) -> Health {
+        Health {
+            store: self.store.clone(),
+            up: false,
+            detail: Some("Connection refused (os error 111)".into()),
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -402,6 +402,53 @@ async fn always_allow_lasts_for_the_session_and_can_be_listed_and_revoked() {
 }
 
 #[tokio::test]
+async fn a_grant_that_cannot_be_read_means_asking() {
+    let asker = Counting::new(Decision::AlwaysAllow);
+    let d = Dispatcher::builder()
+        .confirmer(asker.clone())
+        .store(Arc::new(dispatcher_core::store::Unreachable::new(
+            "redis://cache:6379/0",
+        )))
+        .build();
+    builtins(&d);
+    let fx = Fixture::new(d.clone());
+    for p in ["a", "b"] {
+        assert!(!d.dispatch(write(p), &fx.session).await.is_error());
+    }
+    assert_eq!(asker.asked(), 2, "each call asked: no grant could be read");
+}
+
+#[tokio::test]
+async fn a_shared_sessions_grant_holds_on_every_instance_and_a_local_ones_does_not() {
+    use dispatcher_core::SessionSpec;
+    let store = dispatcher_core::store::MemoryStore::new();
+    let instance = |asker: &Arc<Counting>| {
+        let d = Dispatcher::builder()
+            .confirmer(asker.clone())
+            .store(store.clone())
+            .build();
+        builtins(&d);
+        d
+    };
+    let (asked_a, asked_b) = (
+        Counting::new(Decision::AlwaysAllow),
+        Counting::new(Decision::AlwaysAllow),
+    );
+    let (a, b) = (instance(&asked_a), instance(&asked_b));
+    let dir = tempfile::tempdir().unwrap();
+    for (shared, asked_at_b) in [(true, 0), (false, 1)] {
+        let id = format!("mcp-alice-{shared}");
+        let spec = || SessionSpec::new(&id, dir.path()).shared(shared);
+        let at_a = a.open_session(spec()).unwrap();
+        let at_b = b.open_session(spec()).unwrap();
+        let before = asked_b.asked();
+        assert!(!a.dispatch(write("x"), &at_a).await.is_error());
+        assert!(!b.dispatch(write("y"), &at_b).await.is_error());
+        assert_eq!(asked_b.asked() - before, asked_at_b, "shared: {shared}");
+    }
+}
+
+#[tokio::test]
 async fn user_interrupt_while_a_pre_use_hook_runs_keeps_the_call_from_running() {
     let dir = tempfile::tempdir().unwrap();
     let started = dir.path().join("hook-started");

@@ -202,9 +202,14 @@ pub async fn build_host(
     confirmer: Option<Arc<dyn dispatcher_core::Confirmer>>,
 ) -> Result<Host, UsageError> {
     let config = sources.config;
+    let store = config
+        .store
+        .open()
+        .map_err(|e| format!("{}: [store] {e}", sources.file.display()))?;
     let mut builder = Dispatcher::builder()
         .config(config.dispatcher_config())
-        .policy(config.tool_confirmation.clone());
+        .policy(config.tool_confirmation.clone())
+        .store(store);
     for capability in &config.capabilities {
         builder = builder.capability(capability.clone());
     }

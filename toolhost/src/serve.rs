@@ -302,6 +302,7 @@ pub fn confirmations(
     Ok(mcp::request_state::Confirmations::new(
         codec,
         dispatcher.config().confirmation_timeout,
+        dispatcher.store(),
     ))
 }
 

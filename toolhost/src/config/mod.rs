@@ -8,6 +8,7 @@
 //! the file is deserialized ([`dispatcher_core::config`]), so every error keeps its line.
 
 mod sandbox;
+pub mod store;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -69,6 +70,8 @@ pub struct Config {
     pub trusted_keys: Vec<PublicKey>,
     /// Refuse every package not signed by a trusted key, before it is opened.
     pub require_signatures: bool,
+    /// Where the instances of a deployment share their state.
+    pub store: store::StoreConfig,
 }
 
 /// A `[plugins.NAME]` table.
@@ -109,6 +112,7 @@ impl Default for Config {
             plugin_memory_limit_mib: plugin_host::isolated::DEFAULT_MEMORY_LIMIT >> 20,
             trusted_keys: Vec::new(),
             require_signatures: false,
+            store: store::StoreConfig::default(),
         }
     }
 }

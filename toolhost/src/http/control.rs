@@ -8,6 +8,7 @@
 //! | `GET /v1/events[?session=ID]` | server-sent events of the `tool.*` stream, one per event: `event:` its name, `data:` the same JSON as the library's events |
 //! | `GET /v1/confirmations[?session=ID]` | the pending confirmation requests, oldest first (JSON array) |
 //! | `POST /v1/confirmations/{id}` | answers one: `{"decision": "allow" \| "deny" \| "always"}`; `200`, or `409` when another client (terminal, MCP client, another console) answered first, naming it; `404` for an unknown id |
+//! | `GET /v1/health` | `{"status": "ok" \| "degraded", "store": {"store", "up", "detail"?}}`: always `200` while the process serves (the instances share one store, so a load balancer that dropped every instance when it is down would serve nobody); `degraded` while the shared state store cannot be reached, which is checked on the spot |
 //!
 //! The console is one HTML file in the binary: no build step, nothing fetched from
 //! elsewhere. It reads the event stream with `fetch` (so a bearer token can be sent) and
@@ -65,6 +66,7 @@ pub fn routes(control: Control, stop: CancellationToken) -> Router {
         .route("/v1/events", get(events))
         .route("/v1/confirmations", get(pending))
         .route("/v1/confirmations/{id}", post(answer))
+        .route("/v1/health", get(health))
         .with_state(ControlState { control, stop })
 }
 
@@ -141,12 +143,26 @@ struct AnswerBody {
 }
 
 /// The endpoints of a server with the control API only (`serve --mcp --control`).
-pub const CONTROL_ENDPOINTS: &str =
-    "GET / (the console), GET /v1/events, GET /v1/confirmations, POST /v1/confirmations/{id}";
+pub const CONTROL_ENDPOINTS: &str = "GET / (the console), GET /v1/events, GET /v1/confirmations, \
+                                     POST /v1/confirmations/{id}, GET /v1/health";
 
 /// The endpoints of `serve --http`: MCP as well.
 pub const ALL_ENDPOINTS: &str = "GET / (the console), /mcp (MCP over streamable HTTP), \
-                                 GET /v1/events, GET /v1/confirmations, POST /v1/confirmations/{id}";
+                                 GET /v1/events, GET /v1/confirmations, POST /v1/confirmations/{id}, \
+                                 GET /v1/health";
+
+/// How this instance is doing: its shared state store, checked now.
+async fn health(State(state): State<ControlState>) -> Response {
+    let store = state.control.dispatcher.store();
+    let reached = store.check().await;
+    let mut health = store.health();
+    if let Err(e) = reached {
+        health.up = false;
+        health.detail = Some(e.detail);
+    }
+    let status = if health.up { "ok" } else { "degraded" };
+    axum::Json(json!({"status": status, "store": health})).into_response()
+}
 
 /// `404` for a path the server does not serve, naming the `endpoints` it does.
 pub fn no_such_endpoint(method: &http::Method, uri: &http::Uri, endpoints: &str) -> Response {

@@ -216,6 +216,7 @@ impl McpServer {
                     .shared
                     .confirmations
                     .open(&state, &principal, &name, &arguments)
+                    .await
                     .map_err(|e| McpError::invalid_params(e.to_string(), None))?;
                 match opened {
                     // A mounted server's round the client answered: its answers go to the

@@ -497,6 +497,15 @@ impl Confirmer for McpConfirmer {
         "mcp-client"
     }
 
+    fn answers_at_once(&self, call: &dispatcher_core::call::CallHeader) -> bool {
+        // A verified retry carries the user's answer (or, for a relayed round, the
+        // allowance of the round before).
+        matches!(
+            self.routes.lock().get(&call.tool_use_id),
+            Some(Route::Answered(_) | Route::Defer { allowed: true, .. })
+        )
+    }
+
     fn confirm(&self, request: ConfirmationRequest) -> ConfirmFuture {
         let routes = self.routes.clone();
         let fallback =

@@ -7,8 +7,10 @@
 //! associated data binds it to the principal, the tool and a digest of the arguments, and
 //! which expires after the confirmation timeout. Any instance holding the same key ring can
 //! open it, so a retry may land on another instance behind a load balancer. Each token has
-//! a nonce, and an instance refuses a nonce it has already seen (replay) until the token
-//! expires; instances do not share that memory (see "Scale-out" in docs/mcp.md).
+//! a nonce, taken once in the shared state store (`[store]`) until the token expires: a
+//! replay is refused by every instance sharing the store, also when it is sent to several
+//! at once, and a retry whose nonce cannot be checked (the store is down) is refused
+//! saying so, never run.
 //!
 //! ## The key ring
 //!
@@ -26,12 +28,12 @@
 //! confirmation timeout has passed. With no key ring, each process makes a random key of
 //! its own at start-up: fine for one instance, not for several.
 
-use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use base64::Engine as _;
+use dispatcher_core::store::Store;
 use rmcp::model::{RequestStateCodec, RequestStateError, SealOptions};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -184,29 +186,32 @@ pub enum StateRefused {
         "requestState refused: the confirmation expired (it is valid for {0} s). Call the tool again without requestState to be asked anew."
     )]
     Expired(u64),
-    /// This instance already ran a call with it.
+    /// A call already ran with it (on any instance sharing the store).
     #[error(
         "requestState refused: this confirmation was already used. Call the tool again without requestState to be asked anew."
     )]
     Replayed,
+    /// Whether it was used cannot be checked: the shared state store is unreachable.
+    #[error(
+        "requestState refused: whether this confirmation was already used cannot be checked ({0}). Nothing ran; retry once the store is back."
+    )]
+    Unchecked(String),
 }
 
 /// Seals and opens stateless confirmations.
 pub struct Confirmations {
     codec: RequestStateCodec,
     ttl: Duration,
-    /// Nonces this instance has accepted, until their tokens expire.
-    used: Mutex<HashMap<String, Instant>>,
+    /// Where the nonces accepted are kept, until their tokens expire: every instance
+    /// sharing the store refuses a nonce any of them accepted.
+    store: Arc<dyn Store>,
 }
 
 impl Confirmations {
-    /// Confirmations sealed with `codec`, valid for `ttl` (the confirmation timeout).
-    pub fn new(codec: RequestStateCodec, ttl: Duration) -> Self {
-        Confirmations {
-            codec,
-            ttl,
-            used: Mutex::new(HashMap::new()),
-        }
+    /// Confirmations sealed with `codec`, valid for `ttl` (the confirmation timeout), their
+    /// nonces remembered in `store`.
+    pub fn new(codec: RequestStateCodec, ttl: Duration, store: Arc<dyn Store>) -> Self {
+        Confirmations { codec, ttl, store }
     }
 
     /// A token for `principal` calling `tool` with `arguments`.
@@ -247,7 +252,7 @@ impl Confirmations {
     }
 
     /// Opens a token for `principal` calling `tool` with `arguments`, once.
-    pub fn open(
+    pub async fn open(
         &self,
         token: &str,
         principal: &str,
@@ -262,13 +267,16 @@ impl Confirmations {
         if sealed.tool != tool {
             return Err(StateRefused::Invalid);
         }
-        let now = Instant::now();
-        let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
-        used.retain(|_, expires| *expires > now);
-        if used.contains_key(&sealed.nonce) {
-            return Err(StateRefused::Replayed);
+        // One round trip: taken once, across every instance sharing the store.
+        match self
+            .store
+            .claim(&format!("state:{}", sealed.nonce), self.ttl)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => return Err(StateRefused::Replayed),
+            Err(e) => return Err(StateRefused::Unchecked(e.to_string())),
         }
-        used.insert(sealed.nonce, now + self.ttl);
         Ok(match sealed.relay {
             None => Opened::Confirmation,
             Some(round) => Opened::Relay { state: round.state },
@@ -347,59 +355,63 @@ mod tests {
     const RING: &str = "k1 AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\n";
 
     fn confirmations(ttl: Duration) -> Confirmations {
-        Confirmations::new(parse_ring(RING, "test").unwrap(), ttl)
+        Confirmations::new(
+            parse_ring(RING, "test").unwrap(),
+            ttl,
+            dispatcher_core::store::MemoryStore::new(),
+        )
     }
 
-    #[test]
-    fn a_relayed_round_carries_the_servers_own_state_back() {
+    #[tokio::test]
+    async fn a_relayed_round_carries_the_servers_own_state_back() {
         let c = confirmations(Duration::from_secs(60));
         let args = json!({"q": 1});
         let token = c.seal_relay("alice", "fx__ask", &args, Some("server-state".into()));
         assert_eq!(
-            c.open(&token, "alice", "fx__ask", &args),
+            c.open(&token, "alice", "fx__ask", &args).await,
             Ok(Opened::Relay {
                 state: Some("server-state".into())
             })
         );
         let token = c.seal_relay("alice", "fx__ask", &args, Some("server-state".into()));
         assert_eq!(
-            c.open(&token, "bob", "fx__ask", &args),
+            c.open(&token, "bob", "fx__ask", &args).await,
             Err(StateRefused::Invalid)
         );
     }
 
-    #[test]
-    fn a_token_opens_once_for_the_same_principal_tool_and_arguments() {
+    #[tokio::test]
+    async fn a_token_opens_once_for_the_same_principal_tool_and_arguments() {
         let c = confirmations(Duration::from_secs(60));
         let args = json!({"path": "a.txt", "content": "x"});
         let token = c.seal("alice", "write_file", &args);
         let reordered = json!({"content": "x", "path": "a.txt"});
         assert_eq!(
-            c.open(&token, "alice", "write_file", &reordered),
+            c.open(&token, "alice", "write_file", &reordered).await,
             Ok(Opened::Confirmation)
         );
         assert_eq!(
-            c.open(&token, "alice", "write_file", &args),
+            c.open(&token, "alice", "write_file", &args).await,
             Err(StateRefused::Replayed)
         );
     }
 
-    #[test]
-    fn other_arguments_principal_tool_or_a_tampered_token_are_refused() {
+    #[tokio::test]
+    async fn other_arguments_principal_tool_or_a_tampered_token_are_refused() {
         let c = confirmations(Duration::from_secs(60));
         let args = json!({"path": "a.txt"});
         let token = c.seal("alice", "write_file", &args);
         let other = json!({"path": "b.txt"});
         assert_eq!(
-            c.open(&token, "alice", "write_file", &other),
+            c.open(&token, "alice", "write_file", &other).await,
             Err(StateRefused::Invalid)
         );
         assert_eq!(
-            c.open(&token, "bob", "write_file", &args),
+            c.open(&token, "bob", "write_file", &args).await,
             Err(StateRefused::Invalid)
         );
         assert_eq!(
-            c.open(&token, "alice", "shell", &args),
+            c.open(&token, "alice", "shell", &args).await,
             Err(StateRefused::Invalid)
         );
         let mut tampered = token.clone().into_bytes();
@@ -407,30 +419,35 @@ mod tests {
         tampered[last] = if tampered[last] == b'A' { b'B' } else { b'A' };
         let tampered = String::from_utf8(tampered).unwrap();
         assert_eq!(
-            c.open(&tampered, "alice", "write_file", &args),
+            c.open(&tampered, "alice", "write_file", &args).await,
             Err(StateRefused::Invalid)
         );
         assert_eq!(
-            c.open(&token, "alice", "write_file", &args),
+            c.open(&token, "alice", "write_file", &args).await,
             Ok(Opened::Confirmation)
         );
     }
 
-    #[test]
-    fn an_expired_token_is_refused_as_expired() {
+    #[tokio::test]
+    async fn an_expired_token_is_refused_as_expired() {
         let c = confirmations(Duration::from_millis(1));
         let args = json!({});
         let token = c.seal("alice", "shell", &args);
-        std::thread::sleep(Duration::from_millis(1100));
+        tokio::time::sleep(Duration::from_millis(1100)).await;
         assert!(matches!(
-            c.open(&token, "alice", "shell", &args),
+            c.open(&token, "alice", "shell", &args).await,
             Err(StateRefused::Expired(_))
         ));
     }
 
-    #[test]
-    fn a_rotated_ring_opens_tokens_of_the_old_key() {
-        let old = Confirmations::new(parse_ring(RING, "old").unwrap(), Duration::from_secs(60));
+    #[tokio::test]
+    async fn a_rotated_ring_opens_tokens_of_the_old_key() {
+        let store = dispatcher_core::store::MemoryStore::new();
+        let old = Confirmations::new(
+            parse_ring(RING, "old").unwrap(),
+            Duration::from_secs(60),
+            store.clone(),
+        );
         let token = old.seal("p", "t", &json!({}));
         let rotated = format!(
             "k2 {}\n{RING}",
@@ -439,14 +456,15 @@ mod tests {
         let new = Confirmations::new(
             parse_ring(&rotated, "new").unwrap(),
             Duration::from_secs(60),
+            store,
         );
         assert_eq!(
-            new.open(&token, "p", "t", &json!({})),
+            new.open(&token, "p", "t", &json!({})).await,
             Ok(Opened::Confirmation)
         );
         let from_new = new.seal("p", "t", &json!({}));
         assert_eq!(
-            old.open(&from_new, "p", "t", &json!({})),
+            old.open(&from_new, "p", "t", &json!({})).await,
             Err(StateRefused::Invalid)
         );
     }
@@ -469,5 +487,37 @@ mod tests {
             .to_string();
         assert!(e.contains("twice"), "{e}");
         assert!(parse_ring("# nothing\n", "keys.txt").is_err());
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod shared {
+    use super::*;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn a_state_that_cannot_be_checked_is_refused_saying_why() {
+        const RING: &str = "k1 AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\n";
+        let c = Confirmations::new(
+            parse_ring(RING, "test").unwrap(),
+            Duration::from_secs(60),
+            Arc::new(dispatcher_core::store::Unreachable::new(
+                "redis://cache:6379/0",
+            )),
+        );
+        let token = c.seal("alice", "write_file", &json!({}));
+        let refused = c
+            .open(&token, "alice", "write_file", &json!({}))
+            .await
+            .unwrap_err();
+        let said = refused.to_string();
+        assert!(matches!(refused, StateRefused::Unchecked(_)), "{said}");
+        assert!(
+            said.contains("cannot be checked")
+                && said.contains("redis://cache:6379/0")
+                && said.contains("Nothing ran"),
+            "{said}"
+        );
     }
 }

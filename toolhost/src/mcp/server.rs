@@ -414,6 +414,7 @@ impl ServerHandler for McpServer {
                     .shared
                     .confirmations
                     .open(&state, &principal, &key, &arguments)
+                    .await
                 {
                     Ok(Opened::Relay { state }) => request.request_state = state,
                     Ok(Opened::Confirmation) => {
