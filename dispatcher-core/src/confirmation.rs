@@ -197,6 +197,15 @@ pub enum ResolveError {
         /// The request.
         request_id: String,
     },
+    /// The request waits on another instance, and the shared state store that reaches it
+    /// cannot be reached now.
+    #[error("confirmation request '{request_id}' cannot be answered from here now: {why}")]
+    Unreachable {
+        /// The request.
+        request_id: String,
+        /// Why.
+        why: String,
+    },
 }
 
 struct Pending {
@@ -218,6 +227,9 @@ const RESOLVED_MEMORY: usize = 4096;
 #[derive(Clone, Default)]
 pub struct ConfirmationBroker {
     state: Arc<Mutex<BrokerState>>,
+    /// The store shared with other instances, where the first answer is taken
+    /// ([`crate::shared`]); `None`: this broker is the whole truth.
+    shared: Option<Arc<dyn crate::store::Store>>,
 }
 
 impl std::fmt::Debug for ConfirmationBroker {
@@ -258,7 +270,35 @@ impl ConfirmationBroker {
         self.settle(request_id, decision.into(), client)
     }
 
-    fn settle(&self, request_id: &str, answer: Answer, client: &str) -> Result<(), ResolveError> {
+    /// A broker whose first answers are taken in `store`, shared with other instances.
+    pub(crate) fn shared_through(store: Arc<dyn crate::store::Store>) -> ConfirmationBroker {
+        ConfirmationBroker {
+            state: Arc::default(),
+            shared: Some(store),
+        }
+    }
+
+    /// Settles a request with an answer given here, if it is the first anywhere (an
+    /// answer given on another instance may have taken it; its message settles it). When
+    /// the shared store cannot be reached, the answer given here stands: no other instance
+    /// can answer either.
+    async fn settle_first(&self, request_id: &str, answer: Answer, client: &str) {
+        if let Some(store) = &self.shared {
+            match crate::shared::claim(store, request_id, &answer, client).await {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(e) => tracing::debug!("{e}; the answer given here stands"),
+            }
+        }
+        let _ = self.settle(request_id, answer, client);
+    }
+
+    pub(crate) fn settle(
+        &self,
+        request_id: &str,
+        answer: Answer,
+        client: &str,
+    ) -> Result<(), ResolveError> {
         let mut state = self.lock();
         match state.pending.remove(request_id) {
             Some(p) => {
@@ -297,6 +337,16 @@ impl ConfirmationBroker {
         } else {
             false
         }
+    }
+
+    /// Whether `request_id` waits here for an answer.
+    pub(crate) fn is_pending(&self, request_id: &str) -> bool {
+        self.lock().pending.contains_key(request_id)
+    }
+
+    /// The store shared with other instances, if any.
+    pub(crate) fn shared(&self) -> Option<&Arc<dyn crate::store::Store>> {
+        self.shared.as_ref()
     }
 
     fn remember(state: &mut BrokerState, id: Arc<str>, decision: String, by: String) {
@@ -399,7 +449,7 @@ impl PendingConfirmation {
             let id = self.id.clone();
             self.confirmers.push(tokio::spawn(async move {
                 let answer = answer.await;
-                let _ = broker.settle(&id, answer, &name);
+                broker.settle_first(&id, answer, &name).await;
             }));
         }
         let rx = &mut self.rx;
@@ -430,5 +480,8 @@ impl Drop for PendingConfirmation {
             asker.abort();
         }
         self.broker.expire(&self.id, "cancelled");
+        if let Some(store) = self.broker.shared() {
+            crate::shared::withdraw(store, &self.id);
+        }
     }
 }

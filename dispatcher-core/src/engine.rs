@@ -75,11 +75,16 @@ impl Engine {
             .store
             .take()
             .unwrap_or_else(|| crate::store::MemoryStore::new());
+        let broker = if store.shared() {
+            ConfirmationBroker::shared_through(store.clone())
+        } else {
+            ConfirmationBroker::default()
+        };
         Engine {
             store,
             instance: instance_id(),
             settings,
-            broker: ConfirmationBroker::default(),
+            broker,
             registry: Arc::new(Registry::new(changes.clone())),
             changes,
             toolsets: Toolsets::default(),
@@ -221,6 +226,16 @@ pub(crate) async fn ask(
         mid_call,
     };
     let pending = engine.broker.register(request.clone());
+    // Other instances' consoles see it, unless a client here answers it at once.
+    if engine.broker.shared().is_some()
+        && !engine
+            .settings
+            .confirmers
+            .iter()
+            .any(|c| c.answers_at_once(call))
+    {
+        crate::shared::publish_pending(engine, &request);
+    }
     emit(EventKind::ConfirmationRequested {
         request_id: request.request_id.clone(),
         input_summary: request.input_summary.clone(),

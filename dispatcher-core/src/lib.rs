@@ -20,6 +20,7 @@ pub mod runtime;
 pub mod schedule;
 pub mod schema;
 pub mod session;
+pub mod shared;
 pub mod spool;
 pub mod store;
 pub mod toolset;
@@ -110,9 +111,11 @@ impl DispatcherBuilder {
 
     /// The dispatcher.
     pub fn build(self) -> Dispatcher {
-        Dispatcher {
-            engine: Arc::new(Engine::new(self.settings)),
+        let engine = Arc::new(Engine::new(self.settings));
+        if engine.store.shared() {
+            shared::start(&engine);
         }
+        Dispatcher { engine }
     }
 }
 
@@ -162,9 +165,61 @@ impl Dispatcher {
         &self.engine.settings.policy
     }
 
-    /// The broker through which clients answer confirmation requests.
+    /// The broker through which clients answer confirmation requests waiting on this
+    /// instance.
     pub fn broker(&self) -> &ConfirmationBroker {
         &self.engine.broker
+    }
+
+    /// The confirmation requests waiting for an answer, on every instance sharing the store
+    /// (each with its `instance`), optionally only one session's, oldest first; over a
+    /// store of this process only, or one that cannot be read now, this instance's.
+    pub async fn pending_confirmations(&self, session: Option<&str>) -> Vec<serde_json::Value> {
+        let local = || {
+            self.engine
+                .broker
+                .pending(session)
+                .into_iter()
+                .map(|r| {
+                    let mut v = serde_json::to_value(&r).unwrap_or_default();
+                    v["instance"] = serde_json::Value::from(&*self.engine.instance);
+                    v
+                })
+                .collect()
+        };
+        match self.engine.broker.shared() {
+            None => local(),
+            Some(store) => match shared::pending(store, session).await {
+                Ok(all) => all,
+                Err(e) => {
+                    tracing::warn!("{e}; only this instance's pending confirmations are listed");
+                    local()
+                }
+            },
+        }
+    }
+
+    /// Answers a confirmation request waiting on any instance sharing the store, on behalf
+    /// of `client`: the first answer wins everywhere, and a later one gets
+    /// [`confirmation::ResolveError::AlreadyResolved`] naming it.
+    pub async fn answer_confirmation(
+        &self,
+        request_id: &str,
+        decision: Decision,
+        client: &str,
+    ) -> Result<(), confirmation::ResolveError> {
+        let broker = &self.engine.broker;
+        let Some(store) = broker.shared() else {
+            return broker.resolve(request_id, decision, client);
+        };
+        if !broker.is_pending(request_id) {
+            return shared::answer_elsewhere(store, request_id, decision, client).await;
+        }
+        match shared::claim(store, request_id, &decision.into(), client).await {
+            Ok(false) => Err(shared::already(store, request_id).await),
+            // Won, or the store cannot be reached: the answer given here stands.
+            Ok(true) | Err(_) => broker.resolve(request_id, decision, client),
+        }
     }
 
     /// Registers a tool. Refuses an invalid name, a name already taken (naming both
@@ -305,6 +360,12 @@ impl Dispatcher {
             batch.push(call);
         }
         batch.finish().await
+    }
+
+    /// The events of every session of every instance sharing the store (this instance's
+    /// only, over a process-local store): what a console that watches them all follows.
+    pub fn subscribe_everywhere(&self) -> shared::EventsEverywhere {
+        shared::EventsEverywhere::new(&self.engine)
     }
 
     /// Events of every session.

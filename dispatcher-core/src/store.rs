@@ -98,6 +98,11 @@ pub struct Health {
 pub trait Store: Claims + Sets + Counters + Records + Bus {
     /// Which store, for messages (never a password).
     fn describe(&self) -> String;
+    /// Whether other instances share it (a distributed store); a process-local one's
+    /// state is this process's only.
+    fn shared(&self) -> bool {
+        true
+    }
     /// Checks that it can be reached (one round trip).
     fn check(&self) -> StoreFuture<'_, ()>;
     /// How it was doing at its last operation or check (no round trip).
@@ -300,6 +305,10 @@ impl Bus for MemoryStore {
 impl Store for MemoryStore {
     fn describe(&self) -> String {
         "memory".into()
+    }
+
+    fn shared(&self) -> bool {
+        false
     }
 
     fn check(&self) -> StoreFuture<'_, ()> {

@@ -104,6 +104,7 @@ async fn serve_http(
     );
     let confirmer = Arc::new(mcp::McpConfirmer::new(routes.clone()));
     let host = build_host(sources, &args.session.workspace, Some(confirmer)).await?;
+    routes.share_watchers_through(host.dispatcher.store());
     let dispatcher = host.dispatcher.clone();
     let workspace = args.session.workspace.clone();
     // Fail now, not at the first request, if the workspace cannot hold a session.
@@ -203,6 +204,7 @@ async fn serve_mcp(sources: &Sources<'_>, serve: &ServeArgs) -> Result<ExitCode,
     );
     let confirmer = Arc::new(mcp::McpConfirmer::new(routes.clone()));
     let host = build_host(sources, &args.workspace, Some(confirmer)).await?;
+    routes.share_watchers_through(host.dispatcher.store());
     let dispatcher = host.dispatcher.clone();
     let session = host.open_session("mcp", args)?;
     let control = match serve.control {

@@ -13,8 +13,8 @@ use toolhost_tests::{send_signal, wait_exit};
 
 mod common;
 use common::raw_http::{
-    JSON_HEADERS, Response, legacy_session, post_mcp, post_stateless, post_stateless_with, request,
-    stateless,
+    JSON_HEADERS, Response, follow_events, legacy_session, post_mcp, post_stateless,
+    post_stateless_with, request, stateless, wait_event,
 };
 use common::{Server, command, serve_http, start, workspace};
 
@@ -404,43 +404,6 @@ fn a_confirmation_asked_by_one_instance_completes_at_another_with_the_same_key_r
         std::fs::read_to_string(ws.path().join("scaled.txt")).unwrap(),
         "from b"
     );
-}
-
-/// Reads server-sent events from `/v1/events` on a thread; each event's name and data.
-fn follow_events(addr: &str) -> std::sync::mpsc::Receiver<(String, Value)> {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    write!(
-        stream,
-        "GET /v1/events HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n"
-    )
-    .unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut name = String::new();
-        for line in BufReader::new(stream).lines().map_while(Result::ok) {
-            if let Some(n) = line.strip_prefix("event:") {
-                name = n.trim().to_string();
-            } else if let Some(d) = line.strip_prefix("data:")
-                && let Ok(v) = serde_json::from_str::<Value>(d.trim())
-                && tx.send((name.clone(), v)).is_err()
-            {
-                break;
-            }
-        }
-    });
-    rx
-}
-
-fn wait_event(events: &std::sync::mpsc::Receiver<(String, Value)>, name: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match events.recv_timeout(left) {
-            Ok((n, v)) if n == name => return v,
-            Ok(_) => {}
-            Err(_) => panic!("no {name} event"),
-        }
-    }
 }
 
 /// A 2025-11-25 client that cannot elicit asks for a write on a thread of its own (its

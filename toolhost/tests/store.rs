@@ -12,7 +12,9 @@ use serde_json::{Value, json};
 use toolhost_tests::redis_server::RedisServer;
 
 mod common;
-use common::raw_http::{post_stateless, request, stateless};
+use common::raw_http::{
+    follow_events, legacy_session, post_mcp, post_stateless, request, stateless, wait_event,
+};
 use common::{Server, command, start, workspace};
 
 const RING: &str = "k1 AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
@@ -241,6 +243,78 @@ fn with_redis_down_nothing_runs_that_needed_it_the_server_stays_up_and_it_comes_
     let done = post_stateless(&b.addr, &retry(6, &arguments, &state, "allow")).json();
     assert_eq!(done["result"]["isError"], false, "{done}");
     assert_eq!(runs(ws.path()), 2);
+}
+
+/// Answers confirmation `id` at `server` from its control API.
+fn answer_at(server: &Server, id: &str, decision: &str) -> common::raw_http::Response {
+    request(
+        &server.addr,
+        "POST",
+        &format!("/v1/confirmations/{id}"),
+        &[("Content-Type", "application/json")],
+        json!({"decision": decision}).to_string().as_bytes(),
+    )
+}
+
+#[test]
+fn a_console_on_one_instance_sees_and_answers_a_confirmation_pending_at_another() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let ws = workspace();
+    let (a, b) = (
+        instance(ws.path(), &redis.url()),
+        instance(ws.path(), &redis.url()),
+    );
+    // The console is open at A only.
+    let events = follow_events(&a.addr);
+    std::thread::sleep(Duration::from_millis(300));
+    // A 2025 client that cannot be asked calls at B: its call waits for the console.
+    let session = legacy_session(&b.addr, false);
+    let at_b = b.addr.clone();
+    let call = std::thread::spawn(move || {
+        let headers = [
+            ("Mcp-Session-Id", session.as_str()),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ];
+        let message = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "shell", "arguments": {"command": "echo ran >> runs.log"}}});
+        post_mcp(&at_b, &headers, &message)
+    });
+    let requested = wait_event(&events, "tool.confirmation_requested");
+    let id = requested["request_id"].as_str().unwrap().to_string();
+    assert_ne!(requested["instance"], Value::Null, "{requested}");
+    let pending = request(&a.addr, "GET", "/v1/confirmations", &[], b"").json();
+    let listed = pending
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["request_id"] == id.as_str())
+        .unwrap_or_else(|| panic!("{id} not listed at A: {pending}"));
+    assert_eq!(listed["tool_name"], "shell", "{listed}");
+    assert_eq!(listed["instance"], requested["instance"], "{listed}");
+    assert_eq!(answer_at(&a, &id, "allow").status, 200);
+    let done = call.join().unwrap().json();
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    assert_eq!(runs(ws.path()), 1);
+    // Answered once: a second answer, at either instance, is told who answered.
+    for at in [&a, &b] {
+        let late = answer_at(at, &id, "deny");
+        assert_eq!(late.status, 409, "{late:?}");
+        assert!(
+            String::from_utf8_lossy(&late.body).contains("web-console"),
+            "{late:?}"
+        );
+    }
+    let after = request(&a.addr, "GET", "/v1/confirmations", &[], b"").json();
+    assert!(
+        after
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["request_id"] != id.as_str()),
+        "{after}"
+    );
 }
 
 #[test]

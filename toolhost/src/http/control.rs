@@ -23,7 +23,8 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use dispatcher_core::confirmation::ResolveError;
-use dispatcher_core::{Decision, Dispatcher, ToolEvent};
+use dispatcher_core::shared::Seen;
+use dispatcher_core::{Decision, Dispatcher};
 use futures_util::Stream;
 use http::StatusCode;
 use serde::Deserialize;
@@ -88,15 +89,16 @@ struct SessionFilter {
     session: Option<String>,
 }
 
-fn matches(event: &ToolEvent, session: Option<&str>) -> bool {
-    session.is_none_or(|s| &*event.call.session_id == s)
+fn matches(event: &serde_json::Value, session: Option<&str>) -> bool {
+    session.is_none_or(|s| event["session_id"] == s)
 }
 
 async fn events(
     State(state): State<ControlState>,
     Query(filter): Query<SessionFilter>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let rx = state.control.dispatcher.subscribe_all();
+    // Every instance's, when they share a store: a console on one follows them all.
+    let rx = state.control.dispatcher.subscribe_everywhere();
     let stop = state.stop.clone();
     let watching = state.control.routes.watch();
     let stream = futures_util::stream::unfold(
@@ -104,18 +106,22 @@ async fn events(
         |(mut rx, stop, session, watching)| async move {
             loop {
                 let received = tokio::select! {
-                    r = rx.recv() => r,
+                    r = rx.next() => r,
                     () = stop.cancelled() => return None,
                 };
-                let event = match received {
-                    Ok(e) if matches(&e, session.as_deref()) => Event::default()
-                        .event(e.kind.name())
-                        .data(e.to_json().to_string()),
-                    Ok(_) => continue,
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => Event::default()
+                let event = match received? {
+                    Seen::Event {
+                        mut event,
+                        instance,
+                    } if matches(&event, session.as_deref()) => {
+                        let name = event["type"].as_str().unwrap_or("tool.event").to_string();
+                        event["instance"] = json!(&*instance);
+                        Event::default().event(name).data(event.to_string())
+                    }
+                    Seen::Event { .. } => continue,
+                    Seen::Missed(n) => Event::default()
                         .event("lagged")
                         .data(json!({"missed": n}).to_string()),
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
                 };
                 return Some((Ok(event), (rx, stop, session, watching)));
             }
@@ -128,11 +134,12 @@ async fn pending(
     State(state): State<ControlState>,
     Query(filter): Query<SessionFilter>,
 ) -> Response {
+    // Every instance's, when they share a store.
     let pending = state
         .control
         .dispatcher
-        .broker()
-        .pending(filter.session.as_deref());
+        .pending_confirmations(filter.session.as_deref())
+        .await;
     axum::Json(json!(pending)).into_response()
 }
 
@@ -217,11 +224,12 @@ async fn answer(
             );
         }
     };
+    // Wherever it waits, when the instances share a store: the first answer wins.
     match state
         .control
         .dispatcher
-        .broker()
-        .resolve(&id, decision, CLIENT_NAME)
+        .answer_confirmation(&id, decision, CLIENT_NAME)
+        .await
     {
         Ok(()) => axum::Json(json!({
             "request_id": id,
@@ -231,5 +239,8 @@ async fn answer(
         .into_response(),
         Err(e @ ResolveError::AlreadyResolved { .. }) => error(StatusCode::CONFLICT, e.to_string()),
         Err(e @ ResolveError::Unknown { .. }) => error(StatusCode::NOT_FOUND, e.to_string()),
+        Err(e @ ResolveError::Unreachable { .. }) => {
+            error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+        }
     }
 }

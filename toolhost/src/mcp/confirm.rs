@@ -146,7 +146,15 @@ pub struct Routes {
     config_file: String,
     /// Consoles following the event stream ([`Routes::watch`]).
     watchers: std::sync::atomic::AtomicUsize,
+    /// The store shared with other instances, where consoles say they watch: a console on
+    /// any instance answers a question no client can.
+    shared: std::sync::OnceLock<Arc<dyn dispatcher_core::store::Store>>,
 }
+
+/// Where a console watching on some instance says so in the shared store.
+const WATCHING: &str = "watching:";
+/// How long a console's word lasts without being renewed.
+const WATCH_TTL: std::time::Duration = std::time::Duration::from_secs(15);
 
 impl Routes {
     /// No calls yet; `fallback` answers when nobody can be asked, and its advice names
@@ -161,7 +169,28 @@ impl Routes {
             fallback,
             config_file: config_file.into(),
             watchers: std::sync::atomic::AtomicUsize::new(0),
+            shared: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Consoles on other instances sharing `store` count as watching, and the consoles
+    /// here tell them (over a store of this process only: nothing to share).
+    pub fn share_watchers_through(&self, store: Arc<dyn dispatcher_core::store::Store>) {
+        if store.shared() {
+            let _ = self.shared.set(store);
+        }
+    }
+
+    /// Whether a console watches on any instance sharing the store (one round trip); no
+    /// answer from the store means no.
+    async fn watched_anywhere(&self) -> bool {
+        match self.shared.get() {
+            Some(store) => store
+                .scan(WATCHING)
+                .await
+                .is_ok_and(|watching| !watching.is_empty()),
+            None => false,
+        }
     }
 
     /// Marks a console as watching until the guard drops: while one is, a question no
@@ -169,7 +198,26 @@ impl Routes {
     /// taking `[mcp] prompt_fallback`.
     pub fn watch(self: &Arc<Self>) -> WatchGuard {
         self.watchers.fetch_add(1, Ordering::AcqRel);
-        WatchGuard(self.clone())
+        // Other instances learn of it while it watches.
+        let heartbeat = match (self.shared.get(), tokio::runtime::Handle::try_current()) {
+            (Some(store), Ok(runtime)) => {
+                let store = store.clone();
+                let key = format!("{WATCHING}{}", super::request_state::random_hex());
+                Some(runtime.spawn(async move {
+                    loop {
+                        if let Err(e) = store.put(&key, "console", WATCH_TTL).await {
+                            tracing::debug!("other instances do not see this console: {e}");
+                        }
+                        tokio::time::sleep(WATCH_TTL / 3).await;
+                    }
+                }))
+            }
+            _ => None,
+        };
+        WatchGuard {
+            routes: self.clone(),
+            heartbeat,
+        }
     }
 
     fn watched(&self) -> bool {
@@ -377,11 +425,19 @@ pub(crate) fn elicits_form(caps: &rmcp::model::ClientCapabilities) -> bool {
 }
 
 /// A console watching ([`Routes::watch`]).
-pub struct WatchGuard(Arc<Routes>);
+pub struct WatchGuard {
+    routes: Arc<Routes>,
+    /// Renews its word in the shared store.
+    heartbeat: Option<tokio::task::JoinHandle<()>>,
+}
 
 impl Drop for WatchGuard {
     fn drop(&mut self) {
-        self.0.watchers.fetch_sub(1, Ordering::AcqRel);
+        self.routes.watchers.fetch_sub(1, Ordering::AcqRel);
+        // Its word expires at most WATCH_TTL after.
+        if let Some(heartbeat) = self.heartbeat.take() {
+            heartbeat.abort();
+        }
     }
 }
 
@@ -579,6 +635,17 @@ impl Confirmer for McpConfirmer {
             // A console is watching: it answers (first answer wins), or the timeout does.
             Some(Route::Asked | Route::Fallback) | None if self.routes.watched() => {
                 Box::pin(std::future::pending())
+            }
+            // A console on another instance may be.
+            Some(Route::Asked | Route::Fallback) | None if self.routes.shared.get().is_some() => {
+                let routes = self.routes.clone();
+                Box::pin(async move {
+                    if routes.watched_anywhere().await {
+                        std::future::pending().await
+                    } else {
+                        fallback(request.tool_name(), CANNOT_ELICIT)
+                    }
+                })
             }
             Some(Route::Asked | Route::Fallback) | None => Box::pin(std::future::ready(fallback(
                 request.tool_name(),

@@ -1,7 +1,7 @@
 //! A third-party MCP client over raw HTTP/1.1: one request per connection, 2025-era
 //! sessions and 2026-07-28 stateless requests.
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -237,4 +237,42 @@ pub fn legacy_session(addr: &str, elicits: bool) -> String {
     );
     assert!(r.status < 300, "{r:?}");
     session
+}
+
+/// Follows `GET /v1/events` of the server at `addr`: (event name, data) as they come.
+pub fn follow_events(addr: &str) -> std::sync::mpsc::Receiver<(String, Value)> {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET /v1/events HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n"
+    )
+    .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut name = String::new();
+        for line in BufReader::new(stream).lines().map_while(Result::ok) {
+            if let Some(n) = line.strip_prefix("event:") {
+                name = n.trim().to_string();
+            } else if let Some(d) = line.strip_prefix("data:")
+                && let Ok(v) = serde_json::from_str::<Value>(d.trim())
+                && tx.send((name.clone(), v)).is_err()
+            {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// The next event named `name` (20 s at most).
+pub fn wait_event(events: &std::sync::mpsc::Receiver<(String, Value)>, name: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match events.recv_timeout(left) {
+            Ok((n, v)) if n == name => return v,
+            Ok(_) => {}
+            Err(_) => panic!("no {name} event"),
+        }
+    }
 }
