@@ -13,8 +13,8 @@ use toolhost_tests::{send_signal, wait_exit};
 
 mod common;
 use common::raw_http::{
-    JSON_HEADERS, Response, follow_events, legacy_session, post_mcp, post_stateless,
-    post_stateless_with, request, stateless, wait_event,
+    JSON_HEADERS, Response, follow_events, legacy_session, legacy_session_with, post_mcp,
+    post_stateless, post_stateless_with, request, stateless, wait_event,
 };
 use common::{Server, command, serve_http, start, workspace};
 
@@ -657,6 +657,14 @@ impl Browser {
         }
     }
 
+    fn type_into(&self, element: &str, text: &str) {
+        self.command(
+            "POST",
+            &format!("/element/{element}/value"),
+            json!({"text": text}),
+        );
+    }
+
     fn click(&self, element: &str) {
         self.command("POST", &format!("/element/{element}/click"), json!({}));
     }
@@ -708,6 +716,68 @@ fn the_console_in_a_browser_shows_a_pending_write_and_allow_completes_it() {
     // The log shows the call completing; the pending list empties.
     browser.wait_for("#log .completed");
     browser.wait_for("#pending .empty");
+}
+
+#[test]
+fn behind_a_token_the_console_page_loads_asks_for_the_token_and_works_with_it() {
+    let ws = workspace();
+    let token = "console-token-for-the-browser-test-0123";
+    let mut cmd = command(ws.path(), &["serve", "--http", "127.0.0.1:0"]);
+    cmd.env("TOOLHOST_HTTP_TOKEN", token);
+    let server = start(cmd);
+    // The page itself needs no token; its data routes do.
+    let page = request(&server.addr, "GET", "/", &[], b"");
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(String::from_utf8_lossy(&page.body).contains("token-form"));
+    for path in ["/v1/confirmations", "/v1/events", "/v1/health"] {
+        let r = request(&server.addr, "GET", path, &[], b"");
+        assert_eq!(r.status, 401, "{path}: {r:?}");
+    }
+    let foreign = request(
+        &server.addr,
+        "GET",
+        "/",
+        &[("Host", "evil.example.com")],
+        b"",
+    );
+    assert_eq!(foreign.status, 403, "{foreign:?}");
+    let Some(browser) = Browser::start() else {
+        return;
+    };
+    browser.open(&format!("http://{}/", server.addr));
+    browser.wait_for("#token-form.shown");
+    let input = browser.wait_for("#token");
+    browser.type_into(&input, token);
+    let connect = browser.wait_for("#token-form button");
+    browser.click(&connect);
+    browser.wait_for("#status.live");
+    browser.wait_for("#token-form:not(.shown)");
+    let bearer = format!("Bearer {token}");
+    let session = legacy_session_with(&server.addr, &[("Authorization", bearer.as_str())], false);
+    let (addr, headers) = (server.addr.clone(), bearer.clone());
+    let call = std::thread::spawn(move || {
+        post_mcp(
+            &addr,
+            &[
+                ("Authorization", headers.as_str()),
+                ("Mcp-Session-Id", session.as_str()),
+                ("MCP-Protocol-Version", "2025-11-25"),
+            ],
+            &tools_call(
+                2,
+                "write_file",
+                json!({"path": "behind.txt", "content": "ok"}),
+            ),
+        )
+    });
+    let allow = browser.wait_for("[data-request-id] button.allow");
+    browser.click(&allow);
+    let r = call.join().unwrap();
+    assert_eq!(r.json()["result"]["isError"], false, "{r:?}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("behind.txt")).unwrap(),
+        "ok"
+    );
 }
 
 use toolhost_tests::peer;

@@ -9,7 +9,8 @@
 //! - With tokens configured (`--token-file FILE` or `TOOLHOST_HTTP_TOKEN`), every request
 //!   needs `Authorization: Bearer TOKEN`, compared in constant time; otherwise `401` with
 //!   `WWW-Authenticate: Bearer`. A server bound to a non-loopback address refuses to start
-//!   without one.
+//!   without one. The one exception is the console page itself (`GET /`): it holds no data,
+//!   asks the person for the token and sends it with each of its requests.
 //!
 //! The caller's principal, `token-` and the first 12 hex digits of the token's SHA-256
 //! (`local` without tokens), names whose "always allow" grants and sessions a stateless

@@ -211,6 +211,11 @@ pub fn post_stateless_with(addr: &str, extra: &[(&str, &str)], message: &Value) 
 
 /// A 2025-11-25 session: initialize, initialized; returns the session id.
 pub fn legacy_session(addr: &str, elicits: bool) -> String {
+    legacy_session_with(addr, &[], elicits)
+}
+
+/// [`legacy_session`] with `extra` headers on each request (a bearer token, say).
+pub fn legacy_session_with(addr: &str, extra: &[(&str, &str)], elicits: bool) -> String {
     let caps = if elicits {
         json!({"elicitation": {}})
     } else {
@@ -219,17 +224,18 @@ pub fn legacy_session(addr: &str, elicits: bool) -> String {
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": caps,
         "clientInfo": {"name": "raw-test", "version": "1"}}});
-    let r = post_mcp(addr, &[], &init);
+    let r = post_mcp(addr, extra, &init);
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.json()["result"]["protocolVersion"], "2025-11-25");
     let session = r
         .header("mcp-session-id")
         .expect("a session id")
         .to_string();
-    let headers = [
+    let mut headers = vec![
         ("Mcp-Session-Id", session.as_str()),
         ("MCP-Protocol-Version", "2025-11-25"),
     ];
+    headers.extend_from_slice(extra);
     let r = post_mcp(
         addr,
         &headers,
