@@ -51,6 +51,8 @@ pub struct DispatcherConfig {
     pub interrupt: HashMap<String, InterruptBehavior>,
     /// Where calls run, and how the programs they start are confined.
     pub sandbox: SandboxConfig,
+    /// Calls per minute per principal (default: none).
+    pub limits: crate::limits::RateLimits,
 }
 
 /// How calls are sandboxed: the base of each call's grant ([`crate::runtime::Grant`]) and
@@ -114,6 +116,7 @@ impl Default for DispatcherConfig {
             on_execute_error: OnExecuteError::Continue,
             interrupt: HashMap::new(),
             sandbox: SandboxConfig::default(),
+            limits: crate::limits::RateLimits::default(),
         }
     }
 }

@@ -171,6 +171,13 @@ impl Invocation {
                 Err(block) => return block,
             };
 
+            // 3b. The caller's rate limits (no store round trip when none applies).
+            if !self.engine.settings.config.limits.is_empty()
+                && let Err(block) = Box::pin(self.within_limits(&tool)).await
+            {
+                return block;
+            }
+
             // 4. Hooks and confirmation policy (a hook may rewrite the input).
             // With no hooks to ask, a call the policy lets run is authorized at once; the rest
             // (hooks, a prompt, a denial) is boxed where it is awaited, so a call that never
@@ -268,6 +275,25 @@ impl Invocation {
                 state.workspace.root(),
             )
         }
+    }
+
+    /// Step 3b: counts the call against its caller's rate limits.
+    async fn within_limits(&self, tool: &Registered) -> Result<(), ToolResultBlock> {
+        let state = &self.session.state;
+        crate::limits::count(
+            &self.engine.settings.config.limits,
+            &self.engine.store,
+            &state.principal,
+            &tool.name,
+            std::time::SystemTime::now(),
+        )
+        .await
+        .map_err(|limited| {
+            self.fail(
+                ErrorClass::RateLimited,
+                crate::limits::check_message(&limited),
+            )
+        })
     }
 
     /// Step 2: the input against the compiled schema.

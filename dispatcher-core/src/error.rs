@@ -27,6 +27,9 @@ pub enum ErrorClass {
     Cancelled,
     /// Nobody answered the confirmation request in time.
     ConfirmationTimeout,
+    /// The caller's rate limit for the tool was reached (or could not be checked): the
+    /// message names the limit and when to retry.
+    RateLimited,
 }
 
 impl ErrorClass {
@@ -41,6 +44,7 @@ impl ErrorClass {
             ErrorClass::ExecutionError => "execution_error",
             ErrorClass::Cancelled => "cancelled",
             ErrorClass::ConfirmationTimeout => "confirmation_timeout",
+            ErrorClass::RateLimited => "rate_limited",
         }
     }
 

@@ -11,6 +11,7 @@ pub mod events;
 pub mod hooks;
 mod host;
 pub mod invocation;
+pub mod limits;
 mod panics;
 pub mod policy;
 pub mod provider;
@@ -39,6 +40,7 @@ pub use hooks::{
     CommandHook, HookCall, HookDecision, PostDecision, PostUseCall, PostUseHook, PreUseHook,
 };
 pub use invocation::Invocation;
+pub use limits::RateLimits;
 pub use policy::{ConfirmationPolicy, Mode};
 pub use registry::{ToolListing, is_valid_tool_name};
 pub use result::{

@@ -60,6 +60,10 @@ pub struct SessionSpec {
     /// instance, and outlive it. Default `false`: they are this instance's, and end with
     /// the session.
     pub shared: bool,
+    /// Who the session acts for: the caller the host authenticated (a bearer token's
+    /// principal, say). Rate limits count per principal, and the audit log names it.
+    /// Default `local` (the one user of this machine).
+    pub principal: String,
 }
 
 impl SessionSpec {
@@ -73,7 +77,14 @@ impl SessionSpec {
             data_dir: None,
             policy: None,
             shared: false,
+            principal: "local".into(),
         }
+    }
+
+    /// Names who the session acts for ([`SessionSpec::principal`]).
+    pub fn principal(mut self, principal: impl Into<String>) -> Self {
+        self.principal = principal.into();
+        self
     }
 
     /// Marks the session as the same client on every instance ([`SessionSpec::shared`]).
@@ -239,6 +250,8 @@ pub(crate) trait Interruptible: Send + Sync {
 
 pub(crate) struct SessionState {
     pub(crate) id: Arc<str>,
+    /// Who it acts for ([`SessionSpec::principal`]).
+    pub(crate) principal: Arc<str>,
     pub(crate) workspace: Arc<Workspace>,
     pub(crate) visibility: Visibility,
     pub(crate) toolsets: Vec<Arc<str>>,
@@ -300,6 +313,7 @@ impl SessionState {
         } = around;
         SessionState {
             id,
+            principal: spec.principal.as_str().into(),
             workspace,
             visibility: spec.visibility.clone(),
             toolsets: spec
@@ -559,6 +573,11 @@ impl Session {
     /// The session id.
     pub fn id(&self) -> &str {
         &self.state.id
+    }
+
+    /// Who the session acts for ([`SessionSpec::principal`]).
+    pub fn principal(&self) -> &str {
+        &self.state.principal
     }
 
     /// The current turn id.

@@ -112,12 +112,13 @@ async fn serve_http(
     let toolsets = host.toolsets();
     let opener = {
         let dispatcher = dispatcher.clone();
-        move |id: &str, shared: bool| {
+        move |id: &str, principal: &str, shared: bool| {
             dispatcher
                 .open_session(
                     SessionSpec::new(id, &workspace)
                         .toolsets(toolsets.clone())
-                        .shared(shared),
+                        .shared(shared)
+                        .principal(principal),
                 )
                 .map_err(|e| e.to_string())
         }

@@ -7,6 +7,7 @@
 //! [`mcp_toolsets::McpServerConfig`]'s), and a bad value is refused by the value's type while
 //! the file is deserialized ([`dispatcher_core::config`]), so every error keeps its line.
 
+pub mod limits;
 mod sandbox;
 pub mod store;
 
@@ -72,6 +73,8 @@ pub struct Config {
     pub require_signatures: bool,
     /// Where the instances of a deployment share their state.
     pub store: store::StoreConfig,
+    /// Rate limits per caller.
+    pub limits: limits::Limits,
 }
 
 /// A `[plugins.NAME]` table.
@@ -113,6 +116,7 @@ impl Default for Config {
             trusted_keys: Vec::new(),
             require_signatures: false,
             store: store::StoreConfig::default(),
+            limits: limits::Limits::default(),
         }
     }
 }
@@ -502,6 +506,7 @@ impl Config {
             on_execute_error: self.on_execute_error,
             interrupt: self.interrupt.clone().into_iter().collect(),
             sandbox: self.sandbox.dispatcher(),
+            limits: self.limits.rate_limits(),
         }
     }
 }

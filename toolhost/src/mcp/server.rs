@@ -226,12 +226,12 @@ impl McpServer {
 
     /// The session a request's calls run in.
     pub(super) fn session(&self, era: Era, principal: &str) -> Result<Session, McpError> {
-        let opened = |id: &str,
-                      shared: bool,
-                      open: &dyn Fn(&str, bool) -> Result<Session, String>| {
-            open(id, shared)
-                .map_err(|e| McpError::internal_error(format!("cannot open a session: {e}"), None))
-        };
+        let opened =
+            |id: &str, shared: bool, open: &dyn Fn(&str, &str, bool) -> Result<Session, String>| {
+                open(id, principal, shared).map_err(|e| {
+                    McpError::internal_error(format!("cannot open a session: {e}"), None)
+                })
+            };
         match &self.shared.sessions {
             Sessions::One(session) => Ok(session.clone()),
             Sessions::PerClient { open, by_principal } => match era {

@@ -6,9 +6,10 @@ use std::sync::Mutex;
 use dispatcher_core::Session;
 use rmcp::service::{RequestContext, RoleServer};
 
-/// Opens a dispatcher session by id; `shared`: the id names the same client on every
-/// instance (a principal's), so its "always" grants hold on all of them.
-pub type SessionOpener = Box<dyn Fn(&str, bool) -> Result<Session, String> + Send + Sync>;
+/// Opens a dispatcher session: its id, the principal it acts for, and `shared`: the id
+/// names the same client on every instance (a principal's), so its "always" grants hold on
+/// all of them.
+pub type SessionOpener = Box<dyn Fn(&str, &str, bool) -> Result<Session, String> + Send + Sync>;
 
 /// Where a request's calls run.
 pub enum Sessions {

@@ -35,7 +35,8 @@ pub fn command(ws: &Path, args: &[&str]) -> Command {
         .env("XDG_CACHE_HOME", ws.join(".cache"))
         .env("XDG_STATE_HOME", ws.join(".state"))
         .env_remove("TOOLHOST_HTTP_TOKEN")
-        .env_remove("TOOLHOST_REQUEST_STATE_KEYS");
+        .env_remove("TOOLHOST_REQUEST_STATE_KEYS")
+        .env_remove("TOOLHOST_STORE_URL");
     cmd
 }
 
