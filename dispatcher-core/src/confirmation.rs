@@ -228,7 +228,7 @@ const RESOLVED_MEMORY: usize = 4096;
 pub struct ConfirmationBroker {
     state: Arc<Mutex<BrokerState>>,
     /// The store shared with other instances, where the first answer is taken
-    /// ([`crate::shared`]); `None`: this broker is the whole truth.
+    /// ([`crate::first_answer`]); `None`: this broker is the whole truth.
     shared: Option<Arc<dyn crate::store::Store>>,
 }
 
@@ -284,7 +284,9 @@ impl ConfirmationBroker {
     /// can answer either.
     async fn settle_first(&self, request_id: &str, answer: Answer, client: &str) {
         if let Some(store) = &self.shared {
-            match crate::shared::claim(store, request_id, &answer, client).await {
+            match crate::first_answer::claim(store, request_id, answer.decision.as_str(), client)
+                .await
+            {
                 Ok(true) => {}
                 Ok(false) => return,
                 Err(e) => tracing::debug!("{e}; the answer given here stands"),
@@ -481,7 +483,7 @@ impl Drop for PendingConfirmation {
         }
         self.broker.expire(&self.id, "cancelled");
         if let Some(store) = self.broker.shared() {
-            crate::shared::withdraw(store, &self.id);
+            crate::first_answer::withdraw(store, &self.id);
         }
     }
 }

@@ -10,6 +10,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::future::Either;
 use serde_json::Value;
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tool_api::{Content, InterruptBehavior, SideEffect, Tool, ToolError, ToolOutput};
@@ -117,14 +118,43 @@ impl Invocation {
     /// The future owns the call (it borrows nothing), so it can be spawned. It is the
     /// pipeline's own future, not one wrapped around it: a call's state is moved as few
     /// times as the caller moves it.
-    pub fn run(self) -> impl Future<Output = ToolResultBlock> + Send + 'static {
+    pub fn run(mut self) -> impl Future<Output = ToolResultBlock> + Send + 'static {
         let span = tracing::info_span!(
             "tool_call",
             tool = %self.header.tool_name,
             tool_use_id = %self.header.tool_use_id,
             session = %self.header.session_id,
         );
-        self.pipeline().instrument(span)
+        let Some(sink) = self.engine.settings.audit.clone() else {
+            return Either::Left(self.pipeline().instrument(span));
+        };
+        // Audited: what the entry needs is taken now (the input is the model's, before a
+        // hook may rewrite it), and the rest while the call runs.
+        let trail = crate::audit::Trail::new();
+        self.trail = Some(trail.clone());
+        let called = crate::audit::Called {
+            instance: self.engine.instance.clone(),
+            principal: self.session.state.principal.clone(),
+            header: self.header.clone(),
+            arguments_sha256: crate::audit::digest(&self.input),
+            started: self.started,
+        };
+        let pipeline = self.pipeline();
+        Either::Right(
+            async move {
+                let block = pipeline.await;
+                sink.record(&trail.entry(called, &block));
+                block
+            }
+            .instrument(span),
+        )
+    }
+
+    /// Records a decision that no event reports (a denial), for the audit entry.
+    fn audit_decided(&self, decision: &str, by: impl FnOnce() -> DecidedBy) {
+        if let Some(trail) = &self.trail {
+            trail.decided(decision, by());
+        }
     }
 
     /// Steps 1 to 3, which never wait: the tool, the input taken out of the call, what the
@@ -399,6 +429,9 @@ impl Invocation {
         let engine = self.engine.clone();
         let state = self.session.state.clone();
         let policy_denied = |call: &Self, rule: &str| {
+            call.audit_decided("deny", || DecidedBy::Policy {
+                rule: rule.to_string().into(),
+            });
             let message = format!(
                 "Tool '{}' is denied by policy ({rule} = \"deny\"); change that setting to allow it.",
                 tool.name
@@ -439,6 +472,9 @@ impl Invocation {
                         .get_or_insert_with(|| format!("pre-use hook '{}': {reason}", hook.name()));
                 }
                 HookDecision::Deny(reason) => {
+                    self.audit_decided("deny", || DecidedBy::Hook {
+                        name: hook.name().to_string(),
+                    });
                     let message = format!(
                         "Tool '{}' was denied by pre-use hook '{}': {reason}",
                         tool.name,

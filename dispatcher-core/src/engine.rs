@@ -50,6 +50,8 @@ pub(crate) struct Settings {
     pub(crate) confirmers: Vec<Arc<dyn Confirmer>>,
     /// The shared state ("always" grants, …); `None`: this process's memory.
     pub(crate) store: Option<Arc<dyn crate::store::Store>>,
+    /// Where every ended call is recorded; `None`: nowhere.
+    pub(crate) audit: Option<Arc<dyn crate::audit::AuditSink>>,
 }
 
 /// A random id for this instance: the keys it shares only with itself, and the ids of
@@ -234,7 +236,13 @@ pub(crate) async fn ask(
             .iter()
             .any(|c| c.answers_at_once(call))
     {
-        crate::shared::publish_pending(engine, &request);
+        crate::first_answer::publish_pending(
+            &engine.store,
+            &engine.instance,
+            &request.request_id,
+            serde_json::to_value(&request).unwrap_or_default(),
+            engine.settings.config.confirmation_timeout + std::time::Duration::from_secs(5),
+        );
     }
     emit(EventKind::ConfirmationRequested {
         request_id: request.request_id.clone(),

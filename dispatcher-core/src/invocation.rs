@@ -64,6 +64,8 @@ pub struct Invocation {
     control: Option<Arc<InFlight>>,
     /// The call's registration in its session, made at the first point it can wait.
     guard: Option<CallGuard>,
+    /// What its audit entry needs to learn while it runs; `None` without an audit sink.
+    pub(crate) trail: Option<Arc<crate::audit::Trail>>,
 }
 
 impl std::fmt::Debug for Invocation {
@@ -102,6 +104,7 @@ impl Invocation {
             observer: None,
             control: None,
             guard: None,
+            trail: None,
         }
     }
 
@@ -141,6 +144,9 @@ impl Invocation {
 
     /// Emits one of the call's events, stamped `at`.
     pub(crate) fn emit_at(&self, kind: EventKind, at: Instant) {
+        if let Some(trail) = &self.trail {
+            trail.observe(&kind);
+        }
         let since = at.saturating_duration_since(self.started).as_millis();
         events::publish(
             &self.session.state.events,

@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod audit;
 mod blocking;
 pub mod call;
 pub mod config;
@@ -8,6 +9,7 @@ mod dispatch;
 mod engine;
 pub mod error;
 pub mod events;
+mod first_answer;
 pub mod hooks;
 mod host;
 pub mod invocation;
@@ -111,6 +113,13 @@ impl DispatcherBuilder {
         self
     }
 
+    /// Records every call that ends in `sink` ([`audit`]), before its caller gets the
+    /// result.
+    pub fn audit(mut self, sink: Arc<dyn audit::AuditSink>) -> Self {
+        self.settings.audit = Some(sink);
+        self
+    }
+
     /// The dispatcher.
     pub fn build(self) -> Dispatcher {
         let engine = Arc::new(Engine::new(self.settings));
@@ -167,6 +176,12 @@ impl Dispatcher {
         &self.engine.settings.policy
     }
 
+    /// This instance's random id (in confirmation request ids, events seen by other
+    /// instances and audit entries).
+    pub fn instance(&self) -> &str {
+        &self.engine.instance
+    }
+
     /// The broker through which clients answer confirmation requests waiting on this
     /// instance.
     pub fn broker(&self) -> &ConfirmationBroker {
@@ -217,7 +232,7 @@ impl Dispatcher {
         if !broker.is_pending(request_id) {
             return shared::answer_elsewhere(store, request_id, decision, client).await;
         }
-        match shared::claim(store, request_id, &decision.into(), client).await {
+        match first_answer::claim(store, request_id, decision.as_str(), client).await {
             Ok(false) => Err(shared::already(store, request_id).await),
             // Won, or the store cannot be reached: the answer given here stands.
             Ok(true) | Err(_) => broker.resolve(request_id, decision, client),

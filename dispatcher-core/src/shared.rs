@@ -5,9 +5,7 @@
 //!
 //! | in the store | what it is |
 //! |---|---|
-//! | record `pending:ID` | a request waiting for an answer, and the instance it waits on (kept until answered, withdrawn, or the confirmation timeout) |
-//! | claim `answered:ID` | taken by the first answer, wherever it was given |
-//! | record `answer:ID` | that answer and who gave it (for the later answers' "already answered by …") |
+//! | record `pending:ID`, claim `answered:ID`, record `answer:ID` | the request waiting, the first answer's claim, that answer ([`crate::first_answer`]) |
 //! | channel `answers` | an answer given elsewhere, for the instance the request waits on |
 //! | channel `events` | every instance's events |
 //!
@@ -15,22 +13,16 @@
 //! runs: the broker is the whole truth.
 
 use std::sync::{Arc, Weak};
-use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::confirmation::{Answer, ConfirmationRequest, Decision, ResolveError};
+use crate::confirmation::{Decision, ResolveError};
 use crate::engine::Engine;
+use crate::first_answer::{ANSWER, PENDING, claim};
 use crate::store::{Store, StoreError};
 
-const PENDING: &str = "pending:";
-const ANSWERED: &str = "answered:";
-const ANSWER: &str = "answer:";
 const ANSWERS: &str = "answers";
 const EVENTS: &str = "events";
-
-/// How long an answer is remembered, for late answers to be told who won.
-const ANSWER_KEPT: Duration = Duration::from_secs(3600);
 
 /// Starts what an instance over a shared store runs: answers given elsewhere reach the
 /// requests waiting here, and this instance's events reach the others. Needs a tokio
@@ -104,57 +96,6 @@ fn decision_of(value: &Value) -> Option<Decision> {
     serde_json::from_value(value.clone()).ok()
 }
 
-/// Tells the other instances that `request` waits here (in the background).
-pub(crate) fn publish_pending(engine: &Engine, request: &ConfirmationRequest) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    let store = engine.store.clone();
-    let record = json!({"instance": &*engine.instance, "request": request}).to_string();
-    let key = format!("{PENDING}{}", request.request_id);
-    let ttl = engine.settings.config.confirmation_timeout + Duration::from_secs(5);
-    runtime.spawn(async move {
-        if let Err(e) = store.put(&key, &record, ttl).await {
-            tracing::warn!(
-                "{e}; the confirmation waits here, and other instances' consoles do not see it"
-            );
-        }
-    });
-}
-
-/// Withdraws `id` from the others (it was answered, timed out or cancelled).
-pub(crate) fn withdraw(store: &Arc<dyn Store>, id: &str) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    let store = store.clone();
-    let key = format!("{PENDING}{id}");
-    runtime.spawn(async move {
-        let _ = store.delete(&key).await;
-    });
-}
-
-/// Takes the first answer to `id` for `answer` given by `client`: `true` when it is the
-/// first anywhere; `false` when another was. The winner is recorded for the others.
-pub(crate) async fn claim(
-    store: &Arc<dyn Store>,
-    id: &str,
-    answer: &Answer,
-    client: &str,
-) -> Result<bool, StoreError> {
-    if !store.claim(&format!("{ANSWERED}{id}"), ANSWER_KEPT).await? {
-        return Ok(false);
-    }
-    let record = json!({"decision": answer.decision, "client": client}).to_string();
-    if let Err(e) = store
-        .put(&format!("{ANSWER}{id}"), &record, ANSWER_KEPT)
-        .await
-    {
-        tracing::debug!("who answered {id} is not recorded: {e}");
-    }
-    Ok(true)
-}
-
 /// Why a later answer to `id` lost: the first one.
 pub(crate) async fn already(store: &Arc<dyn Store>, id: &str) -> ResolveError {
     let first = store
@@ -224,7 +165,7 @@ pub(crate) async fn answer_elsewhere(
             },
         });
     }
-    if !claim(store, id, &decision.into(), client)
+    if !claim(store, id, decision.as_str(), client)
         .await
         .map_err(unreachable)?
     {

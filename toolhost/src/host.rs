@@ -223,6 +223,12 @@ pub async fn build_host(
     for hook in post_hooks {
         builder = builder.post_hook(Arc::new(hook));
     }
+    if let Some(path) = &config.audit.path {
+        let a = &config.audit;
+        let log = crate::audit::AuditFile::open(path, a.max_bytes.0, a.keep, a.sync)
+            .map_err(|e| format!("{}: [audit] {e}", sources.file.display()))?;
+        builder = builder.audit(Arc::new(log));
+    }
     let dispatcher = builder.build();
     for factory in builtin_tools::factories() {
         dispatcher.register(factory)?;

@@ -18,6 +18,7 @@
 //! # drop(session); Ok(()) }
 //! ```
 
+mod audit;
 pub mod cli;
 mod config;
 mod host;

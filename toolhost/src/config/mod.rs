@@ -7,6 +7,7 @@
 //! [`mcp_toolsets::McpServerConfig`]'s), and a bad value is refused by the value's type while
 //! the file is deserialized ([`dispatcher_core::config`]), so every error keeps its line.
 
+pub mod audit;
 pub mod limits;
 mod sandbox;
 pub mod store;
@@ -75,6 +76,8 @@ pub struct Config {
     pub store: store::StoreConfig,
     /// Rate limits per caller.
     pub limits: limits::Limits,
+    /// The audit log.
+    pub audit: audit::Audit,
 }
 
 /// A `[plugins.NAME]` table.
@@ -117,6 +120,7 @@ impl Default for Config {
             require_signatures: false,
             store: store::StoreConfig::default(),
             limits: limits::Limits::default(),
+            audit: audit::Audit::default(),
         }
     }
 }
@@ -395,6 +399,9 @@ impl Config {
         config.sandbox.resolve_paths(base);
         if let Some(pins) = &mut config.mcp.pins_file {
             *pins = sandbox::resolve(pins, base);
+        }
+        if let Some(audit) = &mut config.audit.path {
+            *audit = sandbox::resolve(audit, base);
         }
         for server in &mut config.mcp_servers {
             for root in server

@@ -1,0 +1,153 @@
+//! The audit trail: one [`AuditEntry`] per call that ended, whatever ended it, handed to
+//! the dispatcher's [`AuditSink`] before the caller gets the result. What was decided and by
+//! whom (the policy rule, a hook, an "always" grant, a user through which client, the
+//! fallback, the timeout) and what came of it (the result class, the files modified, the
+//! command run), with who called: the principal, the session, this instance.
+//!
+//! The arguments are not kept, only their SHA-256 (of their JSON with keys in order): a
+//! trail that is safe to ship to a log store can still prove which arguments a call had.
+//!
+//! Without a sink (the default) nothing of this runs.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::confirmation::DecidedBy;
+use crate::events::EventKind;
+use crate::result::ToolResultBlock;
+
+/// Where audit entries go (toolhost appends them to a JSON-lines file). Called on the
+/// call's task when it ends: keep it short and never block for long.
+pub trait AuditSink: Send + Sync {
+    /// Records one ended call.
+    fn record(&self, entry: &AuditEntry);
+}
+
+/// One ended call.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AuditEntry {
+    /// When it ended, in milliseconds since the epoch.
+    pub time_ms: u64,
+    /// The instance that ran it ([`crate::Dispatcher::instance`]).
+    pub instance: Arc<str>,
+    /// Who it was called for ([`crate::SessionSpec::principal`]).
+    pub principal: Arc<str>,
+    /// The session.
+    pub session: Arc<str>,
+    /// The tool name as called.
+    pub tool: Arc<str>,
+    /// The tool_use id.
+    pub tool_use_id: Arc<str>,
+    /// The tool's class (`none` … `network`); absent for a tool that was not found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub class: Option<tool_api::SideEffect>,
+    /// SHA-256 of the arguments as the model sent them, hex.
+    pub arguments_sha256: String,
+    /// What was decided: `allow`, `always`, `deny`, `timeout` or `cancelled`; absent when
+    /// the call ended before anything was decided (not found, invalid, rate limited).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision: Option<String>,
+    /// Who or what decided it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<DecidedBy>,
+    /// `ok`, or the error class of the result.
+    pub outcome: &'static str,
+    /// What the tool reports it modified.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub files_modified: Vec<String>,
+    /// The command it ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command_executed: Option<String>,
+    /// From the call's start to its result, in milliseconds.
+    pub duration_ms: f64,
+}
+
+/// SHA-256 of `arguments` (their JSON), hex.
+pub fn digest(arguments: &Value) -> String {
+    let text = serde_json::to_string(arguments).unwrap_or_default();
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// What a call in flight has learnt for its entry, from its events and its denials.
+#[derive(Debug, Default)]
+pub(crate) struct Trail {
+    decided: Mutex<Option<(String, DecidedBy)>>,
+}
+
+impl Trail {
+    pub(crate) fn new() -> Arc<Trail> {
+        Arc::default()
+    }
+
+    /// Takes what an event of the call says about its decision.
+    pub(crate) fn observe(&self, kind: &EventKind) {
+        match kind {
+            EventKind::ConfirmationResolved {
+                decision,
+                decided_by,
+                ..
+            } => self.decided(decision, decided_by.clone()),
+            EventKind::Called { authorized_by, .. } => {
+                let mut decided = self.lock();
+                // A confirmation said more ("always"); else the call's own authorization.
+                if decided.is_none() {
+                    *decided = Some(("allow".into(), authorized_by.clone()));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Records a decision no event reports (a denial by the policy or a hook).
+    pub(crate) fn decided(&self, decision: &str, by: DecidedBy) {
+        let decision = match decision {
+            "always_allow" => "always",
+            other => other,
+        };
+        *self.lock() = Some((decision.to_string(), by));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(String, DecidedBy)>> {
+        self.decided.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The entry of the call that ended with `block`.
+    pub(crate) fn entry(&self, call: Called, block: &ToolResultBlock) -> AuditEntry {
+        let decided = self.lock().take();
+        let (decision, decided_by) = match decided {
+            Some((d, by)) => (Some(d), Some(by)),
+            None => (None, None),
+        };
+        AuditEntry {
+            time_ms: crate::events::now_ms(),
+            instance: call.instance,
+            principal: call.principal,
+            session: call.header.session_id.clone(),
+            tool: call.header.tool_name.clone(),
+            tool_use_id: call.header.tool_use_id.clone(),
+            class: call.header.side_effects,
+            arguments_sha256: call.arguments_sha256,
+            decision,
+            decided_by,
+            outcome: block.error_class.map_or("ok", |c| c.as_str()),
+            files_modified: block.record.files_modified.clone(),
+            command_executed: block.record.command_executed.clone(),
+            duration_ms: call.started.elapsed().as_secs_f64() * 1000.0,
+        }
+    }
+}
+
+/// Who called what, taken when the call starts.
+pub(crate) struct Called {
+    pub(crate) instance: Arc<str>,
+    pub(crate) principal: Arc<str>,
+    pub(crate) header: Arc<crate::call::CallHeader>,
+    pub(crate) arguments_sha256: String,
+    pub(crate) started: std::time::Instant,
+}
