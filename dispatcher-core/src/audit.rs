@@ -63,6 +63,67 @@ pub struct AuditEntry {
     pub command_executed: Option<String>,
     /// From the call's start to its result, in milliseconds.
     pub duration_ms: f64,
+    /// When the call started, in milliseconds since the epoch.
+    #[serde(skip)]
+    pub started_ms: u64,
+    /// The caller's W3C trace context, when the host passed one on
+    /// ([`crate::Invocation::trace_parent`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_parent: Option<Arc<str>>,
+}
+
+/// A W3C `traceparent` (`00-TRACEID-PARENTID-FLAGS`), checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceParent {
+    /// The trace id (not all zero).
+    pub trace_id: [u8; 16],
+    /// The parent span's id (not all zero).
+    pub parent_id: [u8; 8],
+    /// The trace flags (bit 0: sampled).
+    pub flags: u8,
+}
+
+impl TraceParent {
+    /// `text` as a version-00 `traceparent` (or a later version's first four fields, as the
+    /// recommendation says); `None` when it is not one.
+    pub fn parse(text: &str) -> Option<TraceParent> {
+        let mut parts = text.trim().split('-');
+        let (version, trace, parent, flags) =
+            (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        let version = u8::from_str_radix(version, 16).ok()?;
+        if version == 0xff || (version == 0 && parts.next().is_some()) {
+            return None;
+        }
+        let mut trace_id = [0u8; 16];
+        let mut parent_id = [0u8; 8];
+        hex_into(trace, &mut trace_id)?;
+        hex_into(parent, &mut parent_id)?;
+        let mut flag = [0u8; 1];
+        hex_into(flags, &mut flag)?;
+        if trace_id == [0; 16] || parent_id == [0; 8] {
+            return None;
+        }
+        Some(TraceParent {
+            trace_id,
+            parent_id,
+            flags: flag[0],
+        })
+    }
+}
+
+/// Lowercase hex `text` of exactly `out.len()` bytes into `out`.
+fn hex_into(text: &str, out: &mut [u8]) -> Option<()> {
+    if text.len() != out.len() * 2 {
+        return None;
+    }
+    for (i, byte) in out.iter_mut().enumerate() {
+        let pair = text.get(2 * i..2 * i + 2)?;
+        if pair.bytes().any(|b| b.is_ascii_uppercase()) {
+            return None;
+        }
+        *byte = u8::from_str_radix(pair, 16).ok()?;
+    }
+    Some(())
 }
 
 /// SHA-256 of `arguments` (their JSON), hex.
@@ -139,6 +200,8 @@ impl Trail {
             files_modified: block.record.files_modified.clone(),
             command_executed: block.record.command_executed.clone(),
             duration_ms: call.started.elapsed().as_secs_f64() * 1000.0,
+            started_ms: call.started_ms,
+            trace_parent: call.trace_parent,
         }
     }
 }
@@ -150,4 +213,37 @@ pub(crate) struct Called {
     pub(crate) header: Arc<crate::call::CallHeader>,
     pub(crate) arguments_sha256: String,
     pub(crate) started: std::time::Instant,
+    pub(crate) started_ms: u64,
+    pub(crate) trace_parent: Option<Arc<str>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_traceparent_is_read_and_a_malformed_one_refused() {
+        let good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let p = TraceParent::parse(good).unwrap_or_else(|| panic!("{good}"));
+        assert_eq!(p.trace_id[0], 0x4b);
+        assert_eq!(p.parent_id[7], 0xb7);
+        assert_eq!(p.flags, 1);
+        for bad in [
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "00-4bf92f3577b34da6a3ce929d0e0e47-00f067aa0ba902b7-01",
+        ] {
+            assert_eq!(TraceParent::parse(bad), None, "{bad}");
+        }
+        // A later version may carry more fields.
+        assert!(
+            TraceParent::parse("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x")
+                .is_some()
+        );
+    }
 }

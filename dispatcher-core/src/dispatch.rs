@@ -125,9 +125,10 @@ impl Invocation {
             tool_use_id = %self.header.tool_use_id,
             session = %self.header.session_id,
         );
-        let Some(sink) = self.engine.settings.audit.clone() else {
+        if self.engine.settings.audit.is_empty() {
             return Either::Left(self.pipeline().instrument(span));
-        };
+        }
+        let engine = self.engine.clone();
         // Audited: what the entry needs is taken now (the input is the model's, before a
         // hook may rewrite it), and the rest while the call runs.
         let trail = crate::audit::Trail::new();
@@ -138,12 +139,17 @@ impl Invocation {
             header: self.header.clone(),
             arguments_sha256: crate::audit::digest(&self.input),
             started: self.started,
+            started_ms: self.wall_ms,
+            trace_parent: self.trace_parent.take(),
         };
         let pipeline = self.pipeline();
         Either::Right(
             async move {
                 let block = pipeline.await;
-                sink.record(&trail.entry(called, &block));
+                let entry = trail.entry(called, &block);
+                for sink in &engine.settings.audit {
+                    sink.record(&entry);
+                }
                 block
             }
             .instrument(span),

@@ -50,8 +50,8 @@ pub(crate) struct Settings {
     pub(crate) confirmers: Vec<Arc<dyn Confirmer>>,
     /// The shared state ("always" grants, …); `None`: this process's memory.
     pub(crate) store: Option<Arc<dyn crate::store::Store>>,
-    /// Where every ended call is recorded; `None`: nowhere.
-    pub(crate) audit: Option<Arc<dyn crate::audit::AuditSink>>,
+    /// Where every ended call is recorded (the audit log, metrics, traces); empty: nowhere.
+    pub(crate) audit: Vec<Arc<dyn crate::audit::AuditSink>>,
 }
 
 /// A random id for this instance: the keys it shares only with itself, and the ids of

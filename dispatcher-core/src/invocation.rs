@@ -56,7 +56,7 @@ pub struct Invocation {
     pub(crate) started: Instant,
     /// The wall-clock time at `started`, in milliseconds since the epoch: events are
     /// stamped from it and the monotonic clock (one wall-clock read per call).
-    wall_ms: u64,
+    pub(crate) wall_ms: u64,
     /// When the tool's execution ended, once it has: the final event's time.
     pub(crate) ended: Option<Instant>,
     observer: Option<mpsc::Sender<Arc<ToolEvent>>>,
@@ -66,6 +66,8 @@ pub struct Invocation {
     guard: Option<CallGuard>,
     /// What its audit entry needs to learn while it runs; `None` without an audit sink.
     pub(crate) trail: Option<Arc<crate::audit::Trail>>,
+    /// The caller's W3C trace context, for the audit sinks ([`Invocation::trace_parent`]).
+    pub(crate) trace_parent: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for Invocation {
@@ -105,6 +107,16 @@ impl Invocation {
             control: None,
             guard: None,
             trail: None,
+            trace_parent: None,
+        }
+    }
+
+    /// The W3C `traceparent` of the request this call came in (an MCP request's `_meta`,
+    /// say): the call's trace span becomes its child ([`crate::audit::AuditEntry::trace_parent`]).
+    /// A malformed one is ignored.
+    pub fn trace_parent(&mut self, traceparent: &str) {
+        if crate::audit::TraceParent::parse(traceparent).is_some() {
+            self.trace_parent = Some(traceparent.into());
         }
     }
 

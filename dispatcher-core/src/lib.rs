@@ -113,10 +113,10 @@ impl DispatcherBuilder {
         self
     }
 
-    /// Records every call that ends in `sink` ([`audit`]), before its caller gets the
-    /// result.
+    /// Hands every call that ends to `sink` ([`audit`]: an audit log, metrics, traces)
+    /// before its caller gets the result. Sinks add up, called in the order given.
     pub fn audit(mut self, sink: Arc<dyn audit::AuditSink>) -> Self {
-        self.settings.audit = Some(sink);
+        self.settings.audit.push(sink);
         self
     }
 

@@ -35,7 +35,7 @@ pub(crate) async fn listed(
 
 /// Installs rustls's `ring` provider for `https://` servers (once; a provider installed by
 /// the host first is kept).
-pub(crate) fn install_tls_provider() {
+pub fn install_tls_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 

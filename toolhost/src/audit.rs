@@ -215,6 +215,8 @@ mod tests {
             files_modified: Vec::new(),
             command_executed: Some("echo hi".into()),
             duration_ms: 1.5,
+            started_ms: 1_764_000_000_000,
+            trace_parent: None,
         }
     }
 

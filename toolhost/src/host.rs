@@ -201,6 +201,17 @@ pub async fn build_host(
     workspace: &Path,
     confirmer: Option<Arc<dyn dispatcher_core::Confirmer>>,
 ) -> Result<Host, UsageError> {
+    build_host_observed(sources, workspace, confirmer, Vec::new()).await
+}
+
+/// [`build_host`], its dispatcher also handing every ended call to `observers` (metrics,
+/// traces) after the audit log.
+pub(crate) async fn build_host_observed(
+    sources: &Sources<'_>,
+    workspace: &Path,
+    confirmer: Option<Arc<dyn dispatcher_core::Confirmer>>,
+    observers: Vec<Arc<dyn dispatcher_core::audit::AuditSink>>,
+) -> Result<Host, UsageError> {
     let config = sources.config;
     let store = config
         .store
@@ -228,6 +239,9 @@ pub async fn build_host(
         let log = crate::audit::AuditFile::open(path, a.max_bytes.0, a.keep, a.sync)
             .map_err(|e| format!("{}: [audit] {e}", sources.file.display()))?;
         builder = builder.audit(Arc::new(log));
+    }
+    for observer in observers {
+        builder = builder.audit(observer);
     }
     let dispatcher = builder.build();
     for factory in builtin_tools::factories() {

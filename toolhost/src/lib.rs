@@ -27,6 +27,7 @@ mod mcp;
 mod sandbox_report;
 mod self_mount;
 mod serve;
+mod telemetry;
 mod terminal;
 
 pub use config::Config;

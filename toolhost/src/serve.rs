@@ -11,9 +11,11 @@ use std::time::Duration;
 use clap::Args;
 use dispatcher_core::{Dispatcher, SessionSpec};
 
+use crate::host::build_host_observed;
 use crate::http::{self, HttpOptions};
 use crate::mcp;
-use crate::{SessionArgs, Sources, UsageError, build_host};
+use crate::telemetry::Telemetry;
+use crate::{SessionArgs, Sources, UsageError};
 
 /// `toolhost serve`'s options.
 #[derive(Args)]
@@ -103,7 +105,17 @@ async fn serve_http(
         sources.file.display().to_string(),
     );
     let confirmer = Arc::new(mcp::McpConfirmer::new(routes.clone()));
-    let host = build_host(sources, &args.session.workspace, Some(confirmer)).await?;
+    let telemetry = Telemetry::for_serve(true).map_err(UsageError)?;
+    let host = build_host_observed(
+        sources,
+        &args.session.workspace,
+        Some(confirmer),
+        telemetry.sinks(),
+    )
+    .await?;
+    if let Some(metrics) = &telemetry.metrics {
+        metrics.watch_workers(host.plugins.workers.clone());
+    }
     routes.share_watchers_through(host.dispatcher.store());
     let dispatcher = host.dispatcher.clone();
     let workspace = args.session.workspace.clone();
@@ -134,7 +146,8 @@ async fn serve_http(
         host.upstreams(&routes).await,
         mcp::Tasks::new(sources.config.mcp.tasks.settings()),
     );
-    let control = http::control::Control::new(dispatcher.clone(), routes);
+    let control =
+        http::control::Control::new(dispatcher.clone(), routes).metrics(telemetry.metrics.clone());
     let server = http::Server::new(Some(shared), control, options);
     tracing::info!(workspace = %args.session.workspace.display(), "MCP over HTTP at http://{local}/mcp; console at http://{local}/");
     eprintln!("toolhost: serving MCP at http://{local}/mcp, the console at http://{local}/");
@@ -164,6 +177,7 @@ async fn serve_http(
     let closing =
         futures_util::future::join_all(sessions.iter().map(|id| dispatcher.close_session(id)));
     let _ = tokio::time::timeout(grace, closing).await;
+    telemetry.flush().await;
     Ok(match signal_rx.await {
         Ok(signal) => signal.exit_code(),
         Err(_) => ExitCode::SUCCESS,
@@ -204,7 +218,9 @@ async fn serve_mcp(sources: &Sources<'_>, serve: &ServeArgs) -> Result<ExitCode,
         sources.file.display().to_string(),
     );
     let confirmer = Arc::new(mcp::McpConfirmer::new(routes.clone()));
-    let host = build_host(sources, &args.workspace, Some(confirmer)).await?;
+    let telemetry = Telemetry::for_serve(false).map_err(UsageError)?;
+    let host =
+        build_host_observed(sources, &args.workspace, Some(confirmer), telemetry.sinks()).await?;
     routes.share_watchers_through(host.dispatcher.store());
     let dispatcher = host.dispatcher.clone();
     let session = host.open_session("mcp", args)?;
@@ -283,6 +299,7 @@ async fn serve_mcp(sources: &Sources<'_>, serve: &ServeArgs) -> Result<ExitCode,
             grace.as_secs()
         );
     }
+    telemetry.flush().await;
     Ok(exit)
 }
 

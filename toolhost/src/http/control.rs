@@ -32,6 +32,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::mcp::Routes;
+use crate::telemetry::Metrics;
 
 /// The console page.
 const CONSOLE: &str = include_str!("console.html");
@@ -44,13 +45,24 @@ pub const CLIENT_NAME: &str = "web-console";
 pub struct Control {
     dispatcher: Dispatcher,
     routes: Arc<Routes>,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl Control {
     /// The control API over a dispatcher's events and confirmation broker; a console
     /// following the events is registered with `routes` as watching.
     pub fn new(dispatcher: Dispatcher, routes: Arc<Routes>) -> Self {
-        Control { dispatcher, routes }
+        Control {
+            dispatcher,
+            routes,
+            metrics: None,
+        }
+    }
+
+    /// Serves `metrics` on `GET /metrics` (without: `404`).
+    pub fn metrics(mut self, metrics: Option<Arc<Metrics>>) -> Self {
+        self.metrics = metrics;
+        self
     }
 }
 
@@ -68,6 +80,7 @@ pub fn routes(control: Control, stop: CancellationToken) -> Router {
         .route("/v1/confirmations", get(pending))
         .route("/v1/confirmations/{id}", post(answer))
         .route("/v1/health", get(health))
+        .route("/metrics", get(metrics))
         .with_state(ControlState { control, stop })
 }
 
@@ -82,6 +95,24 @@ async fn console() -> impl IntoResponse {
         ],
         Html(CONSOLE),
     )
+}
+
+async fn metrics(State(state): State<ControlState>) -> Response {
+    match &state.control.metrics {
+        Some(metrics) => (
+            [(
+                http::header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            metrics.render(&state.control.dispatcher),
+        )
+            .into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            axum::Json(json!({"error": "GET /metrics is served by `toolhost serve --http`, not beside stdio"})),
+        )
+            .into_response(),
+    }
 }
 
 #[derive(Deserialize)]
@@ -156,7 +187,7 @@ pub const CONTROL_ENDPOINTS: &str = "GET / (the console), GET /v1/events, GET /v
 /// The endpoints of `serve --http`: MCP as well.
 pub const ALL_ENDPOINTS: &str = "GET / (the console), /mcp (MCP over streamable HTTP), \
                                  GET /v1/events, GET /v1/confirmations, POST /v1/confirmations/{id}, \
-                                 GET /v1/health";
+                                 GET /v1/health, GET /metrics";
 
 /// How this instance is doing: its shared state store, checked now.
 async fn health(State(state): State<ControlState>) -> Response {

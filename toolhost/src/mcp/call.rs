@@ -299,6 +299,10 @@ impl McpServer {
             ToolUse::new(&*tool_use_id, &name, arguments.clone()),
             &session,
         );
+        // The client's trace context: the call's span is its child.
+        if let Some(parent) = context.meta.get("traceparent").and_then(|v| v.as_str()) {
+            call.trace_parent(parent);
+        }
         // Live output is forwarded as it comes when the client asked for progress.
         let watcher = context.meta.get_progress_token().map(|token| {
             let events = call.events();
