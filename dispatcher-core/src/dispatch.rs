@@ -27,7 +27,7 @@ use crate::panics::{self, Caught};
 use crate::policy::{Mode, PolicyDecision};
 use crate::registry::Registered;
 use crate::result::{SideEffectRecord, ToolResultBlock};
-use crate::runtime::Grant;
+use crate::runtime::{Grant, SandboxMode};
 use crate::spool;
 use crate::workspace::{InlineBudget, Opened};
 
@@ -631,10 +631,11 @@ impl Invocation {
                     self.fail(ErrorClass::PermissionDenied, message)
                 })?,
         };
-        crate::runtime::check_supported(grant.sandbox).map_err(|m| {
-            let message = format!("Tool '{}' was not run: {m}.", tool.name);
-            self.fail(ErrorClass::PermissionDenied, message)
-        })?;
+        crate::runtime::check_granted(grant.sandbox, self.engine.settings.remote.is_some())
+            .map_err(|m| {
+                let message = format!("Tool '{}' was not run: {m}.", tool.name);
+                self.fail(ErrorClass::PermissionDenied, message)
+            })?;
         Ok(grant)
     }
 
@@ -656,6 +657,24 @@ impl Invocation {
         per_tool(&self.engine.settings.config.interrupt, &tool.name)
             .copied()
             .unwrap_or(tool.definition().interrupt)
+    }
+
+    /// A new instance for one execution: from the tool's factory, or from the remote host
+    /// for a call granted `remote`.
+    fn fresh_instance(&self, tool: &Registered, grant: &Grant) -> Result<Box<dyn Tool>, Outcome> {
+        match (&self.engine.settings.remote, grant.sandbox) {
+            (Some(remote), SandboxMode::Remote) => {
+                match panics::contain(|| remote.instance(&tool.name)) {
+                    Ok(Ok(instance)) => Ok(instance),
+                    Ok(Err(e)) => Err(Outcome::Returned(Err(e))),
+                    Err(mut caught) => {
+                        caught.message = format!("the remote host panicked: {}", caught.message);
+                        Err(Outcome::Panicked(caught))
+                    }
+                }
+            }
+            _ => fresh_instance(tool),
+        }
     }
 
     /// The call's host, as a tool running on this thread gets it.
@@ -684,14 +703,16 @@ impl Invocation {
         opened: Option<Opened>,
         grant: &Grant,
     ) -> Result<Outcome, Value> {
-        let attempt = tool.inline
-            || (tool.inline_when_small
-                && self.session.state.workspace.allows_inline()
-                && !self.entry().is_some_and(|e| e.is_cancelled()));
+        // A call that runs on the remote host waits on the network: never on this thread.
+        let attempt = grant.sandbox != SandboxMode::Remote
+            && (tool.inline
+                || (tool.inline_when_small
+                    && self.session.state.workspace.allows_inline()
+                    && !self.entry().is_some_and(|e| e.is_cancelled())));
         if !attempt {
             return Err(input);
         }
-        let instance = match fresh_instance(tool) {
+        let instance = match self.fresh_instance(tool, grant) {
             Ok(instance) => instance,
             Err(outcome) => return Ok(outcome),
         };
@@ -729,7 +750,7 @@ impl Invocation {
         grant: &Grant,
     ) -> Outcome {
         let timeout = grant.timeout;
-        let instance = match fresh_instance(tool) {
+        let instance = match self.fresh_instance(tool, grant) {
             Ok(instance) => instance,
             Err(outcome) => return outcome,
         };

@@ -50,6 +50,8 @@ pub(crate) struct Settings {
     pub(crate) confirmers: Vec<Arc<dyn Confirmer>>,
     /// The shared state ("always" grants, …); `None`: this process's memory.
     pub(crate) store: Option<Arc<dyn crate::store::Store>>,
+    /// Where calls granted `remote` run.
+    pub(crate) remote: Option<Arc<dyn crate::runtime::RemoteHost>>,
     /// Where every ended call is recorded (the audit log, metrics, traces); empty: nowhere.
     pub(crate) audit: Vec<Arc<dyn crate::audit::AuditSink>>,
 }

@@ -48,7 +48,7 @@ pub use registry::{ToolListing, is_valid_tool_name};
 pub use result::{
     SideEffectRecord, ToolResultBlock, ToolUse, anthropic_user_message, openai_tool_messages,
 };
-pub use runtime::{Grant, GrantRequest, RuntimePolicy, SandboxMode};
+pub use runtime::{Grant, GrantRequest, RemoteHost, RuntimePolicy, SandboxMode};
 pub use schedule::Batch;
 pub use session::{Session, SessionSpec, Visibility};
 pub use tool_api::{InterruptBehavior, SideEffect, ToolDefinition, ToolFactory};
@@ -110,6 +110,12 @@ impl DispatcherBuilder {
     /// memory ([`store::MemoryStore`]).
     pub fn store(mut self, store: Arc<dyn store::Store>) -> Self {
         self.settings.store = Some(store);
+        self
+    }
+
+    /// Runs calls granted [`SandboxMode::Remote`] on `host` ([`runtime::RemoteHost`]).
+    pub fn remote(mut self, host: Arc<dyn runtime::RemoteHost>) -> Self {
+        self.settings.remote = Some(host);
         self
     }
 
@@ -298,7 +304,18 @@ impl Dispatcher {
     /// Like [`Dispatcher::definitions_for_session`], with each tool's source.
     pub fn listing_for_session(&self, session: &Session) -> Vec<ToolListing> {
         let e = &self.engine;
-        session.state.listing(&e.registry, &e.settings.capabilities)
+        let mut listing = session.state.listing(&e.registry, &e.settings.capabilities);
+        // A tool whose calls are routed to the remote host runs there.
+        if let Some(remote) = &e.settings.remote {
+            for l in &mut listing {
+                if e.settings.config.sandbox.mode_of(&l.definition.name) == SandboxMode::Remote {
+                    l.placement = tool_api::Placement::Remote {
+                        url: remote.describe(),
+                    };
+                }
+            }
+        }
+        listing
     }
 
     /// Opens a session over a workspace (which must exist). Opening an id that is already

@@ -7,8 +7,10 @@
 //! whatever the policy: it only reads the grant.
 //!
 //! The modes provided are [`SUPPORTED`]: `host`, `read-only` and `workspace-write` (the
-//! default). A grant (or a config) that asks for another is refused with a clear error
-//! (`permission_denied`, the call does not run), never silently run on the host. A tool
+//! default), and `remote` when the host set a [`RemoteHost`] (the call runs there; its
+//! validation, policy, confirmation and events stay here). A grant (or a config) that asks
+//! for another is refused with a clear error (`permission_denied`, the call does not run),
+//! never silently run on the host. A tool
 //! learns its call's mode through its context
 //! ([`tool_api::ToolContext::process_sandbox`]); under `read-only` the context refuses
 //! writes.
@@ -56,6 +58,30 @@ pub fn check_supported(mode: SandboxMode) -> Result<(), String> {
             "sandbox mode '{mode}' is not supported by this host (supported: host, read-only, workspace-write); tools are never run outside the sandbox they were granted"
         ))
     }
+}
+
+/// Where calls granted [`SandboxMode::Remote`] run: another host that executes a tool by
+/// name (toolhost: another toolhost over MCP). The call's instance comes from here instead
+/// of the tool's factory, and runs like any other: under the grant's timeout, cancelled
+/// through [`tool_api::Tool::cancel`], its live output and its errors coming back.
+pub trait RemoteHost: Send + Sync {
+    /// Which host, for messages and listings (a URL).
+    fn describe(&self) -> String;
+    /// An instance of `tool` that runs there; `Err` when it cannot (not offered there, the
+    /// host not reached), said to the model as the call's error.
+    fn instance(&self, tool: &str) -> Result<Box<dyn tool_api::Tool>, tool_api::ToolError>;
+}
+
+/// Refuses a mode this host cannot provide, knowing whether a [`RemoteHost`] is set.
+pub(crate) fn check_granted(mode: SandboxMode, remote: bool) -> Result<(), String> {
+    if mode == SandboxMode::Remote {
+        return if remote {
+            Ok(())
+        } else {
+            Err("sandbox mode 'remote' needs a remote host, and none is set (toolhost: a [remote] table with its url)".into())
+        };
+    }
+    check_supported(mode)
 }
 
 /// What a call is granted.

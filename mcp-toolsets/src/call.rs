@@ -46,11 +46,10 @@ impl ToolFactory for McpToolFactory {
         &self.definition
     }
     fn create(&self) -> Result<Box<dyn Tool>, ToolError> {
-        Ok(Box::new(McpTool {
-            server: self.server.clone(),
-            name: self.definition.name.clone(),
-            cancel: Arc::new(tokio::sync::Notify::new()),
-        }))
+        Ok(Box::new(McpTool::new(
+            self.server.clone(),
+            &self.definition.name,
+        )))
     }
     fn source(&self) -> &str {
         &self.source
@@ -68,10 +67,21 @@ impl ToolFactory for McpToolFactory {
     }
 }
 
-struct McpTool {
+pub(crate) struct McpTool {
     server: Arc<Upstream>,
     name: String,
     cancel: Arc<tokio::sync::Notify>,
+}
+
+impl McpTool {
+    /// A call of the server's tool `name`.
+    pub(crate) fn new(server: Arc<Upstream>, name: &str) -> McpTool {
+        McpTool {
+            server,
+            name: name.to_string(),
+            cancel: Arc::new(tokio::sync::Notify::new()),
+        }
+    }
 }
 
 impl Tool for McpTool {

@@ -157,6 +157,32 @@ impl McpToolset {
         &self.server.config
     }
 
+    /// A call of the server's tool `name`, as a tool instance of its own (for a host that
+    /// routes calls of its tools to this server: [`dispatcher_core::RemoteHost`]). Refused,
+    /// naming what the server offers, when it does not offer `name`.
+    pub fn instance(&self, name: &str) -> Result<Box<dyn tool_api::Tool>, tool_api::ToolError> {
+        let server = &self.server;
+        let offered: Vec<String> = server
+            .tools
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        if !offered.iter().any(|t| t == name) {
+            return Err(tool_api::ToolError::failed(format!(
+                "the host at {} does not offer tool '{name}' (it offers: {})",
+                server.config.url.as_deref().unwrap_or(&server.config.id),
+                if offered.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    offered.join(", ")
+                }
+            )));
+        }
+        Ok(Box::new(call::McpTool::new(server.clone(), name)))
+    }
+
     /// Sends the server's requests to the user (elicitation, sampling) to the client that
     /// made the call, through `relay`, before the host's confirmation broker. Set once: a
     /// second relay is ignored (and logged).

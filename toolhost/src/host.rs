@@ -243,6 +243,10 @@ pub(crate) async fn build_host_observed(
     for observer in observers {
         builder = builder.audit(observer);
     }
+    if let Some(remote) = &config.remote {
+        let sandbox = Arc::new(config.sandbox.servers(workspace));
+        builder = builder.remote(crate::remote::RemoteTools::connect(remote, sandbox).await);
+    }
     let dispatcher = builder.build();
     for factory in builtin_tools::factories() {
         dispatcher.register(factory)?;

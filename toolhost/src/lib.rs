@@ -24,6 +24,7 @@ mod config;
 mod host;
 mod http;
 mod mcp;
+mod remote;
 mod sandbox_report;
 mod self_mount;
 mod serve;

@@ -9,6 +9,7 @@
 
 pub mod audit;
 pub mod limits;
+pub mod remote;
 mod sandbox;
 pub mod store;
 
@@ -17,7 +18,9 @@ use std::path::{Path, PathBuf};
 
 use dispatcher_core::config::{Chars, Limit, Seconds, Separator};
 use dispatcher_core::hooks::{COMMAND_HOOK_TIMEOUT, CommandHook, HookMatcher};
-use dispatcher_core::{ConfirmationPolicy, DispatcherConfig, InterruptBehavior, OnExecuteError};
+use dispatcher_core::{
+    ConfirmationPolicy, DispatcherConfig, InterruptBehavior, OnExecuteError, SandboxMode,
+};
 use mcp_toolsets::McpServerConfig;
 use plugin_host::{Isolation, PublicKey};
 pub use sandbox::{PluginGrant, Sandbox};
@@ -78,6 +81,8 @@ pub struct Config {
     pub limits: limits::Limits,
     /// The audit log.
     pub audit: audit::Audit,
+    /// The host that runs the tools routed to `remote`.
+    pub remote: Option<remote::Remote>,
 }
 
 /// A `[plugins.NAME]` table.
@@ -121,6 +126,7 @@ impl Default for Config {
             store: store::StoreConfig::default(),
             limits: limits::Limits::default(),
             audit: audit::Audit::default(),
+            remote: None,
         }
     }
 }
@@ -377,12 +383,29 @@ pub enum ConfigError {
 impl Config {
     /// Parses a config file's text. `file` is only used in messages.
     pub fn parse(file: &Path, text: &str) -> Result<Config, ConfigError> {
-        plugin_host::manifest::parse_keyed(text).map_err(|e| ConfigError::Invalid {
-            file: file.to_path_buf(),
-            key: e.key,
-            message: e.message,
-            location: e.location,
-        })
+        let config: Config =
+            plugin_host::manifest::parse_keyed(text).map_err(|e| ConfigError::Invalid {
+                file: file.to_path_buf(),
+                key: e.key,
+                message: e.message,
+                location: e.location,
+            })?;
+        if config.remote.is_none()
+            && let Some(tool) = config
+                .sandbox
+                .per_tool
+                .iter()
+                .find(|(_, mode)| **mode == SandboxMode::Remote)
+                .map(|(tool, _)| tool)
+        {
+            return Err(ConfigError::Invalid {
+                file: file.to_path_buf(),
+                key: format!("sandbox.per_tool.{tool}"),
+                message: "\"remote\" runs the tool on another toolhost: add a [remote] table with its url (and bearer_token_env)".into(),
+                location: None,
+            });
+        }
+        Ok(config)
     }
 
     /// Reads and parses a config file.

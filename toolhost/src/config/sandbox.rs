@@ -8,7 +8,7 @@
 //! writable_roots = []
 //! allow_unsandboxed = false
 //! [sandbox.per_tool]
-//! shell = "read-only"
+//! shell = "read-only"           # or "remote": run on the [remote] host
 //! ```
 
 use std::collections::BTreeMap;
@@ -68,7 +68,23 @@ struct Table {
     #[serde(default)]
     allow_unsandboxed: Option<bool>,
     #[serde(default)]
-    per_tool: BTreeMap<String, SupportedSandbox>,
+    per_tool: BTreeMap<String, ToolSandbox>,
+}
+
+/// A tool's mode: one this host provides, or `remote` (checked against `[remote]` when
+/// the whole file is read).
+struct ToolSandbox(SandboxMode);
+
+impl<'de> Deserialize<'de> for ToolSandbox {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mode = SandboxMode::deserialize(d)?;
+        if mode != SandboxMode::Remote {
+            dispatcher_core::runtime::check_supported(mode).map_err(|e| {
+                de::Error::custom(format!("{e}; or \"remote\" with a [remote] table"))
+            })?;
+        }
+        Ok(ToolSandbox(mode))
+    }
 }
 
 impl<'de> Deserialize<'de> for Sandbox {

@@ -40,7 +40,8 @@ pub fn command(ws: &Path, args: &[&str]) -> Command {
     cmd
 }
 
-/// Starts `cmd` and waits for it to print the address it listens on (`http://ADDR/`).
+/// Starts `cmd` and waits for it to print the address it listens on (its `toolhost: …
+/// at http://ADDR/…` line; a log line may name other URLs).
 pub fn start(mut cmd: Command) -> Server {
     let mut child = cmd
         .stdin(Stdio::piped())
@@ -55,7 +56,10 @@ pub fn start(mut cmd: Command) -> Server {
         let log = log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(rest) = line.split("at http://").nth(1) {
+                if let Some(rest) = line
+                    .strip_prefix("toolhost: ")
+                    .and_then(|l| l.split("at http://").nth(1))
+                {
                     let addr = rest.split('/').next().unwrap_or_default().to_string();
                     let _ = tx.send(addr);
                 }
