@@ -216,6 +216,8 @@ struct Pending {
 #[derive(Default)]
 struct BrokerState {
     pending: HashMap<Arc<str>, Pending>,
+    /// Requests published to the other instances (to withdraw when they end).
+    published: std::collections::HashSet<Arc<str>>,
     resolved: HashMap<Arc<str>, (String, String)>,
     resolved_order: VecDeque<Arc<str>>,
 }
@@ -283,16 +285,36 @@ impl ConfirmationBroker {
     /// the shared store cannot be reached, the answer given here stands: no other instance
     /// can answer either.
     async fn settle_first(&self, request_id: &str, answer: Answer, client: &str) {
-        if let Some(store) = &self.shared {
-            match crate::first_answer::claim(store, request_id, answer.decision.as_str(), client)
-                .await
-            {
-                Ok(true) => {}
-                Ok(false) => return,
-                Err(e) => tracing::debug!("{e}; the answer given here stands"),
-            }
+        let Some(store) = &self.shared else {
+            let _ = self.settle(request_id, answer, client);
+            return;
+        };
+        let Err(answer) = self.settle_if_unpublished(request_id, answer, client) else {
+            return;
+        };
+        match crate::first_answer::claim(store, request_id, answer.decision.as_str(), client).await
+        {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => tracing::debug!("{e}; the answer given here stands"),
         }
         let _ = self.settle(request_id, answer, client);
+    }
+
+    /// Settles a request never published to the other instances (nobody elsewhere can
+    /// answer it): checked and settled under one lock, so it cannot be published in
+    /// between. `Err` gives the answer back when it was published.
+    pub(crate) fn settle_if_unpublished(
+        &self,
+        request_id: &str,
+        answer: Answer,
+        client: &str,
+    ) -> Result<Result<(), ResolveError>, Answer> {
+        let state = self.lock();
+        if state.published.contains(request_id) {
+            return Err(answer);
+        }
+        Ok(Self::settle_locked(state, request_id, answer, client))
     }
 
     pub(crate) fn settle(
@@ -301,7 +323,15 @@ impl ConfirmationBroker {
         answer: Answer,
         client: &str,
     ) -> Result<(), ResolveError> {
-        let mut state = self.lock();
+        Self::settle_locked(self.lock(), request_id, answer, client)
+    }
+
+    fn settle_locked(
+        mut state: MutexGuard<'_, BrokerState>,
+        request_id: &str,
+        answer: Answer,
+        client: &str,
+    ) -> Result<(), ResolveError> {
         match state.pending.remove(request_id) {
             Some(p) => {
                 let id = p.request.request_id.clone();
@@ -344,6 +374,12 @@ impl ConfirmationBroker {
     /// Whether `request_id` waits here for an answer.
     pub(crate) fn is_pending(&self, request_id: &str) -> bool {
         self.lock().pending.contains_key(request_id)
+    }
+
+    /// Marks `request_id` as published to the other instances, if it still waits.
+    pub(crate) fn mark_published(&self, request_id: &Arc<str>) -> bool {
+        let mut state = self.lock();
+        state.pending.contains_key(request_id) && state.published.insert(request_id.clone())
     }
 
     /// The store shared with other instances, if any.
@@ -482,7 +518,8 @@ impl Drop for PendingConfirmation {
             asker.abort();
         }
         self.broker.expire(&self.id, "cancelled");
-        if let Some(store) = self.broker.shared() {
+        let published = self.broker.lock().published.remove(&self.id);
+        if let (true, Some(store)) = (published, self.broker.shared()) {
             crate::first_answer::withdraw(store, &self.id);
         }
     }

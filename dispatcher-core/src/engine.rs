@@ -210,6 +210,38 @@ impl Engine {
 /// `tool.confirmation_requested`, put to the wired-in confirmers, and closed with
 /// `tool.confirmation_resolved`. The pipeline's own confirmation (step 4) and a tool's
 /// mid-call question ([`tool_api::ToolContext::ask_user`]) both go through it.
+/// How long a confirmation waits before the other instances are told of it: most are
+/// answered sooner (a client that asks its user at once, a 2026 round that ends with the
+/// question), and those cost the store nothing.
+const PUBLISH_AFTER: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Tells the other instances of `request` once it has waited [`PUBLISH_AFTER`].
+fn publish_if_it_waits(engine: &Engine, request: &ConfirmationRequest) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let (broker, store, instance) = (
+        engine.broker.clone(),
+        engine.store.clone(),
+        engine.instance.clone(),
+    );
+    let ttl = engine.settings.config.confirmation_timeout + std::time::Duration::from_secs(5);
+    let request = request.clone();
+    runtime.spawn(async move {
+        tokio::time::sleep(PUBLISH_AFTER).await;
+        if !broker.mark_published(&request.request_id) {
+            return;
+        }
+        let id = request.request_id.clone();
+        let json = serde_json::to_value(&request).unwrap_or_default();
+        crate::first_answer::publish_pending(&store, &instance, &id, json, ttl).await;
+        // Answered while it was being published: withdrawn at once.
+        if !broker.is_pending(&id) {
+            crate::first_answer::withdraw(&store, &id);
+        }
+    });
+}
+
 pub(crate) async fn ask(
     engine: &Engine,
     call: &Arc<CallHeader>,
@@ -238,13 +270,7 @@ pub(crate) async fn ask(
             .iter()
             .any(|c| c.answers_at_once(call))
     {
-        crate::first_answer::publish_pending(
-            &engine.store,
-            &engine.instance,
-            &request.request_id,
-            serde_json::to_value(&request).unwrap_or_default(),
-            engine.settings.config.confirmation_timeout + std::time::Duration::from_secs(5),
-        );
+        publish_if_it_waits(engine, &request);
     }
     emit(EventKind::ConfirmationRequested {
         request_id: request.request_id.clone(),

@@ -44,28 +44,21 @@ pub(crate) async fn claim(
     Ok(true)
 }
 
-/// Tells the other instances that request `id` waits on `instance` (in the background):
-/// `request` is its JSON, kept `ttl`.
-pub(crate) fn publish_pending(
+/// Tells the other instances that request `id` waits on `instance`: `request` is its JSON,
+/// kept `ttl`.
+pub(crate) async fn publish_pending(
     store: &Arc<dyn Store>,
     instance: &str,
     id: &str,
     request: serde_json::Value,
     ttl: Duration,
 ) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    let store = store.clone();
     let record = json!({"instance": instance, "request": request}).to_string();
-    let key = format!("{PENDING}{id}");
-    runtime.spawn(async move {
-        if let Err(e) = store.put(&key, &record, ttl).await {
-            tracing::warn!(
-                "{e}; the confirmation waits here, and other instances' consoles do not see it"
-            );
-        }
-    });
+    if let Err(e) = store.put(&format!("{PENDING}{id}"), &record, ttl).await {
+        tracing::warn!(
+            "{e}; the confirmation waits here, and other instances' consoles do not see it"
+        );
+    }
 }
 
 /// Withdraws `id` from the other instances (it was answered, timed out or cancelled), in

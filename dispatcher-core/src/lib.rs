@@ -238,6 +238,10 @@ impl Dispatcher {
         if !broker.is_pending(request_id) {
             return shared::answer_elsewhere(store, request_id, decision, client).await;
         }
+        // Never published: nobody elsewhere knows of it.
+        if let Ok(settled) = broker.settle_if_unpublished(request_id, decision.into(), client) {
+            return settled;
+        }
         match first_answer::claim(store, request_id, decision.as_str(), client).await {
             Ok(false) => Err(shared::already(store, request_id).await),
             // Won, or the store cannot be reached: the answer given here stands.

@@ -7,7 +7,9 @@
 //! |---|---|
 //! | record `pending:ID`, claim `answered:ID`, record `answer:ID` | the request waiting, the first answer's claim, that answer ([`crate::first_answer`]) |
 //! | channel `answers` | an answer given elsewhere, for the instance the request waits on |
-//! | channel `events` | every instance's events |
+//! | channel `events` | every instance's events, while a console watches anywhere |
+//! | record `watching:ID` | a console following the events (renewed while it does) |
+//! | channel `watching` | a console that starts following them (the others share their events from then on) |
 //!
 //! Over a store of one process only (the default, [`crate::store::MemoryStore`]) none of this
 //! runs: the broker is the whole truth.
@@ -22,6 +24,16 @@ use crate::first_answer::{ANSWER, PENDING, claim};
 use crate::store::{Store, StoreError};
 
 const ANSWERS: &str = "answers";
+
+/// The records of the consoles watching, on any instance (`watching:ID`, each renewed
+/// while its console follows the events): while there is one, events are shared.
+pub const WATCHING: &str = "watching:";
+
+/// Where a console that starts watching says so at once (its record follows).
+pub const WATCH_CHANNEL: &str = "watching";
+
+/// How often an instance looks whether a console watches anywhere.
+const WATCH_CHECK: std::time::Duration = std::time::Duration::from_secs(2);
 const EVENTS: &str = "events";
 
 /// Starts what an instance over a shared store runs: answers given elsewhere reach the
@@ -37,6 +49,8 @@ pub(crate) fn start(engine: &Arc<Engine>) {
     };
     let weak = Arc::downgrade(engine);
     let mut answers = engine.store.subscribe(ANSWERS);
+    // Subscribed now, so that a console that comes later misses nothing from the others.
+    drop(engine.store.subscribe(EVENTS));
     runtime.spawn(async move {
         while let Some(message) = next(&mut answers).await {
             let Some(engine) = weak.upgrade() else { return };
@@ -54,6 +68,33 @@ pub(crate) fn start(engine: &Arc<Engine>) {
             let _ = engine.broker.settle(id, decision.into(), client);
         }
     });
+    // Events go out only while a console watches somewhere: a call costs the store nothing
+    // for them otherwise.
+    let watched = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let (mut told, watched) = (engine.store.subscribe(WATCH_CHANNEL), watched.clone());
+        runtime.spawn(async move {
+            while next(&mut told).await.is_some() {
+                watched.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+    }
+    {
+        let (weak, watched) = (Arc::downgrade(engine), watched.clone());
+        runtime.spawn(async move {
+            loop {
+                let Some(engine) = weak.upgrade() else { return };
+                let now = engine
+                    .store
+                    .scan(WATCHING)
+                    .await
+                    .is_ok_and(|w| !w.is_empty());
+                drop(engine);
+                watched.store(now, std::sync::atomic::Ordering::Relaxed);
+                tokio::time::sleep(WATCH_CHECK).await;
+            }
+        });
+    }
     let weak: Weak<Engine> = Arc::downgrade(engine);
     let mut events = engine.events.subscribe();
     let instance = engine.instance.clone();
@@ -69,6 +110,9 @@ pub(crate) fn start(engine: &Arc<Engine>) {
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
             };
+            if !watched.load(std::sync::atomic::Ordering::Relaxed) {
+                continue;
+            }
             let Some(engine) = weak.upgrade() else { return };
             let message = json!({"instance": &*instance, "event": event.to_json()}).to_string();
             if let Err(e) = engine.store.publish(EVENTS, &message).await {

@@ -48,6 +48,8 @@ pub struct RedisStore {
     /// The channels subscribed on the server, and those still to subscribe.
     subscribed: Mutex<HashSet<String>>,
     wanted: Mutex<HashSet<String>>,
+    /// Wakes the task that subscribes them.
+    asked: Arc<tokio::sync::Notify>,
     up: AtomicBool,
     detail: Mutex<Option<String>>,
 }
@@ -131,15 +133,17 @@ impl RedisStore {
             channels,
             subscribed: Mutex::default(),
             wanted: Mutex::default(),
+            asked: Arc::new(tokio::sync::Notify::new()),
             up: AtomicBool::new(true),
             detail: Mutex::new(None),
         });
-        // Channels that could not be subscribed when asked (the server was down) are
-        // subscribed as soon as it is up.
+        // Channels are subscribed on the server as soon as they are asked for, or, when it
+        // was down, as soon as it is up.
         let weak = Arc::downgrade(&store);
+        let asked = store.asked.clone();
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(Duration::from_millis(250)).await;
+                let _ = tokio::time::timeout(Duration::from_millis(250), asked.notified()).await;
                 let Some(store) = weak.upgrade() else { return };
                 store.subscribe_wanted().await;
             }
@@ -358,6 +362,7 @@ impl Bus for RedisStore {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .insert(channel.to_string());
+            self.asked.notify_one();
         }
         receiver
     }

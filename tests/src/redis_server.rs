@@ -40,6 +40,23 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
+    /// How many commands it has processed so far (`INFO stats`, read with the `redis-cli`
+    /// beside its program; the INFO itself counts once).
+    pub fn commands_processed(&self) -> u64 {
+        let cli = self.program.with_file_name("redis-cli");
+        let out = Command::new(&cli)
+            .args(["-h", "127.0.0.1", "-p"])
+            .arg(self.port.to_string())
+            .args(["INFO", "stats"])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", cli.display()));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("total_commands_processed:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no total_commands_processed from {}", cli.display()))
+    }
+
     /// Stops it (its data is gone: nothing is persisted).
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -245,6 +245,45 @@ fn with_redis_down_nothing_runs_that_needed_it_the_server_stays_up_and_it_comes_
     assert_eq!(runs(ws.path()), 2);
 }
 
+#[test]
+fn a_call_that_needs_no_shared_state_costs_the_store_nothing_and_a_confirmed_one_a_round_trip_per_request()
+ {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let ws = workspace();
+    let (a, b) = (
+        instance(ws.path(), &redis.url()),
+        instance(ws.path(), &redis.url()),
+    );
+    let read = json!({"name": "read_file", "arguments": {"path": "README.md"}});
+    post_stateless(&a.addr, &stateless(1, "tools/call", read.clone(), true));
+    let before = redis.commands_processed();
+    for id in 0..40 {
+        let at = if id % 2 == 0 { &a } else { &b };
+        let r = post_stateless(&at.addr, &stateless(id, "tools/call", read.clone(), true)).json();
+        assert_eq!(r["result"]["isError"], false, "{r}");
+    }
+    // Besides the INFO that counts them, at most the instances' look for a console.
+    let spent = redis.commands_processed() - before - 1;
+    assert!(
+        spent <= 3,
+        "40 calls that need no shared state cost {spent} commands"
+    );
+    let before = redis.commands_processed();
+    for n in 0..5 {
+        let arguments = json!({"command": format!("echo {n} >> runs.log")});
+        let state = asked(&a, &arguments);
+        let done = post_stateless(&b.addr, &retry(n, &arguments, &state, "allow")).json();
+        assert_eq!(done["result"]["isError"], false, "{done}");
+    }
+    let spent = redis.commands_processed() - before - 1;
+    assert!(
+        (10..20).contains(&spent),
+        "5 confirmed writes (10 requests) cost {spent} commands"
+    );
+}
+
 /// Answers confirmation `id` at `server` from its control API.
 fn answer_at(server: &Server, id: &str, decision: &str) -> common::raw_http::Response {
     request(
@@ -284,13 +323,21 @@ fn a_console_on_one_instance_sees_and_answers_a_confirmation_pending_at_another(
     let requested = wait_event(&events, "tool.confirmation_requested");
     let id = requested["request_id"].as_str().unwrap().to_string();
     assert_ne!(requested["instance"], Value::Null, "{requested}");
-    let pending = request(&a.addr, "GET", "/v1/confirmations", &[], b"").json();
-    let listed = pending
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["request_id"] == id.as_str())
-        .unwrap_or_else(|| panic!("{id} not listed at A: {pending}"));
+    // Listed at A a moment after its event (a request answered at once is never shared).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let listed = loop {
+        let pending = request(&a.addr, "GET", "/v1/confirmations", &[], b"").json();
+        if let Some(p) = pending
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["request_id"] == id.as_str())
+        {
+            break p.clone();
+        }
+        assert!(Instant::now() < deadline, "{id} not listed at A: {pending}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
     assert_eq!(listed["tool_name"], "shell", "{listed}");
     assert_eq!(listed["instance"], requested["instance"], "{listed}");
     assert_eq!(answer_at(&a, &id, "allow").status, 200);

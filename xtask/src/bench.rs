@@ -57,12 +57,12 @@ fn wheel_rows(wheel: Option<(f64, f64, f64)>, rust: Option<f64>) -> Vec<Row> {
 }
 
 /// One line of the table.
-struct Row {
-    figure: String,
-    measured: String,
-    target: String,
+pub(crate) struct Row {
+    pub(crate) figure: String,
+    pub(crate) measured: String,
+    pub(crate) target: String,
     /// `None`: reported only.
-    pass: Option<bool>,
+    pub(crate) pass: Option<bool>,
 }
 
 /// Median of a criterion bench, in microseconds.
@@ -219,7 +219,7 @@ fn share_row(figure: &str, value: Option<f64>, base: Option<f64>) -> Row {
     }
 }
 
-fn missing(figure: &str) -> Row {
+pub(crate) fn missing(figure: &str) -> Row {
     Row {
         figure: figure.into(),
         measured: "not measured".into(),
@@ -398,6 +398,14 @@ pub fn bench(write_readme: bool) -> Result {
     announce("scaling bench (1, 4, 16, 64 sessions; RSS after 10k and 1M dispatches)");
     let scale = output(cargo().args(["bench", "-p", "dispatcher-core", "--bench", "scale"]))
         .unwrap_or_default();
+    announce("scale-out bench (3 instances, each with its own memory, then sharing Redis)");
+    let redis = crate::ensure_redis()?;
+    let scale_out = output(
+        cargo()
+            .args(["bench", "-p", "toolhost", "--bench", "scale_out"])
+            .env("TOOLHOST_TEST_REDIS", &redis),
+    )
+    .unwrap_or_default();
     announce("MCP round trip bench");
     let roundtrip = output(cargo().args(["bench", "-p", "toolhost", "--bench", "mcp_roundtrip"]))
         .unwrap_or_default();
@@ -693,6 +701,7 @@ pub fn bench(write_readme: bool) -> Result {
             });
         }
     }
+    rows.extend(crate::scale_bench::rows(&scale_out));
     rows.push(match (plugins_start, bare_start) {
         (Ok(p), Ok(b)) => Row {
             figure: "serve --mcp with the example plugins: exec to the initialize answer, vs the same binary bare (no plugins, empty config)".into(),

@@ -26,6 +26,7 @@ pub mod fuzz;
 pub mod peers;
 pub mod plugin;
 pub mod python;
+mod scale_bench;
 pub mod steps;
 
 use std::process::Command;

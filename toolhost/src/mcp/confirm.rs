@@ -23,6 +23,7 @@
 //! - A client that cannot be asked gets `[mcp] prompt_fallback` (default `deny`; the
 //!   result says that nobody could be asked and names the keys that allow the tool).
 
+use dispatcher_core::shared::{WATCH_CHANNEL, WATCHING};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -151,8 +152,6 @@ pub struct Routes {
     shared: std::sync::OnceLock<Arc<dyn dispatcher_core::store::Store>>,
 }
 
-/// Where a console watching on some instance says so in the shared store.
-const WATCHING: &str = "watching:";
 /// How long a console's word lasts without being renewed.
 const WATCH_TTL: std::time::Duration = std::time::Duration::from_secs(15);
 
@@ -204,9 +203,14 @@ impl Routes {
                 let store = store.clone();
                 let key = format!("{WATCHING}{}", super::request_state::random_hex());
                 Some(runtime.spawn(async move {
+                    let mut first = true;
                     loop {
                         if let Err(e) = store.put(&key, "console", WATCH_TTL).await {
                             tracing::debug!("other instances do not see this console: {e}");
+                        } else if first {
+                            // They start sharing their events now, not at their next look.
+                            let _ = store.publish(WATCH_CHANNEL, "watching").await;
+                            first = false;
                         }
                         tokio::time::sleep(WATCH_TTL / 3).await;
                     }
