@@ -135,6 +135,9 @@ async fn serve_http(
                 .map_err(|e| e.to_string())
         }
     };
+    // Over a shared store, a task made here is read, answered and cancelled anywhere.
+    let tasks = mcp::Tasks::new(sources.config.mcp.tasks.settings());
+    tasks.share_through(dispatcher.store());
     let shared = mcp::McpShared::new(
         dispatcher.clone(),
         routes.clone(),
@@ -144,7 +147,7 @@ async fn serve_http(
             by_principal: Default::default(),
         },
         host.upstreams(&routes).await,
-        mcp::Tasks::new(sources.config.mcp.tasks.settings()),
+        tasks,
     );
     let control =
         http::control::Control::new(dispatcher.clone(), routes).metrics(telemetry.metrics.clone());

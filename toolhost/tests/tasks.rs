@@ -464,3 +464,61 @@ fn requests_of_the_2025_tasks_are_not_taken_from_a_2026_client() {
     );
     assert_eq!(result["resultType"], "complete", "{result}");
 }
+
+#[test]
+fn over_a_shared_store_a_task_made_at_one_instance_is_read_answered_and_cancelled_at_another() {
+    let Some(redis) = toolhost_tests::redis_server::RedisServer::start() else {
+        return;
+    };
+    let ws = workspace();
+    let config = format!("{SHELL_ALLOWED}\n[store]\nurl = \"{}\"\n", redis.url());
+    let (a, b) = (serve(ws.path(), &config), serve(ws.path(), &config));
+    let (at_a, at_b) = (
+        Client {
+            server: &a,
+            caps: caps(true),
+            token: None,
+        },
+        Client {
+            server: &b,
+            caps: caps(true),
+            token: None,
+        },
+    );
+    // Made at A, its result read at B.
+    let id = task_id(&at_a.call("shell", json!({"command": "sleep 1; echo finished"})));
+    assert_eq!(at_b.get(&id)["status"], "working");
+    let done = at_b.ended(&id);
+    assert!(text(&done["result"]).contains("finished"), "{done}");
+    // A question asked at A, answered at B.
+    let id = task_id(&at_a.call(
+        "write_file",
+        json!({"path": "answered.txt", "content": "from B"}),
+    ));
+    let asked = at_b.until(&id, |t| t["status"] == "input_required");
+    assert!(asked["inputRequests"]["confirm"].is_object(), "{asked}");
+    at_b.ok(
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {"confirm": {
+            "action": "accept", "content": {"decision": "allow"}}}}),
+    );
+    let done = at_a.ended(&id);
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("answered.txt")).unwrap(),
+        "from B"
+    );
+    // Made at A, cancelled at B.
+    let id = task_id(&at_a.call("shell", json!({"command": "sleep 30; touch late"})));
+    assert_eq!(
+        at_b.ok("tasks/cancel", json!({"taskId": id})),
+        json!({"resultType": "complete"})
+    );
+    assert_eq!(at_a.ended(&id)["status"], "cancelled");
+    assert_eq!(at_b.ended(&id)["status"], "cancelled");
+    // Still nobody else's.
+    let stranger = at_b
+        .post("tasks/get", json!({"taskId": "0123456789abcdef"}))
+        .json();
+    assert_eq!(stranger["error"]["code"], -32602, "{stranger}");
+}

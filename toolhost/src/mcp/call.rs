@@ -120,12 +120,13 @@ impl McpServer {
                 }
             }
             Request::Get => {
-                let task = tasks.get(&principal, &task_id()?)?;
+                let task = tasks.get_anywhere(&principal, &task_id()?).await?;
                 Ok(tasks_2025::task(&task.task))
             }
             Request::List => {
                 let listed: Vec<Value> = tasks
-                    .list(&principal)
+                    .list_anywhere(&principal)
+                    .await
                     .iter()
                     .map(tasks_2025::task)
                     .collect();
@@ -133,15 +134,17 @@ impl McpServer {
             }
             Request::Cancel => {
                 let id = task_id()?;
-                tasks.cancel(&principal, &id)?;
+                tasks.cancel_anywhere(&principal, &id).await?;
                 // The call stops cooperatively; the answer shows it ended when it does so
                 // within a moment.
-                let task = tasks.ended(&principal, &id, CANCEL_SETTLES).await?;
+                let task = tasks
+                    .ended_anywhere(&principal, &id, CANCEL_SETTLES)
+                    .await?;
                 Ok(tasks_2025::task(&task.task))
             }
             Request::Result => {
                 let id = task_id()?;
-                let task = tasks.ended(&principal, &id, RESULT_WAITS).await?;
+                let task = tasks.ended_anywhere(&principal, &id, RESULT_WAITS).await?;
                 match task.payload {
                     TaskPayload::Completed { mut result } => {
                         let meta = result

@@ -21,6 +21,7 @@ pub mod sessions;
 pub mod stdio;
 pub mod tasks;
 pub mod tasks_2025;
+mod tasks_shared;
 
 pub use confirm::{McpConfirmer, PromptFallback, Routes};
 pub use gateway::Upstreams;

@@ -761,7 +761,8 @@ impl ServerHandler for McpServer {
     ) -> Result<rmcp::model::GetTaskResult, McpError> {
         self.shared
             .tasks
-            .get(&principal(&context), &request.task_id)
+            .get_anywhere(&principal(&context), &request.task_id)
+            .await
             .map(rmcp::model::GetTaskResult::new)
     }
 
@@ -770,11 +771,14 @@ impl ServerHandler for McpServer {
         request: rmcp::model::UpdateTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.shared.tasks.update(
-            &principal(&context),
-            &request.task_id,
-            request.input_responses,
-        )
+        self.shared
+            .tasks
+            .update_anywhere(
+                &principal(&context),
+                &request.task_id,
+                request.input_responses,
+            )
+            .await
     }
 
     async fn cancel_task(
@@ -784,6 +788,7 @@ impl ServerHandler for McpServer {
     ) -> Result<(), McpError> {
         self.shared
             .tasks
-            .cancel(&principal(&context), &request.task_id)
+            .cancel_anywhere(&principal(&context), &request.task_id)
+            .await
     }
 }

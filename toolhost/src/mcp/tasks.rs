@@ -21,9 +21,11 @@
 //! `max_per_client` tasks: past that the oldest ended one is forgotten, and when all are
 //! running a call answers in its request, as without the extension.
 //!
-//! Tasks live in the memory of the instance that made them (see "Scale-out" in
-//! docs/mcp.md): a `tasks/get` that reaches another instance is told the task does not
-//! exist.
+//! A task's call runs on the instance that made it. Over a shared store ([`Tasks::share_through`],
+//! [`super::tasks_shared`]) every change of a task is mirrored there, so that `tasks/get`,
+//! `tasks/list` and `tasks/result` at any instance read it, and `tasks/update` and
+//! `tasks/cancel` at any instance reach it; over a store of this process only, another
+//! instance is told the task does not exist.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -156,6 +158,8 @@ impl Entry {
 pub struct Tasks {
     table: Mutex<HashMap<String, Entry>>,
     settings: TaskSettings,
+    /// The store shared with other instances, where tasks are mirrored.
+    pub(super) shared: std::sync::OnceLock<Arc<dyn dispatcher_core::store::Store>>,
     /// Counts the tasks that ended, for those waiting on one.
     ended: tokio::sync::watch::Sender<u64>,
 }
@@ -193,6 +197,7 @@ impl Tasks {
         Arc::new(Tasks {
             table: Mutex::new(HashMap::new()),
             settings,
+            shared: std::sync::OnceLock::new(),
             ended: tokio::sync::watch::channel(0).0,
         })
     }
@@ -227,6 +232,7 @@ impl Tasks {
                     entry.end(TaskPayload::Failed {
                         error: error_object(&error),
                     });
+                    self.mirror(&entry.task.task_id, entry);
                     expired = true;
                 }
                 true
@@ -275,20 +281,18 @@ impl Tasks {
         let task = Task::new(id.clone(), TaskStatus::Working, now.clone(), now)
             .with_ttl_ms(millis(ttl))
             .with_poll_interval_ms(millis(self.settings.poll_interval).max(1));
-        table.insert(
-            id.clone(),
-            Entry {
-                owner: owner.to_string(),
-                session: session.to_string(),
-                task: task.clone(),
-                created: Instant::now(),
-                ended: None,
-                pending: BTreeMap::new(),
-                used: HashSet::new(),
-                cancel: Some(cancel),
-                ttl,
-            },
-        );
+        let entry = table.entry(id.clone()).insert_entry(Entry {
+            owner: owner.to_string(),
+            session: session.to_string(),
+            task: task.clone(),
+            created: Instant::now(),
+            ended: None,
+            pending: BTreeMap::new(),
+            used: HashSet::new(),
+            cancel: Some(cancel),
+            ttl,
+        });
+        self.mirror(&id, entry.get());
         Some((
             task,
             TaskHandle {
@@ -296,6 +300,15 @@ impl Tasks {
                 id,
             },
         ))
+    }
+
+    /// Mirrors `entry` (task `id`) to the shared store, if there is one, in the background.
+    fn mirror(&self, id: &str, entry: &Entry) {
+        let Some(store) = self.shared.get() else {
+            return;
+        };
+        let record = serde_json::json!({"owner": entry.owner, "task": entry.detailed()});
+        super::tasks_shared::put(store, id, record, entry.ttl);
     }
 
     /// Forgets a task made by mistake (its creation was never told to anyone).
@@ -331,6 +344,7 @@ impl Tasks {
             }
         }
         entry.touch();
+        self.mirror(id, entry);
         Ok(())
     }
 
@@ -341,6 +355,7 @@ impl Tasks {
         match table.get_mut(id) {
             Some(entry) if entry.owner == owner => {
                 entry.cancel();
+                self.mirror(id, entry);
                 Ok(())
             }
             _ => Err(unknown(id, self.settings.ttl)),
@@ -427,6 +442,7 @@ impl TaskHandle {
             let (reply, answer) = oneshot::channel();
             entry.pending.insert(unique, Pending { request, reply });
             entry.touch();
+            self.tasks.mirror(&self.id, entry);
             answer
         };
         answer.await.ok()
@@ -449,6 +465,7 @@ impl TaskHandle {
         };
         if let Some(entry) = self.tasks.lock().get_mut(&self.id) {
             entry.end(payload);
+            self.tasks.mirror(&self.id, entry);
         }
         self.tasks.ended.send_modify(|n| *n += 1);
     }

@@ -1,0 +1,188 @@
+//! Tasks across instances ([`Tasks`] over a shared store): every change of a task is
+//! mirrored as a record, so that `tasks/get`, `tasks/list` and `tasks/result` answer at
+//! any instance, and `tasks/update` and `tasks/cancel` at another instance go to the one
+//! whose call it is, over the store's channel.
+//!
+//! | in the store | what it is |
+//! |---|---|
+//! | record `task:ID` | the task as `tasks/get` shows it, and its owner (kept its `ttl` past its last change) |
+//! | channel `tasks` | `update` and `cancel` for the instance running the call |
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dispatcher_core::store::Store;
+use rmcp::ErrorData as McpError;
+use rmcp::model::{DetailedTask, InputResponses, Task};
+use serde_json::{Value, json};
+
+use super::tasks::Tasks;
+
+const RECORD: &str = "task:";
+const CHANNEL: &str = "tasks";
+
+/// How often a `tasks/result` for another instance's task looks again.
+const POLL: Duration = Duration::from_millis(100);
+
+/// Writes task `id`'s `record` (in the background), kept `ttl` past now.
+pub(super) fn put(store: &Arc<dyn Store>, id: &str, record: Value, ttl: Duration) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let (store, key) = (store.clone(), format!("{RECORD}{id}"));
+    runtime.spawn(async move {
+        if let Err(e) = store.put(&key, &record.to_string(), ttl).await {
+            tracing::warn!("{e}; other instances cannot see this task now");
+        }
+    });
+}
+
+impl Tasks {
+    /// Mirrors tasks to `store` and takes the updates and cancellations other instances
+    /// receive for the tasks running here (a store of this process only: nothing to do).
+    pub fn share_through(self: &Arc<Self>, store: Arc<dyn Store>) {
+        if !store.shared() || self.shared.set(store.clone()).is_err() {
+            return;
+        }
+        let mut told = store.subscribe(CHANNEL);
+        let tasks = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                let message = match told.recv().await {
+                    Ok(message) => message,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::warn!("{n} task updates from other instances were missed");
+                        continue;
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                };
+                let Some(tasks) = tasks.upgrade() else { return };
+                let Ok(m) = serde_json::from_str::<Value>(&message) else {
+                    continue;
+                };
+                let (Some(op), Some(id), Some(owner)) =
+                    (m["op"].as_str(), m["id"].as_str(), m["owner"].as_str())
+                else {
+                    continue;
+                };
+                // Only the instance that runs the call has it; the others ignore it.
+                let _ = match op {
+                    "cancel" => tasks.cancel(owner, id),
+                    "update" => match serde_json::from_value(m["responses"].clone()) {
+                        Ok(responses) => tasks.update(owner, id, responses),
+                        Err(_) => continue,
+                    },
+                    _ => continue,
+                };
+            }
+        });
+    }
+
+    /// `owner`'s task `id` as another instance mirrored it.
+    async fn elsewhere(&self, owner: &str, id: &str) -> Option<DetailedTask> {
+        let store = self.shared.get()?;
+        let text = store.get(&format!("{RECORD}{id}")).await.ok()??;
+        let record: Value = serde_json::from_str(&text).ok()?;
+        if record["owner"] != owner {
+            return None;
+        }
+        serde_json::from_value(record["task"].clone()).ok()
+    }
+
+    /// `tasks/get` at any instance.
+    pub async fn get_anywhere(&self, owner: &str, id: &str) -> Result<DetailedTask, McpError> {
+        match self.get(owner, id) {
+            Ok(task) => Ok(task),
+            Err(unknown) => self.elsewhere(owner, id).await.ok_or(unknown),
+        }
+    }
+
+    /// Sends `op` for a task another instance runs, if `owner` has it there.
+    async fn tell(&self, owner: &str, id: &str, op: Value) -> bool {
+        let (Some(store), Some(_)) = (self.shared.get(), self.elsewhere(owner, id).await) else {
+            return false;
+        };
+        let mut message = op;
+        message["id"] = json!(id);
+        message["owner"] = json!(owner);
+        store.publish(CHANNEL, &message.to_string()).await.is_ok()
+    }
+
+    /// `tasks/update` at any instance.
+    pub async fn update_anywhere(
+        &self,
+        owner: &str,
+        id: &str,
+        responses: InputResponses,
+    ) -> Result<(), McpError> {
+        match self.update(owner, id, responses.clone()) {
+            Ok(()) => Ok(()),
+            Err(unknown) => {
+                let op = json!({"op": "update", "responses": responses});
+                if self.tell(owner, id, op).await {
+                    Ok(())
+                } else {
+                    Err(unknown)
+                }
+            }
+        }
+    }
+
+    /// `tasks/cancel` at any instance.
+    pub async fn cancel_anywhere(&self, owner: &str, id: &str) -> Result<(), McpError> {
+        match self.cancel(owner, id) {
+            Ok(()) => Ok(()),
+            Err(unknown) => {
+                if self.tell(owner, id, json!({"op": "cancel"})).await {
+                    Ok(())
+                } else {
+                    Err(unknown)
+                }
+            }
+        }
+    }
+
+    /// The task once it has ended, waiting at most `patience`, at any instance.
+    pub async fn ended_anywhere(
+        &self,
+        owner: &str,
+        id: &str,
+        patience: Duration,
+    ) -> Result<DetailedTask, McpError> {
+        if self.get(owner, id).is_ok() || self.shared.get().is_none() {
+            return self.ended(owner, id, patience).await;
+        }
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            let task = self.get_anywhere(owner, id).await?;
+            if task.task.status.is_terminal() || tokio::time::Instant::now() >= deadline {
+                return Ok(task);
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// `owner`'s tasks on every instance, the oldest first.
+    pub async fn list_anywhere(&self, owner: &str) -> Vec<Task> {
+        let mut tasks = self.list(owner);
+        if let Some(store) = self.shared.get()
+            && let Ok(records) = store.scan(RECORD).await
+        {
+            for (_, text) in records {
+                let Ok(record) = serde_json::from_str::<Value>(&text) else {
+                    continue;
+                };
+                if record["owner"] != owner {
+                    continue;
+                }
+                if let Ok(task) = serde_json::from_value::<DetailedTask>(record["task"].clone())
+                    && !tasks.iter().any(|t| t.task_id == task.task.task_id)
+                {
+                    tasks.push(task.task);
+                }
+            }
+            tasks.sort_by(|a, b| a.created_at.cmp(&b.created_at));
+        }
+        tasks
+    }
+}
