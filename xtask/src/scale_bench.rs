@@ -78,14 +78,14 @@ mod tests {
                     scale-out: store commands per read_file call 0.000 (6 commands for 39558 calls; idle 1.5/s)\n\
                     scale-out: store commands per confirmed write 1.99 (two requests)\n\
                     scale-out: exactly once under load 30/30 writes ran once (30 retries ran, 60 refused)";
-        let rows = rows(text);
-        assert_eq!(rows.len(), 4);
+        let all = rows(text);
+        assert_eq!(all.len(), 4);
         assert!(
-            rows.iter().all(|r| r.pass == Some(true)),
+            all.iter().all(|r| r.pass == Some(true)),
             "{:?}",
-            rows.iter().map(|r| &r.measured).collect::<Vec<_>>()
+            all.iter().map(|r| &r.measured).collect::<Vec<_>>()
         );
-        assert!(rows[0].measured.contains("0.97×"), "{}", rows[0].measured);
+        assert!(all[0].measured.contains("0.97×"), "{}", all[0].measured);
         let bad = rows("scale-out: exactly once under load 29/30 writes");
         assert_eq!(bad.last().map(|r| r.pass), Some(Some(false)));
         let skipped = rows("scale-out: skipped: no redis-server");
