@@ -5,7 +5,7 @@
 //!
 //! | in the store | what it is |
 //! |---|---|
-//! | record `pending:ID`, claim `answered:ID`, record `answer:ID` | the request waiting, the first answer's claim, that answer ([`crate::first_answer`]) |
+//! | record `pending:ID`, claim `answered:ID`, record `answer:ID` | the request waiting (once it has waited 200 ms), the first answer's claim, that answer |
 //! | channel `answers` | an answer given elsewhere, for the instance the request waits on |
 //! | channel `events` | every instance's events, while a console watches anywhere |
 //! | record `watching:ID` | a console following the events (renewed while it does) |
