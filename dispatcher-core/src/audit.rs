@@ -24,6 +24,11 @@ use crate::result::ToolResultBlock;
 pub trait AuditSink: Send + Sync {
     /// Records one ended call.
     fn record(&self, entry: &AuditEntry);
+    /// Whether it reads [`AuditEntry::arguments_sha256`] (else, when no sink does, the
+    /// digest is not computed and left empty). Default: it does.
+    fn reads_digest(&self) -> bool {
+        true
+    }
 }
 
 /// One ended call.
@@ -44,7 +49,7 @@ pub struct AuditEntry {
     /// The tool's class (`none` … `network`); absent for a tool that was not found.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub class: Option<tool_api::SideEffect>,
-    /// SHA-256 of the arguments as the model sent them, hex.
+    /// SHA-256 of the arguments as the model sent them, hex (empty when no sink reads it).
     pub arguments_sha256: String,
     /// What was decided: `allow`, `always`, `deny`, `timeout` or `cancelled`; absent when
     /// the call ended before anything was decided (not found, invalid, rate limited).

@@ -137,7 +137,11 @@ impl Invocation {
             instance: self.engine.instance.clone(),
             principal: self.session.state.principal.clone(),
             header: self.header.clone(),
-            arguments_sha256: crate::audit::digest(&self.input),
+            arguments_sha256: if engine.settings.audit.iter().any(|s| s.reads_digest()) {
+                crate::audit::digest(&self.input)
+            } else {
+                String::new()
+            },
             started: self.started,
             started_ms: self.wall_ms,
             trace_parent: self.trace_parent.take(),

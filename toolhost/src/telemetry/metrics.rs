@@ -177,6 +177,10 @@ impl Metrics {
 }
 
 impl AuditSink for Metrics {
+    fn reads_digest(&self) -> bool {
+        false
+    }
+
     fn record(&self, entry: &AuditEntry) {
         let tool: Arc<str> = if entry.class.is_some() {
             entry.tool.clone()

@@ -183,6 +183,10 @@ impl Traces {
 }
 
 impl AuditSink for Traces {
+    fn reads_digest(&self) -> bool {
+        false
+    }
+
     fn record(&self, entry: &AuditEntry) {
         let Some(span) = span(entry) else { return };
         if self.queue.try_send(Message::Span(span)).is_err() {
