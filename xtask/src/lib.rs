@@ -199,7 +199,9 @@ pub fn test() -> Result {
         run_tests(
             "run the plugin suite again with every plugin isolated in a worker process",
             cargo()
-                .args(["test", "-p", "toolhost-tests", "--test", "plugins"])
+                // `--workspace`, not `-p toolhost-tests`: the same feature set as the run
+                // above, so nothing is built twice.
+                .args(["test", "--workspace", "--test", "plugins"])
                 .env("TOOLHOST_TEST_ISOLATION", "process"),
             &mut totals,
         )

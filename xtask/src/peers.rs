@@ -76,6 +76,7 @@ pub fn python_venv(
     }
     let has = Command::new(&python)
         .args(["-c", &format!("import {module}")])
+        .stderr(std::process::Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
     if !has {
