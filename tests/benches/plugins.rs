@@ -1,7 +1,9 @@
 //! Plugin overhead: (1) an inline no-op tool dispatched from a loaded plugin vs the same
 //! tool built in (target: the plugin path adds at most 0.5 µs median), and the same plugin
 //! isolated in a worker process (`plugin_isolated_noop`: one socket round trip, no process
-//! or thread started per call); (2) a host's start over a directory of 50 plugin packages,
+//! or thread started per call), beside its floor: a raw 200-byte request and answer between
+//! this process and `cat` over a Unix socketpair, the worker's kind of channel, with nothing
+//! else around them (`raw_socketpair_round_trip`); (2) a host's start over a directory of 50 plugin packages,
 //! in process, against the floor of `dlopen` plus entry-point lookup of the same 50
 //! libraries (`dlopen_50_libraries`; target: loading at most 2× that): the first start,
 //! when every library is hashed and every layout checked (`load_50_packages`), and a later
@@ -135,6 +137,26 @@ fn benches(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
+    {
+        use std::io::{Read, Write};
+        let (mut ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let echo_out = theirs.try_clone().unwrap();
+        let mut echo = std::process::Command::new("cat")
+            .stdin(std::os::fd::OwnedFd::from(theirs))
+            .stdout(std::os::fd::OwnedFd::from(echo_out))
+            .spawn()
+            .expect("cat, the floor's echoing process");
+        let request = [b'x'; 200];
+        let mut answer = [0u8; 200];
+        group.bench_function("raw_socketpair_round_trip", |b| {
+            b.iter(|| {
+                ours.write_all(&request).unwrap();
+                ours.read_exact(&mut answer).unwrap();
+            })
+        });
+        drop(ours);
+        let _ = echo.wait();
+    }
     group.finish();
 
     // 50 distinct packages, made once; every sample loads them in a fresh process.

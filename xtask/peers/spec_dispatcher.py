@@ -11,7 +11,9 @@ and symbolic links leading outside are refused).
 
     python spec_dispatcher.py BENCH_DIR [CALLS]
 
-measures `read_file` of a 4 KB file: prints one JSON line, {"read_file_4k_us": median µs}.
+measures a no-op call (a `none` tool whose input schema is the one of toolhost's dispatch
+bench) and `read_file` of a 4 KB file; prints one JSON line,
+{"noop_us": median µs, "read_file_4k_us": median µs}.
 """
 
 import asyncio
@@ -128,6 +130,28 @@ class ReadFile:
         return False
 
 
+class NoOp:
+    """The dispatch bench's no-op: three typed fields in, "ok" out."""
+
+    definition = ToolDefinition(
+        name="noop",
+        description="Do nothing.",
+        input_schema={
+            "type": "object",
+            "properties": {"a": {"type": "string"}, "b": {"type": "integer"}, "c": {"type": "boolean"}},
+            "required": ["a"],
+            "additionalProperties": False,
+        },
+        side_effects=SideEffect.NONE,
+    )
+
+    async def execute(self, input: dict, context: ToolContext) -> ToolOutput:
+        return ToolOutput(content=[{"type": "text", "text": "ok"}])
+
+    async def cancel(self) -> bool:
+        return False
+
+
 #: Side-effect classes that run without asking.
 AUTO = {SideEffect.NONE, SideEffect.READ}
 
@@ -198,13 +222,14 @@ class ToolDispatcher:
         return ToolResultBlock(call_id, [{"type": "text", "text": message}], is_error=True)
 
 
-async def measure(workspace: str, calls: int) -> float:
+async def measure(workspace: str, calls: int, block: dict) -> float:
+    """Median µs per call of `block` over 20 rounds of `calls` calls."""
     dispatcher = ToolDispatcher()
     dispatcher.register(ReadFile)
+    dispatcher.register(NoOp)
     seen = []
     dispatcher.subscribe(seen.append)
     session = Session("bench", workspace)
-    block = {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "a.txt"}}
     rounds = []
     for _ in range(20):
         started = time.perf_counter_ns()
@@ -221,7 +246,12 @@ def main() -> None:
     calls = int(sys.argv[2]) if len(sys.argv) > 2 else 500
     with open(os.path.join(workspace, "a.txt"), "w") as f:
         f.write("x" * 4096)
-    print(json.dumps({"read_file_4k_us": asyncio.run(measure(workspace, calls))}))
+    noop = {"type": "tool_use", "id": "toolu_1", "name": "noop", "input": {"a": "x", "b": 1, "c": True}}
+    read = {"type": "tool_use", "id": "toolu_2", "name": "read_file", "input": {"path": "a.txt"}}
+    print(json.dumps({
+        "noop_us": asyncio.run(measure(workspace, calls, noop)),
+        "read_file_4k_us": asyncio.run(measure(workspace, calls, read)),
+    }))
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ pub mod fuzz;
 pub mod peers;
 pub mod plugin;
 pub mod python;
-mod scale_bench;
 pub mod steps;
 
 use std::process::Command;

@@ -79,7 +79,7 @@ pub fn python_venv(
         .stderr(std::process::Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
-    if !has {
+    if !has && !packages.is_empty() {
         output(
             Command::new(&python)
                 .args(["-m", "pip", "install", "--quiet"])

@@ -61,9 +61,6 @@ pub fn build_wheel(profile: &str) -> Result<PathBuf> {
     )
 }
 
-/// What the bench's venv has beside the wheel: the spec's Python design needs jsonschema.
-pub const BENCH_PACKAGES: [&str; 1] = ["jsonschema==4.26.0"];
-
 /// A venv `name` with `packages` (checked by importing `modules`) and `wheel` installed
 /// (again each run); returns its python.
 pub fn install_wheel(
@@ -140,11 +137,11 @@ pub fn pytest(python: &Path, plugins: &Path) -> Result<(u64, u64, u64, bool)> {
     ))
 }
 
-/// The bench's figures of the wheel and of the spec's Python design, in µs per call:
-/// (`Host.run`, `Host.run_async`, the Python design), each `read_file` of 4 KB.
-pub fn wheel_figures() -> std::result::Result<(f64, f64, f64), String> {
+/// The bench's figures of the wheel, in µs per call: (`Host.run`, `Host.run_async`), each
+/// `read_file` of 4 KB.
+pub fn wheel_figures() -> std::result::Result<(f64, f64), String> {
     let wheel = build_wheel("release").map_err(|e| e.to_string())?;
-    let python = install_wheel(&wheel, "py-wheel-bench", &BENCH_PACKAGES, "jsonschema")
+    let python = install_wheel(&wheel, "py-wheel-bench", &[], "json")
         .map_err(|e| e.to_string())?;
     let ws = peers::dir().join("wheel-bench-ws");
     std::fs::create_dir_all(&ws).map_err(|e| e.to_string())?;
@@ -153,13 +150,11 @@ pub fn wheel_figures() -> std::result::Result<(f64, f64, f64), String> {
         serde_json::from_str(out.trim()).map_err(|e| format!("{}: {e}: {out}", script.display()))
     };
     let wheel = json(root().join("toolhost-py/bench/bench_wheel.py"))?;
-    let design = json(root().join("xtask/peers/spec_dispatcher.py"))?;
     let number = |v: &serde_json::Value, key: &str| {
         v[key].as_f64().ok_or_else(|| format!("no {key} in {v}"))
     };
     Ok((
         number(&wheel, "run_us")?,
         number(&wheel, "run_async_us")?,
-        number(&design, "read_file_4k_us")?,
     ))
 }

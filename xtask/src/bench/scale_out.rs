@@ -2,7 +2,7 @@
 //! instances, each with its own memory and then sharing a real Redis) read into table
 //! rows, each beside its floor.
 
-use crate::bench::Row;
+use super::table::Row;
 
 fn after(text: &str, marker: &str) -> Option<f64> {
     let line = text.lines().find(|l| l.contains(marker))?;
@@ -33,7 +33,7 @@ pub fn rows(text: &str) -> Vec<Row> {
             target: "≥ 0.8×".into(),
             pass: Some(r / m >= 0.8),
         },
-        _ => crate::bench::missing("scale-out calls/s"),
+        _ => super::table::missing("scale-out calls/s"),
     });
     let read = after(text, "store commands per read_file call");
     rows.push(Row {
@@ -63,7 +63,7 @@ pub fn rows(text: &str) -> Vec<Row> {
             target: "all".into(),
             pass: Some(ran == of),
         },
-        None => crate::bench::missing("exactly once under load"),
+        None => super::table::missing("exactly once under load"),
     });
     rows
 }

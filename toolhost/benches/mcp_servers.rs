@@ -1,0 +1,422 @@
+//! MCP servers side by side over stdio, driven by one client written for this bench.
+//!
+//! Each server in the plan is started, initialized (2025-11-25), asked for its tools, then
+//! sent `calls` × `tools/call` with `inflight` requests outstanding, in interleaved rounds.
+//! Per round and server it prints calls/s, the server's CPU per call (user + system of its
+//! process tree, from `/proc`) and its resident memory when idle after `tools/list`; then
+//! `best NAME: C calls/s, U us CPU/call, idle R MiB` for each server's best round.
+//!
+//! The client is one thread with blocking pipes: it writes every free slot's request in one
+//! flush, then reads answers, and matches them by id without building a JSON tree for the
+//! result. Its own limit is shown by a server that does nothing but answer: the echo server
+//! this binary becomes when started with `--echo-server`, added to every plan as `echo`.
+//!
+//! `cargo xtask bench` runs it with a plan in the environment:
+//! `TOOLHOST_BENCH_MCP_SERVERS='{"calls":10000,"inflight":16,"rounds":5,"servers":[{"name":
+//! "toolhost","tool":"read_file","arguments":{"path":"a.txt"},"command":["toolhost","serve",
+//! "--mcp"]}]}' cargo bench -p toolhost --bench mcp_servers`. Under `cargo test` (no
+//! `--bench`) it drives the echo server for a few hundred calls and checks every answer.
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// What to measure: from `TOOLHOST_BENCH_MCP_SERVERS` (JSON).
+#[derive(Deserialize)]
+struct Plan {
+    #[serde(default = "default_calls")]
+    calls: u64,
+    #[serde(default = "default_inflight")]
+    inflight: u64,
+    #[serde(default = "default_rounds")]
+    rounds: u32,
+    servers: Vec<Server>,
+}
+
+fn default_calls() -> u64 {
+    10_000
+}
+fn default_inflight() -> u64 {
+    16
+}
+fn default_rounds() -> u32 {
+    3
+}
+
+#[derive(Deserialize, Clone)]
+struct Server {
+    name: String,
+    tool: String,
+    arguments: Value,
+    command: Vec<String>,
+}
+
+/// One round's figures for one server.
+#[derive(Clone, Copy)]
+struct Figures {
+    calls_per_s: f64,
+    cpu_us_per_call: f64,
+    idle_mib: f64,
+    after_mib: f64,
+}
+
+/// An answer, read only as far as the bench needs: its id and whether it failed.
+#[derive(Deserialize)]
+struct Answer {
+    id: Option<Value>,
+    error: Option<serde::de::IgnoredAny>,
+    result: Option<AnswerResult>,
+}
+
+#[derive(Deserialize)]
+struct AnswerResult {
+    #[serde(rename = "isError")]
+    is_error: Option<bool>,
+}
+
+/// The processes of a tree: `pid` and its descendants (as `/proc` lists them now).
+fn tree(pid: u32) -> Vec<u32> {
+    let mut all = vec![pid];
+    let mut i = 0;
+    while i < all.len() {
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", all[i]));
+        for task in tasks.into_iter().flatten().flatten() {
+            if let Ok(children) = std::fs::read_to_string(task.path().join("children")) {
+                all.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+            }
+        }
+        i += 1;
+    }
+    all
+}
+
+/// User + system CPU seconds of a process tree.
+fn cpu_seconds(pid: u32) -> f64 {
+    let ticks = rustix::param::clock_ticks_per_second() as f64;
+    tree(pid)
+        .into_iter()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).ok())
+        .filter_map(|stat| {
+            // Fields after the command (which may hold spaces) in parentheses: state is
+            // field 3, utime 14 and stime 15.
+            let after = &stat[stat.rfind(')')? + 1..];
+            let fields: Vec<&str> = after.split_whitespace().collect();
+            let user: f64 = fields.get(11)?.parse().ok()?;
+            let system: f64 = fields.get(12)?.parse().ok()?;
+            Some((user + system) / ticks)
+        })
+        .sum()
+}
+
+/// Resident memory of a process tree, in MiB.
+fn rss_mib(pid: u32) -> f64 {
+    let kib: u64 = tree(pid)
+        .into_iter()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok())
+        .filter_map(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        })
+        .sum();
+    kib as f64 / 1024.0
+}
+
+/// A started server: its pipes, and a watchdog that kills it when no answer has come for
+/// 30 s (so a server that hangs fails the bench instead of holding it forever).
+struct Running {
+    child: Arc<Mutex<Child>>,
+    pid: u32,
+    to: BufWriter<std::process::ChildStdin>,
+    from: BufReader<std::process::ChildStdout>,
+    line: String,
+    progress: Arc<AtomicU64>,
+    done: Arc<AtomicBool>,
+}
+
+impl Running {
+    fn start(server: &Server) -> Running {
+        let (program, args) = server
+            .command
+            .split_first()
+            .unwrap_or_else(|| panic!("{}: no command", server.name));
+        let mut child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{}: cannot start {program}: {e}", server.name));
+        let to = BufWriter::new(child.stdin.take().unwrap());
+        let from = BufReader::with_capacity(1 << 16, child.stdout.take().unwrap());
+        let pid = child.id();
+        let child = Arc::new(Mutex::new(child));
+        let progress = Arc::new(AtomicU64::new(0));
+        let done = Arc::new(AtomicBool::new(false));
+        {
+            let (child, progress, done) = (child.clone(), progress.clone(), done.clone());
+            let name = server.name.clone();
+            std::thread::spawn(move || {
+                let mut seen = u64::MAX;
+                while !done.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_secs(30));
+                    let now = progress.load(Ordering::Relaxed);
+                    if now == seen && !done.load(Ordering::Relaxed) {
+                        eprintln!("{name}: no answer for 30 s; killing it");
+                        let _ = child.lock().unwrap().kill();
+                        return;
+                    }
+                    seen = now;
+                }
+            });
+        }
+        Running {
+            child,
+            pid,
+            to,
+            from,
+            line: String::new(),
+            progress,
+            done,
+        }
+    }
+
+    fn send(&mut self, message: &str) {
+        self.to.write_all(message.as_bytes()).unwrap();
+        self.to.write_all(b"\n").unwrap();
+    }
+
+    fn flush(&mut self) {
+        self.to.flush().expect("the server closed its input");
+    }
+
+    /// The next message from the server (requests and notifications included).
+    fn next(&mut self) -> &str {
+        self.line.clear();
+        let n = self.from.read_line(&mut self.line).unwrap();
+        assert!(n > 0, "the server closed its output");
+        self.progress.fetch_add(1, Ordering::Relaxed);
+        &self.line
+    }
+
+    /// Sends a request and returns its answer's result (skipping anything else).
+    fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
+        let request = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.send(&request.to_string());
+        self.flush();
+        loop {
+            let message: Value = serde_json::from_str(self.next()).unwrap();
+            if message["id"] == id {
+                if let Some(error) = message.get("error") {
+                    panic!("{method} failed: {error}");
+                }
+                return message["result"].clone();
+            }
+        }
+    }
+
+    fn stop(self) {
+        self.done.store(true, Ordering::Relaxed);
+        drop(self.to);
+        let mut child = self.child.lock().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+/// One round against one server.
+fn round(server: &Server, calls: u64, inflight: u64) -> Figures {
+    let mut s = Running::start(server);
+    s.request(
+        0,
+        "initialize",
+        serde_json::json!({
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "toolhost-bench", "version": "1"}
+        }),
+    );
+    s.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let listed = s.request(1, "tools/list", serde_json::json!({}));
+    let names: Vec<&str> = listed["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&server.tool.as_str()),
+        "{}: no tool {} (it has {names:?})",
+        server.name,
+        server.tool
+    );
+    let params = serde_json::json!({"name": server.tool, "arguments": server.arguments});
+    let first = s.request(2, "tools/call", params.clone());
+    assert_ne!(
+        first["isError"],
+        true,
+        "{}: the first call failed: {first}",
+        server.name
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let idle_mib = rss_mib(s.pid);
+    let cpu_before = cpu_seconds(s.pid);
+    // Ids from 1000 up; answers carry them back, so the outstanding count is all we keep.
+    let call = |id: u64| format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{params}}}"#);
+    let (mut sent, mut answered, mut failed) = (0u64, 0u64, 0u64);
+    let started = Instant::now();
+    while answered < calls {
+        if sent < calls && sent - answered < inflight {
+            while sent < calls && sent - answered < inflight {
+                s.send(&call(1000 + sent));
+                sent += 1;
+            }
+            s.flush();
+        }
+        let answer: Answer = serde_json::from_str(s.next()).unwrap();
+        let ours = answer
+            .id
+            .as_ref()
+            .and_then(Value::as_u64)
+            .is_some_and(|id| (1000..1000 + sent).contains(&id));
+        if ours {
+            answered += 1;
+            let errored = answer.error.is_some()
+                || answer
+                    .result
+                    .as_ref()
+                    .is_none_or(|r| r.is_error == Some(true));
+            failed += u64::from(errored);
+        }
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let cpu = cpu_seconds(s.pid) - cpu_before;
+    let after_mib = rss_mib(s.pid);
+    s.stop();
+    assert_eq!(failed, 0, "{}: {failed} of {calls} calls failed", server.name);
+    Figures {
+        calls_per_s: calls as f64 / wall,
+        cpu_us_per_call: cpu / calls as f64 * 1e6,
+        idle_mib,
+        after_mib,
+    }
+}
+
+/// The trivial server: answers `initialize`, `tools/list` and `tools/call` (echoing the
+/// arguments as text), ignores notifications, and writes whenever its input runs dry.
+fn echo_server() {
+    let stdin = std::io::stdin();
+    let mut input = BufReader::with_capacity(1 << 16, stdin.lock());
+    let mut output = BufWriter::new(std::io::stdout().lock());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if input.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let Ok(message) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        let Some(id) = message.get("id") else {
+            continue;
+        };
+        let result = match message["method"].as_str() {
+            Some("initialize") => serde_json::json!({
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "echo", "version": "1"}
+            }),
+            Some("tools/list") => serde_json::json!({"tools": [{
+                "name": "echo",
+                "inputSchema": {"type": "object"}
+            }]}),
+            _ => serde_json::json!({
+                "content": [{"type": "text", "text": message["params"]["arguments"].to_string()}],
+                "isError": false
+            }),
+        };
+        let answer = serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result});
+        serde_json::to_writer(&mut output, &answer).unwrap();
+        output.write_all(b"\n").unwrap();
+        if input.buffer().is_empty() && output.flush().is_err() {
+            return;
+        }
+    }
+}
+
+fn echo(extra: &str) -> Server {
+    Server {
+        name: "echo".into(),
+        tool: "echo".into(),
+        arguments: serde_json::json!({"message": extra}),
+        command: vec![
+            std::env::current_exe().unwrap().display().to_string(),
+            "--echo-server".into(),
+        ],
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--echo-server") {
+        echo_server();
+        return;
+    }
+    if !args.iter().any(|a| a == "--bench") {
+        // Under `cargo test`: the client against its echo server, every answer checked.
+        let figures = round(&echo("hi"), 300, 16);
+        assert!(figures.calls_per_s > 0.0);
+        println!(
+            "mcp_servers (test mode): 300 calls to the echo server, {:.0} calls/s",
+            figures.calls_per_s
+        );
+        return;
+    }
+    let plan: Plan = match std::env::var("TOOLHOST_BENCH_MCP_SERVERS") {
+        Ok(text) => serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("TOOLHOST_BENCH_MCP_SERVERS is not a plan: {e}")),
+        Err(_) => Plan {
+            calls: default_calls(),
+            inflight: default_inflight(),
+            rounds: default_rounds(),
+            servers: Vec::new(),
+        },
+    };
+    let mut servers = plan.servers.clone();
+    servers.push(echo("hi"));
+    let mut best: Vec<Option<Figures>> = vec![None; servers.len()];
+    for r in 0..plan.rounds {
+        for (i, server) in servers.iter().enumerate() {
+            let f = round(server, plan.calls, plan.inflight);
+            println!(
+                "round {r} {}: {:.0} calls/s, server CPU {:.1} us/call, idle RSS {:.1} MiB, after {} calls {:.1} MiB",
+                server.name, f.calls_per_s, f.cpu_us_per_call, f.idle_mib, plan.calls, f.after_mib
+            );
+            if best[i].is_none_or(|b| f.calls_per_s > b.calls_per_s) {
+                best[i] = Some(f);
+            }
+        }
+    }
+    for (server, f) in servers.iter().zip(best) {
+        if let Some(f) = f {
+            println!(
+                "best {}: {:.0} calls/s, {:.2} us CPU/call, idle {:.1} MiB",
+                server.name, f.calls_per_s, f.cpu_us_per_call, f.idle_mib
+            );
+        }
+    }
+}

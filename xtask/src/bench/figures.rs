@@ -1,0 +1,343 @@
+//! The rows read from the criterion benches: each figure beside the floor it cannot go
+//! below, measured in the same run.
+
+use super::table::{Row, missing, ratio_row, share_row, us_row};
+use crate::steps::root;
+
+/// Median of a criterion bench, in microseconds.
+pub(super) fn criterion_us(group: &str, name: &str) -> Option<f64> {
+    let file = root()
+        .join("target/criterion")
+        .join(group)
+        .join(name)
+        .join("new/estimates.json");
+    let text = std::fs::read_to_string(file).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v["median"]["point_estimate"].as_f64().map(|ns| ns / 1000.0)
+}
+
+fn dispatch(name: &str) -> Option<f64> {
+    criterion_us("dispatch", name)
+}
+
+fn sum(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    Some(a? + b?)
+}
+
+/// A `paired.json` a bench wrote beside criterion's estimates.
+fn paired_json(group: &str) -> Option<serde_json::Value> {
+    let bytes = std::fs::read(root().join("target/criterion").join(group).join("paired.json"));
+    serde_json::from_slice(&bytes.ok()?).ok()
+}
+
+/// The inline no-op against its floor (only the work the spec's design asks of a call)
+/// and against the spec's design itself in Python (`design_noop`, µs).
+pub(super) fn dispatch_rows(design_noop: Option<f64>) -> Vec<Row> {
+    let a = dispatch("a_inline_noop");
+    let floor = dispatch("g_required_work_floor");
+    let mut rows = vec![
+        share_row(
+            "the floor of a call: only the work the spec's design asks of a no-op (its header, a clock read, validation, two events to a subscriber, output, result), with no pipeline around it",
+            floor,
+            design_noop,
+            "the Python design",
+        ),
+        ratio_row(
+            "(a) inline no-op dispatch vs its floor",
+            a,
+            floor,
+            "floor",
+            1.3,
+        ),
+    ];
+    rows.push(match (a, design_noop) {
+        (Some(a), Some(py)) => Row {
+            figure: "(a) inline no-op dispatch vs the spec's design in Python, the same call (xtask/peers/spec_dispatcher.py)".into(),
+            measured: format!("{a:.2} µs vs {py:.1} µs: {:.0}× faster", py / a),
+            target: "≥ 100×".into(),
+            pass: Some(py / a >= 100.0),
+        },
+        _ => missing("(a) inline no-op dispatch vs the spec's design in Python"),
+    });
+    rows.push(ratio_row(
+        "(b) blocking-thread no-op vs (a)",
+        dispatch("b_blocking_noop"),
+        a,
+        "(a)",
+        5.0,
+    ));
+    rows
+}
+
+/// Each file tool against its floor: the call's floor plus the system calls it cannot do
+/// without, on the same files.
+pub(super) fn file_tool_rows() -> Vec<Row> {
+    let floor = dispatch("g_required_work_floor");
+    let mut rows = Vec::new();
+    for (tool, bench, kernel, what, max) in [
+        (
+            "read_file 4 KB",
+            "d_read_file_4k",
+            "kernel_read_4k",
+            "openat2 beneath the workspace, statx, read, close",
+            Some(1.5),
+        ),
+        (
+            "list_dir 20 entries",
+            "e_list_dir_20",
+            "kernel_list_20",
+            "openat2, getdents64 to the end, close",
+            Some(1.3),
+        ),
+        (
+            "write_file 4 KB (synced)",
+            "f_write_file_4k",
+            "kernel_write_4k_synced",
+            "a temporary file created, written, synced, renamed over the target",
+            None,
+        ),
+    ] {
+        let kernel_us = dispatch(kernel);
+        rows.push(us_row(
+            &format!("the kernel's part of {tool} alone: {what}"),
+            kernel_us,
+        ));
+        let figure = format!("{tool} vs its floor (the call's floor + the kernel's part)");
+        rows.push(match max {
+            Some(max) => ratio_row(&figure, dispatch(bench), sum(floor, kernel_us), "floor", max),
+            None => share_row(&figure, dispatch(bench), sum(floor, kernel_us), "floor"),
+        });
+    }
+    rows.push(us_row(
+        "the same write unsynced (what no durability at all would leave)",
+        dispatch("kernel_write_4k_unsynced"),
+    ));
+    rows
+}
+
+/// Batches, the scheduler, and throughput as sessions are added.
+pub(super) fn batch_rows(scale_output: &str) -> Vec<Row> {
+    let mut rows = vec![
+        us_row(
+            "dispatch_batch of 4 inline no-ops",
+            dispatch("c_batch_4_inline_noop"),
+        ),
+        us_row(
+            "dispatch_batch of 64 inline no-ops",
+            dispatch("c_batch_64_inline_noop"),
+        ),
+        us_row(
+            "scheduler: 64 mixed calls streamed into a Batch",
+            criterion_us("schedule", "streamed_batch_64"),
+        ),
+    ];
+    let per_call: Vec<(usize, Option<f64>)> = [1usize, 4, 16, 64]
+        .iter()
+        .map(|n| (*n, criterion_us("scale", &format!("sessions_{n}_per_call"))))
+        .collect();
+    if let [(_, Some(one)), rest @ ..] = per_call.as_slice() {
+        let figures: Vec<String> = per_call
+            .iter()
+            .filter_map(|(n, t)| t.map(|t| format!("{n}: {:.0}k/s", 1000.0 / t)))
+            .collect();
+        // Grows to the core count, then flat: the best beyond one session is at least
+        // 1.5× one session, and 64 sessions keep at least 80% of that best.
+        let best = rest.iter().filter_map(|(_, t)| *t).fold(f64::MAX, f64::min);
+        let last = rest.last().and_then(|(_, t)| *t).unwrap_or(f64::MAX);
+        rows.push(Row {
+            figure: "throughput by concurrent sessions (inline + read_file)".into(),
+            measured: figures.join(", "),
+            target: "grows to the cores, flat beyond".into(),
+            pass: Some(one / best >= 1.5 && best / last >= 0.8),
+        });
+    }
+    if let Some(line) = scale_output.lines().find(|l| l.starts_with("scale/rss:")) {
+        let change = line
+            .rsplit(':')
+            .next()
+            .and_then(|c| c.trim().trim_end_matches('%').parse::<f64>().ok());
+        rows.push(Row {
+            figure: "RSS after 1M dispatches vs after 10k".into(),
+            measured: line.trim_start_matches("scale/rss:").trim().into(),
+            target: "within 5%".into(),
+            pass: change.map(|c| c.abs() <= 5.0),
+        });
+    }
+    rows
+}
+
+/// A plugin's call in process and isolated, each against its floor.
+pub(super) fn plugin_rows() -> Vec<Row> {
+    let p = |n: &str| criterion_us("plugin_dispatch", n);
+    let mut rows = vec![match (p("plugin_inline_noop"), p("builtin_inline_noop")) {
+        (Some(pl), Some(b)) => Row {
+            figure: "plugin inline no-op over the same built-in".into(),
+            measured: format!("{pl:.2} µs vs {b:.2} µs ({:+.2} µs)", pl - b),
+            target: "≤ +0.5 µs".into(),
+            pass: Some(pl - b <= 0.5),
+        },
+        _ => missing("plugin inline no-op over the same built-in"),
+    }];
+    rows.push(us_row(
+        "the floor of an isolated call: a raw request and response between two processes over a Unix socketpair (the worker's channel), 200 bytes each way",
+        p("raw_socketpair_round_trip"),
+    ));
+    rows.push(ratio_row(
+        "the same plugin isolated in a worker process vs that floor",
+        p("plugin_isolated_noop"),
+        p("raw_socketpair_round_trip"),
+        "floor",
+        2.0,
+    ));
+    rows
+}
+
+/// One load mode's figures in the plugin bench's `paired.json`: the median load, the
+/// median of the `dlopen` floors paired with its samples (both in ms), and how many pairs.
+pub(super) fn paired_load(paired: &serde_json::Value, name: &str) -> Option<(f64, f64, u64)> {
+    let p = &paired[name];
+    Some((
+        p["load_ms"].as_f64()?,
+        p["dlopen_ms"].as_f64()?,
+        p["pairs"].as_u64().filter(|n| *n > 0)?,
+    ))
+}
+
+/// Starts over 50 packages: the first against hashing + `dlopen`, later ones against
+/// `dlopen` (each load sample paired with a `dlopen` sample taken next to it).
+pub(super) fn load_rows() -> Vec<Row> {
+    let paired = paired_json("plugin_load");
+    let pair = |name: &str| paired_load(paired.as_ref()?, name);
+    let hashing_ms = criterion_us("plugin_load", "sha256_50_libraries").map(|us| us / 1000.0);
+    let mut rows = vec![match hashing_ms {
+        Some(h) => Row {
+            figure: "the first start's floor, part one: SHA-256 of the 50 libraries alone, on all cores at once".into(),
+            measured: format!("{h:.2} ms"),
+            target: "reported".into(),
+            pass: None,
+        },
+        None => missing("SHA-256 of the 50 libraries"),
+    }];
+    let figure = "first start over 50 packages (every library hashed, every layout checked) vs its floor: the hashing + dlopen of the 50 libraries (paired samples)";
+    rows.push(match (pair("load_50_packages"), hashing_ms) {
+        (Some((l, f, n)), Some(h)) => Row {
+            figure: figure.into(),
+            measured: format!(
+                "{l:.2} ms vs {h:.2} + {f:.2} ms: {:.2}× (medians of {n} pairs)",
+                l / (h + f)
+            ),
+            target: "≤ 1.3× floor".into(),
+            pass: Some(l / (h + f) <= 1.3),
+        },
+        _ => missing(figure),
+    });
+    for (figure, name, target) in [
+        (
+            "later start over the same 50 unchanged packages (digests and layout checks remembered) vs dlopen",
+            "load_50_packages_remembered",
+            true,
+        ),
+        (
+            "the same later start into a dispatcher that holds the built-ins (schema engine set up, as in toolhost) vs dlopen",
+            "load_50_packages_after_builtins",
+            false,
+        ),
+    ] {
+        rows.push(match pair(name) {
+            Some((l, f, n)) => Row {
+                figure: figure.into(),
+                measured: format!(
+                    "{l:.2} ms vs {f:.2} ms: {:.2}× (medians of {n} pairs)",
+                    l / f
+                ),
+                target: if target { "≤ 2×" } else { "reported" }.into(),
+                pass: target.then_some(l / f <= 2.0),
+            },
+            None => missing(figure),
+        });
+    }
+    rows
+}
+
+/// What the sandbox costs, from the sandbox bench's `paired.json` (each figure measured in
+/// alternation with its peer without the sandbox, in the same run).
+pub(super) fn sandbox_rows() -> Vec<Row> {
+    let paired = paired_json("sandbox").unwrap_or_default();
+    let pair = |group: &str, with: &str, without: &str| {
+        Some((
+            paired[group][with].as_f64()?,
+            paired[group][without].as_f64()?,
+        ))
+    };
+    let mut rows = Vec::new();
+    let figure =
+        "isolated no-op in a sandboxed worker vs the same worker unconfined (paired rounds)";
+    rows.push(match pair("isolated_noop_us", "sandboxed", "unconfined") {
+        Some((with, without)) => Row {
+            figure: figure.into(),
+            measured: format!(
+                "{with:.2} µs vs {without:.2} µs: {:+.1}%",
+                (with / without - 1.0) * 100.0
+            ),
+            target: "within 5%".into(),
+            pass: Some(with <= without * 1.05),
+        },
+        None => missing(figure),
+    });
+    for (figure, group, with, without, names) in [
+        (
+            "a plugin worker's start (spawn, confine itself, open the library, report): sandboxed vs unconfined",
+            "worker_start_us",
+            "sandboxed",
+            "unconfined",
+            ("sandboxed", "unconfined"),
+        ),
+        (
+            "shell running `true`: under workspace-write vs under host",
+            "shell_true_us",
+            "sandboxed",
+            "host",
+            ("workspace-write", "host"),
+        ),
+    ] {
+        rows.push(match pair(group, with, without) {
+            Some((a, b)) => Row {
+                figure: figure.into(),
+                measured: format!(
+                    "{:.2} ms {} vs {:.2} ms {}: +{:.2} ms",
+                    a / 1000.0,
+                    names.0,
+                    b / 1000.0,
+                    names.1,
+                    (a - b) / 1000.0
+                ),
+                target: "reported".into(),
+                pass: None,
+            },
+            None => missing(figure),
+        });
+    }
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paired_load_figures_parse_and_a_mode_without_pairs_is_missing() {
+        let paired = serde_json::json!({
+            "load_50_packages_remembered": {"load_ms": 4.8, "dlopen_ms": 2.5, "pairs": 750},
+            "load_50_packages": {"load_ms": 33.0, "dlopen_ms": 3.1, "pairs": 0},
+        });
+        assert_eq!(
+            paired_load(&paired, "load_50_packages_remembered"),
+            Some((4.8, 2.5, 750))
+        );
+        assert_eq!(paired_load(&paired, "load_50_packages"), None);
+        assert_eq!(
+            paired_load(&paired, "load_50_packages_after_builtins"),
+            None
+        );
+    }
+}

@@ -1,0 +1,141 @@
+//! `cargo xtask bench`: every benchmark, each figure beside its floor or peer, in one run,
+//! one table.
+//!
+//! It runs the criterion benches (`dispatcher-core`: `dispatch`, `schedule`, `scale`;
+//! `toolhost-tests`: `plugins`, `sandbox`), toolhost's `scale_out` and `mcp_roundtrip`
+//! benches, and the peers the targets are measured against, in the same run: the spec's
+//! own design in Python (`xtask/peers/spec_dispatcher.py`, written for this project, in a
+//! venv under `target/peers` with `jsonschema`), MCP servers side by side under one client
+//! written here (toolhost's `mcp_servers` bench: `toolhost serve --mcp` calling
+//! `read_file`, the same server calling `word_count` from the signed text-tools example in
+//! process, Node's `@modelcontextprotocol/server-everything` with Node 22 from npm, and an
+//! echo server that shows the client's own ceiling), the Python wheel, and the start-up of
+//! `serve --mcp` with the example plugins against the same binary bare. What it cannot
+//! install (no `python3`, no `npm`, no registry) it skips and says why. Then it prints one
+//! table: figure, measured, target, verdict. `--write-readme` replaces the performance table
+//! of `docs/performance.md` (linked from the README; between `<!-- bench:begin -->` and
+//! `<!-- bench:end -->`) with it, so the page shows what was measured, not typed.
+
+mod figures;
+mod scale_out;
+mod servers;
+mod table;
+
+pub use table::PERFORMANCE_PAGE;
+
+use std::path::Path;
+
+use crate::peers::output;
+use crate::steps::{Result, announce, cargo, io, root, run};
+
+/// What the benches that print their figures (rather than leave criterion estimates)
+/// printed.
+struct Printed {
+    scale: String,
+    scale_out: String,
+    roundtrip: String,
+}
+
+/// Runs the criterion benches and the benches that print their figures, and builds the
+/// toolhost that ships.
+fn run_benches() -> Result<Printed> {
+    run(
+        "dispatcher benches (dispatch, schedule)",
+        cargo().args([
+            "bench",
+            "-p",
+            "dispatcher-core",
+            "--bench",
+            "dispatch",
+            "--bench",
+            "schedule",
+        ]),
+    )?;
+    run(
+        "plugin benches",
+        cargo().args(["bench", "-p", "toolhost-tests", "--bench", "plugins"]),
+    )?;
+    run(
+        "sandbox bench (each figure paired with the same work unsandboxed)",
+        cargo().args(["bench", "-p", "toolhost-tests", "--bench", "sandbox"]),
+    )?;
+    announce("scaling bench (1, 4, 16, 64 sessions; RSS after 10k and 1M dispatches)");
+    let scale = output(cargo().args(["bench", "-p", "dispatcher-core", "--bench", "scale"]))
+        .unwrap_or_default();
+    announce("scale-out bench (3 instances, each with its own memory, then sharing Redis)");
+    let redis = crate::ensure_redis()?;
+    let scale_out = output(
+        cargo()
+            .args(["bench", "-p", "toolhost", "--bench", "scale_out"])
+            .env("TOOLHOST_TEST_REDIS", &redis),
+    )
+    .unwrap_or_default();
+    announce("MCP round trip bench");
+    let roundtrip = output(cargo().args(["bench", "-p", "toolhost", "--bench", "mcp_roundtrip"]))
+        .unwrap_or_default();
+    run(
+        "build the toolhost that ships (profile dist: fat LTO)",
+        cargo().args(["build", "--profile", "dist", "-p", "toolhost"]),
+    )?;
+    Ok(Printed {
+        scale,
+        scale_out,
+        roundtrip,
+    })
+}
+
+/// Runs every benchmark and its peers, prints the table, and with `write_readme` puts it
+/// into the performance page.
+pub fn bench(write_readme: bool) -> Result {
+    let printed = run_benches()?;
+    let peers = root().join("target/peers");
+    io("make target/peers", std::fs::create_dir_all(&peers))?;
+    let mut skipped = Vec::new();
+    let design = servers::spec_design(&peers, &mut skipped);
+
+    let ws = peers.join("ws");
+    io(
+        "prepare the MCP workspace",
+        std::fs::create_dir_all(&ws).and_then(|()| std::fs::write(ws.join("a.txt"), "abc")),
+    )?;
+    let configs = servers::plugin_configs(&peers)?;
+    let toolhost = root().join("target/dist/toolhost");
+    let serve = |config: &Path| -> Vec<String> {
+        let mut args = vec![toolhost.display().to_string()];
+        args.extend(["serve", "--mcp", "--workspace"].map(String::from));
+        args.push(ws.display().to_string());
+        args.push("--config".into());
+        args.push(config.display().to_string());
+        args
+    };
+    let mcp = servers::mcp_servers(&peers, &serve, &configs, &mut skipped);
+
+    announce("the Python wheel (release): read_file 4 KB");
+    let wheel = crate::python::wheel_figures()
+        .map_err(|e| skipped.push(format!("the Python wheel's figures: {e}")))
+        .ok();
+    let startup = servers::Startup::measure(&toolhost, &serve, &configs, &ws);
+
+    let mut rows = figures::dispatch_rows(design.map(|d| d.0));
+    rows.extend(figures::file_tool_rows());
+    rows.extend(servers::wheel_rows(
+        wheel,
+        figures::criterion_us("dispatch", "d_read_file_4k"),
+        design.map(|d| d.1),
+    ));
+    rows.extend(figures::batch_rows(&printed.scale));
+    rows.extend(figures::plugin_rows());
+    rows.extend(figures::sandbox_rows());
+    rows.extend(figures::load_rows());
+    rows.extend(servers::roundtrip_rows(&printed.roundtrip));
+    rows.extend(servers::mcp_rows(&mcp));
+    rows.extend(scale_out::rows(&printed.scale_out));
+    rows.extend(startup.rows(&mut skipped));
+
+    let table = table::render(&rows, &skipped);
+    println!("\n{table}");
+    if write_readme {
+        table::write_page(&table)?;
+    }
+    Ok(())
+}

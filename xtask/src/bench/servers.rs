@@ -1,0 +1,438 @@
+//! The figures measured against peers and processes: the spec's design in Python, MCP
+//! servers side by side under one client of our own (toolhost's `mcp_servers` bench), the
+//! Python wheel, the MCP round trip, and start-up from exec to the answer to `initialize`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::table::{Row, missing};
+use crate::peers::output;
+use crate::steps::{Result, announce, cargo, io, root};
+
+/// The configurations the MCP peers and the start-up timing run with (absolute paths,
+/// so no user configuration is picked up).
+pub(super) struct Configs {
+    /// No plugins, nothing set.
+    bare: PathBuf,
+    /// The text-tools example plugin, signed by a trusted key (in process).
+    text_tools: PathBuf,
+    /// Both example plugins, signed by a trusted key (in process).
+    examples: PathBuf,
+}
+
+/// Packages and signs the example plugins under `peers` and writes the configurations.
+pub(super) fn plugin_configs(peers: &Path) -> Result<Configs> {
+    let all = peers.join("plugins/examples");
+    let trusted = crate::demo::package_examples(
+        &all,
+        &peers.join("plugins/unsigned"),
+        &peers.join("plugins/signing.key"),
+    )?;
+    let text_tools = peers.join("plugins/text-tools");
+    let _ = std::fs::remove_dir_all(&text_tools);
+    io(
+        "make plugins/text-tools",
+        std::fs::create_dir_all(&text_tools),
+    )?;
+    for entry in io("list the packages", std::fs::read_dir(&all))? {
+        let path = io("list the packages", entry)?.path();
+        if path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("text-tools-"))
+        {
+            io(
+                "copy text-tools",
+                std::fs::copy(&path, text_tools.join(path.file_name().unwrap_or_default())),
+            )?;
+        }
+    }
+    let write = |name: &str, text: String| -> Result<PathBuf> {
+        let path = peers.join(name);
+        io(&format!("write {name}"), std::fs::write(&path, text))?;
+        Ok(path)
+    };
+    let with = |dir: &Path| {
+        format!(
+            "plugin_dirs = [{:?}]\ntrusted_keys = [\"{trusted}\"]\n",
+            dir.display().to_string()
+        )
+    };
+    Ok(Configs {
+        bare: write("bare.toml", "# nothing: defaults only\n".into())?,
+        text_tools: write("text-tools.toml", with(&text_tools))?,
+        examples: write("examples.toml", with(&all))?,
+    })
+}
+
+/// The median time, in milliseconds over 30 starts, from starting `cmd` to its first line
+/// on stdout after an MCP `initialize` request (`--version`: to its exit).
+fn start_ms(cmd: &[String], cwd: &Path) -> std::result::Result<f64, String> {
+    use std::io::{BufRead, Write};
+    use std::process::Stdio;
+    const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"xtask-bench","version":"1"}}}"#;
+    let (program, args) = cmd.split_first().ok_or("no command")?;
+    let answers = args.iter().any(|a| a == "--mcp");
+    let mut times = Vec::new();
+    for _ in 0..30 {
+        let start = std::time::Instant::now();
+        let mut child = Command::new(program)
+            .args(args)
+            .current_dir(cwd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start {program}: {e}"))?;
+        if answers {
+            let mut stdin = child.stdin.take().ok_or("no stdin")?;
+            let stdout = child.stdout.take().ok_or("no stdout")?;
+            writeln!(stdin, "{INITIALIZE}").map_err(|e| e.to_string())?;
+            // Read on another thread, so that a server that never answers is killed after
+            // a while instead of holding the bench forever.
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let mut line = String::new();
+                let read = std::io::BufReader::new(stdout).read_line(&mut line);
+                // Timed where it was read, not where this thread's message arrives.
+                let _ = tx.send((read.map(|_| line), std::time::Instant::now()));
+            });
+            let failure = match rx.recv_timeout(std::time::Duration::from_secs(30)) {
+                Ok((Ok(line), at)) if line.contains("\"result\"") => {
+                    times.push(at.saturating_duration_since(start));
+                    None
+                }
+                Ok((Ok(line), _)) => Some(format!("did not answer initialize: {line}")),
+                Ok((Err(e), _)) => Some(format!("cannot read its answer: {e}")),
+                Err(_) => Some("did not answer initialize within 30 s".to_string()),
+            };
+            if let Some(why) = failure {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("{}: {why}", cmd.join(" ")));
+            }
+            drop(stdin);
+        } else {
+            let _ = child.wait();
+            times.push(start.elapsed());
+        }
+        let _ = child.wait();
+    }
+    times.sort();
+    Ok(times[times.len() / 2].as_secs_f64() * 1000.0)
+}
+
+
+/// The first number after `marker` in `text`.
+fn number_after(text: &str, marker: &str) -> Option<f64> {
+    let rest = &text[text.find(marker)? + marker.len()..];
+    let digits: String = rest
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    digits.parse().ok()
+}
+
+
+/// Node 22 and server-everything under `target/peers`, from npm.
+fn node_peer(peers: &Path) -> std::result::Result<(PathBuf, PathBuf), String> {
+    let node = crate::peers::node22(peers)?;
+    let server = crate::peers::npm_install(peers, "everything", crate::SERVER_EVERYTHING)
+        .map_err(|e| format!("cannot install server-everything from npm ({e})"))?
+        .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    Ok((node, server))
+}
+
+/// The `best NAME: C calls/s, U us CPU/call, idle R MiB` lines of the `mcp_servers` bench:
+/// per server, (calls/s, µs of server CPU per call, idle MiB).
+fn mcp_best(text: &str) -> BTreeMap<String, (f64, f64, f64)> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("best "))
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(':')?;
+            Some((
+                name.to_string(),
+                (
+                    number_after(rest, "")?,
+                    number_after(rest, "calls/s,")?,
+                    number_after(rest, "idle")?,
+                ),
+            ))
+        })
+        .collect()
+}
+
+
+/// Python with `jsonschema` in a venv under `target/peers`.
+fn python_with_jsonschema(peers: &Path) -> std::result::Result<PathBuf, String> {
+    crate::peers::python_venv(peers, "venv", &["jsonschema==4.26.0"], "jsonschema")
+}
+
+/// The spec's design in Python (`xtask/peers/spec_dispatcher.py`, written for this
+/// project): µs per call of its no-op and of `read_file` 4 KB.
+pub(super) fn spec_design(peers: &Path, skipped: &mut Vec<String>) -> Option<(f64, f64)> {
+    announce("peer: the spec's design in Python");
+    let measured = python_with_jsonschema(peers).and_then(|python| {
+        let ws = peers.join("spec-design-ws");
+        std::fs::create_dir_all(&ws).map_err(|e| format!("cannot make {}: {e}", ws.display()))?;
+        let out = output(
+            Command::new(python)
+                .arg(root().join("xtask/peers/spec_dispatcher.py"))
+                .arg(&ws),
+        )?;
+        let v: serde_json::Value = serde_json::from_str(out.trim())
+            .map_err(|e| format!("spec_dispatcher.py printed no figures ({e}): {out}"))?;
+        match (v["noop_us"].as_f64(), v["read_file_4k_us"].as_f64()) {
+            (Some(noop), Some(read)) => Ok((noop, read)),
+            _ => Err(format!("spec_dispatcher.py printed no figures: {out}")),
+        }
+    });
+    measured
+        .map_err(|e| skipped.push(format!("the spec's design in Python: {e}")))
+        .ok()
+}
+
+/// One server of the `mcp_servers` bench's plan.
+fn server(name: &str, tool: &str, arguments: serde_json::Value, command: Vec<String>) -> serde_json::Value {
+    serde_json::json!({"name": name, "tool": tool, "arguments": arguments, "command": command})
+}
+
+/// MCP servers over stdio, side by side under the client of toolhost's `mcp_servers` bench
+/// (five interleaved rounds, the best of each): `toolhost serve --mcp` calling `read_file`,
+/// the same server calling the text-tools example's `word_count` in process, Node's
+/// server-everything `echo`, and the bench's own echo server (the client's ceiling).
+pub(super) fn mcp_servers(
+    peers: &Path,
+    serve: &dyn Fn(&Path) -> Vec<String>,
+    configs: &Configs,
+    skipped: &mut Vec<String>,
+) -> BTreeMap<String, (f64, f64, f64)> {
+    announce("peers: MCP servers side by side (one client of our own)");
+    let mut servers = vec![
+        server(
+            "toolhost",
+            "read_file",
+            serde_json::json!({"path": "a.txt"}),
+            serve(&configs.bare),
+        ),
+        server(
+            "toolhost-plugin",
+            "word_count",
+            serde_json::json!({"text": "the quick brown fox"}),
+            serve(&configs.text_tools),
+        ),
+    ];
+    match node_peer(peers) {
+        Ok((node, script)) => servers.push(server(
+            "everything",
+            "echo",
+            serde_json::json!({"message": "hi"}),
+            vec![node.display().to_string(), script.display().to_string()],
+        )),
+        Err(e) => skipped.push(format!("Node's server-everything: {e}")),
+    }
+    // Five interleaved rounds, the best of each server's: near the client's own limit, one
+    // round in three or four dips by a quarter when the two cores are busy elsewhere.
+    let plan = serde_json::json!({"calls": 20000, "inflight": 16, "rounds": 5, "servers": servers});
+    output(
+        cargo()
+            .args(["bench", "-p", "toolhost", "--bench", "mcp_servers"])
+            .env("TOOLHOST_BENCH_MCP_SERVERS", plan.to_string()),
+    )
+    .map_err(|e| skipped.push(format!("the mcp_servers bench failed: {e}")))
+    .map(|t| mcp_best(&t))
+    .unwrap_or_default()
+}
+
+/// The MCP servers' rows: toolhost against the echo server (the client's ceiling) and
+/// against Node's server-everything.
+pub(super) fn mcp_rows(mcp: &BTreeMap<String, (f64, f64, f64)>) -> Vec<Row> {
+    let mut rows = Vec::new();
+    rows.push(match mcp.get("echo") {
+        Some(e) => Row {
+            figure: "the client's ceiling: an echo server that only answers, driven by the same client".into(),
+            measured: format!("{:.0} calls/s, {:.1} µs server CPU per call", e.0, e.1),
+            target: "reported".into(),
+            pass: None,
+        },
+        None => missing("the MCP client's ceiling (echo server)"),
+    });
+    for (server, what) in [
+        ("toolhost", "MCP stdio read_file"),
+        ("toolhost-plugin", "MCP stdio word_count (example plugin, in process)"),
+    ] {
+        let Some(t) = mcp.get(server) else {
+            rows.push(missing(what));
+            continue;
+        };
+        if let Some(e) = mcp.get("echo") {
+            rows.push(Row {
+                figure: format!("{what}: calls/s vs the echo server"),
+                measured: format!("{:.0} vs {:.0}: {:.0}%", t.0, e.0, t.0 / e.0 * 100.0),
+                target: "≥ 90%".into(),
+                pass: Some(t.0 / e.0 >= 0.9),
+            });
+            rows.push(Row {
+                figure: format!("{what}: server CPU per call vs the echo server"),
+                measured: format!("{:.1} µs vs {:.1} µs: {:.2}×", t.1, e.1, t.1 / e.1),
+                target: "≤ 1.25×".into(),
+                pass: Some(t.1 / e.1 <= 1.25),
+            });
+        }
+        if let Some(n) = mcp.get("everything") {
+            rows.push(Row {
+                figure: format!("{what}: calls/s vs Node server-everything echo"),
+                measured: format!("{:.0} vs {:.0}: {:.2}×", t.0, n.0, t.0 / n.0),
+                target: "≥ 3×".into(),
+                pass: Some(t.0 / n.0 >= 3.0),
+            });
+        }
+        rows.push(Row {
+            figure: format!("{what}: server idle RSS"),
+            measured: format!("{:.1} MiB", t.2),
+            target: "≤ 15 MiB".into(),
+            pass: Some(t.2 <= 15.0),
+        });
+    }
+    rows
+}
+
+/// The MCP round-trip bench's lines, one row each.
+pub(super) fn roundtrip_rows(text: &str) -> Vec<Row> {
+    text.lines()
+        .filter(|l| l.starts_with("mcp_roundtrip/"))
+        .map(|line| {
+            let (label, rest) = line.split_once(':').unwrap_or((line, ""));
+            Row {
+                figure: format!(
+                    "MCP round trip, {}",
+                    label.trim_start_matches("mcp_roundtrip/")
+                ),
+                measured: rest.trim().into(),
+                target: "reported".into(),
+                pass: None,
+            }
+        })
+        .collect()
+}
+
+/// What a call costs from Python: through the wheel (`Host.run`, `Host.run_async`)
+/// against the same call in Rust and in the spec's Python design (reported, no target).
+pub(super) fn wheel_rows(
+    wheel: Option<(f64, f64)>,
+    rust: Option<f64>,
+    design: Option<f64>,
+) -> Vec<Row> {
+    let Some((run, run_async)) = wheel else {
+        return vec![missing("Python wheel: read_file 4 KB through Host.run")];
+    };
+    let mut measured = match rust {
+        Some(rust) => format!(
+            "{run:.1} µs vs {rust:.1} µs in Rust: {:+.1} µs through the wheel",
+            run - rust
+        ),
+        None => format!("{run:.1} µs"),
+    };
+    if let Some(design) = design {
+        measured.push_str(&format!(
+            "; the spec's Python design: {design:.1} µs ({:.1}× Host.run)",
+            design / run
+        ));
+    }
+    vec![
+        Row {
+            figure: "Python wheel: read_file 4 KB, one call per Host.run, vs the same call in Rust (dispatch) and in the spec's Python design".into(),
+            measured,
+            target: "reported".into(),
+            pass: None,
+        },
+        Row {
+            figure: "Python wheel: the same call through Host.run_async (an asyncio loop)".into(),
+            measured: format!("{run_async:.1} µs"),
+            target: "reported".into(),
+            pass: None,
+        },
+    ]
+}
+
+/// Start-up, from exec to the answer to `initialize`.
+pub(super) struct Startup {
+    version: std::result::Result<f64, String>,
+    bare: std::result::Result<f64, String>,
+    plugins: std::result::Result<f64, String>,
+}
+
+impl Startup {
+    pub(super) fn measure(
+        toolhost: &Path,
+        serve: &dyn Fn(&Path) -> Vec<String>,
+        configs: &Configs,
+        ws: &Path,
+    ) -> Startup {
+        announce("start-up: from exec to the answer to initialize");
+        Startup {
+            version: start_ms(&[toolhost.display().to_string(), "--version".into()], ws),
+            bare: start_ms(&serve(&configs.bare), ws),
+            plugins: start_ms(&serve(&configs.examples), ws),
+        }
+    }
+
+    pub(super) fn rows(self, skipped: &mut Vec<String>) -> Vec<Row> {
+        let mut rows = vec![match (self.plugins, self.bare) {
+            (Ok(p), Ok(b)) => Row {
+                figure: "serve --mcp with the example plugins: exec to the initialize answer, vs the same binary bare (no plugins, empty config)".into(),
+                measured: format!("{p:.2} ms vs {b:.2} ms: {:.2}×", p / b),
+                target: "≤ 2×".into(),
+                pass: Some(p / b <= 2.0),
+            },
+            (p, b) => {
+                if let Err(e) = p.and(b) {
+                    skipped.push(format!("start-up timing: {e}"));
+                }
+                missing("serve --mcp start-up")
+            }
+        }];
+        if let Ok(v) = self.version {
+            rows.push(Row {
+                figure: "toolhost --version: exec to exit (the process floor)".into(),
+                measured: format!("{v:.2} ms"),
+                target: "reported".into(),
+                pass: None,
+            });
+        }
+        rows
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_best_lines_of_the_mcp_servers_bench_parse() {
+        let text = "round 0 toolhost: 29000 calls/s, server CPU 33.0 us/call, idle RSS 13.0 MiB\n\
+                    best toolhost: 29821 calls/s, 31.00 us CPU/call, idle 13.2 MiB\n\
+                    best everything: 15425 calls/s, 71.50 us CPU/call, idle 74.2 MiB";
+        let best = mcp_best(text);
+        assert_eq!(best["toolhost"], (29821.0, 31.0, 13.2));
+        assert_eq!(best["everything"], (15425.0, 71.5, 74.2));
+    }
+
+    #[test]
+    fn start_up_is_timed_to_the_answer_and_a_wrong_answer_is_an_error() {
+        let cwd = std::env::temp_dir();
+        let server = |script: &str| -> Vec<String> {
+            // `--mcp` is the shell's $0 here: it marks a server that answers `initialize`.
+            vec!["sh".into(), "-c".into(), script.into(), "--mcp".into()]
+        };
+        let ms = start_ms(&server(r#"read l; echo '{"result":{}}'"#), &cwd);
+        assert!(ms.as_ref().is_ok_and(|ms| *ms > 0.0), "{ms:?}");
+        let err = start_ms(&server("read l; echo nope"), &cwd);
+        assert!(
+            matches!(&err, Err(e) if e.contains("did not answer initialize: nope")),
+            "{err:?}"
+        );
+    }
+
+}
