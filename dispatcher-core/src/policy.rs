@@ -70,37 +70,64 @@ impl Mode {
     }
 }
 
-/// A mode per side-effect class.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ClassModes {
-    /// Mode for `none` tools (default `auto`).
-    #[serde(default = "auto", alias = "NONE")]
-    pub none: Mode,
-    /// Mode for `read` tools (default `auto`).
-    #[serde(default = "auto", alias = "READ")]
-    pub read: Mode,
-    /// Mode for `write` tools (default `prompt`).
-    #[serde(default = "prompt", alias = "WRITE")]
-    pub write: Mode,
-    /// Mode for `execute` tools (default `prompt`).
-    #[serde(default = "prompt", alias = "EXECUTE")]
-    pub execute: Mode,
-    /// Mode for `network` tools (default `prompt`).
-    #[serde(default = "prompt", alias = "NETWORK")]
-    pub network: Mode,
+/// One value per side-effect class: the modes of `default` ([`ClassModes`]) and the
+/// optional ones of `trusted_workspace_overrides` ([`ClassOverrides`]). A class left out of
+/// the table takes its value from [`Default`]: the default modes below, or no override.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    default,
+    bound(
+        serialize = "T: Serialize + Unset",
+        deserialize = "T: Deserialize<'de>, PerClass<T>: Default"
+    )
+)]
+pub struct PerClass<T> {
+    /// For `none` tools.
+    #[serde(alias = "NONE", skip_serializing_if = "Unset::unset")]
+    pub none: T,
+    /// For `read` tools.
+    #[serde(alias = "READ", skip_serializing_if = "Unset::unset")]
+    pub read: T,
+    /// For `write` tools.
+    #[serde(alias = "WRITE", skip_serializing_if = "Unset::unset")]
+    pub write: T,
+    /// For `execute` tools.
+    #[serde(alias = "EXECUTE", skip_serializing_if = "Unset::unset")]
+    pub execute: T,
+    /// For `network` tools.
+    #[serde(alias = "NETWORK", skip_serializing_if = "Unset::unset")]
+    pub network: T,
 }
 
-fn auto() -> Mode {
-    Mode::Auto
-}
-fn prompt() -> Mode {
-    Mode::Prompt
+/// A mode per side-effect class (`[tool_confirmation.default]`).
+pub type ClassModes = PerClass<Mode>;
+
+/// Optional modes per class (`[tool_confirmation.trusted_workspace_overrides]`).
+pub type ClassOverrides = PerClass<Option<Mode>>;
+
+/// Whether a value is left out when a table is written back (an override not set).
+pub trait Unset {
+    /// `true` when there is nothing to write.
+    fn unset(&self) -> bool;
 }
 
+impl Unset for Mode {
+    fn unset(&self) -> bool {
+        false
+    }
+}
+
+impl Unset for Option<Mode> {
+    fn unset(&self) -> bool {
+        self.is_none()
+    }
+}
+
+/// The default modes, the one table of them: what runs without asking and what prompts.
 impl Default for ClassModes {
     fn default() -> Self {
-        ClassModes {
+        PerClass {
             none: Mode::Auto,
             read: Mode::Auto,
             write: Mode::Prompt,
@@ -110,9 +137,27 @@ impl Default for ClassModes {
     }
 }
 
-impl ClassModes {
-    /// The mode for a class.
-    pub fn get(&self, class: SideEffect) -> Mode {
+/// No override for any class.
+impl Default for ClassOverrides {
+    fn default() -> Self {
+        PerClass::every(None)
+    }
+}
+
+impl<T: Copy> PerClass<T> {
+    /// The same value for every class.
+    pub fn every(value: T) -> Self {
+        PerClass {
+            none: value,
+            read: value,
+            write: value,
+            execute: value,
+            network: value,
+        }
+    }
+
+    /// The value for a class.
+    pub fn get(&self, class: SideEffect) -> T {
         match class {
             SideEffect::None => self.none,
             SideEffect::Read => self.read,
@@ -121,50 +166,12 @@ impl ClassModes {
             SideEffect::Network => self.network,
         }
     }
+}
 
+impl ClassModes {
     /// Every class in `auto` (what `--yes` means).
     pub fn all_auto() -> Self {
-        ClassModes {
-            none: Mode::Auto,
-            read: Mode::Auto,
-            write: Mode::Auto,
-            execute: Mode::Auto,
-            network: Mode::Auto,
-        }
-    }
-}
-
-/// Optional modes per class (the trusted-workspace overrides).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ClassOverrides {
-    /// Override for `none`.
-    #[serde(default, alias = "NONE", skip_serializing_if = "Option::is_none")]
-    pub none: Option<Mode>,
-    /// Override for `read`.
-    #[serde(default, alias = "READ", skip_serializing_if = "Option::is_none")]
-    pub read: Option<Mode>,
-    /// Override for `write`.
-    #[serde(default, alias = "WRITE", skip_serializing_if = "Option::is_none")]
-    pub write: Option<Mode>,
-    /// Override for `execute`.
-    #[serde(default, alias = "EXECUTE", skip_serializing_if = "Option::is_none")]
-    pub execute: Option<Mode>,
-    /// Override for `network`.
-    #[serde(default, alias = "NETWORK", skip_serializing_if = "Option::is_none")]
-    pub network: Option<Mode>,
-}
-
-impl ClassOverrides {
-    /// The override for a class, if any.
-    pub fn get(&self, class: SideEffect) -> Option<Mode> {
-        match class {
-            SideEffect::None => self.none,
-            SideEffect::Read => self.read,
-            SideEffect::Write => self.write,
-            SideEffect::Execute => self.execute,
-            SideEffect::Network => self.network,
-        }
+        PerClass::every(Mode::Auto)
     }
 }
 
@@ -258,5 +265,57 @@ impl ConfirmationPolicy {
             rule: rule.into(),
             explicit: false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(json: serde_json::Value) -> Result<ConfirmationPolicy, String> {
+        serde_json::from_value(json).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_class_left_out_keeps_its_default_mode_and_has_no_override() {
+        let p = policy(serde_json::json!({
+            "default": {"WRITE": "auto"},
+            "trusted_workspace_overrides": {"execute": "prompt"}
+        }))
+        .unwrap();
+        let expected = ClassModes {
+            write: Mode::Auto,
+            ..ClassModes::default()
+        };
+        assert_eq!(p.default, expected);
+        assert_eq!(
+            p.trusted_workspace_overrides.get(SideEffect::Execute),
+            Some(Mode::Prompt)
+        );
+        assert_eq!(p.trusted_workspace_overrides.get(SideEffect::Write), None);
+    }
+
+    #[test]
+    fn an_unknown_class_is_refused_by_name() {
+        for table in ["default", "trusted_workspace_overrides"] {
+            let err = policy(serde_json::json!({table: {"delete": "deny"}})).unwrap_err();
+            assert!(err.contains("unknown field `delete`"), "{table}: {err}");
+        }
+    }
+
+    #[test]
+    fn overrides_write_back_only_what_is_set() {
+        let overrides = ClassOverrides {
+            network: Some(Mode::Deny),
+            ..ClassOverrides::default()
+        };
+        assert_eq!(
+            serde_json::to_value(overrides).unwrap(),
+            serde_json::json!({"network": "deny"})
+        );
+        assert_eq!(
+            serde_json::to_value(ClassModes::default()).unwrap(),
+            serde_json::json!({"none": "auto", "read": "auto", "write": "prompt", "execute": "prompt", "network": "prompt"})
+        );
     }
 }

@@ -88,7 +88,11 @@ fn tree(pid: u32) -> Vec<u32> {
         let tasks = std::fs::read_dir(format!("/proc/{}/task", all[i]));
         for task in tasks.into_iter().flatten().flatten() {
             if let Ok(children) = std::fs::read_to_string(task.path().join("children")) {
-                all.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+                all.extend(
+                    children
+                        .split_whitespace()
+                        .filter_map(|c| c.parse::<u32>().ok()),
+                );
             }
         }
         i += 1;
@@ -208,7 +212,8 @@ impl Running {
 
     /// Sends a request and returns its answer's result (skipping anything else).
     fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
-        let request = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let request =
+            serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         self.send(&request.to_string());
         self.flush();
         loop {
@@ -267,8 +272,7 @@ fn round(server: &Server, calls: u64, inflight: u64) -> Figures {
     let params = serde_json::json!({"name": server.tool, "arguments": server.arguments});
     let first = s.request(2, "tools/call", params.clone());
     assert_ne!(
-        first["isError"],
-        true,
+        first["isError"], true,
         "{}: the first call failed: {first}",
         server.name
     );
@@ -276,7 +280,9 @@ fn round(server: &Server, calls: u64, inflight: u64) -> Figures {
     let idle_mib = rss_mib(s.pid);
     let cpu_before = cpu_seconds(s.pid);
     // Ids from 1000 up; answers carry them back, so the outstanding count is all we keep.
-    let call = |id: u64| format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{params}}}"#);
+    let call = |id: u64| {
+        format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{params}}}"#)
+    };
     let (mut sent, mut answered, mut failed) = (0u64, 0u64, 0u64);
     let started = Instant::now();
     while answered < calls {
@@ -307,7 +313,11 @@ fn round(server: &Server, calls: u64, inflight: u64) -> Figures {
     let cpu = cpu_seconds(s.pid) - cpu_before;
     let after_mib = rss_mib(s.pid);
     s.stop();
-    assert_eq!(failed, 0, "{}: {failed} of {calls} calls failed", server.name);
+    assert_eq!(
+        failed, 0,
+        "{}: {failed} of {calls} calls failed",
+        server.name
+    );
     Figures {
         calls_per_s: calls as f64 / wall,
         cpu_us_per_call: cpu / calls as f64 * 1e6,

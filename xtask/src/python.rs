@@ -141,8 +141,7 @@ pub fn pytest(python: &Path, plugins: &Path) -> Result<(u64, u64, u64, bool)> {
 /// `read_file` of 4 KB.
 pub fn wheel_figures() -> std::result::Result<(f64, f64), String> {
     let wheel = build_wheel("release").map_err(|e| e.to_string())?;
-    let python = install_wheel(&wheel, "py-wheel-bench", &[], "json")
-        .map_err(|e| e.to_string())?;
+    let python = install_wheel(&wheel, "py-wheel-bench", &[], "json").map_err(|e| e.to_string())?;
     let ws = peers::dir().join("wheel-bench-ws");
     std::fs::create_dir_all(&ws).map_err(|e| e.to_string())?;
     let json = |script: PathBuf| -> std::result::Result<serde_json::Value, String> {
@@ -153,8 +152,5 @@ pub fn wheel_figures() -> std::result::Result<(f64, f64), String> {
     let number = |v: &serde_json::Value, key: &str| {
         v[key].as_f64().ok_or_else(|| format!("no {key} in {v}"))
     };
-    Ok((
-        number(&wheel, "run_us")?,
-        number(&wheel, "run_async_us")?,
-    ))
+    Ok((number(&wheel, "run_us")?, number(&wheel, "run_async_us")?))
 }

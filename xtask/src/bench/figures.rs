@@ -26,7 +26,12 @@ fn sum(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 
 /// A `paired.json` a bench wrote beside criterion's estimates.
 fn paired_json(group: &str) -> Option<serde_json::Value> {
-    let bytes = std::fs::read(root().join("target/criterion").join(group).join("paired.json"));
+    let bytes = std::fs::read(
+        root()
+            .join("target/criterion")
+            .join(group)
+            .join("paired.json"),
+    );
     serde_json::from_slice(&bytes.ok()?).ok()
 }
 
@@ -104,7 +109,13 @@ pub(super) fn file_tool_rows() -> Vec<Row> {
         ));
         let figure = format!("{tool} vs its floor (the call's floor + the kernel's part)");
         rows.push(match max {
-            Some(max) => ratio_row(&figure, dispatch(bench), sum(floor, kernel_us), "floor", max),
+            Some(max) => ratio_row(
+                &figure,
+                dispatch(bench),
+                sum(floor, kernel_us),
+                "floor",
+                max,
+            ),
             None => share_row(&figure, dispatch(bench), sum(floor, kernel_us), "floor"),
         });
     }

@@ -122,7 +122,6 @@ fn start_ms(cmd: &[String], cwd: &Path) -> std::result::Result<f64, String> {
     Ok(times[times.len() / 2].as_secs_f64() * 1000.0)
 }
 
-
 /// The first number after `marker` in `text`.
 fn number_after(text: &str, marker: &str) -> Option<f64> {
     let rest = &text[text.find(marker)? + marker.len()..];
@@ -133,7 +132,6 @@ fn number_after(text: &str, marker: &str) -> Option<f64> {
         .collect();
     digits.parse().ok()
 }
-
 
 /// Node 22 and server-everything under `target/peers`, from npm.
 fn node_peer(peers: &Path) -> std::result::Result<(PathBuf, PathBuf), String> {
@@ -162,7 +160,6 @@ fn mcp_best(text: &str) -> BTreeMap<String, (f64, f64, f64)> {
         })
         .collect()
 }
-
 
 /// Python with `jsonschema` in a venv under `target/peers`.
 fn python_with_jsonschema(peers: &Path) -> std::result::Result<PathBuf, String> {
@@ -194,7 +191,12 @@ pub(super) fn spec_design(peers: &Path, skipped: &mut Vec<String>) -> Option<(f6
 }
 
 /// One server of the `mcp_servers` bench's plan.
-fn server(name: &str, tool: &str, arguments: serde_json::Value, command: Vec<String>) -> serde_json::Value {
+fn server(
+    name: &str,
+    tool: &str,
+    arguments: serde_json::Value,
+    command: Vec<String>,
+) -> serde_json::Value {
     serde_json::json!({"name": name, "tool": tool, "arguments": arguments, "command": command})
 }
 
@@ -251,7 +253,9 @@ pub(super) fn mcp_rows(mcp: &BTreeMap<String, (f64, f64, f64)>) -> Vec<Row> {
     let mut rows = Vec::new();
     rows.push(match mcp.get("echo") {
         Some(e) => Row {
-            figure: "the client's ceiling: an echo server that only answers, driven by the same client".into(),
+            figure:
+                "the client's ceiling: an echo server that only answers, driven by the same client"
+                    .into(),
             measured: format!("{:.0} calls/s, {:.1} µs server CPU per call", e.0, e.1),
             target: "reported".into(),
             pass: None,
@@ -260,7 +264,10 @@ pub(super) fn mcp_rows(mcp: &BTreeMap<String, (f64, f64, f64)>) -> Vec<Row> {
     });
     for (server, what) in [
         ("toolhost", "MCP stdio read_file"),
-        ("toolhost-plugin", "MCP stdio word_count (example plugin, in process)"),
+        (
+            "toolhost-plugin",
+            "MCP stdio word_count (example plugin, in process)",
+        ),
     ] {
         let Some(t) = mcp.get(server) else {
             rows.push(missing(what));
@@ -434,5 +441,4 @@ mod tests {
             "{err:?}"
         );
     }
-
 }
