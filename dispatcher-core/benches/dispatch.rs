@@ -20,84 +20,40 @@ use dispatcher_core::confirmation::DecidedBy;
 use dispatcher_core::events::EVENT_BUFFER;
 use dispatcher_core::result::SideEffectRecord;
 use dispatcher_core::schema::InputValidator;
-use dispatcher_core::{
-    CallHeader, Dispatcher, EventKind, SessionSpec, ToolEvent, ToolResultBlock, ToolUse,
-};
+use dispatcher_core::{CallHeader, EventKind, ToolEvent, ToolResultBlock, ToolUse};
 use serde_json::json;
-use tool_api::{SideEffect, ToolDefinition, ToolOutput};
+use tool_api::{SideEffect, ToolOutput};
 
-fn noop_definition(name: &str, inline: bool) -> ToolDefinition {
-    let def = ToolDefinition::new(
-        name,
-        "Does nothing.",
-        SideEffect::None,
-        json!({
-            "type": "object",
-            "properties": {
-                "a": {"type": "string"},
-                "b": {"type": "integer"},
-                "c": {"type": "boolean"}
-            },
-            "required": ["a"]
-        }),
-    );
-    if inline { def.inline() } else { def }
-}
+mod common;
 
-fn call(name: &str) -> ToolUse {
-    ToolUse::new("toolu_bench", name, json!({"a": "x", "b": 1, "c": true}))
-}
+use common::{call, noop, noop_definition};
 
 fn benches(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::runtime();
     // Writes are auto-approved, so write_file measures the write, not a prompt.
     let policy: dispatcher_core::ConfirmationPolicy =
         toml::from_str(r#"default = { write = "auto" }"#).unwrap();
-    let dispatcher = Dispatcher::builder()
-        .config(dispatcher_core::DispatcherConfig {
-            max_concurrency: 64,
-            ..Default::default()
-        })
-        .policy(policy)
-        .build();
-    dispatcher
-        .register(tool_api::testing::noop(noop_definition("noop", true)))
-        .unwrap();
-    dispatcher
-        .register(tool_api::testing::noop(noop_definition(
-            "noop_blocking",
-            false,
-        )))
-        .unwrap();
-    for f in builtin_tools::factories() {
-        dispatcher.register(f).unwrap();
-    }
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("4k.txt"), "x".repeat(4096)).unwrap();
-    std::fs::create_dir(dir.path().join("twenty")).unwrap();
-    for i in 0..20 {
-        std::fs::write(dir.path().join(format!("twenty/f{i:02}.txt")), "").unwrap();
-    }
-    let session = dispatcher
-        .open_session(SessionSpec::new("bench", dir.path()))
-        .unwrap();
-    let _subscriber = session.subscribe();
+    let dispatcher = common::dispatcher(
+        policy,
+        [
+            noop("noop", SideEffect::None, true),
+            noop("noop_blocking", SideEffect::None, false),
+        ],
+    );
+    let dir = common::workspace();
+    let (session, _subscriber) = common::session(&dispatcher, dir.path());
 
     let mut group = c.benchmark_group("dispatch");
     group.bench_function("a_inline_noop", |b| {
         b.to_async(&rt).iter_batched(
-            || call("noop"),
+            || call("toolu_bench", "noop"),
             |tu| dispatcher.dispatch(tu, &session),
             BatchSize::SmallInput,
         )
     });
     group.bench_function("b_blocking_noop", |b| {
         b.to_async(&rt).iter_batched(
-            || call("noop_blocking"),
+            || call("toolu_bench", "noop_blocking"),
             |tu| dispatcher.dispatch(tu, &session),
             BatchSize::SmallInput,
         )
@@ -105,7 +61,11 @@ fn benches(c: &mut Criterion) {
     for n in [4usize, 64] {
         group.bench_function(format!("c_batch_{n}_inline_noop"), |b| {
             b.to_async(&rt).iter_batched(
-                || (0..n).map(|_| call("noop")).collect::<Vec<_>>(),
+                || {
+                    (0..n)
+                        .map(|_| call("toolu_bench", "noop"))
+                        .collect::<Vec<_>>()
+                },
                 |calls| dispatcher.dispatch_batch(calls, &session),
                 BatchSize::SmallInput,
             )
@@ -125,15 +85,18 @@ fn benches(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
-    let floor_validator =
-        InputValidator::compile("noop", &noop_definition("noop", true).input_schema).unwrap();
+    let floor_validator = InputValidator::compile(
+        "noop",
+        &noop_definition("noop", SideEffect::None, true).input_schema,
+    )
+    .unwrap();
     let (floor_events, _floor_subscriber) =
         tokio::sync::broadcast::channel::<Arc<ToolEvent>>(EVENT_BUFFER);
     let (session_id, turn_id, tool_name): (Arc<str>, Arc<str>, Arc<str>) =
         (Arc::from("bench"), Arc::from("turn"), Arc::from("noop"));
     group.bench_function("g_required_work_floor", |b| {
         b.to_async(&rt).iter_batched(
-            || call("noop"),
+            || call("toolu_bench", "noop"),
             |ToolUse { id, input, .. }| {
                 let header = Arc::new(CallHeader {
                     session_id: session_id.clone(),

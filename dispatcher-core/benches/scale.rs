@@ -13,39 +13,15 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group, criterion_main};
 use dispatcher_core::{Dispatcher, Session, SessionSpec, ToolUse};
 use serde_json::json;
-use tool_api::{SideEffect, ToolDefinition};
+use tool_api::SideEffect;
 
 const CALLS_PER_SESSION: usize = 64;
 
-fn setup() -> (Dispatcher, tempfile::TempDir) {
-    let dispatcher = Dispatcher::builder()
-        .config(dispatcher_core::DispatcherConfig {
-            max_concurrency: 64,
-            ..Default::default()
-        })
-        .build();
-    dispatcher
-        .register(tool_api::testing::noop(
-            ToolDefinition::new(
-                "noop",
-                "No-op.",
-                SideEffect::None,
-                json!({"type": "object"}),
-            )
-            .inline(),
-        ))
-        .unwrap();
-    for f in builtin_tools::factories() {
-        dispatcher.register(f).unwrap();
-    }
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("small.txt"), "x".repeat(512)).unwrap();
-    (dispatcher, dir)
-}
+mod common;
 
 fn call(i: usize) -> ToolUse {
     if i.is_multiple_of(2) {
-        ToolUse::new(format!("tu{i}"), "noop", json!({}))
+        common::call(format!("tu{i}"), "noop")
     } else {
         ToolUse::new(format!("tu{i}"), "read_file", json!({"path": "small.txt"}))
     }
@@ -72,12 +48,12 @@ fn rss_kib() -> u64 {
 }
 
 fn benches(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let (dispatcher, dir) = setup();
+    let rt = common::runtime();
+    let dispatcher = common::dispatcher(
+        dispatcher_core::ConfirmationPolicy::default(),
+        [common::noop("noop", SideEffect::None, true)],
+    );
+    let dir = common::workspace();
     let mut group = c.benchmark_group("scale");
     for sessions in [1usize, 4, 16, 64] {
         let opened: Vec<Session> = (0..sessions)

@@ -6,25 +6,12 @@
 //! the scheduler costs (classification, ordering, bookkeeping, results in call order).
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
-
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use dispatcher_core::policy::ClassModes;
-use dispatcher_core::{ConfirmationPolicy, Dispatcher, DispatcherConfig, SessionSpec, ToolUse};
-use serde_json::json;
-use tool_api::{SideEffect, ToolDefinition, ToolFactory};
+use dispatcher_core::{ConfirmationPolicy, ToolUse};
+use tool_api::SideEffect;
 
-fn noop(name: &str, class: SideEffect) -> Arc<dyn ToolFactory> {
-    tool_api::testing::noop(
-        ToolDefinition::new(
-            name,
-            "Does nothing.",
-            class,
-            json!({"type": "object", "properties": {"a": {"type": "string"}}}),
-        )
-        .inline(),
-    )
-}
+mod common;
 
 fn calls() -> Vec<ToolUse> {
     (0..64)
@@ -34,38 +21,25 @@ fn calls() -> Vec<ToolUse> {
             } else {
                 "noop_read"
             };
-            ToolUse::new(format!("toolu_{i}"), name, json!({"a": "x"}))
+            common::call(format!("toolu_{i}"), name)
         })
         .collect()
 }
 
 fn benches(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let dispatcher = Dispatcher::builder()
-        .config(DispatcherConfig {
-            max_concurrency: 64,
-            ..DispatcherConfig::default()
-        })
-        .policy(ConfirmationPolicy {
+    let rt = common::runtime();
+    let dispatcher = common::dispatcher(
+        ConfirmationPolicy {
             default: ClassModes::all_auto(),
             ..ConfirmationPolicy::default()
-        })
-        .build();
-    dispatcher
-        .register(noop("noop_read", SideEffect::Read))
-        .unwrap();
-    dispatcher
-        .register(noop("noop_write", SideEffect::Write))
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let session = dispatcher
-        .open_session(SessionSpec::new("bench", dir.path()))
-        .unwrap();
-    let _subscriber = session.subscribe();
+        },
+        [
+            common::noop("noop_read", SideEffect::Read, true),
+            common::noop("noop_write", SideEffect::Write, true),
+        ],
+    );
+    let dir = common::workspace();
+    let (session, _subscriber) = common::session(&dispatcher, dir.path());
 
     let mut group = c.benchmark_group("schedule");
     group.bench_function("direct_64", |b| {
