@@ -1,16 +1,66 @@
 //! The file tools: `read_file`, `list_dir`, `write_file`, `patch_file`.
 
 use crate::hints::Wanted;
-use serde_json::{Value, json};
+use serde::Deserialize;
+use serde_json::json;
+use tool_api::schemars::{self, JsonSchema};
 use tool_api::{
-    Content, DefinedTool, SideEffect, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
+    Content, SideEffect, ToolContext, ToolDefinition, ToolError, ToolOutput, TypedTool,
 };
 
-fn str_arg<'a>(input: &'a Value, key: &str) -> Result<&'a str, ToolError> {
-    input
-        .get(key)
-        .and_then(Value::as_str)
-        .ok_or_else(|| ToolError::invalid_input(format!("'{key}' must be a string")))
+/// A 1-based line or column number. The schema lets through integers of at least 1 only;
+/// one past `u64` (`1e20`, `18446744073709551616`) arrives as a float and means "further
+/// than any file goes".
+#[derive(Debug, Clone)]
+pub struct Position {
+    value: usize,
+    /// As the caller wrote it, for messages.
+    written: serde_json::Number,
+}
+
+impl Position {
+    fn get(&self) -> usize {
+        self.value
+    }
+}
+
+impl std::fmt::Display for Position {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.written)
+    }
+}
+
+impl<'de> Deserialize<'de> for Position {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let number = serde_json::Number::deserialize(d)?;
+        let value = match number.as_u64() {
+            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+            None if number.as_f64().is_some_and(|f| f >= 1.0) => usize::MAX,
+            None => {
+                return Err(serde::de::Error::custom(format!(
+                    "{number} is not a line or column number (1 or more)"
+                )));
+            }
+        };
+        Ok(Position {
+            value: value.max(1),
+            written: number,
+        })
+    }
+}
+
+impl JsonSchema for Position {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Position".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({"type": "integer", "minimum": 1})
+    }
 }
 
 /// How many lines `text` has, as `str::lines` counts them (a last line without a newline
@@ -33,32 +83,41 @@ pub const LINE_LIMIT_CHARS: usize = 50_000;
 #[derive(Default)]
 pub struct ReadFile;
 
-impl DefinedTool for ReadFile {
+/// A workspace file to read: whole, or a range of its lines.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadFileInput {
+    /// File path, relative to the workspace root.
+    pub path: String,
+    /// First line to return (1-based).
+    #[serde(default)]
+    #[schemars(with = "Position")]
+    pub offset: Option<Position>,
+    /// How many lines to return.
+    #[serde(default)]
+    #[schemars(with = "Position")]
+    pub limit: Option<Position>,
+    /// First character of the first line to return (1-based), to read on in a line that was cut.
+    #[serde(default)]
+    #[schemars(with = "Position")]
+    pub column: Option<Position>,
+}
+
+impl TypedTool for ReadFile {
+    type Input = ReadFileInput;
+
     fn definition() -> ToolDefinition {
-        ToolDefinition::new(
+        ToolDefinition::typed(
             "read_file",
             "Read a text file from the workspace. Use offset/limit (1-based line numbers) to read part of a large file. A line longer than 50,000 characters is cut, with a note giving the offset and column to read on from.",
             SideEffect::Read,
-            json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "description": "File path, relative to the workspace root."},
-                    "offset": {"type": "integer", "minimum": 1, "description": "First line to return (1-based)."},
-                    "limit": {"type": "integer", "minimum": 1, "description": "How many lines to return."},
-                    "column": {"type": "integer", "minimum": 1, "description": "First character of the first line to return (1-based), to read on in a line that was cut."}
-                },
-                "required": ["path"],
-                "additionalProperties": false
-            }),
         )
         .path_param("path")
         .inline_when_small()
     }
-}
 
-impl Tool for ReadFile {
-    fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let path = str_arg(&input, "path")?;
+    fn run(&self, input: ReadFileInput, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let path = input.path.as_str();
         let bytes = ctx.files().read_bytes(path).map_err(|e| {
             if tool_api::fs_error::is_too_large(e.message()) {
                 // Its advice (a range of lines) is what read_file cannot do for this file.
@@ -106,17 +165,12 @@ fn decode(path: &str, bytes: Vec<u8>) -> Result<(String, usize), ToolError> {
 }
 
 /// `read_file`'s answer for `text`, the whole file or the range `input` asks for.
-fn read_text(path: &str, text: String, input: &Value) -> Result<ToolOutput, ToolError> {
-    // The schema let through integers of at least 1 only; one past u64 (`1e20`,
-    // `18446744073709551616`) comes as a float and means "further than any file goes".
-    let arg = |key: &str| {
-        input.get(key).filter(|v| v.is_number()).map(|v| {
-            v.as_u64()
-                .map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX))
-                .max(1)
-        })
-    };
-    let (offset, limit, column) = (arg("offset"), arg("limit"), arg("column"));
+fn read_text(path: &str, text: String, input: &ReadFileInput) -> Result<ToolOutput, ToolError> {
+    let (offset, limit, column) = (
+        input.offset.as_ref().map(Position::get),
+        input.limit.as_ref().map(Position::get),
+        input.column.as_ref().map(Position::get),
+    );
     let total_lines = line_count(&text);
     let bytes = text.len();
     let ranged = offset.is_some() || limit.is_some() || column.is_some();
@@ -141,7 +195,10 @@ fn read_text(path: &str, text: String, input: &Value) -> Result<ToolOutput, Tool
     if first > total_lines.max(1) {
         return Err(ToolError::invalid_input(format!(
             "offset {} is past the end of '{path}', which has {}",
-            input["offset"],
+            input
+                .offset
+                .as_ref()
+                .map_or(String::new(), Position::to_string),
             lines(total_lines)
         )));
     }
@@ -157,7 +214,10 @@ fn read_text(path: &str, text: String, input: &Value) -> Result<ToolOutput, Tool
             None => {
                 return Err(ToolError::invalid_input(format!(
                     "column {} is past the end of line {number} of '{path}', which has {} characters",
-                    input["column"],
+                    input
+                        .column
+                        .as_ref()
+                        .map_or(String::new(), Position::to_string),
                     line.chars().count()
                 )));
             }
@@ -226,28 +286,34 @@ fn lines(n: usize) -> String {
 #[derive(Default)]
 pub struct ListDir;
 
-impl DefinedTool for ListDir {
+/// A workspace directory to list.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListDirInput {
+    /// Directory path, relative to the workspace root. Defaults to the root.
+    #[serde(default = "workspace_root")]
+    pub path: String,
+}
+
+fn workspace_root() -> String {
+    ".".into()
+}
+
+impl TypedTool for ListDir {
+    type Input = ListDirInput;
+
     fn definition() -> ToolDefinition {
-        ToolDefinition::new(
+        ToolDefinition::typed(
             "list_dir",
             "List the entries of a workspace directory, sorted; directory names end with '/'.",
             SideEffect::Read,
-            json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "description": "Directory path, relative to the workspace root. Defaults to the root.", "default": "."}
-                },
-                "additionalProperties": false
-            }),
         )
         .path_param("path")
         .inline_when_small()
     }
-}
 
-impl Tool for ListDir {
-    fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let path = input.get("path").and_then(Value::as_str).unwrap_or(".");
+    fn run(&self, input: ListDirInput, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let path = input.path.as_str();
         let names = ctx
             .files()
             .list(path)
@@ -265,30 +331,30 @@ impl Tool for ListDir {
 #[derive(Default)]
 pub struct WriteFile;
 
-impl DefinedTool for WriteFile {
+/// A workspace file and its complete new content.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WriteFileInput {
+    /// File path, relative to the workspace root.
+    pub path: String,
+    /// The complete new content of the file.
+    pub content: String,
+}
+
+impl TypedTool for WriteFile {
+    type Input = WriteFileInput;
+
     fn definition() -> ToolDefinition {
-        ToolDefinition::new(
+        ToolDefinition::typed(
             "write_file",
             "Create or overwrite a file in the workspace with the given content. Parent directories are created. The write is atomic.",
             SideEffect::Write,
-            json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "description": "File path, relative to the workspace root."},
-                    "content": {"type": "string", "description": "The complete new content of the file."}
-                },
-                "required": ["path", "content"],
-                "additionalProperties": false
-            }),
         )
         .path_param("path")
     }
-}
 
-impl Tool for WriteFile {
-    fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let path = str_arg(&input, "path")?;
-        let content = str_arg(&input, "content")?;
+    fn run(&self, input: WriteFileInput, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let (path, content) = (input.path.as_str(), input.content.as_str());
         let existed = ctx.files().exists(path)?;
         ctx.files().write(path, content)?;
         let verb = if existed { "Overwrote" } else { "Created" };
@@ -304,32 +370,33 @@ impl Tool for WriteFile {
 #[derive(Default)]
 pub struct PatchFile;
 
-impl DefinedTool for PatchFile {
+/// One exact replacement in a workspace file.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PatchFileInput {
+    /// File path, relative to the workspace root.
+    pub path: String,
+    /// The exact text to replace; must occur exactly once.
+    #[schemars(length(min = 1))]
+    pub old: String,
+    /// The replacement text.
+    pub new: String,
+}
+
+impl TypedTool for PatchFile {
+    type Input = PatchFileInput;
+
     fn definition() -> ToolDefinition {
-        ToolDefinition::new(
+        ToolDefinition::typed(
             "patch_file",
             "Replace one exact occurrence of `old` with `new` in a workspace file. Fails, changing nothing, if `old` occurs zero times or more than once; include enough surrounding text to make it unique.",
             SideEffect::Write,
-            json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "description": "File path, relative to the workspace root."},
-                    "old": {"type": "string", "minLength": 1, "description": "The exact text to replace; must occur exactly once."},
-                    "new": {"type": "string", "description": "The replacement text."}
-                },
-                "required": ["path", "old", "new"],
-                "additionalProperties": false
-            }),
         )
         .path_param("path")
     }
-}
 
-impl Tool for PatchFile {
-    fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let path = str_arg(&input, "path")?;
-        let old = str_arg(&input, "old")?;
-        let new = str_arg(&input, "new")?;
+    fn run(&self, input: PatchFileInput, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let (path, old, new) = (input.path.as_str(), input.old.as_str(), input.new.as_str());
         if old == new {
             return Err(ToolError::invalid_input(
                 "`old` and `new` are the same: there is nothing to change",

@@ -40,9 +40,11 @@ use std::time::{Duration, Instant};
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use rustix::process::{Pid, Signal, kill_process_group};
 use sandbox::{CommandMode, CommandPolicy};
-use serde_json::{Value, json};
+use serde::Deserialize;
+use serde_json::json;
+use tool_api::schemars::{self, JsonSchema};
 use tool_api::{
-    DefinedTool, SandboxMode, SideEffect, Tool, ToolContext, ToolDefinition, ToolError, ToolOutput,
+    SandboxMode, SideEffect, ToolContext, ToolDefinition, ToolError, ToolOutput, TypedTool,
 };
 
 /// How long after SIGTERM a still-running command gets SIGKILL.
@@ -66,22 +68,13 @@ pub struct Shell {
     cancel_requested: AtomicBool,
 }
 
-impl DefinedTool for Shell {
-    fn definition() -> ToolDefinition {
-        ToolDefinition::new(
-            "shell",
-            "Run a shell command (/bin/sh -c) in the workspace directory and return its stdout, stderr and exit code. Output beyond 64 KiB per stream is cut.",
-            SideEffect::Execute,
-            json!({
-                "type": "object",
-                "properties": {
-                    "command": {"type": "string", "minLength": 1, "description": "The command line to run."}
-                },
-                "required": ["command"],
-                "additionalProperties": false
-            }),
-        )
-    }
+/// A command line for /bin/sh, run in the workspace directory.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ShellInput {
+    /// The command line to run.
+    #[schemars(length(min = 1))]
+    pub command: String,
 }
 
 /// Signals the command's process group. While the shell is not yet reaped
@@ -326,12 +319,19 @@ impl ExitWatch {
     }
 }
 
-impl Tool for Shell {
-    fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let command = input
-            .get("command")
-            .and_then(Value::as_str)
-            .ok_or_else(|| ToolError::invalid_input("'command' must be a string"))?;
+impl TypedTool for Shell {
+    type Input = ShellInput;
+
+    fn definition() -> ToolDefinition {
+        ToolDefinition::typed(
+            "shell",
+            "Run a shell command (/bin/sh -c) in the workspace directory and return its stdout, stderr and exit code. Output beyond 64 KiB per stream is cut.",
+            SideEffect::Execute,
+        )
+    }
+
+    fn run(&self, input: ShellInput, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let command = input.command.as_str();
         let confined = confine(ctx)?;
         let mut cmd = shell_command(command);
         cmd.current_dir(ctx.workspace_root())
