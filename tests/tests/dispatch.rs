@@ -295,11 +295,9 @@ impl Confirmer for Scripted {
 
 #[tokio::test]
 async fn always_allow_stops_asking_for_that_tool_in_that_session() {
-    let d = Dispatcher::builder()
-        .confirmer(Arc::new(Scripted(Decision::AlwaysAllow)))
-        .build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(
+        Dispatcher::builder().confirmer(Arc::new(Scripted(Decision::AlwaysAllow))),
+    );
     let mut events = fx.session.subscribe();
     for n in 0..3 {
         let r = d
@@ -353,13 +351,12 @@ fn no_rm_rf() -> Arc<dyn PreUseHook> {
 
 #[tokio::test]
 async fn hooks_can_deny_or_force_a_prompt() {
-    let d = Dispatcher::builder()
-        .policy(policy(r#"per_tool = { shell = "auto" }"#))
-        .hook(no_rm_rf())
-        .confirmer(Arc::new(Scripted(Decision::Deny)))
-        .build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(
+        Dispatcher::builder()
+            .policy(policy(r#"per_tool = { shell = "auto" }"#))
+            .hook(no_rm_rf())
+            .confirmer(Arc::new(Scripted(Decision::Deny))),
+    );
     let r = d
         .dispatch(
             ToolUse::new("tu", "shell", json!({"command": "rm -rf /tmp/x"})),
@@ -390,11 +387,9 @@ async fn hooks_can_deny_or_force_a_prompt() {
 
 #[tokio::test]
 async fn policy_deny_is_user_denied_and_names_the_setting() {
-    let d = Dispatcher::builder()
-        .policy(policy(r#"default = { EXECUTE = "deny" }"#))
-        .build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(
+        Dispatcher::builder().policy(policy(r#"default = { EXECUTE = "deny" }"#)),
+    );
     let r = d
         .dispatch(
             ToolUse::new("tu", "shell", json!({"command": "true"})),
@@ -411,11 +406,9 @@ async fn policy_deny_is_user_denied_and_names_the_setting() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batch_runs_unsafe_calls_alone_and_keeps_call_order() {
-    let d = Dispatcher::builder()
-        .policy(policy(r#"default = { WRITE = "auto", EXECUTE = "auto" }"#))
-        .build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(
+        Dispatcher::builder().policy(policy(r#"default = { WRITE = "auto", EXECUTE = "auto" }"#)),
+    );
     fx.write("a.txt", "A");
     let calls = vec![
         ToolUse::new("t0", "read_file", json!({"path": "a.txt"})),
@@ -442,11 +435,9 @@ async fn batch_runs_unsafe_calls_alone_and_keeps_call_order() {
 
 #[tokio::test]
 async fn a_patch_that_misses_names_the_lines_of_its_matches_or_of_a_match_but_for_whitespace() {
-    let d = Dispatcher::builder()
-        .policy(policy(r#"default = { WRITE = "auto" }"#))
-        .build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(
+        Dispatcher::builder().policy(policy(r#"default = { WRITE = "auto" }"#)),
+    );
     let source = "fn main() {\n    let x = 1;\n    run(x);\n}\nfoo\n\nfoo\n";
     fx.write("main.rs", source);
     let test_host = tool_api::testing::TestHost::new();
@@ -494,11 +485,9 @@ async fn a_patch_that_misses_names_the_lines_of_its_matches_or_of_a_match_but_fo
 
 #[tokio::test]
 async fn patch_file_needs_exactly_one_match() {
-    let d = Dispatcher::builder()
-        .policy(policy(r#"default = { WRITE = "auto" }"#))
-        .build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(
+        Dispatcher::builder().policy(policy(r#"default = { WRITE = "auto" }"#)),
+    );
     fx.write("f.txt", "aa bb aa");
     let none = d
         .dispatch(
@@ -546,11 +535,9 @@ async fn patch_file_needs_exactly_one_match() {
 #[tokio::test]
 async fn write_file_replaces_atomically_and_keeps_permissions() {
     use std::os::unix::fs::PermissionsExt;
-    let d = Dispatcher::builder()
-        .policy(policy(r#"default = { WRITE = "auto" }"#))
-        .build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(
+        Dispatcher::builder().policy(policy(r#"default = { WRITE = "auto" }"#)),
+    );
     fx.write("run.sh", "old");
     std::fs::set_permissions(fx.path("run.sh"), std::fs::Permissions::from_mode(0o750)).unwrap();
     let r = d

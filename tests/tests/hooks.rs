@@ -54,12 +54,11 @@ fn write(path: &str) -> ToolUse {
 #[tokio::test]
 async fn hook_allow_skips_the_prompt() {
     let asker = Counting::new(Decision::Deny);
-    let d = Dispatcher::builder()
-        .hook(pre_use_fn("allow-writes", |_| HookDecision::Allow))
-        .confirmer(asker.clone())
-        .build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(
+        Dispatcher::builder()
+            .hook(pre_use_fn("allow-writes", |_| HookDecision::Allow))
+            .confirmer(asker.clone()),
+    );
     let r = d.dispatch(write("a.txt"), &fx.session).await;
     assert!(!r.is_error(), "{r:?}");
     assert_eq!(asker.asked(), 0);
@@ -67,12 +66,11 @@ async fn hook_allow_skips_the_prompt() {
 
 #[tokio::test]
 async fn hook_allow_never_bypasses_a_policy_deny() {
-    let d = Dispatcher::builder()
-        .policy(policy(r#"per_tool = { write_file = "deny" }"#))
-        .hook(pre_use_fn("allow-everything", |_| HookDecision::Allow))
-        .build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(
+        Dispatcher::builder()
+            .policy(policy(r#"per_tool = { write_file = "deny" }"#))
+            .hook(pre_use_fn("allow-everything", |_| HookDecision::Allow)),
+    );
     let r = d.dispatch(write("a.txt"), &fx.session).await;
     assert_eq!(r.error_class, Some(ErrorClass::UserDenied));
     assert!(
@@ -85,14 +83,13 @@ async fn hook_allow_never_bypasses_a_policy_deny() {
 
 #[tokio::test]
 async fn hook_deny_beats_another_hooks_allow_and_its_reason_reaches_the_model() {
-    let d = Dispatcher::builder()
-        .hook(pre_use_fn("allow", |_| HookDecision::Allow))
-        .hook(pre_use_fn("guard", |_| {
-            HookDecision::Deny("writes are frozen until the release".into())
-        }))
-        .build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(
+        Dispatcher::builder()
+            .hook(pre_use_fn("allow", |_| HookDecision::Allow))
+            .hook(pre_use_fn("guard", |_| {
+                HookDecision::Deny("writes are frozen until the release".into())
+            })),
+    );
     let r = d.dispatch(write("a.txt"), &fx.session).await;
     assert_eq!(r.error_class, Some(ErrorClass::UserDenied));
     assert_eq!(
@@ -104,18 +101,17 @@ async fn hook_deny_beats_another_hooks_allow_and_its_reason_reaches_the_model() 
 #[tokio::test]
 async fn hook_ask_forces_a_prompt_even_after_always_allow() {
     let asker = Counting::new(Decision::AlwaysAllow);
-    let d = Dispatcher::builder()
-        .hook(pre_use_fn("ask-on-env", |c: &HookCall<'_>| {
-            if c.input["path"] == ".env" {
-                HookDecision::Ask("touches secrets".into())
-            } else {
-                HookDecision::Continue
-            }
-        }))
-        .confirmer(asker.clone())
-        .build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(
+        Dispatcher::builder()
+            .hook(pre_use_fn("ask-on-env", |c: &HookCall<'_>| {
+                if c.input["path"] == ".env" {
+                    HookDecision::Ask("touches secrets".into())
+                } else {
+                    HookDecision::Continue
+                }
+            }))
+            .confirmer(asker.clone()),
+    );
     assert!(!d.dispatch(write("a.txt"), &fx.session).await.is_error());
     assert!(!d.dispatch(write("b.txt"), &fx.session).await.is_error());
     assert_eq!(asker.asked(), 1, "always-allow covers the second write");
@@ -125,23 +121,22 @@ async fn hook_ask_forces_a_prompt_even_after_always_allow() {
 
 #[tokio::test]
 async fn hook_rewrite_is_validated_again_before_the_call_runs() {
-    let d = Dispatcher::builder()
-        .policy(policy(r#"per_tool = { write_file = "auto" }"#))
-        .hook(pre_use_fn("normalize", |c: &HookCall<'_>| {
-            match c.input["path"].as_str() {
-                Some("bad") => HookDecision::Rewrite(json!({"path": 42})),
-                Some("escape") => {
-                    HookDecision::Rewrite(json!({"path": "../outside.txt", "content": "x"}))
+    let (d, fx) = Fixture::with_builtins(
+        Dispatcher::builder()
+            .policy(policy(r#"per_tool = { write_file = "auto" }"#))
+            .hook(pre_use_fn("normalize", |c: &HookCall<'_>| {
+                match c.input["path"].as_str() {
+                    Some("bad") => HookDecision::Rewrite(json!({"path": 42})),
+                    Some("escape") => {
+                        HookDecision::Rewrite(json!({"path": "../outside.txt", "content": "x"}))
+                    }
+                    Some(p) if !p.starts_with("out/") => HookDecision::Rewrite(
+                        json!({"path": format!("out/{p}"), "content": c.input["content"]}),
+                    ),
+                    _ => HookDecision::Continue,
                 }
-                Some(p) if !p.starts_with("out/") => HookDecision::Rewrite(
-                    json!({"path": format!("out/{p}"), "content": c.input["content"]}),
-                ),
-                _ => HookDecision::Continue,
-            }
-        }))
-        .build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+            })),
+    );
     let r = d.dispatch(write("a.txt"), &fx.session).await;
     assert!(!r.is_error(), "{r:?}");
     assert!(fx.path("out/a.txt").is_file(), "the rewritten input ran");
@@ -183,9 +178,7 @@ impl PostUseHook for Reviewer {
 
 #[tokio::test]
 async fn post_use_hook_annotates_or_replaces_the_result() {
-    let d = Dispatcher::builder().post_hook(Arc::new(Reviewer)).build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(Dispatcher::builder().post_hook(Arc::new(Reviewer)));
     fx.write("gen.rs", "fn main() {}");
     fx.write("keys.txt", "SECRET=1");
     let r = d
@@ -217,12 +210,11 @@ fn command_hook(script: &str) -> CommandHook {
 }
 
 fn with_command_hook(hook: CommandHook) -> (Dispatcher, Fixture) {
-    let d = Dispatcher::builder()
-        .policy(policy(r#"per_tool = { write_file = "auto" }"#))
-        .hook(Arc::new(hook))
-        .build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(
+        Dispatcher::builder()
+            .policy(policy(r#"per_tool = { write_file = "auto" }"#))
+            .hook(Arc::new(hook)),
+    );
     (d, fx)
 }
 
@@ -283,13 +275,9 @@ async fn command_hook_runs_only_for_the_tools_it_names() {
 
 #[tokio::test]
 async fn command_post_hook_annotates_the_result() {
-    let d = Dispatcher::builder()
-        .post_hook(Arc::new(command_hook(
-            r#"echo '{"annotate": "reviewed by audit"}'"#,
-        )))
-        .build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(Dispatcher::builder().post_hook(Arc::new(command_hook(
+        r#"echo '{"annotate": "reviewed by audit"}'"#,
+    ))));
     fx.write("a.txt", "hello");
     let r = d
         .dispatch(
@@ -319,14 +307,13 @@ impl RuntimePolicy for Limits {
 
 #[tokio::test]
 async fn runtime_policy_grant_sets_the_timeout_and_output_size() {
-    let d = Dispatcher::builder()
-        .policy(policy(r#"per_tool = { shell = "auto" }"#))
-        .runtime(Arc::new(Limits {
-            sandbox: SandboxMode::Host,
-        }))
-        .build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(
+        Dispatcher::builder()
+            .policy(policy(r#"per_tool = { shell = "auto" }"#))
+            .runtime(Arc::new(Limits {
+                sandbox: SandboxMode::Host,
+            })),
+    );
     let r = d
         .dispatch(
             ToolUse::new("t", "shell", json!({"command": "sleep 5"})),
@@ -357,14 +344,13 @@ async fn runtime_policy_grant_sets_the_timeout_and_output_size() {
 
 #[tokio::test]
 async fn unsupported_sandbox_mode_in_a_grant_is_refused_never_ignored() {
-    let d = Dispatcher::builder()
-        .policy(policy(r#"per_tool = { shell = "auto" }"#))
-        .runtime(Arc::new(Limits {
-            sandbox: SandboxMode::Container,
-        }))
-        .build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(
+        Dispatcher::builder()
+            .policy(policy(r#"per_tool = { shell = "auto" }"#))
+            .runtime(Arc::new(Limits {
+                sandbox: SandboxMode::Container,
+            })),
+    );
     let r = d
         .dispatch(
             ToolUse::new("t", "shell", json!({"command": "touch ran"})),
@@ -385,9 +371,7 @@ async fn unsupported_sandbox_mode_in_a_grant_is_refused_never_ignored() {
 #[tokio::test]
 async fn always_allow_lasts_for_the_session_and_can_be_listed_and_revoked() {
     let asker = Counting::new(Decision::AlwaysAllow);
-    let d = Dispatcher::builder().confirmer(asker.clone()).build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(Dispatcher::builder().confirmer(asker.clone()));
     for p in ["a", "b", "c"] {
         assert!(!d.dispatch(write(p), &fx.session).await.is_error());
     }
@@ -404,14 +388,11 @@ async fn always_allow_lasts_for_the_session_and_can_be_listed_and_revoked() {
 #[tokio::test]
 async fn a_grant_that_cannot_be_read_means_asking() {
     let asker = Counting::new(Decision::AlwaysAllow);
-    let d = Dispatcher::builder()
-        .confirmer(asker.clone())
-        .store(Arc::new(dispatcher_core::store::Unreachable::new(
+    let (d, fx) = Fixture::with_builtins(Dispatcher::builder().confirmer(asker.clone()).store(
+        Arc::new(dispatcher_core::store::Unreachable::new(
             "redis://cache:6379/0",
-        )))
-        .build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+        )),
+    ));
     for p in ["a", "b"] {
         assert!(!d.dispatch(write(p), &fx.session).await.is_error());
     }
@@ -490,16 +471,15 @@ async fn user_interrupt_while_a_pre_use_hook_runs_keeps_the_call_from_running() 
 
 #[tokio::test]
 async fn a_panicking_host_hook_fails_its_call_and_the_batch_still_finishes() {
-    let d = Dispatcher::builder()
-        .hook(pre_use_fn("buggy", |c: &HookCall<'_>| {
+    let (d, fx) = Fixture::with_builtins(Dispatcher::builder().hook(pre_use_fn(
+        "buggy",
+        |c: &HookCall<'_>| {
             if c.input["path"] == "boom" {
                 panic!("bug in the host's hook")
             }
             HookDecision::Continue
-        }))
-        .build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+        },
+    )));
     fx.write("ok.txt", "fine");
     let results = d
         .dispatch_batch(
@@ -522,13 +502,12 @@ async fn a_panicking_host_hook_fails_its_call_and_the_batch_still_finishes() {
 #[tokio::test]
 async fn hook_allow_does_not_skip_a_prompt_a_per_tool_rule_asks_for() {
     let asker = Counting::new(Decision::Allow);
-    let d = Dispatcher::builder()
-        .policy(policy(r#"per_tool = { write_file = "prompt" }"#))
-        .hook(pre_use_fn("allow-everything", |_| HookDecision::Allow))
-        .confirmer(asker.clone())
-        .build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(
+        Dispatcher::builder()
+            .policy(policy(r#"per_tool = { write_file = "prompt" }"#))
+            .hook(pre_use_fn("allow-everything", |_| HookDecision::Allow))
+            .confirmer(asker.clone()),
+    );
     let r = d.dispatch(write("a.txt"), &fx.session).await;
     assert!(!r.is_error(), "{r:?}");
     assert_eq!(
@@ -554,12 +533,11 @@ impl RuntimePolicy for BaseTimeouts {
 #[tokio::test]
 async fn class_default_timeouts_are_60s_and_600s_for_execute_and_network() {
     let seen = Arc::new(BaseTimeouts::default());
-    let d = Dispatcher::builder()
-        .policy(policy(r#"default = { write = "auto", execute = "auto" }"#))
-        .runtime(seen.clone())
-        .build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(
+        Dispatcher::builder()
+            .policy(policy(r#"default = { write = "auto", execute = "auto" }"#))
+            .runtime(seen.clone()),
+    );
     fx.write("a.txt", "a");
     for call in [
         ToolUse::new("r", "read_file", json!({"path": "a.txt"})),

@@ -386,9 +386,7 @@ async fn absolute_path_outside_workspace_is_permission_denied() {
 
 #[tokio::test]
 async fn symlink_leading_outside_is_permission_denied() {
-    let d = Dispatcher::builder().policy(allow_all()).build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(Dispatcher::builder().policy(allow_all()));
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(outside.path().join("secret.txt"), "secret").unwrap();
     std::os::unix::fs::symlink(outside.path().join("secret.txt"), fx.path("link.txt")).unwrap();
@@ -541,14 +539,10 @@ async fn denied_write_is_user_denied_and_does_not_run() {
 
 #[tokio::test]
 async fn unanswered_confirmation_times_out() {
-    let d = Dispatcher::builder()
-        .config(DispatcherConfig {
-            confirmation_timeout: Duration::from_secs(1),
-            ..DispatcherConfig::default()
-        })
-        .build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(Dispatcher::builder().config(DispatcherConfig {
+        confirmation_timeout: Duration::from_secs(1),
+        ..DispatcherConfig::default()
+    }));
     let mut events = fx.session.subscribe();
     let started = Instant::now();
     let r = d
@@ -688,9 +682,7 @@ async fn cancellation_sets_signal_and_tool_reports_cancelled() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shell_cancel_sends_sigterm_then_sigkill_after_five_seconds() {
-    let d = Dispatcher::builder().policy(allow_all()).build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(Dispatcher::builder().policy(allow_all()));
     let mut events = fx.session.subscribe();
     // The command ignores SIGTERM, so only SIGKILL stops it.
     let command = "trap 'echo got-term' TERM; echo started; i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done";
@@ -730,9 +722,7 @@ async fn shell_cancel_sends_sigterm_then_sigkill_after_five_seconds() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shell_command_that_honours_sigterm_stops_at_once() {
-    let d = Dispatcher::builder().policy(allow_all()).build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(Dispatcher::builder().policy(allow_all()));
     let mut events = fx.session.subscribe();
     let (d2, s2) = (d.clone(), fx.session.clone());
     let pending = tokio::spawn(async move {
@@ -755,9 +745,7 @@ async fn shell_command_that_honours_sigterm_stops_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shell_output_held_open_by_a_detached_process_is_returned_and_named() {
-    let d = Dispatcher::builder().policy(allow_all()).build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(Dispatcher::builder().policy(allow_all()));
     // The detached process leaves the command's group, so the group's SIGKILL misses it,
     // and it keeps stdout and stderr open for far longer than the call may wait.
     // The shell waits until the detached process has left its group (it writes its pid
@@ -856,9 +844,7 @@ async fn trusted_workspace_auto_runs_writes_but_execute_still_prompts() {
 
 #[tokio::test]
 async fn called_event_side_effects_match_each_builtin_declaration() {
-    let d = Dispatcher::builder().policy(allow_all()).build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(Dispatcher::builder().policy(allow_all()));
     fx.write("f.txt", "hello");
     let mut events = d.subscribe_all();
     let calls = [
@@ -974,9 +960,7 @@ fn a_whole_file_read_over_the_limit_is_refused_before_reading() {
 
 #[tokio::test]
 async fn read_file_of_a_binary_file_says_it_reads_text_only() {
-    let d = Dispatcher::builder().policy(allow_all()).build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(Dispatcher::builder().policy(allow_all()));
     std::fs::write(fx.path("image.bin"), b"\x89PNG\r\n\x1a\n\xff\xfe").unwrap();
     let r = d
         .dispatch(
@@ -999,9 +983,7 @@ async fn read_file_of_a_binary_file_says_it_reads_text_only() {
 #[tokio::test]
 async fn a_read_only_file_is_not_replaced_patched_or_appended_to() {
     use std::os::unix::fs::PermissionsExt;
-    let d = Dispatcher::builder().policy(allow_all()).build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(Dispatcher::builder().policy(allow_all()));
     fx.write("locked.txt", "keep me\n");
     std::fs::set_permissions(
         fx.path("locked.txt"),
@@ -1054,9 +1036,7 @@ async fn a_read_only_file_is_not_replaced_patched_or_appended_to() {
 
 #[tokio::test]
 async fn a_write_through_a_symlink_inside_the_workspace_changes_its_target_and_keeps_the_link() {
-    let d = Dispatcher::builder().policy(allow_all()).build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(Dispatcher::builder().policy(allow_all()));
     fx.write("docs/AGENTS.md", "agents v1\n");
     std::os::unix::fs::symlink("docs/AGENTS.md", fx.path("CLAUDE.md")).unwrap();
     // A chain, and a link whose target does not exist yet.
@@ -1121,9 +1101,7 @@ async fn read(d: &Dispatcher, fx: &Fixture, input: Value) -> ToolResultBlock {
 
 #[tokio::test]
 async fn read_file_cuts_a_line_over_the_line_limit_and_says_where_to_read_on() {
-    let d = Dispatcher::builder().policy(allow_all()).build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(Dispatcher::builder().policy(allow_all()));
     // 120,000 characters in 180,000 bytes: cuts fall between characters, not bytes.
     let long = "éx".repeat(60_000);
     std::fs::write(fx.path("bundle.min.js"), format!("// header\n{long}\n")).unwrap();
@@ -1178,9 +1156,7 @@ async fn read_file_cuts_a_line_over_the_line_limit_and_says_where_to_read_on() {
 
 #[tokio::test]
 async fn read_file_offset_past_the_end_is_invalid_input_naming_the_length() {
-    let d = Dispatcher::builder().policy(allow_all()).build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(Dispatcher::builder().policy(allow_all()));
     std::fs::write(fx.path("short.txt"), "one\ntwo\n").unwrap();
     let r = d
         .dispatch(
@@ -1204,9 +1180,7 @@ async fn read_file_offset_past_the_end_is_invalid_input_naming_the_length() {
 
 #[tokio::test]
 async fn read_file_numbers_past_u64_mean_past_the_end_and_are_not_ignored() {
-    let d = Dispatcher::builder().policy(allow_all()).build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(Dispatcher::builder().policy(allow_all()));
     std::fs::write(fx.path("short.txt"), "one\ntwo\n").unwrap();
     // JSON numbers past u64 arrive as floats; they passed the schema as integers >= 1.
     let offset: Value =
@@ -1234,9 +1208,7 @@ async fn read_file_numbers_past_u64_mean_past_the_end_and_are_not_ignored() {
 
 #[tokio::test]
 async fn a_write_to_a_path_that_names_a_directory_is_refused_and_creates_nothing() {
-    let d = Dispatcher::builder().policy(allow_all()).build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(Dispatcher::builder().policy(allow_all()));
     let test_host = tool_api::testing::TestHost::new();
     for path in ["new/dir/", "new/dir/.", "new/dir/.."] {
         let r = d
@@ -1264,9 +1236,7 @@ async fn a_write_to_a_path_that_names_a_directory_is_refused_and_creates_nothing
 
 #[tokio::test]
 async fn read_file_of_a_range_of_a_file_over_the_read_limit_points_to_a_command() {
-    let d = Dispatcher::builder().policy(allow_all()).build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(Dispatcher::builder().policy(allow_all()));
     // Sparse: a size over the limit without the bytes on disk.
     let file = std::fs::File::create(fx.path("huge.log")).unwrap();
     file.set_len(dispatcher_core::workspace::MAX_READ_BYTES + 1)
@@ -1290,9 +1260,7 @@ async fn read_file_of_a_range_of_a_file_over_the_read_limit_points_to_a_command(
 
 #[tokio::test]
 async fn read_file_of_text_in_another_encoding_shows_what_it_cannot_decode_and_says_so() {
-    let d = Dispatcher::builder().policy(allow_all()).build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(Dispatcher::builder().policy(allow_all()));
     // Latin-1: ü, ß and ö are one byte each, none of them UTF-8.
     std::fs::write(
         fx.path("legacy.txt"),
@@ -1312,9 +1280,7 @@ async fn read_file_of_text_in_another_encoding_shows_what_it_cannot_decode_and_s
 
 #[tokio::test]
 async fn read_file_of_a_file_holding_nul_bytes_is_refused_as_binary() {
-    let d = Dispatcher::builder().policy(allow_all()).build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(Dispatcher::builder().policy(allow_all()));
     // Valid UTF-8 all the same: UTF-16 text of ASCII letters.
     std::fs::write(fx.path("notes.txt"), b"h\x00i\x00").unwrap();
     let r = d
@@ -1332,9 +1298,7 @@ async fn read_file_of_a_file_holding_nul_bytes_is_refused_as_binary() {
 
 #[tokio::test]
 async fn a_path_that_is_not_there_gets_the_names_it_may_have_meant() {
-    let d = Dispatcher::builder().policy(allow_all()).build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(Dispatcher::builder().policy(allow_all()));
     std::fs::create_dir_all(fx.path("src")).unwrap();
     std::fs::write(fx.path("src/main.tsx"), "x").unwrap();
     std::fs::write(fx.path("README.md"), "x").unwrap();
@@ -1380,9 +1344,7 @@ async fn a_path_that_is_not_there_gets_the_names_it_may_have_meant() {
 
 #[tokio::test]
 async fn a_patch_whose_old_and_new_are_the_same_is_invalid_and_writes_nothing() {
-    let d = Dispatcher::builder().policy(allow_all()).build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(Dispatcher::builder().policy(allow_all()));
     std::fs::write(fx.path("f.txt"), "keep").unwrap();
     let before = std::fs::metadata(fx.path("f.txt"))
         .unwrap()
@@ -1412,9 +1374,7 @@ async fn a_patch_whose_old_and_new_are_the_same_is_invalid_and_writes_nothing() 
 
 #[tokio::test]
 async fn a_path_under_a_file_names_the_file() {
-    let d = Dispatcher::builder().policy(allow_all()).build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(Dispatcher::builder().policy(allow_all()));
     std::fs::create_dir_all(fx.path("src")).unwrap();
     std::fs::write(fx.path("src/config.json"), "{}").unwrap();
     for (tool, input) in [
@@ -1443,9 +1403,7 @@ async fn a_path_under_a_file_names_the_file() {
 
 #[tokio::test]
 async fn a_directory_given_to_read_and_a_file_given_to_list_name_the_other_tool() {
-    let d = Dispatcher::builder().policy(allow_all()).build();
-    builtins(&d);
-    let fx = Fixture::new(d.clone());
+    let (d, fx) = Fixture::with_builtins(Dispatcher::builder().policy(allow_all()));
     std::fs::create_dir_all(fx.path("src")).unwrap();
     std::fs::write(fx.path("notes.txt"), "x").unwrap();
     for (tool, input, expected) in [

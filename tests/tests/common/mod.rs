@@ -5,7 +5,9 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dispatcher_core::{ConfirmationPolicy, Dispatcher, Session, SessionSpec, ToolEvent};
+use dispatcher_core::{
+    ConfirmationPolicy, Dispatcher, DispatcherBuilder, Session, SessionSpec, ToolEvent,
+};
 use tokio::sync::broadcast;
 
 /// Registers the built-in tools.
@@ -43,6 +45,14 @@ impl Fixture {
             dispatcher,
             session,
         }
+    }
+
+    /// The usual prologue: the dispatcher `builder` makes, with the built-in tools, and a
+    /// fixture over it.
+    pub fn with_builtins(builder: DispatcherBuilder) -> (Dispatcher, Fixture) {
+        let d = builder.build();
+        builtins(&d);
+        (d.clone(), Fixture::new(d))
     }
 
     pub fn path(&self, rel: &str) -> std::path::PathBuf {
