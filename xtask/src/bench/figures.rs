@@ -40,13 +40,20 @@ fn paired_json(group: &str) -> Option<serde_json::Value> {
 pub(super) fn dispatch_rows(design_noop: Option<f64>) -> Vec<Row> {
     let a = dispatch("a_inline_noop");
     let floor = dispatch("g_required_work_floor");
+    let floor_figure = "the floor of a call: only the work the spec's design asks of a no-op (its header, a clock read, validation, two events to a subscriber, output, result), with no pipeline around it";
     let mut rows = vec![
-        share_row(
-            "the floor of a call: only the work the spec's design asks of a no-op (its header, a clock read, validation, two events to a subscriber, output, result), with no pipeline around it",
-            floor,
-            design_noop,
-            "the Python design",
-        ),
+        match (floor, design_noop) {
+            (Some(f), Some(py)) => Row {
+                figure: floor_figure.into(),
+                measured: format!(
+                    "{f:.2} µs; the whole call in the spec's Python design: {py:.1} µs ({:.0}×)",
+                    py / f
+                ),
+                target: "reported".into(),
+                pass: None,
+            },
+            (f, _) => us_row(floor_figure, f),
+        },
         ratio_row(
             "(a) inline no-op dispatch vs its floor",
             a,
