@@ -294,6 +294,82 @@ impl Drop for McpServer {
     }
 }
 
+impl McpServer {
+    /// A listen stream, until its client closes it or the server stops: tool list changes
+    /// and what the mounted servers tell, with the resources it asked for subscribed
+    /// upstream meanwhile.
+    async fn listen_until_closed(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        let listens = &self.shared.listens;
+        let _open = listens.enter();
+        // Any early watch will do: all of this handler's listens are in one session.
+        let changes = self
+            .early_watches
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+            .unwrap_or_else(|| self.shared.dispatcher.watch_tools());
+        let upstreams = &self.shared.upstreams;
+        let events = self
+            .early_events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+            .unwrap_or_else(|| upstreams.events());
+        // The resources it asked for are subscribed upstream while it listens.
+        let uris = context
+            .accepted()
+            .resource_subscriptions
+            .clone()
+            .unwrap_or_default();
+        let mut subscribed = Vec::new();
+        for uri in uris {
+            match upstreams.subscribe(&uri).await {
+                Ok(()) => subscribed.push(uri),
+                Err(e) => tracing::warn!("a listen stream's subscription to {uri} failed: {e}"),
+            }
+        }
+        let passed_on = super::passthrough::tell_stream(events, context.sink().clone());
+        let tools = async {
+            if context.accepted().tools_list_changed != Some(true) {
+                return std::future::pending().await;
+            }
+            let request = context.request_context();
+            let session = match self.session(Era::of(request), &principal(request)) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!("no tool list changes on this stream: {}", e.message);
+                    return std::future::pending().await;
+                }
+            };
+            let sink = context.sink().clone();
+            watch_session_tools(
+                self.shared.dispatcher.clone(),
+                session,
+                changes,
+                move || {
+                    let sink = sink.clone();
+                    async move {
+                        sink.notify_tool_list_changed()
+                            .await
+                            .map_err(|e| e.to_string())
+                    }
+                },
+            )
+            .await;
+        };
+        tokio::select! {
+            () = context.cancelled() => {}
+            () = listens.stop.cancelled() => {}
+            () = tools => {}
+            () = passed_on => {}
+        }
+        for uri in subscribed {
+            upstreams.unsubscribe(&uri).await;
+        }
+        Ok(())
+    }
+}
+
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
         // Prompts and resources are declared (what mounted servers offer; lists empty
@@ -374,8 +450,7 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
         if let Some(server) = self.shared.upstreams.resource(&request.uri) {
-            let mut read = server
-                .read_resource(request)
+            let mut read = Box::pin(server.read_resource(request))
                 .await
                 .map_err(|e| McpError::internal_error(e, None))?;
             read.result_type = result_type(&context);
@@ -410,11 +485,12 @@ impl ServerHandler for McpServer {
             if Era::of(&context) == Era::Stateless
                 && let Some(state) = request.request_state.take()
             {
-                match self
-                    .shared
-                    .confirmations
-                    .open(&state, &principal, &key, &arguments)
-                    .await
+                match Box::pin(
+                    self.shared
+                        .confirmations
+                        .open(&state, &principal, &key, &arguments),
+                )
+                .await
                 {
                     Ok(Opened::Relay { state }) => request.request_state = state,
                     Ok(Opened::Confirmation) => {
@@ -427,8 +503,7 @@ impl ServerHandler for McpServer {
                 }
             }
             let asked = caps.as_ref().map(super::confirm::asked_of);
-            let got = server
-                .get_prompt(request, asked)
+            let got = Box::pin(server.get_prompt(request, asked))
                 .await
                 .map_err(|e| McpError::internal_error(e, None))?;
             return match got {
@@ -485,8 +560,7 @@ impl ServerHandler for McpServer {
             _ => None,
         };
         match server {
-            Some(server) => server
-                .complete(request)
+            Some(server) => Box::pin(server.complete(request))
                 .await
                 .map_err(|e| McpError::internal_error(e, None)),
             // Nothing to complete: no values (what a client of a server without completions
@@ -507,7 +581,7 @@ impl ServerHandler for McpServer {
         // The mounted servers' log messages of this level and above reach this client;
         // toolhost's own logs stay on stderr (TOOLHOST_LOG).
         self.interest.set_log_level(request.level);
-        self.shared.upstreams.set_log_level(request.level).await;
+        Box::pin(self.shared.upstreams.set_log_level(request.level)).await;
         Ok(())
     }
 
@@ -527,7 +601,7 @@ impl ServerHandler for McpServer {
         if !self.interest.subscribe(&uri) {
             return Ok(());
         }
-        if let Err(e) = self.shared.upstreams.subscribe(&uri).await {
+        if let Err(e) = Box::pin(self.shared.upstreams.subscribe(&uri)).await {
             self.interest.unsubscribe(&uri);
             return Err(McpError::invalid_params(
                 format!("cannot subscribe to {uri}: {e}"),
@@ -550,7 +624,7 @@ impl ServerHandler for McpServer {
             return Err(method_not_found("resources/unsubscribe", NO_SUBSCRIPTIONS));
         }
         if self.interest.unsubscribe(&request.uri) {
-            self.shared.upstreams.unsubscribe(&request.uri).await;
+            Box::pin(self.shared.upstreams.unsubscribe(&request.uri)).await;
         }
         Ok(())
     }
@@ -560,7 +634,7 @@ impl ServerHandler for McpServer {
         request: rmcp::model::CustomRequest,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CustomResult, McpError> {
-        if let Some(answer) = self.serve_task_2025(&request, context).await {
+        if let Some(answer) = Box::pin(self.serve_task_2025(&request, context)).await {
             return answer;
         }
         Err(method_not_found(
@@ -664,74 +738,7 @@ impl ServerHandler for McpServer {
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
-        let listens = &self.shared.listens;
-        let _open = listens.enter();
-        // Any early watch will do: all of this handler's listens are in one session.
-        let changes = self
-            .early_watches
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop()
-            .unwrap_or_else(|| self.shared.dispatcher.watch_tools());
-        let upstreams = &self.shared.upstreams;
-        let events = self
-            .early_events
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop()
-            .unwrap_or_else(|| upstreams.events());
-        // The resources it asked for are subscribed upstream while it listens.
-        let uris = context
-            .accepted()
-            .resource_subscriptions
-            .clone()
-            .unwrap_or_default();
-        let mut subscribed = Vec::new();
-        for uri in uris {
-            match upstreams.subscribe(&uri).await {
-                Ok(()) => subscribed.push(uri),
-                Err(e) => tracing::warn!("a listen stream's subscription to {uri} failed: {e}"),
-            }
-        }
-        let passed_on = super::passthrough::tell_stream(events, context.sink().clone());
-        let tools = async {
-            if context.accepted().tools_list_changed != Some(true) {
-                return std::future::pending().await;
-            }
-            let request = context.request_context();
-            let session = match self.session(Era::of(request), &principal(request)) {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!("no tool list changes on this stream: {}", e.message);
-                    return std::future::pending().await;
-                }
-            };
-            let sink = context.sink().clone();
-            watch_session_tools(
-                self.shared.dispatcher.clone(),
-                session,
-                changes,
-                move || {
-                    let sink = sink.clone();
-                    async move {
-                        sink.notify_tool_list_changed()
-                            .await
-                            .map_err(|e| e.to_string())
-                    }
-                },
-            )
-            .await;
-        };
-        tokio::select! {
-            () = context.cancelled() => {}
-            () = listens.stop.cancelled() => {}
-            () = tools => {}
-            () = passed_on => {}
-        }
-        for uri in subscribed {
-            upstreams.unsubscribe(&uri).await;
-        }
-        Ok(())
+        Box::pin(self.listen_until_closed(context)).await
     }
 
     async fn list_tools(
@@ -751,7 +758,7 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        self.serve_call(request, context).await
+        Box::pin(self.serve_call(request, context)).await
     }
 
     async fn get_task(
@@ -759,11 +766,13 @@ impl ServerHandler for McpServer {
         request: rmcp::model::GetTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::GetTaskResult, McpError> {
-        self.shared
-            .tasks
-            .get_anywhere(&principal(&context), &request.task_id)
-            .await
-            .map(rmcp::model::GetTaskResult::new)
+        Box::pin(
+            self.shared
+                .tasks
+                .get_anywhere(&principal(&context), &request.task_id),
+        )
+        .await
+        .map(rmcp::model::GetTaskResult::new)
     }
 
     async fn update_task(
@@ -771,14 +780,12 @@ impl ServerHandler for McpServer {
         request: rmcp::model::UpdateTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.shared
-            .tasks
-            .update_anywhere(
-                &principal(&context),
-                &request.task_id,
-                request.input_responses,
-            )
-            .await
+        Box::pin(self.shared.tasks.update_anywhere(
+            &principal(&context),
+            &request.task_id,
+            request.input_responses,
+        ))
+        .await
     }
 
     async fn cancel_task(
@@ -786,9 +793,11 @@ impl ServerHandler for McpServer {
         request: rmcp::model::CancelTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.shared
-            .tasks
-            .cancel_anywhere(&principal(&context), &request.task_id)
-            .await
+        Box::pin(
+            self.shared
+                .tasks
+                .cancel_anywhere(&principal(&context), &request.task_id),
+        )
+        .await
     }
 }
