@@ -85,16 +85,8 @@ fn tree(pid: u32) -> Vec<u32> {
     let mut all = vec![pid];
     let mut i = 0;
     while i < all.len() {
-        let tasks = std::fs::read_dir(format!("/proc/{}/task", all[i]));
-        for task in tasks.into_iter().flatten().flatten() {
-            if let Ok(children) = std::fs::read_to_string(task.path().join("children")) {
-                all.extend(
-                    children
-                        .split_whitespace()
-                        .filter_map(|c| c.parse::<u32>().ok()),
-                );
-            }
-        }
+        let children = toolhost_tests::children_of(all[i]);
+        all.extend(children.into_iter().filter_map(|c| u32::try_from(c).ok()));
         i += 1;
     }
     all

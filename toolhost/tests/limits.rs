@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use toolhost_tests::redis_server::RedisServer;
 
 mod common;
-use common::raw_http::{post_stateless_with, stateless};
+use common::raw_http::{post_stateless_with, result_text, stateless};
 use common::{Server, command, start, workspace};
 
 const ALICE: &str = "alice-token-0123456789abcdef";
@@ -58,15 +58,8 @@ fn read(server: &Server, token: &str, id: i64) -> Value {
     answer.json()["result"].clone()
 }
 
-fn text(result: &Value) -> String {
-    result["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
-}
-
 fn limited(result: &Value) -> bool {
-    result["isError"] == true && text(result).contains("rate limit reached")
+    result["isError"] == true && result_text(result).contains("rate limit reached")
 }
 
 #[test]
@@ -77,11 +70,11 @@ fn a_caller_over_a_tool_limit_gets_a_result_naming_it_and_when_to_retry() {
     in_one_minute();
     for id in 1..=2 {
         let ok = read(&server, ALICE, id);
-        assert_eq!(text(&ok), "# hello\n", "{ok}");
+        assert_eq!(result_text(&ok), "# hello\n", "{ok}");
     }
     let third = read(&server, ALICE, 3);
     assert!(limited(&third), "{third}");
-    let said = text(&third);
+    let said = result_text(&third);
     assert!(
         said.contains("2 calls per minute to 'read_file'") && said.contains("retry in"),
         "{said}"
@@ -89,7 +82,7 @@ fn a_caller_over_a_tool_limit_gets_a_result_naming_it_and_when_to_retry() {
     assert_eq!(third["structuredContent"], Value::Null);
     // Another caller has a count of its own.
     let other = read(&server, BOB, 4);
-    assert_eq!(text(&other), "# hello\n", "{other}");
+    assert_eq!(result_text(&other), "# hello\n", "{other}");
 }
 
 #[test]
@@ -108,11 +101,11 @@ fn the_limit_on_all_tools_counts_each_callers_calls_to_any_tool() {
     let listed = post_stateless_with(&server.addr, &[("Authorization", bearer.as_str())], &list);
     assert_eq!(listed.json()["result"]["isError"], false, "{listed:?}");
     for id in 2..=3 {
-        assert_eq!(text(&read(&server, ALICE, id)), "# hello\n");
+        assert_eq!(result_text(&read(&server, ALICE, id)), "# hello\n");
     }
     let fourth = read(&server, ALICE, 4);
     assert!(
-        limited(&fourth) && text(&fourth).contains("3 calls per minute to all tools"),
+        limited(&fourth) && result_text(&fourth).contains("3 calls per minute to all tools"),
         "{fourth}"
     );
 }
@@ -130,11 +123,11 @@ fn instances_sharing_redis_share_each_callers_count() {
     );
     in_one_minute();
     for (id, at) in [(1, &a), (2, &b), (3, &a)] {
-        assert_eq!(text(&read(at, ALICE, id)), "# hello\n");
+        assert_eq!(result_text(&read(at, ALICE, id)), "# hello\n");
     }
     let fourth = read(&b, ALICE, 4);
     assert!(limited(&fourth), "the count was not shared: {fourth}");
-    assert_eq!(text(&read(&b, BOB, 5)), "# hello\n");
+    assert_eq!(result_text(&read(&b, BOB, 5)), "# hello\n");
 }
 
 #[test]
@@ -145,10 +138,10 @@ fn with_redis_down_a_limited_tool_is_refused_saying_why_and_the_rest_runs() {
     let ws = workspace();
     limits(ws.path(), "[limits.per_tool]\nread_file = 100\n");
     let server = instance(ws.path(), &redis.url());
-    assert_eq!(text(&read(&server, ALICE, 1)), "# hello\n");
+    assert_eq!(result_text(&read(&server, ALICE, 1)), "# hello\n");
     redis.stop();
     let refused = read(&server, ALICE, 2);
-    let said = text(&refused);
+    let said = result_text(&refused);
     assert!(
         refused["isError"] == true
             && said.contains("cannot be checked")

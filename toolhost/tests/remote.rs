@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 mod common;
-use common::raw_http::{post_stateless, stateless};
+use common::raw_http::{post_stateless, result_text, stateless};
 use common::{Server, command, start, workspace};
 
 const TOKEN: &str = "runner-token-0123456789abcdef";
@@ -66,13 +66,6 @@ fn confirmed_shell(server: &Server, command: &str) -> Value {
     post_stateless(&server.addr, &retry).json()["result"].clone()
 }
 
-fn text(result: &Value) -> String {
-    result["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
-}
-
 #[test]
 fn a_routed_call_is_confirmed_here_and_runs_there_its_output_coming_back() {
     let (ws_a, ws_b) = (workspace(), workspace());
@@ -80,7 +73,10 @@ fn a_routed_call_is_confirmed_here_and_runs_there_its_output_coming_back() {
     let a = front(ws_a.path(), &format!("http://{}/mcp", b.addr), "");
     let result = confirmed_shell(&a, "echo ran > where.txt; echo hello from the runner");
     assert_eq!(result["isError"], false, "{result}");
-    assert!(text(&result).contains("hello from the runner"), "{result}");
+    assert!(
+        result_text(&result).contains("hello from the runner"),
+        "{result}"
+    );
     assert!(
         ws_b.path().join("where.txt").exists(),
         "it did not run at the runner"
@@ -92,7 +88,7 @@ fn a_routed_call_is_confirmed_here_and_runs_there_its_output_coming_back() {
     // A failure there is the call's failure here.
     let failed = confirmed_shell(&a, "echo broken >&2; exit 3");
     assert_eq!(failed["isError"], true, "{failed}");
-    assert!(text(&failed).contains("broken"), "{failed}");
+    assert!(result_text(&failed).contains("broken"), "{failed}");
     // The listing says where it runs.
     let out = command(ws_a.path(), &["list", "--json"])
         .env("RUNNER_TOKEN", TOKEN)
@@ -119,7 +115,10 @@ fn a_routed_call_over_its_time_is_cancelled_there_too() {
         );
         let result = confirmed_shell(&a, "sleep 4; echo late > late.txt");
         assert_eq!(result["isError"], true, "{limit}: {result}");
-        assert!(text(&result).contains("time limit"), "{limit}: {result}");
+        assert!(
+            result_text(&result).contains("time limit"),
+            "{limit}: {result}"
+        );
         std::thread::sleep(Duration::from_secs(5));
         assert!(
             !ws_b.path().join("late.txt").exists(),
@@ -138,7 +137,7 @@ fn a_runner_that_cannot_be_reached_or_refuses_the_token_fails_the_call_saying_so
     let result = confirmed_shell(&a, "echo never > never.txt");
     assert_eq!(result["isError"], true, "{result}");
     assert!(
-        text(&result).contains("cannot be reached") && text(&result).contains(&url),
+        result_text(&result).contains("cannot be reached") && result_text(&result).contains(&url),
         "{result}"
     );
     // A runner up, but the token wrong.
@@ -156,7 +155,10 @@ fn a_runner_that_cannot_be_reached_or_refuses_the_token_fails_the_call_saying_so
     let a = start(cmd);
     let result = confirmed_shell(&a, "echo never > never.txt");
     assert_eq!(result["isError"], true, "{result}");
-    assert!(text(&result).contains("cannot be reached"), "{result}");
+    assert!(
+        result_text(&result).contains("cannot be reached"),
+        "{result}"
+    );
     assert!(!ws_b.path().join("never.txt").exists());
 }
 
@@ -169,7 +171,7 @@ fn a_runner_that_comes_up_later_is_reached_then() {
     };
     let a = front(ws_a.path(), &format!("http://127.0.0.1:{port}/mcp"), "");
     let first = confirmed_shell(&a, "echo early");
-    assert!(text(&first).contains("cannot be reached"), "{first}");
+    assert!(result_text(&first).contains("cannot be reached"), "{first}");
     std::fs::write(
         ws_b.path().join("toolhost.toml"),
         "[tool_confirmation.per_tool]\nshell = \"auto\"\n",
@@ -185,7 +187,7 @@ fn a_runner_that_comes_up_later_is_reached_then() {
     loop {
         let r = confirmed_shell(&a, "echo reached");
         if r["isError"] == false {
-            assert!(text(&r).contains("reached"), "{r}");
+            assert!(result_text(&r).contains("reached"), "{r}");
             break;
         }
         assert!(std::time::Instant::now() < deadline, "never reached: {r}");

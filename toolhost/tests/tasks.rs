@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 mod common;
-use common::raw_http::{Response, post_mcp, post_stateless_with, stateless_declaring};
+use common::raw_http::{Response, post_mcp, post_stateless_with, result_text, stateless_declaring};
 use common::{Server, serve_http, workspace};
 
 const TASKS: &str = "io.modelcontextprotocol/tasks";
@@ -104,13 +104,6 @@ fn task_id(created: &Value) -> String {
     created["taskId"].as_str().unwrap().to_string()
 }
 
-fn text(result: &Value) -> String {
-    result["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
-}
-
 #[test]
 fn a_slow_call_becomes_a_task_and_tasks_get_inlines_its_result() {
     let ws = workspace();
@@ -134,7 +127,7 @@ fn a_slow_call_becomes_a_task_and_tasks_get_inlines_its_result() {
     let done = c.ended(&id);
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(done["resultType"], "complete");
-    assert!(text(&done["result"]).contains("finished"), "{done}");
+    assert!(result_text(&done["result"]).contains("finished"), "{done}");
     assert_eq!(done["result"]["isError"], false);
 }
 
@@ -145,7 +138,7 @@ fn a_quick_call_answers_in_its_request_even_for_a_client_that_takes_tasks() {
     let result = client(&server).call("shell", json!({"command": "echo quick"}));
     assert_eq!(result["resultType"], "complete", "{result}");
     assert!(result.get("taskId").is_none());
-    assert!(text(&result).contains("quick"), "{result}");
+    assert!(result_text(&result).contains("quick"), "{result}");
 }
 
 #[test]
@@ -159,7 +152,7 @@ fn a_client_that_did_not_declare_tasks_gets_its_result_and_no_task_methods() {
     };
     let result = c.call("shell", json!({"command": "sleep 0.8; echo waited"}));
     assert_eq!(result["resultType"], "complete", "{result}");
-    assert!(text(&result).contains("waited"), "{result}");
+    assert!(result_text(&result).contains("waited"), "{result}");
     let refused = c.post("tasks/get", json!({"taskId": "anything"})).json();
     assert_eq!(refused["error"]["code"], -32021, "{refused}");
 }
@@ -301,7 +294,7 @@ fn a_task_outlives_the_2025_session_that_made_it() {
     // The same principal finds the task again from a request of the other era.
     let done = client(&server).ended(&id);
     assert_eq!(done["status"], "completed", "{done}");
-    assert!(text(&done["result"]).contains("survived"), "{done}");
+    assert!(result_text(&done["result"]).contains("survived"), "{done}");
     assert!(ws.path().join("out.txt").exists());
 }
 
@@ -332,7 +325,7 @@ fn a_mounted_servers_question_during_a_task_waits_in_the_task() {
     );
     let done = c.ended(&id);
     assert_eq!(done["status"], "completed", "{done}");
-    assert!(text(&done["result"]).contains("teal"), "{done}");
+    assert!(result_text(&done["result"]).contains("teal"), "{done}");
 }
 
 #[test]
@@ -489,7 +482,7 @@ fn over_a_shared_store_a_task_made_at_one_instance_is_read_answered_and_cancelle
     let id = task_id(&at_a.call("shell", json!({"command": "sleep 1; echo finished"})));
     assert_eq!(at_b.get(&id)["status"], "working");
     let done = at_b.ended(&id);
-    assert!(text(&done["result"]).contains("finished"), "{done}");
+    assert!(result_text(&done["result"]).contains("finished"), "{done}");
     // A question asked at A, answered at B.
     let id = task_id(&at_a.call(
         "write_file",

@@ -185,6 +185,14 @@ pub fn stateless_declaring(id: i64, method: &str, mut params: Value, caps: Value
     json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
 }
 
+/// The text of a tool result's first content block (empty when there is none).
+pub fn result_text(result: &Value) -> String {
+    result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// Posts a 2026-07-28 request with the standard headers its method needs.
 pub fn post_stateless(addr: &str, message: &Value) -> Response {
     post_stateless_with(addr, &[], message)
