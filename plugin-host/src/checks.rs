@@ -5,7 +5,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::digest::Digests;
-use crate::{HOST_TARGET, Library, MANIFEST_FILE, Manifest, Refusal, library};
+use crate::manifest::PackageKind;
+use crate::{Library, MANIFEST_FILE, Manifest, Refusal, library};
 
 /// Checks everything that can be checked without running the library's code, for a
 /// package that will load in process (a `panic = "abort"` build is refused).
@@ -35,13 +36,17 @@ pub(crate) fn preflight_files(
     let manifest = Manifest::parse(&manifest_path, &text).map_err(|e| Refusal::Manifest {
         detail: e.to_string(),
     })?;
-    if manifest.target != HOST_TARGET {
+    let expected = manifest.kind.expected_target();
+    if manifest.target != expected {
         return Err(Refusal::WrongTarget {
             found: manifest.target.clone(),
-            expected: HOST_TARGET.into(),
+            expected: expected.into(),
         });
     }
-    check_versions(&manifest.tool_api, &manifest.requires_tool_api)?;
+    match manifest.kind {
+        PackageKind::Native => check_versions(&manifest.tool_api, &manifest.requires_tool_api)?,
+        PackageKind::Component => check_interface(&manifest.tool_api)?,
+    }
     let library = folder.join(&manifest.library);
     // The digest's own look at the file says whether it is there (and a regular file).
     let actual = digests.sha256(&library).map_err(|e| match e.kind() {
@@ -80,6 +85,33 @@ pub fn check_versions(built: &semver::Version, requires: &semver::Version) -> Re
             requires: requires.to_string(),
             host: host.to_string(),
         });
+    }
+    Ok(())
+}
+
+/// The component's `toolhost:plugin` version against the host's: the native ABI's rule,
+/// same major and a minor not newer than the host's.
+pub fn check_interface(built: &semver::Version) -> Result<(), Refusal> {
+    let host = semver::Version::parse(tool_api::WIT_VERSION)
+        .unwrap_or_else(|_| semver::Version::new(1, 0, 0));
+    let refuse = |advice: String| {
+        Err(Refusal::IncompatibleInterface {
+            built: built.to_string(),
+            host: host.to_string(),
+            advice,
+        })
+    };
+    if built.major != host.major {
+        return refuse(format!(
+            "major versions differ; rebuild the component against toolhost:plugin@{}.{}",
+            host.major, host.minor
+        ));
+    }
+    if built.minor > host.minor {
+        return refuse(format!(
+            "it needs a newer host; upgrade toolhost, or rebuild the component against toolhost:plugin@{}.{}",
+            host.major, host.minor
+        ));
     }
     Ok(())
 }

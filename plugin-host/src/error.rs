@@ -226,4 +226,39 @@ pub enum Refusal {
         /// What failed.
         detail: String,
     },
+    /// A component built against an incompatible `toolhost:plugin` WIT version.
+    #[error("built against toolhost:plugin@{built}, this host serves {host}: {advice}")]
+    IncompatibleInterface {
+        /// The package's WIT version.
+        built: String,
+        /// The host's.
+        host: String,
+        /// What to do.
+        advice: String,
+    },
+    /// A WebAssembly component, and this host was built without wasmtime.
+    #[error(
+        "plugin '{name}' is a WebAssembly component, and this host was built without WebAssembly support: build it with plugin-host's `wasm` cargo feature (the toolhost binary has it)"
+    )]
+    NoWasm {
+        /// The plugin.
+        name: String,
+    },
+    /// The component could not be compiled, linked or described.
+    #[error("{0}")]
+    Component(String),
+    /// A native library set to run as a component, or the reverse.
+    #[error(
+        "plugin '{name}' is a {kind} package and cannot run with isolation = \"{isolation}\": {advice}"
+    )]
+    WrongIsolation {
+        /// The plugin.
+        name: String,
+        /// Its kind.
+        kind: String,
+        /// The setting.
+        isolation: String,
+        /// What to set instead.
+        advice: String,
+    },
 }

@@ -11,6 +11,7 @@ use dispatcher_core::Dispatcher;
 use crate::checks::{compare, compare_inspection, preflight_files};
 use crate::digest::Digests;
 use crate::layouts::{self, Layouts};
+use crate::manifest::PackageKind;
 use crate::register::{register_isolated, register_library};
 use crate::report::{LoadReport, Outcome, PackageReport};
 use crate::sandboxing::{PluginSandbox, WorkerPlan};
@@ -30,6 +31,12 @@ pub struct PluginHost {
     worker: Option<WorkerSettings>,
     trusted_keys: Vec<PublicKey>,
     require_signatures: bool,
+    /// The most memory one component instance may have.
+    #[cfg(feature = "wasm")]
+    wasm_memory: usize,
+    /// Made when the first component is loaded (an engine costs a few milliseconds).
+    #[cfg(feature = "wasm")]
+    wasm: std::sync::OnceLock<Result<plugin_wasm::WasmRuntime, String>>,
 }
 
 /// The default cache for unpacked archives: `$XDG_CACHE_HOME/toolhost/plugins`, else
@@ -59,7 +66,37 @@ impl PluginHost {
             worker: None,
             trusted_keys: Vec::new(),
             require_signatures: false,
+            #[cfg(feature = "wasm")]
+            wasm_memory: plugin_wasm::DEFAULT_MEMORY_BYTES,
+            #[cfg(feature = "wasm")]
+            wasm: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The most linear memory one WebAssembly component instance may grow to (default
+    /// 256 MiB): a grow past it fails inside the component, which ends only that call.
+    #[cfg(feature = "wasm")]
+    pub fn wasm_memory(mut self, bytes: usize) -> Self {
+        self.wasm_memory = bytes;
+        self.wasm = std::sync::OnceLock::new();
+        self
+    }
+
+    /// The runtime components run in (compiled code cached under the cache directory's
+    /// `wasm/`).
+    #[cfg(feature = "wasm")]
+    fn wasm_runtime(&self) -> Result<&plugin_wasm::WasmRuntime, Refusal> {
+        self.wasm
+            .get_or_init(|| {
+                plugin_wasm::WasmRuntime::new(
+                    Some(self.cache_dir.join("wasm")),
+                    plugin_wasm::WasmLimits {
+                        memory_bytes: self.wasm_memory,
+                    },
+                )
+            })
+            .as_ref()
+            .map_err(|e| Refusal::Component(e.clone()))
     }
 
     /// Where packages run by default (`toolhost` uses [`Isolation::Auto`]).
@@ -227,15 +264,35 @@ impl PluginHost {
                     return Err(Refusal::BadSignature { name, detail });
                 }
             };
-        let isolation = match self
-            .per_plugin
-            .get(&name)
-            .copied()
-            .unwrap_or(self.isolation)
-        {
-            Isolation::Auto if signed_by.is_some() => Isolation::InProcess,
-            Isolation::Auto => Isolation::Process,
-            chosen => chosen,
+        let setting = self.per_plugin.get(&name).copied();
+        let isolation = match (manifest.kind, setting.unwrap_or(self.isolation)) {
+            (PackageKind::Component, _) if !cfg!(feature = "wasm") => {
+                return Err(Refusal::NoWasm { name });
+            }
+            (PackageKind::Component, _) => match setting {
+                Some(chosen @ (Isolation::InProcess | Isolation::Process)) => {
+                    return Err(Refusal::WrongIsolation {
+                        name,
+                        kind: "WebAssembly component".into(),
+                        isolation: chosen.to_string(),
+                        advice: "a component always runs in the WebAssembly sandbox; remove the setting or write isolation = \"wasm\"".into(),
+                    });
+                }
+                _ => Isolation::Wasm,
+            },
+            (PackageKind::Native, Isolation::Wasm) => {
+                return Err(Refusal::WrongIsolation {
+                    name,
+                    kind: "native library".into(),
+                    isolation: "wasm".into(),
+                    advice:
+                        "only WebAssembly components run so; choose in_process, process or auto"
+                            .into(),
+                });
+            }
+            (PackageKind::Native, Isolation::Auto) if signed_by.is_some() => Isolation::InProcess,
+            (PackageKind::Native, Isolation::Auto) => Isolation::Process,
+            (PackageKind::Native, chosen) => chosen,
         };
         if isolation == Isolation::InProcess && !manifest.unwinds {
             return Err(Refusal::PanicAbort);
@@ -308,6 +365,12 @@ impl PluginHost {
             (Isolation::Process, None) => Err(Refusal::NoWorker {
                 name: package.manifest.name.clone(),
             }),
+            #[cfg(feature = "wasm")]
+            (Isolation::Wasm, _) => self
+                .wasm_runtime()?
+                .load(&package.library, &package.manifest.sha256)
+                .map(|plugin| Opened::Wasm(Arc::new(plugin)))
+                .map_err(|e| Refusal::Component(e.to_string())),
             _ => library::open_remembered(&package.library, &package.manifest.sha256, layouts)
                 .map(Opened::InProcess),
         }
@@ -332,6 +395,10 @@ impl PluginHost {
             Opened::InProcess(lib) => {
                 compare(manifest, &lib)?;
                 register_library(&lib, dispatcher)?
+            }
+            #[cfg(feature = "wasm")]
+            Opened::Wasm(plugin) => {
+                crate::register::register_component(manifest, &plugin, dispatcher)?
             }
         };
         Ok(match registered {
@@ -418,6 +485,8 @@ type Preflighted = Result<Checked, Refusal>;
 enum Opened {
     InProcess(Library),
     Isolated(Arc<PluginWorker>, Inspection),
+    #[cfg(feature = "wasm")]
+    Wasm(Arc<plugin_wasm::WasmPlugin>),
 }
 
 /// `f` over `items` on up to four threads (one per core), results in order.

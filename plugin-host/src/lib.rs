@@ -49,6 +49,12 @@
 //! # Ok(()) }
 //! ```
 //!
+//! A package whose manifest says `kind = "component"` holds a WebAssembly component
+//! instead: with the `wasm` cargo feature it is checked the same way (its target is
+//! `wasm32-wasip2` and its version is the `toolhost:plugin` WIT package's), then compiled,
+//! or taken from the compiled-code cache, and described by the `plugin-wasm` crate, and always runs
+//! as [`Isolation::Wasm`]. Without the feature such packages are refused, saying so.
+//!
 //! DESIGN.md's plugin-host loads "in process or in a worker process"; the worker side is in
 //! this crate (not a separate binary) so that any host binary can offer it as a subcommand
 //! built from the same code, which keeps host and worker on one protocol version.
@@ -69,12 +75,14 @@ pub mod sandboxing;
 pub mod trust;
 pub mod worker;
 
-pub use checks::{check_versions, compare, preflight};
+pub use checks::{check_interface, check_versions, compare, preflight};
 pub use error::Refusal;
 pub use host::{PluginHost, default_cache_dir};
 pub use isolated::{PluginWorker, WorkerSettings, WorkerStatus};
 pub use library::{Inspection, Library};
-pub use manifest::{MANIFEST_FILE, Manifest, ManifestError, ManifestTool};
+pub use manifest::{
+    COMPONENT_TARGET, MANIFEST_FILE, Manifest, ManifestError, ManifestTool, PackageKind,
+};
 pub use register::{load_package, register_library};
 pub use report::{LoadReport, Outcome, PackageReport};
 pub use sandboxing::{PluginSandbox, WorkerGrant, WorkerPlan, WorkerSandbox};
@@ -98,6 +106,10 @@ pub enum Isolation {
     Process,
     /// In process when signed by a trusted key, else `process`.
     Auto,
+    /// A WebAssembly component: run by wasmtime inside the host process, reaching only what
+    /// its `toolhost:plugin` imports give it. Every component runs so, whatever the default;
+    /// a native library cannot.
+    Wasm,
 }
 
 impl std::fmt::Display for Isolation {
@@ -106,6 +118,7 @@ impl std::fmt::Display for Isolation {
             Isolation::InProcess => "in_process",
             Isolation::Process => "process",
             Isolation::Auto => "auto",
+            Isolation::Wasm => "wasm",
         })
     }
 }

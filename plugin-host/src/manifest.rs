@@ -14,6 +14,11 @@
 //! name = "word_count"
 //! side_effects = "none"
 //! ```
+//!
+//! A WebAssembly component says `kind = "component"`, `target = "wasm32-wasip2"`, names its
+//! `.wasm` file in `library`, and gives the `toolhost:plugin` WIT version it was built
+//! against in `tool_api` (and `requires_tool_api`); `unwinds` does not apply (a trap never
+//! reaches the host) and is left out.
 
 use std::path::Path;
 
@@ -33,6 +38,49 @@ pub struct ManifestTool {
     pub side_effects: SideEffect,
 }
 
+/// What a package's library is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PackageKind {
+    /// A native `cdylib` built against tool-api for one target triple.
+    #[default]
+    Native,
+    /// A WebAssembly component (WASI 0.2) built against `tool-api/wit/plugin.wit`.
+    Component,
+}
+
+impl PackageKind {
+    /// The target triple a package of this kind must be built for: the host's, or
+    /// [`COMPONENT_TARGET`].
+    pub fn expected_target(self) -> &'static str {
+        match self {
+            PackageKind::Native => crate::HOST_TARGET,
+            PackageKind::Component => COMPONENT_TARGET,
+        }
+    }
+
+    /// The version a package of this kind is checked against: tool-api's native ABI, or
+    /// the `toolhost:plugin` WIT package.
+    pub fn host_version(self) -> &'static str {
+        match self {
+            PackageKind::Native => tool_api::TOOL_API_VERSION,
+            PackageKind::Component => tool_api::WIT_VERSION,
+        }
+    }
+}
+
+impl std::fmt::Display for PackageKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PackageKind::Native => "native",
+            PackageKind::Component => "component",
+        })
+    }
+}
+
+/// The target of every component package: one file for every platform.
+pub const COMPONENT_TARGET: &str = "wasm32-wasip2";
+
 /// A parsed `plugin.toml`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -46,17 +94,26 @@ pub struct Manifest {
     /// Oldest tool-api a host must provide.
     #[serde(default = "base_version")]
     pub requires_tool_api: semver::Version,
+    /// Native library or WebAssembly component (`native` when absent).
+    #[serde(default, skip_serializing_if = "is_native")]
+    pub kind: PackageKind,
     /// Target triple the library was built for.
     pub target: String,
     /// Library file name, inside the package directory.
     pub library: String,
     /// Hex SHA-256 of the library.
     pub sha256: String,
-    /// Whether the library was built with `panic = "unwind"`.
+    /// Whether the library was built with `panic = "unwind"` (required for a native
+    /// library; a component leaves it out).
+    #[serde(default)]
     pub unwinds: bool,
     /// The tools the library exports.
     #[serde(default)]
     pub tools: Vec<ManifestTool>,
+}
+
+fn is_native(kind: &PackageKind) -> bool {
+    *kind == PackageKind::Native
 }
 
 fn base_version() -> semver::Version {
@@ -127,6 +184,16 @@ impl Manifest {
         let manifest: Manifest =
             parse_keyed(text).map_err(|e| err(e.key, e.message, e.location))?;
         let field = |key: &str, message: String| err(key.into(), message, None);
+        if manifest.kind == PackageKind::Native
+            && !text
+                .parse::<toml::Table>()
+                .is_ok_and(|t| t.contains_key("unwinds"))
+        {
+            return Err(field(
+                "unwinds",
+                "missing: a native library must say whether it was built with panic = \"unwind\" (true) or \"abort\" (false)".into(),
+            ));
+        }
         if manifest.library.is_empty()
             || manifest.library.contains(['/', '\\'])
             || manifest.library.starts_with('.')
@@ -162,6 +229,7 @@ impl Manifest {
             version: semver::Version::parse(&inspection.version)?,
             tool_api: semver::Version::parse(&inspection.tool_api)?,
             requires_tool_api: semver::Version::parse(&inspection.requires_tool_api)?,
+            kind: PackageKind::Native,
             target: crate::HOST_TARGET.to_string(),
             library: library_file.to_string(),
             sha256,

@@ -99,3 +99,31 @@ pub fn register_library(lib: &Library, dispatcher: &Dispatcher) -> Result<Outcom
     register_all(dispatcher, factories)?;
     Ok(loaded(lib.exported(), Isolation::InProcess))
 }
+
+/// Registers a component's tools (all or none; source `plugin:NAME`) after comparing what
+/// its `describe()` said with its manifest.
+#[cfg(feature = "wasm")]
+pub(crate) fn register_component(
+    manifest: &crate::Manifest,
+    plugin: &Arc<plugin_wasm::WasmPlugin>,
+    dispatcher: &Dispatcher,
+) -> Result<Outcome, Refusal> {
+    let interface = plugin.interface.to_string();
+    let exported = library::Exported {
+        name: &plugin.name,
+        version: &plugin.version,
+        tool_api: &interface,
+        requires_tool_api: &interface,
+        unwinds: true,
+        tools: &plugin.definitions,
+    };
+    // A component's requirement is the interface it was built against.
+    let mut manifest = manifest.clone();
+    manifest.requires_tool_api = manifest.tool_api.clone();
+    crate::checks::compare_inspection(&manifest, exported, false)?;
+    register_all(
+        dispatcher,
+        plugin.factories(&format!("plugin:{}", plugin.name)),
+    )?;
+    Ok(loaded(exported, Isolation::Wasm))
+}

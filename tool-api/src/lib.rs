@@ -138,6 +138,27 @@ pub use typed::{TypedTool, parse_input};
 
 pub use abi::TOOL_API_VERSION;
 
+/// The version of the `toolhost:plugin` WIT package (`wit/plugin.wit`): the interface of
+/// tools written as WebAssembly components. It is versioned apart from the native ABI, with
+/// the same rule: a host loads a component built against the same major version and a
+/// minor version not newer than its own.
+pub const WIT_VERSION: &str = "1.0.0";
+
+/// The text of `wit/plugin.wit`, for tools that generate a component's bindings from it.
+pub const WIT: &str = include_str!("../wit/plugin.wit");
+
+#[cfg(test)]
+mod wit_tests {
+    #[test]
+    fn the_wit_package_declares_the_version_hosts_serve() {
+        let line = format!("package toolhost:plugin@{};", super::WIT_VERSION);
+        assert!(
+            super::WIT.lines().any(|l| l.trim() == line),
+            "plugin.wit must declare `{line}`"
+        );
+    }
+}
+
 /// Exports the tools of a plugin library: emits the root module a host loads.
 ///
 /// Use it once, at the top level of a `cdylib` crate. `name` and `version` identify the

@@ -71,6 +71,8 @@ pub struct Config {
     pub plugins: BTreeMap<String, PluginConfig>,
     /// The address-space limit of each plugin worker process, in MiB (0: none).
     pub plugin_memory_limit_mib: u64,
+    /// The most linear memory one WebAssembly component instance may grow to, in MiB.
+    pub wasm_memory_limit_mib: u64,
     /// Public keys (`toolhost-ed25519:…`) whose signatures make a package trusted.
     pub trusted_keys: Vec<PublicKey>,
     /// Refuse every package not signed by a trusted key, before it is opened.
@@ -121,6 +123,7 @@ impl Default for Config {
             plugin_isolation: plugin_host::DEFAULT_ISOLATION,
             plugins: BTreeMap::new(),
             plugin_memory_limit_mib: plugin_host::isolated::DEFAULT_MEMORY_LIMIT >> 20,
+            wasm_memory_limit_mib: 256,
             trusted_keys: Vec::new(),
             require_signatures: false,
             store: store::StoreConfig::default(),
@@ -491,6 +494,11 @@ impl Config {
             .worker(worker)
             .trusted_keys(self.trusted_keys.iter().copied())
             .require_signatures(self.require_signatures);
+        #[cfg(feature = "wasm")]
+        {
+            let bytes = self.wasm_memory_limit_mib.saturating_mul(1 << 20);
+            host = host.wasm_memory(usize::try_from(bytes).unwrap_or(usize::MAX));
+        }
         for (name, plugin) in &self.plugins {
             if let Some(isolation) = plugin.isolation {
                 host = host.isolate(name.clone(), isolation);

@@ -1,0 +1,221 @@
+//! One call's store: what a running component can reach, and nothing else.
+//!
+//! The component's imports are answered by the call's [`ToolContext`], the same context a
+//! native tool gets: workspace confinement, the declared-class checks and the events are
+//! the host's. WASI is linked because language runtimes (Python, JavaScript) need its clocks,
+//! randomness and stdio, but the context has no preopened directory, no environment, no
+//! arguments and no network: a component that opens a file or a socket gets an error from
+//! WASI, not the host's files. Its stdout and stderr are kept (up to a limit) and logged
+//! when the call ends.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tool_api::ToolContext;
+use wasmtime::component::ResourceTable;
+use wasmtime::{StoreLimits, StoreLimitsBuilder};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use crate::bindings::toolhost::plugin::{host, types};
+use crate::bindings::{FileMetadata, Level, ToolError, UserAnswer};
+
+/// How much of a component's stdout and stderr is kept per call.
+const KEPT_STDIO: usize = 64 * 1024;
+
+/// The data of one call's store.
+pub(crate) struct CallState {
+    /// The call's context; `None` while describing (no call yet: every import fails).
+    ctx: Option<ToolContext>,
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) limits: StoreLimits,
+    /// Set by [`tool_api::Tool::cancel`] (the host's timeouts come this way too).
+    pub(crate) cancel: Arc<AtomicBool>,
+    /// The workspace files the call changed, in order, as it named them.
+    pub(crate) files_modified: Vec<String>,
+    stdout: MemoryOutputPipe,
+    stderr: MemoryOutputPipe,
+}
+
+impl CallState {
+    pub(crate) fn new(
+        ctx: Option<ToolContext>,
+        memory_bytes: usize,
+        cancel: Arc<AtomicBool>,
+    ) -> Self {
+        let stdout = MemoryOutputPipe::new(KEPT_STDIO);
+        let stderr = MemoryOutputPipe::new(KEPT_STDIO);
+        let wasi = WasiCtxBuilder::new()
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .socket_addr_check(|_, _| Box::pin(async { false }))
+            .build();
+        CallState {
+            ctx,
+            wasi,
+            table: ResourceTable::new(),
+            limits: StoreLimitsBuilder::new()
+                .memory_size(memory_bytes)
+                .trap_on_grow_failure(false)
+                .build(),
+            cancel,
+            files_modified: Vec::new(),
+            stdout,
+            stderr,
+        }
+    }
+
+    /// Whether the call should stop: cancelled by the host, through the context or
+    /// [`tool_api::Tool::cancel`].
+    pub(crate) fn stop_requested(&self) -> bool {
+        self.cancel.load(Ordering::Acquire)
+            || self.ctx.as_ref().is_some_and(ToolContext::is_cancelled)
+    }
+
+    /// What the component wrote to stdout and stderr, for the log.
+    pub(crate) fn stdio(&self) -> (String, String) {
+        let text = |p: &MemoryOutputPipe| String::from_utf8_lossy(&p.contents()).into_owned();
+        (text(&self.stdout), text(&self.stderr))
+    }
+
+    fn call(&self) -> Result<&ToolContext, ToolError> {
+        self.ctx.as_ref().ok_or_else(|| {
+            ToolError::Failed(
+                "the host's functions are only available during a call, not in describe()".into(),
+            )
+        })
+    }
+
+    fn wrote(&mut self, path: &str) {
+        if !self.files_modified.iter().any(|p| p == path) {
+            self.files_modified.push(path.to_string());
+        }
+    }
+}
+
+impl WasiView for CallState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// tool-api's error as the component sees it.
+pub(crate) fn to_wit(e: tool_api::ToolError) -> ToolError {
+    match e {
+        tool_api::ToolError::Failed(m) => ToolError::Failed(m),
+        tool_api::ToolError::InvalidInput(m) => ToolError::InvalidInput(m),
+        tool_api::ToolError::PermissionDenied(m) => ToolError::PermissionDenied(m),
+        tool_api::ToolError::Cancelled(m) => ToolError::Cancelled(m),
+        tool_api::ToolError::Internal(m) => ToolError::Internal(m),
+    }
+}
+
+/// The component's error as tool-api's.
+pub(crate) fn from_wit(e: ToolError) -> tool_api::ToolError {
+    match e {
+        ToolError::Failed(m) => tool_api::ToolError::Failed(m),
+        ToolError::InvalidInput(m) => tool_api::ToolError::InvalidInput(m),
+        ToolError::PermissionDenied(m) => tool_api::ToolError::PermissionDenied(m),
+        ToolError::Cancelled(m) => tool_api::ToolError::Cancelled(m),
+        ToolError::Internal(m) => tool_api::ToolError::Internal(m),
+    }
+}
+
+impl types::Host for CallState {}
+
+impl host::Host for CallState {
+    fn read_file(&mut self, path: String) -> Result<Vec<u8>, ToolError> {
+        self.call()?.files().read_bytes(&path).map_err(to_wit)
+    }
+
+    fn write_file(&mut self, path: String, content: Vec<u8>) -> Result<(), ToolError> {
+        self.call()?
+            .files()
+            .write_bytes(&path, &content)
+            .map_err(to_wit)?;
+        self.wrote(&path);
+        Ok(())
+    }
+
+    fn append_file(&mut self, path: String, content: Vec<u8>) -> Result<(), ToolError> {
+        let text = String::from_utf8(content)
+            .map_err(|e| ToolError::InvalidInput(format!("append-file takes UTF-8 text: {e}")))?;
+        self.call()?.files().append(&path, &text).map_err(to_wit)?;
+        self.wrote(&path);
+        Ok(())
+    }
+
+    fn list_dir(&mut self, path: String) -> Result<Vec<String>, ToolError> {
+        self.call()?.files().list(&path).map_err(to_wit)
+    }
+
+    fn exists(&mut self, path: String) -> Result<bool, ToolError> {
+        self.call()?.files().exists(&path).map_err(to_wit)
+    }
+
+    fn delete_file(&mut self, path: String) -> Result<(), ToolError> {
+        self.call()?.files().delete(&path).map_err(to_wit)?;
+        self.wrote(&path);
+        Ok(())
+    }
+
+    fn metadata(&mut self, path: String) -> Result<FileMetadata, ToolError> {
+        let m = self.call()?.files().metadata(&path).map_err(to_wit)?;
+        Ok(FileMetadata {
+            is_dir: m.is_dir,
+            size: m.size,
+            modified_unix_ms: m
+                .modified
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        })
+    }
+
+    fn patch_file(&mut self, path: String, old: String, new: String) -> Result<(), ToolError> {
+        self.call()?
+            .files()
+            .patch(&path, &old, &new)
+            .map_err(to_wit)?;
+        self.wrote(&path);
+        Ok(())
+    }
+
+    fn log(&mut self, level: Level, message: String) {
+        let level = match level {
+            Level::Error => tool_api::Level::Error,
+            Level::Warn => tool_api::Level::Warn,
+            Level::Info => tool_api::Level::Info,
+            Level::Debug => tool_api::Level::Debug,
+            Level::Trace => tool_api::Level::Trace,
+        };
+        match &self.ctx {
+            Some(ctx) => ctx.log().log(level, message),
+            None => tracing::debug!(message, "component log during describe()"),
+        }
+    }
+
+    fn output(&mut self, chunk: String) {
+        if let Some(ctx) = &self.ctx {
+            ctx.output(&chunk);
+        }
+    }
+
+    fn is_cancelled(&mut self) -> bool {
+        self.stop_requested()
+    }
+
+    fn ask_user(&mut self, question: String) -> Result<UserAnswer, ToolError> {
+        match self.call()?.ask_user(&question).map_err(to_wit)? {
+            tool_api::UserAnswer::Allowed => Ok(UserAnswer::Allowed),
+            tool_api::UserAnswer::Denied => Ok(UserAnswer::Denied),
+            tool_api::UserAnswer::NoAnswer => Ok(UserAnswer::NoAnswer),
+        }
+    }
+}

@@ -1,0 +1,302 @@
+//! [`WasmRuntime`]: one wasmtime engine and linker for every component a host loads, and
+//! [`WasmPlugin`]: one loaded component, ready to make a fresh instance per call.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tool_api::{SideEffect, ToolDefinition};
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine, Store, Trap, UpdateDeadline};
+
+use crate::bindings::{self, PluginInfo, PluginPre};
+use crate::call::CallState;
+use crate::{WasmError, cache};
+
+/// The most memory one instance may have unless the host says otherwise: 256 MiB.
+pub const DEFAULT_MEMORY_BYTES: usize = 256 * 1024 * 1024;
+
+/// How long a component's `describe()` may run when its package loads.
+pub const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The WIT package name components import and export.
+const PACKAGE: &str = "toolhost:plugin";
+
+/// Limits for every instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WasmLimits {
+    /// The most linear memory an instance may grow to, in bytes; a grow past it fails
+    /// inside the component (an allocation error there), which ends only that call.
+    pub memory_bytes: usize,
+}
+
+impl Default for WasmLimits {
+    fn default() -> Self {
+        WasmLimits {
+            memory_bytes: DEFAULT_MEMORY_BYTES,
+        }
+    }
+}
+
+/// The engine, linker and compiled-code cache shared by a host's components. Cheap to
+/// clone.
+#[derive(Clone)]
+pub struct WasmRuntime {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) engine: Engine,
+    linker: Linker<CallState>,
+    cache_dir: Option<PathBuf>,
+    pub(crate) limits: WasmLimits,
+}
+
+impl std::fmt::Debug for WasmRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WasmRuntime")
+            .field("cache_dir", &self.inner.cache_dir)
+            .field("limits", &self.inner.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WasmRuntime {
+    /// A runtime that caches compiled code in `cache_dir` (`None`: compile at every start)
+    /// and gives every instance `limits`.
+    pub fn new(cache_dir: Option<PathBuf>, limits: WasmLimits) -> Result<WasmRuntime, String> {
+        let mut config = Config::new();
+        // Cancellation and timeouts interrupt running code at its next loop back-edge or
+        // function entry: the host bumps the engine's epoch, each store checks its call.
+        config.epoch_interruption(true);
+        config.wasm_component_model(true);
+        let engine = Engine::new(&config).map_err(|e| format!("cannot start wasmtime: {e}"))?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .map_err(|e| format!("cannot link WASI: {e}"))?;
+        bindings::Plugin::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)
+            .map_err(|e| format!("cannot link toolhost:plugin/host: {e}"))?;
+        Ok(WasmRuntime {
+            inner: Arc::new(Inner {
+                engine,
+                linker,
+                cache_dir,
+                limits,
+            }),
+        })
+    }
+
+    /// Compiles (or takes from the cache) the component at `path`, whose SHA-256 the caller
+    /// verified, reads its interface version (the caller gates it, as plugin-host does from
+    /// the manifest), links it and asks it for its tools.
+    pub fn load(&self, path: &Path, sha256: &str) -> Result<WasmPlugin, WasmError> {
+        let inner = &self.inner;
+        let component = self.compiled(path, sha256)?;
+        let interface = interface_version(&inner.engine, &component)?;
+        let instance_pre = inner.linker.instantiate_pre(&component).map_err(|e| {
+            let detail = format!("{e:#}");
+            WasmError::Import {
+                import: missing_import(&detail),
+                detail,
+            }
+        })?;
+        let pre = PluginPre::new(instance_pre).map_err(|e| WasmError::NotAPlugin {
+            found: format!("{e:#}"),
+        })?;
+        let info = describe(inner, &pre)?;
+        let definitions = definitions(&info)?;
+        Ok(WasmPlugin {
+            name: info.name,
+            version: info.version,
+            interface,
+            definitions,
+            pre,
+            runtime: self.inner.clone(),
+        })
+    }
+
+    fn compiled(&self, path: &Path, sha256: &str) -> Result<Component, WasmError> {
+        let engine = &self.inner.engine;
+        let cached = self
+            .inner
+            .cache_dir
+            .as_ref()
+            .map(|dir| cache::entry(dir, engine, sha256));
+        if let Some(file) = &cached
+            && let Some(component) = cache::load(engine, file)
+        {
+            return Ok(component);
+        }
+        let bytes = std::fs::read(path).map_err(|e| WasmError::Read {
+            path: path.display().to_string(),
+            detail: e.to_string(),
+        })?;
+        let component = Component::new(engine, &bytes).map_err(|e| WasmError::Compile {
+            path: path.display().to_string(),
+            detail: format!("{e:#}"),
+        })?;
+        if let Some(file) = &cached {
+            cache::store(&component, file);
+        }
+        Ok(component)
+    }
+}
+
+/// The version of `toolhost:plugin/tools` a component exports.
+fn interface_version(engine: &Engine, component: &Component) -> Result<semver::Version, WasmError> {
+    let ty = component.component_type();
+    let exports: Vec<String> = ty.exports(engine).map(|(n, _)| n.to_string()).collect();
+    let prefix = format!("{PACKAGE}/tools@");
+    exports
+        .iter()
+        .find_map(|name| name.strip_prefix(&prefix))
+        .and_then(|v| semver::Version::parse(v).ok())
+        .ok_or_else(|| WasmError::NotAPlugin {
+            found: if exports.is_empty() {
+                "nothing".into()
+            } else {
+                exports.join(", ")
+            },
+        })
+}
+
+/// The import named in a link error, for the refusal's first words.
+fn missing_import(detail: &str) -> String {
+    detail
+        .split(['`', '"'])
+        .nth(1)
+        .map_or_else(|| "an interface".to_string(), |s| format!("`{s}`"))
+}
+
+/// Runs `describe()` in a fresh instance, stopped after [`DESCRIBE_TIMEOUT`].
+fn describe(inner: &Inner, pre: &PluginPre<CallState>) -> Result<PluginInfo, WasmError> {
+    let cancel = Arc::new(AtomicBool::new(false));
+    let mut store = new_store(
+        inner,
+        CallState::new(None, inner.limits.memory_bytes, cancel.clone()),
+    );
+    let (done, wait) = std::sync::mpsc::channel::<()>();
+    let engine = inner.engine.clone();
+    let flag = cancel.clone();
+    let watchdog = std::thread::spawn(move || {
+        if wait.recv_timeout(DESCRIBE_TIMEOUT) == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+            flag.store(true, Ordering::Release);
+            engine.increment_epoch();
+        }
+    });
+    let result = pre
+        .instantiate(&mut store)
+        .and_then(|plugin| plugin.toolhost_plugin_tools().call_describe(&mut store));
+    let _ = done.send(());
+    let _ = watchdog.join();
+    result.map_err(|e| {
+        if cancel.load(Ordering::Acquire) {
+            WasmError::Describe(format!(
+                "it did not answer within {} s",
+                DESCRIBE_TIMEOUT.as_secs()
+            ))
+        } else {
+            WasmError::Describe(trap_message(&e, store.data()))
+        }
+    })
+}
+
+/// A store for one call (or one `describe()`), with the memory limit and the epoch check.
+pub(crate) fn new_store(inner: &Inner, state: CallState) -> Store<CallState> {
+    let mut store = Store::new(&inner.engine, state);
+    store.limiter(|s| &mut s.limits);
+    store.epoch_deadline_callback(|cx| {
+        if cx.data().stop_requested() {
+            Err(Trap::Interrupt.into())
+        } else {
+            Ok(UpdateDeadline::Continue(1))
+        }
+    });
+    store.set_epoch_deadline(1);
+    store
+}
+
+/// A trap or host error in words a reader can act on, with the last line the component
+/// wrote to stderr (a Python or JavaScript exception usually says what went wrong there).
+pub(crate) fn trap_message(e: &wasmtime::Error, state: &CallState) -> String {
+    let what = match e.downcast_ref::<Trap>() {
+        Some(trap) => trap.to_string(),
+        None => e.to_string(),
+    };
+    let (_, stderr) = state.stdio();
+    match stderr.lines().rev().find(|l| !l.trim().is_empty()) {
+        Some(last) => format!("{what}; its last error output: {}", last.trim()),
+        None => what,
+    }
+}
+
+fn definitions(info: &PluginInfo) -> Result<Vec<ToolDefinition>, WasmError> {
+    if info.tools.is_empty() {
+        return Err(WasmError::Describe("it lists no tools".into()));
+    }
+    if semver::Version::parse(&info.version).is_err() {
+        return Err(WasmError::Describe(format!(
+            "its version '{}' is not semver (write it as 1.2.3)",
+            info.version
+        )));
+    }
+    info.tools
+        .iter()
+        .map(|t| {
+            let schema: serde_json::Value = serde_json::from_str(&t.input_schema).map_err(|e| {
+                WasmError::Describe(format!("tool '{}': input-schema is not JSON: {e}", t.name))
+            })?;
+            if !schema.is_object() {
+                return Err(WasmError::Describe(format!(
+                    "tool '{}': input-schema must be a JSON object",
+                    t.name
+                )));
+            }
+            let mut d = ToolDefinition::new(
+                t.name.clone(),
+                t.description.clone(),
+                side_effect(t.side_effects),
+                schema,
+            );
+            d.concurrency_safe = t.concurrency_safe;
+            d.timeout_ms = t.timeout_ms;
+            d.path_params = t.path_params.clone();
+            Ok(d)
+        })
+        .collect()
+}
+
+fn side_effect(s: bindings::SideEffect) -> SideEffect {
+    match s {
+        bindings::SideEffect::None => SideEffect::None,
+        bindings::SideEffect::Read => SideEffect::Read,
+        bindings::SideEffect::Write => SideEffect::Write,
+        bindings::SideEffect::Execute => SideEffect::Execute,
+        bindings::SideEffect::Network => SideEffect::Network,
+    }
+}
+
+/// A loaded component: its tools, and a pre-linked template each call instantiates afresh.
+pub struct WasmPlugin {
+    /// Plugin name, as `describe()` said.
+    pub name: String,
+    /// Plugin version.
+    pub version: String,
+    /// The `toolhost:plugin` version it was built against.
+    pub interface: semver::Version,
+    /// Its tools.
+    pub definitions: Vec<ToolDefinition>,
+    pub(crate) pre: PluginPre<CallState>,
+    pub(crate) runtime: Arc<Inner>,
+}
+
+impl std::fmt::Debug for WasmPlugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WasmPlugin")
+            .field("name", &self.name)
+            .field("version", &self.version)
+            .field("interface", &self.interface)
+            .finish_non_exhaustive()
+    }
+}

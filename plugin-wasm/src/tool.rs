@@ -1,0 +1,139 @@
+//! A component's tools as the dispatcher sees them: [`ToolFactory`]s whose every call runs
+//! in a fresh instance.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde_json::Value;
+use tool_api::{Content, Tool, ToolContext, ToolDefinition, ToolError, ToolFactory, ToolOutput};
+
+use crate::bindings;
+use crate::call::{CallState, from_wit};
+use crate::runtime::{WasmPlugin, new_store, trap_message};
+
+impl WasmPlugin {
+    /// One factory per tool, registered under `source` (`plugin:NAME`).
+    pub fn factories(self: &Arc<Self>, source: &str) -> Vec<Arc<dyn ToolFactory>> {
+        self.definitions
+            .iter()
+            .map(|definition| {
+                Arc::new(WasmToolFactory {
+                    plugin: self.clone(),
+                    definition: definition.clone(),
+                    source: source.to_string(),
+                }) as Arc<dyn ToolFactory>
+            })
+            .collect()
+    }
+
+    /// Runs one call of `tool` in a fresh instance. `cancel` (or the context's own
+    /// cancellation) stops it at its next loop back-edge or function entry.
+    pub fn execute(
+        &self,
+        tool: &str,
+        input: &Value,
+        ctx: &ToolContext,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<ToolOutput, ToolError> {
+        let state = CallState::new(Some(ctx.clone()), self.runtime.limits.memory_bytes, cancel);
+        let mut store = new_store(&self.runtime, state);
+        let input = serde_json::to_string(input).map_err(|e| ToolError::internal(e.to_string()))?;
+        let result = self.pre.instantiate(&mut store).and_then(|plugin| {
+            plugin
+                .toolhost_plugin_tools()
+                .call_execute(&mut store, tool, &input)
+        });
+        let state = store.data();
+        let (stdout, stderr) = state.stdio();
+        if !stdout.is_empty() || !stderr.is_empty() {
+            tracing::debug!(plugin = %self.name, tool, stdout, stderr, "component output");
+        }
+        match result {
+            Ok(Ok(output)) => Ok(converted(output, &state.files_modified)),
+            Ok(Err(e)) => Err(from_wit(e)),
+            Err(_) if state.stop_requested() => {
+                Err(ToolError::Cancelled(format!("tool '{tool}' was stopped")))
+            }
+            Err(e) => {
+                tracing::warn!(plugin = %self.name, tool, error = format!("{e:?}"), "component trapped");
+                Err(ToolError::Failed(format!(
+                    "tool '{tool}' (WebAssembly plugin '{}') crashed: {}. The call was ended; the next call starts afresh.",
+                    self.name,
+                    trap_message(&e, state)
+                )))
+            }
+        }
+    }
+}
+
+fn converted(output: bindings::ToolOutput, files: &[String]) -> ToolOutput {
+    let content = output
+        .content
+        .into_iter()
+        .map(|c| match c {
+            bindings::Content::Text(text) => Content::Text { text },
+            bindings::Content::Image(image) => Content::Image {
+                mime: image.mime,
+                data: image.data,
+            },
+        })
+        .collect();
+    let metadata = if output.metadata.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&output.metadata).unwrap_or(Value::String(output.metadata))
+    };
+    ToolOutput {
+        content,
+        success: output.success,
+        metadata,
+        files_modified: (!files.is_empty()).then(|| files.to_vec()),
+        command_executed: None,
+    }
+}
+
+/// Makes [`WasmTool`]s for one tool of a component.
+struct WasmToolFactory {
+    plugin: Arc<WasmPlugin>,
+    definition: ToolDefinition,
+    source: String,
+}
+
+impl ToolFactory for WasmToolFactory {
+    fn definition(&self) -> &ToolDefinition {
+        &self.definition
+    }
+
+    fn create(&self) -> Result<Box<dyn Tool>, ToolError> {
+        Ok(Box::new(WasmTool {
+            plugin: self.plugin.clone(),
+            name: self.definition.name.clone(),
+            cancel: Arc::new(AtomicBool::new(false)),
+        }))
+    }
+
+    fn source(&self) -> &str {
+        &self.source
+    }
+}
+
+/// One call of a component's tool.
+struct WasmTool {
+    plugin: Arc<WasmPlugin>,
+    name: String,
+    cancel: Arc<AtomicBool>,
+}
+
+impl Tool for WasmTool {
+    fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        self.plugin
+            .execute(&self.name, &input, ctx, self.cancel.clone())
+    }
+
+    fn cancel(&self) -> bool {
+        self.cancel.store(true, Ordering::Release);
+        // Every running store checks its own call at the next epoch.
+        self.plugin.runtime.engine.increment_epoch();
+        true
+    }
+}
