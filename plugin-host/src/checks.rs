@@ -9,10 +9,10 @@ use crate::manifest::PackageKind;
 use crate::{Library, MANIFEST_FILE, Manifest, Refusal, library};
 
 /// Checks everything that can be checked without running the library's code, for a
-/// package that will load in process (a `panic = "abort"` build is refused).
+/// package that will load in process (a native `panic = "abort"` build is refused).
 pub fn preflight(folder: &Path) -> Result<(Manifest, PathBuf), Refusal> {
     let (manifest, library) = preflight_files(folder, &Digests::uncached())?;
-    if !manifest.unwinds {
+    if manifest.kind == PackageKind::Native && !manifest.unwinds {
         return Err(Refusal::PanicAbort);
     }
     Ok((manifest, library))

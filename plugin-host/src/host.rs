@@ -34,6 +34,9 @@ pub struct PluginHost {
     /// The most memory one component instance may have.
     #[cfg(feature = "wasm")]
     wasm_memory: usize,
+    /// Where compiled components are cached (default: the cache directory's `wasm/`).
+    #[cfg(feature = "wasm")]
+    wasm_cache: Option<PathBuf>,
     /// Made when the first component is loaded (an engine costs a few milliseconds).
     #[cfg(feature = "wasm")]
     wasm: std::sync::OnceLock<Result<plugin_wasm::WasmRuntime, String>>,
@@ -69,6 +72,8 @@ impl PluginHost {
             #[cfg(feature = "wasm")]
             wasm_memory: plugin_wasm::DEFAULT_MEMORY_BYTES,
             #[cfg(feature = "wasm")]
+            wasm_cache: None,
+            #[cfg(feature = "wasm")]
             wasm: std::sync::OnceLock::new(),
         }
     }
@@ -82,6 +87,15 @@ impl PluginHost {
         self
     }
 
+    /// Caches compiled components in `dir` instead of the cache directory's `wasm/` (hosts
+    /// that share one compiled copy, tests).
+    #[cfg(feature = "wasm")]
+    pub fn wasm_cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.wasm_cache = Some(dir.into());
+        self.wasm = std::sync::OnceLock::new();
+        self
+    }
+
     /// The runtime components run in (compiled code cached under the cache directory's
     /// `wasm/`).
     #[cfg(feature = "wasm")]
@@ -89,7 +103,11 @@ impl PluginHost {
         self.wasm
             .get_or_init(|| {
                 plugin_wasm::WasmRuntime::new(
-                    Some(self.cache_dir.join("wasm")),
+                    Some(
+                        self.wasm_cache
+                            .clone()
+                            .unwrap_or_else(|| self.cache_dir.join("wasm")),
+                    ),
                     plugin_wasm::WasmLimits {
                         memory_bytes: self.wasm_memory,
                     },

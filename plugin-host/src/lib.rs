@@ -83,6 +83,10 @@ pub use library::{Inspection, Library};
 pub use manifest::{
     COMPONENT_TARGET, MANIFEST_FILE, Manifest, ManifestError, ManifestTool, PackageKind,
 };
+#[cfg(feature = "wasm")]
+pub use plugin_wasm;
+#[cfg(feature = "wasm")]
+pub use register::load_component;
 pub use register::{load_package, register_library};
 pub use report::{LoadReport, Outcome, PackageReport};
 pub use sandboxing::{PluginSandbox, WorkerGrant, WorkerPlan, WorkerSandbox};

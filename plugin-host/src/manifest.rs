@@ -18,7 +18,7 @@
 //! A WebAssembly component says `kind = "component"`, `target = "wasm32-wasip2"`, names its
 //! `.wasm` file in `library`, and gives the `toolhost:plugin` WIT version it was built
 //! against in `tool_api` (and `requires_tool_api`); `unwinds` does not apply (a trap never
-//! reaches the host) and is left out.
+//! reaches the host) and may be left out.
 
 use std::path::Path;
 

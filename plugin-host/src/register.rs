@@ -13,9 +13,44 @@ use crate::{Inspection, Isolation, Library, PluginWorker, Refusal, adapter, isol
 /// Verifies, opens (in process) and registers one package folder.
 pub fn load_package(folder: &Path, dispatcher: &Dispatcher) -> Result<Outcome, Refusal> {
     let (manifest, library_path) = preflight(folder)?;
+    if manifest.kind == crate::PackageKind::Component {
+        return Err(Refusal::WrongIsolation {
+            name: manifest.name,
+            kind: "WebAssembly component".into(),
+            isolation: "in_process".into(),
+            advice:
+                "load it with load_component (plugin-host's `wasm` feature), or through PluginHost"
+                    .into(),
+        });
+    }
     let lib = library::open(&library_path)?;
     compare(&manifest, &lib)?;
     register_library(&lib, dispatcher)
+}
+
+/// Verifies, compiles (or takes from `runtime`'s cache), describes and registers one
+/// component package folder.
+#[cfg(feature = "wasm")]
+pub fn load_component(
+    folder: &Path,
+    runtime: &plugin_wasm::WasmRuntime,
+    dispatcher: &Dispatcher,
+) -> Result<(Outcome, Arc<plugin_wasm::WasmPlugin>), Refusal> {
+    let (manifest, component) = preflight(folder)?;
+    if manifest.kind != crate::PackageKind::Component {
+        return Err(Refusal::WrongIsolation {
+            name: manifest.name,
+            kind: "native library".into(),
+            isolation: "wasm".into(),
+            advice: "load it with load_package".into(),
+        });
+    }
+    let plugin = runtime
+        .load(&component, &manifest.sha256)
+        .map(Arc::new)
+        .map_err(|e| Refusal::Component(e.to_string()))?;
+    let outcome = register_component(&manifest, &plugin, dispatcher)?;
+    Ok((outcome, plugin))
 }
 
 /// Registers every factory or none (a clash unregisters the ones already in).

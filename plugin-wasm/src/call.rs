@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tool_api::ToolContext;
 use wasmtime::component::ResourceTable;
-use wasmtime::{StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
@@ -29,7 +28,7 @@ pub(crate) struct CallState {
     ctx: Option<ToolContext>,
     wasi: WasiCtx,
     table: ResourceTable,
-    pub(crate) limits: StoreLimits,
+    pub(crate) limits: MemoryLimit,
     /// Set by [`tool_api::Tool::cancel`] (the host's timeouts come this way too).
     pub(crate) cancel: Arc<AtomicBool>,
     /// The workspace files the call changed, in order, as it named them.
@@ -58,10 +57,10 @@ impl CallState {
             ctx,
             wasi,
             table: ResourceTable::new(),
-            limits: StoreLimitsBuilder::new()
-                .memory_size(memory_bytes)
-                .trap_on_grow_failure(false)
-                .build(),
+            limits: MemoryLimit {
+                bytes: memory_bytes,
+                refused: false,
+            },
             cancel,
             files_modified: Vec::new(),
             stdout,
@@ -94,6 +93,37 @@ impl CallState {
         if !self.files_modified.iter().any(|p| p == path) {
             self.files_modified.push(path.to_string());
         }
+    }
+}
+
+/// The memory limit of one instance; remembers a refused grow, so that the call's error
+/// can say the component ran out of memory rather than only that it trapped.
+pub(crate) struct MemoryLimit {
+    /// The most linear memory the instance may have.
+    pub(crate) bytes: usize,
+    /// Whether a grow past it was refused.
+    pub(crate) refused: bool,
+}
+
+impl wasmtime::ResourceLimiter for MemoryLimit {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let allowed = desired <= self.bytes;
+        self.refused |= !allowed;
+        Ok(allowed)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        _desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(true)
     }
 }
 

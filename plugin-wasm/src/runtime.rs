@@ -220,15 +220,37 @@ pub(crate) fn new_store(inner: &Inner, state: CallState) -> Store<CallState> {
 /// A trap or host error in words a reader can act on, with the last line the component
 /// wrote to stderr (a Python or JavaScript exception usually says what went wrong there).
 pub(crate) fn trap_message(e: &wasmtime::Error, state: &CallState) -> String {
+    if state.limits.refused {
+        return format!(
+            "it ran out of memory (the limit is {} MiB per instance; raise wasm_memory_limit_mib if the tool needs more)",
+            state.limits.bytes >> 20
+        );
+    }
     let what = match e.downcast_ref::<Trap>() {
         Some(trap) => trap.to_string(),
         None => e.to_string(),
     };
     let (_, stderr) = state.stdio();
-    match stderr.lines().rev().find(|l| !l.trim().is_empty()) {
-        Some(last) => format!("{what}; its last error output: {}", last.trim()),
+    match last_error_line(&stderr) {
+        Some(line) => format!("{what}; it reported: {line}"),
         None => what,
     }
+}
+
+/// The line of a component's stderr that says what went wrong: the last one before a
+/// language runtime's own panic report (a Python traceback's exception line, a JavaScript
+/// error), else the last non-empty one.
+fn last_error_line(stderr: &str) -> Option<&str> {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let report = lines
+        .iter()
+        .position(|l| l.starts_with("thread '") && l.contains("panicked at"))
+        .unwrap_or(lines.len());
+    lines[..report].last().or(lines.last()).copied()
 }
 
 fn definitions(info: &PluginInfo) -> Result<Vec<ToolDefinition>, WasmError> {

@@ -147,17 +147,6 @@ pub const WIT_VERSION: &str = "1.0.0";
 /// The text of `wit/plugin.wit`, for tools that generate a component's bindings from it.
 pub const WIT: &str = include_str!("../wit/plugin.wit");
 
-#[cfg(test)]
-mod wit_tests {
-    #[test]
-    fn the_wit_package_declares_the_version_hosts_serve() {
-        let line = format!("package toolhost:plugin@{};", super::WIT_VERSION);
-        assert!(
-            super::WIT.lines().any(|l| l.trim() == line),
-            "plugin.wit must declare `{line}`"
-        );
-    }
-}
 
 /// Exports the tools of a plugin library: emits the root module a host loads.
 ///
@@ -292,4 +281,16 @@ macro_rules! check_plugin {
             env!("CARGO_MANIFEST_DIR"),
         )
     };
+}
+
+#[cfg(test)]
+mod wit_tests {
+    #[test]
+    fn the_wit_package_declares_the_version_hosts_serve() {
+        let line = format!("package toolhost:plugin@{};", super::WIT_VERSION);
+        assert!(
+            super::WIT.lines().any(|l| l.trim() == line),
+            "plugin.wit must declare `{line}`"
+        );
+    }
 }

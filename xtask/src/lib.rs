@@ -21,6 +21,7 @@
 //! `cargo xtask --help` (at any level) lists the commands and their options.
 
 pub mod bench;
+pub mod components;
 pub mod demo;
 pub mod fuzz;
 pub mod peers;
@@ -185,6 +186,7 @@ pub fn test() -> Result {
     let redis = ensure_redis()?;
     let mut peers = test_peers()?;
     peers.push(("TOOLHOST_TEST_REDIS", redis));
+    peers.push(("TOOLHOST_TEST_COMPONENTS", components::fixtures()?));
     let mut totals = Totals::default();
     let result = run_tests(
         "run unit, integration and CLI tests, and benchmarks in test mode",

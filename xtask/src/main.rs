@@ -51,6 +51,11 @@ enum Command {
     /// Verify a package in this process (the child side of `plugin verify`).
     #[command(name = "__verify", hide = true)]
     Verify { package: PathBuf },
+    /// Build and package the WebAssembly components the tests load, and print where
+    /// (`cargo xtask test` does this itself; for running one test file by hand:
+    /// `TOOLHOST_TEST_COMPONENTS=$(cargo xtask wasm-fixtures) cargo test --test wasm`).
+    #[command(name = "wasm-fixtures")]
+    WasmFixtures,
 }
 
 #[derive(Subcommand)]
@@ -75,7 +80,8 @@ enum PluginCommand {
     /// Build (release), check and package the plugin crate at PATH:
     /// DIR/NAME-VERSION-TARGET.tar.gz. Refuses, with the reason, what `verify` would refuse.
     Package {
-        /// The plugin crate.
+        /// The plugin crate; or a WebAssembly component: a `.wasm` file, or a folder with a
+        /// Python `app.py` (built with componentize-py).
         path: PathBuf,
         /// Where to write the archive (default: the crate's own dist/).
         #[arg(long, value_name = "DIR")]
@@ -140,8 +146,20 @@ fn plugin_command(command: PluginCommand) -> xtask::steps::Result {
             println!("{}", plugin::build(&path, release, None)?.display());
         }
         PluginCommand::Package { path, out } => {
-            let out = out.unwrap_or_else(|| path.join("dist"));
-            let archive = plugin::package_crate(&path, &out, &Inspector::child(), None, true)?;
+            let component =
+                path.extension().is_some_and(|e| e == "wasm") || path.join("app.py").is_file();
+            let archive = if component {
+                let out = out.unwrap_or_else(|| {
+                    path.parent()
+                        .filter(|_| path.is_file())
+                        .unwrap_or(&path)
+                        .join("dist")
+                });
+                xtask::components::package(&path, &out)?
+            } else {
+                let out = out.unwrap_or_else(|| path.join("dist"));
+                plugin::package_crate(&path, &out, &Inspector::child(), None, true)?
+            };
             println!("{}", archive.display());
         }
         PluginCommand::Verify { package } => {
@@ -180,6 +198,9 @@ fn main() -> ExitCode {
         Command::Plugin(command) => plugin_command(command),
         Command::Inspect { library } => return child(plugin::inspect_here(&library)),
         Command::Verify { package } => return child(plugin::verify_here(&package)),
+        Command::WasmFixtures => {
+            xtask::components::fixtures().map(|dir| println!("{}", dir.display()))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

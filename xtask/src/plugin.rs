@@ -453,6 +453,14 @@ pub fn verify_here(package: &Path) -> std::result::Result<String, String> {
     let mut out = String::new();
     let (manifest, library_path) =
         plugin_host::preflight(&folder).map_err(|e| format!("refused before loading: {e}"))?;
+    if manifest.kind == plugin_host::PackageKind::Component {
+        let _ = writeln!(
+            out,
+            "manifest: {} {}, a WebAssembly component built against toolhost:plugin@{}, target {}",
+            manifest.name, manifest.version, manifest.tool_api, manifest.target
+        );
+        return verify_component(&folder, &manifest, out);
+    }
     let _ = writeln!(
         out,
         "manifest: {} {}, built with tool-api {} (requires {}), target {}, unwinds",
@@ -509,6 +517,54 @@ pub fn verify_here(package: &Path) -> std::result::Result<String, String> {
         }
         Err(e) => Err(format!("{out}verdict: refused: {e}")),
     }
+}
+
+/// The rest of `verify_here` for a WebAssembly component: compiled, linked, described and
+/// registered as a host would.
+fn verify_component(
+    folder: &Path,
+    manifest: &Manifest,
+    mut out: String,
+) -> std::result::Result<String, String> {
+    use std::fmt::Write as _;
+    let signed = signature(folder, &manifest.library)
+        .map_err(|why| format!("{out}signature: refused: {why}"))?;
+    let _ = writeln!(
+        out,
+        "signature: {}",
+        if signed.starts_with("none") {
+            "none (a component runs in the WebAssembly sandbox, signed or not)"
+        } else {
+            &signed
+        }
+    );
+    let runtime = plugin_host::plugin_wasm::WasmRuntime::new(
+        Some(crate::components::fixtures_dir().join("cache")),
+        plugin_host::plugin_wasm::WasmLimits::default(),
+    )?;
+    let d = dispatcher_core::Dispatcher::new();
+    for f in builtin_tools::factories() {
+        let _ = d.register(f);
+    }
+    let (_, plugin) = plugin_host::load_component(folder, &runtime, &d)
+        .map_err(|e| format!("{out}verdict: refused: {e}"))?;
+    let _ = writeln!(
+        out,
+        "interface: toolhost:plugin@{}, compatible with this host's {}",
+        plugin.interface,
+        tool_api::WIT_VERSION
+    );
+    let _ = writeln!(out, "tools:");
+    let _ = writeln!(out, "  {:24} {:8} SCHEMA", "NAME", "CLASS");
+    for def in &plugin.definitions {
+        let _ = writeln!(out, "  {:24} {:8} ok", def.name, def.side_effects);
+    }
+    let _ = writeln!(
+        out,
+        "sandbox: WebAssembly; only the toolhost:plugin host interface (workspace files as its classes allow, logs, output, questions); no other files, no network, no programs"
+    );
+    let _ = writeln!(out, "verdict: OK");
+    Ok(out)
 }
 
 /// What an isolated worker with `grant` (what its tools' classes call for) may do, in

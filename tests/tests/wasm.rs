@@ -1,0 +1,569 @@
+//! Tools written as WebAssembly components: loaded from packages like native plugins, run
+//! under the same policy, events and confirmations, and confined by the WebAssembly
+//! sandbox (files only through the host, no network, no environment), with limits that
+//! hold inside it: a trap, an endless loop or a memory bomb ends only its call.
+//!
+//! The components are built from Python by componentize-py: `cargo xtask test` builds them
+//! and names their folder in `TOOLHOST_TEST_COMPONENTS` (by hand:
+//! `TOOLHOST_TEST_COMPONENTS=$(cargo xtask wasm-fixtures) cargo test --test wasm`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Fixture, allow_all, drain};
+use dispatcher_core::{
+    ConfirmationRequest, Confirmer, Decision, Dispatcher, DispatcherBuilder, DispatcherConfig,
+    ErrorClass, EventKind, ToolResultBlock, ToolUse,
+};
+use plugin_host::{Isolation, LoadReport, Outcome, Refusal};
+use serde_json::{Value, json};
+
+/// The built components, or `None` (skipped) outside `cargo xtask test`.
+fn components() -> Option<PathBuf> {
+    toolhost_tests::peer("TOOLHOST_TEST_COMPONENTS")
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
+/// A plugin directory with copies of component packages, a dispatcher with them loaded,
+/// and a session over a temporary workspace.
+struct Env {
+    plugins: tempfile::TempDir,
+    cache: tempfile::TempDir,
+    compiled: PathBuf,
+    fx: Fixture,
+}
+
+impl Env {
+    /// `packages` copied from the fixtures, nothing loaded yet; `None` when skipped.
+    fn new(packages: &[&str], builder: DispatcherBuilder) -> Option<Env> {
+        let dir = components()?;
+        let plugins = tempfile::tempdir().unwrap();
+        for name in packages {
+            copy_dir(&dir.join("packages").join(name), &plugins.path().join(name));
+        }
+        Some(Env {
+            plugins,
+            cache: tempfile::tempdir().unwrap(),
+            compiled: dir.join("cache"),
+            fx: Fixture::new(builder.build()),
+        })
+    }
+
+    fn host(&self) -> plugin_host::PluginHost {
+        plugin_host::PluginHost::new([self.plugins.path()])
+            .cache_dir(self.cache.path())
+            .wasm_cache_dir(&self.compiled)
+    }
+
+    fn load(&self) -> LoadReport {
+        self.host().load_into(&self.fx.dispatcher)
+    }
+
+    /// Loaded, every package asserted loaded.
+    fn loaded(packages: &[&str], builder: DispatcherBuilder) -> Option<Env> {
+        let env = Env::new(packages, builder)?;
+        let report = env.load();
+        assert_eq!(
+            report.loaded().count(),
+            packages.len(),
+            "{:?}",
+            report.lines()
+        );
+        Some(env)
+    }
+
+    fn d(&self) -> &Dispatcher {
+        &self.fx.dispatcher
+    }
+
+    async fn call(&self, tool: &str, input: Value) -> ToolResultBlock {
+        self.d()
+            .dispatch(
+                ToolUse::new(format!("tu_{tool}"), tool, input),
+                &self.fx.session,
+            )
+            .await
+    }
+
+    fn manifest(&self, package: &str) -> PathBuf {
+        self.plugins
+            .path()
+            .join(package)
+            .join(plugin_host::MANIFEST_FILE)
+    }
+
+    fn edit_manifest(&self, package: &str, from: &str, to: &str) {
+        let file = self.manifest(package);
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(text.contains(from), "{text}");
+        std::fs::write(&file, text.replacen(from, to, 1)).unwrap();
+    }
+}
+
+fn faults() -> Option<Env> {
+    Env::loaded(&["faults"], Dispatcher::builder().policy(allow_all()))
+}
+
+fn refusal(report: &LoadReport) -> &Refusal {
+    report
+        .refused()
+        .next()
+        .map(|(_, r)| r)
+        .unwrap_or_else(|| panic!("nothing was refused: {:?}", report.lines()))
+}
+
+#[tokio::test]
+async fn a_component_package_loads_and_is_reported_as_wasm() {
+    let Some(env) = Env::new(&["text-stats"], Dispatcher::builder()) else {
+        return;
+    };
+    let report = env.load();
+    let Outcome::Loaded {
+        isolation, tools, ..
+    } = &report.packages[0].outcome
+    else {
+        panic!("{:?}", report.lines());
+    };
+    assert_eq!(*isolation, Isolation::Wasm);
+    assert_eq!(tools.len(), 2);
+    assert!(report.lines()[0].contains("[wasm]"), "{:?}", report.lines());
+}
+
+#[tokio::test]
+async fn a_python_tool_runs_and_returns_its_output() {
+    let Some(env) = Env::loaded(&["text-stats"], Dispatcher::builder()) else {
+        return;
+    };
+    let r = env
+        .call("word_stats", json!({"text": "one two\nthree"}))
+        .await;
+    assert!(!r.is_error(), "{}", r.text());
+    let v: Value = serde_json::from_str(&r.text()).unwrap();
+    assert_eq!(v, json!({"chars": 13, "lines": 2, "words": 3}));
+}
+
+#[tokio::test]
+async fn a_component_reads_workspace_files_through_the_host() {
+    let Some(env) = Env::loaded(&["text-stats"], Dispatcher::builder()) else {
+        return;
+    };
+    env.fx.write("notes/a.txt", "alpha beta\n");
+    let r = env.call("file_stats", json!({"path": "notes/a.txt"})).await;
+    assert!(!r.is_error(), "{}", r.text());
+    assert!(r.text().contains("\"words\": 2"), "{}", r.text());
+}
+
+#[tokio::test]
+async fn input_that_fails_the_schema_is_refused_before_the_component_runs() {
+    let Some(env) = Env::loaded(&["text-stats"], Dispatcher::builder()) else {
+        return;
+    };
+    let r = env.call("word_stats", json!({"text": 5})).await;
+    assert_eq!(
+        r.error_class,
+        Some(ErrorClass::ValidationError),
+        "{}",
+        r.text()
+    );
+}
+
+#[tokio::test]
+async fn a_path_outside_the_workspace_is_refused_by_the_host() {
+    let Some(env) = faults() else { return };
+    for path in ["../outside.txt", "/etc/passwd"] {
+        let r = env.call("wasm_read", json!({"path": path})).await;
+        assert_eq!(
+            r.error_class,
+            Some(ErrorClass::PermissionDenied),
+            "{path}: {}",
+            r.text()
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_component_can_touch_files_only_as_its_declared_class_allows() {
+    let Some(env) = faults() else { return };
+    env.fx.write("a.txt", "secret");
+    let r = env
+        .call("wasm_read_undeclared", json!({"path": "a.txt"}))
+        .await;
+    assert_eq!(
+        r.error_class,
+        Some(ErrorClass::PermissionDenied),
+        "{}",
+        r.text()
+    );
+    assert!(
+        r.text().contains("declares side effects 'none'"),
+        "{}",
+        r.text()
+    );
+}
+
+#[tokio::test]
+async fn a_component_has_no_files_no_environment_and_no_network_of_its_own() {
+    let Some(env) = faults() else { return };
+    env.fx.write(
+        "Cargo.toml",
+        "in the workspace, still not reachable without the host",
+    );
+    let r = env.call("wasm_open_outside", json!({})).await;
+    assert!(r.is_error(), "it opened a file: {}", r.text());
+    assert_eq!(r.text(), "no file could be opened");
+    let r = env.call("wasm_connect_out", json!({"port": 22})).await;
+    assert!(
+        r.is_error() && !r.text().contains("connected"),
+        "{}",
+        r.text()
+    );
+    let r = env.call("wasm_env", json!({})).await;
+    let v: Value = serde_json::from_str(&r.text()).unwrap();
+    assert_eq!(v["env"], json!({}), "no host environment: {v}");
+}
+
+#[tokio::test]
+async fn a_write_is_asked_for_and_recorded_like_any_write() {
+    struct Deny;
+    impl Confirmer for Deny {
+        fn name(&self) -> &str {
+            "deny"
+        }
+        fn confirm(&self, _: ConfirmationRequest) -> dispatcher_core::confirmation::ConfirmFuture {
+            Box::pin(async { Decision::Deny.into() })
+        }
+    }
+    let Some(denied) = Env::loaded(&["faults"], Dispatcher::builder().confirmer(Arc::new(Deny)))
+    else {
+        return;
+    };
+    let r = denied
+        .call("wasm_write", json!({"path": "out.txt", "text": "x"}))
+        .await;
+    assert_eq!(r.error_class, Some(ErrorClass::UserDenied), "{}", r.text());
+    assert!(!denied.fx.path("out.txt").exists());
+
+    let Some(env) = faults() else { return };
+    let r = env
+        .call("wasm_write", json!({"path": "out.txt", "text": "hello"}))
+        .await;
+    assert!(!r.is_error(), "{}", r.text());
+    assert_eq!(
+        std::fs::read_to_string(env.fx.path("out.txt")).unwrap(),
+        "hello"
+    );
+    assert_eq!(r.record.files_modified, ["out.txt"]);
+}
+
+#[tokio::test]
+async fn a_trap_ends_only_its_call_with_a_readable_execution_error() {
+    let Some(env) = faults() else { return };
+    let r = env.call("wasm_trap", json!({})).await;
+    assert_eq!(
+        r.error_class,
+        Some(ErrorClass::ExecutionError),
+        "{}",
+        r.text()
+    );
+    let text = r.text();
+    assert!(text.contains("crashed"), "{text}");
+    assert!(
+        text.contains("RuntimeError: deliberate failure in wasm_trap"),
+        "{text}"
+    );
+    let r = env.call("wasm_echo", json!({"after": "trap"})).await;
+    assert!(!r.is_error(), "the next call works: {}", r.text());
+}
+
+#[tokio::test]
+async fn an_endless_loop_is_stopped_by_its_timeout_and_the_next_call_works() {
+    let mut config = DispatcherConfig::default();
+    config
+        .tool_timeouts
+        .insert("wasm_spin".into(), Duration::from_millis(500));
+    let Some(env) = Env::loaded(&["faults"], Dispatcher::builder().config(config)) else {
+        return;
+    };
+    let started = std::time::Instant::now();
+    let r = env.call("wasm_spin", json!({})).await;
+    assert_eq!(r.error_class, Some(ErrorClass::Timeout), "{}", r.text());
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let r = env.call("wasm_noop", json!({})).await;
+    assert!(!r.is_error(), "{}", r.text());
+}
+
+#[tokio::test]
+async fn cancelling_a_call_stops_a_component_in_an_endless_loop() {
+    let Some(env) = faults() else { return };
+    let mut events = env.fx.session.subscribe();
+    let d = env.d().clone();
+    let session = env.fx.session.clone();
+    let call = tokio::spawn(async move {
+        d.dispatch(ToolUse::new("tu_spin", "wasm_spin", json!({})), &session)
+            .await
+    });
+    common::next_of(&mut events, "tool.called").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(env.d().request_cancel(env.fx.session.id(), "tu_spin"));
+    let r = tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .expect("the loop stops")
+        .unwrap();
+    assert_eq!(r.error_class, Some(ErrorClass::Cancelled), "{}", r.text());
+    assert!(!env.call("wasm_noop", json!({})).await.is_error());
+}
+
+#[test]
+fn cancel_stops_the_loop_itself_not_only_the_wait_for_it() {
+    let Some(dir) = components() else { return };
+    let runtime =
+        plugin_host::plugin_wasm::WasmRuntime::new(Some(dir.join("cache")), Default::default())
+            .unwrap();
+    let component = dir.join("packages/faults/faults.wasm");
+    let sha = plugin_host::digest::sha256_file(&component).unwrap();
+    let plugin = Arc::new(runtime.load(&component, &sha).unwrap());
+    let factory = plugin
+        .factories("plugin:faults")
+        .into_iter()
+        .find(|f| f.definition().name == "wasm_spin")
+        .unwrap();
+    let tool: Arc<dyn tool_api::Tool> = Arc::from(factory.create().unwrap());
+    let running = tool.clone();
+    let (done, ended) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let host = tool_api::testing::TestHost::new();
+        let _ = done.send(running.execute(json!({}), &host.context()));
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(ended.try_recv().is_err(), "still looping");
+    assert!(tool.cancel());
+    let result = ended
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the thread running the loop returns");
+    assert!(
+        matches!(result, Err(tool_api::ToolError::Cancelled(_))),
+        "{result:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_memory_bomb_hits_the_instance_limit_and_ends_only_its_call() {
+    let Some(env) = Env::new(&["faults"], Dispatcher::builder()) else {
+        return;
+    };
+    let report = env.host().wasm_memory(96 << 20).load_into(env.d());
+    assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
+    let r = env.call("wasm_hog", json!({})).await;
+    assert_eq!(
+        r.error_class,
+        Some(ErrorClass::ExecutionError),
+        "{}",
+        r.text()
+    );
+    assert!(
+        r.text().contains("ran out of memory (the limit is 96 MiB"),
+        "{}",
+        r.text()
+    );
+    assert!(!env.call("wasm_noop", json!({})).await.is_error());
+}
+
+#[tokio::test]
+async fn every_call_gets_a_fresh_instance() {
+    let Some(env) = faults() else { return };
+    for _ in 0..3 {
+        assert_eq!(env.call("wasm_counter", json!({})).await.text(), "1");
+    }
+}
+
+#[tokio::test]
+async fn live_output_reaches_the_event_stream() {
+    let Some(env) = faults() else { return };
+    let mut events = env.fx.session.subscribe();
+    let r = env.call("wasm_progress", json!({"chunks": 2})).await;
+    assert_eq!(r.text(), "done");
+    let chunks: Vec<String> = drain(&mut events)
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::OutputDelta { chunk } => Some(chunk.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(chunks, ["chunk 0\n", "chunk 1\n"]);
+}
+
+#[tokio::test]
+async fn a_component_asks_the_user_through_the_host_confirmation_flow() {
+    struct Allow;
+    impl Confirmer for Allow {
+        fn name(&self) -> &str {
+            "allow"
+        }
+        fn confirm(&self, _: ConfirmationRequest) -> dispatcher_core::confirmation::ConfirmFuture {
+            Box::pin(async { Decision::Allow.into() })
+        }
+    }
+    let Some(env) = Env::loaded(
+        &["faults"],
+        Dispatcher::builder().confirmer(Arc::new(Allow)),
+    ) else {
+        return;
+    };
+    let mut events = env.fx.session.subscribe();
+    let r = env
+        .call("wasm_ask", json!({"question": "Upload it?"}))
+        .await;
+    assert_eq!(r.text(), "allowed", "{r:?}");
+    assert!(
+        drain(&mut events)
+            .iter()
+            .any(|e| e.kind.name() == "tool.confirmation_requested"),
+        "the question went through the broker"
+    );
+}
+
+#[tokio::test]
+async fn calls_of_a_component_run_concurrently() {
+    let Some(env) = faults() else { return };
+    let calls = (0..4).map(|i| {
+        env.d().dispatch(
+            ToolUse::new(format!("tu_{i}"), "wasm_echo", json!({"i": i})),
+            &env.fx.session,
+        )
+    });
+    let results = futures_util::future::join_all(calls).await;
+    for (i, r) in results.iter().enumerate() {
+        assert_eq!(r.text(), json!({"i": i}).to_string());
+    }
+}
+
+#[tokio::test]
+async fn a_second_start_takes_compiled_code_from_the_cache() {
+    let Some(env) = Env::new(&["text-stats"], Dispatcher::builder()) else {
+        return;
+    };
+    let compiled = tempfile::tempdir().unwrap();
+    let host = || env.host().wasm_cache_dir(compiled.path());
+    assert_eq!(host().load_into(&Dispatcher::new()).loaded().count(), 1);
+    let entries: Vec<PathBuf> = std::fs::read_dir(compiled.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let sha =
+        plugin_host::digest::sha256_file(&env.plugins.path().join("text-stats/text-stats.wasm"))
+            .unwrap();
+    assert!(
+        entries[0].to_string_lossy().contains(&sha),
+        "keyed by the digest: {entries:?}"
+    );
+    let written = std::fs::metadata(&entries[0]).unwrap().modified().unwrap();
+    let started = std::time::Instant::now();
+    assert_eq!(host().load_into(&Dispatcher::new()).loaded().count(), 1);
+    eprintln!("second start: {:?}", started.elapsed());
+    assert_eq!(
+        std::fs::metadata(&entries[0]).unwrap().modified().unwrap(),
+        written
+    );
+}
+
+#[tokio::test]
+async fn a_component_built_against_another_interface_version_is_refused_before_it_is_compiled() {
+    for (version, expected) in [
+        (
+            "2.0.0",
+            "major versions differ; rebuild the component against toolhost:plugin@1.0",
+        ),
+        ("1.9.0", "it needs a newer host; upgrade toolhost"),
+    ] {
+        let Some(env) = Env::new(&["text-stats"], Dispatcher::builder()) else {
+            return;
+        };
+        env.edit_manifest(
+            "text-stats",
+            "tool_api = \"1.0.0\"",
+            &format!("tool_api = \"{version}\""),
+        );
+        let report = env.load();
+        let r = refusal(&report);
+        assert!(matches!(r, Refusal::IncompatibleInterface { .. }), "{r}");
+        assert!(r.to_string().contains(expected), "{r}");
+    }
+}
+
+#[tokio::test]
+async fn a_changed_component_is_refused_by_its_checksum() {
+    let Some(env) = Env::new(&["text-stats"], Dispatcher::builder()) else {
+        return;
+    };
+    let file = env.plugins.path().join("text-stats/text-stats.wasm");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&file, bytes).unwrap();
+    let report = env.load();
+    assert!(
+        matches!(refusal(&report), Refusal::ChecksumMismatch { .. }),
+        "{:?}",
+        report.lines()
+    );
+}
+
+#[tokio::test]
+async fn a_file_that_is_not_a_component_is_refused_saying_what_to_build() {
+    let Some(env) = Env::new(&["text-stats"], Dispatcher::builder()) else {
+        return;
+    };
+    let file = env.plugins.path().join("text-stats/text-stats.wasm");
+    std::fs::write(&file, b"\0asm\x01\0\0\0garbage").unwrap();
+    let sha = plugin_host::digest::sha256_file(&file).unwrap();
+    let text = std::fs::read_to_string(env.manifest("text-stats")).unwrap();
+    let old = text
+        .lines()
+        .find(|l| l.starts_with("sha256"))
+        .unwrap()
+        .to_string();
+    env.edit_manifest("text-stats", &old, &format!("sha256 = \"{sha}\""));
+    let report = env.load();
+    let r = refusal(&report).to_string();
+    assert!(r.contains("is not a valid WebAssembly component"), "{r}");
+    assert!(r.contains("wasm32-wasip2"), "{r}");
+}
+
+#[tokio::test]
+async fn a_component_set_to_run_in_process_is_refused_saying_why() {
+    let Some(env) = Env::new(&["text-stats"], Dispatcher::builder()) else {
+        return;
+    };
+    let report = env
+        .host()
+        .isolate("text-stats", Isolation::InProcess)
+        .load_into(env.d());
+    let r = refusal(&report).to_string();
+    assert!(r.contains("always runs in the WebAssembly sandbox"), "{r}");
+}
+
+#[tokio::test]
+async fn a_component_package_for_another_target_is_refused() {
+    let Some(env) = Env::new(&["text-stats"], Dispatcher::builder()) else {
+        return;
+    };
+    env.edit_manifest("text-stats", "wasm32-wasip2", "wasm32-wasip1");
+    let report = env.load();
+    assert!(
+        matches!(refusal(&report), Refusal::WrongTarget { expected, .. } if expected == "wasm32-wasip2"),
+        "{:?}",
+        report.lines()
+    );
+}

@@ -1,0 +1,179 @@
+//! WebAssembly components: built from Python sources with componentize-py (from PyPI,
+//! into `target/peers`), packaged like native plugins (`plugin.toml` with
+//! `kind = "component"`), and the components the tests load, built once per run.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use plugin_host::plugin_wasm::{WasmLimits, WasmPlugin, WasmRuntime};
+use plugin_host::{COMPONENT_TARGET, Manifest, ManifestTool, PackageKind, digest, package};
+
+use crate::steps::{Result, announce, fail, io, root};
+
+/// The componentize-py release the Python components are built with.
+pub const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
+
+/// The Python example and the test fixtures, by package name and source folder.
+pub const PYTHON_SOURCES: [(&str, &str); 2] = [
+    ("text-stats", "examples/wasm/py-text-stats"),
+    ("faults", "tests/fixtures/wasm/faults"),
+];
+
+/// `target/fixtures/wasm`: built components, their packages (`packages/NAME/`) and the
+/// compiled-code cache the tests share (`cache/`).
+pub fn fixtures_dir() -> PathBuf {
+    root().join("target/fixtures/wasm")
+}
+
+/// componentize-py, installed into `target/peers/componentize-py` on first use.
+fn componentize_py() -> Result<PathBuf> {
+    let step = "install componentize-py (PyPI)";
+    let python = crate::peers::python_venv(
+        &crate::peers::dir(),
+        "componentize-py",
+        &[COMPONENTIZE_PY],
+        "componentize_py",
+    )
+    .or_else(|e| fail(step, e))?;
+    Ok(python.with_file_name("componentize-py"))
+}
+
+/// Whether `out` is newer than every file it is built from.
+fn up_to_date(out: &Path, inputs: &[PathBuf]) -> bool {
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let Some(built) = modified(out) else {
+        return false;
+    };
+    inputs
+        .iter()
+        .all(|i| modified(i).is_some_and(|m| m <= built))
+}
+
+/// Builds the Python component in `source` (its `app.py` implements the `plugin` world of
+/// `tool-api/wit/plugin.wit`) into `out`, unless `out` is newer than its sources.
+pub fn build_python(source: &Path, out: &Path) -> Result<PathBuf> {
+    let step = format!("build the component {}", out.display());
+    let wit = root().join("tool-api/wit");
+    let app = source.join("app.py");
+    if !app.is_file() {
+        return fail(&step, format!("no app.py in '{}'", source.display()));
+    }
+    if up_to_date(out, &[app, wit.join("plugin.wit")]) {
+        return Ok(out.to_path_buf());
+    }
+    let tool = componentize_py()?;
+    announce(&step);
+    if let Some(dir) = out.parent() {
+        io(&step, std::fs::create_dir_all(dir))?;
+    }
+    crate::peers::output(
+        Command::new(&tool)
+            .arg("-d")
+            .arg(&wit)
+            .args(["-w", "plugin", "componentize", "app", "-p"])
+            .arg(source)
+            .arg("-o")
+            .arg(out),
+    )
+    .or_else(|e| fail(&step, format!("componentize-py failed: {e}")))?;
+    Ok(out.to_path_buf())
+}
+
+/// Loads a component as a host would (compiled, linked, described) and returns it.
+pub fn describe(component: &Path, sha256: &str) -> std::result::Result<WasmPlugin, String> {
+    let runtime = WasmRuntime::new(Some(fixtures_dir().join("cache")), WasmLimits::default())?;
+    runtime.load(component, sha256).map_err(|e| e.to_string())
+}
+
+/// `plugin.toml` for a component, from what its `describe()` says.
+fn manifest_for(plugin: &WasmPlugin, file_name: &str, sha256: String) -> Result<Manifest> {
+    let step = format!("package {} {}", plugin.name, plugin.version);
+    let version = semver::Version::parse(&plugin.version).or_else(|e| {
+        fail(
+            &step,
+            format!("its version '{}' is not semver: {e}", plugin.version),
+        )
+    })?;
+    Ok(Manifest {
+        name: plugin.name.clone(),
+        version,
+        tool_api: plugin.interface.clone(),
+        requires_tool_api: plugin.interface.clone(),
+        kind: PackageKind::Component,
+        target: COMPONENT_TARGET.into(),
+        library: file_name.into(),
+        sha256,
+        unwinds: false,
+        tools: plugin
+            .definitions
+            .iter()
+            .map(|d| ManifestTool {
+                name: d.name.clone(),
+                side_effects: d.side_effects,
+            })
+            .collect(),
+    })
+}
+
+/// Packages a built component: a folder at `dest` (replaced) with the component and its
+/// `plugin.toml`. Returns the manifest.
+pub fn package_folder(component: &Path, dest: &Path) -> Result<Manifest> {
+    let step = format!("package {}", component.display());
+    let sha = io(&step, digest::sha256_file(component))?;
+    let plugin = describe(component, &sha).or_else(|e| fail(&step, e))?;
+    let problems = tool_api::testing::definition_problems(&plugin.definitions);
+    if !problems.is_empty() {
+        return fail(
+            &step,
+            format!("it describes tools a host refuses: {}", problems.join("; ")),
+        );
+    }
+    let file_name = component
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "component.wasm".into());
+    let manifest = manifest_for(&plugin, &file_name, sha)?;
+    let _ = std::fs::remove_dir_all(dest);
+    io(&step, package::write_folder(component, &manifest, dest))?;
+    Ok(manifest)
+}
+
+/// `plugin package` for a component (a `.wasm` file, or a folder with a Python `app.py`):
+/// builds it if needed, packages and verifies it, and packs `out_dir/NAME-VERSION-wasm32-wasip2.tar.gz`.
+pub fn package(path: &Path, out_dir: &Path) -> Result<PathBuf> {
+    let component = if path.is_dir() {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "component".into());
+        build_python(
+            path,
+            &root().join("target/wasm").join(format!("{name}.wasm")),
+        )?
+    } else {
+        path.to_path_buf()
+    };
+    let staging = root().join("target/xtask-package/component");
+    let manifest = package_folder(&component, &staging)?;
+    let step = format!("package {} {}", manifest.name, manifest.version);
+    announce(&step);
+    crate::plugin::verify_here(&staging).or_else(|e| fail(&step, format!("not packaged: {e}")))?;
+    let archive = io(&step, package::pack(&staging, &manifest, out_dir))?;
+    eprintln!("wrote {}", archive.display());
+    Ok(archive)
+}
+
+/// The components the tests load: each Python source built and packaged under
+/// [`fixtures_dir`]`/packages/NAME`. Returns [`fixtures_dir`].
+pub fn fixtures() -> Result<PathBuf> {
+    let dir = fixtures_dir();
+    for (name, source) in PYTHON_SOURCES {
+        let wasm = build_python(&root().join(source), &dir.join(format!("{name}.wasm")))?;
+        let dest = dir.join("packages").join(name);
+        if !up_to_date(&dest.join(plugin_host::MANIFEST_FILE), std::slice::from_ref(&wasm)) {
+            announce(&format!("package the component {name}"));
+            package_folder(&wasm, &dest)?;
+        }
+    }
+    Ok(dir)
+}
