@@ -157,6 +157,18 @@ fn benches(c: &mut Criterion) {
         drop(ours);
         let _ = echo.wait();
     }
+    if let Some(components) = std::env::var_os("TOOLHOST_TEST_COMPONENTS") {
+        wasm_noop(
+            &mut group,
+            &rt,
+            std::path::Path::new(&components),
+            workspace.path(),
+        );
+    } else {
+        eprintln!(
+            "plugin_dispatch/wasm_python_noop skipped: TOOLHOST_TEST_COMPONENTS is not set (cargo xtask bench sets it)"
+        );
+    }
     group.finish();
 
     // 50 distinct packages, made once; every sample loads them in a fresh process.
@@ -231,6 +243,62 @@ fn benches(c: &mut Criterion) {
     }
     group.finish();
     report_pairs(&pairs.into_inner().unwrap());
+}
+
+/// A WebAssembly component's no-op (the Python fault fixture's `wasm_noop`: a fresh
+/// instance per call, as for every component), in the same group as the native rows; and
+/// the component package's first start (compiling it) and second start (compiled code from
+/// the cache), each measured once per sample into `target/criterion/plugin_load/wasm_start.json`.
+fn wasm_noop(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    rt: &tokio::runtime::Runtime,
+    components: &Path,
+    workspace: &Path,
+) {
+    let plugins = tempfile::tempdir().unwrap();
+    let package = plugins.path().join("faults");
+    std::fs::create_dir_all(&package).unwrap();
+    for entry in std::fs::read_dir(components.join("packages/faults")).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), package.join(entry.file_name())).unwrap();
+    }
+    let start = |compiled: &Path| {
+        let d = Dispatcher::new();
+        let cache = tempfile::tempdir().unwrap();
+        let started = Instant::now();
+        let report = PluginHost::new([plugins.path()])
+            .cache_dir(cache.path())
+            .wasm_cache_dir(compiled)
+            .load_into(&d);
+        let took = started.elapsed();
+        assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
+        (d, took)
+    };
+    let compiled = tempfile::tempdir().unwrap();
+    let (dispatcher, first) = start(compiled.path());
+    let second: Vec<Duration> = (0..5).map(|_| start(compiled.path()).1).collect();
+    let mut sorted = second.clone();
+    sorted.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let figures = json!({"first_ms": ms(first), "second_ms": ms(sorted[sorted.len() / 2])});
+    eprintln!("wasm component start (18 MB Python component): {figures}");
+    // target/release/deps/plugins-… -> target/criterion/plugin_load
+    let exe = std::env::current_exe().unwrap();
+    if let Some(target) = exe.ancestors().nth(3) {
+        let out = target.join("criterion/plugin_load");
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::write(out.join("wasm_start.json"), figures.to_string()).unwrap();
+    }
+    let session = dispatcher
+        .open_session(SessionSpec::new("bench-wasm", workspace))
+        .unwrap();
+    group.bench_function("wasm_python_noop", |b| {
+        b.to_async(rt).iter_batched(
+            || ToolUse::new("toolu_bench", "wasm_noop", json!({})),
+            |tu| dispatcher.dispatch(tu, &session),
+            BatchSize::SmallInput,
+        )
+    });
 }
 
 /// Prints, and writes to `target/criterion/plugin_load/paired.json` for `cargo xtask

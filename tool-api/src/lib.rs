@@ -147,7 +147,6 @@ pub const WIT_VERSION: &str = "1.0.0";
 /// The text of `wit/plugin.wit`, for tools that generate a component's bindings from it.
 pub const WIT: &str = include_str!("../wit/plugin.wit");
 
-
 /// Exports the tools of a plugin library: emits the root module a host loads.
 ///
 /// Use it once, at the top level of a `cdylib` crate. `name` and `version` identify the

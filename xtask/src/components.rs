@@ -170,7 +170,10 @@ pub fn fixtures() -> Result<PathBuf> {
     for (name, source) in PYTHON_SOURCES {
         let wasm = build_python(&root().join(source), &dir.join(format!("{name}.wasm")))?;
         let dest = dir.join("packages").join(name);
-        if !up_to_date(&dest.join(plugin_host::MANIFEST_FILE), std::slice::from_ref(&wasm)) {
+        if !up_to_date(
+            &dest.join(plugin_host::MANIFEST_FILE),
+            std::slice::from_ref(&wasm),
+        ) {
             announce(&format!("package the component {name}"));
             package_folder(&wasm, &dest)?;
         }

@@ -120,14 +120,20 @@ pub fn package_examples(
 /// Runs the demo.
 pub fn demo() -> Result {
     eprintln!(
-        "cargo xtask demo: packages and signs the three example plugins (debug builds), \
-         builds toolhost, then tours it. Output goes to target/demo."
+        "cargo xtask demo: packages and signs the three example plugins (debug builds) and \
+         builds the Python example into a WebAssembly component, builds toolhost, then tours \
+         it. Output goes to target/demo."
     );
     let demo = root().join("target/demo");
     let trusted = package_examples(
         &demo.join("plugins"),
         &demo.join("plugins-unsigned"),
         &demo.join("demo-signing.key"),
+    )?;
+    // The Python example, built into a WebAssembly component with componentize-py.
+    crate::components::package(
+        &root().join("examples/wasm/py-text-stats"),
+        &demo.join("plugins"),
     )?;
     let bin = xtask_launcher::build(
         "toolhost (debug)",
@@ -242,6 +248,19 @@ pub fn demo() -> Result {
             "--input",
             r#"{"text": "the quick brown fox\njumps"}"#,
         ],
+    )?;
+    show(
+        "a WebAssembly component written in Python (text-stats, [wasm] in the list above): it reads the workspace only through the host",
+        &[
+            "call",
+            "file_stats",
+            "--input",
+            r#"{"path": "src/main.rs"}"#,
+        ],
+    )?;
+    show(
+        "...and cannot reach a file outside it, whatever path it is given",
+        &["call", "file_stats", "--input", &snoop],
     )?;
     show(
         "a plugin tool that reads the workspace (grep-tool)",

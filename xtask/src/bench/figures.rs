@@ -207,6 +207,31 @@ pub(super) fn plugin_rows() -> Vec<Row> {
         "floor",
         2.0,
     ));
+    rows.push(match (p("wasm_python_noop"), p("plugin_isolated_noop")) {
+        (Some(w), Some(iso)) => Row {
+            figure: "a WebAssembly component's no-op (Python, componentize-py; a fresh instance per call) vs the isolated plugin's".into(),
+            measured: format!("{w:.1} µs vs {iso:.1} µs ({:.2}×)", w / iso),
+            target: "< 0.5×".into(),
+            pass: Some(w < 0.5 * iso),
+        },
+        _ => missing("a WebAssembly component's no-op vs the isolated plugin's"),
+    });
+    let start = root().join("target/criterion/plugin_load/wasm_start.json");
+    let start: Option<serde_json::Value> = std::fs::read(&start)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok());
+    rows.push(match start {
+        Some(v) => {
+            let (first, second) = (v["first_ms"].as_f64().unwrap_or(0.0), v["second_ms"].as_f64().unwrap_or(0.0));
+            Row {
+                figure: "start of one component package (18 MB Python component): first (compiles) and second (compiled code from the cache)".into(),
+                measured: format!("{first:.0} ms, then {second:.1} ms"),
+                target: "the second does not compile".into(),
+                pass: Some(second * 10.0 < first),
+            }
+        }
+        None => missing("start of one component package"),
+    });
     rows
 }
 

@@ -51,9 +51,12 @@ fn run_benches() -> Result<Printed> {
             "schedule",
         ]),
     )?;
+    let components = crate::components::fixtures()?;
     run(
-        "plugin benches",
-        cargo().args(["bench", "-p", "toolhost-tests", "--bench", "plugins"]),
+        "plugin benches (native in process and isolated, WebAssembly)",
+        cargo()
+            .args(["bench", "-p", "toolhost-tests", "--bench", "plugins"])
+            .env("TOOLHOST_TEST_COMPONENTS", &components),
     )?;
     run(
         "sandbox bench (each figure paired with the same work unsandboxed)",
