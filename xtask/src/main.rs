@@ -68,6 +68,10 @@ enum PluginCommand {
         /// Where to create it (default: ./NAME).
         #[arg(long, value_name = "DIR")]
         path: Option<PathBuf>,
+        /// A Rust WebAssembly component (wit-bindgen) instead of a native plugin; building
+        /// it needs the `wasm32-wasip2` target.
+        #[arg(long)]
+        wasm: bool,
     },
     /// Build the plugin crate at PATH and print its library's path.
     Build {
@@ -134,10 +138,26 @@ fn child(result: Result<String, String>) -> ExitCode {
 
 fn plugin_command(command: PluginCommand) -> xtask::steps::Result {
     match command {
-        PluginCommand::New { name, path } => {
+        PluginCommand::New {
+            name,
+            path,
+            wasm: false,
+        } => {
             let dir = plugin::new(&name, path.as_deref())?;
             println!(
                 "created {}\nnext: cd {} && cargo test",
+                dir.display(),
+                dir.display()
+            );
+        }
+        PluginCommand::New {
+            name,
+            path,
+            wasm: true,
+        } => {
+            let dir = xtask::components::new_rust(&name, path.as_deref())?;
+            println!(
+                "created {}\nnext: cd {} && rustup target add wasm32-wasip2 && cargo build --release --target wasm32-wasip2 (see its README)",
                 dir.display(),
                 dir.display()
             );

@@ -69,11 +69,14 @@ fn valid_crate_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
-/// `plugin new NAME [--path DIR]`: a plugin crate with a sample tool and its test, which
-/// builds and passes `cargo test` as generated. As with `cargo new`, NAME may be a path
-/// (`../plugins/my-tool`): the crate is created there and named after its last part.
-pub fn new(name: &str, path: Option<&Path>) -> Result<PathBuf> {
-    let step = "create the plugin crate";
+/// The crate name and folder for a new scaffold (`cargo new`'s rules: NAME may be a path
+/// whose last part is the name), refused when the name is invalid or the folder is not
+/// empty.
+pub(crate) fn scaffold_dir(
+    step: &str,
+    name: &str,
+    path: Option<&Path>,
+) -> Result<(String, PathBuf)> {
     let (name, dir) = match path {
         Some(path) => (name, path.to_path_buf()),
         None => {
@@ -101,6 +104,16 @@ pub fn new(name: &str, path: Option<&Path>) -> Result<PathBuf> {
             ),
         );
     }
+    Ok((name.to_string(), dir))
+}
+
+/// `plugin new NAME [--path DIR]`: a plugin crate with a sample tool and its test, which
+/// builds and passes `cargo test` as generated. As with `cargo new`, NAME may be a path
+/// (`../plugins/my-tool`): the crate is created there and named after its last part.
+pub fn new(name: &str, path: Option<&Path>) -> Result<PathBuf> {
+    let step = "create the plugin crate";
+    let (name, dir) = scaffold_dir(step, name, path)?;
+    let name = name.as_str();
     io(step, std::fs::create_dir_all(dir.join("src")))?;
     let tool_api = root().join("tool-api");
     let tool_name = name.replace('-', "_");

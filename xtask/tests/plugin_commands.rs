@@ -126,6 +126,48 @@ fn new_takes_a_path_as_cargo_new_does_and_names_the_crate_after_its_last_part() 
     );
 }
 
+/// This machine has no `wasm32-wasip2` target, so the component scaffold is checked for
+/// the host: its bindings are generated from the WIT it carries and type-check everywhere,
+/// which proves the sample tool matches the interface.
+#[test]
+fn new_wasm_scaffolds_a_rust_component_that_type_checks_against_the_wit() {
+    let dir = tempfile::tempdir().unwrap();
+    let crate_dir = dir.path().join("wasm-greeter");
+    let out = xtask(&[
+        "plugin",
+        "new",
+        "wasm-greeter",
+        "--path",
+        path_str(&crate_dir),
+        "--wasm",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(crate_dir.join("wit/plugin.wit")).unwrap(),
+        tool_api::WIT
+    );
+    let readme = std::fs::read_to_string(crate_dir.join("README.md")).unwrap();
+    assert!(
+        readme.contains("rustup target add wasm32-wasip2"),
+        "{readme}"
+    );
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let check = Command::new(cargo)
+        .args([
+            "check",
+            "--quiet",
+            "--manifest-path",
+            path_str(&crate_dir.join("Cargo.toml")),
+        ])
+        .env(
+            "CARGO_TARGET_DIR",
+            repo_root().join("target/fixtures/wasm-scaffold"),
+        )
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{}", text(&check.stderr));
+}
+
 #[test]
 fn new_plugin_builds_passes_its_test_packages_installs_and_loads() {
     let dir = tempfile::tempdir().unwrap();
