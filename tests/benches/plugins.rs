@@ -245,10 +245,12 @@ fn benches(c: &mut Criterion) {
     report_pairs(&pairs.into_inner().unwrap());
 }
 
-/// A WebAssembly component's no-op (the Python fault fixture's `wasm_noop`: a fresh
-/// instance per call, as for every component), in the same group as the native rows; and
-/// the component package's first start (compiling it) and second start (compiled code from
-/// the cache), each measured once per sample into `target/criterion/plugin_load/wasm_start.json`.
+/// WebAssembly components' no-ops, in the same group as the native rows, each call in a
+/// fresh instance as for every component: the leanest component (`wat-noop`, a core module
+/// written in the text format, no language runtime: what the host's path costs) and a
+/// Python one (the fault fixture's `wasm_noop`: componentize-py's interpreter in every
+/// instance); and the two packages' first start (compiling them) and second start
+/// (compiled code from the cache), into `target/criterion/plugin_load/wasm_start.json`.
 fn wasm_noop(
     group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
     rt: &tokio::runtime::Runtime,
@@ -256,11 +258,13 @@ fn wasm_noop(
     workspace: &Path,
 ) {
     let plugins = tempfile::tempdir().unwrap();
-    let package = plugins.path().join("faults");
-    std::fs::create_dir_all(&package).unwrap();
-    for entry in std::fs::read_dir(components.join("packages/faults")).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), package.join(entry.file_name())).unwrap();
+    for name in ["faults", "wat-noop"] {
+        let package = plugins.path().join(name);
+        std::fs::create_dir_all(&package).unwrap();
+        for entry in std::fs::read_dir(components.join("packages").join(name)).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), package.join(entry.file_name())).unwrap();
+        }
     }
     let start = |compiled: &Path| {
         let d = Dispatcher::new();
@@ -271,7 +275,7 @@ fn wasm_noop(
             .wasm_cache_dir(compiled)
             .load_into(&d);
         let took = started.elapsed();
-        assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
+        assert_eq!(report.loaded().count(), 2, "{:?}", report.lines());
         (d, took)
     };
     let compiled = tempfile::tempdir().unwrap();
@@ -281,7 +285,7 @@ fn wasm_noop(
     sorted.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let figures = json!({"first_ms": ms(first), "second_ms": ms(sorted[sorted.len() / 2])});
-    eprintln!("wasm component start (18 MB Python component): {figures}");
+    eprintln!("wasm component start (18 MB Python component and the WAT no-op): {figures}");
     // target/release/deps/plugins-… -> target/criterion/plugin_load
     let exe = std::env::current_exe().unwrap();
     if let Some(target) = exe.ancestors().nth(3) {
@@ -292,6 +296,13 @@ fn wasm_noop(
     let session = dispatcher
         .open_session(SessionSpec::new("bench-wasm", workspace))
         .unwrap();
+    group.bench_function("wasm_lean_noop", |b| {
+        b.to_async(rt).iter_batched(
+            || ToolUse::new("toolu_bench", "wat_noop", json!({})),
+            |tu| dispatcher.dispatch(tu, &session),
+            BatchSize::SmallInput,
+        )
+    });
     group.bench_function("wasm_python_noop", |b| {
         b.to_async(rt).iter_batched(
             || ToolUse::new("toolu_bench", "wasm_noop", json!({})),

@@ -3,7 +3,8 @@
 //! sandbox (files only through the host, no network, no environment), with limits that
 //! hold inside it: a trap, an endless loop or a memory bomb ends only its call.
 //!
-//! The components are built from Python by componentize-py: `cargo xtask test` builds them
+//! The components are built from Python by componentize-py and from JavaScript by
+//! componentize-js: `cargo xtask test` builds them
 //! and names their folder in `TOOLHOST_TEST_COMPONENTS` (by hand:
 //! `TOOLHOST_TEST_COMPONENTS=$(cargo xtask wasm-fixtures) cargo test --test wasm`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -151,6 +152,42 @@ async fn a_python_tool_runs_and_returns_its_output() {
     assert!(!r.is_error(), "{}", r.text());
     let v: Value = serde_json::from_str(&r.text()).unwrap();
     assert_eq!(v, json!({"chars": 13, "lines": 2, "words": 3}));
+}
+
+#[tokio::test]
+async fn a_javascript_tool_runs_and_returns_its_output() {
+    let Some(env) = Env::loaded(&["text-case"], Dispatcher::builder()) else {
+        return;
+    };
+    for (to, expected) in [
+        ("snake", "parse_http_header"),
+        ("kebab", "parse-http-header"),
+        ("title", "Parse Http Header"),
+    ] {
+        let r = env
+            .call("change_case", json!({"text": "parseHttp header", "to": to}))
+            .await;
+        assert_eq!(r.text(), expected, "{to}: {r:?}");
+    }
+    let r = env
+        .call("change_case", json!({"text": "x", "to": "shouting"}))
+        .await;
+    assert_eq!(
+        r.error_class,
+        Some(ErrorClass::ValidationError),
+        "{}",
+        r.text()
+    );
+}
+
+#[tokio::test]
+async fn a_component_without_a_language_runtime_loads_and_answers() {
+    let Some(env) = Env::loaded(&["wat-noop"], Dispatcher::builder()) else {
+        return;
+    };
+    let r = env.call("wat_noop", json!({"anything": true})).await;
+    assert!(!r.is_error(), "{r:?}");
+    assert_eq!(r.text(), "");
 }
 
 #[tokio::test]

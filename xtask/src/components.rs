@@ -13,11 +13,33 @@ use crate::steps::{Result, announce, fail, io, root};
 /// The componentize-py release the Python components are built with.
 pub const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
 
-/// The Python example and the test fixtures, by package name and source folder.
-pub const PYTHON_SOURCES: [(&str, &str); 2] = [
+/// The componentize-js release the JavaScript components are built with (npm).
+pub const COMPONENTIZE_JS: &str = "@bytecodealliance/componentize-js@0.23.0";
+
+/// The examples and the test fixtures, by package name and source folder (an `app.py`, an
+/// `app.js` or a core `module.wat`).
+pub const SOURCES: [(&str, &str); 4] = [
     ("text-stats", "examples/wasm/py-text-stats"),
+    ("text-case", "examples/wasm/js-text-case"),
     ("faults", "tests/fixtures/wasm/faults"),
+    ("wat-noop", "tests/fixtures/wasm/noop"),
 ];
+
+/// The script that runs componentize-js's `componentize` (its JavaScript API) with Node:
+/// `node build.mjs COMPONENTIZE_JS_MODULE SOURCE WIT_DIR OUT`.
+const BUILD_JS: &str = r#"import { writeFile } from 'node:fs/promises';
+import { pathToFileURL } from 'node:url';
+const [module, source, wit, out] = process.argv.slice(2);
+const { componentize } = await import(pathToFileURL(module).href);
+// Only what a tool needs: no stdio, clocks, randomness or HTTP imports beyond the host's.
+const { component } = await componentize({
+  sourcePath: source,
+  witPath: wit,
+  worldName: 'plugin',
+  disableFeatures: ['random', 'stdio', 'clocks', 'http', 'fetch-event'],
+});
+await writeFile(out, component);
+"#;
 
 /// `target/fixtures/wasm`: built components, their packages (`packages/NAME/`) and the
 /// compiled-code cache the tests share (`cache/`).
@@ -79,6 +101,100 @@ pub fn build_python(source: &Path, out: &Path) -> Result<PathBuf> {
     Ok(out.to_path_buf())
 }
 
+/// Builds the JavaScript component in `source` (its `app.js` implements the `plugin` world)
+/// into `out` with componentize-js on Node 22 (both from npm, into `target/peers`), unless
+/// `out` is newer than its sources.
+pub fn build_js(source: &Path, out: &Path) -> Result<PathBuf> {
+    let step = format!("build the component {}", out.display());
+    let wit = root().join("tool-api/wit");
+    let app = source.join("app.js");
+    if !app.is_file() {
+        return fail(&step, format!("no app.js in '{}'", source.display()));
+    }
+    if up_to_date(out, &[app.clone(), wit.join("plugin.wit")]) {
+        return Ok(out.to_path_buf());
+    }
+    let install = "install Node 22 and componentize-js (npm)";
+    let peers = crate::peers::dir();
+    let node = crate::peers::node22(&peers).or_else(|e| fail(install, e))?;
+    let module = crate::peers::npm_install(&peers, "componentize-js", COMPONENTIZE_JS)
+        .or_else(|e| fail(install, e))?
+        .join("node_modules/@bytecodealliance/componentize-js/src/componentize.js");
+    announce(&step);
+    if let Some(dir) = out.parent() {
+        io(&step, std::fs::create_dir_all(dir))?;
+    }
+    let script = peers.join("componentize-js/build.mjs");
+    io(&step, std::fs::write(&script, BUILD_JS))?;
+    crate::peers::output(
+        Command::new(node)
+            .arg(&script)
+            .arg(&module)
+            .arg(&app)
+            .arg(&wit)
+            .arg(out),
+    )
+    .or_else(|e| fail(&step, format!("componentize-js failed: {e}")))?;
+    Ok(out.to_path_buf())
+}
+
+/// Builds the component in `source` from a core module in the WebAssembly text format
+/// (`module.wat`, exporting the `plugin` world's functions under the canonical ABI's names):
+/// the world is embedded in it and it is encoded as a component with wit-component.
+pub fn build_wat(source: &Path, out: &Path) -> Result<PathBuf> {
+    let step = format!("build the component {}", out.display());
+    let wit = root().join("tool-api/wit");
+    let module_file = source.join("module.wat");
+    if up_to_date(out, &[module_file.clone(), wit.join("plugin.wit")]) {
+        return Ok(out.to_path_buf());
+    }
+    announce(&step);
+    let encode = || -> std::result::Result<Vec<u8>, String> {
+        let mut module = wat::parse_file(&module_file).map_err(|e| e.to_string())?;
+        let mut resolve = wit_parser::Resolve::default();
+        let (package, _) = resolve.push_dir(&wit).map_err(|e| format!("{e:#}"))?;
+        let world = resolve
+            .select_world(&[package], Some("plugin"))
+            .map_err(|e| format!("{e:#}"))?;
+        wit_component::embed_component_metadata(
+            &mut module,
+            &resolve,
+            world,
+            wit_component::StringEncoding::UTF8,
+        )
+        .map_err(|e| format!("{e:#}"))?;
+        wit_component::ComponentEncoder::default()
+            .module(&module)
+            .and_then(|e| e.validate(true).encode())
+            .map_err(|e| format!("{e:#}"))
+    };
+    let component = encode().or_else(|e| fail(&step, e))?;
+    if let Some(dir) = out.parent() {
+        io(&step, std::fs::create_dir_all(dir))?;
+    }
+    io(&step, std::fs::write(out, component))?;
+    Ok(out.to_path_buf())
+}
+
+/// Builds the component whose source is in `source`: Python (`app.py`), JavaScript
+/// (`app.js`) or a core module in the text format (`module.wat`).
+pub fn build_source(source: &Path, out: &Path) -> Result<PathBuf> {
+    if source.join("app.js").is_file() {
+        build_js(source, out)
+    } else if source.join("module.wat").is_file() {
+        build_wat(source, out)
+    } else {
+        build_python(source, out)
+    }
+}
+
+/// Whether `path` is a component source folder (`app.py`, `app.js` or `module.wat`).
+pub fn is_source(path: &Path) -> bool {
+    ["app.py", "app.js", "module.wat"]
+        .iter()
+        .any(|f| path.join(f).is_file())
+}
+
 /// Loads a component as a host would (compiled, linked, described) and returns it.
 pub fn describe(component: &Path, sha256: &str) -> std::result::Result<WasmPlugin, String> {
     let runtime = WasmRuntime::new(Some(fixtures_dir().join("cache")), WasmLimits::default())?;
@@ -138,7 +254,8 @@ pub fn package_folder(component: &Path, dest: &Path) -> Result<Manifest> {
     Ok(manifest)
 }
 
-/// `plugin package` for a component (a `.wasm` file, or a folder with a Python `app.py`):
+/// `plugin package` for a component (a `.wasm` file, or a folder with an `app.py` or an
+/// `app.js`):
 /// builds it if needed, packages and verifies it, and packs `out_dir/NAME-VERSION-wasm32-wasip2.tar.gz`.
 pub fn package(path: &Path, out_dir: &Path) -> Result<PathBuf> {
     let component = if path.is_dir() {
@@ -163,12 +280,12 @@ pub fn package(path: &Path, out_dir: &Path) -> Result<PathBuf> {
     Ok(archive)
 }
 
-/// The components the tests load: each Python source built and packaged under
+/// The components the tests load: each source built and packaged under
 /// [`fixtures_dir`]`/packages/NAME`. Returns [`fixtures_dir`].
 pub fn fixtures() -> Result<PathBuf> {
     let dir = fixtures_dir();
-    for (name, source) in PYTHON_SOURCES {
-        let wasm = build_python(&root().join(source), &dir.join(format!("{name}.wasm")))?;
+    for (name, source) in SOURCES {
+        let wasm = build_source(&root().join(source), &dir.join(format!("{name}.wasm")))?;
         let dest = dir.join("packages").join(name);
         if !up_to_date(
             &dest.join(plugin_host::MANIFEST_FILE),

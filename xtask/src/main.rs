@@ -85,7 +85,8 @@ enum PluginCommand {
     /// DIR/NAME-VERSION-TARGET.tar.gz. Refuses, with the reason, what `verify` would refuse.
     Package {
         /// The plugin crate; or a WebAssembly component: a `.wasm` file, or a folder with a
-        /// Python `app.py` (built with componentize-py).
+        /// Python `app.py` (built with componentize-py) or a JavaScript `app.js` (built with
+        /// componentize-js).
         path: PathBuf,
         /// Where to write the archive (default: the crate's own dist/).
         #[arg(long, value_name = "DIR")]
@@ -166,8 +167,8 @@ fn plugin_command(command: PluginCommand) -> xtask::steps::Result {
             println!("{}", plugin::build(&path, release, None)?.display());
         }
         PluginCommand::Package { path, out } => {
-            let component =
-                path.extension().is_some_and(|e| e == "wasm") || path.join("app.py").is_file();
+            let component = path.extension().is_some_and(|e| e == "wasm")
+                || xtask::components::is_source(&path);
             let archive = if component {
                 let out = out.unwrap_or_else(|| {
                     path.parent()
