@@ -71,6 +71,7 @@ impl WasmRuntime {
         // function entry: the host bumps the engine's epoch, each store checks its call.
         config.epoch_interruption(true);
         config.wasm_component_model(true);
+        config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool(&limits)));
         let engine = Engine::new(&config).map_err(|e| format!("cannot start wasmtime: {e}"))?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
@@ -141,6 +142,34 @@ impl WasmRuntime {
         }
         Ok(component)
     }
+}
+
+/// How many component instances may exist at once: one per call running, with room to
+/// spare. Past it a call fails at once, saying so (see [`crate::tool`]).
+pub const POOLED_INSTANCES: u32 = 256;
+
+/// Instances come from a pool of slots reserved once, not from fresh mappings: a call's
+/// memory is a slot reset with `madvise`, not an `mmap` and a `munmap`, whose TLB
+/// shootdowns interrupt every core of the process (on the 2-core CI machine the lean
+/// component's no-op cost 60 µs with fresh mappings). The per-component counts leave room
+/// for language runtimes made of several core modules (componentize-py links a dozen).
+fn pool(limits: &WasmLimits) -> wasmtime::PoolingAllocationConfig {
+    let mut pool = wasmtime::PoolingAllocationConfig::new();
+    pool.total_component_instances(POOLED_INSTANCES)
+        .total_core_instances(POOLED_INSTANCES * 16)
+        .total_memories(POOLED_INSTANCES * 2)
+        .total_tables(POOLED_INSTANCES * 16)
+        .max_core_instances_per_component(64)
+        .max_memories_per_component(8)
+        .max_tables_per_component(64)
+        .table_elements(1 << 20)
+        .max_component_instance_size(1 << 20)
+        .max_core_instance_size(1 << 20)
+        .max_memory_size(limits.memory_bytes)
+        // The first pages of a reused slot are zeroed in place instead of faulted in again.
+        .linear_memory_keep_resident(64 * 1024)
+        .table_keep_resident(64 * 1024);
+    pool
 }
 
 /// The version of `toolhost:plugin/tools` a component exports.

@@ -38,11 +38,30 @@ impl WasmPlugin {
         let state = CallState::new(Some(ctx.clone()), self.runtime.limits.memory_bytes, cancel);
         let mut store = new_store(&self.runtime, state);
         let input = serde_json::to_string(input).map_err(|e| ToolError::internal(e.to_string()))?;
-        let result = self.pre.instantiate(&mut store).and_then(|plugin| {
-            plugin
-                .toolhost_plugin_tools()
-                .call_execute(&mut store, tool, &input)
-        });
+        let plugin = match self.pre.instantiate(&mut store) {
+            Ok(plugin) => plugin,
+            // The pool of instances is full (not the tool's fault, and said so), or the
+            // component's own start-up failed.
+            Err(e) => {
+                let detail = format!("{e:#}");
+                let advice = if detail.contains("concurrent") {
+                    format!(
+                        " Too many WebAssembly calls are running at once (at most {}); try again when some have ended.",
+                        crate::runtime::POOLED_INSTANCES
+                    )
+                } else {
+                    String::new()
+                };
+                return Err(ToolError::Failed(format!(
+                    "tool '{tool}' (WebAssembly plugin '{}') could not start: {}.{advice}",
+                    self.name,
+                    trap_message(&e, store.data())
+                )));
+            }
+        };
+        let result = plugin
+            .toolhost_plugin_tools()
+            .call_execute(&mut store, tool, &input);
         let state = store.data();
         let (stdout, stderr) = state.stdio();
         if !stdout.is_empty() || !stderr.is_empty() {

@@ -417,6 +417,34 @@ async fn a_memory_bomb_hits_the_instance_limit_and_ends_only_its_call() {
 }
 
 #[tokio::test]
+async fn a_large_result_is_spooled_like_any_tool_s() {
+    let config = DispatcherConfig {
+        max_result_chars: 1000,
+        result_preview_chars: 50,
+        ..DispatcherConfig::default()
+    };
+    let Some(env) = Env::loaded(&["faults"], Dispatcher::builder().config(config)) else {
+        return;
+    };
+    let r = env.call("wasm_lines", json!({"n": 5000})).await;
+    assert!(!r.is_error(), "{r:?}");
+    assert!(
+        r.text().starts_with("1\n2\n3\n"),
+        "a preview first: {}",
+        r.text()
+    );
+    let path = r.metadata["spooled_output"]["path"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let full = std::fs::read_to_string(env.fx.path(&path)).unwrap();
+    assert!(
+        full.starts_with("1\n2\n") && full.ends_with("\n5000"),
+        "nothing is lost"
+    );
+}
+
+#[tokio::test]
 async fn every_call_gets_a_fresh_instance() {
     let Some(env) = faults() else { return };
     for _ in 0..3 {
