@@ -37,6 +37,13 @@ impl WasmPlugin {
     ) -> Result<ToolOutput, ToolError> {
         let state = CallState::new(Some(ctx.clone()), self.runtime.limits.memory_bytes, cancel);
         let mut store = new_store(&self.runtime, state);
+        // A cancel that came before the store existed bumped an epoch this store never
+        // waited for: it is seen here instead (one after this is seen at the next epoch).
+        if store.data().stop_requested() {
+            return Err(ToolError::Cancelled(format!(
+                "tool '{tool}' was cancelled before it started"
+            )));
+        }
         let input = serde_json::to_string(input).map_err(|e| ToolError::internal(e.to_string()))?;
         let plugin = match self.pre.instantiate(&mut store) {
             Ok(plugin) => plugin,

@@ -361,9 +361,9 @@ async fn cancelling_a_call_stops_a_component_in_an_endless_loop() {
     assert!(!env.call("wasm_noop", json!({})).await.is_error());
 }
 
-#[test]
-fn cancel_stops_the_loop_itself_not_only_the_wait_for_it() {
-    let Some(dir) = components() else { return };
+/// A fresh instance of the fault fixture's endless loop, outside any dispatcher.
+fn spin_tool() -> Option<Arc<dyn tool_api::Tool>> {
+    let dir = components()?;
     let runtime =
         plugin_host::plugin_wasm::WasmRuntime::new(Some(dir.join("cache")), Default::default())
             .unwrap();
@@ -375,7 +375,12 @@ fn cancel_stops_the_loop_itself_not_only_the_wait_for_it() {
         .into_iter()
         .find(|f| f.definition().name == "wasm_spin")
         .unwrap();
-    let tool: Arc<dyn tool_api::Tool> = Arc::from(factory.create().unwrap());
+    Some(Arc::from(factory.create().unwrap()))
+}
+
+#[test]
+fn cancel_stops_the_loop_itself_not_only_the_wait_for_it() {
+    let Some(tool) = spin_tool() else { return };
     let running = tool.clone();
     let (done, ended) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -388,6 +393,24 @@ fn cancel_stops_the_loop_itself_not_only_the_wait_for_it() {
     let result = ended
         .recv_timeout(Duration::from_secs(5))
         .expect("the thread running the loop returns");
+    assert!(
+        matches!(result, Err(tool_api::ToolError::Cancelled(_))),
+        "{result:?}"
+    );
+}
+
+#[test]
+fn a_call_cancelled_before_it_starts_does_not_run() {
+    let Some(tool) = spin_tool() else { return };
+    assert!(tool.cancel());
+    let (done, ended) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let host = tool_api::testing::TestHost::new();
+        let _ = done.send(tool.execute(json!({}), &host.context()));
+    });
+    let result = ended
+        .recv_timeout(Duration::from_secs(5))
+        .expect("it returns at once instead of looping");
     assert!(
         matches!(result, Err(tool_api::ToolError::Cancelled(_))),
         "{result:?}"
