@@ -13,13 +13,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tool_api::ToolContext;
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::bindings::toolhost::plugin::{host, types};
 use crate::bindings::{FileMetadata, Level, ToolError, UserAnswer};
+use crate::stdio::KeptOutput;
 
-/// How much of a component's stdout and stderr is kept per call.
+/// How much of a component's stdout and stderr is kept per call (the rest is dropped).
 const KEPT_STDIO: usize = 64 * 1024;
 
 /// The data of one call's store.
@@ -33,8 +33,8 @@ pub(crate) struct CallState {
     pub(crate) cancel: Arc<AtomicBool>,
     /// The workspace files the call changed, in order, as it named them.
     pub(crate) files_modified: Vec<String>,
-    stdout: MemoryOutputPipe,
-    stderr: MemoryOutputPipe,
+    stdout: KeptOutput,
+    stderr: KeptOutput,
 }
 
 impl CallState {
@@ -43,8 +43,8 @@ impl CallState {
         memory_bytes: usize,
         cancel: Arc<AtomicBool>,
     ) -> Self {
-        let stdout = MemoryOutputPipe::new(KEPT_STDIO);
-        let stderr = MemoryOutputPipe::new(KEPT_STDIO);
+        let stdout = KeptOutput::new(KEPT_STDIO);
+        let stderr = KeptOutput::new(KEPT_STDIO);
         let wasi = WasiCtxBuilder::new()
             .stdout(stdout.clone())
             .stderr(stderr.clone())
@@ -77,8 +77,7 @@ impl CallState {
 
     /// What the component wrote to stdout and stderr, for the log.
     pub(crate) fn stdio(&self) -> (String, String) {
-        let text = |p: &MemoryOutputPipe| String::from_utf8_lossy(&p.contents()).into_owned();
-        (text(&self.stdout), text(&self.stderr))
+        (self.stdout.text(), self.stderr.text())
     }
 
     fn call(&self) -> Result<&ToolContext, ToolError> {

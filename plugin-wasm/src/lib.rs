@@ -22,6 +22,7 @@ mod cache;
 mod call;
 mod error;
 mod runtime;
+mod stdio;
 mod tool;
 
 pub use error::WasmError;

@@ -468,6 +468,13 @@ async fn a_large_result_is_spooled_like_any_tool_s() {
 }
 
 #[tokio::test]
+async fn a_component_that_prints_a_lot_is_not_failed_for_it() {
+    let Some(env) = faults() else { return };
+    let r = env.call("wasm_chatty", json!({})).await;
+    assert_eq!(r.text(), "done", "{r:?}");
+}
+
+#[tokio::test]
 async fn every_call_gets_a_fresh_instance() {
     let Some(env) = faults() else { return };
     for _ in 0..3 {
