@@ -72,7 +72,7 @@ pub struct Config {
     /// The address-space limit of each plugin worker process, in MiB (0: none).
     pub plugin_memory_limit_mib: u64,
     /// The most linear memory one WebAssembly component instance may grow to, in MiB.
-    pub wasm_memory_limit_mib: u64,
+    pub wasm_memory_limit_mib: WasmMemoryMib,
     /// Public keys (`toolhost-ed25519:…`) whose signatures make a package trusted.
     pub trusted_keys: Vec<PublicKey>,
     /// Refuse every package not signed by a trusted key, before it is opened.
@@ -123,7 +123,7 @@ impl Default for Config {
             plugin_isolation: plugin_host::DEFAULT_ISOLATION,
             plugins: BTreeMap::new(),
             plugin_memory_limit_mib: plugin_host::isolated::DEFAULT_MEMORY_LIMIT >> 20,
-            wasm_memory_limit_mib: 256,
+            wasm_memory_limit_mib: WasmMemoryMib(256),
             trusted_keys: Vec::new(),
             require_signatures: false,
             store: store::StoreConfig::default(),
@@ -245,6 +245,23 @@ impl McpTasks {
             ttl: self.ttl.0,
             poll_interval: self.poll_interval.0,
             max_per_client: self.max_per_client.0,
+        }
+    }
+}
+
+/// A WebAssembly instance's memory limit in MiB: from 1 to 4096 (a 32-bit memory's most).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WasmMemoryMib(pub u64);
+
+impl<'de> Deserialize<'de> for WasmMemoryMib {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let n = i64::deserialize(d)?;
+        if (1..=4096).contains(&n) {
+            Ok(WasmMemoryMib(n as u64))
+        } else {
+            Err(serde::de::Error::custom(format!(
+                "expected MiB from 1 to 4096 (a WebAssembly memory holds at most 4 GiB), found {n}"
+            )))
         }
     }
 }
@@ -496,7 +513,7 @@ impl Config {
             .require_signatures(self.require_signatures);
         #[cfg(feature = "wasm")]
         {
-            let bytes = self.wasm_memory_limit_mib.saturating_mul(1 << 20);
+            let bytes = self.wasm_memory_limit_mib.0.saturating_mul(1 << 20);
             host = host.wasm_memory(usize::try_from(bytes).unwrap_or(usize::MAX));
         }
         for (name, plugin) in &self.plugins {
@@ -755,6 +772,7 @@ mod tests {
         assert_eq!(c.trusted_keys, [key]);
         assert!(c.require_signatures);
         assert_eq!(c.plugin_memory_limit_mib, 512);
+        assert_eq!(c.wasm_memory_limit_mib, WasmMemoryMib(256), "the default");
     }
 
     #[test]
@@ -885,6 +903,21 @@ mod tests {
         }
         let c = parse("[mcp]\nmax_message_bytes = 4096\n").unwrap();
         assert_eq!(c.mcp.max_message_bytes, MessageBytes(4096));
+    }
+
+    #[test]
+    fn wasm_memory_limit_out_of_range_names_the_key_and_the_range() {
+        for bad in ["0", "4097", "-5"] {
+            let e = parse(&format!("wasm_memory_limit_mib = {bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("wasm_memory_limit_mib") && e.contains("from 1 to 4096"),
+                "{bad}: {e}"
+            );
+        }
+        let c = parse("wasm_memory_limit_mib = 64\n").unwrap();
+        assert_eq!(c.wasm_memory_limit_mib, WasmMemoryMib(64));
     }
 
     #[test]
