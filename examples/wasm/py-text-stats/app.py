@@ -1,7 +1,9 @@
 """text-stats: a toolhost plugin written in Python, built into a WebAssembly component.
 
-Build:  componentize-py -d ../../../tool-api/wit -w plugin componentize app -o text_stats.wasm
-Then:   cargo xtask plugin package text_stats.wasm
+From the toolhost checkout, `cargo xtask plugin package examples/wasm/py-text-stats` builds
+it with componentize-py (the `plugin` world of tool-api/wit/plugin.wit), then describes,
+packages and verifies it. By hand:
+    componentize-py -d ../../../tool-api/wit -w plugin componentize app -o text_stats.wasm
 """
 
 import json
