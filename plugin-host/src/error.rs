@@ -262,3 +262,10 @@ pub enum Refusal {
         advice: String,
     },
 }
+
+#[cfg(feature = "wasm")]
+impl From<plugin_wasm::WasmError> for Refusal {
+    fn from(e: plugin_wasm::WasmError) -> Self {
+        Refusal::Component(e.to_string())
+    }
+}

@@ -388,7 +388,7 @@ impl PluginHost {
                 .wasm_runtime()?
                 .load(&package.library, &package.manifest.sha256)
                 .map(|plugin| Opened::Wasm(Arc::new(plugin)))
-                .map_err(|e| Refusal::Component(e.to_string())),
+                .map_err(Refusal::from),
             _ => library::open_remembered(&package.library, &package.manifest.sha256, layouts)
                 .map(Opened::InProcess),
         }

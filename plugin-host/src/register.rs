@@ -45,10 +45,7 @@ pub fn load_component(
             advice: "load it with load_package".into(),
         });
     }
-    let plugin = runtime
-        .load(&component, &manifest.sha256)
-        .map(Arc::new)
-        .map_err(|e| Refusal::Component(e.to_string()))?;
+    let plugin = Arc::new(runtime.load(&component, &manifest.sha256)?);
     let outcome = register_component(&manifest, &plugin, dispatcher)?;
     Ok((outcome, plugin))
 }
@@ -144,18 +141,18 @@ pub(crate) fn register_component(
     dispatcher: &Dispatcher,
 ) -> Result<Outcome, Refusal> {
     let interface = plugin.interface.to_string();
+    // A component requires the interface it was built against, which `tool_api` names:
+    // the manifest's `requires_tool_api` says nothing more, so it is not compared.
+    let requires = manifest.requires_tool_api.to_string();
     let exported = library::Exported {
         name: &plugin.name,
         version: &plugin.version,
         tool_api: &interface,
-        requires_tool_api: &interface,
+        requires_tool_api: &requires,
         unwinds: true,
         tools: &plugin.definitions,
     };
-    // A component's requirement is the interface it was built against.
-    let mut manifest = manifest.clone();
-    manifest.requires_tool_api = manifest.tool_api.clone();
-    crate::checks::compare_inspection(&manifest, exported, false)?;
+    crate::checks::compare_inspection(manifest, exported, false)?;
     register_all(
         dispatcher,
         plugin.factories(&format!("plugin:{}", plugin.name)),

@@ -259,12 +259,10 @@ fn wasm_noop(
 ) {
     let plugins = tempfile::tempdir().unwrap();
     for name in ["faults", "wat-noop"] {
-        let package = plugins.path().join(name);
-        std::fs::create_dir_all(&package).unwrap();
-        for entry in std::fs::read_dir(components.join("packages").join(name)).unwrap() {
-            let entry = entry.unwrap();
-            std::fs::copy(entry.path(), package.join(entry.file_name())).unwrap();
-        }
+        toolhost_tests::copy_dir(
+            &components.join("packages").join(name),
+            &plugins.path().join(name),
+        );
     }
     let start = |compiled: &Path| {
         let d = Dispatcher::new();

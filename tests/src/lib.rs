@@ -316,6 +316,21 @@ pub fn without_landlock(command: &mut Command) {
     }
 }
 
+/// Copies the files of folder `from` (not its subfolders) into `to`, made if missing: a
+/// package folder, for a test or bench that must not change the shared fixture.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap_or_else(|e| panic!("create {}: {e}", to.display()));
+    let entries =
+        std::fs::read_dir(from).unwrap_or_else(|e| panic!("read {}: {e}", from.display()));
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_file() {
+            std::fs::copy(&path, to.join(entry.file_name()))
+                .unwrap_or_else(|e| panic!("copy {}: {e}", path.display()));
+        }
+    }
+}
+
 /// A program `cargo xtask test` installs and names in `var`; `None` (the test skips)
 /// when it is not set and the run does not require it (`TOOLHOST_TEST_REQUIRE_PEERS`).
 pub fn peer(var: &str) -> Option<PathBuf> {

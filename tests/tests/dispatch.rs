@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Fixture, builtins, drain, next_of, policy};
+use common::{Fixture, Scripted, builtins, drain, next_of, policy};
 use dispatcher_core::{
     ConfirmationRequest, Confirmer, Decision, Dispatcher, DispatcherConfig, ErrorClass, HookCall,
     HookDecision, PreUseHook, SessionSpec, ToolUse, Visibility, hooks::pre_use_fn,
@@ -280,17 +280,6 @@ async fn internal_tool_error_is_redacted_for_the_model() {
         .await;
     assert_eq!(r.error_class, Some(ErrorClass::ExecutionError));
     assert!(!r.text().contains("secret"), "{}", r.text());
-}
-
-struct Scripted(Decision);
-impl Confirmer for Scripted {
-    fn name(&self) -> &str {
-        "scripted"
-    }
-    fn confirm(&self, _r: ConfirmationRequest) -> dispatcher_core::confirmation::ConfirmFuture {
-        let d = self.0;
-        Box::pin(async move { d.into() })
-    }
 }
 
 #[tokio::test]

@@ -11,14 +11,14 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Fixture, allow_all, drain};
+use common::{Fixture, Scripted, allow_all, drain};
 use dispatcher_core::{
-    ConfirmationRequest, Confirmer, Decision, Dispatcher, DispatcherBuilder, DispatcherConfig,
-    ErrorClass, EventKind, ToolResultBlock, ToolUse,
+    Decision, Dispatcher, DispatcherBuilder, DispatcherConfig, ErrorClass, EventKind,
+    ToolResultBlock, ToolUse,
 };
 use plugin_host::{Isolation, LoadReport, Outcome, Refusal};
 use serde_json::{Value, json};
@@ -26,14 +26,6 @@ use serde_json::{Value, json};
 /// The built components, or `None` (skipped) outside `cargo xtask test`.
 fn components() -> Option<PathBuf> {
     toolhost_tests::peer("TOOLHOST_TEST_COMPONENTS")
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
-    }
 }
 
 /// A plugin directory with copies of component packages, a dispatcher with them loaded,
@@ -51,7 +43,7 @@ impl Env {
         let dir = components()?;
         let plugins = tempfile::tempdir().unwrap();
         for name in packages {
-            copy_dir(&dir.join("packages").join(name), &plugins.path().join(name));
+            toolhost_tests::copy_dir(&dir.join("packages").join(name), &plugins.path().join(name));
         }
         Some(Env {
             plugins,
@@ -116,6 +108,13 @@ fn faults() -> Option<Env> {
     Env::loaded(&["faults"], Dispatcher::builder().policy(allow_all()))
 }
 
+/// `r` failed with `class`, its text saying `says` (anything, when empty).
+fn assert_fails(r: &ToolResultBlock, class: ErrorClass, says: &str) {
+    let text = r.text();
+    assert_eq!(r.error_class, Some(class), "{text}");
+    assert!(text.contains(says), "expected it to say {says:?}: {text}");
+}
+
 fn refusal(report: &LoadReport) -> &Refusal {
     report
         .refused()
@@ -172,12 +171,7 @@ async fn a_javascript_tool_runs_and_returns_its_output() {
     let r = env
         .call("change_case", json!({"text": "x", "to": "shouting"}))
         .await;
-    assert_eq!(
-        r.error_class,
-        Some(ErrorClass::ValidationError),
-        "{}",
-        r.text()
-    );
+    assert_fails(&r, ErrorClass::ValidationError, "");
 }
 
 #[tokio::test]
@@ -207,12 +201,7 @@ async fn input_that_fails_the_schema_is_refused_before_the_component_runs() {
         return;
     };
     let r = env.call("word_stats", json!({"text": 5})).await;
-    assert_eq!(
-        r.error_class,
-        Some(ErrorClass::ValidationError),
-        "{}",
-        r.text()
-    );
+    assert_fails(&r, ErrorClass::ValidationError, "");
 }
 
 #[tokio::test]
@@ -220,12 +209,7 @@ async fn a_path_outside_the_workspace_is_refused_by_the_host() {
     let Some(env) = faults() else { return };
     for path in ["../outside.txt", "/etc/passwd"] {
         let r = env.call("wasm_read", json!({"path": path})).await;
-        assert_eq!(
-            r.error_class,
-            Some(ErrorClass::PermissionDenied),
-            "{path}: {}",
-            r.text()
-        );
+        assert_fails(&r, ErrorClass::PermissionDenied, "");
     }
 }
 
@@ -236,16 +220,10 @@ async fn a_component_can_touch_files_only_as_its_declared_class_allows() {
     let r = env
         .call("wasm_read_undeclared", json!({"path": "a.txt"}))
         .await;
-    assert_eq!(
-        r.error_class,
-        Some(ErrorClass::PermissionDenied),
-        "{}",
-        r.text()
-    );
-    assert!(
-        r.text().contains("declares side effects 'none'"),
-        "{}",
-        r.text()
+    assert_fails(
+        &r,
+        ErrorClass::PermissionDenied,
+        "declares side effects 'none'",
     );
 }
 
@@ -272,23 +250,16 @@ async fn a_component_has_no_files_no_environment_and_no_network_of_its_own() {
 
 #[tokio::test]
 async fn a_write_is_asked_for_and_recorded_like_any_write() {
-    struct Deny;
-    impl Confirmer for Deny {
-        fn name(&self) -> &str {
-            "deny"
-        }
-        fn confirm(&self, _: ConfirmationRequest) -> dispatcher_core::confirmation::ConfirmFuture {
-            Box::pin(async { Decision::Deny.into() })
-        }
-    }
-    let Some(denied) = Env::loaded(&["faults"], Dispatcher::builder().confirmer(Arc::new(Deny)))
-    else {
+    let Some(denied) = Env::loaded(
+        &["faults"],
+        Dispatcher::builder().confirmer(Arc::new(Scripted(Decision::Deny))),
+    ) else {
         return;
     };
     let r = denied
         .call("wasm_write", json!({"path": "out.txt", "text": "x"}))
         .await;
-    assert_eq!(r.error_class, Some(ErrorClass::UserDenied), "{}", r.text());
+    assert_fails(&r, ErrorClass::UserDenied, "");
     assert!(!denied.fx.path("out.txt").exists());
 
     let Some(env) = faults() else { return };
@@ -307,14 +278,8 @@ async fn a_write_is_asked_for_and_recorded_like_any_write() {
 async fn a_trap_ends_only_its_call_with_a_readable_execution_error() {
     let Some(env) = faults() else { return };
     let r = env.call("wasm_trap", json!({})).await;
-    assert_eq!(
-        r.error_class,
-        Some(ErrorClass::ExecutionError),
-        "{}",
-        r.text()
-    );
+    assert_fails(&r, ErrorClass::ExecutionError, "crashed");
     let text = r.text();
-    assert!(text.contains("crashed"), "{text}");
     assert!(
         text.contains("RuntimeError: deliberate failure in wasm_trap"),
         "{text}"
@@ -334,7 +299,7 @@ async fn an_endless_loop_is_stopped_by_its_timeout_and_the_next_call_works() {
     };
     let started = std::time::Instant::now();
     let r = env.call("wasm_spin", json!({})).await;
-    assert_eq!(r.error_class, Some(ErrorClass::Timeout), "{}", r.text());
+    assert_fails(&r, ErrorClass::Timeout, "");
     assert!(started.elapsed() < Duration::from_secs(10));
     let r = env.call("wasm_noop", json!({})).await;
     assert!(!r.is_error(), "{}", r.text());
@@ -357,7 +322,7 @@ async fn cancelling_a_call_stops_a_component_in_an_endless_loop() {
         .await
         .expect("the loop stops")
         .unwrap();
-    assert_eq!(r.error_class, Some(ErrorClass::Cancelled), "{}", r.text());
+    assert_fails(&r, ErrorClass::Cancelled, "");
     assert!(!env.call("wasm_noop", json!({})).await.is_error());
 }
 
@@ -425,16 +390,10 @@ async fn a_memory_bomb_hits_the_instance_limit_and_ends_only_its_call() {
     let report = env.host().wasm_memory(96 << 20).load_into(env.d());
     assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
     let r = env.call("wasm_hog", json!({})).await;
-    assert_eq!(
-        r.error_class,
-        Some(ErrorClass::ExecutionError),
-        "{}",
-        r.text()
-    );
-    assert!(
-        r.text().contains("ran out of memory (the limit is 96 MiB"),
-        "{}",
-        r.text()
+    assert_fails(
+        &r,
+        ErrorClass::ExecutionError,
+        "ran out of memory (the limit is 96 MiB",
     );
     assert!(!env.call("wasm_noop", json!({})).await.is_error());
 }
@@ -500,18 +459,9 @@ async fn live_output_reaches_the_event_stream() {
 
 #[tokio::test]
 async fn a_component_asks_the_user_through_the_host_confirmation_flow() {
-    struct Allow;
-    impl Confirmer for Allow {
-        fn name(&self) -> &str {
-            "allow"
-        }
-        fn confirm(&self, _: ConfirmationRequest) -> dispatcher_core::confirmation::ConfirmFuture {
-            Box::pin(async { Decision::Allow.into() })
-        }
-    }
     let Some(env) = Env::loaded(
         &["faults"],
-        Dispatcher::builder().confirmer(Arc::new(Allow)),
+        Dispatcher::builder().confirmer(Arc::new(Scripted(Decision::Allow))),
     ) else {
         return;
     };

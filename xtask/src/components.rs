@@ -71,128 +71,138 @@ fn up_to_date(out: &Path, inputs: &[PathBuf]) -> bool {
         .all(|i| modified(i).is_some_and(|m| m <= built))
 }
 
-/// Builds the Python component in `source` (its `app.py` implements the `plugin` world of
-/// `tool-api/wit/plugin.wit`) into `out`, unless `out` is newer than its sources.
-pub fn build_python(source: &Path, out: &Path) -> Result<PathBuf> {
-    let step = format!("build the component {}", out.display());
-    let wit = root().join("tool-api/wit");
-    let app = source.join("app.py");
-    if !app.is_file() {
-        return fail(&step, format!("no app.py in '{}'", source.display()));
-    }
-    if up_to_date(out, &[app, wit.join("plugin.wit")]) {
-        return Ok(out.to_path_buf());
-    }
-    let tool = componentize_py()?;
-    announce(&step);
-    if let Some(dir) = out.parent() {
-        io(&step, std::fs::create_dir_all(dir))?;
-    }
-    crate::peers::output(
-        Command::new(&tool)
-            .arg("-d")
-            .arg(&wit)
-            .args(["-w", "plugin", "componentize", "app", "-p"])
-            .arg(source)
-            .arg("-o")
-            .arg(out),
-    )
-    .or_else(|e| fail(&step, format!("componentize-py failed: {e}")))?;
-    Ok(out.to_path_buf())
+/// A component's source: what language, in which file of its folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Language {
+    /// `app.py`, built with componentize-py.
+    Python,
+    /// `app.js`, built with componentize-js.
+    JavaScript,
+    /// `module.wat`: a core module in the text format, exporting the `plugin` world's
+    /// functions under the canonical ABI's names; the world is embedded in it and it is
+    /// encoded as a component with wit-component.
+    Wat,
 }
 
-/// Builds the JavaScript component in `source` (its `app.js` implements the `plugin` world)
-/// into `out` with componentize-js on Node 22 (both from npm, into `target/peers`), unless
-/// `out` is newer than its sources.
-pub fn build_js(source: &Path, out: &Path) -> Result<PathBuf> {
-    let step = format!("build the component {}", out.display());
-    let wit = root().join("tool-api/wit");
-    let app = source.join("app.js");
-    if !app.is_file() {
-        return fail(&step, format!("no app.js in '{}'", source.display()));
-    }
-    if up_to_date(out, &[app.clone(), wit.join("plugin.wit")]) {
-        return Ok(out.to_path_buf());
-    }
-    let install = "install Node 22 and componentize-js (npm)";
-    let peers = crate::peers::dir();
-    let node = crate::peers::node22(&peers).or_else(|e| fail(install, e))?;
-    let module = crate::peers::npm_install(&peers, "componentize-js", COMPONENTIZE_JS)
-        .or_else(|e| fail(install, e))?
-        .join("node_modules/@bytecodealliance/componentize-js/src/componentize.js");
-    announce(&step);
-    if let Some(dir) = out.parent() {
-        io(&step, std::fs::create_dir_all(dir))?;
-    }
-    let script = peers.join("componentize-js/build.mjs");
-    io(&step, std::fs::write(&script, BUILD_JS))?;
-    crate::peers::output(
-        Command::new(node)
-            .arg(&script)
-            .arg(&module)
-            .arg(&app)
-            .arg(&wit)
-            .arg(out),
-    )
-    .or_else(|e| fail(&step, format!("componentize-js failed: {e}")))?;
-    Ok(out.to_path_buf())
-}
+impl Language {
+    const ALL: [(Language, &'static str); 3] = [
+        (Language::Python, "app.py"),
+        (Language::JavaScript, "app.js"),
+        (Language::Wat, "module.wat"),
+    ];
 
-/// Builds the component in `source` from a core module in the WebAssembly text format
-/// (`module.wat`, exporting the `plugin` world's functions under the canonical ABI's names):
-/// the world is embedded in it and it is encoded as a component with wit-component.
-pub fn build_wat(source: &Path, out: &Path) -> Result<PathBuf> {
-    let step = format!("build the component {}", out.display());
-    let wit = root().join("tool-api/wit");
-    let module_file = source.join("module.wat");
-    if up_to_date(out, &[module_file.clone(), wit.join("plugin.wit")]) {
-        return Ok(out.to_path_buf());
+    /// What builds it, for messages.
+    fn toolchain(self) -> &'static str {
+        match self {
+            Language::Python => "componentize-py",
+            Language::JavaScript => "componentize-js",
+            Language::Wat => "wit-component",
+        }
     }
-    announce(&step);
-    let encode = || -> std::result::Result<Vec<u8>, String> {
-        let mut module = wat::parse_file(&module_file).map_err(|e| e.to_string())?;
-        let mut resolve = wit_parser::Resolve::default();
-        let (package, _) = resolve.push_dir(&wit).map_err(|e| format!("{e:#}"))?;
-        let world = resolve
-            .select_world(&[package], Some("plugin"))
-            .map_err(|e| format!("{e:#}"))?;
-        wit_component::embed_component_metadata(
-            &mut module,
-            &resolve,
-            world,
-            wit_component::StringEncoding::UTF8,
-        )
-        .map_err(|e| format!("{e:#}"))?;
-        wit_component::ComponentEncoder::default()
-            .module(&module)
-            .and_then(|e| e.validate(true).encode())
-            .map_err(|e| format!("{e:#}"))
-    };
-    let component = encode().or_else(|e| fail(&step, e))?;
-    if let Some(dir) = out.parent() {
-        io(&step, std::fs::create_dir_all(dir))?;
-    }
-    io(&step, std::fs::write(out, component))?;
-    Ok(out.to_path_buf())
-}
 
-/// Builds the component whose source is in `source`: Python (`app.py`), JavaScript
-/// (`app.js`) or a core module in the text format (`module.wat`).
-pub fn build_source(source: &Path, out: &Path) -> Result<PathBuf> {
-    if source.join("app.js").is_file() {
-        build_js(source, out)
-    } else if source.join("module.wat").is_file() {
-        build_wat(source, out)
-    } else {
-        build_python(source, out)
+    /// The language of the source in folder `source`, and its file.
+    fn of(source: &Path) -> Option<(Language, PathBuf)> {
+        Language::ALL
+            .iter()
+            .map(|(language, file)| (*language, source.join(file)))
+            .find(|(_, file)| file.is_file())
     }
 }
 
 /// Whether `path` is a component source folder (`app.py`, `app.js` or `module.wat`).
 pub fn is_source(path: &Path) -> bool {
-    ["app.py", "app.js", "module.wat"]
-        .iter()
-        .any(|f| path.join(f).is_file())
+    Language::of(path).is_some()
+}
+
+/// Builds the component whose source is in folder `source` (Python `app.py`, JavaScript
+/// `app.js`, or `module.wat`; each implements the `plugin` world of
+/// `tool-api/wit/plugin.wit`) into `out`, unless `out` is newer than its sources. The
+/// toolchains come from the registries, into `target/peers`: componentize-py (PyPI),
+/// componentize-js on Node 22 (npm).
+pub fn build_source(source: &Path, out: &Path) -> Result<PathBuf> {
+    let step = format!("build the component {}", out.display());
+    let Some((language, app)) = Language::of(source) else {
+        return fail(
+            &step,
+            format!("no app.py, app.js or module.wat in '{}'", source.display()),
+        );
+    };
+    let wit = root().join("tool-api/wit");
+    if up_to_date(out, &[app.clone(), wit.join("plugin.wit")]) {
+        return Ok(out.to_path_buf());
+    }
+    // Toolchains are installed before the step is announced: they announce their own.
+    let command = match language {
+        Language::Python => {
+            let mut command = Command::new(componentize_py()?);
+            command
+                .arg("-d")
+                .arg(&wit)
+                .args(["-w", "plugin", "componentize", "app", "-p"])
+                .arg(source)
+                .arg("-o")
+                .arg(out);
+            Some(command)
+        }
+        Language::JavaScript => {
+            let install = "install Node 22 and componentize-js (npm)";
+            let peers = crate::peers::dir();
+            let node = crate::peers::node22(&peers).or_else(|e| fail(install, e))?;
+            let prefix = crate::peers::npm_install(&peers, "componentize-js", COMPONENTIZE_JS)
+                .or_else(|e| fail(install, e))?;
+            let script = prefix.join("build.mjs");
+            io(install, std::fs::write(&script, BUILD_JS))?;
+            let mut command = Command::new(node);
+            command
+                .arg(&script)
+                .arg(
+                    prefix
+                        .join("node_modules/@bytecodealliance/componentize-js/src/componentize.js"),
+                )
+                .arg(&app)
+                .arg(&wit)
+                .arg(out);
+            Some(command)
+        }
+        Language::Wat => None,
+    };
+    announce(&step);
+    if let Some(dir) = out.parent() {
+        io(&step, std::fs::create_dir_all(dir))?;
+    }
+    match command {
+        Some(mut command) => crate::peers::output(&mut command)
+            .map(drop)
+            .or_else(|e| fail(&step, format!("{} failed: {e}", language.toolchain())))?,
+        None => {
+            let component = encode_wat(&app, &wit)
+                .or_else(|e| fail(&step, format!("{} failed: {e}", language.toolchain())))?;
+            io(&step, std::fs::write(out, component))?;
+        }
+    }
+    Ok(out.to_path_buf())
+}
+
+/// The component for a core module in the text format, with the `plugin` world of the WIT
+/// package in `wit` embedded.
+fn encode_wat(module_file: &Path, wit: &Path) -> std::result::Result<Vec<u8>, String> {
+    let mut module = wat::parse_file(module_file).map_err(|e| e.to_string())?;
+    let mut resolve = wit_parser::Resolve::default();
+    let (package, _) = resolve.push_dir(wit).map_err(|e| format!("{e:#}"))?;
+    let world = resolve
+        .select_world(&[package], Some("plugin"))
+        .map_err(|e| format!("{e:#}"))?;
+    wit_component::embed_component_metadata(
+        &mut module,
+        &resolve,
+        world,
+        wit_component::StringEncoding::UTF8,
+    )
+    .map_err(|e| format!("{e:#}"))?;
+    wit_component::ComponentEncoder::default()
+        .module(&module)
+        .and_then(|e| e.validate(true).encode())
+        .map_err(|e| format!("{e:#}"))
 }
 
 /// Loads a component as a host would (compiled, linked, described) and returns it.
@@ -254,16 +264,16 @@ pub fn package_folder(component: &Path, dest: &Path) -> Result<Manifest> {
     Ok(manifest)
 }
 
-/// `plugin package` for a component (a `.wasm` file, or a folder with an `app.py` or an
-/// `app.js`):
-/// builds it if needed, packages and verifies it, and packs `out_dir/NAME-VERSION-wasm32-wasip2.tar.gz`.
+/// `plugin package` for a component (a `.wasm` file, or a source folder: see
+/// [`build_source`]): builds it if needed, packages and verifies it, and packs
+/// `out_dir/NAME-VERSION-wasm32-wasip2.tar.gz`.
 pub fn package(path: &Path, out_dir: &Path) -> Result<PathBuf> {
     let component = if path.is_dir() {
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "component".into());
-        build_python(
+        build_source(
             path,
             &root().join("target/wasm").join(format!("{name}.wasm")),
         )?

@@ -126,6 +126,31 @@ fn new_takes_a_path_as_cargo_new_does_and_names_the_crate_after_its_last_part() 
     );
 }
 
+/// A JavaScript folder is built with componentize-js, described, verified and packed (the
+/// toolchains are those `cargo xtask test` installed for the test components).
+#[test]
+fn package_builds_verifies_and_packs_a_javascript_component_from_its_folder() {
+    if toolhost_tests::peer("TOOLHOST_TEST_COMPONENTS").is_none() {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let run = xtask(&[
+        "plugin",
+        "package",
+        path_str(&repo_root().join("examples/wasm/js-text-case")),
+        "--out",
+        path_str(out.path()),
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert!(
+        out.path()
+            .join("text-case-0.1.0-wasm32-wasip2.tar.gz")
+            .is_file(),
+        "{}",
+        text(&run.stdout)
+    );
+}
+
 /// This machine has no `wasm32-wasip2` target, so the component scaffold is checked for
 /// the host: its bindings are generated from the WIT it carries and type-check everywhere,
 /// which proves the sample tool matches the interface.

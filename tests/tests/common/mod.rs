@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dispatcher_core::{
-    ConfirmationPolicy, Dispatcher, DispatcherBuilder, Session, SessionSpec, ToolEvent,
+    ConfirmationPolicy, ConfirmationRequest, Confirmer, Decision, Dispatcher, DispatcherBuilder,
+    Session, SessionSpec, ToolEvent,
 };
 use tokio::sync::broadcast;
 
@@ -25,6 +26,19 @@ pub fn policy(text: &str) -> ConfirmationPolicy {
 /// A policy that asks for nothing.
 pub fn allow_all() -> ConfirmationPolicy {
     policy(r#"default = { write = "auto", execute = "auto", network = "auto" }"#)
+}
+
+/// A confirmer that answers every request with the same decision.
+pub struct Scripted(pub Decision);
+
+impl Confirmer for Scripted {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+    fn confirm(&self, _r: ConfirmationRequest) -> dispatcher_core::confirmation::ConfirmFuture {
+        let d = self.0;
+        Box::pin(async move { d.into() })
+    }
 }
 
 /// A temporary workspace and a session over it.
