@@ -250,3 +250,43 @@ impl Manifest {
         toml::to_string(self).unwrap_or_default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn manifest(extra: &str) -> String {
+        format!(
+            "name = \"p\"\nversion = \"1.0.0\"\ntool_api = \"1.0.0\"\ntarget = \"t\"\nlibrary = \"lib.so\"\nsha256 = \"{}\"\n{extra}\n[[tools]]\nname = \"x\"\nside_effects = \"none\"\n",
+            "a".repeat(64)
+        )
+    }
+
+    fn parse(text: &str) -> Result<Manifest, ManifestError> {
+        Manifest::parse(Path::new("plugin.toml"), text)
+    }
+
+    #[test]
+    fn a_native_library_must_say_whether_it_unwinds() {
+        let e = parse(&manifest("")).unwrap_err();
+        assert_eq!(e.key, "unwinds", "{e}");
+        assert!(e.message.contains("panic = \"unwind\""), "{e}");
+        assert!(parse(&manifest("unwinds = true")).unwrap().unwinds);
+    }
+
+    #[test]
+    fn a_component_leaves_unwinds_out() {
+        let m = parse(&manifest("kind = \"component\"")).unwrap();
+        assert_eq!(m.kind, PackageKind::Component);
+        assert_eq!(m.kind.expected_target(), COMPONENT_TARGET);
+    }
+
+    #[test]
+    fn an_unknown_kind_is_refused_naming_the_key() {
+        let e = parse(&manifest("kind = \"python\"\nunwinds = true")).unwrap_err();
+        assert_eq!(e.key, "kind", "{e}");
+        assert!(e.message.contains("component"), "{e}");
+    }
+}

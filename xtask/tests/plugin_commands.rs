@@ -126,10 +126,11 @@ fn new_takes_a_path_as_cargo_new_does_and_names_the_crate_after_its_last_part() 
     );
 }
 
-/// A JavaScript folder is built with componentize-js, described, verified and packed (the
-/// toolchains are those `cargo xtask test` installed for the test components).
+/// A JavaScript folder is built with componentize-js, described, verified and packed, and
+/// the archive verifies and installs (the toolchains are those `cargo xtask test`
+/// installed for the test components).
 #[test]
-fn package_builds_verifies_and_packs_a_javascript_component_from_its_folder() {
+fn a_javascript_component_folder_packages_verifies_and_installs() {
     if toolhost_tests::peer("TOOLHOST_TEST_COMPONENTS").is_none() {
         return;
     }
@@ -142,12 +143,31 @@ fn package_builds_verifies_and_packs_a_javascript_component_from_its_folder() {
         path_str(out.path()),
     ]);
     assert!(run.status.success(), "{}", text(&run.stderr));
+    let archive = out.path().join("text-case-0.1.0-wasm32-wasip2.tar.gz");
+    assert!(archive.is_file(), "{}", text(&run.stdout));
+    // The README's next two commands, on that archive.
+    let verify = xtask(&["plugin", "verify", path_str(&archive)]);
+    let report = text(&verify.stdout);
+    assert!(verify.status.success(), "{report}{}", text(&verify.stderr));
     assert!(
-        out.path()
+        report.contains("a WebAssembly component built against toolhost:plugin@1.0.0"),
+        "{report}"
+    );
+    assert!(report.contains("verdict: OK"), "{report}");
+    let installed = tempfile::tempdir().unwrap();
+    let install = xtask(&[
+        "plugin",
+        "install",
+        path_str(&archive),
+        "--dir",
+        path_str(installed.path()),
+    ]);
+    assert!(install.status.success(), "{}", text(&install.stderr));
+    assert!(
+        installed
+            .path()
             .join("text-case-0.1.0-wasm32-wasip2.tar.gz")
-            .is_file(),
-        "{}",
-        text(&run.stdout)
+            .is_file()
     );
 }
 
