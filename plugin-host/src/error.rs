@@ -261,6 +261,14 @@ pub enum Refusal {
         /// What to set instead.
         advice: String,
     },
+    /// `http_hosts` set for a native library, where it cannot be enforced.
+    #[error(
+        "plugin '{name}' is a native library, and http_hosts limits only a WebAssembly component's HTTP requests (a native worker's sandbox narrows connections by port, not by host): remove http_hosts, and narrow it with tcp_ports instead"
+    )]
+    HttpHostsNative {
+        /// The plugin.
+        name: String,
+    },
 }
 
 #[cfg(feature = "wasm")]

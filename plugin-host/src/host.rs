@@ -283,6 +283,14 @@ impl PluginHost {
                 }
             };
         let setting = self.per_plugin.get(&name).copied();
+        if manifest.kind == PackageKind::Native
+            && self
+                .sandboxes
+                .get(&name)
+                .is_some_and(|s| !s.http_hosts.is_empty())
+        {
+            return Err(Refusal::HttpHostsNative { name });
+        }
         let isolation = match (manifest.kind, setting.unwrap_or(self.isolation)) {
             (PackageKind::Component, _) if !cfg!(feature = "wasm") => {
                 return Err(Refusal::NoWasm { name });
@@ -384,11 +392,20 @@ impl PluginHost {
                 name: package.manifest.name.clone(),
             }),
             #[cfg(feature = "wasm")]
-            (Isolation::Wasm, _) => self
-                .wasm_runtime()?
-                .load(&package.library, &package.manifest.sha256)
-                .map(|plugin| Opened::Wasm(Arc::new(plugin)))
-                .map_err(Refusal::from),
+            (Isolation::Wasm, _) => {
+                let hosts = self
+                    .sandboxes
+                    .get(&package.manifest.name)
+                    .map(|s| s.http_hosts.as_slice())
+                    .unwrap_or_default();
+                let hosts = plugin_wasm::HttpHosts::new(hosts).map_err(|e| {
+                    Refusal::Component(format!("[plugins.{}] {e}", package.manifest.name))
+                })?;
+                self.wasm_runtime()?
+                    .load(&package.library, &package.manifest.sha256, hosts)
+                    .map(|plugin| Opened::Wasm(Arc::new(plugin)))
+                    .map_err(Refusal::from)
+            }
             _ => library::open_remembered(&package.library, &package.manifest.sha256, layouts)
                 .map(Opened::InProcess),
         }

@@ -29,11 +29,12 @@ pub fn load_package(folder: &Path, dispatcher: &Dispatcher) -> Result<Outcome, R
 }
 
 /// Verifies, compiles (or takes from `runtime`'s cache), describes and registers one
-/// component package folder.
+/// component package folder; its `network` tools may send HTTP requests to `http_hosts`.
 #[cfg(feature = "wasm")]
 pub fn load_component(
     folder: &Path,
     runtime: &plugin_wasm::WasmRuntime,
+    http_hosts: plugin_wasm::HttpHosts,
     dispatcher: &Dispatcher,
 ) -> Result<(Outcome, Arc<plugin_wasm::WasmPlugin>), Refusal> {
     let (manifest, component) = preflight(folder)?;
@@ -45,7 +46,7 @@ pub fn load_component(
             advice: "load it with load_package".into(),
         });
     }
-    let plugin = Arc::new(runtime.load(&component, &manifest.sha256)?);
+    let plugin = Arc::new(runtime.load(&component, &manifest.sha256, http_hosts)?);
     let outcome = register_component(&manifest, &plugin, dispatcher)?;
     Ok((outcome, plugin))
 }

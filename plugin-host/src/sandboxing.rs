@@ -102,6 +102,10 @@ pub struct PluginSandbox {
     pub grant: Option<WorkerGrant>,
     /// With network: the only TCP ports it may connect to.
     pub tcp_ports: Option<Vec<u16>>,
+    /// A WebAssembly component's only: the hosts its `network` tools may send HTTP
+    /// requests to (see `plugin_wasm::HttpHosts`); none by default. A native library with
+    /// any is refused: its worker's sandbox cannot tell hosts apart.
+    pub http_hosts: Vec<String>,
     /// Where its sandbox cannot be enforced, run it unconfined (logged).
     pub allow_unsandboxed: bool,
     /// Run its worker with no OS sandbox at all, wherever it could be enforced (logged at

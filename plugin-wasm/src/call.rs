@@ -4,19 +4,22 @@
 //! native tool gets: workspace confinement, the declared-class checks and the events are
 //! the host's. WASI is linked because language runtimes (Python, JavaScript) need its clocks,
 //! randomness and stdio, but the context has no preopened directory, no environment, no
-//! arguments and no network: a component that opens a file or a socket gets an error from
-//! WASI, not the host's files. Its stdout and stderr are kept (up to a limit) and logged
+//! arguments and no sockets: a component that opens a file or a socket gets an error from
+//! WASI, not the host's files. Outgoing HTTP (`wasi:http`) is answered for `network` tools
+//! only, to the hosts the plugin is allowed ([`crate::http`]). Its stdout and stderr are kept (up to a limit) and logged
 //! when the call ends.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 
 use tool_api::ToolContext;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::bindings::toolhost::plugin::{host, types};
 use crate::bindings::{FileMetadata, Level, ToolError, UserAnswer};
+use crate::http::{HttpGate, HttpHosts, Stop};
 use crate::stdio::KeptOutput;
 
 /// How much of a component's stdout and stderr is kept per call (the rest is dropped).
@@ -27,21 +30,32 @@ pub(crate) struct CallState {
     /// The call's context; `None` while describing (no call yet: every import fails).
     ctx: Option<ToolContext>,
     wasi: WasiCtx,
+    http: WasiHttpCtx,
+    /// What its outgoing HTTP requests may do, and why any were refused.
+    pub(crate) gate: HttpGate,
     table: ResourceTable,
     pub(crate) limits: MemoryLimit,
-    /// Set by [`tool_api::Tool::cancel`] (the host's timeouts come this way too).
-    pub(crate) cancel: Arc<AtomicBool>,
     /// The workspace files the call changed, in order, as it named them.
     pub(crate) files_modified: Vec<String>,
     stdout: KeptOutput,
     stderr: KeptOutput,
 }
 
+/// Whom a store serves: which plugin, which tool (none while describing), where it may
+/// send HTTP requests.
+pub(crate) struct Caller {
+    pub(crate) plugin: String,
+    pub(crate) tool: Option<(String, tool_api::SideEffect)>,
+    pub(crate) hosts: Arc<HttpHosts>,
+}
+
 impl CallState {
+    /// `cancel` is set by [`tool_api::Tool::cancel`] (the host's timeouts come this way too).
     pub(crate) fn new(
         ctx: Option<ToolContext>,
         memory_bytes: usize,
         cancel: Arc<AtomicBool>,
+        caller: Caller,
     ) -> Self {
         let stdout = KeptOutput::new(KEPT_STDIO);
         let stderr = KeptOutput::new(KEPT_STDIO);
@@ -53,15 +67,26 @@ impl CallState {
             .allow_ip_name_lookup(false)
             .socket_addr_check(|_, _| Box::pin(async { false }))
             .build();
+        let gate = HttpGate {
+            plugin: caller.plugin,
+            tool: caller.tool,
+            hosts: caller.hosts,
+            stop: Stop {
+                flag: cancel,
+                ctx: ctx.clone().map(Arc::new),
+            },
+            refused: Vec::new(),
+        };
         CallState {
             ctx,
             wasi,
+            http: WasiHttpCtx::new(),
+            gate,
             table: ResourceTable::new(),
             limits: MemoryLimit {
                 bytes: memory_bytes,
                 refused: false,
             },
-            cancel,
             files_modified: Vec::new(),
             stdout,
             stderr,
@@ -71,8 +96,7 @@ impl CallState {
     /// Whether the call should stop: cancelled by the host, through the context or
     /// [`tool_api::Tool::cancel`].
     pub(crate) fn stop_requested(&self) -> bool {
-        self.cancel.load(Ordering::Acquire)
-            || self.ctx.as_ref().is_some_and(ToolContext::is_cancelled)
+        self.gate.stop.requested()
     }
 
     /// What the component wrote to stdout and stderr, for the log.
@@ -131,6 +155,16 @@ impl WasiView for CallState {
         WasiCtxView {
             ctx: &mut self.wasi,
             table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for CallState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.gate,
         }
     }
 }

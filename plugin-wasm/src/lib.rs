@@ -4,7 +4,9 @@
 //! describes its tools and executes calls; toolhost gives it nothing but that world's
 //! `host` interface (the call's workspace files through the same [`tool_api::ToolContext`] a
 //! native tool gets, logs, live output, cancellation, asking the user) and a WASI context
-//! with no preopened directory, no environment and no network.
+//! with no preopened directory, no environment and no sockets. A tool declared `network`
+//! may send HTTP requests (`wasi:http`) to the hosts its plugin is allowed ([`HttpHosts`]),
+//! and to no other.
 //!
 //! - [`WasmRuntime`] holds one wasmtime engine and linker for a host, and caches compiled
 //!   code on disk keyed by the component's SHA-256, so only a first start compiles;
@@ -21,10 +23,12 @@ mod bindings;
 mod cache;
 mod call;
 mod error;
+mod http;
 mod runtime;
 mod stdio;
 mod tool;
 
 pub use error::WasmError;
+pub use http::HttpHosts;
 pub use runtime::{DEFAULT_MEMORY_BYTES, DESCRIBE_TIMEOUT, WasmLimits, WasmPlugin, WasmRuntime};
 pub use tool_api::{WIT, WIT_VERSION};

@@ -11,8 +11,8 @@ use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, Store, Trap, UpdateDeadline};
 
 use crate::bindings::{self, PluginInfo, PluginPre};
-use crate::call::CallState;
-use crate::{WasmError, cache};
+use crate::call::{CallState, Caller};
+use crate::{HttpHosts, WasmError, cache};
 
 /// The most memory one instance may have unless the host says otherwise: 256 MiB.
 pub const DEFAULT_MEMORY_BYTES: usize = 256 * 1024 * 1024;
@@ -76,6 +76,8 @@ impl WasmRuntime {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| format!("cannot link WASI: {e}"))?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker)
+            .map_err(|e| format!("cannot link wasi:http: {e}"))?;
         bindings::Plugin::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)
             .map_err(|e| format!("cannot link toolhost:plugin/host: {e}"))?;
         Ok(WasmRuntime {
@@ -90,8 +92,14 @@ impl WasmRuntime {
 
     /// Compiles (or takes from the cache) the component at `path`, whose SHA-256 the caller
     /// verified, reads its interface version (the caller gates it, as plugin-host does from
-    /// the manifest), links it and asks it for its tools.
-    pub fn load(&self, path: &Path, sha256: &str) -> Result<WasmPlugin, WasmError> {
+    /// the manifest), links it and asks it for its tools. Its `network` tools may send HTTP
+    /// requests to `http_hosts` only.
+    pub fn load(
+        &self,
+        path: &Path,
+        sha256: &str,
+        http_hosts: HttpHosts,
+    ) -> Result<WasmPlugin, WasmError> {
         let inner = &self.inner;
         let component = self.compiled(path, sha256)?;
         let interface = interface_version(&inner.engine, &component)?;
@@ -105,7 +113,8 @@ impl WasmRuntime {
         let pre = PluginPre::new(instance_pre).map_err(|e| WasmError::NotAPlugin {
             found: format!("{e:#}"),
         })?;
-        let info = describe(inner, &pre)?;
+        let http_hosts = Arc::new(http_hosts);
+        let info = describe(inner, &pre, path, &http_hosts)?;
         let definitions = definitions(&info)?;
         Ok(WasmPlugin {
             name: info.name,
@@ -113,6 +122,7 @@ impl WasmRuntime {
             interface,
             definitions,
             pre,
+            http_hosts,
             runtime: self.inner.clone(),
         })
     }
@@ -199,11 +209,21 @@ fn missing_import(detail: &str) -> String {
 }
 
 /// Runs `describe()` in a fresh instance, stopped after [`DESCRIBE_TIMEOUT`].
-fn describe(inner: &Inner, pre: &PluginPre<CallState>) -> Result<PluginInfo, WasmError> {
+fn describe(
+    inner: &Inner,
+    pre: &PluginPre<CallState>,
+    path: &Path,
+    hosts: &Arc<HttpHosts>,
+) -> Result<PluginInfo, WasmError> {
     let cancel = Arc::new(AtomicBool::new(false));
+    let caller = Caller {
+        plugin: path.display().to_string(),
+        tool: None,
+        hosts: hosts.clone(),
+    };
     let mut store = new_store(
         inner,
-        CallState::new(None, inner.limits.memory_bytes, cancel.clone()),
+        CallState::new(None, inner.limits.memory_bytes, cancel.clone(), caller),
     );
     let (done, wait) = std::sync::mpsc::channel::<()>();
     let engine = inner.engine.clone();
@@ -339,6 +359,8 @@ pub struct WasmPlugin {
     /// Its tools.
     pub definitions: Vec<ToolDefinition>,
     pub(crate) pre: PluginPre<CallState>,
+    /// Where its `network` tools may send HTTP requests.
+    pub(crate) http_hosts: Arc<HttpHosts>,
     pub(crate) runtime: Arc<Inner>,
 }
 

@@ -8,7 +8,7 @@ use serde_json::Value;
 use tool_api::{Content, Tool, ToolContext, ToolDefinition, ToolError, ToolFactory, ToolOutput};
 
 use crate::bindings;
-use crate::call::{CallState, from_wit};
+use crate::call::{CallState, Caller, from_wit};
 use crate::runtime::{WasmPlugin, new_store, trap_message};
 
 impl WasmPlugin {
@@ -35,7 +35,21 @@ impl WasmPlugin {
         ctx: &ToolContext,
         cancel: Arc<AtomicBool>,
     ) -> Result<ToolOutput, ToolError> {
-        let state = CallState::new(Some(ctx.clone()), self.runtime.limits.memory_bytes, cancel);
+        let caller = Caller {
+            plugin: self.name.clone(),
+            tool: self
+                .definitions
+                .iter()
+                .find(|d| d.name == tool)
+                .map(|d| (tool.to_string(), d.side_effects)),
+            hosts: self.http_hosts.clone(),
+        };
+        let state = CallState::new(
+            Some(ctx.clone()),
+            self.runtime.limits.memory_bytes,
+            cancel,
+            caller,
+        );
         let mut store = new_store(&self.runtime, state);
         // A cancel that came before the store existed bumped an epoch this store never
         // waited for: it is seen here instead (one after this is seen at the next epoch).
@@ -75,11 +89,11 @@ impl WasmPlugin {
             tracing::debug!(plugin = %self.name, tool, stdout, stderr, "component output");
         }
         match result {
-            Ok(Ok(output)) => Ok(converted(output, &state.files_modified)),
-            Ok(Err(e)) => Err(from_wit(e)),
-            Err(_) if state.stop_requested() => {
+            _ if state.stop_requested() && !matches!(result, Ok(Ok(_))) => {
                 Err(ToolError::Cancelled(format!("tool '{tool}' was stopped")))
             }
+            Ok(Ok(output)) => Ok(converted(output, &state.files_modified)),
+            Ok(Err(e)) => Err(with_refusals(from_wit(e), &state.gate.refused)),
             Err(e) => {
                 tracing::warn!(plugin = %self.name, tool, error = format!("{e:?}"), "component trapped");
                 Err(ToolError::Failed(format!(
@@ -89,6 +103,22 @@ impl WasmPlugin {
                 )))
             }
         }
+    }
+}
+
+/// A tool's error, with why its HTTP requests were refused (the component itself only
+/// learns that they were).
+fn with_refusals(e: ToolError, refused: &[String]) -> ToolError {
+    if refused.is_empty() {
+        return e;
+    }
+    let note = format!(" (outgoing HTTP refused: {})", refused.join("; "));
+    match e {
+        ToolError::Failed(m) => ToolError::Failed(m + &note),
+        ToolError::InvalidInput(m) => ToolError::InvalidInput(m + &note),
+        ToolError::PermissionDenied(m) => ToolError::PermissionDenied(m + &note),
+        ToolError::Cancelled(m) => ToolError::Cancelled(m),
+        ToolError::Internal(m) => ToolError::Internal(m + &note),
     }
 }
 
@@ -140,6 +170,17 @@ impl ToolFactory for WasmToolFactory {
 
     fn source(&self) -> &str {
         &self.source
+    }
+
+    fn placement(&self) -> tool_api::Placement {
+        let network = self.definition.side_effects == tool_api::SideEffect::Network;
+        tool_api::Placement::Wasm {
+            http_hosts: if network {
+                self.plugin.http_hosts.entries()
+            } else {
+                Vec::new()
+            },
+        }
     }
 }
 

@@ -389,3 +389,39 @@ async fn a_worker_program_that_ignores_its_sandbox_is_refused() {
     );
     assert!(report.workers.is_empty());
 }
+
+#[tokio::test]
+async fn http_hosts_on_a_native_plugin_is_refused_not_ignored() {
+    let env = Env::new();
+    package_library(
+        &fixtures().library("netprobe"),
+        env.plugins.path(),
+        "netprobe",
+    );
+    let report = env
+        .host()
+        .sandbox(
+            "fixture-netprobe",
+            PluginSandbox {
+                http_hosts: vec!["api.example.com".into()],
+                ..PluginSandbox::default()
+            },
+        )
+        .load_into(&env.dispatcher);
+    let (_, refusal) = report.refused().next().expect("refused");
+    assert!(
+        matches!(refusal, plugin_host::Refusal::HttpHostsNative { .. }),
+        "{refusal}"
+    );
+    let text = refusal.to_string();
+    assert!(
+        text.contains("fixture-netprobe") && text.contains("tcp_ports"),
+        "{text}"
+    );
+    let r = env.call("net_connect", json!({"port": "1"})).await;
+    assert_eq!(
+        r.error_class,
+        Some(ErrorClass::NotFound),
+        "nothing registered: {r:?}"
+    );
+}

@@ -15,113 +15,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Fixture, Scripted, allow_all, drain};
-use dispatcher_core::{
-    Decision, Dispatcher, DispatcherBuilder, DispatcherConfig, ErrorClass, EventKind,
-    ToolResultBlock, ToolUse,
-};
-use plugin_host::{Isolation, LoadReport, Outcome, Refusal};
+use common::wasm::{Env, assert_fails, components, faults, refusal};
+use common::{Scripted, drain};
+use dispatcher_core::{Decision, Dispatcher, DispatcherConfig, ErrorClass, EventKind, ToolUse};
+use plugin_host::{Isolation, Outcome, Refusal};
 use serde_json::{Value, json};
-
-/// The built components, or `None` (skipped) outside `cargo xtask test`.
-fn components() -> Option<PathBuf> {
-    toolhost_tests::peer("TOOLHOST_TEST_COMPONENTS")
-}
-
-/// A plugin directory with copies of component packages, a dispatcher with them loaded,
-/// and a session over a temporary workspace.
-struct Env {
-    plugins: tempfile::TempDir,
-    cache: tempfile::TempDir,
-    compiled: PathBuf,
-    fx: Fixture,
-}
-
-impl Env {
-    /// `packages` copied from the fixtures, nothing loaded yet; `None` when skipped.
-    fn new(packages: &[&str], builder: DispatcherBuilder) -> Option<Env> {
-        let dir = components()?;
-        let plugins = tempfile::tempdir().unwrap();
-        for name in packages {
-            toolhost_tests::copy_dir(&dir.join("packages").join(name), &plugins.path().join(name));
-        }
-        Some(Env {
-            plugins,
-            cache: tempfile::tempdir().unwrap(),
-            compiled: dir.join("cache"),
-            fx: Fixture::new(builder.build()),
-        })
-    }
-
-    fn host(&self) -> plugin_host::PluginHost {
-        plugin_host::PluginHost::new([self.plugins.path()])
-            .cache_dir(self.cache.path())
-            .wasm_cache_dir(&self.compiled)
-    }
-
-    fn load(&self) -> LoadReport {
-        self.host().load_into(&self.fx.dispatcher)
-    }
-
-    /// Loaded, every package asserted loaded.
-    fn loaded(packages: &[&str], builder: DispatcherBuilder) -> Option<Env> {
-        let env = Env::new(packages, builder)?;
-        let report = env.load();
-        assert_eq!(
-            report.loaded().count(),
-            packages.len(),
-            "{:?}",
-            report.lines()
-        );
-        Some(env)
-    }
-
-    fn d(&self) -> &Dispatcher {
-        &self.fx.dispatcher
-    }
-
-    async fn call(&self, tool: &str, input: Value) -> ToolResultBlock {
-        self.d()
-            .dispatch(
-                ToolUse::new(format!("tu_{tool}"), tool, input),
-                &self.fx.session,
-            )
-            .await
-    }
-
-    fn manifest(&self, package: &str) -> PathBuf {
-        self.plugins
-            .path()
-            .join(package)
-            .join(plugin_host::MANIFEST_FILE)
-    }
-
-    fn edit_manifest(&self, package: &str, from: &str, to: &str) {
-        let file = self.manifest(package);
-        let text = std::fs::read_to_string(&file).unwrap();
-        assert!(text.contains(from), "{text}");
-        std::fs::write(&file, text.replacen(from, to, 1)).unwrap();
-    }
-}
-
-fn faults() -> Option<Env> {
-    Env::loaded(&["faults"], Dispatcher::builder().policy(allow_all()))
-}
-
-/// `r` failed with `class`, its text saying `says` (anything, when empty).
-fn assert_fails(r: &ToolResultBlock, class: ErrorClass, says: &str) {
-    let text = r.text();
-    assert_eq!(r.error_class, Some(class), "{text}");
-    assert!(text.contains(says), "expected it to say {says:?}: {text}");
-}
-
-fn refusal(report: &LoadReport) -> &Refusal {
-    report
-        .refused()
-        .next()
-        .map(|(_, r)| r)
-        .unwrap_or_else(|| panic!("nothing was refused: {:?}", report.lines()))
-}
 
 #[tokio::test]
 async fn a_component_package_loads_and_is_reported_as_wasm() {
@@ -334,7 +232,15 @@ fn spin_tool() -> Option<Arc<dyn tool_api::Tool>> {
             .unwrap();
     let component = dir.join("packages/faults/faults.wasm");
     let sha = plugin_host::digest::sha256_file(&component).unwrap();
-    let plugin = Arc::new(runtime.load(&component, &sha).unwrap());
+    let plugin = Arc::new(
+        runtime
+            .load(
+                &component,
+                &sha,
+                plugin_host::plugin_wasm::HttpHosts::none(),
+            )
+            .unwrap(),
+    );
     let factory = plugin
         .factories("plugin:faults")
         .into_iter()

@@ -136,6 +136,13 @@ pub enum Placement {
         /// What holds it, or why nothing does.
         detail: String,
     },
+    /// In a WebAssembly sandbox in the host's process: files only through the workspace
+    /// API, no sockets, no environment; a `network` tool's HTTP requests only to
+    /// `http_hosts`.
+    Wasm {
+        /// The hosts its HTTP requests may go to (none for a tool not declared `network`).
+        http_hosts: Vec<String>,
+    },
     /// In an MCP server's process.
     Server {
         /// What that process runs in (`workspace-write`, `host (unconfined)`, …).

@@ -90,7 +90,7 @@ pub fn programs(config: &SandboxConfig, tool: &str, workspace: &Path) -> Program
     }
 }
 
-/// One tool's sandbox as JSON: its [`Placement`] (`runs`: `in_process`, `worker`,
+/// One tool's sandbox as JSON: its [`Placement`] (`runs`: `in_process`, `worker`, `wasm`,
 /// `server`, `remote`) and, in toolhost's process, its programs' sandbox.
 pub fn tool_json(listing: &ToolListing, config: &SandboxConfig, workspace: &Path) -> Value {
     let mut v = serde_json::to_value(&listing.placement).unwrap_or(Value::Null);
@@ -124,6 +124,21 @@ fn tool_line(listing: &ToolListing, config: &SandboxConfig, workspace: &Path) ->
         }
         Placement::Worker { grant, detail, .. } => {
             format!("plugin worker, may {}: {detail}", grant_words(grant))
+        }
+        Placement::Wasm { http_hosts } => {
+            let class = listing.definition.side_effects;
+            let network = match (class, http_hosts.is_empty()) {
+                (tool_api::SideEffect::Network, true) => {
+                    "HTTP to no host (none listed in http_hosts)".to_string()
+                }
+                (tool_api::SideEffect::Network, false) => {
+                    format!("HTTP only to {}", http_hosts.join(", "))
+                }
+                _ => "no network".to_string(),
+            };
+            format!(
+                "WebAssembly sandbox; files only through the workspace API ({class}); {network}"
+            )
         }
         Placement::Server { sandbox } => format!("MCP server process: {sandbox}"),
         Placement::Remote { url } => format!("remote MCP server {url}: not confined by toolhost"),

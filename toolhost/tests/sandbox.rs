@@ -262,3 +262,34 @@ fn where_landlock_is_missing_a_stdio_mcp_server_is_not_started() {
         "{report}"
     );
 }
+
+#[test]
+fn a_component_s_tools_are_reported_in_the_webassembly_sandbox_with_their_hosts() {
+    let Some(components) = toolhost_tests::peer("TOOLHOST_TEST_COMPONENTS") else {
+        return;
+    };
+    let ws = tempfile::tempdir().unwrap();
+    toolhost_tests::copy_dir(
+        &components.join("packages/fetch"),
+        &ws.path().join(".plugins/fetch"),
+    );
+    std::fs::write(
+        ws.path().join("toolhost.toml"),
+        "plugin_dirs = [\".plugins\"]\n[plugins.fetch]\nhttp_hosts = [\"api.example.com\"]\n",
+    )
+    .unwrap();
+    let out = run(ws.path(), &["sandbox"]);
+    let report = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{report}{}", text(&out.stderr));
+    let line = line_of(&report, "http_get");
+    assert!(
+        line.ends_with(
+            "WebAssembly sandbox; files only through the workspace API (network); HTTP only to api.example.com"
+        ),
+        "{line}"
+    );
+    assert!(
+        line_of(&report, "http_get_undeclared").ends_with("(none); no network"),
+        "{report}"
+    );
+}

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use plugin_host::plugin_wasm::{WasmLimits, WasmPlugin, WasmRuntime};
+use plugin_host::plugin_wasm::{HttpHosts, WasmLimits, WasmPlugin, WasmRuntime};
 use plugin_host::{COMPONENT_TARGET, Manifest, ManifestTool, PackageKind, digest, package};
 
 use crate::steps::{Result, announce, fail, io, root};
@@ -18,11 +18,12 @@ pub const COMPONENTIZE_JS: &str = "@bytecodealliance/componentize-js@0.23.0";
 
 /// The examples and the test fixtures, by package name and source folder (an `app.py`, an
 /// `app.js` or a core `module.wat`).
-pub const SOURCES: [(&str, &str); 4] = [
+pub const SOURCES: [(&str, &str); 5] = [
     ("text-stats", "examples/wasm/py-text-stats"),
     ("text-case", "examples/wasm/js-text-case"),
     ("faults", "tests/fixtures/wasm/faults"),
     ("wat-noop", "tests/fixtures/wasm/noop"),
+    ("fetch", "tests/fixtures/wasm/fetch"),
 ];
 
 /// The script that runs componentize-js's `componentize` (its JavaScript API) with Node:
@@ -31,12 +32,14 @@ const BUILD_JS: &str = r#"import { writeFile } from 'node:fs/promises';
 import { pathToFileURL } from 'node:url';
 const [module, source, wit, out] = process.argv.slice(2);
 const { componentize } = await import(pathToFileURL(module).href);
-// Only what a tool needs: no stdio, clocks, randomness or HTTP imports beyond the host's.
+// Only what a tool needs: no stdio, clocks or randomness imports; fetch() goes out through
+// wasi:http (the host answers it for `network` tools, to allowed hosts only); no
+// incoming-request handler.
 const { component } = await componentize({
   sourcePath: source,
   witPath: wit,
   worldName: 'plugin',
-  disableFeatures: ['random', 'stdio', 'clocks', 'http', 'fetch-event'],
+  disableFeatures: ['random', 'stdio', 'clocks', 'fetch-event'],
 });
 await writeFile(out, component);
 "#;
@@ -208,7 +211,9 @@ fn encode_wat(module_file: &Path, wit: &Path) -> std::result::Result<Vec<u8>, St
 /// Loads a component as a host would (compiled, linked, described) and returns it.
 pub fn describe(component: &Path, sha256: &str) -> std::result::Result<WasmPlugin, String> {
     let runtime = WasmRuntime::new(Some(fixtures_dir().join("cache")), WasmLimits::default())?;
-    runtime.load(component, sha256).map_err(|e| e.to_string())
+    runtime
+        .load(component, sha256, HttpHosts::none())
+        .map_err(|e| e.to_string())
 }
 
 /// `plugin.toml` for a component, from what its `describe()` says.

@@ -559,8 +559,13 @@ fn verify_component(
     for f in builtin_tools::factories() {
         let _ = d.register(f);
     }
-    let (_, plugin) = plugin_host::load_component(folder, &runtime, &d)
-        .map_err(|e| format!("{out}verdict: refused: {e}"))?;
+    let (_, plugin) = plugin_host::load_component(
+        folder,
+        &runtime,
+        plugin_host::plugin_wasm::HttpHosts::none(),
+        &d,
+    )
+    .map_err(|e| format!("{out}verdict: refused: {e}"))?;
     let _ = writeln!(
         out,
         "interface: toolhost:plugin@{}, compatible with this host's {}",

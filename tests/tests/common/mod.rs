@@ -11,6 +11,8 @@ use dispatcher_core::{
 };
 use tokio::sync::broadcast;
 
+pub mod wasm;
+
 /// Registers the built-in tools.
 pub fn builtins(d: &Dispatcher) {
     for f in builtin_tools::factories() {

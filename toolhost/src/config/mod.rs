@@ -98,8 +98,25 @@ pub struct PluginConfig {
     pub sandbox: Option<PluginGrant>,
     /// With network: the only TCP ports its worker may connect to.
     pub tcp_ports: Option<Vec<u16>>,
+    /// A WebAssembly component's only: the hosts its `network` tools may send HTTP
+    /// requests to (none by default).
+    pub http_hosts: HttpHostList,
     /// Where its worker's sandbox cannot be enforced, run it unconfined (logged).
     pub allow_unsandboxed: bool,
+}
+
+/// `[plugins.NAME] http_hosts`: host names or addresses, each with an optional port or a
+/// `*.` prefix for subdomains; an entry that is not one is refused when the file loads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HttpHostList(pub Vec<String>);
+
+impl<'de> Deserialize<'de> for HttpHostList {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let hosts = Vec::<String>::deserialize(d)?;
+        #[cfg(feature = "wasm")]
+        plugin_host::plugin_wasm::HttpHosts::new(&hosts).map_err(serde::de::Error::custom)?;
+        Ok(HttpHostList(hosts))
+    }
 }
 
 impl Default for Config {
@@ -528,6 +545,7 @@ impl Config {
                         _ => None,
                     },
                     tcp_ports: plugin.tcp_ports.clone(),
+                    http_hosts: plugin.http_hosts.0.clone(),
                     allow_unsandboxed: plugin.allow_unsandboxed,
                     unconfined: plugin.sandbox == Some(PluginGrant::Unconfined),
                 },
@@ -792,6 +810,27 @@ mod tests {
             .to_string();
         assert!(e.contains("plugins.grep-tool.isolation"), "{e}");
         assert!(e.contains("in_process"), "{e}");
+    }
+
+    #[test]
+    fn an_http_hosts_entry_that_is_not_a_host_is_refused_naming_it() {
+        let e = parse(
+            "[plugins.fetcher]\nhttp_hosts = [\"api.example.com\", \"https://x.example.com\"]\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("plugins.fetcher.http_hosts"), "{e}");
+        assert!(
+            e.contains("'https://x.example.com'") && e.contains("without a scheme"),
+            "{e}"
+        );
+        let c =
+            parse("[plugins.fetcher]\nhttp_hosts = [\"api.example.com\", \"127.0.0.1:8080\"]\n")
+                .unwrap();
+        assert_eq!(
+            c.plugins["fetcher"].http_hosts.0,
+            ["api.example.com", "127.0.0.1:8080"]
+        );
     }
 
     #[test]

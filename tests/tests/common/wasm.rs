@@ -1,0 +1,124 @@
+//! The WebAssembly tests' set-up: component packages copied from the fixtures
+//! `cargo xtask test` builds, loaded into a dispatcher over a temporary workspace.
+
+use std::path::PathBuf;
+
+use dispatcher_core::{Dispatcher, DispatcherBuilder, ErrorClass, ToolResultBlock, ToolUse};
+use plugin_host::{LoadReport, Refusal};
+use serde_json::Value;
+
+use super::{Fixture, allow_all};
+
+/// The built components, or `None` (skipped) outside `cargo xtask test`.
+pub fn components() -> Option<PathBuf> {
+    toolhost_tests::peer("TOOLHOST_TEST_COMPONENTS")
+}
+
+/// A plugin directory with copies of component packages, a dispatcher with them loaded,
+/// and a session over a temporary workspace.
+pub struct Env {
+    pub plugins: tempfile::TempDir,
+    pub cache: tempfile::TempDir,
+    pub compiled: PathBuf,
+    pub fx: Fixture,
+}
+
+impl Env {
+    /// `packages` copied from the fixtures, nothing loaded yet; `None` when skipped.
+    pub fn new(packages: &[&str], builder: DispatcherBuilder) -> Option<Env> {
+        let dir = components()?;
+        let plugins = tempfile::tempdir().unwrap();
+        for name in packages {
+            toolhost_tests::copy_dir(&dir.join("packages").join(name), &plugins.path().join(name));
+        }
+        Some(Env {
+            plugins,
+            cache: tempfile::tempdir().unwrap(),
+            compiled: dir.join("cache"),
+            fx: Fixture::new(builder.build()),
+        })
+    }
+
+    pub fn host(&self) -> plugin_host::PluginHost {
+        plugin_host::PluginHost::new([self.plugins.path()])
+            .cache_dir(self.cache.path())
+            .wasm_cache_dir(&self.compiled)
+    }
+
+    pub fn load(&self) -> LoadReport {
+        self.load_with(self.host())
+    }
+
+    /// Loaded by `host` (made with [`Env::host`] and set up further).
+    pub fn load_with(&self, host: plugin_host::PluginHost) -> LoadReport {
+        host.load_into(&self.fx.dispatcher)
+    }
+
+    /// Loaded, every package asserted loaded.
+    pub fn loaded(packages: &[&str], builder: DispatcherBuilder) -> Option<Env> {
+        Env::loaded_by(packages, builder, Env::host)
+    }
+
+    /// Loaded by the host `host` makes, every package asserted loaded.
+    pub fn loaded_by(
+        packages: &[&str],
+        builder: DispatcherBuilder,
+        host: impl FnOnce(&Env) -> plugin_host::PluginHost,
+    ) -> Option<Env> {
+        let env = Env::new(packages, builder)?;
+        let report = env.load_with(host(&env));
+        assert_eq!(
+            report.loaded().count(),
+            packages.len(),
+            "{:?}",
+            report.lines()
+        );
+        Some(env)
+    }
+
+    pub fn d(&self) -> &Dispatcher {
+        &self.fx.dispatcher
+    }
+
+    pub async fn call(&self, tool: &str, input: Value) -> ToolResultBlock {
+        self.d()
+            .dispatch(
+                ToolUse::new(format!("tu_{tool}"), tool, input),
+                &self.fx.session,
+            )
+            .await
+    }
+
+    pub fn manifest(&self, package: &str) -> PathBuf {
+        self.plugins
+            .path()
+            .join(package)
+            .join(plugin_host::MANIFEST_FILE)
+    }
+
+    pub fn edit_manifest(&self, package: &str, from: &str, to: &str) {
+        let file = self.manifest(package);
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(text.contains(from), "{text}");
+        std::fs::write(&file, text.replacen(from, to, 1)).unwrap();
+    }
+}
+
+pub fn faults() -> Option<Env> {
+    Env::loaded(&["faults"], Dispatcher::builder().policy(allow_all()))
+}
+
+/// `r` failed with `class`, its text saying `says` (anything, when empty).
+pub fn assert_fails(r: &ToolResultBlock, class: ErrorClass, says: &str) {
+    let text = r.text();
+    assert_eq!(r.error_class, Some(class), "{text}");
+    assert!(text.contains(says), "expected it to say {says:?}: {text}");
+}
+
+pub fn refusal(report: &LoadReport) -> &Refusal {
+    report
+        .refused()
+        .next()
+        .map(|(_, r)| r)
+        .unwrap_or_else(|| panic!("nothing was refused: {:?}", report.lines()))
+}
