@@ -401,9 +401,10 @@ impl PluginHost {
                 let hosts = plugin_wasm::HttpHosts::new(hosts).map_err(|e| {
                     Refusal::Component(format!("[plugins.{}] {e}", package.manifest.name))
                 })?;
+                let reuse = package.manifest.instances == crate::Instances::Reused;
                 self.wasm_runtime()?
                     .load(&package.library, &package.manifest.sha256, hosts)
-                    .map(|plugin| Opened::Wasm(Arc::new(plugin)))
+                    .map(|plugin| Opened::Wasm(Arc::new(plugin.reuse_instances(reuse))))
                     .map_err(Refusal::from)
             }
             _ => library::open_remembered(&package.library, &package.manifest.sha256, layouts)

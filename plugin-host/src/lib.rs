@@ -81,7 +81,7 @@ pub use host::{PluginHost, default_cache_dir};
 pub use isolated::{PluginWorker, WorkerSettings, WorkerStatus};
 pub use library::{Inspection, Library};
 pub use manifest::{
-    COMPONENT_TARGET, MANIFEST_FILE, Manifest, ManifestError, ManifestTool, PackageKind,
+    COMPONENT_TARGET, Instances, MANIFEST_FILE, Manifest, ManifestError, ManifestTool, PackageKind,
 };
 #[cfg(feature = "wasm")]
 pub use plugin_wasm;

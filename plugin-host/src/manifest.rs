@@ -18,7 +18,9 @@
 //! A WebAssembly component says `kind = "component"`, `target = "wasm32-wasip2"`, names its
 //! `.wasm` file in `library`, and gives the `toolhost:plugin` WIT version it was built
 //! against in `tool_api` (and `requires_tool_api`); `unwinds` does not apply (a trap never
-//! reaches the host) and may be left out.
+//! reaches the host) and may be left out. It may ask for `instances = "reused"`: its calls
+//! then run in instances kept from earlier calls (one call at a time each) instead of a
+//! fresh instance per call, so a language runtime starts once per instance, not per call.
 
 use std::path::Path;
 
@@ -107,9 +109,32 @@ pub struct Manifest {
     /// library; a component leaves it out).
     #[serde(default)]
     pub unwinds: bool,
+    /// Whether a component's calls each get a fresh instance (the default) or may run in
+    /// one kept from an earlier call; a native library leaves it out.
+    #[serde(default, skip_serializing_if = "Instances::is_fresh")]
+    pub instances: Instances,
     /// The tools the library exports.
     #[serde(default)]
     pub tools: Vec<ManifestTool>,
+}
+
+/// What a component asks of the instances its calls run in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Instances {
+    /// A fresh instance per call: nothing a call leaves in memory reaches the next.
+    #[default]
+    Fresh,
+    /// An instance that ended a call cleanly may run a later one (of any session): what a
+    /// call leaves in the component's memory, the next call may see. A trap, a timeout, a
+    /// cancel or a refused memory grow still ends its instance.
+    Reused,
+}
+
+impl Instances {
+    fn is_fresh(&self) -> bool {
+        *self == Instances::Fresh
+    }
 }
 
 fn is_native(kind: &PackageKind) -> bool {
@@ -194,6 +219,12 @@ impl Manifest {
                 "missing: a native library must say whether it was built with panic = \"unwind\" (true) or \"abort\" (false)".into(),
             ));
         }
+        if manifest.kind == PackageKind::Native && manifest.instances == Instances::Reused {
+            return Err(field(
+                "instances",
+                "only a WebAssembly component's instances can be reused (a native library has one instance per process); remove the key".into(),
+            ));
+        }
         if manifest.library.is_empty()
             || manifest.library.contains(['/', '\\'])
             || manifest.library.starts_with('.')
@@ -234,6 +265,7 @@ impl Manifest {
             library: library_file.to_string(),
             sha256,
             unwinds: inspection.unwinds,
+            instances: Instances::Fresh,
             tools: inspection
                 .tools
                 .iter()
@@ -281,6 +313,22 @@ mod tests {
         let m = parse(&manifest("kind = \"component\"")).unwrap();
         assert_eq!(m.kind, PackageKind::Component);
         assert_eq!(m.kind.expected_target(), COMPONENT_TARGET);
+    }
+
+    #[test]
+    fn a_component_may_ask_for_reused_instances_and_a_native_library_may_not() {
+        let m = parse(&manifest("kind = \"component\"\ninstances = \"reused\"")).unwrap();
+        assert_eq!(m.instances, Instances::Reused);
+        assert!(m.to_toml().contains("instances = \"reused\""));
+        let fresh = parse(&manifest("kind = \"component\"")).unwrap();
+        assert_eq!(fresh.instances, Instances::Fresh);
+        assert!(!fresh.to_toml().contains("instances"));
+        let e = parse(&manifest("unwinds = true\ninstances = \"reused\"")).unwrap_err();
+        assert_eq!(e.key, "instances", "{e}");
+        assert!(e.message.contains("only a WebAssembly component"), "{e}");
+        let e = parse(&manifest("kind = \"component\"\ninstances = \"shared\"")).unwrap_err();
+        assert_eq!(e.key, "instances", "{e}");
+        assert!(e.message.contains("fresh") && e.message.contains("reused"), "{e}");
     }
 
     #[test]

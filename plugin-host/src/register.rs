@@ -46,7 +46,11 @@ pub fn load_component(
             advice: "load it with load_package".into(),
         });
     }
-    let plugin = Arc::new(runtime.load(&component, &manifest.sha256, http_hosts)?);
+    let plugin = Arc::new(
+        runtime
+            .load(&component, &manifest.sha256, http_hosts)?
+            .reuse_instances(manifest.instances == crate::Instances::Reused),
+    );
     let outcome = register_component(&manifest, &plugin, dispatcher)?;
     Ok((outcome, plugin))
 }

@@ -19,7 +19,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::bindings::toolhost::plugin::{host, types};
 use crate::bindings::{FileMetadata, Level, ToolError, UserAnswer};
-use crate::http::{HttpGate, HttpHosts, Stop};
+use crate::http::{HttpGate, HttpHosts};
 use crate::stdio::KeptOutput;
 
 /// How much of a component's stdout and stderr is kept per call (the rest is dropped).
@@ -67,16 +67,7 @@ impl CallState {
             .allow_ip_name_lookup(false)
             .socket_addr_check(|_, _| Box::pin(async { false }))
             .build();
-        let gate = HttpGate {
-            plugin: caller.plugin,
-            tool: caller.tool,
-            hosts: caller.hosts,
-            stop: Stop {
-                flag: cancel,
-                ctx: ctx.clone().map(Arc::new),
-            },
-            refused: Vec::new(),
-        };
+        let gate = HttpGate::new(caller, cancel, ctx.clone());
         CallState {
             ctx,
             wasi,
@@ -91,6 +82,23 @@ impl CallState {
             stdout,
             stderr,
         }
+    }
+
+    /// Makes a state kept from an earlier call ready for another (a component that asked
+    /// for reused instances): this call's context, cancel flag and caller, nothing
+    /// recorded yet.
+    pub(crate) fn begin(&mut self, ctx: ToolContext, cancel: Arc<AtomicBool>, caller: Caller) {
+        self.gate = HttpGate::new(caller, cancel, Some(ctx.clone()));
+        self.ctx = Some(ctx);
+        self.files_modified.clear();
+        self.stdout.clear();
+        self.stderr.clear();
+    }
+
+    /// Lets go of the call that ended, so that a kept state holds no session's context.
+    pub(crate) fn end(&mut self) {
+        self.ctx = None;
+        self.gate.end();
     }
 
     /// Whether the call should stop: cancelled by the host, through the context or

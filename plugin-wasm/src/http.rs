@@ -209,6 +209,30 @@ pub(crate) struct HttpGate {
 }
 
 impl HttpGate {
+    pub(crate) fn new(
+        caller: crate::call::Caller,
+        cancel: Arc<AtomicBool>,
+        ctx: Option<ToolContext>,
+    ) -> HttpGate {
+        HttpGate {
+            plugin: caller.plugin,
+            tool: caller.tool,
+            hosts: caller.hosts,
+            stop: Stop {
+                flag: cancel,
+                ctx: ctx.map(Arc::new),
+            },
+            refused: Vec::new(),
+        }
+    }
+
+    /// No call any more: every request is refused, no context is held.
+    pub(crate) fn end(&mut self) {
+        self.tool = None;
+        self.stop.ctx = None;
+        self.refused.clear();
+    }
+
     /// Why a request to `uri` may not be sent, if it may not.
     fn refusal(&self, uri: &http::Uri) -> Option<String> {
         let (tool, class) = match &self.tool {

@@ -14,7 +14,9 @@
 //!   with the native ABI's rule), pre-links it and calls its `describe()`;
 //! - [`WasmPlugin::factories`] registers its tools; every call instantiates the template
 //!   afresh, with a memory limit ([`WasmLimits`]), and is stopped mid-loop by cancellation
-//!   or its timeout. A trap ends only its call, as an `execution_error` that says why.
+//!   or its timeout. A trap ends only its call, as an `execution_error` that says why. A
+//!   component that asks for it ([`WasmPlugin::reuse_instances`]) runs its calls in
+//!   instances kept from earlier clean calls instead.
 //!
 //! plugin-host uses this crate behind its `wasm` feature for packages whose manifest says
 //! `kind = "component"`.
@@ -31,4 +33,5 @@ mod tool;
 pub use error::WasmError;
 pub use http::HttpHosts;
 pub use runtime::{DEFAULT_MEMORY_BYTES, DESCRIBE_TIMEOUT, WasmLimits, WasmPlugin, WasmRuntime};
+pub use tool::{CALLS_PER_KEPT_INSTANCE, KEPT_INSTANCES};
 pub use tool_api::{WIT, WIT_VERSION};

@@ -123,6 +123,7 @@ impl WasmRuntime {
             definitions,
             pre,
             http_hosts,
+            kept: None,
             runtime: self.inner.clone(),
         })
     }
@@ -348,7 +349,9 @@ fn side_effect(s: bindings::SideEffect) -> SideEffect {
     }
 }
 
-/// A loaded component: its tools, and a pre-linked template each call instantiates afresh.
+/// A loaded component: its tools, and a pre-linked template each call instantiates afresh
+/// (or, for a component that asked for it, [`WasmPlugin::reuse_instances`], takes from the
+/// instances kept after earlier calls).
 pub struct WasmPlugin {
     /// Plugin name, as `describe()` said.
     pub name: String,
@@ -361,6 +364,8 @@ pub struct WasmPlugin {
     pub(crate) pre: PluginPre<CallState>,
     /// Where its `network` tools may send HTTP requests.
     pub(crate) http_hosts: Arc<HttpHosts>,
+    /// Instances kept after clean calls, when the component asked for reuse.
+    pub(crate) kept: Option<std::sync::Mutex<Vec<crate::tool::Kept>>>,
     pub(crate) runtime: Arc<Inner>,
 }
 

@@ -36,6 +36,16 @@ impl KeptOutput {
         kept.1 += (bytes.len() - taken) as u64;
     }
 
+    /// Forgets what was kept (an instance kept for another call starts its output afresh).
+    pub(crate) fn clear(&self) {
+        let mut kept = self
+            .kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        kept.0.clear();
+        kept.1 = 0;
+    }
+
     /// What was kept, as text, with a last line saying how much was dropped.
     pub(crate) fn text(&self) -> String {
         let kept = self

@@ -1,8 +1,8 @@
 //! A component's tools as the dispatcher sees them: [`ToolFactory`]s whose every call runs
 //! in a fresh instance.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::Value;
 use tool_api::{Content, Tool, ToolContext, ToolDefinition, ToolError, ToolFactory, ToolOutput};
@@ -11,7 +11,59 @@ use crate::bindings;
 use crate::call::{CallState, Caller, from_wit};
 use crate::runtime::{WasmPlugin, new_store, trap_message};
 
+/// How many instances a component that asked for reuse keeps between calls, at most: past
+/// it, an instance that ends a call is dropped (one per call running at once is what reuse
+/// needs; each holds its pool slot and its memory).
+pub const KEPT_INSTANCES: usize = 4;
+
+/// How many calls one kept instance runs before it is dropped for a fresh one, so that
+/// whatever a component leaks per call (memory, handles it never drops) stays bounded.
+pub const CALLS_PER_KEPT_INSTANCE: u32 = 10_000;
+
+/// An instance that ended a call cleanly, kept for another.
+pub(crate) struct Kept {
+    store: wasmtime::Store<CallState>,
+    plugin: bindings::Plugin,
+    calls: u32,
+}
+
 impl WasmPlugin {
+    /// Whether calls run in instances kept from earlier calls (`instances = "reused"` in
+    /// the package's manifest): a component's language runtime then starts once per
+    /// instance instead of once per call, and what a call leaves in the component's memory
+    /// the next call may see. An instance that trapped, ran out of memory, or was stopped
+    /// by a cancel or timeout is never kept.
+    pub fn reuse_instances(mut self, reuse: bool) -> Self {
+        self.kept = reuse.then(|| Mutex::new(Vec::new()));
+        self
+    }
+
+    /// Whether this component's instances are reused ([`WasmPlugin::reuse_instances`]).
+    pub fn reuses_instances(&self) -> bool {
+        self.kept.is_some()
+    }
+
+    fn take_kept(&self) -> Option<Kept> {
+        self.kept
+            .as_ref()?
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()
+    }
+
+    /// Keeps an instance whose call ended cleanly, if there is room.
+    fn keep(&self, mut kept: Kept) {
+        let Some(list) = &self.kept else { return };
+        kept.store.data_mut().end();
+        if kept.calls >= CALLS_PER_KEPT_INSTANCE {
+            return;
+        }
+        let mut list = list.lock().unwrap_or_else(PoisonError::into_inner);
+        if list.len() < KEPT_INSTANCES {
+            list.push(kept);
+        }
+    }
+
     /// One factory per tool, registered under `source` (`plugin:NAME`).
     pub fn factories(self: &Arc<Self>, source: &str) -> Vec<Arc<dyn ToolFactory>> {
         self.definitions
@@ -44,13 +96,24 @@ impl WasmPlugin {
                 .map(|d| (tool.to_string(), d.side_effects)),
             hosts: self.http_hosts.clone(),
         };
-        let state = CallState::new(
-            Some(ctx.clone()),
-            self.runtime.limits.memory_bytes,
-            cancel,
-            caller,
-        );
-        let mut store = new_store(&self.runtime, state);
+        let input = serde_json::to_string(input).map_err(|e| ToolError::internal(e.to_string()))?;
+        let (mut store, warm, calls) = match self.take_kept() {
+            Some(kept) => {
+                let mut store = kept.store;
+                store.data_mut().begin(ctx.clone(), cancel, caller);
+                store.set_epoch_deadline(1);
+                (store, Some(kept.plugin), kept.calls)
+            }
+            None => {
+                let state = CallState::new(
+                    Some(ctx.clone()),
+                    self.runtime.limits.memory_bytes,
+                    cancel,
+                    caller,
+                );
+                (new_store(&self.runtime, state), None, 0)
+            }
+        };
         // A cancel that came before the store existed bumped an epoch this store never
         // waited for: it is seen here instead (one after this is seen at the next epoch).
         if store.data().stop_requested() {
@@ -58,27 +121,29 @@ impl WasmPlugin {
                 "tool '{tool}' was cancelled before it started"
             )));
         }
-        let input = serde_json::to_string(input).map_err(|e| ToolError::internal(e.to_string()))?;
-        let plugin = match self.pre.instantiate(&mut store) {
-            Ok(plugin) => plugin,
-            // The pool of instances is full (not the tool's fault, and said so), or the
-            // component's own start-up failed.
-            Err(e) => {
-                let detail = format!("{e:#}");
-                let advice = if detail.contains("concurrent") {
-                    format!(
-                        " Too many WebAssembly calls are running at once (at most {}); try again when some have ended.",
-                        crate::runtime::POOLED_INSTANCES
-                    )
-                } else {
-                    String::new()
-                };
-                return Err(ToolError::Failed(format!(
-                    "tool '{tool}' (WebAssembly plugin '{}') could not start: {}.{advice}",
-                    self.name,
-                    trap_message(&e, store.data())
-                )));
-            }
+        let plugin = match warm {
+            Some(plugin) => plugin,
+            None => match self.pre.instantiate(&mut store) {
+                Ok(plugin) => plugin,
+                // The pool of instances is full (not the tool's fault, and said so), or the
+                // component's own start-up failed.
+                Err(e) => {
+                    let detail = format!("{e:#}");
+                    let advice = if detail.contains("concurrent") {
+                        format!(
+                            " Too many WebAssembly calls are running at once (at most {}); try again when some have ended.",
+                            crate::runtime::POOLED_INSTANCES
+                        )
+                    } else {
+                        String::new()
+                    };
+                    return Err(ToolError::Failed(format!(
+                        "tool '{tool}' (WebAssembly plugin '{}') could not start: {}.{advice}",
+                        self.name,
+                        trap_message(&e, store.data())
+                    )));
+                }
+            },
         };
         let result = plugin
             .toolhost_plugin_tools()
@@ -88,7 +153,10 @@ impl WasmPlugin {
         if !stdout.is_empty() || !stderr.is_empty() {
             tracing::debug!(plugin = %self.name, tool, stdout, stderr, "component output");
         }
-        match result {
+        // Only an instance that returned (a result or its own error) in the call's time,
+        // within its memory, is fit for another call.
+        let clean = result.is_ok() && !state.stop_requested() && !state.limits.refused;
+        let outcome = match result {
             _ if state.stop_requested() && !matches!(result, Ok(Ok(_))) => {
                 Err(ToolError::Cancelled(format!("tool '{tool}' was stopped")))
             }
@@ -96,13 +164,26 @@ impl WasmPlugin {
             Ok(Err(e)) => Err(with_refusals(from_wit(e), &state.gate.refused)),
             Err(e) => {
                 tracing::warn!(plugin = %self.name, tool, error = format!("{e:?}"), "component trapped");
+                let again = if self.reuses_instances() {
+                    "the next call starts in another instance"
+                } else {
+                    "the next call starts afresh"
+                };
                 Err(ToolError::Failed(format!(
-                    "tool '{tool}' (WebAssembly plugin '{}') crashed: {}. The call was ended; the next call starts afresh.",
+                    "tool '{tool}' (WebAssembly plugin '{}') crashed: {}. The call was ended; {again}.",
                     self.name,
                     trap_message(&e, state)
                 )))
             }
+        };
+        if clean {
+            self.keep(Kept {
+                store,
+                plugin,
+                calls: calls + 1,
+            });
         }
+        outcome
     }
 }
 

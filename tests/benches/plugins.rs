@@ -249,7 +249,7 @@ fn benches(c: &mut Criterion) {
 /// fresh instance as for every component: the leanest component (`wat-noop`, a core module
 /// written in the text format, no language runtime: what the host's path costs) and a
 /// Python one (the fault fixture's `wasm_noop`: componentize-py's interpreter in every
-/// instance); and the two packages' first start (compiling them) and second start
+/// instance), and that Python package asking for reused instances; and the two packages' first start (compiling them) and second start
 /// (compiled code from the cache), into `target/criterion/plugin_load/wasm_start.json`.
 fn wasm_noop(
     group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
@@ -305,6 +305,39 @@ fn wasm_noop(
         b.to_async(rt).iter_batched(
             || ToolUse::new("toolu_bench", "wasm_noop", json!({})),
             |tu| dispatcher.dispatch(tu, &session),
+            BatchSize::SmallInput,
+        )
+    });
+    // The same Python package asking for reused instances (`instances = "reused"`): the
+    // interpreter starts once per kept instance, not per call.
+    let reused = tempfile::tempdir().unwrap();
+    let package = reused.path().join("faults");
+    toolhost_tests::copy_dir(&components.join("packages/faults"), &package);
+    let manifest = package.join(plugin_host::MANIFEST_FILE);
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(
+        &manifest,
+        text.replacen(
+            "kind = \"component\"",
+            "kind = \"component\"\ninstances = \"reused\"",
+            1,
+        ),
+    )
+    .unwrap();
+    let d = Dispatcher::new();
+    let cache = tempfile::tempdir().unwrap();
+    let report = PluginHost::new([reused.path()])
+        .cache_dir(cache.path())
+        .wasm_cache_dir(compiled.path())
+        .load_into(&d);
+    assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
+    let session = d
+        .open_session(SessionSpec::new("bench-wasm-reused", workspace))
+        .unwrap();
+    group.bench_function("wasm_python_noop_reused", |b| {
+        b.to_async(rt).iter_batched(
+            || ToolUse::new("toolu_bench", "wasm_noop", json!({})),
+            |tu| d.dispatch(tu, &session),
             BatchSize::SmallInput,
         )
     });

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::wasm::{Env, assert_fails, components, faults, refusal};
-use common::{Scripted, drain};
+use common::{Scripted, allow_all, drain};
 use dispatcher_core::{Decision, Dispatcher, DispatcherConfig, ErrorClass, EventKind, ToolUse};
 use plugin_host::{Isolation, Outcome, Refusal};
 use serde_json::{Value, json};
@@ -345,6 +345,79 @@ async fn every_call_gets_a_fresh_instance() {
     for _ in 0..3 {
         assert_eq!(env.call("wasm_counter", json!({})).await.text(), "1");
     }
+}
+
+/// The fault fixture, its manifest asking for reused instances.
+fn reused_faults(config: DispatcherConfig) -> Option<Env> {
+    let env = Env::new(
+        &["faults"],
+        Dispatcher::builder().policy(allow_all()).config(config),
+    )?;
+    env.edit_manifest(
+        "faults",
+        "kind = \"component\"",
+        "kind = \"component\"\ninstances = \"reused\"",
+    );
+    let report = env.load();
+    assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
+    Some(env)
+}
+
+async fn counter(env: &Env) -> String {
+    env.call("wasm_counter", json!({})).await.text()
+}
+
+#[tokio::test]
+async fn a_component_that_asks_for_reused_instances_keeps_its_memory_between_calls() {
+    let Some(env) = reused_faults(DispatcherConfig::default()) else {
+        return;
+    };
+    for expected in ["1", "2", "3"] {
+        assert_eq!(counter(&env).await, expected);
+    }
+}
+
+#[tokio::test]
+async fn a_trap_timeout_or_memory_bomb_ends_a_reused_instance() {
+    let mut config = DispatcherConfig::default();
+    config
+        .tool_timeouts
+        .insert("wasm_spin".into(), Duration::from_millis(300));
+    let Some(env) = reused_faults(config) else {
+        return;
+    };
+    for fault in ["wasm_trap", "wasm_spin", "wasm_hog"] {
+        assert_eq!(counter(&env).await, "1", "before {fault}");
+        assert_eq!(counter(&env).await, "2", "before {fault}");
+        // The fault runs in the one kept instance, which is then dropped, not kept.
+        let r = env.call(fault, json!({})).await;
+        assert!(r.is_error(), "{fault}: {}", r.text());
+        assert_eq!(counter(&env).await, "1", "after {fault}");
+        // Leave nothing kept for the next round: a trap ends the instance.
+        let _ = env.call("wasm_trap", json!({})).await;
+    }
+}
+
+#[tokio::test]
+async fn a_reused_instance_serves_each_call_from_that_call_s_own_workspace() {
+    let Some(env) = reused_faults(DispatcherConfig::default()) else {
+        return;
+    };
+    env.fx.write("a.txt", "first workspace");
+    let other = tempfile::tempdir().unwrap();
+    std::fs::write(other.path().join("a.txt"), "second workspace").unwrap();
+    let second = env
+        .d()
+        .open_session(dispatcher_core::SessionSpec::new("s2", other.path()))
+        .unwrap();
+    let read = |session| {
+        env.d()
+            .dispatch(ToolUse::new("tu", "wasm_read", json!({"path": "a.txt"})), session)
+    };
+    assert_eq!(counter(&env).await, "1");
+    assert_eq!(read(&env.fx.session).await.text(), "first workspace");
+    assert_eq!(read(&second).await.text(), "second workspace");
+    assert_eq!(counter(&env).await, "2", "every call ran in the one instance");
 }
 
 #[tokio::test]

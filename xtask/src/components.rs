@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use plugin_host::plugin_wasm::{HttpHosts, WasmLimits, WasmPlugin, WasmRuntime};
-use plugin_host::{COMPONENT_TARGET, Manifest, ManifestTool, PackageKind, digest, package};
+use plugin_host::{
+    COMPONENT_TARGET, Instances, Manifest, ManifestTool, PackageKind, digest, package,
+};
 
 use crate::steps::{Result, announce, fail, io, root};
 
@@ -235,6 +237,7 @@ fn manifest_for(plugin: &WasmPlugin, file_name: &str, sha256: String) -> Result<
         library: file_name.into(),
         sha256,
         unwinds: false,
+        instances: Instances::Fresh,
         tools: plugin
             .definitions
             .iter()
@@ -247,8 +250,8 @@ fn manifest_for(plugin: &WasmPlugin, file_name: &str, sha256: String) -> Result<
 }
 
 /// Packages a built component: a folder at `dest` (replaced) with the component and its
-/// `plugin.toml`. Returns the manifest.
-pub fn package_folder(component: &Path, dest: &Path) -> Result<Manifest> {
+/// `plugin.toml` (asking for `instances`). Returns the manifest.
+pub fn package_folder(component: &Path, dest: &Path, instances: Instances) -> Result<Manifest> {
     let step = format!("package {}", component.display());
     let sha = io(&step, digest::sha256_file(component))?;
     let plugin = describe(component, &sha).or_else(|e| fail(&step, e))?;
@@ -263,7 +266,10 @@ pub fn package_folder(component: &Path, dest: &Path) -> Result<Manifest> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "component.wasm".into());
-    let manifest = manifest_for(&plugin, &file_name, sha)?;
+    let manifest = Manifest {
+        instances,
+        ..manifest_for(&plugin, &file_name, sha)?
+    };
     let _ = std::fs::remove_dir_all(dest);
     io(&step, package::write_folder(component, &manifest, dest))?;
     Ok(manifest)
@@ -271,8 +277,8 @@ pub fn package_folder(component: &Path, dest: &Path) -> Result<Manifest> {
 
 /// `plugin package` for a component (a `.wasm` file, or a source folder: see
 /// [`build_source`]): builds it if needed, packages and verifies it, and packs
-/// `out_dir/NAME-VERSION-wasm32-wasip2.tar.gz`.
-pub fn package(path: &Path, out_dir: &Path) -> Result<PathBuf> {
+/// `out_dir/NAME-VERSION-wasm32-wasip2.tar.gz`; its manifest asks for `instances`.
+pub fn package(path: &Path, out_dir: &Path, instances: Instances) -> Result<PathBuf> {
     let component = if path.is_dir() {
         let name = path
             .file_name()
@@ -286,7 +292,7 @@ pub fn package(path: &Path, out_dir: &Path) -> Result<PathBuf> {
         path.to_path_buf()
     };
     let staging = root().join("target/xtask-package/component");
-    let manifest = package_folder(&component, &staging)?;
+    let manifest = package_folder(&component, &staging, instances)?;
     let step = format!("package {} {}", manifest.name, manifest.version);
     announce(&step);
     crate::plugin::verify_here(&staging).or_else(|e| fail(&step, format!("not packaged: {e}")))?;
@@ -307,7 +313,7 @@ pub fn fixtures() -> Result<PathBuf> {
             std::slice::from_ref(&wasm),
         ) {
             announce(&format!("package the component {name}"));
-            package_folder(&wasm, &dest)?;
+            package_folder(&wasm, &dest, Instances::Fresh)?;
         }
     }
     Ok(dir)

@@ -134,6 +134,7 @@ pub fn demo() -> Result {
     crate::components::package(
         &root().join("examples/wasm/py-text-stats"),
         &demo.join("plugins"),
+        plugin_host::Instances::Fresh,
     )?;
     let bin = xtask_launcher::build(
         "toolhost (debug)",

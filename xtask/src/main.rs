@@ -91,6 +91,11 @@ enum PluginCommand {
         /// Where to write the archive (default: the crate's own dist/).
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
+        /// A component only: let its calls run in instances kept from earlier calls
+        /// (`instances = "reused"`), so its language runtime starts once per instance
+        /// instead of once per call; what a call leaves in memory, the next may see.
+        #[arg(long)]
+        reuse_instances: bool,
     },
     /// Load a package in a child process and report its tools and verdicts.
     Verify {
@@ -166,9 +171,27 @@ fn plugin_command(command: PluginCommand) -> xtask::steps::Result {
         PluginCommand::Build { path, release } => {
             println!("{}", plugin::build(&path, release, None)?.display());
         }
-        PluginCommand::Package { path, out } => {
+        PluginCommand::Package {
+            path,
+            out,
+            reuse_instances,
+        } => {
             let component = path.extension().is_some_and(|e| e == "wasm")
                 || xtask::components::is_source(&path);
+            if reuse_instances && !component {
+                return xtask::steps::fail(
+                    "package",
+                    format!(
+                        "--reuse-instances applies to WebAssembly components only, and {} is a native plugin crate (a native library has one instance per process)",
+                        path.display()
+                    ),
+                );
+            }
+            let instances = if reuse_instances {
+                plugin_host::Instances::Reused
+            } else {
+                plugin_host::Instances::Fresh
+            };
             let archive = if component {
                 let out = out.unwrap_or_else(|| {
                     path.parent()
@@ -176,7 +199,7 @@ fn plugin_command(command: PluginCommand) -> xtask::steps::Result {
                         .unwrap_or(&path)
                         .join("dist")
                 });
-                xtask::components::package(&path, &out)?
+                xtask::components::package(&path, &out, instances)?
             } else {
                 let out = out.unwrap_or_else(|| path.join("dist"));
                 plugin::package_crate(&path, &out, &Inspector::child(), None, true)?

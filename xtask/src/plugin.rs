@@ -579,7 +579,17 @@ fn verify_component(
     }
     let _ = writeln!(
         out,
-        "sandbox: WebAssembly; only the toolhost:plugin host interface (workspace files as its classes allow, logs, output, questions); no other files, no network, no programs"
+        "sandbox: WebAssembly; only the toolhost:plugin host interface (workspace files as its classes allow, logs, output, questions); no other files, no programs; HTTP only for network tools, to the hosts a host's [plugins.{}] http_hosts lists",
+        plugin.name
+    );
+    let _ = writeln!(
+        out,
+        "instances: {}",
+        if plugin.reuses_instances() {
+            "reused (it asks for it: a call may see what earlier calls left in its memory)"
+        } else {
+            "fresh for every call"
+        }
     );
     let _ = writeln!(out, "verdict: OK");
     Ok(out)

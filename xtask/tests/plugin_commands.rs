@@ -171,6 +171,42 @@ fn a_javascript_component_folder_packages_verifies_and_installs() {
     );
 }
 
+/// `--reuse-instances` writes `instances = "reused"` into a component's manifest, which
+/// `verify` reports; on a native plugin crate it is refused before anything is built.
+#[test]
+fn reuse_instances_is_asked_for_by_a_component_package_and_refused_for_a_native_one() {
+    if toolhost_tests::peer("TOOLHOST_TEST_COMPONENTS").is_none() {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let run = xtask(&[
+        "plugin",
+        "package",
+        path_str(&repo_root().join("tests/fixtures/wasm/noop")),
+        "--out",
+        path_str(out.path()),
+        "--reuse-instances",
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let archive = out.path().join("wat-noop-1.0.0-wasm32-wasip2.tar.gz");
+    let verify = xtask(&["plugin", "verify", path_str(&archive)]);
+    let report = text(&verify.stdout);
+    assert!(verify.status.success(), "{report}{}", text(&verify.stderr));
+    assert!(report.contains("instances: reused (it asks for it"), "{report}");
+    let native = xtask(&[
+        "plugin",
+        "package",
+        path_str(&repo_root().join("examples/plugins/text-tools")),
+        "--reuse-instances",
+    ]);
+    assert!(!native.status.success());
+    assert!(
+        text(&native.stderr).contains("--reuse-instances applies to WebAssembly components only"),
+        "{}",
+        text(&native.stderr)
+    );
+}
+
 /// This machine has no `wasm32-wasip2` target, so the component scaffold is checked for
 /// the host: its bindings are generated from the WIT it carries and type-check everywhere,
 /// which proves the sample tool matches the interface.

@@ -220,6 +220,15 @@ pub(super) fn plugin_rows() -> Vec<Row> {
         "the same no-op in a Python component (componentize-py: its interpreter starts in every fresh instance)",
         p("wasm_python_noop"),
     ));
+    rows.push(match (p("wasm_python_noop_reused"), p("plugin_isolated_noop")) {
+        (Some(w), Some(iso)) => Row {
+            figure: "that Python component asking for reused instances (instances = \"reused\": its interpreter starts once per kept instance) vs the isolated plugin's no-op".into(),
+            measured: format!("{w:.1} µs vs {iso:.1} µs ({:.2}×)", w / iso),
+            target: "< 0.5×".into(),
+            pass: Some(w < 0.5 * iso),
+        },
+        _ => missing("a Python component with reused instances vs the isolated plugin's no-op"),
+    });
     let start = root().join("target/criterion/plugin_load/wasm_start.json");
     let start: Option<serde_json::Value> = std::fs::read(&start)
         .ok()
