@@ -328,7 +328,10 @@ mod tests {
         assert!(e.message.contains("only a WebAssembly component"), "{e}");
         let e = parse(&manifest("kind = \"component\"\ninstances = \"shared\"")).unwrap_err();
         assert_eq!(e.key, "instances", "{e}");
-        assert!(e.message.contains("fresh") && e.message.contains("reused"), "{e}");
+        assert!(
+            e.message.contains("fresh") && e.message.contains("reused"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -411,13 +411,19 @@ async fn a_reused_instance_serves_each_call_from_that_call_s_own_workspace() {
         .open_session(dispatcher_core::SessionSpec::new("s2", other.path()))
         .unwrap();
     let read = |session| {
-        env.d()
-            .dispatch(ToolUse::new("tu", "wasm_read", json!({"path": "a.txt"})), session)
+        env.d().dispatch(
+            ToolUse::new("tu", "wasm_read", json!({"path": "a.txt"})),
+            session,
+        )
     };
     assert_eq!(counter(&env).await, "1");
     assert_eq!(read(&env.fx.session).await.text(), "first workspace");
     assert_eq!(read(&second).await.text(), "second workspace");
-    assert_eq!(counter(&env).await, "2", "every call ran in the one instance");
+    assert_eq!(
+        counter(&env).await,
+        "2",
+        "every call ran in the one instance"
+    );
 }
 
 #[tokio::test]

@@ -192,7 +192,10 @@ fn reuse_instances_is_asked_for_by_a_component_package_and_refused_for_a_native_
     let verify = xtask(&["plugin", "verify", path_str(&archive)]);
     let report = text(&verify.stdout);
     assert!(verify.status.success(), "{report}{}", text(&verify.stderr));
-    assert!(report.contains("instances: reused (it asks for it"), "{report}");
+    assert!(
+        report.contains("instances: reused (it asks for it"),
+        "{report}"
+    );
     let native = xtask(&[
         "plugin",
         "package",
