@@ -6,8 +6,8 @@
 //! randomness and stdio, but the context has no preopened directory, no environment, no
 //! arguments and no sockets: a component that opens a file or a socket gets an error from
 //! WASI, not the host's files. Outgoing HTTP (`wasi:http`) is answered for `network` tools
-//! only, to the hosts the plugin is allowed ([`crate::http`]). Its stdout and stderr are kept (up to a limit) and logged
-//! when the call ends.
+//! only, to the hosts the plugin is allowed ([`crate::http`]). Its stdout and stderr are
+//! kept (up to a limit) and logged when the call ends.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;

@@ -226,8 +226,10 @@ impl HttpGate {
         }
     }
 
-    /// No call any more: every request is refused, no context is held.
+    /// No call any more: every request is refused, no context is held, and a request the
+    /// call left in flight (a kept instance's) is stopped like a cancelled call's.
     pub(crate) fn end(&mut self) {
+        self.stop.flag.store(true, Ordering::Release);
         self.tool = None;
         self.stop.ctx = None;
         self.refused.clear();

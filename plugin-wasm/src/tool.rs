@@ -1,5 +1,6 @@
 //! A component's tools as the dispatcher sees them: [`ToolFactory`]s whose every call runs
-//! in a fresh instance.
+//! in a fresh instance, or in one kept from an earlier call when the component asked for
+//! reuse.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
