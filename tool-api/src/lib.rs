@@ -97,7 +97,9 @@
 //!   confirmation channel).
 //! - 1.5: [`ToolContext::process_sandbox`]: how the programs a call starts are to be
 //!   confined ([`SandboxMode`], [`ProcessSandbox`]); an older host answers nothing and the
-//!   strictest usable sandbox applies (`workspace-write`, no network).
+//!   strictest usable sandbox applies (`workspace-write`, no network). Host side, no ABI
+//!   change: [`Placement::Wasm`], where a WebAssembly component's tools run and the
+//!   hosts their HTTP requests may reach.
 //!
 //! Minor releases add optional fields to [`ToolDefinition`]: build one with
 //! [`ToolDefinition::new`] and its setters (or `..ToolDefinition::new(…)` in a struct
