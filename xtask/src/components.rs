@@ -291,7 +291,17 @@ pub fn package(path: &Path, out_dir: &Path, instances: Instances) -> Result<Path
     } else {
         path.to_path_buf()
     };
-    let staging = root().join("target/xtask-package/component");
+    // A staging folder of this run's own: two packagings at once must not share one.
+    let parent = root().join("target/xtask-package");
+    let step = format!("package {}", component.display());
+    io(&step, std::fs::create_dir_all(&parent))?;
+    let scratch = io(
+        &step,
+        tempfile::Builder::new()
+            .prefix("component-")
+            .tempdir_in(&parent),
+    )?;
+    let staging = scratch.path().join("package");
     let manifest = package_folder(&component, &staging, instances)?;
     let step = format!("package {} {}", manifest.name, manifest.version);
     announce(&step);
