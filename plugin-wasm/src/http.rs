@@ -85,11 +85,7 @@ impl HttpHosts {
         if self.entries.is_empty() {
             return "none".into();
         }
-        self.entries
-            .iter()
-            .map(HostEntry::to_string)
-            .collect::<Vec<_>>()
-            .join(", ")
+        self.entries().join(", ")
     }
 }
 

@@ -59,6 +59,26 @@ fn call(name: &str) -> ToolUse {
     ToolUse::new("toolu_bench", name, json!({"a": "x", "b": 1, "c": true}))
 }
 
+type Group<'a> = criterion::BenchmarkGroup<'a, criterion::measurement::WallTime>;
+
+/// Benches `bench`: one dispatch of `make()` in `session` per iteration.
+fn bench_dispatch(
+    group: &mut Group<'_>,
+    rt: &tokio::runtime::Runtime,
+    bench: &str,
+    make: impl Fn() -> ToolUse,
+    dispatcher: &Dispatcher,
+    session: &dispatcher_core::Session,
+) {
+    group.bench_function(bench, |b| {
+        b.to_async(rt).iter_batched(
+            &make,
+            |tu| dispatcher.dispatch(tu, session),
+            BatchSize::SmallInput,
+        )
+    });
+}
+
 /// Copies the bench-noop library with its name placeholder patched to `n`.
 fn patched_copy(original: &[u8], n: usize, dest: &Path) {
     let needle = b"bench_noop_suffix_000";
@@ -116,27 +136,19 @@ fn benches(c: &mut Criterion) {
         .unwrap();
 
     let mut group = c.benchmark_group("plugin_dispatch");
-    group.bench_function("builtin_inline_noop", |b| {
-        b.to_async(&rt).iter_batched(
-            || call("builtin_noop"),
-            |tu| dispatcher.dispatch(tu, &session),
-            BatchSize::SmallInput,
-        )
-    });
-    group.bench_function("plugin_inline_noop", |b| {
-        b.to_async(&rt).iter_batched(
-            || call("bench_noop_suffix_000"),
-            |tu| dispatcher.dispatch(tu, &session),
-            BatchSize::SmallInput,
-        )
-    });
-    group.bench_function("plugin_isolated_noop", |b| {
-        b.to_async(&rt).iter_batched(
-            || call("bench_noop_suffix_000"),
-            |tu| isolated.dispatch(tu, &isolated_session),
-            BatchSize::SmallInput,
-        )
-    });
+    let plugin_noop = || call("bench_noop_suffix_000");
+    let (d, s) = (&dispatcher, &session);
+    bench_dispatch(
+        &mut group,
+        &rt,
+        "builtin_inline_noop",
+        || call("builtin_noop"),
+        d,
+        s,
+    );
+    bench_dispatch(&mut group, &rt, "plugin_inline_noop", plugin_noop, d, s);
+    let (d, s) = (&isolated, &isolated_session);
+    bench_dispatch(&mut group, &rt, "plugin_isolated_noop", plugin_noop, d, s);
     {
         use std::io::{Read, Write};
         let (mut ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
@@ -252,7 +264,7 @@ fn benches(c: &mut Criterion) {
 /// instance), and that Python package asking for reused instances; and the two packages' first start (compiling them) and second start
 /// (compiled code from the cache), into `target/criterion/plugin_load/wasm_start.json`.
 fn wasm_noop(
-    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    group: &mut Group<'_>,
     rt: &tokio::runtime::Runtime,
     components: &Path,
     workspace: &Path,
@@ -294,20 +306,10 @@ fn wasm_noop(
     let session = dispatcher
         .open_session(SessionSpec::new("bench-wasm", workspace))
         .unwrap();
-    group.bench_function("wasm_lean_noop", |b| {
-        b.to_async(rt).iter_batched(
-            || ToolUse::new("toolu_bench", "wat_noop", json!({})),
-            |tu| dispatcher.dispatch(tu, &session),
-            BatchSize::SmallInput,
-        )
-    });
-    group.bench_function("wasm_python_noop", |b| {
-        b.to_async(rt).iter_batched(
-            || ToolUse::new("toolu_bench", "wasm_noop", json!({})),
-            |tu| dispatcher.dispatch(tu, &session),
-            BatchSize::SmallInput,
-        )
-    });
+    let noop = |tool: &'static str| move || ToolUse::new("toolu_bench", tool, json!({}));
+    let (d, s) = (&dispatcher, &session);
+    bench_dispatch(group, rt, "wasm_lean_noop", noop("wat_noop"), d, s);
+    bench_dispatch(group, rt, "wasm_python_noop", noop("wasm_noop"), d, s);
     // The same Python package asking for reused instances (`instances = "reused"`): the
     // interpreter starts once per kept instance, not per call.
     let reused = tempfile::tempdir().unwrap();
@@ -334,13 +336,14 @@ fn wasm_noop(
     let session = d
         .open_session(SessionSpec::new("bench-wasm-reused", workspace))
         .unwrap();
-    group.bench_function("wasm_python_noop_reused", |b| {
-        b.to_async(rt).iter_batched(
-            || ToolUse::new("toolu_bench", "wasm_noop", json!({})),
-            |tu| d.dispatch(tu, &session),
-            BatchSize::SmallInput,
-        )
-    });
+    bench_dispatch(
+        group,
+        rt,
+        "wasm_python_noop_reused",
+        noop("wasm_noop"),
+        &d,
+        &session,
+    );
 }
 
 /// Prints, and writes to `target/criterion/plugin_load/paired.json` for `cargo xtask

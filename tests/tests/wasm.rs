@@ -15,7 +15,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::wasm::{Env, assert_fails, components, faults, refusal};
+use common::wasm::{
+    Env, assert_fails, assert_returns_cancelled, faults, lone_tool, refusal, run_on_thread,
+};
 use common::{Scripted, allow_all, drain};
 use dispatcher_core::{Decision, Dispatcher, DispatcherConfig, ErrorClass, EventKind, ToolUse};
 use plugin_host::{Isolation, Outcome, Refusal};
@@ -226,66 +228,29 @@ async fn cancelling_a_call_stops_a_component_in_an_endless_loop() {
 
 /// A fresh instance of the fault fixture's endless loop, outside any dispatcher.
 fn spin_tool() -> Option<Arc<dyn tool_api::Tool>> {
-    let dir = components()?;
-    let runtime =
-        plugin_host::plugin_wasm::WasmRuntime::new(Some(dir.join("cache")), Default::default())
-            .unwrap();
-    let component = dir.join("packages/faults/faults.wasm");
-    let sha = plugin_host::digest::sha256_file(&component).unwrap();
-    let plugin = Arc::new(
-        runtime
-            .load(
-                &component,
-                &sha,
-                plugin_host::plugin_wasm::HttpHosts::none(),
-            )
-            .unwrap(),
-    );
-    let factory = plugin
-        .factories("plugin:faults")
-        .into_iter()
-        .find(|f| f.definition().name == "wasm_spin")
-        .unwrap();
-    Some(Arc::from(factory.create().unwrap()))
+    lone_tool(
+        "faults",
+        "wasm_spin",
+        plugin_host::plugin_wasm::HttpHosts::none(),
+    )
 }
 
 #[test]
 fn cancel_stops_the_loop_itself_not_only_the_wait_for_it() {
     let Some(tool) = spin_tool() else { return };
-    let running = tool.clone();
-    let (done, ended) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let host = tool_api::testing::TestHost::new();
-        let _ = done.send(running.execute(json!({}), &host.context()));
-    });
+    let ended = run_on_thread(tool.clone(), json!({}));
     std::thread::sleep(Duration::from_millis(300));
     assert!(ended.try_recv().is_err(), "still looping");
     assert!(tool.cancel());
-    let result = ended
-        .recv_timeout(Duration::from_secs(5))
-        .expect("the thread running the loop returns");
-    assert!(
-        matches!(result, Err(tool_api::ToolError::Cancelled(_))),
-        "{result:?}"
-    );
+    assert_returns_cancelled(&ended, "the thread running the loop");
 }
 
 #[test]
 fn a_call_cancelled_before_it_starts_does_not_run() {
     let Some(tool) = spin_tool() else { return };
     assert!(tool.cancel());
-    let (done, ended) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let host = tool_api::testing::TestHost::new();
-        let _ = done.send(tool.execute(json!({}), &host.context()));
-    });
-    let result = ended
-        .recv_timeout(Duration::from_secs(5))
-        .expect("it returns at once instead of looping");
-    assert!(
-        matches!(result, Err(tool_api::ToolError::Cancelled(_))),
-        "{result:?}"
-    );
+    let ended = run_on_thread(tool, json!({}));
+    assert_returns_cancelled(&ended, "it, at once instead of looping,");
 }
 
 #[tokio::test]

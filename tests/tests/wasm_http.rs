@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::allow_all;
-use common::wasm::{Env, assert_fails};
+use common::wasm::{Env, assert_fails, assert_returns_cancelled, run_on_thread};
 use dispatcher_core::{Dispatcher, DispatcherConfig, ErrorClass};
 use plugin_host::PluginSandbox;
 use serde_json::json;
@@ -26,6 +26,8 @@ enum Answer {
     Redirect(String),
     /// Reads the request and never answers.
     Hang,
+    /// Answers `200 OK` with the first of the 100 bytes it promises, then nothing more.
+    HangInBody,
 }
 
 /// An HTTP/1.1 server on loopback, one thread, that keeps the request lines it read.
@@ -86,12 +88,17 @@ fn serve(stream: TcpStream, answer: &Answer, log: &Mutex<Vec<String>>) {
         Answer::Redirect(to) => format!(
             "HTTP/1.1 302 Found\r\nlocation: {to}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
         ),
-        Answer::Hang => {
-            std::thread::sleep(Duration::from_secs(30));
-            return;
+        Answer::Hang => String::new(),
+        Answer::HangInBody => {
+            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 100\r\n\r\nx".into()
         }
     };
+    let hangs = matches!(answer, Answer::Hang | Answer::HangInBody);
     let _ = stream.write_all(response.as_bytes());
+    let _ = stream.flush();
+    if hangs {
+        std::thread::sleep(Duration::from_secs(30));
+    }
 }
 
 /// A loopback port that is listened on but must never be reached.
@@ -232,41 +239,20 @@ async fn a_request_that_hangs_is_stopped_by_its_calls_timeout() {
 
 #[test]
 fn cancel_ends_a_request_that_hangs_not_only_the_wait_for_it() {
-    let server = Server::start(Answer::Hang);
-    let Some(dir) = common::wasm::components() else {
-        return;
-    };
-    let runtime =
-        plugin_host::plugin_wasm::WasmRuntime::new(Some(dir.join("cache")), Default::default())
-            .unwrap();
-    let component = dir.join("packages/fetch/fetch.wasm");
-    let sha = plugin_host::digest::sha256_file(&component).unwrap();
-    let hosts = plugin_host::plugin_wasm::HttpHosts::new(allowing(&server)).unwrap();
-    let plugin = Arc::new(runtime.load(&component, &sha, hosts).unwrap());
-    let factory = plugin
-        .factories("plugin:fetch")
-        .into_iter()
-        .find(|f| f.definition().name == "http_get")
-        .unwrap();
-    let tool: Arc<dyn tool_api::Tool> = Arc::from(factory.create().unwrap());
-    let running = tool.clone();
-    let url = server.url("/slow");
-    let (done, ended) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let host = tool_api::testing::TestHost::new();
-        let _ = done.send(running.execute(json!({"url": url}), &host.context()));
-    });
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(ended.try_recv().is_err(), "still waiting for the answer");
-    assert_eq!(server.requests(), ["GET /slow HTTP/1.1"]);
-    assert!(tool.cancel());
-    let result = ended
-        .recv_timeout(Duration::from_secs(5))
-        .expect("the thread waiting for the answer returns");
-    assert!(
-        matches!(result, Err(tool_api::ToolError::Cancelled(_))),
-        "{result:?}"
-    );
+    // Hanging before the answer, then in the middle of its body.
+    for answer in [Answer::Hang, Answer::HangInBody] {
+        let server = Server::start(answer);
+        let hosts = plugin_host::plugin_wasm::HttpHosts::new(allowing(&server)).unwrap();
+        let Some(tool) = common::wasm::lone_tool("fetch", "http_get", hosts) else {
+            return;
+        };
+        let ended = run_on_thread(tool.clone(), json!({"url": server.url("/slow")}));
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(ended.try_recv().is_err(), "still waiting for the answer");
+        assert_eq!(server.requests(), ["GET /slow HTTP/1.1"]);
+        assert!(tool.cancel());
+        assert_returns_cancelled(&ended, "the thread waiting for the answer");
+    }
 }
 
 #[tokio::test]

@@ -126,6 +126,35 @@ fn new_takes_a_path_as_cargo_new_does_and_names_the_crate_after_its_last_part() 
     );
 }
 
+/// `cargo xtask plugin package SOURCE --out DIR EXTRA…` for a component source folder of
+/// this repository: the output folder (kept while in use) and the archive named `archive`
+/// in it, asserted written.
+fn packaged(source: &str, extra: &[&str], archive: &str) -> (tempfile::TempDir, PathBuf) {
+    let out = tempfile::tempdir().unwrap();
+    let source = repo_root().join(source);
+    let mut args = vec![
+        "plugin",
+        "package",
+        path_str(&source),
+        "--out",
+        path_str(out.path()),
+    ];
+    args.extend_from_slice(extra);
+    let run = xtask(&args);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let archive = out.path().join(archive);
+    assert!(archive.is_file(), "{}", text(&run.stdout));
+    (out, archive)
+}
+
+/// `cargo xtask plugin verify ARCHIVE`'s report, asserted to succeed.
+fn verified(archive: &Path) -> String {
+    let verify = xtask(&["plugin", "verify", path_str(archive)]);
+    let report = text(&verify.stdout);
+    assert!(verify.status.success(), "{report}{}", text(&verify.stderr));
+    report
+}
+
 /// A JavaScript folder is built with componentize-js, described, verified and packed, and
 /// the archive verifies and installs (the toolchains are those `cargo xtask test`
 /// installed for the test components).
@@ -134,21 +163,13 @@ fn a_javascript_component_folder_packages_verifies_and_installs() {
     if toolhost_tests::peer("TOOLHOST_TEST_COMPONENTS").is_none() {
         return;
     }
-    let out = tempfile::tempdir().unwrap();
-    let run = xtask(&[
-        "plugin",
-        "package",
-        path_str(&repo_root().join("examples/wasm/js-text-case")),
-        "--out",
-        path_str(out.path()),
-    ]);
-    assert!(run.status.success(), "{}", text(&run.stderr));
-    let archive = out.path().join("text-case-0.1.0-wasm32-wasip2.tar.gz");
-    assert!(archive.is_file(), "{}", text(&run.stdout));
+    let (_out, archive) = packaged(
+        "examples/wasm/js-text-case",
+        &[],
+        "text-case-0.1.0-wasm32-wasip2.tar.gz",
+    );
     // The README's next two commands, on that archive.
-    let verify = xtask(&["plugin", "verify", path_str(&archive)]);
-    let report = text(&verify.stdout);
-    assert!(verify.status.success(), "{report}{}", text(&verify.stderr));
+    let report = verified(&archive);
     assert!(
         report.contains("a WebAssembly component built against toolhost:plugin@1.0.0"),
         "{report}"
@@ -178,20 +199,12 @@ fn reuse_instances_is_asked_for_by_a_component_package_and_refused_for_a_native_
     if toolhost_tests::peer("TOOLHOST_TEST_COMPONENTS").is_none() {
         return;
     }
-    let out = tempfile::tempdir().unwrap();
-    let run = xtask(&[
-        "plugin",
-        "package",
-        path_str(&repo_root().join("tests/fixtures/wasm/noop")),
-        "--out",
-        path_str(out.path()),
-        "--reuse-instances",
-    ]);
-    assert!(run.status.success(), "{}", text(&run.stderr));
-    let archive = out.path().join("wat-noop-1.0.0-wasm32-wasip2.tar.gz");
-    let verify = xtask(&["plugin", "verify", path_str(&archive)]);
-    let report = text(&verify.stdout);
-    assert!(verify.status.success(), "{report}{}", text(&verify.stderr));
+    let (_out, archive) = packaged(
+        "tests/fixtures/wasm/noop",
+        &["--reuse-instances"],
+        "wat-noop-1.0.0-wasm32-wasip2.tar.gz",
+    );
+    let report = verified(&archive);
     assert!(
         report.contains("instances: reused (it asks for it"),
         "{report}"

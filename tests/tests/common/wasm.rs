@@ -122,3 +122,49 @@ pub fn refusal(report: &LoadReport) -> &Refusal {
         .map(|(_, r)| r)
         .unwrap_or_else(|| panic!("nothing was refused: {:?}", report.lines()))
 }
+
+/// A fresh tool `tool` of the built component `package`, outside any dispatcher, whose
+/// `network` tools may reach `hosts`; `None` outside `cargo xtask test`.
+pub fn lone_tool(
+    package: &str,
+    tool: &str,
+    hosts: plugin_host::plugin_wasm::HttpHosts,
+) -> Option<std::sync::Arc<dyn tool_api::Tool>> {
+    let dir = components()?;
+    let runtime =
+        plugin_host::plugin_wasm::WasmRuntime::new(Some(dir.join("cache")), Default::default())
+            .unwrap();
+    let component = dir.join(format!("packages/{package}/{package}.wasm"));
+    let sha = plugin_host::digest::sha256_file(&component).unwrap();
+    let plugin = std::sync::Arc::new(runtime.load(&component, &sha, hosts).unwrap());
+    let factory = plugin
+        .factories(&format!("plugin:{package}"))
+        .into_iter()
+        .find(|f| f.definition().name == tool)
+        .unwrap();
+    Some(std::sync::Arc::from(factory.create().unwrap()))
+}
+
+/// What a tool's call on a thread of its own returns, once it returns.
+pub type Ended = std::sync::mpsc::Receiver<Result<tool_api::ToolOutput, tool_api::ToolError>>;
+
+/// Runs `tool` with `input` on a thread of its own, in a test host's context.
+pub fn run_on_thread(tool: std::sync::Arc<dyn tool_api::Tool>, input: Value) -> Ended {
+    let (done, ended) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let host = tool_api::testing::TestHost::new();
+        let _ = done.send(tool.execute(input, &host.context()));
+    });
+    ended
+}
+
+/// Asserts the call on its thread returns within 5 s, cancelled; `what` names that thread.
+pub fn assert_returns_cancelled(ended: &Ended, what: &str) {
+    let result = ended
+        .recv_timeout(std::time::Duration::from_secs(5))
+        .unwrap_or_else(|_| panic!("{what} returns"));
+    assert!(
+        matches!(result, Err(tool_api::ToolError::Cancelled(_))),
+        "{result:?}"
+    );
+}

@@ -834,6 +834,15 @@ mod tests {
     }
 
     #[test]
+    fn readme_http_hosts_block_loads_as_written() {
+        let c = parse(readme_block("**Outgoing HTTP**")).unwrap();
+        assert_eq!(
+            c.plugins["weather"].http_hosts.0,
+            ["api.weather.example", "127.0.0.1:8080", "*.cdn.example"]
+        );
+    }
+
+    #[test]
     fn readme_configuration_block_loads_as_written_and_is_the_defaults() {
         let block = readme_block("## Configuration: `toolhost.toml`");
         let c = parse(block).unwrap_or_else(|e| panic!("{e}\n{block}"));
