@@ -74,14 +74,14 @@ fn benches(c: &mut Criterion) {
     group.bench_function("d_read_file_4k", |b| {
         b.to_async(&rt).iter_batched(
             || ToolUse::new("toolu_bench", "read_file", json!({"path": "4k.txt"})),
-            |tu| dispatcher.dispatch(tu, &session),
+            |tu| async { drop(dispatcher.dispatch(tu, &session).await) },
             BatchSize::SmallInput,
         )
     });
     group.bench_function("e_list_dir_20", |b| {
         b.to_async(&rt).iter_batched(
             || ToolUse::new("toolu_bench", "list_dir", json!({"path": "twenty"})),
-            |tu| dispatcher.dispatch(tu, &session),
+            |tu| async { drop(dispatcher.dispatch(tu, &session).await) },
             BatchSize::SmallInput,
         )
     });

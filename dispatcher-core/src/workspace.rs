@@ -256,38 +256,36 @@ impl InlineBudget {
     }
 }
 
-/// The entries of a directory read from an open handle (`getdents64`), without `.` and
-/// `..`, as `(name, is a directory)`: the kind comes with the entry, or from an `lstat`
-/// where the filesystem does not say. A symlink is not a directory, whatever it points to.
-struct DirEntries(rustix::fs::Dir);
-
-impl Iterator for DirEntries {
-    type Item = io::Result<(String, bool)>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        use rustix::fs::FileType;
-        loop {
-            let entry = match self.0.read()? {
-                Ok(entry) => entry,
-                Err(e) => return Some(Err(e.into())),
-            };
-            let name = entry.file_name();
-            if matches!(name.to_bytes(), b"." | b"..") {
-                continue;
-            }
-            let kind = match entry.file_type() {
-                FileType::Unknown => match self.0.fd().and_then(|fd| {
-                    rustix::fs::statat(fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-                }) {
-                    Ok(stat) => FileType::from_raw_mode(stat.st_mode),
-                    Err(e) => return Some(Err(e.into())),
-                },
-                known => known,
-            };
-            let name = String::from_utf8_lossy(name.to_bytes()).into_owned();
-            return Some(Ok((name, kind == FileType::Directory)));
+/// Reads the entries of an open directory (`getdents64`, into a buffer on the stack),
+/// without `.` and `..`, and hands each to `each` as `(name, is a directory)`: the kind
+/// comes with the entry, or from an `lstat` where the filesystem does not say. A symlink
+/// is not a directory, whatever it points to. Each name is copied once, by `each`.
+fn each_entry(
+    fd: &OwnedFd,
+    mut each: impl FnMut(&[u8], bool) -> Result<(), FsError>,
+    io_err: impl Fn(io::Error) -> FsError,
+) -> Result<(), FsError> {
+    use rustix::fs::FileType;
+    // Room for at least 30 of the longest entries (a name of 255 bytes and its header).
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 8192];
+    let mut entries = rustix::fs::RawDir::new(fd, &mut buf);
+    while let Some(entry) = entries.next() {
+        let entry = entry.map_err(|e| io_err(e.into()))?;
+        let name = entry.file_name();
+        if matches!(name.to_bytes(), b"." | b"..") {
+            continue;
         }
+        let kind = match entry.file_type() {
+            FileType::Unknown => {
+                let stat = rustix::fs::statat(fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                    .map_err(|e| io_err(e.into()))?;
+                FileType::from_raw_mode(stat.st_mode)
+            }
+            known => known,
+        };
+        each(name.to_bytes(), kind == FileType::Directory)?;
     }
+    Ok(())
 }
 
 /// Filesystems where even a small operation may wait on the network: no inline attempts.
@@ -811,39 +809,32 @@ impl Workspace {
     ) -> Result<Vec<String>, FsError> {
         let rel = self.resolve(path)?;
         let io_err = |e| self.io_error(path, e);
-        if let Some(fd) = budget.and_then(|b| b.take_opened(&rel)) {
-            let dir = rustix::fs::Dir::new(fd).map_err(|e| io_err(e.into()))?;
-            return self.names(path, budget, DirEntries(dir));
-        }
-        let entries = self.dir.read_dir(&rel).map_err(io_err)?.map(|entry| {
-            let entry = entry?;
-            let is_dir = entry.file_type()?.is_dir();
-            Ok((entry.file_name().to_string_lossy().into_owned(), is_dir))
-        });
-        self.names(path, budget, entries)
-    }
-
-    /// The sorted names of a listing's entries (directories end with `/`), within `budget`.
-    fn names(
-        &self,
-        path: &str,
-        budget: Option<&InlineBudget>,
-        entries: impl Iterator<Item = io::Result<(String, bool)>>,
-    ) -> Result<Vec<String>, FsError> {
         let mut names = Vec::new();
-        for entry in entries {
+        let mut push = |name: &[u8], is_dir: bool| {
             if let Some(budget) = budget
                 && names.len() == INLINE_ENTRIES
             {
                 return Err(budget.over(path, "a directory of over 1,024 entries"));
             }
-            let (mut name, is_dir) = entry.map_err(|e| self.io_error(path, e))?;
+            let mut owned = String::with_capacity(name.len() + usize::from(is_dir));
+            owned.push_str(&String::from_utf8_lossy(name));
             if is_dir {
-                name.push('/');
+                owned.push('/');
             }
-            names.push(name);
+            names.push(owned);
+            Ok(())
+        };
+        if let Some(fd) = budget.and_then(|b| b.take_opened(&rel)) {
+            each_entry(&fd, &mut push, io_err)?;
+        } else {
+            for entry in self.dir.read_dir(&rel).map_err(io_err)? {
+                let entry = entry.map_err(io_err)?;
+                let is_dir = entry.file_type().map_err(io_err)?.is_dir();
+                push(entry.file_name().as_encoded_bytes(), is_dir)?;
+            }
         }
-        names.sort();
+        // Names in one directory differ, so an unstable sort gives the one order.
+        names.sort_unstable();
         Ok(names)
     }
 
