@@ -312,6 +312,110 @@ fn a_request_over_the_timeout_gets_504_and_its_call_is_cancelled() {
     assert!(!ws.path().join("finished").exists());
 }
 
+/// A 2026-07-28 call posted with its tool's name in Base64 in `Mcp-Name`, as SEP-2243
+/// allows: the fast path leaves such a request to rmcp's per-request service.
+fn post_through_the_protocol_library(addr: &str, message: &Value) -> Response {
+    use base64::Engine as _;
+    let name = message["params"]["name"].as_str().unwrap();
+    let encoded = format!(
+        "=?base64?{}?=",
+        base64::engine::general_purpose::STANDARD.encode(name)
+    );
+    post_mcp(
+        addr,
+        &[
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", &encoded),
+        ],
+        message,
+    )
+}
+
+#[test]
+fn a_plain_stateless_call_is_answered_as_the_protocol_librarys_service_answers_it() {
+    let ws = workspace();
+    std::fs::write(ws.path().join("a.txt"), "hello\n").unwrap();
+    let server = serve_http(ws.path(), &[]);
+    let cases = [
+        ("read_file", json!({"path": "a.txt"}), false),
+        ("read_file", json!({"path": 3}), false),
+        ("read_file", json!({"path": "../outside.txt"}), false),
+        ("no_such_tool", json!({}), false),
+        // Refused: this client cannot be asked.
+        (
+            "write_file",
+            json!({"path": "b.txt", "content": "x"}),
+            false,
+        ),
+        // Asked: an input_required round with a sealed state.
+        ("write_file", json!({"path": "b.txt", "content": "x"}), true),
+    ];
+    for (tool, arguments, elicits) in cases {
+        let message = stateless(
+            9,
+            "tools/call",
+            json!({"name": tool, "arguments": arguments}),
+            elicits,
+        );
+        let fast = post_stateless(&server.addr, &message);
+        let library = post_through_the_protocol_library(&server.addr, &message);
+        let answer = |r: &Response| {
+            let mut json = r.json();
+            // Sealed afresh for each round.
+            if let Some(result) = json["result"].as_object_mut() {
+                assert_eq!(result.remove("requestState").is_some(), elicits, "{r:?}");
+            }
+            (r.status, r.header("content-type").map(String::from), json)
+        };
+        assert_eq!(answer(&fast), answer(&library), "{tool} {arguments}");
+    }
+    assert!(!ws.path().join("b.txt").exists());
+}
+
+#[test]
+fn a_stateless_call_whose_client_goes_away_is_cancelled() {
+    let ws = workspace();
+    allow_shell(ws.path());
+    let server = serve_http(ws.path(), &[]);
+    let body = stateless(
+        5,
+        "tools/call",
+        json!({"name": "shell", "arguments": {"command": "touch started; sleep 2; touch finished"}}),
+        false,
+    )
+    .to_string();
+    let mut stream = TcpStream::connect(&server.addr).unwrap();
+    write!(
+        stream,
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+         Mcp-Method: tools/call\r\nMcp-Name: shell\r\nContent-Length: {}\r\n\r\n{body}",
+        server.addr,
+        body.len()
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ws.path().join("started").exists() {
+        assert!(Instant::now() < deadline, "the call never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(stream);
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(!ws.path().join("finished").exists());
+    // The server goes on answering.
+    let r = post_stateless(
+        &server.addr,
+        &stateless(
+            6,
+            "tools/call",
+            json!({"name": "list_dir", "arguments": {}}),
+            false,
+        ),
+    );
+    assert_eq!(r.json()["result"]["isError"], false, "{r:?}");
+}
+
 #[test]
 fn sigterm_lets_calls_in_flight_finish_then_exits() {
     let ws = workspace();

@@ -22,6 +22,7 @@
 pub mod access;
 pub mod control;
 pub mod session;
+mod stateless;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -72,8 +73,11 @@ impl Drop for InflightGuard {
     }
 }
 
-#[derive(Clone)]
-struct Gate {
+/// What every request is checked and counted with; shared, since the middleware clones
+/// its state for every request.
+type Gate = Arc<GateState>;
+
+struct GateState {
     access: Arc<Access>,
     inflight: Arc<Inflight>,
     max_message_bytes: usize,
@@ -81,6 +85,8 @@ struct Gate {
     /// Whether 2025-era clients are served the 2025-11-25 tasks
     /// ([`crate::mcp::tasks_2025`]).
     tasks_2025: bool,
+    /// Answers a plain stateless `tools/call` without rmcp's per-request service.
+    stateless: Option<stateless::StatelessCalls>,
 }
 
 /// A router and the handles its shutdown needs.
@@ -105,7 +111,7 @@ impl Server {
         let inflight = Arc::new(Inflight::default());
         let stop = CancellationToken::new();
         let listening = mcp.clone();
-        let gate = Gate {
+        let gate = Arc::new(GateState {
             access: options.access,
             inflight: inflight.clone(),
             max_message_bytes: options.max_message_bytes,
@@ -113,7 +119,10 @@ impl Server {
             tasks_2025: mcp
                 .as_ref()
                 .is_some_and(|shared| shared.tasks.settings().enabled),
-        };
+            stateless: mcp.as_ref().map(|shared| {
+                stateless::StatelessCalls::new(McpServer::new(shared.clone()), stop.clone())
+            }),
+        });
         let mut router = control::routes(control, stop.clone());
         let endpoints = if mcp.is_some() {
             control::ALL_ENDPOINTS
@@ -136,9 +145,12 @@ impl Server {
                 )),
                 config,
             );
-            let mcp = Router::new().route_service("/mcp", service).layer(
-                axum::middleware::from_fn_with_state(gate.clone(), screen_mcp),
-            );
+            let mcp = Router::new()
+                .route_service("/mcp", OnDemand(Arc::new(service)))
+                .layer(axum::middleware::from_fn_with_state(
+                    gate.clone(),
+                    screen_mcp,
+                ));
             router = router.merge(mcp);
         }
         let router = router
@@ -203,6 +215,39 @@ impl Server {
         self.stop.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(1), &mut server).await;
         Ok(drained)
+    }
+}
+
+/// A service the middleware in front of it clones for every request, behind an `Arc`: it
+/// is cloned when a request reaches it. rmcp's is dear to clone (its config's cancellation
+/// token takes a lock), and the stateless fast path answers most calls before it.
+struct OnDemand<S>(Arc<S>);
+
+impl<S> Clone for OnDemand<S> {
+    fn clone(&self) -> Self {
+        OnDemand(self.0.clone())
+    }
+}
+
+impl<S, R> tower_service::Service<R> for OnDemand<S>
+where
+    S: tower_service::Service<R> + Clone,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        // Readiness is asked of the clone that takes the request, in `call`.
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: R) -> S::Future {
+        let mut service = (*self.0).clone();
+        service.call(request)
     }
 }
 
@@ -307,9 +352,26 @@ async fn screen_mcp(State(gate): State<Gate>, request: Request, next: Next) -> R
     if legacy_tasks && let Some(renamed) = tasks_2025::rename(&bytes) {
         bytes = renamed;
     }
+    let mut screened = screen(&bytes);
+    if stateless
+        && let Some(calls) = &gate.stateless
+        && let Ok(message) = screened
+    {
+        let id = id_of(&message);
+        match tokio::time::timeout(gate.request_timeout, calls.answer(&parts, message)).await {
+            Ok(Ok(answered)) => return answered,
+            Ok(Err(message)) => screened = Ok(message),
+            Err(_) => {
+                return rejection_response(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    &Rejection::timed_out(id, gate.request_timeout),
+                );
+            }
+        }
+    }
     // A 2025-era answer to `initialize` or `tools/list` declares the 2025-11-25 tasks.
     let mut adapt: Option<fn(&mut Value)> = None;
-    let id = match screen(&bytes) {
+    let id = match screened {
         // `initialize` is gone from 2026-07-28: 404 and -32601, as that revision says.
         Ok(rmcp::model::ClientJsonRpcMessage::Request(r))
             if stateless
@@ -337,7 +399,7 @@ async fn screen_mcp(State(gate): State<Gate>, request: Request, next: Next) -> R
                     }
                     _ => None,
                 };
-                serde_json::to_value(&r.id).unwrap_or(Value::Null)
+                id_of(&message)
             }
             _ => Value::Null,
         },
@@ -360,6 +422,16 @@ async fn screen_mcp(State(gate): State<Gate>, request: Request, next: Next) -> R
             StatusCode::GATEWAY_TIMEOUT,
             &Rejection::timed_out(id, gate.request_timeout),
         ),
+    }
+}
+
+/// A request's id as JSON (`null` for anything else).
+fn id_of(message: &rmcp::model::ClientJsonRpcMessage) -> Value {
+    match message {
+        rmcp::model::ClientJsonRpcMessage::Request(r) => {
+            serde_json::to_value(&r.id).unwrap_or(Value::Null)
+        }
+        _ => Value::Null,
     }
 }
 

@@ -13,9 +13,11 @@ use rmcp::model::{
     CustomRequest, CustomResult, ElicitRequest, ElicitRequestParams, InputRequest, InputRequests,
     InputRequiredResult, TaskPayload,
 };
-use rmcp::service::{RequestContext, RoleServer};
+use rmcp::model::{ClientCapabilities, RequestId, RequestMetaObject};
+use rmcp::service::{Peer, RequestContext, RoleServer};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
 use tool_api::Content;
 
 use super::confirm::{Question, Route, decision_of, decision_schema};
@@ -52,7 +54,19 @@ impl McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        self.call(request, context, TaskMode::Auto).await
+        self.call(request, Caller::of(context), TaskMode::Auto)
+            .await
+    }
+
+    /// A stateless (2026-07-28) `tools/call` from the HTTP transport's fast path, which
+    /// hands over only requests that need nothing sent to their client before the answer
+    /// (no progress token, no log level): see [`Caller::stateless`].
+    pub(crate) async fn call_stateless(
+        &self,
+        request: CallToolRequestParams,
+        caller: Caller,
+    ) -> Result<CallToolResponse, McpError> {
+        self.call(request, caller, TaskMode::Auto).await
     }
 
     /// A 2025-11-25 task request the transport renamed ([`tasks_2025`]); `None` for any
@@ -109,7 +123,10 @@ impl McpServer {
                 let call: CallToolRequestParams = serde_json::from_value(params).map_err(|e| {
                     McpError::invalid_params(format!("Invalid params for 'tools/call': {e}"), None)
                 })?;
-                match self.call(call, context, TaskMode::Now { ttl }).await? {
+                match self
+                    .call(call, Caller::of(context), TaskMode::Now { ttl })
+                    .await?
+                {
                     CallToolResponse::Task(created) => {
                         Ok(json!({"task": tasks_2025::task(&created.task)}))
                     }
@@ -182,29 +199,35 @@ impl McpServer {
 
     /// A `tools/call` through the dispatcher, answered as its client's era and
     /// capabilities have it ([`TaskMode`]: whether it may, or must, become a task).
-    pub(super) async fn call(
+    async fn call(
         &self,
         request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
+        caller: Caller,
         mode: TaskMode,
     ) -> Result<CallToolResponse, McpError> {
-        let era = Era::of(&context);
-        let principal = principal(&context);
-        tracing::debug!(?era, version = ?context.protocol_version(), %principal, "tools/call");
+        let Caller {
+            era,
+            principal,
+            caps,
+            id,
+            meta,
+            peer,
+            ct,
+        } = caller;
+        tracing::debug!(?era, %principal, "tools/call");
         let session = self.session(era, &principal)?;
-        let caps = context.client_capabilities().unwrap_or_default();
         let takes_tasks = match mode {
             TaskMode::Auto => self.shared.tasks.settings().enabled && caps.supports_tasks(),
             TaskMode::Now { .. } => true,
         };
         let tool_use_id: Arc<str> = match self.shared.sessions {
-            Sessions::One(_) if !takes_tasks => format!("mcp-{}", context.id).into(),
+            Sessions::One(_) if !takes_tasks => format!("mcp-{id}").into(),
             // Clients sharing a session may reuse JSON-RPC ids, and a task's call outlives
             // its request's id.
             _ => format!(
                 "mcp-{}-{}",
                 self.shared.next_call.fetch_add(1, Ordering::Relaxed),
-                context.id
+                id
             )
             .into(),
         };
@@ -268,21 +291,21 @@ impl McpServer {
                 }
             }
             (Era::Session, _)
-                if context
-                    .peer
-                    .supported_elicitation_modes()
-                    .contains(&rmcp::service::ElicitationMode::Form) =>
+                if let Some(peer) = peer.as_ref().filter(|peer| {
+                    peer.supported_elicitation_modes()
+                        .contains(&rmcp::service::ElicitationMode::Form)
+                }) =>
             {
-                Route::Elicit(context.peer.clone())
+                Route::Elicit(peer.clone())
             }
             _ => Route::Fallback,
         };
-        let client = (era == Era::Session).then(|| context.peer.clone());
+        let client = peer.clone().filter(|_| era == Era::Session);
         // What the client can be asked: a 2026 client declares it with the request; to a
         // 2025 client toolhost relays elicitation and sampling, not roots.
         let asked = match era {
             Era::Stateless => Some(caps_declared),
-            Era::Session => context.peer.peer_info().map(|i| {
+            Era::Session => peer.as_ref().and_then(|p| p.peer_info()).map(|i| {
                 let mut caps = i.capabilities.clone();
                 #[allow(deprecated, reason = "clients still declare roots")]
                 {
@@ -303,23 +326,26 @@ impl McpServer {
             &session,
         );
         // The client's trace context: the call's span is its child.
-        if let Some(parent) = context.meta.get("traceparent").and_then(|v| v.as_str()) {
+        if let Some(parent) = meta.get("traceparent").and_then(|v| v.as_str()) {
             call.trace_parent(parent);
         }
         // Live output is forwarded as it comes when the client asked for progress.
-        let watcher = context.meta.get_progress_token().map(|token| {
-            let events = call.events();
-            let (done, finished) = oneshot::channel();
-            let peer = context.peer.clone();
-            (
-                done,
-                tokio::spawn(watch_call(events, (token, peer), finished)),
-            )
-        });
+        let watcher = meta
+            .get_progress_token()
+            .zip(peer.clone())
+            .map(|(token, peer)| {
+                let events = call.events();
+                let (done, finished) = oneshot::channel();
+                (
+                    done,
+                    tokio::spawn(watch_call(events, (token, peer), finished)),
+                )
+            });
         // A mounted server's log messages during the call, when the request asks for them
         // (2026-07-28's `_meta` logLevel).
         let mut logs = None;
-        if let Some(least) = context.meta.log_level()
+        if let Some(least) = meta.log_level()
+            && let Some(peer) = peer.clone()
             && let Some(server) = self.shared.upstreams.server_of_tool(&name)
         {
             // Listening before the server is asked: nothing it sends after is missed.
@@ -328,7 +354,7 @@ impl McpServer {
                 self.shared.upstreams.events(),
                 server.clone(),
                 least,
-                context.peer.clone(),
+                peer,
                 finished,
             ));
             self.shared.upstreams.lower_log_level(&server, least).await;
@@ -382,7 +408,7 @@ impl McpServer {
                 // state, and the call (waiting for its answer) is dropped.
                 question = &mut deferred => Ok(self.round(question, &principal, &name, &arguments)),
                 finished = &mut run => finished.answer(),
-                _ = context.ct.cancelled() => {
+                _ = ct.cancelled() => {
                     tracing::info!(tool = %name, "client cancelled the call");
                     // Signal only: this task drives the call and must keep polling it.
                     dispatcher.request_cancel(session.id(), &tool_use_id);
@@ -421,7 +447,7 @@ impl McpServer {
             }
             () = promotion.asked.notified() => None,
             () = &mut after => None,
-            _ = context.ct.cancelled() => {
+            _ = ct.cancelled() => {
                 tracing::info!(tool = %name, "client cancelled the call");
                 dispatcher.request_cancel(session.id(), &tool_use_id);
                 promotion.decide(false);
@@ -490,6 +516,61 @@ impl McpServer {
             handle.finish(Finished::joined(running.await).outcome());
         });
         Ok(CallToolResponse::Task(CreateTaskResult::new(task)))
+    }
+}
+
+/// What a `tools/call` needs of its request: rmcp's context of it, or the parts of one the
+/// stateless HTTP fast path has without building rmcp's per-request service.
+pub(crate) struct Caller {
+    era: Era,
+    principal: String,
+    /// What the client can take (a 2026 client declares it with each request).
+    caps: ClientCapabilities,
+    id: RequestId,
+    meta: RequestMetaObject,
+    /// How to reach the client before the answer: progress, a mounted server's logs, a
+    /// 2025 session's elicitation. `None` on the fast path, which takes no request that
+    /// asks for any of them.
+    peer: Option<Peer<RoleServer>>,
+    /// Cancelled when the client gives up on the request.
+    ct: CancellationToken,
+}
+
+impl Caller {
+    fn of(context: RequestContext<RoleServer>) -> Caller {
+        Caller {
+            era: Era::of(&context),
+            principal: principal(&context),
+            caps: context.client_capabilities().unwrap_or_default(),
+            id: context.id,
+            meta: context.meta,
+            peer: Some(context.peer),
+            ct: context.ct,
+        }
+    }
+
+    /// A stateless request's caller, from its `_meta` (`None` when the request asks for
+    /// something only rmcp's service can give: progress or log messages before the
+    /// answer), the principal its transport admitted, and the token its transport
+    /// cancels when the client goes away.
+    pub(crate) fn stateless(
+        principal: String,
+        id: RequestId,
+        meta: RequestMetaObject,
+        ct: CancellationToken,
+    ) -> Option<Caller> {
+        if meta.get_progress_token().is_some() || meta.log_level().is_some() {
+            return None;
+        }
+        Some(Caller {
+            era: Era::Stateless,
+            principal,
+            caps: meta.client_capabilities().unwrap_or_default(),
+            id,
+            meta,
+            peer: None,
+            ct,
+        })
     }
 }
 

@@ -23,9 +23,11 @@ pub mod tasks;
 pub mod tasks_2025;
 mod tasks_shared;
 
+pub(crate) use call::Caller;
 pub use confirm::{McpConfirmer, PromptFallback, Routes};
 pub use gateway::Upstreams;
 pub use server::{McpServer, McpShared};
+pub(crate) use sessions::principal_of_parts;
 pub use sessions::{Principal, Sessions};
 pub use stdio::EofNotify;
 pub use tasks::{TaskSettings, Tasks};

@@ -43,3 +43,12 @@ pub(crate) fn principal_of(extensions: &rmcp::model::Extensions) -> String {
         .or_else(|| extensions.get::<Principal>())
         .map_or_else(|| "stdio".to_string(), |p| p.0.clone())
 }
+
+/// The principal the HTTP transport admitted a request as (`stdio` when none, as
+/// [`principal_of`] has it).
+pub(crate) fn principal_of_parts(parts: &http::request::Parts) -> String {
+    parts
+        .extensions
+        .get::<Principal>()
+        .map_or_else(|| "stdio".to_string(), |p| p.0.clone())
+}

@@ -1,0 +1,197 @@
+//! A stateless (2026-07-28) `tools/call` answered without rmcp's per-request service.
+//!
+//! rmcp's streamable HTTP service serves every stateless request by building a protocol
+//! service for it: it parses the body again (through its generic message type), writes the
+//! message back out to a `Value` to check the SEP-2243 headers, starts the service's loop
+//! and a task waiting on it, and passes the request and its answer through channels.
+//! A `tools/call` whose every part is plain takes this path instead: the message
+//! [`crate::mcp::screen`] already parsed goes to the same handler
+//! ([`McpServer::call_stateless`]) on a task of its own, and its answer is written as rmcp
+//! writes it.
+//!
+//! Plain means what rmcp would accept as it is, checked here as rmcp checks it: a `POST`
+//! that accepts JSON and event streams, with a JSON body; one `MCP-Protocol-Version`
+//! header, `2026-07-28`, the version in the request's `_meta` too, with the other keys that
+//! version requires there (`clientInfo`, `clientCapabilities`); one `Mcp-Method` header,
+//! `tools/call`, and one `Mcp-Name` header, the tool's name as it is (not Base64); and
+//! nothing to send the client before the answer (no progress token, no log level). Any
+//! other request, a refused one included, goes to rmcp, which answers or refuses it as
+//! before.
+//!
+//! As on rmcp's path, a client that goes away (or a request over the timeout, which drops
+//! it) cancels the call, and the call still runs to its end, so its events and records
+//! are whole; shutdown cancels what still runs.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+use http::request::Parts;
+use rmcp::model::{
+    ClientJsonRpcMessage, ClientRequest, ErrorCode, ErrorData, GetMeta as _, ProtocolVersion,
+    ServerJsonRpcMessage, ServerResult,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::mcp::{Caller, McpServer, principal_of_parts};
+
+/// The one protocol version whose `tools/call` takes this path.
+const VERSION: &str = "2026-07-28";
+
+/// What answers the fast path's calls.
+#[derive(Clone)]
+pub(super) struct StatelessCalls {
+    /// The handler, for every principal: a stateless call keeps nothing in it.
+    server: Arc<McpServer>,
+    /// Cancelled at shutdown, after the grace period.
+    stop: CancellationToken,
+}
+
+impl StatelessCalls {
+    pub(super) fn new(server: McpServer, stop: CancellationToken) -> StatelessCalls {
+        StatelessCalls {
+            server: Arc::new(server),
+            stop,
+        }
+    }
+
+    /// Answers `message` when it can take the fast path (see the module's docs); gives it
+    /// back otherwise, for rmcp.
+    pub(super) async fn answer(
+        &self,
+        parts: &Parts,
+        message: ClientJsonRpcMessage,
+    ) -> Result<Response, ClientJsonRpcMessage> {
+        if !plain(parts, &message) {
+            return Err(message);
+        }
+        let ClientJsonRpcMessage::Request(mut request) = message else {
+            unreachable!("plain() takes requests only")
+        };
+        let id = request.id;
+        let meta = std::mem::take(request.request.get_meta_mut());
+        let ClientRequest::CallToolRequest(call) = request.request else {
+            unreachable!("plain() takes tools/call only")
+        };
+        let ct = CancellationToken::new();
+        let Some(caller) =
+            Caller::stateless(principal_of_parts(parts), id.clone(), meta, ct.clone())
+        else {
+            unreachable!("plain() takes no progress token or log level")
+        };
+        let server = self.server.clone();
+        // Boxed: the task holds a pointer, not the handler's whole future, which spawning
+        // and finishing would copy.
+        let mut running = tokio::spawn(Box::pin(async move {
+            server.call_stateless(call.params, caller).await
+        }));
+        // Dropped before the answer (the client went away, or the request timed out): the
+        // call is told to stop, and its task runs it to its end.
+        let gone = ct.clone().drop_guard();
+        let joined = tokio::select! {
+            joined = &mut running => joined,
+            () = self.stop.cancelled() => {
+                ct.cancel();
+                running.await
+            }
+        };
+        gone.disarm();
+        let message = match joined {
+            Ok(Ok(response)) => ServerJsonRpcMessage::response(ServerResult::from(response), id),
+            Ok(Err(error)) => ServerJsonRpcMessage::error(error, Some(id)),
+            Err(e) => ServerJsonRpcMessage::error(
+                ErrorData::internal_error(format!("the call stopped unexpectedly: {e}"), None),
+                Some(id),
+            ),
+        };
+        Ok(json_response(&message))
+    }
+}
+
+/// Whether rmcp would take `message` as it is, and it needs nothing of rmcp's service.
+fn plain(parts: &Parts, message: &ClientJsonRpcMessage) -> bool {
+    let ClientJsonRpcMessage::Request(request) = message else {
+        return false;
+    };
+    let ClientRequest::CallToolRequest(call) = &request.request else {
+        return false;
+    };
+    let meta = request.request.get_meta();
+    let version = ProtocolVersion::V_2026_07_28;
+    parts.method == http::Method::POST
+        && accepts_json_and_events(&parts.headers)
+        && is_json(&parts.headers)
+        && only_header(&parts.headers, "mcp-protocol-version") == Some(VERSION)
+        && only_header(&parts.headers, "mcp-method") == Some("tools/call")
+        && only_header(&parts.headers, "mcp-name") == Some(&*call.params.name)
+        && meta.protocol_version().as_ref() == Some(&version)
+        && meta.missing_required_keys(&version).is_empty()
+        && meta.get_progress_token().is_none()
+        && meta.log_level().is_none()
+}
+
+/// The one value of header `name`, when there is exactly one and it is text.
+fn only_header<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a str> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next()?;
+    if values.next().is_some() {
+        return None;
+    }
+    first.to_str().ok()
+}
+
+/// Whether `Accept` names both `application/json` and `text/event-stream`, as rmcp asks.
+fn accepts_json_and_events(headers: &http::HeaderMap) -> bool {
+    let (mut json, mut events) = (false, false);
+    for value in headers.get_all(http::header::ACCEPT) {
+        let Ok(value) = value.to_str() else {
+            return false;
+        };
+        for media in value.split(',') {
+            let essence = media.split(';').next().unwrap_or_default().trim();
+            json |= essence.eq_ignore_ascii_case("application/json");
+            events |= essence.eq_ignore_ascii_case("text/event-stream");
+        }
+    }
+    json && events
+}
+
+/// Whether the body is declared JSON.
+fn is_json(headers: &http::HeaderMap) -> bool {
+    only_header(headers, http::header::CONTENT_TYPE.as_str()).is_some_and(|t| {
+        t.split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .eq_ignore_ascii_case("application/json")
+    })
+}
+
+/// The answer as rmcp writes a 2026-07-28 one: JSON, `200` unless the error is one that
+/// revision gives an HTTP status of its own.
+fn json_response(message: &ServerJsonRpcMessage) -> Response {
+    let status = match message {
+        ServerJsonRpcMessage::Error(error) => match error.error.code {
+            ErrorCode::UNSUPPORTED_PROTOCOL_VERSION
+            | ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
+            | ErrorCode::HEADER_MISMATCH => StatusCode::BAD_REQUEST,
+            ErrorCode::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
+            _ => StatusCode::OK,
+        },
+        _ => StatusCode::OK,
+    };
+    match serde_json::to_vec(message) {
+        Ok(body) => (
+            status,
+            [(http::header::CONTENT_TYPE, "application/json")],
+            Body::from(body),
+        )
+            .into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the answer could not be written as JSON: {e}"),
+        )
+            .into_response(),
+    }
+}
