@@ -1,4 +1,5 @@
-//! MCP servers side by side over stdio, driven by one client written for this bench.
+//! MCP servers side by side over stdio and streamable HTTP, driven by one client written
+//! for this bench.
 //!
 //! Each server in the plan is started, initialized (2025-11-25), asked for its tools, then
 //! sent `calls` × `tools/call` with `inflight` requests outstanding, in interleaved rounds.
@@ -11,13 +12,21 @@
 //! result. Its own limit is shown by a server that does nothing but answer: the echo server
 //! this binary becomes when started with `--echo-server`, added to every plan as `echo`.
 //!
+//! A server with `"http": {"stateless": true|false}` in the plan is driven over HTTP
+//! instead ([`http`]): its command and `env` get a free port for `{port}`; the HTTP echo
+//! server (`echo-http`) shows that client's limit.
+//!
 //! `cargo xtask bench` runs it with a plan in the environment:
 //! `TOOLHOST_BENCH_MCP_SERVERS='{"calls":10000,"inflight":16,"rounds":5,"servers":[{"name":
 //! "toolhost","tool":"read_file","arguments":{"path":"a.txt"},"command":["toolhost","serve",
 //! "--mcp"]}]}' cargo bench -p toolhost --bench mcp_servers`. Under `cargo test` (no
-//! `--bench`) it drives the echo server for a few hundred calls and checks every answer.
+//! `--bench`) it drives both echo servers for a few hundred calls and checks every answer.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "mcp_servers/http.rs"]
+mod http;
+
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -55,6 +64,12 @@ struct Server {
     tool: String,
     arguments: Value,
     command: Vec<String>,
+    /// Environment for the command (`{port}` filled in over HTTP).
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    /// Over streamable HTTP instead of stdio.
+    #[serde(default)]
+    http: Option<http::Http>,
 }
 
 /// One round's figures for one server.
@@ -237,6 +252,9 @@ impl Running {
 
 /// One round against one server.
 fn round(server: &Server, calls: u64, inflight: u64) -> Figures {
+    if let Some(over) = &server.http {
+        return http::round(server, over, calls, inflight);
+    }
     let mut s = Running::start(server);
     s.request(
         0,
@@ -369,6 +387,8 @@ fn echo(extra: &str) -> Server {
             std::env::current_exe().unwrap().display().to_string(),
             "--echo-server".into(),
         ],
+        env: BTreeMap::new(),
+        http: None,
     }
 }
 
@@ -378,14 +398,24 @@ fn main() {
         echo_server();
         return;
     }
+    if let Some(port) = args
+        .iter()
+        .position(|a| a == "--echo-http-server")
+        .and_then(|i| args.get(i + 1))
+    {
+        http::echo_http_server(port.parse().expect("a port"));
+        return;
+    }
     if !args.iter().any(|a| a == "--bench") {
-        // Under `cargo test`: the client against its echo server, every answer checked.
-        let figures = round(&echo("hi"), 300, 16);
-        assert!(figures.calls_per_s > 0.0);
-        println!(
-            "mcp_servers (test mode): 300 calls to the echo server, {:.0} calls/s",
-            figures.calls_per_s
-        );
+        // Under `cargo test`: the client against its echo servers, every answer checked.
+        for server in [echo("hi"), http::echo("hi")] {
+            let figures = round(&server, 300, 16);
+            assert!(figures.calls_per_s > 0.0);
+            println!(
+                "mcp_servers (test mode): 300 calls to {}, {:.0} calls/s",
+                server.name, figures.calls_per_s
+            );
+        }
         return;
     }
     let plan: Plan = match std::env::var("TOOLHOST_BENCH_MCP_SERVERS") {
@@ -400,6 +430,9 @@ fn main() {
     };
     let mut servers = plan.servers.clone();
     servers.push(echo("hi"));
+    if servers.iter().any(|s| s.http.is_some()) {
+        servers.push(http::echo("hi"));
+    }
     let mut best: Vec<Option<Figures>> = vec![None; servers.len()];
     for r in 0..plan.rounds {
         for (i, server) in servers.iter().enumerate() {

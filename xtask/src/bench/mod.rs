@@ -9,7 +9,9 @@
 //! written here (toolhost's `mcp_servers` bench: `toolhost serve --mcp` calling
 //! `read_file`, the same server calling `word_count` from the signed text-tools example in
 //! process, Node's `@modelcontextprotocol/server-everything` with Node 22 from npm, and an
-//! echo server that shows the client's own ceiling), the Python wheel, and the start-up of
+//! echo server that shows the client's own ceiling; then over streamable HTTP, 16
+//! connections: `toolhost serve --http` with stateless 2026-07-28 calls, server-everything's
+//! HTTP transport in a 2025-11-25 session, and an HTTP echo server), the Python wheel, and the start-up of
 //! `serve --mcp` with the example plugins against the same binary bare. What it cannot
 //! install (no `python3`, no `npm`, no registry) it skips and says why. Then it prints one
 //! table: figure, measured, target, verdict. `--write-readme` replaces the performance table
@@ -132,6 +134,7 @@ pub fn bench(write_readme: bool) -> Result {
     rows.extend(figures::load_rows());
     rows.extend(servers::roundtrip_rows(&printed.roundtrip));
     rows.extend(servers::mcp_rows(&mcp));
+    rows.extend(servers::mcp_http_rows(&mcp));
     rows.extend(scale_out::rows(&printed.scale_out));
     rows.extend(startup.rows(&mut skipped));
 

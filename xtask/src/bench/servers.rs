@@ -200,10 +200,24 @@ fn server(
     serde_json::json!({"name": name, "tool": tool, "arguments": arguments, "command": command})
 }
 
-/// MCP servers over stdio, side by side under the client of toolhost's `mcp_servers` bench
-/// (five interleaved rounds, the best of each): `toolhost serve --mcp` calling `read_file`,
-/// the same server calling the text-tools example's `word_count` in process, Node's
-/// server-everything `echo`, and the bench's own echo server (the client's ceiling).
+/// A `serve --mcp` command made `serve --http` on the port the bench fills in.
+fn over_http(stdio: Vec<String>) -> Vec<String> {
+    stdio
+        .into_iter()
+        .flat_map(|arg| match arg.as_str() {
+            "--mcp" => vec!["--http".to_string(), "127.0.0.1:{port}".to_string()],
+            _ => vec![arg],
+        })
+        .collect()
+}
+
+/// MCP servers side by side under the client of toolhost's `mcp_servers` bench (five
+/// interleaved rounds, the best of each). Over stdio: `toolhost serve --mcp` calling
+/// `read_file`, the same server calling the text-tools example's `word_count` in process,
+/// Node's server-everything `echo`, and the bench's own echo server (the client's ceiling).
+/// Over streamable HTTP, 16 connections: `toolhost serve --http` calling `read_file`
+/// (2026-07-28, stateless), server-everything's HTTP transport (a 2025-11-25 session), and
+/// the bench's HTTP echo server.
 pub(super) fn mcp_servers(
     peers: &Path,
     serve: &dyn Fn(&Path) -> Vec<String>,
@@ -211,6 +225,13 @@ pub(super) fn mcp_servers(
     skipped: &mut Vec<String>,
 ) -> BTreeMap<String, (f64, f64, f64)> {
     announce("peers: MCP servers side by side (one client of our own)");
+    let mut http = server(
+        "toolhost-http",
+        "read_file",
+        serde_json::json!({"path": "a.txt"}),
+        over_http(serve(&configs.bare)),
+    );
+    http["http"] = serde_json::json!({"stateless": true});
     let mut servers = vec![
         server(
             "toolhost",
@@ -218,6 +239,7 @@ pub(super) fn mcp_servers(
             serde_json::json!({"path": "a.txt"}),
             serve(&configs.bare),
         ),
+        http,
         server(
             "toolhost-plugin",
             "word_count",
@@ -226,12 +248,24 @@ pub(super) fn mcp_servers(
         ),
     ];
     match node_peer(peers) {
-        Ok((node, script)) => servers.push(server(
-            "everything",
-            "echo",
-            serde_json::json!({"message": "hi"}),
-            vec![node.display().to_string(), script.display().to_string()],
-        )),
+        Ok((node, script)) => {
+            let command = vec![node.display().to_string(), script.display().to_string()];
+            servers.push(server(
+                "everything",
+                "echo",
+                serde_json::json!({"message": "hi"}),
+                command.clone(),
+            ));
+            let mut http = server(
+                "everything-http",
+                "echo",
+                serde_json::json!({"message": "hi"}),
+                [command, vec!["streamableHttp".into()]].concat(),
+            );
+            http["env"] = serde_json::json!({"PORT": "{port}"});
+            http["http"] = serde_json::json!({"stateless": false});
+            servers.push(http);
+        }
         Err(e) => skipped.push(format!("Node's server-everything: {e}")),
     }
     // Five interleaved rounds, the best of each server's: near the client's own limit, one
@@ -300,6 +334,57 @@ pub(super) fn mcp_rows(mcp: &BTreeMap<String, (f64, f64, f64)>) -> Vec<Row> {
             measured: format!("{:.1} MiB", t.2),
             target: "≤ 15 MiB".into(),
             pass: Some(t.2 <= 15.0),
+        });
+    }
+    rows
+}
+
+/// The HTTP rows: toolhost's stateless calls against the HTTP echo server (the client's
+/// ceiling), Node's server-everything over streamable HTTP, and toolhost's own stdio.
+pub(super) fn mcp_http_rows(mcp: &BTreeMap<String, (f64, f64, f64)>) -> Vec<Row> {
+    let what = "MCP over HTTP read_file (2026-07-28 stateless, 16 keep-alive connections)";
+    let mut rows = vec![match mcp.get("echo-http") {
+        Some(e) => Row {
+            figure: "the HTTP client's ceiling: an echo server over HTTP (a thread per connection) that only answers, driven by the same client".into(),
+            measured: format!("{:.0} calls/s, {:.1} µs server CPU per call", e.0, e.1),
+            target: "reported".into(),
+            pass: None,
+        },
+        None => missing("the HTTP client's ceiling (echo server)"),
+    }];
+    let Some(t) = mcp.get("toolhost-http") else {
+        rows.push(missing(what));
+        return rows;
+    };
+    match mcp.get("everything-http") {
+        Some(n) => rows.push(Row {
+            figure: format!(
+                "{what}: calls/s vs Node server-everything echo over streamable HTTP (a 2025-11-25 session), the same client"
+            ),
+            measured: format!(
+                "{:.0} vs {:.0}: {:.1}× ({:.1} vs {:.1} µs server CPU per call)",
+                t.0,
+                n.0,
+                t.0 / n.0,
+                t.1,
+                n.1
+            ),
+            target: "≥ 3×".into(),
+            pass: Some(t.0 / n.0 >= 3.0),
+        }),
+        None => rows.push(missing("Node server-everything over streamable HTTP")),
+    }
+    if let Some(stdio) = mcp.get("toolhost") {
+        rows.push(Row {
+            figure: format!("{what}: calls/s vs toolhost's own over stdio, the same client"),
+            measured: format!(
+                "{:.0} vs {:.0}: {:.0}%",
+                t.0,
+                stdio.0,
+                t.0 / stdio.0 * 100.0
+            ),
+            target: "≥ 60%".into(),
+            pass: Some(t.0 / stdio.0 >= 0.6),
         });
     }
     rows
@@ -424,6 +509,45 @@ mod tests {
         let best = mcp_best(text);
         assert_eq!(best["toolhost"], (29821.0, 31.0, 13.2));
         assert_eq!(best["everything"], (15425.0, 71.5, 74.2));
+    }
+
+    #[test]
+    fn the_http_rows_compare_with_node_over_http_and_toolhosts_own_stdio() {
+        assert_eq!(
+            over_http(
+                ["toolhost", "serve", "--mcp", "--config", "c.toml"]
+                    .map(String::from)
+                    .to_vec()
+            ),
+            [
+                "toolhost",
+                "serve",
+                "--http",
+                "127.0.0.1:{port}",
+                "--config",
+                "c.toml"
+            ]
+        );
+        let best = mcp_best(
+            "best toolhost: 70000 calls/s, 13.00 us CPU/call, idle 14.0 MiB\n\
+             best toolhost-http: 40000 calls/s, 25.00 us CPU/call, idle 14.5 MiB\n\
+             best everything-http: 2500 calls/s, 500.00 us CPU/call, idle 90.0 MiB\n\
+             best echo-http: 85000 calls/s, 11.50 us CPU/call, idle 2.7 MiB",
+        );
+        let rows = mcp_http_rows(&best);
+        let verdicts: Vec<Option<bool>> = rows.iter().map(|r| r.pass).collect();
+        assert_eq!(
+            verdicts,
+            [None, Some(true), Some(false)],
+            "{}",
+            rows[2].measured
+        );
+        assert!(
+            rows[1].measured.starts_with("40000 vs 2500: 16.0×"),
+            "{}",
+            rows[1].measured
+        );
+        assert_eq!(rows[2].measured, "40000 vs 70000: 57%");
     }
 
     #[test]

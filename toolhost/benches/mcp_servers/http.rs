@@ -1,0 +1,436 @@
+//! The bench's client over streamable HTTP: `inflight` keep-alive connections, each with
+//! one `tools/call` outstanding, multiplexed by one thread with `poll`. A server speaking
+//! 2026-07-28 is sent stateless requests (each with its `_meta` and the SEP-2243 headers);
+//! any other gets one 2025-11-25 session (`initialize`, then `Mcp-Session-Id` on every
+//! request) shared by the connections. An answer may be JSON or an event stream (read to
+//! the end of the response, chunked or not). Its own limit is shown by the HTTP echo server
+//! this binary becomes with `--echo-http-server PORT`.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{Answer, Figures, Server, cpu_seconds, rss_mib};
+
+/// How a server of the plan is reached over HTTP.
+#[derive(Deserialize, Clone)]
+pub struct Http {
+    /// Whether it takes 2026-07-28 stateless requests (else a 2025-11-25 session).
+    pub stateless: bool,
+}
+
+/// The version of a session's requests.
+const SESSION_VERSION: &str = "2025-11-25";
+
+/// A port nothing listens on now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// One whole HTTP response.
+struct Reply {
+    status: u16,
+    session: Option<String>,
+    events: bool,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    /// The JSON-RPC message in the body (an event stream's message with an id).
+    fn message(&self) -> Value {
+        let text = String::from_utf8_lossy(&self.body);
+        if !self.events {
+            return serde_json::from_str(&text)
+                .unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+        }
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+            .find(|m| m.get("id").is_some())
+            .unwrap_or_else(|| panic!("no answer in the event stream: {text}"))
+    }
+}
+
+/// The response at the front of `buf`, when all of it has come: its length and it.
+fn parse(buf: &[u8]) -> Option<(usize, Reply)> {
+    let head_end = buf.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let head = std::str::from_utf8(&buf[..head_end]).expect("an HTTP head in ASCII");
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+    let (mut length, mut chunked, mut events, mut session) = (None, false, false, None);
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        match name.to_ascii_lowercase().as_str() {
+            "content-length" => length = value.parse::<usize>().ok(),
+            "transfer-encoding" => chunked = value.contains("chunked"),
+            "content-type" => events = value.starts_with("text/event-stream"),
+            "mcp-session-id" => session = Some(value.to_string()),
+            _ => {}
+        }
+    }
+    let mut body = Vec::new();
+    let end = if chunked {
+        let mut at = head_end;
+        loop {
+            let line_end = at + buf[at..].windows(2).position(|w| w == b"\r\n")?;
+            let size_text = std::str::from_utf8(&buf[at..line_end]).ok()?;
+            let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
+            let data = line_end + 2;
+            if size == 0 {
+                // No trailers are sent: the last chunk ends with an empty line.
+                if buf.len() < data + 2 {
+                    return None;
+                }
+                break data + 2;
+            }
+            if buf.len() < data + size + 2 {
+                return None;
+            }
+            body.extend_from_slice(&buf[data..data + size]);
+            at = data + size + 2;
+        }
+    } else {
+        let length = length.unwrap_or(0);
+        if buf.len() < head_end + length {
+            return None;
+        }
+        body.extend_from_slice(&buf[head_end..head_end + length]);
+        head_end + length
+    };
+    Some((
+        end,
+        Reply {
+            status,
+            session,
+            events,
+            body,
+        },
+    ))
+}
+
+/// A request to `/mcp` with `headers` and a JSON `body`.
+fn post(port: u16, headers: &[(&str, &str)], body: &str) -> Vec<u8> {
+    let mut head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut bytes = head.into_bytes();
+    bytes.extend_from_slice(body.as_bytes());
+    bytes
+}
+
+/// How the client talks to one server: its port, and its session when it has one.
+struct Client {
+    port: u16,
+    stateless: bool,
+    session: Option<String>,
+}
+
+impl Client {
+    /// The request for `method` with `params` and `id`, as this server takes it.
+    fn request(&self, id: u64, method: &str, mut params: Value, name: Option<&str>) -> Vec<u8> {
+        let mut headers = vec![("Mcp-Method", method)];
+        if self.stateless {
+            params["_meta"] = json!({
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "toolhost-bench", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {},
+            });
+            headers.push(("MCP-Protocol-Version", "2026-07-28"));
+            if let Some(name) = name {
+                headers.push(("Mcp-Name", name));
+            }
+        } else {
+            headers.push(("MCP-Protocol-Version", SESSION_VERSION));
+        }
+        if let Some(session) = &self.session {
+            headers.push(("Mcp-Session-Id", session));
+        }
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        post(self.port, &headers, &body.to_string())
+    }
+
+    /// One request on a blocking connection of its own, and its whole response.
+    fn exchange(&self, bytes: &[u8]) -> Reply {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).expect("a connection");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        stream.write_all(bytes).unwrap();
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 16384];
+        loop {
+            if let Some((_, reply)) = parse(&buf) {
+                return reply;
+            }
+            let n = stream.read(&mut chunk).expect("an answer within 30 s");
+            assert!(n > 0, "the server closed the connection before answering");
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// Sends a request and returns its answer's result.
+    fn call(&self, id: u64, method: &str, params: Value, name: Option<&str>) -> Value {
+        let reply = self.exchange(&self.request(id, method, params, name));
+        let message = reply.message();
+        assert!(
+            reply.status == 200 && message.get("error").is_none(),
+            "{method} failed ({}): {message}",
+            reply.status
+        );
+        message["result"].clone()
+    }
+}
+
+/// Waits until something listens on `port` (at most 20 s).
+fn wait_listening(name: &str, port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "{name}: nothing listens on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// One round against one server over HTTP.
+pub fn round(server: &Server, http: &Http, calls: u64, inflight: u64) -> Figures {
+    let port = free_port();
+    let fill = |s: &str| s.replace("{port}", &port.to_string());
+    let (program, args) = server
+        .command
+        .split_first()
+        .unwrap_or_else(|| panic!("{}: no command", server.name));
+    let mut child = Command::new(program)
+        .args(args.iter().map(|a| fill(a)))
+        .envs(server.env.iter().map(|(k, v)| (k, fill(v))))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: cannot start {program}: {e}", server.name));
+    let pid = child.id();
+    wait_listening(&server.name, port);
+    let mut client = Client {
+        port,
+        stateless: http.stateless,
+        session: None,
+    };
+    if !http.stateless {
+        let reply = client.exchange(&client.request(
+            0,
+            "initialize",
+            json!({
+                "protocolVersion": SESSION_VERSION,
+                "capabilities": {},
+                "clientInfo": {"name": "toolhost-bench", "version": "1"}
+            }),
+            None,
+        ));
+        assert_eq!(reply.status, 200, "{}: initialize failed", server.name);
+        client.session = reply.session;
+        let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+        let mut headers = vec![("MCP-Protocol-Version", SESSION_VERSION)];
+        if let Some(session) = &client.session {
+            headers.push(("Mcp-Session-Id", session));
+        }
+        headers.push(("Mcp-Method", "notifications/initialized"));
+        client.exchange(&post(port, &headers, initialized));
+    }
+    let listed = client.call(1, "tools/list", json!({}), None);
+    assert!(
+        listed["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|t| t["name"] == server.tool.as_str()),
+        "{}: no tool {}",
+        server.name,
+        server.tool
+    );
+    let params = json!({"name": server.tool, "arguments": server.arguments});
+    let first = client.call(2, "tools/call", params.clone(), Some(&server.tool));
+    assert_ne!(first["isError"], true, "{}: {first}", server.name);
+    std::thread::sleep(Duration::from_millis(300));
+    let idle_mib = rss_mib(pid);
+
+    let request = client.request(3, "tools/call", params, Some(&server.tool));
+    let mut conns: Vec<(TcpStream, Vec<u8>, bool)> = (0..inflight)
+        .map(|_| {
+            let stream = TcpStream::connect(("127.0.0.1", port)).expect("a connection");
+            stream.set_nodelay(true).unwrap();
+            stream.set_nonblocking(true).unwrap();
+            (stream, Vec::with_capacity(1 << 14), false)
+        })
+        .collect();
+    let cpu_before = cpu_seconds(pid);
+    let (mut sent, mut answered, mut failed) = (0u64, 0u64, 0u64);
+    let mut chunk = vec![0u8; 1 << 16];
+    let started = Instant::now();
+    while answered < calls {
+        for (stream, _, busy) in &mut conns {
+            if !*busy && sent < calls {
+                write_all(stream, &request);
+                *busy = true;
+                sent += 1;
+            }
+        }
+        let ready: Vec<usize> = {
+            use rustix::event::{PollFd, PollFlags, Timespec, poll};
+            let mut fds: Vec<PollFd<'_>> = conns
+                .iter()
+                .map(|(s, _, _)| PollFd::new(s, PollFlags::IN))
+                .collect();
+            let timeout = Timespec {
+                tv_sec: 30,
+                tv_nsec: 0,
+            };
+            let n = poll(&mut fds, Some(&timeout)).expect("poll");
+            assert!(n > 0, "{}: no answer for 30 s", server.name);
+            fds.iter()
+                .enumerate()
+                .filter(|(_, f)| !f.revents().is_empty())
+                .map(|(i, _)| i)
+                .collect()
+        };
+        for i in ready {
+            let (stream, buf, busy) = &mut conns[i];
+            loop {
+                match stream.read(&mut chunk) {
+                    Ok(0) => panic!("{}: the server closed a connection", server.name),
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) => panic!("{}: {e}", server.name),
+                }
+            }
+            while let Some((used, reply)) = parse(buf) {
+                buf.drain(..used);
+                let answer: Answer = serde_json::from_value(reply.message()).unwrap();
+                failed += u64::from(
+                    reply.status != 200
+                        || answer.error.is_some()
+                        || answer.result.is_none_or(|r| r.is_error == Some(true)),
+                );
+                answered += 1;
+                *busy = false;
+            }
+        }
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let cpu = cpu_seconds(pid) - cpu_before;
+    let after_mib = rss_mib(pid);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(
+        failed, 0,
+        "{}: {failed} of {calls} calls failed",
+        server.name
+    );
+    Figures {
+        calls_per_s: calls as f64 / wall,
+        cpu_us_per_call: cpu / calls as f64 * 1e6,
+        idle_mib,
+        after_mib,
+    }
+}
+
+/// Writes all of `bytes` to a non-blocking stream (its buffer is empty between requests,
+/// so this rarely waits).
+fn write_all(stream: &mut TcpStream, mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        match stream.write(bytes) {
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::yield_now(),
+            Err(e) => panic!("a request could not be sent: {e}"),
+        }
+    }
+}
+
+/// The trivial HTTP server on `port`: a thread per connection, answering each POST with
+/// JSON (`tools/list` with one tool, anything else with a `tools/call` result echoing the
+/// arguments), keep-alive.
+pub fn echo_http_server(port: u16) {
+    let listener = TcpListener::bind(("127.0.0.1", port)).expect("the echo server's port");
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        std::thread::spawn(move || {
+            let _ = stream.set_nodelay(true);
+            let mut output = stream.try_clone().expect("a second handle");
+            let mut input = BufReader::with_capacity(1 << 16, stream);
+            let mut line = String::new();
+            loop {
+                let mut length = 0usize;
+                loop {
+                    line.clear();
+                    if input.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                    if let Some((name, value)) = line.split_once(':')
+                        && name.eq_ignore_ascii_case("content-length")
+                    {
+                        length = value.trim().parse().unwrap_or(0);
+                    }
+                }
+                let mut body = vec![0u8; length];
+                if input.read_exact(&mut body).is_err() {
+                    return;
+                }
+                let message: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                let result = match message["method"].as_str() {
+                    Some("tools/list") => json!({"tools": [{
+                        "name": "echo",
+                        "inputSchema": {"type": "object"}
+                    }]}),
+                    _ => json!({
+                        "content": [{"type": "text", "text": message["params"]["arguments"].to_string()}],
+                        "isError": false
+                    }),
+                };
+                let answer =
+                    json!({"jsonrpc": "2.0", "id": message["id"], "result": result}).to_string();
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{answer}",
+                    answer.len()
+                );
+                if output.write_all(response.as_bytes()).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+/// The echo server over HTTP, in the plan as `echo-http`.
+pub fn echo(extra: &str) -> Server {
+    Server {
+        name: "echo-http".into(),
+        tool: "echo".into(),
+        arguments: json!({"message": extra}),
+        command: vec![
+            std::env::current_exe().unwrap().display().to_string(),
+            "--echo-http-server".into(),
+            "{port}".into(),
+        ],
+        env: Default::default(),
+        http: Some(Http { stateless: true }),
+    }
+}
