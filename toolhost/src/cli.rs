@@ -170,11 +170,16 @@ pub fn main() -> ExitCode {
         };
     }
     let cli = Cli::parse();
-    // `serve` answers one client: its requests, their tools' inline work and the protocol
-    // I/O all run on one thread, so no message waits for a wake-up on another core (tools
-    // that block still run on the blocking pool). The other commands run one call.
-    let mut builder = if matches!(cli.command, Command::Serve(_)) {
+    // `serve --mcp` answers one client: its requests, their tools' inline work and the
+    // protocol I/O all run on one thread, so no message waits for a wake-up on another core
+    // (tools that block still run on the blocking pool). `serve --http` answers many, each
+    // connection on one of a worker per core. The other commands run one call.
+    let mut builder = if matches!(&cli.command, Command::Serve(args) if args.http.is_none()) {
         tokio::runtime::Builder::new_current_thread()
+    } else if matches!(cli.command, Command::Serve(_)) {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(std::thread::available_parallelism().map_or(2, |n| n.get()));
+        b
     } else {
         let mut b = tokio::runtime::Builder::new_multi_thread();
         b.worker_threads(2);
