@@ -374,6 +374,79 @@ fn a_plain_stateless_call_is_answered_as_the_protocol_librarys_service_answers_i
 }
 
 #[test]
+fn a_stateless_call_that_is_not_plain_gets_the_protocol_librarys_answer() {
+    let ws = workspace();
+    std::fs::write(ws.path().join("a.txt"), "hello\n").unwrap();
+    let server = serve_http(ws.path(), &[]);
+    let call = stateless(
+        4,
+        "tools/call",
+        json!({"name": "read_file", "arguments": {"path": "a.txt"}}),
+        false,
+    );
+    let mut unversioned = call.clone();
+    unversioned["params"]["_meta"]
+        .as_object_mut()
+        .unwrap()
+        .remove("io.modelcontextprotocol/protocolVersion");
+    let v = ("MCP-Protocol-Version", "2026-07-28");
+    let m = ("Mcp-Method", "tools/call");
+    let n = ("Mcp-Name", "read_file");
+    let json_and_events = ("Accept", "application/json, text/event-stream");
+    let cases: [(&str, Vec<(&str, &str)>, &Value, u16, &str); 4] = [
+        (
+            "JSON refused by its weight",
+            vec![
+                ("Accept", "application/json;q=0, text/event-stream"),
+                v,
+                m,
+                n,
+            ],
+            &call,
+            406,
+            "Not Acceptable",
+        ),
+        (
+            "another tool in Mcp-Name",
+            vec![json_and_events, v, m, ("Mcp-Name", "list_dir")],
+            &call,
+            400,
+            "does not match body value",
+        ),
+        (
+            "no Mcp-Name",
+            vec![json_and_events, v, m],
+            &call,
+            400,
+            "missing required Mcp-Name header",
+        ),
+        (
+            "no version in _meta",
+            vec![json_and_events, v, m, n],
+            &unversioned,
+            400,
+            "",
+        ),
+    ];
+    for (case, headers, message, status, says) in cases {
+        let mut all = vec![("Content-Type", "application/json")];
+        all.extend(headers);
+        let r = request(
+            &server.addr,
+            "POST",
+            "/mcp",
+            &all,
+            message.to_string().as_bytes(),
+        );
+        assert_eq!(r.status, status, "{case}: {r:?}");
+        assert!(
+            String::from_utf8_lossy(&r.body).contains(says),
+            "{case}: {r:?}"
+        );
+    }
+}
+
+#[test]
 fn a_stateless_call_whose_client_goes_away_is_cancelled() {
     let ws = workspace();
     allow_shell(ws.path());

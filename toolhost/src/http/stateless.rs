@@ -10,7 +10,7 @@
 //! writes it.
 //!
 //! Plain means what rmcp would accept as it is, checked here as rmcp checks it: a `POST`
-//! that accepts JSON and event streams, with a JSON body; one `MCP-Protocol-Version`
+//! that accepts JSON and event streams (named plainly, without weights), with a JSON body; one `MCP-Protocol-Version`
 //! header, `2026-07-28`, the version in the request's `_meta` too, with the other keys that
 //! version requires there (`clientInfo`, `clientCapabilities`); one `Mcp-Method` header,
 //! `tools/call`, and one `Mcp-Name` header, the tool's name as it is (not Base64); and
@@ -141,17 +141,20 @@ fn only_header<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a str> 
     first.to_str().ok()
 }
 
-/// Whether `Accept` names both `application/json` and `text/event-stream`, as rmcp asks.
+/// Whether `Accept` names both `application/json` and `text/event-stream`, as rmcp asks,
+/// plainly: a media range with parameters (a weight, a quoted value) is rmcp's to read.
 fn accepts_json_and_events(headers: &http::HeaderMap) -> bool {
     let (mut json, mut events) = (false, false);
     for value in headers.get_all(http::header::ACCEPT) {
         let Ok(value) = value.to_str() else {
             return false;
         };
-        for media in value.split(',') {
-            let essence = media.split(';').next().unwrap_or_default().trim();
-            json |= essence.eq_ignore_ascii_case("application/json");
-            events |= essence.eq_ignore_ascii_case("text/event-stream");
+        if value.contains([';', '"']) {
+            return false;
+        }
+        for media in value.split(',').map(str::trim) {
+            json |= media.eq_ignore_ascii_case("application/json");
+            events |= media.eq_ignore_ascii_case("text/event-stream");
         }
     }
     json && events
