@@ -393,7 +393,7 @@ fn a_stateless_call_that_is_not_plain_gets_the_protocol_librarys_answer() {
     let m = ("Mcp-Method", "tools/call");
     let n = ("Mcp-Name", "read_file");
     let json_and_events = ("Accept", "application/json, text/event-stream");
-    let cases: [(&str, Vec<(&str, &str)>, &Value, u16, &str); 4] = [
+    let cases = [
         (
             "JSON refused by its weight",
             vec![
