@@ -6,20 +6,19 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use dispatcher_core::{ConfirmationRequest, ToolResultBlock, ToolUse};
+use dispatcher_core::{ConfirmationRequest, ToolUse};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CreateTaskResult,
-    CustomRequest, CustomResult, ElicitRequest, ElicitRequestParams, InputRequest, InputRequests,
-    InputRequiredResult, TaskPayload,
+    CallToolRequestParams, CallToolResponse, CreateTaskResult, CustomRequest, CustomResult,
+    ElicitRequest, ElicitRequestParams, InputRequest, InputRequests, InputRequiredResult,
+    TaskPayload,
 };
-use rmcp::model::{ClientCapabilities, RequestId, RequestMetaObject};
-use rmcp::service::{Peer, RequestContext, RoleServer};
+use rmcp::service::{RequestContext, RoleServer};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
-use tokio_util::sync::CancellationToken;
-use tool_api::Content;
 
+use super::answer::Finished;
+use super::caller::Caller;
 use super::confirm::{Question, Route, decision_of, decision_schema};
 use super::progress::watch_call;
 use super::request_state::Opened;
@@ -517,167 +516,6 @@ impl McpServer {
         });
         Ok(CallToolResponse::Task(CreateTaskResult::new(task)))
     }
-}
-
-/// What a `tools/call` needs of its request: rmcp's context of it, or the parts of one the
-/// stateless HTTP fast path has without building rmcp's per-request service.
-pub(crate) struct Caller {
-    era: Era,
-    principal: String,
-    /// What the client can take (a 2026 client declares it with each request).
-    caps: ClientCapabilities,
-    id: RequestId,
-    meta: RequestMetaObject,
-    /// How to reach the client before the answer: progress, a mounted server's logs, a
-    /// 2025 session's elicitation. `None` on the fast path, which takes no request that
-    /// asks for any of them.
-    peer: Option<Peer<RoleServer>>,
-    /// Cancelled when the client gives up on the request.
-    ct: CancellationToken,
-}
-
-impl Caller {
-    fn of(context: RequestContext<RoleServer>) -> Caller {
-        Caller {
-            era: Era::of(&context),
-            principal: principal(&context),
-            caps: context.client_capabilities().unwrap_or_default(),
-            id: context.id,
-            meta: context.meta,
-            peer: Some(context.peer),
-            ct: context.ct,
-        }
-    }
-
-    /// A stateless request's caller, from its `_meta` (`None` when the request asks for
-    /// something only rmcp's service can give: progress or log messages before the
-    /// answer), the principal its transport admitted, and the token its transport
-    /// cancels when the client goes away.
-    pub(crate) fn stateless(
-        principal: String,
-        id: RequestId,
-        meta: RequestMetaObject,
-        ct: CancellationToken,
-    ) -> Option<Caller> {
-        if meta.get_progress_token().is_some() || meta.log_level().is_some() {
-            return None;
-        }
-        Some(Caller {
-            era: Era::Stateless,
-            principal,
-            caps: meta.client_capabilities().unwrap_or_default(),
-            id,
-            meta,
-            peer: None,
-            ct,
-        })
-    }
-}
-
-/// How a call ended, as its client gets it.
-struct Finished {
-    result: Result<CallToolResult, McpError>,
-    cancelled: bool,
-}
-
-impl Finished {
-    /// The result block as an MCP result; a mounted server's protocol error (a capability
-    /// the client did not declare, a task of its that failed) as that error, as the
-    /// client would have had it directly.
-    fn of(block: ToolResultBlock) -> Finished {
-        let cancelled = block.error_class == Some(dispatcher_core::ErrorClass::Cancelled);
-        let refused = block
-            .metadata
-            .get(mcp_toolsets::ERROR_META)
-            .and_then(|e| serde_json::from_value::<McpError>(e.clone()).ok());
-        let result = match refused {
-            Some(error) => Err(error),
-            None => Ok(to_mcp(block)),
-        };
-        Finished { result, cancelled }
-    }
-
-    /// A call that ran on its own: a panic in it is an internal error.
-    fn joined(joined: Result<Finished, tokio::task::JoinError>) -> Finished {
-        joined.unwrap_or_else(|e| Finished {
-            result: Err(McpError::internal_error(
-                format!("the call stopped unexpectedly: {e}"),
-                None,
-            )),
-            cancelled: e.is_cancelled(),
-        })
-    }
-
-    fn answer(self) -> Result<CallToolResponse, McpError> {
-        self.result.map(Into::into)
-    }
-
-    fn outcome(self) -> super::tasks::Outcome {
-        use super::tasks::Outcome;
-        match self.result {
-            _ if self.cancelled => Outcome::Cancelled,
-            Ok(result) => Outcome::Completed(result),
-            Err(error) => Outcome::Failed(error),
-        }
-    }
-}
-
-/// A result block as an MCP result.
-fn to_mcp(block: ToolResultBlock) -> CallToolResult {
-    let content: Vec<ContentBlock> = block
-        .content
-        .iter()
-        .map(|c| match c {
-            Content::Text { text } => ContentBlock::text(text.clone()),
-            Content::Image { mime, data } => {
-                use base64::Engine as _;
-                ContentBlock::image(
-                    base64::engine::general_purpose::STANDARD.encode(data),
-                    mime.clone(),
-                )
-            }
-        })
-        .collect();
-    let mut result = if block.is_error() {
-        CallToolResult::error(content)
-    } else {
-        CallToolResult::success(content)
-    };
-    // A mounted server's result, whole (audio, embedded resources, structured content),
-    // unless toolhost cut it for size.
-    if let Some(whole) = block.metadata.get(mcp_toolsets::RESULT_META)
-        && block.metadata.get("spooled_output").is_none()
-    {
-        if let Some(content) = whole
-            .get("content")
-            .and_then(|c| serde_json::from_value::<Vec<ContentBlock>>(c.clone()).ok())
-        {
-            result.content = content;
-        }
-        result.structured_content = whole
-            .get("structuredContent")
-            .filter(|v| !v.is_null())
-            .cloned();
-    }
-    if !block.record.is_empty() {
-        // What the tool did, for the client and its user (never part of the content the
-        // model reads): `_meta` is the protocol's place for it.
-        let mut meta = rmcp::model::MetaObject::new();
-        if !block.record.files_modified.is_empty() {
-            meta.0.insert(
-                "toolhost/files_modified".into(),
-                serde_json::json!(block.record.files_modified),
-            );
-        }
-        if let Some(command) = &block.record.command_executed {
-            meta.0.insert(
-                "toolhost/command_executed".into(),
-                serde_json::json!(command),
-            );
-        }
-        result.meta = Some(meta);
-    }
-    result
 }
 
 /// Stops a task when dropped.

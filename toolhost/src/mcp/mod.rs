@@ -1,4 +1,5 @@
-//! toolhost as an MCP server: the request handler ([`server`]), the screening every
+//! toolhost as an MCP server: the request handler ([`server`]), a `tools/call` (`call`: who
+//! sent it, `caller`, and how it ended, `answer`), the screening every
 //! incoming message passes first ([`screen`]), how the user is asked ([`confirm`]) and
 //! stateless confirmations ([`request_state`]), where calls run ([`sessions`]), live output
 //! ([`progress`]), what mounted servers ask the user, put to the calling client (`relay`),
@@ -6,7 +7,9 @@
 //! passed on (`passthrough`) and the
 //! transports ([`stdio`]).
 
+mod answer;
 mod call;
+mod caller;
 pub mod confirm;
 pub mod gateway;
 pub mod list_changes;
@@ -23,7 +26,7 @@ pub mod tasks;
 pub mod tasks_2025;
 mod tasks_shared;
 
-pub(crate) use call::Caller;
+pub(crate) use caller::Caller;
 pub use confirm::{McpConfirmer, PromptFallback, Routes};
 pub use gateway::Upstreams;
 pub use server::{McpServer, McpShared};
