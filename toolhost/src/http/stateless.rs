@@ -29,8 +29,8 @@ use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use http::request::Parts;
 use rmcp::model::{
-    ClientJsonRpcMessage, ClientRequest, ErrorCode, ErrorData, GetMeta as _, ProtocolVersion,
-    ServerJsonRpcMessage, ServerResult,
+    CallToolRequest, ClientJsonRpcMessage, ClientRequest, ErrorCode, ErrorData, ProtocolVersion,
+    RequestMetaObject, ServerJsonRpcMessage, ServerResult,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -63,23 +63,20 @@ impl StatelessCalls {
         parts: &Parts,
         message: ClientJsonRpcMessage,
     ) -> Result<Response, ClientJsonRpcMessage> {
-        if !plain(parts, &message) {
-            return Err(message);
-        }
         let ClientJsonRpcMessage::Request(mut request) = message else {
-            unreachable!("plain() takes requests only")
+            return Err(message);
+        };
+        let mut call = match request.request {
+            ClientRequest::CallToolRequest(call) if plain(parts, &call) => call,
+            other => {
+                request.request = other;
+                return Err(ClientJsonRpcMessage::Request(request));
+            }
         };
         let id = request.id;
-        let meta = std::mem::take(request.request.get_meta_mut());
-        let ClientRequest::CallToolRequest(call) = request.request else {
-            unreachable!("plain() takes tools/call only")
-        };
+        let meta = call.params.meta.take().unwrap_or_default();
         let ct = CancellationToken::new();
-        let Some(caller) =
-            Caller::stateless(principal_of_parts(parts), id.clone(), meta, ct.clone())
-        else {
-            unreachable!("plain() takes no progress token or log level")
-        };
+        let caller = Caller::stateless(principal_of_parts(parts), id.clone(), meta, ct.clone());
         let server = self.server.clone();
         // Boxed: the task holds a pointer, not the handler's whole future, which spawning
         // and finishing would copy.
@@ -109,15 +106,10 @@ impl StatelessCalls {
     }
 }
 
-/// Whether rmcp would take `message` as it is, and it needs nothing of rmcp's service.
-fn plain(parts: &Parts, message: &ClientJsonRpcMessage) -> bool {
-    let ClientJsonRpcMessage::Request(request) = message else {
-        return false;
-    };
-    let ClientRequest::CallToolRequest(call) = &request.request else {
-        return false;
-    };
-    let meta = request.request.get_meta();
+/// Whether rmcp would take `call` as it is, and it needs nothing of rmcp's service.
+fn plain(parts: &Parts, call: &CallToolRequest) -> bool {
+    let none = RequestMetaObject::default();
+    let meta = call.params.meta.as_ref().unwrap_or(&none);
     let version = ProtocolVersion::V_2026_07_28;
     parts.method == http::Method::POST
         && accepts_json_and_events(&parts.headers)

@@ -39,20 +39,17 @@ impl Caller {
         }
     }
 
-    /// A stateless request's caller, from its `_meta` (`None` when the request asks for
-    /// something only rmcp's service can give: progress or log messages before the
-    /// answer), the principal its transport admitted, and the token its transport
-    /// cancels when the client goes away.
+    /// A stateless request's caller, from its `_meta`, the principal its transport
+    /// admitted, and the token its transport cancels when the client goes away. The
+    /// transport passes only requests that ask for nothing to be sent before the answer
+    /// (no progress token, no log level): this caller has no way to send it.
     pub(crate) fn stateless(
         principal: String,
         id: RequestId,
         meta: RequestMetaObject,
         ct: CancellationToken,
-    ) -> Option<Caller> {
-        if meta.get_progress_token().is_some() || meta.log_level().is_some() {
-            return None;
-        }
-        Some(Caller {
+    ) -> Caller {
+        Caller {
             era: Era::Stateless,
             principal,
             caps: meta.client_capabilities().unwrap_or_default(),
@@ -60,6 +57,6 @@ impl Caller {
             meta,
             peer: None,
             ct,
-        })
+        }
     }
 }
