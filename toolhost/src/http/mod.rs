@@ -13,6 +13,9 @@
 //! longer than the request timeout gets `504` with a JSON-RPC error, and its call is
 //! cancelled.
 //!
+//! A plain stateless (2026-07-28) `tools/call` is then answered without rmcp's per-request
+//! service (the `stateless` module); anything else goes through that service.
+//!
 //! rmcp's own `Host`/`Origin` checks are switched off: [`access`] makes the one decision
 //! for every route, MCP and control alike.
 //!
