@@ -160,6 +160,7 @@ impl Running {
             .unwrap_or_else(|| panic!("{}: no command", server.name));
         let mut child = Command::new(program)
             .args(args)
+            .envs(&server.env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -266,19 +267,7 @@ fn round(server: &Server, calls: u64, inflight: u64) -> Figures {
         }),
     );
     s.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
-    let listed = s.request(1, "tools/list", serde_json::json!({}));
-    let names: Vec<&str> = listed["tools"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|t| t["name"].as_str())
-        .collect();
-    assert!(
-        names.contains(&server.tool.as_str()),
-        "{}: no tool {} (it has {names:?})",
-        server.name,
-        server.tool
-    );
+    assert_lists_tool(server, &s.request(1, "tools/list", serde_json::json!({})));
     let params = serde_json::json!({"name": server.tool, "arguments": server.arguments});
     let first = s.request(2, "tools/call", params.clone());
     assert_ne!(
@@ -286,15 +275,12 @@ fn round(server: &Server, calls: u64, inflight: u64) -> Figures {
         "{}: the first call failed: {first}",
         server.name
     );
-    std::thread::sleep(Duration::from_millis(300));
-    let idle_mib = rss_mib(s.pid);
-    let cpu_before = cpu_seconds(s.pid);
+    let meter = Meter::start(s.pid, idle_mib(s.pid));
     // Ids from 1000 up; answers carry them back, so the outstanding count is all we keep.
     let call = |id: u64| {
         format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{params}}}"#)
     };
     let (mut sent, mut answered, mut failed) = (0u64, 0u64, 0u64);
-    let started = Instant::now();
     while answered < calls {
         if sent < calls && sent - answered < inflight {
             while sent < calls && sent - answered < inflight {
@@ -319,20 +305,91 @@ fn round(server: &Server, calls: u64, inflight: u64) -> Figures {
             failed += u64::from(errored);
         }
     }
-    let wall = started.elapsed().as_secs_f64();
-    let cpu = cpu_seconds(s.pid) - cpu_before;
-    let after_mib = rss_mib(s.pid);
+    let figures = meter.read(calls);
     s.stop();
+    all_answered(server, failed, calls, figures)
+}
+
+/// Checks that a `tools/list` result names the server's tool.
+fn assert_lists_tool(server: &Server, listed: &Value) {
+    let names: Vec<&str> = listed["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&server.tool.as_str()),
+        "{}: no tool {} (it has {names:?})",
+        server.name,
+        server.tool
+    );
+}
+
+/// A server's resident memory once idle: a moment after its first answer.
+fn idle_mib(pid: u32) -> f64 {
+    std::thread::sleep(Duration::from_millis(300));
+    rss_mib(pid)
+}
+
+/// A round's clock and the server's CPU, from just before its first timed call.
+struct Meter {
+    pid: u32,
+    idle_mib: f64,
+    cpu_before: f64,
+    started: Instant,
+}
+
+impl Meter {
+    fn start(pid: u32, idle_mib: f64) -> Meter {
+        Meter {
+            pid,
+            idle_mib,
+            cpu_before: cpu_seconds(pid),
+            started: Instant::now(),
+        }
+    }
+
+    /// The round's figures after `calls` calls (read while the server still runs).
+    fn read(&self, calls: u64) -> Figures {
+        let wall = self.started.elapsed().as_secs_f64();
+        let cpu = cpu_seconds(self.pid) - self.cpu_before;
+        Figures {
+            calls_per_s: calls as f64 / wall,
+            cpu_us_per_call: cpu / calls as f64 * 1e6,
+            idle_mib: self.idle_mib,
+            after_mib: rss_mib(self.pid),
+        }
+    }
+}
+
+/// `figures`, when every call of the round succeeded (checked once the server stopped).
+fn all_answered(server: &Server, failed: u64, calls: u64, figures: Figures) -> Figures {
     assert_eq!(
         failed, 0,
         "{}: {failed} of {calls} calls failed",
         server.name
     );
-    Figures {
-        calls_per_s: calls as f64 / wall,
-        cpu_us_per_call: cpu / calls as f64 * 1e6,
-        idle_mib,
-        after_mib,
+    figures
+}
+
+/// The echo servers' answer to `message`: `initialize`, `tools/list` (one tool, `echo`),
+/// and anything else as a `tools/call` whose text is the arguments.
+fn echo_result(message: &Value) -> Value {
+    match message["method"].as_str() {
+        Some("initialize") => serde_json::json!({
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "echo", "version": "1"}
+        }),
+        Some("tools/list") => serde_json::json!({"tools": [{
+            "name": "echo",
+            "inputSchema": {"type": "object"}
+        }]}),
+        _ => serde_json::json!({
+            "content": [{"type": "text", "text": message["params"]["arguments"].to_string()}],
+            "isError": false
+        }),
     }
 }
 
@@ -354,22 +411,8 @@ fn echo_server() {
         let Some(id) = message.get("id") else {
             continue;
         };
-        let result = match message["method"].as_str() {
-            Some("initialize") => serde_json::json!({
-                "protocolVersion": "2025-11-25",
-                "capabilities": {"tools": {}},
-                "serverInfo": {"name": "echo", "version": "1"}
-            }),
-            Some("tools/list") => serde_json::json!({"tools": [{
-                "name": "echo",
-                "inputSchema": {"type": "object"}
-            }]}),
-            _ => serde_json::json!({
-                "content": [{"type": "text", "text": message["params"]["arguments"].to_string()}],
-                "isError": false
-            }),
-        };
-        let answer = serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result});
+        let answer =
+            serde_json::json!({"jsonrpc": "2.0", "id": id, "result": echo_result(&message)});
         serde_json::to_writer(&mut output, &answer).unwrap();
         output.write_all(b"\n").unwrap();
         if input.buffer().is_empty() && output.flush().is_err() {

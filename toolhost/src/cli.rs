@@ -174,16 +174,18 @@ pub fn main() -> ExitCode {
     // protocol I/O all run on one thread, so no message waits for a wake-up on another core
     // (tools that block still run on the blocking pool). `serve --http` answers many, each
     // connection on one of a worker per core. The other commands run one call.
-    let mut builder = if matches!(&cli.command, Command::Serve(args) if args.http.is_none()) {
-        tokio::runtime::Builder::new_current_thread()
-    } else if matches!(cli.command, Command::Serve(_)) {
-        let mut b = tokio::runtime::Builder::new_multi_thread();
-        b.worker_threads(std::thread::available_parallelism().map_or(2, |n| n.get()));
-        b
-    } else {
-        let mut b = tokio::runtime::Builder::new_multi_thread();
-        b.worker_threads(2);
-        b
+    let workers = match &cli.command {
+        Command::Serve(args) if args.http.is_none() => None,
+        Command::Serve(_) => Some(std::thread::available_parallelism().map_or(2, |n| n.get())),
+        _ => Some(2),
+    };
+    let mut builder = match workers {
+        None => tokio::runtime::Builder::new_current_thread(),
+        Some(n) => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(n);
+            b
+        }
     };
     let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,

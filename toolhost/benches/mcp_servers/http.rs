@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Answer, Figures, Server, cpu_seconds, rss_mib};
+use super::{
+    Answer, Figures, Meter, Server, all_answered, assert_lists_tool, echo_result, idle_mib,
+};
 
 /// How a server of the plan is reached over HTTP.
 #[derive(Deserialize, Clone)]
@@ -144,13 +146,22 @@ struct Client {
 impl Client {
     /// The request for `method` with `params` and `id`, as this server takes it.
     fn request(&self, id: u64, method: &str, mut params: Value, name: Option<&str>) -> Vec<u8> {
-        let mut headers = vec![("Mcp-Method", method)];
         if self.stateless {
             params["_meta"] = json!({
                 "io.modelcontextprotocol/protocolVersion": "2026-07-28",
                 "io.modelcontextprotocol/clientInfo": {"name": "toolhost-bench", "version": "1"},
                 "io.modelcontextprotocol/clientCapabilities": {},
             });
+        }
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.message(method, name, &body)
+    }
+
+    /// `message` posted with the headers this server takes: the version, the session,
+    /// and (stateless) `Mcp-Method` and `Mcp-Name`.
+    fn message(&self, method: &str, name: Option<&str>, message: &Value) -> Vec<u8> {
+        let mut headers = vec![("Mcp-Method", method)];
+        if self.stateless {
             headers.push(("MCP-Protocol-Version", "2026-07-28"));
             if let Some(name) = name {
                 headers.push(("Mcp-Name", name));
@@ -161,8 +172,7 @@ impl Client {
         if let Some(session) = &self.session {
             headers.push(("Mcp-Session-Id", session));
         }
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        post(self.port, &headers, &body.to_string())
+        post(self.port, &headers, &message.to_string())
     }
 
     /// One request on a blocking connection of its own, and its whole response.
@@ -245,30 +255,18 @@ pub fn round(server: &Server, http: &Http, calls: u64, inflight: u64) -> Figures
         ));
         assert_eq!(reply.status, 200, "{}: initialize failed", server.name);
         client.session = reply.session;
-        let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
-        let mut headers = vec![("MCP-Protocol-Version", SESSION_VERSION)];
-        if let Some(session) = &client.session {
-            headers.push(("Mcp-Session-Id", session));
-        }
-        headers.push(("Mcp-Method", "notifications/initialized"));
-        client.exchange(&post(port, &headers, initialized));
+        let method = "notifications/initialized";
+        client.exchange(&client.message(
+            method,
+            None,
+            &json!({"jsonrpc": "2.0", "method": method}),
+        ));
     }
-    let listed = client.call(1, "tools/list", json!({}), None);
-    assert!(
-        listed["tools"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|t| t["name"] == server.tool.as_str()),
-        "{}: no tool {}",
-        server.name,
-        server.tool
-    );
+    assert_lists_tool(server, &client.call(1, "tools/list", json!({}), None));
     let params = json!({"name": server.tool, "arguments": server.arguments});
     let first = client.call(2, "tools/call", params.clone(), Some(&server.tool));
     assert_ne!(first["isError"], true, "{}: {first}", server.name);
-    std::thread::sleep(Duration::from_millis(300));
-    let idle_mib = rss_mib(pid);
+    let idle_mib = idle_mib(pid);
 
     let request = client.request(3, "tools/call", params, Some(&server.tool));
     let mut conns: Vec<(TcpStream, Vec<u8>, bool)> = (0..inflight)
@@ -279,10 +277,9 @@ pub fn round(server: &Server, http: &Http, calls: u64, inflight: u64) -> Figures
             (stream, Vec::with_capacity(1 << 14), false)
         })
         .collect();
-    let cpu_before = cpu_seconds(pid);
     let (mut sent, mut answered, mut failed) = (0u64, 0u64, 0u64);
     let mut chunk = vec![0u8; 1 << 16];
-    let started = Instant::now();
+    let meter = Meter::start(pid, idle_mib);
     while answered < calls {
         for (stream, _, busy) in &mut conns {
             if !*busy && sent < calls {
@@ -332,22 +329,10 @@ pub fn round(server: &Server, http: &Http, calls: u64, inflight: u64) -> Figures
             }
         }
     }
-    let wall = started.elapsed().as_secs_f64();
-    let cpu = cpu_seconds(pid) - cpu_before;
-    let after_mib = rss_mib(pid);
+    let figures = meter.read(calls);
     let _ = child.kill();
     let _ = child.wait();
-    assert_eq!(
-        failed, 0,
-        "{}: {failed} of {calls} calls failed",
-        server.name
-    );
-    Figures {
-        calls_per_s: calls as f64 / wall,
-        cpu_us_per_call: cpu / calls as f64 * 1e6,
-        idle_mib,
-        after_mib,
-    }
+    all_answered(server, failed, calls, figures)
 }
 
 /// Writes all of `bytes` to a non-blocking stream (its buffer is empty between requests,
@@ -363,8 +348,7 @@ fn write_all(stream: &mut TcpStream, mut bytes: &[u8]) {
 }
 
 /// The trivial HTTP server on `port`: a thread per connection, answering each POST with
-/// JSON (`tools/list` with one tool, anything else with a `tools/call` result echoing the
-/// arguments), keep-alive.
+/// JSON as the stdio echo server answers a line ([`echo_result`]), keep-alive.
 pub fn echo_http_server(port: u16) {
     let listener = TcpListener::bind(("127.0.0.1", port)).expect("the echo server's port");
     for stream in listener.incoming() {
@@ -395,18 +379,9 @@ pub fn echo_http_server(port: u16) {
                     return;
                 }
                 let message: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                let result = match message["method"].as_str() {
-                    Some("tools/list") => json!({"tools": [{
-                        "name": "echo",
-                        "inputSchema": {"type": "object"}
-                    }]}),
-                    _ => json!({
-                        "content": [{"type": "text", "text": message["params"]["arguments"].to_string()}],
-                        "isError": false
-                    }),
-                };
                 let answer =
-                    json!({"jsonrpc": "2.0", "id": message["id"], "result": result}).to_string();
+                    json!({"jsonrpc": "2.0", "id": message["id"], "result": echo_result(&message)})
+                        .to_string();
                 let response = format!(
                     "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{answer}",
                     answer.len()
