@@ -305,9 +305,23 @@ fn a_console_on_one_instance_sees_and_answers_a_confirmation_pending_at_another(
         instance(ws.path(), &redis.url()),
         instance(ws.path(), &redis.url()),
     );
-    // The console is open at A only.
+    // The console is open at A only. It follows B once its subscription in the store is
+    // up: until a call at B is told at A, a moment's wait was a guess (under load, late).
     let events = follow_events(&a.addr);
-    std::thread::sleep(Duration::from_millis(300));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let listing = stateless(
+            1,
+            "tools/call",
+            json!({"name": "list_dir", "arguments": {}}),
+            false,
+        );
+        post_stateless(&b.addr, &listing);
+        if events.recv_timeout(Duration::from_millis(500)).is_ok() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "A's console never saw B's calls");
+    }
     // A 2025 client that cannot be asked calls at B: its call waits for the console.
     let session = legacy_session(&b.addr, false);
     let at_b = b.addr.clone();
