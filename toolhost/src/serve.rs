@@ -213,6 +213,10 @@ async fn control_beside_stdio(
     }))
 }
 
+/// How long the calls still running when the protocol input ends are waited for, as rmcp
+/// waits for its own.
+const STDIO_DRAIN: Duration = Duration::from_secs(5);
+
 async fn serve_mcp(sources: &Sources<'_>, serve: &ServeArgs) -> Result<ExitCode, UsageError> {
     let args = &serve.session;
     use rmcp::ServiceExt as _;
@@ -242,6 +246,7 @@ async fn serve_mcp(sources: &Sources<'_>, serve: &ServeArgs) -> Result<ExitCode,
         mcp::Tasks::new(sources.config.mcp.tasks.settings()),
     );
     let server = mcp::McpServer::new(shared.clone());
+    let direct_server = mcp::McpServer::new(shared.clone());
     tracing::info!(workspace = %args.workspace.display(), "MCP server on stdio");
     let (eof_tx, eof_rx) = tokio::sync::oneshot::channel();
     let stdin = mcp::EofNotify::new(protocol_stdin(), eof_tx);
@@ -259,15 +264,19 @@ async fn serve_mcp(sources: &Sources<'_>, serve: &ServeArgs) -> Result<ExitCode,
     let stdout = protocol_stdout()
         .map_err(|e| UsageError(format!("cannot set up stdout for the protocol: {e}")))?;
     let mut exit = ExitCode::SUCCESS;
+    let mut transport =
+        mcp::stdio::StdioTransport::new(stdin, stdout, sources.config.mcp.max_message_bytes.0)
+            .with_tasks_2025(sources.config.mcp.tasks.enabled);
+    let direct = transport.answer_calls(direct_server);
     let serving = async {
-        let transport =
-            mcp::stdio::StdioTransport::new(stdin, stdout, sources.config.mcp.max_message_bytes.0)
-                .with_tasks_2025(sources.config.mcp.tasks.enabled);
         match server.serve(transport).await {
             Ok(running) => {
+                direct.open(running.peer());
                 if let Err(e) = running.waiting().await {
                     tracing::warn!("MCP session ended with an error: {e}");
                 }
+                // As rmcp waits for the calls it answers when the input ends.
+                direct.finish(STDIO_DRAIN).await;
             }
             Err(e) => tracing::warn!("MCP initialization failed: {e}"),
         }

@@ -530,12 +530,14 @@ async fn twenty_concurrent_calls_are_served_concurrently() {
 }
 
 /// `toolhost serve --mcp` over `ws` on raw pipes (with `extra` arguments), already sent the
-/// handshake and one `tools/call` (id 2) of `tool` with `arguments`; stdin stays open.
-fn raw_server_calling(
+/// 2025 handshake of a client declaring `capabilities`; stdin stays open. A plain
+/// `tools/call` on these pipes (no progress token) is answered without rmcp's
+/// per-request service; a call from rmcp's own client always asks for progress and goes
+/// through it.
+fn raw_server(
     ws: &Path,
     extra: &[&std::ffi::OsStr],
-    tool: &str,
-    arguments: Value,
+    capabilities: Value,
 ) -> (std::process::Child, std::process::ChildStdin) {
     use std::io::Write;
     use std::process::{Command, Stdio};
@@ -553,16 +555,189 @@ fn raw_server_calling(
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": tool, "arguments": arguments}});
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": capabilities,
+            "clientInfo": {"name": "t", "version": "1"}}});
     for frame in [
-        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#.to_string(),
+        initialize.to_string(),
         r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_string(),
-        call.to_string(),
     ] {
         writeln!(stdin, "{frame}").unwrap();
     }
     (child, stdin)
+}
+
+/// [`raw_server`] with no client capabilities, already sent one `tools/call` (id 2) of
+/// `tool` with `arguments`.
+fn raw_server_calling(
+    ws: &Path,
+    extra: &[&std::ffi::OsStr],
+    tool: &str,
+    arguments: Value,
+) -> (std::process::Child, std::process::ChildStdin) {
+    use std::io::Write;
+    let (child, mut stdin) = raw_server(ws, extra, json!({}));
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments}});
+    writeln!(stdin, "{call}").unwrap();
+    (child, stdin)
+}
+
+/// The messages a raw server writes, read on a thread of their own.
+struct RawOutput {
+    lines: std::sync::mpsc::Receiver<Value>,
+    /// Every message taken so far.
+    seen: Vec<Value>,
+}
+
+impl RawOutput {
+    fn of(child: &mut std::process::Child) -> RawOutput {
+        use std::io::BufRead;
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let message = serde_json::from_str::<Value>(&line)
+                    .unwrap_or_else(|e| panic!("not JSON on stdout: {line:?}: {e}"));
+                if tx.send(message).is_err() {
+                    break;
+                }
+            }
+        });
+        RawOutput {
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// The next message that `wanted`, within 20 s.
+    fn until(&mut self, wanted: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(message) => {
+                    self.seen.push(message.clone());
+                    if wanted(&message) {
+                        return message;
+                    }
+                }
+                Err(e) => panic!("not seen ({e}); got {:?}", self.seen),
+            }
+        }
+    }
+
+    /// Every message written until the server closed its output.
+    fn rest(mut self) -> Vec<Value> {
+        while let Ok(message) = self.lines.recv_timeout(Duration::from_secs(20)) {
+            self.seen.push(message);
+        }
+        self.seen
+    }
+}
+
+/// The answer to request `id`.
+fn answers(id: i64) -> impl Fn(&Value) -> bool {
+    move |m| m["id"] == json!(id) && m.get("method").is_none()
+}
+
+#[test]
+fn a_plain_call_is_cancelled_by_notifications_cancelled_gets_no_answer_and_the_session_goes_on() {
+    use std::io::Write;
+    let ws = workspace();
+    allow_shell(ws.path());
+    let (mut child, mut stdin) = raw_server_calling(
+        ws.path(),
+        &[],
+        "shell",
+        json!({"command": "sleep 60 & echo $! > sleeper.pid; wait"}),
+    );
+    let mut out = RawOutput::of(&mut child);
+    let pid = read_pid(&ws.path().join("sleeper.pid"));
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":2,"reason":"user interrupt"}}}}"#
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(8);
+    while process_alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!process_alive(pid), "the shell's child was stopped");
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"read_file","arguments":{{"path":"README.md"}}}}}}"#
+    )
+    .unwrap();
+    let next = out.until(answers(3));
+    assert_eq!(next["result"]["content"][0]["text"], "# hello\n", "{next}");
+    drop(stdin);
+    let _ = wait_exit(&mut child);
+    let seen = out.rest();
+    assert!(
+        !seen.iter().any(|m| m["id"] == json!(2)),
+        "a cancelled request gets no answer: {seen:?}"
+    );
+}
+
+#[test]
+fn a_plain_call_asks_its_user_through_elicitation_and_runs_on_the_answer() {
+    use std::io::Write;
+    let ws = workspace();
+    let (mut child, mut stdin) = raw_server(ws.path(), &[], json!({"elicitation": {}}));
+    let mut out = RawOutput::of(&mut child);
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"write_file","arguments":{{"path":"allowed.txt","content":"x"}}}}}}"#
+    )
+    .unwrap();
+    let question = out.until(|m| m["method"] == "elicitation/create");
+    let answer = json!({"jsonrpc": "2.0", "id": question["id"],
+        "result": {"action": "accept", "content": {"decision": "allow"}}});
+    writeln!(stdin, "{answer}").unwrap();
+    let result = out.until(answers(2));
+    assert_eq!(result["result"]["isError"], false, "{result}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("allowed.txt")).unwrap(),
+        "x"
+    );
+    drop(stdin);
+    let _ = wait_exit(&mut child);
+}
+
+#[test]
+fn a_call_still_running_when_the_input_ends_is_answered_before_the_server_exits() {
+    let ws = workspace();
+    allow_shell(ws.path());
+    let (mut child, stdin) = raw_server_calling(
+        ws.path(),
+        &[],
+        "shell",
+        json!({"command": "echo started > started.txt; sleep 60"}),
+    );
+    let out = RawOutput::of(&mut child);
+    read_pid_file_appears(&ws.path().join("started.txt"));
+    drop(stdin);
+    assert!(wait_exit(&mut child).success());
+    let seen = out.rest();
+    let answer = seen
+        .iter()
+        .find(|m| answers(2)(m))
+        .unwrap_or_else(|| panic!("no answer to the running call: {seen:?}"));
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+}
+
+fn read_pid_file_appears(path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]

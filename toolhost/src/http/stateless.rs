@@ -74,7 +74,10 @@ impl StatelessCalls {
             }
         };
         let id = request.id;
-        let meta = call.params.meta.take().unwrap_or_default();
+        let meta = call
+            .extensions
+            .remove::<RequestMetaObject>()
+            .unwrap_or_default();
         let ct = CancellationToken::new();
         let caller = Caller::stateless(principal_of_parts(parts), id.clone(), meta, ct.clone());
         let server = self.server.clone();
@@ -108,8 +111,9 @@ impl StatelessCalls {
 
 /// Whether rmcp would take `call` as it is, and it needs nothing of rmcp's service.
 fn plain(parts: &Parts, call: &CallToolRequest) -> bool {
+    // Parsed, a request's `_meta` is in its extensions (as rmcp parses it).
     let none = RequestMetaObject::default();
-    let meta = call.params.meta.as_ref().unwrap_or(&none);
+    let meta = call.extensions.get::<RequestMetaObject>().unwrap_or(&none);
     let version = ProtocolVersion::V_2026_07_28;
     parts.method == http::Method::POST
         && accepts_json_and_events(&parts.headers)
@@ -188,5 +192,61 @@ fn json_response(message: &ServerJsonRpcMessage) -> Response {
             format!("the answer could not be written as JSON: {e}"),
         )
             .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::expect_used)]
+    use super::*;
+
+    /// A `POST` with the headers a plain 2026-07-28 `tools/call` of `read_file` carries.
+    fn parts(accept: &str) -> Parts {
+        let (parts, ()) = http::Request::post("/mcp")
+            .header("accept", accept)
+            .header("content-type", "application/json")
+            .header("mcp-protocol-version", VERSION)
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "read_file")
+            .body(())
+            .expect("a request")
+            .into_parts();
+        parts
+    }
+
+    /// A call of `read_file` as the transport parses it, with `more` in its `_meta`.
+    fn call(more: &str) -> CallToolRequest {
+        let line = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"read_file","arguments":{{"path":"a"}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{{"name":"c","version":"1"}},"io.modelcontextprotocol/clientCapabilities":{{}}{more}}}}}}}"#
+        );
+        match crate::mcp::screen::screen(line.as_bytes()) {
+            Ok(ClientJsonRpcMessage::Request(request)) => match request.request {
+                ClientRequest::CallToolRequest(call) => call,
+                other => panic!("not a call: {other:?}"),
+            },
+            other => panic!("not a request: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_plain_call_as_parsed_takes_the_fast_path_and_anything_more_goes_to_rmcp() {
+        let both = "application/json, text/event-stream";
+        let cases = [
+            (parts(both), call(""), true),
+            (parts(both), call(r#","progressToken":7"#), false),
+            (
+                parts(both),
+                call(r#","io.modelcontextprotocol/logLevel":"debug""#),
+                false,
+            ),
+            (
+                parts("application/json;q=0, text/event-stream"),
+                call(""),
+                false,
+            ),
+        ];
+        for (i, (parts, call, expected)) in cases.into_iter().enumerate() {
+            assert_eq!(plain(&parts, &call), expected, "case {i}");
+        }
     }
 }

@@ -11,8 +11,17 @@
 //! in its table and one of the two answers would be dropped without a word. An id is free
 //! again once its response is sent; the id of a cancelled request stays taken (MCP says a
 //! client never reuses an id within a session, and rmcp sends nothing for it).
+//!
+//! Answers are written by one task ([`output`]), everything ready at once in one write. A
+//! 2025-era session's plain `tools/call` is answered by the transport itself, without
+//! rmcp's per-request service ([`calls`]).
 
-use std::collections::HashSet;
+mod calls;
+pub mod output;
+
+pub use calls::DirectCalls;
+
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -21,46 +30,55 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use rmcp::model::{JsonRpcMessage, RequestId, ServerResult};
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::Mutex;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
+use tokio_util::sync::CancellationToken;
 
 use super::screen::{MessageBuffer, Rejection, answered_id, screen};
+use output::Output;
+
+/// The ids of the requests read and not yet answered; a request the transport answers
+/// itself ([`calls`]) with the token that cancels it.
+type InFlight = std::sync::Mutex<HashMap<RequestId, Option<CancellationToken>>>;
 
 /// Newline-delimited JSON-RPC over a reader and a writer (a pipe, a socket, a file).
-pub struct StdioTransport<R, W> {
+pub struct StdioTransport<R> {
     reader: BufReader<R>,
-    writer: Arc<Mutex<W>>,
+    output: Output,
     /// The line read so far. Kept here, not in the reading future, because the protocol
     /// library may drop that future between two reads (it selects over several events).
     line: MessageBuffer,
-    /// The ids of the requests read and not yet answered.
-    in_flight: Arc<std::sync::Mutex<HashSet<RequestId>>>,
+    in_flight: Arc<InFlight>,
     /// Whether the client is served the 2025-11-25 tasks ([`super::tasks_2025`]).
     tasks_2025: bool,
     /// Whether the client began with `initialize` (a 2025-era client).
     legacy: Arc<AtomicBool>,
+    /// Where plain `tools/call` requests go, if anywhere but rmcp.
+    direct: Option<DirectCalls>,
 }
 
 fn taken(
-    ids: &std::sync::Mutex<HashSet<RequestId>>,
-) -> std::sync::MutexGuard<'_, HashSet<RequestId>> {
+    ids: &InFlight,
+) -> std::sync::MutexGuard<'_, HashMap<RequestId, Option<CancellationToken>>> {
     ids.lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-impl<R, W> StdioTransport<R, W> {
-    /// A transport refusing messages over `max_message_bytes`.
-    pub fn new(reader: R, writer: W, max_message_bytes: usize) -> Self
+impl<R> StdioTransport<R> {
+    /// A transport refusing messages over `max_message_bytes`; its writing task is
+    /// spawned on the current Tokio runtime.
+    pub fn new<W>(reader: R, writer: W, max_message_bytes: usize) -> Self
     where
         R: AsyncRead,
+        W: AsyncWrite + Unpin + Send + 'static,
     {
         StdioTransport {
             reader: BufReader::with_capacity(64 * 1024, reader),
-            writer: Arc::new(Mutex::new(writer)),
+            output: Output::spawn(writer),
             line: MessageBuffer::new(max_message_bytes),
             in_flight: Arc::default(),
             tasks_2025: false,
             legacy: Arc::default(),
+            direct: None,
         }
     }
 
@@ -68,6 +86,15 @@ impl<R, W> StdioTransport<R, W> {
     pub fn with_tasks_2025(mut self, on: bool) -> Self {
         self.tasks_2025 = on;
         self
+    }
+
+    /// Answers a 2025-era session's plain `tools/call` requests itself, with `server` (a
+    /// handler over the same shared state as the one rmcp serves: a call keeps nothing
+    /// in the handler), once the returned handle is opened ([`DirectCalls::open`]).
+    pub fn answer_calls(&mut self, server: super::McpServer) -> DirectCalls {
+        let direct = DirectCalls::new(server, self.output.clone());
+        self.direct = Some(direct.clone());
+        direct
     }
 }
 
@@ -100,7 +127,7 @@ fn wire(
     serde_json::to_vec(item)
 }
 
-impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> StdioTransport<R, W> {
+impl<R: AsyncRead + Unpin> StdioTransport<R> {
     /// The next line (or its refusal when over the limit), `None` at end of input.
     /// Cancel-safe: what was read stays in `self`.
     async fn next_line(&mut self) -> std::io::Result<Option<Result<Vec<u8>, Rejection>>> {
@@ -127,37 +154,27 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> StdioTransport<R, W> {
         }
     }
 
-    /// Answers a refused message from a task of its own, so that the answer is written
-    /// whole even if the reading future is dropped.
-    fn answer(writer: &Arc<Mutex<W>>, rejection: &Rejection)
-    where
-        W: Send + 'static,
-    {
+    /// Answers a refused message: queued now, whole, even if the reading future is
+    /// dropped next.
+    fn answer(&self, rejection: &Rejection) {
         rejection.log();
         let Some(response) = rejection.response() else {
             return;
         };
         let mut bytes = response.to_string().into_bytes();
         bytes.push(b'\n');
-        let writer = writer.clone();
+        let sent = self.output.send(&bytes);
         tokio::spawn(async move {
-            let mut w = writer.lock().await;
-            if let Err(e) = async {
-                w.write_all(&bytes).await?;
-                w.flush().await
-            }
-            .await
-            {
+            if let Err(e) = sent.await {
                 tracing::debug!("could not answer a refused message: {e}");
             }
         });
     }
 }
 
-impl<R, W> Transport<RoleServer> for StdioTransport<R, W>
+impl<R> Transport<RoleServer> for StdioTransport<R>
 where
     R: AsyncRead + Unpin + Send + 'static,
-    W: AsyncWrite + Unpin + Send + 'static,
 {
     type Error = std::io::Error;
 
@@ -168,15 +185,13 @@ where
         if let Some(id) = answered_id(&item) {
             taken(&self.in_flight).remove(id);
         }
-        let writer = self.writer.clone();
-        let (tasks_2025, legacy) = (self.tasks_2025, self.legacy.clone());
-        async move {
-            let mut bytes = wire(&item, tasks_2025, &legacy)?;
+        // Queued now, in the order rmcp sends: a notification goes before the answer
+        // sent after it.
+        let sent = wire(&item, self.tasks_2025, &self.legacy).map(|mut bytes| {
             bytes.push(b'\n');
-            let mut w = writer.lock().await;
-            w.write_all(&bytes).await?;
-            w.flush().await
-        }
+            self.output.send(&bytes)
+        });
+        async move { sent?.await }
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
@@ -199,22 +214,39 @@ where
                     }
                     &bytes
                 }) {
-                    Ok(JsonRpcMessage::Request(request))
-                        if !taken(&self.in_flight).insert(request.id.clone()) =>
-                    {
-                        Rejection::duplicate_id(&request.id)
+                    Ok(JsonRpcMessage::Request(request)) => {
+                        if taken(&self.in_flight).contains_key(&request.id) {
+                            Rejection::duplicate_id(&request.id)
+                        } else {
+                            let passed = match &self.direct {
+                                Some(direct) => direct.take(request, &self.in_flight),
+                                None => Some(request),
+                            };
+                            let Some(request) = passed else { continue };
+                            taken(&self.in_flight).insert(request.id.clone(), None);
+                            return Some(JsonRpcMessage::Request(request));
+                        }
                     }
-                    Ok(message) => return Some(message),
+                    Ok(message) => {
+                        // A call answered here is cancelled here; rmcp, which does not
+                        // know its id, passes the notification by.
+                        if let Some(id) = calls::cancelled_id(&message)
+                            && let Some(Some(ct)) = taken(&self.in_flight).get(id)
+                        {
+                            ct.cancel();
+                        }
+                        return Some(message);
+                    }
                     Err(rejection) => rejection,
                 },
                 Err(too_large) => too_large,
             };
-            Self::answer(&self.writer, &rejection);
+            self.answer(&rejection);
         }
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {
-        self.writer.lock().await.flush().await
+        self.output.flush().await
     }
 }
 
