@@ -356,7 +356,9 @@ impl McpServer {
                 peer,
                 finished,
             ));
-            self.shared.upstreams.lower_log_level(&server, least).await;
+            // On the heap: its future is over 6 KB, which every call's future would
+            // carry (and copy whole when its task is spawned) for the few that get here.
+            Box::pin(self.shared.upstreams.lower_log_level(&server, least)).await;
             logs = Some((done, told));
         }
         // What tells the request's client as the call runs: stopped when a task takes the
