@@ -157,3 +157,82 @@ async fn write_out<W: AsyncWrite + Unpin>(
         progress.send_replace(written);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use std::time::Duration;
+
+    use tokio::io::AsyncReadExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn messages_arrive_whole_and_in_the_order_they_were_sent() {
+        let (writer, mut reader) = tokio::io::duplex(1 << 16);
+        let output = Output::spawn(writer);
+        let sends: Vec<_> = (0..100)
+            .map(|i| output.send(format!("{{\"id\":{i}}}\n").as_bytes()))
+            .collect();
+        for sent in sends {
+            sent.await.unwrap();
+        }
+        output.flush().await.unwrap();
+        drop(output);
+        let mut text = String::new();
+        reader.read_to_string(&mut text).await.unwrap();
+        let expected: String = (0..100).map(|i| format!("{{\"id\":{i}}}\n")).collect();
+        assert_eq!(text, expected);
+    }
+
+    #[tokio::test]
+    async fn a_sender_waits_while_the_backlog_is_over_its_limit_and_goes_on_once_read() {
+        let (writer, mut reader) = tokio::io::duplex(1024);
+        let output = Output::spawn(writer);
+        let line = vec![b'x'; 64 * 1024];
+        // Up to the limit a send does not wait, though nobody reads.
+        let mut queued = 0;
+        while queued + line.len() as u64 <= BACKLOG {
+            tokio::time::timeout(Duration::from_secs(5), output.send(&line))
+                .await
+                .expect("a send within the backlog does not wait")
+                .unwrap();
+            queued += line.len() as u64;
+        }
+        let over = output.send(&line);
+        tokio::pin!(over);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), &mut over)
+                .await
+                .is_err(),
+            "a send over the backlog waits while nobody reads"
+        );
+        let reading = tokio::spawn(async move {
+            let mut sink = Vec::new();
+            reader.read_to_end(&mut sink).await.map(|_| sink.len())
+        });
+        tokio::time::timeout(Duration::from_secs(5), &mut over)
+            .await
+            .expect("the send goes on once the reader reads")
+            .unwrap();
+        output.flush().await.unwrap();
+        drop(output);
+        let read = reading.await.unwrap().unwrap() as u64;
+        assert_eq!(read, queued + line.len() as u64);
+    }
+
+    #[tokio::test]
+    async fn once_the_reader_is_gone_sends_and_flushes_fail_with_a_broken_pipe() {
+        let (writer, reader) = tokio::io::duplex(64);
+        drop(reader);
+        let output = Output::spawn(writer);
+        let first = output.send(b"{\"id\":1}\n").await;
+        let flushed = output.flush().await;
+        assert!(
+            first.is_err() || flushed.is_err(),
+            "the write to a closed reader fails"
+        );
+        let later = output.send(b"{\"id\":2}\n").await.unwrap_err();
+        assert_eq!(later.kind(), std::io::ErrorKind::BrokenPipe, "{later}");
+    }
+}
