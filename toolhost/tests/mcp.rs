@@ -613,7 +613,12 @@ impl RawOutput {
 
     /// The next message that `wanted`, within 20 s.
     fn until(&mut self, wanted: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        self.until_within(Duration::from_secs(20), wanted)
+    }
+
+    /// The next message that `wanted`, within `wait`.
+    fn until_within(&mut self, wait: Duration, wanted: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + wait;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
@@ -714,10 +719,10 @@ fn a_call_still_running_when_the_input_ends_is_answered_before_the_server_exits(
         ws.path(),
         &[],
         "shell",
-        json!({"command": "echo started > started.txt; sleep 60"}),
+        json!({"command": "echo $$ > shell.pid; sleep 60"}),
     );
     let out = RawOutput::of(&mut child);
-    read_pid_file_appears(&ws.path().join("started.txt"));
+    read_pid(&ws.path().join("shell.pid"));
     drop(stdin);
     assert!(wait_exit(&mut child).success());
     let seen = out.rest();
@@ -726,18 +731,6 @@ fn a_call_still_running_when_the_input_ends_is_answered_before_the_server_exits(
         .find(|m| answers(2)(m))
         .unwrap_or_else(|| panic!("no answer to the running call: {seen:?}"));
     assert_eq!(answer["result"]["isError"], true, "{answer}");
-}
-
-fn read_pid_file_appears(path: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !path.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]
@@ -921,7 +914,7 @@ fn serve_answers_requests_from_a_file_into_a_file() {
 /// Sends `frames` (raw lines) after the handshake to a fresh `serve --mcp` and returns every
 /// response, by id, once the response to `last_id` arrived (30 s at most).
 fn raw_exchange(ws: &Path, frames: Vec<Vec<u8>>, last_id: i64) -> Vec<Value> {
-    use std::io::{BufRead, Write};
+    use std::io::Write;
     let (mut child, mut stdin) =
         raw_server_calling(ws, &[], "read_file", json!({"path": "README.md"}));
     let writer = std::thread::spawn(move || {
@@ -931,30 +924,12 @@ fn raw_exchange(ws: &Path, frames: Vec<Vec<u8>>, last_id: i64) -> Vec<Value> {
         }
         stdin
     });
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx
-                .send(serde_json::from_str::<Value>(&line).unwrap())
-                .is_err()
-            {
-                break;
-            }
-        }
-    });
-    let mut seen = Vec::new();
-    while !seen.iter().any(|v: &Value| v["id"] == json!(last_id)) {
-        match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(v) => seen.push(v),
-            Err(_) => panic!("no answer to id {last_id}; got {seen:?}"),
-        }
-    }
+    let mut out = RawOutput::of(&mut child);
+    out.until_within(Duration::from_secs(30), |v| v["id"] == json!(last_id));
     drop(writer.join().unwrap());
     let _ = child.kill();
     let _ = child.wait();
-    seen
+    out.seen
 }
 
 #[test]
