@@ -146,9 +146,7 @@ fn plain(request: &ClientRequest) -> bool {
 
 /// Queues `message` as one line.
 async fn answer(output: &Output, message: &ServerJsonRpcMessage) -> std::io::Result<()> {
-    let mut bytes = serde_json::to_vec(message)?;
-    bytes.push(b'\n');
-    output.send(&bytes).await
+    output.send(&serde_json::to_vec(message)?).await
 }
 
 /// The request a `notifications/cancelled` names, when it is one.

@@ -161,9 +161,7 @@ impl<R: AsyncRead + Unpin> StdioTransport<R> {
         let Some(response) = rejection.response() else {
             return;
         };
-        let mut bytes = response.to_string().into_bytes();
-        bytes.push(b'\n');
-        let sent = self.output.send(&bytes);
+        let sent = self.output.send(response.to_string().as_bytes());
         tokio::spawn(async move {
             if let Err(e) = sent.await {
                 tracing::debug!("could not answer a refused message: {e}");
@@ -187,10 +185,7 @@ where
         }
         // Queued now, in the order rmcp sends: a notification goes before the answer
         // sent after it.
-        let sent = wire(&item, self.tasks_2025, &self.legacy).map(|mut bytes| {
-            bytes.push(b'\n');
-            self.output.send(&bytes)
-        });
+        let sent = wire(&item, self.tasks_2025, &self.legacy).map(|bytes| self.output.send(&bytes));
         async move { sent?.await }
     }
 

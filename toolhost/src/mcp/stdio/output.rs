@@ -57,8 +57,9 @@ impl Output {
         Output { shared, written }
     }
 
-    /// Queues `message` (one whole line, its newline included) now; the future waits only
-    /// while the backlog is over [`BACKLOG`], and fails once the output is closed.
+    /// Queues `message` (one JSON-RPC message, no newline in it) as a line now; the future
+    /// waits only while the backlog is over [`BACKLOG`], and fails once the output is
+    /// closed.
     pub fn send(&self, message: &[u8]) -> impl Future<Output = std::io::Result<()>> + Send + use<> {
         let queued = {
             let mut queue = self.lock();
@@ -66,7 +67,8 @@ impl Output {
                 Some(kind) => Err(kind),
                 None => {
                     queue.bytes.extend_from_slice(message);
-                    queue.queued += message.len() as u64;
+                    queue.bytes.push(b'\n');
+                    queue.queued += message.len() as u64 + 1;
                     Ok(queue.queued)
                 }
             }
@@ -172,7 +174,7 @@ mod tests {
         let (writer, mut reader) = tokio::io::duplex(1 << 16);
         let output = Output::spawn(writer);
         let sends: Vec<_> = (0..100)
-            .map(|i| output.send(format!("{{\"id\":{i}}}\n").as_bytes()))
+            .map(|i| output.send(format!("{{\"id\":{i}}}").as_bytes()))
             .collect();
         for sent in sends {
             sent.await.unwrap();
@@ -189,15 +191,17 @@ mod tests {
     async fn a_sender_waits_while_the_backlog_is_over_its_limit_and_goes_on_once_read() {
         let (writer, mut reader) = tokio::io::duplex(1024);
         let output = Output::spawn(writer);
-        let line = vec![b'x'; 64 * 1024];
+        let line = vec![b'x'; 64 * 1024 - 1];
+        // What one send queues: the message and its newline.
+        let each = line.len() as u64 + 1;
         // Up to the limit a send does not wait, though nobody reads.
         let mut queued = 0;
-        while queued + line.len() as u64 <= BACKLOG {
+        while queued + each <= BACKLOG {
             tokio::time::timeout(Duration::from_secs(5), output.send(&line))
                 .await
                 .expect("a send within the backlog does not wait")
                 .unwrap();
-            queued += line.len() as u64;
+            queued += each;
         }
         let over = output.send(&line);
         tokio::pin!(over);
@@ -218,7 +222,7 @@ mod tests {
         output.flush().await.unwrap();
         drop(output);
         let read = reading.await.unwrap().unwrap() as u64;
-        assert_eq!(read, queued + line.len() as u64);
+        assert_eq!(read, queued + each);
     }
 
     #[tokio::test]
@@ -226,13 +230,13 @@ mod tests {
         let (writer, reader) = tokio::io::duplex(64);
         drop(reader);
         let output = Output::spawn(writer);
-        let first = output.send(b"{\"id\":1}\n").await;
+        let first = output.send(b"{\"id\":1}").await;
         let flushed = output.flush().await;
         assert!(
             first.is_err() || flushed.is_err(),
             "the write to a closed reader fails"
         );
-        let later = output.send(b"{\"id\":2}\n").await.unwrap_err();
+        let later = output.send(b"{\"id\":2}").await.unwrap_err();
         assert_eq!(later.kind(), std::io::ErrorKind::BrokenPipe, "{later}");
     }
 }
