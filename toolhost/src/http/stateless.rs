@@ -81,14 +81,12 @@ impl StatelessCalls {
         let ct = CancellationToken::new();
         let caller = Caller::stateless(principal_of_parts(parts), id.clone(), meta, ct.clone());
         let server = self.server.clone();
-        // Boxed: the task holds a pointer, not the handler's whole future, which spawning
-        // and finishing would copy.
-        let mut running = tokio::spawn(Box::pin(async move {
-            server.call_stateless(call.params, caller).await
-        }));
-        // Dropped before the answer (the client went away, or the request timed out): the
-        // call is told to stop, and its task runs it to its end.
-        let gone = ct.clone().drop_guard();
+        // Polled here, in the request's task: no task of its own, and no wake-up to pass
+        // its answer back, unless the request is dropped first.
+        let mut running = RunsToEnd::new(
+            Box::pin(async move { server.call_stateless(call.params, caller).await }),
+            ct.clone(),
+        );
         let joined = tokio::select! {
             joined = &mut running => joined,
             () = self.stop.cancelled() => {
@@ -96,16 +94,86 @@ impl StatelessCalls {
                 running.await
             }
         };
-        gone.disarm();
         let message = match joined {
             Ok(Ok(response)) => ServerJsonRpcMessage::response(ServerResult::from(response), id),
             Ok(Err(error)) => ServerJsonRpcMessage::error(error, Some(id)),
-            Err(e) => ServerJsonRpcMessage::error(
-                ErrorData::internal_error(format!("the call stopped unexpectedly: {e}"), None),
+            Err(why) => ServerJsonRpcMessage::error(
+                ErrorData::internal_error(format!("the call stopped unexpectedly: {why}"), None),
                 Some(id),
             ),
         };
         Ok(json_response(&message))
+    }
+}
+
+/// The handler's answer to one call.
+type Answer = Result<rmcp::model::CallToolResponse, ErrorData>;
+
+/// A call's future, polled by the request that waits for it. Dropped before the answer
+/// (the client went away, or the request timed out), it cancels `ct` and the call goes on
+/// to its end on a task of its own, so its events and records are whole. A panic in the
+/// call is its answer's error, not the connection's end.
+struct RunsToEnd {
+    call: Option<std::pin::Pin<Box<dyn Future<Output = Answer> + Send>>>,
+    ct: CancellationToken,
+}
+
+impl RunsToEnd {
+    fn new(
+        call: std::pin::Pin<Box<dyn Future<Output = Answer> + Send>>,
+        ct: CancellationToken,
+    ) -> RunsToEnd {
+        RunsToEnd {
+            call: Some(call),
+            ct,
+        }
+    }
+}
+
+impl Future for RunsToEnd {
+    type Output = Result<Answer, String>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let Some(call) = self.call.as_mut() else {
+            return std::task::Poll::Ready(Err("the call was already answered".into()));
+        };
+        let polled =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| call.as_mut().poll(cx)));
+        match polled {
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Ok(std::task::Poll::Ready(answer)) => {
+                self.call = None;
+                std::task::Poll::Ready(Ok(answer))
+            }
+            Err(panic) => {
+                self.call = None;
+                let why = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "it panicked".into());
+                std::task::Poll::Ready(Err(why))
+            }
+        }
+    }
+}
+
+impl Drop for RunsToEnd {
+    fn drop(&mut self) {
+        let Some(call) = self.call.take() else {
+            return;
+        };
+        self.ct.cancel();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(call);
+            }
+            // The runtime itself is going away: nothing is left to run the call on.
+            Err(_) => tracing::debug!("a call was dropped with its runtime"),
+        }
     }
 }
 
@@ -248,5 +316,51 @@ mod tests {
         for (i, (parts, call, expected)) in cases.into_iter().enumerate() {
             assert_eq!(plain(&parts, &call), expected, "case {i}");
         }
+    }
+
+    /// A call that answers once `go` is sent, and says on `ended` that it ran to its end.
+    fn call_until(
+        go: tokio::sync::oneshot::Receiver<()>,
+        ended: tokio::sync::oneshot::Sender<()>,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Answer> + Send>> {
+        Box::pin(async move {
+            let _ = go.await;
+            let _ = ended.send(());
+            Ok(rmcp::model::CallToolResult::success(vec![]).into())
+        })
+    }
+
+    #[tokio::test]
+    async fn a_call_whose_request_is_dropped_is_told_to_stop_and_runs_to_its_end() {
+        let (go_tx, go) = tokio::sync::oneshot::channel();
+        let (ended_tx, ended) = tokio::sync::oneshot::channel();
+        let ct = CancellationToken::new();
+        let mut running = RunsToEnd::new(call_until(go, ended_tx), ct.clone());
+        // Polled once, then the request goes away.
+        assert!(futures_util::poll!(&mut running).is_pending());
+        drop(running);
+        assert!(ct.is_cancelled());
+        go_tx.send(()).expect("the call is still there");
+        tokio::time::timeout(std::time::Duration::from_secs(5), ended)
+            .await
+            .expect("the call ran to its end")
+            .expect("and said so");
+    }
+
+    #[tokio::test]
+    async fn a_call_answered_in_its_request_is_not_cancelled_and_a_panic_is_its_error() {
+        let (go_tx, go) = tokio::sync::oneshot::channel();
+        let (ended_tx, _ended) = tokio::sync::oneshot::channel();
+        let ct = CancellationToken::new();
+        go_tx.send(()).expect("sent");
+        let answered = RunsToEnd::new(call_until(go, ended_tx), ct.clone()).await;
+        assert!(matches!(answered, Ok(Ok(_))), "{answered:?}");
+        assert!(!ct.is_cancelled());
+        let panicked = RunsToEnd::new(
+            Box::pin(async { panic!("the handler broke") }),
+            CancellationToken::new(),
+        )
+        .await;
+        assert_eq!(panicked.err().as_deref(), Some("the handler broke"));
     }
 }

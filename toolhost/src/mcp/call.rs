@@ -19,7 +19,7 @@ use tokio::sync::oneshot;
 
 use super::answer::Finished;
 use super::caller::Caller;
-use super::confirm::{Question, Route, decision_of, decision_schema};
+use super::confirm::{Question, Route, asked_of, decision_of, decision_schema};
 use super::progress::watch_call;
 use super::request_state::Opened;
 use super::server::{Era, McpServer, takes_rounds};
@@ -53,7 +53,7 @@ impl McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        self.call(request, Caller::of(context), TaskMode::Auto)
+        self.call(request, Caller::of(context, &self.declared), TaskMode::Auto)
             .await
     }
 
@@ -123,7 +123,11 @@ impl McpServer {
                     McpError::invalid_params(format!("Invalid params for 'tools/call': {e}"), None)
                 })?;
                 match self
-                    .call(call, Caller::of(context), TaskMode::Now { ttl })
+                    .call(
+                        call,
+                        Caller::of(context, &self.declared),
+                        TaskMode::Now { ttl },
+                    )
                     .await?
                 {
                     CallToolResponse::Task(created) => {
@@ -208,6 +212,7 @@ impl McpServer {
             era,
             principal,
             caps,
+            declared,
             id,
             meta,
             peer,
@@ -233,7 +238,12 @@ impl McpServer {
         let name = request.name.to_string();
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         let (defer_tx, deferred) = oneshot::channel();
-        let caps_declared = caps.clone();
+        // What the client can be asked: a 2026 client declares it with the request; to a
+        // 2025 client toolhost relays elicitation and sampling, not roots.
+        let asked = match era {
+            Era::Stateless => Some(Arc::new(asked_of(&caps))),
+            Era::Session => declared.as_ref().map(|d| d.asked.clone()),
+        };
         let mut resume = None;
         let route = match (era, request.request_state) {
             (Era::Stateless, Some(state)) => {
@@ -253,7 +263,7 @@ impl McpServer {
                         });
                         Route::Defer {
                             to: defer_tx,
-                            caps: Box::new(caps),
+                            caps,
                             allowed: true,
                         }
                     }
@@ -273,7 +283,7 @@ impl McpServer {
                     }
                 }
             }
-            (Era::Stateless, None) if takes_rounds(&caps) => {
+            (Era::Stateless, None) if asked.as_deref().is_some_and(takes_rounds) => {
                 // Answers given up front (no round asked for them) are the client's to give:
                 // a mounted server gets them, as it would directly; toolhost's own question
                 // is never answered by them.
@@ -285,40 +295,17 @@ impl McpServer {
                 }
                 Route::Defer {
                     to: defer_tx,
-                    caps: Box::new(caps),
+                    caps,
                     allowed: false,
                 }
             }
             (Era::Session, _)
-                if let Some(peer) = peer.as_ref().filter(|peer| {
-                    peer.supported_elicitation_modes()
-                        .contains(&rmcp::service::ElicitationMode::Form)
-                }) =>
+                if peer.is_some() && declared.as_ref().is_some_and(|d| d.elicits_form) =>
             {
-                Route::Elicit(peer.clone())
+                Route::Elicit
             }
             _ => Route::Fallback,
         };
-        let client = peer.clone().filter(|_| era == Era::Session);
-        // What the client can be asked: a 2026 client declares it with the request; to a
-        // 2025 client toolhost relays elicitation and sampling, not roots.
-        let asked = match era {
-            Era::Stateless => Some(caps_declared),
-            Era::Session => peer.as_ref().and_then(|p| p.peer_info()).map(|i| {
-                let mut caps = i.capabilities.clone();
-                #[allow(deprecated, reason = "clients still declare roots")]
-                {
-                    caps.roots = None;
-                }
-                caps
-            }),
-        };
-        let routes = &self.shared.routes;
-        let route = routes.enter(tool_use_id.clone(), route, client, asked);
-        let promotion = takes_tasks.then(|| routes.offer_task(tool_use_id.clone()));
-        if let Some(resume) = resume {
-            routes.resume_with(tool_use_id.clone(), resume);
-        }
         let dispatcher = &self.shared.dispatcher;
         let mut call = dispatcher.invocation(
             ToolUse::new(&*tool_use_id, &name, arguments.clone()),
@@ -331,7 +318,7 @@ impl McpServer {
         // Live output is forwarded as it comes when the client asked for progress.
         let watcher = meta
             .get_progress_token()
-            .zip(peer.clone())
+            .and_then(|token| Some((token, peer.clone()?)))
             .map(|(token, peer)| {
                 let events = call.events();
                 let (done, finished) = oneshot::channel();
@@ -360,6 +347,14 @@ impl McpServer {
             // carry (and copy whole when its task is spawned) for the few that get here.
             Box::pin(self.shared.upstreams.lower_log_level(&server, least)).await;
             logs = Some((done, told));
+        }
+        // The call's entry, until it ends; the client's connection goes with it (2025 era).
+        let routes = &self.shared.routes;
+        let client = peer.filter(|_| era == Era::Session);
+        let route = routes.enter(tool_use_id.clone(), route, client, asked);
+        let promotion = takes_tasks.then(|| routes.offer_task(&tool_use_id));
+        if let Some(resume) = resume {
+            routes.resume_with(&tool_use_id, resume);
         }
         // What tells the request's client as the call runs: stopped when a task takes the
         // call over (its request has been answered).

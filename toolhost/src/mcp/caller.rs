@@ -2,8 +2,10 @@
 //! request, from rmcp's context of it or from the stateless HTTP fast path
 //! ([`crate::http`]), which answers without building rmcp's per-request service.
 
-use rmcp::model::{ClientCapabilities, RequestId, RequestMetaObject};
-use rmcp::service::{Peer, RequestContext, RoleServer};
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{ClientCapabilities, InitializeRequestParams, RequestId, RequestMetaObject};
+use rmcp::service::{ElicitationMode, Peer, RequestContext, RoleServer};
 use tokio_util::sync::CancellationToken;
 
 use super::server::Era;
@@ -15,7 +17,9 @@ pub(crate) struct Caller {
     pub(super) era: Era,
     pub(super) principal: String,
     /// What the client can take (a 2026 client declares it with each request).
-    pub(super) caps: ClientCapabilities,
+    pub(super) caps: Arc<ClientCapabilities>,
+    /// What the client of a 2025-era session declared when it opened the session.
+    pub(super) declared: Option<Arc<Declared>>,
     pub(super) id: RequestId,
     pub(super) meta: RequestMetaObject,
     /// How to reach the client before the answer: progress, a mounted server's logs, a
@@ -27,11 +31,27 @@ pub(crate) struct Caller {
 }
 
 impl Caller {
-    pub(super) fn of(context: RequestContext<RoleServer>) -> Caller {
+    /// The caller of rmcp's `context`, the session's declarations worked out once in
+    /// `declared` (as rmcp's context reads them: the request's `_meta` first, then the
+    /// session's `initialize`).
+    pub(super) fn of(context: RequestContext<RoleServer>, declared: &DeclaredOnce) -> Caller {
+        let opened = declared.of(&context.peer);
+        let version = context
+            .meta
+            .protocol_version()
+            .or_else(|| opened.as_ref().map(|d| d.info.protocol_version.clone()));
+        let era = Era::of_version(version.as_ref());
+        let caps = match context.meta.client_capabilities() {
+            Some(caps) => Arc::new(caps),
+            None => opened
+                .as_ref()
+                .map_or_else(Arc::default, |d| d.caps.clone()),
+        };
         Caller {
-            era: Era::of(&context),
+            era,
             principal: principal(&context),
-            caps: context.client_capabilities().unwrap_or_default(),
+            caps,
+            declared: opened.filter(|_| era == Era::Session),
             id: context.id,
             meta: context.meta,
             peer: Some(context.peer),
@@ -52,11 +72,58 @@ impl Caller {
         Caller {
             era: Era::Stateless,
             principal,
-            caps: meta.client_capabilities().unwrap_or_default(),
+            caps: Arc::new(meta.client_capabilities().unwrap_or_default()),
+            declared: None,
             id,
             meta,
             peer: None,
             ct,
         }
+    }
+}
+
+/// What the client of a 2025-era session declared at `initialize`, worked out once for
+/// all its calls.
+pub(crate) struct Declared {
+    /// The handshake it was worked out from.
+    info: Arc<InitializeRequestParams>,
+    caps: Arc<ClientCapabilities>,
+    /// What a mounted server may ask of it while a call runs
+    /// ([`super::confirm::asked_of`]): elicitation and sampling, not roots.
+    pub(super) asked: Arc<ClientCapabilities>,
+    /// It takes form elicitation: toolhost's confirmation question can be asked of it.
+    pub(super) elicits_form: bool,
+}
+
+/// A connection's [`Declared`], kept from its first call.
+#[derive(Default)]
+pub(crate) struct DeclaredOnce(Mutex<Option<Arc<Declared>>>);
+
+impl DeclaredOnce {
+    /// What `peer` declared at `initialize` (`None` before it, or in a session that
+    /// declares with every request).
+    fn of(&self, peer: &Peer<RoleServer>) -> Option<Arc<Declared>> {
+        let info = peer.peer_info()?;
+        let mut kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(declared) = kept.as_ref()
+            && Arc::ptr_eq(&declared.info, &info)
+        {
+            return Some(declared.clone());
+        }
+        let mut relayed = info.capabilities.clone();
+        #[allow(deprecated, reason = "clients still declare roots")]
+        {
+            relayed.roots = None;
+        }
+        let declared = Arc::new(Declared {
+            caps: Arc::new(info.capabilities.clone()),
+            asked: Arc::new(super::confirm::asked_of(&relayed)),
+            elicits_form: peer
+                .supported_elicitation_modes()
+                .contains(&ElicitationMode::Form),
+            info,
+        });
+        *kept = Some(declared.clone());
+        Some(declared)
     }
 }

@@ -86,13 +86,14 @@ pub(crate) enum Question {
 /// How one running call's confirmation is answered: set by the handler before the call
 /// starts, read by the [`McpConfirmer`] when the dispatcher asks.
 pub(crate) enum Route {
-    /// Ask through an `elicitation/create` request to this client (2025-11-25 and older).
-    Elicit(Peer<RoleServer>),
+    /// Ask through an `elicitation/create` request to the call's client, entered with it
+    /// (2025-11-25 and older).
+    Elicit,
     /// End this round with `input_required` (2026-07-28): hand the question to the handler.
     Defer {
         to: oneshot::Sender<Question>,
         /// Which of a mounted server's requests the client can answer.
-        caps: Box<rmcp::model::ClientCapabilities>,
+        caps: Arc<rmcp::model::ClientCapabilities>,
         /// The retry of a relayed round: the call was allowed in an earlier round, and only
         /// a mounted server's next round ends this one.
         allowed: bool,
@@ -130,18 +131,24 @@ impl Promotion {
     }
 }
 
-/// The routes of the calls in flight, by tool-use id.
-pub struct Routes {
-    routes: Mutex<HashMap<Arc<str>, Route>>,
-    /// The connection of each call's client that takes requests while the call runs (2025
-    /// era), for what mounted servers ask ([`super::relay`]).
-    clients: Mutex<HashMap<Arc<str>, Peer<RoleServer>>>,
+/// One call in flight, as its handler entered it ([`Routes::enter`]).
+struct Entry {
+    route: Route,
+    /// The connection of the call's client, when that takes requests while the call runs
+    /// (2025 era), for what mounted servers ask ([`super::relay`]) and for
+    /// [`Route::Elicit`].
+    client: Option<Peer<RoleServer>>,
+    /// What the call's client can be asked while the call runs.
+    caps: Option<Arc<rmcp::model::ClientCapabilities>>,
     /// The answers a 2026 client's retry brought for a mounted server's relayed round.
-    resumes: Mutex<HashMap<Arc<str>, mcp_toolsets::Resume>>,
-    /// What each call's client can be asked while the call runs.
-    caps: Mutex<HashMap<Arc<str>, rmcp::model::ClientCapabilities>>,
-    /// The calls that may become tasks (their clients take tasks).
-    promotions: Mutex<HashMap<Arc<str>, Arc<Promotion>>>,
+    resume: Option<mcp_toolsets::Resume>,
+    /// Set when the call's client takes tasks: whether the call became one.
+    promotion: Option<Arc<Promotion>>,
+}
+
+/// The calls in flight, by tool-use id: one entry each, set and removed under one lock.
+pub struct Routes {
+    calls: Mutex<HashMap<Arc<str>, Entry>>,
     fallback: PromptFallback,
     /// The config file, named in the fallback's advice.
     config_file: String,
@@ -160,11 +167,7 @@ impl Routes {
     /// `config_file`.
     pub fn new(fallback: PromptFallback, config_file: impl Into<String>) -> Arc<Self> {
         Arc::new(Routes {
-            routes: Mutex::new(HashMap::new()),
-            clients: Mutex::new(HashMap::new()),
-            resumes: Mutex::new(HashMap::new()),
-            caps: Mutex::new(HashMap::new()),
-            promotions: Mutex::new(HashMap::new()),
+            calls: Mutex::new(HashMap::new()),
             fallback,
             config_file: config_file.into(),
             watchers: std::sync::atomic::AtomicUsize::new(0),
@@ -228,74 +231,63 @@ impl Routes {
         self.watchers.load(Ordering::Acquire) > 0
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Route>> {
-        self.routes.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn clients_lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Peer<RoleServer>>> {
-        self.clients.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Entry>> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The connection of the client that made the call `id`, if it takes requests while
     /// the call runs.
     pub(crate) fn client(&self, id: &str) -> Option<Peer<RoleServer>> {
-        self.clients_lock().get(id).cloned()
-    }
-
-    fn resumes_lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, mcp_toolsets::Resume>> {
-        self.resumes.lock().unwrap_or_else(|p| p.into_inner())
+        self.lock().get(id).and_then(|e| e.client.clone())
     }
 
     /// Gives the call `id` (entered, until its guard drops) the answers its retry brought.
-    pub(crate) fn resume_with(&self, id: Arc<str>, resume: mcp_toolsets::Resume) {
-        self.resumes_lock().insert(id, resume);
+    pub(crate) fn resume_with(&self, id: &str, resume: mcp_toolsets::Resume) {
+        if let Some(entry) = self.lock().get_mut(id) {
+            entry.resume = Some(resume);
+        }
     }
 
     /// The answers the retry of `id` brought, taken.
     pub(crate) fn take_resume(&self, id: &str) -> Option<mcp_toolsets::Resume> {
-        self.resumes_lock().remove(id)
+        self.lock().get_mut(id).and_then(|e| e.resume.take())
     }
 
     /// What the client that made the call `id` can be asked while it runs (its declared
     /// elicitation, sampling and roots, as entered with the call); `None` for a call no MCP
     /// client made.
     pub(crate) fn client_capabilities(&self, id: &str) -> Option<rmcp::model::ClientCapabilities> {
-        self.caps_lock().get(id).cloned()
-    }
-
-    fn caps_lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, rmcp::model::ClientCapabilities>> {
-        self.caps.lock().unwrap_or_else(|p| p.into_inner())
+        self.lock().get(id).and_then(|e| e.caps.as_deref().cloned())
     }
 
     /// Hands a mounted server's `input_required` round to the 2026 client that made the
     /// call `id`, if it can answer every request in it; `false` otherwise.
     pub(crate) fn defer_round(&self, id: &str, asked: &rmcp::model::InputRequiredResult) -> bool {
-        let mut routes = self.lock();
-        let Some(Route::Defer { caps, .. }) = routes.get(id) else {
+        let mut calls = self.lock();
+        let Some(entry) = calls.get_mut(id) else {
+            return false;
+        };
+        let Route::Defer { caps, .. } = &entry.route else {
             return false;
         };
         if !answers_all(caps, asked) {
             return false;
         }
-        let Some(Route::Defer { to, .. }) = routes.insert(id.into(), Route::Asked) else {
+        let Route::Defer { to, .. } = std::mem::replace(&mut entry.route, Route::Asked) else {
             return false;
         };
         to.send(Question::Relay(asked.clone())).is_ok()
     }
 
-    fn promotions_lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Arc<Promotion>>> {
-        self.promotions.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Marks the call `id` (entered) as one that may become a task, until its guard drops.
-    pub(crate) fn offer_task(&self, id: Arc<str>) -> Arc<Promotion> {
+    pub(crate) fn offer_task(&self, id: &str) -> Arc<Promotion> {
         let promotion = Arc::new(Promotion {
             asked: tokio::sync::Notify::new(),
             decided: tokio::sync::watch::channel(None).0,
         });
-        self.promotions_lock().insert(id, promotion.clone());
+        if let Some(entry) = self.lock().get_mut(id) {
+            entry.promotion = Some(promotion.clone());
+        }
         promotion
     }
 
@@ -303,8 +295,8 @@ impl Routes {
     /// question already ended its round ([`Route::Asked`]), unless `asked` says the
     /// handler holds that question itself.
     pub(crate) fn to_task(&self, id: &str, task: super::tasks::TaskHandle, asked: bool) -> bool {
-        let mut routes = self.lock();
-        match routes.get_mut(id) {
+        let mut calls = self.lock();
+        match calls.get_mut(id).map(|e| &mut e.route) {
             Some(Route::Asked) if !asked => false,
             None => false,
             Some(route) => {
@@ -316,7 +308,7 @@ impl Routes {
 
     /// The task the call `id` became, if it did.
     pub(crate) fn task_of(&self, id: &str) -> Option<super::tasks::TaskHandle> {
-        match self.lock().get(id) {
+        match self.lock().get(id).map(|e| &e.route) {
             Some(Route::Task(task)) => Some(task.clone()),
             _ => None,
         }
@@ -326,7 +318,7 @@ impl Routes {
     /// toolhost's too, and says whether it did (`false` at once for a call whose client
     /// does not take tasks).
     pub(crate) fn became_task(&self, id: &str) -> mcp_toolsets::RelayFuture<bool> {
-        let promotion = self.promotions_lock().get(id).cloned();
+        let promotion = self.lock().get(id).and_then(|e| e.promotion.clone());
         Box::pin(async move {
             let Some(promotion) = promotion else {
                 return mcp_toolsets::Relayed::Answered(false);
@@ -347,15 +339,16 @@ impl Routes {
         id: Arc<str>,
         route: Route,
         client: Option<Peer<RoleServer>>,
-        caps: Option<rmcp::model::ClientCapabilities>,
+        caps: Option<Arc<rmcp::model::ClientCapabilities>>,
     ) -> RouteGuard {
-        self.lock().insert(id.clone(), route);
-        if let Some(client) = client {
-            self.clients_lock().insert(id.clone(), client);
-        }
-        if let Some(caps) = caps {
-            self.caps_lock().insert(id.clone(), asked_of(&caps));
-        }
+        let entry = Entry {
+            route,
+            client,
+            caps,
+            resume: None,
+            promotion: None,
+        };
+        self.lock().insert(id.clone(), entry);
         RouteGuard {
             routes: self.clone(),
             id,
@@ -453,15 +446,27 @@ pub(crate) struct RouteGuard {
 
 impl Drop for RouteGuard {
     fn drop(&mut self) {
-        self.routes.lock().remove(&self.id);
-        self.routes.clients_lock().remove(&self.id);
-        self.routes.resumes_lock().remove(&self.id);
-        self.routes.caps_lock().remove(&self.id);
-        if let Some(promotion) = self.routes.promotions_lock().remove(&self.id) {
+        let entry = self.routes.lock().remove(&self.id);
+        // Dropped outside the lock (a client's connection among it).
+        if let Some(promotion) = entry.and_then(|e| e.promotion) {
             // A call that ends before it was decided did not become a task.
             promotion.decide(false);
         }
     }
+}
+
+/// Who answers one confirmation request, as the call's entry says.
+enum Ask {
+    /// Decided already: a verified retry's answer, or the allowance of the round before.
+    Answered(Decision),
+    /// The handler, which ends the round with the question (2026-07-28).
+    Defer(oneshot::Sender<Question>),
+    /// The call's client, through `elicitation/create` (2025 era).
+    Elicit(Peer<RoleServer>),
+    /// The task the call became.
+    Task(super::tasks::TaskHandle),
+    /// No client: a watching console, else `[mcp] prompt_fallback`.
+    Nobody,
 }
 
 /// Answers the dispatcher's confirmation requests for calls that came from MCP clients,
@@ -561,7 +566,7 @@ impl Confirmer for McpConfirmer {
         // A verified retry carries the user's answer (or, for a relayed round, the
         // allowance of the round before).
         matches!(
-            self.routes.lock().get(&call.tool_use_id),
+            self.routes.lock().get(&call.tool_use_id).map(|e| &e.route),
             Some(Route::Answered(_) | Route::Defer { allowed: true, .. })
         )
     }
@@ -570,30 +575,36 @@ impl Confirmer for McpConfirmer {
         let routes = self.routes.clone();
         let fallback =
             move |tool: &str, why: &str| routes.fallback.answer(tool, why, &routes.config_file);
-        let route = {
-            let mut routes = self.routes.lock();
-            match routes.get_mut(&request.call.tool_use_id) {
-                // A question asked while the call runs cannot end the round (the call is
-                // running), and the retry's answer was for the call, not for it: such a
-                // question goes to a console or the fallback.
-                Some(Route::Defer { allowed: true, .. }) => Some(Route::Answered(Decision::Allow)),
-                // A client that takes relayed rounds but cannot be asked toolhost's form.
-                Some(Route::Defer { caps, .. }) if !elicits_form(caps) => None,
-                Some(Route::Defer { .. } | Route::Answered(_)) if request.mid_call => None,
-                // The sender goes to the first question; a second one (none is expected)
-                // falls back.
-                Some(Route::Defer { .. }) => {
-                    routes.insert(request.call.tool_use_id.clone(), Route::Asked)
-                }
-                Some(Route::Elicit(peer)) => Some(Route::Elicit(peer.clone())),
-                Some(Route::Answered(d)) => Some(Route::Answered(*d)),
-                Some(Route::Task(task)) => Some(Route::Task(task.clone())),
-                Some(Route::Asked | Route::Fallback) | None => None,
+        let ask = {
+            let mut calls = self.routes.lock();
+            match calls.get_mut(&request.call.tool_use_id) {
+                None => Ask::Nobody,
+                Some(entry) => match &entry.route {
+                    // A question asked while the call runs cannot end the round (the call
+                    // is running), and the retry's answer was for the call, not for it:
+                    // such a question goes to a console or the fallback.
+                    Route::Defer { allowed: true, .. } => Ask::Answered(Decision::Allow),
+                    // A client that takes relayed rounds but cannot be asked toolhost's form.
+                    Route::Defer { caps, .. } if !elicits_form(caps) => Ask::Nobody,
+                    Route::Defer { .. } | Route::Answered(_) if request.mid_call => Ask::Nobody,
+                    // The sender goes to the first question; a second one (none is expected)
+                    // falls back.
+                    Route::Defer { .. } => {
+                        match std::mem::replace(&mut entry.route, Route::Asked) {
+                            Route::Defer { to, .. } => Ask::Defer(to),
+                            _ => Ask::Nobody,
+                        }
+                    }
+                    Route::Elicit => entry.client.clone().map_or(Ask::Nobody, Ask::Elicit),
+                    Route::Answered(d) => Ask::Answered(*d),
+                    Route::Task(task) => Ask::Task(task.clone()),
+                    Route::Asked | Route::Fallback => Ask::Nobody,
+                },
             }
         };
-        match route {
-            Some(Route::Answered(decision)) => Box::pin(std::future::ready(decision.into())),
-            Some(Route::Defer { to, .. }) => {
+        match ask {
+            Ask::Answered(decision) => Box::pin(std::future::ready(decision.into())),
+            Ask::Defer(to) => {
                 let (reply, answer) = oneshot::channel();
                 let _ = to.send(Question::Confirm(request, reply));
                 // The handler ends the round (the question is withdrawn with the call), or
@@ -605,7 +616,7 @@ impl Confirmer for McpConfirmer {
                     }
                 })
             }
-            Some(Route::Elicit(peer)) => Box::pin(async move {
+            Ask::Elicit(peer) => Box::pin(async move {
                 let Some(schema) = decision_schema() else {
                     return fallback(request.tool_name(), CANNOT_ELICIT);
                 };
@@ -635,13 +646,11 @@ impl Confirmer for McpConfirmer {
                     }
                 }
             }),
-            Some(Route::Task(task)) => Box::pin(asked_in_task(task, request)),
+            Ask::Task(task) => Box::pin(asked_in_task(task, request)),
             // A console is watching: it answers (first answer wins), or the timeout does.
-            Some(Route::Asked | Route::Fallback) | None if self.routes.watched() => {
-                Box::pin(std::future::pending())
-            }
+            Ask::Nobody if self.routes.watched() => Box::pin(std::future::pending()),
             // A console on another instance may be.
-            Some(Route::Asked | Route::Fallback) | None if self.routes.shared.get().is_some() => {
+            Ask::Nobody if self.routes.shared.get().is_some() => {
                 let routes = self.routes.clone();
                 Box::pin(async move {
                     if routes.watched_anywhere().await {
@@ -651,7 +660,7 @@ impl Confirmer for McpConfirmer {
                     }
                 })
             }
-            Some(Route::Asked | Route::Fallback) | None => Box::pin(std::future::ready(fallback(
+            Ask::Nobody => Box::pin(std::future::ready(fallback(
                 request.tool_name(),
                 CANNOT_ELICIT,
             ))),

@@ -114,6 +114,8 @@ pub struct McpServer {
     /// The task passing mounted servers' notifications on to that client, stopped with
     /// the connection.
     passing_on: Mutex<Option<tokio::task::AbortHandle>>,
+    /// What this connection's 2025-era client declared at `initialize`, for its calls.
+    pub(super) declared: super::caller::DeclaredOnce,
 }
 
 /// The protocol era of a request.
@@ -127,8 +129,13 @@ pub(super) enum Era {
 
 impl Era {
     pub(super) fn of(context: &RequestContext<RoleServer>) -> Era {
-        match context.protocol_version() {
-            Some(v) if v >= ProtocolVersion::V_2026_07_28 => Era::Stateless,
+        Era::of_version(context.protocol_version().as_ref())
+    }
+
+    /// The era of a request of protocol `version` (none: a session's, before `initialize`).
+    pub(super) fn of_version(version: Option<&ProtocolVersion>) -> Era {
+        match version {
+            Some(v) if *v >= ProtocolVersion::V_2026_07_28 => Era::Stateless,
             _ => Era::Session,
         }
     }
@@ -140,10 +147,10 @@ fn result_type(context: &RequestContext<RoleServer>) -> Option<rmcp::model::Resu
     (Era::of(context) == Era::Stateless).then_some(rmcp::model::ResultType::COMPLETE)
 }
 
-/// Whether a 2026 client can take an `input_required` round at all: toolhost's own
-/// question (form elicitation) or a mounted server's (elicitation, sampling, roots).
-pub(super) fn takes_rounds(caps: &ClientCapabilities) -> bool {
-    let asked = super::confirm::asked_of(caps);
+/// Whether a 2026 client that can be `asked` this ([`super::confirm::asked_of`]) can take
+/// an `input_required` round at all: toolhost's own question (form elicitation) or a
+/// mounted server's (elicitation, sampling, roots).
+pub(super) fn takes_rounds(asked: &ClientCapabilities) -> bool {
     #[allow(deprecated, reason = "clients still declare sampling and roots")]
     let more = asked.sampling.is_some() || asked.roots.is_some();
     asked.elicitation.is_some() || more
@@ -220,6 +227,7 @@ impl McpServer {
             connection_watch: Mutex::new(Some(shared.dispatcher.watch_tools())),
             interest: Arc::default(),
             passing_on: Mutex::new(None),
+            declared: Default::default(),
             shared,
         }
     }
