@@ -343,7 +343,7 @@ async fn screen_mcp(State(gate): State<Gate>, request: Request, next: Next) -> R
     }
     let stateless = request
         .headers()
-        .get("mcp-protocol-version")
+        .get(&stateless::PROTOCOL_VERSION)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v >= "2026-07-28");
     let (parts, body) = request.into_parts();

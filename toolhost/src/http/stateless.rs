@@ -39,6 +39,13 @@ use crate::mcp::{Caller, McpServer, principal_of_parts};
 /// The one protocol version whose `tools/call` takes this path.
 const VERSION: &str = "2026-07-28";
 
+/// The headers SEP-2243 has a 2026-07-28 request carry, named once: a name given as text
+/// is parsed and hashed again at every lookup.
+pub(super) const PROTOCOL_VERSION: http::HeaderName =
+    http::HeaderName::from_static("mcp-protocol-version");
+const METHOD: http::HeaderName = http::HeaderName::from_static("mcp-method");
+const NAME: http::HeaderName = http::HeaderName::from_static("mcp-name");
+
 /// What answers the fast path's calls.
 #[derive(Clone)]
 pub(super) struct StatelessCalls {
@@ -186,9 +193,9 @@ fn plain(parts: &Parts, call: &CallToolRequest) -> bool {
     parts.method == http::Method::POST
         && accepts_json_and_events(&parts.headers)
         && is_json(&parts.headers)
-        && only_header(&parts.headers, "mcp-protocol-version") == Some(VERSION)
-        && only_header(&parts.headers, "mcp-method") == Some("tools/call")
-        && only_header(&parts.headers, "mcp-name") == Some(&*call.params.name)
+        && only_header(&parts.headers, &PROTOCOL_VERSION) == Some(VERSION)
+        && only_header(&parts.headers, &METHOD) == Some("tools/call")
+        && only_header(&parts.headers, &NAME) == Some(&*call.params.name)
         && meta.protocol_version().as_ref() == Some(&version)
         && meta.missing_required_keys(&version).is_empty()
         && meta.get_progress_token().is_none()
@@ -196,7 +203,7 @@ fn plain(parts: &Parts, call: &CallToolRequest) -> bool {
 }
 
 /// The one value of header `name`, when there is exactly one and it is text.
-fn only_header<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a str> {
+fn only_header<'a>(headers: &'a http::HeaderMap, name: &http::HeaderName) -> Option<&'a str> {
     let mut values = headers.get_all(name).iter();
     let first = values.next()?;
     if values.next().is_some() {
@@ -226,7 +233,7 @@ fn accepts_json_and_events(headers: &http::HeaderMap) -> bool {
 
 /// Whether the body is declared JSON.
 fn is_json(headers: &http::HeaderMap) -> bool {
-    only_header(headers, http::header::CONTENT_TYPE.as_str()).is_some_and(|t| {
+    only_header(headers, &http::header::CONTENT_TYPE).is_some_and(|t| {
         t.split(';')
             .next()
             .unwrap_or_default()
