@@ -157,12 +157,7 @@ impl Future for RunsToEnd {
             }
             Err(panic) => {
                 self.call = None;
-                let why = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "it panicked".into());
-                std::task::Poll::Ready(Err(why))
+                std::task::Poll::Ready(Err(tool_api::abi::panic_message(&*panic)))
             }
         }
     }
