@@ -16,3 +16,10 @@
 fn main() -> std::process::ExitCode {
     toolhost::cli::main()
 }
+
+#[cfg(all(feature = "mimalloc", target_os = "linux", target_env = "gnu"))]
+mod allocator;
+
+#[cfg(all(feature = "mimalloc", target_os = "linux", target_env = "gnu"))]
+#[global_allocator]
+static ALLOCATOR: allocator::Allocator = allocator::Allocator;

@@ -1,0 +1,181 @@
+//! The `toolhost` binary's memory allocator (feature `mimalloc`, on by default; Linux with
+//! glibc): mimalloc for everything toolhost runs itself, the system allocator in a plugin
+//! worker (`toolhost plugin-worker`).
+//!
+//! - **Why mimalloc**: a call allocates and frees a few dozen small blocks (its message,
+//!   its input, its events, its answer) and a few large ones (its future); glibc's
+//!   allocator spent about a tenth of `serve --mcp`'s CPU on them, part of it merging free
+//!   blocks (`malloc_consolidate`) whenever a large block was asked for. Measured side by
+//!   side, see `docs/performance.md`.
+//! - **Committed as used**: mimalloc's arenas are committed as they are used
+//!   (`arena_eager_commit` off). Committed at once, the kernel backs them with transparent
+//!   huge pages, and an idle server held 8 MiB more.
+//! - **Why not in a worker**: a worker limits its own address space (`RLIMIT_AS`, 1 GiB by
+//!   default) once it starts, and mimalloc reserves a gigabyte of address space for its
+//!   first arena: every later mapping (the plugin's library, a thread's stack) would fail
+//!   (as the isolated-plugin tests in `tests/cli.rs` do when a worker uses mimalloc: "failed
+//!   to map segment from shared object").
+//!
+//! Which allocator a process uses is decided once, before its first allocation, from its
+//! first argument (glibc passes `main`'s arguments to the functions in `.init_array`, which
+//! run before `main`), and never changes after; if anything allocated before that (no
+//! dependency runs code before `main` today), mimalloc is kept, so every block is always
+//! freed by the allocator that gave it.
+//!
+//! The only unsafe code of this crate, at its boundary with C: mimalloc's functions and
+//! glibc's start-up convention.
+
+#![allow(unsafe_code)]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::ffi::{CStr, c_char, c_int, c_long};
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use mimalloc::MiMalloc;
+
+/// The binary's allocator.
+pub struct Allocator;
+
+const UNDECIDED: u8 = 0;
+const MIMALLOC: u8 = 1;
+const SYSTEM: u8 = 2;
+
+static CHOSEN: AtomicU8 = AtomicU8::new(UNDECIDED);
+
+/// mimalloc's `mi_option_arena_eager_commit`: its place in `mi_option_t` (`mimalloc.h`,
+/// v3, the version `libmimalloc-sys` builds; the unit test checks the version).
+const ARENA_EAGER_COMMIT: c_int = 4;
+
+unsafe extern "C" {
+    /// mimalloc's `mi_option_set` (in the library `libmimalloc-sys` links).
+    fn mi_option_set(option: c_int, value: c_long);
+}
+
+#[cfg(test)]
+unsafe extern "C" {
+    /// mimalloc's `mi_option_get`.
+    fn mi_option_get(option: c_int) -> c_long;
+    /// Whether mimalloc gave the block at `p`.
+    fn mi_is_in_heap_region(p: *const std::ffi::c_void) -> bool;
+    /// mimalloc's version, as `major * 10000 + minor * 100 + patch`.
+    fn mi_version() -> c_int;
+}
+
+/// The allocator this process uses (mimalloc if nothing decided before).
+#[inline]
+fn system() -> bool {
+    match CHOSEN.load(Ordering::Relaxed) {
+        SYSTEM => true,
+        MIMALLOC => false,
+        _ => {
+            decide(MIMALLOC);
+            CHOSEN.load(Ordering::Relaxed) == SYSTEM
+        }
+    }
+}
+
+/// Decides, unless already decided.
+fn decide(choice: u8) {
+    if CHOSEN
+        .compare_exchange(UNDECIDED, choice, Ordering::Relaxed, Ordering::Relaxed)
+        .is_ok()
+        && choice == MIMALLOC
+    {
+        // SAFETY: `mi_option_set` takes any option index and value; set before
+        // mimalloc's first allocation, it applies to its first arena.
+        unsafe { mi_option_set(ARENA_EAGER_COMMIT, 0) }
+    }
+}
+
+/// Runs before `main`, with `main`'s arguments (glibc's convention for `.init_array`).
+extern "C" fn choose(argc: c_int, argv: *const *const c_char, _envp: *const *const c_char) {
+    let worker = argc > 1 && !argv.is_null() && {
+        // SAFETY: glibc passes `main`'s `argc` and `argv` (checked non-null): `argv` holds
+        // `argc` pointers to NUL-terminated strings, and argc > 1, so `argv[1]` is one.
+        let first = unsafe { CStr::from_ptr(*argv.add(1)) };
+        first.to_bytes() == b"plugin-worker"
+    };
+    decide(if worker { SYSTEM } else { MIMALLOC });
+}
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static CHOOSE: extern "C" fn(c_int, *const *const c_char, *const *const c_char) = choose;
+
+// SAFETY: every block is allocated, resized and freed by the same allocator: the choice is
+// made before the first allocation and never changes (`decide` sets it once).
+unsafe impl GlobalAlloc for Allocator {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract for `alloc`, passed on.
+        unsafe {
+            if system() {
+                System.alloc(layout)
+            } else {
+                MiMalloc.alloc(layout)
+            }
+        }
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract for `alloc_zeroed`, passed on.
+        unsafe {
+            if system() {
+                System.alloc_zeroed(layout)
+            } else {
+                MiMalloc.alloc_zeroed(layout)
+            }
+        }
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract for `dealloc`; `ptr` came from the same allocator,
+        // since the choice never changes.
+        unsafe {
+            if system() {
+                System.dealloc(ptr, layout)
+            } else {
+                MiMalloc.dealloc(ptr, layout)
+            }
+        }
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller's contract for `realloc`; `ptr` came from the same allocator.
+        unsafe {
+            if system() {
+                System.realloc(ptr, layout, new_size)
+            } else {
+                MiMalloc.realloc(ptr, layout, new_size)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_that_is_not_a_worker_uses_mimalloc_with_arenas_committed_as_used() {
+        assert_eq!(CHOSEN.load(Ordering::Relaxed), MIMALLOC);
+        let block = Box::new([7u8; 100]);
+        // SAFETY: mimalloc's getters take any option index, and any pointer to look up.
+        let (version, eager, ours) = unsafe {
+            (
+                mi_version(),
+                mi_option_get(ARENA_EAGER_COMMIT),
+                mi_is_in_heap_region(block.as_ptr().cast()),
+            )
+        };
+        assert!(ours, "a block the binary allocated is not mimalloc's");
+        assert!(
+            (30000..40000).contains(&version),
+            "mimalloc {version}: ARENA_EAGER_COMMIT is v3's option index; check it in mimalloc.h"
+        );
+        assert_eq!(eager, 0);
+    }
+}
