@@ -82,11 +82,14 @@ fn prepare_workspace(ws: &Path, trusted: &plugin_host::PublicKey) -> std::io::Re
 }
 
 /// Packages the example plugins into `unsigned`, and signed copies into `signed`, with a
-/// key it generates at `key_file`; returns that key (to trust).
+/// key it generates at `key_file`; returns that key (to trust). `release`: built as an
+/// author ships them (the benches); otherwise debug builds (the demo: their dependencies
+/// are the workspace's, already built, where release builds would compile them all again).
 pub fn package_examples(
     signed: &Path,
     unsigned: &Path,
     key_file: &Path,
+    release: bool,
 ) -> Result<plugin_host::PublicKey> {
     let _ = std::fs::remove_dir_all(signed);
     let _ = std::fs::remove_dir_all(unsigned);
@@ -98,14 +101,12 @@ pub fn package_examples(
             i + 1,
             EXAMPLES.len()
         ));
-        // Debug builds, as toolhost's own here: their dependencies are the workspace's,
-        // already built, where release builds would compile them all again.
         let archive = package_crate(
             &root().join(example),
             unsigned,
             &Inspector::child(),
             None,
-            false,
+            release,
         )?;
         let copy = signed.join(archive.file_name().unwrap_or_default());
         io(
@@ -129,6 +130,7 @@ pub fn demo() -> Result {
         &demo.join("plugins"),
         &demo.join("plugins-unsigned"),
         &demo.join("demo-signing.key"),
+        false,
     )?;
     // The Python example, built into a WebAssembly component with componentize-py.
     crate::components::package(

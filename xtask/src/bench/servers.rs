@@ -21,13 +21,15 @@ pub(super) struct Configs {
     examples: PathBuf,
 }
 
-/// Packages and signs the example plugins under `peers` and writes the configurations.
+/// Packages and signs the example plugins under `peers`, in release builds as their
+/// authors would ship them, and writes the configurations.
 pub(super) fn plugin_configs(peers: &Path) -> Result<Configs> {
     let all = peers.join("plugins/examples");
     let trusted = crate::demo::package_examples(
         &all,
         &peers.join("plugins/unsigned"),
         &peers.join("plugins/signing.key"),
+        true,
     )?;
     let text_tools = peers.join("plugins/text-tools");
     let _ = std::fs::remove_dir_all(&text_tools);
