@@ -13,8 +13,8 @@
 //! - **Why not in a worker**: a worker limits its own address space (`RLIMIT_AS`, 1 GiB by
 //!   default) once it starts, and mimalloc reserves a gigabyte of address space for its
 //!   first arena: every later mapping (the plugin's library, a thread's stack) would fail
-//!   (as the isolated-plugin tests in `tests/cli.rs` do when a worker uses mimalloc: "failed
-//!   to map segment from shared object").
+//!   (the isolated-plugin tests in `toolhost/tests/cli.rs` fail that way when a worker
+//!   uses mimalloc: "failed to map segment from shared object").
 //!
 //! Which allocator a process uses is decided once, before its first allocation, from its
 //! first argument (glibc passes `main`'s arguments to the functions in `.init_array`, which
