@@ -153,12 +153,16 @@ fn init_logging() {
 /// The log filter without `TOOLHOST_LOG`.
 const DEFAULT_LOG: &str = "warn,rmcp::service=error";
 
+/// The hidden subcommand a host starts its plugin workers with (isolation `process`):
+/// `toolhost plugin-worker --library …`. The binary's allocator reads it too, before `main`.
+pub const PLUGIN_WORKER: &str = "plugin-worker";
+
 /// The `toolhost` program.
 pub fn main() -> ExitCode {
     init_logging();
     // A plugin worker (isolation `process`), started by a host: not a user command.
     let mut args = std::env::args_os().skip(1);
-    if args.next().is_some_and(|a| a == "plugin-worker") {
+    if args.next().is_some_and(|a| a == PLUGIN_WORKER) {
         return match plugin_host::worker::WorkerArgs::parse(args) {
             Ok(worker) => {
                 ExitCode::from(u8::try_from(plugin_host::worker::run(worker)).unwrap_or(1))

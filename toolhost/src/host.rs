@@ -261,7 +261,7 @@ pub(crate) async fn build_host_observed(
                 std::env::current_exe().map_err(|e| {
                     format!("cannot find this program to start plugin workers: {e}")
                 })?,
-                vec![OsString::from("plugin-worker")],
+                vec![OsString::from(crate::cli::PLUGIN_WORKER)],
             ),
         };
         config
