@@ -263,7 +263,9 @@ pub(crate) struct SessionState {
     pub(crate) events: EventChannel,
     /// The tools of the per-session toolsets this session started.
     pub(crate) tools: Registry,
-    inflight: Mutex<HashMap<u64, Arc<InFlight>>>,
+    /// Calls in flight by a per-session number, hashed with foldhash (every call that is
+    /// not `inline` is entered and removed here; the keys are this session's own counter).
+    inflight: Mutex<HashMap<u64, Arc<InFlight>, foldhash::fast::RandomState>>,
     grants: Mutex<HashSet<String>>,
     next_call: AtomicU64,
     /// What else a user interrupt must reach (the session's live batches).
@@ -329,7 +331,7 @@ impl SessionState {
             tools: Registry::new(changes),
             semaphore: Arc::new(Semaphore::new(cap.max(1))),
             events: EventChannel::new(),
-            inflight: Mutex::new(HashMap::new()),
+            inflight: Mutex::default(),
             grants: Mutex::new(HashSet::new()),
             next_call: AtomicU64::new(0),
             interruptible: Mutex::new(Vec::new()),
