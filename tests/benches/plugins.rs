@@ -1,5 +1,6 @@
 //! Plugin overhead: (1) an inline no-op tool dispatched from a loaded plugin vs the same
-//! tool built in (target: the plugin path adds at most 0.5 µs median), and the same plugin
+//! tool built in, the two calls alternating (target: the plugin path adds at most 0.5 µs
+//! median; `paired.json`, below), and the same plugin
 //! isolated in a worker process (`plugin_isolated_noop`: one socket round trip, no process
 //! or thread started per call), beside its floor: a raw 200-byte request and answer between
 //! this process and `cat` over a Unix socketpair, the worker's kind of channel, with nothing
@@ -32,6 +33,7 @@
 
 use std::path::Path;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group};
@@ -93,6 +95,105 @@ fn bench_dispatch(
     });
 }
 
+/// The plugin's tool: the bench-noop fixture, its name placeholder unpatched.
+const PLUGIN_NOOP: &str = "bench_noop_suffix_000";
+
+/// Benches `plugin_inline_noop`, the plugin's inline no-op, paired with the same tool built
+/// in: each criterion sample makes as many calls of the one as of the other, one kind
+/// after the other (which goes first alternates between samples), each call timed alone
+/// and its result freed as in [`bench_dispatch`], and adds the mean of either kind to
+/// `means`. The target compares the medians of those, so both kinds pay alike for
+/// whatever the machine does during a sample. Benched as two rows seconds apart, the
+/// difference for the same code was +0.63 µs in one run and +0.49 µs in the next. The two
+/// kinds do not alternate call by call: each would then run after the other's code and
+/// data had displaced its own, and both calls were slower (1.43 and 2.30 µs, +0.87).
+/// With the plugin's call on both sides (an A/A check of the pairing), the two medians
+/// differed by +0.004 and -0.012 µs in two runs. Criterion's own estimate for the row is
+/// the plugin calls' time.
+fn bench_plugin_against_builtin(
+    group: &mut Group<'_>,
+    rt: &tokio::runtime::Runtime,
+    dispatcher: &Dispatcher,
+    session: &dispatcher_core::Session,
+    means: &Mutex<Vec<(f64, f64)>>,
+) {
+    let time = |name: &'static str| async move {
+        let call = call(name);
+        let started = Instant::now();
+        let result = dispatcher.dispatch(call, session).await;
+        let spent = started.elapsed();
+        drop(std::hint::black_box(result));
+        spent
+    };
+    let samples = &AtomicUsize::new(0);
+    group.bench_function("plugin_inline_noop", |b| {
+        b.to_async(rt).iter_custom(|iters| async move {
+            let (mut builtin, mut plugin) = (Duration::ZERO, Duration::ZERO);
+            let plugin_first = samples.fetch_add(1, Ordering::Relaxed) % 2 == 1;
+            for side in [plugin_first, !plugin_first] {
+                for _ in 0..iters {
+                    if side {
+                        plugin += time(PLUGIN_NOOP).await;
+                    } else {
+                        builtin += time("builtin_noop").await;
+                    }
+                }
+            }
+            let per_call = |d: Duration| d.as_secs_f64() * 1e6 / iters.max(1) as f64;
+            means
+                .lock()
+                .unwrap()
+                .push((per_call(builtin), per_call(plugin)));
+            plugin
+        })
+    });
+}
+
+/// Prints, and writes to `target/criterion/plugin_dispatch/paired.json`, the medians of
+/// the per-sample means [`bench_plugin_against_builtin`] kept (nothing when the row was
+/// filtered out of the run).
+fn report_plugin_against_builtin(means: Vec<(f64, f64)>) {
+    if means.is_empty() {
+        return;
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let samples = means.len();
+    let (builtin, plugin): (Vec<f64>, Vec<f64>) = means.into_iter().unzip();
+    let (builtin, plugin) = (median(builtin), median(plugin));
+    println!(
+        "plugin_dispatch/plugin_inline_noop paired with builtin_inline_noop: {plugin:.3} µs vs {builtin:.3} µs ({:+.3} µs) over {samples} samples",
+        plugin - builtin
+    );
+    let mut paired = serde_json::Map::new();
+    paired.insert(
+        "plugin_inline_noop".into(),
+        json!({"plugin_us": plugin, "builtin_us": builtin, "samples": samples}),
+    );
+    write_paired("plugin_dispatch", paired);
+}
+
+/// Merges `paired` into `target/criterion/<group>/paired.json` (a run filtered to some rows
+/// keeps the others' last figures), where `cargo xtask bench` reads it.
+fn write_paired(group: &str, paired: serde_json::Map<String, serde_json::Value>) {
+    // target/release/deps/plugins-… -> target/criterion/<group>
+    let exe = std::env::current_exe().unwrap();
+    let Some(target) = exe.ancestors().nth(3) else {
+        return;
+    };
+    let dir = target.join("criterion").join(group);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("paired.json");
+    let mut all: serde_json::Map<String, serde_json::Value> = std::fs::read(&file)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default();
+    all.extend(paired);
+    std::fs::write(&file, serde_json::to_vec_pretty(&all).unwrap()).unwrap();
+}
+
 /// Copies the bench-noop library with its name placeholder patched to `n`.
 fn patched_copy(original: &[u8], n: usize, dest: &Path) {
     let needle = b"bench_noop_suffix_000";
@@ -150,17 +251,9 @@ fn benches(c: &mut Criterion) {
         .unwrap();
 
     let mut group = c.benchmark_group("plugin_dispatch");
-    let plugin_noop = || call("bench_noop_suffix_000");
-    let (d, s) = (&dispatcher, &session);
-    bench_dispatch(
-        &mut group,
-        &rt,
-        "builtin_inline_noop",
-        || call("builtin_noop"),
-        d,
-        s,
-    );
-    bench_dispatch(&mut group, &rt, "plugin_inline_noop", plugin_noop, d, s);
+    let plugin_noop = || call(PLUGIN_NOOP);
+    let means = Mutex::new(Vec::new());
+    bench_plugin_against_builtin(&mut group, &rt, &dispatcher, &session, &means);
     let (d, s) = (&isolated, &isolated_session);
     bench_dispatch(&mut group, &rt, "plugin_isolated_noop", plugin_noop, d, s);
     {
@@ -196,6 +289,7 @@ fn benches(c: &mut Criterion) {
         );
     }
     group.finish();
+    report_plugin_against_builtin(means.into_inner().unwrap());
 
     // 50 distinct packages, made once; every sample loads them in a fresh process.
     let original = std::fs::read(&library).unwrap();
@@ -390,21 +484,7 @@ fn report_pairs(pairs: &[(LoadMode, Duration, Duration)]) {
             json!({"load_ms": load_ms, "dlopen_ms": dlopen_ms, "pairs": n}),
         );
     }
-    // target/release/deps/plugins-… -> target/criterion/plugin_load
-    let exe = std::env::current_exe().unwrap();
-    let Some(target) = exe.ancestors().nth(3) else {
-        return;
-    };
-    let dir = target.join("criterion/plugin_load");
-    std::fs::create_dir_all(&dir).unwrap();
-    // A run filtered to some modes keeps the others' last figures.
-    let file = dir.join("paired.json");
-    let mut all: serde_json::Map<String, serde_json::Value> = std::fs::read(&file)
-        .ok()
-        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-        .unwrap_or_default();
-    all.extend(paired);
-    std::fs::write(&file, serde_json::to_vec_pretty(&all).unwrap()).unwrap();
+    write_paired("plugin_load", paired);
 }
 
 /// What one cold start measures.
