@@ -1,6 +1,6 @@
 //! Plugin overhead: (1) an inline no-op tool dispatched from a loaded plugin vs the same
-//! tool built in, the two calls alternating (target: the plugin path adds at most 0.5 µs
-//! median; `paired.json`, below), and the same plugin
+//! tool built in, the two measured in the same samples (target: the plugin path adds at
+//! most 0.5 µs median; `paired.json`, below), and the same plugin
 //! isolated in a worker process (`plugin_isolated_noop`: one socket round trip, no process
 //! or thread started per call), beside its floor: a raw 200-byte request and answer between
 //! this process and `cat` over a Unix socketpair, the worker's kind of channel, with nothing
