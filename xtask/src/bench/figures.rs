@@ -241,10 +241,9 @@ pub(super) fn plugin_rows() -> Vec<Row> {
 }
 
 /// The plugin's inline no-op against the same built-in, from the plugin bench's
-/// `paired.json`: the medians of per-sample means, the two calls alternating.
+/// `paired.json`: the medians of per-sample means, the two measured in the same samples.
 fn plugin_overhead_row(paired: Option<&serde_json::Value>) -> Row {
-    let figure =
-        "plugin inline no-op over the same built-in (the two alternating, each call timed alone)";
+    let figure = "plugin inline no-op over the same built-in (the two in the same samples, each call timed alone)";
     let p = paired.map(|p| &p["plugin_inline_noop"]);
     let figures = p.and_then(|p| {
         Some((
