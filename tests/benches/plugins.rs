@@ -156,10 +156,6 @@ fn report_plugin_against_builtin(means: Vec<(f64, f64)>) {
     if means.is_empty() {
         return;
     }
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     let samples = means.len();
     let (builtin, plugin): (Vec<f64>, Vec<f64>) = means.into_iter().unzip();
     let (builtin, plugin) = (median(builtin), median(plugin));
@@ -173,6 +169,12 @@ fn report_plugin_against_builtin(means: Vec<(f64, f64)>) {
         json!({"plugin_us": plugin, "builtin_us": builtin, "samples": samples}),
     );
     write_paired("plugin_dispatch", paired);
+}
+
+/// The median of `values` (the upper one of an even count; 0 when there are none).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// Merges `paired` into `target/criterion/<group>/paired.json` (a run filtered to some rows
@@ -458,10 +460,7 @@ fn wasm_noop(
 /// bench`, each load mode's median against the median of the `dlopen` floors paired with
 /// its samples.
 fn report_pairs(pairs: &[(LoadMode, Duration, Duration)]) {
-    let median_ms = |mut v: Vec<Duration>| {
-        v.sort();
-        v.get(v.len() / 2).map_or(0.0, |d| d.as_secs_f64() * 1000.0)
-    };
+    let median_ms = |v: Vec<Duration>| median(v.iter().map(|d| d.as_secs_f64() * 1000.0).collect());
     let mut paired = serde_json::Map::new();
     for mode in LoadMode::ALL.into_iter().filter(|m| *m != LoadMode::Dlopen) {
         let (spent, floor): (Vec<Duration>, Vec<Duration>) = pairs
