@@ -133,6 +133,15 @@ pub(super) fn file_tool_rows() -> Vec<Row> {
     rows
 }
 
+/// The floors of a no-op call and of `read_file` 4 KB, for the MCP servers' rows.
+pub(super) fn call_floors() -> super::servers::CallFloors {
+    let call = dispatch("g_required_work_floor");
+    super::servers::CallFloors {
+        call,
+        read_file: sum(call, dispatch("kernel_read_4k")),
+    }
+}
+
 /// Batches, the scheduler, and throughput as sessions are added.
 pub(super) fn batch_rows(scale_output: &str) -> Vec<Row> {
     let mut rows = vec![

@@ -133,7 +133,7 @@ pub fn bench(write_readme: bool) -> Result {
     rows.extend(figures::sandbox_rows());
     rows.extend(figures::load_rows());
     rows.extend(servers::roundtrip_rows(&printed.roundtrip));
-    rows.extend(servers::mcp_rows(&mcp));
+    rows.extend(servers::mcp_rows(&mcp, &figures::call_floors()));
     rows.extend(servers::mcp_http_rows(&mcp));
     rows.extend(scale_out::rows(&printed.scale_out));
     rows.extend(startup.rows(&mut skipped));

@@ -284,8 +284,11 @@ pub(super) fn mcp_servers(
 }
 
 /// The MCP servers' rows: toolhost against the echo server (the client's ceiling) and
-/// against Node's server-everything.
-pub(super) fn mcp_rows(mcp: &BTreeMap<String, (f64, f64, f64)>) -> Vec<Row> {
+/// against Node's server-everything. Beside each CPU row, the least that server could
+/// take per call: the echo server's own CPU per call (reading, parsing and answering a
+/// message) plus the floor of the call it makes, measured by the dispatch bench in the
+/// same run (`floors`).
+pub(super) fn mcp_rows(mcp: &BTreeMap<String, (f64, f64, f64)>, floors: &CallFloors) -> Vec<Row> {
     let mut rows = Vec::new();
     rows.push(match mcp.get("echo") {
         Some(e) => Row {
@@ -298,11 +301,18 @@ pub(super) fn mcp_rows(mcp: &BTreeMap<String, (f64, f64, f64)>) -> Vec<Row> {
         },
         None => missing("the MCP client's ceiling (echo server)"),
     });
-    for (server, what) in [
-        ("toolhost", "MCP stdio read_file"),
+    for (server, what, floor, floor_what) in [
+        (
+            "toolhost",
+            "MCP stdio read_file",
+            floors.read_file,
+            "read_file's floor (the call's floor + the kernel's part)",
+        ),
         (
             "toolhost-plugin",
             "MCP stdio word_count (example plugin, in process)",
+            floors.call,
+            "the call's floor",
         ),
     ] {
         let Some(t) = mcp.get(server) else {
@@ -322,6 +332,7 @@ pub(super) fn mcp_rows(mcp: &BTreeMap<String, (f64, f64, f64)>) -> Vec<Row> {
                 target: "≤ 1.25×".into(),
                 pass: Some(t.1 / e.1 <= 1.25),
             });
+            rows.push(cpu_floor_row(what, (e.0, e.1), floor, floor_what));
         }
         if let Some(n) = mcp.get("everything") {
             rows.push(Row {
@@ -339,6 +350,40 @@ pub(super) fn mcp_rows(mcp: &BTreeMap<String, (f64, f64, f64)>) -> Vec<Row> {
         });
     }
     rows
+}
+
+/// The floors of a call, in µs, from the dispatch bench of the same run.
+pub(super) struct CallFloors {
+    /// Only the work the spec's design asks of a no-op call (`g_required_work_floor`).
+    pub call: Option<f64>,
+    /// `read_file` 4 KB: the call's floor plus the kernel's part (`kernel_read_4k`).
+    pub read_file: Option<f64>,
+}
+
+/// The least server CPU per call a server could take that reads, parses and answers each
+/// message as the echo server does (`echo`: calls/s, µs of CPU per call) and also makes
+/// the call, at its floor; and the calls/s that leaves one thread (`serve --mcp` serves
+/// its one client on one).
+fn cpu_floor_row(what: &str, echo: (f64, f64), floor: Option<f64>, floor_what: &str) -> Row {
+    let figure = format!(
+        "{what}: the least server CPU per call it could take: the echo server's plus {floor_what}"
+    );
+    let (echo_calls, echo_us) = echo;
+    match floor {
+        Some(f) => Row {
+            figure,
+            measured: format!(
+                "{echo_us:.1} + {f:.1} µs = {:.1} µs: {:.2}× the echo server; one thread at that CPU per call answers at most {:.0} calls/s, {:.0}% of the echo server's",
+                echo_us + f,
+                (echo_us + f) / echo_us,
+                1e6 / (echo_us + f),
+                1e6 / (echo_us + f) / echo_calls * 100.0
+            ),
+            target: "reported".into(),
+            pass: None,
+        },
+        None => missing(&figure),
+    }
 }
 
 /// The HTTP rows: toolhost's stateless calls against the HTTP echo server (the client's
@@ -511,6 +556,44 @@ mod tests {
         let best = mcp_best(text);
         assert_eq!(best["toolhost"], (29821.0, 31.0, 13.2));
         assert_eq!(best["everything"], (15425.0, 71.5, 74.2));
+    }
+
+    #[test]
+    fn beside_each_cpu_row_stands_the_echo_servers_cpu_plus_the_calls_floor() {
+        let best = mcp_best(
+            "best toolhost: 110000 calls/s, 7.50 us CPU/call, idle 13.0 MiB\n\
+             best toolhost-plugin: 130000 calls/s, 6.50 us CPU/call, idle 14.0 MiB\n\
+             best echo: 300000 calls/s, 1.50 us CPU/call, idle 2.5 MiB",
+        );
+        let floors = CallFloors {
+            call: Some(0.6),
+            read_file: Some(2.1),
+        };
+        let rows = mcp_rows(&best, &floors);
+        let floor_rows: Vec<&str> = rows
+            .iter()
+            .filter(|r| r.figure.contains("the least server CPU"))
+            .map(|r| r.measured.as_str())
+            .collect();
+        assert_eq!(
+            floor_rows,
+            [
+                "1.5 + 2.1 µs = 3.6 µs: 2.40× the echo server; one thread at that CPU per call answers at most 277778 calls/s, 93% of the echo server's",
+                "1.5 + 0.6 µs = 2.1 µs: 1.40× the echo server; one thread at that CPU per call answers at most 476190 calls/s, 159% of the echo server's"
+            ]
+        );
+        let unmeasured = CallFloors {
+            call: None,
+            read_file: None,
+        };
+        let rows = mcp_rows(&best, &unmeasured);
+        assert!(
+            rows.iter()
+                .filter(|r| r.figure.contains("the least server CPU"))
+                .all(|r| r.measured == "not measured"),
+            "{:?}",
+            rows.iter().map(|r| &r.measured).collect::<Vec<_>>()
+        );
     }
 
     #[test]
