@@ -15,7 +15,7 @@ use crate::result::ToolResultBlock;
 
 impl Invocation {
     /// Records a decision that no event reports (a denial), for the audit entry.
-    pub(super) fn audit_decided(&self, decision: &str, by: impl FnOnce() -> DecidedBy) {
+    fn audit_decided(&self, decision: &str, by: impl FnOnce() -> DecidedBy) {
         if let Some(trail) = &self.trail {
             trail.decided(decision, by());
         }
@@ -136,7 +136,7 @@ impl Invocation {
     }
 
     /// What a write call would change, for the prompt.
-    pub(super) fn projected_modifications(&self, tool: &Registered, input: &Value) -> Vec<String> {
+    fn projected_modifications(&self, tool: &Registered, input: &Value) -> Vec<String> {
         if tool.side_effects != SideEffect::Write {
             return Vec::new();
         }
@@ -150,7 +150,7 @@ impl Invocation {
     }
 
     /// Step 4, end: asks the user through the broker and the wired-in confirmers.
-    pub(super) async fn confirm(
+    async fn confirm(
         &mut self,
         tool: &Registered,
         input: &Value,

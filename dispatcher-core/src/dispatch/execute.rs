@@ -72,11 +72,7 @@ impl Invocation {
 
     /// A new instance for one execution: from the tool's factory, or from the remote host
     /// for a call granted `remote`.
-    pub(super) fn fresh_instance(
-        &self,
-        tool: &Registered,
-        grant: &Grant,
-    ) -> Result<Box<dyn Tool>, Outcome> {
+    fn fresh_instance(&self, tool: &Registered, grant: &Grant) -> Result<Box<dyn Tool>, Outcome> {
         match (&self.engine.settings.remote, grant.sandbox) {
             (Some(remote), SandboxMode::Remote) => {
                 match panics::contain(|| remote.instance(&tool.name)) {
@@ -93,7 +89,7 @@ impl Invocation {
     }
 
     /// The call's host, as a tool running on this thread gets it.
-    pub(super) fn host(&self, grant: &Grant) -> CallHost {
+    fn host(&self, grant: &Grant) -> CallHost {
         CallHost {
             call: self.header.clone(),
             workspace: self.session.state.workspace.clone(),

@@ -35,11 +35,7 @@ impl Upstream {
 
     /// Reaches the server over streamable HTTP: `server/discover` first (2026-07-28), then
     /// `initialize` for a server that does not know it.
-    pub(super) async fn connect_http(
-        &self,
-        url: &str,
-        me: Weak<Upstream>,
-    ) -> Result<Live, UpstreamError> {
+    async fn connect_http(&self, url: &str, me: Weak<Upstream>) -> Result<Live, UpstreamError> {
         use rmcp::ClientServiceExt as _;
         use rmcp::transport::StreamableHttpClientTransport;
         use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -94,7 +90,7 @@ impl Upstream {
         }
     }
 
-    pub(super) async fn connect_child(&self, me: Weak<Upstream>) -> Result<Live, UpstreamError> {
+    async fn connect_child(&self, me: Weak<Upstream>) -> Result<Live, UpstreamError> {
         let c = &self.config;
         let confined = confine::confine(c, &self.sandbox)?;
         let mut cmd = tokio::process::Command::new(&c.command);
