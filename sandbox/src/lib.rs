@@ -1,9 +1,12 @@
 //! # sandbox: confine a process to what it was granted, enforced by the kernel
 //!
 //! One place that confines a process on this OS, and knows nothing of tools. Its users say
-//! what a process may do as a [`Confinement`] (files to read, files to write, programs,
+//! what a process may do as a [`Confinement`] (files to read, write and hide, programs,
 //! connections, limits) and this crate makes the kernel hold it:
 //!
+//! - **namespaces** of its own (a mount namespace in which the hidden paths are covered by
+//!   empty, unreadable masks; a network namespace whose one way out is the egress proxy),
+//!   made between `fork` and `exec` ([`Prepared`]);
 //! - **Landlock** for files (read, write, execute, create, remove, rename, truncate, device
 //!   `ioctl`), TCP ports (ABI 4) and the scoping of signals and abstract UNIX sockets
 //!   (ABI 6); a sandboxed process also cannot reach other processes' `/proc` entries or
@@ -13,7 +16,13 @@
 //! - `no_new_privs`, every capability dropped (bounding set included), and resource limits
 //!   (open files, core dumps, processes).
 //!
-//! Two ways to apply one:
+//! What a command is granted comes from the one settings record, [`Settings`] (the
+//! `[sandbox]` table): it reads everything but the deny list, writes the workspace, its
+//! private temporary directory and the build caches, and reaches the network only through
+//! the [`egress`] proxy, by host name. Its environment is the host's minus every secret
+//! ([`EnvSettings`]).
+//!
+//! Two ways to apply a confinement:
 //!
 //! - [`confine_self`]: the calling process, which must run a single thread (a plugin
 //!   worker, before it opens the plugin's library: opening a library runs its code);
@@ -27,24 +36,20 @@
 //! not cover on this kernel ([`Coverage::gaps`]). After applying, Landlock's own verdict is
 //! checked: a ruleset the kernel enforces only in part is an error, not a success.
 //!
-//! The two command modes, `read-only` and `workspace-write`, are [`CommandPolicy`]s.
-//!
 //! ```no_run
-//! use sandbox::{CommandMode, CommandPolicy, Prepared, PrivateTmp};
+//! use sandbox::{CommandGrant, CommandMode, Prepared, PrivateTmp, Settings};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let tmp = PrivateTmp::new()?;
-//! let policy = CommandPolicy {
-//!     mode: CommandMode::WorkspaceWrite,
-//!     workspace: "/home/me/project".into(),
-//!     readable_roots: vec![],
-//!     writable_roots: vec![],
-//!     network: false,
-//! };
-//! let prepared = Prepared::new(&policy.confinement(tmp.path(), None))?;
+//! let settings = Settings::default();
+//! let grant = CommandGrant { mode: CommandMode::WorkspaceWrite, network: false };
+//! let workspace = std::path::Path::new("/home/me/project");
+//! let prepared = Prepared::new(&settings.confinement(grant, workspace, tmp.path()))?;
 //! let mut command = std::process::Command::new("/bin/sh");
-//! command.args(["-c", "make"]).current_dir("/home/me/project").env("TMPDIR", tmp.path());
-//! prepared.attach(&mut command);
+//! command.args(["-c", "make"]).current_dir(workspace);
+//! settings.env.apply(&mut command);
+//! command.env("TMPDIR", tmp.path());
+//! prepared.attach(&mut command)?;
 //! let status = command.status()?;
 //! # let _ = status; Ok(()) }
 //! ```
@@ -63,8 +68,14 @@
 
 #![cfg_attr(unix, allow(unsafe_code))]
 
+pub mod denials;
+pub mod egress;
+mod env;
+mod glob;
+mod hosts;
 mod policy;
 mod probe;
+mod settings;
 
 #[cfg(target_os = "linux")]
 #[path = "linux/mod.rs"]
@@ -77,11 +88,22 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use env::{EnvSettings, HOST_PREFIX, Inherit, SECRET_WORDS, is_secret};
+pub use hosts::{HostList, is_internal};
+pub use os::Attached;
 pub use policy::{
-    CommandMode, CommandPolicy, Confinement, DEVICES, LOADER_READ, Limits, Network, RESOLVER_READ,
-    SYSTEM_READ,
+    CommandMode, Confinement, DEVICES, LOADER_READ, Limits, Network, RESOLVER_READ, SYSTEM_READ,
 };
-pub use probe::{Coverage, Mechanism, State, Support, Unenforceable, probe};
+pub use probe::{Coverage, Mechanism, NamespaceSupport, State, Support, Unenforceable, probe};
+pub use settings::{
+    CommandGrant, DEFAULT_ALLOW, DEFAULT_CACHES, DEFAULT_DENY_READ, Hidden, Mode,
+    NetworkSettings, Settings, ToolMode, expand, home, resolve,
+};
+
+/// The port of the egress listener inside a confined process's network namespace (every
+/// such process has its own, so one fixed port serves them all): `HTTP_PROXY` is
+/// `http://127.0.0.1:3128` there.
+pub const PROXY_PORT: u16 = 3128;
 
 /// Why a confinement could not be applied.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -111,6 +133,9 @@ pub enum SandboxError {
     /// A private temporary directory could not be made.
     #[error("cannot make a private temporary directory: {0}")]
     Tmp(String),
+    /// The namespaces could not be prepared.
+    #[error("namespaces: {0}")]
+    Namespaces(String),
 }
 
 /// The steps of applying a confinement, in order.
@@ -126,6 +151,12 @@ pub enum Step {
     LandlockPartial,
     /// Installing the seccomp filters.
     Seccomp,
+    /// Making the private mount and network namespaces.
+    Namespaces,
+    /// Covering a hidden path with its mask.
+    Hiding,
+    /// Making the egress listener in the private network namespace.
+    Egress,
 }
 
 impl std::fmt::Display for Step {
@@ -136,6 +167,9 @@ impl std::fmt::Display for Step {
             Step::Landlock => "enforcing the Landlock ruleset",
             Step::LandlockPartial => "Landlock enforced the ruleset only in part, so the sandbox",
             Step::Seccomp => "installing the seccomp filter",
+            Step::Namespaces => "making the private mount and network namespaces",
+            Step::Hiding => "covering a hidden path",
+            Step::Egress => "making the egress listener",
         })
     }
 }
@@ -227,7 +261,9 @@ pub fn confine_self(c: &Confinement) -> Result<Enforcement, SandboxError> {
 /// [`Prepared::try_clone`] it per command: the ruleset is shared.
 pub struct Prepared {
     #[cfg(target_os = "linux")]
-    plan: os::Plan,
+    namespaces: Option<os::Namespaces>,
+    #[cfg(target_os = "linux")]
+    plan: Option<os::Plan>,
     enforcement: Enforcement,
 }
 
@@ -265,11 +301,35 @@ impl Prepared {
                 },
             )?;
             enforcement.skipped = plan.skipped.clone();
-            Ok(Prepared { plan, enforcement })
+            Ok(Prepared {
+                namespaces: namespaces_of(c)?,
+                plan: Some(plan),
+                enforcement,
+            })
         }
         #[cfg(not(target_os = "linux"))]
         {
             let _ = &mut enforcement;
+            Err(SandboxError::Unenforceable(os::unsupported()))
+        }
+    }
+
+    /// Only the namespaces of `c` (its hidden paths and its network of its own), for a
+    /// process that applies the rest itself with [`confine_self`] after `exec` (a plugin
+    /// worker). `None` when `c` needs none.
+    pub fn namespaces_only(c: &Confinement) -> Result<Option<Prepared>, SandboxError> {
+        let enforcement = expected(c)?;
+        #[cfg(target_os = "linux")]
+        {
+            Ok(namespaces_of(c)?.map(|namespaces| Prepared {
+                namespaces: Some(namespaces),
+                plan: None,
+                enforcement,
+            }))
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = enforcement;
             Err(SandboxError::Unenforceable(os::unsupported()))
         }
     }
@@ -284,34 +344,72 @@ impl Prepared {
     pub fn try_clone(&self) -> std::io::Result<Prepared> {
         Ok(Prepared {
             #[cfg(target_os = "linux")]
-            plan: self.plan.try_clone()?,
+            namespaces: self.namespaces.as_ref().map(os::Namespaces::duplicate),
+            #[cfg(target_os = "linux")]
+            plan: self.plan.as_ref().map(os::Plan::try_clone).transpose()?,
             enforcement: self.enforcement.clone(),
         })
     }
 
-    /// Makes `command`'s child confine itself before `exec`. Starting it fails (with the
-    /// OS error of the step that failed) if the confinement cannot be applied in full.
-    pub fn attach(self, command: &mut std::process::Command) {
+    /// Makes `command`'s child confine itself before `exec`: its namespaces (hidden paths
+    /// masked, a network of its own), then limits, capabilities, Landlock and seccomp.
+    /// Starting it fails (with the OS error of the step that failed) if the confinement
+    /// cannot be applied in full. Once it has started, [`Attached::listener`] gives its
+    /// egress listener (with [`Network::Proxied`]), to serve with
+    /// [`egress::Egress::serve`].
+    pub fn attach(self, command: &mut std::process::Command) -> std::io::Result<Attached> {
         #[cfg(target_os = "linux")]
         {
             use std::os::unix::process::CommandExt;
-            let mut plan = Some(self.plan);
-            let hook = move || match plan.as_mut() {
-                Some(plan) => plan
-                    .apply(false)
-                    .map_err(|(_, errno)| std::io::Error::from_raw_os_error(errno)),
-                None => Ok(()),
+            let mut namespaces = self.namespaces;
+            let attached = match namespaces.as_mut() {
+                Some(ns) => ns.channel()?,
+                None => os::Attached::none(),
             };
-            // SAFETY: the hook runs in the child between fork and exec; `Plan::apply` only
-            // makes system calls (setrlimit, prctl, capset, landlock_restrict_self,
-            // seccomp) on data built before the fork, and allocates nothing.
+            let mut plan = self.plan;
+            let hook = move || {
+                if let Some(ns) = namespaces.as_mut() {
+                    ns.apply()
+                        .map_err(|(_, errno)| std::io::Error::from_raw_os_error(errno))?;
+                }
+                match plan.as_mut() {
+                    Some(plan) => plan
+                        .apply(false)
+                        .map_err(|(_, errno)| std::io::Error::from_raw_os_error(errno)),
+                    None => Ok(()),
+                }
+            };
+            // SAFETY: the hook runs in the child between fork and exec; `Namespaces::apply`
+            // and `Plan::apply` only make system calls (unshare, mount, open, write,
+            // socket, sendmsg, setrlimit, prctl, capset, landlock_restrict_self, seccomp)
+            // on data built before the fork, and allocate nothing.
             unsafe {
                 command.pre_exec(hook);
             }
+            Ok(attached)
         }
         #[cfg(not(target_os = "linux"))]
-        let _ = command;
+        {
+            let _ = command;
+            Ok(os::Attached)
+        }
     }
+}
+
+/// The namespaces `c` needs, if any.
+#[cfg(target_os = "linux")]
+fn namespaces_of(c: &Confinement) -> Result<Option<os::Namespaces>, SandboxError> {
+    let net = c.network == Network::Proxied;
+    if c.hide.is_empty() && !net {
+        return Ok(None);
+    }
+    let kind = probe()
+        .namespaces
+        .clone()
+        .map_err(|why| Unenforceable {
+            missing: vec![format!("namespaces ({why})")],
+        })?;
+    os::Namespaces::new(kind, &c.hide, net).map_err(SandboxError::Namespaces)
 }
 
 /// Makes `command`'s child leave the host's session before `exec` (`setsid`): it has no

@@ -34,3 +34,22 @@ pub(crate) fn unsupported() -> Unenforceable {
         missing: vec![platform()],
     }
 }
+
+/// Always unavailable here.
+pub(crate) fn namespaces() -> Result<crate::NamespaceSupport, String> {
+    Err(format!(
+        "this platform ({}) has no Linux namespaces",
+        std::env::consts::OS
+    ))
+}
+
+/// Where a confined process's egress listener arrives: never, here.
+#[derive(Debug)]
+pub struct Attached;
+
+impl Attached {
+    /// Nothing: no process is confined here.
+    pub fn listener(self) -> std::io::Result<Option<std::net::TcpListener>> {
+        Ok(None)
+    }
+}

@@ -1,11 +1,12 @@
-//! What a confined process may do ([`Confinement`]), and the two command modes that make
-//! one ([`CommandPolicy`]): `read-only` and `workspace-write`.
+//! What a confined process may do ([`Confinement`]), and the two command modes
+//! ([`CommandMode`]): `read-only` and `workspace-write` (what they grant is
+//! [`crate::Settings::confinement`]).
 //!
 //! A confinement is a list of grants; everything it does not grant is denied. It is plain
 //! data (serializable: a host hands it to a worker process on its command line) and knows
 //! nothing of tools: the caller decides what a tool's class or a command's mode is worth.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -14,13 +15,19 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields)]
 pub struct Confinement {
     /// Files and directories (with everything beneath them) it may read; with
-    /// [`Confinement::exec`], also run as programs.
+    /// [`Confinement::exec`], also run as programs. `/` stands for every top-level
+    /// directory but `/dev` (device files only through [`Confinement::devices`]).
     pub read: Vec<PathBuf>,
     /// Directories (with everything beneath them) and files it may read, write, create in,
     /// rename in and remove from. Never device nodes.
     pub write: Vec<PathBuf>,
     /// Device files it may read and write (`/dev/null`, `/dev/urandom`…).
     pub devices: Vec<PathBuf>,
+    /// Paths it cannot read, list or stat, even beneath what `read` grants: covered by
+    /// empty, unreadable masks in a mount namespace of its own (made by whoever starts it:
+    /// [`crate::Prepared`]).
+    #[serde(default)]
+    pub hide: Vec<PathBuf>,
     /// It may start programs and processes (`execve`, `fork`); its children get the same
     /// confinement.
     pub exec: bool,
@@ -44,6 +51,18 @@ pub enum Network {
         /// The only TCP ports it may connect to (`None`: any).
         tcp_ports: Option<Vec<u16>>,
     },
+    /// A network namespace of its own whose one reachable address is its egress listener
+    /// (`127.0.0.1:`[`crate::PROXY_PORT`] there, served by [`crate::egress::Egress`]):
+    /// TCP and UDP sockets, but nothing leaves except through the proxy. Made by whoever
+    /// starts it ([`crate::Prepared`]).
+    Proxied,
+}
+
+impl Network {
+    /// Whether it may open internet sockets at all.
+    pub fn sockets(&self) -> bool {
+        !matches!(self, Network::None)
+    }
 }
 
 /// Resource limits of a confined process (and its children).
@@ -80,6 +99,7 @@ impl Confinement {
             read: Vec::new(),
             write: Vec::new(),
             devices: Vec::new(),
+            hide: Vec::new(),
             exec: false,
             network: Network::None,
             limits: Limits::default(),
@@ -160,16 +180,14 @@ pub const DEVICES: &[&str] = &[
     "/dev/urandom",
 ];
 
-/// The two modes a command can run under.
+/// The two OS modes a command can run under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CommandMode {
-    /// Reads what [`CommandMode::WorkspaceWrite`] reads; writes only its private temporary
-    /// directory.
+    /// Reads everything but the hidden paths; writes only its private temporary directory.
     ReadOnly,
-    /// Reads the system directories, the workspace and the configured readable roots;
-    /// writes the workspace, its private temporary directory and the configured writable
-    /// roots. Not the user's home outside the workspace.
+    /// Reads everything but the hidden paths; writes the workspace, its private temporary
+    /// directory, the writable roots and the writable caches.
     WorkspaceWrite,
 }
 
@@ -189,96 +207,16 @@ impl std::fmt::Display for CommandMode {
     }
 }
 
-/// How a command (a `shell` call, an MCP server) is confined.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct CommandPolicy {
-    /// Read-only or workspace-write.
-    pub mode: CommandMode,
-    /// The workspace root.
-    pub workspace: PathBuf,
-    /// More directories it may read (a toolchain under the home directory, say).
-    pub readable_roots: Vec<PathBuf>,
-    /// More directories it may write (`workspace-write` only).
-    pub writable_roots: Vec<PathBuf>,
-    /// Whether it may open outbound connections.
-    pub network: bool,
-}
-
-impl CommandPolicy {
-    /// The confinement of a command under this policy whose private temporary directory is
-    /// `tmp`. `program` (the command's own executable, when it lies outside what the policy
-    /// reads) is made readable too: it was named by whoever configured it.
-    pub fn confinement(&self, tmp: &Path, program: Option<&Path>) -> Confinement {
-        let mut c = Confinement::nothing()
-            .reading(SYSTEM_READ.iter().map(PathBuf::from))
-            .reading([self.workspace.clone()])
-            .reading(self.readable_roots.iter().cloned())
-            .reading(program.map(Path::to_path_buf))
-            .writing([tmp.to_path_buf()])
-            .with_devices();
-        if self.mode == CommandMode::WorkspaceWrite {
-            c = c
-                .writing([self.workspace.clone()])
-                .writing(self.writable_roots.iter().cloned());
-        }
-        c.exec = true;
-        c.network = if self.network {
-            Network::Outbound { tcp_ports: None }
-        } else {
-            Network::None
-        };
-        c
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    fn policy(mode: CommandMode) -> CommandPolicy {
-        CommandPolicy {
-            mode,
-            workspace: "/w".into(),
-            readable_roots: vec!["/r".into()],
-            writable_roots: vec!["/x".into()],
-            network: false,
-        }
-    }
-
-    #[test]
-    fn workspace_write_writes_the_workspace_the_temp_dir_and_the_writable_roots() {
-        let c = policy(CommandMode::WorkspaceWrite).confinement(Path::new("/t"), None);
-        assert_eq!(
-            c.write,
-            [PathBuf::from("/t"), "/w".into(), "/x".into()],
-            "{c:?}"
-        );
-        assert!(c.read.contains(&"/r".into()) && c.read.contains(&"/usr".into()));
-        assert!(c.exec);
-        assert_eq!(c.network, Network::None);
-    }
-
-    #[test]
-    fn read_only_writes_only_its_temp_dir() {
-        let c = policy(CommandMode::ReadOnly).confinement(Path::new("/t"), None);
-        assert_eq!(c.write, [PathBuf::from("/t")]);
-        assert!(c.read.contains(&"/w".into()));
-    }
-
-    #[test]
-    fn the_home_directory_is_never_granted_by_a_mode() {
-        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap();
-        let c = policy(CommandMode::WorkspaceWrite).confinement(Path::new("/t"), None);
-        assert!(
-            !c.read.iter().chain(&c.write).any(|p| home.starts_with(p)),
-            "{c:?}"
-        );
-    }
-
     #[test]
     fn a_confinement_crosses_a_command_line_as_json() {
-        let c = policy(CommandMode::WorkspaceWrite).confinement(Path::new("/t"), None);
+        let mut c = Confinement::nothing().reading(["/"]).writing(["/w"]);
+        c.hide.push("/home/me/.ssh".into());
+        c.network = Network::Proxied;
         let text = serde_json::to_string(&c).unwrap();
         assert_eq!(serde_json::from_str::<Confinement>(&text).unwrap(), c);
     }

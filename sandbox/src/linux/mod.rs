@@ -7,6 +7,7 @@
 //! process confining itself.
 
 mod filter;
+mod namespaces;
 mod rules;
 
 use std::io;
@@ -22,6 +23,13 @@ use crate::probe::{Support, abi};
 use crate::{SandboxError, Step};
 
 pub(crate) use filter::Parties;
+pub use namespaces::Attached;
+pub(crate) use namespaces::Namespaces;
+
+/// How children get namespaces of their own here, probed once by a forked child.
+pub(crate) fn namespaces() -> Result<crate::NamespaceSupport, String> {
+    namespaces::probe()
+}
 
 /// The Landlock ABI version of the running kernel, or why there is none.
 pub(crate) fn landlock_abi() -> Result<i32, String> {

@@ -41,6 +41,18 @@ fn rights_for(path: &Path, rights: BitFlags<AccessFs>, abi: ABI) -> Option<BitFl
     })
 }
 
+/// Every entry of `/` but `/dev`.
+fn top_level() -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir("/") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p != Path::new("/dev"))
+        .collect()
+}
+
 /// Builds the ruleset of `c` for a kernel with Landlock ABI `kernel_abi`.
 pub(crate) fn build(c: &Confinement, kernel_abi: i32) -> Result<Built, SandboxError> {
     let level = kernel_abi.min(TESTED);
@@ -68,7 +80,7 @@ pub(crate) fn build(c: &Confinement, kernel_abi: i32) -> Result<Built, SandboxEr
         if tcp_ports.is_some() {
             net |= AccessNet::ConnectTcp;
         }
-        if !c.exec && matches!(c.network, Network::Outbound { .. }) {
+        if !c.exec && c.network.sockets() {
             net |= AccessNet::BindTcp;
         }
     }
@@ -87,8 +99,23 @@ pub(crate) fn build(c: &Confinement, kernel_abi: i32) -> Result<Built, SandboxEr
     }
     let mut created = ruleset.create().map_err(landlock_error)?;
     let mut skipped = Vec::new();
-    let grants = c
-        .read
+    let mut read_paths = Vec::new();
+    for path in &c.read {
+        if path == Path::new("/") {
+            // Listing any directory; reading and running beneath every top-level entry
+            // but /dev, whose device files only `devices` grants.
+            created = created
+                .add_rule(PathBeneath::new(
+                    PathFd::new("/").map_err(landlock_error)?,
+                    AccessFs::ReadDir,
+                ))
+                .map_err(|e| SandboxError::Landlock(format!("/: {e}")))?;
+            read_paths.extend(top_level());
+        } else {
+            read_paths.push(path.clone());
+        }
+    }
+    let grants = read_paths
         .iter()
         .map(|p| (p, read))
         .chain(c.write.iter().map(|p| (p, write)))

@@ -1,0 +1,613 @@
+//! The egress proxy: a confined process's one way out of its network namespace.
+//!
+//! A process granted network runs in a network namespace of its own whose only reachable
+//! address is its egress listener (`127.0.0.1:3128` there, set as `HTTP_PROXY`,
+//! `HTTPS_PROXY` and `ALL_PROXY` for it: [`proxy_env`]). The host serves that listener
+//! ([`Egress::serve`]): HTTP `CONNECT host:port` (what every client does for HTTPS) and
+//! plain HTTP requests in absolute form. It resolves names itself and connects only where
+//! its [`Rules`] allow:
+//!
+//! - a host on the deny list is refused (deny wins);
+//! - a host must be on the allow list (by name, a `*.` wildcard, or by address);
+//! - every address a name resolves to that is internal (loopback, private, link-local: the
+//!   cloud metadata address 169.254.169.254 among them) is refused unless the allow list
+//!   names that address itself, so a public name cannot lead inside;
+//! - it connects to the address it checked (no second lookup).
+//!
+//! Each refusal is answered `403` with the reason, kept ([`Egress::refusals`]) and
+//! reported to the host's callback, in words that name the setting that allows it:
+//! `network: example.com:443 refused, not in [sandbox.network] allow`. UDP and raw DNS
+//! have no way out at all: the namespace has no route.
+
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use crate::hosts::{HostList, is_internal};
+
+/// The ports an entry without a port allows: HTTPS and HTTP.
+pub const WEB_PORTS: &[u16] = &[443, 80];
+/// The most connections one process may have open through its proxy at once.
+pub const MAX_CONNECTIONS: usize = 256;
+/// The longest request head accepted.
+const MAX_HEAD: usize = 64 * 1024;
+/// How long a client may take to send its request head.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a connection to the destination may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// Bytes moved per read while relaying.
+const RELAY_BUFFER: usize = 256 * 1024;
+
+/// The variables that send a confined process's HTTP through its proxy (upper and lower
+/// case: curl reads only `http_proxy` in lower case), and an empty `NO_PROXY` so that an
+/// inherited one does not send anything around it (there is nothing around it).
+pub fn proxy_env() -> Vec<(&'static str, String)> {
+    let url = format!("http://127.0.0.1:{}", crate::PROXY_PORT);
+    let mut env = Vec::new();
+    for name in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"] {
+        env.push((name, url.clone()));
+    }
+    for name in ["http_proxy", "https_proxy", "all_proxy"] {
+        env.push((name, url.clone()));
+    }
+    env.push(("NO_PROXY", String::new()));
+    env.push(("no_proxy", String::new()));
+    env
+}
+
+/// Where a process's connections may go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rules {
+    /// Hosts it may reach.
+    pub allow: HostList,
+    /// Hosts it may not reach, even when allowed.
+    pub deny: HostList,
+    /// The setting that holds the allow list, for refusals (`[sandbox.network]`).
+    pub setting: String,
+}
+
+/// Why a connection was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Why {
+    /// The host is not on the allow list.
+    NotAllowed,
+    /// The host is on the deny list.
+    Denied,
+    /// It resolves only to internal addresses the allow list does not name.
+    Internal(IpAddr),
+    /// The name does not resolve.
+    Unresolved(String),
+    /// The request is not one the proxy serves.
+    Malformed(String),
+}
+
+/// One refused connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The host as the request named it.
+    pub host: String,
+    /// The port.
+    pub port: u16,
+    /// Why.
+    pub why: Why,
+    /// The setting that holds the lists.
+    pub setting: String,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (host, port, setting) = (&self.host, self.port, &self.setting);
+        let shown = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        match &self.why {
+            Why::NotAllowed => write!(f, "network: {shown} refused, not in {setting} allow"),
+            Why::Denied => write!(f, "network: {shown} refused, listed in {setting} deny"),
+            Why::Internal(ip) => write!(
+                f,
+                "network: {shown} refused: it is {ip}, an internal address (loopback, private or link-local), which only an entry naming that address in {setting} allow reaches"
+            ),
+            Why::Unresolved(e) => write!(f, "network: {shown} refused: the name does not resolve ({e})"),
+            Why::Malformed(e) => write!(f, "network: a request the egress proxy does not serve: {e}"),
+        }
+    }
+}
+
+/// What the proxy calls with each refusal (to log it).
+pub type OnRefusal = Arc<dyn Fn(&Refusal) + Send + Sync>;
+
+struct Shared {
+    rules: Rules,
+    refusals: Mutex<Vec<Refusal>>,
+    on_refusal: Option<OnRefusal>,
+    stop: AtomicBool,
+    open: AtomicUsize,
+}
+
+impl Shared {
+    fn refuse(&self, refusal: Refusal) -> Refusal {
+        if let Some(log) = &self.on_refusal {
+            log(&refusal);
+        }
+        let mut kept = self.refusals.lock().unwrap_or_else(PoisonError::into_inner);
+        // One process retrying the same host is one refusal.
+        if !kept.contains(&refusal) && kept.len() < 100 {
+            kept.push(refusal.clone());
+        }
+        refusal
+    }
+}
+
+/// A running proxy for one confined process (its listener): stops accepting when dropped;
+/// connections already relayed end with their process.
+pub struct Egress {
+    shared: Arc<Shared>,
+    listener: Arc<TcpListener>,
+}
+
+impl fmt::Debug for Egress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Egress")
+            .field("rules", &self.shared.rules)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Egress {
+    /// Serves `listener` (a confined process's, from [`crate::Attached::listener`]) under
+    /// `rules` on a thread of its own; `on_refusal` hears of each refusal.
+    pub fn serve(
+        listener: TcpListener,
+        rules: Rules,
+        on_refusal: Option<OnRefusal>,
+    ) -> io::Result<Egress> {
+        let shared = Arc::new(Shared {
+            rules,
+            refusals: Mutex::new(Vec::new()),
+            on_refusal,
+            stop: AtomicBool::new(false),
+            open: AtomicUsize::new(0),
+        });
+        let listener = Arc::new(listener);
+        let (s, l) = (shared.clone(), listener.clone());
+        std::thread::Builder::new()
+            .name("egress".into())
+            .spawn(move || accept_loop(&l, &s))?;
+        Ok(Egress { shared, listener })
+    }
+
+    /// The refusals so far, in order (each host and reason once).
+    pub fn refusals(&self) -> Vec<Refusal> {
+        self.shared
+            .refusals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl Drop for Egress {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        // Wakes the blocked accept (it returns EINVAL once the socket is shut down).
+        #[cfg(unix)]
+        let _ = rustix::net::shutdown(&*self.listener, rustix::net::Shutdown::Read);
+    }
+}
+
+fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
+    loop {
+        let accepted = listener.accept();
+        if shared.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let (client, _) = match accepted {
+            Ok(c) => c,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => {
+                // Out of descriptors or the like: do not spin.
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        if shared.open.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
+            shared.open.fetch_sub(1, Ordering::AcqRel);
+            let mut client = client;
+            let _ = answer(&mut client, 503, "too many connections through the egress proxy");
+            continue;
+        }
+        let s = shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name("egress-conn".into())
+            .spawn(move || {
+                let _ = serve_one(client, &s);
+                s.open.fetch_sub(1, Ordering::AcqRel);
+            });
+        if spawned.is_err() {
+            shared.open.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// A request head: its first line's parts and its header lines.
+struct Head {
+    method: String,
+    target: String,
+    version: String,
+    headers: Vec<String>,
+}
+
+/// Reads the request head; returns it and whatever came after it.
+fn read_head(client: &mut TcpStream) -> io::Result<(Head, Vec<u8>)> {
+    client.set_read_timeout(Some(HEAD_TIMEOUT))?;
+    let mut buf = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 4096];
+    let end = loop {
+        let n = client.read(&mut chunk)?;
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "no request"));
+        }
+        let from = buf.len().saturating_sub(3);
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(i) = memchr::memmem::find(&buf[from..], b"\r\n\r\n") {
+            break from + i + 4;
+        }
+        if buf.len() > MAX_HEAD {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "request head too long"));
+        }
+    };
+    client.set_read_timeout(None)?;
+    let rest = buf.split_off(end);
+    let text = String::from_utf8_lossy(&buf);
+    let mut lines = text.split("\r\n").filter(|l| !l.is_empty());
+    let first = lines.next().unwrap_or_default();
+    let mut parts = first.split(' ');
+    let head = Head {
+        method: parts.next().unwrap_or_default().to_string(),
+        target: parts.next().unwrap_or_default().to_string(),
+        version: parts.next().unwrap_or("HTTP/1.1").to_string(),
+        headers: lines.map(str::to_string).collect(),
+    };
+    Ok((head, rest))
+}
+
+/// `host:port` or `[v6]:port` (with `default` when no port is given).
+fn authority(text: &str, default: u16) -> Option<(String, u16)> {
+    if let Some(rest) = text.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => p.parse().ok()?,
+            None if after.is_empty() => default,
+            None => return None,
+        };
+        return Some((host.to_string(), port));
+    }
+    match text.rsplit_once(':') {
+        Some((host, p)) if !host.contains(':') => Some((host.to_string(), p.parse().ok()?)),
+        Some(_) => None,
+        None => Some((text.to_string(), default)),
+    }
+    .filter(|(host, port)| !host.is_empty() && *port != 0)
+}
+
+fn serve_one(mut client: TcpStream, shared: &Shared) -> io::Result<()> {
+    let (head, early) = read_head(&mut client)?;
+    let malformed = |client: &mut TcpStream, why: String| {
+        let refusal = shared.refuse(Refusal {
+            host: String::new(),
+            port: 0,
+            why: Why::Malformed(why),
+            setting: shared.rules.setting.clone(),
+        });
+        answer(client, 400, &refusal.to_string())
+    };
+    if head.method.eq_ignore_ascii_case("CONNECT") {
+        let Some((host, port)) = authority(&head.target, 443) else {
+            return malformed(&mut client, format!("CONNECT to '{}'", head.target));
+        };
+        let mut upstream = match open(&host, port, shared) {
+            Ok(s) => s,
+            Err(Failure::Refused(r)) => return answer(&mut client, 403, &r.to_string()),
+            Err(Failure::Unreachable(e)) => {
+                return answer(&mut client, 502, &format!("{host}:{port} could not be reached: {e}"));
+            }
+        };
+        client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")?;
+        if !early.is_empty() {
+            upstream.write_all(&early)?;
+        }
+        return relay(client, upstream);
+    }
+    let Some(rest) = head.target.strip_prefix("http://") else {
+        let why = if head.target.starts_with("https://") {
+            format!("'{} {}': HTTPS goes through CONNECT", head.method, head.target)
+        } else {
+            format!(
+                "'{} {}': a proxy request names its destination (http://host/path)",
+                head.method, head.target
+            )
+        };
+        return malformed(&mut client, why);
+    };
+    let (auth, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let auth = auth.rsplit_once('@').map_or(auth, |(_, a)| a);
+    let Some((host, port)) = authority(auth, 80) else {
+        return malformed(&mut client, format!("a request to '{}'", head.target));
+    };
+    let mut upstream = match open(&host, port, shared) {
+        Ok(s) => s,
+        Err(Failure::Refused(r)) => return answer(&mut client, 403, &r.to_string()),
+        Err(Failure::Unreachable(e)) => {
+            return answer(&mut client, 502, &format!("{host}:{port} could not be reached: {e}"));
+        }
+    };
+    let mut out = format!("{} {} {}\r\n", head.method, path, head.version);
+    for line in &head.headers {
+        let name = line.split(':').next().unwrap_or_default().trim();
+        if ["proxy-connection", "proxy-authorization", "connection", "keep-alive"]
+            .iter()
+            .any(|h| name.eq_ignore_ascii_case(h))
+        {
+            continue;
+        }
+        out.push_str(line);
+        out.push_str("\r\n");
+    }
+    out.push_str("Connection: close\r\n\r\n");
+    upstream.write_all(out.as_bytes())?;
+    if !early.is_empty() {
+        upstream.write_all(&early)?;
+    }
+    relay(client, upstream)
+}
+
+enum Failure {
+    Refused(Refusal),
+    Unreachable(io::Error),
+}
+
+/// Checks `host:port` against the rules, resolves it and connects to an address it may
+/// reach.
+fn open(host: &str, port: u16, shared: &Shared) -> Result<TcpStream, Failure> {
+    let rules = &shared.rules;
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    let refuse = |why: Why| {
+        Failure::Refused(shared.refuse(Refusal {
+            host: host.clone(),
+            port,
+            why,
+            setting: rules.setting.clone(),
+        }))
+    };
+    let literal = host.parse::<IpAddr>().ok();
+    if rules.deny.matches(&host, port, WEB_PORTS)
+        || literal.is_some_and(|ip| rules.deny.lists_address(ip, port, WEB_PORTS))
+    {
+        return Err(refuse(Why::Denied));
+    }
+    let allowed = rules.allow.matches(&host, port, WEB_PORTS)
+        || literal.is_some_and(|ip| rules.allow.lists_address(ip, port, WEB_PORTS));
+    if !allowed {
+        return Err(refuse(Why::NotAllowed));
+    }
+    let addrs: Vec<SocketAddr> = match literal {
+        Some(ip) => vec![SocketAddr::new(ip, port)],
+        None => match (host.as_str(), port).to_socket_addrs() {
+            Ok(a) => a.collect(),
+            Err(e) => return Err(refuse(Why::Unresolved(e.to_string()))),
+        },
+    };
+    let mut internal = None;
+    let reachable: Vec<SocketAddr> = addrs
+        .into_iter()
+        .filter(|a| {
+            if rules.deny.lists_address(a.ip(), port, WEB_PORTS) {
+                return false;
+            }
+            if is_internal(a.ip()) && !rules.allow.lists_address(a.ip(), port, WEB_PORTS) {
+                internal.get_or_insert(a.ip());
+                return false;
+            }
+            true
+        })
+        .collect();
+    if reachable.is_empty() {
+        return Err(match internal {
+            Some(ip) => refuse(Why::Internal(ip)),
+            None => refuse(Why::Unresolved("no address".into())),
+        });
+    }
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
+    for addr in reachable {
+        match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+            Ok(s) => {
+                let _ = s.set_nodelay(true);
+                return Ok(s);
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(Failure::Unreachable(last))
+}
+
+/// Answers a request with `status` and a plain-text reason, then closes.
+fn answer(client: &mut TcpStream, status: u16, text: &str) -> io::Result<()> {
+    let reason = match status {
+        400 => "Bad Request",
+        403 => "Forbidden",
+        502 => "Bad Gateway",
+        _ => "Service Unavailable",
+    };
+    let body = format!("{text}\n");
+    let head = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\nX-Toolhost-Egress: refused\r\n\r\n",
+        body.len()
+    );
+    client.write_all(head.as_bytes())?;
+    client.write_all(body.as_bytes())?;
+    let _ = client.shutdown(Shutdown::Write);
+    Ok(())
+}
+
+/// Moves bytes both ways until both sides are done.
+fn relay(client: TcpStream, upstream: TcpStream) -> io::Result<()> {
+    let (c2, u2) = (client.try_clone()?, upstream.try_clone()?);
+    let back = std::thread::Builder::new()
+        .name("egress-relay".into())
+        .spawn(move || copy(u2, c2))?;
+    copy(client, upstream);
+    let _ = back.join();
+    Ok(())
+}
+
+/// Copies `from` into `to` until `from` ends, then ends `to`'s writing side.
+fn copy(mut from: TcpStream, mut to: TcpStream) {
+    let mut buf = vec![0u8; RELAY_BUFFER];
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                if to.write_all(&buf[..n]).is_err() {
+                    let _ = from.shutdown(Shutdown::Read);
+                    break;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    let _ = to.shutdown(Shutdown::Write);
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::io::BufRead;
+
+    fn rules(allow: &[&str], deny: &[&str]) -> Rules {
+        Rules {
+            allow: HostList::new(allow).unwrap(),
+            deny: HostList::new(deny).unwrap(),
+            setting: "[sandbox.network]".into(),
+        }
+    }
+
+    /// A proxy on a loopback listener of the test's own.
+    fn proxy(rules: Rules) -> (Egress, SocketAddr) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        (Egress::serve(listener, rules, None).unwrap(), addr)
+    }
+
+    /// An HTTP server answering every request with `hello`, once.
+    fn origin() -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for stream in l.incoming().flatten() {
+                let mut reader = io::BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let mut s = stream;
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello");
+            }
+        });
+        addr
+    }
+
+    fn request(proxy: SocketAddr, text: &str) -> String {
+        let mut s = TcpStream::connect(proxy).unwrap();
+        s.write_all(text.as_bytes()).unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    }
+
+    #[test]
+    fn a_listed_address_is_reached_by_plain_http_and_by_connect() {
+        let origin = origin();
+        let (_egress, addr) = proxy(rules(&[&format!("127.0.0.1:{}", origin.port())], &[]));
+        let got = request(
+            addr,
+            &format!("GET http://127.0.0.1:{}/x HTTP/1.1\r\nHost: x\r\n\r\n", origin.port()),
+        );
+        assert!(got.ends_with("hello"), "{got}");
+        let got = request(
+            addr,
+            &format!("CONNECT 127.0.0.1:{0} HTTP/1.1\r\nHost: 127.0.0.1:{0}\r\n\r\nGET / HTTP/1.1\r\n\r\n", origin.port()),
+        );
+        assert!(got.starts_with("HTTP/1.1 200 Connection Established"), "{got}");
+        assert!(got.ends_with("hello"), "{got}");
+    }
+
+    #[test]
+    fn a_name_not_listed_is_refused_naming_the_setting() {
+        let (egress, addr) = proxy(rules(&["crates.io"], &[]));
+        let got = request(addr, "CONNECT example.com:443 HTTP/1.1\r\n\r\n");
+        assert!(got.starts_with("HTTP/1.1 403"), "{got}");
+        assert!(
+            got.contains("network: example.com:443 refused, not in [sandbox.network] allow"),
+            "{got}"
+        );
+        assert_eq!(egress.refusals()[0].why, Why::NotAllowed);
+    }
+
+    #[test]
+    fn deny_wins_over_allow() {
+        let (egress, addr) = proxy(rules(&["*.example.com"], &["bad.example.com"]));
+        let got = request(addr, "CONNECT bad.example.com:443 HTTP/1.1\r\n\r\n");
+        assert!(got.contains("listed in [sandbox.network] deny"), "{got}");
+        assert_eq!(egress.refusals()[0].why, Why::Denied);
+    }
+
+    #[test]
+    fn a_name_that_leads_to_an_internal_address_is_refused_unless_the_address_is_listed() {
+        let origin = origin();
+        let port = origin.port();
+        let (egress, addr) = proxy(rules(&[&format!("localhost:{port}")], &[]));
+        let got = request(addr, &format!("GET http://localhost:{port}/ HTTP/1.1\r\n\r\n"));
+        assert!(got.starts_with("HTTP/1.1 403") && got.contains("internal address"), "{got}");
+        assert!(matches!(egress.refusals()[0].why, Why::Internal(_)));
+        let (_e, addr) = proxy(rules(
+            &[&format!("localhost:{port}"), &format!("127.0.0.1:{port}"), &format!("[::1]:{port}")],
+            &[],
+        ));
+        let got = request(addr, &format!("GET http://localhost:{port}/ HTTP/1.1\r\n\r\n"));
+        assert!(got.ends_with("hello"), "{got}");
+    }
+
+    #[test]
+    fn the_metadata_address_is_refused_even_by_name_of_a_wildcard() {
+        let (_e, addr) = proxy(rules(&["*.example.com"], &[]));
+        let got = request(addr, "CONNECT 169.254.169.254:80 HTTP/1.1\r\n\r\n");
+        assert!(got.starts_with("HTTP/1.1 403"), "{got}");
+    }
+
+    #[test]
+    fn a_request_that_is_not_a_proxy_request_is_answered_400() {
+        let (_e, addr) = proxy(rules(&["crates.io"], &[]));
+        let got = request(addr, "GET / HTTP/1.1\r\nHost: crates.io\r\n\r\n");
+        assert!(got.starts_with("HTTP/1.1 400"), "{got}");
+    }
+
+    #[test]
+    fn authorities_parse_with_and_without_ports() {
+        assert_eq!(authority("a.example:8443", 443), Some(("a.example".into(), 8443)));
+        assert_eq!(authority("a.example", 80), Some(("a.example".into(), 80)));
+        assert_eq!(authority("[::1]:9", 80), Some(("::1".into(), 9)));
+        assert_eq!(authority("::1", 80), None);
+        assert_eq!(authority(":443", 80), None);
+        assert_eq!(authority("a:0", 80), None);
+    }
+}
