@@ -1,13 +1,18 @@
 //! The `shell` tool: runs a command with `/bin/sh -c` in the workspace directory.
 //!
-//! The command runs in the call's sandbox ([`ToolContext::process_sandbox`]): under
-//! `workspace-write` (the default) it reads the system directories, the workspace and the
-//! configured readable roots, writes the workspace, a private temporary directory
-//! (`TMPDIR`) and the configured writable roots, and has no network unless granted; under
-//! `read-only` it writes only the temporary directory; under `host` it runs with the
-//! user's rights. Where the granted sandbox cannot be enforced the command is refused
-//! (`permission_denied`, naming what is missing), unless the host allows running
-//! unconfined (`allow_unsandboxed`). The metadata's `sandbox` says what it ran in.
+//! The command runs in the call's sandbox ([`ToolContext::process_sandbox`], with the
+//! host's settings from [`ToolContext::sandbox_settings`]): under `workspace-write` (the
+//! default) it reads and runs everything but the deny list (keys, tokens, histories:
+//! hidden), writes the workspace, a private temporary directory (`TMPDIR`), the writable
+//! roots and the build caches, and has no network unless granted, then only through the
+//! egress proxy to the hosts `[sandbox.network] allow` names; under `read-only` it writes
+//! only the temporary directory; under `host` it runs with the user's rights. Its
+//! environment is the host's minus every secret (`[sandbox.env]`). Where the granted
+//! sandbox cannot be enforced the command is refused (`permission_denied`, naming what is
+//! missing), unless the host allows running unconfined (`allow_unsandboxed`). The
+//! metadata's `sandbox` says what it ran in; when a command fails, what the sandbox
+//! denied it (a path, a host) is added to its result and `sandbox_denials`, with the
+//! setting that allows it.
 //!
 //! The command runs in a session of its own (`setsid` in the child before `exec`), so it
 //! has no controlling terminal: a program that asks on `/dev/tty` (a password, an SSH
@@ -30,7 +35,7 @@
 use std::io::Read;
 use std::os::fd::AsFd;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, mpsc};
@@ -39,7 +44,9 @@ use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use rustix::process::{Pid, Signal, kill_process_group};
-use sandbox::{CommandMode, CommandPolicy};
+use sandbox::denials::Explainer;
+use sandbox::egress::{Egress, Rules};
+use sandbox::{CommandGrant, CommandMode, Settings};
 use serde::Deserialize;
 use serde_json::json;
 use tool_api::schemars::{self, JsonSchema};
@@ -105,18 +112,38 @@ struct Confined {
     /// The private temporary directory, removed when the call ends.
     tmp: Option<sandbox::PrivateTmp>,
     prepared: Option<sandbox::Prepared>,
+    /// The host's settings (the environment policy, the network's lists).
+    settings: Settings,
+    /// What the command was granted, when it runs in an OS sandbox.
+    grant: Option<CommandGrant>,
+}
+
+/// The host's settings record, as the call's context carries it (tool-api 1.6); an older
+/// host's call gets the defaults.
+fn settings_of(ctx: &ToolContext) -> Result<Settings, ToolError> {
+    match ctx.sandbox_settings() {
+        None => Ok(Settings::default()),
+        Some(v) => serde_json::from_value(v).map_err(|e| {
+            ToolError::failed(format!(
+                "the command was not run: the host's sandbox settings could not be read ({e})"
+            ))
+        }),
+    }
 }
 
 /// The call's sandbox for a command: nothing under `host`; else the OS sandbox of its
 /// mode, or a refusal where it cannot be enforced (unless the host allows unconfined).
 fn confine(ctx: &ToolContext) -> Result<Confined, ToolError> {
     let granted = ctx.process_sandbox();
+    let settings = settings_of(ctx)?;
     let mode = match granted.mode {
         SandboxMode::Host => {
             return Ok(Confined {
                 label: "host".into(),
                 tmp: None,
                 prepared: None,
+                settings,
+                grant: None,
             });
         }
         SandboxMode::ReadOnly => CommandMode::ReadOnly,
@@ -127,22 +154,32 @@ fn confine(ctx: &ToolContext) -> Result<Confined, ToolError> {
             )));
         }
     };
-    let policy = CommandPolicy {
+    let grant = CommandGrant {
         mode,
-        workspace: PathBuf::from(ctx.workspace_root()),
-        readable_roots: granted.readable_roots.iter().map(PathBuf::from).collect(),
-        writable_roots: granted.writable_roots.iter().map(PathBuf::from).collect(),
         network: granted.network,
     };
     let tmp = sandbox::PrivateTmp::new().map_err(|e| ToolError::failed(e.to_string()))?;
-    let confinement = policy.confinement(tmp.path(), None);
+    if mode == CommandMode::WorkspaceWrite {
+        settings.create_caches();
+    }
+    let workspace = PathBuf::from(ctx.workspace_root());
+    let confinement = settings.confinement(grant, &workspace, tmp.path());
+    let label = if grant.network {
+        format!("{mode}, network through the egress proxy")
+    } else {
+        mode.to_string()
+    };
     match sandbox::Prepared::new(&confinement) {
         Ok(prepared) => Ok(Confined {
-            label: mode.to_string(),
+            label,
             tmp: Some(tmp),
             prepared: Some(prepared),
+            settings,
+            grant: Some(grant),
         }),
-        Err(sandbox::SandboxError::Unenforceable(missing)) if granted.allow_unsandboxed => {
+        Err(sandbox::SandboxError::Unenforceable(missing))
+            if granted.allow_unsandboxed || settings.allow_unsandboxed =>
+        {
             ctx.log().warn(format_args!(
                 "running the command UNSANDBOXED (allow_unsandboxed = true): {missing}"
             ));
@@ -150,6 +187,8 @@ fn confine(ctx: &ToolContext) -> Result<Confined, ToolError> {
                 label: format!("unsandboxed ({missing})"),
                 tmp: None,
                 prepared: None,
+                settings,
+                grant: None,
             })
         }
         Err(e @ sandbox::SandboxError::Unenforceable(_)) => {
@@ -162,6 +201,56 @@ fn confine(ctx: &ToolContext) -> Result<Confined, ToolError> {
             "the command was not run: its sandbox '{mode}' could not be prepared: {e}"
         ))),
     }
+}
+
+/// Serves a command's egress listener (its one way out) under the host's network lists,
+/// logging each refusal through the call's context.
+fn serve_egress(
+    ctx: &ToolContext,
+    settings: &Settings,
+    attached: sandbox::Attached,
+) -> Result<Option<Egress>, ToolError> {
+    let listener = attached.listener().map_err(|e| {
+        ToolError::failed(format!("the command's egress listener did not arrive: {e}"))
+    })?;
+    let Some(listener) = listener else {
+        return Ok(None);
+    };
+    let rules = Rules {
+        allow: settings.network.allow.clone(),
+        deny: settings.network.deny.clone(),
+        setting: "[sandbox.network]".into(),
+    };
+    Egress::serve(listener, rules, None)
+        .map(Some)
+        .map_err(|e| ToolError::failed(format!("could not start the egress proxy: {e}")))
+        .inspect(|_| ctx.log().debug("egress proxy serving the command"))
+}
+
+/// What the sandbox denied a failed command, from its output and the proxy's refusals.
+fn denials(
+    confined: &Confined,
+    ctx: &ToolContext,
+    egress: Option<&Egress>,
+    output: &str,
+) -> Vec<String> {
+    let mut out: Vec<String> = egress
+        .map(Egress::refusals)
+        .unwrap_or_default()
+        .iter()
+        .map(|r| format!("{r} (the egress proxy)"))
+        .collect();
+    if let (Some(grant), Some(tmp)) = (confined.grant, &confined.tmp) {
+        let explainer = Explainer::new(
+            &confined.settings,
+            grant,
+            Path::new(ctx.workspace_root()),
+            tmp.path(),
+            "[sandbox]",
+        );
+        out.extend(explainer.explain(output).iter().map(ToString::to_string));
+    }
+    out
 }
 
 /// What a capture thread reports.
@@ -332,24 +421,42 @@ impl TypedTool for Shell {
 
     fn run(&self, input: ShellInput, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let command = input.command.as_str();
-        let confined = confine(ctx)?;
+        let mut confined = confine(ctx)?;
         let mut cmd = shell_command(command);
         cmd.current_dir(ctx.workspace_root())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        confined.settings.env.apply(&mut cmd);
         if let Some(tmp) = &confined.tmp {
             cmd.env("TMPDIR", tmp.path());
         }
-        if let Some(prepared) = confined.prepared {
-            prepared.attach(&mut cmd);
+        if confined.grant.is_some_and(|g| g.network) {
+            cmd.envs(sandbox::egress::proxy_env());
         }
+        let attached = match confined.prepared.take() {
+            Some(prepared) => Some(prepared.attach(&mut cmd).map_err(|e| {
+                ToolError::failed(format!("could not prepare the command's sandbox: {e}"))
+            })?),
+            None => None,
+        };
         let mut child = cmd.spawn().map_err(|e| {
             ToolError::failed(format!(
                 "could not start the shell (/bin/sh) in sandbox '{}': {e}",
                 confined.label
             ))
         })?;
+        let egress = match attached {
+            Some(attached) => match serve_egress(ctx, &confined.settings, attached) {
+                Ok(egress) => egress,
+                Err(e) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(e);
+                }
+            },
+            None => None,
+        };
         let pgid = i32::try_from(child.id()).unwrap_or(0);
         self.pgid.store(pgid, Ordering::SeqCst);
         let exited = ExitWatch::new(pgid);
@@ -474,6 +581,20 @@ impl TypedTool for Shell {
                 OUTPUT_GRACE.as_secs()
             ));
         }
+        let denied = if status.success() {
+            Vec::new()
+        } else {
+            let output = format!(
+                "{}\n{}",
+                String::from_utf8_lossy(&stderr),
+                String::from_utf8_lossy(&stdout)
+            );
+            denials(&confined, ctx, egress.as_ref(), &output)
+        };
+        for d in &denied {
+            ctx.log().warn(format_args!("sandbox: {d}"));
+            text.push_str(&format!("[sandbox] {d}\n"));
+        }
         let ending = match (status.code(), status.signal()) {
             (Some(code), _) => format!("[exit code: {code}]"),
             (None, Some(sig)) => format!("[killed by signal {sig}]"),
@@ -490,6 +611,7 @@ impl TypedTool for Shell {
             "sigkill_sent": killed,
             "output_left_open": left_open,
             "sandbox": confined.label,
+            "sandbox_denials": denied,
         });
         let success = status.success() && !cancelled;
         let out = if success {

@@ -7,7 +7,6 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -49,51 +48,21 @@ pub struct DispatcherConfig {
     pub on_execute_error: OnExecuteError,
     /// Per-tool interrupt behaviour; wins over the tool's own declaration.
     pub interrupt: HashMap<String, InterruptBehavior>,
-    /// Where calls run, and how the programs they start are confined.
-    pub sandbox: SandboxConfig,
+    /// Where calls run, and how the programs they start are confined: the one sandbox
+    /// settings record, which the host's config deserializes into (`[sandbox]`).
+    pub sandbox: sandbox::Settings,
     /// Calls per minute per principal (default: none).
     pub limits: crate::limits::RateLimits,
 }
 
-/// How calls are sandboxed: the base of each call's grant ([`crate::runtime::Grant`]) and
-/// the settings a tool that starts programs confines them with
-/// ([`tool_api::ToolContext::process_sandbox`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SandboxConfig {
-    /// The mode of every call (default `workspace-write`).
-    pub mode: SandboxMode,
-    /// Per-tool modes; win over `mode`.
-    pub per_tool: HashMap<String, SandboxMode>,
-    /// Whether programs under `read-only` and `workspace-write` may use the network
-    /// (default no).
-    pub network: bool,
-    /// More directories programs may read (besides the system's and the workspace).
-    pub readable_roots: Vec<PathBuf>,
-    /// More directories programs may write under `workspace-write`.
-    pub writable_roots: Vec<PathBuf>,
-    /// Where a mode cannot be enforced, run the programs unconfined (logged) instead of
-    /// refusing the call.
-    pub allow_unsandboxed: bool,
-}
-
-impl Default for SandboxConfig {
-    /// `workspace-write` for every call, no network, nothing more, never unconfined.
-    fn default() -> Self {
-        SandboxConfig {
-            mode: SandboxMode::WorkspaceWrite,
-            per_tool: HashMap::new(),
-            network: false,
-            readable_roots: Vec::new(),
-            writable_roots: Vec::new(),
-            allow_unsandboxed: false,
-        }
-    }
-}
-
-impl SandboxConfig {
-    /// The mode of a call of `tool`.
-    pub fn mode_of(&self, tool: &str) -> SandboxMode {
-        self.per_tool.get(tool).copied().unwrap_or(self.mode)
+/// The mode a call of `tool` is granted by `settings` (before a runtime policy), in the
+/// tool contract's words.
+pub fn sandbox_mode(settings: &sandbox::Settings, tool: &str) -> SandboxMode {
+    match settings.mode_of(tool) {
+        sandbox::Mode::Host => SandboxMode::Host,
+        sandbox::Mode::ReadOnly => SandboxMode::ReadOnly,
+        sandbox::Mode::WorkspaceWrite => SandboxMode::WorkspaceWrite,
+        sandbox::Mode::Remote => SandboxMode::Remote,
     }
 }
 
@@ -115,7 +84,7 @@ impl Default for DispatcherConfig {
             tool_concurrency: HashMap::new(),
             on_execute_error: OnExecuteError::Continue,
             interrupt: HashMap::new(),
-            sandbox: SandboxConfig::default(),
+            sandbox: sandbox::Settings::default(),
             limits: crate::limits::RateLimits::default(),
         }
     }
@@ -254,19 +223,6 @@ impl<'de> Deserialize<'de> for Separator {
                 "expected one of \"__\", \"_\", \"-\", \"--\" or \".\" (providers reject other characters), found {s:?}"
             )))
         }
-    }
-}
-
-/// A sandbox mode this host supports (deserializing another one is refused, naming the
-/// supported ones).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-pub struct SupportedSandbox(pub SandboxMode);
-
-impl<'de> Deserialize<'de> for SupportedSandbox {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let mode = SandboxMode::deserialize(d)?;
-        crate::runtime::check_supported(mode).map_err(serde::de::Error::custom)?;
-        Ok(SupportedSandbox(mode))
     }
 }
 

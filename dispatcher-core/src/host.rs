@@ -248,8 +248,10 @@ impl HostContext for CallHost {
 }
 
 impl CallHost {
-    /// The call's [`tool_api::ProcessSandbox`], as JSON: its granted mode and network, and
-    /// the host's roots. An inline call (which may not start programs) gets no roots.
+    /// The call's [`tool_api::ProcessSandbox`], as JSON: its granted mode and network, the
+    /// 1.5 summary of the host's settings, and (tool-api 1.6,
+    /// [`tool_api::ToolContext::sandbox_settings`]) the whole settings record. An inline
+    /// call (which may not start programs) gets the defaults.
     fn process_sandbox(&self) -> String {
         let roots = |paths: &[std::path::PathBuf]| -> Vec<String> {
             paths.iter().map(|p| p.display().to_string()).collect()
@@ -258,11 +260,18 @@ impl CallHost {
         let answer = tool_api::ProcessSandbox {
             mode: self.sandbox,
             network: self.network,
-            readable_roots: settings.map_or_else(Vec::new, |s| roots(&s.readable_roots)),
+            readable_roots: settings.map_or_else(Vec::new, |s| roots(&s.allow_read)),
             writable_roots: settings.map_or_else(Vec::new, |s| roots(&s.writable_roots)),
             allow_unsandboxed: settings.is_some_and(|s| s.allow_unsandboxed),
         };
-        serde_json::to_string(&answer).unwrap_or_default()
+        let mut value = serde_json::to_value(&answer).unwrap_or_default();
+        if let (Some(settings), Some(map)) = (settings, value.as_object_mut()) {
+            map.insert(
+                tool_api::SANDBOX_SETTINGS_KEY.into(),
+                serde_json::to_value(settings).unwrap_or_default(),
+            );
+        }
+        value.to_string()
     }
 
     /// A tool's own question: the same broker, confirmers, events and timeout as the

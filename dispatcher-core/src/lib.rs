@@ -312,7 +312,9 @@ impl Dispatcher {
         // A tool whose calls are routed to the remote host runs there.
         if let Some(remote) = &e.settings.remote {
             for l in &mut listing {
-                if e.settings.config.sandbox.mode_of(&l.definition.name) == SandboxMode::Remote {
+                if crate::config::sandbox_mode(&e.settings.config.sandbox, &l.definition.name)
+                    == SandboxMode::Remote
+                {
                     l.placement = tool_api::Placement::Remote {
                         url: remote.describe(),
                     };

@@ -164,6 +164,8 @@ pub(crate) struct Live {
     pub(crate) listen: Option<tokio::task::AbortHandle>,
     /// The private temporary directory of a sandboxed server, removed when it stops.
     pub(crate) _tmp: Option<sandbox::PrivateTmp>,
+    /// Its egress proxy (a server with network): stops accepting when it stops.
+    pub(crate) _egress: Option<sandbox::egress::Egress>,
 }
 
 impl Drop for Live {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use dispatcher_core::config::{Seconds, SupportedSandbox};
+use dispatcher_core::config::Seconds;
 use serde::Deserialize;
 use tool_api::SideEffect;
 
@@ -53,7 +53,8 @@ pub struct McpServerConfig {
     /// Its arguments.
     #[serde(default)]
     pub args: Vec<String>,
-    /// Extra environment variables.
+    /// Variables set for it (a secret this one server needs, say), over the environment
+    /// `[sandbox.env]` passes on (which withholds secrets by default).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// Working directory (default: toolhost's).
@@ -71,13 +72,14 @@ pub struct McpServerConfig {
     /// Where a stdio server runs: `host`, `read-only` or `workspace-write` (default: the
     /// host's).
     #[serde(default)]
-    pub sandbox: Option<SupportedSandbox>,
-    /// Whether it may open connections (default: the host's setting).
+    pub sandbox: Option<sandbox::Mode>,
+    /// Whether it may open connections, and where (`true`, or a table with `allow` and
+    /// `deny`, as `[sandbox.network]`; default: the host's setting).
     #[serde(default)]
-    pub network: Option<bool>,
-    /// More directories it may read, besides the host's.
-    #[serde(default)]
-    pub readable_roots: Vec<PathBuf>,
+    pub network: Option<sandbox::NetworkSettings>,
+    /// Paths re-opened from the deny list for it, besides the host's `allow_read`.
+    #[serde(default, alias = "readable_roots")]
+    pub allow_read: Vec<PathBuf>,
     /// More directories it may write under `workspace-write`, besides the host's.
     #[serde(default)]
     pub writable_roots: Vec<PathBuf>,
@@ -146,7 +148,7 @@ impl McpServerConfig {
             side_effects: BTreeMap::new(),
             sandbox: None,
             network: None,
-            readable_roots: Vec::new(),
+            allow_read: Vec::new(),
             writable_roots: Vec::new(),
             allow_unsandboxed: None,
             on_change: crate::pins::OnChange::Block,
@@ -180,11 +182,11 @@ impl McpServerConfig {
             (Some(_), true)
                 if self.sandbox.is_some()
                     || self.network.is_some()
-                    || !self.readable_roots.is_empty()
+                    || !self.allow_read.is_empty()
                     || !self.writable_roots.is_empty()
                     || self.allow_unsandboxed.is_some() =>
             {
-                Some("the sandbox settings (`sandbox`, `network`, `readable_roots`, `writable_roots`, `allow_unsandboxed`) go with `command`: a server reached over `url` runs elsewhere".into())
+                Some("the sandbox settings (`sandbox`, `network`, `allow_read`, `writable_roots`, `allow_unsandboxed`) go with `command`: a server reached over `url` runs elsewhere".into())
             }
             _ => None,
         }

@@ -17,13 +17,16 @@ pub enum UpstreamError {
     },
     /// It did not initialize in time.
     #[error(
-        "MCP server '{id}' did not finish initializing within {timeout} (startup_timeout_secs); it was stopped"
+        "MCP server '{id}' did not finish initializing within {timeout} (startup_timeout_secs); it was stopped{detail}"
     )]
     StartupTimeout {
         /// The server's id.
         id: String,
         /// The timeout.
         timeout: Seconds,
+        /// What it wrote to its error output, and what its sandbox refused it (the
+        /// egress proxy's refusals), if anything.
+        detail: String,
     },
     /// Its sandbox could not be made, or cannot be enforced here.
     #[error(

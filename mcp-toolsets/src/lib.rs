@@ -36,12 +36,16 @@
 //!   cancel), so it keeps the shape of a call. A 2025-era server's tool that runs only as a
 //!   2025-11-25 task is called as one (`params.task`, then `tasks/result`).
 //! - Cancelling a call sends `notifications/cancelled` to the server.
-//! - The server's stderr is passed through to ours (logs); [`Toolset::stop`] kills it.
-//! - **A stdio server runs in an OS sandbox** ([`ServerSandbox`]; `workspace-write` unless
-//!   its entry or the host says otherwise): it reads the system, the workspace, its program
-//!   and scripts and the readable roots; it writes the workspace, a private temporary
-//!   directory and the writable roots; no network unless granted. Where that cannot be
-//!   enforced it is not started ([`UpstreamError::Sandbox`]) unless `allow_unsandboxed`.
+//! - The server's stderr is logged (target `toolhost::mcp_server`, INFO) and its last
+//!   lines explain a failure to start; [`Toolset::stop`] kills it.
+//! - **A stdio server runs in an OS sandbox** ([`ServerSandbox`]: the host's `[sandbox]`
+//!   settings under its entry's keys; `workspace-write` unless they say otherwise): it
+//!   reads everything but the deny list, writes the workspace, a private temporary
+//!   directory, the writable roots and the build caches; with network it goes out only
+//!   through the egress proxy, to the hosts its allow list names; its environment holds no
+//!   secret but what its entry's `env` gives it. Where that cannot be enforced it is not
+//!   started ([`UpstreamError::Sandbox`]) unless `allow_unsandboxed`. A server that fails
+//!   to start is told with its last error output and what its sandbox refused it.
 
 mod call;
 mod client;

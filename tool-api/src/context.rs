@@ -177,6 +177,24 @@ impl ToolContext {
         }
     }
 
+    /// The host's whole sandbox settings (tool-api 1.6), as JSON: the `sandbox` crate's
+    /// `Settings` (the `[sandbox]` table: the deny list, writable caches, the network's
+    /// allow list, the environment policy), which a tool that starts programs confines them
+    /// with, beside the call's grant ([`ToolContext::process_sandbox`]). `None` from an
+    /// older host: confine with that crate's defaults.
+    pub fn sandbox_settings(&self) -> Option<serde_json::Value> {
+        match self
+            .host
+            .extension(crate::abi::OP_PROCESS_SANDBOX.into(), "".into())
+        {
+            RResult::ROk(answer) => serde_json::from_str::<serde_json::Value>(answer.as_str())
+                .ok()?
+                .get_mut(crate::sandbox::SANDBOX_SETTINGS_KEY)
+                .map(serde_json::Value::take),
+            RResult::RErr(_) => None,
+        }
+    }
+
     /// The call's logger.
     pub fn log(&self) -> Logger<'_> {
         Logger { host: &self.host }

@@ -100,6 +100,9 @@
 //!   strictest usable sandbox applies (`workspace-write`, no network). Host side, no ABI
 //!   change: [`Placement::Wasm`], where a WebAssembly component's tools run and the
 //!   hosts their HTTP requests may reach.
+//! - 1.6: [`ToolContext::sandbox_settings`]: the host's whole sandbox settings record (the
+//!   deny list, writable caches, network allow list, environment policy), carried in the
+//!   same answer as 1.5's [`ProcessSandbox`] (an older host: `None`).
 //!
 //! Minor releases add optional fields to [`ToolDefinition`]: build one with
 //! [`ToolDefinition::new`] and its setters (or `..ToolDefinition::new(…)` in a struct
@@ -125,7 +128,7 @@ pub mod typed;
 pub use context::{Level, Logger, Metadata, ToolContext, UserAnswer, WorkspaceFiles};
 pub use definition::{InterruptBehavior, SideEffect, ToolDefinition, is_valid_tool_name};
 pub use output::{Content, ToolError, ToolOutput};
-pub use sandbox::{Placement, ProcessSandbox, SandboxMode};
+pub use sandbox::{Placement, ProcessSandbox, SANDBOX_SETTINGS_KEY, SandboxMode};
 pub use tool::{DefinedTool, Tool, ToolFactory, TypedFactory, factory, factory_from};
 
 /// Re-exported so tools and plugins need no direct dependency on `serde_json`.

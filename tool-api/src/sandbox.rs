@@ -85,8 +85,13 @@ impl FromStr for SandboxMode {
     }
 }
 
-/// How the programs a call starts are to be confined: the call's granted mode and the
-/// host's settings. The default (what a host older than 1.5 means) is the strictest
+/// The key of the host's whole settings record in the answer to
+/// [`crate::abi::OP_PROCESS_SANDBOX`] (tool-api 1.6; a 1.5 plugin ignores it).
+pub const SANDBOX_SETTINGS_KEY: &str = "settings";
+
+/// How the programs a call starts are to be confined: the call's granted mode and a
+/// summary of the host's settings (the record as tool-api 1.5 froze it; the whole settings
+/// record comes with [`crate::ToolContext::sandbox_settings`]). The default (what a host older than 1.5 means) is the strictest
 /// usable one: `workspace-write`, no network, nothing more, never unconfined.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(default)]
@@ -95,7 +100,8 @@ pub struct ProcessSandbox {
     pub mode: SandboxMode,
     /// Whether its programs may open connections.
     pub network: bool,
-    /// More directories its programs may read (absolute).
+    /// Paths re-opened from the host's deny list (absolute; its programs read everything
+    /// else but that list).
     pub readable_roots: Vec<String>,
     /// More directories its programs may write under `workspace-write` (absolute).
     pub writable_roots: Vec<String>,

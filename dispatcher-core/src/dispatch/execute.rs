@@ -25,8 +25,8 @@ impl Invocation {
     pub(super) fn grant(&self, tool: &Registered, input: &Value) -> Result<Grant, ToolResultBlock> {
         let config = &self.engine.settings.config;
         let base = Grant {
-            sandbox: config.sandbox.mode_of(&tool.name),
-            network: config.sandbox.network,
+            sandbox: crate::config::sandbox_mode(&config.sandbox, &tool.name),
+            network: config.sandbox.network.enabled,
             timeout: self.timeout_for(tool),
             max_result_chars: per_tool(&config.tool_result_chars, &tool.name)
                 .copied()

@@ -77,6 +77,7 @@ impl Upstream {
                     child: None,
                     listen,
                     _tmp: None,
+                    _egress: None,
                 })
             }
             Ok(Err(detail)) => Err(UpstreamError::Initialize {
@@ -86,20 +87,22 @@ impl Upstream {
             Err(_) => Err(UpstreamError::StartupTimeout {
                 id: c.id.clone(),
                 timeout: c.startup_timeout,
+                detail: String::new(),
             }),
         }
     }
 
     async fn connect_child(&self, me: Weak<Upstream>) -> Result<Live, UpstreamError> {
         let c = &self.config;
-        let confined = confine::confine(c, &self.sandbox)?;
+        let mut confined = confine::confine(c, &self.sandbox)?;
         let mut cmd = tokio::process::Command::new(&c.command);
+        self.sandbox.settings.env.apply(cmd.as_std_mut());
         cmd.args(&c.args)
             .envs(&c.env)
             .env(NESTING_ENV, (nesting() + 1).to_string())
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::inherit())
+            .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
         if let Some(cwd) = &c.cwd {
             cmd.current_dir(cwd);
@@ -107,22 +110,59 @@ impl Upstream {
         if let Some(tmp) = &confined.tmp {
             cmd.env("TMPDIR", tmp.path());
         }
-        if let Some(prepared) = confined.prepared {
-            prepared.attach(cmd.as_std_mut());
+        if confined.grant.is_some_and(|g| g.network) {
+            cmd.envs(sandbox::egress::proxy_env());
         }
+        let attached = match confined.prepared.take() {
+            Some(prepared) => Some(prepared.attach(cmd.as_std_mut()).map_err(|e| {
+                UpstreamError::Sandbox {
+                    id: c.id.clone(),
+                    mode: confined.label.clone(),
+                    detail: format!("could not be prepared: {e}"),
+                }
+            })?),
+            None => None,
+        };
         let mut child = cmd.spawn().map_err(|e| UpstreamError::Spawn {
             id: c.id.clone(),
             command: c.command.clone(),
             detail: if e.kind() == std::io::ErrorKind::PermissionDenied && confined.tmp.is_some()
             {
                 format!(
-                    "{e}: under its sandbox ({}) it may run only programs in the system directories, the workspace and its readable roots; add the program's directory to `readable_roots`",
+                    "{e}: under its sandbox ({}) it runs any program but those the deny list hides; if the program lies under a hidden path, re-open it with `allow_read` on its [[mcp_servers]] entry",
                     confined.label
                 )
             } else {
                 e.to_string()
             },
         })?;
+        let egress = match attached.map(sandbox::Attached::listener).transpose() {
+            Ok(listener) => match listener.flatten() {
+                Some(listener) => {
+                    let id = c.id.clone();
+                    let log: sandbox::egress::OnRefusal = Arc::new(move |refusal| {
+                        tracing::warn!(server = %id, "{refusal}");
+                    });
+                    Some(
+                        sandbox::egress::Egress::serve(listener, self.sandbox.rules(&c.id), Some(log))
+                            .map_err(|e| UpstreamError::Spawn {
+                                id: c.id.clone(),
+                                command: c.command.clone(),
+                                detail: format!("could not start its egress proxy: {e}"),
+                            })?,
+                    )
+                }
+                None => None,
+            },
+            Err(e) => {
+                return Err(UpstreamError::Spawn {
+                    id: c.id.clone(),
+                    command: c.command.clone(),
+                    detail: format!("its egress listener did not arrive: {e}"),
+                });
+            }
+        };
+        let stderr = child.stderr.take().map(|err| log_stderr(&c.id, err));
         *self.confined.lock().unwrap_or_else(PoisonError::into_inner) = confined.label.clone();
         let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
             return Err(UpstreamError::Spawn {
@@ -140,6 +180,21 @@ impl Upstream {
                 .map_err(|e| e.to_string())?;
             listed(service).await
         };
+        // What the sandbox denied it, from its error output and its proxy, for a failure.
+        let explain = |confined: &confine::Confined, egress: Option<&sandbox::egress::Egress>| {
+            let tail = stderr.as_ref().map(|t| t.text()).unwrap_or_default();
+            let denied = confined.denials(&self.sandbox, &c.id, &tail, egress);
+            let mut detail = String::new();
+            if !tail.trim().is_empty() {
+                detail.push_str("; its error output ended with:\n");
+                detail.push_str(tail.trim_end());
+            }
+            for d in denied {
+                detail.push_str("\nsandbox: ");
+                detail.push_str(&d);
+            }
+            detail
+        };
         match tokio::time::timeout(c.startup_timeout(), init).await {
             Ok(Ok((service, tools))) => {
                 self.keep_tools(tools);
@@ -150,15 +205,21 @@ impl Upstream {
                     child: Some(child),
                     listen: None,
                     _tmp: confined.tmp,
+                    _egress: egress,
                 })
             }
             Ok(Err(detail)) => {
                 let detail = match waited(&child).await {
                     // The transport's error (a broken pipe) says less than the exit does.
-                    Ok(Some(status)) => format!(
-                        "the server exited ({status}) before it answered `initialize`; \
-                         its error output, above, says why"
-                    ),
+                    Ok(Some(status)) => {
+                        if let Some(t) = &stderr {
+                            t.drained().await;
+                        }
+                        format!(
+                            "the server exited ({status}) before it answered `initialize`{}",
+                            explain(&confined, egress.as_ref())
+                        )
+                    }
                     Ok(None) => format!("{detail} (process: still running but not answering)"),
                     Err(e) => format!("{detail} (process: unknown exit status: {e})"),
                 };
@@ -170,11 +231,69 @@ impl Upstream {
             }
             Err(_) => {
                 let _ = child.lock().await.kill().await;
+                let detail = explain(&confined, egress.as_ref());
                 Err(UpstreamError::StartupTimeout {
                     id: c.id.clone(),
                     timeout: c.startup_timeout,
+                    detail,
                 })
             }
         }
     }
+}
+
+/// The last lines a server wrote to its error output (also logged, at INFO, as they come).
+pub(crate) struct StderrTail {
+    lines: Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
+    done: Arc<tokio::sync::Notify>,
+    finished: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// How many lines of a server's error output are kept to explain a failure.
+const TAIL_LINES: usize = 20;
+
+impl StderrTail {
+    fn text(&self) -> String {
+        let lines = self.lines.lock().unwrap_or_else(PoisonError::into_inner);
+        lines.iter().map(|l| format!("{l}\n")).collect()
+    }
+
+    /// Waits (briefly) until the output has been read to its end.
+    async fn drained(&self) {
+        if self.finished.load(Ordering::Acquire) {
+            return;
+        }
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_millis(500),
+            self.done.notified(),
+        )
+        .await;
+    }
+}
+
+/// Reads a server's error output line by line: each line is logged (target
+/// `toolhost::mcp_server`, INFO) and the last [`TAIL_LINES`] are kept.
+fn log_stderr(id: &str, stderr: tokio::process::ChildStderr) -> StderrTail {
+    use tokio::io::AsyncBufReadExt;
+    let tail = StderrTail {
+        lines: Arc::default(),
+        done: Arc::default(),
+        finished: Arc::default(),
+    };
+    let (lines, done, finished) = (tail.lines.clone(), tail.done.clone(), tail.finished.clone());
+    let id = id.to_string();
+    tokio::spawn(async move {
+        let mut reader = tokio::io::BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = reader.next_line().await {
+            tracing::info!(target: "toolhost::mcp_server", server = %id, "{line}");
+            let mut kept = lines.lock().unwrap_or_else(PoisonError::into_inner);
+            if kept.len() == TAIL_LINES {
+                kept.pop_front();
+            }
+            kept.push_back(line);
+        }
+        finished.store(true, Ordering::Release);
+        done.notify_waiters();
+    });
+    tail
 }

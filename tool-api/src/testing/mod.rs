@@ -43,6 +43,7 @@ struct State {
     questions: Mutex<Vec<String>>,
     answer: Mutex<Option<crate::context::UserAnswer>>,
     process_sandbox: Mutex<crate::sandbox::ProcessSandbox>,
+    sandbox_settings: Mutex<Option<serde_json::Value>>,
 }
 
 /// An in-memory host: workspace files, a cancellation flag and captured logs.
@@ -67,6 +68,12 @@ impl TestHost {
     /// [`crate::sandbox::ProcessSandbox::default`]).
     pub fn set_process_sandbox(&self, sandbox: crate::sandbox::ProcessSandbox) {
         *lock(&self.state.process_sandbox) = sandbox;
+    }
+
+    /// What [`crate::ToolContext::sandbox_settings`] answers (default: `None`, as an older
+    /// host).
+    pub fn set_sandbox_settings(&self, settings: Option<serde_json::Value>) {
+        *lock(&self.state.sandbox_settings) = settings;
     }
 
     /// Puts a file into the workspace.
@@ -305,8 +312,14 @@ impl HostContext for TestHost {
                 RResult::ROk(RString::new())
             }
             crate::abi::OP_PROCESS_SANDBOX => {
-                let answer = serde_json::to_string(&*lock(&self.state.process_sandbox));
-                RResult::ROk(answer.unwrap_or_default().into())
+                let mut answer =
+                    serde_json::to_value(&*lock(&self.state.process_sandbox)).unwrap_or_default();
+                if let (Some(settings), Some(map)) =
+                    (lock(&self.state.sandbox_settings).clone(), answer.as_object_mut())
+                {
+                    map.insert(crate::sandbox::SANDBOX_SETTINGS_KEY.into(), settings);
+                }
+                RResult::ROk(answer.to_string().into())
             }
             crate::abi::OP_USER_CONFIRM => {
                 let question = serde_json::from_str::<serde_json::Value>(payload.as_str())
