@@ -216,11 +216,11 @@ fn serve_egress(
     let Some(listener) = listener else {
         return Ok(None);
     };
-    let rules = Rules {
-        allow: settings.network.allow.clone(),
-        deny: settings.network.deny.clone(),
-        setting: "[sandbox.network]".into(),
-    };
+    let rules = Rules::new(
+        settings.network.allow.clone(),
+        settings.network.deny.clone(),
+        "[sandbox.network] allow",
+    );
     Egress::serve(listener, rules, None)
         .map(Some)
         .map_err(|e| ToolError::failed(format!("could not start the egress proxy: {e}")))

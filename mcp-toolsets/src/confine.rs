@@ -74,11 +74,11 @@ impl ServerSandbox {
 
     /// The egress rules of the server `id`.
     pub(crate) fn rules(&self, id: &str) -> Rules {
-        Rules {
-            allow: self.settings.network.allow.clone(),
-            deny: self.settings.network.deny.clone(),
-            setting: format!("[sandbox.network] (or the `network` of [[mcp_servers]] '{id}')"),
-        }
+        Rules::new(
+            self.settings.network.allow.clone(),
+            self.settings.network.deny.clone(),
+            format!("[sandbox.network] allow (or the `network` allow of [[mcp_servers]] '{id}')"),
+        )
     }
 }
 

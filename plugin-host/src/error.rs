@@ -263,7 +263,7 @@ pub enum Refusal {
     },
     /// `http_hosts` set for a native library, where it cannot be enforced.
     #[error(
-        "plugin '{name}' is a native library, and http_hosts limits only a WebAssembly component's HTTP requests (a native worker's sandbox narrows connections by port, not by host): remove http_hosts, and narrow it with tcp_ports instead"
+        "plugin '{name}' is a native library loaded in toolhost's process, where no sandbox can hold it to http_hosts: run it isolated (isolation = \"process\"), whose worker goes out only through its egress proxy to those hosts, or remove http_hosts"
     )]
     HttpHostsNative {
         /// The plugin.

@@ -283,14 +283,6 @@ impl PluginHost {
                 }
             };
         let setting = self.per_plugin.get(&name).copied();
-        if manifest.kind == PackageKind::Native
-            && self
-                .sandboxes
-                .get(&name)
-                .is_some_and(|s| !s.http_hosts.is_empty())
-        {
-            return Err(Refusal::HttpHostsNative { name });
-        }
         let isolation = match (manifest.kind, setting.unwrap_or(self.isolation)) {
             (PackageKind::Component, _) if !cfg!(feature = "wasm") => {
                 return Err(Refusal::NoWasm { name });
@@ -322,6 +314,14 @@ impl PluginHost {
         };
         if isolation == Isolation::InProcess && !manifest.unwinds {
             return Err(Refusal::PanicAbort);
+        }
+        if isolation == Isolation::InProcess
+            && self
+                .sandboxes
+                .get(&name)
+                .is_some_and(|s| !s.http_hosts.is_empty())
+        {
+            return Err(Refusal::HttpHostsNative { name });
         }
         let plan = match (isolation, &self.worker) {
             (Isolation::Process, None) => return Err(Refusal::NoWorker { name }),
@@ -396,11 +396,8 @@ impl PluginHost {
                 let hosts = self
                     .sandboxes
                     .get(&package.manifest.name)
-                    .map(|s| s.http_hosts.as_slice())
+                    .map(|s| s.http_hosts.clone())
                     .unwrap_or_default();
-                let hosts = plugin_wasm::HttpHosts::new(hosts).map_err(|e| {
-                    Refusal::Component(format!("[plugins.{}] {e}", package.manifest.name))
-                })?;
                 let reuse = package.manifest.instances == crate::Instances::Reused;
                 self.wasm_runtime()?
                     .load(&package.library, &package.manifest.sha256, hosts)

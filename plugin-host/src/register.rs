@@ -34,7 +34,7 @@ pub fn load_package(folder: &Path, dispatcher: &Dispatcher) -> Result<Outcome, R
 pub fn load_component(
     folder: &Path,
     runtime: &plugin_wasm::WasmRuntime,
-    http_hosts: plugin_wasm::HttpHosts,
+    http_hosts: plugin_wasm::HostList,
     dispatcher: &Dispatcher,
 ) -> Result<(Outcome, Arc<plugin_wasm::WasmPlugin>), Refusal> {
     let (manifest, component) = preflight(folder)?;

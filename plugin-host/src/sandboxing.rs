@@ -6,8 +6,8 @@
 //! | declared class | what the worker may do itself |
 //! |---|---|
 //! | `none`, `read`, `write` | nothing beyond its context: every file operation goes through the host, which checks the class |
-//! | `network` | outbound TCP and UDP (TCP narrowed to ports with `tcp_ports`); name resolution and CA files readable |
-//! | `execute` | start programs, which run under the `workspace-write` command sandbox (read the system and the workspace, write the workspace and a private temporary directory, no network) |
+//! | `network` | connections through its egress proxy only, in a network namespace of its own, to the hosts its `http_hosts` (else `[sandbox.network] allow`) names (on `tcp_ports` only, if set); CA files readable |
+//! | `execute` | start programs, which run under the `workspace-write` command sandbox (read everything but the deny list, write the workspaces, a private temporary directory, the writable roots and caches, no network) |
 //!
 //! Beyond the grant the worker reads its own library and what the loader needs, nothing
 //! else, and writes nothing (an `execute` worker: as above). Its environment holds nothing
@@ -21,7 +21,8 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use sandbox::{Confinement, LOADER_READ, Limits, Network, RESOLVER_READ, SYSTEM_READ};
+use sandbox::egress::Rules;
+use sandbox::{Confinement, HostList, LOADER_READ, Limits, Network, RESOLVER_READ, Settings};
 use serde::{Deserialize, Serialize};
 use tool_api::SideEffect;
 
@@ -79,19 +80,16 @@ impl fmt::Display for WorkerGrant {
     }
 }
 
-/// How a host confines its workers. The default: no workspace, nothing more to read or
-/// write, never unconfined.
+/// How a host confines its workers: its sandbox settings record (`[sandbox]`) and the
+/// workspaces of its sessions. The default: no workspace, the default settings, never
+/// unconfined.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WorkerSandbox {
     /// The workspaces an `execute` worker's programs may write (the host's sessions').
     pub workspaces: Vec<PathBuf>,
-    /// More directories an `execute` worker's programs may read.
-    pub readable_roots: Vec<PathBuf>,
-    /// More directories an `execute` worker's programs may write.
-    pub writable_roots: Vec<PathBuf>,
-    /// Where the sandbox cannot be enforced, run workers unconfined (logged) instead of
-    /// refusing their packages.
-    pub allow_unsandboxed: bool,
+    /// The settings: the deny list, writable roots and caches for an `execute` worker's
+    /// programs; the network's lists for a `network` worker; `allow_unsandboxed`.
+    pub settings: Settings,
 }
 
 /// One plugin's sandbox settings (`[plugins.NAME]`).
@@ -102,10 +100,11 @@ pub struct PluginSandbox {
     pub grant: Option<WorkerGrant>,
     /// With network: the only TCP ports it may connect to.
     pub tcp_ports: Option<Vec<u16>>,
-    /// A WebAssembly component's only: the hosts its `network` tools may send HTTP
-    /// requests to (see `plugin_wasm::HttpHosts`); none by default. A native library with
-    /// any is refused: its worker's sandbox cannot tell hosts apart.
-    pub http_hosts: Vec<String>,
+    /// The hosts its `network` tools may reach: a WebAssembly component's HTTP requests
+    /// (none by default), an isolated native worker's connections through its egress
+    /// proxy (default: `[sandbox.network] allow`). A library loaded in process, which no
+    /// sandbox confines, with any is refused.
+    pub http_hosts: HostList,
     /// Where its sandbox cannot be enforced, run it unconfined (logged).
     pub allow_unsandboxed: bool,
     /// Run its worker with no OS sandbox at all, wherever it could be enforced (logged at
@@ -121,6 +120,8 @@ pub struct WorkerPlan {
     pub grant: WorkerGrant,
     /// Its confinement, or why it runs unconfined (allowed by `allow_unsandboxed`).
     pub confinement: Result<Confinement, String>,
+    /// Where its connections may go through its egress proxy (a `network` grant).
+    pub egress: Option<Rules>,
 }
 
 impl WorkerPlan {
@@ -157,15 +158,30 @@ impl WorkerPlan {
                 confinement: Err(format!(
                     "unconfined by configuration ([plugins.{plugin}] sandbox = \"unconfined\")"
                 )),
+                egress: None,
             });
         }
-        let confinement = confinement(library, grant, own.tcp_ports.clone(), host);
+        let egress = grant.network.then(|| {
+            let (allow, setting) = if own.http_hosts.is_empty() {
+                (
+                    host.settings.network.allow.clone(),
+                    "[sandbox.network] allow".to_string(),
+                )
+            } else {
+                (own.http_hosts.clone(), format!("[plugins.{plugin}] http_hosts"))
+            };
+            let mut rules = Rules::new(allow, host.settings.network.deny.clone(), setting);
+            rules.ports = own.tcp_ports.clone();
+            rules
+        });
+        let confinement = confinement(library, grant, host);
         match sandbox::probe().check(&confinement) {
             Ok(_) => Ok(WorkerPlan {
                 grant,
                 confinement: Ok(confinement),
+                egress,
             }),
-            Err(missing) if own.allow_unsandboxed || host.allow_unsandboxed => {
+            Err(missing) if own.allow_unsandboxed || host.settings.allow_unsandboxed => {
                 tracing::warn!(
                     plugin,
                     "plugin runs UNSANDBOXED (allow_unsandboxed = true): {missing}"
@@ -173,6 +189,7 @@ impl WorkerPlan {
                 Ok(WorkerPlan {
                     grant,
                     confinement: Err(format!("allow_unsandboxed = true; {missing}")),
+                    egress: None,
                 })
             }
             Err(missing) => Err(Refusal::Sandbox {
@@ -201,6 +218,9 @@ impl WorkerPlan {
         if self.grant.execute {
             env.push(("PATH", "/usr/local/bin:/usr/bin:/bin".to_string()));
         }
+        if self.egress.is_some() && self.confinement.is_ok() {
+            env.extend(sandbox::egress::proxy_env());
+        }
         if let Some(tmp) = tmp {
             let tmp = tmp.display().to_string();
             env.push(("TMPDIR", tmp.clone()));
@@ -228,12 +248,7 @@ impl WorkerPlan {
 pub(crate) const TMP_PLACEHOLDER: &str = "/nonexistent/toolhost-worker-tmp";
 
 /// The confinement of a worker with this grant.
-fn confinement(
-    library: &Path,
-    grant: WorkerGrant,
-    tcp_ports: Option<Vec<u16>>,
-    host: &WorkerSandbox,
-) -> Confinement {
+fn confinement(library: &Path, grant: WorkerGrant, host: &WorkerSandbox) -> Confinement {
     let mut c = Confinement::nothing()
         .reading(LOADER_READ.iter().map(PathBuf::from))
         .reading([library.to_path_buf()]);
@@ -242,18 +257,25 @@ fn confinement(
         ..Limits::default()
     };
     if grant.network {
+        // The CA files, for TLS through its proxy.
         c = c.reading(RESOLVER_READ.iter().map(PathBuf::from));
-        c.network = Network::Outbound { tcp_ports };
+        c.network = Network::Proxied;
     }
     if grant.execute {
+        let settings = &host.settings;
+        let hidden = host
+            .workspaces
+            .first()
+            .map(|w| settings.hidden(w).paths)
+            .unwrap_or_else(|| settings.hidden(Path::new("/nonexistent")).paths);
         c = c
-            .reading(SYSTEM_READ.iter().map(PathBuf::from))
-            .reading(host.workspaces.iter().cloned())
-            .reading(host.readable_roots.iter().cloned())
+            .reading([PathBuf::from("/")])
             .writing(host.workspaces.iter().cloned())
-            .writing(host.writable_roots.iter().cloned())
+            .writing(settings.writable_roots.iter().cloned())
+            .writing(settings.caches())
             .writing([PathBuf::from(TMP_PLACEHOLDER)])
             .with_devices();
+        c.hide = hidden;
         c.exec = true;
     }
     c
@@ -289,7 +311,6 @@ mod tests {
         let c = confinement(
             Path::new("/p/lib.so"),
             WorkerGrant::default(),
-            None,
             &WorkerSandbox::default(),
         );
         assert!(c.read.contains(&PathBuf::from("/p/lib.so")));
@@ -302,18 +323,42 @@ mod tests {
     fn an_execute_worker_writes_the_workspaces_and_its_temp_dir() {
         let host = WorkerSandbox {
             workspaces: vec!["/w".into()],
-            ..WorkerSandbox::default()
+            settings: Settings {
+                writable_caches: Vec::new(),
+                ..Settings::default()
+            },
         };
         let grant = WorkerGrant {
             network: false,
             execute: true,
         };
         let c = with_tmp(
-            &confinement(Path::new("/p/lib.so"), grant, None, &host),
+            &confinement(Path::new("/p/lib.so"), grant, &host),
             Path::new("/t"),
         );
         assert_eq!(c.write, [PathBuf::from("/w"), "/t".into()]);
         assert!(c.exec);
         assert_eq!(c.network, Network::None);
+    }
+
+    #[test]
+    fn a_network_worker_goes_out_through_its_proxy_to_its_hosts() {
+        let own = PluginSandbox {
+            http_hosts: HostList::new(["api.example.com"]).unwrap(),
+            tcp_ports: Some(vec![443]),
+            ..PluginSandbox::default()
+        };
+        let plan = WorkerPlan::new(
+            "fetcher",
+            Path::new("/p/lib.so"),
+            [SideEffect::Network],
+            &WorkerSandbox::default(),
+            &own,
+        )
+        .unwrap();
+        assert_eq!(plan.confinement.unwrap().network, Network::Proxied);
+        let rules = plan.egress.unwrap();
+        assert_eq!(rules.allow.entries(), ["api.example.com"]);
+        assert_eq!(rules.ports, Some(vec![443]));
     }
 }

@@ -19,7 +19,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::bindings::toolhost::plugin::{host, types};
 use crate::bindings::{FileMetadata, Level, ToolError, UserAnswer};
-use crate::http::{HttpGate, HttpHosts};
+use crate::http::{HostList, HttpGate};
 use crate::stdio::KeptOutput;
 
 /// How much of a component's stdout and stderr is kept per call (the rest is dropped).
@@ -46,7 +46,7 @@ pub(crate) struct CallState {
 pub(crate) struct Caller {
     pub(crate) plugin: String,
     pub(crate) tool: Option<(String, tool_api::SideEffect)>,
-    pub(crate) hosts: Arc<HttpHosts>,
+    pub(crate) hosts: Arc<HostList>,
 }
 
 impl CallState {

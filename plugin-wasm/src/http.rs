@@ -1,5 +1,5 @@
 //! Outgoing HTTP (`wasi:http`) for components: answered only for a tool declared
-//! `network`, only to the hosts the plugin's configuration lists ([`HttpHosts`]), and
+//! `network`, only to the hosts the plugin's configuration lists ([`HostList`]), and
 //! stopped when its call is cancelled or times out.
 
 use std::future::Future;
@@ -19,163 +19,11 @@ use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 const CANCEL_CHECK: Duration = Duration::from_millis(10);
 
 /// The hosts a component's `network` tools may send HTTP requests to (`[plugins.NAME]
-/// http_hosts` in toolhost's configuration). An entry is a host name or IP address,
-/// optionally with a port (`api.example.com`, `127.0.0.1:8080`, `[::1]:8080`), or a
-/// wildcard for the subdomains of a name (`*.example.com`, which does not match
-/// `example.com` itself). Without a port an entry allows the scheme's own port (443 for
-/// `https`, 80 for `http`). Names are compared without case and without a trailing dot;
-/// a name is matched as the request gives it, before it is resolved.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HttpHosts {
-    entries: Vec<HostEntry>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct HostEntry {
-    /// The name or address, lowercase, without brackets or a trailing dot.
-    host: String,
-    /// `*.host`: any name ending in `.host`.
-    subdomains: bool,
-    port: Option<u16>,
-}
-
-impl HttpHosts {
-    /// No host: every request is refused.
-    pub fn none() -> HttpHosts {
-        HttpHosts::default()
-    }
-
-    /// Parses the entries; an entry that is not a host (a URL, a path, a bad port, `*`
-    /// alone) is an error that quotes it and says how to write it.
-    pub fn new<S: AsRef<str>>(entries: impl IntoIterator<Item = S>) -> Result<HttpHosts, String> {
-        let entries = entries
-            .into_iter()
-            .map(|e| HostEntry::parse(e.as_ref()))
-            .collect::<Result<_, _>>()?;
-        Ok(HttpHosts { entries })
-    }
-
-    /// Whether no host is allowed.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    /// Whether a request to `host` on `port` is allowed (`port`: the one the request
-    /// names, else its scheme's).
-    pub fn allows(&self, host: &str, port: u16, scheme_port: u16) -> bool {
-        let host = normalized(host);
-        self.entries.iter().any(|e| {
-            let name = if e.subdomains {
-                host.strip_suffix(e.host.as_str())
-                    .is_some_and(|rest| rest.len() > 1 && rest.ends_with('.'))
-            } else {
-                host == e.host
-            };
-            name && port == e.port.unwrap_or(scheme_port)
-        })
-    }
-
-    /// The entries, written out (`api.example.com`, `*.cdn.example:8443`).
-    pub fn entries(&self) -> Vec<String> {
-        self.entries.iter().map(HostEntry::to_string).collect()
-    }
-
-    /// The entries as configured, for messages.
-    fn listed(&self) -> String {
-        if self.entries.is_empty() {
-            return "none".into();
-        }
-        self.entries().join(", ")
-    }
-}
-
-impl HostEntry {
-    fn parse(entry: &str) -> Result<HostEntry, String> {
-        let bad = |why: &str| Err(format!("http_hosts entry '{entry}': {why}"));
-        let text = entry.trim();
-        if text.is_empty() {
-            return bad("empty; write a host name such as 'api.example.com'");
-        }
-        if text.contains("://") {
-            return bad(
-                "write the host only, without a scheme ('api.example.com', or 'api.example.com:8443' for another port)",
-            );
-        }
-        if text.contains(['/', '?', '#', '@', ' ']) {
-            return bad("write the host only, without a path, query or user");
-        }
-        let (host, port) = match split_port(text) {
-            Ok(split) => split,
-            Err(why) => return bad(&why),
-        };
-        let (host, subdomains) = match host.strip_prefix("*.") {
-            Some(rest) => (rest, true),
-            None => (host, false),
-        };
-        if host.is_empty() || host == "*" || host.contains('*') {
-            return bad(
-                "every host cannot be allowed; list the hosts (a '*.' prefix allows the subdomains of one name)",
-            );
-        }
-        Ok(HostEntry {
-            host: normalized(host),
-            subdomains,
-            port,
-        })
-    }
-}
-
-impl std::fmt::Display for HostEntry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.subdomains {
-            f.write_str("*.")?;
-        }
-        if self.host.contains(':') {
-            write!(f, "[{}]", self.host)?;
-        } else {
-            f.write_str(&self.host)?;
-        }
-        match self.port {
-            Some(port) => write!(f, ":{port}"),
-            None => Ok(()),
-        }
-    }
-}
-
-/// `host[:port]` or `[v6][:port]`, split.
-fn split_port(text: &str) -> Result<(&str, Option<u16>), String> {
-    let port = |p: &str| {
-        p.parse::<u16>()
-            .ok()
-            .filter(|p| *p != 0)
-            .map(Some)
-            .ok_or_else(|| format!("'{p}' is not a port (1 to 65535)"))
-    };
-    if let Some(rest) = text.strip_prefix('[') {
-        let Some((host, after)) = rest.split_once(']') else {
-            return Err("an IPv6 address opened with '[' must close with ']'".into());
-        };
-        return match after.strip_prefix(':') {
-            Some(p) => Ok((host, port(p)?)),
-            None if after.is_empty() => Ok((host, None)),
-            None => Err(format!("unexpected '{after}' after the address")),
-        };
-    }
-    match text.rsplit_once(':') {
-        Some((host, _)) if host.contains(':') => {
-            Err("write an IPv6 address in brackets ('[::1]:8080')".into())
-        }
-        Some((host, p)) => Ok((host, port(p)?)),
-        None => Ok((text, None)),
-    }
-}
-
-fn normalized(host: &str) -> String {
-    host.trim_start_matches('[')
-        .trim_end_matches(']')
-        .trim_end_matches('.')
-        .to_ascii_lowercase()
-}
+/// http_hosts` in toolhost's configuration): the one host-list syntax of every way out
+/// ([`HostList`]). An entry without a port allows the request's scheme's port (443 for
+/// `https`, 80 for `http`); a name is matched as the request gives it, before it is
+/// resolved.
+pub use sandbox::HostList;
 
 /// Whether a call was asked to stop: by the host ([`tool_api::Tool::cancel`], timeouts
 /// included) or through its context.
@@ -198,7 +46,7 @@ pub(crate) struct HttpGate {
     pub(crate) plugin: String,
     /// The tool calling and its declared class, or `None` while describing.
     pub(crate) tool: Option<(String, tool_api::SideEffect)>,
-    pub(crate) hosts: Arc<HttpHosts>,
+    pub(crate) hosts: Arc<HostList>,
     pub(crate) stop: Stop,
     /// Why requests were refused, in order: added to the call's error.
     pub(crate) refused: Vec<String>,
@@ -251,13 +99,13 @@ impl HttpGate {
             80
         };
         let port = uri.port_u16().unwrap_or(scheme_port);
-        if self.hosts.allows(host, port, scheme_port) {
+        if self.hosts.matches(host, port, &[scheme_port]) {
             return None;
         }
         Some(format!(
             "{host}:{port} is not one of the hosts [plugins.{}] http_hosts allows ({}); add it there to allow it",
             self.plugin,
-            self.hosts.listed()
+            self.hosts
         ))
     }
 }
@@ -365,76 +213,5 @@ impl Body for Stoppable {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    #[test]
-    fn entries_allow_their_host_on_the_schemes_port_or_their_own() {
-        let hosts = HttpHosts::new([
-            "api.example.com",
-            "127.0.0.1:8080",
-            "*.cdn.example.org",
-            "[::1]:9000",
-            "Upper.Example.NET.",
-        ])
-        .unwrap();
-        let table: &[(&str, u16, u16, bool)] = &[
-            ("api.example.com", 443, 443, true),
-            ("API.example.com.", 80, 80, true),
-            ("api.example.com", 8443, 443, false),
-            ("example.com", 443, 443, false),
-            ("evil-api.example.com", 443, 443, false),
-            ("127.0.0.1", 8080, 80, true),
-            ("127.0.0.1", 80, 80, false),
-            ("a.cdn.example.org", 443, 443, true),
-            ("a.b.cdn.example.org", 443, 443, true),
-            ("cdn.example.org", 443, 443, false),
-            ("xcdn.example.org", 443, 443, false),
-            ("[::1]", 9000, 80, true),
-            ("upper.example.net", 443, 443, true),
-        ];
-        for &(host, port, scheme_port, allowed) in table {
-            assert_eq!(
-                hosts.allows(host, port, scheme_port),
-                allowed,
-                "{host}:{port}"
-            );
-        }
-    }
-
-    #[test]
-    fn an_entry_that_is_not_a_host_is_refused_naming_it() {
-        let table: &[(&str, &str)] = &[
-            ("https://api.example.com", "without a scheme"),
-            ("api.example.com/v1", "without a path"),
-            ("api.example.com:http", "is not a port"),
-            ("api.example.com:0", "is not a port"),
-            ("*", "list the hosts"),
-            ("*.", "list the hosts"),
-            ("a*.example.com", "list the hosts"),
-            ("", "empty"),
-            ("::1", "in brackets"),
-            ("[::1", "must close"),
-        ];
-        for &(entry, says) in table {
-            let e = HttpHosts::new([entry]).unwrap_err();
-            assert!(
-                e.contains(&format!("'{entry}'")) && e.contains(says),
-                "{entry}: {e}"
-            );
-        }
-    }
-
-    #[test]
-    fn no_hosts_allow_nothing_and_say_so() {
-        let hosts = HttpHosts::none();
-        assert!(hosts.is_empty());
-        assert!(!hosts.allows("localhost", 80, 80));
-        assert_eq!(hosts.listed(), "none");
     }
 }

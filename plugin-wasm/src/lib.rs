@@ -5,7 +5,7 @@
 //! `host` interface (the call's workspace files through the same [`tool_api::ToolContext`] a
 //! native tool gets, logs, live output, cancellation, asking the user) and a WASI context
 //! with no preopened directory, no environment and no sockets. A tool declared `network`
-//! may send HTTP requests (`wasi:http`) to the hosts its plugin is allowed ([`HttpHosts`]),
+//! may send HTTP requests (`wasi:http`) to the hosts its plugin is allowed ([`HostList`]),
 //! and to no other.
 //!
 //! - [`WasmRuntime`] holds one wasmtime engine and linker for a host, and caches compiled
@@ -31,7 +31,7 @@ mod stdio;
 mod tool;
 
 pub use error::WasmError;
-pub use http::HttpHosts;
+pub use http::HostList;
 pub use runtime::{DEFAULT_MEMORY_BYTES, DESCRIBE_TIMEOUT, WasmLimits, WasmPlugin, WasmRuntime};
 pub use tool::{CALLS_PER_KEPT_INSTANCE, KEPT_INSTANCES};
 pub use tool_api::{WIT, WIT_VERSION};

@@ -12,7 +12,7 @@ use wasmtime::{Config, Engine, Store, Trap, UpdateDeadline};
 
 use crate::bindings::{self, PluginInfo, PluginPre};
 use crate::call::{CallState, Caller};
-use crate::{HttpHosts, WasmError, cache};
+use crate::{HostList, WasmError, cache};
 
 /// The most memory one instance may have unless the host says otherwise: 256 MiB.
 pub const DEFAULT_MEMORY_BYTES: usize = 256 * 1024 * 1024;
@@ -98,7 +98,7 @@ impl WasmRuntime {
         &self,
         path: &Path,
         sha256: &str,
-        http_hosts: HttpHosts,
+        http_hosts: HostList,
     ) -> Result<WasmPlugin, WasmError> {
         let inner = &self.inner;
         let component = self.compiled(path, sha256)?;
@@ -214,7 +214,7 @@ fn describe(
     inner: &Inner,
     pre: &PluginPre<CallState>,
     path: &Path,
-    hosts: &Arc<HttpHosts>,
+    hosts: &Arc<HostList>,
 ) -> Result<PluginInfo, WasmError> {
     let cancel = Arc::new(AtomicBool::new(false));
     let caller = Caller {
@@ -363,7 +363,7 @@ pub struct WasmPlugin {
     pub definitions: Vec<ToolDefinition>,
     pub(crate) pre: PluginPre<CallState>,
     /// Where its `network` tools may send HTTP requests.
-    pub(crate) http_hosts: Arc<HttpHosts>,
+    pub(crate) http_hosts: Arc<HostList>,
     /// Instances kept after clean calls, when the component asked for reuse.
     pub(crate) kept: Option<std::sync::Mutex<Vec<crate::tool::Kept>>>,
     pub(crate) runtime: Arc<Inner>,

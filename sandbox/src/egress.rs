@@ -65,8 +65,23 @@ pub struct Rules {
     pub allow: HostList,
     /// Hosts it may not reach, even when allowed.
     pub deny: HostList,
-    /// The setting that holds the allow list, for refusals (`[sandbox.network]`).
+    /// The only ports it may reach, whatever the host (`None`: what the lists say).
+    pub ports: Option<Vec<u16>>,
+    /// The key of the allow list, for refusals (`[sandbox.network] allow`).
     pub setting: String,
+}
+
+impl Rules {
+    /// `allow` (whose key is `setting`, for refusals) and `deny` (`[sandbox.network]
+    /// deny`), on any port they list.
+    pub fn new(allow: HostList, deny: HostList, setting: impl Into<String>) -> Rules {
+        Rules {
+            allow,
+            deny,
+            ports: None,
+            setting: setting.into(),
+        }
+    }
 }
 
 /// Why a connection was refused.
@@ -76,6 +91,8 @@ pub enum Why {
     NotAllowed,
     /// The host is on the deny list.
     Denied,
+    /// The port is not one of the ports allowed.
+    Port,
     /// It resolves only to internal addresses the allow list does not name.
     Internal(IpAddr),
     /// The name does not resolve.
@@ -93,7 +110,7 @@ pub struct Refusal {
     pub port: u16,
     /// Why.
     pub why: Why,
-    /// The setting that holds the lists.
+    /// The key of the allow list.
     pub setting: String,
 }
 
@@ -106,11 +123,12 @@ impl fmt::Display for Refusal {
             format!("{host}:{port}")
         };
         match &self.why {
-            Why::NotAllowed => write!(f, "network: {shown} refused, not in {setting} allow"),
-            Why::Denied => write!(f, "network: {shown} refused, listed in {setting} deny"),
+            Why::NotAllowed => write!(f, "network: {shown} refused, not in {setting}"),
+            Why::Denied => write!(f, "network: {shown} refused, listed in [sandbox.network] deny"),
+            Why::Port => write!(f, "network: {shown} refused, port {port} is not in tcp_ports"),
             Why::Internal(ip) => write!(
                 f,
-                "network: {shown} refused: it is {ip}, an internal address (loopback, private or link-local), which only an entry naming that address in {setting} allow reaches"
+                "network: {shown} refused: it is {ip}, an internal address (loopback, private or link-local), which only an entry naming that address in {setting} reaches"
             ),
             Why::Unresolved(e) => write!(f, "network: {shown} refused: the name does not resolve ({e})"),
             Why::Malformed(e) => write!(f, "network: a request the egress proxy does not serve: {e}"),
@@ -393,6 +411,9 @@ fn open(host: &str, port: u16, shared: &Shared) -> Result<TcpStream, Failure> {
     {
         return Err(refuse(Why::Denied));
     }
+    if rules.ports.as_ref().is_some_and(|p| !p.contains(&port)) {
+        return Err(refuse(Why::Port));
+    }
     let allowed = rules.allow.matches(&host, port, WEB_PORTS)
         || literal.is_some_and(|ip| rules.allow.lists_address(ip, port, WEB_PORTS));
     if !allowed {
@@ -494,11 +515,11 @@ mod tests {
     use std::io::BufRead;
 
     fn rules(allow: &[&str], deny: &[&str]) -> Rules {
-        Rules {
-            allow: HostList::new(allow).unwrap(),
-            deny: HostList::new(deny).unwrap(),
-            setting: "[sandbox.network]".into(),
-        }
+        Rules::new(
+            HostList::new(allow).unwrap(),
+            HostList::new(deny).unwrap(),
+            "[sandbox.network] allow",
+        )
     }
 
     /// A proxy on a loopback listener of the test's own.

@@ -120,11 +120,7 @@ impl Setup {
 }
 
 fn no_hosts() -> Rules {
-    Rules {
-        allow: HostList::none(),
-        deny: HostList::none(),
-        setting: "[sandbox.network]".into(),
-    }
+    Rules::new(HostList::none(), HostList::none(), "[sandbox.network] allow")
 }
 
 fn text(o: &Output) -> String {

@@ -22,7 +22,6 @@ use std::time::{Duration, Instant};
 use dispatcher_core::{ConfirmationPolicy, Dispatcher, DispatcherConfig, SessionSpec, ToolUse};
 use plugin_host::{Isolation, PluginHost, PluginSandbox, WorkerSettings};
 use serde_json::json;
-use tool_api::SandboxMode;
 use toolhost_tests::{package_library, release_library};
 
 /// How many rounds, and how many times each side runs in a round.
@@ -173,7 +172,7 @@ fn main() {
 
     // `shell` running `true` under workspace-write and under host.
     let shells: Vec<(Dispatcher, dispatcher_core::Session)> =
-        [SandboxMode::WorkspaceWrite, SandboxMode::Host]
+        [sandbox::Mode::WorkspaceWrite, sandbox::Mode::Host]
             .into_iter()
             .map(|mode| {
                 let mut config = DispatcherConfig::default();

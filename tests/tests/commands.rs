@@ -1,13 +1,14 @@
 //! `shell` runs in the call's sandbox: `workspace-write` by default, or what the config
 //! (per tool) or the runtime policy (per call) grants. Under `workspace-write` writing
-//! outside, connecting out and reading a planted secret fail, and building and running
-//! something inside the workspace works; `read-only` reaches the file API too.
+//! outside, connecting out and reading a secret on the deny list fail (and the result says
+//! what was denied and which setting allows it), and building and running something inside
+//! the workspace works; `read-only` reaches the file API too.
 #![cfg(target_os = "linux")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
-use std::io::ErrorKind;
+use std::io::{ErrorKind, Read, Write};
 use std::net::TcpListener;
 use std::sync::Arc;
 
@@ -30,7 +31,8 @@ fn shell(command: &str) -> ToolUse {
     ToolUse::new("tu", "shell", json!({ "command": command }))
 }
 
-/// A directory outside the workspace with a secret in it (a stand-in for `~/.ssh`).
+/// A directory outside the workspace with a secret in it (a stand-in for `~/.ssh`, put on
+/// the deny list by [`hiding`]).
 fn planted() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("id_ed25519"), "the-planted-secret").unwrap();
@@ -52,18 +54,26 @@ async fn shell_defaults_to_workspace_write_and_says_so() {
     );
 }
 
+/// The default config with `dir` on the deny list.
+fn hiding(dir: &std::path::Path) -> DispatcherConfig {
+    let mut config = DispatcherConfig::default();
+    config.sandbox.deny_read.push(dir.to_path_buf());
+    config
+}
+
 #[tokio::test]
 async fn under_workspace_write_escapes_fail_at_their_target() {
-    let fx = Fixture::new(dispatcher(DispatcherConfig::default()));
     let secret = planted();
+    let fx = Fixture::new(dispatcher(hiding(secret.path())));
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
-    let outside = secret.path().join("written");
+    let outside = tempfile::tempdir().unwrap();
+    let written = outside.path().join("written");
     let attempts = [
-        format!("echo x > {}", outside.display()),
+        format!("echo x > {}", written.display()),
         format!("cat {}/id_ed25519", secret.path().display()),
-        format!("ls {}", std::env::var("HOME").unwrap()),
+        format!("ls {}", secret.path().display()),
         format!("bash -c 'echo hi > /dev/tcp/127.0.0.1/{port}'"),
         format!("kill -0 {}", std::process::id()),
     ];
@@ -72,8 +82,61 @@ async fn under_workspace_write_escapes_fail_at_their_target() {
         assert!(r.is_error(), "{attempt}: {}", r.text());
         assert!(!r.text().contains("the-planted-secret"), "{}", r.text());
     }
-    assert!(!outside.exists());
+    assert!(!written.exists());
     assert!(matches!(listener.accept(), Err(e) if e.kind() == ErrorKind::WouldBlock));
+}
+
+#[tokio::test]
+async fn a_denied_read_or_write_is_named_with_the_setting_that_allows_it() {
+    let secret = planted();
+    let fx = Fixture::new(dispatcher(hiding(secret.path())));
+    let key = secret.path().join("id_ed25519");
+    let r = fx
+        .dispatcher
+        .dispatch(shell(&format!("cat {}", key.display())), &fx.session)
+        .await;
+    assert!(r.is_error());
+    assert!(
+        r.text().contains(&format!(
+            "[sandbox] read of {} denied: {} is on the deny list; `allow_read = [\"{}\"]` in [sandbox] re-opens it",
+            key.display(),
+            secret.path().display(),
+            secret.path().display()
+        )),
+        "{}",
+        r.text()
+    );
+    assert_eq!(r.metadata["sandbox_denials"].as_array().unwrap().len(), 1);
+    let outside = tempfile::tempdir().unwrap();
+    let r = fx
+        .dispatcher
+        .dispatch(
+            shell(&format!("touch {}/f", outside.path().display())),
+            &fx.session,
+        )
+        .await;
+    assert!(r.text().contains("add its directory to `writable_roots`"), "{}", r.text());
+}
+
+#[tokio::test]
+async fn with_the_protection_removed_the_same_attempts_succeed() {
+    // The control for the refusals above: the deny list and the OS sandbox are what
+    // stop them.
+    let secret = planted();
+    let mut config = hiding(secret.path());
+    config
+        .sandbox
+        .per_tool
+        .insert("shell".into(), sandbox::Mode::Host);
+    let fx = Fixture::new(dispatcher(config));
+    let r = fx
+        .dispatcher
+        .dispatch(
+            shell(&format!("cat {}/id_ed25519", secret.path().display())),
+            &fx.session,
+        )
+        .await;
+    assert!(r.text().contains("the-planted-secret"), "{}", r.text());
 }
 
 #[tokio::test]
@@ -91,13 +154,43 @@ async fn under_workspace_write_a_build_in_the_workspace_runs() {
     assert!(r.text().starts_with("built\n"), "{}", r.text());
 }
 
+/// An HTTP server on loopback answering `hello` to each request.
+fn web_server() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in l.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+            );
+        }
+    });
+    port
+}
+
 #[tokio::test]
-async fn network_granted_by_config_lets_a_command_connect() {
+async fn network_granted_by_config_goes_out_through_the_proxy_to_listed_hosts_only() {
+    let port = web_server();
     let mut config = DispatcherConfig::default();
-    config.sandbox.network = true;
+    config.sandbox.network = sandbox::NetworkSettings {
+        enabled: true,
+        allow: sandbox::HostList::new([format!("127.0.0.1:{port}")]).unwrap(),
+        deny: sandbox::HostList::none(),
+    };
     let fx = Fixture::new(dispatcher(config));
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
+    let r = fx
+        .dispatcher
+        .dispatch(
+            shell(&format!("curl -fsS --max-time 5 http://127.0.0.1:{port}/")),
+            &fx.session,
+        )
+        .await;
+    assert!(!r.is_error(), "{}", r.text());
+    assert!(r.text().starts_with("hello"), "{}", r.text());
+    assert_eq!(r.metadata["sandbox"], "workspace-write, network through the egress proxy");
+    // Straight to the address, around the proxy: nothing there.
     let r = fx
         .dispatcher
         .dispatch(
@@ -105,9 +198,23 @@ async fn network_granted_by_config_lets_a_command_connect() {
             &fx.session,
         )
         .await;
-    assert!(!r.is_error(), "{}", r.text());
-    listener.set_nonblocking(true).unwrap();
-    assert!(listener.accept().is_ok());
+    assert!(r.is_error(), "{}", r.text());
+    // A host not listed: refused by the proxy, and the result says so.
+    let r = fx
+        .dispatcher
+        .dispatch(
+            shell("curl -fsS --max-time 5 https://example.com/"),
+            &fx.session,
+        )
+        .await;
+    assert!(r.is_error(), "{}", r.text());
+    assert!(
+        r.text().contains(
+            "[sandbox] network: example.com:443 refused, not in [sandbox.network] allow (the egress proxy)"
+        ),
+        "{}",
+        r.text()
+    );
 }
 
 #[tokio::test]
@@ -116,7 +223,7 @@ async fn a_per_tool_mode_of_host_runs_the_command_with_the_users_rights() {
     config
         .sandbox
         .per_tool
-        .insert("shell".into(), SandboxMode::Host);
+        .insert("shell".into(), sandbox::Mode::Host);
     let fx = Fixture::new(dispatcher(config));
     let outside = tempfile::tempdir().unwrap();
     let file = outside.path().join("written");

@@ -1,8 +1,9 @@
 //! Isolated plugins run in an OS sandbox their declared class decides, applied before
 //! their library is opened: a hostile plugin whose tools all declare `none` tries, with
 //! plain `std`, each escape; each fails with evidence at its target, the call ends as a
-//! readable error, and the worker and the host go on. A `network` plugin connects; an
-//! `execute` plugin starts programs that write the workspace and nothing else.
+//! readable error, and the worker and the host go on. A `network` plugin connects through
+//! its egress proxy to the hosts it is allowed, and nowhere else; an `execute` plugin
+//! starts programs that write the workspace and nothing else.
 #![cfg(target_os = "linux")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -45,6 +46,8 @@ impl Env {
     fn host(&self) -> PluginHost {
         let mut worker = common::worker_settings();
         worker.sandbox.workspaces = vec![self.workspace.path().to_path_buf()];
+        // The stand-in home's secrets are on the deny list, as `~/.ssh` is.
+        worker.sandbox.settings.deny_read = vec![self.outside.path().join("id_ed25519")];
         PluginHost::new([self.plugins.path()])
             .cache_dir(self.cache.path())
             .isolation(Isolation::Process)
@@ -200,11 +203,26 @@ async fn the_worker_reports_the_sandbox_it_applied_before_opening_its_library() 
     );
 }
 
+/// A network plugin's settings allowing `ports` on 127.0.0.1 through its proxy.
+fn allowing(ports: &[&str]) -> PluginSandbox {
+    PluginSandbox {
+        http_hosts: sandbox::HostList::new(ports.iter().map(|p| format!("127.0.0.1:{p}")))
+            .unwrap(),
+        ..PluginSandbox::default()
+    }
+}
+
+/// The call failed because the egress proxy refused, and says why.
+fn assert_proxy_refused(r: &ToolResultBlock, why: &str) {
+    assert_eq!(r.error_class, Some(ErrorClass::ExecutionError), "{r:?}");
+    assert!(r.text().contains("403") && r.text().contains(why), "{}", r.text());
+}
+
 #[tokio::test]
-async fn a_network_plugin_connects_and_still_reads_no_file() {
+async fn a_network_plugin_connects_through_its_proxy_and_still_reads_no_file() {
     let env = Env::new();
-    env.load("netprobe", None);
     let (listener, port) = listener();
+    env.load("netprobe", Some(allowing(&[&port])));
     let r = env.call("net_connect", json!({"port": port})).await;
     assert_eq!(r.text(), "CONNECTED", "{r:?}");
     listener.set_nonblocking(false).unwrap();
@@ -216,6 +234,32 @@ async fn a_network_plugin_connects_and_still_reads_no_file() {
         .call("net_read_file", json!({"path": env.outside("id_ed25519")}))
         .await;
     assert_refused(&r, "read a secret");
+}
+
+#[tokio::test]
+async fn a_network_plugin_cannot_go_around_its_proxy() {
+    let env = Env::new();
+    let (listener, port) = listener();
+    env.load("netprobe", Some(allowing(&[&port])));
+    let r = env
+        .call("net_connect", json!({"port": port, "direct": true}))
+        .await;
+    assert_eq!(r.error_class, Some(ErrorClass::ExecutionError), "{r:?}");
+    assert!(r.text().contains("connecting refused"), "{}", r.text());
+    assert!(nothing_arrived(&listener));
+}
+
+#[tokio::test]
+async fn a_host_not_on_a_network_plugins_list_is_refused_by_name() {
+    let env = Env::new();
+    let (listener, port) = listener();
+    env.load("netprobe", Some(allowing(&["1"])));
+    let r = env.call("net_connect", json!({"port": port})).await;
+    assert_proxy_refused(
+        &r,
+        &format!("network: 127.0.0.1:{port} refused, not in [plugins.fixture-netprobe] http_hosts"),
+    );
+    assert!(nothing_arrived(&listener));
 }
 
 #[tokio::test]
@@ -239,15 +283,11 @@ async fn tcp_ports_narrow_where_a_network_plugin_connects() {
     let env = Env::new();
     let (allowed, allowed_port) = listener();
     let (other, other_port) = listener();
-    env.load(
-        "netprobe",
-        Some(PluginSandbox {
-            tcp_ports: Some(vec![allowed_port.parse().unwrap()]),
-            ..PluginSandbox::default()
-        }),
-    );
+    let mut sandbox = allowing(&[&allowed_port, &other_port]);
+    sandbox.tcp_ports = Some(vec![allowed_port.parse().unwrap()]);
+    env.load("netprobe", Some(sandbox));
     let r = env.call("net_connect", json!({"port": other_port})).await;
-    assert_refused(&r, "connect to a port not granted");
+    assert_proxy_refused(&r, &format!("port {other_port} is not in tcp_ports"));
     assert!(nothing_arrived(&other));
     let r = env.call("net_connect", json!({"port": allowed_port})).await;
     assert_eq!(r.text(), "CONNECTED", "{r:?}");
@@ -391,7 +431,7 @@ async fn a_worker_program_that_ignores_its_sandbox_is_refused() {
 }
 
 #[tokio::test]
-async fn http_hosts_on_a_native_plugin_is_refused_not_ignored() {
+async fn http_hosts_on_a_native_plugin_in_process_is_refused_not_ignored() {
     let env = Env::new();
     package_library(
         &fixtures().library("netprobe"),
@@ -400,10 +440,11 @@ async fn http_hosts_on_a_native_plugin_is_refused_not_ignored() {
     );
     let report = env
         .host()
+        .isolation(Isolation::InProcess)
         .sandbox(
             "fixture-netprobe",
             PluginSandbox {
-                http_hosts: vec!["api.example.com".into()],
+                http_hosts: sandbox::HostList::new(["api.example.com"]).unwrap(),
                 ..PluginSandbox::default()
             },
         )
@@ -415,7 +456,7 @@ async fn http_hosts_on_a_native_plugin_is_refused_not_ignored() {
     );
     let text = refusal.to_string();
     assert!(
-        text.contains("fixture-netprobe") && text.contains("tcp_ports"),
+        text.contains("fixture-netprobe") && text.contains("isolation = \"process\""),
         "{text}"
     );
     let r = env.call("net_connect", json!({"port": "1"})).await;

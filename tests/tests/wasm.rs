@@ -231,7 +231,7 @@ fn spin_tool() -> Option<Arc<dyn tool_api::Tool>> {
     lone_tool(
         "faults",
         "wasm_spin",
-        plugin_host::plugin_wasm::HttpHosts::none(),
+        plugin_host::plugin_wasm::HostList::none(),
     )
 }
 

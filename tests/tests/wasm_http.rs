@@ -130,7 +130,7 @@ fn fetch_env(hosts: &[String], config: DispatcherConfig) -> Option<Env> {
             env.host().sandbox(
                 "fetch",
                 PluginSandbox {
-                    http_hosts: hosts,
+                    http_hosts: plugin_host::plugin_wasm::HostList::new(&hosts).expect("valid hosts"),
                     ..PluginSandbox::default()
                 },
             )
@@ -242,7 +242,7 @@ fn cancel_ends_a_request_that_hangs_not_only_the_wait_for_it() {
     // Hanging before the answer, then in the middle of its body.
     for answer in [Answer::Hang, Answer::HangInBody] {
         let server = Server::start(answer);
-        let hosts = plugin_host::plugin_wasm::HttpHosts::new(allowing(&server)).unwrap();
+        let hosts = plugin_host::plugin_wasm::HostList::new(allowing(&server)).unwrap();
         let Some(tool) = common::wasm::lone_tool("fetch", "http_get", hosts) else {
             return;
         };

@@ -244,7 +244,10 @@ pub(crate) async fn build_host_observed(
         builder = builder.audit(observer);
     }
     if let Some(remote) = &config.remote {
-        let sandbox = Arc::new(config.sandbox.servers(workspace));
+        let sandbox = Arc::new(mcp_toolsets::ServerSandbox {
+            workspace: workspace.to_path_buf(),
+            settings: config.sandbox.clone(),
+        });
         builder = builder.remote(crate::remote::RemoteTools::connect(remote, sandbox).await);
     }
     let dispatcher = builder.build();
@@ -269,7 +272,10 @@ pub(crate) async fn build_host_observed(
             .load_into(&dispatcher)
     };
     let mut starting = tokio::task::JoinSet::new();
-    let servers = Arc::new(config.sandbox.servers(workspace));
+    let servers = Arc::new(mcp_toolsets::ServerSandbox {
+            workspace: workspace.to_path_buf(),
+            settings: config.sandbox.clone(),
+        });
     let pins = pin_store(config);
     for (i, server) in config.mcp_servers.iter().enumerate() {
         let mut server = server.clone();

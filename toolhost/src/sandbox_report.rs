@@ -9,9 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
-use dispatcher_core::config::SandboxConfig;
 use dispatcher_core::{SandboxMode, ToolListing};
-use sandbox::{CommandMode, CommandPolicy};
+use sandbox::{CommandGrant, Settings};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tool_api::Placement;
@@ -46,28 +45,21 @@ pub enum ProgramsState {
 }
 
 /// The programs' sandbox for a tool in `workspace` under `config`.
-pub fn programs(config: &SandboxConfig, tool: &str, workspace: &Path) -> Programs {
-    let mode = config.mode_of(tool);
-    let command_mode = match mode {
-        SandboxMode::ReadOnly => CommandMode::ReadOnly,
-        SandboxMode::WorkspaceWrite => CommandMode::WorkspaceWrite,
-        other => {
-            return Programs {
-                mode: other,
-                network: true,
-                state: ProgramsState::Host,
-                detail: "host: no OS sandbox, they run with your rights".into(),
-            };
-        }
+pub fn programs(config: &Settings, tool: &str, workspace: &Path) -> Programs {
+    let mode = dispatcher_core::config::sandbox_mode(config, tool);
+    let Some(command_mode) = config.mode_of(tool).command() else {
+        return Programs {
+            mode,
+            network: true,
+            state: ProgramsState::Host,
+            detail: "host: no OS sandbox, they run with your rights".into(),
+        };
     };
-    let policy = CommandPolicy {
+    let grant = CommandGrant {
         mode: command_mode,
-        workspace: workspace.to_path_buf(),
-        readable_roots: config.readable_roots.clone(),
-        writable_roots: config.writable_roots.clone(),
-        network: config.network,
+        network: config.network.enabled,
     };
-    let confinement = policy.confinement(&std::env::temp_dir(), None);
+    let confinement = config.confinement(grant, workspace, &std::env::temp_dir());
     let (state, detail) = match sandbox::expected(&confinement) {
         Ok(e) if e.state == sandbox::State::Enforced => (ProgramsState::Enforced, e.summary()),
         Ok(e) => (ProgramsState::Partial, e.summary()),
@@ -84,7 +76,7 @@ pub fn programs(config: &SandboxConfig, tool: &str, workspace: &Path) -> Program
     };
     Programs {
         mode,
-        network: config.network,
+        network: config.network.enabled,
         state,
         detail,
     }
@@ -92,7 +84,7 @@ pub fn programs(config: &SandboxConfig, tool: &str, workspace: &Path) -> Program
 
 /// One tool's sandbox as JSON: its [`Placement`] (`runs`: `in_process`, `worker`, `wasm`,
 /// `server`, `remote`) and, in toolhost's process, its programs' sandbox.
-pub fn tool_json(listing: &ToolListing, config: &SandboxConfig, workspace: &Path) -> Value {
+pub fn tool_json(listing: &ToolListing, config: &Settings, workspace: &Path) -> Value {
     let mut v = serde_json::to_value(&listing.placement).unwrap_or(Value::Null);
     if listing.placement == Placement::InProcess {
         v["programs"] = json!(programs(config, &listing.definition.name, workspace));
@@ -101,7 +93,7 @@ pub fn tool_json(listing: &ToolListing, config: &SandboxConfig, workspace: &Path
 }
 
 /// One line for a tool's sandbox.
-fn tool_line(listing: &ToolListing, config: &SandboxConfig, workspace: &Path) -> String {
+fn tool_line(listing: &ToolListing, config: &Settings, workspace: &Path) -> String {
     match &listing.placement {
         Placement::InProcess => {
             let who = if listing.source.starts_with("plugin:") {
@@ -168,12 +160,14 @@ fn mechanism_lines() -> Vec<String> {
 }
 
 /// The whole report as text: the kernel's mechanisms, then each tool.
-pub fn text(listing: &[ToolListing], config: &SandboxConfig, workspace: &Path) -> String {
+pub fn text(listing: &[ToolListing], config: &Settings, workspace: &Path) -> String {
     let mut out = format!("kernel ({} {}):\n", std::env::consts::OS, kernel_release());
     for line in mechanism_lines() {
         out.push_str(&line);
         out.push('\n');
     }
+    out.push('\n');
+    out.push_str(&settings_text(config, workspace));
     out.push_str(&format!("\ntools (workspace {}):\n", workspace.display()));
     let width = listing
         .iter()
@@ -192,7 +186,7 @@ pub fn text(listing: &[ToolListing], config: &SandboxConfig, workspace: &Path) -
 }
 
 /// The whole report as JSON.
-pub fn json(listing: &[ToolListing], config: &SandboxConfig, workspace: &Path) -> Value {
+pub fn json(listing: &[ToolListing], config: &Settings, workspace: &Path) -> Value {
     let mechanisms: Vec<Value> = sandbox::probe()
         .mechanisms()
         .into_iter()
@@ -214,6 +208,7 @@ pub fn json(listing: &[ToolListing], config: &SandboxConfig, workspace: &Path) -
         "kernel": kernel_release(),
         "mechanisms": mechanisms,
         "workspace": workspace,
+        "commands": settings_json(config, workspace),
         "tools": tools,
     })
 }
@@ -223,7 +218,7 @@ pub fn json(listing: &[ToolListing], config: &SandboxConfig, workspace: &Path) -
 /// partly enforced sandbox is reported with its gaps, not counted here.
 pub fn anything_unsandboxed(
     listing: &[ToolListing],
-    config: &SandboxConfig,
+    config: &Settings,
     workspace: &Path,
 ) -> bool {
     listing.iter().any(|l| match &l.placement {
@@ -237,6 +232,107 @@ pub fn anything_unsandboxed(
         }
         _ => false,
     })
+}
+
+/// What commands (`shell`, stdio MCP servers, an `execute` worker's programs) get, by
+/// name only: the paths hidden from them, the caches they write, where their network may
+/// go, and which of toolhost's environment variables they see and which are withheld.
+fn settings_json(config: &Settings, workspace: &Path) -> Value {
+    let hidden = config.hidden(workspace);
+    let vars: Vec<_> = std::env::vars_os().collect();
+    let passed: Vec<String> = {
+        let mut v: Vec<String> = config
+            .env
+            .environment(vars.clone())
+            .into_iter()
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    json!({
+        "mode": config.mode,
+        "hidden": hidden.paths,
+        "hidden_search_cut": hidden.cut,
+        "allow_read": config.allow_read,
+        "writable_roots": config.writable_roots,
+        "writable_caches": config.caches(),
+        "network": {
+            "enabled": config.network.enabled,
+            "allow": config.network.allow.entries(),
+            "deny": config.network.deny.entries(),
+        },
+        "environment": {
+            "inherit": config.env.inherit,
+            "passed": passed,
+            "withheld": config.env.withheld(vars),
+            "set": config.env.set.keys().collect::<Vec<_>>(),
+        },
+    })
+}
+
+/// [`settings_json`] as text.
+fn settings_text(config: &Settings, workspace: &Path) -> String {
+    let v = settings_json(config, workspace);
+    let list = |v: &Value| -> String {
+        let items: Vec<String> = v
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|i| i.as_str().map_or_else(|| i.to_string(), str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if items.is_empty() {
+            "none".into()
+        } else {
+            items.join(", ")
+        }
+    };
+    let mut out = format!(
+        "commands (shell, stdio MCP servers, execute workers' programs; mode {}):\n",
+        config.mode
+    );
+    out.push_str(&format!(
+        "  hidden        {} (the deny list, as present here; [sandbox] deny_read adds, allow_read re-opens)\n",
+        list(&v["hidden"])
+    ));
+    if let Some(cut) = v["hidden_search_cut"].as_str() {
+        out.push_str(&format!("  hidden        gap: {cut}\n"));
+    }
+    out.push_str(&format!(
+        "  writes        the workspace, a private temporary directory, writable_roots: {}\n",
+        list(&v["writable_roots"])
+    ));
+    out.push_str(&format!(
+        "  caches        {} (writable_caches; [] is the strict setting)\n",
+        list(&v["writable_caches"])
+    ));
+    let net = &v["network"];
+    out.push_str(&format!(
+        "  network       {}; through the egress proxy to {} (deny: {})\n",
+        if net["enabled"].as_bool() == Some(true) {
+            "on"
+        } else {
+            "off unless granted"
+        },
+        list(&net["allow"]),
+        list(&net["deny"])
+    ));
+    let env = &v["environment"];
+    out.push_str(&format!(
+        "  environment   inherit = {}; passed: {}\n",
+        env["inherit"].as_str().unwrap_or("filtered"),
+        list(&env["passed"])
+    ));
+    out.push_str(&format!(
+        "  withheld      {}\n",
+        list(&env["withheld"])
+    ));
+    if env["set"].as_array().is_some_and(|a| !a.is_empty()) {
+        out.push_str(&format!("  set           {}\n", list(&env["set"])));
+    }
+    out
 }
 
 /// The running kernel's release (`uname -r`).

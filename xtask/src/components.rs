@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use plugin_host::plugin_wasm::{HttpHosts, WasmLimits, WasmPlugin, WasmRuntime};
+use plugin_host::plugin_wasm::{HostList, WasmLimits, WasmPlugin, WasmRuntime};
 use plugin_host::{
     COMPONENT_TARGET, Instances, Manifest, ManifestTool, PackageKind, digest, package,
 };
@@ -214,7 +214,7 @@ fn encode_wat(module_file: &Path, wit: &Path) -> std::result::Result<Vec<u8>, St
 pub fn describe(component: &Path, sha256: &str) -> std::result::Result<WasmPlugin, String> {
     let runtime = WasmRuntime::new(Some(fixtures_dir().join("cache")), WasmLimits::default())?;
     runtime
-        .load(component, sha256, HttpHosts::none())
+        .load(component, sha256, HostList::none())
         .map_err(|e| e.to_string())
 }
 

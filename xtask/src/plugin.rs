@@ -562,7 +562,7 @@ fn verify_component(
     let (_, plugin) = plugin_host::load_component(
         folder,
         &runtime,
-        plugin_host::plugin_wasm::HttpHosts::none(),
+        plugin_host::plugin_wasm::HostList::none(),
         &d,
     )
     .map_err(|e| format!("{out}verdict: refused: {e}"))?;

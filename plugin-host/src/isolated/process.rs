@@ -50,6 +50,8 @@ pub(super) struct Process {
     pub(super) log: Arc<LogDrained>,
     /// What its sandbox holds, as the worker checked after applying it (`None`: unconfined).
     pub(super) sandbox: Option<Enforcement>,
+    /// Its egress proxy (a `network` worker's one way out): stops accepting with it.
+    _egress: Option<sandbox::egress::Egress>,
 }
 
 /// Whether a worker's stdout and stderr have been read to their end and logged: they end
@@ -253,7 +255,7 @@ pub(super) fn start(
     plan: &WorkerPlan,
     tmp: Option<&Path>,
 ) -> Result<Started, StartError> {
-    let spawned = spawn(library, settings, plan, tmp)?;
+    let mut spawned = spawn(plugin, library, settings, plan, tmp)?;
     let log = drain_log(plugin, spawned.pid, spawned.log)?;
     let mut child = Some(spawned.child);
     let ready = handshake(&spawned.host_end, spawned.pid, &mut child, &log)?;
@@ -280,6 +282,7 @@ pub(super) fn start(
         cause: Mutex::new(None),
         log: log.drained.clone(),
         sandbox: ready.sandbox,
+        _egress: spawned.egress.take(),
     });
     route_frames(&process, ready.reader, child, log)?;
     Ok(Started {
@@ -294,12 +297,14 @@ struct Spawned {
     pid: u32,
     host_end: UnixStream,
     log: std::io::PipeReader,
+    egress: Option<sandbox::egress::Egress>,
 }
 
 /// Step 1: the worker process, with the protocol socket as its stdin, its stdout and
 /// stderr on a log pipe, in a process group of its own, with an environment of its own (no
 /// variable of the host's) and its sandbox on its command line.
 fn spawn(
+    plugin: &str,
     library: &Path,
     settings: &WorkerSettings,
     plan: &WorkerPlan,
@@ -319,6 +324,7 @@ fn spawn(
         .arg(library)
         .arg("--memory-limit")
         .arg(settings.memory_limit.unwrap_or(0).to_string());
+    let mut attached = None;
     if let Ok(confinement) = &plan.confinement {
         let confinement = match tmp {
             Some(tmp) => with_tmp(confinement, tmp),
@@ -327,6 +333,17 @@ fn spawn(
         let json = serde_json::to_string(&confinement)
             .map_err(|e| failed("cannot write the worker's sandbox", &e))?;
         command.arg("--sandbox").arg(json);
+        // Its namespaces (hidden paths, a network of its own) are made before it starts;
+        // it applies the rest to itself.
+        if let Some(prepared) = sandbox::Prepared::namespaces_only(&confinement)
+            .map_err(|e| failed("cannot prepare the worker's namespaces", &e))?
+        {
+            attached = Some(
+                prepared
+                    .attach(&mut command)
+                    .map_err(|e| failed("cannot prepare the worker's namespaces", &e))?,
+            );
+        }
     }
     command
         .env_clear()
@@ -348,11 +365,34 @@ fn spawn(
     })?;
     // The parent's copies of the child's ends must close, or EOF never comes.
     drop(command);
+    let listener = match attached.map(sandbox::Attached::listener).transpose() {
+        Ok(l) => l.flatten(),
+        Err(e) => {
+            let mut child = child;
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(failed("the worker's egress listener did not arrive", &e));
+        }
+    };
+    let egress = match (listener, &plan.egress) {
+        (Some(listener), Some(rules)) => {
+            let plugin = plugin.to_string();
+            let log: sandbox::egress::OnRefusal = Arc::new(move |refusal| {
+                tracing::warn!(plugin = %plugin, "{refusal}");
+            });
+            Some(
+                sandbox::egress::Egress::serve(listener, rules.clone(), Some(log))
+                    .map_err(|e| failed("cannot start the worker's egress proxy", &e))?,
+            )
+        }
+        _ => None,
+    };
     Ok(Spawned {
         pid: child.id(),
         child,
         host_end,
         log: log_read,
+        egress,
     })
 }
 

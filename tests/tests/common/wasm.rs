@@ -128,7 +128,7 @@ pub fn refusal(report: &LoadReport) -> &Refusal {
 pub fn lone_tool(
     package: &str,
     tool: &str,
-    hosts: plugin_host::plugin_wasm::HttpHosts,
+    hosts: plugin_host::plugin_wasm::HostList,
 ) -> Option<std::sync::Arc<dyn tool_api::Tool>> {
     let dir = components()?;
     let runtime =

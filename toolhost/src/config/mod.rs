@@ -10,7 +10,7 @@
 pub mod audit;
 pub mod limits;
 pub mod remote;
-mod sandbox;
+mod plugin_grant;
 pub mod store;
 
 use std::collections::BTreeMap;
@@ -19,11 +19,11 @@ use std::path::{Path, PathBuf};
 use dispatcher_core::config::{Chars, Limit, Seconds, Separator};
 use dispatcher_core::hooks::{COMMAND_HOOK_TIMEOUT, CommandHook, HookMatcher};
 use dispatcher_core::{
-    ConfirmationPolicy, DispatcherConfig, InterruptBehavior, OnExecuteError, SandboxMode,
+    ConfirmationPolicy, DispatcherConfig, InterruptBehavior, OnExecuteError,
 };
 use mcp_toolsets::McpServerConfig;
 use plugin_host::{Isolation, PublicKey};
-pub use sandbox::{PluginGrant, Sandbox};
+pub use plugin_grant::PluginGrant;
 use serde::Deserialize;
 
 /// The file name looked for in the working directory and the user's config directory.
@@ -44,7 +44,7 @@ pub struct Config {
     /// What a failed `execute` call does to its batch.
     pub on_execute_error: OnExecuteError,
     /// Where tools run and how the programs they start are confined.
-    pub sandbox: Sandbox,
+    pub sandbox: ::sandbox::Settings,
     /// Per-tool concurrency caps.
     pub tool_concurrency: BTreeMap<String, Limit>,
     /// Per-tool interrupt behaviour.
@@ -98,25 +98,12 @@ pub struct PluginConfig {
     pub sandbox: Option<PluginGrant>,
     /// With network: the only TCP ports its worker may connect to.
     pub tcp_ports: Option<Vec<u16>>,
-    /// A WebAssembly component's only: the hosts its `network` tools may send HTTP
-    /// requests to (none by default).
-    pub http_hosts: HttpHostList,
+    /// The hosts its `network` tools may reach: a WebAssembly component's HTTP requests
+    /// (none by default), an isolated worker's connections through its egress proxy
+    /// (default: `[sandbox.network] allow`).
+    pub http_hosts: ::sandbox::HostList,
     /// Where its worker's sandbox cannot be enforced, run it unconfined (logged).
     pub allow_unsandboxed: bool,
-}
-
-/// `[plugins.NAME] http_hosts`: host names or addresses, each with an optional port or a
-/// `*.` prefix for subdomains; an entry that is not one is refused when the file loads.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HttpHostList(pub Vec<String>);
-
-impl<'de> Deserialize<'de> for HttpHostList {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let hosts = Vec::<String>::deserialize(d)?;
-        #[cfg(feature = "wasm")]
-        plugin_host::plugin_wasm::HttpHosts::new(&hosts).map_err(serde::de::Error::custom)?;
-        Ok(HttpHostList(hosts))
-    }
 }
 
 impl Default for Config {
@@ -127,7 +114,7 @@ impl Default for Config {
             capabilities: Vec::new(),
             max_concurrency: Limit(d.max_concurrency),
             on_execute_error: d.on_execute_error,
-            sandbox: Sandbox::default(),
+            sandbox: ::sandbox::Settings::default(),
             tool_concurrency: BTreeMap::new(),
             interrupt: BTreeMap::new(),
             results: Results::default(),
@@ -432,7 +419,7 @@ impl Config {
                 .sandbox
                 .per_tool
                 .iter()
-                .find(|(_, mode)| **mode == SandboxMode::Remote)
+                .find(|(_, mode)| **mode == ::sandbox::Mode::Remote)
                 .map(|(tool, _)| tool)
         {
             return Err(ConfigError::Invalid {
@@ -454,24 +441,40 @@ impl Config {
         let mut config = Config::parse(file, &text)?;
         let base = file.parent().unwrap_or(Path::new("."));
         for dir in &mut config.plugin_dirs {
-            *dir = sandbox::resolve(dir, base);
+            *dir = ::sandbox::resolve(dir, base);
         }
         config.sandbox.resolve_paths(base);
         if let Some(pins) = &mut config.mcp.pins_file {
-            *pins = sandbox::resolve(pins, base);
+            *pins = ::sandbox::resolve(pins, base);
         }
         if let Some(audit) = &mut config.audit.path {
-            *audit = sandbox::resolve(audit, base);
+            *audit = ::sandbox::resolve(audit, base);
+        }
+        if let Some(keys) = &mut config.mcp.request_state_keys {
+            *keys = ::sandbox::resolve(keys, base);
         }
         for server in &mut config.mcp_servers {
             for root in server
-                .readable_roots
+                .allow_read
                 .iter_mut()
                 .chain(server.writable_roots.iter_mut())
             {
-                *root = sandbox::resolve(root, base);
+                *root = ::sandbox::resolve(root, base);
             }
         }
+        // toolhost's own state is hidden from what it runs: this file (a command could
+        // otherwise rewrite its own policy), the key ring, the pins, the audit log.
+        let own = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
+        config.sandbox.host_state.push(own);
+        config.sandbox.host_state.extend(
+            [
+                config.mcp.request_state_keys.clone(),
+                config.mcp.pins_file.clone(),
+                config.audit.path.clone(),
+            ]
+            .into_iter()
+            .flatten(),
+        );
         Ok(config)
     }
 
@@ -519,7 +522,10 @@ impl Config {
         workspace: &Path,
     ) -> plugin_host::PluginHost {
         let mut worker = plugin_host::WorkerSettings::new(worker_program, worker_args);
-        worker.sandbox = self.sandbox.workers(workspace);
+        worker.sandbox = plugin_host::WorkerSandbox {
+            workspaces: vec![workspace.to_path_buf()],
+            settings: self.sandbox.clone(),
+        };
         worker.memory_limit = (self.plugin_memory_limit_mib > 0)
             .then(|| self.plugin_memory_limit_mib.saturating_mul(1 << 20));
         worker.cancel_grace = self.timeouts.cancel_grace.0;
@@ -545,7 +551,7 @@ impl Config {
                         _ => None,
                     },
                     tcp_ports: plugin.tcp_ports.clone(),
-                    http_hosts: plugin.http_hosts.0.clone(),
+                    http_hosts: plugin.http_hosts.clone(),
                     allow_unsandboxed: plugin.allow_unsandboxed,
                     unconfined: plugin.sandbox == Some(PluginGrant::Unconfined),
                 },
@@ -578,7 +584,7 @@ impl Config {
                 .collect(),
             on_execute_error: self.on_execute_error,
             interrupt: self.interrupt.clone().into_iter().collect(),
-            sandbox: self.sandbox.dispatcher(),
+            sandbox: self.sandbox.clone(),
             limits: self.limits.rate_limits(),
         }
     }
@@ -828,7 +834,7 @@ mod tests {
             parse("[plugins.fetcher]\nhttp_hosts = [\"api.example.com\", \"127.0.0.1:8080\"]\n")
                 .unwrap();
         assert_eq!(
-            c.plugins["fetcher"].http_hosts.0,
+            c.plugins["fetcher"].http_hosts.entries(),
             ["api.example.com", "127.0.0.1:8080"]
         );
     }
@@ -837,7 +843,7 @@ mod tests {
     fn readme_http_hosts_block_loads_as_written() {
         let c = parse(readme_block("**Outgoing HTTP**")).unwrap();
         assert_eq!(
-            c.plugins["weather"].http_hosts.0,
+            c.plugins["weather"].http_hosts.entries(),
             ["api.weather.example", "127.0.0.1:8080", "*.cdn.example"]
         );
     }
@@ -867,10 +873,10 @@ mod tests {
         assert_eq!(c.plugins["http-client"].tcp_ports, Some(vec![443]));
         assert_eq!(c.plugins["legacy"].sandbox, Some(PluginGrant::Unconfined));
         let c = parse(readme_block("**Commands**")).unwrap();
-        assert!(c.sandbox.network);
+        assert!(c.sandbox.network.enabled);
         assert_eq!(
             c.sandbox.per_tool["shell"],
-            dispatcher_core::SandboxMode::WorkspaceWrite
+            ::sandbox::Mode::WorkspaceWrite
         );
         // `~` is expanded when the file is loaded (relative to it), not when it is parsed.
         assert_eq!(c.mcp_servers[0].writable_roots, [PathBuf::from("~/.npm")]);
