@@ -15,6 +15,9 @@ use tool_api::{InterruptBehavior, SideEffect};
 use crate::runtime::SandboxMode;
 use crate::spool;
 
+/// The default bound on a tool's own declared timeout: an hour, which a long build fits in.
+pub const DEFAULT_MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+
 /// Limits and timeouts of a dispatcher. Every field has a default.
 #[derive(Debug, Clone)]
 pub struct DispatcherConfig {
@@ -26,6 +29,10 @@ pub struct DispatcherConfig {
     pub execute_timeout: Duration,
     /// Per-tool timeouts; win over the tool's own declaration.
     pub tool_timeouts: HashMap<String, Duration>,
+    /// The longest a tool's own declared timeout may make a call (default 1 hour): a
+    /// declaration may shorten the class's timeout, and lengthen it only up to this.
+    /// `tool_timeouts` (the operator's own word) is not bounded by it.
+    pub max_timeout: Duration,
     /// How long a confirmation may wait for an answer (default 5 min).
     pub confirmation_timeout: Duration,
     /// How long a cancelled tool may take to stop before it is abandoned (default 30 s).
@@ -74,6 +81,7 @@ impl Default for DispatcherConfig {
             default_timeout: SideEffect::None.default_timeout(),
             execute_timeout: SideEffect::Execute.default_timeout(),
             tool_timeouts: HashMap::new(),
+            max_timeout: DEFAULT_MAX_TIMEOUT,
             confirmation_timeout: Duration::from_secs(300),
             cancel_grace: Duration::from_secs(30),
             slow_call_threshold: Duration::from_secs(10),

@@ -38,6 +38,28 @@ impl DefinedTool for Stubborn {
     }
 }
 
+/// Declares it needs forever (`timeout_ms` 2^64-1) and sleeps 3 s.
+#[derive(Default)]
+struct Greedy;
+impl Tool for Greedy {
+    fn execute(&self, _input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        std::thread::sleep(Duration::from_secs(3));
+        Ok(ToolOutput::text("late"))
+    }
+}
+impl DefinedTool for Greedy {
+    fn definition() -> ToolDefinition {
+        let mut d = ToolDefinition::new(
+            "greedy",
+            "Gives itself all the time in the world.",
+            SideEffect::Execute,
+            json!({"type": "object"}),
+        );
+        d.timeout_ms = Some(u64::MAX);
+        d
+    }
+}
+
 #[derive(Default)]
 struct Gated;
 impl Tool for Gated {
@@ -128,6 +150,30 @@ async fn per_tool_timeout_from_config_wins_over_the_declaration() {
         .dispatch(ToolUse::new("tu", "stubborn", json!({})), &fx.session)
         .await;
     assert!(r.text().contains("50ms"), "{}", r.text());
+}
+
+#[tokio::test]
+async fn a_declared_timeout_lengthens_the_operators_only_up_to_max_timeout() {
+    let config = DispatcherConfig {
+        max_timeout: Duration::from_millis(300),
+        ..DispatcherConfig::default()
+    };
+    let d = Dispatcher::builder().config(config).build();
+    d.register(factory::<Greedy>()).unwrap();
+    d.register(factory::<Stubborn>()).unwrap();
+    let fx = Fixture::new(d.clone());
+    let started = Instant::now();
+    let r = d
+        .dispatch(ToolUse::new("tu", "greedy", json!({})), &fx.session)
+        .await;
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert_eq!(r.error_class, Some(ErrorClass::Timeout), "{}", r.text());
+    assert!(r.text().contains("300ms"), "{}", r.text());
+    // A declaration shorter than the bound still shortens the call.
+    let r = d
+        .dispatch(ToolUse::new("tu", "stubborn", json!({})), &fx.session)
+        .await;
+    assert!(r.text().contains("200ms"), "{}", r.text());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -89,8 +89,7 @@ pub const SERVER_EVERYTHING: &str = "@modelcontextprotocol/server-everything@202
 /// `target/peers`: the environment that tells the tests where they are (and that they are
 /// required).
 pub fn test_peers() -> Result<Vec<(&'static str, PathBuf)>> {
-    const STEP: &str =
-        "install the MCP conformance suite and server-everything (npm) and the Python SDK (PyPI)";
+    const STEP: &str = "install the MCP conformance suite and server-everything (npm), the Python SDK and pytest (PyPI)";
     announce(STEP);
     let peers = crate::peers::dir();
     let node = crate::peers::node22(&peers).or_else(|e| fail(STEP, e))?;
@@ -102,11 +101,15 @@ pub fn test_peers() -> Result<Vec<(&'static str, PathBuf)>> {
     let everything = crate::peers::npm_install(&peers, "everything", SERVER_EVERYTHING)
         .or_else(|e| fail(STEP, e))?
         .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    // A developer's Python with pytest, which the confinement tests install as pyenv would.
+    let pytest = crate::peers::python_venv(&peers, "pytest", &[python::PYTEST], "pytest")
+        .or_else(|e| fail(STEP, e))?;
     Ok(vec![
         ("TOOLHOST_TEST_NODE", node),
         ("TOOLHOST_TEST_CONFORMANCE", suite),
         ("TOOLHOST_TEST_PYTHON_SDK", python),
         ("TOOLHOST_TEST_SERVER_EVERYTHING", everything),
+        ("TOOLHOST_TEST_PYTEST", pytest),
     ])
 }
 

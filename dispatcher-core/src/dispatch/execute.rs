@@ -50,13 +50,20 @@ impl Invocation {
         Ok(grant)
     }
 
+    /// The call's timeout: the operator's per-tool entry; else the tool's own declaration,
+    /// no longer than `max_timeout` (a tool does not give itself more time than the
+    /// operator allows); else its class's.
     fn timeout_for(&self, tool: &Registered) -> Duration {
         let config = &self.engine.settings.config;
         if let Some(t) = per_tool(&config.tool_timeouts, &tool.name) {
             return *t;
         }
         if let Some(ms) = tool.definition().timeout_ms {
-            return Duration::from_millis(ms);
+            let declared = Duration::from_millis(ms);
+            if declared > config.max_timeout {
+                tracing::debug!(tool = %tool.name, declared_ms = ms, max_secs = config.max_timeout.as_secs(), "a tool's declared timeout is longer than [timeouts] max_secs: bounded");
+            }
+            return declared.min(config.max_timeout);
         }
         match tool.side_effects {
             SideEffect::Execute | SideEffect::Network => config.execute_timeout,

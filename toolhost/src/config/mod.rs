@@ -360,6 +360,11 @@ pub struct Timeouts {
     /// Slow-call warning threshold.
     #[serde(rename = "slow_call_warn_secs")]
     pub slow_call_warn: Seconds,
+    /// The longest a tool's own declared timeout may make a call (default 3600): a
+    /// declaration may shorten `default_secs`/`execute_secs`, and lengthen them only up to
+    /// this; `per_tool` entries are not bounded by it.
+    #[serde(rename = "max_secs")]
+    pub max: Seconds,
     /// Per-tool timeouts.
     pub per_tool: BTreeMap<String, Seconds>,
 }
@@ -373,6 +378,7 @@ impl Default for Timeouts {
             confirmation: Seconds(d.confirmation_timeout),
             cancel_grace: Seconds(d.cancel_grace),
             slow_call_warn: Seconds(d.slow_call_threshold),
+            max: Seconds(d.max_timeout),
             per_tool: BTreeMap::new(),
         }
     }
@@ -462,10 +468,9 @@ impl Config {
                 *root = ::sandbox::resolve(root, base);
             }
         }
-        // toolhost's own state is hidden from what it runs: this file (a command could
-        // otherwise rewrite its own policy), the key ring, the pins, the audit log.
-        let own = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
-        config.sandbox.host_state.push(own);
+        // toolhost's own state is hidden from what it runs: the key ring sealing
+        // confirmations, the pins, the audit log (the default state directory is on the
+        // deny list already).
         config.sandbox.host_state.extend(
             [
                 config.mcp.request_state_keys.clone(),
@@ -570,6 +575,7 @@ impl Config {
             default_timeout: t.default.0,
             execute_timeout: t.execute.0,
             tool_timeouts: t.per_tool.iter().map(|(k, v)| (k.clone(), v.0)).collect(),
+            max_timeout: t.max.0,
             confirmation_timeout: t.confirmation.0,
             cancel_grace: t.cancel_grace.0,
             slow_call_threshold: t.slow_call_warn.0,
