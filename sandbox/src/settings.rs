@@ -172,7 +172,6 @@ pub const DEFAULT_DENY_READ: &[&str] = &[
     "~/.rediscli_history",
     "~/.lesshst",
     "~/.local/state/toolhost",
-    "~/.config/toolhost",
     "/etc/shadow",
     "/etc/gshadow",
     "/etc/ssh/ssh_host_rsa_key",

@@ -52,7 +52,7 @@ impl DefinedTool for Greedy {
         let mut d = ToolDefinition::new(
             "greedy",
             "Gives itself all the time in the world.",
-            SideEffect::Execute,
+            SideEffect::None,
             json!({"type": "object"}),
         );
         d.timeout_ms = Some(u64::MAX);

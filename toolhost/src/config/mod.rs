@@ -869,23 +869,40 @@ mod tests {
         assert_eq!(s.side_effects["get_issue"], SideEffect::Read);
     }
 
+    /// The first ```toml block after `heading` in docs/sandbox.md.
+    fn sandbox_doc_block(heading: &str) -> &'static str {
+        let doc = include_str!("../../../docs/sandbox.md");
+        let after = &doc[doc.find(heading).expect("heading in docs/sandbox.md")..];
+        let start = after.find("```toml\n").expect("a toml block") + "```toml\n".len();
+        let len = after[start..].find("```").expect("the block ends");
+        &after[start..start + len]
+    }
+
+    #[test]
+    fn the_sandbox_docs_blocks_load_as_written_and_show_the_defaults() {
+        let c = parse(sandbox_doc_block("Every key, with its default")).unwrap();
+        assert_eq!(c.sandbox, ::sandbox::Settings::default());
+        let c = parse(readme_block("## Sandbox\n")).unwrap();
+        assert_eq!(c.sandbox.deny_read, [PathBuf::from("**/.env")]);
+        assert!(c.sandbox.network.enabled);
+        assert_eq!(c.sandbox.env.keep, ["CARGO_REGISTRY_TOKEN"]);
+        let c = parse(sandbox_doc_block("### Environment")).unwrap();
+        assert!(c.mcp_servers[0].network.as_ref().unwrap().enabled);
+    }
+
     #[test]
     fn readme_sandbox_blocks_load_as_written() {
-        let c = parse(readme_block("**Plugin workers.**")).unwrap();
+        let c = parse(sandbox_doc_block("## Plugin workers")).unwrap();
         assert_eq!(
             c.plugins["fetcher"].sandbox,
             Some(PluginGrant::Classes(plugin_host::WorkerGrant::default()))
         );
         assert_eq!(c.plugins["http-client"].tcp_ports, Some(vec![443]));
-        assert_eq!(c.plugins["legacy"].sandbox, Some(PluginGrant::Unconfined));
-        let c = parse(readme_block("**Commands**")).unwrap();
-        assert!(c.sandbox.network.enabled);
         assert_eq!(
-            c.sandbox.per_tool["shell"],
-            ::sandbox::Mode::WorkspaceWrite
+            c.plugins["http-client"].http_hosts.entries(),
+            ["api.example.com"]
         );
-        // `~` is expanded when the file is loaded (relative to it), not when it is parsed.
-        assert_eq!(c.mcp_servers[0].writable_roots, [PathBuf::from("~/.npm")]);
+        assert_eq!(c.plugins["legacy"].sandbox, Some(PluginGrant::Unconfined));
     }
 
     #[test]
