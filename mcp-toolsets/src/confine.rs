@@ -47,7 +47,9 @@ impl ServerSandbox {
         if let Some(network) = &config.network {
             settings.network = network.clone();
         }
-        settings.allow_read.extend(config.allow_read.iter().cloned());
+        settings
+            .allow_read
+            .extend(config.allow_read.iter().cloned());
         settings
             .writable_roots
             .extend(config.writable_roots.iter().cloned());
@@ -188,7 +190,13 @@ mod tests {
         let own = host.for_server(&config);
         assert_eq!(own.settings.mode, Mode::ReadOnly);
         assert!(own.settings.network.enabled);
-        assert_eq!(own.settings.allow_read, [PathBuf::from("/r1"), "/r2".into()]);
-        assert!(own.describe().starts_with("read-only, network through the egress proxy"));
+        assert_eq!(
+            own.settings.allow_read,
+            [PathBuf::from("/r1"), "/r2".into()]
+        );
+        assert!(
+            own.describe()
+                .starts_with("read-only, network through the egress proxy")
+        );
     }
 }

@@ -168,7 +168,10 @@ impl WorkerPlan {
                     "[sandbox.network] allow".to_string(),
                 )
             } else {
-                (own.http_hosts.clone(), format!("[plugins.{plugin}] http_hosts"))
+                (
+                    own.http_hosts.clone(),
+                    format!("[plugins.{plugin}] http_hosts"),
+                )
             };
             let mut rules = Rules::new(allow, host.settings.network.deny.clone(), setting);
             rules.ports = own.tcp_ports.clone();

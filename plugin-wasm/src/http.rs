@@ -104,8 +104,7 @@ impl HttpGate {
         }
         Some(format!(
             "{host}:{port} is not one of the hosts [plugins.{}] http_hosts allows ({}); add it there to allow it",
-            self.plugin,
-            self.hosts
+            self.plugin, self.hosts
         ))
     }
 }

@@ -182,7 +182,12 @@ fn paths_in(line: &str) -> Vec<PathBuf> {
     }
     if out.is_empty() {
         for word in line.split_whitespace() {
-            let word = word.trim_matches(|c: char| matches!(c, ':' | ',' | ';' | '(' | ')' | '[' | ']' | '\'' | '"' | '`'));
+            let word = word.trim_matches(|c: char| {
+                matches!(
+                    c,
+                    ':' | ',' | ';' | '(' | ')' | '[' | ']' | '\'' | '"' | '`'
+                )
+            });
             if word.starts_with('/') && word.len() > 1 {
                 out.push(PathBuf::from(word));
             }
@@ -247,10 +252,16 @@ mod tests {
     #[test]
     fn read_only_names_the_mode_and_allowed_writes_are_not_denials() {
         let (home, e) = explainer(CommandMode::ReadOnly);
-        let out = format!("touch: cannot touch '{}/w/f': Read-only file system", home.path().display());
+        let out = format!(
+            "touch: cannot touch '{}/w/f': Read-only file system",
+            home.path().display()
+        );
         assert!(e.explain(&out)[0].text.contains("workspace-write"));
         let (home, e) = explainer(CommandMode::WorkspaceWrite);
-        let out = format!("touch: cannot touch '{}/w/f': Permission denied", home.path().display());
+        let out = format!(
+            "touch: cannot touch '{}/w/f': Permission denied",
+            home.path().display()
+        );
         assert!(e.explain(&out).is_empty());
         assert!(e.explain("all good: /usr/bin/true").is_empty());
     }

@@ -124,14 +124,25 @@ impl fmt::Display for Refusal {
         };
         match &self.why {
             Why::NotAllowed => write!(f, "network: {shown} refused, not in {setting}"),
-            Why::Denied => write!(f, "network: {shown} refused, listed in [sandbox.network] deny"),
-            Why::Port => write!(f, "network: {shown} refused, port {port} is not in tcp_ports"),
+            Why::Denied => write!(
+                f,
+                "network: {shown} refused, listed in [sandbox.network] deny"
+            ),
+            Why::Port => write!(
+                f,
+                "network: {shown} refused, port {port} is not in tcp_ports"
+            ),
             Why::Internal(ip) => write!(
                 f,
                 "network: {shown} refused: it is {ip}, an internal address (loopback, private or link-local), which only an entry naming that address in {setting} reaches"
             ),
-            Why::Unresolved(e) => write!(f, "network: {shown} refused: the name does not resolve ({e})"),
-            Why::Malformed(e) => write!(f, "network: a request the egress proxy does not serve: {e}"),
+            Why::Unresolved(e) => write!(
+                f,
+                "network: {shown} refused: the name does not resolve ({e})"
+            ),
+            Why::Malformed(e) => {
+                write!(f, "network: a request the egress proxy does not serve: {e}")
+            }
         }
     }
 }
@@ -236,7 +247,11 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
         if shared.open.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
             shared.open.fetch_sub(1, Ordering::AcqRel);
             let mut client = client;
-            let _ = answer(&mut client, 503, "too many connections through the egress proxy");
+            let _ = answer(
+                &mut client,
+                503,
+                "too many connections through the egress proxy",
+            );
             continue;
         }
         let s = shared.clone();
@@ -276,7 +291,10 @@ fn read_head(client: &mut TcpStream) -> io::Result<(Head, Vec<u8>)> {
             break from + i + 4;
         }
         if buf.len() > MAX_HEAD {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "request head too long"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "request head too long",
+            ));
         }
     };
     client.set_read_timeout(None)?;
@@ -332,7 +350,11 @@ fn serve_one(mut client: TcpStream, shared: &Shared) -> io::Result<()> {
             Ok(s) => s,
             Err(Failure::Refused(r)) => return answer(&mut client, 403, &r.to_string()),
             Err(Failure::Unreachable(e)) => {
-                return answer(&mut client, 502, &format!("{host}:{port} could not be reached: {e}"));
+                return answer(
+                    &mut client,
+                    502,
+                    &format!("{host}:{port} could not be reached: {e}"),
+                );
             }
         };
         client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")?;
@@ -343,7 +365,10 @@ fn serve_one(mut client: TcpStream, shared: &Shared) -> io::Result<()> {
     }
     let Some(rest) = head.target.strip_prefix("http://") else {
         let why = if head.target.starts_with("https://") {
-            format!("'{} {}': HTTPS goes through CONNECT", head.method, head.target)
+            format!(
+                "'{} {}': HTTPS goes through CONNECT",
+                head.method, head.target
+            )
         } else {
             format!(
                 "'{} {}': a proxy request names its destination (http://host/path)",
@@ -364,15 +389,24 @@ fn serve_one(mut client: TcpStream, shared: &Shared) -> io::Result<()> {
         Ok(s) => s,
         Err(Failure::Refused(r)) => return answer(&mut client, 403, &r.to_string()),
         Err(Failure::Unreachable(e)) => {
-            return answer(&mut client, 502, &format!("{host}:{port} could not be reached: {e}"));
+            return answer(
+                &mut client,
+                502,
+                &format!("{host}:{port} could not be reached: {e}"),
+            );
         }
     };
     let mut out = format!("{} {} {}\r\n", head.method, path, head.version);
     for line in &head.headers {
         let name = line.split(':').next().unwrap_or_default().trim();
-        if ["proxy-connection", "proxy-authorization", "connection", "keep-alive"]
-            .iter()
-            .any(|h| name.eq_ignore_ascii_case(h))
+        if [
+            "proxy-connection",
+            "proxy-authorization",
+            "connection",
+            "keep-alive",
+        ]
+        .iter()
+        .any(|h| name.eq_ignore_ascii_case(h))
         {
             continue;
         }
@@ -541,7 +575,9 @@ mod tests {
                     line.clear();
                 }
                 let mut s = stream;
-                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello");
+                let _ = s.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+                );
             }
         });
         addr
@@ -561,14 +597,23 @@ mod tests {
         let (_egress, addr) = proxy(rules(&[&format!("127.0.0.1:{}", origin.port())], &[]));
         let got = request(
             addr,
-            &format!("GET http://127.0.0.1:{}/x HTTP/1.1\r\nHost: x\r\n\r\n", origin.port()),
+            &format!(
+                "GET http://127.0.0.1:{}/x HTTP/1.1\r\nHost: x\r\n\r\n",
+                origin.port()
+            ),
         );
         assert!(got.ends_with("hello"), "{got}");
         let got = request(
             addr,
-            &format!("CONNECT 127.0.0.1:{0} HTTP/1.1\r\nHost: 127.0.0.1:{0}\r\n\r\nGET / HTTP/1.1\r\n\r\n", origin.port()),
+            &format!(
+                "CONNECT 127.0.0.1:{0} HTTP/1.1\r\nHost: 127.0.0.1:{0}\r\n\r\nGET / HTTP/1.1\r\n\r\n",
+                origin.port()
+            ),
         );
-        assert!(got.starts_with("HTTP/1.1 200 Connection Established"), "{got}");
+        assert!(
+            got.starts_with("HTTP/1.1 200 Connection Established"),
+            "{got}"
+        );
         assert!(got.ends_with("hello"), "{got}");
     }
 
@@ -597,14 +642,27 @@ mod tests {
         let origin = origin();
         let port = origin.port();
         let (egress, addr) = proxy(rules(&[&format!("localhost:{port}")], &[]));
-        let got = request(addr, &format!("GET http://localhost:{port}/ HTTP/1.1\r\n\r\n"));
-        assert!(got.starts_with("HTTP/1.1 403") && got.contains("internal address"), "{got}");
+        let got = request(
+            addr,
+            &format!("GET http://localhost:{port}/ HTTP/1.1\r\n\r\n"),
+        );
+        assert!(
+            got.starts_with("HTTP/1.1 403") && got.contains("internal address"),
+            "{got}"
+        );
         assert!(matches!(egress.refusals()[0].why, Why::Internal(_)));
         let (_e, addr) = proxy(rules(
-            &[&format!("localhost:{port}"), &format!("127.0.0.1:{port}"), &format!("[::1]:{port}")],
+            &[
+                &format!("localhost:{port}"),
+                &format!("127.0.0.1:{port}"),
+                &format!("[::1]:{port}"),
+            ],
             &[],
         ));
-        let got = request(addr, &format!("GET http://localhost:{port}/ HTTP/1.1\r\n\r\n"));
+        let got = request(
+            addr,
+            &format!("GET http://localhost:{port}/ HTTP/1.1\r\n\r\n"),
+        );
         assert!(got.ends_with("hello"), "{got}");
     }
 
@@ -624,7 +682,10 @@ mod tests {
 
     #[test]
     fn authorities_parse_with_and_without_ports() {
-        assert_eq!(authority("a.example:8443", 443), Some(("a.example".into(), 8443)));
+        assert_eq!(
+            authority("a.example:8443", 443),
+            Some(("a.example".into(), 8443))
+        );
         assert_eq!(authority("a.example", 80), Some(("a.example".into(), 80)));
         assert_eq!(authority("[::1]:9", 80), Some(("::1".into(), 9)));
         assert_eq!(authority("::1", 80), None);

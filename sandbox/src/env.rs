@@ -96,7 +96,9 @@ impl EnvSettings {
     /// Sets the environment of `command` from the host's: clears it, then adds what passes
     /// and `set`.
     pub fn apply(&self, command: &mut std::process::Command) {
-        command.env_clear().envs(self.environment(std::env::vars_os()));
+        command
+            .env_clear()
+            .envs(self.environment(std::env::vars_os()));
     }
 }
 

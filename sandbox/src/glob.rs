@@ -68,7 +68,9 @@ fn matches_path(pattern: &[&str], path: &[&str]) -> bool {
         None => path.is_empty(),
         Some((&"**", rest)) => (0..=path.len()).any(|skip| matches_path(rest, &path[skip..])),
         Some((first, rest)) => match path.split_first() {
-            Some((name, more)) => matches_name(first.as_bytes(), name.as_bytes()) && matches_path(rest, more),
+            Some((name, more)) => {
+                matches_name(first.as_bytes(), name.as_bytes()) && matches_path(rest, more)
+            }
             None => false,
         },
     }

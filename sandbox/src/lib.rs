@@ -96,8 +96,8 @@ pub use policy::{
 };
 pub use probe::{Coverage, Mechanism, NamespaceSupport, State, Support, Unenforceable, probe};
 pub use settings::{
-    CommandGrant, DEFAULT_ALLOW, DEFAULT_CACHES, DEFAULT_DENY_READ, Hidden, Mode,
-    NetworkSettings, Settings, ToolMode, expand, home, resolve,
+    CommandGrant, DEFAULT_ALLOW, DEFAULT_CACHES, DEFAULT_DENY_READ, Hidden, Mode, NetworkSettings,
+    Settings, ToolMode, expand, home, resolve,
 };
 
 /// The port of the egress listener inside a confined process's network namespace (every
@@ -403,12 +403,9 @@ fn namespaces_of(c: &Confinement) -> Result<Option<os::Namespaces>, SandboxError
     if c.hide.is_empty() && !net {
         return Ok(None);
     }
-    let kind = probe()
-        .namespaces
-        .clone()
-        .map_err(|why| Unenforceable {
-            missing: vec![format!("namespaces ({why})")],
-        })?;
+    let kind = probe().namespaces.clone().map_err(|why| Unenforceable {
+        missing: vec![format!("namespaces ({why})")],
+    })?;
     os::Namespaces::new(kind, &c.hide, net).map_err(SandboxError::Namespaces)
 }
 

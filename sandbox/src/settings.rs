@@ -628,7 +628,10 @@ mod tests {
 
     #[test]
     fn caches_default_to_the_build_caches_and_an_empty_list_is_strict() {
-        assert_eq!(Settings::default().writable_caches.len(), DEFAULT_CACHES.len());
+        assert_eq!(
+            Settings::default().writable_caches.len(),
+            DEFAULT_CACHES.len()
+        );
         let strict = sandbox("[sandbox]\nwritable_caches = []\n").unwrap();
         assert!(strict.writable_caches.is_empty());
     }
@@ -655,7 +658,10 @@ mod tests {
         };
         let hidden = settings.hidden(&h.join("work"));
         assert!(hidden.paths.contains(&h.join("work/.env")), "{hidden:?}");
-        assert!(!hidden.paths.contains(&h.join("work/sub.env")), "{hidden:?}");
+        assert!(
+            !hidden.paths.contains(&h.join("work/sub.env")),
+            "{hidden:?}"
+        );
         assert!(!hidden.paths.contains(&h.join(".aws")), "{hidden:?}");
         assert!(!hidden.paths.contains(&h.join("work")), "{hidden:?}");
     }

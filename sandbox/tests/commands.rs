@@ -11,9 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use sandbox::egress::{Egress, Refusal, Rules};
-use sandbox::{
-    CommandGrant, CommandMode, HostList, Prepared, PrivateTmp, SandboxError, Settings,
-};
+use sandbox::{CommandGrant, CommandMode, HostList, Prepared, PrivateTmp, SandboxError, Settings};
 
 /// A workspace, a private temp dir, and a home directory with secrets in it.
 struct Setup {
@@ -31,7 +29,11 @@ impl Setup {
         std::fs::create_dir_all(h.join(".ssh")).unwrap();
         std::fs::write(h.join(".ssh/id_ed25519"), KEY).unwrap();
         std::fs::create_dir_all(h.join(".aws")).unwrap();
-        std::fs::write(h.join(".aws/credentials"), "aws_secret_access_key = hunter2").unwrap();
+        std::fs::write(
+            h.join(".aws/credentials"),
+            "aws_secret_access_key = hunter2",
+        )
+        .unwrap();
         std::fs::write(h.join(".netrc"), "machine x password hunter2").unwrap();
         std::fs::write(h.join("notes.txt"), "plain notes").unwrap();
         std::fs::write(h.join(".bashrc"), "# mine\n").unwrap();
@@ -82,9 +84,10 @@ impl Setup {
         }
         let attached = prepared.attach(&mut command).unwrap();
         let child = command.spawn().unwrap();
-        let egress = attached.listener().unwrap().map(|l| {
-            Egress::serve(l, rules.clone().unwrap_or_else(|| no_hosts()), None).unwrap()
-        });
+        let egress = attached
+            .listener()
+            .unwrap()
+            .map(|l| Egress::serve(l, rules.clone().unwrap_or_else(|| no_hosts()), None).unwrap());
         let output = child.wait_with_output().unwrap();
         let refusals = egress.map(|e| e.refusals()).unwrap_or_default();
         (output, refusals)
@@ -120,7 +123,11 @@ impl Setup {
 }
 
 fn no_hosts() -> Rules {
-    Rules::new(HostList::none(), HostList::none(), "[sandbox.network] allow")
+    Rules::new(
+        HostList::none(),
+        HostList::none(),
+        "[sandbox.network] allow",
+    )
 }
 
 fn text(o: &Output) -> String {
@@ -186,7 +193,10 @@ fn the_home_is_readable_and_listable() {
     let o = s.run("cat \"$H/notes.txt\" && ls -a \"$H\"");
     assert_ok(&o);
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("plain notes") && out.contains(".bashrc"), "{out}");
+    assert!(
+        out.contains("plain notes") && out.contains(".bashrc"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -204,10 +214,12 @@ fn secrets_on_the_deny_list_cannot_be_read_listed_or_statted() {
         // The control: without the deny list the same attempt works.
         assert_ok(&s.run_without_deny_list(attempt));
     }
-    assert!(!s.workspace.path().join("stolen").exists() || {
-        // The control's copy.
-        std::fs::read_to_string(s.workspace.path().join("stolen")).unwrap() == KEY
-    });
+    assert!(
+        !s.workspace.path().join("stolen").exists() || {
+            // The control's copy.
+            std::fs::read_to_string(s.workspace.path().join("stolen")).unwrap() == KEY
+        }
+    );
 }
 
 #[test]
@@ -232,7 +244,10 @@ fn the_hosts_view_keeps_its_secrets_in_place() {
     let s = Setup::new();
     assert_refused(&s.run("cat \"$H/.ssh/id_ed25519\""));
     // The masks were the command's alone: the host still reads its key.
-    assert_eq!(std::fs::read_to_string(s.h(".ssh/id_ed25519")).unwrap(), KEY);
+    assert_eq!(
+        std::fs::read_to_string(s.h(".ssh/id_ed25519")).unwrap(),
+        KEY
+    );
 }
 
 #[test]
@@ -367,7 +382,13 @@ fn udp_and_dns_do_not_leave() {
         "a datagram left the sandbox"
     );
     // The control: outside the sandbox the same datagram arrives.
-    assert!(Command::new("/bin/bash").args(["-c", &query]).status().unwrap().success());
+    assert!(
+        Command::new("/bin/bash")
+            .args(["-c", &query])
+            .status()
+            .unwrap()
+            .success()
+    );
     resolver.set_nonblocking(false).unwrap();
     resolver
         .set_read_timeout(Some(std::time::Duration::from_secs(2)))

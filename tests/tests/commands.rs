@@ -115,7 +115,11 @@ async fn a_denied_read_or_write_is_named_with_the_setting_that_allows_it() {
             &fx.session,
         )
         .await;
-    assert!(r.text().contains("add its directory to `writable_roots`"), "{}", r.text());
+    assert!(
+        r.text().contains("add its directory to `writable_roots`"),
+        "{}",
+        r.text()
+    );
 }
 
 #[tokio::test]
@@ -189,7 +193,10 @@ async fn network_granted_by_config_goes_out_through_the_proxy_to_listed_hosts_on
         .await;
     assert!(!r.is_error(), "{}", r.text());
     assert!(r.text().starts_with("hello"), "{}", r.text());
-    assert_eq!(r.metadata["sandbox"], "workspace-write, network through the egress proxy");
+    assert_eq!(
+        r.metadata["sandbox"],
+        "workspace-write, network through the egress proxy"
+    );
     // Straight to the address, around the proxy: nothing there.
     let r = fx
         .dispatcher

@@ -166,7 +166,11 @@ async fn a_declared_timeout_lengthens_the_operators_only_up_to_max_timeout() {
     let r = d
         .dispatch(ToolUse::new("tu", "greedy", json!({})), &fx.session)
         .await;
-    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(r.error_class, Some(ErrorClass::Timeout), "{}", r.text());
     assert!(r.text().contains("300ms"), "{}", r.text());
     // A declaration shorter than the bound still shortens the call.

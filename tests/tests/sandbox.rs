@@ -206,8 +206,7 @@ async fn the_worker_reports_the_sandbox_it_applied_before_opening_its_library() 
 /// A network plugin's settings allowing `ports` on 127.0.0.1 through its proxy.
 fn allowing(ports: &[&str]) -> PluginSandbox {
     PluginSandbox {
-        http_hosts: sandbox::HostList::new(ports.iter().map(|p| format!("127.0.0.1:{p}")))
-            .unwrap(),
+        http_hosts: sandbox::HostList::new(ports.iter().map(|p| format!("127.0.0.1:{p}"))).unwrap(),
         ..PluginSandbox::default()
     }
 }
@@ -215,7 +214,11 @@ fn allowing(ports: &[&str]) -> PluginSandbox {
 /// The call failed because the egress proxy refused, and says why.
 fn assert_proxy_refused(r: &ToolResultBlock, why: &str) {
     assert_eq!(r.error_class, Some(ErrorClass::ExecutionError), "{r:?}");
-    assert!(r.text().contains("403") && r.text().contains(why), "{}", r.text());
+    assert!(
+        r.text().contains("403") && r.text().contains(why),
+        "{}",
+        r.text()
+    );
 }
 
 #[tokio::test]

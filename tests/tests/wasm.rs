@@ -137,12 +137,22 @@ async fn a_component_has_no_files_no_environment_and_no_network_of_its_own() {
     let r = env.call("wasm_open_outside", json!({})).await;
     assert!(r.is_error(), "it opened a file: {}", r.text());
     assert_eq!(r.text(), "no file could be opened");
-    let r = env.call("wasm_connect_out", json!({"port": 22})).await;
+    // A real connection attempt through wasi:sockets, to a listener that would see it.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let r = env.call("wasm_connect_out", json!({ "port": port })).await;
     assert!(
-        r.is_error() && !r.text().contains("connected"),
+        r.is_error() && r.text().starts_with("refused by wasi:sockets: "),
         "{}",
         r.text()
     );
+    assert!(
+        r.text().contains("ACCESS_DENIED") || r.text().contains("access"),
+        "{}",
+        r.text()
+    );
+    assert!(listener.accept().is_err(), "the connection arrived");
     let r = env.call("wasm_env", json!({})).await;
     let v: Value = serde_json::from_str(&r.text()).unwrap();
     assert_eq!(v["env"], json!({}), "no host environment: {v}");

@@ -130,7 +130,8 @@ fn fetch_env(hosts: &[String], config: DispatcherConfig) -> Option<Env> {
             env.host().sandbox(
                 "fetch",
                 PluginSandbox {
-                    http_hosts: plugin_host::plugin_wasm::HostList::new(&hosts).expect("valid hosts"),
+                    http_hosts: plugin_host::plugin_wasm::HostList::new(&hosts)
+                        .expect("valid hosts"),
                     ..PluginSandbox::default()
                 },
             )

@@ -280,13 +280,18 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
             let config = &host.dispatcher.config().sandbox;
             let workspace = sandbox_report::absolute(session.workspace().root());
             if json {
-                let report = sandbox_report::json(&listing, config, &workspace);
+                let mut report = sandbox_report::json(&listing, config, &workspace);
+                report["servers"] = sandbox_report::servers_json(&sources.config.mcp_servers);
                 println!(
                     "{}",
                     serde_json::to_string_pretty(&report).unwrap_or_default()
                 );
             } else {
                 print!("{}", sandbox_report::text(&listing, config, &workspace));
+                print!(
+                    "{}",
+                    sandbox_report::servers_text(&sources.config.mcp_servers)
+                );
                 let others: Vec<String> = host
                     .report_lines()
                     .into_iter()

@@ -273,9 +273,9 @@ pub(crate) async fn build_host_observed(
     };
     let mut starting = tokio::task::JoinSet::new();
     let servers = Arc::new(mcp_toolsets::ServerSandbox {
-            workspace: workspace.to_path_buf(),
-            settings: config.sandbox.clone(),
-        });
+        workspace: workspace.to_path_buf(),
+        settings: config.sandbox.clone(),
+    });
     let pins = pin_store(config);
     for (i, server) in config.mcp_servers.iter().enumerate() {
         let mut server = server.clone();

@@ -216,11 +216,7 @@ pub fn json(listing: &[ToolListing], config: &Settings, workspace: &Path) -> Val
 /// Whether anything in the listing runs without the sandbox it should have (unconfined
 /// by `allow_unsandboxed`), or cannot run here because its sandbox cannot be enforced. A
 /// partly enforced sandbox is reported with its gaps, not counted here.
-pub fn anything_unsandboxed(
-    listing: &[ToolListing],
-    config: &Settings,
-    workspace: &Path,
-) -> bool {
+pub fn anything_unsandboxed(listing: &[ToolListing], config: &Settings, workspace: &Path) -> bool {
     listing.iter().any(|l| match &l.placement {
         Placement::Worker { state, .. } => state == "unsandboxed",
         Placement::Server { sandbox } => sandbox.starts_with("unsandboxed"),
@@ -325,14 +321,72 @@ fn settings_text(config: &Settings, workspace: &Path) -> String {
         env["inherit"].as_str().unwrap_or("filtered"),
         list(&env["passed"])
     ));
-    out.push_str(&format!(
-        "  withheld      {}\n",
-        list(&env["withheld"])
-    ));
+    out.push_str(&format!("  withheld      {}\n", list(&env["withheld"])));
     if env["set"].as_array().is_some_and(|a| !a.is_empty()) {
         out.push_str(&format!("  set           {}\n", list(&env["set"])));
     }
     out
+}
+
+/// What each stdio MCP server gets besides what every command gets, by name only: the
+/// variables its entry's `env` sets, its own sandbox keys.
+pub fn servers_json(servers: &[mcp_toolsets::McpServerConfig]) -> Value {
+    servers
+        .iter()
+        .filter(|s| s.url.is_none())
+        .map(|s| {
+            json!({
+                "id": s.id,
+                "env": s.env.keys().collect::<Vec<_>>(),
+                "sandbox": s.sandbox,
+                "network": s.network.as_ref().map(|n| json!({
+                    "enabled": n.enabled,
+                    "allow": n.allow.entries(),
+                    "deny": n.deny.entries(),
+                })),
+                "allow_read": s.allow_read,
+                "writable_roots": s.writable_roots,
+            })
+        })
+        .collect()
+}
+
+/// [`servers_json`] as text: one line per stdio server.
+pub fn servers_text(servers: &[mcp_toolsets::McpServerConfig]) -> String {
+    let mut out = String::new();
+    for s in servers.iter().filter(|s| s.url.is_none()) {
+        let env: Vec<&str> = s.env.keys().map(String::as_str).collect();
+        let mut own = Vec::new();
+        if let Some(mode) = s.sandbox {
+            own.push(format!("mode {mode}"));
+        }
+        if let Some(n) = &s.network {
+            own.push(if n.enabled {
+                format!("network to {}", n.allow)
+            } else {
+                "no network".into()
+            });
+        }
+        out.push_str(&format!(
+            "  {:13} the environment above{}{}\n",
+            s.id,
+            if env.is_empty() {
+                String::new()
+            } else {
+                format!(", and its entry's env: {}", env.join(", "))
+            },
+            if own.is_empty() {
+                String::new()
+            } else {
+                format!("; its own: {}", own.join(", "))
+            }
+        ));
+    }
+    if out.is_empty() {
+        out
+    } else {
+        format!("\nstdio MCP servers (what each gets besides what commands get):\n{out}")
+    }
 }
 
 /// The running kernel's release (`uname -r`).

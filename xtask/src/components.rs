@@ -10,7 +10,7 @@ use plugin_host::{
     COMPONENT_TARGET, Instances, Manifest, ManifestTool, PackageKind, digest, package,
 };
 
-use crate::steps::{Result, announce, fail, io, root};
+use crate::steps::{Result, announce, cargo, fail, io, root};
 
 /// The componentize-py release the Python components are built with.
 pub const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
@@ -133,17 +133,29 @@ pub fn build_source(source: &Path, out: &Path) -> Result<PathBuf> {
         );
     };
     let wit = root().join("tool-api/wit");
-    if up_to_date(out, &[app.clone(), wit.join("plugin.wit")]) {
+    let own_world = source.join(WORLD_FILE);
+    let mut inputs = vec![app.clone(), wit.join("plugin.wit")];
+    if own_world.is_file() {
+        inputs.push(own_world.clone());
+    }
+    if up_to_date(out, &inputs) {
         return Ok(out.to_path_buf());
     }
     // Toolchains are installed before the step is announced: they announce their own.
     let command = match language {
         Language::Python => {
             let mut command = Command::new(componentize_py()?);
+            if own_world.is_file() {
+                let dir = world_with_wasi(&own_world, out, &wit)?;
+                command
+                    .arg("-d")
+                    .arg(dir)
+                    .args(["-w", &world_name(&own_world)?]);
+            } else {
+                command.arg("-d").arg(&wit).args(["-w", "plugin"]);
+            }
             command
-                .arg("-d")
-                .arg(&wit)
-                .args(["-w", "plugin", "componentize", "app", "-p"])
+                .args(["componentize", "app", "-p"])
                 .arg(source)
                 .arg("-o")
                 .arg(out);
@@ -186,6 +198,84 @@ pub fn build_source(source: &Path, out: &Path) -> Result<PathBuf> {
         }
     }
     Ok(out.to_path_buf())
+}
+
+/// A source folder's own world (a test fixture that also imports WASI interfaces directly,
+/// to call them for real): it includes `toolhost:plugin/plugin` and names WASI 0.2
+/// interfaces at `@WASI@`, the version the host's wasmtime-wasi provides.
+const WORLD_FILE: &str = "world.wit";
+
+/// The name of the world `file` defines.
+fn world_name(file: &Path) -> Result<String> {
+    let step = format!("read {}", file.display());
+    let text = io(&step, std::fs::read_to_string(file))?;
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("world "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .map(|w| w.trim_end_matches('{').to_string())
+        .ok_or(())
+        .or_else(|()| fail(&step, "it defines no world"))
+}
+
+/// The WASI 0.2 WIT packages of the wasmtime-wasi this workspace builds the host with (its
+/// own copy, found with `cargo metadata`), and their version.
+fn wasi_wit() -> Result<(PathBuf, String)> {
+    let step = "find the WASI interfaces of wasmtime-wasi (cargo metadata)";
+    let out = crate::peers::output(
+        cargo()
+            .args(["metadata", "--format-version", "1", "--manifest-path"])
+            .arg(root().join("Cargo.toml")),
+    )
+    .or_else(|e| fail(step, e))?;
+    let meta: serde_json::Value = serde_json::from_str(&out).or_else(|e| fail(step, e))?;
+    let manifest = meta["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["name"] == "wasmtime-wasi")
+        .and_then(|p| p["manifest_path"].as_str())
+        .map(PathBuf::from);
+    let Some(manifest) = manifest else {
+        return fail(step, "wasmtime-wasi is not among the workspace's packages");
+    };
+    let deps = manifest.with_file_name("src/p2/wit/deps");
+    let sockets = io(step, std::fs::read_to_string(deps.join("sockets.wit")))?;
+    let version = sockets
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("package wasi:sockets@"))
+        .map(|v| v.trim_end_matches(';').to_string());
+    match version {
+        Some(v) => Ok((deps, v)),
+        None => fail(step, format!("no package line in {}", deps.display())),
+    }
+}
+
+/// A WIT folder beside `out` holding `world` (its `@WASI@` replaced by the WASI version),
+/// `toolhost:plugin` and the WASI packages, for componentize-py.
+fn world_with_wasi(world: &Path, out: &Path, plugin_wit: &Path) -> Result<PathBuf> {
+    let (wasi, version) = wasi_wit()?;
+    let step = format!("assemble the WIT of {}", world.display());
+    let dir = out.with_extension("wit");
+    let _ = std::fs::remove_dir_all(&dir);
+    io(&step, std::fs::create_dir_all(dir.join("deps")))?;
+    let text = io(&step, std::fs::read_to_string(world))?.replace("@WASI@", &format!("@{version}"));
+    io(&step, std::fs::write(dir.join("world.wit"), text))?;
+    io(
+        &step,
+        std::fs::copy(
+            plugin_wit.join("plugin.wit"),
+            dir.join("deps/toolhost-plugin.wit"),
+        ),
+    )?;
+    for entry in io(&step, std::fs::read_dir(&wasi))?.flatten() {
+        if entry.path().extension().is_some_and(|e| e == "wit") {
+            io(
+                &step,
+                std::fs::copy(entry.path(), dir.join("deps").join(entry.file_name())),
+            )?;
+        }
+    }
+    Ok(dir)
 }
 
 /// The component for a core module in the text format, with the `plugin` world of the WIT

@@ -114,13 +114,17 @@ impl Upstream {
             cmd.envs(sandbox::egress::proxy_env());
         }
         let attached = match confined.prepared.take() {
-            Some(prepared) => Some(prepared.attach(cmd.as_std_mut()).map_err(|e| {
-                UpstreamError::Sandbox {
-                    id: c.id.clone(),
-                    mode: confined.label.clone(),
-                    detail: format!("could not be prepared: {e}"),
-                }
-            })?),
+            Some(prepared) => {
+                Some(
+                    prepared
+                        .attach(cmd.as_std_mut())
+                        .map_err(|e| UpstreamError::Sandbox {
+                            id: c.id.clone(),
+                            mode: confined.label.clone(),
+                            detail: format!("could not be prepared: {e}"),
+                        })?,
+                )
+            }
             None => None,
         };
         let mut child = cmd.spawn().map_err(|e| UpstreamError::Spawn {
@@ -144,12 +148,16 @@ impl Upstream {
                         tracing::warn!(server = %id, "{refusal}");
                     });
                     Some(
-                        sandbox::egress::Egress::serve(listener, self.sandbox.rules(&c.id), Some(log))
-                            .map_err(|e| UpstreamError::Spawn {
-                                id: c.id.clone(),
-                                command: c.command.clone(),
-                                detail: format!("could not start its egress proxy: {e}"),
-                            })?,
+                        sandbox::egress::Egress::serve(
+                            listener,
+                            self.sandbox.rules(&c.id),
+                            Some(log),
+                        )
+                        .map_err(|e| UpstreamError::Spawn {
+                            id: c.id.clone(),
+                            command: c.command.clone(),
+                            detail: format!("could not start its egress proxy: {e}"),
+                        })?,
                     )
                 }
                 None => None,
@@ -263,11 +271,8 @@ impl StderrTail {
         if self.finished.load(Ordering::Acquire) {
             return;
         }
-        let _ = tokio::time::timeout(
-            std::time::Duration::from_millis(500),
-            self.done.notified(),
-        )
-        .await;
+        let _ =
+            tokio::time::timeout(std::time::Duration::from_millis(500), self.done.notified()).await;
     }
 }
 

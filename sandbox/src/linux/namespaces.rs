@@ -292,7 +292,10 @@ impl Masks {
             );
             check(Step::Hiding, fd)?;
             libc::close(fd);
-            check(Step::Hiding, libc::fchmodat(libc::AT_FDCWD, self.file.as_ptr(), 0, 0))?;
+            check(
+                Step::Hiding,
+                libc::fchmodat(libc::AT_FDCWD, self.file.as_ptr(), 0, 0),
+            )?;
             check(Step::Hiding, libc::mkdir(self.empty.as_ptr(), 0))?;
             check(Step::Hiding, libc::chmod(self.empty.as_ptr(), 0))?;
             check(
@@ -305,8 +308,10 @@ impl Masks {
                     options.as_ptr().cast(),
                 ),
             )?;
-            for (sources, source) in [(&self.hide_dirs, &self.empty), (&self.hide_files, &self.file)]
-            {
+            for (sources, source) in [
+                (&self.hide_dirs, &self.empty),
+                (&self.hide_files, &self.file),
+            ] {
                 for target in sources {
                     check(
                         Step::Hiding,
@@ -327,7 +332,12 @@ impl Masks {
 
 fn check(step: Step, result: libc::c_int) -> Result<(), (Step, i32)> {
     if result < 0 {
-        Err((step, io::Error::last_os_error().raw_os_error().unwrap_or(libc::EPERM)))
+        Err((
+            step,
+            io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EPERM),
+        ))
     } else {
         Ok(())
     }
@@ -343,7 +353,9 @@ fn write_file(path: &std::ffi::CStr, content: &[u8]) -> Result<(), (Step, i32)> 
         if written < 0 {
             return Err((
                 Step::Namespaces,
-                io::Error::last_os_error().raw_os_error().unwrap_or(libc::EPERM),
+                io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EPERM),
             ));
         }
     }
@@ -369,7 +381,9 @@ fn lo_up() -> Result<(), (Step, i32)> {
         } else {
             got
         };
-        let errno = io::Error::last_os_error().raw_os_error().unwrap_or(libc::EPERM);
+        let errno = io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EPERM);
         libc::close(sock);
         if set < 0 {
             return Err((Step::Egress, errno));
@@ -394,7 +408,9 @@ fn listen() -> Result<RawFd, (Step, i32)> {
             size_of::<libc::sockaddr_in>() as libc::socklen_t,
         );
         if bound < 0 || libc::listen(fd, 128) < 0 {
-            let errno = io::Error::last_os_error().raw_os_error().unwrap_or(libc::EPERM);
+            let errno = io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EPERM);
             libc::close(fd);
             return Err((Step::Egress, errno));
         }
@@ -428,7 +444,9 @@ fn send_fd(channel: RawFd, fd: RawFd, control: &mut [u8]) -> Result<(), (Step, i
         if libc::sendmsg(channel, &msg, libc::MSG_NOSIGNAL) < 0 {
             return Err((
                 Step::Egress,
-                io::Error::last_os_error().raw_os_error().unwrap_or(libc::EPIPE),
+                io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EPIPE),
             ));
         }
     }

@@ -314,9 +314,10 @@ impl HostContext for TestHost {
             crate::abi::OP_PROCESS_SANDBOX => {
                 let mut answer =
                     serde_json::to_value(&*lock(&self.state.process_sandbox)).unwrap_or_default();
-                if let (Some(settings), Some(map)) =
-                    (lock(&self.state.sandbox_settings).clone(), answer.as_object_mut())
-                {
+                if let (Some(settings), Some(map)) = (
+                    lock(&self.state.sandbox_settings).clone(),
+                    answer.as_object_mut(),
+                ) {
                     map.insert(crate::sandbox::SANDBOX_SETTINGS_KEY.into(), settings);
                 }
                 RResult::ROk(answer.to_string().into())

@@ -9,8 +9,8 @@
 
 pub mod audit;
 pub mod limits;
-pub mod remote;
 mod plugin_grant;
+pub mod remote;
 pub mod store;
 
 use std::collections::BTreeMap;
@@ -18,12 +18,10 @@ use std::path::{Path, PathBuf};
 
 use dispatcher_core::config::{Chars, Limit, Seconds, Separator};
 use dispatcher_core::hooks::{COMMAND_HOOK_TIMEOUT, CommandHook, HookMatcher};
-use dispatcher_core::{
-    ConfirmationPolicy, DispatcherConfig, InterruptBehavior, OnExecuteError,
-};
+use dispatcher_core::{ConfirmationPolicy, DispatcherConfig, InterruptBehavior, OnExecuteError};
 use mcp_toolsets::McpServerConfig;
-use plugin_host::{Isolation, PublicKey};
 pub use plugin_grant::PluginGrant;
+use plugin_host::{Isolation, PublicKey};
 use serde::Deserialize;
 
 /// The file name looked for in the working directory and the user's config directory.
