@@ -87,7 +87,7 @@ impl Setup {
         let egress = attached
             .listener()
             .unwrap()
-            .map(|l| Egress::serve(l, rules.clone().unwrap_or_else(|| no_hosts()), None).unwrap());
+            .map(|l| Egress::serve(l, rules.clone().unwrap_or_else(no_hosts), None).unwrap());
         let output = child.wait_with_output().unwrap();
         let refusals = egress.map(|e| e.refusals()).unwrap_or_default();
         (output, refusals)

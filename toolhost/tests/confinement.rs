@@ -583,3 +583,47 @@ fn the_report_shows_the_deny_list_caches_network_and_environment_by_name() {
     );
     assert_eq!(v["servers"][0]["env"][0], "GITHUB_TOKEN");
 }
+
+// --- A server that fails under its sandbox is told why ----------------------------------
+
+/// What `toolhost list` logs of a server that did not load.
+fn server_failure(home: &Home, command: &str, extra: &str) -> String {
+    let config = format!(
+        "[[mcp_servers]]\nid = \"srv\"\nprefix = \"srv\"\ncommand = \"sh\"\nargs = [\"-c\", {}]\nstartup_timeout_secs = 3\n{extra}",
+        serde_json::to_string(command).unwrap()
+    );
+    let out = home.toolhost(&config, &["list"]);
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_server_that_hangs_while_the_proxy_refused_it_says_so() {
+    let home = Home::new();
+    let log = server_failure(
+        &home,
+        "curl -s --max-time 2 https://registry.example.invalid/pkg; sleep 30",
+        "network = { allow = [\"crates.io\"] }\n",
+    );
+    assert!(log.contains("did not finish initializing"), "{log}");
+    assert!(
+        log.contains(
+            "network: registry.example.invalid:443 refused, not in [sandbox.network] allow"
+        ),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_server_that_exits_after_a_denied_read_names_it_and_the_key() {
+    let home = Home::new();
+    let log = server_failure(&home, "cat ~/.aws/credentials; exit 3", "");
+    assert!(log.contains("exited"), "{log}");
+    assert!(
+        log.contains(&format!(
+            "sandbox: read of {} denied",
+            home.h().join(".aws/credentials").display()
+        )) && log.contains("allow_read"),
+        "{log}"
+    );
+    assert!(!log.contains(AWS), "{log}");
+}
