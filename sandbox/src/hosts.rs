@@ -13,7 +13,11 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// A list of hosts (see the [module](self) for the syntax). Empty: nothing matches.
+/// A list of hosts. An entry is a host name or an IP address, optionally with a port
+/// (`api.example.com`, `127.0.0.1:8080`, `[::1]:8080`), or a wildcard for the subdomains of
+/// a name (`*.example.com`, which does not match `example.com` itself). Names are compared
+/// without case and without a trailing dot, as the request gives them, before they are
+/// resolved. Empty: nothing matches.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HostList {
     entries: Vec<HostEntry>,
