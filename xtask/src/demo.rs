@@ -76,8 +76,10 @@ fn prepare_workspace(ws: &Path, trusted: &plugin_host::PublicKey) -> std::io::Re
         ws.join("unsigned.toml"),
         "# The same plugins, unsigned: each runs isolated in a worker process, in the OS\n\
          # sandbox its tools' classes call for. The shell is not denied here: it runs in the\n\
-         # workspace-write sandbox.\n\
-         plugin_dirs = [\"../plugins-unsigned\"]\n",
+         # workspace-write sandbox, which reads everything but the deny list (your ~/.ssh is\n\
+         # on it already; the demo's stand-in home is added here).\n\
+         plugin_dirs = [\"../plugins-unsigned\"]\n\n\
+         [sandbox]\ndeny_read = [\"../home/.ssh\"]\n",
     )
 }
 
@@ -219,7 +221,7 @@ pub fn demo() -> Result {
     )?;
     let escape = format!(r#"{{"command": "cat {secret}; echo escaped > ../escaped.txt"}}"#);
     show(
-        "the shell runs in the workspace-write sandbox: reading outside and writing outside fail",
+        "the shell runs in the workspace-write sandbox: the (stand-in) SSH key is hidden, writing outside fails, and the result names the setting for each",
         &[
             "--config",
             "unsigned.toml",

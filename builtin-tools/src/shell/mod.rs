@@ -35,7 +35,6 @@
 use std::io::Read;
 use std::os::fd::AsFd;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, mpsc};
@@ -44,15 +43,13 @@ use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use rustix::process::{Pid, Signal, kill_process_group};
-use sandbox::denials::Explainer;
-use sandbox::egress::{Egress, Rules};
-use sandbox::{CommandGrant, CommandMode, Settings};
+mod confine;
+
+use confine::{confine, denials, serve_egress};
 use serde::Deserialize;
 use serde_json::json;
 use tool_api::schemars::{self, JsonSchema};
-use tool_api::{
-    SandboxMode, SideEffect, ToolContext, ToolDefinition, ToolError, ToolOutput, TypedTool,
-};
+use tool_api::{SideEffect, ToolContext, ToolDefinition, ToolError, ToolOutput, TypedTool};
 
 /// How long after SIGTERM a still-running command gets SIGKILL.
 pub const KILL_AFTER: Duration = Duration::from_secs(5);
@@ -103,154 +100,6 @@ fn shell_command(command: &str) -> Command {
     cmd.arg("-c").arg(command);
     sandbox::new_session(&mut cmd);
     cmd
-}
-
-/// Where a command runs: its sandbox, kept alive while it runs.
-struct Confined {
-    /// `workspace-write`, `read-only`, `host`, or `unsandboxed (…)`.
-    label: String,
-    /// The private temporary directory, removed when the call ends.
-    tmp: Option<sandbox::PrivateTmp>,
-    prepared: Option<sandbox::Prepared>,
-    /// The host's settings (the environment policy, the network's lists).
-    settings: Settings,
-    /// What the command was granted, when it runs in an OS sandbox.
-    grant: Option<CommandGrant>,
-}
-
-/// The host's settings record, as the call's context carries it (tool-api 1.6); an older
-/// host's call gets the defaults.
-fn settings_of(ctx: &ToolContext) -> Result<Settings, ToolError> {
-    match ctx.sandbox_settings() {
-        None => Ok(Settings::default()),
-        Some(v) => serde_json::from_value(v).map_err(|e| {
-            ToolError::failed(format!(
-                "the command was not run: the host's sandbox settings could not be read ({e})"
-            ))
-        }),
-    }
-}
-
-/// The call's sandbox for a command: nothing under `host`; else the OS sandbox of its
-/// mode, or a refusal where it cannot be enforced (unless the host allows unconfined).
-fn confine(ctx: &ToolContext) -> Result<Confined, ToolError> {
-    let granted = ctx.process_sandbox();
-    let settings = settings_of(ctx)?;
-    let mode = match granted.mode {
-        SandboxMode::Host => {
-            return Ok(Confined {
-                label: "host".into(),
-                tmp: None,
-                prepared: None,
-                settings,
-                grant: None,
-            });
-        }
-        SandboxMode::ReadOnly => CommandMode::ReadOnly,
-        SandboxMode::WorkspaceWrite => CommandMode::WorkspaceWrite,
-        other => {
-            return Err(ToolError::PermissionDenied(format!(
-                "the command was not run: sandbox mode '{other}' is not provided here (supported: host, read-only, workspace-write)"
-            )));
-        }
-    };
-    let grant = CommandGrant {
-        mode,
-        network: granted.network,
-    };
-    let tmp = sandbox::PrivateTmp::new().map_err(|e| ToolError::failed(e.to_string()))?;
-    if mode == CommandMode::WorkspaceWrite {
-        settings.create_caches();
-    }
-    let workspace = PathBuf::from(ctx.workspace_root());
-    let confinement = settings.confinement(grant, &workspace, tmp.path());
-    let label = if grant.network {
-        format!("{mode}, network through the egress proxy")
-    } else {
-        mode.to_string()
-    };
-    match sandbox::Prepared::new(&confinement) {
-        Ok(prepared) => Ok(Confined {
-            label,
-            tmp: Some(tmp),
-            prepared: Some(prepared),
-            settings,
-            grant: Some(grant),
-        }),
-        Err(sandbox::SandboxError::Unenforceable(missing))
-            if granted.allow_unsandboxed || settings.allow_unsandboxed =>
-        {
-            ctx.log().warn(format_args!(
-                "running the command UNSANDBOXED (allow_unsandboxed = true): {missing}"
-            ));
-            Ok(Confined {
-                label: format!("unsandboxed ({missing})"),
-                tmp: None,
-                prepared: None,
-                settings,
-                grant: None,
-            })
-        }
-        Err(e @ sandbox::SandboxError::Unenforceable(_)) => {
-            Err(ToolError::PermissionDenied(format!(
-                "the command was not run: its sandbox '{mode}' {}; it is never run unconfined unless the host allows it (allow_unsandboxed = true in [sandbox]), or grant it sandbox \"host\" ([sandbox.per_tool] shell = \"host\")",
-                e.to_string().trim_start_matches("the sandbox ")
-            )))
-        }
-        Err(e) => Err(ToolError::failed(format!(
-            "the command was not run: its sandbox '{mode}' could not be prepared: {e}"
-        ))),
-    }
-}
-
-/// Serves a command's egress listener (its one way out) under the host's network lists,
-/// logging each refusal through the call's context.
-fn serve_egress(
-    ctx: &ToolContext,
-    settings: &Settings,
-    attached: sandbox::Attached,
-) -> Result<Option<Egress>, ToolError> {
-    let listener = attached.listener().map_err(|e| {
-        ToolError::failed(format!("the command's egress listener did not arrive: {e}"))
-    })?;
-    let Some(listener) = listener else {
-        return Ok(None);
-    };
-    let rules = Rules::new(
-        settings.network.allow.clone(),
-        settings.network.deny.clone(),
-        "[sandbox.network] allow",
-    );
-    Egress::serve(listener, rules, None)
-        .map(Some)
-        .map_err(|e| ToolError::failed(format!("could not start the egress proxy: {e}")))
-        .inspect(|_| ctx.log().debug("egress proxy serving the command"))
-}
-
-/// What the sandbox denied a failed command, from its output and the proxy's refusals.
-fn denials(
-    confined: &Confined,
-    ctx: &ToolContext,
-    egress: Option<&Egress>,
-    output: &str,
-) -> Vec<String> {
-    let mut out: Vec<String> = egress
-        .map(Egress::refusals)
-        .unwrap_or_default()
-        .iter()
-        .map(|r| format!("{r} (the egress proxy)"))
-        .collect();
-    if let (Some(grant), Some(tmp)) = (confined.grant, &confined.tmp) {
-        let explainer = Explainer::new(
-            &confined.settings,
-            grant,
-            Path::new(ctx.workspace_root()),
-            tmp.path(),
-            "[sandbox]",
-        );
-        out.extend(explainer.explain(output).iter().map(ToString::to_string));
-    }
-    out
 }
 
 /// What a capture thread reports.
