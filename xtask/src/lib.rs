@@ -43,20 +43,88 @@ struct Totals {
     ignored: u64,
 }
 
-/// Runs a `cargo test` step, echoing its output and adding up its `test result:` lines.
+/// Whether cargo-nextest is installed: it runs every test of every binary side by side
+/// (one process each), where `cargo test` runs the binaries one after another.
+fn nextest() -> bool {
+    cargo()
+        .args(["nextest", "--version"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The tests of the workspace's targets, with `args` (`--test NAME`, …): through
+/// cargo-nextest where it is installed, else `cargo test`.
+fn test_command(args: &[&str]) -> Command {
+    let mut cmd = cargo();
+    if nextest() {
+        cmd.args(["nextest", "run", "--no-fail-fast", "--workspace"]);
+    } else {
+        cmd.args(["test", "--workspace"]);
+    }
+    cmd.args(args);
+    cmd
+}
+
+/// Adds up a nextest `Summary` line (`N tests run: N passed (2 slow), N failed, N skipped`).
+fn add_nextest_summary(line: &str, totals: &mut Totals) {
+    let Some(rest) = line.split(" run:").nth(1) else {
+        return;
+    };
+    for part in rest.split(',') {
+        let mut words = part.split_whitespace();
+        let (Some(n), Some(what)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let Ok(n) = n.parse::<u64>() else { continue };
+        match what {
+            "passed" => totals.passed += n,
+            "failed" | "timed" => totals.failed += n,
+            "skipped" => totals.ignored += n,
+            _ => {}
+        }
+    }
+}
+
+/// Runs a test step (`cargo test` or `cargo nextest run`), echoing its output and adding up
+/// its `test result:` lines (or nextest's summary).
 fn run_tests(step: &str, cmd: &mut Command, totals: &mut Totals) -> Result {
     use std::io::{BufRead, BufReader};
     announce(step);
+    let nextest = cmd.get_args().any(|a| a == "nextest");
+    if nextest {
+        // nextest reports on stderr; its per-test lines and summary are what is counted.
+        cmd.stderr(std::process::Stdio::piped());
+    }
     let mut child = cmd
         .stdout(std::process::Stdio::piped())
         .spawn()
         .or_else(|e| fail(step, format!("could not start cargo: {e}")))?;
+    let stderr = child.stderr.take().map(|err| {
+        std::thread::spawn(move || {
+            let mut summary = Vec::new();
+            for line in BufReader::new(err)
+                .lines()
+                .map_while(std::result::Result::ok)
+            {
+                eprintln!("{line}");
+                if line.trim_start().starts_with("Summary [") {
+                    summary.push(line);
+                }
+            }
+            summary
+        })
+    });
     if let Some(out) = child.stdout.take() {
         for line in BufReader::new(out)
             .lines()
             .map_while(std::result::Result::ok)
         {
             println!("{line}");
+            if nextest {
+                continue;
+            }
             if let Some(rest) = line.strip_prefix("test result: ") {
                 let count = |what: &str| -> u64 {
                     rest.split(';')
@@ -68,6 +136,11 @@ fn run_tests(step: &str, cmd: &mut Command, totals: &mut Totals) -> Result {
                 totals.failed += count(" failed");
                 totals.ignored += count(" ignored");
             }
+        }
+    }
+    if let Some(summary) = stderr.and_then(|t| t.join().ok()) {
+        for line in summary {
+            add_nextest_summary(&line, totals);
         }
     }
     let status = child.wait().or_else(|e| fail(step, e))?;
@@ -192,21 +265,30 @@ pub fn test() -> Result {
     peers.push(("TOOLHOST_TEST_COMPONENTS", components::fixtures()?));
     let mut totals = Totals::default();
     let result = run_tests(
-        "run unit, integration and CLI tests, and benchmarks in test mode",
-        cargo()
-            .args(["test", "--workspace", "--all-targets"])
+        "run unit, integration and CLI tests",
+        test_command(&["--lib", "--bins", "--tests"])
             .env("TOOLHOST_TEST_REQUIRE_PEERS", "1")
-            .envs(peers),
+            .envs(peers.clone()),
         &mut totals,
     )
     .and_then(|()| {
+        // Benchmarks have mains of their own (a few rounds in test mode, to prove they
+        // work), which only `cargo test` runs.
+        run_tests(
+            "run the benchmarks in test mode",
+            cargo()
+                .args(["test", "--workspace", "--benches"])
+                .env("TOOLHOST_TEST_REQUIRE_PEERS", "1")
+                .envs(peers),
+            &mut totals,
+        )
+    })
+    .and_then(|()| {
         run_tests(
             "run the plugin suite again with every plugin isolated in a worker process",
-            cargo()
-                // `--workspace`, not `-p toolhost-tests`: the same feature set as the run
-                // above, so nothing is built twice.
-                .args(["test", "--workspace", "--test", "plugins"])
-                .env("TOOLHOST_TEST_ISOLATION", "process"),
+            // `--workspace`, not `-p toolhost-tests`: the same feature set as the run
+            // above, so nothing is built twice.
+            test_command(&["--test", "plugins"]).env("TOOLHOST_TEST_ISOLATION", "process"),
             &mut totals,
         )
     })
@@ -275,4 +357,23 @@ pub fn ci() -> Result {
             .env("RUSTDOCFLAGS", "-D warnings"),
     )?;
     test()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nextest_summary_adds_its_passed_failed_and_skipped() {
+        let mut totals = Totals::default();
+        add_nextest_summary(
+            "     Summary [  63.044s] 20/23 tests run: 19 passed (2 slow), 1 failed, 3 skipped",
+            &mut totals,
+        );
+        add_nextest_summary(
+            "     Summary [   0.513s] 1 test run: 1 passed, 29 skipped",
+            &mut totals,
+        );
+        assert_eq!((totals.passed, totals.failed, totals.ignored), (20, 1, 32));
+    }
 }
