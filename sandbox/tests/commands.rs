@@ -490,3 +490,86 @@ fn a_process_with_threads_may_not_confine_itself() {
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
+
+/// Set in the copy of this test binary that runs as another user.
+const AS_USER: &str = "SANDBOX_TEST_AS_ANOTHER_USER";
+
+#[test]
+fn as_another_user_than_root_the_namespaces_are_made_in_a_user_namespace() {
+    if std::env::var_os(AS_USER).is_some() {
+        return as_another_user();
+    }
+    if !rustix::process::geteuid().is_root() {
+        // Not root already: this run is the one that matters.
+        return as_another_user();
+    }
+    // Root makes its namespaces directly; run this test again as `nobody`.
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&exe)
+        .args([
+            "--exact",
+            "as_another_user_than_root_the_namespaces_are_made_in_a_user_namespace",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(AS_USER, "1")
+        .env("HOME", "/nonexistent")
+        .env("TMPDIR", "/tmp")
+        .current_dir("/")
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("as another user: "), "{said}");
+}
+
+/// As a user other than root: either the namespaces are made in a user namespace and
+/// hold as they do for root, or (where unprivileged user namespaces are refused) a
+/// command that needs them is refused, saying why.
+fn as_another_user() {
+    let support = sandbox::probe();
+    match &support.namespaces {
+        Ok(how) => {
+            assert_eq!(*how, sandbox::NamespaceSupport::User);
+            let s = Setup::new();
+            assert_ok(&s.run("cat \"$H/notes.txt\" && echo made > made.txt"));
+            assert_refused(&s.run("cat \"$H/.ssh/id_ed25519\""));
+            assert_refused(&s.run("echo x >> \"$H/.bashrc\""));
+            let port = web_server("as another user");
+            let rules = Rules {
+                allow: HostList::new([format!("127.0.0.1:{port}")]).unwrap(),
+                ..no_hosts()
+            };
+            let (o, _) = s.run_with(
+                &s.settings(),
+                Setup::grant(CommandMode::WorkspaceWrite, true),
+                Some(rules),
+                &format!("curl -fsS --max-time 5 http://127.0.0.1:{port}/ && echo && id -u"),
+            );
+            assert_ok(&o);
+            let out = String::from_utf8_lossy(&o.stdout).into_owned();
+            assert!(out.starts_with("as another user"), "{out}");
+            println!(
+                "as another user: namespaces in a user namespace, uid {}",
+                out.lines().last().unwrap_or("")
+            );
+        }
+        Err(why) => {
+            let s = Setup::new();
+            let c = s.settings().confinement(
+                Setup::grant(CommandMode::WorkspaceWrite, false),
+                s.workspace.path(),
+                s.tmp.path(),
+            );
+            let e = Prepared::new(&c).unwrap_err();
+            assert!(e.to_string().contains("namespaces"), "{e}");
+            println!("as another user: refused as it should be: {why}");
+        }
+    }
+}
