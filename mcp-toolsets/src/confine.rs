@@ -45,7 +45,7 @@ impl ServerSandbox {
             settings.mode = mode;
         }
         if let Some(network) = &config.network {
-            settings.network = network.clone();
+            settings.network = network.over(&settings.network);
         }
         settings
             .allow_read
@@ -185,7 +185,7 @@ mod tests {
         host.settings.allow_read.push("/r1".into());
         let mut config = McpServerConfig::new("s", "s", "srv");
         config.sandbox = Some(Mode::ReadOnly);
-        config.network = Some(sandbox::NetworkSettings::default().enabled(true));
+        config.network = Some(crate::ServerNetwork::Enabled(true));
         config.allow_read.push("/r2".into());
         let own = host.for_server(&config);
         assert_eq!(own.settings.mode, Mode::ReadOnly);

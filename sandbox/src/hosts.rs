@@ -48,6 +48,16 @@ impl HostList {
         Ok(HostList { entries })
     }
 
+    /// This list and `other`'s entries.
+    pub fn and(mut self, other: &HostList) -> HostList {
+        for entry in &other.entries {
+            if !self.entries.contains(entry) {
+                self.entries.push(entry.clone());
+            }
+        }
+        self
+    }
+
     /// Whether no host is listed.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()

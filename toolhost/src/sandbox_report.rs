@@ -339,11 +339,14 @@ pub fn servers_json(servers: &[mcp_toolsets::McpServerConfig]) -> Value {
                 "id": s.id,
                 "env": s.env.keys().collect::<Vec<_>>(),
                 "sandbox": s.sandbox,
-                "network": s.network.as_ref().map(|n| json!({
-                    "enabled": n.enabled,
-                    "allow": n.allow.entries(),
-                    "deny": n.deny.entries(),
-                })),
+                "network": s.network.as_ref().map(|n| match n {
+                    mcp_toolsets::ServerNetwork::Enabled(on) => json!({ "enabled": on }),
+                    mcp_toolsets::ServerNetwork::Own { enabled, allow, deny } => json!({
+                        "enabled": enabled,
+                        "allow": allow.as_ref().map(sandbox::HostList::entries),
+                        "deny": deny.entries(),
+                    }),
+                }),
                 "allow_read": s.allow_read,
                 "writable_roots": s.writable_roots,
             })
@@ -360,12 +363,21 @@ pub fn servers_text(servers: &[mcp_toolsets::McpServerConfig]) -> String {
         if let Some(mode) = s.sandbox {
             own.push(format!("mode {mode}"));
         }
-        if let Some(n) = &s.network {
-            own.push(if n.enabled {
-                format!("network to {}", n.allow)
-            } else {
-                "no network".into()
-            });
+        match &s.network {
+            Some(mcp_toolsets::ServerNetwork::Enabled(true)) => own.push("network".into()),
+            Some(mcp_toolsets::ServerNetwork::Enabled(false)) => own.push("no network".into()),
+            Some(mcp_toolsets::ServerNetwork::Own {
+                enabled: true,
+                allow,
+                ..
+            }) => own.push(match allow {
+                Some(allow) => format!("network to {allow}"),
+                None => "network".into(),
+            }),
+            Some(mcp_toolsets::ServerNetwork::Own { enabled: false, .. }) => {
+                own.push("no network".into());
+            }
+            None => {}
         }
         out.push_str(&format!(
             "  {:13} the environment above{}{}\n",

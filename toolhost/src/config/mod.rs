@@ -885,7 +885,10 @@ mod tests {
         assert!(c.sandbox.network.enabled);
         assert_eq!(c.sandbox.env.keep, ["CARGO_REGISTRY_TOKEN"]);
         let c = parse(sandbox_doc_block("### Environment")).unwrap();
-        assert!(c.mcp_servers[0].network.as_ref().unwrap().enabled);
+        assert!(matches!(
+            c.mcp_servers[0].network,
+            Some(mcp_toolsets::ServerNetwork::Own { enabled: true, .. })
+        ));
     }
 
     #[test]
