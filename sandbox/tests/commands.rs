@@ -223,6 +223,22 @@ fn secrets_on_the_deny_list_cannot_be_read_listed_or_statted() {
 }
 
 #[test]
+fn a_hidden_name_that_links_to_a_device_leaves_the_device_alone() {
+    let s = Setup::new();
+    // A common way to keep no shell history.
+    std::os::unix::fs::symlink("/dev/null", s.h(".bash_history")).unwrap();
+    let settings = Settings {
+        deny_read: vec![s.h(".bash_history"), s.h(".ssh")],
+        ..s.settings()
+    };
+    assert_ok(&s.run_under(
+        &settings,
+        Setup::grant(CommandMode::WorkspaceWrite, false),
+        "echo discarded > /dev/null && cat /dev/null",
+    ));
+}
+
+#[test]
 fn a_mask_cannot_be_removed_written_or_changed() {
     let s = Setup::new();
     for attempt in [

@@ -146,11 +146,15 @@ impl Namespaces {
         let mut hide_dirs = Vec::new();
         let mut hide_files = Vec::new();
         for path in kept {
+            // The mask covers what the path leads to: a directory or a regular file. A
+            // link to a device (`~/.bash_history -> /dev/null`, a common way to keep no
+            // history), a socket or a pipe holds no secret, and covering it would cover
+            // the device for the whole command.
             match std::fs::metadata(path) {
                 Ok(m) if m.is_dir() => hide_dirs.push(cstring(path)?),
-                Ok(_) => hide_files.push(cstring(path)?),
-                // Gone, or a link to nothing: nothing to hide.
-                Err(_) => {}
+                Ok(m) if m.is_file() => hide_files.push(cstring(path)?),
+                // Gone, a link to nothing, or not a file: nothing to hide.
+                _ => {}
             }
         }
         if hide_dirs.is_empty() && hide_files.is_empty() && !net {
