@@ -54,7 +54,9 @@ pub struct McpServerConfig {
     #[serde(default)]
     pub args: Vec<String>,
     /// Variables set for it (a secret this one server needs, say), over the environment
-    /// `[sandbox.env]` passes on (which withholds secrets by default).
+    /// `[sandbox.env]` passes on (which withholds secrets by default). A value that is
+    /// exactly `${NAME}` is toolhost's own variable `NAME` (so the secret stays out of the
+    /// file).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// Working directory (default: toolhost's).
@@ -261,10 +263,48 @@ impl McpServerConfig {
         }
     }
 
+    /// Its `env`, each `${NAME}` taken from toolhost's environment; a variable named that
+    /// is not set is an error that names it.
+    pub fn environment(&self) -> Result<Vec<(String, String)>, String> {
+        self.env
+            .iter()
+            .map(|(k, v)| match v.strip_prefix("${").and_then(|r| r.strip_suffix('}')) {
+                Some(name) => std::env::var(name).map(|value| (k.clone(), value)).map_err(|_| {
+                    format!("its env {k} = \"${{{name}}}\" names {name}, which is not set in toolhost's environment")
+                }),
+                None => Ok((k.clone(), v.clone())),
+            })
+            .collect()
+    }
+
     pub(crate) fn startup_timeout(&self) -> Duration {
         self.startup_timeout.0
     }
     pub(crate) fn call_timeout(&self) -> Duration {
         self.call_timeout.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn an_env_value_naming_a_host_variable_takes_it_and_an_unset_one_is_named() {
+        let mut c = McpServerConfig::new("s", "s", "srv");
+        c.env.insert("LITERAL".into(), "v".into());
+        c.env.insert("HOME_OF_HOST".into(), "${HOME}".into());
+        let env = c.environment().unwrap();
+        assert_eq!(env[0].0, "HOME_OF_HOST");
+        assert_eq!(env[0].1, std::env::var("HOME").unwrap());
+        assert_eq!(env[1], ("LITERAL".to_string(), "v".to_string()));
+        c.env
+            .insert("T".into(), "${TOOLHOST_TEST_SURELY_UNSET_93}".into());
+        let e = c.environment().unwrap_err();
+        assert!(
+            e.contains("TOOLHOST_TEST_SURELY_UNSET_93") && e.contains("not set"),
+            "{e}"
+        );
     }
 }

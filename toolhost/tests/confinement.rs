@@ -332,10 +332,10 @@ fn mcp_servers_started_by_npx_and_by_a_home_dir_python_load_and_answer() {
     let package = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node/local-mcp");
     write(
         &home.h().join("servers/where.py"),
-        "import sys\nfrom mcp.server import MCPServer\n\napp = MCPServer(\"home-python\")\n\n\n@app.tool()\ndef where() -> str:\n    \"\"\"Where this server's Python lives.\"\"\"\n    return sys.prefix\n\n\nif __name__ == \"__main__\":\n    app.run()\n",
+        "import os\nimport sys\nfrom mcp.server import MCPServer\n\napp = MCPServer(\"home-python\")\n\n\n@app.tool()\ndef where() -> str:\n    \"\"\"Where this server's Python lives.\"\"\"\n    return sys.prefix\n\n\n@app.tool()\ndef variables() -> str:\n    \"\"\"Which of two variables this server was given.\"\"\"\n    return \" \".join(n for n in (\"GIVEN\", \"ANTHROPIC_API_KEY\") if os.environ.get(n) == os.environ.get(\"GIVEN\", \"-\"))\n\n\nif __name__ == \"__main__\":\n    app.run()\n",
     );
     let config = format!(
-        "[[mcp_servers]]\nid = \"npx\"\nprefix = \"js\"\ncommand = \"npx\"\nargs = [\"-y\", \"{}\"]\nstartup_timeout_secs = 60\n\n[[mcp_servers]]\nid = \"py\"\nprefix = \"py\"\ncommand = \"python\"\nargs = [\"{}\"]\nstartup_timeout_secs = 60\n",
+        "[[mcp_servers]]\nid = \"npx\"\nprefix = \"js\"\ncommand = \"npx\"\nargs = [\"-y\", \"{}\"]\nstartup_timeout_secs = 60\n\n[[mcp_servers]]\nid = \"py\"\nprefix = \"py\"\ncommand = \"python\"\nargs = [\"{}\"]\nstartup_timeout_secs = 60\nenv = {{ GIVEN = \"${{ANTHROPIC_API_KEY}}\" }}\n",
         package.display(),
         home.h().join("servers/where.py").display()
     );

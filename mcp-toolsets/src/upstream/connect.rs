@@ -94,11 +94,16 @@ impl Upstream {
 
     async fn connect_child(&self, me: Weak<Upstream>) -> Result<Live, UpstreamError> {
         let c = &self.config;
+        let env = c.environment().map_err(|detail| UpstreamError::Spawn {
+            id: c.id.clone(),
+            command: c.command.clone(),
+            detail,
+        })?;
         let mut confined = confine::confine(c, &self.sandbox)?;
         let mut cmd = tokio::process::Command::new(&c.command);
         self.sandbox.settings.env.apply(cmd.as_std_mut());
         cmd.args(&c.args)
-            .envs(&c.env)
+            .envs(env)
             .env(NESTING_ENV, (nesting() + 1).to_string())
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
