@@ -40,7 +40,7 @@ pub(crate) fn probe() -> Result<Kind, String> {
     if try_unshare(direct | libc::CLONE_NEWUSER) {
         return Ok(Kind::User);
     }
-    Err("private mount and network namespaces cannot be made here (as another user than root they need unprivileged user namespaces: a kernel or security module, such as Ubuntu's AppArmor setting kernel.apparmor_restrict_unprivileged_userns, refuses them)".into())
+    Err("private mount and network namespaces cannot be made here: as another user than root they need unprivileged user namespaces, which this kernel or a security module refuses (Ubuntu 23.10 and later: kernel.apparmor_restrict_unprivileged_userns; an AppArmor profile granting `userns` to toolhost allows them, see docs/sandbox.md, Platforms)".into())
 }
 
 /// Forks a child that tries `unshare(flags)` and a private remount of `/`, and reports.
