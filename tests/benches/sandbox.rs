@@ -13,7 +13,9 @@
 //!   namespaces made and everything applied in the child; target: at most 3 ms more);
 //! - a 100 MB download from a loopback server with curl, through the egress proxy (a
 //!   command granted network, in its own network namespace) vs straight to it (`host`)
-//!   (target: at least 80% of direct).
+//!   (target: at least 80% of direct), beside its floor: the same download through a bare
+//!   byte relay (no proxy protocol, no checks, no namespace: what any proxy must at least
+//!   do, moving each byte through its process once) vs straight to it.
 //!
 //! Each figure is a median over rounds; in each round both sides run the same number of
 //! times, in alternating order. `cargo bench --bench sandbox` prints them and writes
@@ -55,6 +57,32 @@ const SMOKE: Plan = Plan {
     downloads: 1,
     download_bytes: 1 << 20,
 };
+
+/// A bare byte relay on loopback to `target`: each connection copied both ways through a
+/// 4 MiB buffer, nothing parsed or checked. Returns its port.
+fn bare_relay(target: u16) -> u16 {
+    use std::io::{Read, Write};
+    fn pump(mut from: std::net::TcpStream, mut to: std::net::TcpStream) {
+        let mut buf = vec![0u8; 4 << 20];
+        while let Ok(n) = from.read(&mut buf) {
+            if n == 0 || to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(std::net::Shutdown::Write);
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let upstream = std::net::TcpStream::connect(("127.0.0.1", target)).unwrap();
+            let (c2, u2) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
+            std::thread::spawn(move || pump(u2, c2));
+            std::thread::spawn(move || pump(client, upstream));
+        }
+    });
+    port
+}
 
 /// An HTTP server on loopback that answers every request with `bytes` bytes.
 fn download_server(bytes: usize) -> u16 {
@@ -254,6 +282,15 @@ fn main() {
         || shell(&shells[0], &download),
         || shell(&shells[1], &download),
     );
+    let relay = bare_relay(port);
+    let through_relay =
+        format!("curl -fsS --max-time 60 -o /dev/null http://127.0.0.1:{relay}/data");
+    let (download_relay, download_direct_again) = paired(
+        plan.rounds.min(9),
+        plan.downloads,
+        || shell(&shells[1], &through_relay),
+        || shell(&shells[1], &download),
+    );
     let mb = plan.download_bytes as f64 / (1 << 20) as f64;
     let rate = |us: f64| mb / (us / 1e6);
 
@@ -277,6 +314,12 @@ fn main() {
         rate(download_direct),
         download_direct / download_proxied * 100.0
     );
+    println!(
+        "sandbox/download_floor: through a bare byte relay {:.0} MB/s vs direct {:.0} MB/s ({:.0}%)",
+        rate(download_relay),
+        rate(download_direct_again),
+        download_direct_again / download_relay * 100.0
+    );
     if plan.rounds == BENCH.rounds {
         // target/release/deps/sandbox-… -> target/criterion/sandbox
         let exe = std::env::current_exe().unwrap();
@@ -287,6 +330,7 @@ fn main() {
             "worker_start_us": {"sandboxed": start_sandboxed, "unconfined": start_unconfined},
             "shell_true_us": {"sandboxed": shell_sandboxed, "host": shell_host},
             "download_us": {"proxied": download_proxied, "direct": download_direct, "megabytes": mb},
+            "download_floor_us": {"relay": download_relay, "direct": download_direct_again, "megabytes": mb},
         });
         std::fs::write(
             dir.join("paired.json"),

@@ -405,6 +405,20 @@ pub(super) fn sandbox_rows() -> Vec<Row> {
             None => missing(figure),
         });
     }
+    let floor = paired["download_floor_us"]["direct"]
+        .as_f64()
+        .zip(paired["download_floor_us"]["relay"].as_f64())
+        .map(|(direct, relay)| direct / relay);
+    let figure = "the floor of a download through any proxy: the same download through a bare byte relay (no proxy protocol, no checks, no namespace) vs straight to it";
+    rows.push(match floor {
+        Some(share) => Row {
+            figure: figure.into(),
+            measured: format!("{:.0}% of direct", share * 100.0),
+            target: "reported".into(),
+            pass: None,
+        },
+        None => missing(figure),
+    });
     let figure = "a download from a loopback server with curl: through the egress proxy (own network namespace) vs straight to it (host)";
     rows.push(
         match (
@@ -414,10 +428,14 @@ pub(super) fn sandbox_rows() -> Vec<Row> {
             (Some((proxied, direct)), Some(mb)) => Row {
                 figure: figure.into(),
                 measured: format!(
-                    "{mb:.0} MB: {:.0} MB/s vs {:.0} MB/s: {:.0}% of direct",
+                    "{mb:.0} MB: {:.0} MB/s vs {:.0} MB/s: {:.0}% of direct{}",
                     mb / (proxied / 1e6),
                     mb / (direct / 1e6),
-                    direct / proxied * 100.0
+                    direct / proxied * 100.0,
+                    floor.map_or_else(String::new, |f| format!(
+                        " ({:.0}% of its floor)",
+                        direct / proxied / f * 100.0
+                    ))
                 ),
                 target: "at least 80% of direct".into(),
                 pass: Some(direct / proxied >= 0.8),
