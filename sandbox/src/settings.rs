@@ -554,6 +554,35 @@ impl Settings {
         };
         c
     }
+
+    /// The shape of [`Settings::confinement`] without touching the filesystem (no path is
+    /// checked, no pattern searched): what a report needs to ask the kernel whether it can
+    /// be enforced ([`crate::expected`]), cheap enough for every listing of tools.
+    pub fn shape(&self, grant: CommandGrant, workspace: &Path, tmp: &Path) -> Confinement {
+        let home = home();
+        let mut write = vec![tmp.to_path_buf()];
+        if grant.mode == CommandMode::WorkspaceWrite {
+            write.push(workspace.to_path_buf());
+            write.extend(self.writable_roots.iter().cloned());
+        }
+        let mut c = Confinement::nothing()
+            .reading([PathBuf::from("/")])
+            .writing(write)
+            .with_devices();
+        c.hide = DEFAULT_DENY_READ
+            .iter()
+            .map(PathBuf::from)
+            .chain(self.deny_read.iter().filter(|p| !is_pattern(p)).cloned())
+            .filter_map(|p| expand(&p, home.as_deref()))
+            .collect();
+        c.exec = true;
+        c.network = if grant.network {
+            Network::Proxied
+        } else {
+            Network::None
+        };
+        c
+    }
 }
 
 /// The paths a command cannot see, and whether the search for patterns was cut short.
@@ -701,6 +730,26 @@ mod tests {
             Path::new("/t"),
         );
         assert_eq!(net.network, Network::Proxied);
+    }
+
+    #[test]
+    fn the_shape_of_a_confinement_asks_for_what_the_confinement_does_without_looking() {
+        let settings = Settings {
+            deny_read: vec!["**/.env".into()],
+            ..Settings::default()
+        };
+        let grant = CommandGrant {
+            mode: CommandMode::WorkspaceWrite,
+            network: true,
+        };
+        let shape = settings.shape(grant, Path::new("/nonexistent-w"), Path::new("/t"));
+        let real = settings.confinement(grant, Path::new("/nonexistent-w"), Path::new("/t"));
+        assert_eq!(
+            (shape.read, shape.exec, shape.network),
+            (real.read, real.exec, real.network)
+        );
+        assert!(shape.hide.contains(&PathBuf::from("/etc/shadow")));
+        assert!(!shape.hide.iter().any(|p| p.to_string_lossy().contains('*')));
     }
 
     #[test]

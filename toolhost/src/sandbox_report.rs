@@ -59,7 +59,8 @@ pub fn programs(config: &Settings, tool: &str, workspace: &Path) -> Programs {
         mode: command_mode,
         network: config.network.enabled,
     };
-    let confinement = config.confinement(grant, workspace, &std::env::temp_dir());
+    // Every listing of tools asks this: the shape, not the filesystem.
+    let confinement = config.shape(grant, workspace, &std::env::temp_dir());
     let (state, detail) = match sandbox::expected(&confinement) {
         Ok(e) if e.state == sandbox::State::Enforced => (ProgramsState::Enforced, e.summary()),
         Ok(e) => (ProgramsState::Partial, e.summary()),
