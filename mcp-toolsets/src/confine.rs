@@ -105,23 +105,16 @@ impl Confined {
         output: &str,
         egress: Option<&Egress>,
     ) -> Vec<String> {
-        let mut out: Vec<String> = egress
-            .map(Egress::refusals)
-            .unwrap_or_default()
-            .iter()
-            .map(|r| format!("{r} (the egress proxy)"))
-            .collect();
-        if let (Some(grant), Some(tmp)) = (self.grant, &self.tmp) {
-            let explainer = Explainer::new(
+        let explainer = self.grant.zip(self.tmp.as_ref()).map(|(grant, tmp)| {
+            Explainer::new(
                 &sandbox.settings,
                 grant,
                 &sandbox.workspace,
                 tmp.path(),
                 &format!("[sandbox] (or [[mcp_servers]] '{id}')"),
-            );
-            out.extend(explainer.explain(output).iter().map(ToString::to_string));
-        }
-        out
+            )
+        });
+        sandbox::denials::of_failure(egress, explainer.as_ref(), output)
     }
 }
 

@@ -59,6 +59,26 @@ pub struct Explainer {
     table: String,
 }
 
+/// Everything the sandbox denied a command that failed, one line each: its egress proxy's
+/// refusals (exact), then what its error `output` shows (`explainer`: the command's grant,
+/// when it ran in an OS sandbox).
+pub fn of_failure(
+    egress: Option<&crate::egress::Egress>,
+    explainer: Option<&Explainer>,
+    output: &str,
+) -> Vec<String> {
+    let mut out: Vec<String> = egress
+        .map(crate::egress::Egress::refusals)
+        .unwrap_or_default()
+        .iter()
+        .map(|r| format!("{r} (the egress proxy)"))
+        .collect();
+    if let Some(explainer) = explainer {
+        out.extend(explainer.explain(output).iter().map(ToString::to_string));
+    }
+    out
+}
+
 /// Words of an error that a denial causes.
 const MARKERS: &[&str] = &[
     "permission denied",

@@ -52,4 +52,13 @@ impl Attached {
     pub fn listener(self) -> std::io::Result<Option<std::net::TcpListener>> {
         Ok(None)
     }
+
+    /// Nothing: no process is confined here.
+    pub fn serve(
+        self,
+        _rules: crate::egress::Rules,
+        _on_refusal: Option<crate::egress::OnRefusal>,
+    ) -> std::io::Result<Option<crate::egress::Egress>> {
+        Ok(None)
+    }
 }

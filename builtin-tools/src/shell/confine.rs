@@ -107,28 +107,19 @@ pub(super) fn confine(ctx: &ToolContext) -> Result<Confined, ToolError> {
     }
 }
 
-/// Serves a command's egress listener (its one way out) under the host's network lists,
-/// logging each refusal through the call's context.
+/// Serves a command's egress listener (its one way out) under the host's network lists.
 pub(super) fn serve_egress(
-    ctx: &ToolContext,
     settings: &Settings,
     attached: sandbox::Attached,
 ) -> Result<Option<Egress>, ToolError> {
-    let listener = attached.listener().map_err(|e| {
-        ToolError::failed(format!("the command's egress listener did not arrive: {e}"))
-    })?;
-    let Some(listener) = listener else {
-        return Ok(None);
-    };
     let rules = Rules::new(
         settings.network.allow.clone(),
         settings.network.deny.clone(),
         "[sandbox.network] allow",
     );
-    Egress::serve(listener, rules, None)
-        .map(Some)
-        .map_err(|e| ToolError::failed(format!("could not start the egress proxy: {e}")))
-        .inspect(|_| ctx.log().debug("egress proxy serving the command"))
+    attached
+        .serve(rules, None)
+        .map_err(|e| ToolError::failed(format!("the command's egress proxy could not start: {e}")))
 }
 
 /// What the sandbox denied a failed command, from its output and the proxy's refusals.
@@ -138,21 +129,17 @@ pub(super) fn denials(
     egress: Option<&Egress>,
     output: &str,
 ) -> Vec<String> {
-    let mut out: Vec<String> = egress
-        .map(Egress::refusals)
-        .unwrap_or_default()
-        .iter()
-        .map(|r| format!("{r} (the egress proxy)"))
-        .collect();
-    if let (Some(grant), Some(tmp)) = (confined.grant, &confined.tmp) {
-        let explainer = Explainer::new(
-            &confined.settings,
-            grant,
-            Path::new(ctx.workspace_root()),
-            tmp.path(),
-            "[sandbox]",
-        );
-        out.extend(explainer.explain(output).iter().map(ToString::to_string));
-    }
-    out
+    let explainer = confined
+        .grant
+        .zip(confined.tmp.as_ref())
+        .map(|(grant, tmp)| {
+            Explainer::new(
+                &confined.settings,
+                grant,
+                Path::new(ctx.workspace_root()),
+                tmp.path(),
+                "[sandbox]",
+            )
+        });
+    sandbox::denials::of_failure(egress, explainer.as_ref(), output)
 }

@@ -296,7 +296,7 @@ impl TypedTool for Shell {
             ))
         })?;
         let egress = match attached {
-            Some(attached) => match serve_egress(ctx, &confined.settings, attached) {
+            Some(attached) => match serve_egress(&confined.settings, attached) {
                 Ok(egress) => egress,
                 Err(e) => {
                     let _ = child.kill();

@@ -145,35 +145,21 @@ impl Upstream {
                 e.to_string()
             },
         })?;
-        let egress = match attached.map(sandbox::Attached::listener).transpose() {
-            Ok(listener) => match listener.flatten() {
-                Some(listener) => {
-                    let id = c.id.clone();
-                    let log: sandbox::egress::OnRefusal = Arc::new(move |refusal| {
-                        tracing::warn!(server = %id, "{refusal}");
-                    });
-                    Some(
-                        sandbox::egress::Egress::serve(
-                            listener,
-                            self.sandbox.rules(&c.id),
-                            Some(log),
-                        )
-                        .map_err(|e| UpstreamError::Spawn {
-                            id: c.id.clone(),
-                            command: c.command.clone(),
-                            detail: format!("could not start its egress proxy: {e}"),
-                        })?,
-                    )
-                }
-                None => None,
-            },
-            Err(e) => {
-                return Err(UpstreamError::Spawn {
-                    id: c.id.clone(),
-                    command: c.command.clone(),
-                    detail: format!("its egress listener did not arrive: {e}"),
+        let egress = match attached {
+            Some(attached) => {
+                let id = c.id.clone();
+                let log: sandbox::egress::OnRefusal = Arc::new(move |refusal| {
+                    tracing::warn!(server = %id, "{refusal}");
                 });
+                attached
+                    .serve(self.sandbox.rules(&c.id), Some(log))
+                    .map_err(|e| UpstreamError::Spawn {
+                        id: c.id.clone(),
+                        command: c.command.clone(),
+                        detail: format!("its egress proxy could not start: {e}"),
+                    })?
             }
+            None => None,
         };
         let stderr = child.stderr.take().map(|err| log_stderr(&c.id, err));
         *self.confined.lock().unwrap_or_else(PoisonError::into_inner) = confined.label.clone();

@@ -365,25 +365,21 @@ fn spawn(
     })?;
     // The parent's copies of the child's ends must close, or EOF never comes.
     drop(command);
-    let listener = match attached.map(sandbox::Attached::listener).transpose() {
-        Ok(l) => l.flatten(),
-        Err(e) => {
-            let mut child = child;
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(failed("the worker's egress listener did not arrive", &e));
-        }
-    };
-    let egress = match (listener, &plan.egress) {
-        (Some(listener), Some(rules)) => {
+    let egress = match (attached, &plan.egress) {
+        (Some(attached), Some(rules)) => {
             let plugin = plugin.to_string();
             let log: sandbox::egress::OnRefusal = Arc::new(move |refusal| {
                 tracing::warn!(plugin = %plugin, "{refusal}");
             });
-            Some(
-                sandbox::egress::Egress::serve(listener, rules.clone(), Some(log))
-                    .map_err(|e| failed("cannot start the worker's egress proxy", &e))?,
-            )
+            match attached.serve(rules.clone(), Some(log)) {
+                Ok(egress) => egress,
+                Err(e) => {
+                    let mut child = child;
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(failed("the worker's egress proxy could not start", &e));
+                }
+            }
         }
         _ => None,
     };

@@ -124,6 +124,19 @@ impl Attached {
         channel.set_read_timeout(Some(Duration::from_secs(10)))?;
         receive_fd(&channel).map(|fd| Some(TcpListener::from(fd)))
     }
+
+    /// Once the command has started: its egress proxy, serving its listener under `rules`
+    /// ([`crate::egress::Egress::serve`]), or `None` when it has no network of its own.
+    pub fn serve(
+        self,
+        rules: crate::egress::Rules,
+        on_refusal: Option<crate::egress::OnRefusal>,
+    ) -> io::Result<Option<crate::egress::Egress>> {
+        match self.listener()? {
+            Some(listener) => crate::egress::Egress::serve(listener, rules, on_refusal).map(Some),
+            None => Ok(None),
+        }
+    }
 }
 
 impl Namespaces {
