@@ -91,9 +91,7 @@ use serde::{Deserialize, Serialize};
 pub use env::{EnvSettings, HOST_PREFIX, Inherit, SECRET_WORDS, is_secret};
 pub use hosts::{HostList, is_internal};
 pub use os::Attached;
-pub use policy::{
-    CommandMode, Confinement, DEVICES, LOADER_READ, Limits, Network, RESOLVER_READ, SYSTEM_READ,
-};
+pub use policy::{CommandMode, Confinement, DEVICES, LOADER_READ, Limits, Network, RESOLVER_READ};
 pub use probe::{Coverage, Mechanism, NamespaceSupport, State, Support, Unenforceable, probe};
 pub use settings::{
     CommandGrant, DEFAULT_ALLOW, DEFAULT_CACHES, DEFAULT_DENY_READ, Hidden, Mode, NetworkSettings,

@@ -125,23 +125,6 @@ impl Confinement {
     }
 }
 
-/// System directories a command needs to run what a build needs: programs, libraries,
-/// headers, configuration, `/proc` and `/sys`. None of them holds a user's files.
-pub const SYSTEM_READ: &[&str] = &[
-    "/bin",
-    "/sbin",
-    "/usr",
-    "/lib",
-    "/lib32",
-    "/lib64",
-    "/libx32",
-    "/etc",
-    "/opt",
-    "/proc",
-    "/sys",
-    "/nix/store",
-];
-
 /// What the dynamic loader reads to open a library: its cache and the system library
 /// directories (a plugin's own dependencies live there; the worker's already-loaded
 /// libraries are not opened again).
