@@ -80,7 +80,7 @@ pub struct McpServerConfig {
     /// host's, its deny list besides the host's; on unless `enabled = false`). Default: the
     /// host's setting.
     #[serde(default)]
-    pub network: Option<ServerNetwork>,
+    pub network: Option<sandbox::NetworkEntry>,
     /// Paths re-opened from the deny list for it, besides the host's `allow_read`.
     #[serde(default, alias = "readable_roots")]
     pub allow_read: Vec<PathBuf>,
@@ -99,73 +99,6 @@ pub struct McpServerConfig {
     /// Schema with local references (`as-given`: for a gateway whose clients take any).
     #[serde(default)]
     pub input_schemas: InputSchemas,
-}
-
-/// A server's `network`: on or off with the host's lists, or lists of its own.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ServerNetwork {
-    /// `network = true` or `false`: the host's `[sandbox.network]` lists.
-    Enabled(bool),
-    /// `network = { … }`.
-    Own {
-        /// Whether it may go out (default: yes).
-        enabled: bool,
-        /// Its allow list instead of the host's, if given.
-        allow: Option<sandbox::HostList>,
-        /// Refused besides what the host's deny list refuses.
-        deny: sandbox::HostList,
-    },
-}
-
-impl ServerNetwork {
-    /// The host's network settings as this entry changes them.
-    pub fn over(&self, host: &sandbox::NetworkSettings) -> sandbox::NetworkSettings {
-        match self {
-            ServerNetwork::Enabled(on) => host.clone().enabled(*on),
-            ServerNetwork::Own {
-                enabled,
-                allow,
-                deny,
-            } => sandbox::NetworkSettings {
-                enabled: *enabled,
-                allow: allow.clone().unwrap_or_else(|| host.allow.clone()),
-                deny: host.deny.clone().and(deny),
-            },
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for ServerNetwork {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Table {
-            #[serde(default)]
-            enabled: Option<bool>,
-            #[serde(default)]
-            allow: Option<sandbox::HostList>,
-            #[serde(default)]
-            deny: sandbox::HostList,
-        }
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Either {
-            Bool(bool),
-            Table(Table),
-        }
-        match Either::deserialize(d).map_err(|_| {
-            serde::de::Error::custom(
-                "expected true, false, or a table with `enabled`, `allow` and `deny`",
-            )
-        })? {
-            Either::Bool(on) => Ok(ServerNetwork::Enabled(on)),
-            Either::Table(t) => Ok(ServerNetwork::Own {
-                enabled: t.enabled.unwrap_or(true),
-                allow: t.allow,
-                deny: t.deny,
-            }),
-        }
-    }
 }
 
 /// Which input schemas a mounted server's tools may have.

@@ -178,7 +178,7 @@ mod tests {
         host.settings.allow_read.push("/r1".into());
         let mut config = McpServerConfig::new("s", "s", "srv");
         config.sandbox = Some(Mode::ReadOnly);
-        config.network = Some(crate::ServerNetwork::Enabled(true));
+        config.network = Some(sandbox::NetworkEntry::Enabled(true));
         config.allow_read.push("/r2".into());
         let own = host.for_server(&config);
         assert_eq!(own.settings.mode, Mode::ReadOnly);

@@ -65,7 +65,7 @@ pub use call::{ERROR_META, MAX_INPUT_ROUNDS, RESULT_META};
 pub use client::install_tls_provider;
 pub use config::{
     DEFAULT_CALL_TIMEOUT, DEFAULT_STARTUP_TIMEOUT, InputSchemas, MAX_NESTING, McpServerConfig,
-    NESTING_ENV, ServerNetwork, nesting,
+    NESTING_ENV, nesting,
 };
 pub use confine::ServerSandbox;
 pub use error::UpstreamError;

@@ -346,16 +346,8 @@ fn serve_one(mut client: TcpStream, shared: &Shared) -> io::Result<()> {
         let Some((host, port)) = authority(&head.target, 443) else {
             return malformed(&mut client, format!("CONNECT to '{}'", head.target));
         };
-        let mut upstream = match open(&host, port, shared) {
-            Ok(s) => s,
-            Err(Failure::Refused(r)) => return answer(&mut client, 403, &r.to_string()),
-            Err(Failure::Unreachable(e)) => {
-                return answer(
-                    &mut client,
-                    502,
-                    &format!("{host}:{port} could not be reached: {e}"),
-                );
-            }
+        let Some(mut upstream) = reach(&mut client, &host, port, shared)? else {
+            return Ok(());
         };
         client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")?;
         if !early.is_empty() {
@@ -385,16 +377,8 @@ fn serve_one(mut client: TcpStream, shared: &Shared) -> io::Result<()> {
     let Some((host, port)) = authority(auth, 80) else {
         return malformed(&mut client, format!("a request to '{}'", head.target));
     };
-    let mut upstream = match open(&host, port, shared) {
-        Ok(s) => s,
-        Err(Failure::Refused(r)) => return answer(&mut client, 403, &r.to_string()),
-        Err(Failure::Unreachable(e)) => {
-            return answer(
-                &mut client,
-                502,
-                &format!("{host}:{port} could not be reached: {e}"),
-            );
-        }
+    let Some(mut upstream) = reach(&mut client, &host, port, shared)? else {
+        return Ok(());
     };
     let mut out = format!("{} {} {}\r\n", head.method, path, head.version);
     for line in &head.headers {
@@ -419,6 +403,26 @@ fn serve_one(mut client: TcpStream, shared: &Shared) -> io::Result<()> {
         upstream.write_all(&early)?;
     }
     relay(client, upstream)
+}
+
+/// A connection to `host:port` as [`open`] makes it, or `None` once `client` has been
+/// answered why not (`403` refused, `502` unreachable).
+fn reach(
+    client: &mut TcpStream,
+    host: &str,
+    port: u16,
+    shared: &Shared,
+) -> io::Result<Option<TcpStream>> {
+    match open(host, port, shared) {
+        Ok(s) => Ok(Some(s)),
+        Err(Failure::Refused(r)) => answer(client, 403, &r.to_string()).map(|()| None),
+        Err(Failure::Unreachable(e)) => answer(
+            client,
+            502,
+            &format!("{host}:{port} could not be reached: {e}"),
+        )
+        .map(|()| None),
+    }
 }
 
 enum Failure {

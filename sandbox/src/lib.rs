@@ -94,8 +94,8 @@ pub use os::Attached;
 pub use policy::{CommandMode, Confinement, DEVICES, LOADER_READ, Limits, Network, RESOLVER_READ};
 pub use probe::{Coverage, Mechanism, NamespaceSupport, State, Support, Unenforceable, probe};
 pub use settings::{
-    CommandGrant, DEFAULT_ALLOW, DEFAULT_CACHES, DEFAULT_DENY_READ, Hidden, Mode, NetworkSettings,
-    Settings, ToolMode, expand, home, resolve,
+    CommandGrant, DEFAULT_ALLOW, DEFAULT_CACHES, DEFAULT_DENY_READ, Hidden, Mode, NetworkEntry,
+    NetworkSettings, Settings, ToolMode, expand, home, resolve,
 };
 
 /// The port of the egress listener inside a confined process's network namespace (every

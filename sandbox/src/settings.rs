@@ -244,7 +244,52 @@ impl NetworkSettings {
 }
 
 impl<'de> Deserialize<'de> for NetworkSettings {
-    /// `true`/`false`, or a table `{ enabled, allow, deny }`.
+    /// `true`/`false`, or a table `{ enabled, allow, deny }` ([`NetworkEntry`] over the
+    /// defaults).
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(NetworkEntry::deserialize(d)?.over(&NetworkSettings::default()))
+    }
+}
+
+/// A network setting as written: `network = true`/`false`, or a table `{ enabled, allow,
+/// deny }`. Over settings it stands on (the defaults for `[sandbox.network]`, the host's
+/// for a server's entry), a bool turns them on or off with their lists; a table turns them
+/// on (unless `enabled = false`), brings its own allow list if it has one, and adds its
+/// deny list to theirs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NetworkEntry {
+    /// `true` or `false`.
+    Enabled(bool),
+    /// A table.
+    Own {
+        /// Whether it may go out (default: yes).
+        enabled: bool,
+        /// Its allow list instead of the one beneath, if given.
+        allow: Option<HostList>,
+        /// Refused besides what the deny list beneath refuses.
+        deny: HostList,
+    },
+}
+
+impl NetworkEntry {
+    /// `base` as this entry changes it.
+    pub fn over(&self, base: &NetworkSettings) -> NetworkSettings {
+        match self {
+            NetworkEntry::Enabled(on) => base.clone().enabled(*on),
+            NetworkEntry::Own {
+                enabled,
+                allow,
+                deny,
+            } => NetworkSettings {
+                enabled: *enabled,
+                allow: allow.clone().unwrap_or_else(|| base.allow.clone()),
+                deny: base.deny.clone().and(deny),
+            },
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for NetworkEntry {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
@@ -256,26 +301,26 @@ impl<'de> Deserialize<'de> for NetworkSettings {
             #[serde(default)]
             deny: HostList,
         }
-        struct NetworkVisitor;
-        impl<'de> Visitor<'de> for NetworkVisitor {
-            type Value = NetworkSettings;
+        struct EntryVisitor;
+        impl<'de> Visitor<'de> for EntryVisitor {
+            type Value = NetworkEntry;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("true, false, or a table with `enabled`, `allow` and `deny`")
             }
-            fn visit_bool<E: de::Error>(self, v: bool) -> Result<NetworkSettings, E> {
-                Ok(NetworkSettings::default().enabled(v))
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<NetworkEntry, E> {
+                Ok(NetworkEntry::Enabled(v))
             }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<NetworkSettings, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<NetworkEntry, A::Error> {
                 let t = Table::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                Ok(NetworkSettings {
+                Ok(NetworkEntry::Own {
                     // A table that lists hosts means to reach them.
                     enabled: t.enabled.unwrap_or(true),
-                    allow: t.allow.unwrap_or_else(default_allow),
+                    allow: t.allow,
                     deny: t.deny,
                 })
             }
         }
-        d.deserialize_any(NetworkVisitor)
+        d.deserialize_any(EntryVisitor)
     }
 }
 

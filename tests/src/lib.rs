@@ -346,3 +346,27 @@ pub fn peer(var: &str) -> Option<PathBuf> {
         }
     }
 }
+
+/// An HTTP server on 127.0.0.1 that answers every request with `body`; returns its port and
+/// how many connections reached it (a test of the egress proxy counts them at the target).
+pub fn web_server(body: &'static str) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap_or_else(|e| panic!("no loopback port for a test server: {e}"));
+    let port = l.local_addr().map(|a| a.port()).unwrap_or_default();
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let h = hits.clone();
+    std::thread::spawn(move || {
+        for mut stream in l.incoming().flatten() {
+            h.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (port, hits)
+}

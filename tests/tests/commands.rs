@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::ErrorKind;
 use std::net::TcpListener;
 use std::sync::Arc;
 
@@ -158,25 +158,9 @@ async fn under_workspace_write_a_build_in_the_workspace_runs() {
     assert!(r.text().starts_with("built\n"), "{}", r.text());
 }
 
-/// An HTTP server on loopback answering `hello` to each request.
-fn web_server() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for mut stream in l.incoming().flatten() {
-            let mut buf = [0u8; 4096];
-            let _ = stream.read(&mut buf);
-            let _ = stream.write_all(
-                b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
-            );
-        }
-    });
-    port
-}
-
 #[tokio::test]
 async fn network_granted_by_config_goes_out_through_the_proxy_to_listed_hosts_only() {
-    let port = web_server();
+    let (port, _) = toolhost_tests::web_server("hello");
     let mut config = DispatcherConfig::default();
     config.sandbox.network = sandbox::NetworkSettings {
         enabled: true,

@@ -341,8 +341,8 @@ pub fn servers_json(servers: &[mcp_toolsets::McpServerConfig]) -> Value {
                 "env": s.env.keys().collect::<Vec<_>>(),
                 "sandbox": s.sandbox,
                 "network": s.network.as_ref().map(|n| match n {
-                    mcp_toolsets::ServerNetwork::Enabled(on) => json!({ "enabled": on }),
-                    mcp_toolsets::ServerNetwork::Own { enabled, allow, deny } => json!({
+                    sandbox::NetworkEntry::Enabled(on) => json!({ "enabled": on }),
+                    sandbox::NetworkEntry::Own { enabled, allow, deny } => json!({
                         "enabled": enabled,
                         "allow": allow.as_ref().map(sandbox::HostList::entries),
                         "deny": deny.entries(),
@@ -365,9 +365,9 @@ pub fn servers_text(servers: &[mcp_toolsets::McpServerConfig]) -> String {
             own.push(format!("mode {mode}"));
         }
         match &s.network {
-            Some(mcp_toolsets::ServerNetwork::Enabled(true)) => own.push("network".into()),
-            Some(mcp_toolsets::ServerNetwork::Enabled(false)) => own.push("no network".into()),
-            Some(mcp_toolsets::ServerNetwork::Own {
+            Some(sandbox::NetworkEntry::Enabled(true)) => own.push("network".into()),
+            Some(sandbox::NetworkEntry::Enabled(false)) => own.push("no network".into()),
+            Some(sandbox::NetworkEntry::Own {
                 enabled: true,
                 allow,
                 ..
@@ -375,7 +375,7 @@ pub fn servers_text(servers: &[mcp_toolsets::McpServerConfig]) -> String {
                 Some(allow) => format!("network to {allow}"),
                 None => "network".into(),
             }),
-            Some(mcp_toolsets::ServerNetwork::Own { enabled: false, .. }) => {
+            Some(sandbox::NetworkEntry::Own { enabled: false, .. }) => {
                 own.push("no network".into());
             }
             None => {}

@@ -14,13 +14,12 @@
 #![cfg(target_os = "linux")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, UdpSocket};
+use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use toolhost_tests::peer;
+use toolhost_tests::{peer, web_server};
 
 const KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY----- ssh-secret-7a1f";
 const AWS: &str = "aws_secret_access_key = aws-secret-19be";
@@ -361,28 +360,6 @@ fn mcp_servers_started_by_npx_and_by_a_home_dir_python_load_and_answer() {
         c.text.contains(".pyenv/versions/3.11-mcp") || c.text.contains("python-sdk"),
         "{c:?}"
     );
-}
-
-/// An HTTP server on the host's loopback; returns its port and how many requests reached
-/// it.
-fn web_server(body: &'static str) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let h = hits.clone();
-    std::thread::spawn(move || {
-        for mut stream in l.incoming().flatten() {
-            h.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let mut buf = [0u8; 4096];
-            let _ = stream.read(&mut buf);
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    (port, hits)
 }
 
 fn allowing(port: u16) -> String {

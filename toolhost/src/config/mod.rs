@@ -887,7 +887,7 @@ mod tests {
         let c = parse(sandbox_doc_block("### Environment")).unwrap();
         assert!(matches!(
             c.mcp_servers[0].network,
-            Some(mcp_toolsets::ServerNetwork::Own { enabled: true, .. })
+            Some(sandbox::NetworkEntry::Own { enabled: true, .. })
         ));
     }
 
