@@ -460,20 +460,3 @@ impl Drop for Batch {
         self.abort_now();
     }
 }
-
-impl Invocation {
-    /// Judges, when the call is pushed, whether it is concurrency-safe, and validates its
-    /// input (once: the pipeline does not validate it again). An unknown tool fails at
-    /// once, so it is safe; invalid input, or a tool that panics while judging, is not.
-    fn judge_safety(&mut self) -> bool {
-        let Some(tool) = &self.tool else {
-            return true;
-        };
-        self.validated = tool.validator.is_valid(&self.input);
-        self.validated
-            && std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                tool.factory.is_concurrency_safe(&self.input)
-            }))
-            .unwrap_or(false)
-    }
-}

@@ -5,7 +5,7 @@
 #![no_main]
 
 #[allow(dead_code, missing_docs)]
-#[path = "../../toolhost/src/mcp/screen.rs"]
+#[path = "../../mcp-server/src/screen.rs"]
 mod screen;
 
 use libfuzzer_sys::fuzz_target;

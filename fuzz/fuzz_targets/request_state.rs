@@ -5,7 +5,7 @@
 #![no_main]
 
 #[allow(dead_code, missing_docs)]
-#[path = "../../toolhost/src/mcp/request_state.rs"]
+#[path = "../../mcp-server/src/request_state.rs"]
 mod request_state;
 
 use std::sync::OnceLock;

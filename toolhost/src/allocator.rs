@@ -93,7 +93,7 @@ extern "C" fn choose(argc: c_int, argv: *const *const c_char, _envp: *const *con
         // SAFETY: glibc passes `main`'s `argc` and `argv` (checked non-null): `argv` holds
         // `argc` pointers to NUL-terminated strings, and argc > 1, so `argv[1]` is one.
         let first = unsafe { CStr::from_ptr(*argv.add(1)) };
-        first.to_bytes() == toolhost::cli::PLUGIN_WORKER.as_bytes()
+        first.to_bytes() == toolhost::PLUGIN_WORKER.as_bytes()
     };
     decide(if worker { SYSTEM } else { MIMALLOC });
 }

@@ -22,9 +22,11 @@ use clap::{Parser, Subcommand};
 use dispatcher_core::{Dispatcher, Session, ToolUse};
 use serde_json::{Value, json};
 
-use crate::host::{SessionArgs, Sources, UsageError, build_host, load_config, pin_store};
+use crate::error::UsageError;
+use crate::host::{PLUGIN_WORKER, SessionArgs, Sources, build_host, load_config, pin_store};
 use crate::terminal::{NoTerminalConfirmer, TerminalConfirmer, YesConfirmer};
-use crate::{mcp, sandbox_report, self_mount, serve, terminal};
+use crate::{sandbox_report, self_mount, serve, terminal};
+use mcp_server as mcp;
 
 #[derive(Parser)]
 #[command(
@@ -152,10 +154,6 @@ fn init_logging() {
 
 /// The log filter without `TOOLHOST_LOG`.
 const DEFAULT_LOG: &str = "warn,rmcp::service=error";
-
-/// The hidden subcommand a host starts its plugin workers with (isolation `process`):
-/// `toolhost plugin-worker --library …`. The binary's allocator reads it too, before `main`.
-pub const PLUGIN_WORKER: &str = "plugin-worker";
 
 /// The `toolhost` program.
 pub fn main() -> ExitCode {
@@ -414,7 +412,7 @@ fn list(dispatcher: &Dispatcher, session: &Session, as_json: bool) {
         if let Value::Array(items) = &mut tools {
             for (item, l) in items.iter_mut().zip(&listing) {
                 item["sandbox"] =
-                    sandbox_report::tool_json(l, &dispatcher.config().sandbox, &workspace);
+                    dispatcher_core::confines::tool_json(l, &dispatcher.config().sandbox, &workspace);
             }
         }
         println!(

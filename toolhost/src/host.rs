@@ -10,7 +10,9 @@ use clap::Args;
 use dispatcher_core::{Dispatcher, Session, SessionSpec};
 
 use crate::config::{self, Config};
-use crate::{mcp, self_mount};
+use crate::error::UsageError;
+use crate::self_mount;
+use mcp_server as mcp;
 
 /// Where a command's session works (`--workspace`).
 #[derive(Args)]
@@ -20,15 +22,9 @@ pub struct SessionArgs {
     pub workspace: PathBuf,
 }
 
-/// A usage or configuration problem (the CLI's exit code 2), in words the user can act on.
-#[derive(Debug)]
-pub struct UsageError(pub String);
-
-impl<E: std::fmt::Display> From<E> for UsageError {
-    fn from(e: E) -> Self {
-        UsageError(e.to_string())
-    }
-}
+/// The hidden subcommand a host starts its plugin workers with (isolation `process`):
+/// `toolhost plugin-worker --library …`. The binary's allocator reads it too, before `main`.
+pub const PLUGIN_WORKER: &str = "plugin-worker";
 
 /// The configuration file `explicit` names, else the one found (`./toolhost.toml`, else the
 /// user's config directory), else the defaults; with the file it came from.
@@ -264,7 +260,7 @@ pub(crate) async fn build_host_observed(
                 std::env::current_exe().map_err(|e| {
                     format!("cannot find this program to start plugin workers: {e}")
                 })?,
-                vec![OsString::from(crate::cli::PLUGIN_WORKER)],
+                vec![OsString::from(PLUGIN_WORKER)],
             ),
         };
         config

@@ -21,9 +21,8 @@
 mod audit;
 pub mod cli;
 mod config;
+mod error;
 mod host;
-mod http;
-mod mcp;
 mod remote;
 mod sandbox_report;
 mod self_mount;
@@ -32,9 +31,10 @@ mod telemetry;
 mod terminal;
 
 pub use config::Config;
-pub use host::{Host, SessionArgs, Sources, UsageError, build_host, load_config};
+pub use error::UsageError;
+pub use host::{Host, PLUGIN_WORKER, SessionArgs, Sources, build_host, load_config};
 pub use terminal::question as confirmation_question;
 
 /// The tracing layer that passes toolhost's own log messages to MCP clients
 /// (`[mcp] client_logs`): a program that sets up its own subscriber adds it.
-pub use mcp::own_logs::layer as client_log_layer;
+pub use mcp_server::own_logs::layer as client_log_layer;

@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use crate::UsageError;
+use crate::error::UsageError;
 
 /// The configuration files of the toolhosts above, as `device:inode`, comma-separated.
 pub const CHAIN_ENV: &str = "TOOLHOST_MOUNTING_CONFIGS";

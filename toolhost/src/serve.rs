@@ -12,10 +12,11 @@ use clap::Args;
 use dispatcher_core::{Dispatcher, SessionSpec};
 
 use crate::host::build_host_observed;
-use crate::http::{self, HttpOptions};
-use crate::mcp;
+use mcp_server::http::{self, HttpOptions};
+use mcp_server as mcp;
 use crate::telemetry::Telemetry;
-use crate::{SessionArgs, Sources, UsageError};
+use crate::error::UsageError;
+use crate::host::{SessionArgs, Sources};
 
 /// `toolhost serve`'s options.
 #[derive(Args)]
@@ -150,7 +151,12 @@ async fn serve_http(
         tasks,
     );
     let control =
-        http::control::Control::new(dispatcher.clone(), routes).metrics(telemetry.metrics.clone());
+        http::control::Control::new(dispatcher.clone(), routes).metrics(
+        telemetry
+            .metrics
+            .clone()
+            .map(|m| m as Arc<dyn http::control::MetricsExposition>),
+    );
     let server = http::Server::new(Some(shared), control, options);
     tracing::info!(workspace = %args.session.workspace.display(), "MCP over HTTP at http://{local}/mcp; console at http://{local}/");
     eprintln!("toolhost: serving MCP at http://{local}/mcp, the console at http://{local}/");

@@ -175,7 +175,7 @@ fn unique_servers<'de, D: serde::Deserializer<'de>>(
 pub struct McpConfig {
     /// What answers a `prompt` when the MCP client cannot be asked (no elicitation):
     /// `deny` (default) or `allow`.
-    pub prompt_fallback: crate::mcp::PromptFallback,
+    pub prompt_fallback: mcp_server::PromptFallback,
     /// The largest message a client may send, in bytes, on stdio and HTTP (default 16 MiB);
     /// a larger one is refused with its size and this limit.
     pub max_message_bytes: MessageBytes,
@@ -187,7 +187,7 @@ pub struct McpConfig {
     /// `~/.local/state/toolhost/mcp-pins.json`). Keep it outside every workspace: a tool
     /// that can write it can approve a changed definition.
     pub pins_file: Option<PathBuf>,
-    /// Calls that outlive their request ([`crate::mcp::tasks`]).
+    /// Calls that outlive their request ([`mcp_server::tasks`]).
     pub tasks: McpTasks,
     /// Whether toolhost's own log messages (info and above) go to the MCP clients that
     /// asked for log messages, beside the mounted servers' (default `false`).
@@ -197,8 +197,8 @@ pub struct McpConfig {
 impl Default for McpConfig {
     fn default() -> Self {
         McpConfig {
-            prompt_fallback: crate::mcp::PromptFallback::default(),
-            max_message_bytes: MessageBytes(crate::mcp::screen::DEFAULT_MAX_MESSAGE_BYTES),
+            prompt_fallback: mcp_server::PromptFallback::default(),
+            max_message_bytes: MessageBytes(mcp_server::screen::DEFAULT_MAX_MESSAGE_BYTES),
             request_state_keys: None,
             pins_file: None,
             tasks: McpTasks::default(),
@@ -227,7 +227,7 @@ pub struct McpTasks {
 
 impl Default for McpTasks {
     fn default() -> Self {
-        let d = crate::mcp::TaskSettings::default();
+        let d = mcp_server::TaskSettings::default();
         McpTasks {
             enabled: d.enabled,
             after: Seconds(d.after),
@@ -240,8 +240,8 @@ impl Default for McpTasks {
 
 impl McpTasks {
     /// The settings the server's task table takes.
-    pub fn settings(&self) -> crate::mcp::TaskSettings {
-        crate::mcp::TaskSettings {
+    pub fn settings(&self) -> mcp_server::TaskSettings {
+        mcp_server::TaskSettings {
             enabled: self.enabled,
             after: self.after.0,
             ttl: self.ttl.0,

@@ -176,6 +176,12 @@ impl Metrics {
     }
 }
 
+impl mcp_server::http::control::MetricsExposition for Metrics {
+    fn render(&self, dispatcher: &Dispatcher) -> String {
+        Metrics::render(self, dispatcher)
+    }
+}
+
 impl AuditSink for Metrics {
     fn reads_digest(&self) -> bool {
         false

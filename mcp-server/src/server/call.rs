@@ -1,6 +1,6 @@
 //! A `tools/call` from an MCP client: its route (how its user is asked), its live output
 //! and a mounted server's log messages, the dispatcher's run of it, and how it ends: a
-//! result, an `input_required` round, or a task ([`super::tasks`]) that goes on after the
+//! result, an `input_required` round, or a task ([`crate::tasks`]) that goes on after the
 //! request was answered.
 
 use std::sync::Arc;
@@ -17,14 +17,15 @@ use rmcp::service::{RequestContext, RoleServer};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use super::answer::Finished;
-use super::caller::Caller;
-use super::confirm::{Question, Route, asked_of, decision_of, decision_schema};
-use super::progress::watch_call;
-use super::request_state::Opened;
-use super::server::{Era, McpServer, takes_rounds};
-use super::sessions::{Sessions, principal};
-use super::tasks_2025;
+use crate::answer::Finished;
+use crate::caller::Caller;
+use crate::confirm::{Question, Route, asked_of, decision_of, decision_schema};
+use crate::progress::watch_call;
+use crate::request_state::Opened;
+use crate::era::Era;
+use super::{McpServer, takes_rounds};
+use crate::sessions::{Sessions, principal};
+use crate::tasks_2025;
 
 /// How long `tasks/cancel` (2025-11-25) waits for the call to stop before it answers.
 const CANCEL_SETTLES: std::time::Duration = std::time::Duration::from_secs(2);
@@ -39,7 +40,7 @@ pub(crate) enum TaskMode {
     /// or a mounted server made a task of it.
     Auto,
     /// At once, kept `ttl` after it ends: a 2025-11-25 task-augmented request
-    /// ([`super::tasks_2025`]). Its user is asked as that era's client is (elicitation).
+    /// ([`crate::tasks_2025`]). Its user is asked as that era's client is (elicitation).
     Now {
         /// The retention the client asked for.
         ttl: Option<std::time::Duration>,
@@ -48,7 +49,7 @@ pub(crate) enum TaskMode {
 
 impl McpServer {
     /// `tools/call`: becomes a task when its client takes tasks and it should.
-    pub(super) async fn serve_call(
+    pub(crate) async fn serve_call(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
@@ -70,7 +71,7 @@ impl McpServer {
 
     /// A 2025-11-25 task request the transport renamed ([`tasks_2025`]); `None` for any
     /// other custom request.
-    pub(super) async fn serve_task_2025(
+    pub(crate) async fn serve_task_2025(
         &self,
         request: &CustomRequest,
         context: RequestContext<RoleServer>,
@@ -336,7 +337,7 @@ impl McpServer {
         {
             // Listening before the server is asked: nothing it sends after is missed.
             let (done, finished) = oneshot::channel();
-            let told = tokio::spawn(super::passthrough::tell_call(
+            let told = tokio::spawn(crate::passthrough::tell_call(
                 self.shared.upstreams.events(),
                 server.clone(),
                 least,
@@ -451,7 +452,7 @@ impl McpServer {
             }
             }
         };
-        let cancel: super::tasks::Canceller = {
+        let cancel: crate::tasks::Canceller = {
             let (dispatcher, session, call) = (
                 dispatcher.clone(),
                 session.id().to_string(),
@@ -505,7 +506,7 @@ impl McpServer {
         if let Some((request, reply)) = asking {
             let asked_in = handle.clone();
             tokio::spawn(async move {
-                let _ = reply.send(super::confirm::asked_in_task(asked_in, request).await);
+                let _ = reply.send(crate::confirm::asked_in_task(asked_in, request).await);
             });
         }
         tokio::spawn(async move {
@@ -567,7 +568,7 @@ impl McpServer {
                 InputRequest::Elicitation(ElicitRequest::new(
                     ElicitRequestParams::FormElicitationParams {
                         meta: None,
-                        message: super::confirm::question(question),
+                        message: crate::confirm::question(question),
                         requested_schema: schema,
                     },
                 )),

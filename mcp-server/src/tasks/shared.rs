@@ -16,7 +16,7 @@ use rmcp::ErrorData as McpError;
 use rmcp::model::{DetailedTask, InputResponses, Task};
 use serde_json::{Value, json};
 
-use super::tasks::Tasks;
+use super::Tasks;
 
 const RECORD: &str = "task:";
 const CHANNEL: &str = "tasks";

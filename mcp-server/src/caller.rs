@@ -8,7 +8,7 @@ use rmcp::model::{ClientCapabilities, InitializeRequestParams, RequestId, Reques
 use rmcp::service::{ElicitationMode, Peer, RequestContext, RoleServer};
 use tokio_util::sync::CancellationToken;
 
-use super::server::Era;
+use super::era::Era;
 use super::sessions::principal;
 
 /// What a `tools/call` needs of its request: rmcp's context of it, or the parts of one the

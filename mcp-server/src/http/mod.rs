@@ -7,7 +7,7 @@
 //!
 //! Every request first passes [`access`] (`Host`, `Origin`, bearer token). On `/mcp`, a
 //! POST body is read with the `[mcp] max_message_bytes` limit and screened like a stdio
-//! line ([`crate::mcp::screen`]) before rmcp's streamable HTTP service sees it, so a bad
+//! line ([`crate::screen`]) before rmcp's streamable HTTP service sees it, so a bad
 //! message gets a JSON-RPC error naming the problem (`400`; `413` when too large; `200`
 //! for invalid params of a valid request) and never a silent drop. A request that takes
 //! longer than the request timeout gets `504` with a JSON-RPC error, and its call is
@@ -44,9 +44,9 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::mcp::screen::{INVALID_PARAMS, MessageBuffer, Rejection, screen};
-use crate::mcp::tasks_2025;
-use crate::mcp::{McpServer, McpShared};
+use crate::screen::{INVALID_PARAMS, MessageBuffer, Rejection, screen};
+use crate::tasks_2025;
+use crate::{McpServer, McpShared};
 use access::{Access, Refusal};
 
 /// What an HTTP server is set up with.
@@ -86,7 +86,7 @@ struct GateState {
     max_message_bytes: usize,
     request_timeout: Duration,
     /// Whether 2025-era clients are served the 2025-11-25 tasks
-    /// ([`crate::mcp::tasks_2025`]).
+    /// ([`crate::tasks_2025`]).
     tasks_2025: bool,
     /// Answers a plain stateless `tools/call` without rmcp's per-request service.
     stateless: Option<stateless::StatelessCalls>,

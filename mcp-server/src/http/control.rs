@@ -31,8 +31,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::mcp::Routes;
-use crate::telemetry::Metrics;
+use crate::Routes;
 
 /// The console page.
 const CONSOLE: &str = include_str!("console.html");
@@ -40,12 +39,23 @@ const CONSOLE: &str = include_str!("console.html");
 /// The name answers from the control API are recorded under (`decided_by`).
 pub const CLIENT_NAME: &str = "web-console";
 
+/// What `GET /metrics` serves: a text exposition of the instance (the program's
+/// Prometheus metrics), rendered from the dispatcher's state as it is at each request.
+pub trait MetricsExposition: Send + Sync {
+    /// The exposition's `Content-Type`.
+    fn content_type(&self) -> &'static str {
+        "text/plain; version=0.0.4; charset=utf-8"
+    }
+    /// The body, `dispatcher`'s state as it is now.
+    fn render(&self, dispatcher: &Dispatcher) -> String;
+}
+
 /// What the control API works on.
 #[derive(Clone)]
 pub struct Control {
     dispatcher: Dispatcher,
     routes: Arc<Routes>,
-    metrics: Option<Arc<Metrics>>,
+    metrics: Option<Arc<dyn MetricsExposition>>,
 }
 
 impl Control {
@@ -60,7 +70,7 @@ impl Control {
     }
 
     /// Serves `metrics` on `GET /metrics` (without: `404`).
-    pub fn metrics(mut self, metrics: Option<Arc<Metrics>>) -> Self {
+    pub fn metrics(mut self, metrics: Option<Arc<dyn MetricsExposition>>) -> Self {
         self.metrics = metrics;
         self
     }
@@ -100,10 +110,7 @@ async fn console() -> impl IntoResponse {
 async fn metrics(State(state): State<ControlState>) -> Response {
     match &state.control.metrics {
         Some(metrics) => (
-            [(
-                http::header::CONTENT_TYPE,
-                "text/plain; version=0.0.4; charset=utf-8",
-            )],
+            [(http::header::CONTENT_TYPE, metrics.content_type())],
             metrics.render(&state.control.dispatcher),
         )
             .into_response(),

@@ -5,7 +5,7 @@
 //! **One per id.** rmcp routes a session's answers by request id, so a second request with
 //! the id of one still in flight takes the first one's place: the first POST then waits
 //! for an answer that never comes. Here such a request is answered at once with `-32600`
-//! naming the id, as on stdio ([`crate::mcp::stdio`]), and the first one runs on. An id is
+//! naming the id, as on stdio ([`crate::stdio`]), and the first one runs on. An id is
 //! free again once its answer leaves the session. It stays taken when its POST went away
 //! before the answer (the request still runs, and its answer would reach the newer
 //! request's stream), and when it timed out or was cancelled: MCP says a client never
@@ -30,7 +30,7 @@ use rmcp::transport::streamable_http_server::session::{
 };
 use serde_json::json;
 
-use crate::mcp::screen::{Rejection, answered_id};
+use crate::screen::{Rejection, answered_id};
 
 /// `M`, with each session's requests held to one per id and to the request timeout.
 pub struct SessionRequests<M>(Arc<Shared<M>>);

@@ -21,6 +21,8 @@ use crate::registry::Registered;
 use crate::result::{ToolResultBlock, ToolUse};
 use crate::session::{CallGuard, InFlight, Session};
 
+mod dispatch;
+
 /// One call on its way through the dispatcher. Made by [`crate::Dispatcher::invocation`];
 /// [`Invocation::run`] takes it through the pipeline to its result.
 ///
@@ -271,6 +273,23 @@ impl Invocation {
     ) -> ToolResultBlock {
         let message = cancel_message(&self.header.tool_name, Some(reason), cause, false);
         self.fail_with(ErrorClass::Cancelled, message, None, Some(reason))
+    }
+}
+
+impl Invocation {
+    /// Judges, when the call is pushed, whether it is concurrency-safe, and validates its
+    /// input (once: the pipeline does not validate it again). An unknown tool fails at
+    /// once, so it is safe; invalid input, or a tool that panics while judging, is not.
+    pub(crate) fn judge_safety(&mut self) -> bool {
+        let Some(tool) = &self.tool else {
+            return true;
+        };
+        self.validated = tool.validator.is_valid(&self.input);
+        self.validated
+            && std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                tool.factory.is_concurrency_safe(&self.input)
+            }))
+            .unwrap_or(false)
     }
 }
 

@@ -30,7 +30,7 @@ use tokio_util::task::TaskTracker;
 
 use super::output::Output;
 use super::{InFlight, taken};
-use crate::mcp::McpServer;
+use crate::McpServer;
 
 /// Where a stdio session's plain `tools/call` requests go
 /// ([`super::StdioTransport::answer_calls`]); open once the session is.
@@ -168,7 +168,7 @@ mod tests {
 
     /// `line` as the transport parses it.
     fn request(line: &str) -> ClientRequest {
-        match crate::mcp::screen::screen(line.as_bytes()) {
+        match crate::screen::screen(line.as_bytes()) {
             Ok(JsonRpcMessage::Request(request)) => request.request,
             other => panic!("not a request: {other:?}"),
         }

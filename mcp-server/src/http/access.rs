@@ -21,7 +21,7 @@ use std::net::SocketAddr;
 use http::HeaderMap;
 use sha2::{Digest, Sha256};
 
-use crate::mcp::Principal;
+use crate::Principal;
 
 /// The environment variable that may hold the bearer token (one; a file may hold several).
 pub const TOKEN_ENV: &str = "TOOLHOST_HTTP_TOKEN";

@@ -22,7 +22,7 @@
 //! running a call answers in its request, as without the extension.
 //!
 //! A task's call runs on the instance that made it. Over a shared store ([`Tasks::share_through`],
-//! [`super::tasks_shared`]) every change of a task is mirrored there, so that `tasks/get`,
+//! [`shared`]) every change of a task is mirrored there, so that `tasks/get`,
 //! `tasks/list` and `tasks/result` at any instance read it, and `tasks/update` and
 //! `tasks/cancel` at any instance reach it; over a store of this process only, another
 //! instance is told the task does not exist.
@@ -38,6 +38,8 @@ use rmcp::model::{
 };
 use serde_json::Value;
 use tokio::sync::oneshot;
+
+mod shared;
 
 /// How tasks are made and kept (`[mcp.tasks]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -274,7 +276,7 @@ impl Tasks {
                 }
             }
         }
-        let id = super::request_state::random_hex();
+        let id = crate::request_state::random_hex();
         let now = rmcp::task_manager::current_timestamp();
         let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         let ttl = ttl.map_or(self.settings.ttl, |t| t.min(self.settings.ttl));
@@ -308,7 +310,7 @@ impl Tasks {
             return;
         };
         let record = serde_json::json!({"owner": entry.owner, "task": entry.detailed()});
-        super::tasks_shared::put(store, id, record, entry.ttl);
+        shared::put(store, id, record, entry.ttl);
     }
 
     /// Forgets a task made by mistake (its creation was never told to anyone).
@@ -474,7 +476,7 @@ impl TaskHandle {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::*;
+    use crate::*;
     use rmcp::model::{ContentBlock, ElicitRequest, ElicitRequestParams};
     use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -33,12 +33,15 @@ use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::Value;
 use tool_api::SideEffect;
 
-use super::confirm::Routes;
-use super::gateway::Upstreams;
-use super::list_changes::Listens;
-use super::passthrough::Interest;
-use super::request_state::{Confirmations, Opened};
-use super::sessions::{Sessions, principal, principal_of};
+use crate::confirm::Routes;
+use crate::era::Era;
+use crate::gateway::Upstreams;
+use crate::list_changes::Listens;
+use crate::passthrough::Interest;
+use crate::request_state::{Confirmations, Opened};
+use crate::sessions::{Sessions, principal, principal_of};
+
+mod call;
 
 /// MCP annotations for a side-effect class.
 pub fn annotations(class: SideEffect) -> ToolAnnotations {
@@ -115,30 +118,7 @@ pub struct McpServer {
     /// the connection.
     passing_on: Mutex<Option<tokio::task::AbortHandle>>,
     /// What this connection's 2025-era client declared at `initialize`, for its calls.
-    pub(super) declared: super::caller::DeclaredOnce,
-}
-
-/// The protocol era of a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Era {
-    /// 2025-11-25 and older: `initialize`, sessions, server-to-client requests.
-    Session,
-    /// 2026-07-28: stateless, `input_required` instead of server-to-client requests.
-    Stateless,
-}
-
-impl Era {
-    pub(super) fn of(context: &RequestContext<RoleServer>) -> Era {
-        Era::of_version(context.protocol_version().as_ref())
-    }
-
-    /// The era of a request of protocol `version` (none: a session's, before `initialize`).
-    pub(super) fn of_version(version: Option<&ProtocolVersion>) -> Era {
-        match version {
-            Some(v) if *v >= ProtocolVersion::V_2026_07_28 => Era::Stateless,
-            _ => Era::Session,
-        }
-    }
+    pub(super) declared: crate::caller::DeclaredOnce,
 }
 
 /// The `resultType` of a result passed on from a mounted server, as the client's era has
@@ -183,7 +163,7 @@ fn tool_list(dispatcher: &Dispatcher, session: &Session) -> Vec<Tool> {
             let mut meta = rmcp::model::MetaObject::new();
             meta.0.insert(
                 SANDBOX_META.into(),
-                crate::sandbox_report::tool_json(&l, config, workspace),
+                dispatcher_core::confines::tool_json(&l, config, workspace),
             );
             let d = l.definition;
             let schema = match d.input_schema {

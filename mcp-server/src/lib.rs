@@ -1,17 +1,27 @@
-//! toolhost as an MCP server: the request handler ([`server`]), a `tools/call` (`call`: who
+//! # mcp-server
+//!
+//! toolhost as an MCP server, over a [`dispatcher_core::Dispatcher`] the program built:
+//! the request handler ([`server`]), a `tools/call` (`call`: who
 //! sent it, `caller`, and how it ended, `answer`), the screening every
 //! incoming message passes first ([`screen`]), how the user is asked ([`confirm`]) and
 //! stateless confirmations ([`request_state`]), where calls run ([`sessions`]), live output
 //! ([`progress`]), what mounted servers ask the user, put to the calling client (`relay`),
 //! telling clients their tool list changed ([`list_changes`]), mounted servers' notifications
 //! passed on (`passthrough`) and the
-//! transports ([`stdio`]).
+//! transports: [`stdio`], and streamable HTTP with the control API and the web console
+//! ([`http`]).
+//!
+//! The program (`toolhost`: its command line, configuration and telemetry) depends on this
+//! crate, never the reverse: what the server needs from it comes in as values (a
+//! [`Sessions`], [`TaskSettings`], [`http::HttpOptions`]) or small traits
+//! ([`http::control::MetricsExposition`]).
 
 mod answer;
-mod call;
 mod caller;
+mod era;
 pub mod confirm;
 pub mod gateway;
+pub mod http;
 pub mod list_changes;
 pub mod own_logs;
 mod passthrough;
@@ -24,7 +34,6 @@ pub mod sessions;
 pub mod stdio;
 pub mod tasks;
 pub mod tasks_2025;
-mod tasks_shared;
 
 pub(crate) use caller::Caller;
 pub use confirm::{McpConfirmer, PromptFallback, Routes};

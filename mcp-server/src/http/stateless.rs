@@ -5,7 +5,7 @@
 //! message back out to a `Value` to check the SEP-2243 headers, starts the service's loop
 //! and a task waiting on it, and passes the request and its answer through channels.
 //! A `tools/call` whose every part is plain takes this path instead: the message
-//! [`crate::mcp::screen`] already parsed goes to the same handler
+//! [`crate::screen`] already parsed goes to the same handler
 //! ([`McpServer::call_stateless`]) on a task of its own, and its answer is written as rmcp
 //! writes it.
 //!
@@ -34,7 +34,7 @@ use rmcp::model::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::mcp::{Caller, McpServer, principal_of_parts};
+use crate::{Caller, McpServer, principal_of_parts};
 
 /// The one protocol version whose `tools/call` takes this path.
 const VERSION: &str = "2026-07-28";
@@ -289,7 +289,7 @@ mod tests {
         let line = format!(
             r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"read_file","arguments":{{"path":"a"}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{{"name":"c","version":"1"}},"io.modelcontextprotocol/clientCapabilities":{{}}{more}}}}}}}"#
         );
-        match crate::mcp::screen::screen(line.as_bytes()) {
+        match crate::screen::screen(line.as_bytes()) {
             Ok(ClientJsonRpcMessage::Request(request)) => match request.request {
                 ClientRequest::CallToolRequest(call) => call,
                 other => panic!("not a call: {other:?}"),
