@@ -18,7 +18,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use mcp_toolsets::ServerEvent;
-use mcp_toolsets::events::level_rank;
+use mcp_toolsets::level_rank;
 use rmcp::model::{
     LoggingLevel, LoggingMessageNotificationParam, ResourceUpdatedNotificationParam,
 };

@@ -14,7 +14,7 @@ use serde_json::Value;
 use tool_api::{Tool, ToolContext, ToolDefinition, ToolError, ToolFactory, ToolOutput};
 
 use crate::input::{self, Answers as _};
-use crate::parked::{InFlight, PARKED, ParkedCalls, QUESTION_KEY};
+use crate::upstream::parked::{InFlight, PARKED, ParkedCalls, QUESTION_KEY};
 use crate::relay::{FromServer, Relayed};
 use crate::task::Followed;
 use crate::upstream::{Called, Caller, Upstream};
@@ -271,7 +271,7 @@ enum Step {
 
 impl McpTool {
     /// Starts a `tools/call` upstream, in a task of its own (so that it can wait, parked,
-    /// for a question's answer beyond this call: [`crate::parked`]).
+    /// for a question's answer beyond this call: [`crate::upstream::parked`]).
     fn start(&self, params: CallToolRequestParams, ctx: &ToolContext) -> InFlight {
         let (tx, from_server) = tokio::sync::mpsc::unbounded_channel();
         let cancel = Arc::new(tokio::sync::Notify::new());

@@ -132,6 +132,22 @@ fn prefix<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
 }
 
 impl McpServerConfig {
+    /// The key its pins are kept under: its id and what it runs or reaches, so that two
+    /// configurations naming different servers alike do not share pins.
+    pub fn pin_key(&self) -> String {
+        match &self.url {
+            Some(url) => format!("{} {url}", self.id),
+            None => {
+                let mut key = format!("{} {}", self.id, self.command);
+                for arg in &self.args {
+                    key.push(' ');
+                    key.push_str(arg);
+                }
+                key
+            }
+        }
+    }
+
     /// A server `id` running `command`, published under `prefix`, with every default.
     pub fn new(
         id: impl Into<String>,

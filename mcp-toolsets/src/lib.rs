@@ -48,28 +48,25 @@
 //!   to start is told with its last error output and what its sandbox refused it.
 
 mod call;
-mod client;
 mod config;
 mod confine;
 mod error;
-pub mod events;
 pub mod input;
-pub mod offers;
-mod parked;
 pub mod pins;
 pub mod relay;
 mod task;
 mod upstream;
 
 pub use call::{ERROR_META, MAX_INPUT_ROUNDS, RESULT_META};
-pub use client::install_tls_provider;
+pub use upstream::client::install_tls_provider;
 pub use config::{
     DEFAULT_CALL_TIMEOUT, DEFAULT_STARTUP_TIMEOUT, InputSchemas, MAX_NESTING, McpServerConfig,
     NESTING_ENV, nesting,
 };
 pub use confine::ServerSandbox;
 pub use error::UpstreamError;
-pub use events::ServerEvent;
+pub use upstream::events::{ServerEvent, level_rank};
+pub use upstream::offers::Offers;
 pub use pins::{FilePins, MemoryPins, OnChange, PinStore};
 pub use relay::{ClientRelay, RelayFuture, Relayed, Resume};
 

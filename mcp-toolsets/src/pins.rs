@@ -133,29 +133,13 @@ pub struct PinError(pub String);
 /// Where pins are kept: one job, changing a server's pins as one step (so that two
 /// processes starting the same server do not lose each other's first sight).
 pub trait PinStore: Send + Sync {
-    /// Applies `change` to the pins of `server` (the key [`server_key`] makes) and returns
+    /// Applies `change` to the pins of `server` (the key [`crate::McpServerConfig::pin_key`] makes) and returns
     /// them as changed.
     fn update(
         &self,
         server: &str,
         change: &mut dyn FnMut(&mut ServerPins),
     ) -> Result<ServerPins, PinError>;
-}
-
-/// The key a server's pins are kept under: its id and what it runs or reaches, so that two
-/// configurations naming different servers alike do not share pins.
-pub fn server_key(config: &crate::McpServerConfig) -> String {
-    match &config.url {
-        Some(url) => format!("{} {url}", config.id),
-        None => {
-            let mut key = format!("{} {}", config.id, config.command);
-            for arg in &config.args {
-                key.push(' ');
-                key.push_str(arg);
-            }
-            key
-        }
-    }
 }
 
 /// Pins kept in this process only.

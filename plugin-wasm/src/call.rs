@@ -19,7 +19,8 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::bindings::toolhost::plugin::{host, types};
 use crate::bindings::{FileMetadata, Level, ToolError, UserAnswer};
-use crate::http::{HostList, HttpGate};
+use crate::caller::Caller;
+use crate::http::HttpGate;
 use crate::stdio::KeptOutput;
 
 /// How much of a component's stdout and stderr is kept per call (the rest is dropped).
@@ -39,14 +40,6 @@ pub(crate) struct CallState {
     pub(crate) files_modified: Vec<String>,
     stdout: KeptOutput,
     stderr: KeptOutput,
-}
-
-/// Whom a store serves: which plugin, which tool (none while describing), where it may
-/// send HTTP requests.
-pub(crate) struct Caller {
-    pub(crate) plugin: String,
-    pub(crate) tool: Option<(String, tool_api::SideEffect)>,
-    pub(crate) hosts: Arc<HostList>,
 }
 
 impl CallState {

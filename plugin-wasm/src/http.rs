@@ -54,7 +54,7 @@ pub(crate) struct HttpGate {
 
 impl HttpGate {
     pub(crate) fn new(
-        caller: crate::call::Caller,
+        caller: crate::caller::Caller,
         cancel: Arc<AtomicBool>,
         ctx: Option<ToolContext>,
     ) -> HttpGate {

@@ -24,14 +24,16 @@
 mod bindings;
 mod cache;
 mod call;
+mod caller;
 mod error;
 mod http;
 mod runtime;
 mod stdio;
-mod tool;
 
 pub use error::WasmError;
 pub use http::HostList;
-pub use runtime::{DEFAULT_MEMORY_BYTES, DESCRIBE_TIMEOUT, WasmLimits, WasmPlugin, WasmRuntime};
-pub use tool::{CALLS_PER_KEPT_INSTANCE, KEPT_INSTANCES};
+pub use runtime::{
+    CALLS_PER_KEPT_INSTANCE, DEFAULT_MEMORY_BYTES, DESCRIBE_TIMEOUT, KEPT_INSTANCES, WasmLimits,
+    WasmPlugin, WasmRuntime,
+};
 pub use tool_api::{WIT, WIT_VERSION};

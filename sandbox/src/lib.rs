@@ -74,7 +74,7 @@ mod env;
 mod glob;
 mod hosts;
 mod policy;
-mod probe;
+mod support;
 mod settings;
 
 #[cfg(target_os = "linux")]
@@ -92,11 +92,22 @@ pub use env::{EnvSettings, HOST_PREFIX, Inherit, SECRET_WORDS, is_secret};
 pub use hosts::{HostList, is_internal};
 pub use os::Attached;
 pub use policy::{CommandMode, Confinement, DEVICES, LOADER_READ, Limits, Network, RESOLVER_READ};
-pub use probe::{Coverage, Mechanism, NamespaceSupport, State, Support, Unenforceable, probe};
+pub use support::{Coverage, Mechanism, NamespaceSupport, State, Support, Unenforceable};
 pub use settings::{
     CommandGrant, DEFAULT_ALLOW, DEFAULT_CACHES, DEFAULT_DENY_READ, Hidden, Mode, NetworkEntry,
     NetworkSettings, Settings, ToolMode, expand, home, resolve,
 };
+
+/// The kernel's support, asked on first use (a few system calls) and remembered.
+pub fn probe() -> &'static Support {
+    static SUPPORT: std::sync::OnceLock<Support> = std::sync::OnceLock::new();
+    SUPPORT.get_or_init(|| Support {
+        landlock: os::landlock_abi(),
+        seccomp: os::seccomp_available(),
+        root: os::is_root(),
+        namespaces: os::namespaces(),
+    })
+}
 
 /// The port of the egress listener inside a confined process's network namespace (every
 /// such process has its own, so one fixed port serves them all): `HTTP_PROXY` is

@@ -1,7 +1,7 @@
 //! Platforms without Landlock and seccomp (macOS, the BSDs, Windows): nothing can be
 //! enforced, and every confinement says so.
 
-use crate::probe::Unenforceable;
+use crate::support::Unenforceable;
 
 fn platform() -> String {
     format!(

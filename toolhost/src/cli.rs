@@ -260,7 +260,7 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
                 )));
             };
             let store = pin_store(&config);
-            let key = mcp_toolsets::pins::server_key(entry);
+            let key = entry.pin_key();
             let approved = mcp_toolsets::pins::approve(store.as_ref(), &key, &tools)
                 .map_err(|e| UsageError(format!("MCP server '{server}': {e}")))?;
             if approved.is_empty() {

@@ -10,7 +10,7 @@ use plugin_host::{
     COMPONENT_TARGET, Instances, Manifest, ManifestTool, PackageKind, digest, package,
 };
 
-use crate::steps::{Result, announce, cargo, fail, io, root};
+use crate::steps::{Result, announce, cargo, fail, fixtures_dir, io, root};
 
 /// The componentize-py release the Python components are built with.
 pub const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
@@ -45,12 +45,6 @@ const { component } = await componentize({
 });
 await writeFile(out, component);
 "#;
-
-/// `target/fixtures/wasm`: built components, their packages (`packages/NAME/`) and the
-/// compiled-code cache the tests share (`cache/`).
-pub fn fixtures_dir() -> PathBuf {
-    root().join("target/fixtures/wasm")
-}
 
 /// componentize-py, installed into `target/peers/componentize-py` on first use.
 fn componentize_py() -> Result<PathBuf> {

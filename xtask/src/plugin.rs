@@ -552,7 +552,7 @@ fn verify_component(
         }
     );
     let runtime = plugin_host::plugin_wasm::WasmRuntime::new(
-        Some(crate::components::fixtures_dir().join("cache")),
+        Some(crate::steps::fixtures_dir().join("cache")),
         plugin_host::plugin_wasm::WasmLimits::default(),
     )?;
     let d = dispatcher_core::Dispatcher::new();

@@ -46,6 +46,12 @@ pub fn root() -> PathBuf {
     manifest.parent().map(Path::to_path_buf).unwrap_or(manifest)
 }
 
+/// `target/fixtures/wasm`: built components, their packages (`packages/NAME/`) and the
+/// compiled-code cache the tests share (`cache/`).
+pub fn fixtures_dir() -> PathBuf {
+    root().join("target/fixtures/wasm")
+}
+
 /// A `cargo` command run from the repository root.
 pub fn cargo() -> Command {
     let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));

@@ -7,7 +7,7 @@ use std::sync::{Arc, PoisonError, Weak};
 use rmcp::service::ServiceExt;
 
 use super::{Upstream, waited};
-use crate::client::{Live, install_tls_provider, listed, listen_for_changes};
+use crate::upstream::client::{Live, install_tls_provider, listed, listen_for_changes};
 use crate::config::{NESTING_ENV, nesting};
 use crate::confine;
 use crate::error::UpstreamError;

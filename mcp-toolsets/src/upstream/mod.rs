@@ -15,15 +15,19 @@ use rmcp::service::{Peer, PeerRequestOptions, RoleClient};
 use serde_json::Value;
 use tool_api::ToolError;
 
-use crate::client::{ClientSide, Live};
+use crate::upstream::client::{ClientSide, Live};
 use crate::config::{InputSchemas, MAX_NESTING, McpServerConfig, NESTING_ENV, nesting};
 use crate::confine::ServerSandbox;
 use crate::error::UpstreamError;
-use crate::events::ServerEvent;
+use crate::upstream::events::ServerEvent;
 use crate::pins::PinStore;
 use crate::relay::{CallRoutes, ClientRelay, FromServer};
 
+pub(crate) mod client;
 mod connect;
+pub(crate) mod events;
+pub(crate) mod offers;
+pub(crate) mod parked;
 
 /// Who makes a call: the host session it runs in, and what its client can be asked (see
 /// [`crate::ClientRelay::capabilities`]).
@@ -99,15 +103,15 @@ pub(crate) struct Upstream {
     pub(crate) relay: std::sync::OnceLock<Arc<dyn ClientRelay>>,
     /// The prompts, resources and resource templates it offered when they were last
     /// listed ([`McpToolset::list_offers`]).
-    pub(crate) offers: Mutex<Arc<crate::offers::Offers>>,
+    pub(crate) offers: Mutex<Arc<crate::upstream::offers::Offers>>,
     /// What it tells its client besides tool changes and progress.
     pub(crate) events: tokio::sync::broadcast::Sender<ServerEvent>,
     /// The resource subscriptions held for the host's clients.
-    pub(crate) subscriptions: crate::events::Subscriptions,
+    pub(crate) subscriptions: crate::upstream::events::Subscriptions,
     /// The log level it was last asked for (its rank), if any.
     pub(crate) log_level: Mutex<Option<u8>>,
     /// Calls waiting for a 2026 client's answer to the server's question.
-    pub(crate) parked: crate::parked::ParkedCalls,
+    pub(crate) parked: crate::upstream::parked::ParkedCalls,
 }
 
 async fn exit_status(child: Option<&tokio::sync::Mutex<tokio::process::Child>>) -> String {
@@ -204,10 +208,10 @@ impl Upstream {
             tasks_2025: Mutex::default(),
             relay: std::sync::OnceLock::new(),
             offers: Mutex::default(),
-            events: tokio::sync::broadcast::channel(crate::events::EVENTS).0,
-            subscriptions: crate::events::Subscriptions::default(),
+            events: tokio::sync::broadcast::channel(crate::upstream::events::EVENTS).0,
+            subscriptions: crate::upstream::events::Subscriptions::default(),
             log_level: Mutex::new(None),
-            parked: crate::parked::ParkedCalls::default(),
+            parked: crate::upstream::parked::ParkedCalls::default(),
             confined: Mutex::new(match &config.url {
                 Some(url) => format!("remote ({url}: not confined by toolhost)"),
                 None => "not started".into(),
@@ -329,7 +333,7 @@ impl Upstream {
         let id = &self.config.id;
         let verdicts = match crate::pins::check(
             self.pins.as_ref(),
-            &crate::pins::server_key(&self.config),
+            &self.config.pin_key(),
             &tools,
         ) {
             Ok(v) => v,

@@ -19,7 +19,7 @@ use rustix::thread::{CapabilitySet, CapabilitySets};
 use seccompiler::BpfProgram;
 
 use crate::policy::Confinement;
-use crate::probe::{Support, abi};
+use crate::support::{Support, abi};
 use crate::{SandboxError, Step};
 
 pub(crate) use filter::Parties;

@@ -15,7 +15,7 @@ use landlock::{
 
 use crate::SandboxError;
 use crate::policy::{Confinement, Network};
-use crate::probe::abi;
+use crate::support::abi;
 
 /// The newest Landlock ABI whose rights this crate asks for (signal and abstract-socket
 /// scoping); a newer kernel is asked for these.

@@ -1,4 +1,4 @@
-//! What this kernel can enforce, asked once per process ([`probe`]), and what one
+//! What this kernel can enforce, asked once per process ([`crate::probe`]), and what one
 //! [`Confinement`] gets from it ([`Support::check`]).
 //!
 //! A confinement needs Landlock (any ABI: files) and seccomp (system calls, sockets,
@@ -8,7 +8,6 @@
 //! ([`Coverage::gaps`]), never hidden.
 
 use std::fmt;
-use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
@@ -85,23 +84,7 @@ pub(crate) mod abi {
     pub const SCOPE: i32 = 6;
 }
 
-/// The kernel's support, probed on first use and remembered.
-pub fn probe() -> &'static Support {
-    static SUPPORT: OnceLock<Support> = OnceLock::new();
-    SUPPORT.get_or_init(Support::probe_now)
-}
-
 impl Support {
-    /// Asks the kernel now (a few system calls). [`probe`] remembers the answer.
-    pub fn probe_now() -> Support {
-        Support {
-            landlock: crate::os::landlock_abi(),
-            seccomp: crate::os::seccomp_available(),
-            root: crate::os::is_root(),
-            namespaces: crate::os::namespaces(),
-        }
-    }
-
     /// The Landlock ABI version, if Landlock is available.
     pub fn landlock_abi(&self) -> Option<i32> {
         self.landlock.as_ref().ok().copied()

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use rmcp::ClientHandler;
 use rmcp::service::{NotificationContext, RoleClient, RunningService};
 
-use crate::events::ServerEvent;
+use crate::upstream::events::ServerEvent;
 use crate::relay::{CallRoutes, FromServer};
 
 /// A connected service and its tools.
@@ -40,7 +40,7 @@ pub fn install_tls_provider() {
 }
 
 /// Client side of the connection: reacts to `tools/list_changed` (and to prompt and
-/// resource list changes, resource updates and log messages: [`crate::events`]), routes
+/// resource list changes, resource updates and log messages: [`crate::upstream::events`]), routes
 /// progress to its call, and takes the server's requests to the user to the call they are for
 /// ([`crate::relay`]). It declares form and URL elicitation and sampling (relayed to the
 /// client that made the call, or answered by the host's broker; a call whose client

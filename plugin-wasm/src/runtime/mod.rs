@@ -11,8 +11,13 @@ use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, Store, Trap, UpdateDeadline};
 
 use crate::bindings::{self, PluginInfo, PluginPre};
-use crate::call::{CallState, Caller};
+use crate::call::CallState;
+use crate::caller::Caller;
 use crate::{HostList, WasmError, cache};
+
+mod tool;
+
+pub use tool::{CALLS_PER_KEPT_INSTANCE, KEPT_INSTANCES};
 
 /// The most memory one instance may have unless the host says otherwise: 256 MiB.
 pub const DEFAULT_MEMORY_BYTES: usize = 256 * 1024 * 1024;
@@ -156,7 +161,7 @@ impl WasmRuntime {
 }
 
 /// How many component instances may exist at once: one per call running, with room to
-/// spare. Past it a call fails at once, saying so (see [`crate::tool`]).
+/// spare. Past it a call fails at once, saying so (see [`tool`]).
 pub const POOLED_INSTANCES: u32 = 256;
 
 /// Instances come from a pool of slots reserved once, not from fresh mappings: a call's
@@ -365,7 +370,7 @@ pub struct WasmPlugin {
     /// Where its `network` tools may send HTTP requests.
     pub(crate) http_hosts: Arc<HostList>,
     /// Instances kept after clean calls, when the component asked for reuse.
-    pub(crate) kept: Option<std::sync::Mutex<Vec<crate::tool::Kept>>>,
+    pub(crate) kept: Option<std::sync::Mutex<Vec<tool::Kept>>>,
     pub(crate) runtime: Arc<Inner>,
 }
 

@@ -9,8 +9,9 @@ use serde_json::Value;
 use tool_api::{Content, Tool, ToolContext, ToolDefinition, ToolError, ToolFactory, ToolOutput};
 
 use crate::bindings;
-use crate::call::{CallState, Caller, from_wit};
-use crate::runtime::{WasmPlugin, new_store, trap_message};
+use crate::call::{CallState, from_wit};
+use crate::caller::Caller;
+use super::{WasmPlugin, new_store, trap_message};
 
 /// How many instances a component that asked for reuse keeps between calls, at most: past
 /// it, an instance that ends a call is dropped (one per call running at once is what reuse

@@ -91,7 +91,7 @@ impl Upstream {
         self: &Arc<Self>,
         peer: rmcp::service::Peer<rmcp::service::RoleClient>,
     ) {
-        let after = Arc::new(crate::offers::Offers::list(&peer, &self.config.id).await);
+        let after = Arc::new(crate::upstream::offers::Offers::list(&peer, &self.config.id).await);
         let before = std::mem::replace(
             &mut *self.offers.lock().unwrap_or_else(PoisonError::into_inner),
             after.clone(),
