@@ -172,6 +172,21 @@ pub struct ToolDefinition {
 }
 
 impl ToolDefinition {
+    /// A definition whose input schema comes from a [`TypedTool`](crate::TypedTool)'s input type.
+    #[cfg(feature = "typed")]
+    pub fn typed(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        side_effects: SideEffect,
+    ) -> ToolDefinition {
+        ToolDefinition::new(
+            name,
+            description,
+            side_effects,
+            serde_json::json!({"type": "object"}),
+        )
+    }
+
     /// A definition with the four required fields and every optional one at its default.
     pub fn new(
         name: impl Into<String>,

@@ -45,7 +45,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::context::ToolContext;
-use crate::definition::{SideEffect, ToolDefinition};
+use crate::definition::ToolDefinition;
 use crate::output::{ToolError, ToolOutput};
 use crate::tool::{DefinedTool, Tool};
 
@@ -104,22 +104,6 @@ fn one_of_as_any_of(value: &mut Value) {
 pub fn parse_input<T: DeserializeOwned>(input: Value) -> Result<T, ToolError> {
     serde_json::from_value(input)
         .map_err(|e| ToolError::InvalidInput(format!("the input does not fit the tool: {e}")))
-}
-
-impl ToolDefinition {
-    /// A definition whose input schema comes from a [`TypedTool`]'s input type.
-    pub fn typed(
-        name: impl Into<String>,
-        description: impl Into<String>,
-        side_effects: SideEffect,
-    ) -> ToolDefinition {
-        ToolDefinition::new(
-            name,
-            description,
-            side_effects,
-            serde_json::json!({"type": "object"}),
-        )
-    }
 }
 
 impl<T: TypedTool> Tool for T {
