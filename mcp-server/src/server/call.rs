@@ -209,104 +209,39 @@ impl McpServer {
         caller: Caller,
         mode: TaskMode,
     ) -> Result<CallToolResponse, McpError> {
-        let Caller {
-            era,
-            principal,
-            caps,
-            declared,
-            id,
-            meta,
-            peer,
-            ct,
-        } = caller;
-        tracing::debug!(?era, %principal, "tools/call");
-        let session = self.session(era, &principal)?;
+        tracing::debug!(era = ?caller.era, principal = %caller.principal, "tools/call");
+        let session = self.session(caller.era, &caller.principal)?;
         let takes_tasks = match mode {
-            TaskMode::Auto => self.shared.tasks.settings().enabled && caps.supports_tasks(),
+            TaskMode::Auto => self.shared.tasks.settings().enabled && caller.caps.supports_tasks(),
             TaskMode::Now { .. } => true,
         };
         let tool_use_id: Arc<str> = match self.shared.sessions {
-            Sessions::One(_) if !takes_tasks => format!("mcp-{id}").into(),
+            Sessions::One(_) if !takes_tasks => format!("mcp-{}", caller.id).into(),
             // Clients sharing a session may reuse JSON-RPC ids, and a task's call outlives
             // its request's id.
             _ => format!(
                 "mcp-{}-{}",
                 self.shared.next_call.fetch_add(1, Ordering::Relaxed),
-                id
+                caller.id
             )
             .into(),
         };
         let name = request.name.to_string();
-        let arguments = Value::Object(request.arguments.unwrap_or_default());
+        let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
         let (defer_tx, deferred) = oneshot::channel();
-        // What the client can be asked: a 2026 client declares it with the request; to a
-        // 2025 client toolhost relays elicitation and sampling, not roots.
-        let asked = match era {
-            Era::Stateless => Some(Arc::new(asked_of(&caps))),
-            Era::Session => declared.as_ref().map(|d| d.asked.clone()),
-        };
-        let mut resume = None;
-        let route = match (era, request.request_state) {
-            (Era::Stateless, Some(state)) => {
-                let opened = self
-                    .shared
-                    .confirmations
-                    .open(&state, &principal, &name, &arguments)
-                    .await
-                    .map_err(|e| McpError::invalid_params(e.to_string(), None))?;
-                match opened {
-                    // A mounted server's round the client answered: its answers go to the
-                    // server with the server's state, and a next round can end this one.
-                    Opened::Relay { state } => {
-                        resume = Some(mcp_toolsets::Resume {
-                            responses: request.input_responses.clone().unwrap_or_default(),
-                            state,
-                        });
-                        Route::Defer {
-                            to: defer_tx,
-                            caps,
-                            allowed: true,
-                        }
-                    }
-                    Opened::Confirmation => {
-                        let answer = request
-                            .input_responses
-                            .as_ref()
-                            .and_then(|r| r.get("confirm"))
-                            .ok_or_else(|| {
-                                McpError::invalid_params(
-                                    "inputResponses has no answer for 'confirm'; retry with the user's answer to the \
-                                     confirmation form, or call again without requestState",
-                                    None,
-                                )
-                            })?;
-                        Route::Answered(decision_of(answer))
-                    }
-                }
-            }
-            (Era::Stateless, None) if asked.as_deref().is_some_and(takes_rounds) => {
-                // Answers given up front (no round asked for them) are the client's to give:
-                // a mounted server gets them, as it would directly; toolhost's own question
-                // is never answered by them.
-                if let Some(responses) = request.input_responses.clone() {
-                    resume = Some(mcp_toolsets::Resume {
-                        responses,
-                        state: None,
-                    });
-                }
-                Route::Defer {
-                    to: defer_tx,
-                    caps,
-                    allowed: false,
-                }
-            }
-            (Era::Session, _)
-                if peer.is_some() && declared.as_ref().is_some_and(|d| d.elicits_form) =>
-            {
-                Route::Elicit
-            }
-            _ => Route::Fallback,
-        };
+        let (route, resume) = self
+            .route(&request, &caller, &name, &arguments, defer_tx)
+            .await?;
+        let Caller {
+            era,
+            principal,
+            caps,
+            declared,
+            meta,
+            peer,
+            ct,
+            ..
+        } = caller;
         let dispatcher = &self.shared.dispatcher;
         let mut call = dispatcher.invocation(
             ToolUse::new(&*tool_use_id, &name, arguments.clone()),
@@ -328,30 +263,11 @@ impl McpServer {
                     tokio::spawn(watch_call(events, (token, peer), finished)),
                 )
             });
-        // A mounted server's log messages during the call, when the request asks for them
-        // (2026-07-28's `_meta` logLevel).
-        let mut logs = None;
-        if let Some(least) = meta.log_level()
-            && let Some(peer) = peer.clone()
-            && let Some(server) = self.shared.upstreams.server_of_tool(&name)
-        {
-            // Listening before the server is asked: nothing it sends after is missed.
-            let (done, finished) = oneshot::channel();
-            let told = tokio::spawn(crate::passthrough::tell_call(
-                self.shared.upstreams.events(),
-                server.clone(),
-                least,
-                peer,
-                finished,
-            ));
-            // On the heap: its future is over 6 KB, which every call's future would
-            // carry (and copy whole when its task is spawned) for the few that get here.
-            Box::pin(self.shared.upstreams.lower_log_level(&server, least)).await;
-            logs = Some((done, told));
-        }
+        let logs = self.pass_logs(&meta, peer.clone(), &name).await;
         // The call's entry, until it ends; the client's connection goes with it (2025 era).
         let routes = &self.shared.routes;
         let client = peer.filter(|_| era == Era::Session);
+        let asked = asked_by(era, &caps, declared.as_deref());
         let route = routes.enter(tool_use_id.clone(), route, client, asked);
         let promotion = takes_tasks.then(|| routes.offer_task(&tool_use_id));
         if let Some(resume) = resume {
@@ -369,21 +285,7 @@ impl McpServer {
             let _route = route;
             let _logs = AbortOnDrop(logs.as_ref().map(|(_, task)| task.abort_handle()));
             let block = call.run().await;
-            if let Some((done, task)) = logs {
-                // The log messages that came before the answer go first.
-                let _ = done.send(());
-                let _ = tokio::time::timeout(std::time::Duration::from_secs(2), task).await;
-            }
-            if let Some((done, task)) = watcher {
-                // Flush the last chunks before the result, so that they arrive first.
-                let _ = done.send(());
-                if tokio::time::timeout(std::time::Duration::from_secs(2), task)
-                    .await
-                    .is_err()
-                {
-                    tracing::debug!("live output to the MCP client did not flush in time");
-                }
-            }
+            flush_telling(logs, watcher).await;
             Finished::of(block)
         };
         let deferred = async {
@@ -392,31 +294,170 @@ impl McpServer {
                 Err(_) => std::future::pending().await,
             }
         };
-        tokio::pin!(deferred);
-        let Some(promotion) = promotion else {
-            // On the heap: the request task rmcp spawns holds this handler's future, and a
-            // large future is copied whole when the task is spawned.
-            let mut run = Box::pin(run);
-            return tokio::select! {
-                // A question first: a relayed round ends the call right after it hands the
-                // round over, and its result is not the answer.
-                biased;
-                // This round ends here: the question goes to the client with a sealed
-                // state, and the call (waiting for its answer) is dropped.
-                question = &mut deferred => Ok(self.round(question, &principal, &name, &arguments)),
-                finished = &mut run => finished.answer(),
-                _ = ct.cancelled() => {
-                    tracing::info!(tool = %name, "client cancelled the call");
-                    // Signal only: this task drives the call and must keep polling it.
-                    dispatcher.request_cancel(session.id(), &tool_use_id);
-                    run.await.answer()
-                }
-            };
+        let call = Running {
+            principal: &principal,
+            name: &name,
+            arguments: &arguments,
+            session: session.id(),
+            tool_use_id: &tool_use_id,
         };
-        // A client that takes tasks: the call runs on its own, and becomes a task when it
-        // runs past `[mcp.tasks] after`, when a mounted server made a task of it, or when
-        // it has to ask its user (the question waits in the task).
+        match promotion {
+            None => self.answer_in_request(&call, run, deferred, ct).await,
+            Some(promotion) => {
+                self.answer_as_task(&call, run, deferred, ct, promotion, mode, telling)
+                    .await
+            }
+        }
+    }
+
+    /// How the call's user is asked ([`Route`]), and a mounted server's round the request
+    /// resumes: from the request's sealed state and answers (2026-07-28), or what a
+    /// session's client declared (2025 era).
+    async fn route(
+        &self,
+        request: &CallToolRequestParams,
+        caller: &Caller,
+        name: &str,
+        arguments: &Value,
+        defer_tx: oneshot::Sender<Question>,
+    ) -> Result<(Route, Option<mcp_toolsets::Resume>), McpError> {
+        let asked = asked_by(caller.era, &caller.caps, caller.declared.as_deref());
+        let defer = |allowed| Route::Defer {
+            to: defer_tx,
+            caps: caller.caps.clone(),
+            allowed,
+        };
+        Ok(match (caller.era, &request.request_state) {
+            (Era::Stateless, Some(state)) => {
+                let opened = self
+                    .shared
+                    .confirmations
+                    .open(state, &caller.principal, name, arguments)
+                    .await
+                    .map_err(|e| McpError::invalid_params(e.to_string(), None))?;
+                match opened {
+                    // A mounted server's round the client answered: its answers go to the
+                    // server with the server's state, and a next round can end this one.
+                    Opened::Relay { state } => {
+                        let resume = mcp_toolsets::Resume {
+                            responses: request.input_responses.clone().unwrap_or_default(),
+                            state,
+                        };
+                        (defer(true), Some(resume))
+                    }
+                    Opened::Confirmation => {
+                        let answer = request
+                            .input_responses
+                            .as_ref()
+                            .and_then(|r| r.get("confirm"))
+                            .ok_or_else(|| {
+                                McpError::invalid_params(
+                                    "inputResponses has no answer for 'confirm'; retry with the user's answer to the \
+                                     confirmation form, or call again without requestState",
+                                    None,
+                                )
+                            })?;
+                        (Route::Answered(decision_of(answer)), None)
+                    }
+                }
+            }
+            (Era::Stateless, None) if asked.as_deref().is_some_and(takes_rounds) => {
+                // Answers given up front (no round asked for them) are the client's to give:
+                // a mounted server gets them, as it would directly; toolhost's own question
+                // is never answered by them.
+                let resume = request
+                    .input_responses
+                    .clone()
+                    .map(|responses| mcp_toolsets::Resume {
+                        responses,
+                        state: None,
+                    });
+                (defer(false), resume)
+            }
+            (Era::Session, _)
+                if caller.peer.is_some()
+                    && caller.declared.as_ref().is_some_and(|d| d.elicits_form) =>
+            {
+                (Route::Elicit, None)
+            }
+            _ => (Route::Fallback, None),
+        })
+    }
+
+    /// A mounted server's log messages during the call of tool `name`, passed to `peer`
+    /// when the request asks for them (2026-07-28's `_meta` logLevel): the listener and
+    /// what ends it.
+    async fn pass_logs(
+        &self,
+        meta: &rmcp::model::RequestMetaObject,
+        peer: Option<rmcp::service::Peer<RoleServer>>,
+        name: &str,
+    ) -> Option<Telling> {
+        let least = meta.log_level()?;
+        let peer = peer?;
+        let server = self.shared.upstreams.server_of_tool(name)?;
+        // Listening before the server is asked: nothing it sends after is missed.
+        let (done, finished) = oneshot::channel();
+        let told = tokio::spawn(crate::passthrough::tell_call(
+            self.shared.upstreams.events(),
+            server.clone(),
+            least,
+            peer,
+            finished,
+        ));
+        // On the heap: its future is over 6 KB, which every call's future would carry (and
+        // copy whole when its task is spawned) for the few that get here.
+        Box::pin(self.shared.upstreams.lower_log_level(&server, least)).await;
+        Some((done, told))
+    }
+
+    /// The answer of a call whose client takes no tasks: its result, a round's question,
+    /// or, when the client gives up, the result of the call cancelled.
+    async fn answer_in_request(
+        &self,
+        call: &Running<'_>,
+        run: impl Future<Output = Finished>,
+        deferred: impl Future<Output = Question>,
+        ct: tokio_util::sync::CancellationToken,
+    ) -> Result<CallToolResponse, McpError> {
+        // On the heap: the request task rmcp spawns holds this handler's future, and a
+        // large future is copied whole when the task is spawned.
+        let mut run = Box::pin(run);
+        tokio::pin!(deferred);
+        tokio::select! {
+            // A question first: a relayed round ends the call right after it hands the
+            // round over, and its result is not the answer.
+            biased;
+            // This round ends here: the question goes to the client with a sealed state,
+            // and the call (waiting for its answer) is dropped.
+            question = &mut deferred => Ok(call.round(self, question)),
+            finished = &mut run => finished.answer(),
+            _ = ct.cancelled() => {
+                tracing::info!(tool = %call.name, "client cancelled the call");
+                // Signal only: this task drives the call and must keep polling it.
+                self.shared.dispatcher.request_cancel(call.session, call.tool_use_id);
+                run.await.answer()
+            }
+        }
+    }
+
+    /// The answer of a call whose client takes tasks: the call runs on its own, and
+    /// becomes a task when it runs past `[mcp.tasks] after`, when a mounted server made a
+    /// task of it, or when it has to ask its user (the question waits in the task).
+    #[allow(clippy::too_many_arguments, reason = "the parts of one call, each used once")]
+    async fn answer_as_task(
+        &self,
+        call: &Running<'_>,
+        run: impl Future<Output = Finished> + Send + 'static,
+        deferred: impl Future<Output = Question>,
+        ct: tokio_util::sync::CancellationToken,
+        promotion: Arc<crate::confirm::Promotion>,
+        mode: TaskMode,
+        telling: Vec<tokio::task::AbortHandle>,
+    ) -> Result<CallToolResponse, McpError> {
+        let dispatcher = &self.shared.dispatcher;
         let mut running = tokio::spawn(run);
+        tokio::pin!(deferred);
         let after = tokio::time::sleep(self.shared.tasks.settings().after);
         tokio::pin!(after);
         let ttl = match mode {
@@ -435,7 +476,7 @@ impl McpServer {
                 relayed @ Question::Relay(_) => {
                     running.abort();
                     promotion.decide(false);
-                    return Ok(self.round(relayed, &principal, &name, &arguments));
+                    return Ok(call.round(self, relayed));
                 }
             },
             finished = &mut running => {
@@ -445,33 +486,34 @@ impl McpServer {
             () = promotion.asked.notified() => None,
             () = &mut after => None,
             _ = ct.cancelled() => {
-                tracing::info!(tool = %name, "client cancelled the call");
-                dispatcher.request_cancel(session.id(), &tool_use_id);
+                tracing::info!(tool = %call.name, "client cancelled the call");
+                dispatcher.request_cancel(call.session, call.tool_use_id);
                 promotion.decide(false);
                 return Finished::joined(running.await).answer();
             }
             }
         };
         let cancel: crate::tasks::Canceller = {
-            let (dispatcher, session, call) = (
+            let (dispatcher, session, id) = (
                 dispatcher.clone(),
-                session.id().to_string(),
-                tool_use_id.clone(),
+                call.session.to_string(),
+                call.tool_use_id.to_string(),
             );
             Box::new(move || {
-                dispatcher.request_cancel(&session, &call);
+                dispatcher.request_cancel(&session, &id);
             })
         };
+        let routes = &self.shared.routes;
         let task = self
             .shared
             .tasks
-            .create(&principal, session.id(), cancel, ttl)
+            .create(call.principal, call.session, cancel, ttl)
             .filter(|(_, handle)| {
                 // A 2025-11-25 task's user is asked as that era's clients are.
                 if mode != TaskMode::Auto {
                     return true;
                 }
-                let became = routes.to_task(&tool_use_id, handle.clone(), asking.is_some());
+                let became = routes.to_task(call.tool_use_id, handle.clone(), asking.is_some());
                 if !became {
                     self.shared.tasks.forget(handle.id());
                 }
@@ -483,18 +525,13 @@ impl McpServer {
             // first): the call answers in its request, as without tasks.
             if let Some((request, reply)) = asking {
                 running.abort();
-                return Ok(self.round(
-                    Question::Confirm(request, reply),
-                    &principal,
-                    &name,
-                    &arguments,
-                ));
+                return Ok(call.round(self, Question::Confirm(request, reply)));
             }
             return tokio::select! {
                 biased;
                 question = &mut deferred => {
                     running.abort();
-                    Ok(self.round(question, &principal, &name, &arguments))
+                    Ok(call.round(self, question))
                 }
                 finished = &mut running => Finished::joined(finished).answer(),
             };
@@ -502,7 +539,7 @@ impl McpServer {
         for task in telling {
             task.abort();
         }
-        tracing::debug!(tool = %name, task = %handle.id(), "the call became a task");
+        tracing::debug!(tool = %call.name, task = %handle.id(), "the call became a task");
         if let Some((request, reply)) = asking {
             let asked_in = handle.clone();
             tokio::spawn(async move {
@@ -513,6 +550,59 @@ impl McpServer {
             handle.finish(Finished::joined(running.await).outcome());
         });
         Ok(CallToolResponse::Task(CreateTaskResult::new(task)))
+    }
+}
+
+/// What tells a call's client as it runs (live output, a mounted server's logs): what
+/// ends it, and its task.
+type Telling = (oneshot::Sender<()>, tokio::task::JoinHandle<()>);
+
+/// One call as its answers name it.
+struct Running<'a> {
+    principal: &'a str,
+    name: &'a str,
+    arguments: &'a Value,
+    session: &'a str,
+    tool_use_id: &'a str,
+}
+
+impl Running<'_> {
+    /// The round that ends this request with `question`.
+    fn round(&self, server: &McpServer, question: Question) -> CallToolResponse {
+        server.round(question, self.principal, self.name, self.arguments)
+    }
+}
+
+/// What the client can be asked: a 2026 client declares it with the request; to a 2025
+/// client toolhost relays elicitation and sampling, not roots.
+fn asked_by(
+    era: Era,
+    caps: &rmcp::model::ClientCapabilities,
+    declared: Option<&crate::caller::Declared>,
+) -> Option<Arc<rmcp::model::ClientCapabilities>> {
+    match era {
+        Era::Stateless => Some(Arc::new(asked_of(caps))),
+        Era::Session => declared.map(|d| d.asked.clone()),
+    }
+}
+
+/// Ends what tells the client once the call has its result: the log messages that came
+/// before the answer go first, then the last chunks of live output, so that they arrive
+/// before the result.
+async fn flush_telling(logs: Option<Telling>, watcher: Option<Telling>) {
+    if let Some((done, task)) = logs {
+        let _ = done.send(());
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), task).await;
+    }
+    if let Some((done, task)) = watcher
+        && {
+            let _ = done.send(());
+            tokio::time::timeout(std::time::Duration::from_secs(2), task)
+                .await
+                .is_err()
+        }
+    {
+        tracing::debug!("live output to the MCP client did not flush in time");
     }
 }
 
