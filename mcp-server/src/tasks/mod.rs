@@ -476,7 +476,7 @@ impl TaskHandle {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use crate::*;
+    use super::*;
     use rmcp::model::{ContentBlock, ElicitRequest, ElicitRequestParams};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
