@@ -16,9 +16,9 @@
 use std::sync::Arc;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use dispatcher_core::confirmation::DecidedBy;
-use dispatcher_core::events::EVENT_BUFFER;
-use dispatcher_core::result::SideEffectRecord;
+use dispatcher_core::DecidedBy;
+use dispatcher_core::EVENT_BUFFER;
+use dispatcher_core::SideEffectRecord;
 use dispatcher_core::schema::InputValidator;
 use dispatcher_core::{CallHeader, EventKind, ToolEvent, ToolResultBlock, ToolUse};
 use serde_json::json;

@@ -7,7 +7,7 @@
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use dispatcher_core::policy::ClassModes;
+use dispatcher_core::ClassModes;
 use dispatcher_core::{ConfirmationPolicy, ToolUse};
 use tool_api::SideEffect;
 

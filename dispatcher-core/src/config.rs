@@ -12,8 +12,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tool_api::{InterruptBehavior, SideEffect};
 
-use crate::runtime::SandboxMode;
 use crate::spool;
+use tool_api::SandboxMode;
 
 /// The default bound on a tool's own declared timeout: an hour, which a long build fits in.
 pub const DEFAULT_MAX_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -122,7 +122,7 @@ impl OnExecuteError {
 /// A positive, finite number of seconds (integer or fractional) below a billion.
 ///
 /// ```
-/// use dispatcher_core::config::Seconds;
+/// use dispatcher_core::Seconds;
 /// let s: Seconds = serde_json::from_str("1.5").unwrap();
 /// assert_eq!(s.0, std::time::Duration::from_millis(1500));
 /// let e = serde_json::from_str::<Seconds>("-1").unwrap_err().to_string();
@@ -241,7 +241,7 @@ impl fmt::Display for Seconds {
 }
 
 /// Deserializes a string that must not be empty or blank (a command, an id), for
-/// `#[serde(deserialize_with = "dispatcher_core::config::non_empty")]`.
+/// `#[serde(deserialize_with = "dispatcher_core::non_empty")]`.
 pub fn non_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let s = String::deserialize(d)?;
     if s.trim().is_empty() {

@@ -75,7 +75,7 @@ pub trait PreUseHook: Send + Sync {
 /// A [`PreUseHook`] from a name and a synchronous closure.
 ///
 /// ```
-/// use dispatcher_core::hooks::{HookDecision, pre_use_fn};
+/// use dispatcher_core::{HookDecision, pre_use_fn};
 /// let no_force_push = pre_use_fn("no-force-push", |call| {
 ///     if call.input["command"].as_str().is_some_and(|c| c.contains("push --force")) {
 ///         HookDecision::Deny("force pushes are not allowed here".into())

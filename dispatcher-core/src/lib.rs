@@ -1,59 +1,77 @@
 #![doc = include_str!("../README.md")]
 
+// What the crate offers, each item once: at the root (the modules below it are private),
+// or, for the parts an embedder reaches into less often, under its module's name.
 pub mod audit;
 mod blocking;
-pub mod call;
-pub mod config;
+mod call;
+mod config;
 pub mod confines;
-pub mod confirmation;
+mod confirmation;
 mod engine;
-pub mod error;
-pub mod events;
+mod error;
+mod events;
 mod first_answer;
-pub mod hooks;
+mod hooks;
 mod host;
-pub mod invocation;
-pub mod limits;
+mod invocation;
+mod limits;
 mod panics;
-pub mod policy;
+mod policy;
 pub mod provider;
-pub mod registry;
-pub mod result;
-pub mod runtime;
-pub mod schedule;
+mod registry;
+mod result;
+mod runtime;
+mod schedule;
 pub mod schema;
-pub mod session;
+mod session;
 pub mod shared;
 pub mod spool;
 pub mod store;
-pub mod toolset;
-pub mod workspace;
+mod toolset;
+mod workspace;
 
 use std::sync::Arc;
 
 pub use call::{CallHeader, CallView};
-pub use config::{DispatcherConfig, OnExecuteError};
+pub use config::{
+    Chars, DEFAULT_MAX_TIMEOUT, DispatcherConfig, Limit, OnExecuteError, SEPARATORS, Seconds,
+    Separator, non_empty, sandbox_mode,
+};
 pub use confirmation::{
-    Answer, ConfirmationBroker, ConfirmationRequest, Confirmer, DecidedBy, Decision, ResolveError,
+    Answer, ConfirmFuture, ConfirmationBroker, ConfirmationRequest, Confirmer, DecidedBy, Decision,
+    ResolveError,
 };
 pub use error::{CancelReason, ErrorClass, RegistrationError, SessionError};
-pub use events::{CallEvents, EventKind, ToolEvent};
+pub use events::{CallEvents, EVENT_BUFFER, EventKind, ToolEvent};
 pub use hooks::{
-    CommandHook, HookCall, HookDecision, PostDecision, PostUseCall, PostUseHook, PreUseHook,
+    COMMAND_HOOK_TIMEOUT, CommandHook, HookCall, HookDecision, HookFuture, HookMatcher,
+    PostDecision, PostUseCall, PostUseHook, PreUseHook, pre_use_fn,
 };
 pub use invocation::Invocation;
 pub use limits::RateLimits;
-pub use policy::{ConfirmationPolicy, Mode};
-pub use registry::{ToolListing, is_valid_tool_name};
+pub use policy::{
+    ClassModes, ClassOverrides, ConfirmationPolicy, Mode, PerClass, PolicyDecision, Unset,
+    expand_home,
+};
+pub use registry::ToolListing;
 pub use result::{
     SideEffectRecord, ToolResultBlock, ToolUse, anthropic_user_message, openai_tool_messages,
 };
-pub use runtime::{Grant, GrantRequest, RemoteHost, RuntimePolicy, SandboxMode};
+pub use runtime::{Grant, GrantRequest, RemoteHost, RuntimePolicy, SUPPORTED, check_supported};
 pub use schedule::Batch;
-pub use session::{Session, SessionSpec, Visibility};
-pub use tool_api::{InterruptBehavior, SideEffect, ToolDefinition, ToolFactory};
-pub use toolset::{Toolset, ToolsetBinding, ToolsetDef, ToolsetFactory, ToolsetHandle};
-pub use workspace::{FsError, Workspace};
+pub use session::{GRANTS_KEPT, Session, SessionSpec, Visibility};
+/// The tool-api items a host works with, re-exported so that an embedder needs one crate.
+pub use tool_api::{
+    InterruptBehavior, SandboxMode, SideEffect, ToolDefinition, ToolFactory, is_valid_tool_name,
+};
+pub use toolset::{
+    Toolset, ToolsetBinding, ToolsetDef, ToolsetFactory, ToolsetHandle, check_prefix,
+    is_publishable, publish_name,
+};
+pub use workspace::{
+    FsError, INLINE_BYTES, INLINE_ENTRIES, InlineBudget, MAX_READ_BYTES, Opened, Workspace,
+};
 
 use crate::engine::{Engine, Settings};
 

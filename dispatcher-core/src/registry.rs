@@ -203,7 +203,7 @@ impl Registry {
     }
 }
 
-pub use tool_api::is_valid_tool_name;
+use tool_api::is_valid_tool_name;
 
 /// Validates a factory's definition and compiles its validator.
 pub(crate) fn prepare(factory: Arc<dyn ToolFactory>) -> Result<Registered, RegistrationError> {

@@ -224,7 +224,7 @@ impl Serialize for ToolResultBlock {
 /// `metadata` stay on the host side); `is_error` is set on errors.
 ///
 /// ```
-/// use dispatcher_core::result::{anthropic_user_message, ToolResultBlock};
+/// use dispatcher_core::{anthropic_user_message, ToolResultBlock};
 /// # let ok = ToolResultBlock::success("toolu_1", vec![tool_api::Content::text("42")], serde_json::Value::Null);
 /// let msg = anthropic_user_message(&[ok]);
 /// assert_eq!(msg["role"], "user");
@@ -260,7 +260,7 @@ pub fn anthropic_user_message(results: &[ToolResultBlock]) -> Value {
 /// `[image: <mime>, <n> bytes]` note); an error's text already says it is one.
 ///
 /// ```
-/// use dispatcher_core::result::{openai_tool_messages, ToolResultBlock};
+/// use dispatcher_core::{openai_tool_messages, ToolResultBlock};
 /// # let ok = ToolResultBlock::success("call_1", vec![tool_api::Content::text("42")], serde_json::Value::Null);
 /// let msgs = openai_tool_messages(&[ok]);
 /// assert_eq!(msgs[0]["role"], "tool");

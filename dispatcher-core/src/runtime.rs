@@ -17,7 +17,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use dispatcher_core::runtime::{Grant, GrantRequest, RuntimePolicy};
+//! use dispatcher_core::{Grant, GrantRequest, RuntimePolicy};
 //!
 //! /// Tools of a CI bot get at most 30 s and 20 000 characters.
 //! struct Strict;
@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use crate::call::CallView;
 
-pub use tool_api::SandboxMode;
+use tool_api::SandboxMode;
 
 /// The modes this host provides: `host`, and the OS sandboxes `read-only` and
 /// `workspace-write` (enforced on Linux by the `sandbox` crate where the call's programs

@@ -56,7 +56,7 @@ use std::task::{Context, Poll, Waker};
 use tokio::sync::Notify;
 use tool_api::SideEffect;
 
-pub use crate::config::OnExecuteError;
+use crate::config::OnExecuteError;
 use crate::engine::Engine;
 use crate::error::{CancelReason, ErrorClass};
 use crate::invocation::Invocation;

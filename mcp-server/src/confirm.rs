@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use dispatcher_core::confirmation::ConfirmFuture;
+use dispatcher_core::ConfirmFuture;
 use dispatcher_core::{Answer, ConfirmationRequest, Confirmer, Decision};
 use rmcp::model::{ElicitRequestParams, ElicitationAction};
 use rmcp::service::{Peer, RoleServer};
@@ -562,7 +562,7 @@ impl Confirmer for McpConfirmer {
         "mcp-client"
     }
 
-    fn answers_at_once(&self, call: &dispatcher_core::call::CallHeader) -> bool {
+    fn answers_at_once(&self, call: &dispatcher_core::CallHeader) -> bool {
         // A verified retry carries the user's answer (or, for a relayed round, the
         // allowance of the round before).
         matches!(

@@ -18,8 +18,8 @@
 
 mod answer;
 mod caller;
-mod era;
 pub mod confirm;
+mod era;
 pub mod gateway;
 pub mod http;
 pub mod list_changes;

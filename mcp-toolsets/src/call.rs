@@ -14,9 +14,9 @@ use serde_json::Value;
 use tool_api::{Tool, ToolContext, ToolDefinition, ToolError, ToolFactory, ToolOutput};
 
 use crate::input::{self, Answers as _};
-use crate::upstream::parked::{InFlight, PARKED, ParkedCalls, QUESTION_KEY};
 use crate::relay::{FromServer, Relayed};
 use crate::task::Followed;
+use crate::upstream::parked::{InFlight, PARKED, ParkedCalls, QUESTION_KEY};
 use crate::upstream::{Called, Caller, Upstream};
 
 /// The key of a mounted tool's output metadata that holds the server's result whole

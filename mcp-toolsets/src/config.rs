@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use dispatcher_core::config::Seconds;
+use dispatcher_core::Seconds;
 use serde::Deserialize;
 use tool_api::SideEffect;
 
@@ -34,9 +34,9 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 #[serde(deny_unknown_fields)]
 pub struct McpServerConfig {
     /// Toolset id (what session allowlists and messages name).
-    #[serde(deserialize_with = "dispatcher_core::config::non_empty")]
+    #[serde(deserialize_with = "dispatcher_core::non_empty")]
     pub id: String,
-    /// Prefix of its published tool names ([`dispatcher_core::toolset::check_prefix`]);
+    /// Prefix of its published tool names ([`dispatcher_core::check_prefix`]);
     /// `""` publishes them under their own names (a transparent mount: a name another tool
     /// has is refused, naming both).
     #[serde(deserialize_with = "prefix")]
@@ -125,7 +125,7 @@ fn default_call() -> Seconds {
 fn prefix<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let s = String::deserialize(d)?;
     if !s.is_empty() {
-        dispatcher_core::toolset::check_prefix(&s)
+        dispatcher_core::check_prefix(&s)
             .map_err(|e| serde::de::Error::custom(format!("{e}, or \"\" for none")))?;
     }
     Ok(s)

@@ -1,6 +1,6 @@
 //! Why a server could not be used: [`UpstreamError`].
 
-use dispatcher_core::config::Seconds;
+use dispatcher_core::Seconds;
 
 /// Why a server could not be used.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

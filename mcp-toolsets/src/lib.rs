@@ -58,17 +58,17 @@ mod task;
 mod upstream;
 
 pub use call::{ERROR_META, MAX_INPUT_ROUNDS, RESULT_META};
-pub use upstream::client::install_tls_provider;
 pub use config::{
     DEFAULT_CALL_TIMEOUT, DEFAULT_STARTUP_TIMEOUT, InputSchemas, MAX_NESTING, McpServerConfig,
     NESTING_ENV, nesting,
 };
 pub use confine::ServerSandbox;
 pub use error::UpstreamError;
-pub use upstream::events::{ServerEvent, level_rank};
-pub use upstream::offers::Offers;
 pub use pins::{FilePins, MemoryPins, OnChange, PinStore};
 pub use relay::{ClientRelay, RelayFuture, Relayed, Resume};
+pub use upstream::client::install_tls_provider;
+pub use upstream::events::{ServerEvent, level_rank};
+pub use upstream::offers::Offers;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, PoisonError};

@@ -74,8 +74,8 @@ mod env;
 mod glob;
 mod hosts;
 mod policy;
-mod support;
 mod settings;
+mod support;
 
 #[cfg(target_os = "linux")]
 #[path = "linux/mod.rs"]
@@ -92,11 +92,11 @@ pub use env::{EnvSettings, HOST_PREFIX, Inherit, SECRET_WORDS, is_secret};
 pub use hosts::{HostList, is_internal};
 pub use os::Attached;
 pub use policy::{CommandMode, Confinement, DEVICES, LOADER_READ, Limits, Network, RESOLVER_READ};
-pub use support::{Coverage, Mechanism, NamespaceSupport, State, Support, Unenforceable};
 pub use settings::{
     CommandGrant, DEFAULT_ALLOW, DEFAULT_CACHES, DEFAULT_DENY_READ, Hidden, Mode, NetworkEntry,
     NetworkSettings, Settings, ToolMode, expand, home, resolve,
 };
+pub use support::{Coverage, Mechanism, NamespaceSupport, State, Support, Unenforceable};
 
 /// The kernel's support, asked on first use (a few system calls) and remembered.
 pub fn probe() -> &'static Support {

@@ -277,7 +277,10 @@ fn read_code(tree: &mut Tree, path: &str, file: &Path, code: &str, children_dir:
                         if flat.exists() {
                             (flat, children_dir.join(&name))
                         } else {
-                            (children_dir.join(&name).join("mod.rs"), children_dir.join(&name))
+                            (
+                                children_dir.join(&name).join("mod.rs"),
+                                children_dir.join(&name),
+                            )
                         }
                     }
                 };
@@ -291,7 +294,13 @@ fn read_code(tree: &mut Tree, path: &str, file: &Path, code: &str, children_dir:
                 // An inline module: its code belongs to this file.
                 let open = i + rest.find('{').unwrap();
                 let close = matching_brace(bytes, open);
-                read_code(tree, &child, file, &code[open + 1..close], &children_dir.join(&name));
+                read_code(
+                    tree,
+                    &child,
+                    file,
+                    &code[open + 1..close],
+                    &children_dir.join(&name),
+                );
                 i = close + 1;
                 continue;
             }
@@ -304,7 +313,8 @@ fn read_code(tree: &mut Tree, path: &str, file: &Path, code: &str, children_dir:
             }
             // A `pub use` is the module's front door, not an import: it is followed when
             // a path goes through it.
-            let re_export = code[..i].trim_end().ends_with("pub") || code[..i].trim_end().ends_with(')');
+            let re_export =
+                code[..i].trim_end().ends_with("pub") || code[..i].trim_end().ends_with(')');
             for (p, name) in found {
                 let module = tree.get_mut(path).unwrap();
                 if let Some(name) = name {
@@ -318,7 +328,10 @@ fn read_code(tree: &mut Tree, path: &str, file: &Path, code: &str, children_dir:
             continue;
         }
         let after_colons = code[..i].ends_with("::");
-        if word_start && !after_colons && rest.starts_with(|c: char| c.is_ascii_lowercase() || c == '_') {
+        if word_start
+            && !after_colons
+            && rest.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        {
             // A path in the code: `a::b::c`.
             let mut segs = Vec::new();
             let mut j = 0;
@@ -440,11 +453,21 @@ fn find_cycle<N: Ord + Clone>(graph: &BTreeMap<N, BTreeSet<N>>) -> Option<Vec<N>
 fn packages() -> Vec<Value> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = std::process::Command::new(cargo)
-        .args(["metadata", "--no-deps", "--format-version", "1", "--offline"])
+        .args([
+            "metadata",
+            "--no-deps",
+            "--format-version",
+            "1",
+            "--offline",
+        ])
         .current_dir(toolhost_tests::repo_root())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let meta: Value = serde_json::from_slice(&out.stdout).unwrap();
     meta["packages"].as_array().unwrap().clone()
 }
@@ -476,7 +499,12 @@ fn circles_in(root: &Path) -> Vec<String> {
             for (b, names) in &graph[*a] {
                 if group.contains(b) {
                     let names: Vec<&str> = names.iter().map(String::as_str).collect();
-                    steps.push(format!("{} imports {} from {}", short(a), names.join(", "), short(b)));
+                    steps.push(format!(
+                        "{} imports {} from {}",
+                        short(a),
+                        names.join(", "),
+                        short(b)
+                    ));
                 }
             }
         }
@@ -515,13 +543,20 @@ fn no_file_imports_from_one_that_imports_from_it() {
         }
     }
     assert!(roots > 40, "read only {roots} targets");
-    assert!(circles.is_empty(), "import circles:\n{}", circles.join("\n"));
+    assert!(
+        circles.is_empty(),
+        "import circles:\n{}",
+        circles.join("\n")
+    );
 }
 
 #[test]
 fn no_crate_depends_on_one_that_depends_on_it() {
     let packages = packages();
-    let names: BTreeSet<&str> = packages.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    let names: BTreeSet<&str> = packages
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
     let graph: BTreeMap<&str, BTreeSet<&str>> = packages
         .iter()
         .map(|p| {
@@ -559,7 +594,10 @@ fn the_check_finds_a_circle_through_a_re_export_and_names_both_files() {
     let circle = circle_of(&[
         ("lib.rs", "mod a;\nmod b;\npub use b::Thing;\n"),
         ("a.rs", "use crate::Thing;\npub struct Other;\n"),
-        ("b.rs", "pub struct Thing;\nfn f() -> crate::a::Other { todo!() }\n"),
+        (
+            "b.rs",
+            "pub struct Thing;\nfn f() -> crate::a::Other { todo!() }\n",
+        ),
     ])
     .expect("a circle");
     assert!(circle.contains("a.rs imports Thing from b.rs"), "{circle}");
@@ -570,12 +608,21 @@ fn the_check_finds_a_circle_through_a_re_export_and_names_both_files() {
 fn the_check_finds_a_circle_between_a_folder_module_and_a_sibling() {
     let circle = circle_of(&[
         ("lib.rs", "mod up;\nmod client;\n"),
-        ("up/mod.rs", "use crate::client::Live;\npub struct Upstream;\n"),
+        (
+            "up/mod.rs",
+            "use crate::client::Live;\npub struct Upstream;\n",
+        ),
         ("client.rs", "use crate::up::Upstream;\npub struct Live;\n"),
     ])
     .expect("a circle");
-    assert!(circle.contains("up/mod.rs imports Live from client.rs"), "{circle}");
-    assert!(circle.contains("client.rs imports Upstream from up/mod.rs"), "{circle}");
+    assert!(
+        circle.contains("up/mod.rs imports Live from client.rs"),
+        "{circle}"
+    );
+    assert!(
+        circle.contains("client.rs imports Upstream from up/mod.rs"),
+        "{circle}"
+    );
 }
 
 #[test]
@@ -583,7 +630,10 @@ fn a_child_using_what_its_parent_defines_is_no_circle() {
     assert_eq!(
         circle_of(&[
             ("lib.rs", "mod up;\n"),
-            ("up/mod.rs", "mod client;\nuse client::Live;\npub struct Upstream;\n"),
+            (
+                "up/mod.rs",
+                "mod client;\nuse client::Live;\npub struct Upstream;\n"
+            ),
             ("up/client.rs", "use super::Upstream;\npub struct Live;\n"),
         ]),
         None
@@ -595,8 +645,14 @@ fn declarations_re_exports_comments_and_strings_are_not_circles() {
     assert_eq!(
         circle_of(&[
             ("lib.rs", "mod a;\nmod b;\npub use a::A;\npub use b::B;\n"),
-            ("a.rs", "// crate::b::B\npub struct A;\nconst S: &str = \"crate::b::B\";\n"),
-            ("b.rs", "use crate::A;\npub struct B(A);\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n"),
+            (
+                "a.rs",
+                "// crate::b::B\npub struct A;\nconst S: &str = \"crate::b::B\";\n"
+            ),
+            (
+                "b.rs",
+                "use crate::A;\npub struct B(A);\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n"
+            ),
         ]),
         None
     );

@@ -13,8 +13,8 @@ use std::net::TcpListener;
 use std::sync::Arc;
 
 use common::{Fixture, allow_all, builtins};
-use dispatcher_core::runtime::{Grant, GrantRequest, RuntimePolicy};
 use dispatcher_core::{Dispatcher, DispatcherConfig, ErrorClass, SandboxMode, ToolUse};
+use dispatcher_core::{Grant, GrantRequest, RuntimePolicy};
 use serde_json::json;
 
 /// A dispatcher with the built-ins, asking for nothing, with `config`.

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::{Fixture, Scripted, builtins, drain, next_of, policy};
 use dispatcher_core::{
     ConfirmationRequest, Confirmer, Decision, Dispatcher, DispatcherConfig, ErrorClass, HookCall,
-    HookDecision, PreUseHook, SessionSpec, ToolUse, Visibility, hooks::pre_use_fn,
+    HookDecision, PreUseHook, SessionSpec, ToolUse, Visibility, pre_use_fn,
 };
 use serde_json::{Value, json};
 use tool_api::{
@@ -847,7 +847,7 @@ async fn a_read_that_blocks_does_not_hold_up_a_concurrent_inline_call() {
 async fn reads_and_listings_over_the_inline_budget_run_off_thread_with_one_set_of_events() {
     let fx = with_inline_noop();
     let big: String = (1..=20_000).map(|i| format!("line {i}\n")).collect();
-    assert!(big.len() as u64 > dispatcher_core::workspace::INLINE_BYTES);
+    assert!(big.len() as u64 > dispatcher_core::INLINE_BYTES);
     fx.write("big.txt", &big);
     for i in 0..1500 {
         fx.write(&format!("many/f{i:04}"), "");
@@ -974,7 +974,7 @@ async fn a_question_nobody_answers_is_no_answer_after_the_confirmation_timeout()
         fn name(&self) -> &str {
             "silent"
         }
-        fn confirm(&self, _r: ConfirmationRequest) -> dispatcher_core::confirmation::ConfirmFuture {
+        fn confirm(&self, _r: ConfirmationRequest) -> dispatcher_core::ConfirmFuture {
             Box::pin(std::future::pending())
         }
     }
@@ -1062,7 +1062,7 @@ async fn a_read_the_user_confirmed_reads_the_file_as_it_is_when_it_runs() {
         fn name(&self) -> &str {
             "edits-then-allows"
         }
-        fn confirm(&self, _r: ConfirmationRequest) -> dispatcher_core::confirmation::ConfirmFuture {
+        fn confirm(&self, _r: ConfirmationRequest) -> dispatcher_core::ConfirmFuture {
             // While the user looks at the prompt, the file is saved again.
             replace_file(&self.0, "a.txt", "after");
             Box::pin(async move { Decision::Allow.into() })

@@ -9,12 +9,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{Fixture, builtins, policy};
-use dispatcher_core::hooks::{
+use dispatcher_core::{
     CommandHook, HookCall, HookDecision, HookFuture, HookMatcher, PostDecision, PostUseCall,
     PostUseHook, pre_use_fn,
 };
-use dispatcher_core::runtime::{Grant, GrantRequest, RuntimePolicy, SandboxMode};
 use dispatcher_core::{ConfirmationRequest, Confirmer, Decision, Dispatcher, ErrorClass, ToolUse};
+use dispatcher_core::{Grant, GrantRequest, RuntimePolicy, SandboxMode};
 use serde_json::{Value, json};
 
 /// Answers every prompt with one decision and counts the prompts.
@@ -40,7 +40,7 @@ impl Confirmer for Counting {
     fn name(&self) -> &str {
         "counting"
     }
-    fn confirm(&self, _r: ConfirmationRequest) -> dispatcher_core::confirmation::ConfirmFuture {
+    fn confirm(&self, _r: ConfirmationRequest) -> dispatcher_core::ConfirmFuture {
         self.asked.fetch_add(1, Ordering::SeqCst);
         let d = self.decision.unwrap_or(Decision::Deny);
         Box::pin(async move { d.into() })

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{Fixture, next_of};
-use dispatcher_core::policy::ClassModes;
+use dispatcher_core::ClassModes;
 use dispatcher_core::{
     ConfirmationPolicy, Dispatcher, DispatcherConfig, ErrorClass, SessionSpec, ToolUse,
     anthropic_user_message, openai_tool_messages,

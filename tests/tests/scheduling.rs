@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::next_of;
-use dispatcher_core::policy::ClassModes;
+use dispatcher_core::ClassModes;
 use dispatcher_core::{
     Batch, CancelReason, ConfirmationPolicy, Dispatcher, DispatcherConfig, ErrorClass,
     InterruptBehavior, OnExecuteError, Session, SessionSpec, ToolUse,

@@ -945,11 +945,10 @@ fn a_whole_file_read_over_the_limit_is_refused_before_reading() {
     let fx = Fixture::new(Dispatcher::new());
     // Sparse: a size over the limit without the bytes on disk.
     let file = std::fs::File::create(fx.path("huge.log")).unwrap();
-    file.set_len(dispatcher_core::workspace::MAX_READ_BYTES + 1)
-        .unwrap();
+    file.set_len(dispatcher_core::MAX_READ_BYTES + 1).unwrap();
     let e = fx.session.workspace().read_bytes("huge.log").unwrap_err();
     assert!(
-        matches!(e, dispatcher_core::FsError::TooLarge { size, .. } if size == dispatcher_core::workspace::MAX_READ_BYTES + 1),
+        matches!(e, dispatcher_core::FsError::TooLarge { size, .. } if size == dispatcher_core::MAX_READ_BYTES + 1),
         "{e:?}"
     );
     assert_eq!(
@@ -1239,8 +1238,7 @@ async fn read_file_of_a_range_of_a_file_over_the_read_limit_points_to_a_command(
     let (d, fx) = Fixture::with_builtins(Dispatcher::builder().policy(allow_all()));
     // Sparse: a size over the limit without the bytes on disk.
     let file = std::fs::File::create(fx.path("huge.log")).unwrap();
-    file.set_len(dispatcher_core::workspace::MAX_READ_BYTES + 1)
-        .unwrap();
+    file.set_len(dispatcher_core::MAX_READ_BYTES + 1).unwrap();
     let r = d
         .dispatch(
             ToolUse::new(

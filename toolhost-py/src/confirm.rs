@@ -9,7 +9,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use dispatcher_core::confirmation::ConfirmFuture;
+use dispatcher_core::ConfirmFuture;
 use dispatcher_core::{Answer, ConfirmationRequest, Confirmer, Decision};
 use pyo3::prelude::*;
 use pyo3::types::PyString;

@@ -300,9 +300,7 @@ impl NativeBatch {
 /// The session's events, as they come.
 #[pyclass(module = "toolhost._native")]
 pub struct NativeEvents {
-    rx: tokio::sync::Mutex<
-        tokio::sync::broadcast::Receiver<Arc<dispatcher_core::events::ToolEvent>>,
-    >,
+    rx: tokio::sync::Mutex<tokio::sync::broadcast::Receiver<Arc<dispatcher_core::ToolEvent>>>,
     closed: std::sync::atomic::AtomicBool,
     runtime: Arc<tokio::runtime::Runtime>,
 }

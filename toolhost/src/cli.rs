@@ -411,8 +411,11 @@ fn list(dispatcher: &Dispatcher, session: &Session, as_json: bool) {
         let workspace = sandbox_report::absolute(session.workspace().root());
         if let Value::Array(items) = &mut tools {
             for (item, l) in items.iter_mut().zip(&listing) {
-                item["sandbox"] =
-                    dispatcher_core::confines::tool_json(l, &dispatcher.config().sandbox, &workspace);
+                item["sandbox"] = dispatcher_core::confines::tool_json(
+                    l,
+                    &dispatcher.config().sandbox,
+                    &workspace,
+                );
             }
         }
         println!(

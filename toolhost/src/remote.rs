@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use dispatcher_core::RemoteHost;
-use dispatcher_core::config::Seconds;
+use dispatcher_core::Seconds;
 use mcp_toolsets::{McpServerConfig, McpToolset, MemoryPins, ServerSandbox};
 use tool_api::{Tool, ToolError};
 

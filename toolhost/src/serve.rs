@@ -11,12 +11,12 @@ use std::time::Duration;
 use clap::Args;
 use dispatcher_core::{Dispatcher, SessionSpec};
 
-use crate::host::build_host_observed;
-use mcp_server::http::{self, HttpOptions};
-use mcp_server as mcp;
-use crate::telemetry::Telemetry;
 use crate::error::UsageError;
+use crate::host::build_host_observed;
 use crate::host::{SessionArgs, Sources};
+use crate::telemetry::Telemetry;
+use mcp_server as mcp;
+use mcp_server::http::{self, HttpOptions};
 
 /// `toolhost serve`'s options.
 #[derive(Args)]
@@ -150,8 +150,7 @@ async fn serve_http(
         host.upstreams(&routes).await,
         tasks,
     );
-    let control =
-        http::control::Control::new(dispatcher.clone(), routes).metrics(
+    let control = http::control::Control::new(dispatcher.clone(), routes).metrics(
         telemetry
             .metrics
             .clone()

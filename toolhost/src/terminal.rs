@@ -2,7 +2,7 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 
-use dispatcher_core::confirmation::ConfirmFuture;
+use dispatcher_core::ConfirmFuture;
 use dispatcher_core::{Answer, ConfirmationRequest, Confirmer, Decision};
 
 /// Asks on the terminal: `[y]es / [n]o / [a]lways`.

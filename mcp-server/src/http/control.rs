@@ -22,7 +22,7 @@ use axum::extract::{Path, Query, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
-use dispatcher_core::confirmation::ResolveError;
+use dispatcher_core::ResolveError;
 use dispatcher_core::shared::Seen;
 use dispatcher_core::{Decision, Dispatcher};
 use futures_util::Stream;

@@ -17,13 +17,13 @@ use rmcp::service::{RequestContext, RoleServer};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
+use super::{McpServer, takes_rounds};
 use crate::answer::Finished;
 use crate::caller::Caller;
 use crate::confirm::{Question, Route, asked_of, decision_of, decision_schema};
+use crate::era::Era;
 use crate::progress::watch_call;
 use crate::request_state::Opened;
-use crate::era::Era;
-use super::{McpServer, takes_rounds};
 use crate::sessions::{Sessions, principal};
 use crate::tasks_2025;
 
@@ -365,13 +365,14 @@ impl McpServer {
                 // Answers given up front (no round asked for them) are the client's to give:
                 // a mounted server gets them, as it would directly; toolhost's own question
                 // is never answered by them.
-                let resume = request
-                    .input_responses
-                    .clone()
-                    .map(|responses| mcp_toolsets::Resume {
-                        responses,
-                        state: None,
-                    });
+                let resume =
+                    request
+                        .input_responses
+                        .clone()
+                        .map(|responses| mcp_toolsets::Resume {
+                            responses,
+                            state: None,
+                        });
                 (defer(false), resume)
             }
             (Era::Session, _)
@@ -444,7 +445,10 @@ impl McpServer {
     /// The answer of a call whose client takes tasks: the call runs on its own, and
     /// becomes a task when it runs past `[mcp.tasks] after`, when a mounted server made a
     /// task of it, or when it has to ask its user (the question waits in the task).
-    #[allow(clippy::too_many_arguments, reason = "the parts of one call, each used once")]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the parts of one call, each used once"
+    )]
     async fn answer_as_task(
         &self,
         call: &Running<'_>,

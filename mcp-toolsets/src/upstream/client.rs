@@ -12,8 +12,8 @@ use std::sync::Arc;
 use rmcp::ClientHandler;
 use rmcp::service::{NotificationContext, RoleClient, RunningService};
 
-use crate::upstream::events::ServerEvent;
 use crate::relay::{CallRoutes, FromServer};
+use crate::upstream::events::ServerEvent;
 
 /// A connected service and its tools.
 pub(crate) async fn listed(

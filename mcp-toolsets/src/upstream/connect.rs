@@ -7,10 +7,10 @@ use std::sync::{Arc, PoisonError, Weak};
 use rmcp::service::ServiceExt;
 
 use super::{Upstream, waited};
-use crate::upstream::client::{Live, install_tls_provider, listed, listen_for_changes};
 use crate::config::{NESTING_ENV, nesting};
 use crate::confine;
 use crate::error::UpstreamError;
+use crate::upstream::client::{Live, install_tls_provider, listed, listen_for_changes};
 
 impl Upstream {
     /// Starts (or reaches) the server and lists its tools. A change it announced while

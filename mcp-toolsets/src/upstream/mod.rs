@@ -15,13 +15,13 @@ use rmcp::service::{Peer, PeerRequestOptions, RoleClient};
 use serde_json::Value;
 use tool_api::ToolError;
 
-use crate::upstream::client::{ClientSide, Live};
 use crate::config::{InputSchemas, MAX_NESTING, McpServerConfig, NESTING_ENV, nesting};
 use crate::confine::ServerSandbox;
 use crate::error::UpstreamError;
-use crate::upstream::events::ServerEvent;
 use crate::pins::PinStore;
 use crate::relay::{CallRoutes, ClientRelay, FromServer};
+use crate::upstream::client::{ClientSide, Live};
+use crate::upstream::events::ServerEvent;
 
 pub(crate) mod client;
 mod connect;
@@ -331,11 +331,8 @@ impl Upstream {
         left_out: &mut Vec<(String, String)>,
     ) -> Vec<rmcp::model::Tool> {
         let id = &self.config.id;
-        let verdicts = match crate::pins::check(
-            self.pins.as_ref(),
-            &self.config.pin_key(),
-            &tools,
-        ) {
+        let verdicts = match crate::pins::check(self.pins.as_ref(), &self.config.pin_key(), &tools)
+        {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(server = %id, "{e}: its tools are withheld");

@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde_json::Value;
 use tool_api::{Content, Tool, ToolContext, ToolDefinition, ToolError, ToolFactory, ToolOutput};
 
+use super::{WasmPlugin, new_store, trap_message};
 use crate::bindings;
 use crate::call::{CallState, from_wit};
 use crate::caller::Caller;
-use super::{WasmPlugin, new_store, trap_message};
 
 /// How many instances a component that asked for reuse keeps between calls, at most: past
 /// it, an instance that ends a call is dropped (one per call running at once is what reuse

@@ -37,7 +37,7 @@ impl Confirmer for Scripted {
     fn name(&self) -> &str {
         "scripted"
     }
-    fn confirm(&self, _r: ConfirmationRequest) -> dispatcher_core::confirmation::ConfirmFuture {
+    fn confirm(&self, _r: ConfirmationRequest) -> dispatcher_core::ConfirmFuture {
         let d = self.0;
         Box::pin(async move { d.into() })
     }

@@ -16,8 +16,8 @@ pub mod store;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use dispatcher_core::config::{Chars, Limit, Seconds, Separator};
-use dispatcher_core::hooks::{COMMAND_HOOK_TIMEOUT, CommandHook, HookMatcher};
+use dispatcher_core::{COMMAND_HOOK_TIMEOUT, CommandHook, HookMatcher};
+use dispatcher_core::{Chars, Limit, Seconds, Separator};
 use dispatcher_core::{ConfirmationPolicy, DispatcherConfig, InterruptBehavior, OnExecuteError};
 use mcp_toolsets::McpServerConfig;
 pub use plugin_grant::PluginGrant;
@@ -325,7 +325,7 @@ pub struct Hooks {
 #[serde(deny_unknown_fields)]
 pub struct HookConfig {
     /// The command line, run with `/bin/sh -c`.
-    #[serde(deserialize_with = "dispatcher_core::config::non_empty")]
+    #[serde(deserialize_with = "dispatcher_core::non_empty")]
     pub command: String,
     /// The tools it runs for (default: every tool).
     #[serde(default)]

@@ -8,7 +8,7 @@
 //! startup_timeout_secs = 10
 //! ```
 
-use dispatcher_core::config::Seconds;
+use dispatcher_core::Seconds;
 use serde::Deserialize;
 
 /// The `[remote]` table.

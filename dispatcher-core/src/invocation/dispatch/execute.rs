@@ -17,7 +17,9 @@ use crate::invocation::{Invocation, cancel_message};
 use crate::panics::{self, Caught};
 use crate::registry::Registered;
 use crate::result::{SideEffectRecord, ToolResultBlock};
-use crate::runtime::{Grant, SandboxMode};
+use tool_api::SandboxMode;
+
+use crate::runtime::Grant;
 use crate::workspace::{InlineBudget, Opened};
 
 impl Invocation {
