@@ -32,7 +32,8 @@ struct Module {
 /// One target's modules, by path (`crate`, `crate::a`, `crate::a::b`).
 type Tree = BTreeMap<String, Module>;
 
-/// `src` with comments and the contents of string and char literals removed.
+/// `src` with comments and the contents of string and char literals removed (their line
+/// breaks kept, so that lines count as in the file).
 fn code_only(src: &str) -> String {
     let b = src.as_bytes();
     let mut out = String::with_capacity(src.len());
@@ -46,6 +47,9 @@ fn code_only(src: &str) -> String {
         } else if c == b'/' && b.get(i + 1) == Some(&b'*') {
             let mut depth = 0;
             while i < b.len() {
+                if b[i] == b'\n' {
+                    out.push('\n');
+                }
                 if b[i] == b'/' && b.get(i + 1) == Some(&b'*') {
                     depth += 1;
                     i += 2;
@@ -79,17 +83,25 @@ fn code_only(src: &str) -> String {
             let close: Vec<u8> = std::iter::once(b'"')
                 .chain(std::iter::repeat_n(b'#', hashes))
                 .collect();
+            out.push('"');
             while j < b.len() && !b[j..].starts_with(&close) {
+                if b[j] == b'\n' {
+                    out.push('\n');
+                }
                 j += 1;
             }
-            out.push_str("\"\"");
+            out.push('"');
             i = j + close.len();
         } else if c == b'"' {
+            out.push('"');
             i += 1;
             while i < b.len() && b[i] != b'"' {
+                if b[i] == b'\n' {
+                    out.push('\n');
+                }
                 i += if b[i] == b'\\' { 2 } else { 1 };
             }
-            out.push_str("\"\"");
+            out.push('"');
             i += 1;
         } else if c == b'\'' {
             // A char literal ('x', '\n', '\u{1F600}') or a lifetime ('a).
@@ -547,6 +559,105 @@ fn no_file_imports_from_one_that_imports_from_it() {
         circles.is_empty(),
         "import circles:\n{}",
         circles.join("\n")
+    );
+}
+
+/// The longest a function of a library or a program may be, in lines.
+const MAX_FUNCTION_LINES: usize = 150;
+
+/// The functions in `file` longer than [`MAX_FUNCTION_LINES`]: name, first line, lines.
+fn long_functions(file: &Path) -> Vec<(String, usize, usize)> {
+    let code = code_only(&std::fs::read_to_string(file).unwrap());
+    let bytes = code.as_bytes();
+    let mut long = Vec::new();
+    for (at, _) in code.match_indices("fn ") {
+        if at > 0 && is_ident(code[..at].chars().next_back().unwrap()) {
+            continue;
+        }
+        let name: String = code[at + 3..]
+            .chars()
+            .take_while(|c| is_ident(*c))
+            .collect();
+        if name.is_empty() {
+            continue;
+        }
+        let rest = &code[at..];
+        let (Some(open), semi) = (rest.find('{'), rest.find(';')) else {
+            continue;
+        };
+        if semi.is_some_and(|semi| semi < open) {
+            continue;
+        }
+        let close = matching_brace(bytes, at + open);
+        let first = code[..at].matches('\n').count() + 1;
+        let lines = code[at..close].matches('\n').count() + 1;
+        if lines > MAX_FUNCTION_LINES {
+            long.push((name, first, lines));
+        }
+    }
+    long
+}
+
+#[test]
+fn no_function_of_a_library_or_program_is_over_150_lines() {
+    let repo = toolhost_tests::repo_root();
+    let mut long = Vec::new();
+    for package in packages() {
+        for target in package["targets"].as_array().unwrap() {
+            let kinds: Vec<&str> = target["kind"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(Value::as_str)
+                .collect();
+            if !kinds
+                .iter()
+                .any(|k| ["lib", "cdylib", "bin", "proc-macro"].contains(k))
+            {
+                continue;
+            }
+            let mut tree = Tree::new();
+            let root = PathBuf::from(target["src_path"].as_str().unwrap());
+            read_module(&mut tree, "crate", &root, root.parent().unwrap());
+            let files: BTreeSet<PathBuf> = tree.values().map(|m| m.file.clone()).collect();
+            for file in files {
+                for (name, line, lines) in long_functions(&file) {
+                    let file = file
+                        .strip_prefix(&repo)
+                        .unwrap_or(&file)
+                        .display()
+                        .to_string();
+                    long.push(format!("{file}:{line}: fn {name} is {lines} lines"));
+                }
+            }
+        }
+    }
+    long.sort();
+    long.dedup();
+    assert!(
+        long.is_empty(),
+        "functions over {MAX_FUNCTION_LINES} lines (split them along their steps):\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn each_public_item_of_dispatcher_core_has_one_path() {
+    let lib = toolhost_tests::repo_root().join("dispatcher-core/src/lib.rs");
+    let code = code_only(&std::fs::read_to_string(lib).unwrap());
+    let public: Vec<&str> = code
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("pub mod "))
+        .map(|m| m.trim_end_matches(';'))
+        .collect();
+    let both: Vec<&&str> = public
+        .iter()
+        .filter(|m| code.contains(&format!("pub use {m}::")))
+        .collect();
+    assert!(
+        both.is_empty(),
+        "dispatcher-core re-exports items of public modules at its root, so they have two paths: {both:?}; \
+         make the module private or drop the re-export"
     );
 }
 

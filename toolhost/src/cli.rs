@@ -218,111 +218,11 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
         worker: None,
     };
     match cli.command {
-        Command::Plugins => {
-            let host = build_host(&sources, Path::new("."), None).await?;
-            let lines = host.report_lines();
-            if lines.is_empty() {
-                println!(
-                    "no plugin packages or MCP servers found (plugin directories: {})",
-                    if sources.plugin_dirs().is_empty() {
-                        "none; use --plugins DIR or plugin_dirs in toolhost.toml".to_string()
-                    } else {
-                        sources
-                            .plugin_dirs()
-                            .iter()
-                            .map(|d| d.display().to_string())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    }
-                );
-            }
-            for line in lines {
-                println!("{line}");
-            }
-            Ok(if host.any_refused() {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            })
-        }
+        Command::Plugins => plugins(&sources).await,
         Command::Serve(args) => serve::serve(&sources, &args).await,
-        Command::Mcp(McpCommand::Approve { server, tools }) => {
-            let Some(entry) = config.mcp_servers.iter().find(|s| s.id == server) else {
-                let known: Vec<&str> = config.mcp_servers.iter().map(|s| s.id.as_str()).collect();
-                return Err(UsageError(format!(
-                    "no MCP server '{server}' in {} (its [[mcp_servers]] ids: {})",
-                    file.display(),
-                    if known.is_empty() {
-                        "none".to_string()
-                    } else {
-                        known.join(", ")
-                    }
-                )));
-            };
-            let store = pin_store(&config);
-            let key = entry.pin_key();
-            let approved = mcp_toolsets::pins::approve(store.as_ref(), &key, &tools)
-                .map_err(|e| UsageError(format!("MCP server '{server}': {e}")))?;
-            if approved.is_empty() {
-                println!("MCP server '{server}': no changed definition is pending");
-            }
-            for (tool, change) in approved {
-                println!("approved MCP server '{server}' tool '{tool}': {change}");
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Sandbox { session, json } => {
-            let host = build_host(&sources, &session.workspace, None).await?;
-            let session = host.open_session("cli", &session)?;
-            let listing = host.dispatcher.listing_for_session(&session);
-            let config = &host.dispatcher.config().sandbox;
-            let workspace = sandbox_report::absolute(session.workspace().root());
-            if json {
-                let mut report = sandbox_report::json(&listing, config, &workspace);
-                report["servers"] = sandbox_report::servers_json(&sources.config.mcp_servers);
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&report).unwrap_or_default()
-                );
-            } else {
-                print!("{}", sandbox_report::text(&listing, config, &workspace));
-                print!(
-                    "{}",
-                    sandbox_report::servers_text(&sources.config.mcp_servers)
-                );
-                let others: Vec<String> = host
-                    .report_lines()
-                    .into_iter()
-                    .filter(|l| !l.starts_with("loaded "))
-                    .collect();
-                if !others.is_empty() {
-                    println!("\nplugin workers and refusals:");
-                    for line in others {
-                        println!("  {line}");
-                    }
-                }
-            }
-            Ok(
-                if sandbox_report::anything_unsandboxed(&listing, config, &workspace) {
-                    ExitCode::from(1)
-                } else {
-                    ExitCode::SUCCESS
-                },
-            )
-        }
-        Command::Manifest { format, session } => {
-            let host = build_host(&sources, &session.workspace, None).await?;
-            let session = host.open_session("cli", &session)?;
-            let listing = host.dispatcher.listing_for_session(&session);
-            match format {
-                ManifestFormat::Json => println!(
-                    "{}",
-                    serde_json::to_string_pretty(&listing_json(&listing)).unwrap_or_default()
-                ),
-                ManifestFormat::Markdown => print!("{}", manifest_markdown(&listing)),
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Mcp(McpCommand::Approve { server, tools }) => approve(&sources, &server, &tools),
+        Command::Sandbox { session, json } => sandbox(&sources, &session, json).await,
+        Command::Manifest { format, session } => manifest(&sources, format, &session).await,
         Command::List { session, json } => {
             let host = build_host(&sources, &session.workspace, None).await?;
             let session = host.open_session("cli", &session)?;
@@ -335,72 +235,204 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
             session,
             yes,
             json,
-        } => {
-            let (input, from) = if input == "-" {
-                let text = std::io::read_to_string(std::io::stdin())
-                    .map_err(|e| UsageError(format!("could not read --input from stdin: {e}")))?;
-                (text, " (read from stdin)")
+        } => call(&sources, &name, input, &session, yes, json).await,
+    }
+}
+
+/// `toolhost plugins`: what was loaded and refused.
+async fn plugins(sources: &Sources<'_>) -> Result<ExitCode, UsageError> {
+    let host = build_host(sources, Path::new("."), None).await?;
+    let lines = host.report_lines();
+    if lines.is_empty() {
+        println!(
+            "no plugin packages or MCP servers found (plugin directories: {})",
+            if sources.plugin_dirs().is_empty() {
+                "none; use --plugins DIR or plugin_dirs in toolhost.toml".to_string()
             } else {
-                (input, "")
-            };
-            let input: Value = serde_json::from_str(&input)
-                .map_err(|e| UsageError(format!("--input{from} is not valid JSON: {e}")))?;
-            if !input.is_object() {
-                return Err(UsageError(
-                    "--input must be a JSON object, e.g. '{\"path\": \"README.md\"}'".into(),
-                ));
+                sources
+                    .plugin_dirs()
+                    .iter()
+                    .map(|d| d.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             }
-            let confirmer: Arc<dyn dispatcher_core::Confirmer> = if yes {
-                Arc::new(YesConfirmer)
-            } else if terminal::interactive() {
-                Arc::new(TerminalConfirmer)
+        );
+    }
+    for line in lines {
+        println!("{line}");
+    }
+    Ok(if host.any_refused() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// `toolhost mcp approve SERVER [TOOL…]`: accepts a mounted server's changed definitions.
+fn approve(sources: &Sources<'_>, server: &str, tools: &[String]) -> Result<ExitCode, UsageError> {
+    let (config, file) = (sources.config, sources.file);
+    let Some(entry) = config.mcp_servers.iter().find(|s| s.id == server) else {
+        let known: Vec<&str> = config.mcp_servers.iter().map(|s| s.id.as_str()).collect();
+        return Err(UsageError(format!(
+            "no MCP server '{server}' in {} (its [[mcp_servers]] ids: {})",
+            file.display(),
+            if known.is_empty() {
+                "none".to_string()
             } else {
-                Arc::new(NoTerminalConfirmer {
-                    config_file: file.display().to_string(),
-                })
-            };
-            let host = build_host(&sources, &session.workspace, Some(confirmer)).await?;
-            let session = host.open_session("cli", &session)?;
-            let call = host
-                .dispatcher
-                .invocation(ToolUse::new("toolu_cli_1", &name, input), &session);
-            let run = call.run();
-            tokio::pin!(run);
-            let result = tokio::select! {
-                result = &mut run => result,
-                signal = serve::shutdown_signal() => {
-                    // Signal only: this task drives the call and must keep polling it while
-                    // the tool stops (a shell's process group gets SIGTERM, then SIGKILL).
-                    host.dispatcher.request_cancel(session.id(), "toolu_cli_1");
-                    let grace = host.dispatcher.config().cancel_grace;
-                    if tokio::time::timeout(grace, &mut run).await.is_err() {
-                        tracing::warn!("the call did not stop within the grace period after {}", signal.name);
-                    }
-                    return Ok(signal.exit_code());
-                }
-            };
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&result).unwrap_or_default()
-                );
-            } else {
-                // The text as the model reads it, ended by one newline (not a second one
-                // after text that already ends with it).
-                let text = result.text();
-                if text.ends_with('\n') {
-                    print!("{text}");
-                } else {
-                    println!("{text}");
-                }
+                known.join(", ")
             }
-            if let Some(class) = result.error_class {
-                eprintln!("toolhost: '{name}' ended with {class}");
-                Ok(ExitCode::from(1))
-            } else {
-                Ok(ExitCode::SUCCESS)
+        )));
+    };
+    let store = pin_store(config);
+    let key = entry.pin_key();
+    let approved = mcp_toolsets::pins::approve(store.as_ref(), &key, tools)
+        .map_err(|e| UsageError(format!("MCP server '{server}': {e}")))?;
+    if approved.is_empty() {
+        println!("MCP server '{server}': no changed definition is pending");
+    }
+    for (tool, change) in approved {
+        println!("approved MCP server '{server}' tool '{tool}': {change}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `toolhost sandbox`: what confines each tool, and the settings behind it.
+async fn sandbox(
+    sources: &Sources<'_>,
+    session: &SessionArgs,
+    json: bool,
+) -> Result<ExitCode, UsageError> {
+    let host = build_host(sources, &session.workspace, None).await?;
+    let session = host.open_session("cli", session)?;
+    let listing = host.dispatcher.listing_for_session(&session);
+    let config = &host.dispatcher.config().sandbox;
+    let workspace = sandbox_report::absolute(session.workspace().root());
+    if json {
+        let mut report = sandbox_report::json(&listing, config, &workspace);
+        report["servers"] = sandbox_report::servers_json(&sources.config.mcp_servers);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        );
+    } else {
+        print!("{}", sandbox_report::text(&listing, config, &workspace));
+        print!(
+            "{}",
+            sandbox_report::servers_text(&sources.config.mcp_servers)
+        );
+        let others: Vec<String> = host
+            .report_lines()
+            .into_iter()
+            .filter(|l| !l.starts_with("loaded "))
+            .collect();
+        if !others.is_empty() {
+            println!("\nplugin workers and refusals:");
+            for line in others {
+                println!("  {line}");
             }
         }
+    }
+    Ok(
+        if sandbox_report::anything_unsandboxed(&listing, config, &workspace) {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        },
+    )
+}
+
+/// `toolhost manifest`: the tools as JSON or Markdown.
+async fn manifest(
+    sources: &Sources<'_>,
+    format: ManifestFormat,
+    session: &SessionArgs,
+) -> Result<ExitCode, UsageError> {
+    let host = build_host(sources, &session.workspace, None).await?;
+    let session = host.open_session("cli", session)?;
+    let listing = host.dispatcher.listing_for_session(&session);
+    match format {
+        ManifestFormat::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&listing_json(&listing)).unwrap_or_default()
+        ),
+        ManifestFormat::Markdown => print!("{}", manifest_markdown(&listing)),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `toolhost call NAME --input JSON`: one call, asking on the terminal unless `yes`.
+async fn call(
+    sources: &Sources<'_>,
+    name: &str,
+    input: String,
+    session: &SessionArgs,
+    yes: bool,
+    json: bool,
+) -> Result<ExitCode, UsageError> {
+    let file = sources.file;
+    let (input, from) = if input == "-" {
+        let text = std::io::read_to_string(std::io::stdin())
+            .map_err(|e| UsageError(format!("could not read --input from stdin: {e}")))?;
+        (text, " (read from stdin)")
+    } else {
+        (input, "")
+    };
+    let input: Value = serde_json::from_str(&input)
+        .map_err(|e| UsageError(format!("--input{from} is not valid JSON: {e}")))?;
+    if !input.is_object() {
+        return Err(UsageError(
+            "--input must be a JSON object, e.g. '{\"path\": \"README.md\"}'".into(),
+        ));
+    }
+    let confirmer: Arc<dyn dispatcher_core::Confirmer> = if yes {
+        Arc::new(YesConfirmer)
+    } else if terminal::interactive() {
+        Arc::new(TerminalConfirmer)
+    } else {
+        Arc::new(NoTerminalConfirmer {
+            config_file: file.display().to_string(),
+        })
+    };
+    let host = build_host(sources, &session.workspace, Some(confirmer)).await?;
+    let session = host.open_session("cli", session)?;
+    let call = host
+        .dispatcher
+        .invocation(ToolUse::new("toolu_cli_1", name, input), &session);
+    let run = call.run();
+    tokio::pin!(run);
+    let result = tokio::select! {
+        result = &mut run => result,
+        signal = serve::shutdown_signal() => {
+            // Signal only: this task drives the call and must keep polling it while
+            // the tool stops (a shell's process group gets SIGTERM, then SIGKILL).
+            host.dispatcher.request_cancel(session.id(), "toolu_cli_1");
+            let grace = host.dispatcher.config().cancel_grace;
+            if tokio::time::timeout(grace, &mut run).await.is_err() {
+                tracing::warn!("the call did not stop within the grace period after {}", signal.name);
+            }
+            return Ok(signal.exit_code());
+        }
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&result).unwrap_or_default()
+        );
+    } else {
+        // The text as the model reads it, ended by one newline (not a second one
+        // after text that already ends with it).
+        let text = result.text();
+        if text.ends_with('\n') {
+            print!("{text}");
+        } else {
+            println!("{text}");
+        }
+    }
+    if let Some(class) = result.error_class {
+        eprintln!("toolhost: '{name}' ended with {class}");
+        Ok(ExitCode::from(1))
+    } else {
+        Ok(ExitCode::SUCCESS)
     }
 }
 
