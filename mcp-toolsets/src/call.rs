@@ -84,6 +84,56 @@ impl McpTool {
     }
 }
 
+/// A server's call result as a tool output: its text and images as content (an image that
+/// is not valid base64 said, not dropped), and what an output cannot hold (audio,
+/// embedded resources, resource links, structured content) kept whole in its metadata.
+fn output_of(result: &rmcp::model::CallToolResult, id: &str) -> ToolOutput {
+    let mut out = ToolOutput::text("");
+    out.content = result
+        .content
+        .iter()
+        .filter_map(|c| match c {
+            rmcp::model::ContentBlock::Text(t) => Some(tool_api::Content::text(t.text.clone())),
+            rmcp::model::ContentBlock::Image(i) => {
+                use base64::Engine as _;
+                Some(
+                    match base64::engine::general_purpose::STANDARD.decode(&i.data) {
+                        Ok(data) => tool_api::Content::Image {
+                            mime: i.mime_type.clone(),
+                            data,
+                        },
+                        // Said, not dropped: the model learns an image was there.
+                        Err(e) => tool_api::Content::text(format!(
+                            "[an image ({}) from MCP server '{id}' was not valid base64 ({e}) and is left out]",
+                            i.mime_type
+                        )),
+                    },
+                )
+            }
+            other => serde_json::to_string(other)
+                .ok()
+                .map(tool_api::Content::text),
+        })
+        .collect();
+    out.success = result.is_error != Some(true);
+    // What a tool output cannot hold (audio, embedded resources, resource links,
+    // structured content) is kept whole for a host that passes results on.
+    let whole = result.structured_content.is_some()
+        || result.content.iter().any(|c| {
+            !matches!(
+                c,
+                rmcp::model::ContentBlock::Text(_) | rmcp::model::ContentBlock::Image(_)
+            )
+        });
+    if whole {
+        out.metadata = serde_json::json!({ RESULT_META: {
+            "content": result.content,
+            "structuredContent": result.structured_content,
+        }});
+    }
+    out
+}
+
 impl Tool for McpTool {
     fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let Value::Object(args) = input else {
@@ -201,50 +251,7 @@ impl Tool for McpTool {
                 }
             }
         };
-        let mut out = ToolOutput::text("");
-        out.content = result
-            .content
-            .iter()
-            .filter_map(|c| match c {
-                rmcp::model::ContentBlock::Text(t) => Some(tool_api::Content::text(t.text.clone())),
-                rmcp::model::ContentBlock::Image(i) => {
-                    use base64::Engine as _;
-                    Some(
-                        match base64::engine::general_purpose::STANDARD.decode(&i.data) {
-                            Ok(data) => tool_api::Content::Image {
-                                mime: i.mime_type.clone(),
-                                data,
-                            },
-                            // Said, not dropped: the model learns an image was there.
-                            Err(e) => tool_api::Content::text(format!(
-                                "[an image ({}) from MCP server '{id}' was not valid base64 ({e}) and is left out]",
-                                i.mime_type
-                            )),
-                        },
-                    )
-                }
-                other => serde_json::to_string(other)
-                    .ok()
-                    .map(tool_api::Content::text),
-            })
-            .collect();
-        out.success = result.is_error != Some(true);
-        // What a tool output cannot hold (audio, embedded resources, resource links,
-        // structured content) is kept whole for a host that passes results on.
-        let whole = result.structured_content.is_some()
-            || result.content.iter().any(|c| {
-                !matches!(
-                    c,
-                    rmcp::model::ContentBlock::Text(_) | rmcp::model::ContentBlock::Image(_)
-                )
-            });
-        if whole {
-            out.metadata = serde_json::json!({ RESULT_META: {
-                "content": result.content,
-                "structuredContent": result.structured_content,
-            }});
-        }
-        Ok(out)
+        Ok(output_of(&result, id))
     }
 
     fn cancel(&self) -> bool {

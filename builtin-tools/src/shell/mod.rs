@@ -257,81 +257,93 @@ impl ExitWatch {
     }
 }
 
-impl TypedTool for Shell {
-    type Input = ShellInput;
+/// How the command's process ended, and how far it had to be stopped.
+struct Ended {
+    status: std::process::ExitStatus,
+    /// SIGTERM was sent to its group (the call was cancelled).
+    term_sent: bool,
+    /// SIGKILL followed, after [`KILL_AFTER`].
+    killed: bool,
+}
 
-    fn definition() -> ToolDefinition {
-        ToolDefinition::typed(
-            "shell",
-            "Run a shell command (/bin/sh -c) in the workspace directory and return its stdout, stderr and exit code. Output beyond 64 KiB per stream is cut.",
-            SideEffect::Execute,
-        )
+/// Starts `command` in the call's sandbox, its output piped: the process, its sandbox
+/// (kept while it runs) and its egress proxy (when it may use the network).
+fn start(
+    command: &str,
+    ctx: &ToolContext,
+) -> Result<
+    (
+        std::process::Child,
+        confine::Confined,
+        Option<sandbox::egress::Egress>,
+    ),
+    ToolError,
+> {
+    let mut confined = confine(ctx)?;
+    let mut cmd = shell_command(command);
+    cmd.current_dir(ctx.workspace_root())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    confined.settings.env.apply(&mut cmd);
+    if let Some(tmp) = &confined.tmp {
+        cmd.env("TMPDIR", tmp.path());
     }
+    if confined.grant.is_some_and(|g| g.network) {
+        cmd.envs(sandbox::egress::proxy_env());
+    }
+    let attached = match confined.prepared.take() {
+        Some(prepared) => Some(prepared.attach(&mut cmd).map_err(|e| {
+            ToolError::failed(format!("could not prepare the command's sandbox: {e}"))
+        })?),
+        None => None,
+    };
+    let mut child = cmd.spawn().map_err(|e| {
+        ToolError::failed(format!(
+            "could not start the shell (/bin/sh) in sandbox '{}': {e}",
+            confined.label
+        ))
+    })?;
+    let egress = match attached {
+        Some(attached) => match serve_egress(&confined.settings, attached) {
+            Ok(egress) => egress,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e);
+            }
+        },
+        None => None,
+    };
+    Ok((child, confined, egress))
+}
 
-    fn run(&self, input: ShellInput, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let command = input.command.as_str();
-        let mut confined = confine(ctx)?;
-        let mut cmd = shell_command(command);
-        cmd.current_dir(ctx.workspace_root())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        confined.settings.env.apply(&mut cmd);
-        if let Some(tmp) = &confined.tmp {
-            cmd.env("TMPDIR", tmp.path());
-        }
-        if confined.grant.is_some_and(|g| g.network) {
-            cmd.envs(sandbox::egress::proxy_env());
-        }
-        let attached = match confined.prepared.take() {
-            Some(prepared) => Some(prepared.attach(&mut cmd).map_err(|e| {
-                ToolError::failed(format!("could not prepare the command's sandbox: {e}"))
-            })?),
-            None => None,
-        };
-        let mut child = cmd.spawn().map_err(|e| {
-            ToolError::failed(format!(
-                "could not start the shell (/bin/sh) in sandbox '{}': {e}",
-                confined.label
-            ))
-        })?;
-        let egress = match attached {
-            Some(attached) => match serve_egress(&confined.settings, attached) {
-                Ok(egress) => egress,
-                Err(e) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(e);
-                }
-            },
-            None => None,
-        };
-        let pgid = i32::try_from(child.id()).unwrap_or(0);
-        self.pgid.store(pgid, Ordering::SeqCst);
+impl Shell {
+    /// Passes the command's output on as it comes until it exits; on cancellation,
+    /// SIGTERM to its process group, then SIGKILL after [`KILL_AFTER`].
+    fn supervise(
+        &self,
+        child: &mut std::process::Child,
+        pgid: i32,
+        ctx: &ToolContext,
+        rx: &mpsc::Receiver<Captured>,
+        streams: &mut [Stream; 2],
+    ) -> Result<Ended, ToolError> {
         let exited = ExitWatch::new(pgid);
-        ctx.log()
-            .debug(format_args!("shell started (pgid {pgid}): {command}"));
-
-        let (tx, rx) = mpsc::channel();
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut streams: [Stream; 2] = Default::default();
-        match child.stdout.take() {
-            Some(out) => capture(out, tx.clone(), 0, stop.clone()),
-            None => streams[0].ended = true,
-        }
-        match child.stderr.take() {
-            Some(err) => capture(err, tx, 1, stop.clone()),
-            None => streams[1].ended = true,
-        }
-
         let mut term_sent: Option<Instant> = None;
         let mut killed = false;
-        let status = loop {
+        loop {
             while let Ok(msg) = rx.try_recv() {
-                receive(ctx, &mut streams, msg);
+                receive(ctx, streams, msg);
             }
             match child.try_wait() {
-                Ok(Some(status)) => break status,
+                Ok(Some(status)) => {
+                    return Ok(Ended {
+                        status,
+                        term_sent: term_sent.is_some(),
+                        killed,
+                    });
+                }
                 Ok(None) => {}
                 Err(e) => {
                     return Err(ToolError::failed(format!(
@@ -358,32 +370,119 @@ impl TypedTool for Shell {
                 _ => {}
             }
             exited.wait();
-        };
-        // Whatever the shell left in its group goes too, so the pipes close.
-        signal_group(pgid, Signal::KILL, false);
-
-        let deadline = Instant::now() + OUTPUT_GRACE;
-        while !streams.iter().all(|s| s.ended) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(msg) => receive(ctx, &mut streams, msg),
-                Err(_) => break,
-            }
         }
-        // A stream still open now is held by a process outside the group: stop reading it.
-        stop.store(true, Ordering::Release);
-        let left_open: Vec<&str> = ["stdout", "stderr"]
-            .into_iter()
-            .zip(&streams)
-            .filter(|(_, s)| !s.ended)
-            .map(|(name, _)| name)
-            .collect();
-        if !left_open.is_empty() {
-            ctx.log().warn(format_args!(
-                "the command exited but its {} stayed open, held by a process outside its group",
-                left_open.join(" and ")
+    }
+}
+
+/// Reads what is left of the output for [`OUTPUT_GRACE`] after the command exited; the
+/// streams still open then (held by a process outside its group) are named, and no
+/// longer read.
+fn drain(
+    ctx: &ToolContext,
+    rx: &mpsc::Receiver<Captured>,
+    streams: &mut [Stream; 2],
+    stop: &AtomicBool,
+) -> Vec<&'static str> {
+    let deadline = Instant::now() + OUTPUT_GRACE;
+    while !streams.iter().all(|s| s.ended) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(msg) => receive(ctx, streams, msg),
+            Err(_) => break,
+        }
+    }
+    stop.store(true, Ordering::Release);
+    let left_open: Vec<&str> = ["stdout", "stderr"]
+        .into_iter()
+        .zip(streams.iter())
+        .filter(|(_, s)| !s.ended)
+        .map(|(name, _)| name)
+        .collect();
+    if !left_open.is_empty() {
+        ctx.log().warn(format_args!(
+            "the command exited but its {} stayed open, held by a process outside its group",
+            left_open.join(" and ")
+        ));
+    }
+    left_open
+}
+
+/// The result's text: stdout, then stderr under `[stderr]`, each with a note when cut
+/// (`kept` bytes of `total`), then the streams left open.
+fn output_text(
+    (stdout, stdout_total): (&[u8], usize),
+    (stderr, stderr_total): (&[u8], usize),
+    left_open: &[&str],
+) -> String {
+    let mut text = String::from_utf8_lossy(stdout).into_owned();
+    if stdout_total > stdout.len() {
+        text.push_str(&format!(
+            "\n[stdout truncated: {} of {stdout_total} bytes shown]",
+            stdout.len()
+        ));
+    }
+    if !stderr.is_empty() {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str("[stderr]\n");
+        text.push_str(&String::from_utf8_lossy(stderr));
+        if stderr_total > stderr.len() {
+            text.push_str(&format!(
+                "\n[stderr truncated: {} of {stderr_total} bytes shown]",
+                stderr.len()
             ));
         }
+    }
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    if !left_open.is_empty() {
+        text.push_str(&format!(
+            "[{} still open {}s after the command exited, held by a process it started \
+             outside its process group (setsid, a daemon), which was not stopped; output \
+             after this point is not shown]\n",
+            left_open.join(" and "),
+            OUTPUT_GRACE.as_secs()
+        ));
+    }
+    text
+}
+
+impl TypedTool for Shell {
+    type Input = ShellInput;
+
+    fn definition() -> ToolDefinition {
+        ToolDefinition::typed(
+            "shell",
+            "Run a shell command (/bin/sh -c) in the workspace directory and return its stdout, stderr and exit code. Output beyond 64 KiB per stream is cut.",
+            SideEffect::Execute,
+        )
+    }
+
+    fn run(&self, input: ShellInput, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let command = input.command.as_str();
+        let (mut child, confined, egress) = start(command, ctx)?;
+        let pgid = i32::try_from(child.id()).unwrap_or(0);
+        self.pgid.store(pgid, Ordering::SeqCst);
+        ctx.log()
+            .debug(format_args!("shell started (pgid {pgid}): {command}"));
+
+        let (tx, rx) = mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut streams: [Stream; 2] = Default::default();
+        match child.stdout.take() {
+            Some(out) => capture(out, tx.clone(), 0, stop.clone()),
+            None => streams[0].ended = true,
+        }
+        match child.stderr.take() {
+            Some(err) => capture(err, tx, 1, stop.clone()),
+            None => streams[1].ended = true,
+        }
+        let ended = self.supervise(&mut child, pgid, ctx, &rx, &mut streams)?;
+        // Whatever the shell left in its group goes too, so the pipes close.
+        signal_group(pgid, Signal::KILL, false);
+        let left_open = drain(ctx, &rx, &mut streams, &stop);
         let [
             Stream {
                 kept: stdout,
@@ -396,40 +495,9 @@ impl TypedTool for Shell {
                 ..
             },
         ] = streams;
-        let cancelled = term_sent.is_some();
-
-        let mut text = String::from_utf8_lossy(&stdout).into_owned();
-        if stdout_total > stdout.len() {
-            text.push_str(&format!(
-                "\n[stdout truncated: {} of {stdout_total} bytes shown]",
-                stdout.len()
-            ));
-        }
-        if !stderr.is_empty() {
-            if !text.is_empty() && !text.ends_with('\n') {
-                text.push('\n');
-            }
-            text.push_str("[stderr]\n");
-            text.push_str(&String::from_utf8_lossy(&stderr));
-            if stderr_total > stderr.len() {
-                text.push_str(&format!(
-                    "\n[stderr truncated: {} of {stderr_total} bytes shown]",
-                    stderr.len()
-                ));
-            }
-        }
-        if !text.is_empty() && !text.ends_with('\n') {
-            text.push('\n');
-        }
-        if !left_open.is_empty() {
-            text.push_str(&format!(
-                "[{} still open {}s after the command exited, held by a process it started \
-                 outside its process group (setsid, a daemon), which was not stopped; output \
-                 after this point is not shown]\n",
-                left_open.join(" and "),
-                OUTPUT_GRACE.as_secs()
-            ));
-        }
+        let status = ended.status;
+        let cancelled = ended.term_sent;
+        let mut text = output_text((&stdout, stdout_total), (&stderr, stderr_total), &left_open);
         let denied = if status.success() {
             Vec::new()
         } else {
@@ -457,7 +525,7 @@ impl TypedTool for Shell {
             "stderr_bytes": stderr_total,
             "cancelled": cancelled,
             "sigterm_sent": cancelled,
-            "sigkill_sent": killed,
+            "sigkill_sent": ended.killed,
             "output_left_open": left_open,
             "sandbox": confined.label,
             "sandbox_denials": denied,

@@ -55,6 +55,105 @@ fn default_max_matches() -> u32 {
 #[derive(Default)]
 pub struct Grep;
 
+/// One search's walk of the workspace, and what it found.
+struct Search<'a> {
+    ctx: &'a ToolContext,
+    regex: regex::Regex,
+    suffix: Option<&'a str>,
+    max_matches: usize,
+    matches: usize,
+    files_searched: usize,
+    files_skipped: usize,
+    out: String,
+    truncated: bool,
+}
+
+impl Search<'_> {
+    fn done(&self) -> bool {
+        self.matches >= self.max_matches || self.truncated
+    }
+
+    /// What the host answered about an entry `depth` levels below the path asked
+    /// for. Below it, an entry the host will not let it at (a symlink that leads
+    /// outside the workspace, a name that is not UTF-8) is skipped and counted
+    /// (`None`): one such entry does not end the whole search.
+    fn reached<T>(
+        &mut self,
+        answer: Result<T, ToolError>,
+        depth: usize,
+    ) -> Result<Option<T>, ToolError> {
+        match answer {
+            Ok(value) => Ok(Some(value)),
+            Err(_) if depth > 0 => {
+                self.files_skipped += 1;
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn visit(&mut self, path: &str, depth: usize) -> Result<(), ToolError> {
+        self.ctx.check_cancelled()?;
+        let Some(meta) = self.reached(self.ctx.files().metadata(path), depth)? else {
+            return Ok(());
+        };
+        if meta.is_dir {
+            if depth >= MAX_DEPTH {
+                return Ok(());
+            }
+            let Some(names) = self.reached(self.ctx.files().list(path), depth)? else {
+                return Ok(());
+            };
+            for name in names {
+                if self.done() {
+                    break;
+                }
+                if name.starts_with('.') {
+                    continue; // .git and friends
+                }
+                let child = if path == "." {
+                    name.clone()
+                } else {
+                    format!("{path}/{name}")
+                };
+                self.visit(child.trim_end_matches('/'), depth + 1)?;
+            }
+            return Ok(());
+        }
+        if self.suffix.is_some_and(|s| !path.ends_with(s)) {
+            return Ok(());
+        }
+        if meta.size > MAX_FILE_BYTES {
+            self.files_skipped += 1;
+            return Ok(());
+        }
+        if meta.size == 0 {
+            // Nothing to match, and nothing to wait on: a named pipe reports no
+            // size, and reading one waits for a writer.
+            self.files_searched += 1;
+            return Ok(());
+        }
+        let Ok(text) = self.ctx.files().read(path) else {
+            self.files_skipped += 1; // binary or unreadable
+            return Ok(());
+        };
+        self.files_searched += 1;
+        for (n, line) in text.lines().enumerate() {
+            if self.done() {
+                break;
+            }
+            if self.regex.is_match(line) {
+                self.matches += 1;
+                let _ = writeln!(self.out, "{path}:{}: {}", n + 1, line.trim_end());
+                if self.out.len() > MAX_OUTPUT_BYTES {
+                    self.truncated = true;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 impl TypedTool for Grep {
     type Input = GrepInput;
 
@@ -93,104 +192,6 @@ impl TypedTool for Grep {
             truncated: false,
         };
         search.visit(path.trim_end_matches('/'), 0)?;
-        struct Search<'a> {
-            ctx: &'a ToolContext,
-            regex: regex::Regex,
-            suffix: Option<&'a str>,
-            max_matches: usize,
-            matches: usize,
-            files_searched: usize,
-            files_skipped: usize,
-            out: String,
-            truncated: bool,
-        }
-
-        impl Search<'_> {
-            fn done(&self) -> bool {
-                self.matches >= self.max_matches || self.truncated
-            }
-
-            /// What the host answered about an entry `depth` levels below the path asked
-            /// for. Below it, an entry the host will not let it at (a symlink that leads
-            /// outside the workspace, a name that is not UTF-8) is skipped and counted
-            /// (`None`): one such entry does not end the whole search.
-            fn reached<T>(
-                &mut self,
-                answer: Result<T, ToolError>,
-                depth: usize,
-            ) -> Result<Option<T>, ToolError> {
-                match answer {
-                    Ok(value) => Ok(Some(value)),
-                    Err(_) if depth > 0 => {
-                        self.files_skipped += 1;
-                        Ok(None)
-                    }
-                    Err(e) => Err(e),
-                }
-            }
-
-            fn visit(&mut self, path: &str, depth: usize) -> Result<(), ToolError> {
-                self.ctx.check_cancelled()?;
-                let Some(meta) = self.reached(self.ctx.files().metadata(path), depth)? else {
-                    return Ok(());
-                };
-                if meta.is_dir {
-                    if depth >= MAX_DEPTH {
-                        return Ok(());
-                    }
-                    let Some(names) = self.reached(self.ctx.files().list(path), depth)? else {
-                        return Ok(());
-                    };
-                    for name in names {
-                        if self.done() {
-                            break;
-                        }
-                        if name.starts_with('.') {
-                            continue; // .git and friends
-                        }
-                        let child = if path == "." {
-                            name.clone()
-                        } else {
-                            format!("{path}/{name}")
-                        };
-                        self.visit(child.trim_end_matches('/'), depth + 1)?;
-                    }
-                    return Ok(());
-                }
-                if self.suffix.is_some_and(|s| !path.ends_with(s)) {
-                    return Ok(());
-                }
-                if meta.size > MAX_FILE_BYTES {
-                    self.files_skipped += 1;
-                    return Ok(());
-                }
-                if meta.size == 0 {
-                    // Nothing to match, and nothing to wait on: a named pipe reports no
-                    // size, and reading one waits for a writer.
-                    self.files_searched += 1;
-                    return Ok(());
-                }
-                let Ok(text) = self.ctx.files().read(path) else {
-                    self.files_skipped += 1; // binary or unreadable
-                    return Ok(());
-                };
-                self.files_searched += 1;
-                for (n, line) in text.lines().enumerate() {
-                    if self.done() {
-                        break;
-                    }
-                    if self.regex.is_match(line) {
-                        self.matches += 1;
-                        let _ = writeln!(self.out, "{path}:{}: {}", n + 1, line.trim_end());
-                        if self.out.len() > MAX_OUTPUT_BYTES {
-                            self.truncated = true;
-                        }
-                    }
-                }
-                Ok(())
-            }
-        }
-
         ctx.log().debug(format_args!(
             "grep '{pattern}': {} matches in {} files",
             search.matches, search.files_searched
