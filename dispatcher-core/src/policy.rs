@@ -6,11 +6,11 @@
 //!
 //! ```toml
 //! [tool_confirmation.default]
-//! NONE = "auto"        # never prompt
-//! READ = "auto"
-//! WRITE = "prompt"     # the defaults: write, execute and network prompt
-//! EXECUTE = "prompt"
-//! NETWORK = "prompt"
+//! none = "auto"        # never prompt
+//! read = "auto"
+//! write = "prompt"     # the defaults: write, execute and network prompt
+//! execute = "prompt"
+//! network = "prompt"
 //!
 //! [tool_confirmation.per_tool]
 //! git_status = "auto"
@@ -20,7 +20,7 @@
 //! trusted_workspaces = ["~/code/myproject"]
 //!
 //! [tool_confirmation.trusted_workspace_overrides]
-//! EXECUTE = "prompt"
+//! execute = "prompt"
 //! ```
 //!
 //! Class names are accepted in upper or lower case; modes are `auto`, `prompt`, `deny`.

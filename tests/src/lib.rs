@@ -5,6 +5,7 @@
 //! into `target/fixtures`, and makes packages of them the way `cargo xtask plugin package`
 //! does.
 
+pub mod docs;
 pub mod redis_server;
 
 use std::path::{Path, PathBuf};

@@ -768,3 +768,33 @@ fn declarations_re_exports_comments_and_strings_are_not_circles() {
         None
     );
 }
+
+#[test]
+fn the_architecture_page_names_every_crate_and_only_paths_that_exist() {
+    let repo = toolhost_tests::repo_root();
+    let page = std::fs::read_to_string(repo.join("docs/architecture.md")).unwrap();
+    let named: Vec<&str> = page
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| s.contains('/') && !s.contains(' ') && !s.starts_with('/'))
+        .collect();
+    let missing: Vec<&&str> = named.iter().filter(|p| !repo.join(p).exists()).collect();
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md names paths that are not in the tree: {missing:?}"
+    );
+    let unlisted: Vec<String> = packages()
+        .iter()
+        .map(|p| {
+            let manifest = PathBuf::from(p["manifest_path"].as_str().unwrap());
+            let dir = manifest.parent().unwrap().strip_prefix(&repo).unwrap().to_path_buf();
+            format!("{}/", dir.display())
+        })
+        .filter(|dir| !named.contains(&dir.as_str()))
+        .collect();
+    assert!(
+        unlisted.is_empty(),
+        "docs/architecture.md's crate map leaves out {unlisted:?}: add a row for each"
+    );
+}

@@ -1,20 +1,14 @@
-//! The README's commands, run as written where a test can run them.
+//! The commands of the README and docs/, run as written where a test can run them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::process::Command;
 
-/// The first ```sh block after `heading` in the README.
-fn sh_block(heading: &str) -> &'static str {
-    let readme = include_str!("../../README.md");
-    let after = &readme[readme.find(heading).expect("heading in README")..];
-    let start = after.find("```sh\n").expect("a sh block") + "```sh\n".len();
-    &after[start..start + after[start..].find("```").expect("the block's end")]
-}
+use toolhost_tests::docs;
 
 #[test]
 fn install_and_try_it_runs_as_written() {
-    let block = sh_block("## Install and try it");
+    let block = docs::block("## Install and try it", "sh");
     let (install, rest) = block.split_once('\n').unwrap();
     // `cargo install` is the one line not run here: the test puts the binary it built on
     // PATH instead (a release build would take minutes).
@@ -54,25 +48,13 @@ fn install_and_try_it_runs_as_written() {
     }
 }
 
-/// Every ```toml block after `heading` in the README, up to the next `## ` heading.
-fn toml_blocks(heading: &str) -> Vec<&'static str> {
-    let readme = include_str!("../../README.md");
-    let after = &readme[readme.find(heading).expect("heading in README") + heading.len()..];
-    let section = &after[..after.find("\n## ").unwrap_or(after.len())];
-    section
-        .split("```toml\n")
-        .skip(1)
-        .map(|b| &b[..b.find("```").expect("the block's end")])
-        .collect()
-}
-
 #[test]
 fn the_mcp_server_entries_shown_are_accepted_as_written() {
-    let blocks = toml_blocks("### Other MCP servers as toolsets");
+    let blocks = docs::blocks("### Other MCP servers as toolsets", "toml");
     assert_eq!(blocks.len(), 2, "{blocks:?}");
     for block in blocks {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("toolhost.toml"), block).unwrap();
+        std::fs::write(dir.path().join("toolhost.toml"), &block).unwrap();
         // Approving a server that is not there reads the whole configuration (and starts
         // no server): a key the README shows that toolhost refused would be named instead.
         let out = Command::new(env!("CARGO_BIN_EXE_toolhost"))

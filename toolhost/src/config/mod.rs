@@ -779,13 +779,9 @@ mod tests {
         assert!(e.contains("hooks.pre_tool_use[0].command"), "{e}");
     }
 
-    /// The ```toml block after `heading` in the README.
-    fn readme_block(heading: &str) -> &'static str {
-        let readme = include_str!("../../../README.md");
-        let after = &readme[readme.find(heading).expect("heading in README")..];
-        let start = after.find("```toml\n").expect("a toml block") + "```toml\n".len();
-        let len = after[start..].find("```").expect("the block ends");
-        &after[start..start + len]
+    /// The ```toml block after `marker` in the README or docs/.
+    fn readme_block(marker: &str) -> String {
+        toolhost_tests::docs::block(marker, "toml")
     }
 
     #[test]
@@ -845,7 +841,7 @@ mod tests {
 
     #[test]
     fn readme_http_hosts_block_loads_as_written() {
-        let c = parse(readme_block("**Outgoing HTTP**")).unwrap();
+        let c = parse(&readme_block("**Outgoing HTTP**")).unwrap();
         assert_eq!(
             c.plugins["weather"].http_hosts.entries(),
             ["api.weather.example", "127.0.0.1:8080", "*.cdn.example"]
@@ -854,14 +850,14 @@ mod tests {
 
     #[test]
     fn readme_configuration_block_loads_as_written_and_is_the_defaults() {
-        let block = readme_block("## Configuration: `toolhost.toml`");
-        let c = parse(block).unwrap_or_else(|e| panic!("{e}\n{block}"));
+        let block = readme_block("## `toolhost.toml`");
+        let c = parse(&block).unwrap_or_else(|e| panic!("{e}\n{block}"));
         assert_eq!(c, Config::default(), "the README block shows the defaults");
     }
 
     #[test]
     fn readme_mcp_servers_block_loads_as_written() {
-        let c = parse(readme_block("### Other MCP servers as toolsets")).unwrap();
+        let c = parse(&readme_block("### Other MCP servers as toolsets")).unwrap();
         let s = &c.mcp_servers[0];
         assert_eq!((s.id.as_str(), s.prefix.as_str()), ("github", "gh"));
         assert_eq!(s.side_effects["get_issue"], SideEffect::Read);
@@ -880,7 +876,7 @@ mod tests {
     fn the_sandbox_docs_blocks_load_as_written_and_show_the_defaults() {
         let c = parse(sandbox_doc_block("Every key, with its default")).unwrap();
         assert_eq!(c.sandbox, ::sandbox::Settings::default());
-        let c = parse(readme_block("## Sandbox\n")).unwrap();
+        let c = parse(&readme_block("## Sandbox\n")).unwrap();
         assert_eq!(c.sandbox.deny_read, [PathBuf::from("**/.env")]);
         assert!(c.sandbox.network.enabled);
         assert_eq!(c.sandbox.env.keep, ["CARGO_REGISTRY_TOKEN"]);
@@ -961,7 +957,7 @@ mod tests {
 
     #[test]
     fn readme_http_mcp_server_block_loads_as_written() {
-        let c = parse(readme_block("Or a server reached over streamable HTTP:")).unwrap();
+        let c = parse(&readme_block("Or a server reached over streamable HTTP:")).unwrap();
         let s = &c.mcp_servers[0];
         assert_eq!(s.url.as_deref(), Some("https://mcp.example.com/mcp"));
         assert_eq!(s.bearer_token_env.as_deref(), Some("REMOTE_MCP_TOKEN"));
