@@ -140,7 +140,6 @@ pub(crate) async fn count(
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::store::MemoryStore;
 

@@ -229,7 +229,6 @@ pub fn definition(format: &str, listing: &ToolListing) -> Option<Value> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -416,7 +416,6 @@ impl Store for Unreachable {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

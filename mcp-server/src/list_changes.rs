@@ -46,7 +46,6 @@ pub async fn tell_of_changes<T, Fut>(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use std::sync::{Arc, Mutex};
 

@@ -241,7 +241,6 @@ pub(crate) async fn tell_call(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -156,7 +156,6 @@ pub fn requested_ttl(params: &Value) -> Option<std::time::Duration> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

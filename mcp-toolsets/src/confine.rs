@@ -169,7 +169,6 @@ pub(crate) fn confine(
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

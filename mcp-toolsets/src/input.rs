@@ -136,7 +136,6 @@ pub(crate) fn fill(schema: &Value) -> Option<Map<String, Value>> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -239,7 +239,6 @@ impl Toolset for McpToolset {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use rmcp::model::{Tool, ToolAnnotations};
 

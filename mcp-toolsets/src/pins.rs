@@ -349,7 +349,6 @@ pub(crate) fn check(
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use std::sync::Arc;
 

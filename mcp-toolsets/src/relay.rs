@@ -235,7 +235,6 @@ impl Drop for RouteGuard {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

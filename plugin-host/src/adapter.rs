@@ -129,7 +129,6 @@ impl Tool for PluginTool {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
 
     use serde_json::json;
     use tool_api::testing::TestHost;

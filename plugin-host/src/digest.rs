@@ -180,7 +180,6 @@ pub(crate) fn write_json(file: &Path, value: &impl Serialize) -> io::Result<()> 
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

@@ -307,7 +307,6 @@ fn open_checked(path: &Path, remembered: Option<(&str, &Layouts)>) -> Result<Lib
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     /// Whether an open of `path` now would be this process's first of that path and file

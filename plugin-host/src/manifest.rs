@@ -285,7 +285,6 @@ impl Manifest {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
 
     use super::*;
 

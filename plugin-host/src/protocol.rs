@@ -296,7 +296,6 @@ pub fn read_frame<T: for<'de> Deserialize<'de>>(input: &mut impl Read) -> io::Re
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

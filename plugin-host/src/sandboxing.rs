@@ -297,7 +297,6 @@ pub(crate) fn with_tmp(c: &Confinement, tmp: &Path) -> Confinement {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

@@ -284,7 +284,6 @@ fn decode_signature(text: &str) -> Result<Signature, String> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

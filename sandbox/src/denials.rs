@@ -218,7 +218,6 @@ fn paths_in(line: &str) -> Vec<PathBuf> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn explainer(mode: CommandMode) -> (tempfile::TempDir, Explainer) {

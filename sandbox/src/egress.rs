@@ -553,7 +553,6 @@ fn copy(mut from: TcpStream, mut to: TcpStream) {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use std::io::BufRead;
 

@@ -104,7 +104,6 @@ impl EnvSettings {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn vars(names: &[&str]) -> Vec<(OsString, OsString)> {

@@ -88,7 +88,6 @@ fn matches_name(pattern: &[u8], name: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn m(pattern: &str, path: &str) -> bool {

@@ -253,7 +253,6 @@ pub fn is_internal(ip: IpAddr) -> bool {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

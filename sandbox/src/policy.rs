@@ -192,7 +192,6 @@ impl std::fmt::Display for CommandMode {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

@@ -642,7 +642,6 @@ pub struct Hidden {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[derive(Deserialize)]

@@ -275,7 +275,6 @@ pub struct Unenforceable {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn support(landlock: Result<i32, String>) -> Support {

@@ -8,8 +8,8 @@
 //! `pub use` is a module's front door, not an import of its own; what a module's ancestors
 //! define is its to use (the parent declared it for that), so only the other imports can
 //! close a circle. Comments and string literals are left out: a doc link is not an import.
+#![cfg(test)]
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //! what was denied and which setting allows it), and building and running something inside
 //! the workspace works; `read-only` reaches the file API too.
 #![cfg(target_os = "linux")]
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod common;
 

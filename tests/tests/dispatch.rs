@@ -1,5 +1,5 @@
 //! Dispatcher behaviour beyond the required list in `spec.rs`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod common;
 

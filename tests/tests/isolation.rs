@@ -2,7 +2,7 @@
 //! its worker), as an `execution_error` naming the plugin and the cause; other calls and
 //! plugins go on, the host (this test process) lives, and the worker restarts on the next
 //! call. Also: signatures decide where a package runs.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod common;
 

@@ -2,7 +2,7 @@
 //!
 //! They run in their own test binary with one global `tracing` subscriber (scoped
 //! subscribers race on callsite interest when tests run in parallel), one test at a time.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 // The serializing lock is held across awaits on purpose: each test has its own runtime.
 #![allow(clippy::await_holding_lock)]
 

@@ -5,7 +5,7 @@
 //! its egress proxy to the hosts it is allowed, and nowhere else; an `execute` plugin
 //! starts programs that write the workspace and nothing else.
 #![cfg(target_os = "linux")]
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod common;
 

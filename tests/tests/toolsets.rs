@@ -1,5 +1,5 @@
 //! Toolsets: prefix routing, per-session vs shared binding, allowlists, name shortening.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -7,7 +7,7 @@
 //! componentize-js: `cargo xtask test` builds them
 //! and names their folder in `TOOLHOST_TEST_COMPONENTS` (by hand:
 //! `TOOLHOST_TEST_COMPONENTS=$(cargo xtask wasm-fixtures) cargo test --test wasm`).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod common;
 

@@ -2,7 +2,7 @@
 //! its plugin's `http_hosts` lists through `wasi:http`, and nothing else; a request the
 //! host refuses is named in the call's error, and a request that hangs is stopped with
 //! its call. The component is `tests/fixtures/wasm/fetch` (JavaScript, `fetch()`).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod common;
 

@@ -1,5 +1,5 @@
 //! Unit tests of the ABI types and the export macro, run in-process.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

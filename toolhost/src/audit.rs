@@ -195,7 +195,6 @@ fn repair(path: &Path) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use std::sync::Arc;
 

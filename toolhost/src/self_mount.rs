@@ -68,7 +68,6 @@ pub fn env_for_server(file: &Path, id: &str) -> Vec<(String, String)> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

@@ -4,7 +4,7 @@
 //! `prefix = ""`, over HTTP (both eras) and over stdio. What passes directly must pass
 //! through toolhost, check by check; `conformance/baseline.yml` lists what fails through
 //! toolhost, and only what fails directly too may be there.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};

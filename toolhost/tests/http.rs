@@ -1,6 +1,6 @@
 //! `toolhost serve --http` (and `serve --mcp --control`) driven over raw HTTP/1.1, as a
 //! third-party client, a load balancer and a browser would.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;

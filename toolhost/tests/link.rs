@@ -1,7 +1,7 @@
 //! How the `toolhost` binary is linked (`toolhost/build.rs`): on x86_64 Linux with glibc,
 //! the code an idle server never runs sits in a section of its own after the rest, and the
 //! relative relocations are packed when the glibc it was built against can load them.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 #![cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
 
 /// The section names of an ELF64 little-endian file.

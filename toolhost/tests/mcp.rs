@@ -1,5 +1,5 @@
 //! `toolhost serve --mcp` driven by an rmcp client, as a third-party MCP client would.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 use std::path::Path;
 use std::time::{Duration, Instant};

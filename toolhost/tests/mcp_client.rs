@@ -1,6 +1,6 @@
 //! toolhost as a client of MCP servers: the fixture server (including one that crashes and
 //! one that never answers initialize) and toolhost itself.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 use std::path::Path;
 use std::process::{Command, Output};

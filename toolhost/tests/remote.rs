@@ -2,7 +2,7 @@
 //! the front (A) validates, asks and records the call; the runner (B), another
 //! `toolhost serve --http` behind a bearer token, runs it in its own workspace. Output,
 //! errors and cancellation come back.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 use std::path::Path;
 use std::time::Duration;

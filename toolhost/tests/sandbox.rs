@@ -5,7 +5,7 @@
 //! naming what is missing and the one setting that accepts the risk, and
 //! `allow_unsandboxed` runs them unconfined and says so everywhere.
 #![cfg(target_os = "linux")]
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};

@@ -3,7 +3,7 @@
 //! tasks becomes one, `tasks/get` brings its result, `tasks/update` answers what it asks,
 //! `tasks/cancel` stops it, and only its own principal sees it. The conformance suite
 //! (tests/conformance.rs) checks the wire shapes against a mounted server's tasks.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! What an operator watches: Prometheus metrics on `GET /metrics`, and OpenTelemetry spans
 //! sent over OTLP/HTTP (JSON) to a receiver in the test that decodes what arrives, the
 //! client's W3C trace context (`_meta.traceparent`) as their parent.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;

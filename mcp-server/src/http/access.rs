@@ -242,7 +242,6 @@ pub fn load_tokens(file: Option<&std::path::Path>) -> Result<Vec<String>, String
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

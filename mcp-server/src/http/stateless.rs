@@ -267,7 +267,6 @@ fn json_response(message: &ServerJsonRpcMessage) -> Response {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::expect_used)]
     use super::*;
 
     /// A `POST` with the headers a plain 2026-07-28 `tools/call` of `read_file` carries.

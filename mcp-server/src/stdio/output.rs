@@ -162,7 +162,6 @@ async fn write_out<W: AsyncWrite + Unpin>(
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use std::time::Duration;
 
     use tokio::io::AsyncReadExt;

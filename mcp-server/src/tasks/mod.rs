@@ -474,7 +474,6 @@ impl TaskHandle {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use rmcp::model::{ContentBlock, ElicitRequest, ElicitRequestParams};

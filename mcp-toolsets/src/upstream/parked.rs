@@ -93,7 +93,6 @@ impl ParkedCalls {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -1,5 +1,5 @@
 //! Shared helpers for the integration tests.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code)]
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};

@@ -188,7 +188,6 @@ fn last_segment(path: &str) -> &str {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn scan(source: &str, types: &[&str], classes: &[SideEffect]) -> Vec<String> {

@@ -596,7 +596,6 @@ impl Config {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use dispatcher_core::Mode;
     use tool_api::SideEffect;

@@ -51,7 +51,6 @@ impl<'de> Deserialize<'de> for PluginGrant {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[derive(Deserialize)]

@@ -95,7 +95,6 @@ fn open_redis(url: &str) -> Result<Arc<dyn Store>, String> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

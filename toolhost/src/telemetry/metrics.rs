@@ -229,7 +229,6 @@ fn escape(value: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use dispatcher_core::DecidedBy;
 

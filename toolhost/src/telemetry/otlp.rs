@@ -392,7 +392,6 @@ async fn post(client: &reqwest::Client, config: &TracesConfig, body: &Value) -> 
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn env(vars: &[(&str, &str)]) -> Result<Option<TracesConfig>, String> {

@@ -1,6 +1,6 @@
 //! What the tests of `toolhost serve` share: starting a server, a workspace.
 #![allow(dead_code, reason = "each test file uses part of it")]
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 pub mod raw_http;
 

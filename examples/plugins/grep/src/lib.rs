@@ -235,7 +235,6 @@ export_plugin!(
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use tool_api::Tool;
     use tool_api::testing::TestHost;

@@ -52,7 +52,6 @@ export_plugin!(
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use tool_api::Tool;
     use tool_api::serde_json::json;
