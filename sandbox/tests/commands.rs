@@ -130,7 +130,7 @@ fn no_hosts() -> Rules {
     )
 }
 
-fn text(o: &Output) -> String {
+fn report(o: &Output) -> String {
     format!(
         "status {:?}\nstdout: {}\nstderr: {}",
         o.status,
@@ -140,15 +140,15 @@ fn text(o: &Output) -> String {
 }
 
 fn assert_ok(o: &Output) {
-    assert!(o.status.success(), "{}", text(o));
+    assert!(o.status.success(), "{}", report(o));
 }
 
 fn assert_refused(o: &Output) {
-    assert!(!o.status.success(), "expected a refusal: {}", text(o));
+    assert!(!o.status.success(), "expected a refusal: {}", report(o));
     assert!(
-        !text(o).contains("hunter2"),
+        !report(o).contains("hunter2"),
         "the secret reached the output: {}",
-        text(o)
+        report(o)
     );
 }
 
@@ -419,7 +419,7 @@ fn the_host_cannot_be_signalled_nor_its_environment_read() {
     assert_refused(&s.run("kill -TERM -- -1"));
     let o = s.run("cat /proc/$HOST/environ");
     assert_refused(&o);
-    assert!(o.stdout.is_empty(), "{}", text(&o));
+    assert!(o.stdout.is_empty(), "{}", report(&o));
 }
 
 #[test]

@@ -20,6 +20,11 @@ pub struct Fixtures {
     dir: PathBuf,
 }
 
+/// A program's output as text (bytes that are not UTF-8 shown as `�`).
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
 /// The repository root.
 pub fn repo_root() -> PathBuf {
     let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));

@@ -10,7 +10,6 @@
 //! close a circle. Comments and string literals are left out: a doc link is not an import.
 #![cfg(test)]
 
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -788,7 +787,12 @@ fn the_architecture_page_names_every_crate_and_only_paths_that_exist() {
         .iter()
         .map(|p| {
             let manifest = PathBuf::from(p["manifest_path"].as_str().unwrap());
-            let dir = manifest.parent().unwrap().strip_prefix(&repo).unwrap().to_path_buf();
+            let dir = manifest
+                .parent()
+                .unwrap()
+                .strip_prefix(&repo)
+                .unwrap()
+                .to_path_buf();
             format!("{}/", dir.display())
         })
         .filter(|dir| !named.contains(&dir.as_str()))

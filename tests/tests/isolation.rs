@@ -6,93 +6,64 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::allow_all;
+use common::plugin_env::PluginEnv;
 use dispatcher_core::{Dispatcher, DispatcherConfig, ErrorClass, SessionSpec, ToolUse};
 use plugin_host::trust::{SecretKey, sign};
 use plugin_host::{Isolation, LoadReport, Outcome, PluginHost, Refusal, WorkerSettings};
 use serde_json::json;
-use toolhost_tests::{fixtures, package_library};
 
-struct Env {
-    plugins: tempfile::TempDir,
-    cache: tempfile::TempDir,
-    workspace: tempfile::TempDir,
-    dispatcher: Dispatcher,
-}
-
-impl Env {
-    /// A dispatcher with a 2 s timeout for `spin` and a 1 s cancel grace.
-    fn new() -> Env {
-        let mut config = DispatcherConfig::default();
-        config
-            .tool_timeouts
-            .insert("spin".into(), Duration::from_secs(2));
-        config.cancel_grace = Duration::from_secs(1);
-        let dispatcher = Dispatcher::builder()
+/// Plugins loaded isolated into a dispatcher with a 2 s timeout for `spin` and a 1 s
+/// cancel grace.
+fn env() -> PluginEnv {
+    let mut config = DispatcherConfig::default();
+    config
+        .tool_timeouts
+        .insert("spin".into(), Duration::from_secs(2));
+    config.cancel_grace = Duration::from_secs(1);
+    PluginEnv::new(
+        Dispatcher::builder()
             .policy(allow_all())
             .config(config)
-            .build();
-        Env {
-            plugins: tempfile::tempdir().unwrap(),
-            cache: tempfile::tempdir().unwrap(),
-            workspace: tempfile::tempdir().unwrap(),
-            dispatcher,
-        }
-    }
+            .build(),
+    )
+}
 
-    /// Packages fixture `name` into the plugin directory.
-    fn add(&self, name: &str) -> PathBuf {
-        package_library(&fixtures().library(name), self.plugins.path(), name)
-    }
+fn host(env: &PluginEnv) -> PluginHost {
+    let mut worker = common::worker_settings();
+    worker.cancel_grace = Duration::from_secs(1);
+    worker.memory_limit = Some(256 << 20);
+    host_with(env, worker)
+}
 
-    fn host(&self) -> PluginHost {
-        let mut worker = common::worker_settings();
-        worker.cancel_grace = Duration::from_secs(1);
-        worker.memory_limit = Some(256 << 20);
-        self.host_with(worker)
-    }
+fn host_with(env: &PluginEnv, worker: WorkerSettings) -> PluginHost {
+    PluginHost::new([env.dir()])
+        .cache_dir(env.cache.path())
+        .worker(worker)
+}
 
-    fn host_with(&self, worker: WorkerSettings) -> PluginHost {
-        PluginHost::new([self.plugins.path()])
-            .cache_dir(self.cache.path())
-            .worker(worker)
-    }
-
-    /// Loads everything isolated and checks it all loaded.
-    fn load(&self) -> LoadReport {
-        let report = self
-            .host()
-            .isolation(Isolation::Process)
-            .load_into(&self.dispatcher);
-        assert_eq!(report.refused().count(), 0, "{:?}", report.lines());
-        report
-    }
-
-    async fn call(&self, tool: &str) -> dispatcher_core::ToolResultBlock {
-        let session = self
-            .dispatcher
-            .open_session(SessionSpec::new("s", self.workspace.path()))
-            .unwrap();
-        self.dispatcher
-            .dispatch(ToolUse::new("tu", tool, json!({})), &session)
-            .await
-    }
+/// Loads everything isolated and checks it all loaded.
+fn load(env: &PluginEnv) -> LoadReport {
+    let report = host(env)
+        .isolation(Isolation::Process)
+        .load_into(&env.dispatcher);
+    assert_eq!(report.refused().count(), 0, "{:?}", report.lines());
+    report
 }
 
 /// The fault call fails as an execution error naming the plugin and `cause`; then the
 /// healthy tool of another plugin and the plugin's own healthy tool (in a restarted
 /// worker) both answer.
 async fn ends_only_the_call(
-    env: &Env,
+    env: &PluginEnv,
     report: &LoadReport,
     plugin: &str,
     fault: &str,
     cause: &str,
 ) {
-    let r = env.call(fault).await;
+    let r = env.call(fault, json!({})).await;
     assert_eq!(r.error_class, Some(ErrorClass::ExecutionError), "{r:?}");
     let text = r.text();
     assert!(
@@ -102,11 +73,11 @@ async fn ends_only_the_call(
     assert!(text.contains(cause), "{cause:?} not in: {text}");
     assert!(text.contains("restarts on the next call"), "{text}");
     assert_eq!(
-        env.call("garbage_ok").await.text(),
+        env.call("garbage_ok", json!({})).await.text(),
         "ok",
         "another plugin goes on"
     );
-    let again = env.call(&format!("{fault}_ok")).await;
+    let again = env.call(&format!("{fault}_ok"), json!({})).await;
     assert_eq!(again.text(), "ok", "the worker restarts: {again:?}");
     let status = report
         .workers
@@ -120,20 +91,25 @@ async fn ends_only_the_call(
 
 #[tokio::test]
 async fn segfault_in_execute_ends_only_the_call() {
-    let env = Env::new();
-    env.add("fault-segv");
-    env.add("fault-garbage");
-    let report = env.load();
+    let env = env();
+    env.add("fault-segv", "fault-segv");
+    env.add("fault-garbage", "fault-garbage");
+    let report = load(&env);
     ends_only_the_call(&env, &report, "fixture-fault-segv", "segv", "signal 11").await;
-    assert!(env.call("segv").await.text().contains("segmentation fault"));
+    assert!(
+        env.call("segv", json!({}))
+            .await
+            .text()
+            .contains("segmentation fault")
+    );
 }
 
 #[tokio::test]
 async fn abort_ends_only_the_call() {
-    let env = Env::new();
-    env.add("fault-abort");
-    env.add("fault-garbage");
-    let report = env.load();
+    let env = env();
+    env.add("fault-abort", "fault-abort");
+    env.add("fault-garbage", "fault-garbage");
+    let report = load(&env);
     ends_only_the_call(
         &env,
         &report,
@@ -146,10 +122,10 @@ async fn abort_ends_only_the_call() {
 
 #[tokio::test]
 async fn panic_in_a_panic_abort_build_ends_only_the_call_and_its_message_is_kept() {
-    let env = Env::new();
-    env.add("fault-panic-abort");
-    env.add("fault-garbage");
-    let report = env.load();
+    let env = env();
+    env.add("fault-panic-abort", "fault-panic-abort");
+    env.add("fault-garbage", "fault-garbage");
+    let report = load(&env);
     ends_only_the_call(
         &env,
         &report,
@@ -162,10 +138,10 @@ async fn panic_in_a_panic_abort_build_ends_only_the_call_and_its_message_is_kept
 
 #[tokio::test]
 async fn memory_bomb_hits_the_worker_limit_and_ends_only_the_call() {
-    let env = Env::new();
-    env.add("fault-memory");
-    env.add("fault-garbage");
-    let report = env.load();
+    let env = env();
+    env.add("fault-memory", "fault-memory");
+    env.add("fault-garbage", "fault-garbage");
+    let report = load(&env);
     ends_only_the_call(
         &env,
         &report,
@@ -178,19 +154,19 @@ async fn memory_bomb_hits_the_worker_limit_and_ends_only_the_call() {
 
 #[tokio::test]
 async fn endless_inline_loop_times_out_and_its_worker_is_killed_after_the_grace() {
-    let env = Env::new();
-    env.add("fault-spin");
-    env.add("fault-garbage");
-    let report = env.load();
+    let env = env();
+    env.add("fault-spin", "fault-spin");
+    env.add("fault-garbage", "fault-garbage");
+    let report = load(&env);
     let started = Instant::now();
-    let r = env.call("spin").await;
+    let r = env.call("spin", json!({})).await;
     assert_eq!(r.error_class, Some(ErrorClass::Timeout), "{r:?}");
     let took = started.elapsed();
     assert!(
         took < Duration::from_secs(10),
         "stopped at its timeout, took {took:?}"
     );
-    assert_eq!(env.call("garbage_ok").await.text(), "ok");
+    assert_eq!(env.call("garbage_ok", json!({})).await.text(), "ok");
     // The loop ignores cancellation: after the 1 s grace its worker is killed.
     let worker = report
         .workers
@@ -207,7 +183,7 @@ async fn endless_inline_loop_times_out_and_its_worker_is_killed_after_the_grace(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(
-        env.call("spin_ok").await.text(),
+        env.call("spin_ok", json!({})).await.text(),
         "ok",
         "a new worker answers"
     );
@@ -216,11 +192,11 @@ async fn endless_inline_loop_times_out_and_its_worker_is_killed_after_the_grace(
 
 #[tokio::test]
 async fn garbage_on_stdout_and_stderr_never_reaches_the_protocol() {
-    let env = Env::new();
-    env.add("fault-garbage");
-    env.load();
+    let env = env();
+    env.add("fault-garbage", "fault-garbage");
+    load(&env);
     for _ in 0..3 {
-        let r = env.call("garbage").await;
+        let r = env.call("garbage", json!({})).await;
         assert!(!r.is_error(), "{r:?}");
         assert_eq!(r.text(), "the real answer");
     }
@@ -230,9 +206,9 @@ async fn garbage_on_stdout_and_stderr_never_reaches_the_protocol() {
 /// end says so, and the next call starts a new one.
 #[tokio::test]
 async fn a_worker_the_host_stops_is_not_reported_as_crashed() {
-    let env = Env::new();
-    env.add("good");
-    let report = env.load();
+    let env = env();
+    env.add("good", "good");
+    let report = load(&env);
     let worker = &report.workers[0];
     worker.stop();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -265,11 +241,10 @@ async fn a_worker_the_host_stops_is_not_reported_as_crashed() {
 
 #[tokio::test]
 async fn worker_that_exits_at_start_up_refuses_only_its_package() {
-    let env = Env::new();
+    let env = env();
     toolhost_tests::package_crash_on_load(env.plugins.path(), "crash-on-load");
-    env.add("fault-garbage");
-    let report = env
-        .host()
+    env.add("fault-garbage", "fault-garbage");
+    let report = host(&env)
         .isolation(Isolation::Process)
         .load_into(&env.dispatcher);
     let refused: Vec<_> = report.refused().collect();
@@ -280,15 +255,14 @@ async fn worker_that_exits_at_start_up_refuses_only_its_package() {
     assert!(detail.contains("exited at start-up"), "{detail}");
     assert!(detail.contains("signal 6"), "{detail}");
     assert_eq!(report.loaded().count(), 1);
-    assert_eq!(env.call("garbage_ok").await.text(), "ok");
+    assert_eq!(env.call("garbage_ok", json!({})).await.text(), "ok");
 }
 
 #[tokio::test]
 async fn a_missing_worker_program_is_a_refusal_naming_it() {
-    let env = Env::new();
-    env.add("good");
-    let report = env
-        .host_with(WorkerSettings::new("/no/such/worker", ["x"]))
+    let env = env();
+    env.add("good", "good");
+    let report = host_with(&env, WorkerSettings::new("/no/such/worker", ["x"]))
         .isolation(Isolation::Process)
         .load_into(&env.dispatcher);
     let text = report.refused().next().unwrap().1.to_string();
@@ -300,10 +274,10 @@ async fn a_missing_worker_program_is_a_refusal_naming_it() {
 
 #[tokio::test]
 async fn a_panic_abort_build_loads_isolated() {
-    let env = Env::new();
-    env.add("abort");
-    env.load();
-    let r = env.call("abort_echo").await;
+    let env = env();
+    env.add("abort", "abort");
+    load(&env);
+    let r = env.call("abort_echo", json!({})).await;
     assert!(!r.is_error(), "{r:?}");
 }
 
@@ -324,12 +298,11 @@ fn isolation_of(report: &LoadReport) -> Vec<(String, Isolation, Option<String>)>
 
 #[tokio::test]
 async fn auto_loads_a_package_signed_by_a_trusted_key_in_process_and_others_isolated() {
-    let env = Env::new();
+    let env = env();
     let key = SecretKey::from_seed([9; 32]);
-    sign(&env.add("good"), &key).unwrap();
-    env.add("fault-garbage");
-    let report = env
-        .host()
+    sign(&env.add("good", "good"), &key).unwrap();
+    env.add("fault-garbage", "fault-garbage");
+    let report = host(&env)
         .trusted_keys([key.public()])
         .load_into(&env.dispatcher);
     let mut got = isolation_of(&report);
@@ -361,11 +334,10 @@ async fn auto_loads_a_package_signed_by_a_trusted_key_in_process_and_others_isol
 
 #[tokio::test]
 async fn a_per_plugin_setting_overrides_the_signature() {
-    let env = Env::new();
+    let env = env();
     let key = SecretKey::from_seed([9; 32]);
-    sign(&env.add("good"), &key).unwrap();
-    let report = env
-        .host()
+    sign(&env.add("good", "good"), &key).unwrap();
+    let report = host(&env)
         .trusted_keys([key.public()])
         .isolate("fixture-good", Isolation::Process)
         .load_into(&env.dispatcher);
@@ -378,8 +350,8 @@ fn only_refusal(report: &LoadReport) -> Refusal {
     refused[0].1.clone()
 }
 
-fn required(env: &Env, key: &SecretKey) -> LoadReport {
-    env.host()
+fn required(env: &PluginEnv, key: &SecretKey) -> LoadReport {
+    host(env)
         .trusted_keys([key.public()])
         .require_signatures(true)
         .load_into(&env.dispatcher)
@@ -387,7 +359,7 @@ fn required(env: &Env, key: &SecretKey) -> LoadReport {
 
 #[tokio::test]
 async fn require_signatures_refuses_an_unsigned_package_before_opening_it() {
-    let env = Env::new();
+    let env = env();
     // crash-on-load aborts whatever process opens it: refused without opening means alive.
     toolhost_tests::package_crash_on_load(env.plugins.path(), "crash-on-load");
     let key = SecretKey::from_seed([3; 32]);
@@ -401,9 +373,9 @@ async fn require_signatures_refuses_an_unsigned_package_before_opening_it() {
 
 #[tokio::test]
 async fn require_signatures_refuses_a_tampered_library() {
-    let env = Env::new();
+    let env = env();
     let key = SecretKey::from_seed([3; 32]);
-    let pkg = env.add("good");
+    let pkg = env.add("good", "good");
     sign(&pkg, &key).unwrap();
     let lib = std::fs::read_dir(&pkg)
         .unwrap()
@@ -439,9 +411,9 @@ fn edit_manifest(pkg: &std::path::Path, edit: impl FnOnce(&mut plugin_host::Mani
 
 #[tokio::test]
 async fn require_signatures_refuses_a_tampered_manifest() {
-    let env = Env::new();
+    let env = env();
     let key = SecretKey::from_seed([3; 32]);
-    let pkg = env.add("good");
+    let pkg = env.add("good", "good");
     sign(&pkg, &key).unwrap();
     edit_manifest(&pkg, |m| {
         m.tools[0].side_effects = tool_api::SideEffect::Execute
@@ -455,10 +427,10 @@ async fn require_signatures_refuses_a_tampered_manifest() {
 
 #[tokio::test]
 async fn require_signatures_refuses_an_unknown_key_naming_it() {
-    let env = Env::new();
+    let env = env();
     let trusted = SecretKey::from_seed([3; 32]);
     let stranger = SecretKey::from_seed([4; 32]);
-    sign(&env.add("good"), &stranger).unwrap();
+    sign(&env.add("good", "good"), &stranger).unwrap();
     let refusal = only_refusal(&required(&env, &trusted));
     let text = refusal.to_string();
     assert!(text.contains(&stranger.public().id()), "{text}");
@@ -467,19 +439,18 @@ async fn require_signatures_refuses_an_unknown_key_naming_it() {
 
 #[tokio::test]
 async fn a_signed_package_loads_in_process_under_require_signatures() {
-    let env = Env::new();
+    let env = env();
     let key = SecretKey::from_seed([3; 32]);
-    sign(&env.add("good"), &key).unwrap();
+    sign(&env.add("good", "good"), &key).unwrap();
     let report = required(&env, &key);
     assert_eq!(isolation_of(&report)[0].1, Isolation::InProcess);
 }
 
 #[tokio::test]
 async fn an_unknown_key_without_require_signatures_just_runs_isolated() {
-    let env = Env::new();
-    sign(&env.add("good"), &SecretKey::from_seed([4; 32])).unwrap();
-    let report = env
-        .host()
+    let env = env();
+    sign(&env.add("good", "good"), &SecretKey::from_seed([4; 32])).unwrap();
+    let report = host(&env)
         .trusted_keys([SecretKey::from_seed([3; 32]).public()])
         .load_into(&env.dispatcher);
     assert_eq!(isolation_of(&report)[0].1, Isolation::Process);

@@ -4,89 +4,60 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::plugin_env::PluginEnv;
 use common::{allow_all, next_of};
 use dispatcher_core::{Dispatcher, DispatcherConfig, ErrorClass, SessionSpec, ToolUse};
 use plugin_host::{Isolation, Manifest, Outcome, PluginHost, Refusal, digest, package};
 use serde_json::json;
 use toolhost_tests::{fixtures, package_library, write_package};
 
-struct Env {
-    plugins: tempfile::TempDir,
-    cache: tempfile::TempDir,
-    workspace: tempfile::TempDir,
-    dispatcher: Dispatcher,
+fn env() -> PluginEnv {
+    env_with(Dispatcher::builder().policy(allow_all()).build())
 }
 
-impl Env {
-    fn new() -> Env {
-        Env::with(Dispatcher::builder().policy(allow_all()).build())
+/// The built-in tools and plugins, in `dispatcher`.
+fn env_with(dispatcher: Dispatcher) -> PluginEnv {
+    for f in builtin_tools::factories() {
+        dispatcher.register(f).unwrap();
     }
+    PluginEnv::new(dispatcher)
+}
 
-    fn with(dispatcher: Dispatcher) -> Env {
-        for f in builtin_tools::factories() {
-            dispatcher.register(f).unwrap();
-        }
-        Env {
-            plugins: tempfile::tempdir().unwrap(),
-            cache: tempfile::tempdir().unwrap(),
-            workspace: tempfile::tempdir().unwrap(),
-            dispatcher,
-        }
-    }
+/// Loads the plugin directory in the mode under test: in process, or isolated when
+/// `TOOLHOST_TEST_ISOLATION=process` (`cargo xtask test` runs this suite both ways).
+fn load(env: &PluginEnv) -> plugin_host::LoadReport {
+    load_as(env, common::isolation_under_test())
+}
 
-    fn dir(&self) -> &Path {
-        self.plugins.path()
-    }
+/// Loads the plugin directory in process, for behaviour only that mode has.
+fn load_in_process(env: &PluginEnv) -> plugin_host::LoadReport {
+    load_as(env, Isolation::InProcess)
+}
 
-    /// Packages fixture `name` as `dir_name` in the plugin directory.
-    fn add(&self, name: &str, dir_name: &str) -> PathBuf {
-        package_library(&fixtures().library(name), self.dir(), dir_name)
+fn load_as(env: &PluginEnv, isolation: Isolation) -> plugin_host::LoadReport {
+    let report = load_into(env, &env.dispatcher, isolation);
+    for package in report.loaded() {
+        let Outcome::Loaded { isolation: ran, .. } = &package.outcome else {
+            unreachable!()
+        };
+        assert_eq!(*ran, isolation, "{:?}", report.lines());
     }
+    report
+}
 
-    /// Loads the plugin directory in the mode under test: in process, or isolated when
-    /// `TOOLHOST_TEST_ISOLATION=process` (`cargo xtask test` runs this suite both ways).
-    fn load(&self) -> plugin_host::LoadReport {
-        self.load_as(common::isolation_under_test())
-    }
-
-    /// Loads the plugin directory in process, for behaviour only that mode has.
-    fn load_in_process(&self) -> plugin_host::LoadReport {
-        self.load_as(Isolation::InProcess)
-    }
-
-    fn load_as(&self, isolation: Isolation) -> plugin_host::LoadReport {
-        let report = self.load_into(&self.dispatcher, isolation);
-        for package in report.loaded() {
-            let Outcome::Loaded { isolation: ran, .. } = &package.outcome else {
-                unreachable!()
-            };
-            assert_eq!(*ran, isolation, "{:?}", report.lines());
-        }
-        report
-    }
-
-    /// A start over the plugin directory, with this environment's cache (what earlier
-    /// starts remembered), into `dispatcher`.
-    fn load_into(&self, dispatcher: &Dispatcher, isolation: Isolation) -> plugin_host::LoadReport {
-        common::plugin_host([self.dir()], isolation)
-            .cache_dir(self.cache.path())
-            .load_into(dispatcher)
-    }
-
-    fn session(&self) -> dispatcher_core::Session {
-        self.dispatcher
-            .open_session(SessionSpec::new("s", self.workspace.path()))
-            .unwrap()
-    }
-
-    async fn call(&self, tool: &str, input: serde_json::Value) -> dispatcher_core::ToolResultBlock {
-        self.dispatcher
-            .dispatch(ToolUse::new("tu", tool, input), &self.session())
-            .await
-    }
+/// A start over the plugin directory, with this environment's cache (what earlier starts
+/// remembered), into `dispatcher`.
+fn load_into(
+    env: &PluginEnv,
+    dispatcher: &Dispatcher,
+    isolation: Isolation,
+) -> plugin_host::LoadReport {
+    common::plugin_host([env.dir()], isolation)
+        .cache_dir(env.cache.path())
+        .load_into(dispatcher)
 }
 
 fn edit_manifest(package: &Path, edit: impl FnOnce(&mut Manifest)) {
@@ -104,9 +75,9 @@ fn only_refusal(report: &plugin_host::LoadReport) -> Refusal {
 
 #[tokio::test]
 async fn good_package_loads_and_its_tools_dispatch_like_builtins() {
-    let env = Env::new();
+    let env = env();
     env.add("good", "good");
-    let report = env.load();
+    let report = load(&env);
     assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
     let Outcome::Loaded { name, tools, .. } = &report.packages[0].outcome else {
         unreachable!()
@@ -128,7 +99,7 @@ async fn good_package_loads_and_its_tools_dispatch_like_builtins() {
 
 #[tokio::test]
 async fn archive_package_is_unpacked_to_a_cache_named_by_its_checksum() {
-    let env = Env::new();
+    let env = env();
     let staging = tempfile::tempdir().unwrap();
     let folder = package_library(&fixtures().library("good"), staging.path(), "good");
     let m = Manifest::parse(
@@ -144,7 +115,7 @@ async fn archive_package_is_unpacked_to_a_cache_named_by_its_checksum() {
             .to_string_lossy()
             .starts_with("fixture-good-0.1.0-")
     );
-    let report = env.load();
+    let report = load(&env);
     assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
     let digest = digest::sha256_file(&archive).unwrap();
     assert!(
@@ -162,7 +133,7 @@ async fn archive_package_is_unpacked_to_a_cache_named_by_its_checksum() {
 
 #[tokio::test]
 async fn a_changed_copy_in_the_cache_is_unpacked_again_from_the_intact_archive() {
-    let env = Env::new();
+    let env = env();
     let staging = tempfile::tempdir().unwrap();
     let folder = package_library(&fixtures().library("good"), staging.path(), "good");
     let m = Manifest::parse(
@@ -178,7 +149,7 @@ async fn a_changed_copy_in_the_cache_is_unpacked_again_from_the_intact_archive()
     let mut bytes = std::fs::read(&cached).unwrap();
     bytes.extend_from_slice(b"tampered");
     std::fs::write(&cached, &bytes).unwrap();
-    let report = env.load();
+    let report = load(&env);
     assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
     assert_ne!(
         std::fs::read(&cached).unwrap(),
@@ -189,14 +160,14 @@ async fn a_changed_copy_in_the_cache_is_unpacked_again_from_the_intact_archive()
 
 #[tokio::test]
 async fn a_package_refused_from_a_fresh_copy_blames_the_archive() {
-    let env = Env::new();
+    let env = env();
     let staging = tempfile::tempdir().unwrap();
     let folder = package_library(&fixtures().library("good"), staging.path(), "good");
     edit_manifest(&folder, |m| m.sha256 = "0".repeat(64));
     let path = folder.join("plugin.toml");
     let m = Manifest::parse(&path, &std::fs::read_to_string(&path).unwrap()).unwrap();
     package::pack(&folder, &m, env.dir()).unwrap();
-    let refusal = only_refusal(&env.load());
+    let refusal = only_refusal(&load(&env));
     assert!(
         matches!(refusal, Refusal::ChecksumMismatch { .. }),
         "{refusal}"
@@ -205,7 +176,7 @@ async fn a_package_refused_from_a_fresh_copy_blames_the_archive() {
 
 #[tokio::test]
 async fn archive_with_path_traversal_entry_is_refused() {
-    let env = Env::new();
+    let env = env();
     let path = env.dir().join("evil.tar.gz");
     // Hand-made tar header: tar::Builder refuses '..' itself, which is the point.
     let mut header = [0u8; 512];
@@ -226,7 +197,7 @@ async fn archive_with_path_traversal_entry_is_refused() {
     tar.resize(2048, 0);
     let mut gz = flate2_encode(&tar);
     std::fs::write(&path, std::mem::take(&mut gz)).unwrap();
-    let refusal = only_refusal(&env.load());
+    let refusal = only_refusal(&load(&env));
     assert!(
         matches!(&refusal, Refusal::Archive { detail } if detail.contains("../../escaped.txt")),
         "{refusal}"
@@ -275,20 +246,20 @@ fn crc32(bytes: &[u8]) -> u32 {
 
 #[tokio::test]
 async fn garbage_bytes_named_so_are_refused_as_not_a_library() {
-    let env = Env::new();
+    let env = env();
     let pkg = env.add("good", "garbage");
     let lib = pkg.join("libfixture_good.so");
     std::fs::write(&lib, b"this is not an ELF file at all").unwrap();
     let sha = digest::sha256_file(&lib).unwrap();
     edit_manifest(&pkg, |m| m.sha256 = sha);
-    let refusal = only_refusal(&env.load());
+    let refusal = only_refusal(&load(&env));
     assert!(matches!(refusal, Refusal::NotALibrary { .. }), "{refusal}");
     assert!(refusal.to_string().contains("cdylib"), "{refusal}");
 }
 
 #[tokio::test]
 async fn library_without_entry_point_is_refused() {
-    let env = Env::new();
+    let env = env();
     let good = env.add("good", "template");
     let m = Manifest::parse(
         &good.join("plugin.toml"),
@@ -303,17 +274,17 @@ async fn library_without_entry_point_is_refused() {
         ..m
     };
     write_package(&lib, &manifest, env.dir(), "no-entry");
-    let refusal = only_refusal(&env.load());
+    let refusal = only_refusal(&load(&env));
     assert!(matches!(refusal, Refusal::NoEntryPoint { .. }), "{refusal}");
     assert!(refusal.to_string().contains("export_plugin!"), "{refusal}");
 }
 
 #[tokio::test]
 async fn checksum_mismatch_is_refused_before_the_library_is_opened() {
-    let env = Env::new();
+    let env = env();
     let pkg = env.add("good", "tampered");
     edit_manifest(&pkg, |m| m.sha256 = "0".repeat(64));
-    let refusal = only_refusal(&env.load());
+    let refusal = only_refusal(&load(&env));
     assert!(
         matches!(refusal, Refusal::ChecksumMismatch { .. }),
         "{refusal}"
@@ -327,10 +298,10 @@ async fn checksum_mismatch_is_refused_before_the_library_is_opened() {
 
 #[tokio::test]
 async fn wrong_target_triple_is_refused() {
-    let env = Env::new();
+    let env = env();
     let pkg = env.add("good", "foreign");
     edit_manifest(&pkg, |m| m.target = "aarch64-apple-darwin".into());
-    let refusal = only_refusal(&env.load());
+    let refusal = only_refusal(&load(&env));
     assert_eq!(
         refusal.to_string(),
         format!(
@@ -343,19 +314,19 @@ async fn wrong_target_triple_is_refused() {
 
 #[tokio::test]
 async fn panic_abort_build_is_refused_before_loading() {
-    let env = Env::new();
+    let env = env();
     env.add("abort", "abort");
-    let refusal = only_refusal(&env.load_in_process());
+    let refusal = only_refusal(&load_in_process(&env));
     assert_eq!(refusal, Refusal::PanicAbort);
     assert!(refusal.to_string().contains("panic = \"unwind\""));
 }
 
 #[tokio::test]
 async fn panic_abort_build_with_a_lying_manifest_is_refused_after_loading() {
-    let env = Env::new();
+    let env = env();
     let pkg = env.add("abort", "liar");
     edit_manifest(&pkg, |m| m.unwinds = true);
-    assert_eq!(only_refusal(&env.load_in_process()), Refusal::PanicAbort);
+    assert_eq!(only_refusal(&load_in_process(&env)), Refusal::PanicAbort);
     assert!(
         env.call("abort_echo", json!({})).await.is_error(),
         "no tool of it was registered"
@@ -364,9 +335,9 @@ async fn panic_abort_build_with_a_lying_manifest_is_refused_after_loading() {
 
 #[tokio::test]
 async fn tool_name_clash_is_refused_naming_both_owners_and_registers_nothing() {
-    let env = Env::new();
+    let env = env();
     env.add("dup-name", "dup");
-    let refusal = only_refusal(&env.load());
+    let refusal = only_refusal(&load(&env));
     let text = refusal.to_string();
     assert!(
         text.contains("read_file")
@@ -386,7 +357,7 @@ async fn tool_name_clash_is_refused_naming_both_owners_and_registers_nothing() {
 
 #[tokio::test]
 async fn manifest_and_library_tool_lists_must_agree() {
-    let env = Env::new();
+    let env = env();
     let pkg = env.add("good", "extra-listed");
     edit_manifest(&pkg, |m| {
         m.tools.push(plugin_host::ManifestTool {
@@ -395,7 +366,7 @@ async fn manifest_and_library_tool_lists_must_agree() {
         });
         m.tools.retain(|t| t.name != "log_levels");
     });
-    let text = only_refusal(&env.load()).to_string();
+    let text = only_refusal(&load(&env)).to_string();
     assert!(
         text.contains("listed but not in the library: ghost"),
         "{text}"
@@ -408,7 +379,7 @@ async fn manifest_and_library_tool_lists_must_agree() {
 
 #[tokio::test]
 async fn side_effects_must_match_the_manifest() {
-    let env = Env::new();
+    let env = env();
     let pkg = env.add("good", "understated");
     edit_manifest(&pkg, |m| {
         for t in &mut m.tools {
@@ -417,7 +388,7 @@ async fn side_effects_must_match_the_manifest() {
             }
         }
     });
-    let refusal = only_refusal(&env.load());
+    let refusal = only_refusal(&load(&env));
     assert!(
         matches!(refusal, Refusal::SideEffectMismatch { .. }),
         "{refusal}"
@@ -426,12 +397,12 @@ async fn side_effects_must_match_the_manifest() {
 
 #[tokio::test]
 async fn unknown_manifest_key_is_refused_naming_the_key() {
-    let env = Env::new();
+    let env = env();
     let pkg = env.add("good", "typo");
     let path = pkg.join("plugin.toml");
     let text = std::fs::read_to_string(&path).unwrap();
     std::fs::write(&path, format!("sha265 = \"x\"\n{text}")).unwrap();
-    let text = only_refusal(&env.load()).to_string();
+    let text = only_refusal(&load(&env)).to_string();
     assert!(
         text.contains("sha265") && text.contains("plugin.toml") && text.contains("line 1"),
         "{text}"
@@ -440,10 +411,10 @@ async fn unknown_manifest_key_is_refused_naming_the_key() {
 
 #[tokio::test]
 async fn incompatible_major_version_says_what_to_rebuild_with() {
-    let env = Env::new();
+    let env = env();
     let pkg = env.add("good", "future-major");
     edit_manifest(&pkg, |m| m.tool_api = semver::Version::new(2, 0, 0));
-    let text = only_refusal(&env.load()).to_string();
+    let text = only_refusal(&load(&env)).to_string();
     let host = semver::Version::parse(tool_api::TOOL_API_VERSION).unwrap();
     assert_eq!(
         text,
@@ -456,9 +427,9 @@ async fn incompatible_major_version_says_what_to_rebuild_with() {
 
 #[tokio::test]
 async fn plugin_built_against_an_older_minor_loads_in_a_newer_host() {
-    let env = Env::new();
+    let env = env();
     env.add("old-minor", "old");
-    let report = env.load();
+    let report = load(&env);
     assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
     let r = env.call("old_echo", json!({"text": "from 1.0"})).await;
     assert_eq!(r.text(), "from 1.0 (write ok: true, escape ok: false)");
@@ -467,9 +438,9 @@ async fn plugin_built_against_an_older_minor_loads_in_a_newer_host() {
 
 #[tokio::test]
 async fn plugin_built_against_a_newer_minor_loads_when_it_needs_nothing_new() {
-    let env = Env::new();
+    let env = env();
     env.add("new-minor", "new");
-    let report = env.load();
+    let report = load(&env);
     assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
     let r = env.call("new_echo", json!({"text": "from 1.9"})).await;
     assert_eq!(r.text(), "from 1.9 (write ok: true, escape ok: false)");
@@ -477,9 +448,9 @@ async fn plugin_built_against_a_newer_minor_loads_when_it_needs_nothing_new() {
 
 #[tokio::test]
 async fn plugin_needing_a_newer_host_is_refused_with_a_clear_message() {
-    let env = Env::new();
+    let env = env();
     env.add("new-minor-needs", "needs");
-    let refusal = only_refusal(&env.load());
+    let refusal = only_refusal(&load(&env));
     assert_eq!(
         refusal.to_string(),
         format!(
@@ -491,7 +462,7 @@ async fn plugin_needing_a_newer_host_is_refused_with_a_clear_message() {
 
 #[tokio::test]
 async fn panic_in_definitions_refuses_the_package_and_others_still_load() {
-    let env = Env::new();
+    let env = env();
     let good = env.add("good", "b-good");
     let m = Manifest::parse(
         &good.join("plugin.toml"),
@@ -511,7 +482,7 @@ async fn panic_in_definitions_refuses_the_package_and_others_still_load() {
     };
     write_package(&lib, &manifest, env.dir(), "a-bad-defs");
     env.add("panicky", "c-panicky");
-    let report = env.load();
+    let report = load(&env);
     assert_eq!(report.loaded().count(), 2, "{:?}", report.lines());
     let refusal = report.refusal_for(&env.dir().join("a-bad-defs")).unwrap();
     assert!(
@@ -522,10 +493,10 @@ async fn panic_in_definitions_refuses_the_package_and_others_still_load() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn panics_in_plugin_execute_and_factory_are_execution_errors_and_the_host_keeps_serving() {
-    let env = Env::new();
+    let env = env();
     env.add("panicky", "panicky");
     env.add("good", "good");
-    assert_eq!(env.load().loaded().count(), 2);
+    assert_eq!(load(&env).loaded().count(), 2);
     let r = env.call("panic_execute", json!({})).await;
     assert_eq!(r.error_class, Some(ErrorClass::ExecutionError));
     assert!(!r.text().contains("sk-123"), "redacted: {}", r.text());
@@ -544,9 +515,9 @@ async fn panics_in_plugin_execute_and_factory_are_execution_errors_and_the_host_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancellation_reaches_a_plugin_tool() {
-    let env = Env::new();
+    let env = env();
     env.add("good", "good");
-    env.load();
+    load(&env);
     let session = env.session();
     let mut events = session.subscribe();
     let (d, s) = (env.dispatcher.clone(), session.clone());
@@ -569,7 +540,7 @@ async fn cancellation_reaches_a_plugin_tool() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plugin_tool_ignoring_cancellation_is_abandoned_and_the_host_keeps_serving() {
-    let env = Env::with(
+    let env = env_with(
         Dispatcher::builder()
             .config(DispatcherConfig {
                 cancel_grace: Duration::from_millis(200),
@@ -578,7 +549,7 @@ async fn plugin_tool_ignoring_cancellation_is_abandoned_and_the_host_keeps_servi
             .build(),
     );
     env.add("panicky", "panicky");
-    env.load();
+    load(&env);
     let session = env.session();
     let mut events = session.subscribe();
     let (d, s) = (env.dispatcher.clone(), session.clone());
@@ -599,9 +570,9 @@ async fn plugin_tool_ignoring_cancellation_is_abandoned_and_the_host_keeps_servi
 
 #[tokio::test]
 async fn plugin_file_access_has_the_same_workspace_boundary() {
-    let env = Env::new();
+    let env = env();
     env.add("good", "good");
-    env.load();
+    load(&env);
     let r = env
         .call("ws_write", json!({"path": "../escape.txt", "content": "x"}))
         .await;
@@ -638,14 +609,14 @@ async fn plugin_file_access_has_the_same_workspace_boundary() {
 
 #[tokio::test]
 async fn one_bad_package_never_stops_the_others() {
-    let env = Env::new();
+    let env = env();
     env.add("good", "1-good");
     let bad = env.add("good", "2-tampered");
     edit_manifest(&bad, |m| m.sha256 = "f".repeat(64));
     std::fs::create_dir(env.dir().join("3-empty")).unwrap();
     std::fs::copy(fixtures().library("good"), env.dir().join("4-bare.so")).unwrap();
     env.add("old-minor", "5-old");
-    let report = env.load();
+    let report = load(&env);
     let lines = report.lines();
     assert_eq!(report.loaded().count(), 2, "{lines:?}");
     assert_eq!(report.refused().count(), 3, "{lines:?}");
@@ -660,12 +631,12 @@ async fn one_bad_package_never_stops_the_others() {
 
 #[tokio::test]
 async fn a_package_folder_reached_through_a_symlink_loads_and_a_linked_bare_library_is_named() {
-    let env = Env::new();
+    let env = env();
     let elsewhere = tempfile::tempdir().unwrap();
     let package = package_library(&fixtures().library("good"), elsewhere.path(), "good");
     std::os::unix::fs::symlink(&package, env.dir().join("1-linked")).unwrap();
     std::os::unix::fs::symlink(fixtures().library("good"), env.dir().join("2-bare.so")).unwrap();
-    let report = env.load();
+    let report = load(&env);
     let lines = report.lines();
     assert_eq!(report.loaded().count(), 1, "{lines:?}");
     assert!(lines[1].contains("bare library"), "{lines:?}");
@@ -673,7 +644,7 @@ async fn a_package_folder_reached_through_a_symlink_loads_and_a_linked_bare_libr
 
 #[tokio::test]
 async fn a_library_that_is_missing_or_a_folder_is_not_in_the_package() {
-    let env = Env::new();
+    let env = env();
     let library = fixtures().library("good");
     let file_name = library.file_name().unwrap();
     let gone = env.add("good", "1-gone");
@@ -681,7 +652,7 @@ async fn a_library_that_is_missing_or_a_folder_is_not_in_the_package() {
     let folder = env.add("good", "2-folder");
     std::fs::remove_file(folder.join(file_name)).unwrap();
     std::fs::create_dir(folder.join(file_name)).unwrap();
-    let report = env.load();
+    let report = load(&env);
     let lines = report.lines();
     assert_eq!(report.refused().count(), 2, "{lines:?}");
     for line in &lines {
@@ -691,10 +662,10 @@ async fn a_library_that_is_missing_or_a_folder_is_not_in_the_package() {
 
 #[tokio::test]
 async fn a_manifest_that_is_a_folder_is_an_invalid_plugin_toml_not_a_missing_one() {
-    let env = Env::new();
+    let env = env();
     let package = env.dir().join("odd");
     std::fs::create_dir_all(package.join("plugin.toml")).unwrap();
-    let report = env.load();
+    let report = load(&env);
     let lines = report.lines();
     assert!(
         matches!(report.refused().next(), Some((_, Refusal::Manifest { .. }))),
@@ -705,11 +676,11 @@ async fn a_manifest_that_is_a_folder_is_an_invalid_plugin_toml_not_a_missing_one
 
 #[tokio::test]
 async fn a_later_start_where_one_library_changed_loads_every_package_in_directory_order() {
-    let env = Env::new();
+    let env = env();
     for n in 1..=4 {
         env.add("good", &format!("{n}-good"));
     }
-    let first = env.load();
+    let first = load(&env);
     assert_eq!(first.loaded().count(), 1, "{:?}", first.lines());
     // Same bytes in a new file renamed over it (never rewritten in place: this process
     // has it mapped): this start hashes it, and checks the packages after it in parallel.
@@ -719,7 +690,7 @@ async fn a_later_start_where_one_library_changed_loads_every_package_in_director
     std::fs::copy(&second, &copy).unwrap();
     std::fs::rename(&copy, &second).unwrap();
     let later = Dispatcher::new();
-    let report = env.load_into(&later, common::isolation_under_test());
+    let report = load_into(&env, &later, common::isolation_under_test());
     let paths: Vec<_> = report.packages.iter().map(|p| p.path.clone()).collect();
     let expected: Vec<_> = (1..=4)
         .map(|n| env.dir().join(format!("{n}-good")))
@@ -735,7 +706,7 @@ async fn a_later_start_where_one_library_changed_loads_every_package_in_director
 
 #[tokio::test]
 async fn archive_with_too_many_entries_is_refused_not_unpacked() {
-    let env = Env::new();
+    let env = env();
     let staging = tempfile::tempdir().unwrap();
     let mut builder = tar::Builder::new(Vec::new());
     for i in 0..300 {
@@ -751,11 +722,11 @@ async fn archive_with_too_many_entries_is_refused_not_unpacked() {
     let path = staging.path().join("many.tar.gz");
     std::fs::write(&path, flate2_encode(&tar_bytes)).unwrap();
     std::fs::copy(&path, env.dir().join("many.tar.gz")).unwrap();
-    let refusal = only_refusal(&env.load());
+    let refusal = only_refusal(&load(&env));
     assert!(refusal.to_string().contains("256 entries"), "{refusal}");
 }
 
-fn order_log(env: &Env) -> Vec<String> {
+fn order_log(env: &PluginEnv) -> Vec<String> {
     std::fs::read_to_string(env.workspace.path().join("order.log"))
         .unwrap_or_default()
         .lines()
@@ -771,9 +742,9 @@ fn at(log: &[String], entry: &str) -> usize {
 
 #[tokio::test]
 async fn plugin_tool_judges_concurrency_safety_per_call() {
-    let env = Env::new();
+    let env = env();
     env.add("good", "good");
-    assert_eq!(env.load().loaded().count(), 1);
+    assert_eq!(load(&env).loaded().count(), 1);
     let session = env.session();
     let step = |id: &str, dry: bool| {
         ToolUse::new(id, "steps", json!({"tag": id, "ms": 150, "dry_run": dry}))
@@ -805,9 +776,9 @@ async fn plugin_tool_judges_concurrency_safety_per_call() {
 
 #[tokio::test]
 async fn plugin_tool_streams_live_output_through_the_host() {
-    let env = Env::new();
+    let env = env();
     env.add("good", "good");
-    env.load();
+    load(&env);
     let session = env.session();
     let mut events = session.subscribe();
     let r = env
@@ -826,11 +797,11 @@ async fn plugin_tool_streams_live_output_through_the_host() {
 
 #[tokio::test]
 async fn of_two_versions_of_one_plugin_the_newer_loads_and_the_older_is_named_superseded() {
-    let env = Env::new();
+    let env = env();
     env.add("good", "current");
     let older = env.add("good", "older");
     edit_manifest(&older, |m| m.version = semver::Version::new(0, 0, 9));
-    let report = env.load();
+    let report = load(&env);
     assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
     let text = only_refusal(&report).to_string();
     assert!(
@@ -885,9 +856,9 @@ fn definitions_a_host_refuses_are_named_before_the_manifest_is_compared() {
 
 #[tokio::test]
 async fn a_plugin_tools_file_access_is_bounded_by_its_declared_class() {
-    let env = Env::new();
+    let env = env();
     env.add("probe", "probe");
-    env.load();
+    load(&env);
     let session = env.session();
     common::assert_file_access_follows_the_declared_class(
         &env.dispatcher,
@@ -899,9 +870,9 @@ async fn a_plugin_tools_file_access_is_bounded_by_its_declared_class() {
 
 #[tokio::test]
 async fn an_inline_plugin_tool_that_reads_a_file_works() {
-    let env = Env::new();
+    let env = env();
     env.add("probe", "probe");
-    env.load();
+    load(&env);
     std::fs::write(env.workspace.path().join("seen.txt"), "seen").unwrap();
     let r = tokio::time::timeout(
         Duration::from_secs(10),
@@ -914,9 +885,9 @@ async fn an_inline_plugin_tool_that_reads_a_file_works() {
 
 #[tokio::test]
 async fn a_passed_layout_check_is_remembered_for_those_bytes_and_a_later_start_uses_it() {
-    let env = Env::new();
+    let env = env();
     let package = env.add("good", "good");
-    let first = env.load_in_process();
+    let first = load_in_process(&env);
     assert_eq!(first.loaded().count(), 1, "{:?}", first.lines());
     let file = env.cache.path().join(plugin_host::layouts::LAYOUTS_FILE);
     let library = fixtures().library("good");
@@ -930,7 +901,7 @@ async fn a_passed_layout_check_is_remembered_for_those_bytes_and_a_later_start_u
 
     // A later start over the same bytes, with the verdict remembered: it loads and works.
     let later = Dispatcher::builder().policy(allow_all()).build();
-    let report = env.load_into(&later, Isolation::InProcess);
+    let report = load_into(&env, &later, Isolation::InProcess);
     assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
     let session = later
         .open_session(SessionSpec::new("s", env.workspace.path()))
@@ -947,7 +918,7 @@ async fn a_passed_layout_check_is_remembered_for_those_bytes_and_a_later_start_u
     // for bytes no longer there is dropped.
     std::fs::remove_dir_all(&package).unwrap();
     env.add("noisy", "good");
-    let report = env.load_into(&Dispatcher::new(), Isolation::InProcess);
+    let report = load_into(&env, &Dispatcher::new(), Isolation::InProcess);
     assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
     let other_sha = digest::sha256_file(&fixtures().library("noisy")).unwrap();
     let remembered = std::fs::read_to_string(&file).unwrap();
@@ -957,9 +928,9 @@ async fn a_passed_layout_check_is_remembered_for_those_bytes_and_a_later_start_u
 
 #[tokio::test]
 async fn a_library_replaced_under_a_path_this_process_opened_is_not_remembered_as_checked() {
-    let env = Env::new();
+    let env = env();
     let package = env.add("good", "good");
-    let first = env.load_in_process();
+    let first = load_in_process(&env);
     assert_eq!(first.loaded().count(), 1, "{:?}", first.lines());
     // Other bytes under the same path, with a manifest that matches them: the loader hands
     // back the library it already holds for that path, so this process never checks them.
@@ -971,7 +942,7 @@ async fn a_library_replaced_under_a_path_this_process_opened_is_not_remembered_a
     std::fs::remove_dir_all(&package).unwrap();
     package_library(&other, env.dir(), "good");
     let other_sha = digest::sha256_file(&other).unwrap();
-    let again = env.load_into(&Dispatcher::new(), Isolation::InProcess);
+    let again = load_into(&env, &Dispatcher::new(), Isolation::InProcess);
     assert_eq!(again.loaded().count(), 0, "{:?}", again.lines());
     let remembered =
         std::fs::read_to_string(env.cache.path().join(plugin_host::layouts::LAYOUTS_FILE))

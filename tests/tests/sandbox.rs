@@ -14,71 +14,41 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 
 use common::allow_all;
-use dispatcher_core::{Dispatcher, ErrorClass, SessionSpec, ToolResultBlock, ToolUse};
+use common::plugin_env::PluginEnv;
+use dispatcher_core::{Dispatcher, ErrorClass, ToolResultBlock};
 use plugin_host::{Isolation, LoadReport, PluginHost, PluginSandbox, WorkerGrant};
 use serde_json::{Value, json};
-use toolhost_tests::{fixtures, package_library};
-
-struct Env {
-    plugins: tempfile::TempDir,
-    cache: tempfile::TempDir,
-    workspace: tempfile::TempDir,
-    /// Outside the workspace: a stand-in for the user's home, with a secret planted in it.
-    outside: tempfile::TempDir,
-    dispatcher: Dispatcher,
-}
 
 const SECRET: &str = "the-planted-secret-7f3a";
 
-impl Env {
-    fn new() -> Env {
-        let outside = tempfile::tempdir().unwrap();
-        std::fs::write(outside.path().join("id_ed25519"), SECRET).unwrap();
-        Env {
-            plugins: tempfile::tempdir().unwrap(),
-            cache: tempfile::tempdir().unwrap(),
-            workspace: tempfile::tempdir().unwrap(),
-            outside,
-            dispatcher: Dispatcher::builder().policy(allow_all()).build(),
-        }
-    }
+/// A stand-in SSH key planted outside the workspace, on the deny list of the workers.
+fn env() -> PluginEnv {
+    let env = PluginEnv::new(Dispatcher::builder().policy(allow_all()).build());
+    std::fs::write(env.outside("id_ed25519"), SECRET).unwrap();
+    env
+}
 
-    fn host(&self) -> PluginHost {
-        let mut worker = common::worker_settings();
-        worker.sandbox.workspaces = vec![self.workspace.path().to_path_buf()];
-        // The stand-in home's secrets are on the deny list, as `~/.ssh` is.
-        worker.sandbox.settings.deny_read = vec![self.outside.path().join("id_ed25519")];
-        PluginHost::new([self.plugins.path()])
-            .cache_dir(self.cache.path())
-            .isolation(Isolation::Process)
-            .worker(worker)
-    }
+fn host(env: &PluginEnv) -> PluginHost {
+    let mut worker = common::worker_settings();
+    worker.sandbox.workspaces = vec![env.workspace.path().to_path_buf()];
+    // The stand-in home's secrets are on the deny list, as `~/.ssh` is.
+    worker.sandbox.settings.deny_read = vec![env.outside("id_ed25519")];
+    PluginHost::new([env.dir()])
+        .cache_dir(env.cache.path())
+        .isolation(Isolation::Process)
+        .worker(worker)
+}
 
-    /// Packages fixture `name` and loads everything isolated, with `sandbox` for it.
-    fn load(&self, name: &str, sandbox: Option<PluginSandbox>) -> LoadReport {
-        package_library(&fixtures().library(name), self.plugins.path(), name);
-        let mut host = self.host();
-        if let Some(s) = sandbox {
-            host = host.sandbox(format!("fixture-{name}"), s);
-        }
-        let report = host.load_into(&self.dispatcher);
-        assert_eq!(report.refused().count(), 0, "{:?}", report.lines());
-        report
+/// Packages fixture `name` and loads everything isolated, with `sandbox` for it.
+fn load(env: &PluginEnv, name: &str, sandbox: Option<PluginSandbox>) -> LoadReport {
+    env.add(name, name);
+    let mut host = host(env);
+    if let Some(s) = sandbox {
+        host = host.sandbox(format!("fixture-{name}"), s);
     }
-
-    async fn call(&self, tool: &str, input: Value) -> ToolResultBlock {
-        let session = self
-            .dispatcher
-            .open_session(SessionSpec::new("s", self.workspace.path()))
-            .unwrap();
-        self.dispatcher
-            .dispatch(ToolUse::new("tu", tool, input), &session)
-            .await
-    }
-
-    fn outside(&self, name: &str) -> PathBuf {
-        self.outside.path().join(name)
-    }
+    let report = host.load_into(&env.dispatcher);
+    assert_eq!(report.refused().count(), 0, "{:?}", report.lines());
+    report
 }
 
 /// The call failed as a readable execution error that says the OS refused.
@@ -110,8 +80,8 @@ fn nothing_arrived(l: &TcpListener) -> bool {
 
 #[tokio::test]
 async fn every_escape_of_a_none_plugin_fails_at_its_target_and_the_worker_goes_on() {
-    let env = Env::new();
-    let report = env.load("hostile", None);
+    let env = env();
+    let report = load(&env, "hostile", None);
     let host_pid = std::process::id().to_string();
     let inside = env.workspace.path().join("bypass.txt");
     let (listener, port) = listener();
@@ -176,8 +146,8 @@ async fn every_escape_of_a_none_plugin_fails_at_its_target_and_the_worker_goes_o
 
 #[tokio::test]
 async fn the_host_environment_is_not_the_workers() {
-    let env = Env::new();
-    env.load("hostile", None);
+    let env = env();
+    load(&env, "hostile", None);
     for name in ["PATH", "HOME", "CARGO_MANIFEST_DIR"] {
         assert!(std::env::var_os(name).is_some(), "the host has {name}");
         let r = env.call("hostile_env", json!({"name": name})).await;
@@ -188,8 +158,8 @@ async fn the_host_environment_is_not_the_workers() {
 
 #[tokio::test]
 async fn the_worker_reports_the_sandbox_it_applied_before_opening_its_library() {
-    let env = Env::new();
-    let report = env.load("hostile", None);
+    let env = env();
+    let report = load(&env, "hostile", None);
     let status = report.workers[0].status();
     let enforcement = status.sandbox.clone().expect("a sandbox report");
     assert_eq!(enforcement.state, sandbox::State::Enforced, "{status:?}");
@@ -223,9 +193,9 @@ fn assert_proxy_refused(r: &ToolResultBlock, why: &str) {
 
 #[tokio::test]
 async fn a_network_plugin_connects_through_its_proxy_and_still_reads_no_file() {
-    let env = Env::new();
+    let env = env();
     let (listener, port) = listener();
-    env.load("netprobe", Some(allowing(&[&port])));
+    load(&env, "netprobe", Some(allowing(&[&port])));
     let r = env.call("net_connect", json!({"port": port})).await;
     assert_eq!(r.text(), "CONNECTED", "{r:?}");
     listener.set_nonblocking(false).unwrap();
@@ -241,9 +211,9 @@ async fn a_network_plugin_connects_through_its_proxy_and_still_reads_no_file() {
 
 #[tokio::test]
 async fn a_network_plugin_cannot_go_around_its_proxy() {
-    let env = Env::new();
+    let env = env();
     let (listener, port) = listener();
-    env.load("netprobe", Some(allowing(&[&port])));
+    load(&env, "netprobe", Some(allowing(&[&port])));
     let r = env
         .call("net_connect", json!({"port": port, "direct": true}))
         .await;
@@ -254,9 +224,9 @@ async fn a_network_plugin_cannot_go_around_its_proxy() {
 
 #[tokio::test]
 async fn a_host_not_on_a_network_plugins_list_is_refused_by_name() {
-    let env = Env::new();
+    let env = env();
     let (listener, port) = listener();
-    env.load("netprobe", Some(allowing(&["1"])));
+    load(&env, "netprobe", Some(allowing(&["1"])));
     let r = env.call("net_connect", json!({"port": port})).await;
     assert_proxy_refused(
         &r,
@@ -267,8 +237,9 @@ async fn a_host_not_on_a_network_plugins_list_is_refused_by_name() {
 
 #[tokio::test]
 async fn a_network_plugin_narrowed_to_context_only_cannot_connect() {
-    let env = Env::new();
-    env.load(
+    let env = env();
+    load(
+        &env,
         "netprobe",
         Some(PluginSandbox {
             grant: Some(WorkerGrant::default()),
@@ -283,12 +254,12 @@ async fn a_network_plugin_narrowed_to_context_only_cannot_connect() {
 
 #[tokio::test]
 async fn tcp_ports_narrow_where_a_network_plugin_connects() {
-    let env = Env::new();
+    let env = env();
     let (allowed, allowed_port) = listener();
     let (other, other_port) = listener();
     let mut sandbox = allowing(&[&allowed_port, &other_port]);
     sandbox.tcp_ports = Some(vec![allowed_port.parse().unwrap()]);
-    env.load("netprobe", Some(sandbox));
+    load(&env, "netprobe", Some(sandbox));
     let r = env.call("net_connect", json!({"port": other_port})).await;
     assert_proxy_refused(&r, &format!("port {other_port} is not in tcp_ports"));
     assert!(nothing_arrived(&other));
@@ -299,8 +270,8 @@ async fn tcp_ports_narrow_where_a_network_plugin_connects() {
 
 #[tokio::test]
 async fn an_execute_plugins_programs_write_the_workspace_and_nothing_else() {
-    let env = Env::new();
-    env.load("execprobe", None);
+    let env = env();
+    load(&env, "execprobe", None);
     let r = env
         .call(
             "exec_run",
@@ -332,8 +303,9 @@ async fn an_execute_plugins_programs_write_the_workspace_and_nothing_else() {
 
 #[tokio::test]
 async fn a_none_plugin_widened_to_execute_is_logged_and_may_spawn() {
-    let env = Env::new();
-    let report = env.load(
+    let env = env();
+    let report = load(
+        &env,
         "hostile",
         Some(PluginSandbox {
             grant: Some(WorkerGrant {
@@ -351,8 +323,8 @@ async fn a_none_plugin_widened_to_execute_is_logged_and_may_spawn() {
 /// The library itself is all a worker may read of its package: the rest stays closed.
 #[tokio::test]
 async fn a_worker_reads_its_library_and_not_its_package_folder() {
-    let env = Env::new();
-    env.load("hostile", None);
+    let env = env();
+    load(&env, "hostile", None);
     let manifest: PathBuf = env.plugins.path().join("hostile").join("plugin.toml");
     assert!(Path::new(&manifest).exists());
     let r = env
@@ -363,8 +335,9 @@ async fn a_worker_reads_its_library_and_not_its_package_folder() {
 
 #[tokio::test]
 async fn a_plugin_run_unconfined_by_configuration_reaches_outside_and_every_report_says_so() {
-    let env = Env::new();
-    let report = env.load(
+    let env = env();
+    let report = load(
+        &env,
         "hostile",
         Some(PluginSandbox {
             unconfined: true,
@@ -404,12 +377,8 @@ async fn a_plugin_run_unconfined_by_configuration_reaches_outside_and_every_repo
 /// replaced on disk) is stopped before any call reaches it, naming what happened.
 #[tokio::test]
 async fn a_worker_program_that_ignores_its_sandbox_is_refused() {
-    let env = Env::new();
-    package_library(
-        &fixtures().library("hostile"),
-        env.plugins.path(),
-        "hostile",
-    );
+    let env = env();
+    env.add("hostile", "hostile");
     let script = env.outside.path().join("lax-worker.sh");
     std::fs::write(
         &script,
@@ -422,7 +391,7 @@ async fn a_worker_program_that_ignores_its_sandbox_is_refused() {
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let mut worker = common::worker_settings();
     worker.program = script;
-    let report = env.host().worker(worker).load_into(&env.dispatcher);
+    let report = host(&env).worker(worker).load_into(&env.dispatcher);
     let refused: Vec<String> = report.refused().map(|(_, r)| r.to_string()).collect();
     assert_eq!(refused.len(), 1, "{:?}", report.lines());
     assert!(
@@ -435,14 +404,9 @@ async fn a_worker_program_that_ignores_its_sandbox_is_refused() {
 
 #[tokio::test]
 async fn http_hosts_on_a_native_plugin_in_process_is_refused_not_ignored() {
-    let env = Env::new();
-    package_library(
-        &fixtures().library("netprobe"),
-        env.plugins.path(),
-        "netprobe",
-    );
-    let report = env
-        .host()
+    let env = env();
+    env.add("netprobe", "netprobe");
+    let report = host(&env)
         .isolation(Isolation::InProcess)
         .sandbox(
             "fixture-netprobe",

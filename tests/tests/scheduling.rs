@@ -149,19 +149,19 @@ fn dispatcher(config: DispatcherConfig) -> Dispatcher {
     d
 }
 
-struct Env {
+struct Scheduling {
     _dir: tempfile::TempDir,
     d: Dispatcher,
     session: Session,
 }
 
-fn env(config: DispatcherConfig) -> Env {
+fn env(config: DispatcherConfig) -> Scheduling {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let dir = tempfile::tempdir().unwrap();
     let d = dispatcher(config);
     let id = format!("sched-{}", NEXT.fetch_add(1, Ordering::Relaxed));
     let session = d.open_session(SessionSpec::new(id, dir.path())).unwrap();
-    Env {
+    Scheduling {
         _dir: dir,
         d,
         session,

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::wasm::{
-    Env, assert_fails, assert_returns_cancelled, faults, lone_tool, refusal, run_on_thread,
+    Components, assert_fails, assert_returns_cancelled, faults, lone_tool, refusal, run_on_thread,
 };
 use common::{Scripted, allow_all, drain};
 use dispatcher_core::{Decision, Dispatcher, DispatcherConfig, ErrorClass, EventKind, ToolUse};
@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 
 #[tokio::test]
 async fn a_component_package_loads_and_is_reported_as_wasm() {
-    let Some(env) = Env::new(&["text-stats"], Dispatcher::builder()) else {
+    let Some(env) = Components::new(&["text-stats"], Dispatcher::builder()) else {
         return;
     };
     let report = env.load();
@@ -42,7 +42,7 @@ async fn a_component_package_loads_and_is_reported_as_wasm() {
 
 #[tokio::test]
 async fn a_python_tool_runs_and_returns_its_output() {
-    let Some(env) = Env::loaded(&["text-stats"], Dispatcher::builder()) else {
+    let Some(env) = Components::loaded(&["text-stats"], Dispatcher::builder()) else {
         return;
     };
     let r = env
@@ -55,7 +55,7 @@ async fn a_python_tool_runs_and_returns_its_output() {
 
 #[tokio::test]
 async fn a_javascript_tool_runs_and_returns_its_output() {
-    let Some(env) = Env::loaded(&["text-case"], Dispatcher::builder()) else {
+    let Some(env) = Components::loaded(&["text-case"], Dispatcher::builder()) else {
         return;
     };
     for (to, expected) in [
@@ -76,7 +76,7 @@ async fn a_javascript_tool_runs_and_returns_its_output() {
 
 #[tokio::test]
 async fn a_component_without_a_language_runtime_loads_and_answers() {
-    let Some(env) = Env::loaded(&["wat-noop"], Dispatcher::builder()) else {
+    let Some(env) = Components::loaded(&["wat-noop"], Dispatcher::builder()) else {
         return;
     };
     let r = env.call("wat_noop", json!({"anything": true})).await;
@@ -86,7 +86,7 @@ async fn a_component_without_a_language_runtime_loads_and_answers() {
 
 #[tokio::test]
 async fn a_component_reads_workspace_files_through_the_host() {
-    let Some(env) = Env::loaded(&["text-stats"], Dispatcher::builder()) else {
+    let Some(env) = Components::loaded(&["text-stats"], Dispatcher::builder()) else {
         return;
     };
     env.fx.write("notes/a.txt", "alpha beta\n");
@@ -97,7 +97,7 @@ async fn a_component_reads_workspace_files_through_the_host() {
 
 #[tokio::test]
 async fn input_that_fails_the_schema_is_refused_before_the_component_runs() {
-    let Some(env) = Env::loaded(&["text-stats"], Dispatcher::builder()) else {
+    let Some(env) = Components::loaded(&["text-stats"], Dispatcher::builder()) else {
         return;
     };
     let r = env.call("word_stats", json!({"text": 5})).await;
@@ -160,7 +160,7 @@ async fn a_component_has_no_files_no_environment_and_no_network_of_its_own() {
 
 #[tokio::test]
 async fn a_write_is_asked_for_and_recorded_like_any_write() {
-    let Some(denied) = Env::loaded(
+    let Some(denied) = Components::loaded(
         &["faults"],
         Dispatcher::builder().confirmer(Arc::new(Scripted(Decision::Deny))),
     ) else {
@@ -204,7 +204,7 @@ async fn an_endless_loop_is_stopped_by_its_timeout_and_the_next_call_works() {
     config
         .tool_timeouts
         .insert("wasm_spin".into(), Duration::from_millis(500));
-    let Some(env) = Env::loaded(&["faults"], Dispatcher::builder().config(config)) else {
+    let Some(env) = Components::loaded(&["faults"], Dispatcher::builder().config(config)) else {
         return;
     };
     let started = std::time::Instant::now();
@@ -265,7 +265,7 @@ fn a_call_cancelled_before_it_starts_does_not_run() {
 
 #[tokio::test]
 async fn a_memory_bomb_hits_the_instance_limit_and_ends_only_its_call() {
-    let Some(env) = Env::new(&["faults"], Dispatcher::builder()) else {
+    let Some(env) = Components::new(&["faults"], Dispatcher::builder()) else {
         return;
     };
     let report = env.host().wasm_memory(96 << 20).load_into(env.d());
@@ -286,7 +286,7 @@ async fn a_large_result_is_spooled_like_any_tool_s() {
         result_preview_chars: 50,
         ..DispatcherConfig::default()
     };
-    let Some(env) = Env::loaded(&["faults"], Dispatcher::builder().config(config)) else {
+    let Some(env) = Components::loaded(&["faults"], Dispatcher::builder().config(config)) else {
         return;
     };
     let r = env.call("wasm_lines", json!({"n": 5000})).await;
@@ -323,8 +323,8 @@ async fn every_call_gets_a_fresh_instance() {
 }
 
 /// The fault fixture, its manifest asking for reused instances.
-fn reused_faults(config: DispatcherConfig) -> Option<Env> {
-    let env = Env::new(
+fn reused_faults(config: DispatcherConfig) -> Option<Components> {
+    let env = Components::new(
         &["faults"],
         Dispatcher::builder().policy(allow_all()).config(config),
     )?;
@@ -338,7 +338,7 @@ fn reused_faults(config: DispatcherConfig) -> Option<Env> {
     Some(env)
 }
 
-async fn counter(env: &Env) -> String {
+async fn counter(env: &Components) -> String {
     env.call("wasm_counter", json!({})).await.text()
 }
 
@@ -419,7 +419,7 @@ async fn live_output_reaches_the_event_stream() {
 
 #[tokio::test]
 async fn a_component_asks_the_user_through_the_host_confirmation_flow() {
-    let Some(env) = Env::loaded(
+    let Some(env) = Components::loaded(
         &["faults"],
         Dispatcher::builder().confirmer(Arc::new(Scripted(Decision::Allow))),
     ) else {
@@ -455,7 +455,7 @@ async fn calls_of_a_component_run_concurrently() {
 
 #[tokio::test]
 async fn a_second_start_takes_compiled_code_from_the_cache() {
-    let Some(env) = Env::new(&["text-stats"], Dispatcher::builder()) else {
+    let Some(env) = Components::new(&["text-stats"], Dispatcher::builder()) else {
         return;
     };
     let compiled = tempfile::tempdir().unwrap();
@@ -492,7 +492,7 @@ async fn a_component_built_against_another_interface_version_is_refused_before_i
         ),
         ("1.9.0", "it needs a newer host; upgrade toolhost"),
     ] {
-        let Some(env) = Env::new(&["text-stats"], Dispatcher::builder()) else {
+        let Some(env) = Components::new(&["text-stats"], Dispatcher::builder()) else {
             return;
         };
         env.edit_manifest(
@@ -509,7 +509,7 @@ async fn a_component_built_against_another_interface_version_is_refused_before_i
 
 #[tokio::test]
 async fn a_changed_component_is_refused_by_its_checksum() {
-    let Some(env) = Env::new(&["text-stats"], Dispatcher::builder()) else {
+    let Some(env) = Components::new(&["text-stats"], Dispatcher::builder()) else {
         return;
     };
     let file = env.plugins.path().join("text-stats/text-stats.wasm");
@@ -527,7 +527,7 @@ async fn a_changed_component_is_refused_by_its_checksum() {
 
 #[tokio::test]
 async fn a_file_that_is_not_a_component_is_refused_saying_what_to_build() {
-    let Some(env) = Env::new(&["text-stats"], Dispatcher::builder()) else {
+    let Some(env) = Components::new(&["text-stats"], Dispatcher::builder()) else {
         return;
     };
     let file = env.plugins.path().join("text-stats/text-stats.wasm");
@@ -548,7 +548,7 @@ async fn a_file_that_is_not_a_component_is_refused_saying_what_to_build() {
 
 #[tokio::test]
 async fn a_component_set_to_run_in_process_is_refused_saying_why() {
-    let Some(env) = Env::new(&["text-stats"], Dispatcher::builder()) else {
+    let Some(env) = Components::new(&["text-stats"], Dispatcher::builder()) else {
         return;
     };
     let report = env
@@ -561,7 +561,7 @@ async fn a_component_set_to_run_in_process_is_refused_saying_why() {
 
 #[tokio::test]
 async fn a_component_package_for_another_target_is_refused() {
-    let Some(env) = Env::new(&["text-stats"], Dispatcher::builder()) else {
+    let Some(env) = Components::new(&["text-stats"], Dispatcher::builder()) else {
         return;
     };
     env.edit_manifest("text-stats", "wasm32-wasip2", "wasm32-wasip1");

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::allow_all;
-use common::wasm::{Env, assert_fails, assert_returns_cancelled, run_on_thread};
+use common::wasm::{Components, assert_fails, assert_returns_cancelled, run_on_thread};
 use dispatcher_core::{Dispatcher, DispatcherConfig, ErrorClass};
 use plugin_host::PluginSandbox;
 use serde_json::json;
@@ -121,9 +121,9 @@ impl Untouched {
 }
 
 /// The fetch component loaded with `hosts` as its `http_hosts`.
-fn fetch_env(hosts: &[String], config: DispatcherConfig) -> Option<Env> {
+fn fetch_env(hosts: &[String], config: DispatcherConfig) -> Option<Components> {
     let hosts = hosts.to_vec();
-    Env::loaded_by(
+    Components::loaded_by(
         &["fetch"],
         Dispatcher::builder().policy(allow_all()).config(config),
         move |env| {

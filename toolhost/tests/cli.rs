@@ -25,10 +25,6 @@ fn toolhost(workspace: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 #[test]
 fn call_prints_result_and_exits_zero() {
     let dir = tempfile::tempdir().unwrap();
@@ -37,9 +33,14 @@ fn call_prints_result_and_exits_zero() {
         dir.path(),
         &["call", "read_file", "--input", r#"{"path": "README.md"}"#],
     );
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        toolhost_tests::text(&out.stderr)
+    );
     // The file as it is: no blank line added after its last newline.
-    assert_eq!(text(&out.stdout), "# Project Foo\n");
+    assert_eq!(toolhost_tests::text(&out.stdout), "# Project Foo\n");
 }
 
 #[test]
@@ -80,7 +81,7 @@ fn write_without_terminal_is_denied_with_a_hint_and_exits_one() {
     );
     assert_eq!(out.status.code(), Some(1));
     // The hint is in the result the model reads, and says nobody was asked.
-    let result = text(&out.stdout);
+    let result = toolhost_tests::text(&out.stdout);
     assert!(
         result.contains("no terminal to ask")
             && result.contains("--yes")
@@ -105,7 +106,12 @@ fn yes_allows_the_write() {
             r#"{"path": "a.txt", "content": "x"}"#,
         ],
     );
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        toolhost_tests::text(&out.stderr)
+    );
     assert_eq!(
         std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
         "x"
@@ -132,7 +138,12 @@ fn input_dash_reads_the_input_from_stdin() {
     let input = serde_json::json!({"path": "big.txt", "content": content}).to_string();
     let args = ["call", "write_file", "--yes", "--input", "-"];
     let out = toolhost_reading(dir.path(), &args, input.as_bytes());
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        toolhost_tests::text(&out.stderr)
+    );
     assert_eq!(
         std::fs::read_to_string(dir.path().join("big.txt")).unwrap(),
         content
@@ -140,9 +151,9 @@ fn input_dash_reads_the_input_from_stdin() {
     let bad = toolhost_reading(dir.path(), &args, b"{not json");
     assert_eq!(bad.status.code(), Some(2));
     assert!(
-        text(&bad.stderr).contains("--input (read from stdin) is not valid JSON"),
+        toolhost_tests::text(&bad.stderr).contains("--input (read from stdin) is not valid JSON"),
         "{}",
-        text(&bad.stderr)
+        toolhost_tests::text(&bad.stderr)
     );
 }
 
@@ -166,9 +177,9 @@ fn policy_deny_wins_over_yes() {
     );
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        text(&out.stdout).contains("tool_confirmation.per_tool.shell"),
+        toolhost_tests::text(&out.stdout).contains("tool_confirmation.per_tool.shell"),
         "{}",
-        text(&out.stdout)
+        toolhost_tests::text(&out.stdout)
     );
     assert!(!dir.path().join("pwned").exists());
 }
@@ -180,7 +191,7 @@ fn config_error_names_file_and_key_and_exits_two() {
     std::fs::write(&cfg, "[timeouts]\nexecute_secs = \"long\"\n").unwrap();
     let out = toolhost(dir.path(), &["--config", cfg.to_str().unwrap(), "list"]);
     assert_eq!(out.status.code(), Some(2));
-    let err = text(&out.stderr);
+    let err = toolhost_tests::text(&out.stderr);
     assert!(
         err.contains("custom.toml") && err.contains("timeouts.execute_secs"),
         "{err}"
@@ -270,8 +281,13 @@ fn plugins_command_reports_each_package_and_exits_one_when_any_is_refused() {
         dir.path(),
         &["plugins", "--plugins", plugins.to_str().unwrap()],
     );
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
-    let report = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        toolhost_tests::text(&out.stderr)
+    );
+    let report = toolhost_tests::text(&out.stdout);
     assert!(
         report.contains("loaded   fixture-good 0.1.0") && report.contains("echo_upper (none)"),
         "{report}"
@@ -304,7 +320,7 @@ fn require_signatures_in_the_config_refuses_unsigned_packages() {
         &["plugins", "--plugins", plugins.to_str().unwrap()],
     );
     assert_eq!(out.status.code(), Some(1));
-    let report = text(&out.stdout);
+    let report = toolhost_tests::text(&out.stdout);
     assert!(
         report.contains("plugin 'fixture-good' is not signed and require_signatures = true"),
         "{report}"
@@ -326,12 +342,17 @@ fn call_dispatches_a_plugin_tool_from_a_plugins_flag() {
             r#"{"text": "hi"}"#,
         ],
     );
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "HI\n");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        toolhost_tests::text(&out.stderr)
+    );
+    assert_eq!(toolhost_tests::text(&out.stdout), "HI\n");
     assert!(
-        text(&out.stderr).contains("plugin refused"),
+        toolhost_tests::text(&out.stderr).contains("plugin refused"),
         "refusals are warned about: {}",
-        text(&out.stderr)
+        toolhost_tests::text(&out.stderr)
     );
 }
 
@@ -363,7 +384,7 @@ fn ordinary_runs_over_an_isolated_plugin_warn_of_nothing() {
     for _ in 0..8 {
         for args in runs {
             let out = toolhost(dir.path(), args);
-            let log = text(&out.stderr);
+            let log = toolhost_tests::text(&out.stderr);
             assert_eq!(out.status.code(), Some(0), "{args:?}: {log}");
             assert!(
                 !log.contains("WARN") && !log.contains("ERROR") && !log.contains("crashed"),
@@ -385,8 +406,13 @@ fn plugin_dirs_in_the_config_are_relative_to_the_config_file() {
     )
     .unwrap();
     let out = toolhost(dir.path(), &["--config", "conf/toolhost.toml", "list"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let listing = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        toolhost_tests::text(&out.stderr)
+    );
+    let listing = toolhost_tests::text(&out.stdout);
     assert!(
         listing.contains("echo_upper") && listing.contains("plugin:fixture-good"),
         "{listing}"
@@ -412,7 +438,7 @@ fn manifest_renders_every_tool_as_json_or_markdown() {
         }
     }
     let md = toolhost(dir.path(), &["manifest", "--format", "markdown"]);
-    let text = text(&md.stdout);
+    let text = toolhost_tests::text(&md.stdout);
     assert!(text.starts_with("# Tools\n"), "{text}");
     for name in ["read_file", "write_file", "patch_file", "list_dir", "shell"] {
         assert!(
@@ -458,7 +484,7 @@ fn prompt_on_a_terminal_asks_and_follows_the_answer() {
         r#"call write_file --input '{"path": "yes.txt", "content": "x"}'"#,
         "y\n",
     );
-    let shown = text(&yes.stdout);
+    let shown = toolhost_tests::text(&yes.stdout);
     assert!(
         shown.contains("'write_file' (write) asks to run") && shown.contains("will create yes.txt"),
         "{shown}"
@@ -471,9 +497,9 @@ fn prompt_on_a_terminal_asks_and_follows_the_answer() {
         "n\n",
     );
     assert!(
-        text(&no.stdout).contains("User denied this operation."),
+        toolhost_tests::text(&no.stdout).contains("User denied this operation."),
         "{}",
-        text(&no.stdout)
+        toolhost_tests::text(&no.stdout)
     );
     assert!(!dir.path().join("no.txt").exists());
 }
@@ -501,8 +527,13 @@ fn a_plugin_directory_named_twice_is_read_once() {
             "{}",
         ],
     );
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let stderr = text(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        toolhost_tests::text(&out.stderr)
+    );
+    let stderr = toolhost_tests::text(&out.stderr);
     assert_eq!(stderr.matches("plugin refused").count(), 1, "{stderr}");
     assert!(stderr.contains("missing field `version`"), "{stderr}");
 }
@@ -521,7 +552,12 @@ fn call_json_shows_what_the_tool_did() {
             r#"{"path": "a.txt", "content": "x"}"#,
         ],
     );
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        toolhost_tests::text(&out.stderr)
+    );
     let block: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(block["files_modified"], serde_json::json!(["a.txt"]));
 }
@@ -573,7 +609,7 @@ fn serve_refusing_garbage_on_a_terminal(workspace: &Path, no_color: bool) -> Str
     if no_color {
         script.env("NO_COLOR", "1");
     }
-    text(&script.output().unwrap().stdout)
+    toolhost_tests::text(&script.output().unwrap().stdout)
 }
 
 #[test]
@@ -591,7 +627,7 @@ fn logs_are_coloured_only_on_a_terminal_without_no_color() {
         let mut stdin = piped.stdin.take().unwrap();
         stdin.write_all(b"garbage\n").unwrap();
     }
-    let logged = text(&piped.wait_with_output().unwrap().stderr);
+    let logged = toolhost_tests::text(&piped.wait_with_output().unwrap().stderr);
     assert!(logged.contains("refused a message"), "{logged}");
     assert!(
         !logged.contains('\u{1b}'),
@@ -635,7 +671,7 @@ fn a_command_has_no_controlling_terminal_so_a_prompt_on_it_fails_at_once() {
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    let printed = text(&out.stdout);
+    let printed = toolhost_tests::text(&out.stdout);
     assert!(printed.contains("no-terminal"), "{printed}");
     let sid = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
     assert_ne!(
@@ -657,7 +693,10 @@ fn a_config_that_mounts_toolhost_on_itself_is_refused_at_once_saying_so() {
     )
     .unwrap();
     let out = toolhost(dir.path(), &["list"]);
-    let (listed, err) = (text(&out.stdout), text(&out.stderr));
+    let (listed, err) = (
+        toolhost_tests::text(&out.stdout),
+        toolhost_tests::text(&out.stderr),
+    );
     assert!(
         !listed.contains("in__"),
         "no copy of its own tools: {listed}"
@@ -690,11 +729,15 @@ fn toolhost_mounted_on_another_config_still_starts() {
     .unwrap();
     let out = toolhost(dir.path(), &["list"]);
     assert!(
-        text(&out.stdout).contains("in__read_file"),
+        toolhost_tests::text(&out.stdout).contains("in__read_file"),
         "{}",
-        text(&out.stderr)
+        toolhost_tests::text(&out.stderr)
     );
-    assert!(!text(&out.stderr).contains("WARN"), "{}", text(&out.stderr));
+    assert!(
+        !toolhost_tests::text(&out.stderr).contains("WARN"),
+        "{}",
+        toolhost_tests::text(&out.stderr)
+    );
 }
 
 /// Runs the panic-abort fixture's tool in an isolated worker, with `env` set for toolhost.
@@ -722,8 +765,13 @@ fn worker_panic(env: &[(&str, &str)]) -> String {
     .stdin(Stdio::null())
     .output()
     .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
-    text(&out.stderr)
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        toolhost_tests::text(&out.stderr)
+    );
+    toolhost_tests::text(&out.stderr)
 }
 
 #[test]
@@ -749,12 +797,17 @@ fn rust_backtrace_reaches_the_worker_when_asked_for() {
 fn the_subcommands_answer_to_the_names_users_try() {
     let dir = tempfile::tempdir().unwrap();
     let listed = toolhost(dir.path(), &["tools"]);
-    assert_eq!(listed.status.code(), Some(0), "{}", text(&listed.stderr));
-    assert!(text(&listed.stdout).contains("read_file"));
+    assert_eq!(
+        listed.status.code(),
+        Some(0),
+        "{}",
+        toolhost_tests::text(&listed.stderr)
+    );
+    assert!(toolhost_tests::text(&listed.stdout).contains("read_file"));
     let typo = toolhost(dir.path(), &["lisst"]);
     assert!(
-        text(&typo.stderr).contains("a similar subcommand exists: 'list'"),
+        toolhost_tests::text(&typo.stderr).contains("a similar subcommand exists: 'list'"),
         "{}",
-        text(&typo.stderr)
+        toolhost_tests::text(&typo.stderr)
     );
 }

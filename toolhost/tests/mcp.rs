@@ -6,16 +6,20 @@ use std::time::{Duration, Instant};
 
 use rmcp::ClientServiceExt as _;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig,
-    ClientRequest, ElicitRequestParams, ElicitResult, ElicitationAction, Implementation,
-    NumberOrString, ProgressNotificationParam, ProgressToken, ProtocolVersion, RequestMetaObject,
-    ServerResult,
+    CallToolRequest, CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest,
+    ElicitRequestParams, ElicitResult, ElicitationAction, Implementation, NumberOrString,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, RequestMetaObject, ServerResult,
 };
 use rmcp::service::{PeerRequestOptions, RequestContext, RoleClient, RunningService, ServiceExt};
 use rmcp::transport::TokioChildProcess;
 use rmcp::{ClientHandler, ErrorData as McpError};
 use serde_json::{Value, json};
 use toolhost_tests::{process_alive, read_pid, wait_exit};
+
+mod common;
+
+use common::mcp::{call, text};
+use common::workspace;
 
 /// A client that answers elicitation with a fixed decision (or does not support it) and
 /// records the progress notifications it gets.
@@ -83,35 +87,6 @@ async fn connect(ws: &Path, client: TestClient) -> RunningService<RoleClient, Te
             .unwrap(),
         _ => client.serve(transport).await.unwrap(),
     }
-}
-
-async fn call(
-    service: &RunningService<RoleClient, TestClient>,
-    name: &str,
-    args: Value,
-) -> CallToolResult {
-    let Value::Object(args) = args else {
-        panic!("object")
-    };
-    service
-        .peer()
-        .call_tool(CallToolRequestParams::new(name.to_string()).with_arguments(args))
-        .await
-        .unwrap()
-}
-
-fn text(r: &CallToolResult) -> String {
-    r.content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-fn workspace() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("README.md"), "# hello\n").unwrap();
-    dir
 }
 
 #[tokio::test]

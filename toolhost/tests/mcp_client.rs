@@ -6,10 +6,14 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::model::CallToolRequestParams;
 use rmcp::service::{RoleClient, RunningService, ServiceExt};
 use rmcp::transport::TokioChildProcess;
 use serde_json::{Value, json};
+
+mod common;
+
+use common::mcp::{call, text};
 
 fn fixture_server() -> String {
     toolhost_tests::fixtures()
@@ -46,10 +50,6 @@ fn toolhost(dir: &Path, args: &[&str]) -> Output {
         .env("XDG_STATE_HOME", dir.join(".state"))
         .output()
         .unwrap()
-}
-
-fn text_of(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// `toolhost serve --mcp` over `dir` (its toolhost.toml, no user configuration), as a
@@ -94,32 +94,17 @@ async fn serve_2026_as<C: rmcp::ClientHandler + Clone>(
         .unwrap()
 }
 
-async fn call<S: rmcp::service::Service<RoleClient>>(
-    s: &RunningService<RoleClient, S>,
-    name: &str,
-    args: Value,
-) -> CallToolResult {
-    let Value::Object(args) = args else { panic!() };
-    s.peer()
-        .call_tool(CallToolRequestParams::new(name.to_string()).with_arguments(args))
-        .await
-        .unwrap()
-}
-
-fn text(r: &CallToolResult) -> String {
-    r.content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 #[test]
 fn server_tools_are_published_under_the_prefix_and_annotations_are_not_trusted_blindly() {
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), "");
     let out = toolhost(dir.path(), &["list", "--json"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text_of(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        toolhost_tests::text(&out.stderr)
+    );
     let tools: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
     let class = |name: &str| {
         tools
@@ -143,10 +128,10 @@ fn server_tools_are_published_under_the_prefix_and_annotations_are_not_trusted_b
         &["call", "fx__echo", "--input", r#"{"text": "hi"}"#],
     );
     assert_eq!(
-        text_of(&out.stdout),
+        toolhost_tests::text(&out.stdout),
         "echo: hi\n",
         "{}",
-        text_of(&out.stderr)
+        toolhost_tests::text(&out.stderr)
     );
 }
 
@@ -159,10 +144,10 @@ fn a_list_change_announced_while_a_server_starts_warns_of_nothing() {
     write_config(dir.path(), "args = [\"--grow-at-start\"]");
     for _ in 0..5 {
         let out = toolhost(dir.path(), &["list"]);
-        let log = text_of(&out.stderr);
+        let log = toolhost_tests::text(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{log}");
         assert!(!log.contains("WARN"), "{log}");
-        assert!(text_of(&out.stdout).contains("fx__echo"));
+        assert!(toolhost_tests::text(&out.stdout).contains("fx__echo"));
     }
 }
 
@@ -181,7 +166,7 @@ fn a_server_that_never_initializes_is_reported_and_the_others_still_load() {
         "not waited on forever"
     );
     assert_eq!(out.status.code(), Some(1));
-    let report = text_of(&out.stdout);
+    let report = toolhost_tests::text(&out.stdout);
     assert!(report.contains("loaded   MCP server 'fixture'"), "{report}");
     assert!(
         report.contains("refused  MCP server 'hang'") && report.contains("within 1s"),
@@ -283,16 +268,16 @@ fn a_config_that_starts_toolhost_as_its_own_server_does_not_recurse_without_end(
         started.elapsed()
     );
     // The toolhost it starts finds its own configuration above it and refuses at once.
-    let report = text_of(&out.stdout);
+    let report = toolhost_tests::text(&out.stdout);
     assert!(
         report.contains("refused  MCP server 'me'") && report.contains("exited"),
         "{report}{}",
-        text_of(&out.stderr)
+        toolhost_tests::text(&out.stderr)
     );
     assert!(
-        text_of(&out.stderr).contains("mounts toolhost on this same configuration"),
+        toolhost_tests::text(&out.stderr).contains("mounts toolhost on this same configuration"),
         "{}",
-        text_of(&out.stderr)
+        toolhost_tests::text(&out.stderr)
     );
 }
 
@@ -514,7 +499,7 @@ fn a_server_tool_outside_the_schema_subset_is_left_out_and_its_other_tools_are_p
     );
     std::fs::write(dir.path().join("toolhost.toml"), config).unwrap();
     let out = toolhost(dir.path(), &["plugins"]);
-    let report = text_of(&out.stdout);
+    let report = toolhost_tests::text(&out.stdout);
     assert!(
         report.contains("loaded   MCP server 'mixed' (prefix mx): echo (read)"),
         "{report}"
@@ -531,16 +516,16 @@ fn a_server_tool_outside_the_schema_subset_is_left_out_and_its_other_tools_are_p
         &["call", "mx__echo", "--input", r#"{"text": "still here"}"#],
     );
     assert_eq!(
-        text_of(&out.stdout),
+        toolhost_tests::text(&out.stdout),
         "echo: still here\n",
         "{}",
-        text_of(&out.stderr)
+        toolhost_tests::text(&out.stderr)
     );
     let out = toolhost(dir.path(), &["list"]);
     assert!(
-        !text_of(&out.stdout).contains("mx__either"),
+        !toolhost_tests::text(&out.stdout).contains("mx__either"),
         "{}",
-        text_of(&out.stdout)
+        toolhost_tests::text(&out.stdout)
     );
 }
 
@@ -553,10 +538,10 @@ fn an_image_a_server_sent_that_is_not_base64_is_named_not_dropped() {
         &["call", "fx__echo", "--input", r#"{"text": "bad image"}"#],
     );
     assert_eq!(
-        text_of(&out.stdout),
+        toolhost_tests::text(&out.stdout),
         "echo: bad image\n[an image (image/png) from MCP server 'fixture' was not valid base64 (Invalid symbol 32, offset 3.) and is left out]\n",
         "{}",
-        text_of(&out.stderr)
+        toolhost_tests::text(&out.stderr)
     );
 }
 
@@ -579,15 +564,15 @@ fn a_tool_that_changed_since_it_was_pinned_is_withheld_until_approved() {
     // First sight: everything published, and pinned.
     let first = toolhost(dir.path(), &["list"]);
     assert!(
-        text_of(&first.stdout).contains("fx__echo"),
+        toolhost_tests::text(&first.stdout).contains("fx__echo"),
         "{}",
-        text_of(&first.stderr)
+        toolhost_tests::text(&first.stderr)
     );
     // The server changes two tools between starts.
     std::fs::write(dir.path().join("changed"), "").unwrap();
     let report = toolhost(dir.path(), &["plugins"]);
     assert_eq!(report.status.code(), Some(1));
-    let said = text_of(&report.stdout);
+    let said = toolhost_tests::text(&report.stdout);
     assert!(
         said.contains("tool 'echo' withheld: its definition changed since it was pinned")
             && said.contains("read ~/.ssh/id_rsa")
@@ -596,7 +581,7 @@ fn a_tool_that_changed_since_it_was_pinned_is_withheld_until_approved() {
             && said.contains("toolhost mcp approve fixture echo"),
         "{said}"
     );
-    let listed = text_of(&toolhost(dir.path(), &["list"]).stdout);
+    let listed = toolhost_tests::text(&toolhost(dir.path(), &["list"]).stdout);
     assert!(
         !listed.contains("fx__echo")
             && !listed.contains("fx__touch")
@@ -618,14 +603,15 @@ fn a_tool_that_changed_since_it_was_pinned_is_withheld_until_approved() {
         approve.status.code(),
         Some(0),
         "{}",
-        text_of(&approve.stderr)
+        toolhost_tests::text(&approve.stderr)
     );
     assert!(
-        text_of(&approve.stdout).contains("approved MCP server 'fixture' tool 'echo': description"),
+        toolhost_tests::text(&approve.stdout)
+            .contains("approved MCP server 'fixture' tool 'echo': description"),
         "{}",
-        text_of(&approve.stdout)
+        toolhost_tests::text(&approve.stdout)
     );
-    let listed = text_of(&toolhost(dir.path(), &["list"]).stdout);
+    let listed = toolhost_tests::text(&toolhost(dir.path(), &["list"]).stdout);
     assert!(
         listed.contains("fx__echo") && !listed.contains("fx__touch"),
         "{listed}"
@@ -633,10 +619,10 @@ fn a_tool_that_changed_since_it_was_pinned_is_withheld_until_approved() {
     let again = toolhost(dir.path(), &["mcp", "approve", "fixture", "echo"]);
     assert_eq!(again.status.code(), Some(2));
     assert!(
-        text_of(&again.stderr).contains("nothing to approve for echo")
-            && text_of(&again.stderr).contains("pending: touch"),
+        toolhost_tests::text(&again.stderr).contains("nothing to approve for echo")
+            && toolhost_tests::text(&again.stderr).contains("pending: touch"),
         "{}",
-        text_of(&again.stderr)
+        toolhost_tests::text(&again.stderr)
     );
 }
 
@@ -647,8 +633,8 @@ fn with_on_change_warn_a_changed_tool_is_published_with_a_warning() {
     toolhost(dir.path(), &["list"]);
     std::fs::write(dir.path().join("changed"), "").unwrap();
     let listed = toolhost(dir.path(), &["list"]);
-    assert!(text_of(&listed.stdout).contains("fx__echo"));
-    let log = text_of(&listed.stderr);
+    assert!(toolhost_tests::text(&listed.stdout).contains("fx__echo"));
+    let log = toolhost_tests::text(&listed.stderr);
     assert!(
         log.contains("WARN")
             && log.contains("tool 'echo' changed its definition since it was pinned"),
@@ -663,10 +649,10 @@ fn approving_names_the_servers_there_are() {
     let out = toolhost(dir.path(), &["mcp", "approve", "nope"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        text_of(&out.stderr).contains("no MCP server 'nope'")
-            && text_of(&out.stderr).contains("ids: fixture"),
+        toolhost_tests::text(&out.stderr).contains("no MCP server 'nope'")
+            && toolhost_tests::text(&out.stderr).contains("ids: fixture"),
         "{}",
-        text_of(&out.stderr)
+        toolhost_tests::text(&out.stderr)
     );
 }
 
@@ -682,25 +668,25 @@ fn a_server_mounted_without_a_prefix_publishes_its_tools_under_their_own_names()
     )
     .unwrap();
     let listed = toolhost(dir.path(), &["list"]);
-    let table = text_of(&listed.stdout);
+    let table = toolhost_tests::text(&listed.stdout);
     assert!(
         table
             .lines()
             .any(|l| l.starts_with("echo ") && l.contains("mcp:plain")),
         "{table}{}",
-        text_of(&listed.stderr)
+        toolhost_tests::text(&listed.stderr)
     );
     let call = toolhost(
         dir.path(),
         &["call", "echo", "--input", r#"{"text": "hi"}"#],
     );
     assert_eq!(
-        text_of(&call.stdout),
+        toolhost_tests::text(&call.stdout),
         "echo: hi\n",
         "{}",
-        text_of(&call.stderr)
+        toolhost_tests::text(&call.stderr)
     );
-    let report = text_of(&toolhost(dir.path(), &["plugins"]).stdout);
+    let report = toolhost_tests::text(&toolhost(dir.path(), &["plugins"]).stdout);
     assert!(
         report.contains("MCP server 'plain' (no prefix)"),
         "{report}"
@@ -723,7 +709,7 @@ fn two_servers_without_a_prefix_offering_one_name_are_refused_naming_both() {
     .unwrap();
     let out = toolhost(dir.path(), &["plugins"]);
     assert_eq!(out.status.code(), Some(1));
-    let report = text_of(&out.stdout);
+    let report = toolhost_tests::text(&out.stdout);
     assert!(
         report.contains("loaded   MCP server 'first'")
             && report.contains("toolset 'second' (mounted without a prefix) clashes with the tool of the same name from mcp:first"),
@@ -1418,7 +1404,7 @@ fn an_unknown_input_schemas_value_is_refused_naming_the_key_and_the_choices() {
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), "input_schemas = \"anything\"\n");
     let out = toolhost(dir.path(), &["list"]);
-    let said = text_of(&out.stderr);
+    let said = toolhost_tests::text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{said}");
     assert!(
         said.contains("mcp_servers[0].input_schemas")

@@ -52,10 +52,6 @@ fn run_without_landlock(ws: &Path, args: &[&str]) -> Output {
     c.output().unwrap()
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 /// The report's line for `tool`.
 fn line_of<'a>(report: &'a str, tool: &str) -> &'a str {
     report
@@ -68,8 +64,13 @@ fn line_of<'a>(report: &'a str, tool: &str) -> &'a str {
 fn the_report_names_each_mechanism_and_what_confines_each_tool() {
     let ws = workspace("");
     let out = run(ws.path(), &["sandbox"]);
-    let report = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{report}{}", text(&out.stderr));
+    let report = toolhost_tests::text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{report}{}",
+        toolhost_tests::text(&out.stderr)
+    );
     for mechanism in ["landlock", "seccomp", "no_new_privs", "limits"] {
         assert!(
             report
@@ -103,7 +104,12 @@ fn the_report_names_each_mechanism_and_what_confines_each_tool() {
 fn the_report_as_json_gives_each_tool_its_placement() {
     let ws = workspace("[sandbox.per_tool]\nshell = \"read-only\"\n");
     let out = run(ws.path(), &["sandbox", "--json"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        toolhost_tests::text(&out.stderr)
+    );
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     let tool = |name: &str| {
         report["tools"]
@@ -129,7 +135,12 @@ fn the_report_as_json_gives_each_tool_its_placement() {
 fn list_json_says_what_confines_each_tool() {
     let ws = workspace("");
     let out = run(ws.path(), &["list", "--json"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        toolhost_tests::text(&out.stderr)
+    );
     let tools: Value = serde_json::from_slice(&out.stdout).unwrap();
     let hostile = tools
         .as_array()
@@ -144,8 +155,13 @@ fn list_json_says_what_confines_each_tool() {
 fn where_landlock_is_missing_the_report_says_so_and_exits_one() {
     let ws = tempfile::tempdir().unwrap();
     let out = run_without_landlock(ws.path(), &["sandbox"]);
-    let report = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{report}{}", text(&out.stderr));
+    let report = toolhost_tests::text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{report}{}",
+        toolhost_tests::text(&out.stderr)
+    );
     let landlock = line_of(&report, "landlock");
     assert!(
         landlock.contains("unavailable") && landlock.contains("seccomp policy hides it"),
@@ -171,7 +187,7 @@ fn where_landlock_is_missing_a_command_is_refused_naming_what_is_missing_and_the
             r#"{"command": "echo ran > ran.txt"}"#,
         ],
     );
-    let result = text(&out.stdout);
+    let result = toolhost_tests::text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{result}");
     assert!(
         result.contains("the command was not run")
@@ -196,15 +212,20 @@ fn allow_unsandboxed_runs_the_command_unconfined_and_says_so() {
             r#"{"command": "echo ran > ran.txt"}"#,
         ],
     );
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        toolhost_tests::text(&out.stderr)
+    );
     assert!(ws.path().join("ran.txt").exists());
     let block: Value = serde_json::from_slice(&out.stdout).unwrap();
     let sandbox = block["metadata"]["sandbox"].as_str().unwrap_or_default();
     assert!(sandbox.starts_with("unsandboxed ("), "{block}");
     assert!(
-        text(&out.stderr).contains("UNSANDBOXED"),
+        toolhost_tests::text(&out.stderr).contains("UNSANDBOXED"),
         "{}",
-        text(&out.stderr)
+        toolhost_tests::text(&out.stderr)
     );
 }
 
@@ -212,7 +233,7 @@ fn allow_unsandboxed_runs_the_command_unconfined_and_says_so() {
 fn where_landlock_is_missing_an_isolated_plugin_is_refused_before_it_runs() {
     let ws = workspace("");
     let out = run_without_landlock(ws.path(), &["plugins"]);
-    let report = text(&out.stdout);
+    let report = toolhost_tests::text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{report}");
     let refused = report
         .lines()
@@ -229,11 +250,11 @@ fn where_landlock_is_missing_an_isolated_plugin_is_refused_before_it_runs() {
 fn a_plugin_allowed_unsandboxed_loads_and_every_report_says_so() {
     let ws = workspace("[plugins.fixture-hostile]\nallow_unsandboxed = true\n");
     let out = run_without_landlock(ws.path(), &["plugins"]);
-    let report = text(&out.stdout);
+    let report = toolhost_tests::text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{report}");
     assert!(report.contains("UNSANDBOXED (context only)"), "{report}");
     let out = run_without_landlock(ws.path(), &["sandbox"]);
-    let report = text(&out.stdout);
+    let report = toolhost_tests::text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{report}");
     assert!(
         line_of(&report, "hostile_ok").contains("UNSANDBOXED: allow_unsandboxed = true; the sandbox cannot be enforced here: missing Landlock"),
@@ -253,7 +274,7 @@ fn where_landlock_is_missing_a_stdio_mcp_server_is_not_started() {
     )
     .unwrap();
     let out = run_without_landlock(ws.path(), &["plugins"]);
-    let report = text(&out.stdout);
+    let report = toolhost_tests::text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{report}");
     assert!(
         report.contains("refused  MCP server 'fixture'")
@@ -279,8 +300,13 @@ fn a_component_s_tools_are_reported_in_the_webassembly_sandbox_with_their_hosts(
     )
     .unwrap();
     let out = run(ws.path(), &["sandbox"]);
-    let report = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{report}{}", text(&out.stderr));
+    let report = toolhost_tests::text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{report}{}",
+        toolhost_tests::text(&out.stderr)
+    );
     let line = line_of(&report, "http_get");
     assert!(
         line.ends_with(

@@ -17,10 +17,6 @@ fn xtask(args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 fn path_str(p: &Path) -> &str {
     p.to_str().unwrap()
 }
@@ -30,8 +26,12 @@ fn verify_reports_tools_side_effects_and_verdicts_of_a_good_package() {
     let dir = tempfile::tempdir().unwrap();
     let pkg = package_library(&fixtures().library("good"), dir.path(), "good");
     let out = xtask(&["plugin", "verify", path_str(&pkg)]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let report = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        toolhost_tests::text(&out.stderr)
+    );
+    let report = toolhost_tests::text(&out.stdout);
     assert!(report.contains("manifest: fixture-good 0.1.0"), "{report}");
     assert!(report.contains("ABI: compatible"), "{report}");
     assert!(
@@ -70,9 +70,9 @@ fn verify_names_the_reason_a_package_is_refused() {
     let out = xtask(&["plugin", "verify", path_str(&pkg)]);
     assert!(!out.status.success());
     assert!(
-        text(&out.stderr).contains("checksum mismatch"),
+        toolhost_tests::text(&out.stderr).contains("checksum mismatch"),
         "{}",
-        text(&out.stderr)
+        toolhost_tests::text(&out.stderr)
     );
 }
 
@@ -82,7 +82,7 @@ fn verify_reports_a_library_that_crashes_while_loading_instead_of_crashing() {
     let pkg = toolhost_tests::package_crash_on_load(dir.path(), "crash");
     let out = xtask(&["plugin", "verify", path_str(&pkg)]);
     assert!(!out.status.success());
-    let err = text(&out.stderr);
+    let err = toolhost_tests::text(&out.stderr);
     assert!(err.contains("crashed the process (signal 6)"), "{err}");
 }
 
@@ -98,9 +98,9 @@ fn package_refuses_a_panic_abort_build() {
     ]);
     assert!(!out.status.success());
     assert!(
-        text(&out.stderr).contains("panic = \"abort\""),
+        toolhost_tests::text(&out.stderr).contains("panic = \"abort\""),
         "{}",
-        text(&out.stderr)
+        toolhost_tests::text(&out.stderr)
     );
     assert_eq!(
         std::fs::read_dir(dir.path()).unwrap().count(),
@@ -114,15 +114,19 @@ fn new_takes_a_path_as_cargo_new_does_and_names_the_crate_after_its_last_part() 
     let dir = tempfile::tempdir().unwrap();
     let crate_dir = dir.path().join("plugins/my-tool");
     let out = xtask(&["plugin", "new", path_str(&crate_dir)]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        toolhost_tests::text(&out.stderr)
+    );
     let manifest = std::fs::read_to_string(crate_dir.join("Cargo.toml")).unwrap();
     assert!(manifest.contains("name = \"my-tool\""), "{manifest}");
     let bad = xtask(&["plugin", "new", path_str(&dir.path().join("plugins/9bad"))]);
     assert!(!bad.status.success());
     assert!(
-        text(&bad.stderr).contains("'9bad' is not a valid crate name"),
+        toolhost_tests::text(&bad.stderr).contains("'9bad' is not a valid crate name"),
         "{}",
-        text(&bad.stderr)
+        toolhost_tests::text(&bad.stderr)
     );
 }
 
@@ -141,17 +145,25 @@ fn packaged(source: &str, extra: &[&str], archive: &str) -> (tempfile::TempDir, 
     ];
     args.extend_from_slice(extra);
     let run = xtask(&args);
-    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert!(
+        run.status.success(),
+        "{}",
+        toolhost_tests::text(&run.stderr)
+    );
     let archive = out.path().join(archive);
-    assert!(archive.is_file(), "{}", text(&run.stdout));
+    assert!(archive.is_file(), "{}", toolhost_tests::text(&run.stdout));
     (out, archive)
 }
 
 /// `cargo xtask plugin verify ARCHIVE`'s report, asserted to succeed.
 fn verified(archive: &Path) -> String {
     let verify = xtask(&["plugin", "verify", path_str(archive)]);
-    let report = text(&verify.stdout);
-    assert!(verify.status.success(), "{report}{}", text(&verify.stderr));
+    let report = toolhost_tests::text(&verify.stdout);
+    assert!(
+        verify.status.success(),
+        "{report}{}",
+        toolhost_tests::text(&verify.stderr)
+    );
     report
 }
 
@@ -183,7 +195,11 @@ fn a_javascript_component_folder_packages_verifies_and_installs() {
         "--dir",
         path_str(installed.path()),
     ]);
-    assert!(install.status.success(), "{}", text(&install.stderr));
+    assert!(
+        install.status.success(),
+        "{}",
+        toolhost_tests::text(&install.stderr)
+    );
     assert!(
         installed
             .path()
@@ -217,9 +233,10 @@ fn reuse_instances_is_asked_for_by_a_component_package_and_refused_for_a_native_
     ]);
     assert!(!native.status.success());
     assert!(
-        text(&native.stderr).contains("--reuse-instances applies to WebAssembly components only"),
+        toolhost_tests::text(&native.stderr)
+            .contains("--reuse-instances applies to WebAssembly components only"),
         "{}",
-        text(&native.stderr)
+        toolhost_tests::text(&native.stderr)
     );
 }
 
@@ -238,7 +255,11 @@ fn new_wasm_scaffolds_a_rust_component_that_type_checks_against_the_wit() {
         path_str(&crate_dir),
         "--wasm",
     ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        toolhost_tests::text(&out.stderr)
+    );
     assert_eq!(
         std::fs::read_to_string(crate_dir.join("wit/plugin.wit")).unwrap(),
         tool_api::WIT
@@ -262,7 +283,11 @@ fn new_wasm_scaffolds_a_rust_component_that_type_checks_against_the_wit() {
         )
         .output()
         .unwrap();
-    assert!(check.status.success(), "{}", text(&check.stderr));
+    assert!(
+        check.status.success(),
+        "{}",
+        toolhost_tests::text(&check.stderr)
+    );
 }
 
 #[test]
@@ -276,7 +301,11 @@ fn new_plugin_builds_passes_its_test_packages_installs_and_loads() {
         "--path",
         path_str(&crate_dir),
     ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        toolhost_tests::text(&out.stderr)
+    );
     // The scaffold passes its own test out of the box.
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let test = Command::new(cargo)
@@ -292,13 +321,13 @@ fn new_plugin_builds_passes_its_test_packages_installs_and_loads() {
     assert!(
         test.status.success(),
         "{}{}",
-        text(&test.stdout),
-        text(&test.stderr)
+        toolhost_tests::text(&test.stdout),
+        toolhost_tests::text(&test.stderr)
     );
     assert!(
-        text(&test.stdout).contains("2 passed"),
+        toolhost_tests::text(&test.stdout).contains("2 passed"),
         "{}",
-        text(&test.stdout)
+        toolhost_tests::text(&test.stdout)
     );
     // Refuses to overwrite.
     assert!(
@@ -322,8 +351,12 @@ fn new_plugin_builds_passes_its_test_packages_installs_and_loads() {
         "--out",
         path_str(&dist),
     ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let archive = text(&out.stdout).trim().to_string();
+    assert!(
+        out.status.success(),
+        "{}",
+        toolhost_tests::text(&out.stderr)
+    );
+    let archive = toolhost_tests::text(&out.stdout).trim().to_string();
     assert!(
         archive.ends_with(&format!(
             "demo-greeter-0.1.0-{}.tar.gz",
@@ -334,16 +367,20 @@ fn new_plugin_builds_passes_its_test_packages_installs_and_loads() {
 
     let installed = dir.path().join("installed");
     let out = xtask(&["plugin", "install", &archive, "--dir", path_str(&installed)]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(
-        text(&out.stdout).contains("--plugins"),
+        out.status.success(),
         "{}",
-        text(&out.stdout)
+        toolhost_tests::text(&out.stderr)
     );
     assert!(
-        text(&out.stdout).contains("verdict: OK"),
+        toolhost_tests::text(&out.stdout).contains("--plugins"),
+        "{}",
+        toolhost_tests::text(&out.stdout)
+    );
+    assert!(
+        toolhost_tests::text(&out.stdout).contains("verdict: OK"),
         "install shows the verification report: {}",
-        text(&out.stdout)
+        toolhost_tests::text(&out.stdout)
     );
 
     let d = Dispatcher::new();
@@ -383,7 +420,7 @@ fn cargo_test(crate_dir: &Path) -> Output {
 /// Runs a plugin crate's tests, which must fail; returns what they said.
 fn failed_test(crate_dir: &Path) -> String {
     let test = cargo_test(crate_dir);
-    let said = text(&test.stdout) + &text(&test.stderr);
+    let said = toolhost_tests::text(&test.stdout) + &toolhost_tests::text(&test.stderr);
     assert!(!test.status.success(), "{said}");
     said
 }
@@ -459,7 +496,11 @@ fn the_author_path_catches_mistakes_before_shipping() {
         "--path",
         path_str(&crate_dir),
     ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        toolhost_tests::text(&out.stderr)
+    );
     let lib = crate_dir.join("src/lib.rs");
     let package = |extra: &[&str]| {
         let mut args = vec!["plugin", "package", path_str(&crate_dir)];
@@ -487,7 +528,7 @@ fn the_author_path_catches_mistakes_before_shipping() {
         .env("CARGO_TARGET_DIR", repo_root().join("target/fixtures"))
         .output()
         .unwrap();
-    let warned = text(&clippy.stderr);
+    let warned = toolhost_tests::text(&clippy.stderr);
     assert!(
         warned.contains("disallowed method `std::fs::read_to_string`")
             && warned.contains("ctx.files().read()"),
@@ -516,14 +557,14 @@ fn the_author_path_catches_mistakes_before_shipping() {
     );
     let test = cargo_test(&crate_dir);
     assert!(!test.status.success());
-    let said = text(&test.stdout) + &text(&test.stderr);
+    let said = toolhost_tests::text(&test.stdout) + &toolhost_tests::text(&test.stderr);
     assert!(
         said.contains("export_plugin! says version \"0.0.9\" but Cargo.toml says \"0.1.0\""),
         "{said}"
     );
     let out = package(&[]);
     assert!(!out.status.success());
-    let err = text(&out.stderr);
+    let err = toolhost_tests::text(&out.stderr);
     assert!(
         err.contains("export_plugin! says version \"0.0.9\" but Cargo.toml says \"0.1.0\""),
         "{err}"
@@ -546,7 +587,7 @@ fn the_author_path_catches_mistakes_before_shipping() {
     .unwrap();
     let test = cargo_test(&crate_dir);
     assert!(!test.status.success());
-    let said = text(&test.stdout) + &text(&test.stderr);
+    let said = toolhost_tests::text(&test.stdout) + &toolhost_tests::text(&test.stderr);
     for expected in [
         "two exported tools are named 'notes' (declaring read and write)",
         "uses patternProperties at /patternProperties, which is outside the supported subset",
@@ -555,7 +596,7 @@ fn the_author_path_catches_mistakes_before_shipping() {
     }
     let out = package(&[]);
     assert!(!out.status.success());
-    let err = text(&out.stderr);
+    let err = toolhost_tests::text(&out.stderr);
     assert!(err.contains("not packaged"), "{err}");
     assert!(
         err.contains("two exported tools are named 'notes'") && err.contains("patternProperties"),
@@ -575,15 +616,23 @@ fn the_author_path_catches_mistakes_before_shipping() {
         "tools: [Greet],",
     );
     let out = package(&[]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let v1 = text(&out.stdout).trim().to_string();
+    assert!(
+        out.status.success(),
+        "{}",
+        toolhost_tests::text(&out.stderr)
+    );
+    let v1 = toolhost_tests::text(&out.stdout).trim().to_string();
     assert!(
         Path::new(&v1).starts_with(crate_dir.join("dist")),
         "default output is the plugin's own dist/: {v1}"
     );
     let installed = dir.path().join("installed");
     let out = xtask(&["plugin", "install", &v1, "--dir", path_str(&installed)]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        toolhost_tests::text(&out.stderr)
+    );
     // Kept aside: packaging the next version removes it from dist/.
     let kept = dir.path().join(Path::new(&v1).file_name().unwrap());
     std::fs::copy(&v1, &kept).unwrap();
@@ -594,26 +643,39 @@ fn the_author_path_catches_mistakes_before_shipping() {
         "version = \"0.2.0\"",
     );
     let out = package(&[]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let v2 = text(&out.stdout).trim().to_string();
+    assert!(
+        out.status.success(),
+        "{}",
+        toolhost_tests::text(&out.stderr)
+    );
+    let v2 = toolhost_tests::text(&out.stdout).trim().to_string();
     // The package's own dist/ keeps the current archive only (the older one would be
     // refused as superseded by `toolhost --plugins dist`).
     let in_dist: Vec<_> = std::fs::read_dir(crate_dir.join("dist"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
-    assert_eq!(in_dist, [PathBuf::from(&v2)], "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("removed"),
+    assert_eq!(
+        in_dist,
+        [PathBuf::from(&v2)],
         "{}",
-        text(&out.stderr)
+        toolhost_tests::text(&out.stderr)
+    );
+    assert!(
+        toolhost_tests::text(&out.stderr).contains("removed"),
+        "{}",
+        toolhost_tests::text(&out.stderr)
     );
     let out = xtask(&["plugin", "install", &v2, "--dir", path_str(&installed)]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(
-        text(&out.stdout).contains("replaced 0.1.0"),
+        out.status.success(),
         "{}",
-        text(&out.stdout)
+        toolhost_tests::text(&out.stderr)
+    );
+    assert!(
+        toolhost_tests::text(&out.stdout).contains("replaced 0.1.0"),
+        "{}",
+        toolhost_tests::text(&out.stdout)
     );
     assert_eq!(
         std::fs::read_dir(&installed).unwrap().count(),
@@ -622,7 +684,7 @@ fn the_author_path_catches_mistakes_before_shipping() {
     );
     let out = xtask(&["plugin", "install", &v1, "--dir", path_str(&installed)]);
     assert!(!out.status.success());
-    let err = text(&out.stderr);
+    let err = toolhost_tests::text(&out.stderr);
     assert!(err.contains("0.2.0 is already installed"), "{err}");
 }
 
@@ -630,7 +692,7 @@ fn the_author_path_catches_mistakes_before_shipping() {
 fn an_unknown_fuzz_target_is_refused_naming_the_targets() {
     let out = xtask(&["fuzz", "no_such_target", "--seconds", "1"]);
     assert!(!out.status.success());
-    let err = text(&out.stderr);
+    let err = toolhost_tests::text(&out.stderr);
     assert!(
         err.contains("no fuzz target 'no_such_target'") && err.contains("worker_frames"),
         "{err}"
@@ -640,17 +702,29 @@ fn an_unknown_fuzz_target_is_refused_naming_the_targets() {
 #[test]
 fn help_works_at_every_level_and_lists_the_commands() {
     let top = xtask(&["--help"]);
-    assert!(top.status.success(), "{}", text(&top.stderr));
+    assert!(
+        top.status.success(),
+        "{}",
+        toolhost_tests::text(&top.stderr)
+    );
     for command in ["test", "ci", "demo", "fuzz", "plugin"] {
-        assert!(text(&top.stdout).contains(command), "{}", text(&top.stdout));
+        assert!(
+            toolhost_tests::text(&top.stdout).contains(command),
+            "{}",
+            toolhost_tests::text(&top.stdout)
+        );
     }
     let plugin = xtask(&["plugin", "--help"]);
-    assert!(plugin.status.success(), "{}", text(&plugin.stderr));
+    assert!(
+        plugin.status.success(),
+        "{}",
+        toolhost_tests::text(&plugin.stderr)
+    );
     for command in ["new", "build", "package", "verify", "install"] {
         assert!(
-            text(&plugin.stdout).contains(command),
+            toolhost_tests::text(&plugin.stdout).contains(command),
             "{}",
-            text(&plugin.stdout)
+            toolhost_tests::text(&plugin.stdout)
         );
     }
     for command in ["new", "build", "package", "verify", "install"] {
@@ -658,19 +732,19 @@ fn help_works_at_every_level_and_lists_the_commands() {
         assert!(
             out.status.success(),
             "plugin {command} --help: {}",
-            text(&out.stderr)
+            toolhost_tests::text(&out.stderr)
         );
         assert!(
-            text(&out.stdout).contains("Usage: cargo xtask plugin"),
+            toolhost_tests::text(&out.stdout).contains("Usage: cargo xtask plugin"),
             "{}",
-            text(&out.stdout)
+            toolhost_tests::text(&out.stdout)
         );
     }
     let unknown = xtask(&["plugin", "frobnicate"]);
     assert!(!unknown.status.success());
     assert!(
-        text(&unknown.stderr).contains("unrecognized subcommand"),
+        toolhost_tests::text(&unknown.stderr).contains("unrecognized subcommand"),
         "{}",
-        text(&unknown.stderr)
+        toolhost_tests::text(&unknown.stderr)
     );
 }

@@ -11,6 +11,7 @@ use dispatcher_core::{
 };
 use tokio::sync::broadcast;
 
+pub mod plugin_env;
 pub mod wasm;
 
 /// Registers the built-in tools.

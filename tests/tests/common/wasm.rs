@@ -16,22 +16,22 @@ pub fn components() -> Option<PathBuf> {
 
 /// A plugin directory with copies of component packages, a dispatcher with them loaded,
 /// and a session over a temporary workspace.
-pub struct Env {
+pub struct Components {
     pub plugins: tempfile::TempDir,
     pub cache: tempfile::TempDir,
     pub compiled: PathBuf,
     pub fx: Fixture,
 }
 
-impl Env {
+impl Components {
     /// `packages` copied from the fixtures, nothing loaded yet; `None` when skipped.
-    pub fn new(packages: &[&str], builder: DispatcherBuilder) -> Option<Env> {
+    pub fn new(packages: &[&str], builder: DispatcherBuilder) -> Option<Components> {
         let dir = components()?;
         let plugins = tempfile::tempdir().unwrap();
         for name in packages {
             toolhost_tests::copy_dir(&dir.join("packages").join(name), &plugins.path().join(name));
         }
-        Some(Env {
+        Some(Components {
             plugins,
             cache: tempfile::tempdir().unwrap(),
             compiled: dir.join("cache"),
@@ -49,23 +49,23 @@ impl Env {
         self.load_with(self.host())
     }
 
-    /// Loaded by `host` (made with [`Env::host`] and set up further).
+    /// Loaded by `host` (made with [`Components::host`] and set up further).
     pub fn load_with(&self, host: plugin_host::PluginHost) -> LoadReport {
         host.load_into(&self.fx.dispatcher)
     }
 
     /// Loaded, every package asserted loaded.
-    pub fn loaded(packages: &[&str], builder: DispatcherBuilder) -> Option<Env> {
-        Env::loaded_by(packages, builder, Env::host)
+    pub fn loaded(packages: &[&str], builder: DispatcherBuilder) -> Option<Components> {
+        Components::loaded_by(packages, builder, Components::host)
     }
 
     /// Loaded by the host `host` makes, every package asserted loaded.
     pub fn loaded_by(
         packages: &[&str],
         builder: DispatcherBuilder,
-        host: impl FnOnce(&Env) -> plugin_host::PluginHost,
-    ) -> Option<Env> {
-        let env = Env::new(packages, builder)?;
+        host: impl FnOnce(&Components) -> plugin_host::PluginHost,
+    ) -> Option<Components> {
+        let env = Components::new(packages, builder)?;
         let report = env.load_with(host(&env));
         assert_eq!(
             report.loaded().count(),
@@ -104,8 +104,8 @@ impl Env {
     }
 }
 
-pub fn faults() -> Option<Env> {
-    Env::loaded(&["faults"], Dispatcher::builder().policy(allow_all()))
+pub fn faults() -> Option<Components> {
+    Components::loaded(&["faults"], Dispatcher::builder().policy(allow_all()))
 }
 
 /// `r` failed with `class`, its text saying `says` (anything, when empty).
