@@ -12,40 +12,24 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tool_api::{InterruptBehavior, SideEffect};
 
+use crate::limits::RateLimits;
 use crate::spool;
 use tool_api::SandboxMode;
 
 /// The default bound on a tool's own declared timeout: an hour, which a long build fits in.
 pub const DEFAULT_MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 
-/// Limits and timeouts of a dispatcher. Every field has a default.
+/// Limits and timeouts of a dispatcher. Every field has a default. The sections a
+/// configuration file has as tables (`[timeouts]`, `[results]`, `[limits]`) deserialize
+/// themselves ([`Timeouts`], [`ResultLimits`], [`RateLimits`]).
 #[derive(Debug, Clone)]
 pub struct DispatcherConfig {
     /// Calls of one session that may execute at once (default 4).
     pub max_concurrency: usize,
-    /// Timeout of `none`/`read`/`write` tools that declare none (default 60 s).
-    pub default_timeout: Duration,
-    /// Timeout of `execute`/`network` tools that declare none (default 600 s).
-    pub execute_timeout: Duration,
-    /// Per-tool timeouts; win over the tool's own declaration.
-    pub tool_timeouts: HashMap<String, Duration>,
-    /// The longest a tool's own declared timeout may make a call (default 1 hour): a
-    /// declaration may shorten the class's timeout, and lengthen it only up to this.
-    /// `tool_timeouts` (the operator's own word) is not bounded by it.
-    pub max_timeout: Duration,
-    /// How long a confirmation may wait for an answer (default 5 min).
-    pub confirmation_timeout: Duration,
-    /// How long a cancelled tool may take to stop before it is abandoned (default 30 s).
-    pub cancel_grace: Duration,
-    /// Calls slower than this log a warning (default 10 s).
-    pub slow_call_threshold: Duration,
-    /// Characters of text a result may have (default 100 000). Beyond it the full output
-    /// is spooled to a file and the model gets a preview, the size and the path ([`spool`]).
-    pub max_result_chars: usize,
-    /// Per-tool result caps; win over `max_result_chars`.
-    pub tool_result_chars: HashMap<String, usize>,
-    /// Characters of a spooled result shown inline (default 2 000).
-    pub result_preview_chars: usize,
+    /// How long calls, confirmations and cancellations may take.
+    pub timeouts: Timeouts,
+    /// How much of a result the model gets inline.
+    pub results: ResultLimits,
     /// Between a toolset's prefix and a tool name in published names (default `__`).
     pub toolset_separator: String,
     /// Per-tool concurrency caps in each session, on top of `max_concurrency`
@@ -59,7 +43,113 @@ pub struct DispatcherConfig {
     /// settings record, which the host's config deserializes into (`[sandbox]`).
     pub sandbox: sandbox::Settings,
     /// Calls per minute per principal (default: none).
-    pub limits: crate::limits::RateLimits,
+    pub limits: RateLimits,
+}
+
+impl Default for DispatcherConfig {
+    fn default() -> Self {
+        DispatcherConfig {
+            max_concurrency: 4,
+            timeouts: Timeouts::default(),
+            results: ResultLimits::default(),
+            toolset_separator: "__".to_string(),
+            tool_concurrency: HashMap::new(),
+            on_execute_error: OnExecuteError::Continue,
+            interrupt: HashMap::new(),
+            sandbox: sandbox::Settings::default(),
+            limits: RateLimits::default(),
+        }
+    }
+}
+
+/// How long things may take: the `[timeouts]` table, in seconds.
+///
+/// ```
+/// let t: dispatcher_core::Timeouts = serde_json::from_str(r#"{"execute_secs": 120}"#).unwrap();
+/// assert_eq!(t.execute, std::time::Duration::from_secs(120));
+/// assert_eq!(t.default, std::time::Duration::from_secs(60), "the rest keep their defaults");
+/// ```
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Timeouts {
+    /// Timeout of `none`/`read`/`write` tools that declare none (default 60 s).
+    #[serde(rename = "default_secs", deserialize_with = "Seconds::duration")]
+    pub default: Duration,
+    /// Timeout of `execute`/`network` tools that declare none (default 600 s).
+    #[serde(rename = "execute_secs", deserialize_with = "Seconds::duration")]
+    pub execute: Duration,
+    /// How long a confirmation may wait for an answer (default 5 min).
+    #[serde(rename = "confirmation_secs", deserialize_with = "Seconds::duration")]
+    pub confirmation: Duration,
+    /// How long a cancelled tool may take to stop before it is abandoned (default 30 s).
+    #[serde(rename = "cancel_grace_secs", deserialize_with = "Seconds::duration")]
+    pub cancel_grace: Duration,
+    /// Calls slower than this log a warning (default 10 s).
+    #[serde(rename = "slow_call_warn_secs", deserialize_with = "Seconds::duration")]
+    pub slow_call_warn: Duration,
+    /// The longest a tool's own declared timeout may make a call (default 1 hour): a
+    /// declaration may shorten the class's timeout, and lengthen it only up to this.
+    /// `per_tool` (the operator's own word) is not bounded by it.
+    #[serde(rename = "max_secs", deserialize_with = "Seconds::duration")]
+    pub max: Duration,
+    /// Per-tool timeouts; win over the tool's own declaration.
+    #[serde(deserialize_with = "seconds_by_tool")]
+    pub per_tool: HashMap<String, Duration>,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            // The tool contract's class defaults (tool-api), so the two cannot drift.
+            default: SideEffect::None.default_timeout(),
+            execute: SideEffect::Execute.default_timeout(),
+            confirmation: Duration::from_secs(300),
+            cancel_grace: Duration::from_secs(30),
+            slow_call_warn: Duration::from_secs(10),
+            max: DEFAULT_MAX_TIMEOUT,
+            per_tool: HashMap::new(),
+        }
+    }
+}
+
+/// How much of a result the model gets: the `[results]` table, in characters.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ResultLimits {
+    /// Characters of text a result may have (default 100 000). Beyond it the full output
+    /// is spooled to a file and the model gets a preview, the size and the path ([`spool`]).
+    #[serde(deserialize_with = "Chars::count")]
+    pub max_chars: usize,
+    /// Characters of a spooled result shown inline (default 2 000).
+    #[serde(deserialize_with = "Chars::count")]
+    pub preview_chars: usize,
+    /// Per-tool caps; win over `max_chars`.
+    #[serde(deserialize_with = "chars_by_tool")]
+    pub per_tool: HashMap<String, usize>,
+}
+
+impl Default for ResultLimits {
+    fn default() -> Self {
+        ResultLimits {
+            max_chars: 100_000,
+            preview_chars: spool::DEFAULT_PREVIEW_CHARS,
+            per_tool: HashMap::new(),
+        }
+    }
+}
+
+fn seconds_by_tool<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<HashMap<String, Duration>, D::Error> {
+    let by_tool = HashMap::<String, Seconds>::deserialize(d)?;
+    Ok(by_tool.into_iter().map(|(k, v)| (k, v.0)).collect())
+}
+
+fn chars_by_tool<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<HashMap<String, usize>, D::Error> {
+    let by_tool = HashMap::<String, Chars>::deserialize(d)?;
+    Ok(by_tool.into_iter().map(|(k, v)| (k, v.0)).collect())
 }
 
 /// The mode a call of `tool` is granted by `settings` (before a runtime policy), in the
@@ -70,31 +160,6 @@ pub fn sandbox_mode(settings: &sandbox::Settings, tool: &str) -> SandboxMode {
         sandbox::Mode::ReadOnly => SandboxMode::ReadOnly,
         sandbox::Mode::WorkspaceWrite => SandboxMode::WorkspaceWrite,
         sandbox::Mode::Remote => SandboxMode::Remote,
-    }
-}
-
-impl Default for DispatcherConfig {
-    fn default() -> Self {
-        DispatcherConfig {
-            max_concurrency: 4,
-            // The tool contract's class defaults (tool-api), so the two cannot drift.
-            default_timeout: SideEffect::None.default_timeout(),
-            execute_timeout: SideEffect::Execute.default_timeout(),
-            tool_timeouts: HashMap::new(),
-            max_timeout: DEFAULT_MAX_TIMEOUT,
-            confirmation_timeout: Duration::from_secs(300),
-            cancel_grace: Duration::from_secs(30),
-            slow_call_threshold: Duration::from_secs(10),
-            max_result_chars: 100_000,
-            tool_result_chars: HashMap::new(),
-            result_preview_chars: spool::DEFAULT_PREVIEW_CHARS,
-            toolset_separator: "__".to_string(),
-            tool_concurrency: HashMap::new(),
-            on_execute_error: OnExecuteError::Continue,
-            interrupt: HashMap::new(),
-            sandbox: sandbox::Settings::default(),
-            limits: crate::limits::RateLimits::default(),
-        }
     }
 }
 
@@ -132,6 +197,12 @@ impl OnExecuteError {
 pub struct Seconds(pub Duration);
 
 impl Seconds {
+    /// Deserializes a checked number of seconds into a plain `Duration`, for
+    /// `#[serde(deserialize_with = "dispatcher_core::Seconds::duration")]`.
+    pub fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Seconds::deserialize(d).map(|s| s.0)
+    }
+
     /// Checks a number of seconds.
     pub fn new(secs: f64) -> Result<Seconds, String> {
         if secs.is_finite() && secs > 0.0 && secs < 1.0e9 {
@@ -164,6 +235,12 @@ pub struct Limit(pub usize);
 impl Limit {
     /// The largest limit a configuration may set.
     pub const MAX: usize = 1024;
+
+    /// Deserializes a checked limit into a plain count, for
+    /// `#[serde(deserialize_with = "dispatcher_core::Limit::count")]`.
+    pub fn count<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+        Limit::deserialize(d).map(|l| l.0)
+    }
 }
 
 impl Serialize for Limit {
@@ -188,6 +265,14 @@ impl<'de> Deserialize<'de> for Limit {
 /// A positive number of characters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Chars(pub usize);
+
+impl Chars {
+    /// Deserializes a checked number of characters into a plain count, for
+    /// `#[serde(deserialize_with = "dispatcher_core::Chars::count")]`.
+    pub fn count<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+        Chars::deserialize(d).map(|c| c.0)
+    }
+}
 
 impl Serialize for Chars {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {

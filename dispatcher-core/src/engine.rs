@@ -225,7 +225,7 @@ fn publish_if_it_waits(engine: &Engine, request: &ConfirmationRequest) {
         engine.store.clone(),
         engine.instance.clone(),
     );
-    let ttl = engine.settings.config.confirmation_timeout + std::time::Duration::from_secs(5);
+    let ttl = engine.settings.config.timeouts.confirmation + std::time::Duration::from_secs(5);
     let request = request.clone();
     runtime.spawn(async move {
         tokio::time::sleep(PUBLISH_AFTER).await;
@@ -279,7 +279,7 @@ pub(crate) async fn ask(
         reason: request.reason.clone(),
     });
     let waited = std::time::Instant::now();
-    let timeout = engine.settings.config.confirmation_timeout;
+    let timeout = engine.settings.config.timeouts.confirmation;
     let resolution = pending
         .wait(&request, &engine.settings.confirmers, timeout, cancelled)
         .await;

@@ -16,8 +16,20 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::store::Store;
 
 /// The limits: calls per minute per principal, to all tools and per tool. Zero or absent:
-/// no limit. The default has none (and costs nothing).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// no limit. The default has none (and costs nothing). The `[limits]` table:
+///
+/// ```toml
+/// [limits]
+/// calls_per_minute = 120     # one caller, every tool together (0: none)
+/// [limits.per_tool]
+/// shell = 10                 # one caller, this tool
+/// ```
+///
+/// The caller is the principal of the request (`token-…` for a bearer token over HTTP,
+/// `local` otherwise). A call over a limit ends with a `rate_limited` result naming the
+/// limit and when to retry.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct RateLimits {
     /// Calls one principal may make per minute, to every tool together (0: no limit).
     pub calls_per_minute: u32,

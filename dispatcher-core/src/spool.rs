@@ -17,7 +17,7 @@ use tool_api::Content;
 use crate::result::ToolResultBlock;
 
 /// Characters of a spooled result the model sees inline (default of
-/// [`crate::DispatcherConfig::result_preview_chars`]).
+/// [`crate::ResultLimits::preview_chars`]).
 pub const DEFAULT_PREVIEW_CHARS: usize = 2_000;
 
 /// A file-name-safe form of an id: letters, digits, `-`, `_` and `.` kept, the rest `_`.

@@ -1,7 +1,7 @@
 //! How a `prompt` decision reaches the user of an MCP client: an `elicitation/create`
 //! request (2025 era), an `input_required` round (2026-07-28), the answer of a verified
 //! retry, a watching console, or `[mcp] prompt_fallback` when nobody can be asked. The
-//! handler sets each call's [`Route`] before the call starts; the [`McpConfirmer`] the
+//! handler sets each call's `Route` before the call starts; the [`McpConfirmer`] the
 //! dispatcher was built with follows it.
 //!
 //! ## Asking the user (a `prompt` policy decision)
@@ -470,7 +470,7 @@ enum Ask {
 }
 
 /// Answers the dispatcher's confirmation requests for calls that came from MCP clients,
-/// each the way its client can be asked ([`Route`]).
+/// each the way its client can be asked (`Route`).
 pub struct McpConfirmer {
     routes: Arc<Routes>,
 }

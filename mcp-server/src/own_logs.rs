@@ -5,7 +5,7 @@
 //! `info`, `warning` and `error` are ever passed (never the protocol library's own).
 //!
 //! A tracing layer ([`layer`]) hands each message to a broadcast the servers' connections
-//! read ([`subscribe`]); until [`switch_on`] it does nothing but one atomic load per
+//! read (`subscribe`); until [`switch_on`] it does nothing but one atomic load per
 //! message that reaches it.
 
 #![allow(

@@ -141,7 +141,8 @@ async fn tool_exceeding_its_timeout_is_timeout() {
 async fn per_tool_timeout_from_config_wins_over_the_declaration() {
     let mut config = DispatcherConfig::default();
     config
-        .tool_timeouts
+        .timeouts
+        .per_tool
         .insert("stubborn".into(), Duration::from_millis(50));
     let d = Dispatcher::builder().config(config).build();
     d.register(factory::<Stubborn>()).unwrap();
@@ -155,7 +156,10 @@ async fn per_tool_timeout_from_config_wins_over_the_declaration() {
 #[tokio::test]
 async fn a_declared_timeout_lengthens_the_operators_only_up_to_max_timeout() {
     let config = DispatcherConfig {
-        max_timeout: Duration::from_millis(300),
+        timeouts: dispatcher_core::Timeouts {
+            max: Duration::from_millis(300),
+            ..dispatcher_core::Timeouts::default()
+        },
         ..DispatcherConfig::default()
     };
     let d = Dispatcher::builder().config(config).build();
@@ -228,7 +232,10 @@ async fn blocking_calls_run_while_every_warm_runner_holds_an_abandoned_tool() {
 async fn tool_ignoring_cancellation_is_abandoned_after_grace_period() {
     let d = Dispatcher::builder()
         .config(DispatcherConfig {
-            cancel_grace: Duration::from_millis(300),
+            timeouts: dispatcher_core::Timeouts {
+                cancel_grace: Duration::from_millis(300),
+                ..dispatcher_core::Timeouts::default()
+            },
             ..DispatcherConfig::default()
         })
         .build();
@@ -979,7 +986,10 @@ async fn a_question_nobody_answers_is_no_answer_after_the_confirmation_timeout()
         }
     }
     let config = DispatcherConfig {
-        confirmation_timeout: Duration::from_millis(200),
+        timeouts: dispatcher_core::Timeouts {
+            confirmation: Duration::from_millis(200),
+            ..dispatcher_core::Timeouts::default()
+        },
         ..DispatcherConfig::default()
     };
     let d = Dispatcher::builder()

@@ -20,9 +20,10 @@ use serde_json::json;
 fn env() -> PluginEnv {
     let mut config = DispatcherConfig::default();
     config
-        .tool_timeouts
+        .timeouts
+        .per_tool
         .insert("spin".into(), Duration::from_secs(2));
-    config.cancel_grace = Duration::from_secs(1);
+    config.timeouts.cancel_grace = Duration::from_secs(1);
     PluginEnv::new(
         Dispatcher::builder()
             .policy(allow_all())

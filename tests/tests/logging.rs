@@ -150,7 +150,10 @@ async fn call_slower_than_the_threshold_logs_a_warning() {
     let (capture, _serial) = logs();
     let d = Dispatcher::builder()
         .config(dispatcher_core::DispatcherConfig {
-            slow_call_threshold: std::time::Duration::ZERO,
+            timeouts: dispatcher_core::Timeouts {
+                slow_call_warn: std::time::Duration::ZERO,
+                ..dispatcher_core::Timeouts::default()
+            },
             ..Default::default()
         })
         .build();

@@ -543,7 +543,10 @@ async fn plugin_tool_ignoring_cancellation_is_abandoned_and_the_host_keeps_servi
     let env = env_with(
         Dispatcher::builder()
             .config(DispatcherConfig {
-                cancel_grace: Duration::from_millis(200),
+                timeouts: dispatcher_core::Timeouts {
+                    cancel_grace: Duration::from_millis(200),
+                    ..dispatcher_core::Timeouts::default()
+                },
                 ..Default::default()
             })
             .build(),

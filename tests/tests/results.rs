@@ -27,8 +27,11 @@ fn dispatcher(config: DispatcherConfig) -> Dispatcher {
 
 fn small_caps() -> DispatcherConfig {
     DispatcherConfig {
-        max_result_chars: 1000,
-        result_preview_chars: 50,
+        results: dispatcher_core::ResultLimits {
+            max_chars: 1000,
+            preview_chars: 50,
+            ..dispatcher_core::ResultLimits::default()
+        },
         ..DispatcherConfig::default()
     }
 }
@@ -98,7 +101,10 @@ async fn result_under_the_cap_is_untouched() {
 #[tokio::test]
 async fn per_tool_result_cap_wins_over_the_default() {
     let d = dispatcher(DispatcherConfig {
-        tool_result_chars: [("shell".to_string(), 20)].into(),
+        results: dispatcher_core::ResultLimits {
+            per_tool: [("shell".to_string(), 20)].into(),
+            ..small_caps().results
+        },
         ..small_caps()
     });
     let fx = Fixture::new(d.clone());

@@ -495,8 +495,11 @@ async fn block_tool_runs_to_completion_through_a_user_interrupt() {
 #[tokio::test]
 async fn interrupt_behaviour_can_be_set_per_tool_in_config() {
     let e = env(DispatcherConfig {
+        timeouts: dispatcher_core::Timeouts {
+            cancel_grace: Duration::from_millis(10),
+            ..dispatcher_core::Timeouts::default()
+        },
         interrupt: [("probe_stubborn".to_string(), InterruptBehavior::Block)].into(),
-        cancel_grace: Duration::from_millis(10),
         ..DispatcherConfig::default()
     });
     let d = e.d.clone();

@@ -540,7 +540,10 @@ async fn denied_write_is_user_denied_and_does_not_run() {
 #[tokio::test]
 async fn unanswered_confirmation_times_out() {
     let (d, fx) = Fixture::with_builtins(Dispatcher::builder().config(DispatcherConfig {
-        confirmation_timeout: Duration::from_secs(1),
+        timeouts: dispatcher_core::Timeouts {
+            confirmation: Duration::from_secs(1),
+            ..dispatcher_core::Timeouts::default()
+        },
         ..DispatcherConfig::default()
     }));
     let mut events = fx.session.subscribe();
@@ -798,7 +801,10 @@ async fn trusted_workspace_auto_runs_writes_but_execute_still_prompts() {
     let d = Dispatcher::builder()
         .policy(policy)
         .config(DispatcherConfig {
-            confirmation_timeout: Duration::from_millis(300),
+            timeouts: dispatcher_core::Timeouts {
+                confirmation: Duration::from_millis(300),
+                ..dispatcher_core::Timeouts::default()
+            },
             ..DispatcherConfig::default()
         })
         .build();

@@ -202,7 +202,8 @@ async fn a_trap_ends_only_its_call_with_a_readable_execution_error() {
 async fn an_endless_loop_is_stopped_by_its_timeout_and_the_next_call_works() {
     let mut config = DispatcherConfig::default();
     config
-        .tool_timeouts
+        .timeouts
+        .per_tool
         .insert("wasm_spin".into(), Duration::from_millis(500));
     let Some(env) = Components::loaded(&["faults"], Dispatcher::builder().config(config)) else {
         return;
@@ -282,8 +283,11 @@ async fn a_memory_bomb_hits_the_instance_limit_and_ends_only_its_call() {
 #[tokio::test]
 async fn a_large_result_is_spooled_like_any_tool_s() {
     let config = DispatcherConfig {
-        max_result_chars: 1000,
-        result_preview_chars: 50,
+        results: dispatcher_core::ResultLimits {
+            max_chars: 1000,
+            preview_chars: 50,
+            ..dispatcher_core::ResultLimits::default()
+        },
         ..DispatcherConfig::default()
     };
     let Some(env) = Components::loaded(&["faults"], Dispatcher::builder().config(config)) else {
@@ -356,7 +360,8 @@ async fn a_component_that_asks_for_reused_instances_keeps_its_memory_between_cal
 async fn a_trap_timeout_or_memory_bomb_ends_a_reused_instance() {
     let mut config = DispatcherConfig::default();
     config
-        .tool_timeouts
+        .timeouts
+        .per_tool
         .insert("wasm_spin".into(), Duration::from_millis(300));
     let Some(env) = reused_faults(config) else {
         return;

@@ -227,7 +227,8 @@ async fn a_request_that_hangs_is_stopped_by_its_calls_timeout() {
     let server = Server::start(Answer::Hang);
     let mut config = DispatcherConfig::default();
     config
-        .tool_timeouts
+        .timeouts
+        .per_tool
         .insert("http_get".into(), Duration::from_millis(500));
     let Some(env) = fetch_env(&allowing(&server), config) else {
         return;

@@ -406,7 +406,7 @@ async fn call(
             // Signal only: this task drives the call and must keep polling it while
             // the tool stops (a shell's process group gets SIGTERM, then SIGKILL).
             host.dispatcher.request_cancel(session.id(), "toolu_cli_1");
-            let grace = host.dispatcher.config().cancel_grace;
+            let grace = host.dispatcher.config().timeouts.cancel_grace;
             if tokio::time::timeout(grace, &mut run).await.is_err() {
                 tracing::warn!("the call did not stop within the grace period after {}", signal.name);
             }

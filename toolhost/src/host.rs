@@ -7,9 +7,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Args;
-use dispatcher_core::{Dispatcher, Session, SessionSpec};
+use dispatcher_core::{
+    CommandHook, Dispatcher, DispatcherConfig, HookMatcher, Session, SessionSpec,
+};
 
-use crate::config::{self, Config};
+use crate::config::{self, Config, HookConfig, PluginGrant};
 use crate::error::UsageError;
 use crate::self_mount;
 use mcp_server as mcp;
@@ -214,7 +216,7 @@ pub(crate) async fn build_host_observed(
         .open()
         .map_err(|e| format!("{}: [store] {e}", sources.file.display()))?;
     let mut builder = Dispatcher::builder()
-        .config(config.dispatcher_config())
+        .config(dispatcher_config(config))
         .policy(config.tool_confirmation.clone())
         .store(store);
     for capability in &config.capabilities {
@@ -223,7 +225,7 @@ pub(crate) async fn build_host_observed(
     if let Some(c) = confirmer {
         builder = builder.confirmer(c);
     }
-    let (pre_hooks, post_hooks) = config.command_hooks();
+    let (pre_hooks, post_hooks) = command_hooks(config);
     for hook in pre_hooks {
         builder = builder.hook(Arc::new(hook));
     }
@@ -263,9 +265,7 @@ pub(crate) async fn build_host_observed(
                 vec![OsString::from(PLUGIN_WORKER)],
             ),
         };
-        config
-            .plugin_host(dirs, program, args, workspace)
-            .load_into(&dispatcher)
+        plugin_host(config, dirs, program, args, workspace).load_into(&dispatcher)
     };
     let mut starting = tokio::task::JoinSet::new();
     let servers = Arc::new(mcp_toolsets::ServerSandbox {
@@ -323,4 +323,142 @@ pub(crate) async fn build_host_observed(
         plugins,
         mcp,
     })
+}
+
+/// The command hooks `config` declares: (pre-use, post-use).
+fn command_hooks(config: &Config) -> (Vec<CommandHook>, Vec<CommandHook>) {
+    let make = |h: &HookConfig| CommandHook {
+        command: h.command.clone(),
+        matcher: match &h.tools {
+            Some(tools) => HookMatcher::Tools(tools.clone()),
+            None => HookMatcher::All,
+        },
+        timeout: h.timeout.0,
+    };
+    (
+        config.hooks.pre_tool_use.iter().map(make).collect(),
+        config.hooks.post_tool_use.iter().map(make).collect(),
+    )
+}
+
+/// The plugin host `config` describes: its directories' packages, isolation,
+/// signatures and workers (started as `worker_program plugin-worker …`, sandboxed for
+/// sessions in `workspace`).
+fn plugin_host(
+    config: &Config,
+    dirs: Vec<PathBuf>,
+    worker_program: PathBuf,
+    worker_args: Vec<std::ffi::OsString>,
+    workspace: &Path,
+) -> plugin_host::PluginHost {
+    let mut worker = plugin_host::WorkerSettings::new(worker_program, worker_args);
+    worker.sandbox = plugin_host::WorkerSandbox {
+        workspaces: vec![workspace.to_path_buf()],
+        settings: config.sandbox.clone(),
+    };
+    worker.memory_limit = (config.plugin_memory_limit_mib > 0)
+        .then(|| config.plugin_memory_limit_mib.saturating_mul(1 << 20));
+    worker.cancel_grace = config.timeouts.cancel_grace;
+    let mut host = plugin_host::PluginHost::new(dirs)
+        .isolation(config.plugin_isolation)
+        .worker(worker)
+        .trusted_keys(config.trusted_keys.iter().copied())
+        .require_signatures(config.require_signatures);
+    #[cfg(feature = "wasm")]
+    {
+        let bytes = config.wasm_memory_limit_mib.0.saturating_mul(1 << 20);
+        host = host.wasm_memory(usize::try_from(bytes).unwrap_or(usize::MAX));
+    }
+    for (name, plugin) in &config.plugins {
+        if let Some(isolation) = plugin.isolation {
+            host = host.isolate(name.clone(), isolation);
+        }
+        host = host.sandbox(
+            name.clone(),
+            plugin_host::PluginSandbox {
+                grant: match plugin.sandbox {
+                    Some(PluginGrant::Classes(g)) => Some(g),
+                    _ => None,
+                },
+                tcp_ports: plugin.tcp_ports.clone(),
+                http_hosts: plugin.http_hosts.clone(),
+                allow_unsandboxed: plugin.allow_unsandboxed,
+                unconfined: plugin.sandbox == Some(PluginGrant::Unconfined),
+            },
+        );
+    }
+    host
+}
+
+/// The dispatcher's settings: the file's sections are the core's own types
+/// ([`dispatcher_core::Timeouts`], [`dispatcher_core::ResultLimits`],
+/// [`dispatcher_core::RateLimits`], [`sandbox::Settings`]), passed on whole.
+fn dispatcher_config(config: &Config) -> DispatcherConfig {
+    DispatcherConfig {
+        max_concurrency: config.max_concurrency.0,
+        timeouts: config.timeouts.clone(),
+        results: config.results.clone(),
+        toolset_separator: config.toolset_separator.0.clone(),
+        tool_concurrency: config
+            .tool_concurrency
+            .iter()
+            .map(|(k, v)| (k.clone(), v.0))
+            .collect(),
+        on_execute_error: config.on_execute_error,
+        interrupt: config.interrupt.clone().into_iter().collect(),
+        sandbox: config.sandbox.clone(),
+        limits: config.limits.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dispatcher_core::{InterruptBehavior, OnExecuteError};
+
+    fn parse(text: &str) -> Result<Config, config::ConfigError> {
+        Config::parse(Path::new("toolhost.toml"), text)
+    }
+
+    #[test]
+    fn scheduling_results_and_hooks_keys_reach_the_dispatcher_config() {
+        let c = parse(
+            r#"
+            on_execute_error = "cancel_siblings"
+            sandbox = "host"
+            [tool_concurrency]
+            shell = 1
+            [interrupt]
+            write_file = "block"
+            [results]
+            max_chars = 5000
+            preview_chars = 100
+            [results.per_tool]
+            shell = 300
+            [[hooks.pre_tool_use]]
+            command = "exit 0"
+            tools = ["shell"]
+            timeout_secs = 2
+            [[hooks.post_tool_use]]
+            command = "exit 0"
+            "#,
+        )
+        .unwrap();
+        let d = dispatcher_config(&c);
+        assert_eq!(d.on_execute_error, OnExecuteError::CancelSiblings);
+        assert_eq!(d.tool_concurrency["shell"], 1);
+        assert_eq!(d.interrupt["write_file"], InterruptBehavior::Block);
+        assert_eq!((d.results.max_chars, d.results.preview_chars), (5000, 100));
+        assert_eq!(d.results.per_tool["shell"], 300);
+        let (pre, post) = command_hooks(&c);
+        assert_eq!((pre.len(), post.len()), (1, 1));
+        assert!(pre[0].matcher.matches("shell") && !pre[0].matcher.matches("read_file"));
+        assert_eq!(pre[0].timeout, std::time::Duration::from_secs(2));
+    }
+
+    #[test]
+    fn toolset_separator_reaches_the_dispatcher() {
+        let c = parse("toolset_separator = \".\"").unwrap();
+        assert_eq!(dispatcher_config(&c).toolset_separator, ".");
+    }
 }

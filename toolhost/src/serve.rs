@@ -137,7 +137,7 @@ async fn serve_http(
         }
     };
     // Over a shared store, a task made here is read, answered and cancelled anywhere.
-    let tasks = mcp::Tasks::new(sources.config.mcp.tasks.settings());
+    let tasks = mcp::Tasks::new(sources.config.mcp.tasks.clone());
     tasks.share_through(dispatcher.store());
     let shared = mcp::McpShared::new(
         dispatcher.clone(),
@@ -159,7 +159,7 @@ async fn serve_http(
     let server = http::Server::new(Some(shared), control, options);
     tracing::info!(workspace = %args.session.workspace.display(), "MCP over HTTP at http://{local}/mcp; console at http://{local}/");
     eprintln!("toolhost: serving MCP at http://{local}/mcp, the console at http://{local}/");
-    let grace = dispatcher.config().cancel_grace;
+    let grace = dispatcher.config().timeouts.cancel_grace;
     let (signal_tx, signal_rx) = tokio::sync::oneshot::channel();
     let shutdown = async move {
         let signal = shutdown_signal().await;
@@ -248,7 +248,7 @@ async fn serve_mcp(sources: &Sources<'_>, serve: &ServeArgs) -> Result<ExitCode,
         confirmations(sources, &dispatcher)?,
         mcp::Sessions::One(session),
         host.upstreams(&routes).await,
-        mcp::Tasks::new(sources.config.mcp.tasks.settings()),
+        mcp::Tasks::new(sources.config.mcp.tasks.clone()),
     );
     let server = mcp::McpServer::new(shared.clone());
     let direct_server = mcp::McpServer::new(shared.clone());
@@ -287,7 +287,7 @@ async fn serve_mcp(sources: &Sources<'_>, serve: &ServeArgs) -> Result<ExitCode,
         }
     };
     tokio::pin!(serving);
-    let grace = dispatcher.config().cancel_grace;
+    let grace = dispatcher.config().timeouts.cancel_grace;
     tokio::select! {
         () = &mut serving => {}
         signal = shutdown_signal() => {
@@ -338,7 +338,7 @@ pub fn confirmations(
     }
     Ok(mcp::request_state::Confirmations::new(
         codec,
-        dispatcher.config().confirmation_timeout,
+        dispatcher.config().timeouts.confirmation,
         dispatcher.store(),
     ))
 }

@@ -14,7 +14,7 @@
 //!
 //! Answers are written by one task ([`output`]), everything ready at once in one write. A
 //! 2025-era session's plain `tools/call` is answered by the transport itself, without
-//! rmcp's per-request service ([`calls`]).
+//! rmcp's per-request service (`calls`).
 
 mod calls;
 pub mod output;

@@ -22,7 +22,7 @@
 //! running a call answers in its request, as without the extension.
 //!
 //! A task's call runs on the instance that made it. Over a shared store ([`Tasks::share_through`],
-//! [`shared`]) every change of a task is mirrored there, so that `tasks/get`,
+//! `shared`) every change of a task is mirrored there, so that `tasks/get`,
 //! `tasks/list` and `tasks/result` at any instance read it, and `tasks/update` and
 //! `tasks/cancel` at any instance reach it; over a store of this process only, another
 //! instance is told the task does not exist.
@@ -41,19 +41,25 @@ use tokio::sync::oneshot;
 
 mod shared;
 
-/// How tasks are made and kept (`[mcp.tasks]`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How tasks are made and kept: the `[mcp.tasks]` table (seconds, a count).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct TaskSettings {
-    /// Whether toolhost declares the tasks extension at all.
+    /// Whether toolhost declares the tasks extension at all (default `true`).
     pub enabled: bool,
-    /// A call still running after this becomes a task (zero: every call of a client that
-    /// takes tasks).
+    /// A call of a client that takes tasks, still running after this, becomes a task
+    /// (default 1 s).
+    #[serde(deserialize_with = "dispatcher_core::Seconds::duration")]
     pub after: Duration,
-    /// How long a task stays readable after it ends, and the longest its call may run.
+    /// How long a task stays readable after it ends, and the longest its call may run
+    /// (default 3600 s).
+    #[serde(deserialize_with = "dispatcher_core::Seconds::duration")]
     pub ttl: Duration,
-    /// The polling interval suggested to clients.
+    /// The polling interval suggested to clients (default 0.5 s).
+    #[serde(deserialize_with = "dispatcher_core::Seconds::duration")]
     pub poll_interval: Duration,
-    /// The most tasks one principal keeps.
+    /// The most tasks one principal keeps (default 100).
+    #[serde(deserialize_with = "dispatcher_core::Limit::count")]
     pub max_per_client: usize,
 }
 
@@ -364,7 +370,7 @@ impl Tasks {
         }
     }
 
-    /// Whether `owner` may have one more task ([`Tasks::create`] would make it).
+    /// Whether `owner` may have one more task (`Tasks::create` would make it).
     pub fn room_for(&self, owner: &str) -> bool {
         let table = self.lock();
         let mine = table.values().filter(|e| e.owner == owner);

@@ -76,7 +76,7 @@ impl WorkerSettings {
             program: program.into(),
             args: args.into_iter().map(Into::into).collect(),
             memory_limit: Some(DEFAULT_MEMORY_LIMIT),
-            cancel_grace: dispatcher_core::DispatcherConfig::default().cancel_grace,
+            cancel_grace: dispatcher_core::Timeouts::default().cancel_grace,
             sandbox: crate::sandboxing::WorkerSandbox::default(),
         }
     }

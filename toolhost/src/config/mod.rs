@@ -1,14 +1,16 @@
-//! `toolhost.toml`: every key, its default, and errors that name the file, the key and the
-//! line.
+//! `toolhost.toml`, parsed and checked; [`crate::host`] builds from it.
 //!
-//! The README's "Configuration" section lists every key with its default and is loaded as
-//! written by a test here. Defaults are not written in this module: a key left out takes the
-//! library's own ([`DispatcherConfig::default`], [`ConfirmationPolicy::default`],
-//! [`mcp_toolsets::McpServerConfig`]'s), and a bad value is refused by the value's type while
-//! the file is deserialized ([`dispatcher_core::config`]), so every error keeps its line.
+//! Each table deserializes into the type of the crate that uses it, with that type's own
+//! defaults: `[timeouts]` into [`dispatcher_core::Timeouts`], `[results]` into
+//! [`dispatcher_core::ResultLimits`], `[limits]` into [`dispatcher_core::RateLimits`],
+//! `[tool_confirmation]` into [`ConfirmationPolicy`], `[sandbox]` into
+//! [`::sandbox::Settings`], `[mcp.tasks]` into [`mcp_server::TaskSettings`],
+//! `[[mcp_servers]]` into [`McpServerConfig`]. Nothing is copied into a mirror of its own. A
+//! bad value is refused by the value's type while the file is deserialized, so every error
+//! names the file, the key and the line. `docs/configuration.md` lists every key with its
+//! default, and a test here loads that block as written.
 
 pub mod audit;
-pub mod limits;
 mod plugin_grant;
 pub mod remote;
 pub mod store;
@@ -16,9 +18,10 @@ pub mod store;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use dispatcher_core::{COMMAND_HOOK_TIMEOUT, CommandHook, HookMatcher};
-use dispatcher_core::{Chars, Limit, Seconds, Separator};
-use dispatcher_core::{ConfirmationPolicy, DispatcherConfig, InterruptBehavior, OnExecuteError};
+use dispatcher_core::{COMMAND_HOOK_TIMEOUT, Limit, RateLimits, ResultLimits, Seconds, Separator};
+use dispatcher_core::{
+    ConfirmationPolicy, DispatcherConfig, InterruptBehavior, OnExecuteError, Timeouts,
+};
 use mcp_toolsets::McpServerConfig;
 pub use plugin_grant::PluginGrant;
 use plugin_host::{Isolation, PublicKey};
@@ -48,7 +51,7 @@ pub struct Config {
     /// Per-tool interrupt behaviour.
     pub interrupt: BTreeMap<String, InterruptBehavior>,
     /// Result size caps.
-    pub results: Results,
+    pub results: ResultLimits,
     /// External command hooks.
     pub hooks: Hooks,
     /// Timeouts.
@@ -78,7 +81,7 @@ pub struct Config {
     /// Where the instances of a deployment share their state.
     pub store: store::StoreConfig,
     /// Rate limits per caller.
-    pub limits: limits::Limits,
+    pub limits: RateLimits,
     /// The audit log.
     pub audit: audit::Audit,
     /// The host that runs the tools routed to `remote`.
@@ -115,7 +118,7 @@ impl Default for Config {
             sandbox: ::sandbox::Settings::default(),
             tool_concurrency: BTreeMap::new(),
             interrupt: BTreeMap::new(),
-            results: Results::default(),
+            results: ResultLimits::default(),
             hooks: Hooks::default(),
             timeouts: Timeouts::default(),
             tool_confirmation: ConfirmationPolicy::default(),
@@ -129,7 +132,7 @@ impl Default for Config {
             trusted_keys: Vec::new(),
             require_signatures: false,
             store: store::StoreConfig::default(),
-            limits: limits::Limits::default(),
+            limits: RateLimits::default(),
             audit: audit::Audit::default(),
             remote: None,
         }
@@ -188,7 +191,7 @@ pub struct McpConfig {
     /// that can write it can approve a changed definition.
     pub pins_file: Option<PathBuf>,
     /// Calls that outlive their request ([`mcp_server::tasks`]).
-    pub tasks: McpTasks,
+    pub tasks: mcp_server::TaskSettings,
     /// Whether toolhost's own log messages (info and above) go to the MCP clients that
     /// asked for log messages, beside the mounted servers' (default `false`).
     pub client_logs: bool,
@@ -201,52 +204,8 @@ impl Default for McpConfig {
             max_message_bytes: MessageBytes(mcp_server::screen::DEFAULT_MAX_MESSAGE_BYTES),
             request_state_keys: None,
             pins_file: None,
-            tasks: McpTasks::default(),
+            tasks: mcp_server::TaskSettings::default(),
             client_logs: false,
-        }
-    }
-}
-
-/// The `[mcp.tasks]` table: MCP tasks (the `io.modelcontextprotocol/tasks` extension).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct McpTasks {
-    /// Whether toolhost offers tasks at all (default `true`).
-    pub enabled: bool,
-    /// A call of a client that takes tasks, still running after this many seconds,
-    /// becomes a task (default 1).
-    pub after: Seconds,
-    /// How long a task stays readable after it ends, and the longest its call may run, in
-    /// seconds (default 3600).
-    pub ttl: Seconds,
-    /// The polling interval suggested to clients, in seconds (default 0.5).
-    pub poll_interval: Seconds,
-    /// The most tasks one client (principal) keeps (default 100).
-    pub max_per_client: Limit,
-}
-
-impl Default for McpTasks {
-    fn default() -> Self {
-        let d = mcp_server::TaskSettings::default();
-        McpTasks {
-            enabled: d.enabled,
-            after: Seconds(d.after),
-            ttl: Seconds(d.ttl),
-            poll_interval: Seconds(d.poll_interval),
-            max_per_client: Limit(d.max_per_client),
-        }
-    }
-}
-
-impl McpTasks {
-    /// The settings the server's task table takes.
-    pub fn settings(&self) -> mcp_server::TaskSettings {
-        mcp_server::TaskSettings {
-            enabled: self.enabled,
-            after: self.after.0,
-            ttl: self.ttl.0,
-            poll_interval: self.poll_interval.0,
-            max_per_client: self.max_per_client.0,
         }
     }
 }
@@ -287,29 +246,6 @@ impl<'de> Deserialize<'de> for MessageBytes {
     }
 }
 
-/// The `[results]` table: result size caps, in characters.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Results {
-    /// Characters of text a result may have before it is spooled.
-    pub max_chars: Chars,
-    /// Characters of a spooled result shown inline.
-    pub preview_chars: Chars,
-    /// Per-tool caps.
-    pub per_tool: BTreeMap<String, Chars>,
-}
-
-impl Default for Results {
-    fn default() -> Self {
-        let d = DispatcherConfig::default();
-        Results {
-            max_chars: Chars(d.max_result_chars),
-            preview_chars: Chars(d.result_preview_chars),
-            per_tool: BTreeMap::new(),
-        }
-    }
-}
-
 /// The `[hooks]` table: external commands run around calls.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -337,49 +273,6 @@ pub struct HookConfig {
 
 fn hook_timeout() -> Seconds {
     Seconds(COMMAND_HOOK_TIMEOUT)
-}
-
-/// The `[timeouts]` table, in seconds.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Timeouts {
-    /// none/read/write tools.
-    #[serde(rename = "default_secs")]
-    pub default: Seconds,
-    /// execute/network tools.
-    #[serde(rename = "execute_secs")]
-    pub execute: Seconds,
-    /// Confirmation prompts.
-    #[serde(rename = "confirmation_secs")]
-    pub confirmation: Seconds,
-    /// Grace period after cancellation.
-    #[serde(rename = "cancel_grace_secs")]
-    pub cancel_grace: Seconds,
-    /// Slow-call warning threshold.
-    #[serde(rename = "slow_call_warn_secs")]
-    pub slow_call_warn: Seconds,
-    /// The longest a tool's own declared timeout may make a call (default 3600): a
-    /// declaration may shorten `default_secs`/`execute_secs`, and lengthen them only up to
-    /// this; `per_tool` entries are not bounded by it.
-    #[serde(rename = "max_secs")]
-    pub max: Seconds,
-    /// Per-tool timeouts.
-    pub per_tool: BTreeMap<String, Seconds>,
-}
-
-impl Default for Timeouts {
-    fn default() -> Self {
-        let d = DispatcherConfig::default();
-        Timeouts {
-            default: Seconds(d.default_timeout),
-            execute: Seconds(d.execute_timeout),
-            confirmation: Seconds(d.confirmation_timeout),
-            cancel_grace: Seconds(d.cancel_grace),
-            slow_call_warn: Seconds(d.slow_call_threshold),
-            max: Seconds(d.max_timeout),
-            per_tool: BTreeMap::new(),
-        }
-    }
 }
 
 /// A configuration file that could not be used.
@@ -497,101 +390,6 @@ impl Config {
         let user = config_home.join("toolhost").join(FILE_NAME);
         user.is_file().then_some(user)
     }
-
-    /// The command hooks this config declares: (pre-use, post-use).
-    pub fn command_hooks(&self) -> (Vec<CommandHook>, Vec<CommandHook>) {
-        let make = |h: &HookConfig| CommandHook {
-            command: h.command.clone(),
-            matcher: match &h.tools {
-                Some(tools) => HookMatcher::Tools(tools.clone()),
-                None => HookMatcher::All,
-            },
-            timeout: h.timeout.0,
-        };
-        (
-            self.hooks.pre_tool_use.iter().map(make).collect(),
-            self.hooks.post_tool_use.iter().map(make).collect(),
-        )
-    }
-
-    /// The plugin host this config describes: its directories' packages, isolation,
-    /// signatures and workers (started as `worker_program plugin-worker …`, sandboxed for
-    /// sessions in `workspace`).
-    pub fn plugin_host(
-        &self,
-        dirs: Vec<PathBuf>,
-        worker_program: PathBuf,
-        worker_args: Vec<std::ffi::OsString>,
-        workspace: &Path,
-    ) -> plugin_host::PluginHost {
-        let mut worker = plugin_host::WorkerSettings::new(worker_program, worker_args);
-        worker.sandbox = plugin_host::WorkerSandbox {
-            workspaces: vec![workspace.to_path_buf()],
-            settings: self.sandbox.clone(),
-        };
-        worker.memory_limit = (self.plugin_memory_limit_mib > 0)
-            .then(|| self.plugin_memory_limit_mib.saturating_mul(1 << 20));
-        worker.cancel_grace = self.timeouts.cancel_grace.0;
-        let mut host = plugin_host::PluginHost::new(dirs)
-            .isolation(self.plugin_isolation)
-            .worker(worker)
-            .trusted_keys(self.trusted_keys.iter().copied())
-            .require_signatures(self.require_signatures);
-        #[cfg(feature = "wasm")]
-        {
-            let bytes = self.wasm_memory_limit_mib.0.saturating_mul(1 << 20);
-            host = host.wasm_memory(usize::try_from(bytes).unwrap_or(usize::MAX));
-        }
-        for (name, plugin) in &self.plugins {
-            if let Some(isolation) = plugin.isolation {
-                host = host.isolate(name.clone(), isolation);
-            }
-            host = host.sandbox(
-                name.clone(),
-                plugin_host::PluginSandbox {
-                    grant: match plugin.sandbox {
-                        Some(PluginGrant::Classes(g)) => Some(g),
-                        _ => None,
-                    },
-                    tcp_ports: plugin.tcp_ports.clone(),
-                    http_hosts: plugin.http_hosts.clone(),
-                    allow_unsandboxed: plugin.allow_unsandboxed,
-                    unconfined: plugin.sandbox == Some(PluginGrant::Unconfined),
-                },
-            );
-        }
-        host
-    }
-
-    /// The dispatcher limits this config sets.
-    pub fn dispatcher_config(&self) -> DispatcherConfig {
-        let t = &self.timeouts;
-        let unwrap =
-            |m: &BTreeMap<String, Chars>| m.iter().map(|(k, v)| (k.clone(), v.0)).collect();
-        DispatcherConfig {
-            max_concurrency: self.max_concurrency.0,
-            default_timeout: t.default.0,
-            execute_timeout: t.execute.0,
-            tool_timeouts: t.per_tool.iter().map(|(k, v)| (k.clone(), v.0)).collect(),
-            max_timeout: t.max.0,
-            confirmation_timeout: t.confirmation.0,
-            cancel_grace: t.cancel_grace.0,
-            slow_call_threshold: t.slow_call_warn.0,
-            max_result_chars: self.results.max_chars.0,
-            tool_result_chars: unwrap(&self.results.per_tool),
-            result_preview_chars: self.results.preview_chars.0,
-            toolset_separator: self.toolset_separator.0.clone(),
-            tool_concurrency: self
-                .tool_concurrency
-                .iter()
-                .map(|(k, v)| (k.clone(), v.0))
-                .collect(),
-            on_execute_error: self.on_execute_error,
-            interrupt: self.interrupt.clone().into_iter().collect(),
-            sandbox: self.sandbox.clone(),
-            limits: self.limits.rate_limits(),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -693,42 +491,6 @@ mod tests {
             e.contains("timeouts.per_tool.shell") && e.contains("positive"),
             "{e}"
         );
-    }
-
-    #[test]
-    fn scheduling_results_and_hooks_keys_reach_the_dispatcher_config() {
-        let c = parse(
-            r#"
-            on_execute_error = "cancel_siblings"
-            sandbox = "host"
-            [tool_concurrency]
-            shell = 1
-            [interrupt]
-            write_file = "block"
-            [results]
-            max_chars = 5000
-            preview_chars = 100
-            [results.per_tool]
-            shell = 300
-            [[hooks.pre_tool_use]]
-            command = "exit 0"
-            tools = ["shell"]
-            timeout_secs = 2
-            [[hooks.post_tool_use]]
-            command = "exit 0"
-            "#,
-        )
-        .unwrap();
-        let d = c.dispatcher_config();
-        assert_eq!(d.on_execute_error, OnExecuteError::CancelSiblings);
-        assert_eq!(d.tool_concurrency["shell"], 1);
-        assert_eq!(d.interrupt["write_file"], InterruptBehavior::Block);
-        assert_eq!((d.max_result_chars, d.result_preview_chars), (5000, 100));
-        assert_eq!(d.tool_result_chars["shell"], 300);
-        let (pre, post) = c.command_hooks();
-        assert_eq!((pre.len(), post.len()), (1, 1));
-        assert!(pre[0].matcher.matches("shell") && !pre[0].matcher.matches("read_file"));
-        assert_eq!(pre[0].timeout, std::time::Duration::from_secs(2));
     }
 
     #[test]
@@ -1019,12 +781,6 @@ mod tests {
                 "{body}: {e}"
             );
         }
-    }
-
-    #[test]
-    fn toolset_separator_reaches_the_dispatcher() {
-        let c = parse("toolset_separator = \".\"").unwrap();
-        assert_eq!(c.dispatcher_config().toolset_separator, ".");
     }
 
     #[test]

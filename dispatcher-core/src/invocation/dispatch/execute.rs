@@ -30,9 +30,9 @@ impl Invocation {
             sandbox: crate::config::sandbox_mode(&config.sandbox, &tool.name),
             network: config.sandbox.network.enabled,
             timeout: self.timeout_for(tool),
-            max_result_chars: per_tool(&config.tool_result_chars, &tool.name)
+            max_result_chars: per_tool(&config.results.per_tool, &tool.name)
                 .copied()
-                .unwrap_or(config.max_result_chars),
+                .unwrap_or(config.results.max_chars),
         };
         let grant = match &self.engine.settings.runtime {
             None => base,
@@ -57,19 +57,19 @@ impl Invocation {
     /// operator allows); else its class's.
     fn timeout_for(&self, tool: &Registered) -> Duration {
         let config = &self.engine.settings.config;
-        if let Some(t) = per_tool(&config.tool_timeouts, &tool.name) {
+        if let Some(t) = per_tool(&config.timeouts.per_tool, &tool.name) {
             return *t;
         }
         if let Some(ms) = tool.definition().timeout_ms {
             let declared = Duration::from_millis(ms);
-            if declared > config.max_timeout {
-                tracing::debug!(tool = %tool.name, declared_ms = ms, max_secs = config.max_timeout.as_secs(), "a tool's declared timeout is longer than [timeouts] max_secs: bounded");
+            if declared > config.timeouts.max {
+                tracing::debug!(tool = %tool.name, declared_ms = ms, max_secs = config.timeouts.max.as_secs(), "a tool's declared timeout is longer than [timeouts] max_secs: bounded");
             }
-            return declared.min(config.max_timeout);
+            return declared.min(config.timeouts.max);
         }
         match tool.side_effects {
-            SideEffect::Execute | SideEffect::Network => config.execute_timeout,
-            _ => config.default_timeout,
+            SideEffect::Execute | SideEffect::Network => config.timeouts.execute,
+            _ => config.timeouts.default,
         }
     }
 
@@ -229,7 +229,7 @@ impl Invocation {
                 biased;
                 e = &mut handle => ended(e),
                 _ = entry.cancelled() => {
-                    let grace = self.engine.settings.config.cancel_grace;
+                    let grace = self.engine.settings.config.timeouts.cancel_grace;
                     match tokio::time::timeout(grace, &mut handle).await {
                         Ok(blocking::Ended::Returned(Ok(Ok(out)))) => {
                             Outcome::Cancelled(Some(out))

@@ -270,7 +270,7 @@ impl Invocation {
             let ended = Instant::now();
             let elapsed = ended.saturating_duration_since(exec_started);
             self.ended = Some(ended);
-            let slow = self.engine.settings.config.slow_call_threshold;
+            let slow = self.engine.settings.config.timeouts.slow_call_warn;
             if elapsed >= slow {
                 tracing::warn!(
                     elapsed_ms = ms(elapsed),
@@ -290,7 +290,7 @@ impl Invocation {
             spool::cap(
                 block,
                 grant.max_result_chars,
-                self.engine.settings.config.result_preview_chars,
+                self.engine.settings.config.results.preview_chars,
                 &state.data_dir,
                 state.workspace.root(),
             )
