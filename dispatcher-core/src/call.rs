@@ -28,7 +28,7 @@ pub struct CallHeader {
     pub side_effects: Option<SideEffect>,
 }
 
-/// A validated call as hooks ([`crate::hooks`]) and the runtime policy ([`crate::runtime`])
+/// A validated call as hooks ([`crate::PreUseHook`]) and the runtime policy ([`crate::RuntimePolicy`])
 /// see it: its identity, its input and the session's workspace, all borrowed from the call.
 #[derive(Debug, Clone, Copy)]
 pub struct CallView<'a> {

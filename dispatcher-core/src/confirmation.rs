@@ -1,12 +1,4 @@
-//! Asking the user: confirmation requests, the broker that collects answers from any number
-//! of clients, and the [`Confirmer`] trait for a client the host wires in directly.
-//!
-//! A call that needs confirmation registers a request with the [`ConfirmationBroker`] and
-//! emits `tool.confirmation_requested`. Any client that sees the event (a terminal, an IDE,
-//! a web dashboard) may answer with [`ConfirmationBroker::resolve`]: the first answer wins,
-//! and every later answer gets [`ResolveError::AlreadyResolved`] naming the winner. Nobody
-//! answering within the confirmation timeout (default 5 minutes) ends the call with
-//! `confirmation_timeout`.
+//! Asking the user ([`ConfirmationBroker`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -225,6 +217,16 @@ struct BrokerState {
 /// How many resolved requests the broker remembers, to tell late answers who won.
 const RESOLVED_MEMORY: usize = 4096;
 
+/// Asking the user: confirmation requests, the broker that collects answers from any number
+/// of clients, and the [`Confirmer`] trait for a client the host wires in directly.
+///
+/// A call that needs confirmation registers a request with the [`ConfirmationBroker`] and
+/// emits `tool.confirmation_requested`. Any client that sees the event (a terminal, an IDE,
+/// a web dashboard) may answer with [`ConfirmationBroker::resolve`]: the first answer wins,
+/// and every later answer gets [`ResolveError::AlreadyResolved`] naming the winner. Nobody
+/// answering within the confirmation timeout (default 5 minutes) ends the call with
+/// `confirmation_timeout`.
+///
 /// Collects answers to confirmation requests from any number of clients; first wins.
 #[derive(Clone, Default)]
 pub struct ConfirmationBroker {

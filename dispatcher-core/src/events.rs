@@ -1,14 +1,4 @@
-//! The typed event stream: every step of every call, per session or for all sessions.
-//!
-//! Events serialize to JSON with a `type` of `tool.called`, `tool.completed`, `tool.failed`,
-//! `tool.input_invalid`, `tool.confirmation_requested`, `tool.confirmation_resolved` or
-//! `tool.output_delta` (live output of a running tool), and
-//! the fields `session_id`, `turn_id`, `tool_use_id`, `tool_name`, `side_effects` (absent
-//! when the tool was not found) and `timestamp_ms` (Unix time), plus the kind's own fields.
-//!
-//! Subscribers get a [`tokio::sync::broadcast`] receiver: a subscriber that falls more than
-//! [`EVENT_BUFFER`] events behind loses the oldest ones and is told how many
-//! (`RecvError::Lagged`); dispatch never waits for a slow subscriber.
+//! The typed event stream ([`ToolEvent`]).
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -25,6 +15,18 @@ use crate::schema::InputError;
 /// How many events a subscriber may fall behind before it loses the oldest.
 pub const EVENT_BUFFER: usize = 1024;
 
+/// The typed event stream: every step of every call, per session or for all sessions.
+///
+/// Events serialize to JSON with a `type` of `tool.called`, `tool.completed`, `tool.failed`,
+/// `tool.input_invalid`, `tool.confirmation_requested`, `tool.confirmation_resolved` or
+/// `tool.output_delta` (live output of a running tool), and
+/// the fields `session_id`, `turn_id`, `tool_use_id`, `tool_name`, `side_effects` (absent
+/// when the tool was not found) and `timestamp_ms` (Unix time), plus the kind's own fields.
+///
+/// Subscribers get a [`tokio::sync::broadcast`] receiver: a subscriber that falls more than
+/// [`EVENT_BUFFER`] events behind loses the oldest ones and is told how many
+/// (`RecvError::Lagged`); dispatch never waits for a slow subscriber.
+///
 /// One event of one call.
 #[derive(Debug, Clone, Serialize)]
 pub struct ToolEvent {

@@ -1,27 +1,4 @@
-//! Hooks: code the host or the user runs around every call.
-//!
-//! - A **pre-use hook** ([`PreUseHook`]) sees a validated call before the confirmation
-//!   policy and may [`allow`](HookDecision::Allow) it (skip the prompt), make the user
-//!   [`confirm`](HookDecision::Ask) it, [`deny`](HookDecision::Deny) it with a reason the model
-//!   sees, or [`rewrite`](HookDecision::Rewrite) its input. A rewritten input is validated
-//!   and scoped to the workspace again, and the call fails as `validation_error` if it no
-//!   longer fits the schema.
-//! - A **post-use hook** ([`PostUseHook`]) sees the result of every call that ran and may
-//!   [`annotate`](PostDecision::Annotate) it (a note appended for the model) or
-//!   [`replace`](PostDecision::Replace) it.
-//!
-//! Host applications implement the traits (or wrap a closure with [`pre_use_fn`]); users
-//! declare external commands in the config ([`CommandHook`]).
-//!
-//! # How hook verdicts combine with the policy
-//!
-//! Hooks run in the order they were added; each sees the input as rewritten by the ones
-//! before it. Then: any `Deny` denies (the first one's reason is shown); else any `Ask`
-//! makes the call prompt; else any `Allow` lets a call the policy would `prompt` for run
-//! without asking, unless the prompt comes from a rule naming the tool itself
-//! (`tool_confirmation.per_tool.NAME = "prompt"`: the user asked to be asked about exactly
-//! this tool). **An allow never bypasses a `deny` in the policy config**: the policy says
-//! no, the call does not run, whatever a hook said.
+//! Hooks: code the host or the user runs around every call ([`PreUseHook`]).
 
 use std::future::Future;
 use std::path::Path;
@@ -59,6 +36,31 @@ pub enum HookDecision {
     Rewrite(Value),
 }
 
+/// Hooks: code the host or the user runs around every call.
+///
+/// - A **pre-use hook** ([`PreUseHook`]) sees a validated call before the confirmation
+///   policy and may [`allow`](HookDecision::Allow) it (skip the prompt), make the user
+///   [`confirm`](HookDecision::Ask) it, [`deny`](HookDecision::Deny) it with a reason the model
+///   sees, or [`rewrite`](HookDecision::Rewrite) its input. A rewritten input is validated
+///   and scoped to the workspace again, and the call fails as `validation_error` if it no
+///   longer fits the schema.
+/// - A **post-use hook** ([`PostUseHook`]) sees the result of every call that ran and may
+///   [`annotate`](PostDecision::Annotate) it (a note appended for the model) or
+///   [`replace`](PostDecision::Replace) it.
+///
+/// Host applications implement the traits (or wrap a closure with [`pre_use_fn`]); users
+/// declare external commands in the config ([`CommandHook`]).
+///
+/// # How hook verdicts combine with the policy
+///
+/// Hooks run in the order they were added; each sees the input as rewritten by the ones
+/// before it. Then: any `Deny` denies (the first one's reason is shown); else any `Ask`
+/// makes the call prompt; else any `Allow` lets a call the policy would `prompt` for run
+/// without asking, unless the prompt comes from a rule naming the tool itself
+/// (`tool_confirmation.per_tool.NAME = "prompt"`: the user asked to be asked about exactly
+/// this tool). **An allow never bypasses a `deny` in the policy config**: the policy says
+/// no, the call does not run, whatever a hook said.
+///
 /// A check that runs after validation and before the confirmation policy, e.g. an
 /// organisation's rule that no command may mention `rm -rf /`.
 ///

@@ -100,19 +100,19 @@ impl DispatcherBuilder {
         self
     }
 
-    /// Adds a pre-use hook ([`hooks`]); hooks run in the order added.
+    /// Adds a pre-use hook ([`PreUseHook`]); hooks run in the order added.
     pub fn hook(mut self, hook: Arc<dyn PreUseHook>) -> Self {
         self.settings.hooks.push(hook);
         self
     }
 
-    /// Adds a post-use hook ([`hooks`]); hooks run in the order added.
+    /// Adds a post-use hook ([`PreUseHook`]); hooks run in the order added.
     pub fn post_hook(mut self, hook: Arc<dyn PostUseHook>) -> Self {
         self.settings.post_hooks.push(hook);
         self
     }
 
-    /// Sets the runtime policy that grants each call its sandbox and limits ([`runtime`]).
+    /// Sets the runtime policy that grants each call its sandbox and limits ([`RuntimePolicy`]).
     pub fn runtime(mut self, policy: Arc<dyn RuntimePolicy>) -> Self {
         self.settings.runtime = Some(policy);
         self
@@ -279,7 +279,7 @@ impl Dispatcher {
         self.engine.registry.remove(name)
     }
 
-    /// Registers a toolset ([`toolset`]). A shared toolset's tools are published at once
+    /// Registers a toolset ([`Toolset`]). A shared toolset's tools are published at once
     /// (all or none) and it is bound ([`Toolset::bind`]); a per-session toolset starts in
     /// each session that enables it. Refuses a duplicate id or prefix, an invalid prefix,
     /// and any tool the dispatcher would refuse.
@@ -401,7 +401,7 @@ impl Dispatcher {
     }
 
     /// A new, empty batch for the calls of one assistant message in `session`
-    /// ([`schedule`]). Must be called inside a tokio runtime; its calls run on that runtime.
+    /// ([`Batch`]). Must be called inside a tokio runtime; its calls run on that runtime.
     pub fn batch(&self, session: &Session) -> Batch {
         Batch::new(&self.engine, session)
     }

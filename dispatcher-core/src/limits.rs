@@ -1,13 +1,4 @@
-//! Rate limits per caller: how many calls one principal ([`crate::SessionSpec::principal`])
-//! may make in a minute, to every tool and to one tool. Counted in the dispatcher's store
-//! ([`crate::store::Counters`]), so instances sharing a store share the count.
-//!
-//! Windows are calendar minutes (UTC), the same on every instance: a call refused in one is
-//! told how many seconds remain until the next. A call that reaches its limit is not
-//! dropped: it ends with a `rate_limited` result naming the limit and when to retry, which
-//! the model reads like any other. When the store cannot be reached the count cannot be
-//! checked, and the call is refused the same way, saying so: a limit that a Redis outage
-//! switched off would not be one.
+//! Rate limits per caller ([`RateLimits`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,8 +6,19 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::store::Store;
 
-/// The limits: calls per minute per principal, to all tools and per tool. Zero or absent:
-/// no limit. The default has none (and costs nothing). The `[limits]` table:
+/// Rate limits per caller: how many calls one principal ([`crate::SessionSpec::principal`])
+/// may make in a minute, to every tool and to one tool. Counted in the dispatcher's store
+/// ([`crate::store::Counters`]), so instances sharing a store share the count.
+///
+/// Windows are calendar minutes (UTC), the same on every instance: a call refused in one is
+/// told how many seconds remain until the next. A call that reaches its limit is not
+/// dropped: it ends with a `rate_limited` result naming the limit and when to retry, which
+/// the model reads like any other. When the store cannot be reached the count cannot be
+/// checked, and the call is refused the same way, saying so: a limit that a Redis outage
+/// switched off would not be one.
+///
+/// Zero or absent: no limit. The default has none (and costs nothing). The `[limits]`
+/// table:
 ///
 /// ```toml
 /// [limits]
@@ -26,8 +28,7 @@ use crate::store::Store;
 /// ```
 ///
 /// The caller is the principal of the request (`token-…` for a bearer token over HTTP,
-/// `local` otherwise). A call over a limit ends with a `rate_limited` result naming the
-/// limit and when to retry.
+/// `local` otherwise).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RateLimits {

@@ -1,42 +1,4 @@
-//! Who decides whether a call may run without asking: the confirmation policy.
-//!
-//! # Policy
-//!
-//! [`ConfirmationPolicy`] deserializes from the `[tool_confirmation]` table, in TOML:
-//!
-//! ```toml
-//! [tool_confirmation.default]
-//! none = "auto"        # never prompt
-//! read = "auto"
-//! write = "prompt"     # the defaults: write, execute and network prompt
-//! execute = "prompt"
-//! network = "prompt"
-//!
-//! [tool_confirmation.per_tool]
-//! git_status = "auto"
-//! npm_install = "prompt"
-//!
-//! [tool_confirmation]
-//! trusted_workspaces = ["~/code/myproject"]
-//!
-//! [tool_confirmation.trusted_workspace_overrides]
-//! execute = "prompt"
-//! ```
-//!
-//! Class names are accepted in upper or lower case; modes are `auto`, `prompt`, `deny`.
-//!
-//! # How a mode is chosen for a call
-//!
-//! 1. `per_tool.<name>`, if set, decides.
-//! 2. In a trusted workspace (the session root is one of `trusted_workspaces` or inside
-//!    one), `trusted_workspace_overrides.<class>` decides if set; otherwise the bar is
-//!    lowered: a class that would `prompt` runs `auto`, and `deny` stays `deny`.
-//! 3. Otherwise `default.<class>` decides.
-//!
-//! Then pre-use hooks ([`crate::hooks`]) have their say: a hook's `Deny` denies, its `Ask`
-//! turns `auto` into `prompt`, and its `Allow` turns `prompt` into `auto`. Finally a session
-//! approval ("always allow this tool") turns `prompt` into `auto` for the rest of the
-//! session. Neither a hook nor an approval ever overrides a `deny` of this policy.
+//! Who decides whether a call may run without asking: [`ConfirmationPolicy`].
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -175,6 +137,46 @@ impl ClassModes {
     }
 }
 
+/// Who decides whether a call may run without asking: the confirmation policy.
+///
+/// # Policy
+///
+/// [`ConfirmationPolicy`] deserializes from the `[tool_confirmation]` table, in TOML:
+///
+/// ```toml
+/// [tool_confirmation.default]
+/// none = "auto"        # never prompt
+/// read = "auto"
+/// write = "prompt"     # the defaults: write, execute and network prompt
+/// execute = "prompt"
+/// network = "prompt"
+///
+/// [tool_confirmation.per_tool]
+/// git_status = "auto"
+/// npm_install = "prompt"
+///
+/// [tool_confirmation]
+/// trusted_workspaces = ["~/code/myproject"]
+///
+/// [tool_confirmation.trusted_workspace_overrides]
+/// execute = "prompt"
+/// ```
+///
+/// Class names are accepted in upper or lower case; modes are `auto`, `prompt`, `deny`.
+///
+/// # How a mode is chosen for a call
+///
+/// 1. `per_tool.<name>`, if set, decides.
+/// 2. In a trusted workspace (the session root is one of `trusted_workspaces` or inside
+///    one), `trusted_workspace_overrides.<class>` decides if set; otherwise the bar is
+///    lowered: a class that would `prompt` runs `auto`, and `deny` stays `deny`.
+/// 3. Otherwise `default.<class>` decides.
+///
+/// Then pre-use hooks ([`crate::PreUseHook`]) have their say: a hook's `Deny` denies, its `Ask`
+/// turns `auto` into `prompt`, and its `Allow` turns `prompt` into `auto`. Finally a session
+/// approval ("always allow this tool") turns `prompt` into `auto` for the rest of the
+/// session. Neither a hook nor an approval ever overrides a `deny` of this policy.
+///
 /// The `[tool_confirmation]` table.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -1,37 +1,4 @@
-//! The runtime policy: for each call that may run, a [`Grant`] that says where it runs and
-//! within which limits.
-//!
-//! The dispatcher computes a base grant from its config (the tool's timeout, its result
-//! size cap, the configured sandbox) and hands it to the [`RuntimePolicy`], if the host set
-//! one, which may tighten or loosen it, or refuse the call. The dispatch engine is the same
-//! whatever the policy: it only reads the grant.
-//!
-//! The modes provided are [`SUPPORTED`]: `host`, `read-only` and `workspace-write` (the
-//! default), and `remote` when the host set a [`RemoteHost`] (the call runs there; its
-//! validation, policy, confirmation and events stay here). A grant (or a config) that asks
-//! for another is refused with a clear error (`permission_denied`, the call does not run),
-//! never silently run on the host. A tool
-//! learns its call's mode through its context
-//! ([`tool_api::ToolContext::process_sandbox`]); under `read-only` the context refuses
-//! writes.
-//!
-//! ```
-//! use std::time::Duration;
-//! use dispatcher_core::{Grant, GrantRequest, RuntimePolicy};
-//!
-//! /// Tools of a CI bot get at most 30 s and 20 000 characters.
-//! struct Strict;
-//! impl RuntimePolicy for Strict {
-//!     fn grant(&self, _call: &GrantRequest<'_>, base: Grant) -> Result<Grant, String> {
-//!         Ok(Grant {
-//!             timeout: base.timeout.min(Duration::from_secs(30)),
-//!             max_result_chars: base.max_result_chars.min(20_000),
-//!             ..base
-//!         })
-//!     }
-//! }
-//! # let _ = dispatcher_core::Dispatcher::builder().runtime(std::sync::Arc::new(Strict)).build();
-//! ```
+//! Where and within which limits a call runs: [`RuntimePolicy`] and its [`Grant`].
 
 use std::time::Duration;
 
@@ -103,6 +70,41 @@ pub struct Grant {
 /// the call will run with.
 pub type GrantRequest<'a> = CallView<'a>;
 
+/// The runtime policy: for each call that may run, a [`Grant`] that says where it runs and
+/// within which limits.
+///
+/// The dispatcher computes a base grant from its config (the tool's timeout, its result
+/// size cap, the configured sandbox) and hands it to the [`RuntimePolicy`], if the host set
+/// one, which may tighten or loosen it, or refuse the call. The dispatch engine is the same
+/// whatever the policy: it only reads the grant.
+///
+/// The modes provided are [`SUPPORTED`]: `host`, `read-only` and `workspace-write` (the
+/// default), and `remote` when the host set a [`RemoteHost`] (the call runs there; its
+/// validation, policy, confirmation and events stay here). A grant (or a config) that asks
+/// for another is refused with a clear error (`permission_denied`, the call does not run),
+/// never silently run on the host. A tool
+/// learns its call's mode through its context
+/// ([`tool_api::ToolContext::process_sandbox`]); under `read-only` the context refuses
+/// writes.
+///
+/// ```
+/// use std::time::Duration;
+/// use dispatcher_core::{Grant, GrantRequest, RuntimePolicy};
+///
+/// /// Tools of a CI bot get at most 30 s and 20 000 characters.
+/// struct Strict;
+/// impl RuntimePolicy for Strict {
+///     fn grant(&self, _call: &GrantRequest<'_>, base: Grant) -> Result<Grant, String> {
+///         Ok(Grant {
+///             timeout: base.timeout.min(Duration::from_secs(30)),
+///             max_result_chars: base.max_result_chars.min(20_000),
+///             ..base
+///         })
+///     }
+/// }
+/// # let _ = dispatcher_core::Dispatcher::builder().runtime(std::sync::Arc::new(Strict)).build();
+/// ```
+///
 /// Decides each call's [`Grant`]. Runs on the async worker after confirmation: keep it quick.
 pub trait RuntimePolicy: Send + Sync {
     /// The grant for one call, from the config's `base` grant; `Err(reason)` refuses the

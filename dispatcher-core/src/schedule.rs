@@ -1,51 +1,4 @@
-//! Running the calls of one assistant message: a [`Batch`], fed as the model streams its
-//! `tool_use` blocks, that starts each call as soon as the rules allow.
-//!
-//! # The rules
-//!
-//! - Each call is **concurrency-safe or not, judged per call** from its input
-//!   ([`tool_api::ToolFactory::is_concurrency_safe`]; by default `none` and `read` tools
-//!   are safe, the rest not). A call whose input fails validation counts as unsafe; a call
-//!   of an unknown tool counts as safe (it fails at once).
-//! - Safe calls run in parallel; an unsafe call runs alone, and calls keep their relative
-//!   order around it: `[read, read, write, read]` runs both reads, then the write once both
-//!   are done, then the last read once the write is done. Two writes never race.
-//! - Within that, the session's concurrency cap (default 4) and the per-tool caps
-//!   ([`crate::DispatcherConfig::tool_concurrency`]) bound how many execute at once.
-//! - Results are always available in call order ([`Batch::finish`]), or one by one as they
-//!   complete ([`Batch::next_completed`]).
-//! - When an `execute` call fails (`execution_error` or `timeout`) and the dispatcher is
-//!   configured with [`OnExecuteError::CancelSiblings`], every other unfinished call of the
-//!   batch is cancelled, and so is every call pushed after: their results say
-//!   `cancel_reason: sibling_error` and name the call that failed.
-//! - [`Batch::abort`], or dropping the batch before [`Batch::finish`], cancels what has not
-//!   finished; calls that never started get synthetic `cancelled` results (`aborted`).
-//!   A user interrupt ([`crate::Dispatcher::cancel_session_tools`]) does the same with reason
-//!   `user`. A running call of an `interrupt = block` tool runs to completion either way.
-//!
-//! ```
-//! use dispatcher_core::{Dispatcher, SessionSpec, ToolUse};
-//! use serde_json::json;
-//!
-//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
-//! let dispatcher = Dispatcher::new();
-//! # dispatcher.register(tool_api::factory::<Nop>()).unwrap();
-//! let session = dispatcher.open_session(SessionSpec::new("s", std::env::temp_dir())).unwrap();
-//! let batch = dispatcher.batch(&session);
-//! // As the model streams its answer:
-//! batch.push(ToolUse::new("tu_1", "nop", json!({})));
-//! batch.push(ToolUse::new("tu_2", "nop", json!({})));
-//! // Take results as they complete…
-//! let first = batch.next_completed().await.unwrap();
-//! # assert!(!first.is_error());
-//! // …or all of them, in call order, at the end.
-//! let all = batch.finish().await;
-//! assert_eq!(all.iter().map(|r| r.tool_use_id.as_str()).collect::<Vec<_>>(), ["tu_1", "tu_2"]);
-//! # });
-//! # #[derive(Default)] struct Nop;
-//! # impl tool_api::Tool for Nop { fn execute(&self, _: serde_json::Value, _: &tool_api::ToolContext) -> Result<tool_api::ToolOutput, tool_api::ToolError> { Ok(tool_api::ToolOutput::text("ok")) } }
-//! # impl tool_api::DefinedTool for Nop { fn definition() -> tool_api::ToolDefinition { tool_api::ToolDefinition::new("nop", "No-op.", tool_api::SideEffect::None, json!({"type": "object"})).inline() } }
-//! ```
+//! Running the calls of one assistant message: the rules are on [`Batch`].
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -115,8 +68,57 @@ struct Shared {
     changed: Notify,
 }
 
+/// Running the calls of one assistant message: a [`Batch`], fed as the model streams its
+/// `tool_use` blocks, that starts each call as soon as the rules allow.
+///
+/// # The rules
+///
+/// - Each call is **concurrency-safe or not, judged per call** from its input
+///   ([`tool_api::ToolFactory::is_concurrency_safe`]; by default `none` and `read` tools
+///   are safe, the rest not). A call whose input fails validation counts as unsafe; a call
+///   of an unknown tool counts as safe (it fails at once).
+/// - Safe calls run in parallel; an unsafe call runs alone, and calls keep their relative
+///   order around it: `[read, read, write, read]` runs both reads, then the write once both
+///   are done, then the last read once the write is done. Two writes never race.
+/// - Within that, the session's concurrency cap (default 4) and the per-tool caps
+///   ([`crate::DispatcherConfig::tool_concurrency`]) bound how many execute at once.
+/// - Results are always available in call order ([`Batch::finish`]), or one by one as they
+///   complete ([`Batch::next_completed`]).
+/// - When an `execute` call fails (`execution_error` or `timeout`) and the dispatcher is
+///   configured with [`OnExecuteError::CancelSiblings`], every other unfinished call of the
+///   batch is cancelled, and so is every call pushed after: their results say
+///   `cancel_reason: sibling_error` and name the call that failed.
+/// - [`Batch::abort`], or dropping the batch before [`Batch::finish`], cancels what has not
+///   finished; calls that never started get synthetic `cancelled` results (`aborted`).
+///   A user interrupt ([`crate::Dispatcher::cancel_session_tools`]) does the same with reason
+///   `user`. A running call of an `interrupt = block` tool runs to completion either way.
+///
+/// ```
+/// use dispatcher_core::{Dispatcher, SessionSpec, ToolUse};
+/// use serde_json::json;
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let dispatcher = Dispatcher::new();
+/// # dispatcher.register(tool_api::factory::<Nop>()).unwrap();
+/// let session = dispatcher.open_session(SessionSpec::new("s", std::env::temp_dir())).unwrap();
+/// let batch = dispatcher.batch(&session);
+/// // As the model streams its answer:
+/// batch.push(ToolUse::new("tu_1", "nop", json!({})));
+/// batch.push(ToolUse::new("tu_2", "nop", json!({})));
+/// // Take results as they complete…
+/// let first = batch.next_completed().await.unwrap();
+/// # assert!(!first.is_error());
+/// // …or all of them, in call order, at the end.
+/// let all = batch.finish().await;
+/// assert_eq!(all.iter().map(|r| r.tool_use_id.as_str()).collect::<Vec<_>>(), ["tu_1", "tu_2"]);
+/// # });
+/// # #[derive(Default)] struct Nop;
+/// # impl tool_api::Tool for Nop { fn execute(&self, _: serde_json::Value, _: &tool_api::ToolContext) -> Result<tool_api::ToolOutput, tool_api::ToolError> { Ok(tool_api::ToolOutput::text("ok")) } }
+/// # impl tool_api::DefinedTool for Nop { fn definition() -> tool_api::ToolDefinition { tool_api::ToolDefinition::new("nop", "No-op.", tool_api::SideEffect::None, json!({"type": "object"})).inline() } }
+/// ```
+///
 /// The calls of one assistant message, added as the model streams them. See the
-/// [module docs](self) for the rules. Made by [`crate::Dispatcher::batch`].
+/// rules above for the rules. Made by [`crate::Dispatcher::batch`].
 ///
 /// Dropping a batch before [`Batch::finish`] aborts it (see [`Batch::abort`]).
 pub struct Batch {

@@ -1,23 +1,4 @@
-//! Toolsets: groups of tools published under a prefix, bound per session or shared.
-//!
-//! A toolset has an id and an optional prefix. Its tools are published as
-//! `<prefix><separator><tool>` (separator `__` by default: providers reject `.` in tool
-//! names; `.` can be configured) and routed back by that registered prefix: the toolset's
-//! factory for the tool is bound to the tool's own name, so the prefix never reaches it.
-//!
-//! - **Shared** ([`ToolsetBinding::Shared`]): one instance for every session; a session
-//!   never stops it.
-//! - **Per session** ([`ToolsetBinding::PerSession`]): each session that enables it starts
-//!   its own instance when it opens, and stops it when it closes.
-//!
-//! Sessions see a toolset only if their [`crate::SessionSpec::toolsets`] allowlist names it
-//! (empty by default). Tools registered directly with [`crate::Dispatcher::register`] are
-//! not in a toolset and are visible to every session.
-//!
-//! A qualified name longer than 64 characters, or one that clashes with a name already
-//! published, is shortened deterministically: the tool part is cut and an 8-hex-digit hash
-//! of the full original name is appended (`prefix__some_very_long_na_1a2b3c4d`). The
-//! original toolset and tool name stay attached for routing, listings and messages.
+//! Toolsets: groups of tools published under a prefix ([`Toolset`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
@@ -28,6 +9,27 @@ use crate::error::{RegistrationError, SessionError};
 use crate::registry::{self, Registered, Registry};
 use crate::session::SessionState;
 
+/// Toolsets: groups of tools published under a prefix, bound per session or shared.
+///
+/// A toolset has an id and an optional prefix. Its tools are published as
+/// `<prefix><separator><tool>` (separator `__` by default: providers reject `.` in tool
+/// names; `.` can be configured) and routed back by that registered prefix: the toolset's
+/// factory for the tool is bound to the tool's own name, so the prefix never reaches it.
+///
+/// - **Shared** ([`ToolsetBinding::Shared`]): one instance for every session; a session
+///   never stops it.
+/// - **Per session** ([`ToolsetBinding::PerSession`]): each session that enables it starts
+///   its own instance when it opens, and stops it when it closes.
+///
+/// Sessions see a toolset only if their [`crate::SessionSpec::toolsets`] allowlist names it
+/// (empty by default). Tools registered directly with [`crate::Dispatcher::register`] are
+/// not in a toolset and are visible to every session.
+///
+/// A qualified name longer than 64 characters, or one that clashes with a name already
+/// published, is shortened deterministically: the tool part is cut and an 8-hex-digit hash
+/// of the full original name is appended (`prefix__some_very_long_na_1a2b3c4d`). The
+/// original toolset and tool name stay attached for routing, listings and messages.
+///
 /// A running toolset: a set of tools (under their own, unprefixed names).
 pub trait Toolset: Send + Sync {
     /// The tools it offers now.

@@ -1,11 +1,4 @@
-//! [`Invocation`]: one call, from the moment it enters the dispatcher until its result.
-//!
-//! The value is made once per call, the same way for [`crate::Dispatcher::dispatch`] and
-//! for a call pushed to a [`crate::Batch`]: it looks the tool up, fixes the call's identity
-//! ([`CallHeader`]), and from then on carries everything the pipeline's steps need (the
-//! session, the resolved tool, the input, the cancellation registration, the call's own
-//! event stream). The steps are its methods (in the `dispatch` module); hooks, grants,
-//! confirmation requests, the tool's context and every event borrow from it.
+//! One call, from the moment it enters the dispatcher until its result ([`Invocation`]).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -23,6 +16,15 @@ use crate::session::{CallGuard, InFlight, Session};
 
 mod dispatch;
 
+/// [`Invocation`]: one call, from the moment it enters the dispatcher until its result.
+///
+/// The value is made once per call, the same way for [`crate::Dispatcher::dispatch`] and
+/// for a call pushed to a [`crate::Batch`]: it looks the tool up, fixes the call's identity
+/// ([`CallHeader`]), and from then on carries everything the pipeline's steps need (the
+/// session, the resolved tool, the input, the cancellation registration, the call's own
+/// event stream). The steps are its methods (in the `dispatch` module); hooks, grants,
+/// confirmation requests, the tool's context and every event borrow from it.
+///
 /// One call on its way through the dispatcher. Made by [`crate::Dispatcher::invocation`];
 /// [`Invocation::run`] takes it through the pipeline to its result.
 ///

@@ -1,40 +1,4 @@
-//! The workspace-scoped file API: every path a tool touches stays under the session's root.
-//!
-//! # Rules
-//!
-//! 1. A relative path is resolved against the root.
-//! 2. An absolute path is accepted only if it lies inside the root (as given, or after
-//!    `realpath`), and is then treated as relative to it.
-//! 3. `..` is resolved while checking, lexically: `sub/../../etc/passwd` is refused, it is
-//!    never handed to the OS.
-//! 4. The path is then opened *under the root directory handle* (cap-std), which refuses any
-//!    symlink — on any component — that leads outside. Checking and using are one step, so a
-//!    symlink swapped in between cannot redirect the access (no check-then-use race).
-//!    Symlinks with absolute targets are refused even when they point back inside.
-//!
-//! Writes go to a temporary file next to the target and are renamed over it, so a reader
-//! sees the old or the new content, never half of it.
-//!
-//! # Small reads without a thread handoff
-//!
-//! A tool declared `inline_when_small` (the built-in `read_file` and `list_dir`) first runs
-//! on the async thread with an [`InlineBudget`]: a read of a regular file of at most
-//! [`INLINE_BYTES`] (64 KiB), a listing of at most [`INLINE_ENTRIES`] (1,024) entries, and
-//! the cheap operations (exists, metadata, delete) run there. Anything bigger, a file that
-//! is not a regular file (a FIFO or a device, opened non-blocking so the open itself never
-//! waits), a write or an append, and everything on a network or FUSE filesystem (checked
-//! once, when the workspace opens) is *over budget*: the operation fails before it does
-//! anything and the host runs the call again on a blocking thread. So the bound is bytes
-//! and entries on a local filesystem, and the worst an inline attempt costs is reading
-//! 64 KiB or 1,024 directory entries from the page cache.
-//!
-//! Such a call's path is checked before it runs (a symlink escape is refused before any
-//! hook or prompt). When nothing stands between that check and the run (no pre-use hook,
-//! the policy asks nobody, a place was free), the check opens the path read-only and
-//! non-blocking beneath the root, and the read or listing uses that handle
-//! ([`Workspace::check_opening`], [`Opened`]): one `openat2` where there were two, and the
-//! file checked is the file read. Otherwise the handle is dropped and the run opens the
-//! path again, as it is then.
+//! The workspace-scoped file API ([`Workspace`]).
 
 mod budget;
 mod entries;
@@ -81,6 +45,44 @@ fn is_remote_filesystem(root: &Path) -> bool {
     }
 }
 
+/// The workspace-scoped file API: every path a tool touches stays under the session's root.
+///
+/// # Rules
+///
+/// 1. A relative path is resolved against the root.
+/// 2. An absolute path is accepted only if it lies inside the root (as given, or after
+///    `realpath`), and is then treated as relative to it.
+/// 3. `..` is resolved while checking, lexically: `sub/../../etc/passwd` is refused, it is
+///    never handed to the OS.
+/// 4. The path is then opened *under the root directory handle* (cap-std), which refuses any
+///    symlink — on any component — that leads outside. Checking and using are one step, so a
+///    symlink swapped in between cannot redirect the access (no check-then-use race).
+///    Symlinks with absolute targets are refused even when they point back inside.
+///
+/// Writes go to a temporary file next to the target and are renamed over it, so a reader
+/// sees the old or the new content, never half of it.
+///
+/// # Small reads without a thread handoff
+///
+/// A tool declared `inline_when_small` (the built-in `read_file` and `list_dir`) first runs
+/// on the async thread with an [`InlineBudget`]: a read of a regular file of at most
+/// [`INLINE_BYTES`] (64 KiB), a listing of at most [`INLINE_ENTRIES`] (1,024) entries, and
+/// the cheap operations (exists, metadata, delete) run there. Anything bigger, a file that
+/// is not a regular file (a FIFO or a device, opened non-blocking so the open itself never
+/// waits), a write or an append, and everything on a network or FUSE filesystem (checked
+/// once, when the workspace opens) is *over budget*: the operation fails before it does
+/// anything and the host runs the call again on a blocking thread. So the bound is bytes
+/// and entries on a local filesystem, and the worst an inline attempt costs is reading
+/// 64 KiB or 1,024 directory entries from the page cache.
+///
+/// Such a call's path is checked before it runs (a symlink escape is refused before any
+/// hook or prompt). When nothing stands between that check and the run (no pre-use hook,
+/// the policy asks nobody, a place was free), the check opens the path read-only and
+/// non-blocking beneath the root, and the read or listing uses that handle
+/// ([`Workspace::check_opening`], [`Opened`]): one `openat2` where there were two, and the
+/// file checked is the file read. Otherwise the handle is dropped and the run opens the
+/// path again, as it is then.
+///
 /// A session's workspace: its root directory, opened once, and the file API over it.
 pub struct Workspace {
     dir: Dir,
