@@ -45,12 +45,19 @@ pub struct PluginHost {
 /// The default cache for unpacked archives: `$XDG_CACHE_HOME/toolhost/plugins`, else
 /// `~/.cache/toolhost/plugins`, else the temp dir.
 pub fn default_cache_dir() -> PathBuf {
-    std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir)
-        .join("toolhost")
-        .join("plugins")
+    cache_dir_in(
+        &std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .unwrap_or_else(std::env::temp_dir),
+    )
+}
+
+/// The cache a host uses when the user's cache directory is `cache_home`
+/// (`$XDG_CACHE_HOME`): `toolhost/plugins` under it. Compiled components go in its
+/// `wasm/` ([`PluginHost::wasm_cache_dir`] to put them elsewhere).
+pub fn cache_dir_in(cache_home: &Path) -> PathBuf {
+    cache_home.join("toolhost").join("plugins")
 }
 
 impl PluginHost {

@@ -33,7 +33,7 @@ mod stdio;
 pub use error::WasmError;
 pub use http::HostList;
 pub use runtime::{
-    CALLS_PER_KEPT_INSTANCE, DEFAULT_MEMORY_BYTES, DESCRIBE_TIMEOUT, KEPT_INSTANCES, WasmLimits,
-    WasmPlugin, WasmRuntime,
+    CALLS_PER_KEPT_INSTANCE, DEFAULT_MEMORY_BYTES, DESCRIBE_TIMEOUT, KEPT_INSTANCES, PROGRESS,
+    WasmLimits, WasmPlugin, WasmRuntime,
 };
 pub use tool_api::{WIT, WIT_VERSION};

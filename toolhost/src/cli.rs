@@ -152,8 +152,9 @@ fn init_logging() {
         .init();
 }
 
-/// The log filter without `TOOLHOST_LOG`.
-const DEFAULT_LOG: &str = "warn,rmcp::service=error";
+/// The log filter without `TOOLHOST_LOG`: warnings, and what a wait is for (a first compile
+/// of a WebAssembly component).
+const DEFAULT_LOG: &str = "warn,rmcp::service=error,toolhost::progress=info";
 
 /// The `toolhost` program.
 pub fn main() -> ExitCode {
@@ -533,4 +534,17 @@ fn manifest_markdown(listing: &[dispatcher_core::ToolListing]) -> String {
         let _ = write!(out, "\n\n{}\n\n```json\n{schema}\n```\n", d.description);
     }
     out
+}
+
+#[cfg(all(test, feature = "wasm"))]
+mod tests {
+    #[test]
+    fn the_default_log_lets_through_what_a_wait_is_for() {
+        let progress = format!("{}=info", plugin_host::plugin_wasm::PROGRESS);
+        assert!(
+            super::DEFAULT_LOG.contains(&progress),
+            "{}",
+            super::DEFAULT_LOG
+        );
+    }
 }

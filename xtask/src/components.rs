@@ -294,9 +294,19 @@ fn encode_wat(module_file: &Path, wit: &Path) -> std::result::Result<Vec<u8>, St
         .map_err(|e| format!("{e:#}"))
 }
 
-/// Loads a component as a host would (compiled, linked, described) and returns it.
-pub fn describe(component: &Path, sha256: &str) -> std::result::Result<WasmPlugin, String> {
-    let runtime = WasmRuntime::new(Some(fixtures_dir().join("cache")), WasmLimits::default())?;
+/// Where compiled components are cached unless a caller says otherwise: the tests' cache.
+pub fn default_compiled() -> PathBuf {
+    fixtures_dir().join("cache")
+}
+
+/// Loads a component as a host would (compiled, linked, described; its compiled code cached
+/// in `compiled`) and returns it.
+pub fn describe(
+    component: &Path,
+    sha256: &str,
+    compiled: &Path,
+) -> std::result::Result<WasmPlugin, String> {
+    let runtime = WasmRuntime::new(Some(compiled.to_path_buf()), WasmLimits::default())?;
     runtime
         .load(component, sha256, HostList::none())
         .map_err(|e| e.to_string())
@@ -334,11 +344,22 @@ fn manifest_for(plugin: &WasmPlugin, file_name: &str, sha256: String) -> Result<
 }
 
 /// Packages a built component: a folder at `dest` (replaced) with the component and its
-/// `plugin.toml` (asking for `instances`). Returns the manifest.
-pub fn package_folder(component: &Path, dest: &Path, instances: Instances) -> Result<Manifest> {
+/// `plugin.toml` (asking for `instances`), its compiled code cached in `compiled`. Returns
+/// the manifest.
+pub fn package_folder(
+    component: &Path,
+    dest: &Path,
+    instances: Instances,
+    compiled: &Path,
+) -> Result<Manifest> {
     let step = format!("package {}", component.display());
     let sha = io(&step, digest::sha256_file(component))?;
-    let plugin = describe(component, &sha).or_else(|e| fail(&step, e))?;
+    announce(&format!(
+        "load {} as a host would (compiling it takes seconds the first time; cached in {})",
+        component.display(),
+        compiled.display()
+    ));
+    let plugin = describe(component, &sha, compiled).or_else(|e| fail(&step, e))?;
     let problems = tool_api::testing::definition_problems(&plugin.definitions);
     if !problems.is_empty() {
         return fail(
@@ -361,8 +382,14 @@ pub fn package_folder(component: &Path, dest: &Path, instances: Instances) -> Re
 
 /// `plugin package` for a component (a `.wasm` file, or a source folder: see
 /// [`build_source`]): builds it if needed, packages and verifies it, and packs
-/// `out_dir/NAME-VERSION-wasm32-wasip2.tar.gz`; its manifest asks for `instances`.
-pub fn package(path: &Path, out_dir: &Path, instances: Instances) -> Result<PathBuf> {
+/// `out_dir/NAME-VERSION-wasm32-wasip2.tar.gz`; its manifest asks for `instances`. The
+/// compiled code is cached in `compiled` (a host that caches there starts it at once).
+pub fn package(
+    path: &Path,
+    out_dir: &Path,
+    instances: Instances,
+    compiled: &Path,
+) -> Result<PathBuf> {
     let component = if path.is_dir() {
         let name = path
             .file_name()
@@ -386,10 +413,11 @@ pub fn package(path: &Path, out_dir: &Path, instances: Instances) -> Result<Path
             .tempdir_in(&parent),
     )?;
     let staging = scratch.path().join("package");
-    let manifest = package_folder(&component, &staging, instances)?;
+    let manifest = package_folder(&component, &staging, instances, compiled)?;
     let step = format!("package {} {}", manifest.name, manifest.version);
     announce(&step);
-    crate::plugin::verify_here(&staging).or_else(|e| fail(&step, format!("not packaged: {e}")))?;
+    crate::plugin::verify_here_with(&staging, compiled)
+        .or_else(|e| fail(&step, format!("not packaged: {e}")))?;
     let archive = io(&step, package::pack(&staging, &manifest, out_dir))?;
     eprintln!("wrote {}", archive.display());
     Ok(archive)
@@ -407,118 +435,8 @@ pub fn fixtures() -> Result<PathBuf> {
             std::slice::from_ref(&wasm),
         ) {
             announce(&format!("package the component {name}"));
-            package_folder(&wasm, &dest, Instances::Fresh)?;
+            package_folder(&wasm, &dest, Instances::Fresh, &default_compiled())?;
         }
     }
-    Ok(dir)
-}
-
-/// The wit-bindgen release the Rust component scaffold uses.
-pub const WIT_BINDGEN: &str = "0.57";
-
-/// `plugin new NAME --wasm`: a Rust crate that builds into a WebAssembly component with
-/// `wit-bindgen` (`cargo build --release --target wasm32-wasip2`), with a copy of
-/// `plugin.wit` and a sample tool. Its README says which target it needs.
-pub fn new_rust(name: &str, path: Option<&Path>) -> Result<PathBuf> {
-    let step = "create the component crate";
-    let (name, dir) = crate::plugin::scaffold_dir(step, name, path)?;
-    let tool_name = name.replace('-', "_");
-    io(step, std::fs::create_dir_all(dir.join("src")))?;
-    io(step, std::fs::create_dir_all(dir.join("wit")))?;
-    let cargo_toml = format!(
-        r#"[package]
-name = "{name}"
-version = "0.1.0"
-edition = "2024"
-publish = false
-
-[lib]
-# A WebAssembly component when built for wasm32-wasip2.
-crate-type = ["cdylib"]
-
-[dependencies]
-wit-bindgen = "{WIT_BINDGEN}"
-serde_json = "1"
-
-[profile.release]
-opt-level = "s"
-lto = true
-
-# Its own workspace, wherever it is created.
-[workspace]
-"#
-    );
-    let lib_rs = format!(
-        r##"//! The {name} toolhost plugin, as a WebAssembly component.
-
-wit_bindgen::generate!({{ path: "wit", world: "plugin" }});
-
-use exports::toolhost::plugin::tools::{{Guest, PluginInfo, ToolError, ToolOutput}};
-use toolhost::plugin::host;
-use toolhost::plugin::types::{{Content, Level, SideEffect, ToolDefinition}};
-
-struct Component;
-
-impl Guest for Component {{
-    fn describe() -> PluginInfo {{
-        PluginInfo {{
-            name: "{name}".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            tools: vec![ToolDefinition {{
-                name: "{tool_name}_greet".into(),
-                description: "Greet someone by name.".into(),
-                input_schema: r#"{{"type": "object", "properties": {{"name": {{"type": "string", "description": "Who to greet."}}}}, "required": ["name"], "additionalProperties": false}}"#.into(),
-                // Declare the highest capability honestly: none < read < write < execute < network.
-                side_effects: SideEffect::None,
-                concurrency_safe: None,
-                timeout_ms: None,
-                path_params: Vec::new(),
-            }}],
-        }}
-    }}
-
-    fn execute(tool: String, input: String) -> Result<ToolOutput, ToolError> {{
-        let input: serde_json::Value =
-            serde_json::from_str(&input).map_err(|e| ToolError::InvalidInput(e.to_string()))?;
-        match tool.as_str() {{
-            "{tool_name}_greet" => {{
-                let name = input["name"].as_str().unwrap_or("you");
-                host::log(Level::Debug, &format!("greeting {{name}}"));
-                Ok(ToolOutput {{
-                    content: vec![Content::Text(format!("Hello, {{name}}!"))],
-                    success: true,
-                    metadata: String::new(),
-                }})
-            }}
-            other => Err(ToolError::Failed(format!("no tool '{{other}}'"))),
-        }}
-    }}
-}}
-
-export!(Component);
-"##
-    );
-    let readme = format!(
-        "# {name}\n\nA toolhost plugin written as a WebAssembly component (the `plugin` world of \
-         `wit/plugin.wit`, toolhost:plugin@{wit}).\n\nIt needs Rust's `wasm32-wasip2` target:\n\n\
-         ```sh\nrustup target add wasm32-wasip2\ncargo build --release --target wasm32-wasip2\n\
-         # in the toolhost checkout ({root}):\n\
-         cargo xtask plugin package {abs}/target/wasm32-wasip2/release/{tool_name}.wasm\n```\n\n\
-         `cargo check` works on any target (the bindings type-check everywhere; they run only \
-         in a component).\n",
-        wit = tool_api::WIT_VERSION,
-        root = root().display(),
-        abs = std::path::absolute(&dir)
-            .unwrap_or_else(|_| dir.clone())
-            .display(),
-    );
-    io(step, std::fs::write(dir.join("Cargo.toml"), cargo_toml))?;
-    io(step, std::fs::write(dir.join("src/lib.rs"), lib_rs))?;
-    io(
-        step,
-        std::fs::write(dir.join("wit/plugin.wit"), tool_api::WIT),
-    )?;
-    io(step, std::fs::write(dir.join("README.md"), readme))?;
-    io(step, std::fs::write(dir.join(".gitignore"), "/target\n"))?;
     Ok(dir)
 }

@@ -15,6 +15,9 @@ const EXAMPLES: [&str; 3] = [
     "examples/plugins/snoop",
 ];
 
+/// The steps of the tour (each a command shown, run, and its exit code).
+const TOUR_STEPS: usize = 20;
+
 /// A stand-in for the user's SSH key, outside the demo workspace (`target/demo/home`).
 const SECRET: &str = "home/.ssh/id_ed25519";
 
@@ -125,9 +128,13 @@ pub fn demo() -> Result {
     eprintln!(
         "cargo xtask demo: packages and signs the three example plugins (debug builds) and \
          builds the Python example into a WebAssembly component, builds toolhost, then tours \
-         it. Output goes to target/demo."
+         it. Output goes to target/demo; the toolhost it built is left in target/demo/bin."
     );
     let demo = root().join("target/demo");
+    // The tour's toolhost caches what it compiles under target/demo/cache; the component is
+    // compiled there once, when it is packaged.
+    let cache_home = demo.join("cache");
+    let compiled = plugin_host::cache_dir_in(&cache_home).join("wasm");
     let trusted = package_examples(
         &demo.join("plugins"),
         &demo.join("plugins-unsigned"),
@@ -139,11 +146,14 @@ pub fn demo() -> Result {
         &root().join("examples/wasm/py-text-stats"),
         &demo.join("plugins"),
         plugin_host::Instances::Fresh,
+        &compiled,
     )?;
+    // Built with the xtask tool (the same arguments as `cargo xtask demo`'s launcher): up to
+    // date here unless this xtask was started some other way.
     let bin = xtask_launcher::build(
         "toolhost (debug)",
         "the binary this tour runs",
-        &["--package", "toolhost", "--bin", "toolhost"],
+        &xtask_launcher::tool::DEMO_BUILD,
     )
     .map(|b| b.executable("toolhost"))
     .or_else(|e| fail("build toolhost", e))?
@@ -156,19 +166,34 @@ pub fn demo() -> Result {
         "prepare the demo workspace",
         prepare_workspace(&ws, &trusted),
     )?;
+    // The toolhost the tour runs, where a user can put it on PATH at once.
+    let installed = demo.join("bin/toolhost");
+    io(
+        "leave toolhost in target/demo/bin",
+        std::fs::create_dir_all(demo.join("bin")).and_then(|()| {
+            let _ = std::fs::remove_file(&installed);
+            std::fs::copy(&bin, &installed).map(|_| ())
+        }),
+    )?;
     let shown_ws = ws.strip_prefix(root()).unwrap_or(&ws).display().to_string();
     eprintln!(
         "\nThe tour: each step shows a command as you would type it in {shown_ws}, with \
          `toolhost` on your PATH, then what it printed and its exit code."
     );
+    let step = std::cell::Cell::new(0);
     let show = |title: &str, args: &[&str]| -> Result {
         let line: Vec<String> = args.iter().map(|a| shell_quoted(a)).collect();
-        eprintln!("\n==> {title}\n$ toolhost {}", line.join(" "));
+        step.set(step.get() + 1);
+        eprintln!(
+            "\n==> [{}/{TOUR_STEPS}] {title}\n$ toolhost {}",
+            step.get(),
+            line.join(" ")
+        );
         let status = Command::new(&bin)
             .args(args)
             .current_dir(&ws)
             .env("XDG_CONFIG_HOME", ws.join(".config"))
-            .env("XDG_CACHE_HOME", demo.join("cache"))
+            .env("XDG_CACHE_HOME", &cache_home)
             .env("XDG_STATE_HOME", demo.join("state"))
             .status();
         match status {
@@ -329,7 +354,7 @@ pub fn demo() -> Result {
     )?;
     eprintln!(
         "\nDemo workspace: {}\nPlugin packages: {}\n\nTry it yourself (from the repository root):\n\
-         \x20 cargo install --locked --path toolhost     # puts `toolhost` on your PATH\n\
+         \x20 export PATH=\"$PWD/target/demo/bin:$PATH\"   # the toolhost this demo built (for an optimized one: README, Install)\n\
          \x20 cd {shown_ws} && toolhost list            # the tools this workspace sees\n\
          \x20 toolhost call read_file --input '{{\"path\": \"README.md\"}}'   # then any call above",
         ws.display(),

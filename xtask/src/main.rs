@@ -128,6 +128,57 @@ enum PluginCommand {
     },
 }
 
+/// The commands that build, load or test WebAssembly components.
+#[cfg(feature = "components")]
+fn with_components(command: Command) -> xtask::steps::Result {
+    match command {
+        Command::Test => xtask::test(),
+        Command::Ci => xtask::ci(),
+        Command::Demo => xtask::demo::demo(),
+        Command::Bench { write_readme } => xtask::bench::bench(write_readme),
+        Command::WasmFixtures => {
+            xtask::components::fixtures().map(|dir| println!("{}", dir.display()))
+        }
+        Command::Fuzz { .. }
+        | Command::Plugin(_)
+        | Command::Inspect { .. }
+        | Command::Verify { .. } => unreachable!("handled in main"),
+    }
+}
+
+/// Without the component tooling, the commands that need it say how to get it.
+#[cfg(not(feature = "components"))]
+fn with_components(_: Command) -> xtask::steps::Result {
+    without_components("this command")
+}
+
+#[cfg(not(feature = "components"))]
+fn without_components(what: &str) -> xtask::steps::Result {
+    xtask::steps::fail(
+        what,
+        "this xtask was built without the WebAssembly component tooling (its `components` feature); run it as `cargo xtask …`, which builds that in for the commands that need it",
+    )
+}
+
+#[cfg(feature = "components")]
+fn package_component(
+    path: &std::path::Path,
+    out: &std::path::Path,
+    instances: plugin_host::Instances,
+) -> xtask::steps::Result<PathBuf> {
+    xtask::components::package(path, out, instances, &xtask::components::default_compiled())
+}
+
+#[cfg(not(feature = "components"))]
+fn package_component(
+    path: &std::path::Path,
+    _: &std::path::Path,
+    _: plugin_host::Instances,
+) -> xtask::steps::Result<PathBuf> {
+    without_components(&format!("package the component {}", path.display()))
+        .map(|()| PathBuf::new())
+}
+
 /// The child side of `Inspector::Child`: prints JSON or exits 1 with the reason.
 fn child(result: Result<String, String>) -> ExitCode {
     match result {
@@ -161,7 +212,7 @@ fn plugin_command(command: PluginCommand) -> xtask::steps::Result {
             path,
             wasm: true,
         } => {
-            let dir = xtask::components::new_rust(&name, path.as_deref())?;
+            let dir = xtask::wasm_scaffold::new_rust(&name, path.as_deref())?;
             println!(
                 "created {}\nnext: cd {} && rustup target add wasm32-wasip2 && cargo build --release --target wasm32-wasip2 (see its README)",
                 dir.display(),
@@ -176,8 +227,7 @@ fn plugin_command(command: PluginCommand) -> xtask::steps::Result {
             out,
             reuse_instances,
         } => {
-            let component = path.extension().is_some_and(|e| e == "wasm")
-                || xtask::components::is_source(&path);
+            let component = xtask_launcher::tool::names_a_component(&path);
             if reuse_instances && !component {
                 return xtask::steps::fail(
                     "package",
@@ -199,7 +249,7 @@ fn plugin_command(command: PluginCommand) -> xtask::steps::Result {
                         .unwrap_or(&path)
                         .join("dist")
                 });
-                xtask::components::package(&path, &out, instances)?
+                package_component(&path, &out, instances)?
             } else {
                 let out = out.unwrap_or_else(|| path.join("dist"));
                 plugin::package_crate(&path, &out, &Inspector::child(), None, true)?
@@ -232,19 +282,13 @@ fn plugin_command(command: PluginCommand) -> xtask::steps::Result {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Test => xtask::test(),
-        Command::Ci => xtask::ci(),
-        Command::Demo => xtask::demo::demo(),
         Command::Fuzz { targets, seconds } => {
             xtask::fuzz::fuzz(&targets, seconds, xtask::fuzz::Build::Release)
         }
-        Command::Bench { write_readme } => xtask::bench::bench(write_readme),
         Command::Plugin(command) => plugin_command(command),
         Command::Inspect { library } => return child(plugin::inspect_here(&library)),
         Command::Verify { package } => return child(plugin::verify_here(&package)),
-        Command::WasmFixtures => {
-            xtask::components::fixtures().map(|dir| println!("{}", dir.display()))
-        }
+        command => with_components(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -5,6 +5,13 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// The official MCP conformance suite this project is tested with (its 0.2 line).
+pub const CONFORMANCE: &str = "@modelcontextprotocol/conformance@0.2.0-alpha.12";
+/// The official MCP Python SDK the tests drive toolhost with.
+pub const PYTHON_SDK: &str = "mcp==2.3.0";
+/// The reference MCP server the tests mount behind toolhost (and the bench compares with).
+pub const SERVER_EVERYTHING: &str = "@modelcontextprotocol/server-everything@2026.8.31";
+
 /// `target/peers`.
 pub fn dir() -> PathBuf {
     crate::steps::root().join("target/peers")

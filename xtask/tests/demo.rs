@@ -22,6 +22,14 @@ fn the_demo_tours_toolhost_and_every_command_it_shows_pastes_back_into_a_shell()
         !said.contains("   Compiling "),
         "cargo's build lines stay out of the tour: {said}"
     );
+    let tour = &said[said.find("==> [1/").expect("a numbered tour")..];
+    assert!(
+        !tour.contains("compiling the WebAssembly component"),
+        "the tour's toolhost finds the component compiled when it was packaged: {tour}"
+    );
+    let installed = repo_root().join("target/demo/bin/toolhost");
+    let version = Command::new(&installed).arg("--version").output().unwrap();
+    assert!(version.status.success(), "{}", installed.display());
     let next = said.rsplit("Try it yourself").next().unwrap();
     assert_eq!(
         next.lines().filter(|l| l.starts_with("  ")).count(),

@@ -25,6 +25,10 @@ pub const DEFAULT_MEMORY_BYTES: usize = 256 * 1024 * 1024;
 /// How long a component's `describe()` may run when its package loads.
 pub const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The `tracing` target of what a host says while it waits (a first compile): a program
+/// that shows only warnings lets this target through at `info`.
+pub const PROGRESS: &str = "toolhost::progress";
+
 /// The WIT package name components import and export.
 const PACKAGE: &str = "toolhost:plugin";
 
@@ -149,6 +153,15 @@ impl WasmRuntime {
             path: path.display().to_string(),
             detail: e.to_string(),
         })?;
+        // Compiling takes seconds for a component with a language runtime in it: said before
+        // it starts, so that a first load does not sit silent.
+        tracing::info!(
+            target: PROGRESS,
+            "compiling the WebAssembly component {} ({:.1} MiB){}",
+            path.display(),
+            bytes.len() as f64 / (1 << 20) as f64,
+            if cached.is_some() { "; cached for the next start" } else { "" }
+        );
         let component = Component::new(engine, &bytes).map_err(|e| WasmError::Compile {
             path: path.display().to_string(),
             detail: format!("{e:#}"),

@@ -4,6 +4,8 @@
 //! then how long it took. Compiler errors and warnings still reach stderr as cargo renders
 //! them. Standard library only: `cargo xtask` compiles this before anything else.
 
+pub mod tool;
+
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -5,11 +5,8 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    let built = xtask_launcher::build(
-        "the xtask tool",
-        "it packages plugins and runs the demo and the tests; a fresh clone compiles it once",
-        &["--package", "xtask", "--bin", "xtask"],
-    );
+    let tool = xtask_launcher::tool::for_command(&args);
+    let built = xtask_launcher::build(tool.what, tool.why, &tool.args);
     let tool = match built.map(|b| b.executable("xtask")) {
         Ok(Some(path)) => path,
         Ok(None) => {

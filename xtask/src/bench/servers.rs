@@ -138,7 +138,7 @@ fn number_after(text: &str, marker: &str) -> Option<f64> {
 /// Node 22 and server-everything under `target/peers`, from npm.
 fn node_peer(peers: &Path) -> std::result::Result<(PathBuf, PathBuf), String> {
     let node = crate::peers::node22(peers)?;
-    let server = crate::peers::npm_install(peers, "everything", crate::SERVER_EVERYTHING)
+    let server = crate::peers::npm_install(peers, "everything", crate::peers::SERVER_EVERYTHING)
         .map_err(|e| format!("cannot install server-everything from npm ({e})"))?
         .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     Ok((node, server))

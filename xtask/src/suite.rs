@@ -1,0 +1,346 @@
+//! The test suite: `cargo xtask test` (what the tests need, installed; every test; the
+//! Python wheel's; the fuzz targets' smoke run) and `cargo xtask ci`.
+
+use std::process::Command;
+
+use std::path::PathBuf;
+
+use crate::peers::{CONFORMANCE, PYTHON_SDK, SERVER_EVERYTHING};
+use crate::steps::{Result, announce, cargo, fail, run};
+use crate::{components, fuzz, python};
+
+/// Test totals summed over `cargo test` runs.
+#[derive(Default)]
+struct Totals {
+    passed: u64,
+    failed: u64,
+    ignored: u64,
+}
+
+/// Whether cargo-nextest is installed: it runs every test of every binary side by side
+/// (one process each), where `cargo test` runs the binaries one after another.
+fn nextest() -> bool {
+    cargo()
+        .args(["nextest", "--version"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The tests of the workspace's targets, with `args` (`--test NAME`, …): through
+/// cargo-nextest where it is installed, else `cargo test`.
+fn test_command(args: &[&str]) -> Command {
+    let mut cmd = cargo();
+    if nextest() {
+        cmd.args(["nextest", "run", "--no-fail-fast", "--workspace"]);
+    } else {
+        cmd.args(["test", "--workspace"]);
+    }
+    cmd.args(args);
+    cmd
+}
+
+/// Adds up a nextest `Summary` line (`N tests run: N passed (2 slow), N failed, N skipped`).
+fn add_nextest_summary(line: &str, totals: &mut Totals) {
+    let Some(rest) = line.split(" run:").nth(1) else {
+        return;
+    };
+    for part in rest.split(',') {
+        let mut words = part.split_whitespace();
+        let (Some(n), Some(what)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let Ok(n) = n.parse::<u64>() else { continue };
+        match what {
+            "passed" => totals.passed += n,
+            "failed" | "timed" => totals.failed += n,
+            "skipped" => totals.ignored += n,
+            _ => {}
+        }
+    }
+}
+
+/// Runs a test step (`cargo test` or `cargo nextest run`), echoing its output and adding up
+/// its `test result:` lines (or nextest's summary).
+fn run_tests(step: &str, cmd: &mut Command, totals: &mut Totals) -> Result {
+    use std::io::{BufRead, BufReader};
+    announce(step);
+    let nextest = cmd.get_args().any(|a| a == "nextest");
+    if nextest {
+        // nextest reports on stderr; its per-test lines and summary are what is counted.
+        cmd.stderr(std::process::Stdio::piped());
+    }
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .or_else(|e| fail(step, format!("could not start cargo: {e}")))?;
+    let stderr = child.stderr.take().map(|err| {
+        std::thread::spawn(move || {
+            let mut summary = Vec::new();
+            for line in BufReader::new(err)
+                .lines()
+                .map_while(std::result::Result::ok)
+            {
+                eprintln!("{line}");
+                if line.trim_start().starts_with("Summary [") {
+                    summary.push(line);
+                }
+            }
+            summary
+        })
+    });
+    if let Some(out) = child.stdout.take() {
+        for line in BufReader::new(out)
+            .lines()
+            .map_while(std::result::Result::ok)
+        {
+            println!("{line}");
+            if nextest {
+                continue;
+            }
+            if let Some(rest) = line.strip_prefix("test result: ") {
+                let count = |what: &str| -> u64 {
+                    rest.split(';')
+                        .find_map(|part| part.trim().strip_suffix(what))
+                        .and_then(|n| n.trim().rsplit(' ').next()?.parse().ok())
+                        .unwrap_or(0)
+                };
+                totals.passed += count(" passed");
+                totals.failed += count(" failed");
+                totals.ignored += count(" ignored");
+            }
+        }
+    }
+    if let Some(summary) = stderr.and_then(|t| t.join().ok()) {
+        for line in summary {
+            add_nextest_summary(&line, totals);
+        }
+    }
+    let status = child.wait().or_else(|e| fail(step, e))?;
+    if status.success() {
+        Ok(())
+    } else {
+        fail(step, format!("exited with {status}"))
+    }
+}
+
+/// Node 22 with the conformance suite, and a venv with the Python SDK, under
+/// `target/peers`: the environment that tells the tests where they are (and that they are
+/// required).
+pub fn test_peers() -> Result<Vec<(&'static str, PathBuf)>> {
+    const STEP: &str = "install the MCP conformance suite and server-everything (npm), the Python SDK and pytest (PyPI)";
+    announce(STEP);
+    let peers = crate::peers::dir();
+    let node = crate::peers::node22(&peers).or_else(|e| fail(STEP, e))?;
+    let suite = crate::peers::npm_install(&peers, "conformance", CONFORMANCE)
+        .or_else(|e| fail(STEP, e))?
+        .join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
+    let python = crate::peers::python_venv(&peers, "python-sdk", &[PYTHON_SDK], "mcp")
+        .or_else(|e| fail(STEP, e))?;
+    let everything = crate::peers::npm_install(&peers, "everything", SERVER_EVERYTHING)
+        .or_else(|e| fail(STEP, e))?
+        .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    // A developer's Python with pytest, which the confinement tests install as pyenv would.
+    let pytest = crate::peers::python_venv(&peers, "pytest", &[python::PYTEST], "pytest")
+        .or_else(|e| fail(STEP, e))?;
+    Ok(vec![
+        ("TOOLHOST_TEST_NODE", node),
+        ("TOOLHOST_TEST_CONFORMANCE", suite),
+        ("TOOLHOST_TEST_PYTHON_SDK", python),
+        ("TOOLHOST_TEST_SERVER_EVERYTHING", everything),
+        ("TOOLHOST_TEST_PYTEST", pytest),
+    ])
+}
+
+/// The distribution's Chromium and chromedriver, for the console's browser test:
+/// installed with `apt-get` when missing (CI runs as root with Debian's packages).
+pub fn ensure_browser() -> Result {
+    const STEP: &str = "install Chromium and chromedriver for the console's browser test";
+    let present = || {
+        std::path::Path::new("/usr/bin/chromium").exists()
+            && std::path::Path::new("/usr/bin/chromedriver").exists()
+    };
+    if present() {
+        return Ok(());
+    }
+    announce(STEP);
+    let apt = |args: &[&str]| {
+        Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    };
+    let installed = apt(&["install", "-y", "-qq", "chromium", "chromium-driver"])
+        || (apt(&["update", "-qq"])
+            && apt(&["install", "-y", "-qq", "chromium", "chromium-driver"]));
+    if installed && present() {
+        Ok(())
+    } else {
+        fail(
+            STEP,
+            "could not install them; as root on Debian: apt-get update && apt-get install chromium chromium-driver",
+        )
+    }
+}
+
+/// Debian's `redis-server`, for the tests of the shared state store: installed with
+/// `apt-get` when missing; returns it.
+pub fn ensure_redis() -> Result<PathBuf> {
+    const STEP: &str = "install redis-server for the shared state tests";
+    let program = PathBuf::from("/usr/bin/redis-server");
+    if program.exists() {
+        return Ok(program);
+    }
+    announce(STEP);
+    let apt = |args: &[&str]| {
+        Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    };
+    let installed = apt(&["install", "-y", "-qq", "redis-server"])
+        || (apt(&["update", "-qq"]) && apt(&["install", "-y", "-qq", "redis-server"]));
+    if installed && program.exists() {
+        Ok(program)
+    } else {
+        fail(
+            STEP,
+            "could not install it; as root on Debian: apt-get update && apt-get install redis-server",
+        )
+    }
+}
+
+/// How long `cargo xtask test` runs each fuzz target.
+pub const FUZZ_SECONDS: u64 = 10;
+
+/// `cargo xtask test`: builds everything, then runs every test (doctests included) and
+/// prints one `N passed, N failed` summary line.
+pub fn test() -> Result {
+    run(
+        "build the workspace and test binaries",
+        cargo().args(["build", "--workspace", "--all-targets"]),
+    )?;
+    ensure_browser()?;
+    let redis = ensure_redis()?;
+    let mut peers = test_peers()?;
+    peers.push(("TOOLHOST_TEST_REDIS", redis));
+    peers.push(("TOOLHOST_TEST_COMPONENTS", components::fixtures()?));
+    let mut totals = Totals::default();
+    let result = run_tests(
+        "run unit, integration and CLI tests",
+        test_command(&["--lib", "--bins", "--tests"])
+            .env("TOOLHOST_TEST_REQUIRE_PEERS", "1")
+            .envs(peers.clone()),
+        &mut totals,
+    )
+    .and_then(|()| {
+        // Benchmarks have mains of their own (a few rounds in test mode, to prove they
+        // work), which only `cargo test` runs.
+        run_tests(
+            "run the benchmarks in test mode",
+            cargo()
+                .args(["test", "--workspace", "--benches"])
+                .env("TOOLHOST_TEST_REQUIRE_PEERS", "1")
+                .envs(peers),
+            &mut totals,
+        )
+    })
+    .and_then(|()| {
+        run_tests(
+            "run the plugin suite again with every plugin isolated in a worker process",
+            // `--workspace`, not `-p toolhost-tests`: the same feature set as the run
+            // above, so nothing is built twice.
+            test_command(&["--test", "plugins"]).env("TOOLHOST_TEST_ISOLATION", "process"),
+            &mut totals,
+        )
+    })
+    .and_then(|()| {
+        run_tests(
+            "run doctests",
+            cargo().args(["test", "--workspace", "--doc"]),
+            &mut totals,
+        )
+    })
+    .and_then(|()| python_tests(&mut totals))
+    .and_then(|()| fuzz::fuzz(&[], FUZZ_SECONDS, fuzz::Build::Dev));
+    println!(
+        "\ntests: {} passed, {} failed, {} skipped",
+        totals.passed, totals.failed, totals.ignored
+    );
+    result
+}
+
+/// The Python wheel: built, installed into a fresh venv, tested with pytest.
+fn python_tests(totals: &mut Totals) -> Result {
+    let wheel = python::build_wheel("dev")?;
+    let python = python::install_wheel(
+        &wheel,
+        "py-wheel",
+        &[python::PYTEST, PYTHON_SDK],
+        "pytest, mcp",
+    )?;
+    let plugins = python::plugin_fixture()?;
+    let (passed, failed, skipped, ok) = python::pytest(&python, &plugins)?;
+    totals.passed += passed;
+    totals.failed += failed;
+    totals.ignored += skipped;
+    if ok {
+        Ok(())
+    } else {
+        fail(
+            "run the Python wheel's tests (pytest)",
+            format!("{failed} failed"),
+        )
+    }
+}
+
+/// `cargo xtask ci`: formatting, clippy, the API docs (a broken intra-doc link is an
+/// error: tool-api's docs are what plugin authors read), then [`test()`].
+pub fn ci() -> Result {
+    run(
+        "check formatting",
+        cargo().args(["fmt", "--all", "--", "--check"]),
+    )?;
+    run(
+        "clippy (warnings are errors)",
+        cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    )?;
+    run(
+        "API docs (warnings are errors)",
+        cargo()
+            .args(["doc", "--no-deps", "--workspace"])
+            .env("RUSTDOCFLAGS", "-D warnings"),
+    )?;
+    test()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nextest_summary_adds_its_passed_failed_and_skipped() {
+        let mut totals = Totals::default();
+        add_nextest_summary(
+            "     Summary [  63.044s] 20/23 tests run: 19 passed (2 slow), 1 failed, 3 skipped",
+            &mut totals,
+        );
+        add_nextest_summary(
+            "     Summary [   0.513s] 1 test run: 1 passed, 29 skipped",
+            &mut totals,
+        );
+        assert_eq!((totals.passed, totals.failed, totals.ignored), (20, 1, 32));
+    }
+}
