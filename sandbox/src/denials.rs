@@ -128,7 +128,7 @@ impl Explainer {
             if !MARKERS.iter().any(|m| lower.contains(m)) {
                 continue;
             }
-            for path in paths_in(line) {
+            for path in paths_in(line, &self.workspace) {
                 if out.len() == MAX {
                     return out;
                 }
@@ -187,8 +187,11 @@ impl Explainer {
     }
 }
 
-/// The absolute paths a line names: quoted (`'…'`, `"…"`, `` `…` ``) or as words.
-fn paths_in(line: &str) -> Vec<PathBuf> {
+/// The paths a line names: quoted absolute ones (`'…'`, `"…"`, `` `…` ``), else the words
+/// that look like paths (absolute, or relative with a `/`, taken from `cwd`, where the
+/// command ran). A leading `PROGRAM:` (`/bin/sh: 1: cannot create …`) is the program that
+/// complains, not what it was refused, unless it is all the line names.
+fn paths_in(line: &str, cwd: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for quote in ['\'', '"', '`'] {
         let mut parts = line.split(quote);
@@ -200,20 +203,30 @@ fn paths_in(line: &str) -> Vec<PathBuf> {
             parts.next();
         }
     }
-    if out.is_empty() {
-        for word in line.split_whitespace() {
-            let word = word.trim_matches(|c: char| {
-                matches!(
-                    c,
-                    ':' | ',' | ';' | '(' | ')' | '[' | ']' | '\'' | '"' | '`'
-                )
-            });
-            if word.starts_with('/') && word.len() > 1 {
-                out.push(PathBuf::from(word));
-            }
+    if !out.is_empty() {
+        return out;
+    }
+    let mut words: Vec<(bool, PathBuf)> = Vec::new();
+    for (i, raw) in line.split_whitespace().enumerate() {
+        let program = i == 0 && raw.ends_with(':');
+        let word = raw.trim_matches(|c: char| {
+            matches!(
+                c,
+                ':' | ',' | ';' | '(' | ')' | '[' | ']' | '\'' | '"' | '`'
+            )
+        });
+        if word.starts_with('/') && word.len() > 1 {
+            words.push((program, PathBuf::from(word)));
+        } else if word.contains('/') && !word.contains("://") && !program {
+            words.push((false, crate::settings::lexically_normal(&cwd.join(word))));
         }
     }
-    out
+    let named = words.iter().any(|(program, _)| !program);
+    words
+        .into_iter()
+        .filter(|(program, _)| !(named && *program))
+        .map(|(_, path)| path)
+        .collect()
 }
 
 #[cfg(test)]
@@ -283,5 +296,33 @@ mod tests {
         );
         assert!(e.explain(&out).is_empty());
         assert!(e.explain("all good: /usr/bin/true").is_empty());
+    }
+
+    #[test]
+    fn the_shell_that_complains_is_not_what_was_refused() {
+        let (home, e) = explainer(CommandMode::WorkspaceWrite);
+        let d = e.explain("/bin/sh: 1: cannot create ../escaped.txt: Permission denied");
+        assert_eq!(d.len(), 1, "{d:?}");
+        let escaped = home.path().join("escaped.txt");
+        assert!(
+            d[0].text
+                .starts_with(&format!("write to {} denied", escaped.display())),
+            "{}",
+            d[0]
+        );
+        assert!(!d[0].text.contains("/bin/sh"), "{}", d[0]);
+    }
+
+    #[test]
+    fn a_deny_list_entry_written_with_dot_dot_matches_what_a_program_reports() {
+        let home = tempfile::tempdir().unwrap();
+        let ws = home.path().join("w");
+        std::fs::create_dir_all(ws.join("sub")).unwrap();
+        let mut settings = Settings {
+            deny_read: vec![PathBuf::from("../.ssh")],
+            ..Settings::default()
+        };
+        settings.resolve_paths(&ws);
+        assert_eq!(settings.deny_read, [home.path().join(".ssh")]);
     }
 }

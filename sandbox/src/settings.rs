@@ -461,11 +461,32 @@ pub fn expand(path: &Path, home: Option<&Path>) -> Option<PathBuf> {
 /// `path` with `~` expanded and, when relative, under `base`.
 pub fn resolve(path: &Path, base: &Path) -> PathBuf {
     let expanded = expand(path, home().as_deref()).unwrap_or_else(|| path.to_path_buf());
-    if expanded.is_absolute() {
+    let joined = if expanded.is_absolute() {
         expanded
     } else {
         base.join(expanded)
+    };
+    // As the kernel will find it (symbolic links followed) where it exists; else without
+    // its `.` and `..`: a deny-list entry written `../home/.ssh` must match the paths a
+    // program reports under it.
+    std::fs::canonicalize(&joined).unwrap_or_else(|_| lexically_normal(&joined))
+}
+
+/// `path` without `.` components and with each `..` taking away the component before it.
+pub fn lexically_normal(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                if !out.pop() {
+                    out.push(part);
+                }
+            }
+            other => out.push(other),
+        }
     }
+    out
 }
 
 fn is_pattern(path: &Path) -> bool {

@@ -3,10 +3,12 @@
 //! OS sandbox: the `snoop` example, which reads files behind its context's back, is
 //! refused by the kernel there).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::plugin::{Inspector, keygen, package_crate, sign};
+use crate::plugin::{
+    Inspector, crate_version, keygen, library_of, package_crate, package_library, sign,
+};
 use crate::steps::{Result, announce, fail, io, root};
 
 const EXAMPLES: [&str; 3] = [
@@ -86,15 +88,21 @@ fn prepare_workspace(ws: &Path, trusted: &plugin_host::PublicKey) -> std::io::Re
     )
 }
 
+/// How the example plugins' libraries are had.
+pub enum Libraries<'a> {
+    /// Built as an author ships them, with the release profile (the benches).
+    Release,
+    /// Already built by the demo's one cargo run (debug builds).
+    Built(&'a xtask_launcher::Built),
+}
+
 /// Packages the example plugins into `unsigned`, and signed copies into `signed`, with a
-/// key it generates at `key_file`; returns that key (to trust). `release`: built as an
-/// author ships them (the benches); otherwise debug builds (the demo: their dependencies
-/// are the workspace's, already built, where release builds would compile them all again).
+/// key it generates at `key_file`; returns that key (to trust).
 pub fn package_examples(
     signed: &Path,
     unsigned: &Path,
     key_file: &Path,
-    release: bool,
+    libraries: Libraries<'_>,
 ) -> Result<plugin_host::PublicKey> {
     let _ = std::fs::remove_dir_all(signed);
     let _ = std::fs::remove_dir_all(unsigned);
@@ -106,13 +114,18 @@ pub fn package_examples(
             i + 1,
             EXAMPLES.len()
         ));
-        let archive = package_crate(
-            &root().join(example),
-            unsigned,
-            &Inspector::child(),
-            None,
-            release,
-        )?;
+        let path = root().join(example);
+        let archive = match libraries {
+            Libraries::Release => package_crate(&path, unsigned, &Inspector::child(), None, true)?,
+            Libraries::Built(built) => {
+                let step = format!("package the example plugin {example}");
+                let Some(library) = library_of(built, &path.join("Cargo.toml")) else {
+                    return fail(&step, "the demo's build made no library for it");
+                };
+                let version = crate_version(&path)?;
+                package_library(&library, unsigned, &Inspector::child(), Some(&version))?
+            }
+        };
         let copy = signed.join(archive.file_name().unwrap_or_default());
         io(
             "copy the package",
@@ -130,16 +143,42 @@ pub fn demo() -> Result {
          builds the Python example into a WebAssembly component, builds toolhost, then tours \
          it. Output goes to target/demo; the toolhost it built is left in target/demo/bin."
     );
-    let demo = root().join("target/demo");
+    let tour = prepare(&root().join("target/demo"))?;
+    let shown_ws = tour.shown_ws();
+    eprintln!(
+        "\nThe tour: each step shows a command as you would type it in {shown_ws}, with \
+         `toolhost` on your PATH, then what it printed and its exit code."
+    );
+    tour.isolation_and_the_sandbox()?;
+    tour.tools_and_policy()?;
+    tour.try_it_yourself();
+    Ok(())
+}
+
+/// Packages the examples, builds toolhost, prepares the workspace the tour runs in, and
+/// leaves the toolhost it runs in `demo/bin`.
+fn prepare(demo: &Path) -> Result<Tour> {
     // The tour's toolhost caches what it compiles under target/demo/cache; the component is
     // compiled there once, when it is packaged.
     let cache_home = demo.join("cache");
     let compiled = plugin_host::cache_dir_in(&cache_home).join("wasm");
+    // Everything the demo runs, in one cargo run with the arguments `cargo xtask demo`'s
+    // launcher used: up to date here unless this xtask was started some other way.
+    let built = xtask_launcher::build(
+        "toolhost and the example plugins (debug)",
+        "what this tour runs",
+        &xtask_launcher::tool::DEMO_BUILD,
+    )
+    .or_else(|e| fail("build toolhost", e))?;
+    let bin = built.executable("toolhost").map_or_else(
+        || fail("build toolhost", "cargo built no toolhost executable"),
+        Ok,
+    )?;
     let trusted = package_examples(
         &demo.join("plugins"),
         &demo.join("plugins-unsigned"),
         &demo.join("demo-signing.key"),
-        false,
+        Libraries::Built(&built),
     )?;
     // The Python example, built into a WebAssembly component with componentize-py.
     crate::components::package(
@@ -147,19 +186,6 @@ pub fn demo() -> Result {
         &demo.join("plugins"),
         plugin_host::Instances::Fresh,
         &compiled,
-    )?;
-    // Built with the xtask tool (the same arguments as `cargo xtask demo`'s launcher): up to
-    // date here unless this xtask was started some other way.
-    let bin = xtask_launcher::build(
-        "toolhost (debug)",
-        "the binary this tour runs",
-        &xtask_launcher::tool::DEMO_BUILD,
-    )
-    .map(|b| b.executable("toolhost"))
-    .or_else(|e| fail("build toolhost", e))?
-    .map_or_else(
-        || fail("build toolhost", "cargo built no toolhost executable"),
-        Ok,
     )?;
     let ws = demo.join("workspace");
     io(
@@ -175,26 +201,56 @@ pub fn demo() -> Result {
             std::fs::copy(&bin, &installed).map(|_| ())
         }),
     )?;
-    let shown_ws = ws.strip_prefix(root()).unwrap_or(&ws).display().to_string();
-    eprintln!(
-        "\nThe tour: each step shows a command as you would type it in {shown_ws}, with \
-         `toolhost` on your PATH, then what it printed and its exit code."
-    );
-    let step = std::cell::Cell::new(0);
-    let show = |title: &str, args: &[&str]| -> Result {
+    Ok(Tour {
+        bin,
+        ws,
+        demo: demo.to_path_buf(),
+        cache_home,
+        step: std::cell::Cell::new(0),
+    })
+}
+
+/// The tour: toolhost run in the demo workspace, one step at a time.
+struct Tour {
+    /// The toolhost it runs.
+    bin: PathBuf,
+    /// The demo workspace.
+    ws: PathBuf,
+    /// `target/demo`.
+    demo: PathBuf,
+    /// The `XDG_CACHE_HOME` the tour's toolhost runs with.
+    cache_home: PathBuf,
+    /// The steps shown so far.
+    step: std::cell::Cell<usize>,
+}
+
+impl Tour {
+    /// The input of a file tool that names the stand-in SSH key, outside the workspace.
+    fn outside_input(&self) -> String {
+        format!(r#"{{"path": "{}"}}"#, self.demo.join(SECRET).display())
+    }
+
+    /// The workspace as the user finds it from the repository root.
+    fn shown_ws(&self) -> String {
+        let ws = &self.ws;
+        ws.strip_prefix(root()).unwrap_or(ws).display().to_string()
+    }
+
+    /// One step: `title`, the command as typed, what it printed and its exit code.
+    fn show(&self, title: &str, args: &[&str]) -> Result {
         let line: Vec<String> = args.iter().map(|a| shell_quoted(a)).collect();
-        step.set(step.get() + 1);
+        self.step.set(self.step.get() + 1);
         eprintln!(
             "\n==> [{}/{TOUR_STEPS}] {title}\n$ toolhost {}",
-            step.get(),
+            self.step.get(),
             line.join(" ")
         );
-        let status = Command::new(&bin)
+        let status = Command::new(&self.bin)
             .args(args)
-            .current_dir(&ws)
-            .env("XDG_CONFIG_HOME", ws.join(".config"))
-            .env("XDG_CACHE_HOME", &cache_home)
-            .env("XDG_STATE_HOME", demo.join("state"))
+            .current_dir(&self.ws)
+            .env("XDG_CONFIG_HOME", self.ws.join(".config"))
+            .env("XDG_CACHE_HOME", &self.cache_home)
+            .env("XDG_STATE_HOME", self.demo.join("state"))
             .status();
         match status {
             Ok(s) => {
@@ -203,164 +259,179 @@ pub fn demo() -> Result {
             }
             Err(e) => fail(title, e),
         }
-    };
-    show(
-        "which plugin packages loaded (signed by the trusted demo key: in process)",
-        &["plugins"],
-    )?;
-    show(
-        "the same packages unsigned: each runs isolated in a worker process",
-        &["--config", "unsigned.toml", "plugins"],
-    )?;
-    show(
-        "an isolated plugin tool reading the workspace (its file access is answered by the host)",
-        &[
-            "--config",
-            "unsigned.toml",
-            "call",
-            "grep",
-            "--input",
-            r#"{"pattern": "TODO"}"#,
-        ],
-    )?;
-    let secret = demo.join(SECRET).display().to_string();
-    let snoop = format!(r#"{{"path": "{secret}"}}"#);
-    show(
-        "what the kernel enforces here, and what confines each tool",
-        &["--config", "unsigned.toml", "sandbox"],
-    )?;
-    show(
-        "snoop declares `none` and reads a file outside the workspace with std::fs: isolated, the kernel refuses",
-        &[
-            "--config",
-            "unsigned.toml",
-            "call",
-            "snoop",
-            "--input",
-            &snoop,
-        ],
-    )?;
-    show(
-        "the same package signed by a key you trust loads in process: nothing stops it (trust decides who runs unsandboxed)",
-        &["call", "snoop", "--input", &snoop],
-    )?;
-    let escape = format!(r#"{{"command": "cat {secret}; echo escaped > ../escaped.txt"}}"#);
-    show(
-        "the shell runs in the workspace-write sandbox: the (stand-in) SSH key is hidden, writing outside fails, and the result names the setting for each",
-        &[
-            "--config",
-            "unsigned.toml",
-            "call",
-            "shell",
-            "--yes",
-            "--input",
-            &escape,
-        ],
-    )?;
-    show(
-        "...while work inside the workspace goes on",
-        &[
-            "--config",
-            "unsigned.toml",
-            "call",
-            "shell",
-            "--yes",
-            "--input",
-            r#"{"command": "echo built > build.txt && cat build.txt && ls"}"#,
-        ],
-    )?;
-    show("every tool, with its side effects and source", &["list"])?;
-    show(
-        "a plugin tool (text-tools, inline)",
-        &[
-            "call",
-            "word_count",
-            "--input",
-            r#"{"text": "the quick brown fox\njumps"}"#,
-        ],
-    )?;
-    show(
-        "a WebAssembly component written in Python (text-stats, [wasm] in the list above): it reads the workspace only through the host",
-        &[
-            "call",
-            "file_stats",
-            "--input",
-            r#"{"path": "src/main.rs"}"#,
-        ],
-    )?;
-    show(
-        "...and cannot reach a file outside it, whatever path it is given",
-        &["call", "file_stats", "--input", &snoop],
-    )?;
-    show(
-        "a plugin tool that reads the workspace (grep-tool)",
-        &["call", "grep", "--input", r#"{"pattern": "TODO"}"#],
-    )?;
-    show(
-        "a built-in write (write prompts; --yes answers allow)",
-        &[
-            "call",
-            "write_file",
-            "--yes",
-            "--input",
-            r#"{"path": "notes/todo.md", "content": "- ship toolhost\n"}"#,
-        ],
-    )?;
-    show(
-        "a write the pre-use hook refuses (exit 2, stderr is the reason)",
-        &[
-            "call",
-            "write_file",
-            "--yes",
-            "--input",
-            r#"{"path": "secrets/token", "content": "hunter2"}"#,
-        ],
-    )?;
-    show(
-        "a large result: spooled to a file, the model gets a preview and the path",
-        &["call", "read_file", "--input", r#"{"path": "server.log"}"#],
-    )?;
-    show(
-        "...which read_file pages through",
-        &[
-            "call",
-            "read_file",
-            "--input",
-            r#"{"path": ".toolhost/sessions/cli/tool-results/toolu_cli_1.txt", "offset": 1500, "limit": 3}"#,
-        ],
-    )?;
-    show(
-        "the shell, denied by the demo policy",
-        &["call", "shell", "--yes", "--input", r#"{"command": "ls"}"#],
-    )?;
-    show(
-        "a path escaping the workspace, refused",
-        &[
-            "call",
-            "read_file",
-            "--input",
-            r#"{"path": "../../etc/passwd"}"#,
-        ],
-    )?;
-    show(
-        "invalid input: every error with its JSON pointer",
-        &[
-            "call",
-            "json_pointer",
-            "--json",
-            "--input",
-            r#"{"document": 5}"#,
-        ],
-    )?;
-    eprintln!(
-        "\nDemo workspace: {}\nPlugin packages: {}\n\nTry it yourself (from the repository root):\n\
-         \x20 export PATH=\"$PWD/target/demo/bin:$PATH\"   # the toolhost this demo built (for an optimized one: README, Install)\n\
-         \x20 cd {shown_ws} && toolhost list            # the tools this workspace sees\n\
-         \x20 toolhost call read_file --input '{{\"path\": \"README.md\"}}'   # then any call above",
-        ws.display(),
-        demo.join("plugins").display()
-    );
-    Ok(())
+    }
+
+    /// Loading in process and isolated, what the kernel refuses, the shell's sandbox.
+    fn isolation_and_the_sandbox(&self) -> Result {
+        self.show(
+            "which plugin packages loaded (signed by the trusted demo key: in process)",
+            &["plugins"],
+        )?;
+        self.show(
+            "the same packages unsigned: each runs isolated in a worker process",
+            &["--config", "unsigned.toml", "plugins"],
+        )?;
+        self.show(
+            "an isolated plugin tool reading the workspace (its file access is answered by the host)",
+            &[
+                "--config",
+                "unsigned.toml",
+                "call",
+                "grep",
+                "--input",
+                r#"{"pattern": "TODO"}"#,
+            ],
+        )?;
+        let secret = self.demo.join(SECRET).display().to_string();
+        let snoop = self.outside_input();
+        self.show(
+            "what the kernel enforces here, and what confines each tool",
+            &["--config", "unsigned.toml", "sandbox"],
+        )?;
+        self.show(
+            "snoop declares `none` and reads a file outside the workspace with std::fs: isolated, the kernel refuses",
+            &[
+                "--config",
+                "unsigned.toml",
+                "call",
+                "snoop",
+                "--input",
+                &snoop,
+            ],
+        )?;
+        self.show(
+            "the same package signed by a key you trust loads in process: nothing stops it (trust decides who runs unsandboxed)",
+            &["call", "snoop", "--input", &snoop],
+        )?;
+        let escape = format!(r#"{{"command": "cat {secret}; echo escaped > ../escaped.txt"}}"#);
+        self.show(
+            "the shell runs in the workspace-write sandbox: the (stand-in) SSH key is hidden, writing outside fails, and the result names the setting for each",
+            &[
+                "--config",
+                "unsigned.toml",
+                "call",
+                "shell",
+                "--yes",
+                "--input",
+                &escape,
+            ],
+        )?;
+        self.show(
+            "...while work inside the workspace goes on",
+            &[
+                "--config",
+                "unsigned.toml",
+                "call",
+                "shell",
+                "--yes",
+                "--input",
+                r#"{"command": "echo built > build.txt && cat build.txt && ls"}"#,
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// The tools, a component, a write, a hook, a large result, the policy, bad input.
+    fn tools_and_policy(&self) -> Result {
+        let snoop = self.outside_input();
+        self.show("every tool, with its side effects and source", &["list"])?;
+        self.show(
+            "a plugin tool (text-tools, inline)",
+            &[
+                "call",
+                "word_count",
+                "--input",
+                r#"{"text": "the quick brown fox\njumps"}"#,
+            ],
+        )?;
+        self.show(
+            "a WebAssembly component written in Python (text-stats, [wasm] in the list above): it reads the workspace only through the host",
+            &[
+                "call",
+                "file_stats",
+                "--input",
+                r#"{"path": "src/main.rs"}"#,
+            ],
+        )?;
+        self.show(
+            "...and cannot reach a file outside it, whatever path it is given",
+            &["call", "file_stats", "--input", &snoop],
+        )?;
+        self.show(
+            "a plugin tool that reads the workspace (grep-tool)",
+            &["call", "grep", "--input", r#"{"pattern": "TODO"}"#],
+        )?;
+        self.show(
+            "a built-in write (write prompts; --yes answers allow)",
+            &[
+                "call",
+                "write_file",
+                "--yes",
+                "--input",
+                r#"{"path": "notes/todo.md", "content": "- ship toolhost\n"}"#,
+            ],
+        )?;
+        self.show(
+            "a write the pre-use hook refuses (exit 2, stderr is the reason)",
+            &[
+                "call",
+                "write_file",
+                "--yes",
+                "--input",
+                r#"{"path": "secrets/token", "content": "hunter2"}"#,
+            ],
+        )?;
+        self.show(
+            "a large result: spooled to a file, the model gets a preview and the path",
+            &["call", "read_file", "--input", r#"{"path": "server.log"}"#],
+        )?;
+        self.show(
+            "...which read_file pages through",
+            &[
+                "call",
+                "read_file",
+                "--input",
+                r#"{"path": ".toolhost/sessions/cli/tool-results/toolu_cli_1.txt", "offset": 1500, "limit": 3}"#,
+            ],
+        )?;
+        self.show(
+            "the shell, denied by the demo policy",
+            &["call", "shell", "--yes", "--input", r#"{"command": "ls"}"#],
+        )?;
+        self.show(
+            "a path escaping the workspace, refused",
+            &[
+                "call",
+                "read_file",
+                "--input",
+                r#"{"path": "../../etc/passwd"}"#,
+            ],
+        )?;
+        self.show(
+            "invalid input: every error with its JSON pointer",
+            &[
+                "call",
+                "json_pointer",
+                "--json",
+                "--input",
+                r#"{"document": 5}"#,
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Where things are, and how to go on by hand.
+    fn try_it_yourself(&self) {
+        let (ws, demo, shown_ws) = (&self.ws, &self.demo, self.shown_ws());
+        eprintln!(
+            "\nDemo workspace: {}\nPlugin packages: {}\n\nTry it yourself (from the repository root):\n\
+             \x20 export PATH=\"$PWD/target/demo/bin:$PATH\"   # the toolhost this demo built (for an optimized one: README, Install)\n\
+             \x20 cd {shown_ws} && toolhost list            # the tools this workspace sees\n\
+             \x20 toolhost call read_file --input '{{\"path\": \"README.md\"}}'   # then any call above",
+            ws.display(),
+            demo.join("plugins").display()
+        );
+    }
 }
 
 /// `arg` as a POSIX shell reads it back: bare when it holds only safe characters, else in

@@ -56,6 +56,10 @@ pub fn npm_install(peers: &Path, dir: &str, spec: &str) -> Result<PathBuf, Strin
         .join("package.json")
         .exists()
     {
+        crate::steps::announce(&format!(
+            "install {spec} from npm into {} (once)",
+            prefix.display()
+        ));
         output(
             Command::new("npm")
                 .args(["install", "--silent", "--no-audit", "--no-fund", "--prefix"])
@@ -87,6 +91,11 @@ pub fn python_venv(
         .status()
         .is_ok_and(|s| s.success());
     if !has && !packages.is_empty() {
+        crate::steps::announce(&format!(
+            "install {} from PyPI into {} (once; seconds to a minute)",
+            packages.join(" "),
+            venv.display()
+        ));
         output(
             Command::new(&python)
                 .args(["-m", "pip", "install", "--quiet"])

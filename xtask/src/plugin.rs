@@ -224,7 +224,7 @@ mod tests {{
          cargo clippy                                 # warns where a tool reaches around its context (clippy.toml)\n\
          # in the toolhost checkout ({root}):\n\
          cargo xtask plugin package {abs}             # -> {abs}/dist/{name}-0.1.0-<target>.tar.gz\n\
-         cargo install --locked --path toolhost       # puts `toolhost` on PATH (once)\n\
+         cargo install --locked --path toolhost --profile dist   # puts `toolhost` on PATH (once)\n\
          # back here:\n\
          toolhost --plugins dist list\n\
          toolhost --plugins dist call {tool_name}_greet --input '{{\"name\": \"Ada\"}}'\n```\n",
@@ -263,19 +263,7 @@ pub fn build(path: &Path, release: bool, target_dir: Option<&Path>) -> Result<Pa
     );
     let built = xtask_launcher::build(&what, "the plugin library to package", &args)
         .or_else(|e| fail(&step, e))?;
-    let this = manifest.canonicalize().ok();
-    let library = built
-        .artifacts
-        .iter()
-        .filter(|a| a.kinds.iter().any(|k| k == "cdylib"))
-        .filter(|a| a.manifest_path.canonicalize().ok() == this)
-        .flat_map(|a| &a.filenames)
-        .find(|p| {
-            p.extension()
-                .is_some_and(|e| e == std::env::consts::DLL_EXTENSION)
-        })
-        .cloned();
-    match library {
+    match library_of(&built, &manifest) {
         Some(lib) => {
             eprintln!("built {}", lib.display());
             Ok(lib)
@@ -285,6 +273,22 @@ pub fn build(path: &Path, release: bool, target_dir: Option<&Path>) -> Result<Pa
             "the crate produced no cdylib: set crate-type = [\"cdylib\", \"rlib\"] under [lib]",
         ),
     }
+}
+
+/// The plugin library (`cdylib`) `built` made for the crate of `manifest`.
+pub fn library_of(built: &xtask_launcher::Built, manifest: &Path) -> Option<PathBuf> {
+    let this = manifest.canonicalize().ok();
+    built
+        .artifacts
+        .iter()
+        .filter(|a| a.kinds.iter().any(|k| k == "cdylib"))
+        .filter(|a| a.manifest_path.canonicalize().ok() == this)
+        .flat_map(|a| &a.filenames)
+        .find(|p| {
+            p.extension()
+                .is_some_and(|e| e == std::env::consts::DLL_EXTENSION)
+        })
+        .cloned()
 }
 
 /// Reads what a library exports, in a child process or in this one.
@@ -331,7 +335,7 @@ pub fn inspect_here(library: &Path) -> std::result::Result<String, String> {
 }
 
 /// The version cargo resolves for the crate at `path` (workspace inheritance included).
-fn crate_version(path: &Path) -> Result<String> {
+pub fn crate_version(path: &Path) -> Result<String> {
     let step = format!("read the version of {}", path.display());
     let manifest = path.join("Cargo.toml");
     let out = cargo()

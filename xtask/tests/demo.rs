@@ -27,6 +27,17 @@ fn the_demo_tours_toolhost_and_every_command_it_shows_pastes_back_into_a_shell()
         !tour.contains("compiling the WebAssembly component"),
         "the tour's toolhost finds the component compiled when it was packaged: {tour}"
     );
+    // The shell's refusals are explained as what they were: the hidden key read, the write
+    // outside.
+    assert!(
+        tour.contains("id_ed25519 denied:") && tour.contains("is on the deny list"),
+        "{tour}"
+    );
+    assert!(
+        tour.contains("escaped.txt denied: outside what the command may write"),
+        "{tour}"
+    );
+    assert!(!tour.contains("write to /bin/sh"), "{tour}");
     let installed = repo_root().join("target/demo/bin/toolhost");
     let version = Command::new(&installed).arg("--version").output().unwrap();
     assert!(version.status.success(), "{}", installed.display());

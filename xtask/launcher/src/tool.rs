@@ -17,17 +17,25 @@ pub struct Tool {
     pub args: Vec<&'static str>,
 }
 
-/// The build of the demo: the xtask tool and `toolhost`, in one cargo run. `xtask demo`
-/// builds `toolhost` with the same arguments, which then finds it up to date.
-pub const DEMO_BUILD: [&str; 8] = [
+/// The build of the demo: the xtask tool, `toolhost` and the example plugins, in one cargo
+/// run (so that the crates they share compile once, with one set of features). `xtask
+/// demo` builds with the same arguments, which then finds everything up to date.
+pub const DEMO_BUILD: [&str; 15] = [
     "--package",
-    "xtask",
-    "--bin",
     "xtask",
     "--package",
     "toolhost",
+    "--package",
+    "text-tools",
+    "--package",
+    "grep-tool",
+    "--package",
+    "snoop",
+    "--bin",
+    "xtask",
     "--bin",
     "toolhost",
+    "--lib",
 ];
 
 /// The tool `args` (the command line after `cargo xtask`) needs.
@@ -51,8 +59,8 @@ pub fn for_command(args: &[OsString]) -> Tool {
     };
     match words.first().copied() {
         Some("demo") => Tool {
-            what: "the xtask tool and toolhost (debug)",
-            why: "the demo packages the examples with one and tours the other; built together, each crate compiles once",
+            what: "the xtask tool, toolhost and the example plugins (debug)",
+            why: "the demo packages the examples and tours toolhost over them; built together, each crate compiles once",
             args: DEMO_BUILD.to_vec(),
         },
         Some("test" | "ci" | "bench" | "wasm-fixtures") => components,

@@ -29,7 +29,7 @@ pub(super) fn plugin_configs(peers: &Path) -> Result<Configs> {
         &all,
         &peers.join("plugins/unsigned"),
         &peers.join("plugins/signing.key"),
-        true,
+        crate::demo::Libraries::Release,
     )?;
     let text_tools = peers.join("plugins/text-tools");
     let _ = std::fs::remove_dir_all(&text_tools);
