@@ -1,5 +1,5 @@
-//! The screen every MCP message passes before the protocol library sees it (toolhost's
-//! `mcp/screen.rs`, compiled in from its source): any bytes are a message or a refusal
+//! The screen every MCP message passes before the protocol library sees it (mcp-server's
+//! `screen.rs`, compiled in from its source): any bytes are a message or a refusal
 //! whose answer is a JSON-RPC error; the framing buffer and the id scanner take any
 //! chunking of them.
 #![no_main]

@@ -1,4 +1,4 @@
-//! Opening a `requestState` (toolhost's `mcp/request_state.rs`, compiled in from its
+//! Opening a `requestState` (mcp-server's `request_state.rs`, compiled in from its
 //! source): a client's token is either one this server sealed for that caller, tool and
 //! arguments, or refused; any string, including one derived from a real token, is one or
 //! the other, never a panic, and a forged one is never accepted.
