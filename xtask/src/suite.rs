@@ -221,6 +221,8 @@ pub const FUZZ_SECONDS: u64 = 10;
 /// `cargo xtask test`: builds everything, then runs every test (doctests included) and
 /// prints one `N passed, N failed` summary line.
 pub fn test() -> Result {
+    // What `cargo xtask test` was built with (xtask-launcher's tool.rs): up to date when it
+    // was started that way.
     run(
         "build the workspace and test binaries",
         cargo().args(["build", "--workspace", "--all-targets"]),

@@ -1,7 +1,7 @@
 //! Which xtask tool a command needs: the component tooling (wasmtime, the WIT encoders)
-//! only for what builds, loads or tests WebAssembly components, and for the demo the
-//! `toolhost` binary it tours, built in the same cargo run so that the crates both use are
-//! compiled once.
+//! only for what builds, loads or tests WebAssembly components; for the demo, `toolhost`
+//! and the example plugins it tours, and for the tests the whole workspace, built in the
+//! same cargo run as the tool, so that the crates they share are compiled once.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -63,7 +63,14 @@ pub fn for_command(args: &[OsString]) -> Tool {
             why: "the demo packages the examples and tours toolhost over them; built together, each crate compiles once",
             args: DEMO_BUILD.to_vec(),
         },
-        Some("test" | "ci" | "bench" | "wasm-fixtures") => components,
+        // The same build the test command starts with, so that the tool and the tests
+        // share one compile of every crate.
+        Some("test" | "ci") => Tool {
+            what: "the workspace and its tests",
+            why: "every test runs from this one build, the xtask tool among it",
+            args: vec!["--workspace", "--all-targets"],
+        },
+        Some("bench" | "wasm-fixtures") => components,
         Some("plugin") if words[1..].iter().any(|w| names_a_component(Path::new(w))) => components,
         _ => light,
     }
