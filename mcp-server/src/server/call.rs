@@ -205,7 +205,7 @@ impl McpServer {
     /// capabilities have it ([`TaskMode`]: whether it may, or must, become a task).
     async fn call(
         &self,
-        request: CallToolRequestParams,
+        mut request: CallToolRequestParams,
         caller: Caller,
         mode: TaskMode,
     ) -> Result<CallToolResponse, McpError> {
@@ -227,16 +227,22 @@ impl McpServer {
             .into(),
         };
         let name = request.name.to_string();
-        let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
+        let arguments = Value::Object(request.arguments.take().unwrap_or_default());
         let (defer_tx, deferred) = oneshot::channel();
+        let asked = asked_by(caller.era, &caller.caps, caller.declared.as_deref());
         let (route, resume) = self
-            .route(&request, &caller, &name, &arguments, defer_tx)
+            .route(
+                &request,
+                &caller,
+                &name,
+                &arguments,
+                asked.as_deref(),
+                defer_tx,
+            )
             .await?;
         let Caller {
             era,
             principal,
-            caps,
-            declared,
             meta,
             peer,
             ct,
@@ -267,7 +273,6 @@ impl McpServer {
         // The call's entry, until it ends; the client's connection goes with it (2025 era).
         let routes = &self.shared.routes;
         let client = peer.filter(|_| era == Era::Session);
-        let asked = asked_by(era, &caps, declared.as_deref());
         let route = routes.enter(tool_use_id.clone(), route, client, asked);
         let promotion = takes_tasks.then(|| routes.offer_task(&tool_use_id));
         if let Some(resume) = resume {
@@ -312,16 +317,16 @@ impl McpServer {
 
     /// How the call's user is asked ([`Route`]), and a mounted server's round the request
     /// resumes: from the request's sealed state and answers (2026-07-28), or what a
-    /// session's client declared (2025 era).
+    /// session's client declared (2025 era); `asked`: what its client can be asked.
     async fn route(
         &self,
         request: &CallToolRequestParams,
         caller: &Caller,
         name: &str,
         arguments: &Value,
+        asked: Option<&rmcp::model::ClientCapabilities>,
         defer_tx: oneshot::Sender<Question>,
     ) -> Result<(Route, Option<mcp_toolsets::Resume>), McpError> {
-        let asked = asked_by(caller.era, &caller.caps, caller.declared.as_deref());
         let defer = |allowed| Route::Defer {
             to: defer_tx,
             caps: caller.caps.clone(),
@@ -361,7 +366,7 @@ impl McpServer {
                     }
                 }
             }
-            (Era::Stateless, None) if asked.as_deref().is_some_and(takes_rounds) => {
+            (Era::Stateless, None) if asked.is_some_and(takes_rounds) => {
                 // Answers given up front (no round asked for them) are the client's to give:
                 // a mounted server gets them, as it would directly; toolhost's own question
                 // is never answered by them.

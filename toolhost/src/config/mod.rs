@@ -613,7 +613,11 @@ mod tests {
     fn readme_configuration_block_loads_as_written_and_is_the_defaults() {
         let block = readme_block("## `toolhost.toml`");
         let c = parse(&block).unwrap_or_else(|e| panic!("{e}\n{block}"));
-        assert_eq!(c, Config::default(), "docs/configuration.md's block shows the defaults");
+        assert_eq!(
+            c,
+            Config::default(),
+            "docs/configuration.md's block shows the defaults"
+        );
     }
 
     #[test]
