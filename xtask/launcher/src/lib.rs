@@ -32,6 +32,9 @@ pub struct Artifact {
     pub executable: Option<PathBuf>,
     /// Whether it was already up to date.
     pub fresh: bool,
+    /// Whether it is a test harness (a target built with `--tests` or `--all-targets`),
+    /// not the program itself.
+    pub test: bool,
 }
 
 /// What a build made.
@@ -42,12 +45,12 @@ pub struct Built {
 }
 
 impl Built {
-    /// The executable of binary target `name`.
+    /// The executable of binary target `name` (the program, not its test harness).
     pub fn executable(&self, name: &str) -> Option<PathBuf> {
         self.artifacts
             .iter()
             .rev()
-            .find(|a| a.target == name && a.executable.is_some())
+            .find(|a| a.target == name && a.kinds.iter().any(|k| k == "bin") && !a.test)
             .and_then(|a| a.executable.clone())
     }
 
@@ -240,6 +243,12 @@ fn artifact(line: &str) -> Option<Artifact> {
             .collect(),
         executable: string_field(line, "executable").map(PathBuf::from),
         fresh: line.contains("\"fresh\":true"),
+        test: line.find("\"profile\":{").is_some_and(|at| {
+            line[at..]
+                .split('}')
+                .next()
+                .is_some_and(|p| p.contains("\"test\":true"))
+        }),
     })
 }
 
@@ -313,6 +322,7 @@ mod tests {
                 filenames: vec!["/r/target/debug/xtask".into()],
                 executable: Some(PathBuf::from("/r/target/debug/x\"task")),
                 fresh: false,
+                test: false,
             })
         );
         let library = r#"{"reason":"compiler-artifact","target":{"kind":["cdylib","rlib"],"name":"grep_tool"},"filenames":["/t/libgrep_tool.so","/t/libgrep_tool.rlib"],"executable":null,"fresh":true}"#;
@@ -330,6 +340,19 @@ mod tests {
             artifact(r#"{"reason":"build-finished","success":true}"#),
             None
         );
+    }
+
+    #[test]
+    fn the_program_is_chosen_over_its_test_harness() {
+        let program = r#"{"reason":"compiler-artifact","target":{"kind":["bin"],"name":"xtask"},"profile":{"opt_level":"0","test":false},"filenames":["/t/xtask"],"executable":"/t/xtask","fresh":true}"#;
+        let harness = r#"{"reason":"compiler-artifact","target":{"kind":["bin"],"name":"xtask"},"profile":{"opt_level":"0","test":true},"filenames":["/t/deps/xtask-1"],"executable":"/t/deps/xtask-1","fresh":true}"#;
+        let lib_tests = r#"{"reason":"compiler-artifact","target":{"kind":["lib"],"name":"xtask"},"profile":{"opt_level":"0","test":true},"filenames":["/t/deps/xtask-2"],"executable":"/t/deps/xtask-2","fresh":true}"#;
+        for order in [[program, harness, lib_tests], [harness, lib_tests, program]] {
+            let built = Built {
+                artifacts: order.iter().filter_map(|l| artifact(l)).collect(),
+            };
+            assert_eq!(built.executable("xtask"), Some(PathBuf::from("/t/xtask")));
+        }
     }
 
     #[test]
