@@ -26,6 +26,10 @@ struct Module {
     uses: BTreeMap<String, Vec<String>>,
     /// Paths its code names, absolute, with the names they end in.
     refs: Vec<Vec<String>>,
+    /// The types and traits it defines.
+    defines: BTreeSet<String>,
+    /// The types its inherent `impl` blocks are for, as written.
+    impls: Vec<Vec<String>>,
 }
 
 /// One target's modules, by path (`crate`, `crate::a`, `crate::a::b`).
@@ -316,6 +320,22 @@ fn read_code(tree: &mut Tree, path: &str, file: &Path, code: &str, children_dir:
                 continue;
             }
         }
+        if word_start {
+            for keyword in ["struct ", "enum ", "union ", "trait ", "type "] {
+                if let Some(after) = rest.strip_prefix(keyword) {
+                    let name: String = after.chars().take_while(|c| is_ident(*c)).collect();
+                    if !name.is_empty() {
+                        tree.get_mut(path).unwrap().defines.insert(name);
+                    }
+                }
+            }
+            if rest.starts_with("impl")
+                && rest[4..].starts_with(|c: char| c == '<' || c.is_whitespace())
+                && let Some(target) = inherent_impl(&rest[4..])
+            {
+                tree.get_mut(path).unwrap().impls.push(target);
+            }
+        }
         if word_start && rest.starts_with("use ") {
             let end = rest.find(';').unwrap_or(rest.len());
             let mut found = Vec::new();
@@ -367,6 +387,88 @@ fn read_code(tree: &mut Tree, path: &str, file: &Path, code: &str, children_dir:
         }
         i += rest.chars().next().unwrap().len_utf8();
     }
+}
+
+/// The type an `impl` block (the code after `impl`) is for, when it is an inherent one
+/// (`impl<T> a::B<T> {`), not a trait's (`impl Tr for B {`).
+fn inherent_impl(code: &str) -> Option<Vec<String>> {
+    let mut rest = code.trim_start();
+    if rest.starts_with('<') {
+        rest = rest[angle_end(rest)?..].trim_start();
+    }
+    let mut path = Vec::new();
+    loop {
+        let seg: String = rest.chars().take_while(|c| is_ident(*c)).collect();
+        if seg.is_empty() {
+            return None;
+        }
+        rest = &rest[seg.len()..];
+        path.push(seg);
+        if rest.starts_with('<') {
+            rest = &rest[angle_end(rest)?..];
+        }
+        match rest.strip_prefix("::") {
+            Some(after) => rest = after,
+            None => break,
+        }
+    }
+    let rest = rest.trim_start();
+    (rest.starts_with('{') || rest.starts_with("where")).then_some(path)
+}
+
+/// Where the `<…>` that `code` starts with ends (the index after its `>`).
+fn angle_end(code: &str) -> Option<usize> {
+    let mut depth = 0;
+    for (i, c) in code.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' if i > 0 && code[..i].ends_with('-') => {}
+            '>' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            '{' | ';' => return None,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The inherent `impl` blocks of the target at `root` that stand outside their type's
+/// module and the folder under it: `file: impl Type (defined in file)`.
+fn stray_impls(root: &Path) -> Vec<String> {
+    let mut tree = Tree::new();
+    read_module(&mut tree, "crate", root, root.parent().unwrap());
+    let repo = toolhost_tests::repo_root();
+    let short = |p: &Path| p.strip_prefix(&repo).unwrap_or(p).display().to_string();
+    let mut stray = Vec::new();
+    for (at, module) in &tree {
+        for target in &module.impls {
+            let home = if target.len() == 1 && module.defines.contains(&target[0]) {
+                Some(at.clone())
+            } else {
+                absolute(target, at, &tree, 0).and_then(|abs| defining_module(&abs, &tree, 0))
+            };
+            let Some(home) = home else { continue };
+            let name = target.last().unwrap();
+            if !tree[&home].defines.contains(name) {
+                // Not a type this crate defines (a foreign one cannot have inherent impls
+                // here; a name not found is left to the compiler).
+                continue;
+            }
+            let under = *at == home || at.starts_with(&format!("{home}::"));
+            if !under && tree[&home].file != module.file {
+                stray.push(format!(
+                    "{}: impl {name} (defined in {})",
+                    short(&module.file),
+                    short(&tree[&home].file)
+                ));
+            }
+        }
+    }
+    stray
 }
 
 /// The file a `#[path = "…"] mod name;` in `file` names.
@@ -657,6 +759,54 @@ fn each_public_item_of_dispatcher_core_has_one_path() {
         both.is_empty(),
         "dispatcher-core re-exports items of public modules at its root, so they have two paths: {both:?}; \
          make the module private or drop the re-export"
+    );
+}
+
+#[test]
+fn a_types_inherent_impls_stand_in_its_module_or_the_folder_under_it() {
+    let mut stray = Vec::new();
+    for package in packages() {
+        for target in package["targets"].as_array().unwrap() {
+            stray.extend(stray_impls(&PathBuf::from(
+                target["src_path"].as_str().unwrap(),
+            )));
+        }
+    }
+    stray.sort();
+    stray.dedup();
+    assert!(
+        stray.is_empty(),
+        "inherent impls away from their type's home (move them into its module, or into a file under its folder):\n{}",
+        stray.join("\n")
+    );
+}
+
+#[test]
+fn the_check_finds_an_impl_away_from_its_type() {
+    let dir = tempfile::tempdir().unwrap();
+    for (path, code) in [
+        ("lib.rs", "mod up;\nmod events;\nmod down;\n"),
+        (
+            "up/mod.rs",
+            "mod parts;\npub struct Upstream;\nimpl Upstream {}\n",
+        ),
+        ("up/parts.rs", "impl super::Upstream { fn a(&self) {} }\n"),
+        (
+            "events.rs",
+            "use crate::up::Upstream;\nimpl Upstream { fn b(&self) {} }\nimpl std::fmt::Debug for Upstream {}\n",
+        ),
+        ("down.rs", "impl<T> Vec<T> {}\n"),
+    ] {
+        let p = dir.path().join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, code).unwrap();
+    }
+    let stray = stray_impls(&dir.path().join("lib.rs"));
+    assert_eq!(stray.len(), 1, "{stray:?}");
+    assert!(
+        stray[0].contains("events.rs: impl Upstream (defined in ")
+            && stray[0].ends_with("up/mod.rs)"),
+        "{stray:?}"
     );
 }
 
