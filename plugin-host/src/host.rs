@@ -53,6 +53,9 @@ pub fn default_cache_dir() -> PathBuf {
     )
 }
 
+/// The directory under a host's cache where compiled components are kept.
+pub const COMPILED_DIR: &str = "wasm";
+
 /// The cache a host uses when the user's cache directory is `cache_home`
 /// (`$XDG_CACHE_HOME`): `toolhost/plugins` under it. Compiled components go in its
 /// `wasm/` ([`PluginHost::wasm_cache_dir`] to put them elsewhere).
@@ -113,7 +116,7 @@ impl PluginHost {
                     Some(
                         self.wasm_cache
                             .clone()
-                            .unwrap_or_else(|| self.cache_dir.join("wasm")),
+                            .unwrap_or_else(|| self.cache_dir.join(COMPILED_DIR)),
                     ),
                     plugin_wasm::WasmLimits {
                         memory_bytes: self.wasm_memory,

@@ -77,7 +77,7 @@ pub mod worker;
 
 pub use checks::{check_interface, check_versions, compare, preflight};
 pub use error::Refusal;
-pub use host::{PluginHost, cache_dir_in, default_cache_dir};
+pub use host::{COMPILED_DIR, PluginHost, cache_dir_in, default_cache_dir};
 pub use isolated::{PluginWorker, WorkerSettings, WorkerStatus};
 pub use library::{Inspection, Library};
 pub use manifest::{

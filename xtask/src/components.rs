@@ -10,6 +10,8 @@ use plugin_host::{
     COMPONENT_TARGET, Instances, Manifest, ManifestTool, PackageKind, digest, package,
 };
 
+use xtask_launcher::tool::COMPONENT_SOURCES;
+
 use crate::steps::{Result, announce, cargo, fail, fixtures_dir, io, root};
 
 /// The componentize-py release the Python components are built with.
@@ -84,10 +86,11 @@ enum Language {
 }
 
 impl Language {
+    /// Each language and its file, as `cargo xtask` recognizes a source folder.
     const ALL: [(Language, &'static str); 3] = [
-        (Language::Python, "app.py"),
-        (Language::JavaScript, "app.js"),
-        (Language::Wat, "module.wat"),
+        (Language::Python, COMPONENT_SOURCES[0]),
+        (Language::JavaScript, COMPONENT_SOURCES[1]),
+        (Language::Wat, COMPONENT_SOURCES[2]),
     ];
 
     /// What builds it, for messages.
@@ -106,11 +109,6 @@ impl Language {
             .map(|(language, file)| (*language, source.join(file)))
             .find(|(_, file)| file.is_file())
     }
-}
-
-/// Whether `path` is a component source folder (`app.py`, `app.js` or `module.wat`).
-pub fn is_source(path: &Path) -> bool {
-    Language::of(path).is_some()
 }
 
 /// Builds the component whose source is in folder `source` (Python `app.py`, JavaScript

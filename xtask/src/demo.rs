@@ -161,7 +161,7 @@ fn prepare(demo: &Path) -> Result<Tour> {
     // The tour's toolhost caches what it compiles under target/demo/cache; the component is
     // compiled there once, when it is packaged.
     let cache_home = demo.join("cache");
-    let compiled = plugin_host::cache_dir_in(&cache_home).join("wasm");
+    let compiled = plugin_host::cache_dir_in(&cache_home).join(plugin_host::COMPILED_DIR);
     // Everything the demo runs, in one cargo run with the arguments `cargo xtask demo`'s
     // launcher used: up to date here unless this xtask was started some other way.
     let built = xtask_launcher::build(

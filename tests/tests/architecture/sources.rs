@@ -257,11 +257,25 @@ pub(crate) fn defining_module(path: &[String], tree: &Tree, depth: usize) -> Opt
 
 /// Reads the module at `file` and those it declares.
 pub(crate) fn read_module(tree: &mut Tree, path: &str, file: &Path, dir_of_children: &Path) {
-    let code = code_only(&std::fs::read_to_string(file).unwrap());
-    read_code(tree, path, file, &code, dir_of_children);
+    let text = std::fs::read_to_string(file).unwrap();
+    read_code(
+        tree,
+        path,
+        (file, &text),
+        &code_only(&text),
+        dir_of_children,
+    );
 }
 
-pub(crate) fn read_code(tree: &mut Tree, path: &str, file: &Path, code: &str, children_dir: &Path) {
+/// Reads `code` (`file`'s `text` without comments and literals, or an inline module's part
+/// of it) as module `path`.
+pub(crate) fn read_code(
+    tree: &mut Tree,
+    path: &str,
+    (file, text): (&Path, &str),
+    code: &str,
+    children_dir: &Path,
+) {
     tree.entry(path.to_string()).or_default().file = file.to_path_buf();
     let mut i = 0;
     let bytes = code.as_bytes();
@@ -278,7 +292,7 @@ pub(crate) fn read_code(tree: &mut Tree, path: &str, file: &Path, code: &str, ch
                 .children
                 .insert(name.clone(), child.clone());
             if tail.starts_with(';') {
-                let (child_file, grandchildren) = match path_attr(file, &name) {
+                let (child_file, grandchildren) = match path_attr(file, text, &name) {
                     Some(p) if p.ends_with("mod.rs") => {
                         let dir = p.parent().unwrap().to_path_buf();
                         (p, dir)
@@ -312,7 +326,7 @@ pub(crate) fn read_code(tree: &mut Tree, path: &str, file: &Path, code: &str, ch
                 read_code(
                     tree,
                     &child,
-                    file,
+                    (file, text),
                     &code[open + 1..close],
                     &children_dir.join(&name),
                 );
@@ -436,9 +450,8 @@ pub(crate) fn angle_end(code: &str) -> Option<usize> {
     None
 }
 
-/// The file a `#[path = "…"] mod name;` in `file` names.
-pub(crate) fn path_attr(file: &Path, name: &str) -> Option<PathBuf> {
-    let text = std::fs::read_to_string(file).unwrap();
+/// The file a `#[path = "…"] mod name;` in `file` (whose text is `text`) names.
+pub(crate) fn path_attr(file: &Path, text: &str, name: &str) -> Option<PathBuf> {
     let at = text.find(&format!("mod {name};"))?;
     let attr = text[..at].rfind("#[path")?;
     if text[attr..at].contains(';') {

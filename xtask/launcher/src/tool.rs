@@ -38,6 +38,10 @@ pub const DEMO_BUILD: [&str; 15] = [
     "--lib",
 ];
 
+/// The files a component's source folder is recognized by: a Python `app.py`, a JavaScript
+/// `app.js`, a core module `module.wat` (xtask's `components` builds each).
+pub const COMPONENT_SOURCES: [&str; 3] = ["app.py", "app.js", "module.wat"];
+
 /// The tool `args` (the command line after `cargo xtask`) needs.
 pub fn for_command(args: &[OsString]) -> Tool {
     let words: Vec<&str> = args.iter().filter_map(|a| a.to_str()).collect();
@@ -85,9 +89,7 @@ pub fn names_a_component(path: &Path) -> bool {
         return true;
     }
     if path.is_dir() {
-        let source = ["app.py", "app.js", "module.wat"]
-            .iter()
-            .any(|f| path.join(f).is_file());
+        let source = COMPONENT_SOURCES.iter().any(|f| path.join(f).is_file());
         let package = std::fs::read_to_string(path.join("plugin.toml")).is_ok_and(|m| {
             m.lines()
                 .any(|l| l.replace(' ', "") == "kind=\"component\"")
