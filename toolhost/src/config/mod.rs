@@ -610,6 +610,60 @@ mod tests {
     }
 
     #[test]
+    fn the_readmes_small_configuration_loads_as_written() {
+        let block = readme_block("## Configuration\n");
+        let c = parse(&block).unwrap_or_else(|e| panic!("{e}\n{block}"));
+        assert_eq!(c.tool_confirmation.per_tool["shell"], Mode::Deny);
+        assert_eq!(c.plugin_dirs, [PathBuf::from("plugins")]);
+    }
+
+    #[test]
+    fn a_bad_value_in_a_core_section_is_refused_naming_its_dotted_key() {
+        let table = [
+            (
+                "[results]\nmax_chars = 0",
+                "results.max_chars",
+                "positive number of characters",
+            ),
+            (
+                "[results.per_tool]\nshell = -1",
+                "results.per_tool.shell",
+                "positive number",
+            ),
+            (
+                "[timeouts]\nmax_secs = 0",
+                "timeouts.max_secs",
+                "positive number of seconds",
+            ),
+            (
+                "[limits]\ncalls_per_minut = 3",
+                "limits.calls_per_minut",
+                "calls_per_minute",
+            ),
+            (
+                "[limits.per_tool]\nshell = -2",
+                "limits.per_tool.shell",
+                "u32",
+            ),
+            (
+                "[mcp.tasks]\nmax_per_client = 0",
+                "mcp.tasks.max_per_client",
+                "from 1 to",
+            ),
+            (
+                "[mcp.tasks]\npoll_interval = \"soon\"",
+                "mcp.tasks.poll_interval",
+                "line 2",
+            ),
+        ];
+        for (text, key, says) in table {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains(&format!("key `{key}`")), "{text}: {e}");
+            assert!(e.contains(says), "{text}: {e}");
+        }
+    }
+
+    #[test]
     fn readme_configuration_block_loads_as_written_and_is_the_defaults() {
         let block = readme_block("## `toolhost.toml`");
         let c = parse(&block).unwrap_or_else(|e| panic!("{e}\n{block}"));
