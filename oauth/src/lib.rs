@@ -1,0 +1,35 @@
+//! # oauth
+//!
+//! toolhost's HTTP server as an OAuth 2.1 resource server, as the MCP authorization
+//! specification has it: a caller's access token is checked ([`ResourceServer`]) and names
+//! who is calling ([`Identity`]); clients discover where to log in from the protected
+//! resource metadata (RFC 9728) and the `WWW-Authenticate` challenge that points at it.
+//!
+//! - A JWT access token is checked against its issuer's keys: the JWKS, found through the
+//!   issuer's metadata (OpenID Connect discovery, else RFC 8414), kept, and fetched again
+//!   for a key id it does not hold (at most once per `keys_min_refresh_secs`) or once it is
+//!   older than `keys_max_age_secs`. Then `iss` (one of the configured issuers), `aud` (this
+//!   server's resource URI, RFC 8707), `exp` and `nbf` (with `leeway_secs`), and the
+//!   algorithm: only an asymmetric one the key allows (RS/PS 256–512 for RSA keys, ES256 for
+//!   P-256, ES384 for P-384, EdDSA for Ed25519); `none` and HMAC are refused.
+//! - Any other token is checked by introspection (RFC 7662) when `[http.auth.introspection]`
+//!   is set.
+//! - A token is never logged, nor put in an error: errors name the claim or the key.
+
+mod error;
+mod identity;
+mod introspection;
+mod issuer;
+mod jwk;
+mod jwt;
+mod resource_server;
+mod settings;
+
+pub use error::{Rejected, SettingsError};
+pub use identity::Identity;
+pub use resource_server::ResourceServer;
+pub use settings::{IntrospectionSettings, Settings};
+
+/// The largest token taken (bytes): a bigger `Authorization` header is refused before it
+/// is parsed.
+pub const MAX_TOKEN_BYTES: usize = 16 * 1024;

@@ -1,0 +1,226 @@
+//! The resource server: a token in, the caller out; and what clients discover it by.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+use crate::error::{Rejected, SettingsError};
+use crate::identity::{Expected, Identity};
+use crate::introspection::Introspector;
+use crate::issuer::{Issuer, Unfetched};
+use crate::jwt::{Jwt, looks_like_jwt};
+use crate::settings::Settings;
+use crate::MAX_TOKEN_BYTES;
+
+/// Checks access tokens for one server ([`crate`] has the rules).
+pub struct ResourceServer {
+    settings: Settings,
+    resource: String,
+    issuers: Vec<Arc<Issuer>>,
+    introspection: Option<Introspector>,
+}
+
+impl ResourceServer {
+    /// A resource server with `settings`; `default_resource` is its URI when the settings
+    /// name none (`None`: they must). Reads the introspection secret from its variable.
+    pub fn new(settings: Settings, default_resource: Option<String>) -> Result<ResourceServer, SettingsError> {
+        settings.check()?;
+        let resource = match (&settings.resource, default_resource) {
+            (Some(r), _) => r.clone(),
+            (None, Some(r)) => r,
+            (None, None) => {
+                return Err(SettingsError(
+                    "resource: name the URL clients reach this server at (resource = \"https://mcp.example.com/mcp\"): a server on every address cannot tell"
+                        .into(),
+                ));
+            }
+        };
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| SettingsError(format!("cannot make an HTTP client: {e}")))?;
+        let issuers: Vec<Arc<Issuer>> = settings
+            .issuers
+            .iter()
+            .map(|id| {
+                Arc::new(Issuer::new(
+                    id.clone(),
+                    client.clone(),
+                    Duration::from_secs(settings.keys_max_age_secs),
+                    Duration::from_secs(settings.keys_min_refresh_secs),
+                ))
+            })
+            .collect();
+        let introspection = match &settings.introspection {
+            None => None,
+            Some(i) => {
+                let secret = std::env::var(&i.client_secret_env).map_err(|_| {
+                    SettingsError(format!(
+                        "introspection.client_secret_env: the variable {} is not set (it holds the client secret of {})",
+                        i.client_secret_env, i.client_id
+                    ))
+                })?;
+                let id = i.issuer.as_ref().unwrap_or(&settings.issuers[0]);
+                let issuer = issuers
+                    .iter()
+                    .find(|x| &x.id == id)
+                    .cloned()
+                    .ok_or_else(|| SettingsError(format!("introspection.issuer: {id} is not one of issuers")))?;
+                Some(Introspector::new(i.clone(), issuer, secret, client.clone()))
+            }
+        };
+        Ok(ResourceServer {
+            settings,
+            resource,
+            issuers,
+            introspection,
+        })
+    }
+
+    /// This server's resource URI (the `aud` its tokens carry).
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    /// Fetches every issuer's keys now, so that the first caller does not wait; logs what
+    /// cannot be fetched (the server starts regardless, and tries again per token).
+    pub async fn prefetch(&self) {
+        for issuer in &self.issuers {
+            let seen = issuer.keys();
+            let _ = issuer.refresh(&seen).await;
+        }
+    }
+
+    /// The caller `token` admits, or why it does not.
+    pub async fn authenticate(&self, token: &str) -> Result<Identity, Rejected> {
+        if token.len() > MAX_TOKEN_BYTES {
+            return Err(Rejected::Invalid(format!(
+                "it is longer than {MAX_TOKEN_BYTES} bytes"
+            )));
+        }
+        if looks_like_jwt(token) {
+            return self.jwt(token).await;
+        }
+        match &self.introspection {
+            Some(introspector) => {
+                let claims = introspector.claims(token).await?;
+                self.expected().identity(&claims, false)
+            }
+            None => Err(Rejected::Invalid(
+                "it is not a JWT, and opaque tokens are not introspected here ([http.auth.introspection])".into(),
+            )),
+        }
+    }
+
+    fn expected(&self) -> Expected<'_> {
+        Expected {
+            issuers: &self.settings.issuers,
+            resource: &self.resource,
+            groups_claim: &self.settings.groups_claim,
+            required_scopes: &self.settings.required_scopes,
+            leeway: self.settings.leeway_secs,
+            now: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        }
+    }
+
+    async fn jwt(&self, token: &str) -> Result<Identity, Rejected> {
+        let jwt = Jwt::parse(token).map_err(Rejected::Invalid)?;
+        let Some(issuer) = jwt
+            .issuer()
+            .and_then(|iss| self.issuers.iter().find(|i| i.id == iss))
+        else {
+            return Err(Rejected::Invalid(match jwt.issuer() {
+                Some(iss) => format!("its issuer {iss:?} is not trusted here"),
+                None => "it names no issuer (iss)".into(),
+            }));
+        };
+        let mut keys = issuer.keys();
+        if issuer.stale(&keys) || jwt.candidates(&keys.keys).is_empty() {
+            match issuer.refresh(&keys).await {
+                Ok(fresh) => keys = fresh,
+                // Keys held but old, and the issuer out of reach: they still verify.
+                Err(Unfetched::Failed(_)) if !jwt.candidates(&keys.keys).is_empty() => {}
+                Err(Unfetched::Failed(why)) => {
+                    return Err(Rejected::Unavailable(format!(
+                        "the keys of {} cannot be fetched: {why}",
+                        issuer.id
+                    )));
+                }
+                Err(Unfetched::TooSoon) => {}
+            }
+        }
+        let candidates = jwt.candidates(&keys.keys);
+        if candidates.is_empty() {
+            return Err(Rejected::Invalid(format!(
+                "no key of {} {} signs {:?}",
+                issuer.id,
+                match &jwt.kid {
+                    Some(kid) => format!("has the key id {kid:?} and"),
+                    None => "without a key id".into(),
+                },
+                jwt.alg
+            )));
+        }
+        if !jwt.verify(&candidates) {
+            return Err(Rejected::Invalid(
+                "its signature does not verify with its issuer's key".into(),
+            ));
+        }
+        self.expected().identity(&jwt.claims, true)
+    }
+
+    /// The protected resource metadata (RFC 9728).
+    pub fn metadata(&self) -> Value {
+        let mut doc = json!({
+            "resource": self.resource,
+            "authorization_servers": self.settings.issuers,
+            "bearer_methods_supported": ["header"],
+            "resource_name": "toolhost",
+        });
+        if !self.settings.scopes_supported.is_empty() {
+            doc["scopes_supported"] = json!(self.settings.scopes_supported);
+        }
+        doc
+    }
+
+    /// Where the metadata is served, by path: RFC 9728's well-known path with the
+    /// resource's path after it (`/.well-known/oauth-protected-resource/mcp`).
+    pub fn metadata_path(&self) -> String {
+        let path = reqwest::Url::parse(&self.resource)
+            .map(|u| u.path().trim_end_matches('/').to_string())
+            .unwrap_or_default();
+        format!("/.well-known/oauth-protected-resource{path}")
+    }
+
+    /// The metadata's URL, at the resource's origin.
+    pub fn metadata_url(&self) -> String {
+        match reqwest::Url::parse(&self.resource) {
+            Ok(u) => format!("{}{}", u.origin().ascii_serialization(), self.metadata_path()),
+            Err(_) => self.metadata_path(),
+        }
+    }
+
+    /// The `WWW-Authenticate` value that answers `rejected` (RFC 6750, RFC 9728).
+    pub fn challenge(&self, rejected: &Rejected) -> String {
+        let metadata = self.metadata_url();
+        let quoted = |s: &str| s.replace(['"', '\\'], "'");
+        match rejected {
+            Rejected::Missing { .. } | Rejected::Unavailable(_) => {
+                format!("Bearer resource_metadata=\"{metadata}\"")
+            }
+            Rejected::Invalid(why) => format!(
+                "Bearer error=\"invalid_token\", error_description=\"{}\", resource_metadata=\"{metadata}\"",
+                quoted(why)
+            ),
+            Rejected::InsufficientScope { needed } => format!(
+                "Bearer error=\"insufficient_scope\", scope=\"{}\", resource_metadata=\"{metadata}\"",
+                quoted(needed)
+            ),
+        }
+    }
+}
