@@ -29,6 +29,7 @@ pub mod shared;
 pub mod spool;
 pub mod store;
 mod toolset;
+mod visibility;
 mod workspace;
 
 use std::sync::Arc;
@@ -51,8 +52,8 @@ pub use hooks::{
 pub use invocation::Invocation;
 pub use limits::RateLimits;
 pub use policy::{
-    ClassModes, ClassOverrides, ConfirmationPolicy, Mode, PerClass, PolicyDecision, Unset,
-    expand_home,
+    ClassModes, ClassOverrides, ConfirmationPolicy, Mode, Narrowing, PerClass, PolicyDecision,
+    Unset, expand_home,
 };
 pub use registry::ToolListing;
 pub use result::{
@@ -60,7 +61,7 @@ pub use result::{
 };
 pub use runtime::{Grant, GrantRequest, RemoteHost, RuntimePolicy, SUPPORTED, check_supported};
 pub use schedule::Batch;
-pub use session::{GRANTS_KEPT, Session, SessionSpec, Visibility};
+pub use session::{GRANTS_KEPT, Session, SessionSpec};
 /// The tool-api items a host works with, re-exported so that an embedder needs one crate.
 pub use tool_api::{
     InterruptBehavior, SandboxMode, SideEffect, ToolDefinition, ToolFactory, is_valid_tool_name,
@@ -69,6 +70,7 @@ pub use toolset::{
     Toolset, ToolsetBinding, ToolsetDef, ToolsetFactory, ToolsetHandle, check_prefix,
     is_publishable, publish_name,
 };
+pub use visibility::{Visibility, glob_matches};
 pub use workspace::{
     FsError, INLINE_BYTES, INLINE_ENTRIES, InlineBudget, MAX_READ_BYTES, Opened, Workspace,
 };

@@ -207,6 +207,45 @@ pub struct PolicyDecision {
     pub explicit: bool,
 }
 
+/// Modes that narrow a session's confirmation policy: a caller's access rule. A mode here
+/// applies only where it is stricter than what the policy decided (`auto` < `prompt` <
+/// `deny`), and then the decision names `rule` (`access[1].modes.write`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Narrowing {
+    /// The rule's config key, e.g. `access[1]`.
+    pub rule: String,
+    /// Per side-effect class.
+    pub classes: ClassOverrides,
+    /// Per tool name; wins over the class.
+    pub per_tool: std::collections::BTreeMap<String, Mode>,
+}
+
+impl Narrowing {
+    /// `decision` narrowed by this rule for `tool` of `class`.
+    pub fn narrow(
+        &self,
+        decision: PolicyDecision,
+        tool: &str,
+        class: SideEffect,
+    ) -> PolicyDecision {
+        let (mode, key) = match self.per_tool.get(tool) {
+            Some(mode) => (Some(*mode), format!("{}.per_tool.{tool}", self.rule)),
+            None => (
+                self.classes.get(class),
+                format!("{}.modes.{}", self.rule, class.as_str()),
+            ),
+        };
+        match mode {
+            Some(mode) if mode > decision.mode => PolicyDecision {
+                mode,
+                rule: key.into(),
+                explicit: true,
+            },
+            _ => decision,
+        }
+    }
+}
+
 /// Expands a leading `~` to `$HOME`.
 pub fn expand_home(path: &Path) -> PathBuf {
     match (path.strip_prefix("~"), std::env::var_os("HOME")) {
@@ -276,6 +315,45 @@ mod tests {
 
     fn policy(json: serde_json::Value) -> Result<ConfirmationPolicy, String> {
         serde_json::from_value(json).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_narrowing_only_ever_makes_a_decision_stricter_and_names_its_rule() {
+        let narrowing = Narrowing {
+            rule: "access[1]".into(),
+            classes: ClassOverrides {
+                write: Some(Mode::Deny),
+                read: Some(Mode::Prompt),
+                ..ClassOverrides::default()
+            },
+            per_tool: [("shell".to_string(), Mode::Prompt)].into(),
+        };
+        let ws = Path::new("/nowhere");
+        let policy = ConfirmationPolicy {
+            per_tool: [("shell".to_string(), Mode::Deny)].into(),
+            ..ConfirmationPolicy::default()
+        };
+        let decide =
+            |tool: &str, class| narrowing.narrow(policy.decide(tool, class, ws), tool, class);
+        let write = decide("write_file", SideEffect::Write);
+        assert_eq!(
+            (write.mode, write.rule.as_ref()),
+            (Mode::Deny, "access[1].modes.write")
+        );
+        let read = decide("read_file", SideEffect::Read);
+        assert_eq!(
+            (read.mode, read.rule.as_ref()),
+            (Mode::Prompt, "access[1].modes.read")
+        );
+        // The policy's deny stays: the rule's prompt cannot widen it.
+        let shell = decide("shell", SideEffect::Execute);
+        assert_eq!(
+            (shell.mode, shell.rule.as_ref()),
+            (Mode::Deny, "tool_confirmation.per_tool.shell")
+        );
+        // A class the rule leaves alone keeps the policy's decision.
+        let net = decide("fetch", SideEffect::Network);
+        assert_eq!(net.rule, "tool_confirmation.default.network");
     }
 
     #[test]

@@ -11,32 +11,10 @@ use tool_api::Tool;
 
 use crate::error::CancelReason;
 use crate::events::EventChannel;
-use crate::policy::ConfirmationPolicy;
+use crate::policy::{ConfirmationPolicy, Narrowing};
 use crate::registry::{Changes, Registered, Registry, ToolListing};
+use crate::visibility::Visibility;
 use crate::workspace::Workspace;
-
-/// Which registered tools a session sees.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum Visibility {
-    /// Every tool (subject to capability gating).
-    #[default]
-    All,
-    /// Only these tools.
-    Only(HashSet<String>),
-    /// Every tool except these.
-    Except(HashSet<String>),
-}
-
-impl Visibility {
-    /// Whether `tool` is visible.
-    pub fn allows(&self, tool: &str) -> bool {
-        match self {
-            Visibility::All => true,
-            Visibility::Only(set) => set.contains(tool),
-            Visibility::Except(set) => !set.contains(tool),
-        }
-    }
-}
 
 /// How to open a session.
 #[derive(Debug, Clone)]
@@ -64,6 +42,8 @@ pub struct SessionSpec {
     /// principal, say). Rate limits count per principal, and the audit log names it.
     /// Default `local` (the one user of this machine).
     pub principal: String,
+    /// Modes that narrow the policy for this session's caller ([`Narrowing`]).
+    pub narrowing: Option<Narrowing>,
 }
 
 impl SessionSpec {
@@ -78,6 +58,7 @@ impl SessionSpec {
             policy: None,
             shared: false,
             principal: "local".into(),
+            narrowing: None,
         }
     }
 
@@ -97,6 +78,12 @@ impl SessionSpec {
     /// stricter one for an unattended agent). Approvals and hooks work as usual on top.
     pub fn policy(mut self, policy: ConfirmationPolicy) -> Self {
         self.policy = Some(policy);
+        self
+    }
+
+    /// Narrows the policy for this session ([`Narrowing`]): its caller's access rule.
+    pub fn narrowing(mut self, narrowing: Narrowing) -> Self {
+        self.narrowing = Some(narrowing);
         self
     }
 
@@ -274,6 +261,8 @@ pub(crate) struct SessionState {
     closed: AtomicBool,
     /// The session's own confirmation policy, if it has one.
     pub(crate) policy: Option<ConfirmationPolicy>,
+    /// What narrows the policy for its caller.
+    pub(crate) narrowing: Option<Narrowing>,
     /// The shared state its grants are kept in.
     store: Arc<dyn crate::store::Store>,
     /// `None` for a shared session; else the instance its grants belong to.
@@ -337,6 +326,7 @@ impl SessionState {
             interruptible: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
             policy: spec.policy.clone(),
+            narrowing: spec.narrowing.clone(),
             store,
             scope: (!spec.shared).then(|| instance.clone()),
         }
@@ -380,7 +370,7 @@ impl SessionState {
     pub(crate) fn sees(&self, tool: &Registered, capabilities: &HashSet<String>) -> bool {
         tool.toolset()
             .is_none_or(|t| self.toolsets.iter().any(|e| **e == *t))
-            && self.visibility.allows(&tool.name)
+            && self.visibility.allows_tool(&tool.name, tool.toolset())
             && tool.enabled_by(capabilities)
     }
 

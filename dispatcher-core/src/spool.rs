@@ -21,7 +21,20 @@ use crate::result::ToolResultBlock;
 pub const DEFAULT_PREVIEW_CHARS: usize = 2_000;
 
 /// A file-name-safe form of an id: letters, digits, `-`, `_` and `.` kept, the rest `_`.
+/// An id that had to change (or was cut at 100 characters) gets a digest of itself added,
+/// so that two ids never share a name (`mcp-https://idp#alice` and `mcp-https___idp_alice`).
 pub(crate) fn safe_name(id: &str) -> String {
+    let name = plain_name(id);
+    if name == id {
+        return name;
+    }
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(id.as_bytes());
+    let hex: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{name}-{hex}")
+}
+
+fn plain_name(id: &str) -> String {
     let mut name: String = id
         .chars()
         .take(100)

@@ -368,11 +368,15 @@ impl Invocation {
     /// What the confirmation policy (the session's, else the dispatcher's) says of the tool.
     fn policy_decision(&self, tool: &Registered) -> PolicyDecision {
         let state = &self.session.state;
-        state
+        let decision = state
             .policy
             .as_ref()
             .unwrap_or(&self.engine.settings.policy)
-            .decide(&tool.name, tool.side_effects, state.workspace.root())
+            .decide(&tool.name, tool.side_effects, state.workspace.root());
+        match &state.narrowing {
+            Some(narrowing) => narrowing.narrow(decision, &tool.name, tool.side_effects),
+            None => decision,
+        }
     }
 
     /// Step 3: the path arguments against the workspace. With `keep_open` and a single
