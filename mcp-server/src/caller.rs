@@ -9,13 +9,13 @@ use rmcp::service::{ElicitationMode, Peer, RequestContext, RoleServer};
 use tokio_util::sync::CancellationToken;
 
 use super::era::Era;
-use super::sessions::principal;
+use super::sessions::{Principal, principal};
 
 /// What a `tools/call` needs of its request: rmcp's context of it, or the parts of one the
 /// stateless HTTP fast path has without building rmcp's per-request service.
 pub(crate) struct Caller {
     pub(super) era: Era,
-    pub(super) principal: String,
+    pub(super) principal: Principal,
     /// What the client can take (a 2026 client declares it with each request).
     pub(super) caps: Arc<ClientCapabilities>,
     /// What the client of a 2025-era session declared when it opened the session.
@@ -64,7 +64,7 @@ impl Caller {
     /// transport passes only requests that ask for nothing to be sent before the answer
     /// (no progress token, no log level): this caller has no way to send it.
     pub(crate) fn stateless(
-        principal: String,
+        principal: Principal,
         id: RequestId,
         meta: RequestMetaObject,
         ct: CancellationToken,

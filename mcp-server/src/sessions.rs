@@ -9,7 +9,8 @@ use rmcp::service::{RequestContext, RoleServer};
 /// Opens a dispatcher session: its id, the principal it acts for, and `shared`: the id
 /// names the same client on every instance (a principal's), so its "always" grants hold on
 /// all of them.
-pub type SessionOpener = Box<dyn Fn(&str, &str, bool) -> Result<Session, String> + Send + Sync>;
+pub type SessionOpener =
+    Box<dyn Fn(&str, &Principal, bool) -> Result<Session, String> + Send + Sync>;
 
 /// Where a request's calls run.
 pub enum Sessions {
@@ -28,27 +29,60 @@ pub enum Sessions {
 /// Who is calling, as the transport authenticated it (HTTP puts it in the request's
 /// extensions); stdio's one client is `stdio`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Principal(pub String);
+pub struct Principal {
+    /// The caller: `local`, `stdio`, `token-…` (a bearer token's), or `ISSUER#SUBJECT`
+    /// (an OAuth access token's).
+    pub id: String,
+    /// Its groups or roles, from its token's claims (`[http.auth] groups_claim`).
+    pub groups: Vec<String>,
+}
+
+impl Principal {
+    /// A caller known by `id` alone, in no group.
+    pub fn named(id: impl Into<String>) -> Principal {
+        Principal {
+            id: id.into(),
+            groups: Vec::new(),
+        }
+    }
+
+    /// The id of the session its stateless requests share: `mcp-ID`, with a digest of its
+    /// groups when it has some (a caller whose groups change gets the session its new
+    /// groups' rule opens, not the one it had).
+    pub(crate) fn session_id(&self) -> String {
+        if self.groups.is_empty() {
+            return format!("mcp-{}", self.id);
+        }
+        use sha2::Digest as _;
+        let mut groups = self.groups.clone();
+        groups.sort();
+        let digest = sha2::Sha256::digest(groups.join("\n").as_bytes());
+        let hex: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+        format!("mcp-{}-g{hex}", self.id)
+    }
+}
 
 /// The principal of a request.
-pub(crate) fn principal(context: &RequestContext<RoleServer>) -> String {
+pub(crate) fn principal(context: &RequestContext<RoleServer>) -> Principal {
     principal_of(&context.extensions)
 }
 
 /// The principal the transport put in a message's extensions (`stdio` when none did).
-pub(crate) fn principal_of(extensions: &rmcp::model::Extensions) -> String {
+pub(crate) fn principal_of(extensions: &rmcp::model::Extensions) -> Principal {
     extensions
         .get::<http::request::Parts>()
         .and_then(|parts| parts.extensions.get::<Principal>())
         .or_else(|| extensions.get::<Principal>())
-        .map_or_else(|| "stdio".to_string(), |p| p.0.clone())
+        .cloned()
+        .unwrap_or_else(|| Principal::named("stdio"))
 }
 
 /// The principal the HTTP transport admitted a request as (`stdio` when none, as
 /// [`principal_of`] has it).
-pub(crate) fn principal_of_parts(parts: &http::request::Parts) -> String {
+pub(crate) fn principal_of_parts(parts: &http::request::Parts) -> Principal {
     parts
         .extensions
         .get::<Principal>()
-        .map_or_else(|| "stdio".to_string(), |p| p.0.clone())
+        .cloned()
+        .unwrap_or_else(|| Principal::named("stdio"))
 }

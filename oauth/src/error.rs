@@ -5,7 +5,9 @@
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Rejected {
     /// No token was sent: `401`, a challenge without an error code (RFC 6750).
-    #[error("this server needs an OAuth access token: send Authorization: Bearer TOKEN (where to get one: {metadata})")]
+    #[error(
+        "this server needs an OAuth access token: send Authorization: Bearer TOKEN (where to get one: {metadata})"
+    )]
     Missing {
         /// The protected resource metadata's URL.
         metadata: String,

@@ -79,7 +79,11 @@ impl Expected<'_> {
         if !audiences.iter().any(|a| a == self.resource) {
             return invalid(format!(
                 "it is for {} (aud), not for this server ({}); ask the issuer for a token with resource={}",
-                if audiences.is_empty() { "no audience".to_string() } else { format!("{audiences:?}") },
+                if audiences.is_empty() {
+                    "no audience".to_string()
+                } else {
+                    format!("{audiences:?}")
+                },
                 self.resource,
                 self.resource
             ));
@@ -105,7 +109,10 @@ impl Expected<'_> {
         if let Some(nbf) = time("nbf")?
             && nbf > self.now.saturating_add(self.leeway)
         {
-            return invalid(format!("it is not valid for another {} s (nbf)", nbf - self.now));
+            return invalid(format!(
+                "it is not valid for another {} s (nbf)",
+                nbf - self.now
+            ));
         }
         let subject = match claims.get("sub").and_then(Value::as_str) {
             Some(sub) if !sub.is_empty() => sub.to_string(),
@@ -186,7 +193,10 @@ mod tests {
     fn each_claim_that_does_not_hold_is_named() {
         let cases = [
             (with("iss", json!("https://evil.example")), "not trusted"),
-            (with("aud", json!("https://other.example/mcp")), "resource=https://mcp.example/mcp"),
+            (
+                with("aud", json!("https://other.example/mcp")),
+                "resource=https://mcp.example/mcp",
+            ),
             (with("aud", Value::Null), "no audience"),
             (with("exp", json!(NOW - 61)), "expired 61 s ago"),
             (with("exp", json!("tomorrow")), "exp is not a time"),
@@ -214,7 +224,9 @@ mod tests {
     fn a_missing_scope_is_insufficient_not_invalid() {
         assert_eq!(
             check(with("scope", json!("openid"))),
-            Err(Rejected::InsufficientScope { needed: "mcp".into() })
+            Err(Rejected::InsufficientScope {
+                needed: "mcp".into()
+            })
         );
         assert!(check(with("scope", Value::Null)).is_err());
         let mut scp = with("scope", Value::Null);

@@ -48,7 +48,11 @@ impl Introspector {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let ttl = Duration::from_secs(self.settings.cache_secs);
         if !ttl.is_zero()
-            && let Some((until, answer)) = self.cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key)
+            && let Some((until, answer)) = self
+                .cache
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&key)
             && *until > Instant::now()
         {
             return answer.clone();
@@ -102,7 +106,9 @@ impl Introspector {
             .await
             .map_err(|e| Rejected::Unavailable(format!("introspection at {endpoint}: {e}")))?;
         let mut claims: Map<String, Value> = serde_json::from_slice(&body).map_err(|e| {
-            Rejected::Unavailable(format!("introspection at {endpoint} answered no JSON object: {e}"))
+            Rejected::Unavailable(format!(
+                "introspection at {endpoint} answered no JSON object: {e}"
+            ))
         })?;
         if claims.get("active") != Some(&Value::Bool(true)) {
             return Err(Rejected::Invalid(

@@ -83,10 +83,7 @@ impl Issuer {
         if !Arc::ptr_eq(&now, seen) {
             return Ok(now);
         }
-        if now
-            .fetched
-            .is_some_and(|t| t.elapsed() < self.min_refresh)
-        {
+        if now.fetched.is_some_and(|t| t.elapsed() < self.min_refresh) {
             return Err(Unfetched::TooSoon);
         }
         let fetched = self.fetch(&mut metadata).await;
@@ -139,9 +136,7 @@ impl Issuer {
 
     async fn fetch(&self, kept: &mut Option<Metadata>) -> Result<Vec<Key>, String> {
         let metadata = self.discover(kept).await?;
-        let jwks_uri = metadata
-            .jwks_uri
-            .ok_or("its metadata has no jwks_uri")?;
+        let jwks_uri = metadata.jwks_uri.ok_or("its metadata has no jwks_uri")?;
         crate::settings::check_url("jwks_uri", &jwks_uri).map_err(|e| e.0)?;
         let body = get_bytes(&self.client, &jwks_uri).await?;
         jwk::parse_set(&body).map_err(|e| format!("{jwks_uri}: {e}"))
@@ -156,7 +151,9 @@ fn discovery_urls(issuer: &str) -> Vec<String> {
         let rest = &issuer[scheme_end + 3..];
         let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
         let origin = &issuer[..scheme_end + 3 + host.len()];
-        urls.push(format!("{origin}/.well-known/oauth-authorization-server{path}"));
+        urls.push(format!(
+            "{origin}/.well-known/oauth-authorization-server{path}"
+        ));
         if !path.is_empty() {
             urls.push(format!("{origin}/.well-known/openid-configuration{path}"));
         }

@@ -46,7 +46,10 @@ impl Alg {
 /// The key material of one JWK.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Material {
-    Rsa { n: Vec<u8>, e: Vec<u8> },
+    Rsa {
+        n: Vec<u8>,
+        e: Vec<u8>,
+    },
     /// An uncompressed point: `04 || x || y`.
     P256(Vec<u8>),
     P384(Vec<u8>),
@@ -95,7 +98,10 @@ pub(crate) fn parse_set(bytes: &[u8]) -> Result<Vec<Key>, String> {
         .map_err(|e| format!("not a JWK Set ({{\"keys\": [...]}}): {e}"))?;
     let mut keys = Vec::with_capacity(set.keys.len());
     for (i, value) in set.keys.into_iter().enumerate() {
-        match serde_json::from_value::<Jwk>(value).map_err(|e| e.to_string()).and_then(Key::of) {
+        match serde_json::from_value::<Jwk>(value)
+            .map_err(|e| e.to_string())
+            .and_then(Key::of)
+        {
             Ok(Some(key)) => keys.push(key),
             Ok(None) => {}
             Err(why) => tracing::warn!(target: "toolhost::auth", "JWKS key {i} left out: {why}"),
@@ -125,7 +131,10 @@ impl Key {
             ("RSA", _) => {
                 let n = b64("n", jwk.n.as_deref())?;
                 if n.len() < 256 {
-                    return Err(format!("an RSA key of {} bits is too short (2048 at least)", n.len() * 8));
+                    return Err(format!(
+                        "an RSA key of {} bits is too short (2048 at least)",
+                        n.len() * 8
+                    ));
                 }
                 Material::Rsa {
                     n,

@@ -52,7 +52,10 @@ impl<'a> Jwt<'a> {
         let header: Header = serde_json::from_slice(&part("header", header)?)
             .map_err(|e| format!("its header is not a JWS header: {e}"))?;
         if header.crit.is_some() {
-            return Err("its header marks extensions critical (crit), which this server does not know".into());
+            return Err(
+                "its header marks extensions critical (crit), which this server does not know"
+                    .into(),
+            );
         }
         let alg = Alg::named(&header.alg)?;
         let claims: Map<String, Value> = serde_json::from_slice(&part("payload", payload)?)
@@ -118,7 +121,12 @@ pub(crate) mod tests {
         }
 
         pub(crate) fn jwks(&self) -> Vec<Key> {
-            crate::jwk::parse_set(serde_json::json!({"keys": [self.jwk()]}).to_string().as_bytes()).unwrap()
+            crate::jwk::parse_set(
+                serde_json::json!({"keys": [self.jwk()]})
+                    .to_string()
+                    .as_bytes(),
+            )
+            .unwrap()
         }
 
         /// A token with `header` fields over the defaults and `claims`.

@@ -1,17 +1,20 @@
 //! The resource server: a token in, the caller out; and what clients discover it by.
 
-use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use sha2::{Digest, Sha256};
 
 use serde_json::{Value, json};
 
+use crate::MAX_TOKEN_BYTES;
 use crate::error::{Rejected, SettingsError};
 use crate::identity::{Expected, Identity};
 use crate::introspection::Introspector;
 use crate::issuer::{Issuer, Unfetched};
 use crate::jwt::{Jwt, looks_like_jwt};
 use crate::settings::Settings;
-use crate::MAX_TOKEN_BYTES;
 
 /// Checks access tokens for one server ([`crate`] has the rules).
 pub struct ResourceServer {
@@ -19,12 +22,31 @@ pub struct ResourceServer {
     resource: String,
     issuers: Vec<Arc<Issuer>>,
     introspection: Option<Introspector>,
+    /// JWTs already verified, by their SHA-256: the identity and until when it may be used
+    /// without verifying again (its `exp`, at most `keys_max_age_secs` on). A caller's
+    /// every request carries the same token; its signature is checked once.
+    verified: RwLock<HashMap<[u8; 32], (Instant, Identity)>>,
 }
+
+impl std::fmt::Debug for ResourceServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResourceServer")
+            .field("resource", &self.resource)
+            .field("issuers", &self.settings.issuers)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The most verified tokens kept at once.
+const VERIFIED_ENTRIES: usize = 10_000;
 
 impl ResourceServer {
     /// A resource server with `settings`; `default_resource` is its URI when the settings
     /// name none (`None`: they must). Reads the introspection secret from its variable.
-    pub fn new(settings: Settings, default_resource: Option<String>) -> Result<ResourceServer, SettingsError> {
+    pub fn new(
+        settings: Settings,
+        default_resource: Option<String>,
+    ) -> Result<ResourceServer, SettingsError> {
         settings.check()?;
         let resource = match (&settings.resource, default_resource) {
             (Some(r), _) => r.clone(),
@@ -68,7 +90,9 @@ impl ResourceServer {
                     .iter()
                     .find(|x| &x.id == id)
                     .cloned()
-                    .ok_or_else(|| SettingsError(format!("introspection.issuer: {id} is not one of issuers")))?;
+                    .ok_or_else(|| {
+                        SettingsError(format!("introspection.issuer: {id} is not one of issuers"))
+                    })?;
                 Some(Introspector::new(i.clone(), issuer, secret, client.clone()))
             }
         };
@@ -77,6 +101,7 @@ impl ResourceServer {
             resource,
             issuers,
             introspection,
+            verified: RwLock::default(),
         })
     }
 
@@ -102,7 +127,19 @@ impl ResourceServer {
             )));
         }
         if looks_like_jwt(token) {
-            return self.jwt(token).await;
+            let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+            if let Some((until, identity)) = self
+                .verified
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&digest)
+                && *until > Instant::now()
+            {
+                return Ok(identity.clone());
+            }
+            let identity = self.jwt(token).await?;
+            self.keep(digest, &identity);
+            return Ok(identity);
         }
         match &self.introspection {
             Some(introspector) => {
@@ -113,6 +150,32 @@ impl ResourceServer {
                 "it is not a JWT, and opaque tokens are not introspected here ([http.auth.introspection])".into(),
             )),
         }
+    }
+
+    /// Keeps a verified token's identity until it expires (or the keys are due again).
+    fn keep(&self, digest: [u8; 32], identity: &Identity) {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let left = identity
+            .expires_at
+            .map_or(0, |exp| exp.saturating_sub(now))
+            .min(self.settings.keys_max_age_secs);
+        if left == 0 {
+            return;
+        }
+        let mut verified = self.verified.write().unwrap_or_else(|p| p.into_inner());
+        if verified.len() >= VERIFIED_ENTRIES {
+            let now = Instant::now();
+            verified.retain(|_, (until, _)| *until > now);
+            if verified.len() >= VERIFIED_ENTRIES {
+                verified.clear();
+            }
+        }
+        verified.insert(
+            digest,
+            (Instant::now() + Duration::from_secs(left), identity.clone()),
+        );
     }
 
     fn expected(&self) -> Expected<'_> {
@@ -200,7 +263,11 @@ impl ResourceServer {
     /// The metadata's URL, at the resource's origin.
     pub fn metadata_url(&self) -> String {
         match reqwest::Url::parse(&self.resource) {
-            Ok(u) => format!("{}{}", u.origin().ascii_serialization(), self.metadata_path()),
+            Ok(u) => format!(
+                "{}{}",
+                u.origin().ascii_serialization(),
+                self.metadata_path()
+            ),
             Err(_) => self.metadata_path(),
         }
     }

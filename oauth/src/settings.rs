@@ -115,7 +115,7 @@ impl Settings {
     }
 
     /// Checks what serde cannot: URLs, at least one issuer, the introspection issuer.
-    pub(crate) fn check(&self) -> Result<(), SettingsError> {
+    pub fn check(&self) -> Result<(), SettingsError> {
         if self.issuers.is_empty() {
             return Err(SettingsError(
                 "issuers: name at least one issuer (issuer = \"https://idp.example.com\")".into(),
@@ -147,7 +147,8 @@ impl Settings {
                 }
                 None if self.issuers.len() > 1 => {
                     return Err(SettingsError(
-                        "introspection.issuer: with several issuers, name the one that introspects".into(),
+                        "introspection.issuer: with several issuers, name the one that introspects"
+                            .into(),
                     ));
                 }
                 _ => {}
@@ -224,7 +225,10 @@ mod tests {
         let e = Settings::for_issuers(["http://idp.example"])
             .check()
             .unwrap_err();
-        assert!(e.to_string().contains("issuers[0]") && e.to_string().contains("https://"), "{e}");
+        assert!(
+            e.to_string().contains("issuers[0]") && e.to_string().contains("https://"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::time::Duration;
 use clap::Args;
 use dispatcher_core::{Dispatcher, SessionSpec};
 
+use crate::config::access;
 use crate::error::UsageError;
 use crate::host::build_host_observed;
 use crate::host::{SessionArgs, Sources};
@@ -76,17 +77,51 @@ async fn listen(
     addr: SocketAddr,
 ) -> Result<(tokio::net::TcpListener, SocketAddr, HttpOptions), UsageError> {
     let tokens = http::access::load_tokens(args.token_file.as_deref())?;
-    let access =
-        http::access::Access::new(addr, tokens, &args.allowed_hosts, &args.allowed_origins)?;
     if args.request_timeout == 0 {
         return Err(UsageError(
             "--request-timeout must be at least 1 second".into(),
         ));
     }
+    let auth = &sources.config.http.auth;
+    if let Some(settings) = auth
+        && settings.resource.is_none()
+        && addr.ip().is_unspecified()
+    {
+        return Err(UsageError(format!(
+            "{}: [http.auth] resource: serving on {addr} (every address), name the URL clients reach this server at (resource = \"https://mcp.example.com/mcp\")",
+            sources.file.display()
+        )));
+    }
+    // Checked before binding: a public address with no way to prove who calls is refused.
+    let check = http::access::Access::new(addr, tokens.clone(), None, &[], &[]);
+    if let (Err(e), None) = (check, auth) {
+        return Err(UsageError(e));
+    }
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| UsageError(format!("cannot listen on {addr}: {e}")))?;
     let local = listener.local_addr().unwrap_or(addr);
+    let oauth = match auth {
+        Some(settings) => {
+            let server =
+                oauth::ResourceServer::new(settings.clone(), Some(format!("http://{local}/mcp")))
+                    .map_err(|e| UsageError(format!("{}: {e}", sources.file.display())))?;
+            let server = Arc::new(server);
+            tracing::info!(target: "toolhost::auth", resource = %server.resource(), issuers = ?settings.issuers,
+                "taking OAuth access tokens; protected resource metadata at {}", server.metadata_url());
+            let prefetch = server.clone();
+            tokio::spawn(async move { prefetch.prefetch().await });
+            Some(server)
+        }
+        None => None,
+    };
+    let access = http::access::Access::new(
+        addr,
+        tokens,
+        oauth,
+        &args.allowed_hosts,
+        &args.allowed_origins,
+    )?;
     let options = HttpOptions {
         access: Arc::new(access.on_port(local.port())),
         max_message_bytes: sources.config.mcp.max_message_bytes.0,
@@ -123,16 +158,17 @@ async fn serve_http(
     // Fail now, not at the first request, if the workspace cannot hold a session.
     drop(host.open_session("mcp-check", &args.session)?);
     let toolsets = host.toolsets();
+    let rules = sources.config.access.clone();
+    let per_caller = !rules.is_empty();
     let opener = {
         let dispatcher = dispatcher.clone();
-        move |id: &str, principal: &str, shared: bool| {
+        move |id: &str, principal: &mcp::Principal, shared: bool| {
+            let spec = SessionSpec::new(id, &workspace)
+                .toolsets(toolsets.clone())
+                .shared(shared)
+                .principal(principal.id.as_str());
             dispatcher
-                .open_session(
-                    SessionSpec::new(id, &workspace)
-                        .toolsets(toolsets.clone())
-                        .shared(shared)
-                        .principal(principal),
-                )
+                .open_session(access::apply(&rules, principal, spec))
                 .map_err(|e| e.to_string())
         }
     };
@@ -150,6 +186,7 @@ async fn serve_http(
         host.upstreams(&routes).await,
         tasks,
     );
+    shared.set_tools_per_caller(per_caller);
     let control = http::control::Control::new(dispatcher.clone(), routes).metrics(
         telemetry
             .metrics

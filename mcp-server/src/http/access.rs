@@ -11,14 +11,22 @@
 //!   `WWW-Authenticate: Bearer`. A server bound to a non-loopback address refuses to start
 //!   without one. The one exception is the console page itself (`GET /`): it holds no data,
 //!   asks the person for the token and sends it with each of its requests.
+//! - With `[http.auth]` (an OAuth resource server, [`oauth::ResourceServer`]), a token that
+//!   is not one of those is checked as an OAuth access token: `401` with the challenge that
+//!   points at the protected resource metadata when it is missing or not valid, `403` when
+//!   it lacks a required scope, `503` when its issuer cannot be reached. Both kinds of token
+//!   may be on at once.
 //!
 //! The caller's principal, `token-` and the first 12 hex digits of the token's SHA-256
-//! (`local` without tokens), names whose "always allow" grants and sessions a stateless
-//! request uses. Tokens are never logged.
+//! (`local` without tokens), or `ISSUER#SUBJECT` with its groups for an OAuth token, names
+//! whose "always allow" grants and sessions a request uses and which `[[access]]` rule
+//! applies. Tokens are never logged.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use http::HeaderMap;
+use oauth::{Rejected, ResourceServer};
 use sha2::{Digest, Sha256};
 
 use crate::Principal;
@@ -31,8 +39,10 @@ pub const TOKEN_ENV: &str = "TOOLHOST_HTTP_TOKEN";
 pub enum Refusal {
     /// `403`: a `Host` or `Origin` this server does not serve.
     Forbidden(String),
-    /// `401`: no token, or a wrong one.
+    /// `401`: no token, or a wrong one (bearer tokens only).
     Unauthorized(String),
+    /// An OAuth access token missing or refused ([`Access::oauth`] answers it).
+    Token(Rejected),
 }
 
 /// The access rules of one server.
@@ -40,6 +50,8 @@ pub enum Refusal {
 pub struct Access {
     /// SHA-256 of each accepted token.
     tokens: Vec<[u8; 32]>,
+    /// OAuth access tokens, when `[http.auth]` is set.
+    oauth: Option<Arc<ResourceServer>>,
     hosts: Vec<String>,
     any_host: bool,
     origins: Vec<String>,
@@ -47,17 +59,19 @@ pub struct Access {
 }
 
 impl Access {
-    /// Rules for a server bound to `bind`. Refuses a non-loopback address without tokens.
+    /// Rules for a server bound to `bind`, taking `tokens` and, with `oauth`, OAuth access
+    /// tokens. Refuses a non-loopback address with neither.
     pub fn new(
         bind: SocketAddr,
         tokens: Vec<String>,
+        oauth: Option<Arc<ResourceServer>>,
         extra_hosts: &[String],
         extra_origins: &[String],
     ) -> Result<Access, String> {
-        if !bind.ip().is_loopback() && tokens.is_empty() {
+        if !bind.ip().is_loopback() && tokens.is_empty() && oauth.is_none() {
             return Err(format!(
-                "serving on {bind}, which is not a loopback address, needs a bearer token: \
-                 --token-file FILE (one token per line) or {TOKEN_ENV}=TOKEN"
+                "serving on {bind}, which is not a loopback address, needs callers to prove who they are: \
+                 --token-file FILE (one token per line), {TOKEN_ENV}=TOKEN, or an identity provider in [http.auth]"
             ));
         }
         if let Some(t) = tokens.iter().find(|t| t.len() < 16) {
@@ -88,6 +102,7 @@ impl Access {
                 .iter()
                 .map(|t| Sha256::digest(t.as_bytes()).into())
                 .collect(),
+            oauth,
             hosts,
             any_host,
             origins: extra_origins
@@ -105,8 +120,57 @@ impl Access {
         self
     }
 
+    /// The OAuth resource server, when `[http.auth]` is set.
+    pub fn oauth(&self) -> Option<&Arc<ResourceServer>> {
+        self.oauth.as_ref()
+    }
+
     /// Checks a request's headers; the caller's principal when it may pass.
-    pub fn check(&self, headers: &HeaderMap) -> Result<Principal, Refusal> {
+    pub async fn check(&self, headers: &HeaderMap) -> Result<Principal, Refusal> {
+        self.check_host(headers)?;
+        if self.tokens.is_empty() && self.oauth.is_none() {
+            return Ok(Principal::named("local"));
+        }
+        let given = headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|h| h.to_str().ok())
+            .and_then(|h| {
+                h.strip_prefix("Bearer ")
+                    .or_else(|| h.strip_prefix("bearer "))
+            })
+            .map(str::trim);
+        let Some(given) = given else {
+            return Err(match &self.oauth {
+                Some(oauth) => Refusal::Token(Rejected::Missing {
+                    metadata: oauth.metadata_url(),
+                }),
+                None => {
+                    Refusal::Unauthorized("Unauthorized: send Authorization: Bearer TOKEN".into())
+                }
+            });
+        };
+        if let Some(principal) = self.known_token(given) {
+            return Ok(principal);
+        }
+        match &self.oauth {
+            Some(oauth) => match oauth.authenticate(given).await {
+                Ok(identity) => Ok(Principal {
+                    id: identity.principal(),
+                    groups: identity.groups,
+                }),
+                Err(rejected) => {
+                    tracing::info!(target: "toolhost::auth", "refused an access token: {rejected}");
+                    Err(Refusal::Token(rejected))
+                }
+            },
+            None => Err(Refusal::Unauthorized(
+                "Unauthorized: the bearer token is not valid".into(),
+            )),
+        }
+    }
+
+    /// The `Host` and `Origin` checks.
+    fn check_host(&self, headers: &HeaderMap) -> Result<(), Refusal> {
         let host = headers
             .get(http::header::HOST)
             .and_then(|h| h.to_str().ok())
@@ -129,20 +193,11 @@ impl Access {
                 )));
             }
         }
-        if self.tokens.is_empty() {
-            return Ok(Principal("local".into()));
-        }
-        let given = headers
-            .get(http::header::AUTHORIZATION)
-            .and_then(|h| h.to_str().ok())
-            .and_then(|h| {
-                h.strip_prefix("Bearer ")
-                    .or_else(|| h.strip_prefix("bearer "))
-            })
-            .map(str::trim)
-            .ok_or_else(|| {
-                Refusal::Unauthorized("Unauthorized: send Authorization: Bearer TOKEN".into())
-            })?;
+        Ok(())
+    }
+
+    /// The principal of one of the configured bearer tokens.
+    fn known_token(&self, given: &str) -> Option<Principal> {
         let digest: [u8; 32] = Sha256::digest(given.as_bytes()).into();
         // Every token is compared, each in constant time, so the time taken says nothing
         // about which bytes matched.
@@ -156,18 +211,15 @@ impl Access {
                 matched = Some(known);
             }
         }
-        match matched {
-            Some(known) => Ok(Principal(format!(
+        matched.map(|known| {
+            Principal::named(format!(
                 "token-{}",
                 known[..6]
                     .iter()
                     .map(|b| format!("{b:02x}"))
                     .collect::<String>()
-            ))),
-            None => Err(Refusal::Unauthorized(
-                "Unauthorized: the bearer token is not valid".into(),
-            )),
-        }
+            ))
+        })
     }
 
     fn host_allowed(&self, authority: &str) -> bool {
@@ -244,6 +296,14 @@ pub fn load_tokens(file: Option<&std::path::Path>) -> Result<Vec<String>, String
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures_util::FutureExt as _;
+
+    impl Access {
+        /// The check of a request that needs no network (no OAuth token).
+        fn check_now(&self, headers: &HeaderMap) -> Result<Principal, Refusal> {
+            self.check(headers).now_or_never().unwrap()
+        }
+    }
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
@@ -257,20 +317,20 @@ mod tests {
     }
 
     fn local() -> Access {
-        Access::new("127.0.0.1:8080".parse().unwrap(), vec![], &[], &[]).unwrap()
+        Access::new("127.0.0.1:8080".parse().unwrap(), vec![], None, &[], &[]).unwrap()
     }
 
     #[test]
     fn a_foreign_host_is_forbidden() {
         let a = local();
-        assert!(a.check(&headers(&[("host", "127.0.0.1:8080")])).is_ok());
-        assert!(a.check(&headers(&[("host", "localhost:8080")])).is_ok());
+        assert!(a.check_now(&headers(&[("host", "127.0.0.1:8080")])).is_ok());
+        assert!(a.check_now(&headers(&[("host", "localhost:8080")])).is_ok());
         assert!(matches!(
-            a.check(&headers(&[("host", "evil.example.com")])),
+            a.check_now(&headers(&[("host", "evil.example.com")])),
             Err(Refusal::Forbidden(_))
         ));
         assert!(matches!(
-            a.check(&headers(&[("host", "evil.example.com:8080")])),
+            a.check_now(&headers(&[("host", "evil.example.com:8080")])),
             Err(Refusal::Forbidden(_))
         ));
     }
@@ -282,7 +342,7 @@ mod tests {
             ("host", "127.0.0.1:8080"),
             ("origin", "http://127.0.0.1:8080"),
         ];
-        assert!(a.check(&headers(&ok)).is_ok());
+        assert!(a.check_now(&headers(&ok)).is_ok());
         for origin in [
             "http://evil.example.com",
             "http://localhost:3000",
@@ -291,13 +351,14 @@ mod tests {
         ] {
             let h = headers(&[("host", "127.0.0.1:8080"), ("origin", origin)]);
             assert!(
-                matches!(a.check(&h), Err(Refusal::Forbidden(_))),
+                matches!(a.check_now(&h), Err(Refusal::Forbidden(_))),
                 "{origin}"
             );
         }
         let listed = Access::new(
             "127.0.0.1:8080".parse().unwrap(),
             vec![],
+            None,
             &[],
             &["https://ide.example.com".into()],
         )
@@ -306,17 +367,18 @@ mod tests {
             ("host", "127.0.0.1:8080"),
             ("origin", "https://ide.example.com"),
         ]);
-        assert!(listed.check(&h).is_ok());
+        assert!(listed.check_now(&h).is_ok());
     }
 
     #[test]
     fn a_non_loopback_bind_needs_a_token() {
-        let e = Access::new("0.0.0.0:8080".parse().unwrap(), vec![], &[], &[]).unwrap_err();
+        let e = Access::new("0.0.0.0:8080".parse().unwrap(), vec![], None, &[], &[]).unwrap_err();
         assert!(e.contains("--token-file") && e.contains(TOKEN_ENV), "{e}");
         assert!(
             Access::new(
                 "0.0.0.0:8080".parse().unwrap(),
                 vec!["short".into()],
+                None,
                 &[],
                 &[]
             )
@@ -330,20 +392,21 @@ mod tests {
         let a = Access::new(
             "0.0.0.0:8080".parse().unwrap(),
             vec![token.into()],
+            None,
             &["mcp.example.com".into()],
             &[],
         )
         .unwrap();
         let host = ("host", "mcp.example.com");
         assert!(matches!(
-            a.check(&headers(&[host])),
+            a.check_now(&headers(&[host])),
             Err(Refusal::Unauthorized(_))
         ));
         let wrong = headers(&[host, ("authorization", "Bearer 0123456789abcdef-secreT")]);
-        assert!(matches!(a.check(&wrong), Err(Refusal::Unauthorized(_))));
+        assert!(matches!(a.check_now(&wrong), Err(Refusal::Unauthorized(_))));
         let bearer = format!("Bearer {token}");
         let right = headers(&[host, ("authorization", bearer.as_str())]);
-        let p = a.check(&right).unwrap();
-        assert!(p.0.starts_with("token-") && !p.0.contains(token), "{p:?}");
+        let p = a.check_now(&right).unwrap();
+        assert!(p.id.starts_with("token-") && !p.id.contains(token), "{p:?}");
     }
 }

@@ -127,6 +127,9 @@ impl Server {
             }),
         });
         let mut router = control::routes(control, stop.clone());
+        if let Some(metadata) = metadata_routes(&gate.access) {
+            router = router.merge(metadata);
+        }
         let endpoints = if mcp.is_some() {
             control::ALL_ENDPOINTS
         } else {
@@ -256,15 +259,18 @@ where
 
 /// Access checks for every route; counts requests in flight (long-lived streams aside).
 async fn admit(State(gate): State<Gate>, mut request: Request, next: Next) -> Response {
-    let principal = match gate.access.check(request.headers()) {
+    let principal = match gate.access.check(request.headers()).await {
         Ok(p) => p,
         Err(Refusal::Forbidden(why)) => {
             return (StatusCode::FORBIDDEN, why).into_response();
         }
         // The console page holds no data and no secret: it loads without the token, asks
-        // for it, and sends it with every request of its own (which are checked).
-        Err(Refusal::Unauthorized(_))
-            if request.method() == http::Method::GET && request.uri().path() == "/" =>
+        // for it, and sends it with every request of its own (which are checked). The
+        // protected resource metadata is how a client learns where to get a token.
+        Err(Refusal::Unauthorized(_) | Refusal::Token(_))
+            if request.method() == http::Method::GET
+                && (request.uri().path() == "/"
+                    || request.uri().path().starts_with(METADATA_PATH)) =>
         {
             return next.run(request).await;
         }
@@ -276,6 +282,7 @@ async fn admit(State(gate): State<Gate>, mut request: Request, next: Next) -> Re
             )
                 .into_response();
         }
+        Err(Refusal::Token(rejected)) => return token_refused(&gate.access, &rejected),
     };
     // The token has done its job: nothing downstream (rmcp's logs included) sees it.
     request.headers_mut().remove(http::header::AUTHORIZATION);
@@ -288,6 +295,72 @@ async fn admit(State(gate): State<Gate>, mut request: Request, next: Next) -> Re
     gate.inflight.count.fetch_add(1, Ordering::AcqRel);
     let _counted = InflightGuard(gate.inflight.clone());
     next.run(request).await
+}
+
+/// Where the protected resource metadata (RFC 9728) is served: this path, and this path
+/// followed by the resource's own path (`/mcp`).
+const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
+
+/// `401`, `403` or `503` for an OAuth token refused, with the challenge that tells the
+/// client where to log in, and the reason as a JSON error.
+fn token_refused(access: &Access, rejected: &oauth::Rejected) -> Response {
+    let Some(oauth) = access.oauth() else {
+        return StatusCode::UNAUTHORIZED.into_response();
+    };
+    let status = match rejected {
+        oauth::Rejected::Missing { .. } | oauth::Rejected::Invalid(_) => StatusCode::UNAUTHORIZED,
+        oauth::Rejected::InsufficientScope { .. } => StatusCode::FORBIDDEN,
+        oauth::Rejected::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    let code = match rejected {
+        oauth::Rejected::Missing { .. } => "unauthorized",
+        oauth::Rejected::Invalid(_) => "invalid_token",
+        oauth::Rejected::InsufficientScope { .. } => "insufficient_scope",
+        oauth::Rejected::Unavailable(_) => "temporarily_unavailable",
+    };
+    let challenge = oauth.challenge(rejected);
+    let mut response = (
+        status,
+        [(http::header::CONTENT_TYPE, "application/json")],
+        json!({"error": code, "error_description": rejected.to_string()}).to_string(),
+    )
+        .into_response();
+    if let Ok(value) = http::HeaderValue::from_str(&challenge) {
+        response
+            .headers_mut()
+            .insert(http::header::WWW_AUTHENTICATE, value);
+    }
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        response.headers_mut().insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_static("5"),
+        );
+    }
+    response
+}
+
+/// The protected resource metadata routes, when the server takes OAuth tokens.
+fn metadata_routes(access: &Access) -> Option<Router> {
+    let oauth = access.oauth()?;
+    let document = oauth.metadata().to_string();
+    let serve = move || {
+        let document = document.clone();
+        async move {
+            (
+                [
+                    (http::header::CONTENT_TYPE, "application/json"),
+                    (http::header::ACCESS_CONTROL_ALLOW_ORIGIN, "*"),
+                ],
+                document,
+            )
+        }
+    };
+    let mut router = Router::new().route(METADATA_PATH, axum::routing::get(serve.clone()));
+    let own = oauth.metadata_path();
+    if own != METADATA_PATH {
+        router = router.route(&own, axum::routing::get(serve));
+    }
+    Some(router)
 }
 
 /// A JSON-RPC error response with an HTTP status.

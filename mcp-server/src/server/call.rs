@@ -92,7 +92,7 @@ impl McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<Value, McpError> {
         use tasks_2025::Request;
-        let principal = principal(&context);
+        let principal = principal(&context).id;
         let tasks = &self.shared.tasks;
         let method = kind.method();
         let task_id = || {
@@ -209,7 +209,7 @@ impl McpServer {
         caller: Caller,
         mode: TaskMode,
     ) -> Result<CallToolResponse, McpError> {
-        tracing::debug!(era = ?caller.era, principal = %caller.principal, "tools/call");
+        tracing::debug!(era = ?caller.era, principal = %caller.principal.id, "tools/call");
         let session = self.session(caller.era, &caller.principal)?;
         let takes_tasks = match mode {
             TaskMode::Auto => self.shared.tasks.settings().enabled && caller.caps.supports_tasks(),
@@ -300,7 +300,7 @@ impl McpServer {
             }
         };
         let call = Running {
-            principal: &principal,
+            principal: &principal.id,
             name: &name,
             arguments: &arguments,
             session: session.id(),
@@ -337,7 +337,7 @@ impl McpServer {
                 let opened = self
                     .shared
                     .confirmations
-                    .open(state, &caller.principal, name, arguments)
+                    .open(state, &caller.principal.id, name, arguments)
                     .await
                     .map_err(|e| McpError::invalid_params(e.to_string(), None))?;
                 match opened {

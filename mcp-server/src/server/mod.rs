@@ -39,7 +39,7 @@ use crate::gateway::Upstreams;
 use crate::list_changes::Listens;
 use crate::passthrough::Interest;
 use crate::request_state::{Confirmations, Opened};
-use crate::sessions::{Sessions, principal, principal_of};
+use crate::sessions::{Principal, Sessions, principal, principal_of};
 
 mod call;
 
@@ -67,6 +67,9 @@ pub struct McpShared {
     pub upstreams: Upstreams,
     /// The calls that became tasks.
     pub tasks: Arc<super::tasks::Tasks>,
+    /// Callers see tools of their own (`[[access]]` rules): a 2026-07-28 `tools/list`
+    /// answer says `cacheScope: "private"`, so that no cache shares it across callers.
+    tools_per_caller: std::sync::atomic::AtomicBool,
     pub(super) next_call: AtomicU64,
 }
 
@@ -88,8 +91,14 @@ impl McpShared {
             upstreams,
             tasks,
             listens: Listens::default(),
+            tools_per_caller: std::sync::atomic::AtomicBool::new(false),
             next_call: AtomicU64::new(1),
         })
+    }
+
+    /// Says whether callers see tools of their own ([`McpShared::tools_per_caller`]).
+    pub fn set_tools_per_caller(&self, per_caller: bool) {
+        self.tools_per_caller.store(per_caller, Ordering::Relaxed);
     }
 }
 
@@ -213,9 +222,11 @@ impl McpServer {
     }
 
     /// The session a request's calls run in.
-    pub(super) fn session(&self, era: Era, principal: &str) -> Result<Session, McpError> {
+    pub(super) fn session(&self, era: Era, principal: &Principal) -> Result<Session, McpError> {
         let opened =
-            |id: &str, shared: bool, open: &dyn Fn(&str, &str, bool) -> Result<Session, String>| {
+            |id: &str,
+             shared: bool,
+             open: &dyn Fn(&str, &Principal, bool) -> Result<Session, String>| {
                 open(id, principal, shared).map_err(|e| {
                     McpError::internal_error(format!("cannot open a session: {e}"), None)
                 })
@@ -225,11 +236,12 @@ impl McpServer {
             Sessions::PerClient { open, by_principal } => match era {
                 Era::Stateless => {
                     let mut sessions = by_principal.lock().unwrap_or_else(|p| p.into_inner());
-                    if let Some(s) = sessions.get(principal) {
+                    let id = principal.session_id();
+                    if let Some(s) = sessions.get(&id) {
                         return Ok(s.clone());
                     }
-                    let s = opened(&format!("mcp-{principal}"), true, open.as_ref())?;
-                    sessions.insert(principal.to_string(), s.clone());
+                    let s = opened(&id, true, open.as_ref())?;
+                    sessions.insert(id, s.clone());
                     Ok(s)
                 }
                 Era::Session => {
@@ -473,11 +485,12 @@ impl ServerHandler for McpServer {
             if Era::of(&context) == Era::Stateless
                 && let Some(state) = request.request_state.take()
             {
-                match Box::pin(
-                    self.shared
-                        .confirmations
-                        .open(&state, &principal, &key, &arguments),
-                )
+                match Box::pin(self.shared.confirmations.open(
+                    &state,
+                    &principal.id,
+                    &key,
+                    &arguments,
+                ))
                 .await
                 {
                     Ok(Opened::Relay { state }) => request.request_state = state,
@@ -504,7 +517,7 @@ impl ServerHandler for McpServer {
                         && super::confirm::answers_all(&caps.unwrap_or_default(), &asked) =>
                 {
                     let state = self.shared.confirmations.seal_relay(
-                        &principal,
+                        &principal.id,
                         &key,
                         &arguments,
                         asked.request_state,
@@ -734,11 +747,14 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let session = self.session(Era::of(&context), &principal(&context))?;
-        Ok(ListToolsResult::with_all_items(tool_list(
-            &self.shared.dispatcher,
-            &session,
-        )))
+        let era = Era::of(&context);
+        let session = self.session(era, &principal(&context))?;
+        let mut list =
+            ListToolsResult::with_all_items(tool_list(&self.shared.dispatcher, &session));
+        if era == Era::Stateless && self.shared.tools_per_caller.load(Ordering::Relaxed) {
+            list.cache_scope = Some(rmcp::model::CacheScope::Private);
+        }
+        Ok(list)
     }
 
     async fn call_tool(
@@ -757,7 +773,7 @@ impl ServerHandler for McpServer {
         Box::pin(
             self.shared
                 .tasks
-                .get_anywhere(&principal(&context), &request.task_id),
+                .get_anywhere(&principal(&context).id, &request.task_id),
         )
         .await
         .map(rmcp::model::GetTaskResult::new)
@@ -769,7 +785,7 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         Box::pin(self.shared.tasks.update_anywhere(
-            &principal(&context),
+            &principal(&context).id,
             &request.task_id,
             request.input_responses,
         ))
@@ -784,7 +800,7 @@ impl ServerHandler for McpServer {
         Box::pin(
             self.shared
                 .tasks
-                .cancel_anywhere(&principal(&context), &request.task_id),
+                .cancel_anywhere(&principal(&context).id, &request.task_id),
         )
         .await
     }

@@ -10,6 +10,7 @@
 //! names the file, the key and the line. `docs/configuration.md` lists every key with its
 //! default, and a test here loads that block as written.
 
+pub mod access;
 pub mod audit;
 mod plugin_grant;
 pub mod remote;
@@ -86,6 +87,10 @@ pub struct Config {
     pub audit: audit::Audit,
     /// The host that runs the tools routed to `remote`.
     pub remote: Option<remote::Remote>,
+    /// `serve --http`'s settings beyond its command line: `[http.auth]`.
+    pub http: access::HttpConfig,
+    /// Which tools each caller of `serve --http` sees and calls (`[[access]]`).
+    pub access: Vec<access::AccessRule>,
 }
 
 /// A `[plugins.NAME]` table.
@@ -135,6 +140,8 @@ impl Default for Config {
             limits: RateLimits::default(),
             audit: audit::Audit::default(),
             remote: None,
+            http: access::HttpConfig::default(),
+            access: Vec::new(),
         }
     }
 }
@@ -311,6 +318,35 @@ impl Config {
                 message: e.message,
                 location: e.location,
             })?;
+        if let Some(auth) = &config.http.auth
+            && let Err(e) = auth.check()
+        {
+            let (key, message) = e.0.split_once(": ").unwrap_or(("", &e.0));
+            return Err(ConfigError::Invalid {
+                file: file.to_path_buf(),
+                key: format!("http.auth.{key}").trim_end_matches('.').to_string(),
+                message: message.to_string(),
+                location: None,
+            });
+        }
+        let toolsets: Vec<&str> = config.mcp_servers.iter().map(|s| s.id.as_str()).collect();
+        for (i, rule) in config.access.iter().enumerate() {
+            if let Some(unknown) = rule
+                .toolsets
+                .iter()
+                .flatten()
+                .find(|t| !toolsets.contains(&t.as_str()))
+            {
+                return Err(ConfigError::Invalid {
+                    file: file.to_path_buf(),
+                    key: format!("access[{i}].toolsets"),
+                    message: format!(
+                        "no [[mcp_servers]] entry has the id {unknown:?} (ids: {toolsets:?})"
+                    ),
+                    location: None,
+                });
+            }
+        }
         if config.remote.is_none()
             && let Some(tool) = config
                 .sandbox
