@@ -9,6 +9,8 @@ use std::process::Command;
 pub const CONFORMANCE: &str = "@modelcontextprotocol/conformance@0.2.0-alpha.12";
 /// The official MCP Python SDK the tests drive toolhost with.
 pub const PYTHON_SDK: &str = "mcp==2.3.0";
+/// The certified OpenID provider the OAuth tests log in at.
+pub const OIDC_PROVIDER: &str = "oidc-provider@9.13.3";
 /// The reference MCP server the tests mount behind toolhost (and the bench compares with).
 pub const SERVER_EVERYTHING: &str = "@modelcontextprotocol/server-everything@2026.8.31";
 

@@ -5,7 +5,7 @@ use std::process::Command;
 
 use std::path::PathBuf;
 
-use crate::peers::{CONFORMANCE, PYTHON_SDK, SERVER_EVERYTHING};
+use crate::peers::{CONFORMANCE, OIDC_PROVIDER, PYTHON_SDK, SERVER_EVERYTHING};
 use crate::steps::{Result, announce, cargo, fail, run};
 use crate::{components, fuzz, python};
 
@@ -129,7 +129,7 @@ fn run_tests(step: &str, cmd: &mut Command, totals: &mut Totals) -> Result {
 /// `target/peers`: the environment that tells the tests where they are (and that they are
 /// required).
 pub fn test_peers() -> Result<Vec<(&'static str, PathBuf)>> {
-    const STEP: &str = "install the MCP conformance suite and server-everything (npm), the Python SDK and pytest (PyPI)";
+    const STEP: &str = "install the MCP conformance suite, server-everything and oidc-provider (npm), the Python SDK and pytest (PyPI)";
     announce(STEP);
     let peers = crate::peers::dir();
     let node = crate::peers::node22(&peers).or_else(|e| fail(STEP, e))?;
@@ -141,6 +141,9 @@ pub fn test_peers() -> Result<Vec<(&'static str, PathBuf)>> {
     let everything = crate::peers::npm_install(&peers, "everything", SERVER_EVERYTHING)
         .or_else(|e| fail(STEP, e))?
         .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let oidc = crate::peers::npm_install(&peers, "oidc", OIDC_PROVIDER)
+        .or_else(|e| fail(STEP, e))?
+        .join("node_modules/oidc-provider/lib/index.js");
     // A developer's Python with pytest, which the confinement tests install as pyenv would.
     let pytest = crate::peers::python_venv(&peers, "pytest", &[python::PYTEST], "pytest")
         .or_else(|e| fail(STEP, e))?;
@@ -150,6 +153,7 @@ pub fn test_peers() -> Result<Vec<(&'static str, PathBuf)>> {
         ("TOOLHOST_TEST_PYTHON_SDK", python),
         ("TOOLHOST_TEST_SERVER_EVERYTHING", everything),
         ("TOOLHOST_TEST_PYTEST", pytest),
+        ("TOOLHOST_TEST_OIDC_PROVIDER", oidc),
     ])
 }
 

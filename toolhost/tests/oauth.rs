@@ -1,0 +1,476 @@
+//! `serve --http` as an OAuth 2.1 resource server, against a real OpenID provider
+//! (`oidc-provider` from npm, `tests/oauth/idp.mjs`) whose users log in through its own
+//! login page (`tests/oauth/client.py`), and the official MCP Python SDK's OAuth client.
+#![cfg(test)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde_json::{Value, json};
+use toolhost_tests::peer;
+
+mod common;
+use common::raw_http::{Response, post_stateless_with, request, stateless};
+use common::{Server, command, start, workspace};
+
+/// The test identity provider, killed on drop.
+struct Idp {
+    child: Child,
+    issuer: String,
+}
+
+impl Drop for Idp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn oauth_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oauth")
+}
+
+/// The peers these tests need: Node 22 with oidc-provider, and the Python SDK's venv.
+fn peers() -> Option<(PathBuf, PathBuf, PathBuf)> {
+    Some((
+        peer("TOOLHOST_TEST_NODE")?,
+        peer("TOOLHOST_TEST_OIDC_PROVIDER")?,
+        peer("TOOLHOST_TEST_PYTHON_SDK")?,
+    ))
+}
+
+impl Idp {
+    /// Starts the provider on `port` (0: any) with fresh signing keys named `kid`.
+    fn start(port: u16, kid: &str) -> Option<Idp> {
+        let (node, provider, _) = peers()?;
+        let mut child = Command::new(node)
+            .arg(oauth_dir().join("idp.mjs"))
+            .arg(provider)
+            .arg(port.to_string())
+            .arg(kid)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        stdout.read_line(&mut line).unwrap();
+        // What it says later (oidc-provider's notices) is read and dropped: a closed pipe
+        // would end it.
+        std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+        let started: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("the identity provider did not start ({e}): {line:?}"));
+        Some(Idp {
+            child,
+            issuer: started["issuer"].as_str().unwrap().to_string(),
+        })
+    }
+
+    fn port(&self) -> u16 {
+        self.issuer.rsplit(':').next().unwrap().parse().unwrap()
+    }
+
+    /// `client.py MODE ARGS…`'s JSON line.
+    fn client(&self, args: &[&str]) -> Value {
+        let (_, _, python) = peers().unwrap();
+        let out = Command::new(python)
+            .arg(oauth_dir().join("client.py"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "client.py {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// An access token for `user`, through `client`'s login, bound to `resource`.
+    fn token(&self, client: &str, user: &str, resource: &str) -> String {
+        let answer = self.client(&["token", &self.issuer, client, user, resource]);
+        answer["access_token"].as_str().unwrap().to_string()
+    }
+}
+
+/// The team's configuration: alice (dev) reads and writes files, writes denied by her
+/// rule; bob (ops) reads and lists only.
+fn team_config(issuer: &str, extra: &str) -> String {
+    format!(
+        r#"
+[http.auth]
+issuer = "{issuer}"
+leeway_secs = 0
+keys_min_refresh_secs = 0
+scopes_supported = ["mcp"]
+{extra}
+
+[tool_confirmation.default]
+write = "auto"
+
+[[access]]
+groups = ["dev"]
+tools = ["read_file", "write_file"]
+modes = {{ write = "deny" }}
+
+[[access]]
+groups = ["ops"]
+tools = ["read_*", "list_dir"]
+"#
+    )
+}
+
+/// `serve --http` in `ws` with `config`; the resource its tokens must name.
+fn serve(ws: &Path, config: &str, extra: &[&str]) -> (Server, String) {
+    std::fs::write(ws.join("toolhost.toml"), config).unwrap();
+    let mut args = vec![
+        "--config",
+        "toolhost.toml",
+        "serve",
+        "--http",
+        "127.0.0.1:0",
+    ];
+    args.extend(extra);
+    let mut cmd = command(ws, &args);
+    cmd.env("TOOLHOST_LOG", "toolhost=debug")
+        .env("TEST_INTROSPECTION_SECRET", "toolhost-secret-0123456789");
+    let server = start(cmd);
+    let resource = format!("http://{}/mcp", server.addr);
+    (server, resource)
+}
+
+fn call(server: &Server, token: &str, id: i64, method: &str, params: Value) -> Response {
+    let bearer = format!("Bearer {token}");
+    post_stateless_with(
+        &server.addr,
+        &[("Authorization", bearer.as_str())],
+        &stateless(id, method, params, false),
+    )
+}
+
+fn tool_names(response: &Response) -> Vec<String> {
+    let list = response.json();
+    let mut names: Vec<String> = list["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no tools: {list}"))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+fn read_readme(server: &Server, token: &str) -> Response {
+    call(
+        server,
+        token,
+        7,
+        "tools/call",
+        json!({"name": "read_file", "arguments": {"path": "README.md"}}),
+    )
+}
+
+#[test]
+fn without_a_token_the_server_points_at_its_metadata_and_the_metadata_at_the_issuer() {
+    let Some(idp) = Idp::start(0, "k1") else {
+        return;
+    };
+    let ws = workspace();
+    let (server, resource) = serve(ws.path(), &team_config(&idp.issuer, ""), &[]);
+    let r = post_stateless_with(
+        &server.addr,
+        &[],
+        &stateless(1, "tools/list", json!({}), false),
+    );
+    assert_eq!(r.status, 401, "{r:?}");
+    let metadata_url = format!(
+        "http://{}/.well-known/oauth-protected-resource/mcp",
+        server.addr
+    );
+    assert_eq!(
+        r.header("www-authenticate"),
+        Some(format!("Bearer resource_metadata=\"{metadata_url}\"").as_str())
+    );
+    for path in [
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-protected-resource",
+    ] {
+        let m = request(&server.addr, "GET", path, &[], b"");
+        assert_eq!(m.status, 200, "{path}: {m:?}");
+        assert_eq!(
+            m.json(),
+            json!({"resource": resource, "authorization_servers": [idp.issuer],
+                "bearer_methods_supported": ["header"], "resource_name": "toolhost",
+                "scopes_supported": ["mcp"]})
+        );
+    }
+}
+
+#[test]
+fn two_users_see_their_own_tools_and_a_tool_hidden_from_one_is_unknown_to_it() {
+    let Some(idp) = Idp::start(0, "k1") else {
+        return;
+    };
+    let ws = workspace();
+    let config = format!(
+        "{}\n[audit]\npath = \"audit.jsonl\"\nsync = true\n",
+        team_config(&idp.issuer, "")
+    );
+    let (server, resource) = serve(ws.path(), &config, &[]);
+    let alice = idp.token("test-client", "alice", &resource);
+    let bob = idp.token("test-client", "bob", &resource);
+    let alices = call(&server, &alice, 1, "tools/list", json!({}));
+    assert_eq!(tool_names(&alices), ["read_file", "write_file"]);
+    assert_eq!(alices.json()["result"]["cacheScope"], "private");
+    let bobs = call(&server, &bob, 2, "tools/list", json!({}));
+    assert_eq!(tool_names(&bobs), ["list_dir", "read_file"]);
+    let hidden = call(
+        &server,
+        &alice,
+        3,
+        "tools/call",
+        json!({"name": "list_dir", "arguments": {"path": "."}}),
+    );
+    let result = &hidden.json()["result"];
+    assert_eq!(result["isError"], true, "{result}");
+    let text = result["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("Tool 'list_dir' not found"), "{text}");
+    assert!(
+        !text.contains("list_dir,") && !text.contains("shell"),
+        "{text}"
+    );
+    let read = read_readme(&server, &bob);
+    assert_eq!(read.json()["result"]["content"][0]["text"], "# hello\n");
+    std::thread::sleep(Duration::from_millis(200));
+    let log = server.log.lock().unwrap().join("\n");
+    assert!(
+        !log.contains(&alice) && !log.contains(&bob),
+        "a token reached the log"
+    );
+}
+
+#[test]
+fn a_callers_rule_narrows_the_policy_and_the_refusal_names_the_rule() {
+    let Some(idp) = Idp::start(0, "k1") else {
+        return;
+    };
+    let ws = workspace();
+    let (server, resource) = serve(ws.path(), &team_config(&idp.issuer, ""), &[]);
+    let alice = idp.token("test-client", "alice", &resource);
+    let write = call(
+        &server,
+        &alice,
+        1,
+        "tools/call",
+        json!({"name": "write_file", "arguments": {"path": "x.txt", "content": "x"}}),
+    );
+    let result = &write.json()["result"];
+    assert_eq!(result["isError"], true, "{result}");
+    let text = result["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("access[0].modes.write"), "{text}");
+    assert!(!ws.path().join("x.txt").exists());
+}
+
+/// `token` with its payload changed by `change` (the signature left as it was).
+fn tampered(token: &str, change: impl Fn(&mut Value)) -> String {
+    let parts: Vec<&str> = token.split('.').collect();
+    let mut claims: Value =
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[1]).unwrap()).unwrap();
+    change(&mut claims);
+    format!(
+        "{}.{}.{}",
+        parts[0],
+        URL_SAFE_NO_PAD.encode(claims.to_string()),
+        parts[2]
+    )
+}
+
+/// `token` re-headed with `alg` and signed by `sign` (none: no signature).
+fn resigned(token: &str, alg: &str, sign: impl Fn(&[u8]) -> Vec<u8>) -> String {
+    let parts: Vec<&str> = token.split('.').collect();
+    let header = URL_SAFE_NO_PAD.encode(json!({"alg": alg, "typ": "at+jwt"}).to_string());
+    let input = format!("{header}.{}", parts[1]);
+    let signature = URL_SAFE_NO_PAD.encode(sign(input.as_bytes()));
+    format!("{input}.{signature}")
+}
+
+#[test]
+fn expired_foreign_unsigned_tampered_and_misdirected_tokens_are_refused_naming_why() {
+    let (Some(idp), Some(stranger)) = (Idp::start(0, "k1"), Idp::start(0, "s1")) else {
+        return;
+    };
+    let ws = workspace();
+    let (server, resource) = serve(ws.path(), &team_config(&idp.issuer, ""), &[]);
+    let good = idp.token("test-client", "alice", &resource);
+    assert_eq!(read_readme(&server, &good).status, 200);
+    let expiring = idp.token("expiring", "alice", &resource);
+    std::thread::sleep(Duration::from_millis(2100));
+    let jwks: Value = serde_json::from_slice(
+        &request(
+            &format!("127.0.0.1:{}", idp.port()),
+            "GET",
+            "/jwks",
+            &[],
+            b"",
+        )
+        .body,
+    )
+    .unwrap();
+    let public_n = jwks["keys"][0]["n"].as_str().unwrap().to_string();
+    let cases = [
+        ("expired", expiring, "expired"),
+        (
+            "another audience",
+            idp.token("test-client", "alice", "http://127.0.0.1:1/other"),
+            "ask the issuer for a token with resource=",
+        ),
+        (
+            "another issuer",
+            stranger.token("test-client", "alice", &resource),
+            "is not trusted here",
+        ),
+        (
+            "unsigned",
+            resigned(&good, "none", |_| Vec::new()),
+            "unsigned",
+        ),
+        (
+            "HMAC keyed with the public key",
+            resigned(&good, "HS256", |input| {
+                let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, public_n.as_bytes());
+                ring::hmac::sign(&key, input).as_ref().to_vec()
+            }),
+            "shared secret",
+        ),
+        (
+            "tampered",
+            tampered(&good, |c| c["sub"] = json!("bob")),
+            "signature does not verify",
+        ),
+        (
+            "opaque, not introspected",
+            "2YotnFZFEjr1zCsicMWpAA".to_string(),
+            "opaque tokens are not introspected",
+        ),
+    ];
+    for (what, token, says) in cases {
+        let r = read_readme(&server, &token);
+        assert_eq!(r.status, 401, "{what}: {r:?}");
+        let challenge = r.header("www-authenticate").unwrap_or_default();
+        assert!(
+            challenge.starts_with("Bearer error=\"invalid_token\"") && challenge.contains(says),
+            "{what}: {challenge}"
+        );
+    }
+}
+
+#[test]
+fn a_token_without_a_required_scope_gets_403_naming_the_scope() {
+    let Some(idp) = Idp::start(0, "k1") else {
+        return;
+    };
+    let ws = workspace();
+    let config = team_config(&idp.issuer, "required_scopes = [\"mcp\", \"mcp:admin\"]");
+    let (server, resource) = serve(ws.path(), &config, &[]);
+    let alice = idp.token("test-client", "alice", &resource);
+    let r = read_readme(&server, &alice);
+    assert_eq!(r.status, 403, "{r:?}");
+    let challenge = r.header("www-authenticate").unwrap_or_default();
+    assert!(
+        challenge.contains("error=\"insufficient_scope\"")
+            && challenge.contains("scope=\"mcp mcp:admin\""),
+        "{challenge}"
+    );
+}
+
+#[test]
+fn an_opaque_token_is_introspected_and_refused_once_revoked() {
+    let Some(idp) = Idp::start(0, "k1") else {
+        return;
+    };
+    let ws = workspace();
+    let introspection = "[http.auth.introspection]\nclient_id = \"toolhost\"\nclient_secret_env = \"TEST_INTROSPECTION_SECRET\"";
+    let (server, resource) = serve(ws.path(), &team_config(&idp.issuer, introspection), &[]);
+    let opaque = idp.token("opaque", "bob", &resource);
+    assert!(!opaque.starts_with("eyJ"), "{opaque}");
+    let bobs = call(&server, &opaque, 1, "tools/list", json!({}));
+    assert_eq!(bobs.status, 200, "{bobs:?}");
+    assert_eq!(tool_names(&bobs), ["list_dir", "read_file"]);
+    idp.client(&["revoke", &idp.issuer, "opaque", &opaque]);
+    let r = read_readme(&server, &opaque);
+    assert_eq!(r.status, 401, "{r:?}");
+    assert!(
+        r.header("www-authenticate")
+            .unwrap_or_default()
+            .contains("not active"),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn new_signing_keys_at_the_issuer_are_fetched_for_a_token_that_names_one() {
+    let Some(idp) = Idp::start(0, "k1") else {
+        return;
+    };
+    let ws = workspace();
+    let (server, resource) = serve(ws.path(), &team_config(&idp.issuer, ""), &[]);
+    let before = idp.token("test-client", "alice", &resource);
+    assert_eq!(read_readme(&server, &before).status, 200);
+    // The issuer restarts with new keys (its old ones gone), at the same address.
+    let port = idp.port();
+    drop(idp);
+    let rotated = Idp::start(port, "k2").unwrap();
+    let after = rotated.token("es-client", "alice", &resource);
+    let r = read_readme(&server, &after);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["result"]["content"][0]["text"], "# hello\n");
+}
+
+#[test]
+fn static_tokens_keep_working_beside_oauth_and_rules_can_name_their_callers() {
+    let Some(idp) = Idp::start(0, "k1") else {
+        return;
+    };
+    let ws = workspace();
+    let token = "a-static-token-for-the-oauth-test-0123";
+    std::fs::write(ws.path().join("tokens"), token).unwrap();
+    let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+    let principal: String = digest.as_ref()[..6]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let config = format!(
+        "{}\n[[access]]\nprincipals = [\"token-{principal}\"]\ntools = [\"list_dir\"]\n",
+        team_config(&idp.issuer, "")
+    );
+    let (server, resource) = serve(ws.path(), &config, &["--token-file", "tokens"]);
+    let listed = call(&server, token, 1, "tools/list", json!({}));
+    assert_eq!(tool_names(&listed), ["list_dir"]);
+    let alice = idp.token("test-client", "alice", &resource);
+    let alices = call(&server, &alice, 2, "tools/list", json!({}));
+    assert_eq!(tool_names(&alices), ["read_file", "write_file"]);
+}
+
+#[test]
+fn the_python_sdks_oauth_client_discovers_registers_logs_in_and_calls() {
+    let Some(idp) = Idp::start(0, "k1") else {
+        return;
+    };
+    let ws = workspace();
+    let (server, resource) = serve(ws.path(), &team_config(&idp.issuer, ""), &[]);
+    let seen = idp.client(&["sdk", &resource, "bob"]);
+    assert_eq!(seen["tools"], json!(["list_dir", "read_file"]), "{seen}");
+    assert_eq!(
+        seen["read"],
+        json!({"is_error": false, "text": "# hello\n"}),
+        "{seen}"
+    );
+    assert_eq!(seen["registered"], true, "{seen}");
+    assert_eq!(seen["resource"], json!(resource), "{seen}");
+    assert_eq!(seen["pkce"], "S256", "{seen}");
+    drop(server);
+}
