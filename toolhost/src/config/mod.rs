@@ -711,6 +711,67 @@ mod tests {
     }
 
     #[test]
+    fn the_teams_block_of_the_readme_and_the_auth_block_of_the_docs_load_as_written() {
+        let c = parse(&readme_block(
+            "## Teams: log in with your identity provider",
+        ))
+        .unwrap();
+        let auth = c.http.auth.as_ref().unwrap();
+        assert_eq!(auth.issuers, ["https://login.example.com/realms/team"]);
+        assert_eq!(c.access.len(), 2);
+        assert_eq!(c.access[0].groups, ["dev"]);
+        let docs = parse(&readme_block("## Authorization (OAuth 2.1)")).unwrap();
+        let auth = docs.http.auth.unwrap();
+        assert_eq!(
+            auth,
+            {
+                let mut expected =
+                    oauth::Settings::for_issuers(["https://login.example.com/realms/team"]);
+                expected.resource = Some("https://mcp.example.com/mcp".into());
+                expected.scopes_supported = vec!["mcp".into()];
+                expected.introspection = auth.introspection.clone();
+                expected
+            },
+            "the docs show the defaults"
+        );
+        assert_eq!(auth.introspection.unwrap().cache_secs, 0);
+    }
+
+    #[test]
+    fn bad_auth_settings_and_access_rules_are_refused_naming_their_keys() {
+        for (text, key, says) in [
+            (
+                "[http.auth]\nissuer = \"http://idp.example\"",
+                "http.auth.issuers[0]",
+                "plain HTTP",
+            ),
+            (
+                "[http.auth]\nissuers = []",
+                "http.auth.issuers",
+                "at least one",
+            ),
+            (
+                "[http.auth]\nissuer = \"https://idp.example\"\ngroups_claim = \"a..b\"",
+                "http.auth.groups_claim",
+                "not a claim name",
+            ),
+            (
+                "[[access]]\ntoolsets = [\"nowhere\"]",
+                "access[0].toolsets",
+                "no [[mcp_servers]] entry",
+            ),
+            (
+                "[[access]]\nmodes = { write = \"auto\" }",
+                "access",
+                "only narrows",
+            ),
+        ] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains(says), "{text}: {e}");
+        }
+    }
+
+    #[test]
     fn readme_mcp_servers_block_loads_as_written() {
         let c = parse(&readme_block("### Other MCP servers as toolsets")).unwrap();
         let s = &c.mcp_servers[0];
