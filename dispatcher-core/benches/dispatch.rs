@@ -100,6 +100,7 @@ fn benches(c: &mut Criterion) {
             |ToolUse { id, input, .. }| {
                 let header = Arc::new(CallHeader {
                     session_id: session_id.clone(),
+                    principal: session_id.clone(),
                     turn_id: turn_id.clone(),
                     tool_use_id: Arc::from(id),
                     tool_name: tool_name.clone(),

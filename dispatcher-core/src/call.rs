@@ -17,6 +17,9 @@ use tool_api::SideEffect;
 pub struct CallHeader {
     /// The session.
     pub session_id: Arc<str>,
+    /// Who the session acts for ([`crate::SessionSpec::principal`]): a console shows a
+    /// caller its own calls.
+    pub principal: Arc<str>,
     /// The turn.
     pub turn_id: Arc<str>,
     /// The tool_use block.

@@ -35,6 +35,10 @@ pub struct Principal {
     pub id: String,
     /// Its groups or roles, from its token's claims (`[http.auth] groups_claim`).
     pub groups: Vec<String>,
+    /// It sees only its own calls and confirmations in the control API and the console (a
+    /// caller an identity provider vouched for); the local user and a static token's
+    /// holder, the operator, see every caller's.
+    pub own_calls_only: bool,
 }
 
 impl Principal {
@@ -43,6 +47,7 @@ impl Principal {
         Principal {
             id: id.into(),
             groups: Vec::new(),
+            own_calls_only: false,
         }
     }
 

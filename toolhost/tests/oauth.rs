@@ -14,7 +14,9 @@ use serde_json::{Value, json};
 use toolhost_tests::peer;
 
 mod common;
-use common::raw_http::{Response, post_stateless_with, request, stateless};
+use common::raw_http::{
+    Response, follow_events_with, post_stateless_with, request, stateless, wait_event,
+};
 use common::{Server, command, start, workspace};
 
 /// The test identity provider, killed on drop.
@@ -473,4 +475,77 @@ fn the_python_sdks_oauth_client_discovers_registers_logs_in_and_calls() {
     assert_eq!(seen["resource"], json!(resource), "{seen}");
     assert_eq!(seen["pkce"], "S256", "{seen}");
     drop(server);
+}
+
+#[test]
+fn each_caller_sees_and_answers_only_its_own_confirmations_in_the_control_api() {
+    let Some(idp) = Idp::start(0, "k1") else {
+        return;
+    };
+    let ws = workspace();
+    let config = format!(
+        "[http.auth]\nissuer = \"{}\"\n\n[[access]]\ngroups = [\"dev\", \"ops\"]\n",
+        idp.issuer
+    );
+    let (server, resource) = serve(ws.path(), &config, &[]);
+    let alice = format!("Bearer {}", idp.token("test-client", "alice", &resource));
+    let bob = format!("Bearer {}", idp.token("test-client", "bob", &resource));
+    let as_alice = [("Authorization", alice.as_str())];
+    let as_bob = [("Authorization", bob.as_str())];
+    // Alice's console watches, so her call that cannot ask her client waits for it.
+    let alices_events = follow_events_with(&server.addr, &as_alice);
+    let bobs_events = follow_events_with(&server.addr, &as_bob);
+    std::thread::sleep(Duration::from_millis(200));
+    let (addr, authorization) = (server.addr.clone(), alice.clone());
+    let call = std::thread::spawn(move || {
+        post_stateless_with(
+            &addr,
+            &[("Authorization", authorization.as_str())],
+            &stateless(
+                1,
+                "tools/call",
+                json!({"name": "write_file", "arguments": {"path": "alice.txt", "content": "hers"}}),
+                false,
+            ),
+        )
+    });
+    let requested = wait_event(&alices_events, "tool.confirmation_requested");
+    assert_eq!(requested["principal"], format!("{}#alice", idp.issuer));
+    let id = requested["request_id"].as_str().unwrap().to_string();
+    let pending = |who: &[(&str, &str)]| -> Value {
+        serde_json::from_slice(&request(&server.addr, "GET", "/v1/confirmations", who, b"").body)
+            .unwrap()
+    };
+    assert_eq!(pending(&as_alice).as_array().unwrap().len(), 1);
+    assert_eq!(pending(&as_bob), json!([]));
+    let answer = |who: &[(&str, &str)]| {
+        let mut headers = vec![("Content-Type", "application/json")];
+        headers.extend_from_slice(who);
+        request(
+            &server.addr,
+            "POST",
+            &format!("/v1/confirmations/{id}"),
+            &headers,
+            br#"{"decision":"allow"}"#,
+        )
+    };
+    assert_eq!(
+        answer(&as_bob).status,
+        404,
+        "bob answered alice's confirmation"
+    );
+    assert_eq!(answer(&as_alice).status, 200);
+    let done = call.join().unwrap();
+    assert_eq!(done.json()["result"]["isError"], false, "{done:?}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("alice.txt")).unwrap(),
+        "hers"
+    );
+    // Bob's console saw nothing of it.
+    assert!(
+        bobs_events
+            .try_iter()
+            .all(|(_, e)| e["principal"] != format!("{}#alice", idp.issuer)),
+        "bob's event stream carried alice's calls"
+    );
 }

@@ -89,6 +89,7 @@ impl Invocation {
         let tool = engine.lookup(&name, &session.state);
         let header = Arc::new(CallHeader {
             session_id: session.state.id.clone(),
+            principal: session.state.principal.clone(),
             turn_id: session.turn_id.clone(),
             tool_use_id: Arc::from(id.as_str()),
             tool_name: tool

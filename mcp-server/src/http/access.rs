@@ -157,6 +157,7 @@ impl Access {
                 Ok(identity) => Ok(Principal {
                     id: identity.principal(),
                     groups: identity.groups,
+                    own_calls_only: true,
                 }),
                 Err(rejected) => {
                     tracing::info!(target: "toolhost::auth", "refused an access token: {rejected}");

@@ -13,6 +13,10 @@
 //! The console is one HTML file in the binary: no build step, nothing fetched from
 //! elsewhere. It reads the event stream with `fetch` (so a bearer token can be sent) and
 //! asks for the token when the server answers `401`.
+//!
+//! A caller an identity provider vouched for ([`crate::Principal::own_calls_only`]) sees
+//! the events and confirmations of its own calls only, and a confirmation of another's is
+//! unknown to it (`404`); the local user and a static token's holder see every caller's.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -31,7 +35,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::Routes;
+use crate::{Principal, Routes};
 
 /// The console page.
 const CONSOLE: &str = include_str!("console.html");
@@ -127,21 +131,29 @@ struct SessionFilter {
     session: Option<String>,
 }
 
-fn matches(event: &serde_json::Value, session: Option<&str>) -> bool {
+fn matches(event: &serde_json::Value, session: Option<&str>, caller: Option<&str>) -> bool {
     session.is_none_or(|s| event["session_id"] == s)
+        && caller.is_none_or(|p| event["principal"] == p)
+}
+
+/// The principal whose calls alone `caller` may see (`None`: every caller's).
+fn only_of(caller: Option<&axum::Extension<Principal>>) -> Option<String> {
+    caller.filter(|c| c.own_calls_only).map(|c| c.id.clone())
 }
 
 async fn events(
     State(state): State<ControlState>,
     Query(filter): Query<SessionFilter>,
+    caller: Option<axum::Extension<Principal>>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let only = only_of(caller.as_ref());
     // Every instance's, when they share a store: a console on one follows them all.
     let rx = state.control.dispatcher.subscribe_everywhere();
     let stop = state.stop.clone();
     let watching = state.control.routes.watch();
     let stream = futures_util::stream::unfold(
-        (rx, stop, filter.session, watching),
-        |(mut rx, stop, session, watching)| async move {
+        (rx, stop, filter.session, watching, only),
+        |(mut rx, stop, session, watching, only)| async move {
             loop {
                 let received = tokio::select! {
                     r = rx.next() => r,
@@ -151,7 +163,7 @@ async fn events(
                     Seen::Event {
                         mut event,
                         instance,
-                    } if matches(&event, session.as_deref()) => {
+                    } if matches(&event, session.as_deref(), only.as_deref()) => {
                         let name = event["type"].as_str().unwrap_or("tool.event").to_string();
                         event["instance"] = json!(&*instance);
                         Event::default().event(name).data(event.to_string())
@@ -161,7 +173,7 @@ async fn events(
                         .event("lagged")
                         .data(json!({"missed": n}).to_string()),
                 };
-                return Some((Ok(event), (rx, stop, session, watching)));
+                return Some((Ok(event), (rx, stop, session, watching, only)));
             }
         },
     );
@@ -171,13 +183,17 @@ async fn events(
 async fn pending(
     State(state): State<ControlState>,
     Query(filter): Query<SessionFilter>,
+    caller: Option<axum::Extension<Principal>>,
 ) -> Response {
     // Every instance's, when they share a store.
-    let pending = state
+    let mut pending = state
         .control
         .dispatcher
         .pending_confirmations(filter.session.as_deref())
         .await;
+    if let Some(only) = only_of(caller.as_ref()) {
+        pending.retain(|request| request["principal"] == only.as_str());
+    }
     axum::Json(json!(pending)).into_response()
 }
 
@@ -238,8 +254,21 @@ fn error(status: StatusCode, message: String) -> Response {
 async fn answer(
     State(state): State<ControlState>,
     Path(id): Path<String>,
+    caller: Option<axum::Extension<Principal>>,
     body: Result<axum::Json<AnswerBody>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
+    if let Some(only) = only_of(caller.as_ref()) {
+        let pending = state.control.dispatcher.pending_confirmations(None).await;
+        let own = pending
+            .iter()
+            .any(|r| r["request_id"] == id.as_str() && r["principal"] == only.as_str());
+        if !own {
+            return error(
+                StatusCode::NOT_FOUND,
+                format!("no pending confirmation {id} of a call of yours"),
+            );
+        }
+    }
     let body = match body {
         Ok(axum::Json(b)) => b,
         Err(e) => {

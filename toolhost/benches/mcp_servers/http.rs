@@ -23,6 +23,9 @@ use super::{
 pub struct Http {
     /// Whether it takes 2026-07-28 stateless requests (else a 2025-11-25 session).
     pub stateless: bool,
+    /// A bearer token every request carries (a static token, or an OAuth access token).
+    #[serde(default)]
+    pub bearer: Option<String>,
 }
 
 /// The version of a session's requests.
@@ -141,6 +144,8 @@ struct Client {
     port: u16,
     stateless: bool,
     session: Option<String>,
+    /// `Bearer TOKEN`, when the server wants one.
+    authorization: Option<String>,
 }
 
 impl Client {
@@ -171,6 +176,9 @@ impl Client {
         }
         if let Some(session) = &self.session {
             headers.push(("Mcp-Session-Id", session));
+        }
+        if let Some(authorization) = &self.authorization {
+            headers.push(("Authorization", authorization));
         }
         post(self.port, &headers, &message.to_string())
     }
@@ -241,6 +249,7 @@ pub fn round(server: &Server, http: &Http, calls: u64, inflight: u64) -> Figures
         port,
         stateless: http.stateless,
         session: None,
+        authorization: http.bearer.as_ref().map(|t| format!("Bearer {t}")),
     };
     if !http.stateless {
         let reply = client.exchange(&client.request(
@@ -406,6 +415,9 @@ pub fn echo(extra: &str) -> Server {
             "{port}".into(),
         ],
         env: Default::default(),
-        http: Some(Http { stateless: true }),
+        http: Some(Http {
+            stateless: true,
+            bearer: None,
+        }),
     }
 }

@@ -156,6 +156,7 @@ mod tests {
         Principal {
             id: id.into(),
             groups: groups.iter().map(|g| g.to_string()).collect(),
+            own_calls_only: true,
         }
     }
 

@@ -255,10 +255,22 @@ pub fn legacy_session_with(addr: &str, extra: &[(&str, &str)], elicits: bool) ->
 
 /// Follows `GET /v1/events` of the server at `addr`: (event name, data) as they come.
 pub fn follow_events(addr: &str) -> std::sync::mpsc::Receiver<(String, Value)> {
+    follow_events_with(addr, &[])
+}
+
+/// [`follow_events`] with more request headers (`Authorization`, say).
+pub fn follow_events_with(
+    addr: &str,
+    headers: &[(&str, &str)],
+) -> std::sync::mpsc::Receiver<(String, Value)> {
     let mut stream = TcpStream::connect(addr).unwrap();
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
     write!(
         stream,
-        "GET /v1/events HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n"
+        "GET /v1/events HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n{extra}\r\n"
     )
     .unwrap();
     let (tx, rx) = std::sync::mpsc::channel();

@@ -12,8 +12,9 @@
 //   es-client    the same, tokens signed ES256
 //   expiring     the same, access tokens that live 1 s
 //   opaque       the same, opaque access tokens (checked by introspection)
-//   toolhost     the resource server's own credentials, for introspection
-import { generateKeyPairSync } from "node:crypto";
+//   toolhost     the resource server's own client: introspection, and token exchange
+//                (RFC 8693) of a caller's access token for one to a mounted server
+import { createPublicKey, generateKeyPairSync, verify } from "node:crypto";
 import { createServer } from "node:http";
 
 const { default: Provider } = await import(process.argv[2]);
@@ -39,6 +40,25 @@ const key = (type, options, alg) => ({
   use: "sig",
 });
 
+const EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange";
+const ACCESS_TOKEN = "urn:ietf:params:oauth:token-type:access_token";
+
+/// The claims of a JWT this provider signed (and that has not expired), else null.
+function verified(token, jwks) {
+  const [header, payload, signature] = token.split(".");
+  if (!signature) return null;
+  const { kid, alg } = JSON.parse(Buffer.from(header, "base64url"));
+  const jwk = jwks.find((k) => k.kid === kid && k.alg === alg);
+  if (!jwk) return null;
+  const { d, p, q, dp, dq, qi, ...pub } = jwk;
+  const key = createPublicKey({ key: pub, format: "jwk" });
+  const ok = verify(alg === "RS256" ? "RSA-SHA256" : "SHA256", Buffer.from(`${header}.${payload}`),
+    alg === "ES256" ? { key, dsaEncoding: "ieee-p1363" } : key, Buffer.from(signature, "base64url"));
+  const claims = JSON.parse(Buffer.from(payload, "base64url"));
+  return ok && claims.exp > Date.now() / 1000 ? claims : null;
+}
+
+const signing = [key("rsa", { modulusLength: 2048 }, "RS256"), key("ec", { namedCurve: "P-256" }, "ES256")];
 const server = createServer();
 await new Promise((resolve) => server.listen(port, "127.0.0.1", resolve));
 const issuer = `http://127.0.0.1:${server.address().port}`;
@@ -49,9 +69,9 @@ const provider = new Provider(issuer, {
     client("es-client"),
     client("expiring"),
     client("opaque"),
-    client("toolhost", { redirect_uris: [], grant_types: [], response_types: [] }),
+    client("toolhost", { redirect_uris: [], grant_types: [EXCHANGE], response_types: [] }),
   ],
-  jwks: { keys: [key("rsa", { modulusLength: 2048 }, "RS256"), key("ec", { namedCurve: "P-256" }, "ES256")] },
+  jwks: { keys: signing },
   scopes: ["openid", "offline_access", "mcp"],
   claims: { openid: ["sub"], groups: ["groups"] },
   pkce: { required: () => true },
@@ -59,7 +79,11 @@ const provider = new Provider(issuer, {
     return { accountId: id, async claims() { return { sub: id, groups: USERS[id]?.groups ?? [] }; } };
   },
   async extraTokenClaims(ctx, token) {
-    return token.accountId ? { groups: USERS[token.accountId]?.groups ?? [] } : undefined;
+    if (!token.accountId) return undefined;
+    const claims = { groups: USERS[token.accountId]?.groups ?? [] };
+    // An exchanged token names who acts for the user (RFC 8693 `act`).
+    if (token.gty === EXCHANGE) claims.act = { sub: token.clientId };
+    return claims;
   },
   // Every user grants what a client asks: the login is the test's only interaction.
   async loadExistingGrant(ctx) {
@@ -94,6 +118,27 @@ const provider = new Provider(issuer, {
   },
   ttl: { AccessToken: (ctx, token) => token.resourceServer?.accessTokenTTL ?? 3600, AuthorizationCode: 60, Grant: 3600, Interaction: 600, Session: 3600, RefreshToken: 3600 },
 });
+// Token exchange (RFC 8693) for the resource server's own client: a caller's access token
+// (the subject) for a token to another resource, for the same user.
+provider.registerGrantType(EXCHANGE, async (ctx) => {
+  const { subject_token, subject_token_type, resource } = ctx.oidc.params;
+  const { client } = ctx.oidc;
+  const refuse = (error, error_description) => {
+    ctx.status = 400;
+    ctx.body = { error, error_description };
+  };
+  if (client.clientId !== "toolhost") return refuse("unauthorized_client", "only toolhost exchanges tokens here");
+  if (subject_token_type !== ACCESS_TOKEN) return refuse("invalid_request", "subject_token_type must be an access token");
+  const subject = verified(subject_token, signing);
+  if (!subject || subject.iss !== issuer) return refuse("invalid_grant", "the subject token is not a valid token of this issuer");
+  if (!resource) return refuse("invalid_target", "name the resource the new token is for");
+  const token = new provider.AccessToken({ accountId: subject.sub, client, scope: "mcp", gty: EXCHANGE });
+  token.resourceServer = new provider.ResourceServer(resource, {
+    audience: resource, scope: "mcp", accessTokenTTL: 600, accessTokenFormat: "jwt", jwt: { sign: { alg: "RS256" } },
+  });
+  const value = await token.save();
+  ctx.body = { access_token: value, issued_token_type: ACCESS_TOKEN, token_type: "Bearer", expires_in: token.expiration, scope: "mcp" };
+}, ["subject_token", "subject_token_type", "resource", "audience", "scope", "requested_token_type"]);
 // The resource server asks introspection as a client of its own.
 provider.on("server_error", (ctx, err) => console.error("idp server_error:", err));
 server.on("request", provider.callback());

@@ -19,6 +19,7 @@
 //! `<!-- bench:end -->`) with it, so the page shows what was measured, not typed.
 
 mod figures;
+mod issuer;
 mod scale_out;
 mod servers;
 mod table;

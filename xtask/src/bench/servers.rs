@@ -249,6 +249,7 @@ pub(super) fn mcp_servers(
             serve(&configs.text_tools),
         ),
     ];
+    servers.extend(callers_proving_who_they_are(peers, serve, configs, skipped));
     match node_peer(peers) {
         Ok((node, script)) => {
             let command = vec![node.display().to_string(), script.display().to_string()];
@@ -281,6 +282,54 @@ pub(super) fn mcp_servers(
     .map_err(|e| skipped.push(format!("the mcp_servers bench failed: {e}")))
     .map(|t| mcp_best(&t))
     .unwrap_or_default()
+}
+
+/// `serve --http` behind a static bearer token (`toolhost-http-token`), and the same server
+/// taking OAuth access tokens from the bench's issuer (`toolhost-http-jwt`): each of its
+/// calls carries a JWT that is checked (signature once, then its digest and claims).
+fn callers_proving_who_they_are(
+    peers: &Path,
+    serve: &dyn Fn(&Path) -> Vec<String>,
+    configs: &Configs,
+    skipped: &mut Vec<String>,
+) -> Vec<serde_json::Value> {
+    const RESOURCE: &str = "https://bench.invalid/mcp";
+    const STATIC: &str = "bench-static-token-0123456789abcdef";
+    let issuer = match super::issuer::start(RESOURCE) {
+        Ok(issuer) => issuer,
+        Err(e) => {
+            skipped.push(format!("the bench's OAuth issuer: {e}"));
+            return Vec::new();
+        }
+    };
+    let (tokens, oauth) = (peers.join("bench-tokens"), peers.join("oauth.toml"));
+    let config = format!(
+        "[http.auth]\nissuer = \"{}\"\nresource = \"{RESOURCE}\"\n",
+        issuer.url
+    );
+    if let Err(e) = std::fs::write(&tokens, STATIC).and_then(|()| std::fs::write(&oauth, config)) {
+        skipped.push(format!("the bench's token and OAuth configuration: {e}"));
+        return Vec::new();
+    }
+    let mut with_token = server(
+        "toolhost-http-token",
+        "read_file",
+        serde_json::json!({"path": "a.txt"}),
+        [
+            over_http(serve(&configs.bare)),
+            vec!["--token-file".into(), tokens.display().to_string()],
+        ]
+        .concat(),
+    );
+    with_token["http"] = serde_json::json!({"stateless": true, "bearer": STATIC});
+    let mut with_jwt = server(
+        "toolhost-http-jwt",
+        "read_file",
+        serde_json::json!({"path": "a.txt"}),
+        over_http(serve(&oauth)),
+    );
+    with_jwt["http"] = serde_json::json!({"stateless": true, "bearer": issuer.token});
+    vec![with_token, with_jwt]
 }
 
 /// The MCP servers' rows: toolhost against the echo server (the client's ceiling) and
@@ -420,6 +469,24 @@ pub(super) fn mcp_http_rows(mcp: &BTreeMap<String, (f64, f64, f64)>) -> Vec<Row>
             pass: Some(t.0 / n.0 >= 3.0),
         }),
         None => rows.push(missing("Node server-everything over streamable HTTP")),
+    }
+    match (mcp.get("toolhost-http-jwt"), mcp.get("toolhost-http-token")) {
+        (Some(jwt), Some(token)) => rows.push(Row {
+            figure: format!(
+                "{what}: calls/s with an OAuth access token (a JWT checked on each call, keys cached) vs a static bearer token, the same server"
+            ),
+            measured: format!(
+                "{:.0} vs {:.0}: {:.1}% ({:.1} vs {:.1} µs server CPU per call)",
+                jwt.0,
+                token.0,
+                jwt.0 / token.0 * 100.0,
+                jwt.1,
+                token.1
+            ),
+            target: "≥ 95%".into(),
+            pass: Some(jwt.0 / token.0 >= 0.95),
+        }),
+        _ => rows.push(missing("MCP over HTTP with an OAuth access token vs a static token")),
     }
     if let Some(stdio) = mcp.get("toolhost") {
         rows.push(Row {
@@ -617,13 +684,20 @@ mod tests {
             "best toolhost: 70000 calls/s, 13.00 us CPU/call, idle 14.0 MiB\n\
              best toolhost-http: 40000 calls/s, 25.00 us CPU/call, idle 14.5 MiB\n\
              best everything-http: 2500 calls/s, 500.00 us CPU/call, idle 90.0 MiB\n\
+             best toolhost-http-token: 39000 calls/s, 25.00 us CPU/call, idle 14.5 MiB\n\
+             best toolhost-http-jwt: 36000 calls/s, 27.00 us CPU/call, idle 14.6 MiB\n\
              best echo-http: 85000 calls/s, 11.50 us CPU/call, idle 2.7 MiB",
         );
         let rows = mcp_http_rows(&best);
         let verdicts: Vec<Option<bool>> = rows.iter().map(|r| r.pass).collect();
         assert_eq!(
             verdicts,
-            [None, Some(true), Some(false)],
+            [None, Some(true), Some(false), Some(false)],
+            "{}",
+            rows[3].measured
+        );
+        assert!(
+            rows[2].measured.starts_with("36000 vs 39000: 92.3%"),
             "{}",
             rows[2].measured
         );
@@ -632,7 +706,7 @@ mod tests {
             "{}",
             rows[1].measured
         );
-        assert_eq!(rows[2].measured, "40000 vs 70000: 57%");
+        assert_eq!(rows[3].measured, "40000 vs 70000: 57%");
     }
 
     #[test]
