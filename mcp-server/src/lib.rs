@@ -40,6 +40,6 @@ pub use confirm::{McpConfirmer, PromptFallback, Routes};
 pub use gateway::Upstreams;
 pub use server::{McpServer, McpShared};
 pub(crate) use sessions::principal_of_parts;
-pub use sessions::{Principal, Sessions};
+pub use sessions::{CallerToken, Principal, Sessions};
 pub use stdio::EofNotify;
 pub use tasks::{TaskSettings, Tasks};

@@ -39,6 +39,24 @@ pub struct Principal {
     /// caller an identity provider vouched for); the local user and a static token's
     /// holder, the operator, see every caller's.
     pub own_calls_only: bool,
+    /// The access token it called with, for a mounted server that takes its caller's
+    /// credentials ([`mcp_toolsets::Credentials`]); never logged.
+    pub token: Option<CallerToken>,
+}
+
+/// A caller's access token and the resources it is for; `[redacted]` when printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CallerToken {
+    /// The token.
+    pub value: std::sync::Arc<str>,
+    /// Its audiences.
+    pub audiences: std::sync::Arc<[String]>,
+}
+
+impl std::fmt::Debug for CallerToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[redacted]")
+    }
 }
 
 impl Principal {
@@ -48,6 +66,7 @@ impl Principal {
             id: id.into(),
             groups: Vec::new(),
             own_calls_only: false,
+            token: None,
         }
     }
 

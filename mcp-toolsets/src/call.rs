@@ -136,6 +136,20 @@ fn output_of(result: &rmcp::model::CallToolResult, id: &str) -> ToolOutput {
 
 impl Tool for McpTool {
     fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        // A server that takes its caller's credentials: the call goes through the caller's
+        // own connection.
+        let routed = self
+            .server
+            .runtime
+            .block_on(self.server.for_caller(ctx.session_id()))?;
+        if !Arc::ptr_eq(&routed, &self.server) {
+            let own = McpTool {
+                server: routed,
+                name: self.name.clone(),
+                cancel: self.cancel.clone(),
+            };
+            return own.execute(input, ctx);
+        }
         let Value::Object(args) = input else {
             return Err(ToolError::invalid_input(
                 "MCP tool arguments must be a JSON object",

@@ -99,6 +99,54 @@ pub struct McpServerConfig {
     /// Schema with local references (`as-given`: for a gateway whose clients take any).
     #[serde(default)]
     pub input_schemas: InputSchemas,
+    /// With `url`: whose credentials its calls carry ([`Credentials`]).
+    #[serde(default)]
+    pub credentials: Credentials,
+    /// With `credentials = "caller"` or `"exchange"`: the server's resource URI, the
+    /// audience of the tokens it takes (default: `url`).
+    #[serde(default)]
+    pub audience: Option<String>,
+    /// The token this connection presents instead of `bearer_token_env`'s: a caller's own
+    /// connection ([`Credentials`]); never read from a file.
+    #[serde(skip)]
+    pub(crate) caller_token: Option<CallerToken>,
+}
+
+/// Whose credentials a mounted server over HTTP gets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Credentials {
+    /// The server's own: `bearer_token_env`'s token, or none (the default).
+    #[default]
+    Static,
+    /// The calling user's own access token, passed on: only one whose audience names the
+    /// server (`audience`), never one issued for toolhost alone.
+    Caller,
+    /// A token for the server (`audience`), obtained for the calling user from the
+    /// identity provider by token exchange (RFC 8693): the server never sees the caller's
+    /// token.
+    Exchange,
+}
+
+impl Credentials {
+    /// The config spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Credentials::Static => "static",
+            Credentials::Caller => "caller",
+            Credentials::Exchange => "exchange",
+        }
+    }
+}
+
+/// A token that shows as `[redacted]` wherever it is printed.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct CallerToken(pub(crate) String);
+
+impl std::fmt::Debug for CallerToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[redacted]")
+    }
 }
 
 /// Which input schemas a mounted server's tools may have.
@@ -173,6 +221,9 @@ impl McpServerConfig {
             allow_unsandboxed: None,
             on_change: crate::pins::OnChange::Block,
             input_schemas: InputSchemas::Subset,
+            credentials: Credentials::Static,
+            audience: None,
+            caller_token: None,
         }
     }
 
@@ -199,6 +250,12 @@ impl McpServerConfig {
             (None, false) if self.bearer_token_env.is_some() => {
                 Some("`bearer_token_env` goes with `url`, not with `command`".into())
             }
+            (None, false) if self.credentials != Credentials::Static => Some(
+                "`credentials` other than \"static\" go with `url`: a server started over stdio gets its environment once, at start, and one process would hold every caller's credentials".into(),
+            ),
+            (Some(_), true) if self.audience.is_some() && self.credentials == Credentials::Static => {
+                Some("`audience` goes with `credentials = \"caller\"` or `\"exchange\"`".into())
+            }
             (Some(_), true)
                 if self.sandbox.is_some()
                     || self.network.is_some()
@@ -224,6 +281,14 @@ impl McpServerConfig {
                 None => Ok((k.clone(), v.clone())),
             })
             .collect()
+    }
+
+    /// The resource its callers' tokens must be for: `audience`, else `url`.
+    pub(crate) fn audience(&self) -> &str {
+        self.audience
+            .as_deref()
+            .or(self.url.as_deref())
+            .unwrap_or_default()
     }
 
     pub(crate) fn startup_timeout(&self) -> Duration {

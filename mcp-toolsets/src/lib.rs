@@ -48,6 +48,7 @@
 //!   to start is told with its last error output and what its sandbox refused it.
 
 mod call;
+pub mod callers;
 mod config;
 mod confine;
 mod error;
@@ -58,9 +59,10 @@ mod task;
 mod upstream;
 
 pub use call::{ERROR_META, MAX_INPUT_ROUNDS, RESULT_META};
+pub use callers::{CallerCredential, Callers, TokenExchange, callers};
 pub use config::{
-    DEFAULT_CALL_TIMEOUT, DEFAULT_STARTUP_TIMEOUT, InputSchemas, MAX_NESTING, McpServerConfig,
-    NESTING_ENV, nesting,
+    Credentials, DEFAULT_CALL_TIMEOUT, DEFAULT_STARTUP_TIMEOUT, InputSchemas, MAX_NESTING,
+    McpServerConfig, NESTING_ENV, nesting,
 };
 pub use confine::ServerSandbox;
 pub use error::UpstreamError;

@@ -19,6 +19,8 @@ pub struct Identity {
     pub client_id: Option<String>,
     /// When the token expires (seconds since the epoch).
     pub expires_at: Option<u64>,
+    /// The resources the token is for (`aud`): this server's among them.
+    pub audiences: Vec<String>,
 }
 
 impl Identity {
@@ -144,6 +146,7 @@ impl Expected<'_> {
                 .and_then(Value::as_str)
                 .map(String::from),
             expires_at,
+            audiences,
         })
     }
 }

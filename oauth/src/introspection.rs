@@ -1,4 +1,5 @@
-//! Opaque tokens, asked about at their issuer (RFC 7662), answers kept for `cache_secs`.
+//! Opaque tokens, asked about at the issuer this server is a client of (RFC 7662), answers
+//! kept for `cache_secs`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -7,8 +8,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use crate::client::OwnClient;
 use crate::error::Rejected;
-use crate::issuer::{Issuer, read_limited};
 use crate::settings::IntrospectionSettings;
 
 /// The most answers kept at once.
@@ -19,24 +20,15 @@ type Answer = Result<Map<String, Value>, Rejected>;
 /// Asks one issuer about tokens.
 pub(crate) struct Introspector {
     settings: IntrospectionSettings,
-    issuer: Arc<Issuer>,
-    secret: String,
-    client: reqwest::Client,
+    client: Arc<OwnClient>,
     /// By the token's SHA-256: the answer and when it may no longer be used.
     cache: Mutex<HashMap<[u8; 32], (Instant, Answer)>>,
 }
 
 impl Introspector {
-    pub(crate) fn new(
-        settings: IntrospectionSettings,
-        issuer: Arc<Issuer>,
-        secret: String,
-        client: reqwest::Client,
-    ) -> Introspector {
+    pub(crate) fn new(settings: IntrospectionSettings, client: Arc<OwnClient>) -> Introspector {
         Introspector {
             settings,
-            issuer,
-            secret,
             client,
             cache: Mutex::default(),
         }
@@ -73,43 +65,26 @@ impl Introspector {
     }
 
     async fn ask(&self, token: &str) -> Answer {
-        let endpoint = match &self.settings.endpoint {
-            Some(e) => e.clone(),
-            None => self
-                .issuer
-                .metadata()
-                .await
-                .map_err(Rejected::Unavailable)?
-                .introspection_endpoint
-                .ok_or_else(|| {
-                    Rejected::Unavailable(format!(
-                        "{}'s metadata names no introspection_endpoint: set [http.auth.introspection] endpoint",
-                        self.issuer.id
-                    ))
-                })?,
-        };
-        let response = self
+        let issuer = &self.client.issuer.id;
+        let endpoint = self
             .client
-            .post(&endpoint)
-            .basic_auth(&self.settings.client_id, Some(&self.secret))
-            .header(reqwest::header::ACCEPT, "application/json")
-            .form(&[("token", token), ("token_type_hint", "access_token")])
-            .send()
+            .endpoint(
+                self.settings.endpoint.as_ref(),
+                "introspection_endpoint",
+                |m| m.introspection_endpoint.clone(),
+            )
             .await
-            .map_err(|e| Rejected::Unavailable(format!("introspection at {endpoint}: {e}")))?;
-        let status = response.status();
-        if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
-            tracing::error!(target: "toolhost::auth", %endpoint, %status, client_id = %self.settings.client_id,
-                "the issuer refused this server's introspection credentials: check [http.auth.introspection] client_id and {}", self.settings.client_secret_env);
-        }
-        let body = read_limited(response)
+            .map_err(|e| {
+                Rejected::Unavailable(format!("{e}: set [http.auth.introspection] endpoint"))
+            })?;
+        let mut claims = self
+            .client
+            .post(
+                &endpoint,
+                &[("token", token), ("token_type_hint", "access_token")],
+            )
             .await
-            .map_err(|e| Rejected::Unavailable(format!("introspection at {endpoint}: {e}")))?;
-        let mut claims: Map<String, Value> = serde_json::from_slice(&body).map_err(|e| {
-            Rejected::Unavailable(format!(
-                "introspection at {endpoint} answered no JSON object: {e}"
-            ))
-        })?;
+            .map_err(|e| Rejected::Unavailable(format!("introspection: {e}")))?;
         if claims.get("active") != Some(&Value::Bool(true)) {
             return Err(Rejected::Invalid(
                 "its issuer says it is not active (expired, revoked or never issued)".into(),
@@ -117,14 +92,13 @@ impl Introspector {
         }
         match claims.get("iss").and_then(Value::as_str) {
             None => {
-                claims.insert("iss".into(), Value::String(self.issuer.id.clone()));
+                claims.insert("iss".into(), Value::String(issuer.clone()));
             }
-            Some(iss) if iss == self.issuer.id => {}
+            Some(iss) if iss == issuer => {}
             // An issuer vouches for its own callers only.
             Some(iss) => {
                 return Err(Rejected::Invalid(format!(
-                    "introspection at {} says it was issued by {iss:?}",
-                    self.issuer.id
+                    "introspection at {issuer} says it was issued by {iss:?}"
                 )));
             }
         }

@@ -19,6 +19,8 @@ pub(crate) struct Metadata {
     pub(crate) jwks_uri: Option<String>,
     #[serde(default)]
     pub(crate) introspection_endpoint: Option<String>,
+    #[serde(default)]
+    pub(crate) token_endpoint: Option<String>,
 }
 
 /// An issuer and what was fetched of it.
@@ -173,11 +175,17 @@ pub(crate) async fn get_bytes(client: &reqwest::Client, url: &str) -> Result<Vec
 }
 
 /// A response's body, refused when it is not a success or over [`MAX_DOCUMENT`].
-pub(crate) async fn read_limited(mut response: reqwest::Response) -> Result<Vec<u8>, String> {
+pub(crate) async fn read_limited(response: reqwest::Response) -> Result<Vec<u8>, String> {
     let status = response.status();
+    let body = read_any(response).await?;
     if !status.is_success() {
         return Err(format!("answered {status}"));
     }
+    Ok(body)
+}
+
+/// A response's body whatever its status, at most [`MAX_DOCUMENT`].
+pub(crate) async fn read_any(mut response: reqwest::Response) -> Result<Vec<u8>, String> {
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
         if body.len() + chunk.len() > MAX_DOCUMENT {

@@ -14,9 +14,14 @@
 //!   P-256, ES384 for P-384, EdDSA for Ed25519); `none` and HMAC are refused.
 //! - Any other token is checked by introspection (RFC 7662) when `[http.auth.introspection]`
 //!   is set.
+//! - A caller's token is exchanged (RFC 8693) for one to another resource, for the same
+//!   caller, at the issuer this server is a client of (`[http.auth.client]`): what a mounted
+//!   MCP server that needs the caller's own credentials gets.
 //! - A token is never logged, nor put in an error: errors name the claim or the key.
 
+mod client;
 mod error;
+mod exchange;
 mod identity;
 mod introspection;
 mod issuer;
@@ -26,9 +31,10 @@ mod resource_server;
 mod settings;
 
 pub use error::{Rejected, SettingsError};
+pub use exchange::Exchanged;
 pub use identity::Identity;
 pub use resource_server::ResourceServer;
-pub use settings::{IntrospectionSettings, Settings};
+pub use settings::{ClientSettings, IntrospectionSettings, Settings};
 
 /// The largest token taken (bytes): a bigger `Authorization` header is refused before it
 /// is parsed.

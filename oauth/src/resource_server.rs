@@ -9,7 +9,9 @@ use sha2::{Digest, Sha256};
 use serde_json::{Value, json};
 
 use crate::MAX_TOKEN_BYTES;
+use crate::client::OwnClient;
 use crate::error::{Rejected, SettingsError};
+use crate::exchange::{Exchanged, Exchanges};
 use crate::identity::{Expected, Identity};
 use crate::introspection::Introspector;
 use crate::issuer::{Issuer, Unfetched};
@@ -22,6 +24,10 @@ pub struct ResourceServer {
     resource: String,
     issuers: Vec<Arc<Issuer>>,
     introspection: Option<Introspector>,
+    /// This server as a client of its issuer, when it is one.
+    own: Option<Arc<OwnClient>>,
+    /// Tokens exchanged for callers.
+    exchanges: Exchanges,
     /// JWTs already verified, by their SHA-256: the identity and until when it may be used
     /// without verifying again (its `exp`, at most `keys_max_age_secs` on). A caller's
     /// every request carries the same token; its signature is checked once.
@@ -76,31 +82,42 @@ impl ResourceServer {
                 ))
             })
             .collect();
-        let introspection = match &settings.introspection {
-            None => None,
-            Some(i) => {
-                let secret = std::env::var(&i.client_secret_env).map_err(|_| {
+        let own = match (&settings.client, settings.client_issuer()) {
+            (Some(c), Some(id)) => {
+                let secret = std::env::var(&c.secret_env).map_err(|_| {
                     SettingsError(format!(
-                        "introspection.client_secret_env: the variable {} is not set (it holds the client secret of {})",
-                        i.client_secret_env, i.client_id
+                        "client.secret_env: the variable {} is not set (it holds the client secret of {})",
+                        c.secret_env, c.id
                     ))
                 })?;
-                let id = i.issuer.as_ref().unwrap_or(&settings.issuers[0]);
                 let issuer = issuers
                     .iter()
-                    .find(|x| &x.id == id)
+                    .find(|x| x.id == id)
                     .cloned()
                     .ok_or_else(|| {
-                        SettingsError(format!("introspection.issuer: {id} is not one of issuers"))
+                        SettingsError(format!("client.issuer: {id} is not one of issuers"))
                     })?;
-                Some(Introspector::new(i.clone(), issuer, secret, client.clone()))
+                Some(Arc::new(OwnClient::new(
+                    c.id.clone(),
+                    secret,
+                    c.secret_env.clone(),
+                    issuer,
+                    client.clone(),
+                )))
             }
+            _ => None,
+        };
+        let introspection = match (&settings.introspection, &own) {
+            (Some(i), Some(own)) => Some(Introspector::new(i.clone(), own.clone())),
+            _ => None,
         };
         Ok(ResourceServer {
             settings,
             resource,
             issuers,
             introspection,
+            own,
+            exchanges: Exchanges::default(),
             verified: RwLock::default(),
         })
     }
@@ -235,6 +252,17 @@ impl ResourceServer {
             ));
         }
         self.expected().identity(&jwt.claims, true)
+    }
+
+    /// A token for `resource` for the caller whose access token is `subject` (RFC 8693, at
+    /// the issuer this server is a client of), kept until shortly before it expires.
+    pub async fn exchange(&self, subject: &str, resource: &str) -> Result<Exchanged, String> {
+        let Some(own) = &self.own else {
+            return Err(
+                "token exchange authenticates as this server's client: add [http.auth.client] with its id and secret_env".into(),
+            );
+        };
+        self.exchanges.exchange(own, subject, resource).await
     }
 
     /// The protected resource metadata (RFC 9728).

@@ -46,26 +46,38 @@ pub struct Settings {
     /// Default 10.
     #[serde(default = "keys_min_refresh_secs")]
     pub keys_min_refresh_secs: u64,
-    /// Opaque (non-JWT) tokens, checked by introspection at their issuer.
+    /// This server's own client at an issuer: what introspection and token exchange
+    /// authenticate as.
+    #[serde(default)]
+    pub client: Option<ClientSettings>,
+    /// Opaque (non-JWT) tokens, checked by introspection at the client's issuer.
     #[serde(default)]
     pub introspection: Option<IntrospectionSettings>,
 }
 
-/// `[http.auth.introspection]`: RFC 7662 at one issuer, for tokens that are not JWTs.
+/// `[http.auth.client]`: this server registered as a client at one issuer
+/// (`client_secret_basic`).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct IntrospectionSettings {
-    /// The issuer that made the tokens; default: the one issuer configured.
+pub struct ClientSettings {
+    /// Its client id.
+    pub id: String,
+    /// The environment variable that holds its client secret (a secret is never written
+    /// in the file).
+    pub secret_env: String,
+    /// The issuer it is registered at; default: the one issuer configured.
     #[serde(default)]
     pub issuer: Option<String>,
+}
+
+/// `[http.auth.introspection]`: RFC 7662 at the client's issuer, for tokens that are not
+/// JWTs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IntrospectionSettings {
     /// The endpoint; default: the issuer metadata's `introspection_endpoint`.
     #[serde(default)]
     pub endpoint: Option<String>,
-    /// This server's client id at the issuer.
-    pub client_id: String,
-    /// The environment variable that holds its client secret (a secret is never written
-    /// in the file).
-    pub client_secret_env: String,
     /// How long an answer is kept, in seconds (`0`: every request asks; a revoked token is
     /// refused at most this long after). Default 0.
     #[serde(default)]
@@ -110,6 +122,7 @@ impl Settings {
             leeway_secs: leeway_secs(),
             keys_max_age_secs: keys_max_age_secs(),
             keys_min_refresh_secs: keys_min_refresh_secs(),
+            client: None,
             introspection: None,
         }
     }
@@ -138,26 +151,38 @@ impl Settings {
                 self.groups_claim
             )));
         }
-        if let Some(i) = &self.introspection {
-            match &i.issuer {
+        if let Some(c) = &self.client {
+            match &c.issuer {
                 Some(issuer) if !self.issuers.contains(issuer) => {
                     return Err(SettingsError(format!(
-                        "introspection.issuer: {issuer} is not one of issuers"
+                        "client.issuer: {issuer} is not one of issuers"
                     )));
                 }
                 None if self.issuers.len() > 1 => {
                     return Err(SettingsError(
-                        "introspection.issuer: with several issuers, name the one that introspects"
-                            .into(),
+                        "client.issuer: with several issuers, name the one this server is a client of".into(),
                     ));
                 }
                 _ => {}
+            }
+        }
+        if let Some(i) = &self.introspection {
+            if self.client.is_none() {
+                return Err(SettingsError(
+                    "introspection: introspection authenticates as this server's client: add [http.auth.client] with its id and secret_env".into(),
+                ));
             }
             if let Some(endpoint) = &i.endpoint {
                 check_url("introspection.endpoint", endpoint)?;
             }
         }
         Ok(())
+    }
+
+    /// The issuer this server is a client of, when it is one.
+    pub(crate) fn client_issuer(&self) -> Option<&str> {
+        let client = self.client.as_ref()?;
+        Some(client.issuer.as_deref().unwrap_or(&self.issuers[0]))
     }
 }
 
@@ -238,16 +263,17 @@ mod tests {
     }
 
     #[test]
-    fn introspection_with_several_issuers_must_name_one() {
+    fn a_client_with_several_issuers_must_name_one_and_introspection_needs_a_client() {
         let mut s = Settings::for_issuers(["https://a.example", "https://b.example"]);
-        s.introspection = Some(IntrospectionSettings {
+        s.introspection = Some(IntrospectionSettings::default());
+        let e = s.check().unwrap_err().to_string();
+        assert!(e.contains("[http.auth.client]"), "{e}");
+        s.client = Some(ClientSettings {
+            id: "toolhost".into(),
+            secret_env: "SECRET".into(),
             issuer: None,
-            endpoint: None,
-            client_id: "toolhost".into(),
-            client_secret_env: "SECRET".into(),
-            cache_secs: 0,
         });
         let e = s.check().unwrap_err().to_string();
-        assert!(e.contains("introspection.issuer"), "{e}");
+        assert!(e.contains("client.issuer"), "{e}");
     }
 }

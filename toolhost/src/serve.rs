@@ -111,6 +111,9 @@ async fn listen(
                 "taking OAuth access tokens; protected resource metadata at {}", server.metadata_url());
             let prefetch = server.clone();
             tokio::spawn(async move { prefetch.prefetch().await });
+            if settings.client.is_some() {
+                mcp_toolsets::callers().exchange_through(Arc::new(Exchange(server.clone())));
+            }
             Some(server)
         }
         None => None,
@@ -253,6 +256,25 @@ async fn control_beside_stdio(
             tracing::warn!("the control API stopped: {e}");
         }
     }))
+}
+
+/// Token exchange at the identity provider, for mounted servers that take a token
+/// obtained for their caller (`credentials = "exchange"`).
+struct Exchange(Arc<oauth::ResourceServer>);
+
+impl mcp_toolsets::TokenExchange for Exchange {
+    fn exchange<'a>(
+        &'a self,
+        subject: &'a str,
+        resource: &'a str,
+    ) -> mcp_toolsets::callers::ExchangeFuture<'a> {
+        Box::pin(async move {
+            self.0
+                .exchange(subject, resource)
+                .await
+                .map(|exchanged| exchanged.token)
+        })
+    }
 }
 
 /// How long the calls still running when the protocol input ends are waited for, as rmcp

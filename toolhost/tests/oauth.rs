@@ -139,7 +139,7 @@ fn serve(ws: &Path, config: &str, extra: &[&str]) -> (Server, String) {
     args.extend(extra);
     let mut cmd = command(ws, &args);
     cmd.env("TOOLHOST_LOG", "toolhost=debug")
-        .env("TEST_INTROSPECTION_SECRET", "toolhost-secret-0123456789");
+        .env("TEST_CLIENT_SECRET", "toolhost-secret-0123456789");
     let server = start(cmd);
     let resource = format!("http://{}/mcp", server.addr);
     (server, resource)
@@ -395,7 +395,7 @@ fn an_opaque_token_is_introspected_and_refused_once_revoked() {
         return;
     };
     let ws = workspace();
-    let introspection = "[http.auth.introspection]\nclient_id = \"toolhost\"\nclient_secret_env = \"TEST_INTROSPECTION_SECRET\"";
+    let introspection = "[http.auth.client]\nid = \"toolhost\"\nsecret_env = \"TEST_CLIENT_SECRET\"\n\n[http.auth.introspection]";
     let (server, resource) = serve(ws.path(), &team_config(&idp.issuer, introspection), &[]);
     let opaque = idp.token("opaque", "bob", &resource);
     assert!(!opaque.starts_with("eyJ"), "{opaque}");
@@ -547,5 +547,91 @@ fn each_caller_sees_and_answers_only_its_own_confirmations_in_the_control_api() 
             .try_iter()
             .all(|(_, e)| e["principal"] != format!("{}#alice", idp.issuer)),
         "bob's event stream carried alice's calls"
+    );
+}
+
+#[test]
+fn a_mounted_server_gets_a_token_exchanged_for_the_caller_never_the_callers_own() {
+    let Some(idp) = Idp::start(0, "k1") else {
+        return;
+    };
+    // The mounted server: another toolhost taking tokens for itself only, and a service
+    // token the gateway lists its tools with.
+    let up_ws = workspace();
+    std::fs::write(up_ws.path().join("README.md"), "# upstream\n").unwrap();
+    let service = "service-token-for-listing-0123456789";
+    std::fs::write(up_ws.path().join("tokens"), service).unwrap();
+    let up_config = format!(
+        "[http.auth]\nissuer = \"{}\"\n\n[audit]\npath = \"audit.jsonl\"\nsync = true\n",
+        idp.issuer
+    );
+    let (upstream, up_resource) = serve(up_ws.path(), &up_config, &["--token-file", "tokens"]);
+    let gateway = |credentials: &str| {
+        let ws = workspace();
+        let config = format!(
+            "[http.auth]\nissuer = \"{issuer}\"\n\n[http.auth.client]\nid = \"toolhost\"\nsecret_env = \"TEST_CLIENT_SECRET\"\n\n\
+             [[mcp_servers]]\nid = \"up\"\nprefix = \"up\"\nurl = \"{up_resource}\"\nbearer_token_env = \"UP_SERVICE_TOKEN\"\ncredentials = \"{credentials}\"\n",
+            issuer = idp.issuer
+        );
+        std::fs::write(ws.path().join("toolhost.toml"), &config).unwrap();
+        let mut cmd = command(
+            ws.path(),
+            &[
+                "--config",
+                "toolhost.toml",
+                "serve",
+                "--http",
+                "127.0.0.1:0",
+            ],
+        );
+        cmd.env("TEST_CLIENT_SECRET", "toolhost-secret-0123456789")
+            .env("UP_SERVICE_TOKEN", service);
+        let server = start(cmd);
+        let resource = format!("http://{}/mcp", server.addr);
+        (ws, server, resource)
+    };
+    let (_ws, front, front_resource) = gateway("exchange");
+    let alice = idp.token("test-client", "alice", &front_resource);
+    let read = call(
+        &front,
+        &alice,
+        1,
+        "tools/call",
+        json!({"name": "up__read_file", "arguments": {"path": "README.md"}}),
+    );
+    let result = &read.json()["result"];
+    assert_eq!(result["isError"], false, "{result}");
+    assert_eq!(result["content"][0]["text"], "# upstream\n");
+    // The mounted server saw alice, through a token for itself: it takes no other.
+    let audit = std::fs::read_to_string(up_ws.path().join("audit.jsonl")).unwrap();
+    let record: Value = serde_json::from_str(audit.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        record["principal"],
+        format!("{}#alice", idp.issuer),
+        "{record}"
+    );
+    let up_log = upstream.log.lock().unwrap().join("\n");
+    assert!(
+        !up_log.contains(&alice),
+        "the caller's own token reached the mounted server"
+    );
+
+    // Passed on as it is, alice's token is refused before it leaves: it is not for the
+    // mounted server.
+    let (_ws, passing, passing_resource) = gateway("caller");
+    let alice = idp.token("test-client", "alice", &passing_resource);
+    let refused = call(
+        &passing,
+        &alice,
+        2,
+        "tools/call",
+        json!({"name": "up__read_file", "arguments": {"path": "README.md"}}),
+    );
+    let result = &refused.json()["result"];
+    assert_eq!(result["isError"], true, "{result}");
+    let text = result["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("not for it") && text.contains("credentials = \"exchange\""),
+        "{text}"
     );
 }

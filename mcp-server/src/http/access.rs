@@ -158,6 +158,10 @@ impl Access {
                     id: identity.principal(),
                     groups: identity.groups,
                     own_calls_only: true,
+                    token: Some(crate::sessions::CallerToken {
+                        value: given.into(),
+                        audiences: identity.audiences.into(),
+                    }),
                 }),
                 Err(rejected) => {
                     tracing::info!(target: "toolhost::auth", "refused an access token: {rejected}");

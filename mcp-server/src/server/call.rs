@@ -211,6 +211,17 @@ impl McpServer {
     ) -> Result<CallToolResponse, McpError> {
         tracing::debug!(era = ?caller.era, principal = %caller.principal.id, "tools/call");
         let session = self.session(caller.era, &caller.principal)?;
+        if let Some(token) = &caller.principal.token {
+            // What a mounted server that takes its caller's credentials presents for it.
+            mcp_toolsets::callers().set(
+                session.id(),
+                mcp_toolsets::CallerCredential {
+                    principal: caller.principal.id.clone(),
+                    token: token.value.to_string(),
+                    audiences: token.audiences.to_vec(),
+                },
+            );
+        }
         let takes_tasks = match mode {
             TaskMode::Auto => self.shared.tasks.settings().enabled && caller.caps.supports_tasks(),
             TaskMode::Now { .. } => true,

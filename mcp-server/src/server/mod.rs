@@ -247,6 +247,14 @@ impl McpServer {
                 Era::Session => {
                     let mut own = self.own.lock().unwrap_or_else(|p| p.into_inner());
                     if let Some(s) = own.as_ref() {
+                        // A session is its opener's: another caller presenting its id is
+                        // refused, never let into it.
+                        if s.principal() != principal.id {
+                            return Err(McpError::invalid_request(
+                                "this MCP session was opened by another caller: initialize a session of your own",
+                                None,
+                            ));
+                        }
                         return Ok(s.clone());
                     }
                     let n = self.shared.next_call.fetch_add(1, Ordering::Relaxed);

@@ -42,7 +42,9 @@ impl Upstream {
         let c = &self.config;
         install_tls_provider();
         let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_string());
-        if let Some(var) = &c.bearer_token_env {
+        if let Some(token) = &c.caller_token {
+            config.auth_header = Some(token.0.clone());
+        } else if let Some(var) = &c.bearer_token_env {
             let token = std::env::var(var).map_err(|_| UpstreamError::Initialize {
                 id: c.id.clone(),
                 detail: format!(

@@ -28,6 +28,7 @@ mod connect;
 pub(crate) mod events;
 pub(crate) mod offers;
 pub(crate) mod parked;
+mod per_caller;
 
 /// Who makes a call: the host session it runs in, and what its client can be asked (see
 /// [`crate::ClientRelay::capabilities`]).
@@ -112,6 +113,11 @@ pub(crate) struct Upstream {
     pub(crate) log_level: Mutex<Option<u8>>,
     /// Calls waiting for a 2026 client's answer to the server's question.
     pub(crate) parked: crate::upstream::parked::ParkedCalls,
+    /// Each caller's own connection, by principal, with the token it presents
+    /// (`credentials = "caller"` or `"exchange"`).
+    per_caller: tokio::sync::Mutex<
+        std::collections::HashMap<String, (crate::config::CallerToken, Arc<Upstream>)>,
+    >,
 }
 
 async fn exit_status(child: Option<&tokio::sync::Mutex<tokio::process::Child>>) -> String {
@@ -212,6 +218,7 @@ impl Upstream {
             subscriptions: crate::upstream::events::Subscriptions::default(),
             log_level: Mutex::new(None),
             parked: crate::upstream::parked::ParkedCalls::default(),
+            per_caller: tokio::sync::Mutex::default(),
             confined: Mutex::new(match &config.url {
                 Some(url) => format!("remote ({url}: not confined by toolhost)"),
                 None => "not started".into(),

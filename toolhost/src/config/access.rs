@@ -157,6 +157,7 @@ mod tests {
             id: id.into(),
             groups: groups.iter().map(|g| g.to_string()).collect(),
             own_calls_only: true,
+            token: None,
         }
     }
 

@@ -329,6 +329,30 @@ impl Config {
                 location: None,
             });
         }
+        for (i, server) in config.mcp_servers.iter().enumerate() {
+            let needs = match server.credentials {
+                mcp_toolsets::Credentials::Static => None,
+                mcp_toolsets::Credentials::Caller if config.http.auth.is_none() => {
+                    Some("its callers' tokens come from an identity provider: add [http.auth]")
+                }
+                mcp_toolsets::Credentials::Exchange
+                    if config.http.auth.as_ref().is_none_or(|a| a.client.is_none()) =>
+                {
+                    Some(
+                        "tokens are exchanged at the identity provider as toolhost's own client: add [http.auth] with [http.auth.client]",
+                    )
+                }
+                _ => None,
+            };
+            if let Some(needs) = needs {
+                return Err(ConfigError::Invalid {
+                    file: file.to_path_buf(),
+                    key: format!("mcp_servers[{i}].credentials"),
+                    message: format!("\"{}\": {needs}", server.credentials.name()),
+                    location: None,
+                });
+            }
+        }
         let toolsets: Vec<&str> = config.mcp_servers.iter().map(|s| s.id.as_str()).collect();
         for (i, rule) in config.access.iter().enumerate() {
             if let Some(unknown) = rule

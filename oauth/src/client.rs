@@ -1,0 +1,90 @@
+//! This server as a client of its issuer (`[http.auth.client]`): what introspection and
+//! token exchange authenticate as.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use crate::issuer::{Issuer, read_any};
+
+/// The client's id and secret at `issuer`.
+pub(crate) struct OwnClient {
+    pub(crate) id: String,
+    secret: String,
+    /// The variable the secret came from, for messages.
+    secret_env: String,
+    pub(crate) issuer: Arc<Issuer>,
+    http: reqwest::Client,
+}
+
+impl OwnClient {
+    pub(crate) fn new(
+        id: String,
+        secret: String,
+        secret_env: String,
+        issuer: Arc<Issuer>,
+        http: reqwest::Client,
+    ) -> OwnClient {
+        OwnClient {
+            id,
+            secret,
+            secret_env,
+            issuer,
+            http,
+        }
+    }
+
+    /// `endpoint`, or the issuer metadata's endpoint `pick` chooses.
+    pub(crate) async fn endpoint(
+        &self,
+        given: Option<&String>,
+        name: &str,
+        pick: fn(&crate::issuer::Metadata) -> Option<String>,
+    ) -> Result<String, String> {
+        if let Some(endpoint) = given {
+            return Ok(endpoint.clone());
+        }
+        let metadata = self.issuer.metadata().await?;
+        pick(&metadata).ok_or_else(|| format!("{}'s metadata names no {name}", self.issuer.id))
+    }
+
+    /// POSTs `form` to `endpoint` authenticated as this client (`client_secret_basic`);
+    /// the JSON object answered. `Err` says what went wrong, never with a token in it.
+    pub(crate) async fn post(
+        &self,
+        endpoint: &str,
+        form: &[(&str, &str)],
+    ) -> Result<Map<String, Value>, String> {
+        let response = self
+            .http
+            .post(endpoint)
+            .basic_auth(&self.id, Some(&self.secret))
+            .header(reqwest::header::ACCEPT, "application/json")
+            .form(form)
+            .send()
+            .await
+            .map_err(|e| format!("{endpoint}: {e}"))?;
+        let status = response.status();
+        if status == reqwest::StatusCode::UNAUTHORIZED {
+            tracing::error!(target: "toolhost::auth", %endpoint, client_id = %self.id,
+                "the issuer refused this server's client credentials: check [http.auth.client] id and {}", self.secret_env);
+        }
+        let error = !status.is_success();
+        let body = read_any(response)
+            .await
+            .map_err(|e| format!("{endpoint}: {e}"))?;
+        let answer: Map<String, Value> = serde_json::from_slice(&body)
+            .map_err(|e| format!("{endpoint} answered {status} and no JSON object: {e}"))?;
+        if error {
+            return Err(format!(
+                "{endpoint} answered {status}: {} {}",
+                answer.get("error").and_then(Value::as_str).unwrap_or(""),
+                answer
+                    .get("error_description")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+            ));
+        }
+        Ok(answer)
+    }
+}
