@@ -753,12 +753,13 @@ mod tests {
                     oauth::Settings::for_issuers(["https://login.example.com/realms/team"]);
                 expected.resource = Some("https://mcp.example.com/mcp".into());
                 expected.scopes_supported = vec!["mcp".into()];
-                expected.introspection = auth.introspection.clone();
+                expected.client = auth.client.clone();
+                expected.introspection = Some(oauth::IntrospectionSettings::default());
                 expected
             },
             "the docs show the defaults"
         );
-        assert_eq!(auth.introspection.unwrap().cache_secs, 0);
+        assert_eq!(auth.client.map(|c| c.id).as_deref(), Some("toolhost"));
     }
 
     #[test]
@@ -893,6 +894,30 @@ mod tests {
             e.contains("mcp_servers[0].startup_timeout_secs") && e.contains("line 5"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_docs_block_of_a_server_taking_exchanged_tokens_loads_and_each_mode_needs_its_table() {
+        let c = parse(&readme_block("### Whose credentials a mounted server gets")).unwrap();
+        let s = &c.mcp_servers[0];
+        assert_eq!(s.credentials, mcp_toolsets::Credentials::Exchange);
+        assert_eq!(s.problem(), None);
+        let entry = |credentials: &str| {
+            format!(
+                "[[mcp_servers]]\nid = \"up\"\nprefix = \"up\"\nurl = \"https://up.example/mcp\"\ncredentials = \"{credentials}\"\n"
+            )
+        };
+        for (text, says) in [
+            (entry("caller"), "add [http.auth]"),
+            (entry("exchange"), "[http.auth.client]"),
+            (
+                "[[mcp_servers]]\nid = \"up\"\nprefix = \"up\"\ncommand = \"srv\"\ncredentials = \"exchange\"\n".into(),
+                "one process would hold every caller's credentials",
+            ),
+        ] {
+            let e = parse(&text).unwrap_err().to_string();
+            assert!(e.contains("mcp_servers") && e.contains(says), "{text}: {e}");
+        }
     }
 
     #[test]
