@@ -126,6 +126,9 @@ pub enum Credentials {
     /// identity provider by token exchange (RFC 8693): the server never sees the caller's
     /// token.
     Exchange,
+    /// toolhost's own login to the server (`toolhost mcp login ID`: authorization code
+    /// with PKCE at the server's authorization server), refreshed as it connects.
+    Login,
 }
 
 impl Credentials {
@@ -135,6 +138,7 @@ impl Credentials {
             Credentials::Static => "static",
             Credentials::Caller => "caller",
             Credentials::Exchange => "exchange",
+            Credentials::Login => "login",
         }
     }
 }
@@ -253,7 +257,10 @@ impl McpServerConfig {
             (None, false) if self.credentials != Credentials::Static => Some(
                 "`credentials` other than \"static\" go with `url`: a server started over stdio gets its environment once, at start, and one process would hold every caller's credentials".into(),
             ),
-            (Some(_), true) if self.audience.is_some() && self.credentials == Credentials::Static => {
+            (Some(_), true)
+                if self.audience.is_some()
+                    && matches!(self.credentials, Credentials::Static | Credentials::Login) =>
+            {
                 Some("`audience` goes with `credentials = \"caller\"` or `\"exchange\"`".into())
             }
             (Some(_), true)

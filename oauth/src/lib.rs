@@ -17,6 +17,8 @@
 //! - A caller's token is exchanged (RFC 8693) for one to another resource, for the same
 //!   caller, at the issuer this server is a client of (`[http.auth.client]`): what a mounted
 //!   MCP server that needs the caller's own credentials gets.
+//! - toolhost logs in to a remote MCP server that requires it ([`login`]) and keeps the
+//!   login outside every workspace ([`logins`]).
 //! - A token is never logged, nor put in an error: errors name the claim or the key.
 
 mod client;
@@ -27,6 +29,8 @@ mod introspection;
 mod issuer;
 mod jwk;
 mod jwt;
+pub mod login;
+pub mod logins;
 mod resource_server;
 mod settings;
 

@@ -117,6 +117,19 @@ enum McpCommand {
         /// The tools to approve (default: every pending one).
         tools: Vec<String>,
     },
+    /// Log toolhost in to SERVER, a remote MCP server that requires OAuth: finds where
+    /// (its protected resource metadata), registers toolhost there (or takes
+    /// --client-id), and opens the login in your browser (authorization code with PKCE).
+    /// The refresh token is kept outside every workspace; an entry with `credentials =
+    /// "login"` then connects with it.
+    Login {
+        /// The server's `id` in `[[mcp_servers]]` (it must have a `url`).
+        server: String,
+        /// A client id registered for toolhost at the authorization server, for one that
+        /// offers no dynamic registration.
+        #[arg(long, value_name = "ID")]
+        client_id: Option<String>,
+    },
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -222,6 +235,9 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
         Command::Plugins => plugins(&sources).await,
         Command::Serve(args) => serve::serve(&sources, &args).await,
         Command::Mcp(McpCommand::Approve { server, tools }) => approve(&sources, &server, &tools),
+        Command::Mcp(McpCommand::Login { server, client_id }) => {
+            crate::login::login(&sources, &server, client_id.as_deref()).await
+        }
         Command::Sandbox { session, json } => sandbox(&sources, &session, json).await,
         Command::Manifest { format, session } => manifest(&sources, format, &session).await,
         Command::List { session, json } => {
@@ -271,19 +287,10 @@ async fn plugins(sources: &Sources<'_>) -> Result<ExitCode, UsageError> {
 
 /// `toolhost mcp approve SERVER [TOOL…]`: accepts a mounted server's changed definitions.
 fn approve(sources: &Sources<'_>, server: &str, tools: &[String]) -> Result<ExitCode, UsageError> {
-    let (config, file) = (sources.config, sources.file);
-    let Some(entry) = config.mcp_servers.iter().find(|s| s.id == server) else {
-        let known: Vec<&str> = config.mcp_servers.iter().map(|s| s.id.as_str()).collect();
-        return Err(UsageError(format!(
-            "no MCP server '{server}' in {} (its [[mcp_servers]] ids: {})",
-            file.display(),
-            if known.is_empty() {
-                "none".to_string()
-            } else {
-                known.join(", ")
-            }
-        )));
-    };
+    let config = sources.config;
+    let entry = config
+        .mcp_server(server)
+        .map_err(|e| UsageError(format!("{}: {e}", sources.file.display())))?;
     let store = pin_store(config);
     let key = entry.pin_key();
     let approved = mcp_toolsets::pins::approve(store.as_ref(), &key, tools)

@@ -23,6 +23,7 @@ pub mod cli;
 mod config;
 mod error;
 mod host;
+mod login;
 mod remote;
 mod sandbox_report;
 mod self_mount;

@@ -635,3 +635,106 @@ fn a_mounted_server_gets_a_token_exchanged_for_the_caller_never_the_callers_own(
         "{text}"
     );
 }
+
+#[test]
+fn toolhost_logs_in_to_a_remote_server_that_requires_oauth_and_calls_with_that_login() {
+    let Some(idp) = Idp::start(0, "k1") else {
+        return;
+    };
+    let up_ws = workspace();
+    std::fs::write(up_ws.path().join("README.md"), "# upstream\n").unwrap();
+    let up_config = format!(
+        "[http.auth]\nissuer = \"{}\"\nscopes_supported = [\"mcp\"]\n\n[audit]\npath = \"audit.jsonl\"\nsync = true\n",
+        idp.issuer
+    );
+    let (_upstream, up_resource) = serve(up_ws.path(), &up_config, &[]);
+    let ws = workspace();
+    std::fs::write(
+        ws.path().join("toolhost.toml"),
+        format!(
+            "[[mcp_servers]]\nid = \"remote\"\nprefix = \"remote\"\nurl = \"{up_resource}\"\ncredentials = \"login\"\n"
+        ),
+    )
+    .unwrap();
+    let read = |ws: &Path| {
+        command(
+            ws,
+            &[
+                "call",
+                "remote__read_file",
+                "--input",
+                r#"{"path":"README.md"}"#,
+                "--json",
+            ],
+        )
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+    };
+    // Before a login, the server's entry says what to run.
+    let before = read(ws.path());
+    let said = String::from_utf8_lossy(&before.stderr).to_string()
+        + &String::from_utf8_lossy(&before.stdout);
+    assert!(said.contains("toolhost mcp login remote"), "{said}");
+
+    let mut login = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .args(["mcp", "login", "remote"])
+        .current_dir(ws.path())
+        .env("XDG_CONFIG_HOME", ws.path().join(".no-config"))
+        .env("XDG_STATE_HOME", ws.path().join(".state"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(login.stderr.take().unwrap());
+    let mut url = String::new();
+    while !url.starts_with("http") {
+        url.clear();
+        assert!(
+            stderr.read_line(&mut url).unwrap() > 0,
+            "no URL to open was printed"
+        );
+    }
+    let query: Vec<(String, String)> = url
+        .trim()
+        .split_once('?')
+        .unwrap()
+        .1
+        .split('&')
+        .filter_map(|p| p.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let param = |k: &str| query.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    assert_eq!(param("code_challenge_method"), Some("S256"));
+    assert!(
+        param("resource").is_some_and(|r| r.contains("mcp")),
+        "{url}"
+    );
+    let browser = idp.client(&["follow", url.trim(), "alice"]);
+    assert_eq!(browser["status"], 200, "{browser}");
+    let out = login.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let kept = ws.path().join(".state/toolhost/mcp-logins.json");
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(
+        std::fs::metadata(&kept).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
+    let after = read(ws.path());
+    let block: Value = serde_json::from_slice(&after.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&after.stderr)));
+    assert_eq!(block["content"][0]["text"], "# upstream\n", "{block}");
+    let audit = std::fs::read_to_string(up_ws.path().join("audit.jsonl")).unwrap();
+    let record: Value = serde_json::from_str(audit.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        record["principal"],
+        format!("{}#alice", idp.issuer),
+        "{record}"
+    );
+}

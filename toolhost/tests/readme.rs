@@ -67,7 +67,7 @@ fn the_mcp_server_entries_shown_are_accepted_as_written() {
         let said = String::from_utf8_lossy(&out.stderr);
         assert!(
             said.contains(
-                "no MCP server 'not-configured' in toolhost.toml (its [[mcp_servers]] ids:"
+                "toolhost.toml: no MCP server 'not-configured' (its [[mcp_servers]] ids:"
             ),
             "{block}\n{said}"
         );

@@ -12,6 +12,31 @@ use crate::confine;
 use crate::error::UpstreamError;
 use crate::upstream::client::{Live, install_tls_provider, listed, listen_for_changes};
 
+/// An access token from toolhost's login to the server (`toolhost mcp login ID`), kept
+/// outside every workspace; a rotated refresh token is kept in its place.
+async fn logged_in(c: &crate::config::McpServerConfig) -> Result<String, String> {
+    let logins = oauth::logins::Logins::default_path()
+        .map(oauth::logins::Logins::new)
+        .ok_or("neither XDG_STATE_HOME nor HOME is set, so no login can be kept")?;
+    let key = c.pin_key();
+    let login = logins.get(&key)?.ok_or_else(|| {
+        format!(
+            "it takes toolhost's own login (credentials = \"login\") and none is kept: run `toolhost mcp login {}`",
+            c.id
+        )
+    })?;
+    let (access, rotated) = login.refresh().await.map_err(|e| {
+        format!(
+            "its login could not be refreshed ({e}): run `toolhost mcp login {}` again",
+            c.id
+        )
+    })?;
+    if let Some(rotated) = rotated {
+        logins.put(&key, rotated)?;
+    }
+    Ok(access.token)
+}
+
 impl Upstream {
     /// Starts (or reaches) the server and lists its tools. A change it announced while
     /// starting, which its first listing may predate, is listed again before it counts
@@ -44,6 +69,16 @@ impl Upstream {
         let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_string());
         if let Some(token) = &c.caller_token {
             config.auth_header = Some(token.0.clone());
+        } else if c.credentials == crate::config::Credentials::Login {
+            config.auth_header =
+                Some(
+                    logged_in(c)
+                        .await
+                        .map_err(|detail| UpstreamError::Initialize {
+                            id: c.id.clone(),
+                            detail,
+                        })?,
+                );
         } else if let Some(var) = &c.bearer_token_env {
             let token = std::env::var(var).map_err(|_| UpstreamError::Initialize {
                 id: c.id.clone(),

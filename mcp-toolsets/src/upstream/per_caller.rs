@@ -19,7 +19,9 @@ impl Upstream {
         session: &str,
     ) -> Result<Arc<Upstream>, ToolError> {
         let mode = self.config.credentials;
-        if mode == Credentials::Static || self.config.caller_token.is_some() {
+        if matches!(mode, Credentials::Static | Credentials::Login)
+            || self.config.caller_token.is_some()
+        {
             return Ok(self.clone());
         }
         let id = &self.config.id;

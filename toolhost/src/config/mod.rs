@@ -389,6 +389,21 @@ impl Config {
         Ok(config)
     }
 
+    /// The `[[mcp_servers]]` entry with `id`, or an error naming the ids there are.
+    pub fn mcp_server(&self, id: &str) -> Result<&McpServerConfig, String> {
+        self.mcp_servers.iter().find(|s| s.id == id).ok_or_else(|| {
+            let known: Vec<&str> = self.mcp_servers.iter().map(|s| s.id.as_str()).collect();
+            format!(
+                "no MCP server '{id}' (its [[mcp_servers]] ids: {})",
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            )
+        })
+    }
+
     /// Reads and parses a config file.
     pub fn load(file: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read {

@@ -8,6 +8,9 @@ usage:
                                                 idp.mjs's own), for USER, bound to
                                                 RESOURCE; prints the token response
   client.py revoke ISSUER CLIENT TOKEN          revokes TOKEN at the issuer
+  client.py follow AUTH_URL USER                logs USER in at an authorization URL another
+                                                client made (toolhost mcp login) and takes
+                                                the browser back to that client's redirect
   client.py sdk MCP_URL USER                    the official MCP Python SDK's OAuth client:
                                                 discovery (RFC 9728, RFC 8414), dynamic
                                                 registration, authorization code + PKCE,
@@ -145,9 +148,17 @@ async def sdk(url, user):
             }
 
 
+def follow(auth_url, user):
+    back = login(auth_url, user)
+    answer = httpx.get(back, timeout=10)
+    return {"status": answer.status_code, "page": answer.text}
+
+
 def main():
     mode, args = sys.argv[1], sys.argv[2:]
-    if mode == "token":
+    if mode == "follow":
+        out = follow(*args)
+    elif mode == "token":
         out = token(*args)
     elif mode == "revoke":
         out = revoke(*args)

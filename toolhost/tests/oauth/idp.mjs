@@ -75,6 +75,10 @@ const provider = new Provider(issuer, {
   scopes: ["openid", "offline_access", "mcp"],
   claims: { openid: ["sub"], groups: ["groups"] },
   pkce: { required: () => true },
+  // A client that asks for refresh tokens gets them (toolhost's own login keeps one).
+  async issueRefreshToken(ctx, client, code) {
+    return client.grantTypeAllowed("refresh_token");
+  },
   async findAccount(ctx, id) {
     return { accountId: id, async claims() { return { sub: id, groups: USERS[id]?.groups ?? [] }; } };
   },
