@@ -21,6 +21,8 @@ pub(crate) struct Metadata {
     pub(crate) introspection_endpoint: Option<String>,
     #[serde(default)]
     pub(crate) token_endpoint: Option<String>,
+    #[serde(default)]
+    pub(crate) authorization_endpoint: Option<String>,
 }
 
 /// An issuer and what was fetched of it.

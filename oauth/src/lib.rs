@@ -38,7 +38,7 @@ pub use error::{Rejected, SettingsError};
 pub use exchange::Exchanged;
 pub use identity::Identity;
 pub use resource_server::ResourceServer;
-pub use settings::{ClientSettings, IntrospectionSettings, Settings};
+pub use settings::{ClientSettings, ConsoleSettings, IntrospectionSettings, Settings};
 
 /// The largest token taken (bytes): a bigger `Authorization` header is refused before it
 /// is parsed.

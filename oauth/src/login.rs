@@ -54,7 +54,7 @@ pub struct AccessToken {
 }
 
 /// A client for the login's HTTP requests: no redirects followed, a timeout.
-fn http() -> Result<reqwest::Client, String> {
+pub(crate) fn http() -> Result<reqwest::Client, String> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
@@ -358,7 +358,7 @@ async fn register(
         })
 }
 
-async fn token_request(
+pub(crate) async fn token_request(
     http: &reqwest::Client,
     endpoint: &str,
     form: &[(&str, &str)],

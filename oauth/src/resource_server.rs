@@ -265,6 +265,77 @@ impl ResourceServer {
         self.exchanges.exchange(own, subject, resource).await
     }
 
+    /// What the web console needs to log its user in (`[http.auth.console]`): the
+    /// issuer's authorization endpoint, the console's client id, this resource and the
+    /// scopes to ask for; `None` without a console client.
+    pub async fn console_login(&self) -> Option<Result<Value, String>> {
+        let console = self.settings.console.as_ref()?;
+        let issuer = self.console_issuer(console);
+        Some(
+            async {
+                let metadata = issuer.metadata().await?;
+                let authorize = metadata.authorization_endpoint.ok_or_else(|| {
+                    format!("{}'s metadata names no authorization_endpoint", issuer.id)
+                })?;
+                Ok(json!({
+                    "issuer": issuer.id,
+                    "authorization_endpoint": authorize,
+                    "client_id": console.client_id,
+                    "resource": self.resource,
+                    "scope": self.settings.scopes_supported.join(" "),
+                }))
+            }
+            .await,
+        )
+    }
+
+    /// The console's authorization code for tokens, at its issuer's token endpoint (as
+    /// its public client, with the PKCE verifier): what the browser could not ask across
+    /// origins itself.
+    pub async fn console_token(
+        &self,
+        code: &str,
+        verifier: &str,
+        redirect_uri: &str,
+    ) -> Result<Value, String> {
+        let console = self
+            .settings
+            .console
+            .as_ref()
+            .ok_or("this server has no console login ([http.auth.console])")?;
+        let issuer = self.console_issuer(console);
+        let metadata = issuer.metadata().await?;
+        let endpoint = metadata
+            .token_endpoint
+            .ok_or_else(|| format!("{}'s metadata names no token_endpoint", issuer.id))?;
+        let answer = crate::login::token_request(
+            &crate::login::http()?,
+            &endpoint,
+            &[
+                ("grant_type", "authorization_code"),
+                ("code", code),
+                ("redirect_uri", redirect_uri),
+                ("client_id", &console.client_id),
+                ("code_verifier", verifier),
+                ("resource", &self.resource),
+            ],
+        )
+        .await?;
+        let token = answer
+            .get("access_token")
+            .and_then(Value::as_str)
+            .ok_or("the token endpoint answered no access_token")?;
+        Ok(json!({"access_token": token, "expires_in": answer.get("expires_in")}))
+    }
+
+    fn console_issuer(&self, console: &crate::settings::ConsoleSettings) -> &Arc<Issuer> {
+        let id = console.issuer.as_ref().unwrap_or(&self.settings.issuers[0]);
+        self.issuers
+            .iter()
+            .find(|i| &i.id == id)
+            .unwrap_or(&self.issuers[0])
+    }
+
     /// The protected resource metadata (RFC 9728).
     pub fn metadata(&self) -> Value {
         let mut doc = json!({

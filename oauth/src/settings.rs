@@ -53,6 +53,22 @@ pub struct Settings {
     /// Opaque (non-JWT) tokens, checked by introspection at the client's issuer.
     #[serde(default)]
     pub introspection: Option<IntrospectionSettings>,
+    /// The web console's login: the public client it logs its user in as.
+    #[serde(default)]
+    pub console: Option<ConsoleSettings>,
+}
+
+/// `[http.auth.console]`: the web console logs its user in at an issuer (authorization
+/// code with PKCE in the browser) as this public client, whose redirect URI is the
+/// console's own address (`https://mcp.example.com/`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsoleSettings {
+    /// The console's client id at the issuer.
+    pub client_id: String,
+    /// The issuer it is registered at; default: the first issuer.
+    #[serde(default)]
+    pub issuer: Option<String>,
 }
 
 /// `[http.auth.client]`: this server registered as a client at one issuer
@@ -124,6 +140,7 @@ impl Settings {
             keys_min_refresh_secs: keys_min_refresh_secs(),
             client: None,
             introspection: None,
+            console: None,
         }
     }
 
@@ -165,6 +182,13 @@ impl Settings {
                 }
                 _ => {}
             }
+        }
+        if let Some(issuer) = self.console.as_ref().and_then(|c| c.issuer.as_ref())
+            && !self.issuers.contains(issuer)
+        {
+            return Err(SettingsError(format!(
+                "console.issuer: {issuer} is not one of issuers"
+            )));
         }
         if let Some(i) = &self.introspection {
             if self.client.is_none() {

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use toolhost_tests::peer;
 
 mod common;
+use common::browser::Browser;
 use common::raw_http::{
     Response, follow_events_with, post_stateless_with, request, stateless, wait_event,
 };
@@ -737,4 +738,87 @@ fn toolhost_logs_in_to_a_remote_server_that_requires_oauth_and_calls_with_that_l
         format!("{}#alice", idp.issuer),
         "{record}"
     );
+}
+
+#[test]
+fn the_console_logs_in_at_the_identity_provider_and_answers_only_its_users_calls() {
+    let Some(idp) = Idp::start(0, "k1") else {
+        return;
+    };
+    let ws = workspace();
+    let config = format!(
+        "[http.auth]\nissuer = \"{}\"\nscopes_supported = [\"mcp\"]\n\n[http.auth.console]\nclient_id = \"toolhost-console\"\n\n[[access]]\ngroups = [\"dev\", \"ops\"]\n",
+        idp.issuer
+    );
+    let (server, resource) = serve(ws.path(), &config, &[]);
+    let Some(browser) = Browser::start() else {
+        return;
+    };
+    browser.open(&format!("http://{}/", server.addr));
+    let login = browser.wait_for("#login:not([hidden])");
+    browser.click(&login);
+    // The identity provider's own login page.
+    let user = browser.wait_for("input[name=login]");
+    browser.type_into(&user, "alice");
+    let password = browser.wait_for("input[name=password]");
+    browser.type_into(&password, "alice");
+    let submit = browser.wait_for("button[type=submit]");
+    browser.click(&submit);
+    // A public client's login asks its user to confirm (oidc-provider's consent page).
+    let console = format!("http://{}/", server.addr);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while browser.command("GET", "/url", json!({})).as_str() != Some(console.as_str()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the login never came back to the console"
+        );
+        if browser.count("form button[type=submit]") > 0 {
+            let confirm = browser.wait_for("form button[type=submit]");
+            browser.click(&confirm);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    browser.wait_for("#status.live");
+    // Both users' writes wait for a console; alice's console shows hers alone.
+    let write = |user: &str| {
+        let (addr, bearer) = (
+            server.addr.clone(),
+            format!("Bearer {}", idp.token("test-client", user, &resource)),
+        );
+        let arguments = json!({"path": format!("{user}.txt"), "content": user});
+        std::thread::spawn(move || {
+            post_stateless_with(
+                &addr,
+                &[("Authorization", bearer.as_str())],
+                &stateless(
+                    1,
+                    "tools/call",
+                    json!({"name": "write_file", "arguments": arguments}),
+                    false,
+                ),
+            )
+        })
+    };
+    let alices = write("alice");
+    let _bobs = write("bob");
+    browser.wait_for("[data-request-id] button.allow");
+    // Bob's call waits too by now (each is listed a moment after its event).
+    std::thread::sleep(Duration::from_millis(1500));
+    let listed = browser.count("[data-request-id]");
+    assert_eq!(listed, 1, "the console showed another user's call");
+    let shown = browser.text(&browser.wait_for("[data-request-id]"));
+    assert!(
+        shown.contains("alice.txt") && !shown.contains("bob.txt"),
+        "{shown}"
+    );
+    // Found again: the list is redrawn as it refreshes.
+    let allow = browser.wait_for("[data-request-id] button.allow");
+    browser.click(&allow);
+    let done = alices.join().unwrap();
+    assert_eq!(done.json()["result"]["isError"], false, "{done:?}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("alice.txt")).unwrap(),
+        "alice"
+    );
+    assert!(!ws.path().join("bob.txt").exists());
 }

@@ -130,6 +130,9 @@ impl Server {
         if let Some(metadata) = metadata_routes(&gate.access) {
             router = router.merge(metadata);
         }
+        if let Some(login) = login_routes(&gate.access) {
+            router = router.merge(login);
+        }
         let endpoints = if mcp.is_some() {
             control::ALL_ENDPOINTS
         } else {
@@ -267,10 +270,12 @@ async fn admit(State(gate): State<Gate>, mut request: Request, next: Next) -> Re
         // The console page holds no data and no secret: it loads without the token, asks
         // for it, and sends it with every request of its own (which are checked). The
         // protected resource metadata is how a client learns where to get a token.
+        // And the console's login is how it gets a token.
         Err(Refusal::Unauthorized(_) | Refusal::Token(_))
-            if request.method() == http::Method::GET
+            if (request.method() == http::Method::GET
                 && (request.uri().path() == "/"
-                    || request.uri().path().starts_with(METADATA_PATH)) =>
+                    || request.uri().path().starts_with(METADATA_PATH)))
+                || request.uri().path() == LOGIN_PATH =>
         {
             return next.run(request).await;
         }
@@ -337,6 +342,56 @@ fn token_refused(access: &Access, rejected: &oauth::Rejected) -> Response {
         );
     }
     response
+}
+
+/// Where the console learns how to log its user in (`GET`) and trades the code it got back
+/// for a token (`POST`).
+const LOGIN_PATH: &str = "/v1/login";
+
+/// What the console posts after the identity provider sent its user back.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConsoleCode {
+    code: String,
+    code_verifier: String,
+    redirect_uri: String,
+}
+
+/// The console's login routes, when `[http.auth.console]` names its client.
+fn login_routes(access: &Access) -> Option<Router> {
+    let oauth = access.oauth()?.clone();
+    let (get, post) = (oauth.clone(), oauth);
+    let failed =
+        |status: StatusCode, e: String| (status, axum::Json(json!({"error": e}))).into_response();
+    let router = Router::new().route(
+        LOGIN_PATH,
+        axum::routing::get(move || async move {
+            match get.console_login().await {
+                None => failed(
+                    StatusCode::NOT_FOUND,
+                    "the console logs in with a bearer token here: no [http.auth.console] client is configured".into(),
+                ),
+                Some(Ok(login)) => axum::Json(login).into_response(),
+                Some(Err(e)) => failed(StatusCode::SERVICE_UNAVAILABLE, e),
+            }
+        })
+        .post(move |body: Result<axum::Json<ConsoleCode>, axum::extract::rejection::JsonRejection>| async move {
+            let axum::Json(c) = match body {
+                Ok(body) => body,
+                Err(e) => {
+                    return failed(
+                        StatusCode::BAD_REQUEST,
+                        format!("expected {{\"code\", \"code_verifier\", \"redirect_uri\"}}: {e}"),
+                    );
+                }
+            };
+            match post.console_token(&c.code, &c.code_verifier, &c.redirect_uri).await {
+                Ok(token) => axum::Json(token).into_response(),
+                Err(e) => failed(StatusCode::BAD_REQUEST, e),
+            }
+        }),
+    );
+    Some(router)
 }
 
 /// The protected resource metadata routes, when the server takes OAuth tokens.

@@ -2,6 +2,7 @@
 #![allow(dead_code, reason = "each test file uses part of it")]
 #![cfg(test)]
 
+pub mod browser;
 pub mod mcp;
 pub mod raw_http;
 

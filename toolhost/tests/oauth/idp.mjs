@@ -12,6 +12,7 @@
 //   es-client    the same, tokens signed ES256
 //   expiring     the same, access tokens that live 1 s
 //   opaque       the same, opaque access tokens (checked by introspection)
+//   toolhost-console  the web console's public client (PKCE, loopback redirect)
 //   toolhost     the resource server's own client: introspection, and token exchange
 //                (RFC 8693) of a caller's access token for one to a mounted server
 import { createPublicKey, generateKeyPairSync, verify } from "node:crypto";
@@ -70,6 +71,15 @@ const provider = new Provider(issuer, {
     client("expiring"),
     client("opaque"),
     client("toolhost", { redirect_uris: [], grant_types: [EXCHANGE], response_types: [] }),
+    // The web console's public client: PKCE, back to the console on any loopback port.
+    {
+      client_id: "toolhost-console",
+      application_type: "native",
+      token_endpoint_auth_method: "none",
+      redirect_uris: ["http://127.0.0.1/"],
+      grant_types: ["authorization_code"],
+      response_types: ["code"],
+    },
   ],
   jwks: { keys: signing },
   scopes: ["openid", "offline_access", "mcp"],
