@@ -103,9 +103,15 @@ pub struct McpServerConfig {
     #[serde(default)]
     pub credentials: Credentials,
     /// With `credentials = "caller"` or `"exchange"`: the server's resource URI, the
-    /// audience of the tokens it takes (default: `url`).
+    /// audience of the tokens it takes (default: `url`; a server started over stdio must
+    /// name it).
     #[serde(default)]
     pub audience: Option<String>,
+    /// With `command` and `credentials = "caller"` or `"exchange"`: the environment
+    /// variable the server reads its caller's token from. Each caller then gets a process
+    /// of its own, so one process never holds two callers' tokens.
+    #[serde(default)]
+    pub token_env: Option<String>,
     /// The token this connection presents instead of `bearer_token_env`'s: a caller's own
     /// connection ([`Credentials`]); never read from a file.
     #[serde(skip)]
@@ -227,6 +233,7 @@ impl McpServerConfig {
             input_schemas: InputSchemas::Subset,
             credentials: Credentials::Static,
             audience: None,
+            token_env: None,
             caller_token: None,
         }
     }
@@ -254,8 +261,20 @@ impl McpServerConfig {
             (None, false) if self.bearer_token_env.is_some() => {
                 Some("`bearer_token_env` goes with `url`, not with `command`".into())
             }
-            (None, false) if self.credentials != Credentials::Static => Some(
-                "`credentials` other than \"static\" go with `url`: a server started over stdio gets its environment once, at start, and one process would hold every caller's credentials".into(),
+            (None, false) if self.credentials == Credentials::Login => Some(
+                "`credentials = \"login\"` goes with `url`: toolhost logs in to a server it reaches over HTTP".into(),
+            ),
+            (None, false)
+                if self.credentials != Credentials::Static
+                    && (self.token_env.is_none() || self.audience.is_none()) =>
+            {
+                Some(format!(
+                    "a server started over stdio with credentials = \"{}\" needs `token_env` (the variable it reads its caller's token from: each caller gets a process of its own) and `audience` (the resource its tokens are for)",
+                    self.credentials.name()
+                ))
+            }
+            (_, _) if self.token_env.is_some() && (self.url.is_some() || self.credentials == Credentials::Static) => Some(
+                "`token_env` goes with `command` and credentials = \"caller\" or \"exchange\": a server over `url` gets its caller's token in each request".into(),
             ),
             (Some(_), true)
                 if self.audience.is_some()

@@ -822,3 +822,58 @@ fn the_console_logs_in_at_the_identity_provider_and_answers_only_its_users_calls
     );
     assert!(!ws.path().join("bob.txt").exists());
 }
+
+#[test]
+fn a_stdio_server_gets_a_process_per_caller_holding_a_token_exchanged_for_that_caller() {
+    let (Some(idp), Some(everything)) =
+        (Idp::start(0, "k1"), peer("TOOLHOST_TEST_SERVER_EVERYTHING"))
+    else {
+        return;
+    };
+    let node = peer("TOOLHOST_TEST_NODE").unwrap();
+    let modules = everything.ancestors().nth(4).unwrap().to_path_buf();
+    let ws = workspace();
+    let config = format!(
+        "[http.auth]\nissuer = \"{issuer}\"\n\n[http.auth.client]\nid = \"toolhost\"\nsecret_env = \"TEST_CLIENT_SECRET\"\n\n\
+         [[mcp_servers]]\nid = \"ev\"\nprefix = \"ev\"\ncommand = \"{node}\"\nargs = [\"{everything}\", \"stdio\"]\nreadable_roots = [\"{modules}\"]\n\
+         credentials = \"exchange\"\ntoken_env = \"UPSTREAM_TOKEN\"\naudience = \"https://stdio.example/mcp\"\n",
+        issuer = idp.issuer,
+        node = node.display(),
+        everything = everything.display(),
+        modules = modules.display(),
+    );
+    let (server, resource) = serve(ws.path(), &config, &[]);
+    let env_of = |user: &str| -> (String, Value) {
+        let token = idp.token("test-client", user, &resource);
+        let r = call(
+            &server,
+            &token,
+            1,
+            "tools/call",
+            json!({"name": "ev__get-env", "arguments": {}}),
+        );
+        let result = &r.json()["result"];
+        assert_eq!(result["isError"], false, "{result}");
+        let env: Value =
+            serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+        let given = env["UPSTREAM_TOKEN"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no token in {env}"))
+            .to_string();
+        let claims: Value = serde_json::from_slice(
+            &URL_SAFE_NO_PAD
+                .decode(given.split('.').nth(1).unwrap())
+                .unwrap(),
+        )
+        .unwrap();
+        assert_ne!(given, token, "the caller's own token reached the server");
+        (given, claims)
+    };
+    let (alices, claims) = env_of("alice");
+    assert_eq!(claims["sub"], "alice");
+    assert_eq!(claims["aud"], "https://stdio.example/mcp");
+    assert_eq!(claims["act"]["sub"], "toolhost", "{claims}");
+    let (bobs, claims) = env_of("bob");
+    assert_eq!(claims["sub"], "bob", "bob's calls reached alice's process");
+    assert_ne!(alices, bobs);
+}

@@ -139,6 +139,10 @@ impl Upstream {
         let mut confined = confine::confine(c, &self.sandbox)?;
         let mut cmd = tokio::process::Command::new(&c.command);
         self.sandbox.settings.env.apply(cmd.as_std_mut());
+        if let (Some(token), Some(var)) = (&c.caller_token, &c.token_env) {
+            // This caller's own process: its token, and no other's.
+            cmd.env(var, &token.0);
+        }
         cmd.args(&c.args)
             .envs(env)
             .env(NESTING_ENV, (nesting() + 1).to_string())

@@ -1,7 +1,8 @@
 //! A server whose entry takes its caller's credentials (`credentials = "caller"` or
 //! `"exchange"`): each caller's calls go through a connection of its own that presents
 //! that caller's token (passed on only when it is for the server; else one exchanged for
-//! it), opened at the caller's first call and again when its token changes.
+//! it), opened at the caller's first call and again when its token changes. A server
+//! started over stdio gets a process of its own per caller, the token in its `token_env`.
 
 use std::sync::Arc;
 

@@ -927,7 +927,7 @@ mod tests {
             (entry("exchange"), "[http.auth.client]"),
             (
                 "[[mcp_servers]]\nid = \"up\"\nprefix = \"up\"\ncommand = \"srv\"\ncredentials = \"exchange\"\n".into(),
-                "one process would hold every caller's credentials",
+                "needs `token_env`",
             ),
         ] {
             let e = parse(&text).unwrap_err().to_string();
