@@ -129,14 +129,14 @@ impl Upstream {
         }
     }
 
-    async fn connect_child(&self, me: Weak<Upstream>) -> Result<Live, UpstreamError> {
+    /// The server's command: its arguments, its environment (the sandbox's, its entry's,
+    /// a caller's token in its own process), its pipes, its temporary folder and proxy.
+    fn command(
+        &self,
+        env: Vec<(String, String)>,
+        confined: &confine::Confined,
+    ) -> tokio::process::Command {
         let c = &self.config;
-        let env = c.environment().map_err(|detail| UpstreamError::Spawn {
-            id: c.id.clone(),
-            command: c.command.clone(),
-            detail,
-        })?;
-        let mut confined = confine::confine(c, &self.sandbox)?;
         let mut cmd = tokio::process::Command::new(&c.command);
         self.sandbox.settings.env.apply(cmd.as_std_mut());
         if let (Some(token), Some(var)) = (&c.caller_token, &c.token_env) {
@@ -159,6 +159,18 @@ impl Upstream {
         if confined.grant.is_some_and(|g| g.network) {
             cmd.envs(sandbox::egress::proxy_env());
         }
+        cmd
+    }
+
+    async fn connect_child(&self, me: Weak<Upstream>) -> Result<Live, UpstreamError> {
+        let c = &self.config;
+        let env = c.environment().map_err(|detail| UpstreamError::Spawn {
+            id: c.id.clone(),
+            command: c.command.clone(),
+            detail,
+        })?;
+        let mut confined = confine::confine(c, &self.sandbox)?;
+        let mut cmd = self.command(env, &confined);
         let attached = match confined.prepared.take() {
             Some(prepared) => {
                 Some(

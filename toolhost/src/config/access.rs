@@ -117,6 +117,51 @@ impl AccessRule {
     }
 }
 
+/// What serde cannot check of `[http.auth]`, `[[access]]` and the mounted servers'
+/// `credentials`, which depend on each other: the first problem, as its dotted key and what
+/// is wrong.
+pub(super) fn check(config: &super::Config) -> Result<(), (String, String)> {
+    use mcp_toolsets::Credentials;
+    if let Some(auth) = &config.http.auth
+        && let Err(e) = auth.check()
+    {
+        let (key, message) = e.0.split_once(": ").unwrap_or(("", &e.0));
+        let key = format!("http.auth.{key}").trim_end_matches('.').to_string();
+        return Err((key, message.to_string()));
+    }
+    for (i, server) in config.mcp_servers.iter().enumerate() {
+        let auth = config.http.auth.as_ref();
+        let needs = match server.credentials {
+            Credentials::Caller if auth.is_none() => {
+                "its callers' tokens come from an identity provider: add [http.auth]"
+            }
+            Credentials::Exchange if auth.is_none_or(|a| a.client.is_none()) => {
+                "tokens are exchanged at the identity provider as toolhost's own client: add [http.auth] with [http.auth.client]"
+            }
+            _ => continue,
+        };
+        return Err((
+            format!("mcp_servers[{i}].credentials"),
+            format!("\"{}\": {needs}", server.credentials.name()),
+        ));
+    }
+    let toolsets: Vec<&str> = config.mcp_servers.iter().map(|s| s.id.as_str()).collect();
+    for (i, rule) in config.access.iter().enumerate() {
+        if let Some(unknown) = rule
+            .toolsets
+            .iter()
+            .flatten()
+            .find(|t| !toolsets.contains(&t.as_str()))
+        {
+            return Err((
+                format!("access[{i}].toolsets"),
+                format!("no [[mcp_servers]] entry has the id {unknown:?} (ids: {toolsets:?})"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// `spec` for `caller` under `rules`: the first matching rule's tools and modes; no tool
 /// at all when rules are given and none matches. Unchanged without rules.
 pub fn apply(rules: &[AccessRule], caller: &Principal, spec: SessionSpec) -> SessionSpec {

@@ -318,58 +318,13 @@ impl Config {
                 message: e.message,
                 location: e.location,
             })?;
-        if let Some(auth) = &config.http.auth
-            && let Err(e) = auth.check()
-        {
-            let (key, message) = e.0.split_once(": ").unwrap_or(("", &e.0));
+        if let Err((key, message)) = access::check(&config) {
             return Err(ConfigError::Invalid {
                 file: file.to_path_buf(),
-                key: format!("http.auth.{key}").trim_end_matches('.').to_string(),
-                message: message.to_string(),
+                key,
+                message,
                 location: None,
             });
-        }
-        for (i, server) in config.mcp_servers.iter().enumerate() {
-            let needs = match server.credentials {
-                mcp_toolsets::Credentials::Static => None,
-                mcp_toolsets::Credentials::Caller if config.http.auth.is_none() => {
-                    Some("its callers' tokens come from an identity provider: add [http.auth]")
-                }
-                mcp_toolsets::Credentials::Exchange
-                    if config.http.auth.as_ref().is_none_or(|a| a.client.is_none()) =>
-                {
-                    Some(
-                        "tokens are exchanged at the identity provider as toolhost's own client: add [http.auth] with [http.auth.client]",
-                    )
-                }
-                _ => None,
-            };
-            if let Some(needs) = needs {
-                return Err(ConfigError::Invalid {
-                    file: file.to_path_buf(),
-                    key: format!("mcp_servers[{i}].credentials"),
-                    message: format!("\"{}\": {needs}", server.credentials.name()),
-                    location: None,
-                });
-            }
-        }
-        let toolsets: Vec<&str> = config.mcp_servers.iter().map(|s| s.id.as_str()).collect();
-        for (i, rule) in config.access.iter().enumerate() {
-            if let Some(unknown) = rule
-                .toolsets
-                .iter()
-                .flatten()
-                .find(|t| !toolsets.contains(&t.as_str()))
-            {
-                return Err(ConfigError::Invalid {
-                    file: file.to_path_buf(),
-                    key: format!("access[{i}].toolsets"),
-                    message: format!(
-                        "no [[mcp_servers]] entry has the id {unknown:?} (ids: {toolsets:?})"
-                    ),
-                    location: None,
-                });
-            }
         }
         if config.remote.is_none()
             && let Some(tool) = config
