@@ -21,8 +21,8 @@ pub enum Sessions {
     PerClient {
         /// Opens a session by id.
         open: SessionOpener,
-        /// The principals' sessions.
-        by_principal: Mutex<HashMap<String, Session>>,
+        /// The principals' sessions: by principal id, one per set of groups it called with.
+        by_principal: Mutex<HashMap<String, Vec<(Vec<String>, Session)>>>,
     },
 }
 

@@ -57,15 +57,25 @@ pub fn callers() -> &'static Callers {
 }
 
 impl Callers {
-    /// Records that `session`'s calls are made by `caller` (the latest token wins).
-    pub fn set(&self, session: &str, caller: CallerCredential) {
-        let mut by_session = self.by_session.write().unwrap_or_else(|p| p.into_inner());
-        if by_session
+    /// Records that `session`'s calls are made by `principal` with `token` (the latest
+    /// token wins). A caller's every call says so: the same caller again costs a read.
+    pub fn set(&self, session: &str, principal: &str, token: &str, audiences: &[String]) {
+        let same = |known: &CallerCredential| known.token == token && known.principal == principal;
+        if self
+            .by_session
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
             .get(session)
-            .is_some_and(|known| **known == caller)
+            .is_some_and(|known| same(known))
         {
             return;
         }
+        let caller = CallerCredential {
+            principal: principal.to_string(),
+            token: token.to_string(),
+            audiences: audiences.to_vec(),
+        };
+        let mut by_session = self.by_session.write().unwrap_or_else(|p| p.into_inner());
         if by_session.len() >= KEPT {
             by_session.clear();
         }

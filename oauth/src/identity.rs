@@ -21,6 +21,10 @@ pub struct Identity {
     pub expires_at: Option<u64>,
     /// The resources the token is for (`aud`): this server's among them.
     pub audiences: Vec<String>,
+    /// Until when this check of the token may be reused without checking it again: a
+    /// JWT's expiry (at most `keys_max_age_secs` on), an introspection answer's
+    /// `cache_secs`; `None`: check it at every use.
+    pub reuse_until: Option<std::time::Instant>,
 }
 
 impl Identity {
@@ -147,6 +151,7 @@ impl Expected<'_> {
                 .map(String::from),
             expires_at,
             audiences,
+            reuse_until: None,
         })
     }
 }

@@ -64,6 +64,12 @@ impl Introspector {
         answer
     }
 
+    /// Until when an answer got now may be used again (`cache_secs`; `None` for 0).
+    pub(crate) fn reuse_until(&self) -> Option<Instant> {
+        (self.settings.cache_secs > 0)
+            .then(|| Instant::now() + Duration::from_secs(self.settings.cache_secs))
+    }
+
     async fn ask(&self, token: &str) -> Answer {
         let issuer = &self.client.issuer.id;
         let endpoint = self

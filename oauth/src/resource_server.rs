@@ -154,14 +154,16 @@ impl ResourceServer {
             {
                 return Ok(identity.clone());
             }
-            let identity = self.jwt(token).await?;
-            self.keep(digest, &identity);
+            let mut identity = self.jwt(token).await?;
+            self.keep(digest, &mut identity);
             return Ok(identity);
         }
         match &self.introspection {
             Some(introspector) => {
                 let claims = introspector.claims(token).await?;
-                self.expected().identity(&claims, false)
+                let mut identity = self.expected().identity(&claims, false)?;
+                identity.reuse_until = introspector.reuse_until();
+                Ok(identity)
             }
             None => Err(Rejected::Invalid(
                 "it is not a JWT, and opaque tokens are not introspected here ([http.auth.introspection])".into(),
@@ -169,8 +171,9 @@ impl ResourceServer {
         }
     }
 
-    /// Keeps a verified token's identity until it expires (or the keys are due again).
-    fn keep(&self, digest: [u8; 32], identity: &Identity) {
+    /// Keeps a verified token's identity until it expires (or the keys are due again),
+    /// and says so in it ([`Identity::reuse_until`]).
+    fn keep(&self, digest: [u8; 32], identity: &mut Identity) {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -181,6 +184,8 @@ impl ResourceServer {
         if left == 0 {
             return;
         }
+        let until = Instant::now() + Duration::from_secs(left);
+        identity.reuse_until = Some(until);
         let mut verified = self.verified.write().unwrap_or_else(|p| p.into_inner());
         if verified.len() >= VERIFIED_ENTRIES {
             let now = Instant::now();
@@ -189,10 +194,7 @@ impl ResourceServer {
                 verified.clear();
             }
         }
-        verified.insert(
-            digest,
-            (Instant::now() + Duration::from_secs(left), identity.clone()),
-        );
+        verified.insert(digest, (until, identity.clone()));
     }
 
     fn expected(&self) -> Expected<'_> {

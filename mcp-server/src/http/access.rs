@@ -34,6 +34,9 @@ use crate::Principal;
 /// The environment variable that may hold the bearer token (one; a file may hold several).
 pub const TOKEN_ENV: &str = "TOOLHOST_HTTP_TOKEN";
 
+/// The most OAuth callers kept admitted at once.
+const ADMITTED: usize = 10_000;
+
 /// Why a request is turned away.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
@@ -52,6 +55,16 @@ pub struct Access {
     tokens: Vec<[u8; 32]>,
     /// OAuth access tokens, when `[http.auth]` is set.
     oauth: Option<Arc<ResourceServer>>,
+    /// The callers of OAuth tokens checked lately, by token, until their check may be
+    /// reused ([`oauth::Identity::reuse_until`]): a caller's every request carries the same
+    /// token, which is hashed once here (a fast hash, then compared whole).
+    admitted: std::sync::RwLock<
+        std::collections::HashMap<
+            Arc<str>,
+            (std::time::Instant, Principal),
+            foldhash::fast::RandomState,
+        >,
+    >,
     hosts: Vec<String>,
     any_host: bool,
     origins: Vec<String>,
@@ -103,6 +116,7 @@ impl Access {
                 .map(|t| Sha256::digest(t.as_bytes()).into())
                 .collect(),
             oauth,
+            admitted: Default::default(),
             hosts,
             any_host,
             origins: extra_origins
@@ -152,25 +166,50 @@ impl Access {
         if let Some(principal) = self.known_token(given) {
             return Ok(principal);
         }
-        match &self.oauth {
-            Some(oauth) => match oauth.authenticate(given).await {
-                Ok(identity) => Ok(Principal {
+        let Some(oauth) = &self.oauth else {
+            return Err(Refusal::Unauthorized(
+                "Unauthorized: the bearer token is not valid".into(),
+            ));
+        };
+        if let Some((until, principal)) = self
+            .admitted
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(given)
+            && *until > std::time::Instant::now()
+        {
+            return Ok(principal.clone());
+        }
+        match oauth.authenticate(given).await {
+            Ok(identity) => {
+                let token: Arc<str> = given.into();
+                let reuse_until = identity.reuse_until;
+                let principal = Principal {
                     id: identity.principal(),
                     groups: identity.groups,
                     own_calls_only: true,
                     token: Some(crate::sessions::CallerToken {
-                        value: given.into(),
+                        value: token.clone(),
                         audiences: identity.audiences.into(),
                     }),
-                }),
-                Err(rejected) => {
-                    tracing::info!(target: "toolhost::auth", "refused an access token: {rejected}");
-                    Err(Refusal::Token(rejected))
+                };
+                if let Some(until) = reuse_until {
+                    let mut admitted = self.admitted.write().unwrap_or_else(|p| p.into_inner());
+                    if admitted.len() >= ADMITTED {
+                        let now = std::time::Instant::now();
+                        admitted.retain(|_, (until, _)| *until > now);
+                        if admitted.len() >= ADMITTED {
+                            admitted.clear();
+                        }
+                    }
+                    admitted.insert(token, (until, principal.clone()));
                 }
-            },
-            None => Err(Refusal::Unauthorized(
-                "Unauthorized: the bearer token is not valid".into(),
-            )),
+                Ok(principal)
+            }
+            Err(rejected) => {
+                tracing::info!(target: "toolhost::auth", "refused an access token: {rejected}");
+                Err(Refusal::Token(rejected))
+            }
         }
     }
 

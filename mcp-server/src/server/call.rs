@@ -215,11 +215,9 @@ impl McpServer {
             // What a mounted server that takes its caller's credentials presents for it.
             mcp_toolsets::callers().set(
                 session.id(),
-                mcp_toolsets::CallerCredential {
-                    principal: caller.principal.id.clone(),
-                    token: token.value.to_string(),
-                    audiences: token.audiences.to_vec(),
-                },
+                &caller.principal.id,
+                &token.value,
+                &token.audiences,
             );
         }
         let takes_tasks = match mode {

@@ -236,12 +236,17 @@ impl McpServer {
             Sessions::PerClient { open, by_principal } => match era {
                 Era::Stateless => {
                     let mut sessions = by_principal.lock().unwrap_or_else(|p| p.into_inner());
-                    let id = principal.session_id();
-                    if let Some(s) = sessions.get(&id) {
+                    // Found without building its id: a caller's every request looks it up.
+                    if let Some((_, s)) = sessions.get(&principal.id).and_then(|kept| {
+                        kept.iter().find(|(groups, _)| *groups == principal.groups)
+                    }) {
                         return Ok(s.clone());
                     }
-                    let s = opened(&id, true, open.as_ref())?;
-                    sessions.insert(id, s.clone());
+                    let s = opened(&principal.session_id(), true, open.as_ref())?;
+                    sessions
+                        .entry(principal.id.clone())
+                        .or_default()
+                        .push((principal.groups.clone(), s.clone()));
                     Ok(s)
                 }
                 Era::Session => {
