@@ -21,10 +21,13 @@ pub enum Sessions {
     PerClient {
         /// Opens a session by id.
         open: SessionOpener,
-        /// The principals' sessions: by principal id, one per set of groups it called with.
-        by_principal: Mutex<HashMap<String, Vec<(Vec<String>, Session)>>>,
+        /// The principals' sessions.
+        by_principal: Mutex<ByPrincipal>,
     },
 }
+
+/// The principals' sessions: by principal id, one per set of groups it called with.
+pub type ByPrincipal = HashMap<String, Vec<(Vec<String>, Session)>>;
 
 /// Who is calling, as the transport authenticated it (HTTP puts it in the request's
 /// extensions); stdio's one client is `stdio`.

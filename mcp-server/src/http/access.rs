@@ -34,6 +34,13 @@ use crate::Principal;
 /// The environment variable that may hold the bearer token (one; a file may hold several).
 pub const TOKEN_ENV: &str = "TOOLHOST_HTTP_TOKEN";
 
+/// OAuth callers by token: until when, and who.
+type Admitted = std::collections::HashMap<
+    Arc<str>,
+    (std::time::Instant, Principal),
+    foldhash::fast::RandomState,
+>;
+
 /// The most OAuth callers kept admitted at once.
 const ADMITTED: usize = 10_000;
 
