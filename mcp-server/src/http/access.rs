@@ -65,13 +65,7 @@ pub struct Access {
     /// The callers of OAuth tokens checked lately, by token, until their check may be
     /// reused ([`oauth::Identity::reuse_until`]): a caller's every request carries the same
     /// token, which is hashed once here (a fast hash, then compared whole).
-    admitted: std::sync::RwLock<
-        std::collections::HashMap<
-            Arc<str>,
-            (std::time::Instant, Principal),
-            foldhash::fast::RandomState,
-        >,
-    >,
+    admitted: std::sync::RwLock<Admitted>,
     hosts: Vec<String>,
     any_host: bool,
     origins: Vec<String>,
