@@ -96,7 +96,8 @@ impl McpShared {
         })
     }
 
-    /// Says whether callers see tools of their own ([`McpShared::tools_per_caller`]).
+    /// Says whether callers see tools of their own (`[[access]]` rules): a 2026-07-28
+    /// `tools/list` answer then says `cacheScope: "private"`.
     pub fn set_tools_per_caller(&self, per_caller: bool) {
         self.tools_per_caller.store(per_caller, Ordering::Relaxed);
     }
