@@ -61,12 +61,12 @@ impl Upstream {
             }
         };
         let token = CallerToken(token);
-        let mut own = self.per_caller.lock().await;
-        if let Some((kept, connection)) = own.get(&caller.principal)
+        if let Some((kept, connection)) = self.per_caller.lock().await.get(&caller.principal)
             && *kept == token
         {
             return Ok(connection.clone());
         }
+        // Started without holding the map: other callers' calls go on meanwhile.
         let mut config = self.config.clone();
         config.caller_token = Some(token.clone());
         let connection = Upstream::start(config, self.sandbox.clone(), self.pins.clone())
@@ -78,6 +78,16 @@ impl Upstream {
             })?;
         if let Some(relay) = self.relay.get() {
             let _ = connection.relay.set(relay.clone());
+        }
+        let mut own = self.per_caller.lock().await;
+        // The same caller's call that started one too, first: use that one.
+        if let Some((kept, first)) = own.get(&caller.principal)
+            && *kept == token
+        {
+            let first = first.clone();
+            drop(own);
+            connection.stop();
+            return Ok(first);
         }
         tracing::info!(server = %id, principal = %caller.principal, "connected with the caller's credentials ({})", mode.name());
         if let Some((_, old)) = own.insert(caller.principal.clone(), (token, connection.clone())) {
