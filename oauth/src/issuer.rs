@@ -33,6 +33,9 @@ pub(crate) struct Issuer {
     keys: RwLock<Arc<Keys>>,
     /// One fetch at a time; the others wait for it and use what it got.
     fetching: tokio::sync::Mutex<Option<Metadata>>,
+    /// The last fetch that failed, and why: within `min_refresh` of it, a request is
+    /// answered with that at once instead of waiting on an issuer that is out of reach.
+    failed: std::sync::Mutex<Option<(Instant, String)>>,
     max_age: Duration,
     min_refresh: Duration,
 }
@@ -64,6 +67,7 @@ impl Issuer {
             client,
             keys: RwLock::default(),
             fetching: tokio::sync::Mutex::new(None),
+            failed: std::sync::Mutex::new(None),
             max_age,
             min_refresh,
         }
@@ -90,6 +94,11 @@ impl Issuer {
         if now.fetched.is_some_and(|t| t.elapsed() < self.min_refresh) {
             return Err(Unfetched::TooSoon);
         }
+        if let Some((at, why)) = &*self.failed.lock().unwrap_or_else(|p| p.into_inner())
+            && at.elapsed() < self.min_refresh
+        {
+            return Err(Unfetched::Failed(why.clone()));
+        }
         let fetched = self.fetch(&mut metadata).await;
         match fetched {
             Ok(keys) => {
@@ -99,10 +108,13 @@ impl Issuer {
                     fetched: Some(Instant::now()),
                 });
                 *self.keys.write().unwrap_or_else(|p| p.into_inner()) = keys.clone();
+                *self.failed.lock().unwrap_or_else(|p| p.into_inner()) = None;
                 Ok(keys)
             }
             Err(why) => {
                 tracing::warn!(target: "toolhost::auth", issuer = %self.id, "cannot fetch the issuer's signing keys: {why}");
+                *self.failed.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some((Instant::now(), why.clone()));
                 Err(Unfetched::Failed(why))
             }
         }
@@ -209,6 +221,38 @@ async fn get_json<T: serde::de::DeserializeOwned>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn an_issuer_out_of_reach_is_asked_again_only_after_min_refresh() {
+        // An "issuer" that answers every connection by closing it, and counts them.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                drop(stream);
+            }
+        });
+        let issuer = Issuer::new(
+            format!("http://127.0.0.1:{port}"),
+            crate::login::http().unwrap(),
+            Duration::from_secs(600),
+            Duration::from_secs(60),
+        );
+        let keys = issuer.keys();
+        assert!(matches!(
+            issuer.refresh(&keys).await,
+            Err(Unfetched::Failed(_))
+        ));
+        let asked = seen.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(asked >= 1);
+        // Within min_refresh, the failure is answered again without asking.
+        let again = issuer.refresh(&keys).await;
+        assert!(matches!(again, Err(Unfetched::Failed(why)) if why.contains("127.0.0.1")));
+        assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), asked);
+    }
 
     #[test]
     fn discovery_tries_openid_then_rfc8414_with_the_path() {

@@ -7,8 +7,9 @@
 //!
 //! - A JWT access token is checked against its issuer's keys: the JWKS, found through the
 //!   issuer's metadata (OpenID Connect discovery, else RFC 8414), kept, and fetched again
-//!   for a key id it does not hold (at most once per `keys_min_refresh_secs`) or once it is
-//!   older than `keys_max_age_secs`. Then `iss` (one of the configured issuers), `aud` (this
+//!   for a key id it does not hold (at most once per `keys_min_refresh_secs`, a failed fetch
+//!   included, so an issuer out of reach is not waited on by every request) or, in the
+//!   background, once it is older than `keys_max_age_secs`. Then `iss` (one of the configured issuers), `aud` (this
 //!   server's resource URI, RFC 8707), `exp` and `nbf` (with `leeway_secs`), and the
 //!   algorithm: only an asymmetric one the key allows (RS/PS 256–512 for RSA keys, ES256 for
 //!   P-256, ES384 for P-384, EdDSA for Ed25519); `none` and HMAC are refused.

@@ -222,11 +222,19 @@ impl ResourceServer {
             }));
         };
         let mut keys = issuer.keys();
-        if issuer.stale(&keys) || jwt.candidates(&keys.keys).is_empty() {
+        if !jwt.candidates(&keys.keys).is_empty() {
+            if issuer.stale(&keys) {
+                // The keys held still verify; fresh ones are fetched meanwhile, so that no
+                // request waits on the issuer (nor on one out of reach), and a key it
+                // withdrew stops verifying once they come.
+                let (issuer, seen) = (issuer.clone(), keys.clone());
+                tokio::spawn(async move {
+                    let _ = issuer.refresh(&seen).await;
+                });
+            }
+        } else {
             match issuer.refresh(&keys).await {
                 Ok(fresh) => keys = fresh,
-                // Keys held but old, and the issuer out of reach: they still verify.
-                Err(Unfetched::Failed(_)) if !jwt.candidates(&keys.keys).is_empty() => {}
                 Err(Unfetched::Failed(why)) => {
                     return Err(Rejected::Unavailable(format!(
                         "the keys of {} cannot be fetched: {why}",
