@@ -237,7 +237,10 @@ mod tests {
         });
         let issuer = Issuer::new(
             format!("http://127.0.0.1:{port}"),
-            crate::login::http().unwrap(),
+            {
+                let _ = rustls::crypto::ring::default_provider().install_default();
+                reqwest::Client::new()
+            },
             Duration::from_secs(600),
             Duration::from_secs(60),
         );
