@@ -169,6 +169,20 @@ pub struct FilePins {
     path: PathBuf,
 }
 
+/// The file of toolhost's logins to remote MCP servers (`toolhost mcp login`), beside the
+/// pins.
+pub const LOGINS_FILE: &str = "mcp-logins.json";
+
+/// A file of toolhost's own state, outside every workspace: `$XDG_STATE_HOME/toolhost/NAME`,
+/// else `~/.local/state/toolhost/NAME`; `None` when neither variable is set.
+pub fn state_file(name: &str) -> Option<PathBuf> {
+    std::env::var_os("XDG_STATE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".local/state")))
+        .map(|dir| dir.join("toolhost").join(name))
+}
+
 impl FilePins {
     /// Pins in `path` (created with its folder when first written).
     pub fn new(path: impl Into<PathBuf>) -> FilePins {
@@ -178,11 +192,7 @@ impl FilePins {
     /// toolhost's default: `$XDG_STATE_HOME/toolhost/mcp-pins.json`, else
     /// `~/.local/state/toolhost/mcp-pins.json`.
     pub fn default_path() -> Option<PathBuf> {
-        std::env::var_os("XDG_STATE_HOME")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".local/state")))
-            .map(|dir| dir.join("toolhost/mcp-pins.json"))
+        state_file("mcp-pins.json")
     }
 
     /// The file.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use crate::issuer::{Issuer, read_any};
+use crate::issuer::{Issuer, oauth_answer, send_for_json};
 
 /// The client's id and secret at `issuer`.
 pub(crate) struct OwnClient {
@@ -55,36 +55,16 @@ impl OwnClient {
         endpoint: &str,
         form: &[(&str, &str)],
     ) -> Result<Map<String, Value>, String> {
-        let response = self
+        let request = self
             .http
             .post(endpoint)
             .basic_auth(&self.id, Some(&self.secret))
-            .header(reqwest::header::ACCEPT, "application/json")
-            .form(form)
-            .send()
-            .await
-            .map_err(|e| format!("{endpoint}: {e}"))?;
-        let status = response.status();
+            .form(form);
+        let (status, answer) = send_for_json(request, endpoint).await?;
         if status == reqwest::StatusCode::UNAUTHORIZED {
             tracing::error!(target: "toolhost::auth", %endpoint, client_id = %self.id,
                 "the issuer refused this server's client credentials: check [http.auth.client] id and {}", self.secret_env);
         }
-        let error = !status.is_success();
-        let body = read_any(response)
-            .await
-            .map_err(|e| format!("{endpoint}: {e}"))?;
-        let answer: Map<String, Value> = serde_json::from_slice(&body)
-            .map_err(|e| format!("{endpoint} answered {status} and no JSON object: {e}"))?;
-        if error {
-            return Err(format!(
-                "{endpoint} answered {status}: {} {}",
-                answer.get("error").and_then(Value::as_str).unwrap_or(""),
-                answer
-                    .get("error_description")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-            ));
-        }
-        Ok(answer)
+        oauth_answer(endpoint, status, answer)
     }
 }

@@ -37,10 +37,13 @@ impl std::fmt::Debug for Exchanged {
     }
 }
 
+/// A subject token's SHA-256, and the resource a token was asked for.
+type Subject = ([u8; 32], String);
+
 /// Exchanges and keeps the tokens exchanged, by subject token and resource.
 #[derive(Default)]
 pub(crate) struct Exchanges {
-    kept: Mutex<HashMap<([u8; 32], String), Exchanged>>,
+    kept: Mutex<HashMap<Subject, (Instant, Exchanged)>>,
 }
 
 impl Exchanges {
@@ -56,12 +59,12 @@ impl Exchanges {
             <[u8; 32]>::from(Sha256::digest(subject.as_bytes())),
             resource.to_string(),
         );
-        if let Some(kept) = self
+        if let Some((until, kept)) = self
             .kept
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&key)
-            && kept.until > Instant::now()
+            && *until > Instant::now()
         {
             return Ok(kept.clone());
         }
@@ -95,14 +98,7 @@ impl Exchanges {
             until: Instant::now() + lifetime.saturating_sub(MARGIN),
         };
         let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-        if kept.len() >= KEPT {
-            let now = Instant::now();
-            kept.retain(|_, e| e.until > now);
-            if kept.len() >= KEPT {
-                kept.clear();
-            }
-        }
-        kept.insert(key, exchanged.clone());
+        crate::keep_until(&mut kept, KEPT, key, exchanged.until, exchanged.clone());
         Ok(exchanged)
     }
 }

@@ -52,14 +52,8 @@ impl Introspector {
         let answer = self.ask(token).await;
         if !ttl.is_zero() && !matches!(answer, Err(Rejected::Unavailable(_))) {
             let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-            if cache.len() >= CACHE_ENTRIES {
-                let now = Instant::now();
-                cache.retain(|_, (until, _)| *until > now);
-                if cache.len() >= CACHE_ENTRIES {
-                    cache.clear();
-                }
-            }
-            cache.insert(key, (Instant::now() + ttl, answer.clone()));
+            let until = Instant::now() + ttl;
+            crate::keep_until(&mut cache, CACHE_ENTRIES, key, until, answer.clone());
         }
         answer
     }

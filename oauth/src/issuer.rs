@@ -6,6 +6,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
+use serde_json::{Map, Value};
 
 use crate::jwk::{self, Key};
 
@@ -144,7 +145,7 @@ impl Issuer {
                         m.issuer, self.id
                     ));
                 }
-                Err(why) => tried.push(format!("{url}: {why}")),
+                Err(why) => tried.push(why),
             }
         }
         Err(format!("no issuer metadata found ({})", tried.join("; ")))
@@ -185,7 +186,9 @@ pub(crate) async fn get_bytes(client: &reqwest::Client, url: &str) -> Result<Vec
         .send()
         .await
         .map_err(|e| format!("{url}: {e}"))?;
-    read_limited(response).await
+    read_limited(response)
+        .await
+        .map_err(|e| format!("{url}: {e}"))
 }
 
 /// A response's body, refused when it is not a success or over [`MAX_DOCUMENT`].
@@ -210,12 +213,50 @@ pub(crate) async fn read_any(mut response: reqwest::Response) -> Result<Vec<u8>,
     Ok(body)
 }
 
-async fn get_json<T: serde::de::DeserializeOwned>(
+/// `GET url`, as the JSON document expected; errors name `url`.
+pub(crate) async fn get_json<T: serde::de::DeserializeOwned>(
     client: &reqwest::Client,
     url: &str,
 ) -> Result<T, String> {
     let body = get_bytes(client, url).await?;
-    serde_json::from_slice(&body).map_err(|e| format!("not the JSON expected: {e}"))
+    serde_json::from_slice(&body).map_err(|e| format!("{url}: not the JSON expected: {e}"))
+}
+
+/// Sends `request` (to `endpoint`) and reads the JSON object it answers, whatever its
+/// status: an OAuth endpoint says why it refused in JSON.
+pub(crate) async fn send_for_json(
+    request: reqwest::RequestBuilder,
+    endpoint: &str,
+) -> Result<(reqwest::StatusCode, Map<String, Value>), String> {
+    let response = request
+        .header(reqwest::header::ACCEPT, "application/json")
+        .send()
+        .await
+        .map_err(|e| format!("{endpoint}: {e}"))?;
+    let status = response.status();
+    let body = read_any(response)
+        .await
+        .map_err(|e| format!("{endpoint}: {e}"))?;
+    let answer = serde_json::from_slice(&body)
+        .map_err(|e| format!("{endpoint} answered {status} and no JSON object: {e}"))?;
+    Ok((status, answer))
+}
+
+/// A successful answer, or an error naming `endpoint`, its status and its OAuth `error`.
+pub(crate) fn oauth_answer(
+    endpoint: &str,
+    status: reqwest::StatusCode,
+    answer: Map<String, Value>,
+) -> Result<Map<String, Value>, String> {
+    if status.is_success() {
+        return Ok(answer);
+    }
+    let field = |name: &str| answer.get(name).and_then(Value::as_str).unwrap_or("");
+    Err(format!(
+        "{endpoint} answered {status}: {} {}",
+        field("error"),
+        field("error_description")
+    ))
 }
 
 #[cfg(test)]

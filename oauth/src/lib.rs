@@ -30,6 +30,7 @@ mod introspection;
 mod issuer;
 mod jwk;
 mod jwt;
+mod kept;
 pub mod login;
 pub mod logins;
 mod resource_server;
@@ -38,6 +39,7 @@ mod settings;
 pub use error::{Rejected, SettingsError};
 pub use exchange::Exchanged;
 pub use identity::Identity;
+pub use kept::keep_until;
 pub use resource_server::ResourceServer;
 pub use settings::{ClientSettings, ConsoleSettings, IntrospectionSettings, Settings};
 

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::issuer::read_any;
+use crate::issuer::{get_json, oauth_answer, send_for_json};
 
 /// How long the browser part of a login may take.
 pub const LOGIN_WAIT: Duration = Duration::from_secs(300);
@@ -63,21 +63,6 @@ pub(crate) fn http() -> Result<reqwest::Client, String> {
         .map_err(|e| format!("cannot make an HTTP client: {e}"))
 }
 
-async fn get_json(http: &reqwest::Client, url: &str) -> Result<Map<String, Value>, String> {
-    let response = http
-        .get(url)
-        .header(reqwest::header::ACCEPT, "application/json")
-        .send()
-        .await
-        .map_err(|e| format!("{url}: {e}"))?;
-    let status = response.status();
-    let body = read_any(response).await?;
-    if !status.is_success() {
-        return Err(format!("{url} answered {status}"));
-    }
-    serde_json::from_slice(&body).map_err(|e| format!("{url} answered no JSON object: {e}"))
-}
-
 /// `scheme://host[:port]` and the path of `url`.
 fn split(url: &str) -> Result<(String, String), String> {
     let parsed = reqwest::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
@@ -99,7 +84,7 @@ async fn resource_metadata(
         format!("{origin}/.well-known/oauth-protected-resource{path}"),
         format!("{origin}/.well-known/oauth-protected-resource"),
     ] {
-        match get_json(http, &url).await {
+        match get_json::<Map<String, Value>>(http, &url).await {
             Ok(m) => return Ok(m),
             Err(e) => tried.push(e),
         }
@@ -123,7 +108,7 @@ async fn server_metadata(
         format!("{origin}/.well-known/oauth-authorization-server{path}"),
         format!("{issuer_base}/.well-known/openid-configuration"),
     ] {
-        match get_json(http, &url).await {
+        match get_json::<Map<String, Value>>(http, &url).await {
             Ok(m) if m.get("issuer").and_then(Value::as_str) == Some(issuer) => return Ok(m),
             Ok(m) => tried.push(format!("{url} names the issuer {:?}", m.get("issuer"))),
             Err(e) => tried.push(e),
@@ -335,17 +320,11 @@ async fn register(
     if let Some(scope) = scope {
         request["scope"] = json!(scope);
     }
-    let response = http
+    let request = http
         .post(endpoint)
         .header(reqwest::header::CONTENT_TYPE, "application/json")
-        .body(request.to_string())
-        .send()
-        .await
-        .map_err(|e| format!("{endpoint}: {e}"))?;
-    let status = response.status();
-    let body = read_any(response).await?;
-    let answer: Map<String, Value> = serde_json::from_slice(&body)
-        .map_err(|e| format!("{endpoint} answered {status} and no JSON object: {e}"))?;
+        .body(request.to_string());
+    let (status, answer) = send_for_json(request, endpoint).await?;
     answer
         .get("client_id")
         .and_then(Value::as_str)
@@ -358,33 +337,14 @@ async fn register(
         })
 }
 
+/// POSTs `form` to the token endpoint (as a public client): its answer, or why it refused.
 pub(crate) async fn token_request(
     http: &reqwest::Client,
     endpoint: &str,
     form: &[(&str, &str)],
 ) -> Result<Map<String, Value>, String> {
-    let response = http
-        .post(endpoint)
-        .header(reqwest::header::ACCEPT, "application/json")
-        .form(form)
-        .send()
-        .await
-        .map_err(|e| format!("{endpoint}: {e}"))?;
-    let status = response.status();
-    let body = read_any(response).await?;
-    let answer: Map<String, Value> = serde_json::from_slice(&body)
-        .map_err(|e| format!("{endpoint} answered {status} and no JSON object: {e}"))?;
-    if !status.is_success() {
-        return Err(format!(
-            "{endpoint} answered {status}: {} {}",
-            answer.get("error").and_then(Value::as_str).unwrap_or(""),
-            answer
-                .get("error_description")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-        ));
-    }
-    Ok(answer)
+    let (status, answer) = send_for_json(http.post(endpoint).form(form), endpoint).await?;
+    oauth_answer(endpoint, status, answer)
 }
 
 fn access_of(answer: &Map<String, Value>) -> Result<AccessToken, String> {

@@ -1,6 +1,6 @@
 //! Where toolhost keeps its logins to remote MCP servers ([`crate::login::Login`]): one
-//! JSON file outside every workspace (`$XDG_STATE_HOME/toolhost/mcp-logins.json`, else
-//! `~/.local/state/…`), readable by its owner only, written whole.
+//! JSON file (the host puts it outside every workspace, beside the pins), readable by its
+//! owner only, written whole.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,15 +16,6 @@ impl Logins {
     /// The logins kept in `path`.
     pub fn new(path: PathBuf) -> Logins {
         Logins { path }
-    }
-
-    /// The default place, from `XDG_STATE_HOME` or `HOME`; `None` when neither is set.
-    pub fn default_path() -> Option<PathBuf> {
-        std::env::var_os("XDG_STATE_HOME")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".local/state")))
-            .map(|dir| dir.join("toolhost/mcp-logins.json"))
     }
 
     /// The file.

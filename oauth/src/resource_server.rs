@@ -187,14 +187,13 @@ impl ResourceServer {
         let until = Instant::now() + Duration::from_secs(left);
         identity.reuse_until = Some(until);
         let mut verified = self.verified.write().unwrap_or_else(|p| p.into_inner());
-        if verified.len() >= VERIFIED_ENTRIES {
-            let now = Instant::now();
-            verified.retain(|_, (until, _)| *until > now);
-            if verified.len() >= VERIFIED_ENTRIES {
-                verified.clear();
-            }
-        }
-        verified.insert(digest, (until, identity.clone()));
+        crate::keep_until(
+            &mut verified,
+            VERIFIED_ENTRIES,
+            digest,
+            until,
+            identity.clone(),
+        );
     }
 
     fn expected(&self) -> Expected<'_> {

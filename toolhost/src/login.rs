@@ -22,7 +22,7 @@ pub async fn login(
             "{file}: MCP server '{server}' is started over stdio (`command`): only a server reached over `url` takes a login"
         )));
     };
-    let logins = oauth::logins::Logins::default_path()
+    let logins = mcp_toolsets::pins::state_file(mcp_toolsets::pins::LOGINS_FILE)
         .map(oauth::logins::Logins::new)
         .ok_or_else(|| {
             UsageError("neither XDG_STATE_HOME nor HOME is set: there is nowhere outside the workspace to keep a login".into())

@@ -551,6 +551,30 @@ fn each_caller_sees_and_answers_only_its_own_confirmations_in_the_control_api() 
     );
 }
 
+/// A toolhost to mount: it takes OAuth tokens for itself only (and `service`, a static
+/// token, when given), audits its calls, and its README reads "# upstream".
+fn mounted_toolhost(idp: &Idp, service: Option<&str>) -> (tempfile::TempDir, Server, String) {
+    let ws = workspace();
+    std::fs::write(ws.path().join("README.md"), "# upstream\n").unwrap();
+    let config = format!(
+        "[http.auth]\nissuer = \"{}\"\nscopes_supported = [\"mcp\"]\n\n[audit]\npath = \"audit.jsonl\"\nsync = true\n",
+        idp.issuer
+    );
+    let mut extra = Vec::new();
+    if let Some(service) = service {
+        std::fs::write(ws.path().join("tokens"), service).unwrap();
+        extra = vec!["--token-file", "tokens"];
+    }
+    let (server, resource) = serve(ws.path(), &config, &extra);
+    (ws, server, resource)
+}
+
+/// The last record of the audit log in `ws`.
+fn last_audited(ws: &Path) -> Value {
+    let audit = std::fs::read_to_string(ws.join("audit.jsonl")).unwrap();
+    serde_json::from_str(audit.lines().last().unwrap()).unwrap()
+}
+
 #[test]
 fn a_mounted_server_gets_a_token_exchanged_for_the_caller_never_the_callers_own() {
     let Some(idp) = Idp::start(0, "k1") else {
@@ -558,15 +582,8 @@ fn a_mounted_server_gets_a_token_exchanged_for_the_caller_never_the_callers_own(
     };
     // The mounted server: another toolhost taking tokens for itself only, and a service
     // token the gateway lists its tools with.
-    let up_ws = workspace();
-    std::fs::write(up_ws.path().join("README.md"), "# upstream\n").unwrap();
     let service = "service-token-for-listing-0123456789";
-    std::fs::write(up_ws.path().join("tokens"), service).unwrap();
-    let up_config = format!(
-        "[http.auth]\nissuer = \"{}\"\n\n[audit]\npath = \"audit.jsonl\"\nsync = true\n",
-        idp.issuer
-    );
-    let (upstream, up_resource) = serve(up_ws.path(), &up_config, &["--token-file", "tokens"]);
+    let (up_ws, upstream, up_resource) = mounted_toolhost(&idp, Some(service));
     let gateway = |credentials: &str| {
         let ws = workspace();
         let config = format!(
@@ -604,8 +621,7 @@ fn a_mounted_server_gets_a_token_exchanged_for_the_caller_never_the_callers_own(
     assert_eq!(result["isError"], false, "{result}");
     assert_eq!(result["content"][0]["text"], "# upstream\n");
     // The mounted server saw alice, through a token for itself: it takes no other.
-    let audit = std::fs::read_to_string(up_ws.path().join("audit.jsonl")).unwrap();
-    let record: Value = serde_json::from_str(audit.lines().last().unwrap()).unwrap();
+    let record = last_audited(up_ws.path());
     assert_eq!(
         record["principal"],
         format!("{}#alice", idp.issuer),
@@ -642,13 +658,7 @@ fn toolhost_logs_in_to_a_remote_server_that_requires_oauth_and_calls_with_that_l
     let Some(idp) = Idp::start(0, "k1") else {
         return;
     };
-    let up_ws = workspace();
-    std::fs::write(up_ws.path().join("README.md"), "# upstream\n").unwrap();
-    let up_config = format!(
-        "[http.auth]\nissuer = \"{}\"\nscopes_supported = [\"mcp\"]\n\n[audit]\npath = \"audit.jsonl\"\nsync = true\n",
-        idp.issuer
-    );
-    let (_upstream, up_resource) = serve(up_ws.path(), &up_config, &[]);
+    let (up_ws, _upstream, up_resource) = mounted_toolhost(&idp, None);
     let ws = workspace();
     std::fs::write(
         ws.path().join("toolhost.toml"),
@@ -731,8 +741,7 @@ fn toolhost_logs_in_to_a_remote_server_that_requires_oauth_and_calls_with_that_l
     let block: Value = serde_json::from_slice(&after.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&after.stderr)));
     assert_eq!(block["content"][0]["text"], "# upstream\n", "{block}");
-    let audit = std::fs::read_to_string(up_ws.path().join("audit.jsonl")).unwrap();
-    let record: Value = serde_json::from_str(audit.lines().last().unwrap()).unwrap();
+    let record = last_audited(up_ws.path());
     assert_eq!(
         record["principal"],
         format!("{}#alice", idp.issuer),

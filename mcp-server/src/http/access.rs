@@ -196,14 +196,7 @@ impl Access {
                 };
                 if let Some(until) = reuse_until {
                     let mut admitted = self.admitted.write().unwrap_or_else(|p| p.into_inner());
-                    if admitted.len() >= ADMITTED {
-                        let now = std::time::Instant::now();
-                        admitted.retain(|_, (until, _)| *until > now);
-                        if admitted.len() >= ADMITTED {
-                            admitted.clear();
-                        }
-                    }
-                    admitted.insert(token, (until, principal.clone()));
+                    oauth::keep_until(&mut admitted, ADMITTED, token, until, principal.clone());
                 }
                 Ok(principal)
             }

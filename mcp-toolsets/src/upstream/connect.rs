@@ -15,7 +15,7 @@ use crate::upstream::client::{Live, install_tls_provider, listed, listen_for_cha
 /// An access token from toolhost's login to the server (`toolhost mcp login ID`), kept
 /// outside every workspace; a rotated refresh token is kept in its place.
 async fn logged_in(c: &crate::config::McpServerConfig) -> Result<String, String> {
-    let logins = oauth::logins::Logins::default_path()
+    let logins = crate::pins::state_file(crate::pins::LOGINS_FILE)
         .map(oauth::logins::Logins::new)
         .ok_or("neither XDG_STATE_HOME nor HOME is set, so no login can be kept")?;
     let key = c.pin_key();
