@@ -16,7 +16,8 @@ use toolhost_tests::peer;
 mod common;
 use common::browser::Browser;
 use common::raw_http::{
-    Response, follow_events_with, post_stateless_with, request, stateless, wait_event,
+    Response, follow_events_with, legacy_session_with, post_mcp, post_stateless_with, request,
+    stateless, wait_event,
 };
 use common::{Server, command, start, workspace};
 
@@ -885,4 +886,34 @@ fn a_stdio_server_gets_a_process_per_caller_holding_a_token_exchanged_for_that_c
     let (bobs, claims) = env_of("bob");
     assert_eq!(claims["sub"], "bob", "bob's calls reached alice's process");
     assert_ne!(alices, bobs);
+}
+
+#[test]
+fn a_2025_session_is_its_openers_and_another_caller_presenting_its_id_is_refused() {
+    let Some(idp) = Idp::start(0, "k1") else {
+        return;
+    };
+    let ws = workspace();
+    let (server, resource) = serve(ws.path(), &team_config(&idp.issuer, ""), &[]);
+    let alice = format!("Bearer {}", idp.token("test-client", "alice", &resource));
+    let bob = format!("Bearer {}", idp.token("test-client", "bob", &resource));
+    let session = legacy_session_with(&server.addr, &[("Authorization", alice.as_str())], false);
+    let read = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "read_file", "arguments": {"path": "README.md"}}});
+    let in_session = |who: &str| {
+        post_mcp(
+            &server.addr,
+            &[
+                ("Authorization", who),
+                ("Mcp-Session-Id", session.as_str()),
+                ("MCP-Protocol-Version", "2025-11-25"),
+            ],
+            &read,
+        )
+    };
+    let hers = in_session(&alice).json();
+    assert_eq!(hers["result"]["isError"], false, "{hers}");
+    let his = in_session(&bob).json();
+    let message = his["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("opened by another caller"), "{his}");
 }
