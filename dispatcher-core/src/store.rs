@@ -10,6 +10,7 @@
 //! | [`Counters`] | counts over fixed windows | rate limits |
 //! | [`Records`] | values with a lifetime, listed by prefix | pending confirmations, tasks |
 //! | [`Bus`] | messages to every instance | answers to confirmations, the event stream |
+//! | [`Generations`] | one id per life of the store's data | sealed request states: one issued before the store lost its data is refused |
 //!
 //! Every operation can fail ([`StoreError`]) when the backend is unreachable; each caller
 //! decides what a failure means, and never lets it allow what needed the lookup: a state
@@ -94,8 +95,32 @@ pub struct Health {
     pub detail: Option<String>,
 }
 
+/// Which life of its data a store is in. A store that lost its data (a Redis restarted
+/// without persistence, flushed, or replaced) forgot what it remembered, the claims that
+/// refuse replays among it; its generation then differs from the one a sealed value
+/// recorded, and that value must be refused as if it were replayed.
+pub trait Generations: Send + Sync {
+    /// The current generation: created at the first use (atomically, so every instance
+    /// agrees), the same until the data is lost, then a new one.
+    fn generation(&self) -> StoreFuture<'_, String>;
+}
+
+/// A fresh random generation id (16 bytes, hex).
+pub fn new_generation() -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        // No randomness: the clock still differs per store.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        bytes = t.to_le_bytes();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The shared state of a deployment: every trait above, one backend.
-pub trait Store: Claims + Sets + Counters + Records + Bus {
+pub trait Store: Claims + Sets + Counters + Records + Bus + Generations {
     /// Which store, for messages (never a password).
     fn describe(&self) -> String;
     /// Whether other instances share it (a distributed store); a process-local one's
@@ -133,11 +158,22 @@ impl Channels {
     }
 }
 
-/// Everything in this process's memory: one instance, nothing to run, never down.
-#[derive(Default)]
+/// Everything in this process's memory: one instance, nothing to run, never down. Its
+/// generation is made with it: what a previous run of the process sealed is refused.
 pub struct MemoryStore {
     state: Mutex<Memory>,
     channels: Channels,
+    generation: String,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore {
+            state: Mutex::default(),
+            channels: Channels::default(),
+            generation: new_generation(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -302,6 +338,12 @@ impl Bus for MemoryStore {
     }
 }
 
+impl Generations for MemoryStore {
+    fn generation(&self) -> StoreFuture<'_, String> {
+        ready(self.generation.clone())
+    }
+}
+
 impl Store for MemoryStore {
     fn describe(&self) -> String {
         "memory".into()
@@ -396,6 +438,12 @@ impl Bus for Unreachable {
     }
     fn subscribe(&self, _: &str) -> broadcast::Receiver<Arc<str>> {
         broadcast::channel(1).1
+    }
+}
+
+impl Generations for Unreachable {
+    fn generation(&self) -> StoreFuture<'_, String> {
+        self.down()
     }
 }
 

@@ -12,6 +12,12 @@
 //! at once, and a retry whose nonce cannot be checked (the store is down) is refused
 //! saying so, never run.
 //!
+//! A store that lost its data (a Redis restarted without persistence, flushed) forgot
+//! the nonces it took. So each token also records the store's generation
+//! ([`Generations`](dispatcher_core::store::Generations)) it was sealed under, and a retry is refused when the store's
+//! generation is another now: a replay after the loss runs nothing, and the user is asked
+//! anew.
+//!
 //! ## The key ring
 //!
 //! `[mcp] request_state_keys = "FILE"` (relative to the config file) or the environment
@@ -33,7 +39,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
-use dispatcher_core::store::Store;
+use dispatcher_core::store::{Store, StoreError};
 use rmcp::model::{RequestStateCodec, RequestStateError, SealOptions};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -147,6 +153,8 @@ struct Sealed {
     tool: String,
     /// A random value: one retry per token on an instance.
     nonce: String,
+    /// The store's generation when it was sealed.
+    generation: String,
     /// Present when the round relayed a mounted server's own `input_required`: the
     /// server's `requestState` of that round (opaque to toolhost, sealed by the server).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -196,6 +204,13 @@ pub enum StateRefused {
         "requestState refused: whether this confirmation was already used cannot be checked ({0}). Nothing ran; retry once the store is back."
     )]
     Unchecked(String),
+    /// The store lost its data since the token was sealed: whether it was used is not known.
+    #[error(
+        "requestState refused: the shared state store ({0}) lost its data since this confirmation was asked \
+         (its generation changed), so whether it was already used cannot be known. Nothing ran; call the tool \
+         again without requestState to be asked anew."
+    )]
+    StoreForgot(String),
 }
 
 /// Seals and opens stateless confirmations.
@@ -214,41 +229,50 @@ impl Confirmations {
         Confirmations { codec, ttl, store }
     }
 
-    /// A token for `principal` calling `tool` with `arguments`.
-    pub fn seal(&self, principal: &str, tool: &str, arguments: &Value) -> String {
-        self.seal_round(principal, tool, arguments, None)
+    /// A token for `principal` calling `tool` with `arguments`, or why the store could
+    /// not give its generation (one round trip to a shared store).
+    pub async fn seal(
+        &self,
+        principal: &str,
+        tool: &str,
+        arguments: &Value,
+    ) -> Result<String, StoreError> {
+        self.seal_round(principal, tool, arguments, None).await
     }
 
     /// A token for `principal` calling `tool` with `arguments` whose round relayed a
     /// mounted server's `input_required`, carrying the server's `state`.
-    pub fn seal_relay(
+    pub async fn seal_relay(
         &self,
         principal: &str,
         tool: &str,
         arguments: &Value,
         state: Option<String>,
-    ) -> String {
+    ) -> Result<String, StoreError> {
         self.seal_round(principal, tool, arguments, Some(RelayRound { state }))
+            .await
     }
 
-    fn seal_round(
+    async fn seal_round(
         &self,
         principal: &str,
         tool: &str,
         arguments: &Value,
         relay: Option<RelayRound>,
-    ) -> String {
+    ) -> Result<String, StoreError> {
         let sealed = Sealed {
             tool: tool.to_string(),
             nonce: random_hex(),
+            generation: self.store.generation().await?,
             relay,
         };
         let ad = associated_data(principal, tool, arguments);
         let options = SealOptions::new().associated_data(&ad).ttl(self.ttl);
         // A plain struct always serializes.
-        self.codec
+        Ok(self
+            .codec
             .seal_json_with(&sealed, &options)
-            .unwrap_or_default()
+            .unwrap_or_default())
     }
 
     /// Opens a token for `principal` calling `tool` with `arguments`, once.
@@ -267,12 +291,18 @@ impl Confirmations {
         if sealed.tool != tool {
             return Err(StateRefused::Invalid);
         }
-        // One round trip: taken once, across every instance sharing the store.
-        match self
-            .store
-            .claim(&format!("state:{}", sealed.nonce), self.ttl)
-            .await
-        {
+        // Both at once (one round trip on a pipelined connection): taken once, across
+        // every instance sharing the store, and in the life of its data the token was
+        // sealed in.
+        let nonce = format!("state:{}", sealed.nonce);
+        let (claimed, generation) =
+            tokio::join!(self.store.claim(&nonce, self.ttl), self.store.generation());
+        match generation {
+            Ok(now) if now == sealed.generation => {}
+            Ok(_) => return Err(StateRefused::StoreForgot(self.store.describe())),
+            Err(e) => return Err(StateRefused::Unchecked(e.to_string())),
+        }
+        match claimed {
             Ok(true) => {}
             Ok(false) => return Err(StateRefused::Replayed),
             Err(e) => return Err(StateRefused::Unchecked(e.to_string())),
@@ -365,14 +395,20 @@ mod tests {
     async fn a_relayed_round_carries_the_servers_own_state_back() {
         let c = confirmations(Duration::from_secs(60));
         let args = json!({"q": 1});
-        let token = c.seal_relay("alice", "fx__ask", &args, Some("server-state".into()));
+        let token = c
+            .seal_relay("alice", "fx__ask", &args, Some("server-state".into()))
+            .await
+            .unwrap();
         assert_eq!(
             c.open(&token, "alice", "fx__ask", &args).await,
             Ok(Opened::Relay {
                 state: Some("server-state".into())
             })
         );
-        let token = c.seal_relay("alice", "fx__ask", &args, Some("server-state".into()));
+        let token = c
+            .seal_relay("alice", "fx__ask", &args, Some("server-state".into()))
+            .await
+            .unwrap();
         assert_eq!(
             c.open(&token, "bob", "fx__ask", &args).await,
             Err(StateRefused::Invalid)
@@ -383,7 +419,7 @@ mod tests {
     async fn a_token_opens_once_for_the_same_principal_tool_and_arguments() {
         let c = confirmations(Duration::from_secs(60));
         let args = json!({"path": "a.txt", "content": "x"});
-        let token = c.seal("alice", "write_file", &args);
+        let token = c.seal("alice", "write_file", &args).await.unwrap();
         let reordered = json!({"content": "x", "path": "a.txt"});
         assert_eq!(
             c.open(&token, "alice", "write_file", &reordered).await,
@@ -399,7 +435,7 @@ mod tests {
     async fn other_arguments_principal_tool_or_a_tampered_token_are_refused() {
         let c = confirmations(Duration::from_secs(60));
         let args = json!({"path": "a.txt"});
-        let token = c.seal("alice", "write_file", &args);
+        let token = c.seal("alice", "write_file", &args).await.unwrap();
         let other = json!({"path": "b.txt"});
         assert_eq!(
             c.open(&token, "alice", "write_file", &other).await,
@@ -431,12 +467,32 @@ mod tests {
     async fn an_expired_token_is_refused_as_expired() {
         let c = confirmations(Duration::from_millis(1));
         let args = json!({});
-        let token = c.seal("alice", "shell", &args);
+        let token = c.seal("alice", "shell", &args).await.unwrap();
         tokio::time::sleep(Duration::from_millis(1100)).await;
         assert!(matches!(
             c.open(&token, "alice", "shell", &args).await,
             Err(StateRefused::Expired(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn a_token_sealed_before_the_store_lost_its_data_is_refused_saying_so() {
+        let before = confirmations(Duration::from_secs(60));
+        let args = json!({"command": "echo ran"});
+        let token = before.seal("alice", "shell", &args).await.unwrap();
+        // The same key ring over a store in another life of its data.
+        let after = confirmations(Duration::from_secs(60));
+        let refused = after.open(&token, "alice", "shell", &args).await;
+        assert_eq!(refused, Err(StateRefused::StoreForgot("memory".into())));
+        let said = refused.unwrap_err().to_string();
+        assert!(
+            said.contains("lost its data") && said.contains("asked anew"),
+            "{said}"
+        );
+        assert_eq!(
+            before.open(&token, "alice", "shell", &args).await,
+            Ok(Opened::Confirmation)
+        );
     }
 
     #[tokio::test]
@@ -447,7 +503,7 @@ mod tests {
             Duration::from_secs(60),
             store.clone(),
         );
-        let token = old.seal("p", "t", &json!({}));
+        let token = old.seal("p", "t", &json!({})).await.unwrap();
         let rotated = format!(
             "k2 {}\n{RING}",
             "ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8="
@@ -461,7 +517,7 @@ mod tests {
             new.open(&token, "p", "t", &json!({})).await,
             Ok(Opened::Confirmation)
         );
-        let from_new = new.seal("p", "t", &json!({}));
+        let from_new = new.seal("p", "t", &json!({})).await.unwrap();
         assert_eq!(
             old.open(&from_new, "p", "t", &json!({})).await,
             Err(StateRefused::Invalid)
@@ -497,14 +553,30 @@ mod shared {
     #[tokio::test]
     async fn a_state_that_cannot_be_checked_is_refused_saying_why() {
         const RING: &str = "k1 AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\n";
+        let sealer = Confirmations::new(
+            parse_ring(RING, "test").unwrap(),
+            Duration::from_secs(60),
+            dispatcher_core::store::MemoryStore::new(),
+        );
+        let store = Arc::new(dispatcher_core::store::Unreachable::new(
+            "redis://cache:6379/0",
+        ));
         let c = Confirmations::new(
             parse_ring(RING, "test").unwrap(),
             Duration::from_secs(60),
-            Arc::new(dispatcher_core::store::Unreachable::new(
-                "redis://cache:6379/0",
-            )),
+            store.clone(),
         );
-        let token = c.seal("alice", "write_file", &json!({}));
+        assert!(
+            c.seal("alice", "write_file", &json!({}))
+                .await
+                .unwrap_err()
+                .to_string()
+                .contains("redis://cache:6379/0")
+        );
+        let token = sealer
+            .seal("alice", "write_file", &json!({}))
+            .await
+            .unwrap();
         let refused = c
             .open(&token, "alice", "write_file", &json!({}))
             .await

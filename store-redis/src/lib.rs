@@ -12,6 +12,10 @@
 //! | [`Counters::hit`] | `INCR` + `PEXPIRE … NX` (one transaction) | 1 |
 //! | [`Records`] | `SET … PX`, `GET`, `DEL`, `SCAN MATCH` + `MGET` | 1 (scan: a few) |
 //! | [`Bus`] | `PUBLISH`; `SUBSCRIBE` once per channel, messages pushed on the same connection | 1 |
+//! | [`Generations::generation`] | `SET toolhost:generation NEW NX GET` (Redis ≥ 7.0, Valkey) | 1 |
+//!
+//! The generation key has no expiry: it goes only with the data (a restart without
+//! persistence, `FLUSHALL`, a new server), and the next instance to ask makes a new one.
 //!
 //! **When Redis is down** every operation fails at once with a [`StoreError`] naming the
 //! store and why (no command waits more than [`RESPONSE_TIMEOUT`]); the store reports it
@@ -25,7 +29,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use dispatcher_core::store::{
-    Bus, Channels, Claims, Counters, Health, Records, Sets, Store, StoreError, StoreFuture,
+    Bus, Channels, Claims, Counters, Generations, Health, Records, Sets, Store, StoreError,
+    StoreFuture, new_generation,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, PushKind, Value};
@@ -38,6 +43,9 @@ pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The prefix of every key and channel.
 pub const PREFIX: &str = "toolhost:";
+
+/// The key (under [`PREFIX`]) that holds the store's generation.
+pub const GENERATION_KEY: &str = "generation";
 
 /// A store on Redis or Valkey.
 pub struct RedisStore {
@@ -216,6 +224,24 @@ impl Claims for RedisStore {
                 .query_async(&mut c)
                 .await;
             self.outcome(set).map(|ok| ok.is_some())
+        })
+    }
+}
+
+impl Generations for RedisStore {
+    fn generation(&self) -> StoreFuture<'_, String> {
+        Box::pin(async move {
+            let mut c = self.manager.clone();
+            let fresh = new_generation();
+            // One round trip, atomic: the value there, or ours when there was none.
+            let before: redis::RedisResult<Option<String>> = redis::cmd("SET")
+                .arg(Self::key(GENERATION_KEY))
+                .arg(&fresh)
+                .arg("NX")
+                .arg("GET")
+                .query_async(&mut c)
+                .await;
+            self.outcome(before).map(|before| before.unwrap_or(fresh))
         })
     }
 }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dispatcher_core::store::{Bus, Claims, Counters, Records, Sets, Store};
+use dispatcher_core::store::{Bus, Claims, Counters, Generations, Records, Sets, Store};
 use store_redis::RedisStore;
 use toolhost_tests::redis_server::RedisServer;
 
@@ -29,6 +29,35 @@ async fn a_key_claimed_by_one_instance_is_taken_for_the_other() {
     assert!(b.claim("nonce:2", Duration::from_millis(50)).await.unwrap());
     tokio::time::sleep(Duration::from_millis(80)).await;
     assert!(a.claim("nonce:2", LONG).await.unwrap());
+}
+
+#[tokio::test]
+async fn every_instance_sees_one_generation_until_the_data_is_lost() {
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    let (a, b) = pair(&server);
+    let (first, seen) = tokio::join!(a.generation(), b.generation());
+    let first = first.unwrap();
+    assert_eq!(seen.unwrap(), first);
+    assert_eq!(a.generation().await.unwrap(), first, "it changed unasked");
+    server.flush_all();
+    let after_flush = b.generation().await.unwrap();
+    assert_ne!(after_flush, first);
+    assert_eq!(a.generation().await.unwrap(), after_flush);
+    server.restart();
+    // The first command after a restart may meet the old connection, broken.
+    let mut after_restart = a.generation().await;
+    for _ in 0..20 {
+        if after_restart.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        after_restart = a.generation().await;
+    }
+    let after_restart = after_restart.unwrap();
+    assert_ne!(after_restart, after_flush);
+    assert_eq!(b.generation().await.unwrap(), after_restart);
 }
 
 #[tokio::test]

@@ -40,17 +40,29 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
-    /// How many commands it has processed so far (`INFO stats`, read with the `redis-cli`
-    /// beside its program; the INFO itself counts once).
-    pub fn commands_processed(&self) -> u64 {
+    /// What `redis-cli` (beside its program) prints for `args`.
+    fn cli(&self, args: &[&str]) -> String {
         let cli = self.program.with_file_name("redis-cli");
         let out = Command::new(&cli)
             .args(["-h", "127.0.0.1", "-p"])
             .arg(self.port.to_string())
-            .args(["INFO", "stats"])
+            .args(args)
             .output()
             .unwrap_or_else(|e| panic!("cannot run {}: {e}", cli.display()));
-        String::from_utf8_lossy(&out.stdout)
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Wipes every key, as a restart without persistence would (the server stays up).
+    pub fn flush_all(&self) {
+        let said = self.cli(&["FLUSHALL"]);
+        assert_eq!(said.trim(), "OK", "FLUSHALL answered {said}");
+    }
+
+    /// How many commands it has processed so far (`INFO stats`, read with the `redis-cli`
+    /// beside its program; the INFO itself counts once).
+    pub fn commands_processed(&self) -> u64 {
+        let cli = self.program.with_file_name("redis-cli");
+        self.cli(&["INFO", "stats"])
             .lines()
             .find_map(|l| l.strip_prefix("total_commands_processed:"))
             .and_then(|n| n.trim().parse().ok())

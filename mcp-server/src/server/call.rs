@@ -445,7 +445,7 @@ impl McpServer {
             biased;
             // This round ends here: the question goes to the client with a sealed state,
             // and the call (waiting for its answer) is dropped.
-            question = &mut deferred => Ok(call.round(self, question)),
+            question = &mut deferred => call.round(self, question).await,
             finished = &mut run => finished.answer(),
             _ = ct.cancelled() => {
                 tracing::info!(tool = %call.name, "client cancelled the call");
@@ -494,7 +494,7 @@ impl McpServer {
                 relayed @ Question::Relay(_) => {
                     running.abort();
                     promotion.decide(false);
-                    return Ok(call.round(self, relayed));
+                    return call.round(self, relayed).await;
                 }
             },
             finished = &mut running => {
@@ -543,13 +543,13 @@ impl McpServer {
             // first): the call answers in its request, as without tasks.
             if let Some((request, reply)) = asking {
                 running.abort();
-                return Ok(call.round(self, Question::Confirm(request, reply)));
+                return call.round(self, Question::Confirm(request, reply)).await;
             }
             return tokio::select! {
                 biased;
                 question = &mut deferred => {
                     running.abort();
-                    Ok(call.round(self, question))
+                    call.round(self, question).await
                 }
                 finished = &mut running => Finished::joined(finished).answer(),
             };
@@ -586,8 +586,14 @@ struct Running<'a> {
 
 impl Running<'_> {
     /// The round that ends this request with `question`.
-    fn round(&self, server: &McpServer, question: Question) -> CallToolResponse {
-        server.round(question, self.principal, self.name, self.arguments)
+    async fn round(
+        &self,
+        server: &McpServer,
+        question: Question,
+    ) -> Result<CallToolResponse, McpError> {
+        server
+            .round(question, self.principal, self.name, self.arguments)
+            .await
     }
 }
 
@@ -637,38 +643,40 @@ impl Drop for AbortOnDrop {
 
 impl McpServer {
     /// The `input_required` result that ends a round with `question`: toolhost's own
-    /// confirmation, or a mounted server's round whole, its state inside toolhost's.
-    fn round(
+    /// confirmation, or a mounted server's round whole, its state inside toolhost's. An
+    /// error when the state cannot be sealed (the shared store is unreachable).
+    async fn round(
         &self,
         question: Question,
         principal: &str,
         tool: &str,
         arguments: &Value,
-    ) -> CallToolResponse {
-        match question {
+    ) -> Result<CallToolResponse, McpError> {
+        Ok(match question {
             Question::Confirm(question, _) => self
                 .input_required(&question, principal, tool, arguments)
+                .await?
                 .into(),
             Question::Relay(asked) => {
-                let state = self.shared.confirmations.seal_relay(
-                    principal,
-                    tool,
-                    arguments,
-                    asked.request_state,
-                );
+                let state = self
+                    .shared
+                    .confirmations
+                    .seal_relay(principal, tool, arguments, asked.request_state)
+                    .await
+                    .map_err(unsealed)?;
                 InputRequiredResult::new(asked.input_requests, Some(state)).into()
             }
-        }
+        })
     }
 
     /// The `input_required` result asking `question`, with a state sealed for the retry.
-    fn input_required(
+    async fn input_required(
         &self,
         question: &ConfirmationRequest,
         principal: &str,
         tool: &str,
         arguments: &Value,
-    ) -> InputRequiredResult {
+    ) -> Result<InputRequiredResult, McpError> {
         let mut requests = InputRequests::new();
         if let Some(schema) = decision_schema() {
             requests.insert(
@@ -682,7 +690,22 @@ impl McpServer {
                 )),
             );
         }
-        let state = self.shared.confirmations.seal(principal, tool, arguments);
-        InputRequiredResult::new(Some(requests), Some(state))
+        let state = self
+            .shared
+            .confirmations
+            .seal(principal, tool, arguments)
+            .await
+            .map_err(unsealed)?;
+        Ok(InputRequiredResult::new(Some(requests), Some(state)))
     }
+}
+
+/// The error of a round whose state could not be sealed: nothing ran, nothing was asked.
+pub(super) fn unsealed(e: dispatcher_core::store::StoreError) -> McpError {
+    McpError::internal_error(
+        format!(
+            "cannot ask for confirmation: {e}. Nothing ran; call the tool again once the store is back"
+        ),
+        None,
+    )
 }

@@ -530,12 +530,12 @@ impl ServerHandler for McpServer {
                     if Era::of(&context) == Era::Stateless
                         && super::confirm::answers_all(&caps.unwrap_or_default(), &asked) =>
                 {
-                    let state = self.shared.confirmations.seal_relay(
-                        &principal.id,
-                        &key,
-                        &arguments,
-                        asked.request_state,
-                    );
+                    let state = self
+                        .shared
+                        .confirmations
+                        .seal_relay(&principal.id, &key, &arguments, asked.request_state)
+                        .await
+                        .map_err(call::unsealed)?;
                     Ok(InputRequiredResult::new(asked.input_requests, Some(state)).into())
                 }
                 _ => Err(McpError::internal_error(
