@@ -36,8 +36,9 @@
 //!   cancel), so it keeps the shape of a call. A 2025-era server's tool that runs only as a
 //!   2025-11-25 task is called as one (`params.task`, then `tasks/result`).
 //! - Cancelling a call sends `notifications/cancelled` to the server.
-//! - The server's stderr is logged (target `toolhost::mcp_server`, INFO) and its last
-//!   lines explain a failure to start; [`Toolset::stop`] kills it.
+//! - The server's stderr is logged (target `toolhost::mcp_server`, DEBUG) and its last
+//!   lines explain a failure to start, or are logged at WARN when it exits on its own;
+//!   once toolhost stops it ([`Toolset::stop`] kills it) nothing it writes is logged.
 //! - **A stdio server runs in an OS sandbox** ([`ServerSandbox`]: the host's `[sandbox]`
 //!   settings under its entry's keys; `workspace-write` unless they say otherwise): it
 //!   reads everything but the deny list, writes the workspace, a private temporary

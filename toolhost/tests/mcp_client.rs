@@ -191,6 +191,53 @@ async fn a_crashed_server_fails_the_call_naming_it_and_restarts_on_the_next_call
     s.cancel().await.unwrap();
 }
 
+/// `toolhost ARGS` over `dir` with its log filtered at `level`: its error output.
+fn log_of(dir: &Path, level: &str, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .args(args)
+        .current_dir(dir)
+        .env("XDG_CONFIG_HOME", dir.join(".no-config"))
+        .env("TOOLHOST_LOG", level)
+        .output()
+        .unwrap();
+    toolhost_tests::text(&out.stderr)
+}
+
+#[test]
+fn a_mounted_servers_error_output_is_debug_log_and_never_shown_after_it_is_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "");
+    let echo = ["call", "fx__echo", "--input", r#"{"text": "x"}"#];
+    // The fixture writes a banner at start and complains when its pipes close, as Node
+    // servers do; a few runs, since the complaint races toolhost's exit.
+    for _ in 0..4 {
+        for level in ["info", "warn"] {
+            let log = log_of(dir.path(), level, &echo);
+            assert!(!log.contains("fixture: starting"), "{level}: {log}");
+            assert!(!log.contains("EPIPE"), "{level}: {log}");
+        }
+        let debug = log_of(dir.path(), "debug", &echo);
+        assert!(debug.contains("fixture: starting on stdio"), "{debug}");
+        assert!(
+            !debug.contains("EPIPE"),
+            "said after it was stopped: {debug}"
+        );
+    }
+    let list = log_of(dir.path(), "info", &["list"]);
+    assert!(!list.contains("fixture:"), "{list}");
+}
+
+#[test]
+fn a_server_that_dies_on_its_own_shows_its_last_error_output() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "");
+    let log = log_of(dir.path(), "warn", &["call", "fx__crash", "--yes"]);
+    assert!(
+        log.contains("MCP server 'fixture' ended") && log.contains("fixture: crashing on purpose"),
+        "{log}"
+    );
+}
+
 #[tokio::test]
 async fn tools_list_changed_from_a_server_republishes_its_tools() {
     let dir = tempfile::tempdir().unwrap();

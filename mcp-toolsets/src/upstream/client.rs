@@ -162,14 +162,27 @@ pub(crate) struct Live {
     /// The task reading a 2026-07-28 server's `subscriptions/listen` stream, stopped with
     /// the connection.
     pub(crate) listen: Option<tokio::task::AbortHandle>,
+    /// A stdio server's error output: hushed when the connection is dropped (toolhost is
+    /// stopping it).
+    pub(crate) stderr: Option<Arc<super::stderr::StderrTail>>,
     /// The private temporary directory of a sandboxed server, removed when it stops.
     pub(crate) _tmp: Option<sandbox::PrivateTmp>,
     /// Its egress proxy (a server with network): stops accepting when it stops.
     pub(crate) _egress: Option<sandbox::egress::Egress>,
 }
 
+impl Live {
+    /// toolhost is stopping the server: what it writes now is not the user's to see.
+    pub(crate) fn hush(&self) {
+        if let Some(stderr) = &self.stderr {
+            stderr.hush();
+        }
+    }
+}
+
 impl Drop for Live {
     fn drop(&mut self) {
+        self.hush();
         if let Some(listen) = self.listen.take() {
             listen.abort();
         }

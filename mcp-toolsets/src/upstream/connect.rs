@@ -113,6 +113,7 @@ impl Upstream {
                     service,
                     child: None,
                     listen,
+                    stderr: None,
                     _tmp: None,
                     _egress: None,
                 })
@@ -214,7 +215,10 @@ impl Upstream {
             }
             None => None,
         };
-        let stderr = child.stderr.take().map(|err| log_stderr(&c.id, err));
+        let stderr = child
+            .stderr
+            .take()
+            .map(|err| Arc::new(super::stderr::log_stderr(&c.id, err)));
         *self.confined.lock().unwrap_or_else(PoisonError::into_inner) = confined.label.clone();
         let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
             return Err(UpstreamError::Spawn {
@@ -256,6 +260,7 @@ impl Upstream {
                     service,
                     child: Some(child),
                     listen: None,
+                    stderr,
                     _tmp: confined.tmp,
                     _egress: egress,
                 })
@@ -292,57 +297,4 @@ impl Upstream {
             }
         }
     }
-}
-
-/// The last lines a server wrote to its error output (also logged, at INFO, as they come).
-pub(crate) struct StderrTail {
-    lines: Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
-    done: Arc<tokio::sync::Notify>,
-    finished: Arc<std::sync::atomic::AtomicBool>,
-}
-
-/// How many lines of a server's error output are kept to explain a failure.
-const TAIL_LINES: usize = 20;
-
-impl StderrTail {
-    fn text(&self) -> String {
-        let lines = self.lines.lock().unwrap_or_else(PoisonError::into_inner);
-        lines.iter().map(|l| format!("{l}\n")).collect()
-    }
-
-    /// Waits (briefly) until the output has been read to its end.
-    async fn drained(&self) {
-        if self.finished.load(Ordering::Acquire) {
-            return;
-        }
-        let _ =
-            tokio::time::timeout(std::time::Duration::from_millis(500), self.done.notified()).await;
-    }
-}
-
-/// Reads a server's error output line by line: each line is logged (target
-/// `toolhost::mcp_server`, INFO) and the last [`TAIL_LINES`] are kept.
-fn log_stderr(id: &str, stderr: tokio::process::ChildStderr) -> StderrTail {
-    use tokio::io::AsyncBufReadExt;
-    let tail = StderrTail {
-        lines: Arc::default(),
-        done: Arc::default(),
-        finished: Arc::default(),
-    };
-    let (lines, done, finished) = (tail.lines.clone(), tail.done.clone(), tail.finished.clone());
-    let id = id.to_string();
-    tokio::spawn(async move {
-        let mut reader = tokio::io::BufReader::new(stderr).lines();
-        while let Ok(Some(line)) = reader.next_line().await {
-            tracing::info!(target: "toolhost::mcp_server", server = %id, "{line}");
-            let mut kept = lines.lock().unwrap_or_else(PoisonError::into_inner);
-            if kept.len() == TAIL_LINES {
-                kept.pop_front();
-            }
-            kept.push_back(line);
-        }
-        finished.store(true, Ordering::Release);
-        done.notify_waiters();
-    });
-    tail
 }

@@ -29,6 +29,7 @@ pub(crate) mod events;
 pub(crate) mod offers;
 pub(crate) mod parked;
 mod per_caller;
+mod stderr;
 
 /// Who makes a call: the host session it runs in, and what its client can be asked (see
 /// [`crate::ClientRelay::capabilities`]).
@@ -541,6 +542,7 @@ impl Upstream {
                 reason: "stopped".into(),
             };
             if let Conn::Up(live) = std::mem::replace(&mut *conn, down) {
+                live.hush();
                 if let Some(Ok(mut child)) = live.child.as_ref().map(|c| c.try_lock()) {
                     let _ = child.start_kill();
                 }
