@@ -357,7 +357,8 @@ impl Routes {
 }
 
 /// What of `declared` a mounted server may ask of the client while a call runs:
-/// elicitation, sampling and roots; and whether the client takes tasks (toolhost follows
+/// elicitation, sampling, and roots (always: toolhost answers with the session's
+/// workspace for a client that declared none); and whether the client takes tasks (toolhost follows
 /// a server's task for it, and makes the call a task of its own).
 pub(crate) fn asked_of(
     declared: &rmcp::model::ClientCapabilities,
@@ -376,7 +377,7 @@ pub(crate) fn asked_of(
     #[allow(deprecated, reason = "clients still declare sampling and roots")]
     {
         asked.sampling = declared.sampling.clone();
-        asked.roots = declared.roots.clone();
+        asked.roots = Some(declared.roots.clone().unwrap_or_default());
     }
     asked
 }

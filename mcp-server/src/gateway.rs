@@ -179,6 +179,13 @@ impl Upstreams {
         }
     }
 
+    /// Tells every connected server that a client's roots changed.
+    pub async fn roots_changed(&self) {
+        for server in &self.servers {
+            server.toolset.roots_changed().await;
+        }
+    }
+
     /// The id of the server whose tool is published as `tool`.
     pub fn server_of_tool(&self, tool: &str) -> Option<Arc<str>> {
         self.servers

@@ -3,7 +3,8 @@
 //!
 //! - to a 2025-era client, a 2025-era server's `elicitation/create` (with the server's own
 //!   message and schema) when the client can elicit in the form's mode, its
-//!   `sampling/createMessage` when the client declared sampling;
+//!   `sampling/createMessage` when the client declared sampling, its `roots/list` when
+//!   the client declared roots (else the server is given the session's workspace);
 //! - to a 2026-07-28 client, a 2026-07-28 server's `input_required` round whole, when the
 //!   client can answer every request in it: the client's round ends with the server's
 //!   requests, toolhost's sealed `requestState` carries the server's, and the retry's
@@ -114,6 +115,22 @@ impl ClientRelay for Routes {
             };
             match peer.create_message(params).await {
                 Ok(result) => Relayed::Answered(result),
+                Err(e) => Relayed::Failed(e.to_string()),
+            }
+        })
+    }
+
+    fn roots(&self, call: &str) -> RelayFuture<rmcp::model::ListRootsResult> {
+        let client = self.client(call).filter(|peer| {
+            peer.peer_info()
+                .is_some_and(|info| info.capabilities.roots.is_some())
+        });
+        Box::pin(async move {
+            let Some(peer) = client else {
+                return Relayed::CannotAsk;
+            };
+            match peer.list_roots().await {
+                Ok(roots) => Relayed::Answered(roots),
                 Err(e) => Relayed::Failed(e.to_string()),
             }
         })

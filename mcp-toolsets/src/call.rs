@@ -260,7 +260,7 @@ impl Tool for McpTool {
                 Called::InputRequired(asked) => {
                     rounds += 1;
                     let requests = asked.input_requests.unwrap_or_default();
-                    params.input_responses = Some(input::answer(id, requests, ctx, &answers)?);
+                    params.input_responses = Some(input::answer(id, requests, &answers)?);
                     params.request_state = asked.request_state;
                 }
             }
@@ -369,6 +369,9 @@ impl McpTool {
                     };
                     let _ = reply.send(to_reply(answer));
                 }
+                Step::From(FromServer::Roots(reply)) => {
+                    let _ = reply.send(answers.roots());
+                }
                 Step::From(FromServer::Sample(params, reply)) => {
                     let answer = answers.sample(*params).and_then(|v| {
                         serde_json::from_value(v).map_err(|e| ToolError::failed(e.to_string()))
@@ -470,7 +473,35 @@ impl Asking<'_> {
     }
 }
 
+impl Asking<'_> {
+    /// The roots of the client that made the call when it declared them and answered,
+    /// else the session's workspace.
+    fn roots(&self) -> rmcp::model::ListRootsResult {
+        let server = &self.tool.server;
+        let relayed = match server.relay.get() {
+            Some(relay) => server.runtime.block_on(relay.roots(self.ctx.tool_use_id())),
+            None => Relayed::CannotAsk,
+        };
+        match relayed {
+            Relayed::Answered(roots) => roots,
+            Relayed::Failed(why) => {
+                tracing::debug!(server = %server.config.id, "the client's roots could not be read ({why}); the workspace is answered");
+                crate::upstream::client::workspace_roots(std::path::Path::new(
+                    self.ctx.workspace_root(),
+                ))
+            }
+            Relayed::CannotAsk => crate::upstream::client::workspace_roots(std::path::Path::new(
+                self.ctx.workspace_root(),
+            )),
+        }
+    }
+}
+
 impl input::Answers for Asking<'_> {
+    fn roots(&self) -> Value {
+        serde_json::to_value(Asking::roots(self)).unwrap_or_default()
+    }
+
     fn elicit(&self, params: ElicitRequestParams) -> Result<Value, ToolError> {
         match self.relayed(&params) {
             Some(answer) => answer,

@@ -11,7 +11,7 @@
 //! |---|---|
 //! | a form elicitation | the question goes to the user through the host's confirmation channel ([`ToolContext::ask_user`]); allowed: `accept` with the form filled from its defaults, an allow-like choice (`allow`, `accept`, `yes`, `approve`, `confirm`) for a required choice, `true` for a required flag; denied: `decline`; no answer: `cancel`. A form that needs typed input the user cannot give through a yes/no channel is declined, and the log says so. |
 //! | a URL elicitation | the question (with the URL) goes to the user; allowed: `accept`, denied: `decline` |
-//! | `roots/list` | the session's workspace, as one `file://` root |
+//! | `roots/list` | the roots of the client that made the call, when it declared `roots`; else the session's workspace, as one `file://` root |
 //! | sampling (`sampling/createMessage`) | nothing: the call fails, naming the server and saying that the client that made it cannot sample (toolhost runs tools, not models) |
 
 #![allow(
@@ -32,23 +32,21 @@ pub(crate) trait Answers {
     fn elicit(&self, params: ElicitRequestParams) -> Result<Value, ToolError>;
     /// A sampling request's answer; fails when nobody can sample.
     fn sample(&self, params: CreateMessageRequestParams) -> Result<Value, ToolError>;
+    /// A `roots/list` answer (`{"roots": […]}`): the client's, else the workspace.
+    fn roots(&self) -> Value;
 }
 
 /// The responses to `requests`, asking the user as needed.
 pub(crate) fn answer(
     server: &str,
     requests: InputRequests,
-    ctx: &ToolContext,
     answers: &dyn Answers,
 ) -> Result<InputResponses, ToolError> {
     let mut responses = InputResponses::new();
     for (key, request) in requests {
         let response = match request {
             InputRequest::Elicitation(e) => answers.elicit(e.params)?,
-            InputRequest::ListRoots(_) => json!({"roots": [{
-                "uri": format!("file://{}", ctx.workspace_root()),
-                "name": "workspace",
-            }]}),
+            InputRequest::ListRoots(_) => answers.roots(),
             InputRequest::CreateMessage(m) => answers.sample(m.params)?,
             _ => {
                 return Err(ToolError::failed(format!(

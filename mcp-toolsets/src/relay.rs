@@ -85,6 +85,13 @@ pub trait ClientRelay: Send + Sync {
         let _ = call;
         Box::pin(std::future::ready(Relayed::Answered(false)))
     }
+    /// A `roots/list` of the server while `call` runs: the roots of the client that made
+    /// the call, when it declared `roots`; [`Relayed::CannotAsk`] leaves the answer to
+    /// toolhost (the session's workspace).
+    fn roots(&self, call: &str) -> RelayFuture<rmcp::model::ListRootsResult> {
+        let _ = call;
+        Box::pin(std::future::ready(Relayed::CannotAsk))
+    }
     /// A request the server's task waits on, under the server's own `key`, put in the
     /// host's task for `call`; its answer goes back to the server's task unchanged.
     /// [`Relayed::CannotAsk`] when `call` is no task of the host's.
@@ -113,6 +120,9 @@ pub(crate) enum FromServer {
         Box<CreateMessageRequestParams>,
         oneshot::Sender<Result<CreateMessageResult, rmcp::ErrorData>>,
     ),
+    /// `roots/list`, answered through the reply: the roots of the client that made the
+    /// call when it declared them, else the session's workspace.
+    Roots(oneshot::Sender<rmcp::model::ListRootsResult>),
 }
 
 /// The calls in flight on one connection, by the progress token of their request, and

@@ -180,7 +180,6 @@ pub(crate) fn follow(
                                 &call,
                                 key,
                                 request,
-                                ctx,
                                 answers,
                                 &answered,
                             );
@@ -234,7 +233,6 @@ fn ask(
     call: &str,
     key: String,
     request: InputRequest,
-    ctx: &ToolContext,
     answers: &dyn Answers,
     answered: &mpsc::UnboundedSender<(String, Result<Value, ToolError>)>,
 ) {
@@ -259,7 +257,7 @@ fn ask(
         return;
     }
     let requests = InputRequests::from([(key.clone(), request)]);
-    let answer = input::answer(&id, requests, ctx, answers).and_then(|mut responses| {
+    let answer = input::answer(&id, requests, answers).and_then(|mut responses| {
         responses
             .remove(&key)
             .ok_or_else(|| ToolError::failed(format!("MCP server '{id}': no answer was made")))

@@ -904,6 +904,11 @@ async fn the_reference_server_everything_keeps_its_prompts_resources_and_complet
     let peer = s.peer();
     let tools = peer.list_all_tools().await.unwrap();
     assert!(tools.iter().any(|t| t.name == "ev__echo"), "{tools:?}");
+    // It lists its roots tool only for a client with roots: toolhost declares the
+    // workspace.
+    let roots = text(&call(&s, "ev__get-roots-list", json!({})).await);
+    let workspace = format!("file://{}", dir.path().canonicalize().unwrap().display());
+    assert!(roots.contains(&workspace), "{roots}");
     assert_eq!(
         text(&call(&s, "ev__echo", json!({"message": "through toolhost"})).await),
         "Echo: through toolhost"
@@ -959,6 +964,58 @@ async fn the_reference_server_everything_keeps_its_prompts_resources_and_complet
         assert!(done.is_ok(), "{done:?}");
     }
     s.cancel().await.unwrap();
+}
+
+/// A 2025-era client with roots of its own: `file:///client/project`.
+#[derive(Clone, Default)]
+struct RootedClient;
+
+#[allow(deprecated, reason = "roots are what is tested")]
+impl rmcp::ClientHandler for RootedClient {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        let caps = serde_json::from_value(json!({"roots": {"listChanged": true}})).unwrap();
+        rmcp::model::ClientConfig::new(caps, rmcp::model::Implementation::new("rooted", "1"))
+    }
+
+    async fn list_roots(
+        &self,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ListRootsResult, rmcp::ErrorData> {
+        Ok(rmcp::model::ListRootsResult::new(vec![
+            rmcp::model::Root::new("file:///client/project"),
+        ]))
+    }
+}
+
+#[tokio::test]
+async fn a_mounted_server_asking_roots_gets_the_workspace_or_the_calling_clients_own() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "args = [\"--roots\"]");
+    let workspace = format!("file://{}", dir.path().canonicalize().unwrap().display());
+    // A client that declared no roots: the server is given the session's workspace.
+    let plain = serve(dir.path()).await;
+    let said = text(&call(&plain, "fx__roots", json!({})).await);
+    assert_eq!(said, format!("{workspace} (changed 0)"));
+    plain.cancel().await.unwrap();
+    // A client with roots of its own: they pass through for its calls, and so does its
+    // notice that they changed.
+    let rooted = serve_as(&RootedClient, dir.path()).await;
+    let said = text(&call(&rooted, "fx__roots", json!({})).await);
+    assert_eq!(said, "file:///client/project (changed 0)");
+    rooted.peer().notify_roots_list_changed().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let said = text(&call(&rooted, "fx__roots", json!({})).await);
+        if said == "file:///client/project (changed 1)" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the change never reached the server: {said}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    rooted.cancel().await.unwrap();
 }
 
 /// A 2025-era client that can elicit and sample: it answers a form with the color `teal`,

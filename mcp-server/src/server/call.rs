@@ -597,8 +597,8 @@ impl Running<'_> {
     }
 }
 
-/// What the client can be asked: a 2026 client declares it with the request; to a 2025
-/// client toolhost relays elicitation and sampling, not roots.
+/// What the client can be asked: a 2026 client declares it with the request; a 2025
+/// client declared it at `initialize`.
 fn asked_by(
     era: Era,
     caps: &rmcp::model::ClientCapabilities,

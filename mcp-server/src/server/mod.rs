@@ -663,6 +663,11 @@ impl ServerHandler for McpServer {
         ))
     }
 
+    async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
+        // Its roots are what a mounted server gets for its calls: the servers are told.
+        self.shared.upstreams.roots_changed().await;
+    }
+
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         // A 2025-era client: its connection carries notifications from here on.
         tracing::debug!("client initialized");

@@ -57,6 +57,8 @@ pub(crate) struct ClientSide {
     pub(crate) calls: Arc<CallRoutes>,
     /// The server's id, for the log.
     pub(crate) id: String,
+    /// The workspace: the root declared to the server when no client's roots are relayed.
+    pub(crate) workspace: Arc<std::path::Path>,
 }
 
 impl ClientHandler for ClientSide {
@@ -64,6 +66,8 @@ impl ClientHandler for ClientSide {
         let caps: rmcp::model::ClientCapabilities = serde_json::from_value(serde_json::json!({
             "elicitation": {"form": {}, "url": {}},
             "sampling": {},
+            // The session's workspace, or the roots of the client that made the call.
+            "roots": {"listChanged": true},
             // toolhost follows a server's tasks itself (`crate::task`).
             "extensions": {rmcp::model::TASKS_EXTENSION_ID: {}},
         }))
@@ -134,6 +138,35 @@ impl ClientHandler for ClientSide {
         )?;
         answer.await.unwrap_or_else(|_| Err(call_ended()))
     }
+
+    async fn list_roots(
+        &self,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ListRootsResult, rmcp::ErrorData> {
+        // During a call, the call's client may have roots of its own; else the workspace.
+        let Ok(to) = self.calls.asker() else {
+            return Ok(self.workspace_roots());
+        };
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        if to.send(FromServer::Roots(reply)).is_err() {
+            return Ok(self.workspace_roots());
+        }
+        Ok(answer.await.unwrap_or_else(|_| self.workspace_roots()))
+    }
+}
+
+impl ClientSide {
+    /// What `roots/list` answers outside a call, and when no client's roots are relayed.
+    pub(crate) fn workspace_roots(&self) -> rmcp::model::ListRootsResult {
+        workspace_roots(&self.workspace)
+    }
+}
+
+/// The workspace as the one root (`file://` URI, named `workspace`).
+pub(crate) fn workspace_roots(workspace: &std::path::Path) -> rmcp::model::ListRootsResult {
+    let root =
+        rmcp::model::Root::new(format!("file://{}", workspace.display())).with_name("workspace");
+    rmcp::model::ListRootsResult::new(vec![root])
 }
 
 /// What a server is told when the call its request was for ended before it was answered.

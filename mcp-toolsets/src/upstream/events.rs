@@ -246,6 +246,22 @@ impl McpToolset {
         }
     }
 
+    /// Tells the server, when it is connected (2025 era: a 2026-07-28 server reads the
+    /// client's roots with each round), that the roots changed: a client of toolhost's
+    /// declared a change of its own roots, which the server's next `roots/list` during a
+    /// call of that client's gets.
+    pub async fn roots_changed(self: &Arc<Self>) {
+        let Some(peer) = self.server.peer_if_up().await else {
+            return;
+        };
+        if Upstream::is_stateless(&peer) {
+            return;
+        }
+        if let Err(e) = peer.notify_roots_list_changed().await {
+            tracing::debug!(server = %self.server.config.id, "notifications/roots/list_changed not sent: {e}");
+        }
+    }
+
     /// Asks a 2025-era server that offers logging to send log messages of `level` and
     /// above. A 2026-07-28 server is not asked (its log messages come only with the
     /// requests that ask for them).

@@ -244,6 +244,7 @@ impl Upstream {
             events: self.events.clone(),
             calls: self.calls.clone(),
             id: self.config.id.clone(),
+            workspace: self.sandbox.workspace.as_path().into(),
         }
     }
 
@@ -380,6 +381,14 @@ impl Upstream {
 
     /// The connection's peer and process, starting the server again first if it is down
     /// and its backoff has passed.
+    /// The connected server's peer; `None` when it is not connected (nothing is started).
+    pub(crate) async fn peer_if_up(&self) -> Option<Peer<RoleClient>> {
+        match &*self.conn.lock().await {
+            Conn::Up(live) => Some(live.service.peer().clone()),
+            _ => None,
+        }
+    }
+
     pub(crate) async fn live_peer(
         self: &Arc<Self>,
     ) -> Result<(Peer<RoleClient>, Child), ToolError> {
