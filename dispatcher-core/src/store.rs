@@ -159,21 +159,15 @@ impl Channels {
 }
 
 /// Everything in this process's memory: one instance, nothing to run, never down. Its
-/// generation is made with it: what a previous run of the process sealed is refused.
+/// generation is the same in every process (instances that share a key ring but no store
+/// each keep their own replay memory, as before), and changes only when it is
+/// [wiped](MemoryStore::wipe).
+#[derive(Default)]
 pub struct MemoryStore {
     state: Mutex<Memory>,
     channels: Channels,
-    generation: String,
-}
-
-impl Default for MemoryStore {
-    fn default() -> Self {
-        MemoryStore {
-            state: Mutex::default(),
-            channels: Channels::default(),
-            generation: new_generation(),
-        }
-    }
+    /// How many times it was wiped.
+    wiped: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Default)]
@@ -213,6 +207,12 @@ impl MemoryStore {
     /// An empty store.
     pub fn new() -> Arc<Self> {
         Arc::new(MemoryStore::default())
+    }
+
+    /// Forgets everything, as a store that lost its data does: a new generation.
+    pub fn wipe(&self) {
+        *self.state.lock().unwrap_or_else(PoisonError::into_inner) = Memory::default();
+        self.wiped.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
     fn lock(&self) -> MutexGuard<'_, Memory> {
@@ -340,7 +340,8 @@ impl Bus for MemoryStore {
 
 impl Generations for MemoryStore {
     fn generation(&self) -> StoreFuture<'_, String> {
-        ready(self.generation.clone())
+        let wiped = self.wiped.load(std::sync::atomic::Ordering::Acquire);
+        ready(format!("memory-{wiped}"))
     }
 }
 

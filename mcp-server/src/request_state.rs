@@ -477,20 +477,35 @@ mod tests {
 
     #[tokio::test]
     async fn a_token_sealed_before_the_store_lost_its_data_is_refused_saying_so() {
-        let before = confirmations(Duration::from_secs(60));
+        let store = dispatcher_core::store::MemoryStore::new();
+        let c = Confirmations::new(
+            parse_ring(RING, "test").unwrap(),
+            Duration::from_secs(60),
+            store.clone(),
+        );
         let args = json!({"command": "echo ran"});
-        let token = before.seal("alice", "shell", &args).await.unwrap();
-        // The same key ring over a store in another life of its data.
-        let after = confirmations(Duration::from_secs(60));
-        let refused = after.open(&token, "alice", "shell", &args).await;
+        let token = c.seal("alice", "shell", &args).await.unwrap();
+        let kept = c.seal("alice", "shell", &args).await.unwrap();
+        assert_eq!(
+            c.open(&kept, "alice", "shell", &args).await,
+            Ok(Opened::Confirmation)
+        );
+        store.wipe();
+        let refused = c.open(&token, "alice", "shell", &args).await;
         assert_eq!(refused, Err(StateRefused::StoreForgot("memory".into())));
         let said = refused.unwrap_err().to_string();
         assert!(
             said.contains("lost its data") && said.contains("asked anew"),
             "{said}"
         );
+        // The replay of one used before the loss is refused too, not run.
         assert_eq!(
-            before.open(&token, "alice", "shell", &args).await,
+            c.open(&kept, "alice", "shell", &args).await,
+            Err(StateRefused::StoreForgot("memory".into()))
+        );
+        let fresh = c.seal("alice", "shell", &args).await.unwrap();
+        assert_eq!(
+            c.open(&fresh, "alice", "shell", &args).await,
             Ok(Opened::Confirmation)
         );
     }

@@ -178,6 +178,7 @@ async fn serve_http(
     // Over a shared store, a task made here is read, answered and cancelled anywhere.
     let tasks = mcp::Tasks::new(sources.config.mcp.tasks.clone());
     tasks.share_through(dispatcher.store());
+    let running_tasks = tasks.clone();
     let shared = mcp::McpShared::new(
         dispatcher.clone(),
         routes.clone(),
@@ -208,15 +209,23 @@ async fn serve_http(
             signal.name,
             grace.as_secs()
         );
-        let _ = signal_tx.send(signal);
+        let _ = signal_tx.send((signal, std::time::Instant::now()));
     };
     let drained = server
         .serve(listener, shutdown, grace)
         .await
         .map_err(|e| UsageError(format!("the HTTP server failed: {e}")))?;
-    if !drained {
+    let mut signal_rx = signal_rx;
+    let (signal, since) = match signal_rx.try_recv() {
+        Ok((signal, at)) => (Some(signal), at),
+        Err(_) => (None, std::time::Instant::now()),
+    };
+    let left = || grace.saturating_sub(since.elapsed());
+    // Tasks are calls no request waits on: they get what is left of the grace period too.
+    let settled = drained && running_tasks.settle(left()).await;
+    if !settled {
         tracing::warn!(
-            "requests still running {} s after the signal; cancelling them",
+            "calls or tasks still running {} s after the signal; cancelling them",
             grace.as_secs()
         );
     }
@@ -224,11 +233,15 @@ async fn serve_http(
     let sessions = dispatcher.session_ids();
     let closing =
         futures_util::future::join_all(sessions.iter().map(|id| dispatcher.close_session(id)));
-    let _ = tokio::time::timeout(grace, closing).await;
+    let _ = tokio::time::timeout(left().max(STOP_AT_LEAST), closing).await;
+    // Each task's last state (completed, cancelled) reaches the shared store, where the
+    // other instances answer `tasks/get` for it.
+    running_tasks.settle(STOP_AT_LEAST).await;
+    running_tasks.flush(STOP_AT_LEAST).await;
     telemetry.flush().await;
-    Ok(match signal_rx.await {
-        Ok(signal) => signal.exit_code(),
-        Err(_) => ExitCode::SUCCESS,
+    Ok(match signal {
+        Some(signal) => signal.exit_code(),
+        None => ExitCode::SUCCESS,
     })
 }
 
@@ -401,6 +414,9 @@ pub fn confirmations(
         dispatcher.store(),
     ))
 }
+
+/// What stopping may take past the grace period: closing sessions, the last store writes.
+const STOP_AT_LEAST: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A signal that asks toolhost to stop.
 pub struct Shutdown {

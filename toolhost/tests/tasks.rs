@@ -515,3 +515,40 @@ fn over_a_shared_store_a_task_made_at_one_instance_is_read_answered_and_cancelle
         .json();
     assert_eq!(stranger["error"]["code"], -32602, "{stranger}");
 }
+
+#[test]
+fn an_instance_stopped_by_sigterm_drains_and_leaves_its_tasks_readable_at_another() {
+    let Some(redis) = toolhost_tests::redis_server::RedisServer::start() else {
+        return;
+    };
+    let ws = workspace();
+    let config = format!(
+        "{SHELL_ALLOWED}\n[timeouts]\ncancel_grace_secs = 3\n\n[store]\nurl = \"{}\"\n",
+        redis.url()
+    );
+    let (mut a, b) = (serve(ws.path(), &config), serve(ws.path(), &config));
+    let (at_a, at_b) = (client(&a), client(&b));
+    let short = task_id(&at_a.call("shell", json!({"command": "sleep 1; echo finished"})));
+    let long = task_id(&at_a.call("shell", json!({"command": "sleep 60; touch late"})));
+    let addr = a.addr.clone();
+    toolhost_tests::send_signal(a.child.id(), rustix::process::Signal::TERM);
+    // Stopped accepting: a new connection is refused while it drains.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while std::net::TcpStream::connect(&addr).is_ok() {
+        assert!(Instant::now() < deadline, "still accepting after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = toolhost_tests::wait_exit(&mut a.child);
+    assert_eq!(status.code(), Some(143), "{status}");
+    // The short task finished within the grace period; the long one was cancelled; both
+    // are readable at the other instance, in their final state.
+    let done = at_b.get(&short);
+    assert_eq!(done["status"], "completed", "{done}");
+    assert!(result_text(&done["result"]).contains("finished"), "{done}");
+    let cut = at_b.get(&long);
+    assert!(
+        ["cancelled", "failed"].contains(&cut["status"].as_str().unwrap_or("")),
+        "{cut}"
+    );
+    assert!(!ws.path().join("late").exists());
+}

@@ -170,6 +170,8 @@ pub struct Tasks {
     pub(super) shared: std::sync::OnceLock<Arc<dyn dispatcher_core::store::Store>>,
     /// Counts the tasks that ended, for those waiting on one.
     ended: tokio::sync::watch::Sender<u64>,
+    /// The mirror writes to the shared store under way.
+    writes: tokio_util::task::TaskTracker,
 }
 
 /// The running side of one task: its call asks through it and ends it.
@@ -207,6 +209,7 @@ impl Tasks {
             settings,
             shared: std::sync::OnceLock::new(),
             ended: tokio::sync::watch::channel(0).0,
+            writes: tokio_util::task::TaskTracker::new(),
         })
     }
 
@@ -316,7 +319,7 @@ impl Tasks {
             return;
         };
         let record = serde_json::json!({"owner": entry.owner, "task": entry.detailed()});
-        shared::put(store, id, record, entry.ttl);
+        shared::put(store, &self.writes, id, record, entry.ttl);
     }
 
     /// Forgets a task made by mistake (its creation was never told to anyone).
@@ -413,6 +416,30 @@ impl Tasks {
                 _ => return self.get(owner, id),
             }
         }
+    }
+
+    /// For a stopping instance: waits until no task runs here (each ended: finished, or
+    /// cancelled by whoever could), at most `within`. Whether none runs.
+    pub async fn settle(&self, within: Duration) -> bool {
+        let mut ends = self.ended.subscribe();
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if self.lock().values().all(|e| e.ended.is_some()) {
+                return true;
+            }
+            match tokio::time::timeout_at(deadline, ends.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return false,
+            }
+        }
+    }
+
+    /// For a stopping instance: waits (at most `within`) until every task's last change
+    /// reached the shared store, where the other instances read it.
+    pub async fn flush(&self, within: Duration) {
+        self.writes.close();
+        let _ = tokio::time::timeout(within, self.writes.wait()).await;
+        self.writes.reopen();
     }
 
     /// How many tasks run calls in the dispatcher session `session`.

@@ -24,13 +24,20 @@ const CHANNEL: &str = "tasks";
 /// How often a `tasks/result` for another instance's task looks again.
 const POLL: Duration = Duration::from_millis(100);
 
-/// Writes task `id`'s `record` (in the background), kept `ttl` past now.
-pub(super) fn put(store: &Arc<dyn Store>, id: &str, record: Value, ttl: Duration) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+/// Writes task `id`'s `record` (in the background, tracked by `writes` so that a stopping
+/// instance can wait for them: [`Tasks::settle`]), kept `ttl` past now.
+pub(super) fn put(
+    store: &Arc<dyn Store>,
+    writes: &tokio_util::task::TaskTracker,
+    id: &str,
+    record: Value,
+    ttl: Duration,
+) {
+    if tokio::runtime::Handle::try_current().is_err() {
         return;
-    };
+    }
     let (store, key) = (store.clone(), format!("{RECORD}{id}"));
-    runtime.spawn(async move {
+    writes.spawn(async move {
         if let Err(e) = store.put(&key, &record.to_string(), ttl).await {
             tracing::warn!("{e}; other instances cannot see this task now");
         }
