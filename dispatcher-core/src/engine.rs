@@ -22,8 +22,11 @@ use crate::toolset::Toolsets;
 use crate::workspace::Workspace;
 
 pub(crate) struct Engine {
-    /// What the host set with the builder.
+    /// What the host set with the builder (its config and policy are read from `live`).
     pub(crate) settings: Settings,
+    /// The config and policy in force: set at build, replaced whole by
+    /// [`crate::Dispatcher::reconfigure`]; a call reads them once where it needs them.
+    live: std::sync::RwLock<Arc<Live>>,
     pub(crate) broker: ConfirmationBroker,
     pub(crate) registry: Arc<Registry>,
     /// Counts changes to the tools of every registry here (see `Dispatcher::watch_tools`).
@@ -56,6 +59,12 @@ pub(crate) struct Settings {
     pub(crate) audit: Vec<Arc<dyn crate::audit::AuditSink>>,
 }
 
+/// The config and the policy in force, replaced together.
+pub(crate) struct Live {
+    pub(crate) config: Arc<DispatcherConfig>,
+    pub(crate) policy: Arc<ConfirmationPolicy>,
+}
+
 /// A random id for this instance: the keys it shares only with itself, and the ids of
 /// its confirmation requests, never meet another's.
 fn instance_id() -> Arc<str> {
@@ -84,9 +93,14 @@ impl Engine {
         } else {
             ConfirmationBroker::default()
         };
+        let live = std::sync::RwLock::new(Arc::new(Live {
+            config: Arc::new(std::mem::take(&mut settings.config)),
+            policy: Arc::new(std::mem::take(&mut settings.policy)),
+        }));
         Engine {
             store,
             instance: instance_id(),
+            live,
             settings,
             broker,
             registry: Arc::new(Registry::new(changes.clone())),
@@ -96,6 +110,33 @@ impl Engine {
             events: EventChannel::new(),
             next_request: AtomicU64::new(1),
         }
+    }
+
+    /// The dispatcher config in force.
+    pub(crate) fn config(&self) -> Arc<DispatcherConfig> {
+        self.live
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .config
+            .clone()
+    }
+
+    /// The confirmation policy in force.
+    pub(crate) fn policy(&self) -> Arc<ConfirmationPolicy> {
+        self.live
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .policy
+            .clone()
+    }
+
+    /// Puts `config` and `policy` in force together: calls that already read them keep
+    /// theirs.
+    pub(crate) fn set_live(&self, config: DispatcherConfig, policy: ConfirmationPolicy) {
+        *self.live.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(Live {
+            config: Arc::new(config),
+            policy: Arc::new(policy),
+        });
     }
 
     fn sessions(&self) -> MutexGuard<'_, HashMap<Arc<str>, Arc<SessionState>>> {
@@ -152,18 +193,15 @@ impl Engine {
             &spec,
             data_dir,
             crate::session::Surroundings {
-                cap: self.settings.config.max_concurrency,
-                tool_caps: &self.settings.config.tool_concurrency,
+                cap: self.config().max_concurrency,
+                tool_caps: &self.config().tool_concurrency,
                 changes: self.changes.clone(),
                 store: self.store.clone(),
                 instance: &self.instance,
             },
         ));
-        self.toolsets.start_for(
-            &state,
-            &self.registry,
-            &self.settings.config.toolset_separator,
-        )?;
+        self.toolsets
+            .start_for(&state, &self.registry, &self.config().toolset_separator)?;
         sessions.insert(id, state.clone());
         Ok(state)
     }
@@ -198,7 +236,7 @@ impl Engine {
         };
         let hint = self
             .toolsets
-            .route_hint(name, session, &self.settings.config.toolset_separator);
+            .route_hint(name, session, &self.config().toolset_separator);
         match hint {
             Some(hint) => format!("{hint} Available: {available}"),
             None => format!("Tool '{name}' not found. Available: {available}"),
@@ -225,7 +263,7 @@ fn publish_if_it_waits(engine: &Engine, request: &ConfirmationRequest) {
         engine.store.clone(),
         engine.instance.clone(),
     );
-    let ttl = engine.settings.config.timeouts.confirmation + std::time::Duration::from_secs(5);
+    let ttl = engine.config().timeouts.confirmation + std::time::Duration::from_secs(5);
     let request = request.clone();
     runtime.spawn(async move {
         tokio::time::sleep(PUBLISH_AFTER).await;
@@ -279,7 +317,7 @@ pub(crate) async fn ask(
         reason: request.reason.clone(),
     });
     let waited = std::time::Instant::now();
-    let timeout = engine.settings.config.timeouts.confirmation;
+    let timeout = engine.config().timeouts.confirmation;
     let resolution = pending
         .wait(&request, &engine.settings.confirmers, timeout, cancelled)
         .await;

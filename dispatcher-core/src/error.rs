@@ -96,6 +96,17 @@ impl fmt::Display for CancelReason {
     }
 }
 
+/// A new config the running dispatcher refused, nothing changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReconfigureError {
+    /// The setting cannot change while the dispatcher runs.
+    #[error("`{setting}` cannot change while toolhost runs; restart it to apply the new value")]
+    NeedsRestart {
+        /// The setting's key.
+        setting: String,
+    },
+}
+
 /// A tool definition (or toolset) the dispatcher refused to register, naming why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RegistrationError {

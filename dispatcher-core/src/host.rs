@@ -256,7 +256,8 @@ impl CallHost {
         let roots = |paths: &[std::path::PathBuf]| -> Vec<String> {
             paths.iter().map(|p| p.display().to_string()).collect()
         };
-        let settings = self.asker.as_ref().map(|e| &e.settings.config.sandbox);
+        let config = self.asker.as_ref().map(|e| e.config());
+        let settings = config.as_ref().map(|c| &c.sandbox);
         let answer = tool_api::ProcessSandbox {
             mode: self.sandbox,
             network: self.network,

@@ -43,7 +43,7 @@ pub use confirmation::{
     Answer, ConfirmFuture, ConfirmationBroker, ConfirmationRequest, Confirmer, DecidedBy, Decision,
     ResolveError,
 };
-pub use error::{CancelReason, ErrorClass, RegistrationError, SessionError};
+pub use error::{CancelReason, ErrorClass, ReconfigureError, RegistrationError, SessionError};
 pub use events::{CallEvents, EVENT_BUFFER, EventKind, ToolEvent};
 pub use hooks::{
     COMMAND_HOOK_TIMEOUT, CommandHook, HookCall, HookDecision, HookFuture, HookMatcher,
@@ -192,14 +192,33 @@ impl Dispatcher {
         DispatcherBuilder::default()
     }
 
-    /// The limits in force.
-    pub fn config(&self) -> &DispatcherConfig {
-        &self.engine.settings.config
+    /// The limits in force (as of now: [`Dispatcher::reconfigure`] may replace them).
+    pub fn config(&self) -> Arc<DispatcherConfig> {
+        self.engine.config()
     }
 
-    /// The confirmation policy in force.
-    pub fn policy(&self) -> &ConfirmationPolicy {
-        &self.engine.settings.policy
+    /// The confirmation policy in force (as of now).
+    pub fn policy(&self) -> Arc<ConfirmationPolicy> {
+        self.engine.policy()
+    }
+
+    /// Puts a new config and policy in force, together, for the calls that start from now
+    /// on (calls already past a step keep what they read). Refused, with nothing changed,
+    /// when `config` changes what cannot change under a running dispatcher: the toolset
+    /// separator, which is part of every published tool name.
+    pub fn reconfigure(
+        &self,
+        config: DispatcherConfig,
+        policy: ConfirmationPolicy,
+    ) -> Result<(), ReconfigureError> {
+        let now = self.engine.config();
+        if config.toolset_separator != now.toolset_separator {
+            return Err(ReconfigureError::NeedsRestart {
+                setting: "toolset_separator".into(),
+            });
+        }
+        self.engine.set_live(config, policy);
+        Ok(())
     }
 
     /// This instance's random id (in confirmation request ids, events seen by other
@@ -281,6 +300,39 @@ impl Dispatcher {
         self.engine.registry.remove(name)
     }
 
+    /// Replaces tools in one step (a plugin upgraded in place): the tools named `remove`
+    /// go and `add` come, or, when any of `add` would be refused (an invalid definition, a
+    /// name another tool keeps), nothing changes. A call already running on a removed tool
+    /// finishes on it; the next call of the name reaches the new one. Clients watching the
+    /// tools ([`Dispatcher::watch_tools`]) are told once.
+    pub fn replace_tools(
+        &self,
+        remove: &[String],
+        add: Vec<Arc<dyn ToolFactory>>,
+    ) -> Result<(), RegistrationError> {
+        let prepared = add
+            .into_iter()
+            .map(registry::prepare)
+            .collect::<Result<Vec<_>, _>>()?;
+        self.engine.registry.swap(remove, prepared)
+    }
+
+    /// The factory registered under `name` (a tool of its own, not a toolset's).
+    pub fn factory(&self, name: &str) -> Option<Arc<dyn ToolFactory>> {
+        self.engine
+            .registry
+            .get(name)
+            .filter(|t| t.toolset().is_none())
+            .map(|t| t.factory.clone())
+    }
+
+    /// Removes a shared toolset and its tools (its instance is the caller's to stop).
+    /// Returns whether it was registered.
+    pub fn unregister_toolset(&self, id: &str) -> bool {
+        let e = &self.engine;
+        e.toolsets.unregister(id, &e.registry)
+    }
+
     /// Registers a toolset ([`Toolset`]). A shared toolset's tools are published at once
     /// (all or none) and it is bound ([`Toolset::bind`]); a per-session toolset starts in
     /// each session that enables it. Refuses a duplicate id or prefix, an invalid prefix,
@@ -288,7 +340,7 @@ impl Dispatcher {
     pub fn register_toolset(&self, def: ToolsetDef) -> Result<(), RegistrationError> {
         let e = &self.engine;
         e.toolsets
-            .register(def, &e.registry, &e.settings.config.toolset_separator)
+            .register(def, &e.registry, &e.config().toolset_separator)
     }
 
     /// Re-reads a shared toolset's tools and republishes them (what its
@@ -296,7 +348,7 @@ impl Dispatcher {
     pub fn refresh_toolset(&self, id: &str) -> Result<usize, RegistrationError> {
         let e = &self.engine;
         e.toolsets
-            .refresh(id, &e.registry, &e.settings.config.toolset_separator)
+            .refresh(id, &e.registry, &e.config().toolset_separator)
     }
 
     /// The tools a session may see and call, sorted by name: its visibility filter applied,
@@ -332,7 +384,7 @@ impl Dispatcher {
         // A tool whose calls are routed to the remote host runs there.
         if let Some(remote) = &e.settings.remote {
             for l in &mut listing {
-                if crate::config::sandbox_mode(&e.settings.config.sandbox, &l.definition.name)
+                if crate::config::sandbox_mode(&e.config().sandbox, &l.definition.name)
                     == SandboxMode::Remote
                 {
                     l.placement = tool_api::Placement::Remote {

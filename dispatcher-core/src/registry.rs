@@ -151,6 +151,37 @@ impl Registry {
         Ok(())
     }
 
+    /// Removes the tools named `remove` and adds `add`, atomically: refused, with nothing
+    /// changed, when an added name is taken by a tool that stays (naming both sources).
+    /// A call already running on a removed tool keeps it until it ends.
+    pub(crate) fn swap(
+        &self,
+        remove: &[String],
+        add: Vec<Registered>,
+    ) -> Result<(), RegistrationError> {
+        let mut tools = self.write();
+        for tool in &add {
+            if let Some(existing) = tools.get(&tool.name)
+                && !remove.iter().any(|r| **r == *tool.name)
+            {
+                return Err(RegistrationError::Duplicate {
+                    name: tool.name.to_string(),
+                    existing_source: existing.factory.source().to_string(),
+                    new_source: tool.factory.source().to_string(),
+                });
+            }
+        }
+        for name in remove {
+            tools.remove(name.as_str());
+        }
+        for tool in add {
+            tools.insert(tool.name.clone(), Arc::new(tool));
+        }
+        drop(tools);
+        self.changed();
+        Ok(())
+    }
+
     /// Removes a tool; returns whether it was there.
     pub(crate) fn remove(&self, name: &str) -> bool {
         let removed = self.write().remove(name).is_some();

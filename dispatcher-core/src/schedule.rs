@@ -230,7 +230,7 @@ impl Shared {
             st.completed.push_back(index);
             if failed_execute
                 && st.sibling_failure.is_none()
-                && self.engine.settings.config.on_execute_error == OnExecuteError::CancelSiblings
+                && self.engine.config().on_execute_error == OnExecuteError::CancelSiblings
             {
                 let e = &st.entries[index];
                 let cause = format!(

@@ -44,6 +44,10 @@ pub struct SessionSpec {
     pub principal: String,
     /// Modes that narrow the policy for this session's caller ([`Narrowing`]).
     pub narrowing: Option<Narrowing>,
+    /// Whether it sees the tools of every shared toolset, also one registered after it
+    /// opened (a server's sessions while its config is reloaded); `false` (the default):
+    /// those of [`SessionSpec::toolsets`] only.
+    pub every_shared_toolset: bool,
 }
 
 impl SessionSpec {
@@ -59,7 +63,15 @@ impl SessionSpec {
             shared: false,
             principal: "local".into(),
             narrowing: None,
+            every_shared_toolset: false,
         }
+    }
+
+    /// Sees the tools of every shared toolset, also those registered later
+    /// ([`SessionSpec::every_shared_toolset`]).
+    pub fn every_shared_toolset(mut self) -> Self {
+        self.every_shared_toolset = true;
+        self
     }
 
     /// Names who the session acts for ([`SessionSpec::principal`]).
@@ -240,8 +252,12 @@ pub(crate) struct SessionState {
     /// Who it acts for ([`SessionSpec::principal`]).
     pub(crate) principal: Arc<str>,
     pub(crate) workspace: Arc<Workspace>,
-    pub(crate) visibility: Visibility,
+    /// Which tools it sees and what narrows its policy: replaced whole by
+    /// [`Session::set_access`] (its caller's access rules reloaded).
+    access: std::sync::RwLock<Arc<Access>>,
     pub(crate) toolsets: Vec<Arc<str>>,
+    /// It sees every shared toolset's tools ([`SessionSpec::every_shared_toolset`]).
+    every_shared_toolset: bool,
     pub(crate) semaphore: Arc<Semaphore>,
     /// Per-tool caps on top of the session cap (`tool_concurrency` in the config).
     pub(crate) tool_caps: HashMap<String, Arc<Semaphore>>,
@@ -261,12 +277,18 @@ pub(crate) struct SessionState {
     closed: AtomicBool,
     /// The session's own confirmation policy, if it has one.
     pub(crate) policy: Option<ConfirmationPolicy>,
-    /// What narrows the policy for its caller.
-    pub(crate) narrowing: Option<Narrowing>,
+    /// The dispatcher's tool changes: a new access is told as one.
+    changes: Changes,
     /// The shared state its grants are kept in.
     store: Arc<dyn crate::store::Store>,
     /// `None` for a shared session; else the instance its grants belong to.
     scope: Option<Arc<str>>,
+}
+
+/// Which tools a session sees, and what narrows its policy.
+pub(crate) struct Access {
+    pub(crate) visibility: Visibility,
+    pub(crate) narrowing: Option<Narrowing>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -306,18 +328,22 @@ impl SessionState {
             id,
             principal: spec.principal.as_str().into(),
             workspace,
-            visibility: spec.visibility.clone(),
+            access: std::sync::RwLock::new(Arc::new(Access {
+                visibility: spec.visibility.clone(),
+                narrowing: spec.narrowing.clone(),
+            })),
             toolsets: spec
                 .toolsets
                 .iter()
                 .map(|t| Arc::from(t.as_str()))
                 .collect(),
+            every_shared_toolset: spec.every_shared_toolset,
             tool_caps: tool_caps
                 .iter()
                 .map(|(tool, cap)| (tool.clone(), Arc::new(Semaphore::new((*cap).max(1)))))
                 .collect(),
             data_dir,
-            tools: Registry::new(changes),
+            tools: Registry::new(changes.clone()),
             semaphore: Arc::new(Semaphore::new(cap.max(1))),
             events: EventChannel::new(),
             inflight: Mutex::default(),
@@ -326,7 +352,7 @@ impl SessionState {
             interruptible: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
             policy: spec.policy.clone(),
-            narrowing: spec.narrowing.clone(),
+            changes: changes.clone(),
             store,
             scope: (!spec.shared).then(|| instance.clone()),
         }
@@ -365,12 +391,23 @@ impl SessionState {
         (queued, calls)
     }
 
+    /// Which tools it sees and what narrows its policy, as of now.
+    pub(crate) fn access(&self) -> Arc<Access> {
+        self.access
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// Whether the session sees `tool`: its toolset is enabled, the visibility filter lets
     /// it through, and its required capability (if any) is enabled.
     pub(crate) fn sees(&self, tool: &Registered, capabilities: &HashSet<String>) -> bool {
         tool.toolset()
-            .is_none_or(|t| self.toolsets.iter().any(|e| **e == *t))
-            && self.visibility.allows_tool(&tool.name, tool.toolset())
+            .is_none_or(|t| self.every_shared_toolset || self.toolsets.iter().any(|e| **e == *t))
+            && self
+                .access()
+                .visibility
+                .allows_tool(&tool.name, tool.toolset())
             && tool.enabled_by(capabilities)
     }
 
@@ -554,6 +591,21 @@ impl std::fmt::Debug for Session {
 }
 
 impl Session {
+    /// Replaces which tools the session sees and what narrows its policy (its caller's
+    /// access rules were reloaded): calls from now on go by them; clients watching the
+    /// tools are told. A call already past its policy step keeps what it was decided.
+    pub fn set_access(&self, visibility: Visibility, narrowing: Option<Narrowing>) {
+        *self
+            .state
+            .access
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(Access {
+            visibility,
+            narrowing,
+        });
+        self.state.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
     /// A handle on `state`, in its first turn.
     pub(crate) fn new(state: Arc<SessionState>) -> Session {
         Session {

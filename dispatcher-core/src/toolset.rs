@@ -292,6 +292,19 @@ impl Toolsets {
         Ok(())
     }
 
+    /// Forgets toolset `id` and removes its tools from `global`.
+    pub(crate) fn unregister(&self, id: &str, global: &Arc<Registry>) -> bool {
+        let mut defs = self.defs.write().unwrap_or_else(PoisonError::into_inner);
+        let before = defs.len();
+        defs.retain(|t| t.id != id);
+        if defs.len() == before {
+            return false;
+        }
+        drop(defs);
+        let _ = global.replace_toolset(id, &|_| None, |_| Ok(Vec::new()));
+        true
+    }
+
     /// Re-reads a shared toolset's tools and republishes them.
     pub(crate) fn refresh(
         &self,

@@ -166,8 +166,8 @@ fn init_logging() {
 }
 
 /// The log filter without `TOOLHOST_LOG`: warnings, and what a wait is for (a first compile
-/// of a WebAssembly component).
-const DEFAULT_LOG: &str = "warn,rmcp::service=error,toolhost::progress=info";
+/// of a WebAssembly component), and what a reload changed under a running server.
+const DEFAULT_LOG: &str = "warn,rmcp::service=error,toolhost::progress=info,toolhost::reload=info";
 
 /// The `toolhost` program.
 pub fn main() -> ExitCode {

@@ -256,73 +256,96 @@ pub(crate) async fn build_host_observed(
     let plugins = if dirs.is_empty() {
         plugin_host::LoadReport::default()
     } else {
-        let (program, args) = match &sources.worker {
-            Some((program, args)) => (program.clone(), args.clone()),
-            None => (
-                std::env::current_exe().map_err(|e| {
-                    format!("cannot find this program to start plugin workers: {e}")
-                })?,
-                vec![OsString::from(PLUGIN_WORKER)],
-            ),
-        };
+        let (program, args) = worker_command(sources.worker.as_ref())?;
         plugin_host(config, dirs, program, args, workspace).load_into(&dispatcher)
     };
-    let mut starting = tokio::task::JoinSet::new();
-    let servers = Arc::new(mcp_toolsets::ServerSandbox {
-        workspace: workspace.to_path_buf(),
-        settings: config.sandbox.clone(),
-    });
-    let pins = pin_store(config);
-    for (i, server) in config.mcp_servers.iter().enumerate() {
-        let mut server = server.clone();
-        if server.url.is_none() {
-            server
-                .env
-                .extend(self_mount::env_for_server(sources.file, &server.id));
-        }
-        let sandbox = servers.clone();
-        let pins = pins.clone();
-        starting.spawn(async move {
-            (
-                i,
-                mcp_toolsets::McpToolset::start(server, &sandbox, pins).await,
-            )
-        });
-    }
-    let mut started = Vec::new();
-    while let Some(joined) = starting.join_next().await {
-        if let Ok(pair) = joined {
-            started.push(pair);
-        }
-    }
-    started.sort_by_key(|(i, _)| *i);
+    let started = start_servers(config, sources.file, workspace, &config.mcp_servers).await;
     let mut mcp = Vec::new();
-    for (i, result) in started {
-        let id = config.mcp_servers[i].id.clone();
-        let result = result.map_err(|e| e.to_string()).and_then(|ts| {
-            dispatcher
-                .register_toolset(dispatcher_core::ToolsetDef {
-                    id: id.clone(),
-                    // `prefix = ""`: a transparent mount, under the tools' own names.
-                    prefix: Some(ts.config().prefix.clone()).filter(|p| !p.is_empty()),
-                    binding: dispatcher_core::ToolsetBinding::Shared(ts.clone()),
-                })
-                .map_err(|e| {
-                    dispatcher_core::Toolset::stop(ts.as_ref());
-                    e.to_string()
-                })?;
-            Ok(ts)
-        });
+    for (server, result) in config.mcp_servers.iter().zip(started) {
+        let result = result.and_then(|ts| register_server(&dispatcher, ts));
         if let Err(e) = &result {
-            tracing::warn!("MCP server '{id}' not loaded: {e}");
+            tracing::warn!("MCP server '{}' not loaded: {e}", server.id);
         }
-        mcp.push((id, result));
+        mcp.push((server.id.clone(), result));
     }
     Ok(Host {
         dispatcher,
         plugins,
         mcp,
     })
+}
+
+/// The program and arguments that start a plugin worker: `worker`, else this program's
+/// `plugin-worker`.
+pub(crate) fn worker_command(
+    worker: Option<&(PathBuf, Vec<OsString>)>,
+) -> Result<(PathBuf, Vec<OsString>), UsageError> {
+    Ok(match worker {
+        Some((program, args)) => (program.clone(), args.clone()),
+        None => (
+            std::env::current_exe()
+                .map_err(|e| format!("cannot find this program to start plugin workers: {e}"))?,
+            vec![OsString::from(PLUGIN_WORKER)],
+        ),
+    })
+}
+
+/// Starts `servers` (concurrently) in their sandboxes over `workspace`: per server, in
+/// order, its toolset or why it could not start.
+pub(crate) async fn start_servers(
+    config: &Config,
+    file: &Path,
+    workspace: &Path,
+    servers: &[mcp_toolsets::McpServerConfig],
+) -> Vec<Result<Arc<mcp_toolsets::McpToolset>, String>> {
+    let mut starting = tokio::task::JoinSet::new();
+    let sandbox = Arc::new(mcp_toolsets::ServerSandbox {
+        workspace: workspace.to_path_buf(),
+        settings: config.sandbox.clone(),
+    });
+    let pins = pin_store(config);
+    for (i, server) in servers.iter().enumerate() {
+        let mut server = server.clone();
+        if server.url.is_none() {
+            server
+                .env
+                .extend(self_mount::env_for_server(file, &server.id));
+        }
+        let (sandbox, pins) = (sandbox.clone(), pins.clone());
+        starting.spawn(async move {
+            let started = mcp_toolsets::McpToolset::start(server, &sandbox, pins).await;
+            (i, started.map_err(|e| e.to_string()))
+        });
+    }
+    let mut started: Vec<Option<Result<_, String>>> = servers.iter().map(|_| None).collect();
+    while let Some(joined) = starting.join_next().await {
+        if let Ok((i, result)) = joined {
+            started[i] = Some(result);
+        }
+    }
+    started
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err("its start was interrupted".into())))
+        .collect()
+}
+
+/// Registers a started server's toolset (stopping it when the dispatcher refuses it).
+pub(crate) fn register_server(
+    dispatcher: &Dispatcher,
+    ts: Arc<mcp_toolsets::McpToolset>,
+) -> Result<Arc<mcp_toolsets::McpToolset>, String> {
+    dispatcher
+        .register_toolset(dispatcher_core::ToolsetDef {
+            id: ts.config().id.clone(),
+            // `prefix = ""`: a transparent mount, under the tools' own names.
+            prefix: Some(ts.config().prefix.clone()).filter(|p| !p.is_empty()),
+            binding: dispatcher_core::ToolsetBinding::Shared(ts.clone()),
+        })
+        .map_err(|e| {
+            dispatcher_core::Toolset::stop(ts.as_ref());
+            e.to_string()
+        })?;
+    Ok(ts)
 }
 
 /// The command hooks `config` declares: (pre-use, post-use).
@@ -344,7 +367,7 @@ fn command_hooks(config: &Config) -> (Vec<CommandHook>, Vec<CommandHook>) {
 /// The plugin host `config` describes: its directories' packages, isolation,
 /// signatures and workers (started as `worker_program plugin-worker …`, sandboxed for
 /// sessions in `workspace`).
-fn plugin_host(
+pub(crate) fn plugin_host(
     config: &Config,
     dirs: Vec<PathBuf>,
     worker_program: PathBuf,
@@ -393,7 +416,7 @@ fn plugin_host(
 /// The dispatcher's settings: the file's sections are the core's own types
 /// ([`dispatcher_core::Timeouts`], [`dispatcher_core::ResultLimits`],
 /// [`dispatcher_core::RateLimits`], [`sandbox::Settings`]), passed on whole.
-fn dispatcher_config(config: &Config) -> DispatcherConfig {
+pub(crate) fn dispatcher_config(config: &Config) -> DispatcherConfig {
     DispatcherConfig {
         max_concurrency: config.max_concurrency.0,
         timeouts: config.timeouts.clone(),

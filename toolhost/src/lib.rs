@@ -24,6 +24,7 @@ mod config;
 mod error;
 mod host;
 mod login;
+mod reload;
 mod remote;
 mod sandbox_report;
 mod self_mount;

@@ -11,10 +11,10 @@ use std::time::Duration;
 use clap::Args;
 use dispatcher_core::{Dispatcher, SessionSpec};
 
-use crate::config::access;
 use crate::error::UsageError;
 use crate::host::build_host_observed;
 use crate::host::{SessionArgs, Sources};
+use crate::reload::{Access, Reloader};
 use crate::telemetry::Telemetry;
 use mcp_server as mcp;
 use mcp_server::http::{self, HttpOptions};
@@ -145,7 +145,7 @@ async fn serve_http(
     );
     let confirmer = Arc::new(mcp::McpConfirmer::new(routes.clone()));
     let telemetry = Telemetry::for_serve(true).map_err(UsageError)?;
-    let host = build_host_observed(
+    let mut host = build_host_observed(
         sources,
         &args.session.workspace,
         Some(confirmer),
@@ -153,28 +153,40 @@ async fn serve_http(
     )
     .await?;
     if let Some(metrics) = &telemetry.metrics {
-        metrics.watch_workers(host.plugins.workers.clone());
+        metrics.watch_workers(&host.plugins.workers);
     }
     routes.share_watchers_through(host.dispatcher.store());
     let dispatcher = host.dispatcher.clone();
     let workspace = args.session.workspace.clone();
     // Fail now, not at the first request, if the workspace cannot hold a session.
     drop(host.open_session("mcp-check", &args.session)?);
-    let toolsets = host.toolsets();
-    let rules = sources.config.access.clone();
-    let per_caller = !rules.is_empty();
+    let per_caller = !sources.config.access.is_empty();
+    let access = Access::new(sources.config.access.clone());
     let opener = {
-        let dispatcher = dispatcher.clone();
+        let (dispatcher, access) = (dispatcher.clone(), access.clone());
         move |id: &str, principal: &mcp::Principal, shared: bool| {
+            // Every server's tools, also one a reload adds.
             let spec = SessionSpec::new(id, &workspace)
-                .toolsets(toolsets.clone())
+                .every_shared_toolset()
                 .shared(shared)
                 .principal(principal.id.as_str());
-            dispatcher
-                .open_session(access::apply(&rules, principal, spec))
-                .map_err(|e| e.to_string())
+            let session = dispatcher
+                .open_session(access.apply(principal, spec))
+                .map_err(|e| e.to_string())?;
+            access.opened(&session, principal);
+            Ok(session)
         }
     };
+    let upstreams = host.upstreams(&routes).await;
+    // Plugins and servers are the reloader's from here on.
+    let reloader = Reloader::take(
+        sources,
+        &args.session.workspace,
+        &mut host,
+        access,
+        telemetry.metrics.clone(),
+    );
+    let watching = reloader.watch();
     // Over a shared store, a task made here is read, answered and cancelled anywhere.
     let tasks = mcp::Tasks::new(sources.config.mcp.tasks.clone());
     tasks.share_through(dispatcher.store());
@@ -187,7 +199,7 @@ async fn serve_http(
             open: Box::new(opener),
             by_principal: Default::default(),
         },
-        host.upstreams(&routes).await,
+        upstreams,
         tasks,
     );
     shared.set_tools_per_caller(per_caller);
@@ -238,6 +250,8 @@ async fn serve_http(
     // other instances answer `tasks/get` for it.
     running_tasks.settle(STOP_AT_LEAST).await;
     running_tasks.flush(STOP_AT_LEAST).await;
+    watching.abort();
+    drop(reloader);
     telemetry.flush().await;
     Ok(match signal {
         Some(signal) => signal.exit_code(),

@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use dispatcher_core::Dispatcher;
 use dispatcher_core::audit::{AuditEntry, AuditSink};
@@ -46,7 +46,7 @@ struct Counts {
 #[derive(Default)]
 pub struct Metrics {
     counts: Mutex<Counts>,
-    workers: OnceLock<Vec<Arc<PluginWorker>>>,
+    workers: Mutex<Vec<std::sync::Weak<PluginWorker>>>,
 }
 
 impl Metrics {
@@ -55,9 +55,11 @@ impl Metrics {
         Arc::default()
     }
 
-    /// The plugin workers whose state is shown (once they are loaded).
-    pub fn watch_workers(&self, workers: Vec<Arc<PluginWorker>>) {
-        let _ = self.workers.set(workers);
+    /// The plugin workers whose state is shown (once they are loaded; again after a
+    /// plugin upgrade). Held weakly: a worker an upgrade replaced is freed, not kept here.
+    pub fn watch_workers(&self, workers: &[Arc<PluginWorker>]) {
+        *self.workers.lock().unwrap_or_else(PoisonError::into_inner) =
+            workers.iter().map(Arc::downgrade).collect();
     }
 
     /// The Prometheus text exposition (format 0.0.4) of everything, `dispatcher`'s state as
@@ -129,7 +131,13 @@ impl Metrics {
             "toolhost_confirmations_pending {}",
             dispatcher.broker().pending(None).len()
         );
-        let workers = self.workers.get().map(Vec::as_slice).unwrap_or_default();
+        let workers: Vec<Arc<PluginWorker>> = self
+            .workers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .collect();
         head(
             &mut out,
             "toolhost_plugin_worker_up",

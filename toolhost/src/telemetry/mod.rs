@@ -2,7 +2,7 @@
 //! ([`Metrics`]) and OpenTelemetry traces over OTLP ([`Traces`]), both fed every ended
 //! call by the dispatcher ([`dispatcher_core::audit::AuditSink`]).
 
-mod metrics;
+pub(crate) mod metrics;
 mod otlp;
 
 pub use metrics::Metrics;

@@ -163,7 +163,7 @@ impl Invocation {
             rule,
         );
         let entry = self.register().clone();
-        let timeout = engine.settings.config.timeouts.confirmation;
+        let timeout = engine.config().timeouts.confirmation;
         let resolution = crate::engine::ask(
             &engine,
             &self.header,

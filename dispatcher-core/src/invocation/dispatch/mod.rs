@@ -192,7 +192,7 @@ impl Invocation {
             };
 
             // 3b. The caller's rate limits (no store round trip when none applies).
-            if !self.engine.settings.config.limits.is_empty()
+            if !self.engine.config().limits.is_empty()
                 && let Err(block) = Box::pin(self.within_limits(&tool)).await
             {
                 return block;
@@ -270,7 +270,7 @@ impl Invocation {
             let ended = Instant::now();
             let elapsed = ended.saturating_duration_since(exec_started);
             self.ended = Some(ended);
-            let slow = self.engine.settings.config.timeouts.slow_call_warn;
+            let slow = self.engine.config().timeouts.slow_call_warn;
             if elapsed >= slow {
                 tracing::warn!(
                     elapsed_ms = ms(elapsed),
@@ -290,7 +290,7 @@ impl Invocation {
             spool::cap(
                 block,
                 grant.max_result_chars,
-                self.engine.settings.config.results.preview_chars,
+                self.engine.config().results.preview_chars,
                 &state.data_dir,
                 state.workspace.root(),
             )
@@ -301,7 +301,7 @@ impl Invocation {
     async fn within_limits(&self, tool: &Registered) -> Result<(), ToolResultBlock> {
         let state = &self.session.state;
         crate::limits::count(
-            &self.engine.settings.config.limits,
+            &self.engine.config().limits,
             &self.engine.store,
             &state.principal,
             &tool.name,
@@ -368,12 +368,16 @@ impl Invocation {
     /// What the confirmation policy (the session's, else the dispatcher's) says of the tool.
     fn policy_decision(&self, tool: &Registered) -> PolicyDecision {
         let state = &self.session.state;
-        let decision = state
-            .policy
-            .as_ref()
-            .unwrap_or(&self.engine.settings.policy)
-            .decide(&tool.name, tool.side_effects, state.workspace.root());
-        match &state.narrowing {
+        let in_force;
+        let policy = match state.policy.as_ref() {
+            Some(own) => own,
+            None => {
+                in_force = self.engine.policy();
+                &*in_force
+            }
+        };
+        let decision = policy.decide(&tool.name, tool.side_effects, state.workspace.root());
+        match &state.access().narrowing {
             Some(narrowing) => narrowing.narrow(decision, &tool.name, tool.side_effects),
             None => decision,
         }

@@ -1,0 +1,282 @@
+//! A running `toolhost serve --http` takes changes without a restart: its configuration
+//! file (policy, access rules, mounted servers), and the packages in its plugin
+//! directories (upgraded, refused, removed), each noticed in the files or on `SIGHUP`.
+#![cfg(test)]
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+mod common;
+use common::raw_http::{post_stateless, result_text, stateless};
+use common::{Server, serve_http, workspace};
+
+/// The tool names the server lists now.
+fn tools(server: &Server) -> Vec<String> {
+    let listed = post_stateless(&server.addr, &stateless(1, "tools/list", json!({}), false)).json();
+    listed["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{listed}"))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// A call's result.
+fn call(server: &Server, name: &str, arguments: Value) -> Value {
+    let answer = post_stateless(
+        &server.addr,
+        &stateless(
+            2,
+            "tools/call",
+            json!({"name": name, "arguments": arguments}),
+            false,
+        ),
+    )
+    .json();
+    answer["result"].clone()
+}
+
+/// Waits (at most 20 s) until `done` holds.
+fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits until the server's log has a line with every one of `words`; that line.
+fn logged(server: &Server, words: &[&str]) -> String {
+    let mut found = String::new();
+    until(&format!("a log line with {words:?}"), || {
+        let log = server.log.lock().unwrap();
+        match log.iter().find(|l| words.iter().all(|w| l.contains(w))) {
+            Some(line) => {
+                found = line.clone();
+                true
+            }
+            None => false,
+        }
+    });
+    found
+}
+
+fn write_config(ws: &Path, text: &str) {
+    // Written whole and renamed in, as editors save.
+    let scratch = ws.join(".toolhost.toml.new");
+    std::fs::write(&scratch, text).unwrap();
+    std::fs::rename(&scratch, ws.join("toolhost.toml")).unwrap();
+}
+
+#[test]
+fn a_changed_config_applies_to_the_next_call_and_one_that_does_not_load_changes_nothing() {
+    let ws = workspace();
+    write_config(
+        ws.path(),
+        "[tool_confirmation.per_tool]\nlist_dir = \"deny\"\n",
+    );
+    let server = serve_http(ws.path(), &[]);
+    assert_eq!(call(&server, "list_dir", json!({}))["isError"], true);
+    write_config(
+        ws.path(),
+        "[tool_confirmation.per_tool]\nlist_dir = \"auto\"\n",
+    );
+    until("list_dir allowed", || {
+        call(&server, "list_dir", json!({}))["isError"] == false
+    });
+    logged(&server, &["toolhost.toml reloaded"]);
+    // A file that does not load: the same error as at start, and nothing changes.
+    let bad = "[tool_confirmation.per_tool]\nlist_dir = \"sometimes\"\n";
+    write_config(ws.path(), bad);
+    let line = logged(
+        &server,
+        &["not reloaded", "the running configuration stays"],
+    );
+    let at_start = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .arg("list")
+        .current_dir(ws.path())
+        .env("XDG_CONFIG_HOME", ws.path().join(".no-config"))
+        .output()
+        .unwrap();
+    let refused = toolhost_tests::text(&at_start.stderr);
+    let first = refused
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches("error: ");
+    assert!(line.contains("sometimes"), "{line}");
+    assert!(
+        refused.contains("sometimes") && line.contains(first.split(": ").last().unwrap_or(first)),
+        "at start: {refused}\nat reload: {line}"
+    );
+    assert_eq!(call(&server, "list_dir", json!({}))["isError"], false);
+    // What a running server cannot take is named; the rest applies.
+    write_config(
+        ws.path(),
+        "[store]\nurl = \"redis://127.0.0.1:1/0\"\n\n[tool_confirmation.per_tool]\nlist_dir = \"deny\"\n",
+    );
+    logged(&server, &["[store] changed", "restart toolhost"]);
+    until("list_dir denied again", || {
+        call(&server, "list_dir", json!({}))["isError"] == true
+    });
+}
+
+/// A `[[mcp_servers]]` entry for the fixture server, as `id` with prefix `prefix`.
+fn server_entry(id: &str, prefix: &str, args: &str) -> String {
+    format!(
+        "[[mcp_servers]]\nid = \"{id}\"\nprefix = \"{prefix}\"\ncommand = \"{}\"\nargs = [{args}]\n\n",
+        toolhost_tests::fixtures().mcp_server().display()
+    )
+}
+
+const ECHO_ALLOWED: &str =
+    "[tool_confirmation.per_tool]\nfx__echo = \"auto\"\nfy__echo = \"auto\"\n\n";
+
+#[test]
+fn mounted_servers_are_added_restarted_when_changed_and_removed_and_the_others_keep_running() {
+    let ws = workspace();
+    write_config(ws.path(), ECHO_ALLOWED);
+    let server = serve_http(ws.path(), &[]);
+    assert!(!tools(&server).iter().any(|t| t == "fx__echo"));
+    write_config(
+        ws.path(),
+        &format!("{ECHO_ALLOWED}{}", server_entry("fx", "fx", "")),
+    );
+    until("fx__echo listed", || {
+        tools(&server).iter().any(|t| t == "fx__echo")
+    });
+    let echoed = call(&server, "fx__echo", json!({"text": "added"}));
+    assert_eq!(result_text(&echoed), "echo: added", "{echoed}");
+    // Another server added: the first keeps running.
+    write_config(
+        ws.path(),
+        &format!(
+            "{ECHO_ALLOWED}{}{}",
+            server_entry("fx", "fx", ""),
+            server_entry("fy", "fy", "")
+        ),
+    );
+    until("fy__echo listed", || {
+        tools(&server).iter().any(|t| t == "fy__echo")
+    });
+    // Its entry changed: it is restarted.
+    write_config(
+        ws.path(),
+        &format!(
+            "{ECHO_ALLOWED}{}{}",
+            server_entry("fx", "fx", "\"--with-oneof\""),
+            server_entry("fy", "fy", "")
+        ),
+    );
+    logged(&server, &["server=fx", "stopped to start again"]);
+    until("fx restarted", || {
+        result_text(&call(&server, "fx__echo", json!({"text": "again"}))) == "echo: again"
+    });
+    let log = server.log.lock().unwrap().join("\n");
+    assert!(!log.contains("server=fy MCP server stopped"), "{log}");
+    drop(log);
+    // Removed: its tools go.
+    write_config(
+        ws.path(),
+        &format!("{ECHO_ALLOWED}{}", server_entry("fy", "fy", "")),
+    );
+    until("fx__echo gone", || {
+        !tools(&server).iter().any(|t| t == "fx__echo")
+    });
+    assert_eq!(
+        result_text(&call(&server, "fy__echo", json!({"text": "kept"}))),
+        "echo: kept"
+    );
+}
+
+#[test]
+fn access_rules_reloaded_apply_to_a_callers_session_already_open() {
+    let ws = workspace();
+    let rules = |tools: &str| format!("[[access]]\nprincipals = [\"local\"]\ntools = [{tools}]\n");
+    write_config(ws.path(), &rules("\"read_file\""));
+    let server = serve_http(ws.path(), &[]);
+    assert_eq!(tools(&server), ["read_file"]);
+    write_config(ws.path(), &rules("\"read_file\", \"list_dir\""));
+    until("list_dir visible", || tools(&server).len() == 2);
+    assert_eq!(call(&server, "list_dir", json!({}))["isError"], false);
+}
+
+/// The `wat-noop` component's package (built by `cargo xtask test`), at `version`: its
+/// version string patched in the component's data, the manifest's version and checksum
+/// written to match (or, with `tampered`, the checksum left as it was).
+fn wat_noop(into: &Path, version: &str, tampered: bool) -> Option<()> {
+    let components = toolhost_tests::peer("TOOLHOST_TEST_COMPONENTS")?;
+    let from = components.join("packages/wat-noop");
+    std::fs::create_dir_all(into).unwrap();
+    let mut wasm = std::fs::read(from.join("wat-noop.wasm")).unwrap();
+    let marker = b"\x0b\x051.0.0";
+    let at = wasm
+        .windows(marker.len())
+        .position(|w| w == marker)
+        .expect("wat-noop's version in its data");
+    wasm[at + 2..at + 7].copy_from_slice(version.as_bytes());
+    std::fs::write(into.join("wat-noop.wasm"), &wasm).unwrap();
+    let manifest = std::fs::read_to_string(from.join("plugin.toml")).unwrap();
+    let mut manifest = manifest.replacen(
+        "version = \"1.0.0\"",
+        &format!("version = \"{version}\""),
+        1,
+    );
+    if !tampered {
+        let sha = plugin_host::digest::sha256_file(&into.join("wat-noop.wasm")).unwrap();
+        let old = manifest
+            .lines()
+            .find(|l| l.starts_with("sha256"))
+            .unwrap()
+            .to_string();
+        manifest = manifest.replace(&old, &format!("sha256 = \"{sha}\""));
+    }
+    std::fs::write(into.join("plugin.toml"), manifest).unwrap();
+    Some(())
+}
+
+/// Moves package `name` of `staging` into `plugins` in one rename, the one there out first.
+fn swap_in(ws: &Path, name: &str) {
+    let live = ws.join("plugins/wat-noop");
+    if live.exists() {
+        std::fs::rename(&live, ws.join(format!("old-{name}"))).unwrap();
+    }
+    std::fs::rename(ws.join("staging").join(name), &live).unwrap();
+}
+
+#[test]
+fn a_plugin_upgraded_in_its_directory_is_swapped_in_and_a_refused_version_leaves_the_old_one_serving()
+ {
+    let ws = workspace();
+    if wat_noop(&ws.path().join("plugins/wat-noop"), "1.0.0", false).is_none() {
+        return;
+    }
+    write_config(ws.path(), "plugin_dirs = [\"plugins\"]\n");
+    let server = serve_http(ws.path(), &[]);
+    assert!(tools(&server).iter().any(|t| t == "wat_noop"));
+    assert_eq!(call(&server, "wat_noop", json!({}))["isError"], false);
+    // A newer version: verified and swapped in.
+    wat_noop(&ws.path().join("staging/v2"), "2.0.0", false);
+    swap_in(ws.path(), "v2");
+    logged(&server, &["plugin upgraded: wat-noop 1.0.0 → 2.0.0"]);
+    assert_eq!(call(&server, "wat_noop", json!({}))["isError"], false);
+    // One whose checksum does not match: refused, and 2.0.0 keeps serving.
+    wat_noop(&ws.path().join("staging/v3"), "3.0.0", true);
+    swap_in(ws.path(), "v3");
+    let refused = logged(&server, &["wat-noop 2.0.0 keeps serving"]);
+    assert!(refused.contains("refused"), "{refused}");
+    assert_eq!(call(&server, "wat_noop", json!({}))["isError"], false);
+    // Removed: its tool goes.
+    std::fs::rename(
+        ws.path().join("plugins/wat-noop"),
+        ws.path().join("removed"),
+    )
+    .unwrap();
+    logged(&server, &["plugin removed: wat-noop 2.0.0"]);
+    assert!(!tools(&server).iter().any(|t| t == "wat_noop"));
+    // SIGHUP rescans too.
+    toolhost_tests::send_signal(server.child.id(), rustix::process::Signal::HUP);
+    logged(&server, &["SIGHUP: reloading"]);
+}
