@@ -1151,3 +1151,115 @@ async fn a_listing_through_the_checked_handle_names_entries_as_the_workspace_doe
         ]
     );
 }
+
+/// A tool `versioned` that answers with its version; `hold` keeps a call running until
+/// the test lets it go.
+struct Versioned {
+    def: ToolDefinition,
+    version: &'static str,
+    hold: Option<Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>>,
+    started: Arc<AtomicBool>,
+}
+
+impl Versioned {
+    fn new(
+        version: &'static str,
+        hold: Option<Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>>,
+    ) -> Arc<Versioned> {
+        let def = ToolDefinition::new(
+            "versioned",
+            "x",
+            SideEffect::None,
+            json!({"type": "object"}),
+        );
+        Arc::new(Versioned {
+            def,
+            version,
+            hold,
+            started: Arc::default(),
+        })
+    }
+}
+
+struct VersionedRun(
+    &'static str,
+    Option<Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>>,
+    Arc<AtomicBool>,
+);
+
+impl Tool for VersionedRun {
+    fn execute(&self, _input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        self.2.store(true, Ordering::SeqCst);
+        if let Some(hold) = &self.1 {
+            let (released, wake) = &**hold;
+            let mut released = released.lock().unwrap();
+            while !*released {
+                released = wake.wait(released).unwrap();
+            }
+        }
+        Ok(ToolOutput::text(self.0))
+    }
+}
+
+impl tool_api::ToolFactory for Versioned {
+    fn definition(&self) -> &ToolDefinition {
+        &self.def
+    }
+    fn create(&self) -> Result<Box<dyn Tool>, ToolError> {
+        Ok(Box::new(VersionedRun(
+            self.version,
+            self.hold.clone(),
+            self.started.clone(),
+        )))
+    }
+}
+
+#[tokio::test]
+async fn a_tool_replaced_in_one_step_finishes_its_call_in_flight_on_the_old_version_and_serves_new_calls_from_the_new()
+ {
+    let d = Dispatcher::new();
+    builtins(&d);
+    let hold = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+    let old = Versioned::new("1.0", Some(hold.clone()));
+    d.register(old.clone()).unwrap();
+    let fx = Fixture::new(d.clone());
+    let (d2, s2) = (d.clone(), fx.session.clone());
+    let in_flight = tokio::spawn(async move {
+        d2.dispatch(ToolUse::new("a", "versioned", json!({})), &s2)
+            .await
+    });
+    while !old.started.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut changes = d.watch_tools();
+    changes.borrow_and_update();
+    d.replace_tools(
+        &["versioned".to_string()],
+        vec![Versioned::new("2.0", None)],
+    )
+    .unwrap();
+    assert!(changes.has_changed().unwrap(), "watchers are told");
+    let new = d
+        .dispatch(ToolUse::new("b", "versioned", json!({})), &fx.session)
+        .await;
+    assert_eq!(new.text(), "2.0");
+    {
+        let (released, wake) = &*hold;
+        *released.lock().unwrap() = true;
+        wake.notify_all();
+    }
+    assert_eq!(in_flight.await.unwrap().text(), "1.0");
+    // A swap that would be refused (a name another tool keeps) changes nothing.
+    let clash = d.replace_tools(
+        &["versioned".to_string()],
+        vec![
+            Versioned::new("3.0", None),
+            builtin_tools::factories().remove(0),
+        ],
+    );
+    assert!(clash.is_err(), "{clash:?}");
+    let still = d
+        .dispatch(ToolUse::new("c", "versioned", json!({})), &fx.session)
+        .await;
+    assert_eq!(still.text(), "2.0");
+}

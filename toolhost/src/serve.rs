@@ -317,11 +317,23 @@ async fn serve_mcp(sources: &Sources<'_>, serve: &ServeArgs) -> Result<ExitCode,
     );
     let confirmer = Arc::new(mcp::McpConfirmer::new(routes.clone()));
     let telemetry = Telemetry::for_serve(false).map_err(UsageError)?;
-    let host =
+    let mut host =
         build_host_observed(sources, &args.workspace, Some(confirmer), telemetry.sinks()).await?;
     routes.share_watchers_through(host.dispatcher.store());
     let dispatcher = host.dispatcher.clone();
-    let session = host.open_session("mcp", args)?;
+    // Every server's tools, also one a reload adds.
+    let session = dispatcher
+        .open_session(SessionSpec::new("mcp", &args.workspace).every_shared_toolset())
+        .map_err(|e| UsageError(e.to_string()))?;
+    let upstreams = host.upstreams(&routes).await;
+    let reloader = Reloader::take(
+        sources,
+        &args.workspace,
+        &mut host,
+        Access::new(Vec::new()),
+        telemetry.metrics.clone(),
+    );
+    let watching = reloader.watch();
     let control = match serve.control {
         Some(addr) => {
             Some(control_beside_stdio(sources, serve, addr, &dispatcher, routes.clone()).await?)
@@ -333,7 +345,7 @@ async fn serve_mcp(sources: &Sources<'_>, serve: &ServeArgs) -> Result<ExitCode,
         routes.clone(),
         confirmations(sources, &dispatcher)?,
         mcp::Sessions::One(session),
-        host.upstreams(&routes).await,
+        upstreams,
         mcp::Tasks::new(sources.config.mcp.tasks.clone()),
     );
     let server = mcp::McpServer::new(shared.clone());
@@ -402,6 +414,8 @@ async fn serve_mcp(sources: &Sources<'_>, serve: &ServeArgs) -> Result<ExitCode,
             grace.as_secs()
         );
     }
+    watching.abort();
+    drop(reloader);
     telemetry.flush().await;
     Ok(exit)
 }

@@ -280,3 +280,59 @@ fn a_plugin_upgraded_in_its_directory_is_swapped_in_and_a_refused_version_leaves
     toolhost_tests::send_signal(server.child.id(), rustix::process::Signal::HUP);
     logged(&server, &["SIGHUP: reloading"]);
 }
+
+/// A 2025-era client that counts `notifications/tools/list_changed`.
+#[derive(Clone, Default)]
+struct Counting(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl rmcp::ClientHandler for Counting {
+    async fn on_tool_list_changed(
+        &self,
+        _context: rmcp::service::NotificationContext<rmcp::service::RoleClient>,
+    ) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn over_stdio_a_plugin_added_under_the_server_reaches_the_client_with_a_list_change() {
+    use rmcp::ServiceExt as _;
+    let ws = workspace();
+    if wat_noop(&ws.path().join("staging/v1"), "1.0.0", false).is_none() {
+        return;
+    }
+    std::fs::create_dir_all(ws.path().join("plugins")).unwrap();
+    write_config(ws.path(), "plugin_dirs = [\"plugins\"]\n");
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    cmd.args(["serve", "--mcp", "--workspace"])
+        .arg(ws.path())
+        .current_dir(ws.path())
+        .env("XDG_CONFIG_HOME", ws.path().join(".no-config"))
+        .env("XDG_CACHE_HOME", ws.path().join(".cache"));
+    let counting = Counting::default();
+    let client = counting
+        .clone()
+        .serve(rmcp::transport::TokioChildProcess::new(cmd).unwrap())
+        .await
+        .unwrap();
+    let names = |tools: Vec<rmcp::model::Tool>| -> Vec<String> {
+        tools.into_iter().map(|t| t.name.to_string()).collect()
+    };
+    let before = names(client.peer().list_all_tools().await.unwrap());
+    assert!(!before.iter().any(|t| t == "wat_noop"), "{before:?}");
+    swap_in(ws.path(), "v1");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while counting.0.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "no tools/list_changed came");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let after = names(client.peer().list_all_tools().await.unwrap());
+    assert!(after.iter().any(|t| t == "wat_noop"), "{after:?}");
+    let called = client
+        .peer()
+        .call_tool(rmcp::model::CallToolRequestParams::new("wat_noop"))
+        .await
+        .unwrap();
+    assert_eq!(called.is_error, Some(false), "{called:?}");
+    client.cancel().await.unwrap();
+}

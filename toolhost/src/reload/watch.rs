@@ -26,15 +26,17 @@ impl Reloader {
     /// (no inotify), the log says so and `SIGHUP` still works.
     pub(crate) fn watch(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
+        // Watching before this returns: a change made once the server is up is seen.
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Changed>();
+        let watcher = this.watcher(tx.clone());
+        let mut hangup =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+        if hangup.is_none() {
+            tracing::warn!(target: "toolhost::reload", "cannot watch for SIGHUP; changes are still noticed in the files");
+        }
         tokio::spawn(async move {
-            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Changed>();
             // Kept while the task runs: dropping a watcher stops it.
-            let mut _watcher = this.watcher(tx.clone());
-            let mut hangup =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-            if hangup.is_none() {
-                tracing::warn!(target: "toolhost::reload", "cannot watch for SIGHUP; changes are still noticed in the files");
-            }
+            let mut _watcher = watcher;
             loop {
                 let first = tokio::select! {
                     Some(()) = async { hangup.as_mut()?.recv().await } => {
