@@ -14,7 +14,7 @@
 )]
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use mcp_toolsets::{McpToolset, ServerEvent};
 use rmcp::model::{LoggingLevel, Prompt, Resource, ResourceTemplate};
@@ -43,6 +43,7 @@ async fn pass_on(
 }
 
 /// One mounted server.
+#[derive(Clone)]
 struct Mounted {
     id: Arc<str>,
     /// What it declared when it started.
@@ -58,23 +59,30 @@ impl Mounted {
     }
 }
 
-/// The mounted servers, in configuration order.
+/// The mounted servers, in configuration order (replaced whole when a reload changes
+/// them: [`Upstreams::replace`]).
 pub struct Upstreams {
-    servers: Vec<Mounted>,
+    servers: RwLock<Arc<Vec<Mounted>>>,
     separator: String,
     /// What they tell toolhost ([`ServerEvent`]), with the id of the server that told it.
     events: broadcast::Sender<(Arc<str>, ServerEvent)>,
+    /// Where what they ask the user goes; `None` for no server.
+    relay: Option<Arc<dyn mcp_toolsets::ClientRelay>>,
 }
 
 impl Default for Upstreams {
     fn default() -> Self {
         Upstreams {
-            servers: Vec::new(),
+            servers: RwLock::default(),
             separator: String::new(),
             events: broadcast::channel(1).0,
+            relay: None,
         }
     }
 }
+
+/// A server as [`Upstreams::new`] and [`Upstreams::replace`] take it: id, prefix, toolset.
+pub type Started = (String, String, Arc<McpToolset>);
 
 impl Upstreams {
     /// The servers that started (id, prefix, toolset), in configuration order, their
@@ -82,17 +90,44 @@ impl Upstreams {
     /// made the calls through `relay`; prompt names join the prefix with `separator`. Logs
     /// what two servers both offer.
     pub async fn new(
-        started: Vec<(String, String, Arc<McpToolset>)>,
+        started: Vec<Started>,
         separator: &str,
         relay: Arc<dyn mcp_toolsets::ClientRelay>,
     ) -> Upstreams {
-        let events = broadcast::channel(EVENTS).0;
+        let upstreams = Upstreams {
+            servers: RwLock::default(),
+            separator: separator.to_string(),
+            events: broadcast::channel(EVENTS).0,
+            relay: Some(relay),
+        };
+        upstreams.replace(started).await;
+        upstreams
+    }
+
+    /// Puts `started` in place of the servers mounted now (a reload added, restarted or
+    /// removed some): a server kept (the same toolset) keeps its state; the others' prompts
+    /// and resources are listed, and the clients are told the lists changed.
+    pub async fn replace(&self, started: Vec<Started>) {
+        let before = self.servers();
         let mut servers = Vec::with_capacity(started.len());
+        let mut changed = before.len() != started.len();
         for (id, prefix, toolset) in started {
+            if let Some(kept) = before.iter().find(|m| Arc::ptr_eq(&m.toolset, &toolset)) {
+                servers.push(Mounted {
+                    id: kept.id.clone(),
+                    caps: kept.caps.clone(),
+                    prefix: kept.prefix.clone(),
+                    toolset,
+                });
+                continue;
+            }
+            changed = true;
             toolset.list_offers().await;
-            toolset.relay_through(relay.clone());
+            if let Some(relay) = &self.relay {
+                toolset.relay_through(relay.clone());
+            }
             let id: Arc<str> = id.into();
-            tokio::spawn(pass_on(toolset.events(), id.clone(), events.clone()));
+            tokio::spawn(pass_on(toolset.events(), id.clone(), self.events.clone()));
             servers.push(Mounted {
                 caps: toolset.capabilities().await.unwrap_or_default(),
                 id,
@@ -100,13 +135,22 @@ impl Upstreams {
                 toolset,
             });
         }
-        let upstreams = Upstreams {
-            servers,
-            separator: separator.to_string(),
-            events,
-        };
-        upstreams.report_overlaps();
-        upstreams
+        let replacing = !before.is_empty();
+        *self.servers.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(servers);
+        self.report_overlaps();
+        if replacing && changed {
+            for event in [ServerEvent::PromptsChanged, ServerEvent::ResourcesChanged] {
+                let _ = self.events.send(("toolhost".into(), event));
+            }
+        }
+    }
+
+    /// The servers mounted now.
+    fn servers(&self) -> Arc<Vec<Mounted>> {
+        self.servers
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// What the servers tell toolhost from now on, each with its server's id.
@@ -116,19 +160,19 @@ impl Upstreams {
 
     /// Whether any server offers resource subscriptions.
     pub fn subscribes(&self) -> bool {
-        self.servers.iter().any(Mounted::subscribes)
+        self.servers().iter().any(Mounted::subscribes)
     }
 
     /// Whether any server says when its prompts change.
     pub fn prompts_change(&self) -> bool {
-        self.servers
+        self.servers()
             .iter()
             .any(|s| s.caps.prompts.as_ref().and_then(|p| p.list_changed) == Some(true))
     }
 
     /// Whether any server says when its resources change.
     pub fn resources_change(&self) -> bool {
-        self.servers
+        self.servers()
             .iter()
             .any(|s| s.caps.resources.as_ref().and_then(|r| r.list_changed) == Some(true))
     }
@@ -136,7 +180,7 @@ impl Upstreams {
     /// Whether a client may subscribe to `uri`: a server that offers subscriptions serves
     /// it.
     pub fn can_subscribe(&self, uri: &str) -> bool {
-        self.resource_server(uri).is_some_and(Mounted::subscribes)
+        self.resource_server(uri).is_some_and(|s| s.subscribes())
     }
 
     /// Subscribes one more client to updates of `uri` at the server that serves it.
@@ -162,7 +206,7 @@ impl Upstreams {
 
     /// Asks every server that offers logging to send messages of `level` and above.
     pub async fn set_log_level(&self, level: LoggingLevel) {
-        for server in &self.servers {
+        for server in self.servers().iter() {
             if let Err(e) = server.toolset.set_log_level(level).await {
                 tracing::warn!(server = %server.id, "logging/setLevel not passed on: {e}");
             }
@@ -172,7 +216,7 @@ impl Upstreams {
     /// Makes sure the server `id` sends log messages of `level` and above (a lower level
     /// already set stays).
     pub async fn lower_log_level(&self, id: &str, level: LoggingLevel) {
-        if let Some(server) = self.servers.iter().find(|s| &*s.id == id)
+        if let Some(server) = self.servers().iter().find(|s| &*s.id == id)
             && let Err(e) = server.toolset.lower_log_level(level).await
         {
             tracing::warn!(server = %id, "its log level could not be set: {e}");
@@ -181,14 +225,14 @@ impl Upstreams {
 
     /// Tells every connected server that a client's roots changed.
     pub async fn roots_changed(&self) {
-        for server in &self.servers {
+        for server in self.servers().iter() {
             server.toolset.roots_changed().await;
         }
     }
 
     /// The id of the server whose tool is published as `tool`.
     pub fn server_of_tool(&self, tool: &str) -> Option<Arc<str>> {
-        self.servers
+        self.servers()
             .iter()
             .find(|s| match &s.prefix {
                 Some(p) => tool
@@ -203,7 +247,7 @@ impl Upstreams {
 
     /// Whether any server offers prompts or resource templates (what completion serves).
     pub fn completes(&self) -> bool {
-        self.servers.iter().any(|s| {
+        self.servers().iter().any(|s| {
             let o = s.toolset.offers();
             !o.prompts.is_empty() || !o.templates.is_empty()
         })
@@ -221,7 +265,7 @@ impl Upstreams {
     pub fn prompts(&self) -> Vec<Prompt> {
         let mut seen = HashSet::new();
         let mut out = Vec::new();
-        for server in &self.servers {
+        for server in self.servers().iter() {
             for prompt in &server.toolset.offers().prompts {
                 let mut prompt = prompt.clone();
                 prompt.name = self.published(server, &prompt.name);
@@ -235,7 +279,7 @@ impl Upstreams {
 
     /// The server of the prompt published as `name`, and the prompt's own name there.
     pub fn prompt(&self, name: &str) -> Option<(Arc<McpToolset>, String)> {
-        self.servers.iter().find_map(|server| {
+        self.servers().iter().find_map(|server| {
             server
                 .toolset
                 .offers()
@@ -249,7 +293,7 @@ impl Upstreams {
     /// Every server's resources; a URI an earlier server offers is left out.
     pub fn resources(&self) -> Vec<Resource> {
         let mut seen = HashSet::new();
-        self.servers
+        self.servers()
             .iter()
             .flat_map(|s| s.toolset.offers().resources.clone())
             .filter(|r| seen.insert(r.uri.clone()))
@@ -259,7 +303,7 @@ impl Upstreams {
     /// Every server's resource templates; a template an earlier server offers is left out.
     pub fn templates(&self) -> Vec<ResourceTemplate> {
         let mut seen = HashSet::new();
-        self.servers
+        self.servers()
             .iter()
             .flat_map(|s| s.toolset.offers().templates.clone())
             .filter(|t| seen.insert(t.uri_template.clone()))
@@ -272,16 +316,16 @@ impl Upstreams {
         self.resource_server(uri).map(|s| s.toolset.clone())
     }
 
-    fn resource_server(&self, uri: &str) -> Option<&Mounted> {
-        if let Some(server) = self
-            .servers
+    fn resource_server(&self, uri: &str) -> Option<Mounted> {
+        let servers = self.servers();
+        if let Some(server) = servers
             .iter()
             .find(|s| s.toolset.offers().resources.iter().any(|r| r.uri == uri))
         {
-            return Some(server);
+            return Some(server.clone());
         }
         let mut best: Option<(usize, &Mounted)> = None;
-        for server in &self.servers {
+        for server in servers.iter() {
             for t in &server.toolset.offers().templates {
                 let fixed = t.uri_template.split('{').next().unwrap_or_default();
                 let longer = best.is_none_or(|(len, _)| fixed.len() > len);
@@ -290,12 +334,12 @@ impl Upstreams {
                 }
             }
         }
-        best.map(|(_, s)| s)
+        best.map(|(_, s)| s.clone())
     }
 
     /// The server that offers the template `uri_template`.
     pub fn template(&self, uri_template: &str) -> Option<Arc<McpToolset>> {
-        self.servers
+        self.servers()
             .iter()
             .find(|s| {
                 s.toolset
@@ -310,7 +354,7 @@ impl Upstreams {
     /// Logs, once, what two servers both offer and which one keeps it.
     fn report_overlaps(&self) {
         let mut owners: Vec<(String, &Arc<str>)> = Vec::new();
-        for server in &self.servers {
+        for server in self.servers().iter() {
             let offers = server.toolset.offers();
             let names = offers
                 .prompts

@@ -376,3 +376,43 @@ pub fn web_server(body: &'static str) -> (u16, std::sync::Arc<std::sync::atomic:
     });
     (port, hits)
 }
+
+/// The `wat-noop` component's package (under `components`, as `cargo xtask test` builds
+/// it) written to `into` at `version` (five characters, `2.0.1`): the version patched in
+/// the component's data, the manifest's version and checksum written to match, or, with
+/// `tampered`, the checksum left as it was (a package that must be refused).
+pub fn wat_noop_package(components: &Path, into: &Path, version: &str, tampered: bool) {
+    assert_eq!(
+        version.len(),
+        5,
+        "the component's version string has five characters"
+    );
+    let from = components.join("packages/wat-noop");
+    std::fs::create_dir_all(into).unwrap_or_else(|e| panic!("{}: {e}", into.display()));
+    let mut wasm = std::fs::read(from.join("wat-noop.wasm")).unwrap_or_default();
+    let marker = b"\x0b\x051.0.0";
+    let Some(at) = wasm.windows(marker.len()).position(|w| w == marker) else {
+        panic!("no version in wat-noop's data");
+    };
+    wasm[at + 2..at + 7].copy_from_slice(version.as_bytes());
+    let component = into.join("wat-noop.wasm");
+    std::fs::write(&component, &wasm).unwrap_or_else(|e| panic!("{}: {e}", component.display()));
+    let manifest =
+        std::fs::read_to_string(from.join(plugin_host::MANIFEST_FILE)).unwrap_or_default();
+    let mut manifest = manifest.replacen(
+        "version = \"1.0.0\"",
+        &format!("version = \"{version}\""),
+        1,
+    );
+    if !tampered {
+        let sha = digest::sha256_file(&component).unwrap_or_default();
+        let line = manifest
+            .lines()
+            .find(|l| l.starts_with("sha256"))
+            .unwrap_or_default()
+            .to_string();
+        manifest = manifest.replace(&line, &format!("sha256 = \"{sha}\""));
+    }
+    let path = into.join(plugin_host::MANIFEST_FILE);
+    std::fs::write(&path, manifest).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+}

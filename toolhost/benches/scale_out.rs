@@ -6,8 +6,9 @@
 //! - `calls/s` of a call that needs no shared state (`read_file`, allowed by the policy),
 //!   with `memory` and with Redis: the floor and the figure, in the same run;
 //! - the Redis commands each kind of call costs (read from Redis's own count, less what
-//!   the instances do idle): none for that call, one per request for a confirmed write
-//!   (the grant lookup when it is asked, the state's claim when it is retried);
+//!   the instances do idle): none for that call, two per request for a confirmed write
+//!   (the grant lookup and the store's generation when it is asked, the state's claim and
+//!   the generation again, pipelined, when it is retried);
 //! - that under that load, retries of each confirmed write sent to all three instances
 //!   at once run it exactly once.
 //!

@@ -81,14 +81,8 @@ impl Host {
     /// The MCP servers that started, whose prompts and resources pass through and whose
     /// requests to the user go to the calling clients (through `routes`).
     pub(crate) async fn upstreams(&self, routes: &Arc<mcp::Routes>) -> mcp::Upstreams {
-        let started = self
-            .mcp
-            .iter()
-            .filter_map(|(id, r)| r.as_ref().ok().map(|ts| (id, ts)))
-            .map(|(id, ts)| (id.clone(), ts.config().prefix.clone(), ts.clone()))
-            .collect();
         mcp::Upstreams::new(
-            started,
+            started(&self.mcp),
             &self.dispatcher.config().toolset_separator,
             routes.clone(),
         )
@@ -273,6 +267,16 @@ pub(crate) async fn build_host_observed(
         plugins,
         mcp,
     })
+}
+
+/// The servers of `mcp` that started, as the gateway mounts them (id, prefix, toolset).
+pub(crate) fn started(
+    mcp: &[(String, Result<Arc<mcp_toolsets::McpToolset>, String>)],
+) -> Vec<mcp_server::gateway::Started> {
+    mcp.iter()
+        .filter_map(|(id, r)| r.as_ref().ok().map(|ts| (id, ts)))
+        .map(|(id, ts)| (id.clone(), ts.config().prefix.clone(), ts.clone()))
+        .collect()
 }
 
 /// The program and arguments that start a plugin worker: `worker`, else this program's

@@ -203,6 +203,7 @@ async fn serve_http(
         tasks,
     );
     shared.set_tools_per_caller(per_caller);
+    reloader.serve_through(shared.clone());
     let control = http::control::Control::new(dispatcher.clone(), routes).metrics(
         telemetry
             .metrics
@@ -348,6 +349,7 @@ async fn serve_mcp(sources: &Sources<'_>, serve: &ServeArgs) -> Result<ExitCode,
         upstreams,
         mcp::Tasks::new(sources.config.mcp.tasks.clone()),
     );
+    reloader.serve_through(shared.clone());
     let server = mcp::McpServer::new(shared.clone());
     let direct_server = mcp::McpServer::new(shared.clone());
     tracing::info!(workspace = %args.workspace.display(), "MCP server on stdio");

@@ -155,19 +155,35 @@ fn mounted_servers_are_added_restarted_when_changed_and_removed_and_the_others_k
         &format!(
             "{ECHO_ALLOWED}{}{}",
             server_entry("fx", "fx", ""),
-            server_entry("fy", "fy", "")
+            server_entry("fy", "fy", "\"--offers\"")
         ),
     );
     until("fy__echo listed", || {
         tools(&server).iter().any(|t| t == "fy__echo")
     });
+    // Its prompts pass through as its tools do.
+    let prompts = post_stateless(
+        &server.addr,
+        &stateless(3, "prompts/list", json!({}), false),
+    )
+    .json();
+    let names = prompts["result"]["prompts"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        names
+            .iter()
+            .any(|p| p["name"].as_str().is_some_and(|n| n.starts_with("fy__"))),
+        "{prompts}"
+    );
     // Its entry changed: it is restarted.
     write_config(
         ws.path(),
         &format!(
             "{ECHO_ALLOWED}{}{}",
             server_entry("fx", "fx", "\"--with-oneof\""),
-            server_entry("fy", "fy", "")
+            server_entry("fy", "fy", "\"--offers\"")
         ),
     );
     logged(&server, &["server=fx", "stopped to start again"]);
@@ -180,7 +196,7 @@ fn mounted_servers_are_added_restarted_when_changed_and_removed_and_the_others_k
     // Removed: its tools go.
     write_config(
         ws.path(),
-        &format!("{ECHO_ALLOWED}{}", server_entry("fy", "fy", "")),
+        &format!("{ECHO_ALLOWED}{}", server_entry("fy", "fy", "\"--offers\"")),
     );
     until("fx__echo gone", || {
         !tools(&server).iter().any(|t| t == "fx__echo")
@@ -203,37 +219,11 @@ fn access_rules_reloaded_apply_to_a_callers_session_already_open() {
     assert_eq!(call(&server, "list_dir", json!({}))["isError"], false);
 }
 
-/// The `wat-noop` component's package (built by `cargo xtask test`), at `version`: its
-/// version string patched in the component's data, the manifest's version and checksum
-/// written to match (or, with `tampered`, the checksum left as it was).
+/// The `wat-noop` component's package at `version` in `into` (see
+/// [`toolhost_tests::wat_noop_package`]); `None` when the run has no components.
 fn wat_noop(into: &Path, version: &str, tampered: bool) -> Option<()> {
     let components = toolhost_tests::peer("TOOLHOST_TEST_COMPONENTS")?;
-    let from = components.join("packages/wat-noop");
-    std::fs::create_dir_all(into).unwrap();
-    let mut wasm = std::fs::read(from.join("wat-noop.wasm")).unwrap();
-    let marker = b"\x0b\x051.0.0";
-    let at = wasm
-        .windows(marker.len())
-        .position(|w| w == marker)
-        .expect("wat-noop's version in its data");
-    wasm[at + 2..at + 7].copy_from_slice(version.as_bytes());
-    std::fs::write(into.join("wat-noop.wasm"), &wasm).unwrap();
-    let manifest = std::fs::read_to_string(from.join("plugin.toml")).unwrap();
-    let mut manifest = manifest.replacen(
-        "version = \"1.0.0\"",
-        &format!("version = \"{version}\""),
-        1,
-    );
-    if !tampered {
-        let sha = plugin_host::digest::sha256_file(&into.join("wat-noop.wasm")).unwrap();
-        let old = manifest
-            .lines()
-            .find(|l| l.starts_with("sha256"))
-            .unwrap()
-            .to_string();
-        manifest = manifest.replace(&old, &format!("sha256 = \"{sha}\""));
-    }
-    std::fs::write(into.join("plugin.toml"), manifest).unwrap();
+    toolhost_tests::wat_noop_package(&components, into, version, tampered);
     Some(())
 }
 

@@ -254,6 +254,9 @@ impl Upstream {
         match tokio::time::timeout(c.startup_timeout(), init).await {
             Ok(Ok((service, tools))) => {
                 self.keep_tools(tools);
+                if let Some(stderr) = &stderr {
+                    stderr.started();
+                }
                 tracing::info!(server = %c.id, "MCP server started");
                 // Started with `initialize` (2025 era): it notifies on the connection.
                 Ok(Live {

@@ -15,6 +15,8 @@ pub(crate) struct StderrTail {
     done: Arc<tokio::sync::Notify>,
     finished: Arc<std::sync::atomic::AtomicBool>,
     hushed: Arc<std::sync::atomic::AtomicBool>,
+    /// It answered `initialize`: an end before that is told by the start's own error.
+    started: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// How many lines of a server's error output are kept to explain a failure.
@@ -23,6 +25,11 @@ const TAIL_LINES: usize = 20;
 impl StderrTail {
     pub(crate) fn text(&self) -> String {
         tail_text(&self.lines)
+    }
+
+    /// The server started: from now on an end of its own is logged with its last lines.
+    pub(crate) fn started(&self) {
+        self.started.store(true, Ordering::Release);
     }
 
     /// toolhost is stopping the server: nothing it writes from now on is logged.
@@ -47,8 +54,8 @@ fn tail_text(lines: &std::sync::Mutex<std::collections::VecDeque<String>>) -> St
 
 /// Reads a server's error output line by line: each line is logged (target
 /// `toolhost::mcp_server`, DEBUG) and the last [`TAIL_LINES`] are kept. When the output
-/// ends before toolhost stopped the server (it exited on its own), the kept lines are
-/// logged once at WARN.
+/// ends after the server started and before toolhost stopped it (it exited on its own),
+/// the kept lines are logged once at WARN.
 pub(crate) fn log_stderr(id: &str, stderr: tokio::process::ChildStderr) -> StderrTail {
     use tokio::io::AsyncBufReadExt;
     let tail = StderrTail {
@@ -56,12 +63,14 @@ pub(crate) fn log_stderr(id: &str, stderr: tokio::process::ChildStderr) -> Stder
         done: Arc::default(),
         finished: Arc::default(),
         hushed: Arc::default(),
+        started: Arc::default(),
     };
-    let (lines, done, finished, hushed) = (
+    let (lines, done, finished, hushed, started) = (
         tail.lines.clone(),
         tail.done.clone(),
         tail.finished.clone(),
         tail.hushed.clone(),
+        tail.started.clone(),
     );
     let id = id.to_string();
     tokio::spawn(async move {
@@ -80,7 +89,10 @@ pub(crate) fn log_stderr(id: &str, stderr: tokio::process::ChildStderr) -> Stder
         finished.store(true, Ordering::Release);
         done.notify_waiters();
         let text = tail_text(&lines);
-        if !hushed.load(Ordering::Acquire) && !text.trim().is_empty() {
+        if started.load(Ordering::Acquire)
+            && !hushed.load(Ordering::Acquire)
+            && !text.trim().is_empty()
+        {
             tracing::warn!(
                 target: "toolhost::mcp_server",
                 server = %id,

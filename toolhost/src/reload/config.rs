@@ -138,6 +138,10 @@ impl Reloader {
         }
         // In the order of the file.
         kept.sort_by_key(|(id, _)| new.mcp_servers.iter().position(|s| s.id == *id));
+        // Their prompts and resources pass through as their tools do.
+        if let Some(shared) = self.shared.get() {
+            shared.upstreams.replace(crate::host::started(&kept)).await;
+        }
         *servers = kept;
     }
 }

@@ -46,6 +46,8 @@ pub(crate) struct Reloader {
     servers: tokio::sync::Mutex<Vec<Mounted>>,
     access: Arc<Access>,
     metrics: Option<Arc<Metrics>>,
+    /// The MCP server whose gateway passes the mounted servers' prompts and resources on.
+    shared: std::sync::OnceLock<Arc<mcp_server::McpShared>>,
     /// One reload at a time.
     busy: tokio::sync::Mutex<()>,
 }
@@ -75,8 +77,14 @@ impl Reloader {
             servers: tokio::sync::Mutex::new(std::mem::take(&mut host.mcp)),
             access,
             metrics,
+            shared: std::sync::OnceLock::new(),
             busy: tokio::sync::Mutex::new(()),
         })
+    }
+
+    /// The MCP server whose gateway follows the mounted servers a reload changes.
+    pub(crate) fn serve_through(&self, shared: Arc<mcp_server::McpShared>) {
+        let _ = self.shared.set(shared);
     }
 
     fn config(&self) -> Config {
