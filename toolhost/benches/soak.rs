@@ -1,10 +1,14 @@
 //! A compressed long run, measured: `toolhost serve --http` under steady load while a
 //! plugin is upgraded every minute and the configuration file is rewritten every 30 s.
-//! Not part of `cargo xtask bench` nor of CI: run it when a change touches reloading,
+//! Not part of `cargo xtask bench`: run it when a change touches reloading,
 //!
 //! ```sh
 //! SOAK_MINUTES=30 cargo bench -p toolhost --bench soak
 //! ```
+//!
+//! In test mode (`cargo test --benches`, as `cargo xtask test` runs every bench once) it
+//! runs 12 s, upgrading every 4 s and reloading every 2 s, and fails on any failed call or
+//! an upgrade or reload the server did not log.
 //!
 //! Four keep-alive clients alternate `read_file` (a built-in tool) and `wat_noop` (the
 //! WebAssembly plugin being upgraded); every call must succeed. Prints the calls made and
@@ -24,9 +28,39 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 const CLIENTS: usize = 4;
-const UPGRADE_EVERY: Duration = Duration::from_secs(60);
-const RELOAD_EVERY: Duration = Duration::from_secs(30);
-const WARM_UP: Duration = Duration::from_secs(10);
+
+/// How long, and how often each change is made.
+struct Plan {
+    run: Duration,
+    upgrade_every: Duration,
+    reload_every: Duration,
+    warm_up: Duration,
+}
+
+impl Plan {
+    /// `--bench`: `SOAK_MINUTES` (30 by default); else the short proof of test mode.
+    fn of_args() -> Plan {
+        if std::env::args().any(|a| a == "--bench") {
+            let minutes: u64 = std::env::var("SOAK_MINUTES")
+                .ok()
+                .and_then(|m| m.parse().ok())
+                .unwrap_or(30);
+            Plan {
+                run: Duration::from_secs(minutes * 60),
+                upgrade_every: Duration::from_secs(60),
+                reload_every: Duration::from_secs(30),
+                warm_up: Duration::from_secs(10),
+            }
+        } else {
+            Plan {
+                run: Duration::from_secs(12),
+                upgrade_every: Duration::from_secs(4),
+                reload_every: Duration::from_secs(2),
+                warm_up: Duration::from_secs(1),
+            }
+        }
+    }
+}
 
 struct Server {
     child: Child,
@@ -166,10 +200,7 @@ fn main() {
         println!("soak: skipped: no TOOLHOST_TEST_COMPONENTS (cargo xtask test builds them)");
         return;
     };
-    let minutes: u64 = std::env::var("SOAK_MINUTES")
-        .ok()
-        .and_then(|m| m.parse().ok())
-        .unwrap_or(30);
+    let plan = Plan::of_args();
     let ws = tempfile::tempdir().unwrap();
     std::fs::write(ws.path().join("README.md"), "# soak\n").unwrap();
     toolhost_tests::wat_noop_package(
@@ -184,7 +215,7 @@ fn main() {
     let stop = AtomicBool::new(false);
     let (calls, failed) = (AtomicU64::new(0), AtomicU64::new(0));
     let failures: Mutex<Vec<String>> = Mutex::new(Vec::new());
-    let ends = Instant::now() + Duration::from_secs(minutes * 60);
+    let ends = Instant::now() + plan.run;
     let (mut upgrades, mut reloads) = (0u32, 0u32);
     let mut first = (0, 0);
     std::thread::scope(|scope| {
@@ -214,12 +245,12 @@ fn main() {
             });
         }
         let started = Instant::now();
-        let (mut next_upgrade, mut next_reload) = (UPGRADE_EVERY, RELOAD_EVERY);
+        let (mut next_upgrade, mut next_reload) = (plan.upgrade_every, plan.reload_every);
         let mut warmed = false;
         while Instant::now() < ends {
             std::thread::sleep(Duration::from_millis(200));
             let elapsed = started.elapsed();
-            if !warmed && elapsed >= WARM_UP {
+            if !warmed && elapsed >= plan.warm_up {
                 first = usage(pid);
                 warmed = true;
             }
@@ -231,12 +262,12 @@ fn main() {
                 let live = ws.path().join("plugins/wat-noop");
                 std::fs::rename(&live, ws.path().join(format!("old-{upgrades}"))).unwrap();
                 std::fs::rename(&staged, &live).unwrap();
-                next_upgrade += UPGRADE_EVERY;
+                next_upgrade += plan.upgrade_every;
             }
             if elapsed >= next_reload {
                 reloads += 1;
                 write_config(ws.path(), 100_000 + reloads);
-                next_reload += RELOAD_EVERY;
+                next_reload += plan.reload_every;
             }
         }
         std::thread::sleep(Duration::from_secs(3));
@@ -249,7 +280,10 @@ fn main() {
         .iter()
         .filter(|l| l.contains("toolhost.toml reloaded"))
         .count();
-    println!("soak: {minutes} min of load, {CLIENTS} clients (read_file and wat_noop alternately)");
+    println!(
+        "soak: {} s of load, {CLIENTS} clients (read_file and wat_noop alternately)",
+        plan.run.as_secs()
+    );
     println!(
         "soak: calls {} failed {}",
         calls.load(Ordering::Relaxed),
@@ -263,9 +297,15 @@ fn main() {
     println!(
         "soak: RSS {} KiB after {} s, {} KiB at the end; open files {} then {}",
         first.0,
-        WARM_UP.as_secs(),
+        plan.warm_up.as_secs(),
         last.0,
         first.1,
         last.1
+    );
+    assert_eq!(failed.load(Ordering::Relaxed), 0, "calls failed");
+    assert_eq!(upgraded, upgrades as usize, "upgrades made but not logged");
+    assert!(
+        reloaded >= 1 && reloaded <= reloads as usize,
+        "{reloaded} reloads logged of {reloads}"
     );
 }
