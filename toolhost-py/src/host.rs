@@ -26,7 +26,7 @@ struct Open {
 /// The native side of `toolhost.Host`.
 #[pyclass(module = "toolhost._native")]
 pub struct NativeHost {
-    runtime: Arc<tokio::runtime::Runtime>,
+    runtime: Arc<HostRuntime>,
     open: Mutex<Option<Open>>,
     /// The event loop of the `run_async` in progress, for async confirmation callbacks.
     event_loop: Arc<Mutex<Option<Py<PyAny>>>>,
@@ -145,7 +145,7 @@ impl NativeHost {
         let (host, session) = built.map_err(|e| ConfigError::new_err(e.0))?;
         Ok(NativeHost {
             report: host.report_lines(),
-            runtime: Arc::new(runtime),
+            runtime: Arc::new(HostRuntime(Some(runtime))),
             open: Mutex::new(Some(Open { host, session })),
             event_loop,
         })
@@ -267,6 +267,35 @@ impl NativeHost {
     }
 }
 
+/// The host's tokio runtime, shut down in the background when its last holder goes.
+///
+/// The last holder is a Python object, dropped on whatever thread holds the GIL then (the
+/// event loop's, say). A runtime dropped the ordinary way waits for its worker threads,
+/// and one of them may be waiting for the GIL to hand a result to Python: the two would
+/// wait for each other forever (seen here: pytest hung in `cargo xtask test`). Shut down
+/// in the background, the workers end once they can.
+pub struct HostRuntime(Option<tokio::runtime::Runtime>);
+
+impl std::ops::Deref for HostRuntime {
+    type Target = tokio::runtime::Runtime;
+
+    fn deref(&self) -> &tokio::runtime::Runtime {
+        match &self.0 {
+            Some(runtime) => runtime,
+            // Taken only by `drop`, after which nothing derefs it.
+            None => unreachable!("the runtime is taken only when it is dropped"),
+        }
+    }
+}
+
+impl Drop for HostRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
 impl Drop for NativeHost {
     fn drop(&mut self) {
         // Its workers and servers never outlive it.
@@ -302,7 +331,7 @@ impl NativeBatch {
 pub struct NativeEvents {
     rx: tokio::sync::Mutex<tokio::sync::broadcast::Receiver<Arc<dispatcher_core::ToolEvent>>>,
     closed: std::sync::atomic::AtomicBool,
-    runtime: Arc<tokio::runtime::Runtime>,
+    runtime: Arc<HostRuntime>,
 }
 
 /// What waiting for an event gave.
