@@ -28,16 +28,21 @@ fn confirmations() -> &'static request_state::Confirmations {
     })
 }
 
-/// Opens `token` (opening claims its nonce in the store: an async call).
-fn opens(c: &request_state::Confirmations, token: &str, args: &serde_json::Value) -> bool {
+/// The runtime the store's async calls run on.
+fn runtime() -> &'static tokio::runtime::Runtime {
     static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    let rt = RT.get_or_init(|| {
+    RT.get_or_init(|| {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("a runtime")
-    });
-    rt.block_on(c.open(token, "principal", "write_file", args))
+    })
+}
+
+/// Opens `token` (opening claims its nonce in the store: an async call).
+fn opens(c: &request_state::Confirmations, token: &str, args: &serde_json::Value) -> bool {
+    runtime()
+        .block_on(c.open(token, "principal", "write_file", args))
         .is_ok()
 }
 
@@ -49,7 +54,10 @@ fuzz_target!(|token: &str| {
         "a token this server never sealed was accepted: {token:?}"
     );
     // A real token with the fuzz input spliced into it is refused too.
-    let real = c.seal("principal", "write_file", &args);
+    // Sealing reads the store's generation (async, never failing in memory).
+    let real = runtime()
+        .block_on(c.seal("principal", "write_file", &args))
+        .expect("a memory store's generation");
     let at = token.len() % (real.len() + 1);
     if let Some((head, tail)) = real.split_at_checked(at) {
         let forged = format!("{head}{token}{tail}");
