@@ -218,6 +218,8 @@ fn main() {
     let ends = Instant::now() + plan.run;
     let (mut upgrades, mut reloads) = (0u32, 0u32);
     let mut first = (0, 0);
+    // RSS (KiB) at each upgrade: whether it grows with them or settles.
+    let mut samples: Vec<u64> = Vec::new();
     std::thread::scope(|scope| {
         for c in 0..CLIENTS {
             let (addr, stop, calls, failed, failures) =
@@ -255,6 +257,7 @@ fn main() {
                 warmed = true;
             }
             if elapsed >= next_upgrade {
+                samples.push(usage(pid).0);
                 upgrades += 1;
                 let version = format!("2.{}.{}", (upgrades / 10) % 10, upgrades % 10);
                 let staged = ws.path().join(format!("staged-{upgrades}"));
@@ -301,6 +304,11 @@ fn main() {
         last.0,
         first.1,
         last.1
+    );
+    let by_upgrade: Vec<String> = samples.iter().map(|k| (k / 1024).to_string()).collect();
+    println!(
+        "soak: RSS (MiB) before each upgrade: {}",
+        by_upgrade.join(" ")
     );
     assert_eq!(failed.load(Ordering::Relaxed), 0, "calls failed");
     assert_eq!(upgraded, upgrades as usize, "upgrades made but not logged");
