@@ -105,11 +105,11 @@ pub trait Generations: Send + Sync {
     fn generation(&self) -> StoreFuture<'_, String>;
 }
 
-/// A fresh random generation id (16 bytes, hex).
-pub fn new_generation() -> String {
+/// 16 random bytes in hex: a store's generation, a sealed state's nonce, a task id.
+pub fn random_id() -> String {
     let mut bytes = [0u8; 16];
     if getrandom::fill(&mut bytes).is_err() {
-        // No randomness: the clock still differs per store.
+        // No randomness: the clock still differs per call.
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()

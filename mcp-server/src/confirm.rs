@@ -204,7 +204,7 @@ impl Routes {
         let heartbeat = match (self.shared.get(), tokio::runtime::Handle::try_current()) {
             (Some(store), Ok(runtime)) => {
                 let store = store.clone();
-                let key = format!("{WATCHING}{}", super::request_state::random_hex());
+                let key = format!("{WATCHING}{}", dispatcher_core::store::random_id());
                 Some(runtime.spawn(async move {
                     let mut first = true;
                     loop {

@@ -262,7 +262,7 @@ impl Confirmations {
     ) -> Result<String, StoreError> {
         let sealed = Sealed {
             tool: tool.to_string(),
-            nonce: random_hex(),
+            nonce: dispatcher_core::store::random_id(),
             generation: self.store.generation().await?,
             relay,
         };
@@ -356,24 +356,6 @@ fn write_canonical(value: &Value, out: &mut Vec<u8>) {
         }
         other => out.extend_from_slice(other.to_string().as_bytes()),
     }
-}
-
-/// 16 random bytes in hex: a nonce, a task id.
-pub(crate) fn random_hex() -> String {
-    let mut bytes = [0u8; 16];
-    if getrandom::fill(&mut bytes).is_err() {
-        // No randomness: the clock still differs per call.
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos();
-        bytes = t.to_le_bytes();
-    }
-    hex(&bytes)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use dispatcher_core::store::{
     Bus, Channels, Claims, Counters, Generations, Health, Records, Sets, Store, StoreError,
-    StoreFuture, new_generation,
+    StoreFuture, random_id,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, PushKind, Value};
@@ -232,7 +232,7 @@ impl Generations for RedisStore {
     fn generation(&self) -> StoreFuture<'_, String> {
         Box::pin(async move {
             let mut c = self.manager.clone();
-            let fresh = new_generation();
+            let fresh = random_id();
             // One round trip, atomic: the value there, or ours when there was none.
             let before: redis::RedisResult<Option<String>> = redis::cmd("SET")
                 .arg(Self::key(GENERATION_KEY))

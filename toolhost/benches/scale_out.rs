@@ -16,15 +16,17 @@
 //! without it, says so and measures nothing.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use toolhost_tests::redis_server::RedisServer;
+
+#[allow(dead_code, reason = "each bench uses part of it")]
+mod common;
+use common::{Client, Instance};
 
 const RING: &str = "k1 AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 const INSTANCES: usize = 3;
@@ -32,21 +34,9 @@ const CLIENTS: usize = 6;
 const LOAD_FOR: Duration = Duration::from_secs(3);
 const WRITES: usize = 30;
 
-struct Instance {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn instance(ws: &Path, store: &str) -> Instance {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolhost"))
-        .args(["serve", "--http", "127.0.0.1:0", "--workspace"])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    cmd.args(["serve", "--http", "127.0.0.1:0", "--workspace"])
         .arg(ws)
         .current_dir(ws)
         .env("XDG_CONFIG_HOME", ws.join(".no-config"))
@@ -54,28 +44,8 @@ fn instance(ws: &Path, store: &str) -> Instance {
         .env("TOOLHOST_REQUEST_STATE_KEYS", RING)
         .env("TOOLHOST_STORE_URL", store)
         .env("TOOLHOST_LOG", "warn")
-        .env_remove("TOOLHOST_HTTP_TOKEN")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start toolhost");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(rest) = line
-                .strip_prefix("toolhost: ")
-                .and_then(|l| l.split("at http://").nth(1))
-            {
-                let _ = tx.send(rest.split('/').next().unwrap_or_default().to_string());
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the instance said where it listens");
-    Instance { child, addr }
+        .env_remove("TOOLHOST_HTTP_TOKEN");
+    common::start(cmd)
 }
 
 /// A 2026-07-28 `tools/call`.
@@ -94,55 +64,6 @@ fn call(id: u64, tool: &str, arguments: &Value, extra: &Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
 }
 
-/// A keep-alive HTTP/1.1 connection posting MCP requests.
-struct Client {
-    addr: String,
-    stream: BufReader<TcpStream>,
-}
-
-impl Client {
-    fn new(addr: &str) -> Client {
-        let stream = TcpStream::connect(addr).expect("connect");
-        stream.set_nodelay(true).expect("nodelay");
-        Client {
-            addr: addr.to_string(),
-            stream: BufReader::new(stream),
-        }
-    }
-
-    fn post(&mut self, message: &Value) -> Value {
-        let body = message.to_string();
-        let name = message["params"]["name"].as_str().unwrap_or_default();
-        let head = format!(
-            "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
-             Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
-             Mcp-Method: tools/call\r\nMcp-Name: {name}\r\nContent-Length: {}\r\n\r\n",
-            self.addr,
-            body.len()
-        );
-        let out = self.stream.get_mut();
-        out.write_all(head.as_bytes()).expect("write");
-        out.write_all(body.as_bytes()).expect("write");
-        let mut length = 0;
-        loop {
-            let mut line = String::new();
-            self.stream.read_line(&mut line).expect("read");
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = line.split_once(':')
-                && k.eq_ignore_ascii_case("content-length")
-            {
-                length = v.trim().parse().expect("length");
-            }
-        }
-        let mut body = vec![0; length];
-        self.stream.read_exact(&mut body).expect("body");
-        serde_json::from_slice(&body).expect("JSON")
-    }
-}
-
 /// `read_file` calls from [`CLIENTS`] connections spread over `instances` for
 /// [`LOAD_FOR`]: calls per second.
 fn load(instances: &[Instance], stop_early: Option<&AtomicBool>) -> f64 {
@@ -159,7 +80,7 @@ fn load(instances: &[Instance], stop_early: Option<&AtomicBool>) -> f64 {
                     && !stop_early.is_some_and(|s| s.load(Ordering::Relaxed))
                 {
                     id += 1;
-                    let r = client.post(&call(id, "read_file", &read, &json!({})));
+                    let r = client.answer(&call(id, "read_file", &read, &json!({})));
                     assert_eq!(r["result"]["isError"], false, "{r}");
                     done.fetch_add(1, Ordering::Relaxed);
                 }
@@ -171,7 +92,7 @@ fn load(instances: &[Instance], stop_early: Option<&AtomicBool>) -> f64 {
 
 /// A write asked about at `at`: its `requestState`.
 fn asked(at: &mut Client, id: u64, arguments: &Value) -> Value {
-    let round = at.post(&call(id, "shell", arguments, &json!({})));
+    let round = at.answer(&call(id, "shell", arguments, &json!({})));
     assert_eq!(round["result"]["resultType"], "input_required", "{round}");
     round["result"]["requestState"].clone()
 }
@@ -239,7 +160,7 @@ fn main() {
     for n in 0..WRITES {
         let arguments = json!({"command": format!("echo measured{n} >> measured.log")});
         let state = asked(&mut clients[n % INSTANCES], 1, &arguments);
-        let r = clients[(n + 1) % INSTANCES].post(&call(
+        let r = clients[(n + 1) % INSTANCES].answer(&call(
             2,
             "shell",
             &arguments,
@@ -269,7 +190,7 @@ fn main() {
                     .map(|i| {
                         let (arguments, state) = (arguments.clone(), state.clone());
                         inner.spawn(move || {
-                            Client::new(&i.addr).post(&call(
+                            Client::new(&i.addr).answer(&call(
                                 3,
                                 "shell",
                                 &arguments,

@@ -17,15 +17,17 @@
 //! Needs `TOOLHOST_TEST_COMPONENTS` (`cargo xtask test` builds them).
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+
+#[allow(dead_code, reason = "each bench uses part of it")]
+mod common;
+use common::{Client, Instance};
 
 const CLIENTS: usize = 4;
 
@@ -62,116 +64,33 @@ impl Plan {
     }
 }
 
-struct Server {
-    child: Child,
-    addr: String,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(ws: &Path) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolhost"))
-        .args(["serve", "--http", "127.0.0.1:0", "--workspace"])
+fn serve(ws: &Path) -> Instance {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    cmd.args(["serve", "--http", "127.0.0.1:0", "--workspace"])
         .arg(ws)
         .current_dir(ws)
         .env("XDG_CONFIG_HOME", ws.join(".no-config"))
         .env("XDG_CACHE_HOME", ws.join(".cache"))
         .env("XDG_STATE_HOME", ws.join(".state"))
-        .env_remove("TOOLHOST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start toolhost");
-    let stderr = child.stderr.take().expect("stderr");
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let kept = log.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(rest) = line
-                .strip_prefix("toolhost: ")
-                .and_then(|l| l.split("at http://").nth(1))
-            {
-                let _ = tx.send(rest.split('/').next().unwrap_or_default().to_string());
-            }
-            kept.lock().unwrap().push(line);
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the server said where it listens");
-    Server { child, addr, log }
+        .env_remove("TOOLHOST_LOG");
+    common::start(cmd)
 }
 
-/// A keep-alive connection posting 2026-07-28 `tools/call` requests.
-struct Client {
-    addr: String,
-    stream: BufReader<TcpStream>,
-}
-
-impl Client {
-    fn new(addr: &str) -> Client {
-        let stream = TcpStream::connect(addr).expect("connect");
-        stream.set_nodelay(true).expect("nodelay");
-        Client {
-            addr: addr.to_string(),
-            stream: BufReader::new(stream),
-        }
-    }
-
-    /// The call's result, or what went wrong.
-    fn call(&mut self, id: u64, tool: &str, arguments: Value) -> Result<Value, String> {
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+/// A 2026-07-28 `tools/call` of `tool`: its result, or why it failed.
+fn call(client: &mut Client, id: u64, tool: &str, arguments: Value) -> Result<Value, String> {
+    let answer = client.post(
+        &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
             "name": tool, "arguments": arguments,
             "_meta": {
                 "io.modelcontextprotocol/protocolVersion": "2026-07-28",
                 "io.modelcontextprotocol/clientInfo": {"name": "soak", "version": "1"},
                 "io.modelcontextprotocol/clientCapabilities": {},
             },
-        }})
-        .to_string();
-        let head = format!(
-            "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
-             Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
-             Mcp-Method: tools/call\r\nMcp-Name: {tool}\r\nContent-Length: {}\r\n\r\n",
-            self.addr,
-            body.len()
-        );
-        let out = self.stream.get_mut();
-        out.write_all(head.as_bytes()).map_err(|e| e.to_string())?;
-        out.write_all(body.as_bytes()).map_err(|e| e.to_string())?;
-        let mut length = 0;
-        loop {
-            let mut line = String::new();
-            self.stream
-                .read_line(&mut line)
-                .map_err(|e| e.to_string())?;
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = line.split_once(':')
-                && k.eq_ignore_ascii_case("content-length")
-            {
-                length = v.trim().parse().map_err(|_| "bad length".to_string())?;
-            }
-        }
-        let mut body = vec![0; length];
-        self.stream
-            .read_exact(&mut body)
-            .map_err(|e| e.to_string())?;
-        let answer: Value = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
-        match answer.get("result") {
-            Some(r) if r["isError"] == false => Ok(r.clone()),
-            _ => Err(answer.to_string()),
-        }
+        }}),
+    )?;
+    match answer.get("result") {
+        Some(r) if r["isError"] == false => Ok(r.clone()),
+        _ => Err(answer.to_string()),
     }
 }
 
@@ -235,7 +154,7 @@ fn main() {
                         ("wat_noop", json!({}))
                     };
                     calls.fetch_add(1, Ordering::Relaxed);
-                    if let Err(e) = client.call(id, tool, arguments) {
+                    if let Err(e) = call(&mut client, id, tool, arguments) {
                         failed.fetch_add(1, Ordering::Relaxed);
                         let mut f = failures.lock().unwrap();
                         if f.len() < 5 {

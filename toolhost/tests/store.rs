@@ -27,6 +27,12 @@ fn instance(ws: &Path, url: &str) -> Server {
     start(cmd)
 }
 
+/// Three instances over `ws` sharing `redis`.
+fn three(ws: &Path, redis: &RedisServer) -> (Server, Server, Server) {
+    let url = redis.url();
+    (instance(ws, &url), instance(ws, &url), instance(ws, &url))
+}
+
 /// A shell call that appends a line to `runs.log`: how many times it ran.
 fn appending() -> Value {
     json!({"command": "echo ran >> runs.log"})
@@ -87,11 +93,7 @@ fn a_confirmed_call_runs_once_whichever_instance_its_retry_or_replay_reaches() {
         return;
     };
     let ws = workspace();
-    let (a, b, c) = (
-        instance(ws.path(), &redis.url()),
-        instance(ws.path(), &redis.url()),
-        instance(ws.path(), &redis.url()),
-    );
+    let (a, b, c) = three(ws.path(), &redis);
     let arguments = appending();
     let state = asked(&a, &arguments);
     let done = post_stateless(&b.addr, &retry(2, &arguments, &state, "allow")).json();
@@ -110,11 +112,7 @@ fn a_replay_after_the_store_lost_its_data_runs_nothing_at_any_instance() {
         return;
     };
     let ws = workspace();
-    let (a, b, c) = (
-        instance(ws.path(), &redis.url()),
-        instance(ws.path(), &redis.url()),
-        instance(ws.path(), &redis.url()),
-    );
+    let (a, b, c) = three(ws.path(), &redis);
     let arguments = appending();
     // Wiped (as by FLUSHALL), then lost with the server (a restart without persistence,
     // as the README's scale-out example runs it).

@@ -285,7 +285,7 @@ impl Tasks {
                 }
             }
         }
-        let id = crate::request_state::random_hex();
+        let id = dispatcher_core::store::random_id();
         let now = rmcp::task_manager::current_timestamp();
         let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         let ttl = ttl.map_or(self.settings.ttl, |t| t.min(self.settings.ttl));
