@@ -31,6 +31,17 @@ pub trait AuditSink: Send + Sync {
     }
 }
 
+/// The span each call runs in, made by the host: toolhost's is an OpenTelemetry span whose
+/// parent is the caller's trace context. Without one, a call runs in a plain `tool_call`
+/// span.
+pub trait CallSpans: Send + Sync {
+    /// The span of a call that starts now; `trace_parent` is the caller's W3C trace
+    /// context ([`crate::Invocation::trace_parent`]), unchecked.
+    fn open(&self, call: &crate::CallHeader, trace_parent: Option<&str>) -> tracing::Span;
+    /// The call ended as `entry` says: what its span records before it closes.
+    fn close(&self, span: &tracing::Span, entry: &AuditEntry);
+}
+
 /// One ended call.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AuditEntry {

@@ -57,6 +57,8 @@ pub(crate) struct Settings {
     pub(crate) remote: Option<Arc<dyn crate::runtime::RemoteHost>>,
     /// Where every ended call is recorded (the audit log, metrics, traces); empty: nowhere.
     pub(crate) audit: Vec<Arc<dyn crate::audit::AuditSink>>,
+    /// The span each call runs in; `None`: a plain `tool_call` span.
+    pub(crate) spans: Option<Arc<dyn crate::audit::CallSpans>>,
 }
 
 /// The config and the policy in force, replaced together.

@@ -146,6 +146,13 @@ impl DispatcherBuilder {
         self
     }
 
+    /// Runs every call in the span `spans` opens, and hands it the call's end ([`audit`]:
+    /// toolhost's OpenTelemetry spans).
+    pub fn call_spans(mut self, spans: Arc<dyn audit::CallSpans>) -> Self {
+        self.settings.spans = Some(spans);
+        self
+    }
+
     /// The dispatcher.
     pub fn build(self) -> Dispatcher {
         let engine = Arc::new(Engine::new(self.settings));

@@ -146,7 +146,7 @@ enum ManifestFormat {
 /// about what a peer did (each error response sent to a client, an answer arriving for a
 /// request toolhost stopped waiting for as it exits), which toolhost reports in its own
 /// words where it matters; `TOOLHOST_LOG=warn` shows them.
-fn init_logging() {
+fn init_logging(telemetry: Option<&crate::telemetry::Telemetry>) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLHOST_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG));
     let colour = std::io::stderr().is_terminal()
@@ -159,9 +159,16 @@ fn init_logging() {
         .with_ansi(colour)
         .with_target(false)
         .with_filter(filter);
+    #[cfg(feature = "otlp")]
+    let spans = telemetry
+        .and_then(crate::telemetry::Telemetry::tracer)
+        .map(crate::telemetry::otlp::layer);
+    #[cfg(not(feature = "otlp"))]
+    let spans: Option<tracing_subscriber::layer::Identity> = telemetry.and(None);
     tracing_subscriber::registry()
         .with(stderr)
         .with(mcp::own_logs::layer())
+        .with(spans)
         .init();
 }
 
@@ -171,10 +178,10 @@ const DEFAULT_LOG: &str = "warn,rmcp::service=error,toolhost::progress=info,tool
 
 /// The `toolhost` program.
 pub fn main() -> ExitCode {
-    init_logging();
     // A plugin worker (isolation `process`), started by a host: not a user command.
     let mut args = std::env::args_os().skip(1);
     if args.next().is_some_and(|a| a == PLUGIN_WORKER) {
+        init_logging(None);
         return match plugin_host::worker::WorkerArgs::parse(args) {
             Ok(worker) => {
                 ExitCode::from(u8::try_from(plugin_host::worker::run(worker)).unwrap_or(1))
@@ -210,7 +217,22 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let outcome = runtime.block_on(run(cli));
+    // A server's telemetry, before logging: its spans are a layer of the log's subscriber.
+    let telemetry = match &cli.command {
+        Command::Serve(args) => {
+            let _on_the_runtime = runtime.enter();
+            match crate::telemetry::Telemetry::for_serve(args.http.is_some()) {
+                Ok(telemetry) => Some(telemetry),
+                Err(e) => {
+                    eprintln!("toolhost: {e}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        _ => None,
+    };
+    init_logging(telemetry.as_ref());
+    let outcome = runtime.block_on(run(cli, telemetry));
     // A tool abandoned after cancellation or timeout must not keep the process alive.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match outcome {
@@ -222,7 +244,10 @@ pub fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
+async fn run(
+    cli: Cli,
+    telemetry: Option<crate::telemetry::Telemetry>,
+) -> Result<ExitCode, UsageError> {
     let (config, file) = load_config(cli.config.as_deref())?;
     self_mount::check(&file)?;
     let sources = Sources {
@@ -233,7 +258,7 @@ async fn run(cli: Cli) -> Result<ExitCode, UsageError> {
     };
     match cli.command {
         Command::Plugins => plugins(&sources).await,
-        Command::Serve(args) => serve::serve(&sources, &args).await,
+        Command::Serve(args) => serve::serve(&sources, &args, telemetry.unwrap_or_default()).await,
         Command::Mcp(McpCommand::Approve { server, tools }) => approve(&sources, &server, &tools),
         Command::Mcp(McpCommand::Login { server, client_id }) => {
             crate::login::login(&sources, &server, client_id.as_deref()).await

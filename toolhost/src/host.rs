@@ -193,16 +193,16 @@ pub async fn build_host(
     workspace: &Path,
     confirmer: Option<Arc<dyn dispatcher_core::Confirmer>>,
 ) -> Result<Host, UsageError> {
-    build_host_observed(sources, workspace, confirmer, Vec::new()).await
+    build_host_observed(sources, workspace, confirmer, None).await
 }
 
-/// [`build_host`], its dispatcher also handing every ended call to `observers` (metrics,
-/// traces) after the audit log.
+/// [`build_host`], its dispatcher also handing every ended call to `telemetry`'s metrics
+/// after the audit log, and running each in its span.
 pub(crate) async fn build_host_observed(
     sources: &Sources<'_>,
     workspace: &Path,
     confirmer: Option<Arc<dyn dispatcher_core::Confirmer>>,
-    observers: Vec<Arc<dyn dispatcher_core::audit::AuditSink>>,
+    telemetry: Option<&crate::telemetry::Telemetry>,
 ) -> Result<Host, UsageError> {
     let config = sources.config;
     let store = config
@@ -232,8 +232,13 @@ pub(crate) async fn build_host_observed(
             .map_err(|e| format!("{}: [audit] {e}", sources.file.display()))?;
         builder = builder.audit(Arc::new(log));
     }
-    for observer in observers {
-        builder = builder.audit(observer);
+    if let Some(telemetry) = telemetry {
+        for sink in telemetry.sinks() {
+            builder = builder.audit(sink);
+        }
+        if let Some(spans) = telemetry.call_spans() {
+            builder = builder.call_spans(spans);
+        }
     }
     if let Some(remote) = &config.remote {
         let sandbox = Arc::new(mcp_toolsets::ServerSandbox {

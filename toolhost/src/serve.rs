@@ -54,13 +54,18 @@ pub struct ServeArgs {
 }
 
 /// Runs `serve` as its options say.
-pub async fn serve(sources: &Sources<'_>, args: &ServeArgs) -> Result<ExitCode, UsageError> {
+pub async fn serve(
+    sources: &Sources<'_>,
+    args: &ServeArgs,
+    telemetry: Telemetry,
+) -> Result<ExitCode, UsageError> {
     if sources.config.mcp.client_logs {
         mcp::own_logs::switch_on();
     }
+    telemetry.announce();
     match (args.mcp, args.http) {
-        (true, _) => serve_mcp(sources, args).await,
-        (false, Some(addr)) => serve_http(sources, args, addr).await,
+        (true, _) => serve_mcp(sources, args, telemetry).await,
+        (false, Some(addr)) => serve_http(sources, args, addr, telemetry).await,
         (false, None) => Err(UsageError(
             "serve needs a protocol: toolhost serve --mcp (stdio) or toolhost serve --http ADDR"
                 .into(),
@@ -137,6 +142,7 @@ async fn serve_http(
     sources: &Sources<'_>,
     args: &ServeArgs,
     addr: SocketAddr,
+    telemetry: Telemetry,
 ) -> Result<ExitCode, UsageError> {
     let (listener, local, options) = listen(sources, args, addr).await?;
     let routes = mcp::Routes::new(
@@ -144,15 +150,15 @@ async fn serve_http(
         sources.file.display().to_string(),
     );
     let confirmer = Arc::new(mcp::McpConfirmer::new(routes.clone()));
-    let telemetry = Telemetry::for_serve(true).map_err(UsageError)?;
     let mut host = build_host_observed(
         sources,
         &args.session.workspace,
         Some(confirmer),
-        telemetry.sinks(),
+        Some(&telemetry),
     )
     .await?;
     if let Some(metrics) = &telemetry.metrics {
+        metrics.watch_dispatcher(&host.dispatcher);
         metrics.watch_workers(&host.plugins.workers);
     }
     routes.share_watchers_through(host.dispatcher.store());
@@ -309,7 +315,11 @@ impl mcp_toolsets::TokenExchange for Exchange {
 /// waits for its own.
 const STDIO_DRAIN: Duration = Duration::from_secs(5);
 
-async fn serve_mcp(sources: &Sources<'_>, serve: &ServeArgs) -> Result<ExitCode, UsageError> {
+async fn serve_mcp(
+    sources: &Sources<'_>,
+    serve: &ServeArgs,
+    telemetry: Telemetry,
+) -> Result<ExitCode, UsageError> {
     let args = &serve.session;
     use rmcp::ServiceExt as _;
     let routes = mcp::Routes::new(
@@ -317,9 +327,12 @@ async fn serve_mcp(sources: &Sources<'_>, serve: &ServeArgs) -> Result<ExitCode,
         sources.file.display().to_string(),
     );
     let confirmer = Arc::new(mcp::McpConfirmer::new(routes.clone()));
-    let telemetry = Telemetry::for_serve(false).map_err(UsageError)?;
     let mut host =
-        build_host_observed(sources, &args.workspace, Some(confirmer), telemetry.sinks()).await?;
+        build_host_observed(sources, &args.workspace, Some(confirmer), Some(&telemetry)).await?;
+    if let Some(metrics) = &telemetry.metrics {
+        metrics.watch_dispatcher(&host.dispatcher);
+        metrics.watch_workers(&host.plugins.workers);
+    }
     routes.share_watchers_through(host.dispatcher.store());
     let dispatcher = host.dispatcher.clone();
     // Every server's tools, also one a reload adds.

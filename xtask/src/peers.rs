@@ -11,6 +11,9 @@ pub const CONFORMANCE: &str = "@modelcontextprotocol/conformance@0.2.0-alpha.12"
 pub const PYTHON_SDK: &str = "mcp==2.3.0";
 /// The certified OpenID provider the OAuth tests log in at.
 pub const OIDC_PROVIDER: &str = "oidc-provider@9.13.3";
+/// The official OTLP protobuf definitions (and gRPC) the telemetry tests' receiver decodes
+/// what toolhost exports with.
+pub const OTLP_PROTO: [&str; 2] = ["opentelemetry-proto==1.45.2", "grpcio==1.85.3"];
 /// The reference MCP server the tests mount behind toolhost (and the bench compares with).
 pub const SERVER_EVERYTHING: &str = "@modelcontextprotocol/server-everything@2026.8.31";
 

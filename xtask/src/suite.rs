@@ -129,7 +129,7 @@ fn run_tests(step: &str, cmd: &mut Command, totals: &mut Totals) -> Result {
 /// `target/peers`: the environment that tells the tests where they are (and that they are
 /// required).
 pub fn test_peers() -> Result<Vec<(&'static str, PathBuf)>> {
-    const STEP: &str = "install the MCP conformance suite, server-everything and oidc-provider (npm), the Python SDK and pytest (PyPI)";
+    const STEP: &str = "install the MCP conformance suite, server-everything and oidc-provider (npm), the Python SDK, pytest and the OTLP protobufs (PyPI)";
     announce(STEP);
     let peers = crate::peers::dir();
     let node = crate::peers::node22(&peers).or_else(|e| fail(STEP, e))?;
@@ -147,7 +147,16 @@ pub fn test_peers() -> Result<Vec<(&'static str, PathBuf)>> {
     // A developer's Python with pytest, which the confinement tests install as pyenv would.
     let pytest = crate::peers::python_venv(&peers, "pytest", &[python::PYTEST], "pytest")
         .or_else(|e| fail(STEP, e))?;
+    // The OTLP receiver of the telemetry tests, decoding with the official definitions.
+    let otlp = crate::peers::python_venv(
+        &peers,
+        "otlp",
+        &crate::peers::OTLP_PROTO,
+        "opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc",
+    )
+    .or_else(|e| fail(STEP, e))?;
     Ok(vec![
+        ("TOOLHOST_TEST_OTLP_PYTHON", otlp),
         ("TOOLHOST_TEST_NODE", node),
         ("TOOLHOST_TEST_CONFORMANCE", suite),
         ("TOOLHOST_TEST_PYTHON_SDK", python),

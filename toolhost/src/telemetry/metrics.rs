@@ -1,24 +1,30 @@
-//! Prometheus metrics of an instance, served as text on `GET /metrics` of the HTTP server.
+//! The metrics of an instance, kept by the OpenTelemetry SDK: served as Prometheus text on
+//! `GET /metrics` of the HTTP server (`opentelemetry-prometheus`) and, when the `OTEL_*`
+//! variables ask, pushed over OTLP as well.
 //!
-//! | metric | type | labels | what |
-//! |---|---|---|---|
-//! | `toolhost_calls_total` | counter | `tool`, `outcome` | calls that ended: `ok` or the error class |
-//! | `toolhost_call_duration_seconds` | histogram | `tool` | from a call's start to its result |
-//! | `toolhost_decisions_total` | counter | `decision`, `by` | confirmation decisions and who made them (`policy`, `hook`, `approval`, `user`, `fallback`, `timeout`, `cancelled`) |
-//! | `toolhost_confirmations_pending` | gauge | | confirmations waiting on this instance |
-//! | `toolhost_plugin_worker_up` | gauge | `plugin` | 1 while the plugin's worker process runs |
-//! | `toolhost_plugin_worker_restarts_total` | counter | `plugin` | times it was restarted |
-//! | `toolhost_store_up` | gauge | `store` | 1 while the shared state store answered its last operation |
+//! | metric (Prometheus name) | OpenTelemetry name | type | attributes | what |
+//! |---|---|---|---|---|
+//! | `toolhost_calls_total` | `toolhost.calls` | counter | `tool`, `outcome` | calls that ended: `ok` or the error class |
+//! | `toolhost_call_duration_seconds` | `toolhost.call.duration` (s) | histogram | `tool` | from a call's start to its result |
+//! | `toolhost_decisions_total` | `toolhost.decisions` | counter | `decision`, `by` | confirmation decisions and who made them (`policy`, `hook`, `approval`, `user`, `fallback`, `timeout`, `cancelled`) |
+//! | `toolhost_confirmations_pending` | `toolhost.confirmations.pending` | gauge | | confirmations waiting on this instance |
+//! | `toolhost_plugin_worker_up` | `toolhost.plugin.worker.up` | gauge | `plugin` | 1 while the plugin's worker process runs |
+//! | `toolhost_plugin_worker_restarts_total` | `toolhost.plugin.worker.restarts` | counter | `plugin` | times it was restarted |
+//! | `toolhost_store_up` | `toolhost.store.up` | gauge | `store` | 1 while the shared state store answered its last operation |
 //!
 //! A tool name that names no tool (a model's invention) is counted as `tool="(unknown)"`:
 //! what a model writes does not grow the series.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
 use dispatcher_core::Dispatcher;
 use dispatcher_core::audit::{AuditEntry, AuditSink};
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::{
+    Counter, Histogram, MeterProvider as _, ObservableCounter, ObservableGauge,
+};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::metrics::{MeterProviderBuilder, SdkMeterProvider};
 use plugin_host::PluginWorker;
 
 /// Upper bounds of the duration histogram's buckets, in seconds.
@@ -26,167 +32,168 @@ const BUCKETS: [f64; 14] = [
     0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 120.0,
 ];
 
+/// What the gauges read when the metrics are collected.
 #[derive(Default)]
-struct Histogram {
-    /// Per bucket, observations at or under its bound (not cumulative; summed when shown).
-    counts: [u64; BUCKETS.len()],
-    count: u64,
-    sum: f64,
+struct Watched {
+    dispatcher: OnceLock<Dispatcher>,
+    workers: Mutex<Vec<Weak<PluginWorker>>>,
 }
 
-#[derive(Default)]
-struct Counts {
-    calls: BTreeMap<(Arc<str>, &'static str), u64>,
-    durations: BTreeMap<Arc<str>, Histogram>,
-    decisions: BTreeMap<(String, String), u64>,
+impl Watched {
+    fn workers(&self) -> Vec<Arc<PluginWorker>> {
+        self.workers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
 }
 
 /// The metrics of one instance: what its calls did (fed as an [`AuditSink`]) and, when
-/// shown, what its dispatcher and workers are doing now.
-#[derive(Default)]
+/// collected, what its dispatcher and workers are doing now.
 pub struct Metrics {
-    counts: Mutex<Counts>,
-    workers: Mutex<Vec<std::sync::Weak<PluginWorker>>>,
+    provider: SdkMeterProvider,
+    registry: prometheus::Registry,
+    calls: Counter<u64>,
+    durations: Histogram<f64>,
+    decisions: Counter<u64>,
+    watched: Arc<Watched>,
+    _gauges: [ObservableGauge<u64>; 3],
+    _restarts: ObservableCounter<u64>,
 }
 
 impl Metrics {
-    /// Empty metrics.
-    pub fn new() -> Arc<Metrics> {
-        Arc::default()
+    /// Metrics of `resource`, collected for `GET /metrics`; `readers` adds others (the
+    /// OTLP push).
+    pub fn new(
+        resource: Resource,
+        readers: impl FnOnce(MeterProviderBuilder) -> MeterProviderBuilder,
+    ) -> Result<Arc<Metrics>, String> {
+        let registry = prometheus::Registry::new();
+        let prometheus = opentelemetry_prometheus::exporter()
+            .with_registry(registry.clone())
+            .scope_info_enabled(false)
+            .build()
+            .map_err(|e| format!("cannot set up the Prometheus metrics: {e}"))?;
+        let provider = readers(
+            SdkMeterProvider::builder()
+                .with_resource(resource)
+                .with_reader(prometheus),
+        )
+        .build();
+        let meter = provider.meter("toolhost");
+        let watched = Arc::new(Watched::default());
+        let w = watched.clone();
+        let pending = meter
+            .u64_observable_gauge("toolhost.confirmations.pending")
+            .with_description("Confirmations waiting for an answer on this instance.")
+            .with_callback(move |o| {
+                if let Some(d) = w.dispatcher.get() {
+                    o.observe(d.broker().pending(None).len() as u64, &[]);
+                }
+            })
+            .build();
+        let w = watched.clone();
+        let worker_up = meter
+            .u64_observable_gauge("toolhost.plugin.worker.up")
+            .with_description("1 while the plugin's worker process runs.")
+            .with_callback(move |o| {
+                for s in w.workers().iter().map(|w| w.status()) {
+                    o.observe(
+                        u64::from(s.pid.is_some()),
+                        &[KeyValue::new("plugin", s.plugin.to_string())],
+                    );
+                }
+            })
+            .build();
+        let w = watched.clone();
+        let restarts = meter
+            .u64_observable_counter("toolhost.plugin.worker.restarts")
+            .with_description("Times the plugin's worker process was restarted.")
+            .with_callback(move |o| {
+                for s in w.workers().iter().map(|w| w.status()) {
+                    o.observe(s.restarts, &[KeyValue::new("plugin", s.plugin.to_string())]);
+                }
+            })
+            .build();
+        let w = watched.clone();
+        let store_up = meter
+            .u64_observable_gauge("toolhost.store.up")
+            .with_description("1 while the shared state store answered its last operation.")
+            .with_callback(move |o| {
+                if let Some(d) = w.dispatcher.get() {
+                    let health = d.store().health();
+                    o.observe(
+                        u64::from(health.up),
+                        &[KeyValue::new("store", health.store.to_string())],
+                    );
+                }
+            })
+            .build();
+        Ok(Arc::new(Metrics {
+            calls: meter
+                .u64_counter("toolhost.calls")
+                .with_description(
+                    "Tool calls that ended, by tool and outcome (ok or the error class).",
+                )
+                .build(),
+            durations: meter
+                .f64_histogram("toolhost.call.duration")
+                .with_unit("s")
+                .with_description("From a call's start to its result.")
+                .with_boundaries(BUCKETS.to_vec())
+                .build(),
+            decisions: meter
+                .u64_counter("toolhost.decisions")
+                .with_description("Decisions on calls, and who made them.")
+                .build(),
+            provider,
+            registry,
+            watched,
+            _gauges: [pending, worker_up, store_up],
+            _restarts: restarts,
+        }))
+    }
+
+    /// The dispatcher whose confirmations and store the gauges show (the first given).
+    pub fn watch_dispatcher(&self, dispatcher: &Dispatcher) {
+        let _ = self.watched.dispatcher.set(dispatcher.clone());
     }
 
     /// The plugin workers whose state is shown (once they are loaded; again after a
     /// plugin upgrade). Held weakly: a worker an upgrade replaced is freed, not kept here.
     pub fn watch_workers(&self, workers: &[Arc<PluginWorker>]) {
-        *self.workers.lock().unwrap_or_else(PoisonError::into_inner) =
-            workers.iter().map(Arc::downgrade).collect();
-    }
-
-    /// The Prometheus text exposition (format 0.0.4) of everything, `dispatcher`'s state as
-    /// it is now.
-    pub fn render(&self, dispatcher: &Dispatcher) -> String {
-        let mut out = String::new();
-        {
-            let counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-            head(
-                &mut out,
-                "toolhost_calls_total",
-                "counter",
-                "Tool calls that ended, by tool and outcome (ok or the error class).",
-            );
-            for ((tool, outcome), n) in &counts.calls {
-                let _ = writeln!(
-                    out,
-                    "toolhost_calls_total{{tool=\"{}\",outcome=\"{outcome}\"}} {n}",
-                    escape(tool)
-                );
-            }
-            head(
-                &mut out,
-                "toolhost_call_duration_seconds",
-                "histogram",
-                "From a call's start to its result.",
-            );
-            for (tool, h) in &counts.durations {
-                let tool = escape(tool);
-                let mut cumulative = 0;
-                for (bound, n) in BUCKETS.iter().zip(h.counts) {
-                    cumulative += n;
-                    let _ = writeln!(
-                        out,
-                        "toolhost_call_duration_seconds_bucket{{tool=\"{tool}\",le=\"{bound}\"}} {cumulative}"
-                    );
-                }
-                let _ = writeln!(
-                    out,
-                    "toolhost_call_duration_seconds_bucket{{tool=\"{tool}\",le=\"+Inf\"}} {}\n\
-                     toolhost_call_duration_seconds_sum{{tool=\"{tool}\"}} {}\n\
-                     toolhost_call_duration_seconds_count{{tool=\"{tool}\"}} {}",
-                    h.count, h.sum, h.count
-                );
-            }
-            head(
-                &mut out,
-                "toolhost_decisions_total",
-                "counter",
-                "Decisions on calls, and who made them.",
-            );
-            for ((decision, by), n) in &counts.decisions {
-                let _ = writeln!(
-                    out,
-                    "toolhost_decisions_total{{decision=\"{}\",by=\"{}\"}} {n}",
-                    escape(decision),
-                    escape(by)
-                );
-            }
-        }
-        head(
-            &mut out,
-            "toolhost_confirmations_pending",
-            "gauge",
-            "Confirmations waiting for an answer on this instance.",
-        );
-        let _ = writeln!(
-            out,
-            "toolhost_confirmations_pending {}",
-            dispatcher.broker().pending(None).len()
-        );
-        let workers: Vec<Arc<PluginWorker>> = self
+        *self
+            .watched
             .workers
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .filter_map(std::sync::Weak::upgrade)
-            .collect();
-        head(
-            &mut out,
-            "toolhost_plugin_worker_up",
-            "gauge",
-            "1 while the plugin's worker process runs.",
-        );
-        let statuses: Vec<_> = workers.iter().map(|w| w.status()).collect();
-        for s in &statuses {
-            let _ = writeln!(
-                out,
-                "toolhost_plugin_worker_up{{plugin=\"{}\"}} {}",
-                escape(&s.plugin),
-                u8::from(s.pid.is_some())
-            );
+            .unwrap_or_else(PoisonError::into_inner) = workers.iter().map(Arc::downgrade).collect();
+    }
+
+    /// The Prometheus text exposition (format 0.0.4) of everything, as it is now.
+    pub fn render(&self) -> String {
+        use prometheus::Encoder as _;
+        let mut out = Vec::new();
+        let encoder = prometheus::TextEncoder::new();
+        if let Err(e) = encoder.encode(&self.registry.gather(), &mut out) {
+            tracing::warn!("the metrics could not be written as Prometheus text: {e}");
         }
-        head(
-            &mut out,
-            "toolhost_plugin_worker_restarts_total",
-            "counter",
-            "Times the plugin's worker process was restarted.",
-        );
-        for s in &statuses {
-            let _ = writeln!(
-                out,
-                "toolhost_plugin_worker_restarts_total{{plugin=\"{}\"}} {}",
-                escape(&s.plugin),
-                s.restarts
-            );
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// Pushes what was collected since the last push (OTLP) and stops collecting.
+    pub fn shutdown(&self) {
+        if let Err(e) = self.provider.shutdown() {
+            tracing::warn!("the last metrics could not be sent: {e}");
         }
-        let store = dispatcher.store().health();
-        head(
-            &mut out,
-            "toolhost_store_up",
-            "gauge",
-            "1 while the shared state store answered its last operation.",
-        );
-        let _ = writeln!(
-            out,
-            "toolhost_store_up{{store=\"{}\"}} {}",
-            escape(&store.store),
-            u8::from(store.up)
-        );
-        out
     }
 }
 
 impl mcp_server::http::control::MetricsExposition for Metrics {
     fn render(&self, dispatcher: &Dispatcher) -> String {
-        Metrics::render(self, dispatcher)
+        self.watch_dispatcher(dispatcher);
+        Metrics::render(self)
     }
 }
 
@@ -196,43 +203,31 @@ impl AuditSink for Metrics {
     }
 
     fn record(&self, entry: &AuditEntry) {
-        let tool: Arc<str> = if entry.class.is_some() {
-            entry.tool.clone()
-        } else {
-            Arc::from("(unknown)")
-        };
-        let seconds = entry.duration_ms / 1000.0;
-        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        *counts
-            .calls
-            .entry((tool.clone(), entry.outcome))
-            .or_default() += 1;
-        let h = counts.durations.entry(tool).or_default();
-        if let Some(i) = BUCKETS.iter().position(|b| seconds <= *b) {
-            h.counts[i] += 1;
-        }
-        h.count += 1;
-        h.sum += seconds;
+        let tool = KeyValue::new(
+            "tool",
+            if entry.class.is_some() {
+                opentelemetry::Value::from(entry.tool.clone())
+            } else {
+                opentelemetry::Value::from("(unknown)")
+            },
+        );
+        self.calls
+            .add(1, &[tool.clone(), KeyValue::new("outcome", entry.outcome)]);
+        self.durations.record(entry.duration_ms / 1000.0, &[tool]);
         if let (Some(decision), Some(by)) = (&entry.decision, &entry.decided_by) {
             let by = serde_json::to_value(by)
                 .ok()
                 .and_then(|v| v["by"].as_str().map(str::to_string))
                 .unwrap_or_default();
-            *counts.decisions.entry((decision.clone(), by)).or_default() += 1;
+            self.decisions.add(
+                1,
+                &[
+                    KeyValue::new("decision", decision.clone()),
+                    KeyValue::new("by", by),
+                ],
+            );
         }
     }
-}
-
-fn head(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-}
-
-/// A label value as the exposition format wants it.
-fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -265,27 +260,54 @@ mod tests {
 
     #[tokio::test]
     async fn calls_durations_and_decisions_are_counted_and_unknown_tools_folded() {
-        let metrics = Metrics::new();
+        let metrics = Metrics::new(Resource::builder_empty().build(), |b| b).unwrap();
+        metrics.watch_dispatcher(&Dispatcher::new());
         metrics.record(&ended("read_file", true, "ok", 0.7));
         metrics.record(&ended("read_file", true, "ok", 30.0));
         metrics.record(&ended("read_file", true, "timeout", 200.0));
         metrics.record(&ended("made\"up\ntool", false, "not_found", 0.1));
-        let text = metrics.render(&Dispatcher::new());
-        for line in [
-            "toolhost_calls_total{tool=\"read_file\",outcome=\"ok\"} 2",
-            "toolhost_calls_total{tool=\"read_file\",outcome=\"timeout\"} 1",
-            "toolhost_calls_total{tool=\"(unknown)\",outcome=\"not_found\"} 1",
-            "toolhost_call_duration_seconds_bucket{tool=\"read_file\",le=\"0.001\"} 1",
-            "toolhost_call_duration_seconds_bucket{tool=\"read_file\",le=\"0.05\"} 2",
-            "toolhost_call_duration_seconds_bucket{tool=\"read_file\",le=\"+Inf\"} 3",
-            "toolhost_call_duration_seconds_count{tool=\"read_file\"} 3",
-            "toolhost_decisions_total{decision=\"allow\",by=\"user\"} 3",
-            "toolhost_confirmations_pending 0",
-            "toolhost_store_up{store=\"memory\"} 1",
+        let text = metrics.render();
+        for (series, value) in [
+            (
+                "toolhost_calls_total{outcome=\"ok\",tool=\"read_file\"}",
+                2.0,
+            ),
+            (
+                "toolhost_calls_total{outcome=\"timeout\",tool=\"read_file\"}",
+                1.0,
+            ),
+            (
+                "toolhost_calls_total{outcome=\"not_found\",tool=\"(unknown)\"}",
+                1.0,
+            ),
+            (
+                "toolhost_call_duration_seconds_bucket{tool=\"read_file\",le=\"0.001\"}",
+                1.0,
+            ),
+            (
+                "toolhost_call_duration_seconds_bucket{tool=\"read_file\",le=\"0.05\"}",
+                2.0,
+            ),
+            (
+                "toolhost_call_duration_seconds_bucket{tool=\"read_file\",le=\"+Inf\"}",
+                3.0,
+            ),
+            (
+                "toolhost_call_duration_seconds_count{tool=\"read_file\"}",
+                3.0,
+            ),
+            (
+                "toolhost_decisions_total{by=\"user\",decision=\"allow\"}",
+                3.0,
+            ),
+            ("toolhost_confirmations_pending", 0.0),
+            ("toolhost_store_up{store=\"memory\"}", 1.0),
         ] {
-            assert!(text.contains(line), "{line} not in\n{text}");
+            let found = text
+                .lines()
+                .find_map(|l| l.strip_prefix(series)?.trim().parse::<f64>().ok());
+            assert_eq!(found, Some(value), "{series} in\n{text}");
         }
         assert!(!text.contains("tool=\"made"), "{text}");
-        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
 }

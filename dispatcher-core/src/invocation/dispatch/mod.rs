@@ -106,13 +106,16 @@ impl Invocation {
     /// pipeline's own future, not one wrapped around it: a call's state is moved as few
     /// times as the caller moves it.
     pub fn run(mut self) -> impl Future<Output = ToolResultBlock> + Send + 'static {
-        let span = tracing::info_span!(
-            "tool_call",
-            tool = %self.header.tool_name,
-            tool_use_id = %self.header.tool_use_id,
-            session = %self.header.session_id,
-        );
-        if self.engine.settings.audit.is_empty() {
+        let span = match &self.engine.settings.spans {
+            Some(spans) => spans.open(&self.header, self.trace_parent.as_deref()),
+            None => tracing::info_span!(
+                "tool_call",
+                tool = %self.header.tool_name,
+                tool_use_id = %self.header.tool_use_id,
+                session = %self.header.session_id,
+            ),
+        };
+        if self.engine.settings.audit.is_empty() && self.engine.settings.spans.is_none() {
             return Either::Left(self.pipeline().instrument(span));
         }
         let engine = self.engine.clone();
@@ -140,6 +143,9 @@ impl Invocation {
                 let entry = trail.entry(called, &block);
                 for sink in &engine.settings.audit {
                     sink.record(&entry);
+                }
+                if let Some(spans) = &engine.settings.spans {
+                    spans.close(&tracing::Span::current(), &entry);
                 }
                 block
             }
