@@ -486,3 +486,43 @@ fn metrics_count_calls_by_tool_and_outcome_and_show_the_instance_state() {
     }
     assert!(!text.contains("rm_rf"), "{text}");
 }
+
+#[test]
+fn a_stdio_server_sends_its_spans_over_grpc_from_its_single_thread() {
+    let Some(receiver) = receiver() else { return };
+    let ws = workspace();
+    let mut child = command(ws.path(), &["serve", "--mcp"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint("grpc"))
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .env("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=t%3D1")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut answers = BufReader::new(child.stdout.take().unwrap()).lines();
+    for message in [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "read_file", "arguments": {"path": "README.md"},
+            "_meta": {"traceparent": PARENT}}}),
+    ] {
+        use std::io::Write as _;
+        writeln!(stdin, "{message}").unwrap();
+    }
+    for _ in 0..2 {
+        let answer: Value = serde_json::from_str(&answers.next().unwrap().unwrap()).unwrap();
+        assert!(answer.get("error").is_none(), "{answer}");
+    }
+    // While the server still runs (its exporter lives on its one runtime thread).
+    let spans = receiver.spans_within(1, Duration::from_secs(15));
+    assert_eq!(spans.len(), 1, "{spans:#?}");
+    assert_eq!(spans[0].1["parentSpanId"], "00f067aa0ba902b7");
+    drop(stdin);
+    toolhost_tests::wait_exit(&mut child);
+}
