@@ -105,6 +105,20 @@ pub enum DecidedBy {
 }
 
 impl DecidedBy {
+    /// Its `by` tag as serialized: `policy`, `hook`, `approval`, `user`, `fallback`,
+    /// `timeout` or `cancelled` (a metric's label, read without serializing).
+    pub fn by(&self) -> &'static str {
+        match self {
+            DecidedBy::Policy { .. } => "policy",
+            DecidedBy::Hook { .. } => "hook",
+            DecidedBy::Approval => "approval",
+            DecidedBy::User { .. } => "user",
+            DecidedBy::Fallback { .. } => "fallback",
+            DecidedBy::Timeout => "timeout",
+            DecidedBy::Cancelled => "cancelled",
+        }
+    }
+
     fn answered(answer: Answer, client: &str) -> DecidedBy {
         let client = client.to_string();
         match answer.fallback {
@@ -523,6 +537,30 @@ impl Drop for PendingConfirmation {
         let published = self.broker.lock().published.remove(&self.id);
         if let (true, Some(store)) = (published, self.broker.shared()) {
             crate::first_answer::withdraw(store, &self.id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn by_is_the_tag_each_decider_is_serialized_with() {
+        for decided in [
+            DecidedBy::Policy { rule: "r".into() },
+            DecidedBy::Hook { name: "h".into() },
+            DecidedBy::Approval,
+            DecidedBy::User { client: "c".into() },
+            DecidedBy::Fallback {
+                client: "c".into(),
+                reason: Arc::from("why"),
+            },
+            DecidedBy::Timeout,
+            DecidedBy::Cancelled,
+        ] {
+            let json = serde_json::to_value(&decided).unwrap_or_default();
+            assert_eq!(json["by"], decided.by(), "{decided:?}");
         }
     }
 }

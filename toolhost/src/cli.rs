@@ -159,17 +159,24 @@ fn init_logging(telemetry: Option<&crate::telemetry::Telemetry>) {
         .with_ansi(colour)
         .with_target(false)
         .with_filter(filter);
-    #[cfg(feature = "otlp")]
-    let spans = telemetry
-        .and_then(crate::telemetry::Telemetry::tracer)
-        .map(crate::telemetry::otlp::layer);
-    #[cfg(not(feature = "otlp"))]
-    let spans: Option<tracing_subscriber::layer::Identity> = telemetry.and(None);
-    tracing_subscriber::registry()
+    let registry = tracing_subscriber::registry()
         .with(stderr)
-        .with(mcp::own_logs::layer())
-        .with(spans)
-        .init();
+        .with(mcp::own_logs::layer());
+    // The calls' spans, only when they are exported: a layer that is there but empty (a
+    // `None`) would take every span and event as wanted, and every call would make and
+    // enter its span for nothing.
+    #[cfg(feature = "otlp")]
+    if let Some(tracer) = telemetry.and_then(crate::telemetry::Telemetry::tracer) {
+        return registry
+            .with(
+                crate::telemetry::otlp::layer(tracer)
+                    .with_filter(crate::telemetry::otlp::call_spans_only()),
+            )
+            .init();
+    }
+    #[cfg(not(feature = "otlp"))]
+    let _ = telemetry;
+    registry.init();
 }
 
 /// The log filter without `TOOLHOST_LOG`: warnings, and what a wait is for (a first compile

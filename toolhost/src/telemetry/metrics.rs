@@ -215,15 +215,11 @@ impl AuditSink for Metrics {
             .add(1, &[tool.clone(), KeyValue::new("outcome", entry.outcome)]);
         self.durations.record(entry.duration_ms / 1000.0, &[tool]);
         if let (Some(decision), Some(by)) = (&entry.decision, &entry.decided_by) {
-            let by = serde_json::to_value(by)
-                .ok()
-                .and_then(|v| v["by"].as_str().map(str::to_string))
-                .unwrap_or_default();
             self.decisions.add(
                 1,
                 &[
                     KeyValue::new("decision", decision.clone()),
-                    KeyValue::new("by", by),
+                    KeyValue::new("by", by.by()),
                 ],
             );
         }

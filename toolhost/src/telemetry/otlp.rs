@@ -99,21 +99,21 @@ fn otlp_protocol(protocol: Protocol) -> opentelemetry_otlp::Protocol {
     }
 }
 
-/// The `tracing` layer that exports the calls' spans, and nothing else.
-pub fn layer<S>(tracer: SdkTracer) -> impl tracing_subscriber::Layer<S>
+/// The `tracing` layer that exports spans (filtered by [`call_spans_only`]).
+pub fn layer<S>(tracer: SdkTracer) -> tracing_opentelemetry::OpenTelemetryLayer<S, SdkTracer>
 where
     S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
 {
-    use tracing_subscriber::Layer as _;
     tracing_opentelemetry::layer()
         .with_tracer(tracer)
         .with_location(false)
         .with_threads(false)
         .with_tracked_inactivity(false)
-        .with_filter(
-            tracing_subscriber::filter::Targets::new()
-                .with_target(CALL_TARGET, tracing::Level::INFO),
-        )
+}
+
+/// The calls' spans, and nothing else: toolhost's own logs stay logs.
+pub fn call_spans_only() -> tracing_subscriber::filter::Targets {
+    tracing_subscriber::filter::Targets::new().with_target(CALL_TARGET, tracing::Level::INFO)
 }
 
 /// Each call's span, for the dispatcher ([`dispatcher_core::Dispatcher::call_spans`]).
