@@ -148,7 +148,7 @@ struct Entry {
 
 /// The calls in flight, by tool-use id: one entry each, set and removed under one lock.
 pub struct Routes {
-    calls: Mutex<HashMap<Arc<str>, Entry>>,
+    calls: Mutex<HashMap<Arc<str>, Entry, foldhash::fast::RandomState>>,
     fallback: PromptFallback,
     /// The config file, named in the fallback's advice.
     config_file: String,
@@ -167,7 +167,7 @@ impl Routes {
     /// `config_file`.
     pub fn new(fallback: PromptFallback, config_file: impl Into<String>) -> Arc<Self> {
         Arc::new(Routes {
-            calls: Mutex::new(HashMap::new()),
+            calls: Mutex::new(HashMap::default()),
             fallback,
             config_file: config_file.into(),
             watchers: std::sync::atomic::AtomicUsize::new(0),
@@ -231,7 +231,9 @@ impl Routes {
         self.watchers.load(Ordering::Acquire) > 0
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Entry>> {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Entry, foldhash::fast::RandomState>> {
         self.calls.lock().unwrap_or_else(|p| p.into_inner())
     }
 

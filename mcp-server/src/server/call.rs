@@ -257,11 +257,16 @@ impl McpServer {
             ct,
             ..
         } = caller;
+        // The arguments as called are sealed into a round's state, and only a 2026-07-28
+        // request can be deferred into a round ([`Route::Defer`]): other calls hand theirs
+        // to the dispatcher without a copy.
+        let (arguments, kept) = match era {
+            Era::Stateless => (arguments.clone(), arguments),
+            Era::Session => (arguments, Value::Null),
+        };
         let dispatcher = &self.shared.dispatcher;
-        let mut call = dispatcher.invocation(
-            ToolUse::new(&*tool_use_id, &name, arguments.clone()),
-            &session,
-        );
+        let mut call =
+            dispatcher.invocation(ToolUse::new(&*tool_use_id, &name, arguments), &session);
         // The client's trace context: the call's span is its child.
         if let Some(parent) = meta.get("traceparent").and_then(|v| v.as_str()) {
             call.trace_parent(parent);
@@ -311,7 +316,7 @@ impl McpServer {
         let call = Running {
             principal: &principal.id,
             name: &name,
-            arguments: &arguments,
+            arguments: &kept,
             session: session.id(),
             tool_use_id: &tool_use_id,
         };

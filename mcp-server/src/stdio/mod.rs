@@ -38,7 +38,10 @@ use output::Output;
 
 /// The ids of the requests read and not yet answered; a request the transport answers
 /// itself ([`calls`]) with the token that cancels it.
-type InFlight = std::sync::Mutex<HashMap<RequestId, Option<CancellationToken>>>;
+type InFlight = std::sync::Mutex<InFlightIds>;
+/// Keyed by ids the client chose: foldhash's per-map random seed, not SipHash's cost on
+/// every request.
+type InFlightIds = HashMap<RequestId, Option<CancellationToken>, foldhash::fast::RandomState>;
 
 /// Newline-delimited JSON-RPC over a reader and a writer (a pipe, a socket, a file).
 pub struct StdioTransport<R> {
@@ -56,9 +59,7 @@ pub struct StdioTransport<R> {
     direct: Option<DirectCalls>,
 }
 
-fn taken(
-    ids: &InFlight,
-) -> std::sync::MutexGuard<'_, HashMap<RequestId, Option<CancellationToken>>> {
+fn taken(ids: &InFlight) -> std::sync::MutexGuard<'_, InFlightIds> {
     ids.lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
