@@ -193,8 +193,7 @@ fn tools_call(bytes: &[u8]) -> Option<ClientJsonRpcMessage> {
     };
     const METHOD: &[u8] = b"\"tools/call\"";
     const INPUT: &[u8] = b"\"inputResponses\"";
-    if !bytes.windows(METHOD.len()).any(|w| w == METHOD)
-        || bytes.windows(INPUT.len()).any(|w| w == INPUT)
+    if memchr::memmem::find(bytes, METHOD).is_none() || memchr::memmem::find(bytes, INPUT).is_some()
     {
         return None;
     }
@@ -207,7 +206,10 @@ fn tools_call(bytes: &[u8]) -> Option<ClientJsonRpcMessage> {
         method: CallToolRequestMethod,
         params: CallToolRequestParams,
     }
-    let Message { id, mut params, .. } = serde_json::from_slice(bytes).ok()?;
+    // The line's UTF-8 checked once, not again in each string it holds (invalid, it takes
+    // the general path, which says where).
+    let text = std::str::from_utf8(bytes).ok()?;
+    let Message { id, mut params, .. } = serde_json::from_str(text).ok()?;
     let meta = params.meta.take();
     let mut request = CallToolRequest::new(params);
     if let Some(meta) = meta {

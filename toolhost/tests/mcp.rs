@@ -623,6 +623,33 @@ fn answers(id: i64) -> impl Fn(&Value) -> bool {
 }
 
 #[test]
+fn a_2025_session_is_answered_in_its_own_shape_without_result_type() {
+    let ws = workspace();
+    std::fs::write(ws.path().join("a.txt"), "abc").unwrap();
+    // A plain call (the transport answers it) and one with a progress token (rmcp does).
+    let (mut child, mut stdin) =
+        raw_server_calling(ws.path(), &[], "read_file", json!({"path": "a.txt"}));
+    {
+        use std::io::Write;
+        let with_progress = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": "read_file", "arguments": {"path": "a.txt"},
+                "_meta": {"progressToken": "p"}}});
+        writeln!(stdin, "{with_progress}").unwrap();
+    }
+    let mut out = RawOutput::of(&mut child);
+    for id in [2, 3] {
+        let answer = out.until(answers(id));
+        assert_eq!(answer["result"]["content"][0]["text"], "abc", "{answer}");
+        assert!(
+            answer["result"].get("resultType").is_none(),
+            "a 2025 client got a 2026 field: {answer}"
+        );
+    }
+    drop(stdin);
+    let _ = child.wait();
+}
+
+#[test]
 fn a_plain_call_is_cancelled_by_notifications_cancelled_gets_no_answer_and_the_session_goes_on() {
     use std::io::Write;
     let ws = workspace();

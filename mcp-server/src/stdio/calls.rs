@@ -20,6 +20,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use rmcp::ErrorData as McpError;
 use rmcp::model::{
     ClientJsonRpcMessage, ClientRequest, GetMeta, JsonRpcMessage, JsonRpcRequest, ProtocolVersion,
     RequestId, RequestMetaObject, ServerJsonRpcMessage, ServerResult,
@@ -121,8 +122,21 @@ impl DirectCalls {
                 return;
             }
             taken(&in_flight).remove(&id);
-            let message = match result {
-                Ok(response) => ServerJsonRpcMessage::response(ServerResult::from(response), id),
+            let message = match result.map(ServerResult::from) {
+                // Only a 2026-07-28 request can be answered with a round.
+                Ok(ServerResult::InputRequiredResult(_)) => ServerJsonRpcMessage::error(
+                    McpError::invalid_request(
+                        "InputRequiredResult requires negotiated protocol version 2026-07-28 or newer",
+                        None,
+                    ),
+                    Some(id),
+                ),
+                // A session before 2026-07-28 is answered in its own shape, without
+                // `resultType`, as rmcp answers on its path.
+                Ok(mut result) => {
+                    result.strip_result_type_for_legacy_peer();
+                    ServerJsonRpcMessage::response(result, id)
+                }
                 Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
             };
             if let Err(e) = answer(&output, &message).await {
