@@ -146,9 +146,13 @@ struct Entry {
     promotion: Option<Arc<Promotion>>,
 }
 
+/// The routes of the calls in flight, by tool-use id (ids a client's JSON-RPC ids make:
+/// foldhash's per-map random seed).
+type Calls = HashMap<Arc<str>, Entry, foldhash::fast::RandomState>;
+
 /// The calls in flight, by tool-use id: one entry each, set and removed under one lock.
 pub struct Routes {
-    calls: Mutex<HashMap<Arc<str>, Entry, foldhash::fast::RandomState>>,
+    calls: Mutex<Calls>,
     fallback: PromptFallback,
     /// The config file, named in the fallback's advice.
     config_file: String,
@@ -231,9 +235,7 @@ impl Routes {
         self.watchers.load(Ordering::Acquire) > 0
     }
 
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Entry, foldhash::fast::RandomState>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Calls> {
         self.calls.lock().unwrap_or_else(|p| p.into_inner())
     }
 

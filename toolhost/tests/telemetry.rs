@@ -526,3 +526,45 @@ fn a_stdio_server_sends_its_spans_over_grpc_from_its_single_thread() {
     drop(stdin);
     toolhost_tests::wait_exit(&mut child);
 }
+
+/// The README's and the docs' collector commands, run as written against the receiver: its
+/// gRPC port in place of the collector's, port 0 in place of the server's, and the
+/// receiver's header added.
+#[test]
+fn the_documented_collector_commands_send_spans_as_written() {
+    let Some(receiver) = receiver() else { return };
+    for marker in [
+        "## Metrics and traces",
+        "With a collector named, `toolhost serve`",
+    ] {
+        let block = toolhost_tests::docs::block(marker, "sh").replace("\\\n", " ");
+        let words: Vec<&str> = block.split_whitespace().collect();
+        let program = words.iter().position(|w| *w == "toolhost").unwrap();
+        let ws = workspace();
+        let args: Vec<&str> = words[program + 1..]
+            .iter()
+            .map(|a| {
+                if *a == "127.0.0.1:8765" {
+                    "127.0.0.1:0"
+                } else {
+                    a
+                }
+            })
+            .collect();
+        let mut cmd = command(ws.path(), &args);
+        for assignment in &words[..program] {
+            let (name, value) = assignment.split_once('=').unwrap();
+            let value = value.replace("http://127.0.0.1:4317", &receiver.endpoint("grpc"));
+            let value = value.replace("http://collector:4317", &receiver.endpoint("grpc"));
+            cmd.env(name, value);
+        }
+        cmd.env("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=t%3D1");
+        let server = start(cmd);
+        let r = post_stateless(&server.addr, &read_call(1, Some(PARENT)));
+        assert_eq!(r.json()["result"]["isError"], false, "{marker}: {r:?}");
+        // The SDK's own batch delay (5 s) is what a user gets.
+        let spans = receiver.spans_within(1, Duration::from_secs(15));
+        assert_eq!(spans.len(), 1, "{marker}: {block}");
+        assert_eq!(spans[0].1["parentSpanId"], "00f067aa0ba902b7");
+    }
+}

@@ -21,7 +21,7 @@ use dispatcher_core::Dispatcher;
 use dispatcher_core::audit::{AuditEntry, AuditSink};
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{
-    Counter, Histogram, MeterProvider as _, ObservableCounter, ObservableGauge,
+    AsyncInstrument, Counter, Histogram, MeterProvider as _, ObservableCounter, ObservableGauge,
 };
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::{MeterProviderBuilder, SdkMeterProvider};
@@ -40,13 +40,25 @@ struct Watched {
 }
 
 impl Watched {
-    fn workers(&self) -> Vec<Arc<PluginWorker>> {
-        self.workers
+    /// Observes `value` of each watched worker, labelled with its plugin.
+    fn each_worker(
+        &self,
+        o: &dyn AsyncInstrument<u64>,
+        value: impl Fn(&plugin_host::WorkerStatus) -> u64,
+    ) {
+        let workers: Vec<Arc<PluginWorker>> = self
+            .workers
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
             .filter_map(Weak::upgrade)
-            .collect()
+            .collect();
+        for status in workers.iter().map(|w| w.status()) {
+            o.observe(
+                value(&status),
+                &[KeyValue::new("plugin", status.plugin.to_string())],
+            );
+        }
     }
 }
 
@@ -98,24 +110,13 @@ impl Metrics {
         let worker_up = meter
             .u64_observable_gauge("toolhost.plugin.worker.up")
             .with_description("1 while the plugin's worker process runs.")
-            .with_callback(move |o| {
-                for s in w.workers().iter().map(|w| w.status()) {
-                    o.observe(
-                        u64::from(s.pid.is_some()),
-                        &[KeyValue::new("plugin", s.plugin.to_string())],
-                    );
-                }
-            })
+            .with_callback(move |o| w.each_worker(o, |s| u64::from(s.pid.is_some())))
             .build();
         let w = watched.clone();
         let restarts = meter
             .u64_observable_counter("toolhost.plugin.worker.restarts")
             .with_description("Times the plugin's worker process was restarted.")
-            .with_callback(move |o| {
-                for s in w.workers().iter().map(|w| w.status()) {
-                    o.observe(s.restarts, &[KeyValue::new("plugin", s.plugin.to_string())]);
-                }
-            })
+            .with_callback(move |o| w.each_worker(o, |s| s.restarts))
             .build();
         let w = watched.clone();
         let store_up = meter

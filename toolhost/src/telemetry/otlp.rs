@@ -22,6 +22,25 @@ use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use super::env::{Export, Protocol};
 
+/// The OTLP exporter `$builder` builds for its signal, speaking `$export`'s protocol to its
+/// endpoint: one recipe for spans and metrics, whose builders share no trait that picks the
+/// transport.
+macro_rules! exporter {
+    ($builder:expr, $export:expr) => {
+        match $export.protocol {
+            Protocol::Grpc => $builder
+                .with_tonic()
+                .with_endpoint($export.endpoint.clone())
+                .build(),
+            Protocol::HttpProtobuf | Protocol::HttpJson => $builder
+                .with_http()
+                .with_protocol(otlp_protocol($export.protocol))
+                .with_endpoint($export.endpoint.clone())
+                .build(),
+        }
+    };
+}
+
 /// The target of the spans that are exported (the only ones: toolhost's own logs stay logs).
 pub const CALL_TARGET: &str = "toolhost::call";
 
@@ -35,19 +54,8 @@ impl Traces {
     /// Starts sending spans to `export` (on the current tokio runtime, which gRPC needs).
     pub fn start(export: &Export, resource: Resource) -> Result<Traces, String> {
         mcp_toolsets::install_tls_provider();
-        let builder = opentelemetry_otlp::SpanExporter::builder();
-        let exporter = match export.protocol {
-            Protocol::Grpc => builder
-                .with_tonic()
-                .with_endpoint(export.endpoint.clone())
-                .build(),
-            Protocol::HttpProtobuf | Protocol::HttpJson => builder
-                .with_http()
-                .with_protocol(otlp_protocol(export.protocol))
-                .with_endpoint(export.endpoint.clone())
-                .build(),
-        }
-        .map_err(|e| format!("cannot send traces to {}: {e}", export.endpoint))?;
+        let exporter = exporter!(opentelemetry_otlp::SpanExporter::builder(), export)
+            .map_err(|e| format!("cannot send traces to {}: {e}", export.endpoint))?;
         let provider = SdkTracerProvider::builder()
             .with_batch_exporter(exporter)
             .with_resource(resource)
@@ -74,19 +82,8 @@ pub fn metric_reader(
     export: &Export,
 ) -> Result<impl FnOnce(MeterProviderBuilder) -> MeterProviderBuilder + use<>, String> {
     mcp_toolsets::install_tls_provider();
-    let builder = opentelemetry_otlp::MetricExporter::builder();
-    let exporter = match export.protocol {
-        Protocol::Grpc => builder
-            .with_tonic()
-            .with_endpoint(export.endpoint.clone())
-            .build(),
-        Protocol::HttpProtobuf | Protocol::HttpJson => builder
-            .with_http()
-            .with_protocol(otlp_protocol(export.protocol))
-            .with_endpoint(export.endpoint.clone())
-            .build(),
-    }
-    .map_err(|e| format!("cannot send metrics to {}: {e}", export.endpoint))?;
+    let exporter = exporter!(opentelemetry_otlp::MetricExporter::builder(), export)
+        .map_err(|e| format!("cannot send metrics to {}: {e}", export.endpoint))?;
     let reader = PeriodicReader::builder(exporter).build();
     Ok(move |builder: MeterProviderBuilder| builder.with_reader(reader))
 }
