@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::digest::Digests;
 use crate::manifest::PackageKind;
+use crate::trust::{self, PublicKey, Verdict};
 use crate::{Library, MANIFEST_FILE, Manifest, Refusal, library};
 
 /// Checks everything that can be checked without running the library's code, for a
@@ -66,6 +67,40 @@ pub(crate) fn preflight_files(
         });
     }
     Ok((manifest, library))
+}
+
+/// Everything a host checks of a package before it opens the library, the signature
+/// included (against `trusted` keys; with `require_signatures`, an unsigned package is
+/// refused): what an installer checks of a package it downloaded, exactly as a host will
+/// check it when it loads it. Returns the manifest and the key it is signed by, if trusted.
+pub fn verify_package(
+    folder: &Path,
+    trusted: &[PublicKey],
+    require_signatures: bool,
+) -> Result<(Manifest, Option<PublicKey>), Refusal> {
+    verified_files(folder, trusted, require_signatures, &Digests::uncached())
+        .map(|(manifest, _, key)| (manifest, key))
+}
+
+/// [`verify_package`], with the library's path, taking digests from `digests`.
+pub(crate) fn verified_files(
+    folder: &Path,
+    trusted: &[PublicKey],
+    require_signatures: bool,
+    digests: &Digests,
+) -> Result<(Manifest, PathBuf, Option<PublicKey>), Refusal> {
+    let (manifest, library) = preflight_files(folder, digests)?;
+    let name = manifest.name.clone();
+    let signed_by = match trust::verify_with(folder, &manifest.library, trusted, digests) {
+        Verdict::Trusted(key) => Some(key),
+        Verdict::Unsigned if require_signatures => return Err(Refusal::Unsigned { name }),
+        Verdict::Unsigned => None,
+        Verdict::Untrusted(_) if !require_signatures => None,
+        Verdict::Untrusted(detail) | Verdict::Bad(detail) => {
+            return Err(Refusal::BadSignature { name, detail });
+        }
+    };
+    Ok((manifest, library, signed_by))
 }
 
 /// The semver verdict: same major as the host, and nothing required that the host lacks.

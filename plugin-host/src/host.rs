@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use dispatcher_core::Dispatcher;
 
-use crate::checks::{compare, compare_inspection, preflight_files};
+use crate::checks::{compare, compare_inspection, verified_files};
 use crate::digest::Digests;
 use crate::layouts::{self, Layouts};
 use crate::manifest::PackageKind;
@@ -17,7 +17,7 @@ use crate::report::{LoadReport, Outcome, PackageReport};
 use crate::sandboxing::{PluginSandbox, WorkerPlan};
 use crate::{
     DEFAULT_ISOLATION, DIGESTS_FILE, Inspection, Isolation, Library, Manifest, PluginWorker,
-    PublicKey, Refusal, Verdict, WorkerSettings, library, package, trust,
+    PublicKey, Refusal, WorkerSettings, library, package,
 };
 
 /// Finds, verifies and loads plugin packages.
@@ -278,20 +278,9 @@ impl PluginHost {
 
     /// Preflight, then the signature: everything decided before a library is opened.
     fn checked(&self, folder: &Path, digests: &Digests) -> Result<Checked, Refusal> {
-        let (manifest, library) = preflight_files(folder, digests)?;
+        let (manifest, library, signed_by) =
+            verified_files(folder, &self.trusted_keys, self.require_signatures, digests)?;
         let name = manifest.name.clone();
-        let signed_by =
-            match trust::verify_with(folder, &manifest.library, &self.trusted_keys, digests) {
-                Verdict::Trusted(key) => Some(key),
-                Verdict::Unsigned if self.require_signatures => {
-                    return Err(Refusal::Unsigned { name });
-                }
-                Verdict::Unsigned => None,
-                Verdict::Untrusted(_) if !self.require_signatures => None,
-                Verdict::Untrusted(detail) | Verdict::Bad(detail) => {
-                    return Err(Refusal::BadSignature { name, detail });
-                }
-            };
         let setting = self.per_plugin.get(&name).copied();
         let isolation = match (manifest.kind, setting.unwrap_or(self.isolation)) {
             (PackageKind::Component, _) if !cfg!(feature = "wasm") => {

@@ -75,7 +75,7 @@ pub mod sandboxing;
 pub mod trust;
 pub mod worker;
 
-pub use checks::{check_interface, check_versions, compare, preflight};
+pub use checks::{check_interface, check_versions, compare, preflight, verify_package};
 pub use error::Refusal;
 pub use host::{COMPILED_DIR, PluginHost, cache_dir_in, default_cache_dir};
 pub use isolated::{PluginWorker, WorkerSettings, WorkerStatus};

@@ -6,6 +6,7 @@
 //! does.
 
 pub mod docs;
+pub mod oci_registry;
 pub mod redis_server;
 
 use std::path::{Path, PathBuf};

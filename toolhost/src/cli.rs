@@ -74,9 +74,13 @@ enum Command {
         json: bool,
     },
     /// Load the plugin directories and print, per package, loaded (with its tools) or
-    /// refused (with the reason). Exit code 1 if any package was refused.
+    /// refused (with the reason). Exit code 1 if any package was refused. `plugin install`
+    /// and `plugin update` install plugins from OCI registries.
     #[command(alias = "plugin")]
-    Plugins,
+    Plugins {
+        #[command(subcommand)]
+        action: Option<PluginAction>,
+    },
     /// What the kernel enforces here (Landlock, seccomp, no_new_privs, limits) and what
     /// confines each tool: toolhost's process, a plugin worker's sandbox, an MCP server's,
     /// and the sandbox of the programs a tool starts. Exit code 1 if anything runs
@@ -104,6 +108,36 @@ enum Command {
     /// Mounted MCP servers: approve a tool definition that changed since it was pinned.
     #[command(subcommand)]
     Mcp(McpCommand),
+}
+
+#[derive(Subcommand)]
+enum PluginAction {
+    /// Install REF (registry/repository:tag) from an OCI registry: adds it to the config's
+    /// [[plugins.sources]], pulls this host's package, checks it as a host checks a local
+    /// one (checksum, signature, trusted_keys, require_signatures) and pins its digest in
+    /// toolhost.lock beside the config. Without REF: installs every source the config
+    /// lists, as the lock pins it. A tag that now names other content than the lock pins
+    /// is refused unless --update.
+    Install {
+        /// registry/repository:tag (a tag that is a version: updates stay within ^TAG).
+        reference: Option<String>,
+        /// Move to what the tag names now (or the newest version within its range).
+        #[arg(long)]
+        update: bool,
+        /// Accept a widened side-effect class without asking.
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+    /// Move each source (or the one named: plugin name or REF) to the newest version within
+    /// its range (`^TAG`, or its `version`), print what changed (tools added, removed,
+    /// classes widened or narrowed) and pin it. A widened class asks first.
+    Update {
+        /// A plugin name or a source's REF (default: every source).
+        which: Option<String>,
+        /// Accept a widened side-effect class without asking.
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -255,6 +289,35 @@ async fn run(
     cli: Cli,
     telemetry: Option<crate::telemetry::Telemetry>,
 ) -> Result<ExitCode, UsageError> {
+    match &cli.command {
+        Command::Plugins {
+            action:
+                Some(PluginAction::Install {
+                    reference,
+                    update,
+                    yes,
+                }),
+        } => {
+            return crate::plugin_sources::install_command(
+                cli.config.as_deref(),
+                reference.as_deref(),
+                *update,
+                *yes,
+            )
+            .await;
+        }
+        Command::Plugins {
+            action: Some(PluginAction::Update { which, yes }),
+        } => {
+            return crate::plugin_sources::update_command(
+                cli.config.as_deref(),
+                which.as_deref(),
+                *yes,
+            )
+            .await;
+        }
+        _ => {}
+    }
     let (config, file) = load_config(cli.config.as_deref())?;
     self_mount::check(&file)?;
     let sources = Sources {
@@ -264,7 +327,7 @@ async fn run(
         worker: None,
     };
     match cli.command {
-        Command::Plugins => plugins(&sources).await,
+        Command::Plugins { .. } => plugins(&sources).await,
         Command::Serve(args) => serve::serve(&sources, &args, telemetry.unwrap_or_default()).await,
         Command::Mcp(McpCommand::Approve { server, tools }) => approve(&sources, &server, &tools),
         Command::Mcp(McpCommand::Login { server, client_id }) => {

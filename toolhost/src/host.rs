@@ -57,7 +57,14 @@ impl Sources<'_> {
     pub fn plugin_dirs(&self) -> Vec<PathBuf> {
         let mut dirs: Vec<PathBuf> = Vec::new();
         let mut seen = std::collections::HashSet::new();
-        for dir in self.config.plugin_dirs.iter().chain(self.extra_plugin_dirs) {
+        let (installed, _) = crate::plugin_sources::installed(self.config, self.file);
+        for dir in self
+            .config
+            .plugin_dirs
+            .iter()
+            .chain(self.extra_plugin_dirs)
+            .chain(&installed)
+        {
             if seen.insert(std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone())) {
                 dirs.push(dir.clone());
             }
@@ -75,6 +82,8 @@ pub struct Host {
     pub plugins: plugin_host::LoadReport,
     /// Per configured MCP server: its toolset, or why it could not start.
     pub mcp: Vec<(String, Result<Arc<mcp_toolsets::McpToolset>, String>)>,
+    /// The `[[plugins.sources]]` that could not be installed, each with why.
+    pub sources: Vec<String>,
 }
 
 impl Host {
@@ -113,6 +122,7 @@ impl Host {
     /// One line per plugin package and MCP server.
     pub fn report_lines(&self) -> Vec<String> {
         let mut lines = self.plugins.lines();
+        lines.extend(self.sources.iter().map(|why| format!("refused  {why}")));
         lines.extend(self.plugins.worker_lines());
         for (id, r) in &self.mcp {
             match r {
@@ -145,6 +155,7 @@ impl Host {
     /// server's tools (left out).
     pub fn any_refused(&self) -> bool {
         self.plugins.refused().next().is_some()
+            || !self.sources.is_empty()
             || self.mcp.iter().any(|(_, r)| match r {
                 Ok(ts) => !ts.left_out().is_empty(),
                 Err(_) => true,
@@ -251,6 +262,12 @@ pub(crate) async fn build_host_observed(
     for factory in builtin_tools::factories() {
         dispatcher.register(factory)?;
     }
+    // The sources the store lacks are installed first (what the lock pins), so that they
+    // load with the rest; one that cannot be is reported, and the others still load.
+    let source_problems = crate::plugin_sources::install_missing(config, sources.file).await;
+    for why in &source_problems {
+        tracing::warn!("{why}");
+    }
     let dirs = sources.plugin_dirs();
     let plugins = if dirs.is_empty() {
         plugin_host::LoadReport::default()
@@ -271,6 +288,7 @@ pub(crate) async fn build_host_observed(
         dispatcher,
         plugins,
         mcp,
+        sources: source_problems,
     })
 }
 
@@ -401,7 +419,7 @@ pub(crate) fn plugin_host(
         let bytes = config.wasm_memory_limit_mib.0.saturating_mul(1 << 20);
         host = host.wasm_memory(usize::try_from(bytes).unwrap_or(usize::MAX));
     }
-    for (name, plugin) in &config.plugins {
+    for (name, plugin) in config.plugins.iter() {
         if let Some(isolation) = plugin.isolation {
             host = host.isolate(name.clone(), isolation);
         }

@@ -24,6 +24,7 @@ mod config;
 mod error;
 mod host;
 mod login;
+mod plugin_sources;
 mod reload;
 mod remote;
 mod sandbox_report;

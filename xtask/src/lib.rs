@@ -16,6 +16,7 @@
 //! cargo xtask plugin verify PACKAGE         load it in a child process and report
 //! cargo xtask plugin install PACKAGE [--dir DIR]  verify, then install into DIR, replacing
 //!                                           an older version of the same plugin
+//! cargo xtask plugin publish PACKAGE REF    push it to an OCI registry (REF: host/repo:tag)
 //! ```
 //!
 //! `cargo xtask --help` (at any level) lists the commands and their options.
@@ -29,6 +30,7 @@ pub mod demo;
 pub mod fuzz;
 pub mod peers;
 pub mod plugin;
+pub mod publish;
 pub mod python;
 pub mod steps;
 #[cfg(feature = "components")]

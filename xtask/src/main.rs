@@ -117,6 +117,17 @@ enum PluginCommand {
         #[arg(long, value_name = "FILE")]
         key: PathBuf,
     },
+    /// Push a package to an OCI registry as REF (registry/repository:tag): one artifact per
+    /// target under the tag (publish each target's package to the same REF), a component
+    /// once for all. Credentials come from Docker's config (`docker login`); a registry on
+    /// a loopback address is spoken to over HTTP. Users install it with
+    /// `toolhost plugin install REF`.
+    Publish {
+        /// A package archive (from `plugin package`) or folder.
+        package: PathBuf,
+        /// Where: registry/repository:tag, e.g. ghcr.io/acme/grep:0.3.1.
+        reference: String,
+    },
     /// Verify a package, then install it into DIR, replacing an older version of the same
     /// plugin (default DIR: ~/.local/share/toolhost/plugins).
     Install {
@@ -270,6 +281,9 @@ fn plugin_command(command: PluginCommand) -> xtask::steps::Result {
         PluginCommand::Sign { package, key } => {
             let public = plugin::sign(&package, &key)?;
             println!("signed {} with key {}", package.display(), public.id());
+        }
+        PluginCommand::Publish { package, reference } => {
+            xtask::publish::publish(&package, &reference)?;
         }
         PluginCommand::Install { package, dir } => {
             let installed = plugin::install(&package, dir.as_deref(), &Inspector::child())?;

@@ -202,12 +202,30 @@ pub fn ensure_browser() -> Result {
 /// Debian's `redis-server`, for the tests of the shared state store: installed with
 /// `apt-get` when missing; returns it.
 pub fn ensure_redis() -> Result<PathBuf> {
-    const STEP: &str = "install redis-server for the shared state tests";
-    let program = PathBuf::from("/usr/bin/redis-server");
+    ensure_debian_program(
+        "install redis-server for the shared state tests",
+        "redis-server",
+        "/usr/bin/redis-server",
+    )
+}
+
+/// Debian's `docker-registry` (the CNCF distribution registry), for the tests of publishing
+/// and installing plugins through an OCI registry: installed when missing; returns it.
+pub fn ensure_oci_registry() -> Result<PathBuf> {
+    ensure_debian_program(
+        "install docker-registry for the OCI registry tests",
+        "docker-registry",
+        "/usr/bin/docker-registry",
+    )
+}
+
+/// `program`, from the Debian package `package`, installed with `apt-get` when missing.
+fn ensure_debian_program(step: &str, package: &str, program: &str) -> Result<PathBuf> {
+    let program = PathBuf::from(program);
     if program.exists() {
         return Ok(program);
     }
-    announce(STEP);
+    announce(step);
     let apt = |args: &[&str]| {
         Command::new("apt-get")
             .args(args)
@@ -216,14 +234,16 @@ pub fn ensure_redis() -> Result<PathBuf> {
             .map(|s| s.success())
             .unwrap_or(false)
     };
-    let installed = apt(&["install", "-y", "-qq", "redis-server"])
-        || (apt(&["update", "-qq"]) && apt(&["install", "-y", "-qq", "redis-server"]));
+    let installed = apt(&["install", "-y", "-qq", package])
+        || (apt(&["update", "-qq"]) && apt(&["install", "-y", "-qq", package]));
     if installed && program.exists() {
         Ok(program)
     } else {
         fail(
-            STEP,
-            "could not install it; as root on Debian: apt-get update && apt-get install redis-server",
+            step,
+            format!(
+                "could not install it; as root on Debian: apt-get update && apt-get install {package}"
+            ),
         )
     }
 }
@@ -244,6 +264,7 @@ pub fn test() -> Result {
     let redis = ensure_redis()?;
     let mut peers = test_peers()?;
     peers.push(("TOOLHOST_TEST_REDIS", redis));
+    peers.push(("TOOLHOST_TEST_OCI_REGISTRY", ensure_oci_registry()?));
     peers.push(("TOOLHOST_TEST_COMPONENTS", components::fixtures()?));
     let mut totals = Totals::default();
     let result = run_tests(

@@ -13,6 +13,7 @@
 pub mod access;
 pub mod audit;
 mod plugin_grant;
+mod plugins;
 pub mod remote;
 pub mod store;
 
@@ -26,6 +27,7 @@ use dispatcher_core::{
 use mcp_toolsets::McpServerConfig;
 pub use plugin_grant::PluginGrant;
 use plugin_host::{Isolation, PublicKey};
+pub use plugins::Plugins;
 use serde::Deserialize;
 
 /// The file name looked for in the working directory and the user's config directory.
@@ -69,8 +71,9 @@ pub struct Config {
     /// Where plugin packages run by default: `auto` (in process when signed by a trusted
     /// key, else in a worker process), `process` or `in_process`.
     pub plugin_isolation: Isolation,
-    /// Per-plugin settings, by plugin name (`[plugins.NAME] isolation = "process"`).
-    pub plugins: BTreeMap<String, PluginConfig>,
+    /// Per-plugin settings, by plugin name (`[plugins.NAME] isolation = "process"`), and
+    /// where plugins are installed from (`[[plugins.sources]] oci = "REF"`).
+    pub plugins: Plugins,
     /// The address-space limit of each plugin worker process, in MiB (0: none).
     pub plugin_memory_limit_mib: u64,
     /// The most linear memory one WebAssembly component instance may grow to, in MiB.
@@ -93,25 +96,6 @@ pub struct Config {
     pub access: Vec<access::AccessRule>,
 }
 
-/// A `[plugins.NAME]` table.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct PluginConfig {
-    /// Where this plugin runs, whatever `plugin_isolation` says.
-    pub isolation: Option<Isolation>,
-    /// What its worker may do instead of what its tools declare: narrower, or wider
-    /// (logged); `unconfined`: no sandbox (logged).
-    pub sandbox: Option<PluginGrant>,
-    /// With network: the only TCP ports its worker may connect to.
-    pub tcp_ports: Option<Vec<u16>>,
-    /// The hosts its `network` tools may reach: a WebAssembly component's HTTP requests
-    /// (none by default), an isolated worker's connections through its egress proxy
-    /// (default: `[sandbox.network] allow`).
-    pub http_hosts: ::sandbox::HostList,
-    /// Where its worker's sandbox cannot be enforced, run it unconfined (logged).
-    pub allow_unsandboxed: bool,
-}
-
 impl Default for Config {
     fn default() -> Self {
         let d = DispatcherConfig::default();
@@ -131,7 +115,7 @@ impl Default for Config {
             mcp: McpConfig::default(),
             mcp_servers: Vec::new(),
             plugin_isolation: plugin_host::DEFAULT_ISOLATION,
-            plugins: BTreeMap::new(),
+            plugins: Plugins::default(),
             plugin_memory_limit_mib: plugin_host::isolated::DEFAULT_MEMORY_LIMIT >> 20,
             wasm_memory_limit_mib: WasmMemoryMib(256),
             trusted_keys: Vec::new(),
@@ -318,6 +302,27 @@ impl Config {
                 message: e.message,
                 location: e.location,
             })?;
+        for (i, source) in config.plugins.sources.iter().enumerate() {
+            let problem = match source.check() {
+                Err(e) => Some(e.to_string()),
+                Ok(())
+                    if config.plugins.sources[..i]
+                        .iter()
+                        .any(|s| s.oci == source.oci) =>
+                {
+                    Some(format!("{:?} is listed twice", source.oci))
+                }
+                Ok(()) => None,
+            };
+            if let Some(message) = problem {
+                return Err(ConfigError::Invalid {
+                    file: file.to_path_buf(),
+                    key: format!("plugins.sources[{i}].oci"),
+                    message,
+                    location: None,
+                });
+            }
+        }
         if let Err((key, message)) = access::check(&config) {
             return Err(ConfigError::Invalid {
                 file: file.to_path_buf(),
