@@ -450,3 +450,103 @@ fn a_config_source_that_is_not_a_reference_is_refused_naming_the_key() {
         "{said}"
     );
 }
+
+#[test]
+fn a_component_is_one_artifact_in_the_webassembly_oci_layout_and_installs() {
+    let Some(registry) = OciRegistry::start() else {
+        return;
+    };
+    let Some(components) = toolhost_tests::peer("TOOLHOST_TEST_COMPONENTS") else {
+        return;
+    };
+    let machine = Machine::new("");
+    let folder = components.join("packages/wat-noop");
+    let reference = format!("{}/tools/wat-noop:1.0.0", registry.host());
+    let published = publish(&registry, &folder, &reference);
+    assert_eq!(
+        published.digest, published.artifact,
+        "the tag names the component's manifest itself"
+    );
+
+    // What a component tool that knows nothing of toolhost sees.
+    let parsed = plugin_oci::parse_reference(&reference).unwrap();
+    let client = plugin_oci::Registry::with_auth(&parsed, plugin_oci::RegistryAuth::Anonymous);
+    let (pulled, _) = runtime().block_on(client.resolve(&parsed)).unwrap();
+    let plugin_oci::artifact::Pulled::Manifest(image) = pulled else {
+        panic!("a component's tag names a manifest, not an index");
+    };
+    assert_eq!(
+        image.config.media_type,
+        "application/vnd.wasm.config.v0+json"
+    );
+    let layers: Vec<&str> = image.layers.iter().map(|l| l.media_type.as_str()).collect();
+    assert_eq!(layers, ["application/wasm"]);
+    let wasm = std::fs::read(folder.join("wat-noop.wasm")).unwrap();
+    assert_eq!(
+        image.layers[0].digest,
+        plugin_oci::artifact::digest_of(&wasm)
+    );
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(registry.blob_file(&image.config.digest)).unwrap())
+            .unwrap();
+    assert_eq!(
+        (config["architecture"].as_str(), config["os"].as_str()),
+        (Some("wasm"), Some("wasip2"))
+    );
+    assert_eq!(config["layerDigests"][0], image.layers[0].digest.as_str());
+
+    ok(&machine.toolhost(&["plugin", "install", &reference]));
+    assert!(tool_names(&machine).contains(&"wat_noop".to_string()));
+}
+
+#[test]
+fn credentials_come_from_a_docker_credential_helper() {
+    let Some(registry) = OciRegistry::start_with_auth() else {
+        return;
+    };
+    let machine = Machine::new("");
+    let folder = package(machine.path(), |_| {});
+    let reference = format!("{}/tools/good:0.1.0", registry.host());
+    publish_as(
+        &registry,
+        &folder,
+        &reference,
+        plugin_oci::RegistryAuth::Basic(oci_registry::USER.into(), oci_registry::PASSWORD.into()),
+    );
+    // A helper as `docker-credential-pass` or `-secretservice` answers: the registry on
+    // stdin, its credential as JSON on stdout.
+    let bin = machine.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let helper = bin.join("docker-credential-toolhost-test");
+    std::fs::write(
+        &helper,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = get ] || exit 1\nread registry\n[ \"$registry\" = \"{}\" ] || {{ echo 'credentials not found in native keychain'; exit 1; }}\necho '{{\"ServerURL\":\"'$registry'\",\"Username\":\"{}\",\"Secret\":\"{}\"}}'\n",
+            registry.host(),
+            oci_registry::USER,
+            oci_registry::PASSWORD
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&helper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::create_dir_all(machine.path().join("docker")).unwrap();
+    std::fs::write(
+        machine.path().join("docker/config.json"),
+        format!(
+            r#"{{"credHelpers":{{"{}":"toolhost-test"}}}}"#,
+            registry.host()
+        ),
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = machine
+        .command(&["plugin", "install", &reference])
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    ok(&out);
+}
