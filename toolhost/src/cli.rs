@@ -142,6 +142,36 @@ enum PluginAction {
 
 #[derive(Subcommand)]
 enum McpCommand {
+    /// Add a [[mcp_servers]] entry from a server's server.json (the MCP Registry's format):
+    /// NAME looked up in the registry at `[mcp] registry` (or --registry), or the document
+    /// at --file or --url. Shows the entry (the package at its pinned version, its runner,
+    /// the environment variables to set, the sandbox grant it needs) and writes it once you
+    /// accept; nothing is started.
+    Add {
+        /// The server's registry name (io.github.acme/weather); optional with --file/--url.
+        name: Option<String>,
+        /// Read server.json from this file.
+        #[arg(long, value_name = "FILE", conflicts_with = "url")]
+        file: Option<PathBuf>,
+        /// Read server.json from this URL.
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
+        /// The registry API's base URL (instead of `[mcp] registry`).
+        #[arg(long, value_name = "URL")]
+        registry: Option<String>,
+        /// The server version to look up in the registry (default: its latest).
+        #[arg(long, value_name = "VERSION", default_value = "latest")]
+        version: String,
+        /// The entry's id (default: the last part of the server's name).
+        #[arg(long)]
+        id: Option<String>,
+        /// The prefix of its tools' names (default: the id).
+        #[arg(long)]
+        prefix: Option<String>,
+        /// Accept the entry without asking.
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
     /// Pin the changed definitions of SERVER's tools (those `toolhost plugins` reports as
     /// withheld): all of them, or the TOOLs named. toolhost publishes them from its next
     /// start (a running server: from its next listing).
@@ -330,6 +360,45 @@ async fn run(
         Command::Plugins { .. } => plugins(&sources).await,
         Command::Serve(args) => serve::serve(&sources, &args, telemetry.unwrap_or_default()).await,
         Command::Mcp(McpCommand::Approve { server, tools }) => approve(&sources, &server, &tools),
+        Command::Mcp(McpCommand::Add {
+            name,
+            file: from_file,
+            url,
+            registry,
+            version,
+            id,
+            prefix,
+            yes,
+        }) => {
+            let origin = match (from_file, url) {
+                (Some(path), _) => crate::mcp_add::Origin::File(path),
+                (None, Some(url)) => crate::mcp_add::Origin::Url(url),
+                (None, None) => {
+                    let Some(base) = registry.or_else(|| config.mcp.registry.clone()) else {
+                        return Err(
+                            "mcp add needs a server.json: --file FILE, --url URL, or a registry to look NAME up in (--registry URL, or [mcp] registry = \"https://registry.modelcontextprotocol.io\" in toolhost.toml)"
+                                .into(),
+                        );
+                    };
+                    let Some(name) = name.clone() else {
+                        return Err("mcp add: give the server's NAME to look up (e.g. io.github.acme/weather)".into());
+                    };
+                    crate::mcp_add::Origin::Registry {
+                        base,
+                        name,
+                        version,
+                    }
+                }
+            };
+            let args = crate::mcp_add::AddArgs {
+                origin,
+                name,
+                id,
+                prefix,
+                yes,
+            };
+            crate::mcp_add::add(&file, args).await
+        }
         Command::Mcp(McpCommand::Login { server, client_id }) => {
             crate::login::login(&sources, &server, client_id.as_deref()).await
         }

@@ -24,12 +24,14 @@ mod config;
 mod error;
 mod host;
 mod login;
+mod mcp_add;
 mod plugin_sources;
 mod reload;
 mod remote;
 mod sandbox_report;
 mod self_mount;
 mod serve;
+mod server_json;
 mod telemetry;
 mod terminal;
 

@@ -278,7 +278,7 @@ pub(crate) async fn install_command(
     if let Some(new_text) = new_text
         && report.failed.is_empty()
     {
-        write_config(&file, &new_text)?;
+        config::write_atomically(&file, &new_text)?;
         println!(
             "added [[plugins.sources]] oci = \"{}\" to {}",
             reference.unwrap_or_default(),
@@ -347,24 +347,4 @@ fn config_file_for_writing(explicit: Option<&Path>) -> Result<PathBuf, UsageErro
             "neither XDG_CONFIG_HOME nor HOME is set: give the config file with --config FILE",
         )?;
     Ok(home.join("toolhost").join(config::FILE_NAME))
-}
-
-/// Writes the config through a temporary file renamed into place (the user's text kept as
-/// it was, the entry appended).
-pub(crate) fn write_config(file: &Path, text: &str) -> Result<(), UsageError> {
-    let dir = file
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)
-        .map_err(|e| format!("cannot write beside {}: {e}", file.display()))?;
-    tmp.write_all(text.as_bytes())
-        .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
-    if let Ok(meta) = std::fs::metadata(file) {
-        let _ = std::fs::set_permissions(tmp.path(), meta.permissions());
-    }
-    tmp.persist(file)
-        .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
-    Ok(())
 }

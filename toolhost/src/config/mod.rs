@@ -186,6 +186,9 @@ pub struct McpConfig {
     /// Whether toolhost's own log messages (info and above) go to the MCP clients that
     /// asked for log messages, beside the mounted servers' (default `false`).
     pub client_logs: bool,
+    /// The MCP Registry API `toolhost mcp add NAME` looks servers up in (e.g.
+    /// `https://registry.modelcontextprotocol.io`); none: `mcp add` takes `--file` or `--url`.
+    pub registry: Option<String>,
 }
 
 impl Default for McpConfig {
@@ -197,6 +200,7 @@ impl Default for McpConfig {
             pins_file: None,
             tasks: mcp_server::TaskSettings::default(),
             client_logs: false,
+            registry: None,
         }
     }
 }
@@ -425,6 +429,27 @@ impl Config {
         let user = config_home.join("toolhost").join(FILE_NAME);
         user.is_file().then_some(user)
     }
+}
+
+/// Writes a config file through a temporary file beside it renamed into place (its mode
+/// kept): a reader sees the old text or the new, never half of it.
+pub(crate) fn write_atomically(file: &Path, text: &str) -> Result<(), String> {
+    use std::io::Write as _;
+    let dir = file
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)
+        .map_err(|e| format!("cannot write beside {}: {e}", file.display()))?;
+    tmp.write_all(text.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    if let Ok(meta) = std::fs::metadata(file) {
+        let _ = std::fs::set_permissions(tmp.path(), meta.permissions());
+    }
+    tmp.persist(file)
+        .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    Ok(())
 }
 
 #[cfg(test)]
