@@ -204,7 +204,29 @@ fn child(result: Result<String, String>) -> ExitCode {
     }
 }
 
+/// A path the user gave, made absolute against the directory the command was run in (cargo,
+/// which the commands run, runs from the repository root).
+fn absolute(path: PathBuf) -> PathBuf {
+    std::path::absolute(&path).unwrap_or(path)
+}
+
 fn plugin_command(command: PluginCommand) -> xtask::steps::Result {
+    let command = match command {
+        PluginCommand::Build { path, release } => PluginCommand::Build {
+            path: absolute(path),
+            release,
+        },
+        PluginCommand::Package {
+            path,
+            out,
+            reuse_instances,
+        } => PluginCommand::Package {
+            path: absolute(path),
+            out: out.map(absolute),
+            reuse_instances,
+        },
+        other => other,
+    };
     match command {
         PluginCommand::New {
             name,

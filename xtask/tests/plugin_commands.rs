@@ -748,3 +748,100 @@ fn help_works_at_every_level_and_lists_the_commands() {
         toolhost_tests::text(&unknown.stderr)
     );
 }
+
+#[test]
+fn the_publish_path_of_the_readme_runs_as_written_against_a_registry() {
+    let Some(registry) = toolhost_tests::oci_registry::OciRegistry::start() else {
+        return;
+    };
+    let toolhost = repo_root().join("target/debug/toolhost");
+    assert!(
+        toolhost.is_file(),
+        "{} is not built: `cargo xtask test` builds the workspace first (or: cargo build -p toolhost)",
+        toolhost.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let out = xtask(&[
+        "plugin",
+        "new",
+        "my-tools",
+        "--path",
+        path_str(&dir.path().join("my-tools")),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        toolhost_tests::text(&out.stderr)
+    );
+    let env = |c: &mut Command| {
+        c.current_dir(&work)
+            .env("HOME", &home)
+            .env("XDG_CONFIG_HOME", home.join(".config"))
+            .env("XDG_DATA_HOME", home.join(".local/share"))
+            .env("XDG_STATE_HOME", home.join(".local/state"))
+            .env("XDG_CACHE_HOME", home.join(".cache"))
+            .env("DOCKER_CONFIG", home.join(".docker"))
+            .env("CARGO_TARGET_DIR", repo_root().join("target/fixtures"));
+    };
+    // The key the README makes once, before its four commands.
+    let mut keygen = Command::new(env!("CARGO_BIN_EXE_xtask"));
+    keygen
+        .args(["plugin", "keygen"])
+        .arg(home.join(".config/toolhost/signing.key"));
+    env(&mut keygen);
+    let out = keygen.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        toolhost_tests::text(&out.stderr)
+    );
+
+    // The block as written; only the programs are this build's and the registry is the
+    // one on loopback.
+    let block = toolhost_tests::docs::block("### Publish your plugin", "sh")
+        .replace("cargo xtask ", &format!("{} ", env!("CARGO_BIN_EXE_xtask")))
+        .replace("\ntoolhost ", &format!("\n{} ", toolhost.display()))
+        .replace("ghcr.io/acme", &format!("{}/acme", registry.host()));
+    let mut sh = Command::new("sh");
+    sh.args(["-e", "-x", "-c", &block]);
+    env(&mut sh);
+    let out = sh.output().unwrap();
+    let said = format!(
+        "{}{}",
+        toolhost_tests::text(&out.stdout),
+        toolhost_tests::text(&out.stderr)
+    );
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains(&format!(
+            "published my-tools 0.1.0 ({})",
+            plugin_host::HOST_TARGET
+        )),
+        "{said}"
+    );
+    assert!(said.contains("signed by"), "{said}");
+
+    let config = home.join(".config/toolhost/toolhost.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    assert!(
+        text.contains(&format!(
+            "oci = \"{}/acme/my-tools:0.1.0\"",
+            registry.host()
+        )),
+        "{text}"
+    );
+    assert!(home.join(".config/toolhost/toolhost.lock").is_file());
+    let mut list = Command::new(&toolhost);
+    list.args(["list"]);
+    env(&mut list);
+    let out = list.output().unwrap();
+    let listed = toolhost_tests::text(&out.stdout);
+    assert!(
+        listed.contains("my_tools_greet"),
+        "{listed}{}",
+        toolhost_tests::text(&out.stderr)
+    );
+}
