@@ -463,6 +463,26 @@ mod tests {
     }
 
     #[test]
+    fn plugin_sources_sit_beside_per_plugin_settings() {
+        let c = parse(
+            "[plugins.grep]\nisolation = \"process\"\n\n[[plugins.sources]]\noci = \"ghcr.io/acme/grep:0.3.1\"\n\n[[plugins.sources]]\noci = \"ghcr.io/acme/fetch\"\nversion = \"~1.2\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.plugins["grep"].isolation, Some(Isolation::Process));
+        let oci: Vec<&str> = c.plugins.sources.iter().map(|s| s.oci.as_str()).collect();
+        assert_eq!(oci, ["ghcr.io/acme/grep:0.3.1", "ghcr.io/acme/fetch"]);
+        let table = [
+            ("[[plugins.sources]]\noci = \"r.example/a:1.0.0\"\nversion = \"^1\"\n", "plugins.sources[0].oci"),
+            ("[[plugins.sources]]\noci = \"r.example/a:1\"\n[[plugins.sources]]\noci = \"r.example/a:1\"\n", "listed twice"),
+            ("[[plugins.sources]]\nurl = \"r.example/a:1\"\n", "unknown field `url`"),
+        ];
+        for (text, needle) in table {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains(needle), "{needle}: {e}");
+        }
+    }
+
+    #[test]
     fn empty_file_gives_every_default() {
         let c = parse("").unwrap();
         assert_eq!(c, Config::default());
