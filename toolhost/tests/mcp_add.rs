@@ -180,9 +180,9 @@ fn a_name_is_looked_up_in_the_configured_registry_api() {
     let out = machine.toolhost(&["mcp", "add", NAME, "--yes"]);
     assert_eq!(out.status.code(), Some(0), "{}", said(&out));
     assert!(
-        said(&out).contains(&format!(
+        said(&out).contains(
             "/v0.1/servers/io.github.modelcontextprotocol%2Fserver-everything/versions/latest"
-        )),
+        ),
         "{}",
         said(&out)
     );

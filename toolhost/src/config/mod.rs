@@ -472,9 +472,18 @@ mod tests {
         let oci: Vec<&str> = c.plugins.sources.iter().map(|s| s.oci.as_str()).collect();
         assert_eq!(oci, ["ghcr.io/acme/grep:0.3.1", "ghcr.io/acme/fetch"]);
         let table = [
-            ("[[plugins.sources]]\noci = \"r.example/a:1.0.0\"\nversion = \"^1\"\n", "plugins.sources[0].oci"),
-            ("[[plugins.sources]]\noci = \"r.example/a:1\"\n[[plugins.sources]]\noci = \"r.example/a:1\"\n", "listed twice"),
-            ("[[plugins.sources]]\nurl = \"r.example/a:1\"\n", "unknown field `url`"),
+            (
+                "[[plugins.sources]]\noci = \"r.example/a:1.0.0\"\nversion = \"^1\"\n",
+                "plugins.sources[0].oci",
+            ),
+            (
+                "[[plugins.sources]]\noci = \"r.example/a:1\"\n[[plugins.sources]]\noci = \"r.example/a:1\"\n",
+                "listed twice",
+            ),
+            (
+                "[[plugins.sources]]\nurl = \"r.example/a:1\"\n",
+                "unknown field `url`",
+            ),
         ];
         for (text, needle) in table {
             let e = parse(text).unwrap_err().to_string();
