@@ -225,6 +225,21 @@ impl Manifest {
                 "only a WebAssembly component's instances can be reused (a native library has one instance per process); remove the key".into(),
             ));
         }
+        // The name becomes a folder's name where a package is installed: never a path.
+        let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+        if manifest.name.is_empty()
+            || manifest.name.len() > 128
+            || manifest.name.starts_with('.')
+            || !manifest.name.chars().all(plain)
+        {
+            return Err(field(
+                "name",
+                format!(
+                    "{:?} is not a plugin name: up to 128 letters, digits, '-', '_' or '.', not starting with '.'",
+                    manifest.name
+                ),
+            ));
+        }
         if manifest.library.is_empty()
             || manifest.library.contains(['/', '\\'])
             || manifest.library.starts_with('.')
@@ -297,6 +312,19 @@ mod tests {
 
     fn parse(text: &str) -> Result<Manifest, ManifestError> {
         Manifest::parse(Path::new("plugin.toml"), text)
+    }
+
+    #[test]
+    fn a_plugin_name_that_is_a_path_is_refused() {
+        for bad in ["../../.bashrc", "a/b", ".hidden", "", "x y"] {
+            let text =
+                manifest("unwinds = true").replacen("name = \"p\"", &format!("name = {bad:?}"), 1);
+            let e = parse(&text).unwrap_err();
+            assert_eq!(e.key, "name", "{bad}: {e}");
+        }
+        let text =
+            manifest("unwinds = true").replacen("name = \"p\"", "name = \"my-tools_2.x\"", 1);
+        assert_eq!(parse(&text).unwrap().name, "my-tools_2.x");
     }
 
     #[test]

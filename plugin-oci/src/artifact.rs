@@ -553,6 +553,91 @@ mod tests {
         assert!(e.contains("reg/x:1") && e.contains("not OCI JSON"), "{e}");
     }
 
+    /// A plugin manifest pulled from a registry that lies in `edit`'s way.
+    fn hostile(edit: impl FnOnce(&mut ImageManifest)) -> String {
+        let sha = "ab".repeat(32);
+        let text = format!(
+            "name = \"grep\"\nversion = \"0.1.0\"\ntool_api = \"1.0.0\"\ntarget = \"x86_64-unknown-linux-gnu\"\nlibrary = \"libgrep.so\"\nsha256 = \"{sha}\"\nunwinds = true\n[[tools]]\nname = \"grep\"\nside_effects = \"read\"\n"
+        );
+        let mut image = ImageManifest {
+            schema_version: 2,
+            media_type: Some(MANIFEST_MEDIA_TYPE.into()),
+            artifact_type: Some(NATIVE_ARTIFACT_TYPE.into()),
+            config: Descriptor {
+                media_type: EMPTY_CONFIG_MEDIA_TYPE.into(),
+                digest: digest_of(EMPTY_CONFIG),
+                size: 2,
+                platform: None,
+                artifact_type: None,
+                annotations: BTreeMap::new(),
+            },
+            layers: vec![Descriptor {
+                media_type: NATIVE_LAYER_MEDIA_TYPE.into(),
+                digest: format!("sha256:{sha}"),
+                size: 10,
+                platform: None,
+                artifact_type: None,
+                annotations: BTreeMap::new(),
+            }],
+            annotations: BTreeMap::from([(MANIFEST_ANNOTATION.to_string(), text)]),
+        };
+        Unpacked::from_manifest(&image, "r/grep:1").unwrap();
+        edit(&mut image);
+        Unpacked::from_manifest(&image, "r/grep:1")
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn a_hostile_registrys_artifacts_are_refused_naming_the_lie() {
+        let manifest = |image: &mut ImageManifest| {
+            image
+                .annotations
+                .get_mut(MANIFEST_ANNOTATION)
+                .unwrap()
+                .clone()
+        };
+        let table: Vec<(Box<dyn FnOnce(&mut ImageManifest)>, &str)> = vec![
+            (
+                Box::new(|i| {
+                    let text = manifest(i).replace("name = \"grep\"", "name = \"../../.bashrc\"");
+                    i.annotations.insert(MANIFEST_ANNOTATION.into(), text);
+                }),
+                "not a plugin name",
+            ),
+            (
+                Box::new(|i| {
+                    let text = manifest(i).replace("libgrep.so", "../libgrep.so");
+                    i.annotations.insert(MANIFEST_ANNOTATION.into(), text);
+                }),
+                "plain file name",
+            ),
+            (
+                Box::new(|i| i.layers.push(i.layers[0].clone())),
+                "one layer, this one has 2",
+            ),
+            (
+                Box::new(|i| i.layers[0].digest = digest_of(b"other")),
+                "plugin.toml says the library is",
+            ),
+            (
+                Box::new(|i| i.layers[0].size = u64::MAX),
+                "more than a package may hold",
+            ),
+            (
+                Box::new(|i| i.layers[0].media_type = WASM_LAYER_MEDIA_TYPE.into()),
+                "a native package's is",
+            ),
+        ];
+        for (edit, needle) in table {
+            let e = hostile(edit);
+            assert!(
+                e.contains(needle) && e.contains("r/grep:1"),
+                "{needle}: {e}"
+            );
+        }
+    }
+
     #[test]
     fn an_artifact_that_is_not_a_plugin_is_refused_with_what_it_is() {
         let image = ImageManifest {

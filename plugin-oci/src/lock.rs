@@ -98,6 +98,28 @@ impl Lock {
                 e.to_string().trim_end()
             ),
         })?;
+        // A pin's name and artifact name folders of the store: never a path.
+        for pin in &lock.plugins {
+            let plain = !pin.name.is_empty()
+                && !pin.name.starts_with('.')
+                && pin
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+            let digest = pin
+                .artifact
+                .strip_prefix("sha256:")
+                .is_some_and(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()));
+            if !plain || !digest {
+                return Err(OciError::Lock {
+                    path: path.to_path_buf(),
+                    detail: format!(
+                        "the pin of {} names the plugin {:?} and the artifact {:?}, which are not a plugin name and a sha256 digest: remove the pin and install again",
+                        pin.source, pin.name, pin.artifact
+                    ),
+                });
+            }
+        }
         if lock.version != 1 {
             return Err(OciError::Lock {
                 path: path.to_path_buf(),
@@ -150,7 +172,7 @@ mod tests {
             source: source.into(),
             tag: "0.1.0".into(),
             digest: digest.into(),
-            artifact: "sha256:a".into(),
+            artifact: format!("sha256:{}", "a".repeat(64)),
             name: "grep".into(),
             version: semver::Version::new(0, 1, 0),
             target: "x86_64-unknown-linux-gnu".into(),
@@ -180,6 +202,13 @@ mod tests {
         std::fs::write(&path, "version = 1\n[[plugin]]\nsource = 3\n").unwrap();
         let e = Lock::read(&path).unwrap_err().to_string();
         assert!(e.contains(LOCK_FILE) && e.contains("install again"), "{e}");
+        let mut lock = Lock::default();
+        let mut bad = pin("r/grep:1", "sha256:1");
+        bad.name = "../../x".into();
+        lock.set(bad);
+        lock.write(&path).unwrap();
+        let e = Lock::read(&path).unwrap_err().to_string();
+        assert!(e.contains("not a plugin name"), "{e}");
         std::fs::write(&path, "version = 9\n").unwrap();
         let e = Lock::read(&path).unwrap_err().to_string();
         assert!(e.contains("newer toolhost"), "{e}");

@@ -398,6 +398,19 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn a_layer_longer_than_it_said_is_cut_off_there() {
+        use tokio::io::AsyncWriteExt as _;
+        let mut layer = Capped {
+            bytes: Vec::new(),
+            cap: 4,
+        };
+        layer.write_all(b"abcd").await.unwrap();
+        let e = layer.write_all(b"e").await.unwrap_err().to_string();
+        assert!(e.contains("more than the layer's 4 bytes"), "{e}");
+        assert_eq!(layer.bytes, b"abcd");
+    }
+
     #[test]
     fn a_reference_that_is_not_one_is_named() {
         let e = parse_reference("r.example/grep:not a tag")
