@@ -597,7 +597,8 @@ mod tests {
                 .unwrap()
                 .clone()
         };
-        let table: Vec<(Box<dyn FnOnce(&mut ImageManifest)>, &str)> = vec![
+        type Lie = Box<dyn FnOnce(&mut ImageManifest)>;
+        let table: Vec<(Lie, &str)> = vec![
             (
                 Box::new(|i| {
                     let text = manifest(i).replace("name = \"grep\"", "name = \"../../.bashrc\"");
