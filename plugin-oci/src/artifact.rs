@@ -597,7 +597,7 @@ mod tests {
                 .unwrap()
                 .clone()
         };
-        type Lie = Box<dyn FnOnce(&mut ImageManifest)>;
+        type Lie<'a> = Box<dyn FnOnce(&mut ImageManifest) + 'a>;
         let table: Vec<(Lie, &str)> = vec![
             (
                 Box::new(|i| {
