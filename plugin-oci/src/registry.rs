@@ -108,7 +108,20 @@ impl Registry {
             E::AuthenticationFailure(_) | E::UnauthorizedError { .. } => format!(
                 "{e}: the registry refused the credentials (or asked for some): log in with `docker login {registry}`, or give a credential helper in Docker's config.json"
             ),
-            _ => e.to_string(),
+            // The transport's own words are in its sources ("connection refused", a TLS
+            // verdict): a user needs them more than "error sending request".
+            _ => {
+                let mut text = e.to_string();
+                let mut source = std::error::Error::source(&e);
+                while let Some(cause) = source {
+                    let said = cause.to_string();
+                    if !text.contains(&said) {
+                        text = format!("{text}: {said}");
+                    }
+                    source = cause.source();
+                }
+                text
+            }
         };
         OciError::Registry {
             reference: reference.whole(),

@@ -150,6 +150,10 @@ async fn install_all(
         matched = true;
         match install_one(&installer, source, &mut lock, mode, ask).await {
             Ok(line) => report.lines.push(line),
+            // Most errors name the reference they are about already.
+            Err(e) if e.starts_with(&source.oci) => {
+                report.failed.push(format!("plugin source {e}"));
+            }
             Err(e) => report
                 .failed
                 .push(format!("plugin source {}: {e}", source.oci)),

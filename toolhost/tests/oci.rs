@@ -550,3 +550,30 @@ fn credentials_come_from_a_docker_credential_helper() {
         .unwrap();
     ok(&out);
 }
+
+#[test]
+fn a_source_that_cannot_be_installed_is_reported_and_the_others_still_load() {
+    let Some(registry) = OciRegistry::start() else {
+        return;
+    };
+    let reference = format!("{}/tools/good:0.1.0", registry.host());
+    let machine = Machine::new(&format!(
+        "[[plugins.sources]]\noci = \"127.0.0.1:1/tools/gone:0.1.0\"\n\n[[plugins.sources]]\noci = \"{reference}\"\n"
+    ));
+    publish(&registry, &package(machine.path(), |_| {}), &reference);
+    let out = machine.toolhost(&["plugins"]);
+    let said = failed(&out);
+    assert!(
+        said.contains("refused  plugin source 127.0.0.1:1/tools/gone:0.1.0")
+            && said.contains("Connection refused"),
+        "{said}"
+    );
+    assert!(
+        said.contains("loaded") && said.contains("fixture-good"),
+        "{said}"
+    );
+    assert!(
+        machine.lock().get(&reference).is_some(),
+        "the source that installed is pinned"
+    );
+}
