@@ -12,6 +12,10 @@
 //! result. Its own limit is shown by a server that does nothing but answer: the echo server
 //! this binary becomes when started with `--echo-server`, added to every plan as `echo`.
 //!
+//! With `"count": n` in the plan, each stdio server's instructions per call are then counted
+//! with callgrind over `n` and `2n` calls (`instructions NAME: N per call`; see `count`):
+//! a figure that repeats exactly for the same binary, where the time moves with the evening.
+//!
 //! A server with `"http": {"stateless": true|false}` in the plan is driven over HTTP
 //! instead ([`http`]): its command and `env` get a free port for `{port}`; the HTTP echo
 //! server (`echo-http`) shows that client's limit.
@@ -23,6 +27,8 @@
 //! `--bench`) it drives both echo servers for a few hundred calls and checks every answer.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "mcp_servers/count.rs"]
+mod count;
 #[path = "mcp_servers/http.rs"]
 mod http;
 
@@ -45,6 +51,10 @@ struct Plan {
     inflight: u64,
     #[serde(default = "default_rounds")]
     rounds: u32,
+    /// With `n` > 0: each stdio server's instructions per call, counted with callgrind
+    /// over `n` and `2n` calls ([`count`]).
+    #[serde(default)]
+    count: u64,
     servers: Vec<Server>,
 }
 
@@ -459,6 +469,18 @@ fn main() {
                 server.name, figures.calls_per_s
             );
         }
+        if count::available() {
+            let per_call = count::per_call(&echo("hi"), 50).unwrap();
+            // Reading, parsing and answering one line takes thousands of instructions.
+            assert!(per_call > 1000.0, "{per_call}");
+            println!(
+                "mcp_servers (test mode): the echo server, {per_call:.0} instructions per call"
+            );
+        } else {
+            println!(
+                "mcp_servers (test mode): instructions not counted: valgrind is not installed"
+            );
+        }
         return;
     }
     let plan: Plan = match std::env::var("TOOLHOST_BENCH_MCP_SERVERS") {
@@ -468,6 +490,7 @@ fn main() {
             calls: default_calls(),
             inflight: default_inflight(),
             rounds: default_rounds(),
+            count: 0,
             servers: Vec::new(),
         },
     };
@@ -495,6 +518,19 @@ fn main() {
                 "best {}: {:.0} calls/s, {:.2} us CPU/call, idle {:.1} MiB",
                 server.name, f.calls_per_s, f.cpu_us_per_call, f.idle_mib
             );
+        }
+    }
+    if plan.count == 0 {
+        return;
+    }
+    if !count::available() {
+        println!("instructions: not counted: valgrind is not installed (apt-get install valgrind)");
+        return;
+    }
+    for server in servers.iter().filter(|s| s.http.is_none()) {
+        match count::per_call(server, plan.count) {
+            Ok(n) => println!("instructions {}: {n:.0} per call", server.name),
+            Err(e) => println!("instructions {}: not counted: {e}", server.name),
         }
     }
 }

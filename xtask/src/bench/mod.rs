@@ -11,7 +11,8 @@
 //! process, Node's `@modelcontextprotocol/server-everything` with Node 22 from npm, and an
 //! echo server that shows the client's own ceiling; then over streamable HTTP, 16
 //! connections: `toolhost serve --http` with stateless 2026-07-28 calls, server-everything's
-//! HTTP transport in a 2025-11-25 session, and an HTTP echo server), the Python wheel, and the start-up of
+//! HTTP transport in a 2025-11-25 session, and an HTTP echo server; then each stdio server's
+//! instructions per call, counted with callgrind), the Python wheel, and the start-up of
 //! `serve --mcp` with the example plugins against the same binary bare. What it cannot
 //! install (no `python3`, no `npm`, no registry) it skips and says why. Then it prints one
 //! table: figure, measured, target, verdict. `--write-readme` replaces the performance table
@@ -114,7 +115,7 @@ pub fn bench(write_readme: bool) -> Result {
         args.push(config.display().to_string());
         args
     };
-    let mcp = servers::mcp_servers(&peers, &serve, &configs, &mut skipped);
+    let (mcp, counts) = servers::mcp_servers(&peers, &serve, &configs, &mut skipped);
 
     announce("the Python wheel (release): read_file 4 KB");
     let wheel = crate::python::wheel_figures()
@@ -135,6 +136,7 @@ pub fn bench(write_readme: bool) -> Result {
     rows.extend(figures::load_rows());
     rows.extend(servers::roundtrip_rows(&printed.roundtrip));
     rows.extend(servers::mcp_rows(&mcp, &figures::call_floors()));
+    rows.extend(servers::count_rows(&counts));
     rows.extend(servers::mcp_http_rows(&mcp));
     rows.extend(scale_out::rows(&printed.scale_out));
     rows.extend(startup.rows(&mut skipped));

@@ -144,9 +144,11 @@ fn node_peer(peers: &Path) -> std::result::Result<(PathBuf, PathBuf), String> {
     Ok((node, server))
 }
 
-/// The `best NAME: C calls/s, U us CPU/call, idle R MiB` lines of the `mcp_servers` bench:
-/// per server, (calls/s, µs of server CPU per call, idle MiB).
-fn mcp_best(text: &str) -> BTreeMap<String, (f64, f64, f64)> {
+/// Per server, its best round: (calls/s, µs of server CPU per call, idle MiB).
+pub(super) type Best = BTreeMap<String, (f64, f64, f64)>;
+
+/// The `best NAME: C calls/s, U us CPU/call, idle R MiB` lines of the `mcp_servers` bench.
+fn mcp_best(text: &str) -> Best {
     text.lines()
         .filter_map(|l| l.strip_prefix("best "))
         .filter_map(|l| {
@@ -225,7 +227,7 @@ pub(super) fn mcp_servers(
     serve: &dyn Fn(&Path) -> Vec<String>,
     configs: &Configs,
     skipped: &mut Vec<String>,
-) -> BTreeMap<String, (f64, f64, f64)> {
+) -> (Best, BTreeMap<String, f64>) {
     announce("peers: MCP servers side by side (one client of our own)");
     let mut http = server(
         "toolhost-http",
@@ -272,16 +274,63 @@ pub(super) fn mcp_servers(
         Err(e) => skipped.push(format!("Node's server-everything: {e}")),
     }
     // Five interleaved rounds, the best of each server's: near the client's own limit, one
-    // round in three or four dips by a quarter when the two cores are busy elsewhere.
-    let plan = serde_json::json!({"calls": 20000, "inflight": 16, "rounds": 5, "servers": servers});
+    // round in three or four dips by a quarter when the two cores are busy elsewhere. Then
+    // each stdio server's instructions per call, counted with callgrind over 2,000 and
+    // 4,000 calls: exact run to run, where the time moves with the evening.
+    let plan = serde_json::json!({"calls": 20000, "inflight": 16, "rounds": 5, "count": 2000, "servers": servers});
     output(
         cargo()
             .args(["bench", "-p", "toolhost", "--bench", "mcp_servers"])
             .env("TOOLHOST_BENCH_MCP_SERVERS", plan.to_string()),
     )
     .map_err(|e| skipped.push(format!("the mcp_servers bench failed: {e}")))
-    .map(|t| mcp_best(&t))
+    .map(|t| (mcp_best(&t), mcp_instructions(&t)))
     .unwrap_or_default()
+}
+
+/// The `instructions NAME: N per call` lines of the `mcp_servers` bench.
+fn mcp_instructions(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("instructions "))
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(':')?;
+            Some((name.to_string(), number_after(rest, "")?))
+        })
+        .collect()
+}
+
+/// The stdio servers' instructions per call beside the echo server's (the least a server
+/// that reads, parses and answers each line spends), counted with callgrind in the same
+/// run. Reported: each tool's own floor is not counted in instructions yet, so the ratio is
+/// to the echo server alone, a stricter base than the CPU rows' floor. Under valgrind,
+/// whose kernel interface lacks `openat2`, `read_file` opens through its fallback path.
+pub(super) fn count_rows(counts: &BTreeMap<String, f64>) -> Vec<Row> {
+    let Some(echo) = counts.get("echo").copied() else {
+        return vec![missing(
+            "MCP stdio: instructions per call (callgrind) vs the echo server",
+        )];
+    };
+    [
+        ("toolhost", "MCP stdio read_file"),
+        (
+            "toolhost-plugin",
+            "MCP stdio word_count (example plugin, in process)",
+        ),
+    ]
+    .into_iter()
+    .map(|(server, what)| {
+        let figure = format!("{what}: instructions per call (callgrind) vs the echo server");
+        match counts.get(server) {
+            Some(n) => Row {
+                figure,
+                measured: format!("{n:.0} vs {echo:.0}: {:.2}×", n / echo),
+                target: "reported (exact run to run)".into(),
+                pass: None,
+            },
+            None => missing(&figure),
+        }
+    })
+    .collect()
 }
 
 /// `serve --http` behind a static bearer token (`toolhost-http-token`), and the same server
@@ -623,6 +672,25 @@ mod tests {
         let best = mcp_best(text);
         assert_eq!(best["toolhost"], (29821.0, 31.0, 13.2));
         assert_eq!(best["everything"], (15425.0, 71.5, 74.2));
+    }
+
+    #[test]
+    fn instruction_counts_are_read_and_set_beside_the_echo_servers() {
+        let counts = mcp_instructions(
+            "best echo: 1 calls/s, 1.00 us CPU/call, idle 2.0 MiB\n\
+             instructions toolhost: 38170 per call\n\
+             instructions toolhost-plugin: not counted: the server stopped\n\
+             instructions echo: 20876 per call",
+        );
+        assert_eq!(counts.len(), 2, "{counts:?}");
+        let rows = count_rows(&counts);
+        assert_eq!(rows[0].measured, "38170 vs 20876: 1.83×");
+        assert_eq!(rows[1].measured, "not measured");
+        assert!(
+            count_rows(&BTreeMap::new())[0]
+                .measured
+                .contains("not measured")
+        );
     }
 
     #[test]

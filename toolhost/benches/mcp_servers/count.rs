@@ -1,0 +1,133 @@
+//! Instructions per call, counted with callgrind: a figure that repeats exactly for the same
+//! binary and input, where the time per call moves with the evening.
+//!
+//! A stdio server is started under `valgrind --tool=callgrind`, initialized, and sent `n`
+//! `tools/call` requests; once all are answered its input is closed (a call in flight at
+//! end of input would be cancelled, and counted half) and valgrind reports the instructions
+//! the whole run took. Per call = (I(2n) − I(n)) / n: start-up, `initialize` and shutdown
+//! cancel out.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+use crate::{Answer, Server};
+
+/// Whether `valgrind` runs here.
+pub fn available() -> bool {
+    Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Instructions per `tools/call` of `server` (a stdio server), from runs of `n` and `2n`
+/// calls.
+pub fn per_call(server: &Server, n: u64) -> Result<f64, String> {
+    let once = instructions(server, n)?;
+    let twice = instructions(server, 2 * n)?;
+    if twice <= once {
+        return Err(format!(
+            "{}: {twice} instructions for {} calls, not more than {once} for {n}",
+            server.name,
+            2 * n
+        ));
+    }
+    Ok((twice - once) as f64 / n as f64)
+}
+
+/// The instructions one run of `calls` calls took, as callgrind collected them.
+fn instructions(server: &Server, calls: u64) -> Result<u64, String> {
+    let mut child = Command::new("valgrind")
+        .args([
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            "--trace-children=no",
+        ])
+        .args(&server.command)
+        .envs(&server.env)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{}: cannot start valgrind: {e}", server.name))?;
+    let mut stderr = child.stderr.take().ok_or("no stderr")?;
+    let report = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let mut to = child.stdin.take().ok_or("no stdin")?;
+    let mut from = BufReader::new(child.stdout.take().ok_or("no stdout")?);
+    let params = serde_json::json!({"name": server.tool, "arguments": server.arguments});
+    let mut requests = String::new();
+    requests.push_str(
+        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"toolhost-bench","version":"1"}}}"#,
+    );
+    requests.push('\n');
+    requests.push_str(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    requests.push('\n');
+    for id in 0..calls {
+        requests.push_str(&format!(
+            r#"{{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{params}}}"#,
+            1000 + id
+        ));
+        requests.push('\n');
+    }
+    // Written from a thread: the server answers while it reads, and a pipe holds 64 KiB.
+    let writer = std::thread::spawn(move || {
+        let _ = to.write_all(requests.as_bytes());
+        let _ = to.flush();
+        to
+    });
+    let mut answered = 0;
+    let mut line = String::new();
+    while answered < calls {
+        line.clear();
+        if from.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
+            return Err(format!(
+                "{}: the server stopped after {answered} of {calls} answers",
+                server.name
+            ));
+        }
+        let Ok(answer) = serde_json::from_str::<Answer>(&line) else {
+            continue;
+        };
+        if answer
+            .id
+            .as_ref()
+            .and_then(Value::as_u64)
+            .is_some_and(|id| id >= 1000)
+        {
+            if answer.error.is_some()
+                || answer
+                    .result
+                    .as_ref()
+                    .is_some_and(|r| r.is_error == Some(true))
+            {
+                return Err(format!("{}: a call failed: {}", server.name, line.trim()));
+            }
+            answered += 1;
+        }
+    }
+    // Every call answered: end of input now stops the server with nothing in flight.
+    drop(writer.join());
+    let status = child.wait().map_err(|e| e.to_string())?;
+    let text = report.join().unwrap_or_default();
+    collected(&text).ok_or_else(|| {
+        format!(
+            "{}: valgrind reported no count ({status}): {}",
+            server.name,
+            text.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
+        )
+    })
+}
+
+/// The `Collected : N` line of callgrind's summary.
+fn collected(report: &str) -> Option<u64> {
+    report.lines().find_map(|l| {
+        let (_, after) = l.split_once("Collected :")?;
+        after.trim().parse().ok()
+    })
+}
