@@ -29,6 +29,8 @@
 
 #[path = "mcp_servers/count.rs"]
 mod count;
+#[path = "mcp_servers/floor.rs"]
+mod floor;
 #[path = "mcp_servers/http.rs"]
 mod http;
 
@@ -431,6 +433,22 @@ fn echo_server() {
     }
 }
 
+/// The floor server of `read_file` over `workspace` ([`floor`]), as `read-file-floor`.
+fn read_file_floor(workspace: &str, arguments: &Value) -> Server {
+    Server {
+        name: "read-file-floor".into(),
+        tool: "read_file".into(),
+        arguments: arguments.clone(),
+        command: vec![
+            std::env::current_exe().unwrap().display().to_string(),
+            "--read-file-server".into(),
+            workspace.into(),
+        ],
+        env: BTreeMap::new(),
+        http: None,
+    }
+}
+
 fn echo(extra: &str) -> Server {
     Server {
         name: "echo".into(),
@@ -451,6 +469,14 @@ fn main() {
         echo_server();
         return;
     }
+    if let Some(workspace) = args
+        .iter()
+        .position(|a| a == "--read-file-server")
+        .and_then(|i| args.get(i + 1))
+    {
+        floor::read_file_server(workspace);
+        return;
+    }
     if let Some(port) = args
         .iter()
         .position(|a| a == "--echo-http-server")
@@ -469,6 +495,25 @@ fn main() {
                 server.name, figures.calls_per_s
             );
         }
+        // The read_file floor answers what a file holds, and refuses a path out.
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::write(ws.path().join("a.txt"), "abc").unwrap();
+        let floor = read_file_floor(
+            ws.path().to_str().unwrap(),
+            &serde_json::json!({"path": "a.txt"}),
+        );
+        assert!(round(&floor, 300, 16).calls_per_s > 0.0);
+        let mut escape = floor.clone();
+        escape.arguments = serde_json::json!({"path": "../a.txt"});
+        let mut s = Running::start(&escape);
+        s.request(0, "initialize", serde_json::json!({}));
+        let refused = s.request(
+            1,
+            "tools/call",
+            serde_json::json!({"name": "read_file", "arguments": {"path": "../a.txt"}}),
+        );
+        assert_eq!(refused["isError"], true, "{refused}");
+        s.stop();
         if count::available() {
             let per_call = count::per_call(&echo("hi"), 50).unwrap();
             // Reading, parsing and answering one line takes thousands of instructions.
@@ -527,7 +572,17 @@ fn main() {
         println!("instructions: not counted: valgrind is not installed (apt-get install valgrind)");
         return;
     }
-    for server in servers.iter().filter(|s| s.http.is_none()) {
+    // Beside a server that calls read_file: the least a server doing that could spend.
+    let floors: Vec<Server> = servers
+        .iter()
+        .filter(|s| s.http.is_none() && s.tool == "read_file")
+        .filter_map(|s| {
+            let at = s.command.iter().position(|a| a == "--workspace")?;
+            Some(read_file_floor(s.command.get(at + 1)?, &s.arguments))
+        })
+        .take(1)
+        .collect();
+    for server in servers.iter().filter(|s| s.http.is_none()).chain(&floors) {
         match count::per_call(server, plan.count) {
             Ok(n) => println!("instructions {}: {n:.0} per call", server.name),
             Err(e) => println!("instructions {}: not counted: {e}", server.name),
