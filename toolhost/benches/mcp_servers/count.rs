@@ -38,28 +38,13 @@ pub fn per_call(server: &Server, n: u64) -> Result<f64, String> {
 }
 
 /// The instructions one run of `calls` calls took, as callgrind collected them.
+///
+/// Every request is in the server's input before it starts, in a pipe made large enough
+/// for all of them (its answers go to another), so that it reads the same chunks on every
+/// run: with a writer racing the server, how many lines each read returned moved the count
+/// by a few hundred instructions per call. The input stays open until every call is
+/// answered.
 fn instructions(server: &Server, calls: u64) -> Result<u64, String> {
-    let mut child = Command::new("valgrind")
-        .args([
-            "--tool=callgrind",
-            "--callgrind-out-file=/dev/null",
-            "--trace-children=no",
-        ])
-        .args(&server.command)
-        .envs(&server.env)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("{}: cannot start valgrind: {e}", server.name))?;
-    let mut stderr = child.stderr.take().ok_or("no stderr")?;
-    let report = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text);
-        text
-    });
-    let mut to = child.stdin.take().ok_or("no stdin")?;
-    let mut from = BufReader::new(child.stdout.take().ok_or("no stdout")?);
     let params = serde_json::json!({"name": server.tool, "arguments": server.arguments});
     let mut requests = String::new();
     requests.push_str(
@@ -75,17 +60,35 @@ fn instructions(server: &Server, calls: u64) -> Result<u64, String> {
         ));
         requests.push('\n');
     }
-    // Written from a thread: the server answers while it reads, and a pipe holds 64 KiB.
-    let writer = std::thread::spawn(move || {
-        let _ = to.write_all(requests.as_bytes());
-        let _ = to.flush();
-        to
+    let (input, mut to) = large_pipe(requests.len())?;
+    let (mut from, output) = large_pipe(1 << 20)?;
+    to.write_all(requests.as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut child = Command::new("valgrind")
+        .args([
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            "--trace-children=no",
+        ])
+        .args(&server.command)
+        .envs(&server.env)
+        .stdin(Stdio::from(input))
+        .stdout(Stdio::from(output))
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{}: cannot start valgrind: {e}", server.name))?;
+    let mut stderr = child.stderr.take().ok_or("no stderr")?;
+    let report = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
     });
+    let mut answers = BufReader::new(&mut from);
     let mut answered = 0;
     let mut line = String::new();
     while answered < calls {
         line.clear();
-        if from.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
+        if answers.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
             return Err(format!(
                 "{}: the server stopped after {answered} of {calls} answers",
                 server.name
@@ -112,7 +115,7 @@ fn instructions(server: &Server, calls: u64) -> Result<u64, String> {
         }
     }
     // Every call answered: end of input now stops the server with nothing in flight.
-    drop(writer.join());
+    drop(to);
     let status = child.wait().map_err(|e| e.to_string())?;
     let text = report.join().unwrap_or_default();
     collected(&text).ok_or_else(|| {
@@ -122,6 +125,19 @@ fn instructions(server: &Server, calls: u64) -> Result<u64, String> {
             text.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
         )
     })
+}
+
+/// A pipe that holds at least `bytes` (its read end, its write end).
+fn large_pipe(bytes: usize) -> Result<(std::fs::File, std::fs::File), String> {
+    let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| format!("pipe: {e}"))?;
+    let size = bytes.next_power_of_two().max(1 << 16);
+    rustix::pipe::fcntl_setpipe_size(&write, size).map_err(|e| {
+        format!(
+            "a pipe of {size} bytes: {e} (raise /proc/sys/fs/pipe-max-size, or count fewer calls)"
+        )
+    })?;
+    Ok((std::fs::File::from(read), std::fs::File::from(write)))
 }
 
 /// The `Collected : N` line of callgrind's summary.
