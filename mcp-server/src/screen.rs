@@ -188,13 +188,15 @@ pub fn screen(bytes: &[u8]) -> Result<ClientJsonRpcMessage, Rejection> {
 /// into the request's extensions); anything this does not read whole (another method, a
 /// malformed message, `inputResponses` to check) takes the general path.
 fn tools_call(bytes: &[u8]) -> Option<ClientJsonRpcMessage> {
+    use memchr::memmem::Finder;
     use rmcp::model::{
         CallToolRequest, CallToolRequestMethod, JsonRpcRequest, JsonRpcVersion2_0, RequestId,
     };
-    const METHOD: &[u8] = b"\"tools/call\"";
-    const INPUT: &[u8] = b"\"inputResponses\"";
-    if memchr::memmem::find(bytes, METHOD).is_none() || memchr::memmem::find(bytes, INPUT).is_some()
-    {
+    use std::sync::LazyLock;
+    // Built once: a searcher's set-up costs more than a search of a short line.
+    static METHOD: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"tools/call\""));
+    static INPUT: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"inputResponses\""));
+    if METHOD.find(bytes).is_none() || INPUT.find(bytes).is_some() {
         return None;
     }
     #[derive(serde::Deserialize)]

@@ -3,6 +3,7 @@
 //! result, an `input_required` round, or a task ([`crate::tasks`]) that goes on after the
 //! request was answered.
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -300,13 +301,15 @@ impl McpServer {
             .chain(logs.iter().map(|(_, task)| task.abort_handle()))
             .collect();
         // The call, to its result as the client gets it; its route stays set while it runs.
-        let run = async move {
+        // On the heap from the start: every later move (into the answering future, into a
+        // task) is a pointer's, not the whole call's state.
+        let run = Box::pin(async move {
             let _route = route;
             let _logs = AbortOnDrop(logs.as_ref().map(|(_, task)| task.abort_handle()));
             let block = call.run().await;
             flush_telling(logs, watcher).await;
             Finished::of(block)
-        };
+        });
         let deferred = async {
             match deferred.await {
                 Ok(question) => question,
@@ -436,13 +439,10 @@ impl McpServer {
     async fn answer_in_request(
         &self,
         call: &Running<'_>,
-        run: impl Future<Output = Finished>,
+        mut run: Pin<Box<impl Future<Output = Finished>>>,
         deferred: impl Future<Output = Question>,
         ct: tokio_util::sync::CancellationToken,
     ) -> Result<CallToolResponse, McpError> {
-        // On the heap: the request task rmcp spawns holds this handler's future, and a
-        // large future is copied whole when the task is spawned.
-        let mut run = Box::pin(run);
         tokio::pin!(deferred);
         tokio::select! {
             // A question first: a relayed round ends the call right after it hands the
