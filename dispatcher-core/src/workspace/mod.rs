@@ -148,6 +148,14 @@ impl Workspace {
                 why: "empty path",
             });
         }
+        // The common case, a plain relative path (`src/main.rs`): nothing to normalize.
+        let plain = !path.starts_with('/')
+            && path
+                .split('/')
+                .all(|part| !part.is_empty() && part != "." && part != "..");
+        if plain {
+            return Ok(PathBuf::from(path));
+        }
         let p = Path::new(path);
         let rel = if p.is_absolute() {
             p.strip_prefix(&self.root)
@@ -500,5 +508,40 @@ impl Workspace {
         self.dir
             .remove_file(&rel)
             .map_err(|e| self.io_error(path, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_resolve_lexically_inside_the_root_and_escapes_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(dir.path()).unwrap();
+        let root = ws.root().to_path_buf();
+        let inside = [
+            ("a.txt", "a.txt"),
+            ("src/main.rs", "src/main.rs"),
+            ("./src/main.rs", "src/main.rs"),
+            ("src//main.rs", "src/main.rs"),
+            ("src/./lib/../main.rs", "src/main.rs"),
+            ("src/", "src"),
+            (".", "."),
+            ("a/..", "."),
+            ("..x/y", "..x/y"),
+            ("a\\b", "a\\b"),
+        ];
+        for (path, expected) in inside {
+            assert_eq!(ws.resolve(path).unwrap(), Path::new(expected), "{path}");
+        }
+        let absolute = root.join("src/main.rs");
+        assert_eq!(
+            ws.resolve(absolute.to_str().unwrap()).unwrap(),
+            Path::new("src/main.rs")
+        );
+        for escape in ["..", "../x", "a/../../x", "/etc/passwd", "", "a\0b"] {
+            assert!(ws.resolve(escape).is_err(), "{escape:?}");
+        }
     }
 }
