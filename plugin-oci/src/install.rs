@@ -337,32 +337,18 @@ impl Installer {
             detail: e.to_string(),
         };
         std::fs::create_dir_all(&dir).map_err(io)?;
-        match std::fs::remove_dir_all(&dest) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(e)),
-            _ => {}
-        }
-        std::fs::rename(plan.staging.path().join(&plan.locked.name), &dest).map_err(io)?;
-        lock.set(plan.locked);
-        Ok(dir)
-    }
-
-    /// Removes the store's folders no pin in `lock` names (after an update moved past them).
-    pub fn prune(&self, lock: &Lock) -> Vec<PathBuf> {
-        let keep: Vec<PathBuf> = lock.plugins.iter().map(|p| self.plugin_dir(p)).collect();
-        let mut removed = Vec::new();
-        let Ok(entries) = std::fs::read_dir(&self.store) else {
-            return removed;
-        };
-        for entry in entries.filter_map(Result::ok) {
-            let path = entry.path();
-            let named = path
-                .file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("sha256-"));
-            if named && !keep.contains(&path) && std::fs::remove_dir_all(&path).is_ok() {
-                removed.push(path);
+        // The folder is named by the artifact's digest: one already there (another config's
+        // install, or a host running from it) holds the same bytes and is left as it is.
+        if !self.is_installed(&plan.locked) {
+            let _ = std::fs::remove_dir_all(&dest);
+            if let Err(e) = std::fs::rename(plan.staging.path().join(&plan.locked.name), &dest)
+                && !self.is_installed(&plan.locked)
+            {
+                return Err(io(e));
             }
         }
-        removed
+        lock.set(plan.locked);
+        Ok(dir)
     }
 }
 

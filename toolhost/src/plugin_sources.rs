@@ -174,8 +174,9 @@ async fn install_all(
         )
         .into());
     }
+    // The store is shared by every config of this user, each with its own lock: a version
+    // this lock moved past may be another's pin, so nothing is removed from it here.
     lock.write(&lock_path)?;
-    installer.prune(&lock);
     Ok(report)
 }
 

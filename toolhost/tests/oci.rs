@@ -577,3 +577,41 @@ fn a_source_that_cannot_be_installed_is_reported_and_the_others_still_load() {
         "the source that installed is pinned"
     );
 }
+
+#[test]
+fn a_store_shared_by_two_configs_keeps_what_either_lock_pins() {
+    let Some(registry) = OciRegistry::start() else {
+        return;
+    };
+    let a = Machine::new("");
+    let b = Machine::new("");
+    let at = |version: &str| format!("{}/tools/good:{version}", registry.host());
+    publish(
+        &registry,
+        &package(&a.path().join("1"), |_| {}),
+        &at("0.1.0"),
+    );
+    let newer = |m: &mut Manifest| m.version = semver::Version::new(0, 1, 1);
+    publish(
+        &registry,
+        &package(&a.path().join("2"), newer),
+        &at("0.1.1"),
+    );
+    // Both install into A's store (one user, two projects).
+    let shared = a.path().join("data");
+    let in_shared = |machine: &Machine, args: &[&str]| {
+        machine
+            .command(args)
+            .env("XDG_DATA_HOME", &shared)
+            .output()
+            .unwrap()
+    };
+    ok(&in_shared(&a, &["plugin", "install", &at("0.1.0")]));
+    ok(&in_shared(&b, &["plugin", "install", &at("0.1.0")]));
+    ok(&in_shared(&a, &["plugin", "update", "--yes"]));
+    assert_eq!(a.lock().get(&at("0.1.0")).unwrap().tag, "0.1.1");
+    // B's pin is still in the store: it loads with the registry gone.
+    drop(registry);
+    let listed = ok(&in_shared(&b, &["plugins"]));
+    assert!(listed.contains("fixture-good"), "{listed}");
+}
