@@ -202,6 +202,8 @@ impl Installer {
             return self.stage(source, &pin.tag, fetched, Some(pin), &by_digest.whole());
         }
         let tag = match (mode, pin) {
+            // A digest names its content: no tag to choose.
+            _ if reference.digest().is_some() => String::new(),
             (Mode::Update, _) => match source.range()? {
                 Some(range) => {
                     let tags = registry.tags(&reference).await?;

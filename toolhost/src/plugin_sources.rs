@@ -212,9 +212,13 @@ async fn install_one(
         ),
         None => format!("{} {}", m.name, m.version),
     };
+    let tag = match plan.locked.tag.as_str() {
+        "" => String::new(),
+        tag => format!(", tag {tag}"),
+    };
     let text = format!(
-        "{what} from {} ({}, tag {})\n{}",
-        source.oci, plan.locked.digest, plan.locked.tag, plan.changes
+        "{what} from {} ({}{tag})\n{}",
+        source.oci, plan.locked.digest, plan.changes
     );
     if plan.changes.asks(plan.previous.as_ref()) {
         let question =
@@ -290,7 +294,9 @@ pub(crate) async fn install_command(
             file.display()
         );
     }
-    println!("pinned in {}", Lock::path_beside(&file).display());
+    if !report.lines.is_empty() {
+        println!("pinned in {}", Lock::path_beside(&file).display());
+    }
     Ok(if report.failed.is_empty() {
         ExitCode::SUCCESS
     } else {

@@ -615,3 +615,25 @@ fn a_store_shared_by_two_configs_keeps_what_either_lock_pins() {
     let listed = ok(&in_shared(&b, &["plugins"]));
     assert!(listed.contains("fixture-good"), "{listed}");
 }
+
+#[test]
+fn a_digest_installs_from_a_repository_without_version_tags() {
+    let Some(registry) = OciRegistry::start() else {
+        return;
+    };
+    let machine = Machine::new("");
+    let latest = format!("{}/tools/good:latest", registry.host());
+    let published = publish(&registry, &package(machine.path(), |_| {}), &latest);
+    let by_digest = format!("{}/tools/good@{}", registry.host(), published.digest);
+    let said = ok(&machine.toolhost(&["plugin", "install", &by_digest]));
+    assert!(
+        said.contains(&published.digest) && !said.contains(", tag"),
+        "{said}"
+    );
+    let pin = machine.lock().get(&by_digest).unwrap().clone();
+    assert_eq!(
+        (pin.tag.as_str(), pin.digest.as_str()),
+        ("", published.digest.as_str())
+    );
+    assert!(ok(&machine.toolhost(&["plugin", "update"])).contains("up to date"));
+}
