@@ -26,7 +26,6 @@ use rmcp::model::{
     RequestId, RequestMetaObject, ServerJsonRpcMessage, ServerResult,
 };
 use rmcp::service::{Peer, RequestContext, RoleServer};
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::output::Output;
@@ -101,11 +100,11 @@ impl DirectCalls {
         let ClientRequest::CallToolRequest(mut call) = request else {
             return Some(JsonRpcRequest::new(id, request));
         };
-        let ct = CancellationToken::new();
-        taken(in_flight).insert(id.clone(), Some(ct.clone()));
-        // The context as rmcp builds it: the request's `_meta`, then its extensions.
+        // The context as rmcp builds it: the request's `_meta`, then its extensions; its
+        // token is the call's (one token per call, not a second one thrown away).
         let mut context = RequestContext::new(id.clone(), peer.clone());
-        context.ct = ct.clone();
+        let ct = context.ct.clone();
+        taken(in_flight).insert(id.clone(), Some(ct.clone()));
         context.meta = call
             .extensions
             .remove::<RequestMetaObject>()
