@@ -205,26 +205,7 @@ impl Installer {
             // A digest names its content: no tag to choose.
             _ if reference.digest().is_some() => String::new(),
             (Mode::Update, _) => match source.range()? {
-                Some(range) => {
-                    let tags = registry.tags(&reference).await?;
-                    match newest_within(&tags, &range) {
-                        Some(tag) => tag.clone(),
-                        None => {
-                            return Err(OciError::NoMatchingTag {
-                                repository: format!(
-                                    "{}/{}",
-                                    reference.registry(),
-                                    reference.repository()
-                                ),
-                                range: range.to_string(),
-                                tags: tags
-                                    .into_iter()
-                                    .filter(|t| crate::source::tag_version(t).is_some())
-                                    .collect(),
-                            });
-                        }
-                    }
-                }
+                Some(range) => newest_tag(&registry, &reference, &range).await?,
                 None => pin
                     .map(|p| p.tag.clone())
                     .or_else(|| source.written_tag())
@@ -235,22 +216,7 @@ impl Installer {
                 Some(tag) => tag,
                 None => {
                     let range = source.range()?.unwrap_or(semver::VersionReq::STAR);
-                    let tags = registry.tags(&reference).await?;
-                    newest_within(&tags, &range).cloned().ok_or_else(|| {
-                        OciError::NoMatchingTag {
-                            repository: format!(
-                                "{}/{}",
-                                reference.registry(),
-                                reference.repository()
-                            ),
-                            range: range.to_string(),
-                            tags: tags
-                                .iter()
-                                .filter(|t| crate::source::tag_version(t).is_some())
-                                .cloned()
-                                .collect(),
-                        }
-                    })?
+                    newest_tag(&registry, &reference, &range).await?
                 }
             },
         };
@@ -352,6 +318,27 @@ impl Installer {
         lock.set(plan.locked);
         Ok(dir)
     }
+}
+
+/// The newest version tag of `reference`'s repository that `range` allows, or an error
+/// naming the version tags there are.
+async fn newest_tag(
+    registry: &Registry,
+    reference: &oci_client::Reference,
+    range: &semver::VersionReq,
+) -> Result<String, OciError> {
+    let tags = registry.tags(reference).await?;
+    if let Some(tag) = newest_within(&tags, range) {
+        return Ok(tag.clone());
+    }
+    Err(OciError::NoMatchingTag {
+        repository: format!("{}/{}", reference.registry(), reference.repository()),
+        range: range.to_string(),
+        tags: tags
+            .into_iter()
+            .filter(|t| crate::source::tag_version(t).is_some())
+            .collect(),
+    })
 }
 
 /// The store of a user's installed packages: `$XDG_DATA_HOME/toolhost/oci` (or

@@ -8,7 +8,7 @@
 //! accepts without asking); nothing is started.
 
 use std::fmt::Write as _;
-use std::io::{BufRead, IsTerminal, Write as _};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -77,7 +77,7 @@ pub(crate) async fn add(config_file: &Path, args: AddArgs) -> Result<ExitCode, U
         .into());
     }
     let entry = entry(&server, &id, args.prefix.as_deref().unwrap_or(&id), &origin)?;
-    let new_text = format!("{}{}", with_newline(&text), entry.toml);
+    let new_text = crate::config::appended(&text, &entry.toml);
     // The entry must make a config toolhost loads, before anyone is asked.
     Config::parse(config_file, &new_text)?;
     println!("{}", entry.toml.trim_start());
@@ -108,23 +108,10 @@ fn accepted(yes: bool, file: &Path) -> Result<bool, UsageError> {
         )
         .into());
     }
-    let mut err = std::io::stderr().lock();
-    let _ = write!(err, "Add this entry to {}? [y/N] ", file.display());
-    let _ = err.flush();
-    let mut line = String::new();
-    let _ = std::io::stdin().lock().read_line(&mut line);
-    Ok(matches!(
-        line.trim().to_ascii_lowercase().as_str(),
-        "y" | "yes"
-    ))
-}
-
-fn with_newline(text: &str) -> String {
-    if text.is_empty() || text.ends_with('\n') {
-        text.to_string()
-    } else {
-        format!("{text}\n")
-    }
+    Ok(crate::terminal::yes_or_no(&format!(
+        "Add this entry to {}?",
+        file.display()
+    )))
 }
 
 /// The document's bytes and a name for where it came from.

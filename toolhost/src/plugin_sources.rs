@@ -12,7 +12,7 @@
 //! included. A source the store lacks is installed before the host loads (the lock's digest
 //! when it has one); one that cannot be is reported, and the others still load.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -103,17 +103,9 @@ impl Ask {
             Ask::Terminal if !std::io::stdin().is_terminal() => Err(format!(
                 "{question}\nrefused: no terminal to ask on; run again with --yes to accept"
             )),
-            Ask::Terminal => {
-                let mut err = std::io::stderr().lock();
-                let _ = write!(err, "{question}\nInstall it? [y/N] ");
-                let _ = err.flush();
-                let mut line = String::new();
-                let _ = std::io::stdin().lock().read_line(&mut line);
-                Ok(matches!(
-                    line.trim().to_ascii_lowercase().as_str(),
-                    "y" | "yes"
-                ))
-            }
+            Ask::Terminal => Ok(crate::terminal::yes_or_no(&format!(
+                "{question}\nInstall it?"
+            ))),
         }
     }
 }
@@ -263,7 +255,7 @@ pub(crate) async fn install_command(
                     "\n[[plugins.sources]]\noci = {}\n",
                     toml::Value::String(reference.to_string())
                 );
-                let new_text = format!("{}{entry}", ensure_newline(&text));
+                let new_text = config::appended(&text, &entry);
                 let mut config = Config::parse(&file, &new_text)?;
                 config.plugins.sources.retain(|s| s.oci == reference);
                 (config, Some(new_text))
@@ -334,14 +326,6 @@ fn print_report(report: &Report) {
     }
     for line in &report.failed {
         eprintln!("toolhost: {line}");
-    }
-}
-
-fn ensure_newline(text: &str) -> String {
-    if text.is_empty() || text.ends_with('\n') {
-        text.to_string()
-    } else {
-        format!("{text}\n")
     }
 }
 

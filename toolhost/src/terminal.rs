@@ -104,3 +104,14 @@ impl Confirmer for NoTerminalConfirmer {
 pub fn interactive() -> bool {
     std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
 }
+
+/// Asks `question` on the terminal (stderr) and reads a `y`/`yes` from stdin; anything
+/// else, or no answer, is no. The caller checks first that stdin is a terminal.
+pub(crate) fn yes_or_no(question: &str) -> bool {
+    let mut err = std::io::stderr().lock();
+    let _ = write!(err, "{question} [y/N] ");
+    let _ = err.flush();
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+    matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+}

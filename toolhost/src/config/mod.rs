@@ -431,6 +431,18 @@ impl Config {
     }
 }
 
+/// A config file's `text` with `entry` appended, on a line of its own: the user's text is
+/// kept as written.
+pub(crate) fn appended(text: &str, entry: &str) -> String {
+    let mut out = String::with_capacity(text.len() + entry.len() + 1);
+    out.push_str(text);
+    if !text.is_empty() && !text.ends_with('\n') {
+        out.push('\n');
+    }
+    out.push_str(entry);
+    out
+}
+
 /// Writes a config file through a temporary file beside it renamed into place (its mode
 /// kept): a reader sees the old text or the new, never half of it.
 pub(crate) fn write_atomically(file: &Path, text: &str) -> Result<(), String> {
