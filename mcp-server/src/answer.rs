@@ -55,18 +55,15 @@ impl Finished {
 }
 
 /// A result block as an MCP result.
-fn to_mcp(block: ToolResultBlock) -> CallToolResult {
-    let content: Vec<ContentBlock> = block
-        .content
-        .iter()
+fn to_mcp(mut block: ToolResultBlock) -> CallToolResult {
+    // The text moves into the answer: a file read is not copied once more.
+    let content: Vec<ContentBlock> = std::mem::take(&mut block.content)
+        .into_iter()
         .map(|c| match c {
-            Content::Text { text } => ContentBlock::text(text.clone()),
+            Content::Text { text } => ContentBlock::text(text),
             Content::Image { mime, data } => {
                 use base64::Engine as _;
-                ContentBlock::image(
-                    base64::engine::general_purpose::STANDARD.encode(data),
-                    mime.clone(),
-                )
+                ContentBlock::image(base64::engine::general_purpose::STANDARD.encode(data), mime)
             }
         })
         .collect();

@@ -11,6 +11,9 @@
 //! flush, then reads answers, and matches them by id without building a JSON tree for the
 //! result. Its own limit is shown by a server that does nothing but answer: the echo server
 //! this binary becomes when started with `--echo-server`, added to every plan as `echo`.
+//! Beside a plan's first stdio `read_file` server it adds a bare rmcp server with the same
+//! tool (`--rmcp-server WORKSPACE`, [`rmcp_peer`]: what a Rust user would write instead) as
+//! `rmcp-read-file`.
 //!
 //! With `"count": n` in the plan, each stdio server's instructions per call are then counted
 //! with callgrind over `n` and `2n` calls (`instructions NAME: N per call`; see `count`):
@@ -33,6 +36,8 @@ mod count;
 mod floor;
 #[path = "mcp_servers/http.rs"]
 mod http;
+#[path = "mcp_servers/rmcp_peer.rs"]
+mod rmcp_peer;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, BufWriter, Write};
@@ -82,6 +87,14 @@ struct Server {
     /// Over streamable HTTP instead of stdio.
     #[serde(default)]
     http: Option<http::Http>,
+    /// `false` for a server not worth counting under callgrind (a JIT or an interpreter,
+    /// dozens of times slower there, set against no floor).
+    #[serde(default = "counted")]
+    count: bool,
+}
+
+fn counted() -> bool {
+    true
 }
 
 /// One round's figures for one server.
@@ -263,21 +276,22 @@ impl Running {
     }
 }
 
+/// A 2025-11-25 client's `initialize`.
+fn initialize_params() -> Value {
+    serde_json::json!({
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "toolhost-bench", "version": "1"}
+    })
+}
+
 /// One round against one server.
 fn round(server: &Server, calls: u64, inflight: u64) -> Figures {
     if let Some(over) = &server.http {
         return http::round(server, over, calls, inflight);
     }
     let mut s = Running::start(server);
-    s.request(
-        0,
-        "initialize",
-        serde_json::json!({
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "toolhost-bench", "version": "1"}
-        }),
-    );
+    s.request(0, "initialize", initialize_params());
     s.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
     assert_lists_tool(server, &s.request(1, "tools/list", serde_json::json!({})));
     let params = serde_json::json!({"name": server.tool, "arguments": server.arguments});
@@ -435,18 +449,46 @@ fn echo_server() {
 
 /// The floor server of `read_file` over `workspace` ([`floor`]), as `read-file-floor`.
 fn read_file_floor(workspace: &str, arguments: &Value) -> Server {
+    bench_server(
+        "read-file-floor",
+        "--read-file-server",
+        workspace,
+        arguments,
+    )
+}
+
+/// The bare rmcp server with the same `read_file` ([`rmcp_peer`]), as `rmcp-read-file`.
+fn rmcp_read_file(workspace: &str, arguments: &Value) -> Server {
+    bench_server("rmcp-read-file", "--rmcp-server", workspace, arguments)
+}
+
+/// This binary started with `flag WORKSPACE`, serving `read_file`.
+fn bench_server(name: &str, flag: &str, workspace: &str, arguments: &Value) -> Server {
     Server {
-        name: "read-file-floor".into(),
+        name: name.into(),
         tool: "read_file".into(),
         arguments: arguments.clone(),
         command: vec![
             std::env::current_exe().unwrap().display().to_string(),
-            "--read-file-server".into(),
+            flag.into(),
             workspace.into(),
         ],
         env: BTreeMap::new(),
         http: None,
+        count: true,
     }
+}
+
+/// The workspace and arguments of the plan's first stdio server calling `read_file`: the
+/// read_file floor and the bare rmcp peer serve the same file.
+fn read_file_plan(servers: &[Server]) -> Option<(String, Value)> {
+    servers
+        .iter()
+        .filter(|s| s.http.is_none() && s.tool == "read_file")
+        .find_map(|s| {
+            let at = s.command.iter().position(|a| a == "--workspace")?;
+            Some((s.command.get(at + 1)?.clone(), s.arguments.clone()))
+        })
 }
 
 fn echo(extra: &str) -> Server {
@@ -460,6 +502,7 @@ fn echo(extra: &str) -> Server {
         ],
         env: BTreeMap::new(),
         http: None,
+        count: true,
     }
 }
 
@@ -475,6 +518,14 @@ fn main() {
         .and_then(|i| args.get(i + 1))
     {
         floor::read_file_server(workspace);
+        return;
+    }
+    if let Some(workspace) = args
+        .iter()
+        .position(|a| a == "--rmcp-server")
+        .and_then(|i| args.get(i + 1))
+    {
+        rmcp_peer::rmcp_server(workspace);
         return;
     }
     if let Some(port) = args
@@ -495,25 +546,34 @@ fn main() {
                 server.name, figures.calls_per_s
             );
         }
-        // The read_file floor answers what a file holds, and refuses a path out.
+        // The read_file floor and the bare rmcp peer answer what a file holds, and refuse
+        // a path out.
         let ws = tempfile::tempdir().unwrap();
         std::fs::write(ws.path().join("a.txt"), "abc").unwrap();
-        let floor = read_file_floor(
-            ws.path().to_str().unwrap(),
-            &serde_json::json!({"path": "a.txt"}),
-        );
-        assert!(round(&floor, 300, 16).calls_per_s > 0.0);
-        let mut escape = floor.clone();
-        escape.arguments = serde_json::json!({"path": "../a.txt"});
-        let mut s = Running::start(&escape);
-        s.request(0, "initialize", serde_json::json!({}));
-        let refused = s.request(
-            1,
-            "tools/call",
-            serde_json::json!({"name": "read_file", "arguments": {"path": "../a.txt"}}),
-        );
-        assert_eq!(refused["isError"], true, "{refused}");
-        s.stop();
+        let workspace = ws.path().to_str().unwrap();
+        let arguments = serde_json::json!({"path": "a.txt"});
+        for server in [
+            read_file_floor(workspace, &arguments),
+            rmcp_read_file(workspace, &arguments),
+        ] {
+            assert!(round(&server, 300, 16).calls_per_s > 0.0, "{}", server.name);
+            let mut s = Running::start(&server);
+            s.request(0, "initialize", initialize_params());
+            s.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+            let read = s.request(
+                1,
+                "tools/call",
+                serde_json::json!({"name": "read_file", "arguments": arguments}),
+            );
+            assert_eq!(read["content"][0]["text"], "abc", "{}: {read}", server.name);
+            let refused = s.request(
+                2,
+                "tools/call",
+                serde_json::json!({"name": "read_file", "arguments": {"path": "../a.txt"}}),
+            );
+            assert_eq!(refused["isError"], true, "{}: {refused}", server.name);
+            s.stop();
+        }
         if count::available() {
             let per_call = count::per_call(&echo("hi"), 50).unwrap();
             // Reading, parsing and answering one line takes thousands of instructions.
@@ -540,6 +600,10 @@ fn main() {
         },
     };
     let mut servers = plan.servers.clone();
+    let read_file = read_file_plan(&servers);
+    if let Some((workspace, arguments)) = &read_file {
+        servers.push(rmcp_read_file(workspace, arguments));
+    }
     servers.push(echo("hi"));
     if servers.iter().any(|s| s.http.is_some()) {
         servers.push(http::echo("hi"));
@@ -573,16 +637,12 @@ fn main() {
         return;
     }
     // Beside a server that calls read_file: the least a server doing that could spend.
-    let floors: Vec<Server> = servers
+    let floors: Vec<Server> = read_file
         .iter()
-        .filter(|s| s.http.is_none() && s.tool == "read_file")
-        .filter_map(|s| {
-            let at = s.command.iter().position(|a| a == "--workspace")?;
-            Some(read_file_floor(s.command.get(at + 1)?, &s.arguments))
-        })
-        .take(1)
+        .map(|(workspace, arguments)| read_file_floor(workspace, arguments))
         .collect();
-    for server in servers.iter().filter(|s| s.http.is_none()).chain(&floors) {
+    let stdio = servers.iter().filter(|s| s.http.is_none() && s.count);
+    for server in stdio.chain(&floors) {
         match count::per_call(server, plan.count) {
             Ok(n) => println!("instructions {}: {n:.0} per call", server.name),
             Err(e) => println!("instructions {}: not counted: {e}", server.name),

@@ -211,8 +211,34 @@ impl Workspace {
             rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOCTTY;
         match self.open_beneath(&rel, flags) {
             Ok(fd) => Ok(Some(Opened { rel, fd })),
+            Err(rustix::io::Errno::NOSYS | rustix::io::Errno::PERM) => {
+                match self.open_name(&rel, flags) {
+                    Some(fd) => Ok(Some(Opened { rel, fd })),
+                    None => self.check(path).map(|_| None),
+                }
+            }
             Err(_) => self.check(path).map(|_| None),
         }
+    }
+
+    /// Where the kernel has no `openat2` (before Linux 5.6, a seccomp filter that refuses
+    /// it, valgrind): `rel` opened when it is one name in the root, with `openat` and
+    /// `O_NOFOLLOW`. Nothing on the way can lead outside (there is no way), and the name
+    /// itself is not followed: a symlink fails (`ELOOP`) and takes the confined path, as
+    /// does every longer path.
+    fn open_name(&self, rel: &Path, flags: rustix::fs::OFlags) -> Option<OwnedFd> {
+        use rustix::fs::{Mode, OFlags};
+        let mut parts = rel.components();
+        let (Some(Component::Normal(_)), None) = (parts.next(), parts.next()) else {
+            return None;
+        };
+        rustix::fs::openat(
+            &self.dir,
+            rel,
+            flags | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        )
+        .ok()
     }
 
     /// Opens `rel` beneath the root, refusing any symlink that leads outside, with `openat2`
@@ -514,6 +540,32 @@ impl Workspace {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn without_openat2_only_a_plain_name_in_the_root_is_opened_directly() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "abc").unwrap();
+        std::fs::create_dir(dir.path().join("src")).unwrap();
+        std::fs::write(dir.path().join("src/b.txt"), "b").unwrap();
+        std::fs::write(outside.path().join("secret"), "s").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), dir.path().join("out")).unwrap();
+        std::os::unix::fs::symlink("a.txt", dir.path().join("in")).unwrap();
+        let ws = Workspace::open(dir.path()).unwrap();
+        let flags = rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::NONBLOCK;
+        let opened = ws
+            .open_name(Path::new("a.txt"), flags)
+            .expect("a plain name opens");
+        let mut text = String::new();
+        std::fs::File::from(opened)
+            .read_to_string(&mut text)
+            .unwrap();
+        assert_eq!(text, "abc");
+        // A symlink, in or out, and a longer path take the confined walk instead.
+        for rel in ["out", "in", "src/b.txt", "missing"] {
+            assert!(ws.open_name(Path::new(rel), flags).is_none(), "{rel}");
+        }
+    }
 
     #[test]
     fn paths_resolve_lexically_inside_the_root_and_escapes_are_refused() {

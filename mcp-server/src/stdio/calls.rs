@@ -159,7 +159,7 @@ fn plain(request: &ClientRequest) -> bool {
 
 /// Queues `message` as one line.
 async fn answer(output: &Output, message: &ServerJsonRpcMessage) -> std::io::Result<()> {
-    output.send(&serde_json::to_vec(message)?).await
+    output.send_message(message).await
 }
 
 /// The request a `notifications/cancelled` names, when it is one.

@@ -12,6 +12,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use rmcp::model::ServerJsonRpcMessage;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, watch};
 
@@ -61,24 +62,56 @@ impl Output {
     /// waits only while the backlog is over [`BACKLOG`], and fails once the output is
     /// closed.
     pub fn send(&self, message: &[u8]) -> impl Future<Output = std::io::Result<()>> + Send + use<> {
+        let queued = self.queue(|bytes| {
+            bytes.extend_from_slice(message);
+            Ok(())
+        });
+        self.within_backlog(queued)
+    }
+
+    /// [`Output::send`] of `message` serialized straight into the queue, with no buffer of
+    /// its own to fill and copy. One that cannot be serialized is not queued at all.
+    pub fn send_message(
+        &self,
+        message: &ServerJsonRpcMessage,
+    ) -> impl Future<Output = std::io::Result<()>> + Send + use<> {
+        let queued = self.queue(|bytes| serde_json::to_writer(bytes, message).map_err(Into::into));
+        self.within_backlog(queued)
+    }
+
+    /// Appends one line written by `write` to the queue and wakes the writer: how many
+    /// bytes were ever queued, with it. A line `write` fails on is taken back whole.
+    fn queue(
+        &self,
+        write: impl FnOnce(&mut Vec<u8>) -> std::io::Result<()>,
+    ) -> std::io::Result<u64> {
         let queued = {
             let mut queue = self.lock();
-            match queue.failed {
-                Some(kind) => Err(kind),
-                None => {
-                    queue.bytes.extend_from_slice(message);
-                    queue.bytes.push(b'\n');
-                    queue.queued += message.len() as u64 + 1;
-                    Ok(queue.queued)
-                }
+            if let Some(kind) = queue.failed {
+                return Err(closed(kind));
             }
+            let before = queue.bytes.len();
+            if let Err(e) = write(&mut queue.bytes) {
+                queue.bytes.truncate(before);
+                return Err(e);
+            }
+            queue.bytes.push(b'\n');
+            queue.queued += (queue.bytes.len() - before) as u64;
+            queue.queued
         };
-        if queued.is_ok() {
-            self.shared.ready.notify_one();
-        }
+        self.shared.ready.notify_one();
+        Ok(queued)
+    }
+
+    /// Resolves at once while no more than [`BACKLOG`] bytes wait before `queued`; fails
+    /// when it was not queued or the writer stopped.
+    fn within_backlog(
+        &self,
+        queued: std::io::Result<u64>,
+    ) -> impl Future<Output = std::io::Result<()>> + Send + use<> {
         let mut written = self.written.clone();
         async move {
-            let queued = queued.map_err(closed)?;
+            let queued = queued?;
             // Within the backlog at once; otherwise once the writer is back within it.
             written
                 .wait_for(|&w| w + BACKLOG >= queued)

@@ -14,12 +14,7 @@ use serde_json::Value;
 
 /// Serves `read_file` over stdio for the files beneath `workspace`.
 pub fn read_file_server(workspace: &str) {
-    let root = rustix::fs::open(
-        workspace,
-        OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::PATH,
-        Mode::empty(),
-    )
-    .unwrap_or_else(|e| panic!("{workspace}: {e}"));
+    let root = open_workspace(workspace);
     let stdin = std::io::stdin();
     let mut input = BufReader::with_capacity(1 << 16, stdin.lock());
     let mut output = BufWriter::new(std::io::stdout().lock());
@@ -66,8 +61,18 @@ pub fn read_file_server(workspace: &str) {
     }
 }
 
+/// The workspace folder, for opening beneath it.
+pub fn open_workspace(workspace: &str) -> OwnedFd {
+    rustix::fs::open(
+        workspace,
+        OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::PATH,
+        Mode::empty(),
+    )
+    .unwrap_or_else(|e| panic!("{workspace}: {e}"))
+}
+
 /// The file's text, opened beneath `root` without following symlinks.
-fn read_beneath(root: &OwnedFd, path: &str) -> Result<String, String> {
+pub fn read_beneath(root: &OwnedFd, path: &str) -> Result<String, String> {
     let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
     let file = match rustix::fs::openat2(
         root,

@@ -419,5 +419,6 @@ pub fn echo(extra: &str) -> Server {
             stateless: true,
             bearer: None,
         }),
+        count: false,
     }
 }

@@ -8,8 +8,11 @@
 //! venv under `target/peers` with `jsonschema`), MCP servers side by side under one client
 //! written here (toolhost's `mcp_servers` bench: `toolhost serve --mcp` calling
 //! `read_file`, the same server calling `word_count` from the signed text-tools example in
-//! process, Node's `@modelcontextprotocol/server-everything` with Node 22 from npm, and an
-//! echo server that shows the client's own ceiling; then over streamable HTTP, 16
+//! process, a bare rmcp server with the same `read_file` (the bench's own: what a Rust user
+//! would write instead), the Python SDK's `MCPServer` with it too
+//! (`xtask/peers/python_read_file.py`), Node's `@modelcontextprotocol/server-everything`
+//! with Node 22 from npm, and an echo server that shows the client's own ceiling; then over
+//! streamable HTTP, 16
 //! connections: `toolhost serve --http` with stateless 2026-07-28 calls, server-everything's
 //! HTTP transport in a 2025-11-25 session, and an HTTP echo server; then each stdio server's
 //! instructions per call, counted with callgrind), the Python wheel, and the start-up of
