@@ -22,6 +22,7 @@
 //! of `docs/performance.md` (linked from the README; between `<!-- bench:begin -->` and
 //! `<!-- bench:end -->`) with it, so the page shows what was measured, not typed.
 
+mod counts;
 mod figures;
 mod issuer;
 mod scale_out;
@@ -98,9 +99,10 @@ fn run_benches() -> Result<Printed> {
 /// into the performance page.
 pub fn bench(write_readme: bool) -> Result {
     let printed = run_benches()?;
+    let mut skipped = Vec::new();
+    let dispatch_counts = counts::dispatch_counts(&mut skipped);
     let peers = root().join("target/peers");
     io("make target/peers", std::fs::create_dir_all(&peers))?;
-    let mut skipped = Vec::new();
     let design = servers::spec_design(&peers, &mut skipped);
 
     let ws = peers.join("ws");
@@ -126,8 +128,8 @@ pub fn bench(write_readme: bool) -> Result {
         .ok();
     let startup = servers::Startup::measure(&toolhost, &serve, &configs, &ws);
 
-    let mut rows = figures::dispatch_rows(design.map(|d| d.0));
-    rows.extend(figures::file_tool_rows());
+    let mut rows = figures::dispatch_rows(design.map(|d| d.0), &dispatch_counts);
+    rows.extend(figures::file_tool_rows(&dispatch_counts));
     rows.extend(servers::wheel_rows(
         wheel,
         figures::criterion_us("dispatch", "d_read_file_4k"),

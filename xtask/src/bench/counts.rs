@@ -1,0 +1,112 @@
+//! Instructions per call of the dispatcher's CPU-bound rows, counted with callgrind: a
+//! figure that repeats exactly for the same binary, where the time moves with the evening.
+//!
+//! The `dispatch` bench, started as `dispatch --count NAME N`, makes N calls of one row on
+//! one thread, each inside functions named `counted…`; callgrind collects only there
+//! (`--toggle-collect='*counted*'`), so the count is the calls alone, as criterion times
+//! them. Per call = (I(2n) − I(n)) / n: a first call's one-time work cancels out.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use crate::peers::output;
+use crate::steps::{announce, cargo};
+
+/// The rows the `dispatch` bench counts, as it names them.
+const ROWS: [&str; 6] = [
+    "a_inline_noop",
+    "g_required_work_floor",
+    "d_read_file_4k",
+    "kernel_read_4k",
+    "e_list_dir_20",
+    "kernel_list_20",
+];
+
+/// Calls per count: the second count makes twice as many.
+const CALLS: u64 = 1000;
+
+/// Instructions per call, by the `dispatch` bench's row name.
+pub(super) type Counts = BTreeMap<String, f64>;
+
+/// Counts every row of [`ROWS`]; what cannot be counted is said in `skipped`.
+pub(super) fn dispatch_counts(skipped: &mut Vec<String>) -> Counts {
+    announce("instructions per call of the dispatcher's rows (callgrind)");
+    let counted = bench_executable("dispatcher-core", "dispatch").and_then(|exe| {
+        ROWS.iter()
+            .map(|row| {
+                let once = instructions(&exe, row, CALLS)?;
+                let twice = instructions(&exe, row, 2 * CALLS)?;
+                Ok((
+                    row.to_string(),
+                    twice.saturating_sub(once) as f64 / CALLS as f64,
+                ))
+            })
+            .collect::<Result<Counts, String>>()
+    });
+    counted
+        .map_err(|e| skipped.push(format!("instructions per call of the dispatcher: {e}")))
+        .unwrap_or_default()
+}
+
+/// The path of `package`'s bench `bench`, built in the bench profile.
+fn bench_executable(package: &str, bench: &str) -> Result<String, String> {
+    let text = output(cargo().args([
+        "bench",
+        "-p",
+        package,
+        "--bench",
+        bench,
+        "--no-run",
+        "--message-format=json",
+    ]))?;
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == bench)
+        .find_map(|m| m["executable"].as_str().map(String::from))
+        .ok_or_else(|| format!("cargo named no executable for the {bench} bench"))
+}
+
+/// The instructions `calls` calls of `row` took, as callgrind collected them.
+fn instructions(exe: &str, row: &str, calls: u64) -> Result<u64, String> {
+    let out = Command::new("valgrind")
+        .args([
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            "--toggle-collect=*counted*",
+            exe,
+            "--count",
+            row,
+            &calls.to_string(),
+        ])
+        .output()
+        .map_err(|e| format!("cannot start valgrind ({e}); apt-get install valgrind"))?;
+    let report = String::from_utf8_lossy(&out.stderr);
+    match collected(&report) {
+        Some(n) if out.status.success() => Ok(n),
+        _ => Err(format!(
+            "{row}: valgrind reported no count ({}): {}",
+            out.status,
+            report.lines().rev().take(3).collect::<Vec<_>>().join(" | ")
+        )),
+    }
+}
+
+/// The `Collected : N` line of callgrind's summary.
+fn collected(report: &str) -> Option<u64> {
+    report.lines().find_map(|l| {
+        let (_, after) = l.split_once("Collected :")?;
+        after.trim().replace(',', "").parse().ok()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_count_is_read_from_callgrinds_summary() {
+        let report = "==1== Events    : Ir\n==1== Collected : 1268005\n==1==\n==1== I   refs:      1,268,005\n";
+        assert_eq!(collected(report), Some(1_268_005));
+        assert_eq!(collected("==1== no summary"), None);
+    }
+}
