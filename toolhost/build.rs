@@ -10,6 +10,7 @@ use std::process::Command;
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=link/cold-code.ld");
+    println!("cargo:rerun-if-changed=link/idle-code.ld");
     println!("cargo:rerun-if-env-changed=TOOLHOST_PLAIN_LINK");
     let target = std::env::var("TARGET").unwrap_or_default();
     let host = std::env::var("HOST").unwrap_or_default();
@@ -19,9 +20,14 @@ fn main() {
     {
         return;
     }
-    let script = std::path::Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default())
-        .join("link/cold-code.ld");
-    println!("cargo:rustc-link-arg-bins=-Wl,-T,{}", script.display());
+    let link =
+        std::path::Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default()).join("link");
+    for script in ["idle-code.ld", "cold-code.ld"] {
+        println!(
+            "cargo:rustc-link-arg-bins=-Wl,-T,{}",
+            link.join(script).display()
+        );
+    }
     if glibc_at_least(2, 36) {
         println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
     }

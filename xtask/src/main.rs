@@ -56,6 +56,11 @@ enum Command {
     /// `TOOLHOST_TEST_COMPONENTS=$(cargo xtask wasm-fixtures) cargo test --test wasm`).
     #[command(name = "wasm-fixtures")]
     WasmFixtures,
+    /// Profile an idle `serve --mcp` of the shipped build under callgrind and write
+    /// toolhost/link/idle-code.ld, which gathers the code it runs at the front of the
+    /// binary (an idle server's resident code is then a few 64 KiB runs, not 158).
+    #[command(name = "idle-code")]
+    IdleCode,
 }
 
 #[derive(Subcommand)]
@@ -151,6 +156,7 @@ fn with_components(command: Command) -> xtask::steps::Result {
             xtask::components::fixtures().map(|dir| println!("{}", dir.display()))
         }
         Command::Fuzz { .. }
+        | Command::IdleCode
         | Command::Plugin(_)
         | Command::Inspect { .. }
         | Command::Verify { .. } => unreachable!("handled in main"),
@@ -322,6 +328,7 @@ fn main() -> ExitCode {
             xtask::fuzz::fuzz(&targets, seconds, xtask::fuzz::Build::Release)
         }
         Command::Plugin(command) => plugin_command(command),
+        Command::IdleCode => xtask::idle_code::idle_code(),
         Command::Inspect { library } => return child(plugin::inspect_here(&library)),
         Command::Verify { package } => return child(plugin::verify_here(&package)),
         command => with_components(command),

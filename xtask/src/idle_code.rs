@@ -1,0 +1,256 @@
+//! `cargo xtask idle-code`: writes `toolhost/link/idle-code.ld`, the linker script that
+//! puts the code an idle `serve --mcp` runs together at the front of the binary's code.
+//!
+//! The kernel maps a binary's code in 64 KiB runs around each page first touched. The
+//! 1.5 MB an idle server runs (start, `initialize`, `tools/list`, one call) lay in 158 such
+//! runs across 21 MB of code, so 10 MB of it was resident; gathered in one place, it is
+//! resident in a few. The functions are found by running the shipped build (profile
+//! `dist`) under callgrind; each becomes a pattern with its hashes left out (`17h*` for a
+//! legacy symbol's, `Cs*_` for a v0 symbol's crates), so that the script still matches
+//! after a change of compiler, dependency or profile, and every instance of a generic.
+//! Run it again when what a server does at start changes.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use crate::steps::{Result, announce, cargo, fail, io, root, run};
+
+/// The script, from the repository's root.
+pub const SCRIPT: &str = "toolhost/link/idle-code.ld";
+
+/// What the profiled server is sent: start, handshake, the tool list and one call, as
+/// the `mcp_servers` bench's client does before it measures idle memory.
+const SESSION: &str = concat!(
+    r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"idle-code","version":"1"}}}"#,
+    "\n",
+    r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    "\n",
+    r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+    "\n",
+    r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"read_file","arguments":{"path":"a.txt"}}}"#,
+    "\n",
+);
+
+/// Builds the shipped toolhost, profiles an idle session of it and writes [`SCRIPT`].
+pub fn idle_code() -> Result {
+    run(
+        "build the toolhost that ships (profile dist)",
+        cargo().args(["build", "--profile", "dist", "-p", "toolhost"]),
+    )?;
+    announce("run an idle session under callgrind");
+    let work = root().join("target/idle-code");
+    let ws = work.join("ws");
+    io(
+        "prepare the session's workspace",
+        std::fs::create_dir_all(&ws).and_then(|()| std::fs::write(ws.join("a.txt"), "abc")),
+    )?;
+    let profile = work.join("callgrind.out");
+    let binary = io(
+        "find the built toolhost",
+        std::fs::canonicalize(root().join("target/dist/toolhost")),
+    )?;
+    let functions = profiled_functions(&binary, &ws, &profile)?;
+    let script = linker_script(&functions);
+    io(
+        SCRIPT,
+        std::fs::write(root().join(SCRIPT), script.as_bytes()),
+    )?;
+    println!(
+        "{SCRIPT}: {} patterns from {} functions",
+        script.matches("*(.text.").count(),
+        functions.len()
+    );
+    Ok(())
+}
+
+/// The mangled names of the functions `binary` ran in the session, as callgrind saw them.
+fn profiled_functions(binary: &Path, ws: &Path, profile: &Path) -> Result<Vec<String>> {
+    let mut child = io(
+        "start valgrind (apt-get install valgrind)",
+        Command::new("valgrind")
+            .args(["--tool=callgrind", "--demangle=no"])
+            .arg(format!("--callgrind-out-file={}", profile.display()))
+            .arg(binary)
+            .args(["serve", "--mcp", "--workspace"])
+            .arg(ws)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn(),
+    )?;
+    let mut input = child.stdin.take();
+    if let Some(stdin) = input.as_mut() {
+        use std::io::Write as _;
+        io("send the session", stdin.write_all(SESSION.as_bytes()))?;
+    }
+    // Every answer read before the input closes: the end of input cancels what runs.
+    let stdout = child.stdout.take();
+    let mut answered = 0;
+    if let Some(stdout) = stdout {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let line = io("read the server's answers", line)?;
+            if line.contains(r#""id":2"#) {
+                answered += 1;
+                break;
+            }
+        }
+    }
+    drop(input);
+    let status = io("wait for valgrind", child.wait())?;
+    if answered == 0 || !status.success() {
+        return fail(
+            "profile an idle session",
+            format!("the server did not answer its call ({status})"),
+        );
+    }
+    let text = io("read callgrind's profile", std::fs::read_to_string(profile))?;
+    Ok(functions_of(&text, &binary.display().to_string()))
+}
+
+/// The names of the functions of object `binary` in a callgrind profile (`ob=`, `fn=` and
+/// `cfn=` lines, names given once and then referred to by number), and of the code in no
+/// object valgrind knows (`???`), which is the binary's outside its `.text`.
+fn functions_of(profile: &str, binary: &str) -> Vec<String> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut objects: BTreeMap<String, String> = BTreeMap::new();
+    let mut names: BTreeMap<String, String> = BTreeMap::new();
+    let mut ours = BTreeSet::new();
+    let mut in_binary = false;
+    // `(12) name` defines 12; `(12)` refers to it.
+    let named = |value: &str, table: &mut BTreeMap<String, String>| -> Option<String> {
+        let value = value.trim();
+        let (id, rest) = match value.strip_prefix('(') {
+            Some(v) => v.split_once(')')?,
+            None => return Some(value.to_string()),
+        };
+        let rest = rest.trim();
+        if rest.is_empty() {
+            table.get(id).cloned()
+        } else {
+            table.insert(id.to_string(), rest.to_string());
+            Some(rest.to_string())
+        }
+    };
+    for line in profile.lines() {
+        if let Some(v) = line.strip_prefix("ob=") {
+            // Code in a section of the binary's own, outside `.text` (as the script's is),
+            // is in no object valgrind knows: `???`.
+            in_binary = named(v, &mut objects).is_some_and(|o| o == binary || o == "???");
+        } else if let Some(v) = line.strip_prefix("cob=") {
+            named(v, &mut objects);
+        } else if let Some(v) = line.strip_prefix("fn=") {
+            let name = named(v, &mut names);
+            if in_binary && let Some(name) = name {
+                ours.insert(name);
+            }
+        } else if let Some(v) = line.strip_prefix("cfn=") {
+            // Named here; counted where it is the function being described.
+            named(v, &mut names);
+        }
+    }
+    ours.into_iter().collect()
+}
+
+/// A symbol name as a section pattern that holds across builds: its hashes left out.
+fn pattern(name: &str) -> Option<String> {
+    // callgrind marks recursion levels (`name'2`).
+    let name = name.split('\'').next()?;
+    let symbol = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && !name.contains(|c: char| c.is_whitespace() || "(){};\"*?[]".contains(c));
+    if !symbol {
+        return None;
+    }
+    if let Some(at) = name.find("17h").filter(|_| name.starts_with("_ZN")) {
+        // Legacy: `…17h<16 hex>E`, then maybe `.llvm.N`.
+        let hash = &name[at + 3..];
+        if hash.len() >= 17 && hash[..16].bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Some(format!("{}17h*", &name[..at]));
+        }
+    }
+    if name.starts_with("_R") {
+        // v0: every crate root `C` carries its disambiguator, `s<base62>_`.
+        let mut out = String::new();
+        let mut rest = name;
+        while let Some(at) = rest.find("Cs") {
+            out.push_str(&rest[..at + 2]);
+            let after = &rest[at + 2..];
+            match after.find('_') {
+                Some(end) if after[..end].bytes().all(|b| b.is_ascii_alphanumeric()) => {
+                    out.push_str("*_");
+                    rest = &after[end + 1..];
+                }
+                _ => rest = after,
+            }
+        }
+        out.push_str(rest);
+        return Some(format!("{out}*"));
+    }
+    Some(format!("{name}*"))
+}
+
+/// The linker script: one output section, `.text.hot_at_idle`, before `.text`, gathering
+/// the functions' sections.
+fn linker_script(functions: &[String]) -> String {
+    let patterns: std::collections::BTreeSet<String> =
+        functions.iter().filter_map(|f| pattern(f)).collect();
+    let mut script = String::from(
+        "/* Generated by `cargo xtask idle-code` (xtask/src/idle_code.rs): the code an idle\n   `serve --mcp` runs, gathered before the rest of .text so that its pages are few.\n   Used by toolhost/build.rs; regenerate when what a server does at start changes. */\nSECTIONS\n{\n  .text.hot_at_idle :\n  {\n",
+    );
+    for p in patterns {
+        script.push_str("    *(.text.");
+        script.push_str(&p);
+        script.push_str(")\n");
+    }
+    script.push_str("  }\n}\nINSERT BEFORE .text;\n");
+    script
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_symbols_hashes_are_left_out_of_its_pattern() {
+        let cases = [
+            (
+                "_ZN10serde_core3ser12SerializeMap15serialize_entry17h1535b59fba97960dE'2",
+                Some("_ZN10serde_core3ser12SerializeMap15serialize_entry17h*"),
+            ),
+            (
+                "_ZN8tool_api6schema7Checker10check_node17hbe993b85718c8392E.llvm.123",
+                Some("_ZN8tool_api6schema7Checker10check_node17h*"),
+            ),
+            (
+                "_RNvMs16_NtCsjrHSEGnQ3l9_3std4pathNtB6_4Path13__strip_prefix",
+                Some("_RNvMs16_NtCs*_3std4pathNtB6_4Path13__strip_prefix*"),
+            ),
+            ("mi_free", Some("mi_free*")),
+            ("(below main)", None),
+            ("0x000000000058f230", None),
+        ];
+        for (name, expected) in cases {
+            assert_eq!(pattern(name).as_deref(), expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_functions_of_the_binary_are_read_from_a_profile() {
+        let profile = "ob=(1) /bin/toolhost\nfn=(1) _ZN1a1f17h0123456789abcdefE\ncob=(2) /lib/libc.so.6\ncfn=(3) memcpy\ncalls=1 0\ncfn=(2) mi_free\ncalls=1 0\n\nob=(2)\nfn=(3)\n\nob=(1)\nfn=(2)\n\nob=(4) ???\nfn=(5) hot_at_idle_fn\n";
+        assert_eq!(
+            functions_of(profile, "/bin/toolhost"),
+            ["_ZN1a1f17h0123456789abcdefE", "hot_at_idle_fn", "mi_free"]
+        );
+        let script = linker_script(&functions_of(profile, "/bin/toolhost"));
+        assert!(
+            script.contains(
+                "    *(.text._ZN1a1f17h*)\n    *(.text.hot_at_idle_fn*)\n    *(.text.mi_free*)\n"
+            ),
+            "{script}"
+        );
+        assert!(script.ends_with("INSERT BEFORE .text;\n"), "{script}");
+    }
+}
