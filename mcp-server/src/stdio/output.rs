@@ -220,6 +220,25 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_message_serialized_into_the_queue_is_one_line_between_the_others() {
+        let (writer, mut reader) = tokio::io::duplex(1 << 16);
+        let output = Output::spawn(writer);
+        let message = ServerJsonRpcMessage::response(
+            rmcp::model::ServerResult::empty(()),
+            rmcp::model::RequestId::Number(7),
+        );
+        output.send(b"{\"id\":1}").await.unwrap();
+        output.send_message(&message).await.unwrap();
+        output.send(b"{\"id\":2}").await.unwrap();
+        output.flush().await.unwrap();
+        drop(output);
+        let mut text = String::new();
+        reader.read_to_string(&mut text).await.unwrap();
+        let serialized = serde_json::to_string(&message).unwrap();
+        assert_eq!(text, format!("{{\"id\":1}}\n{serialized}\n{{\"id\":2}}\n"));
+    }
+
+    #[tokio::test]
     async fn a_sender_waits_while_the_backlog_is_over_its_limit_and_goes_on_once_read() {
         let (writer, mut reader) = tokio::io::duplex(1024);
         let output = Output::spawn(writer);
