@@ -99,33 +99,32 @@ impl<R> StdioTransport<R> {
     }
 }
 
-/// A message's bytes; with the 2025-11-25 tasks on, a 2025-era answer to `initialize` or
-/// `tools/list` declares them.
-fn wire(
+/// With the 2025-11-25 tasks on, a 2025-era answer to `initialize` or `tools/list` as it
+/// declares them; `None` for a message sent as it is.
+fn adapted(
     item: &TxJsonRpcMessage<RoleServer>,
     tasks_2025: bool,
     legacy: &AtomicBool,
-) -> serde_json::Result<Vec<u8>> {
-    if let (true, JsonRpcMessage::Response(response)) = (tasks_2025, item) {
-        let adapt: Option<fn(&mut serde_json::Value)> = match &response.result {
-            ServerResult::InitializeResult(_) => {
-                legacy.store(true, Ordering::Release);
-                Some(super::tasks_2025::declare)
-            }
-            ServerResult::ListToolsResult(_) if legacy.load(Ordering::Acquire) => {
-                Some(super::tasks_2025::offer)
-            }
-            _ => None,
-        };
-        if let Some(adapt) = adapt {
-            let mut message = serde_json::to_value(item)?;
-            if let Some(result) = message.get_mut("result") {
-                adapt(result);
-            }
-            return serde_json::to_vec(&message);
+) -> Option<serde_json::Result<Vec<u8>>> {
+    let (true, JsonRpcMessage::Response(response)) = (tasks_2025, item) else {
+        return None;
+    };
+    let adapt: fn(&mut serde_json::Value) = match &response.result {
+        ServerResult::InitializeResult(_) => {
+            legacy.store(true, Ordering::Release);
+            super::tasks_2025::declare
         }
-    }
-    serde_json::to_vec(item)
+        ServerResult::ListToolsResult(_) if legacy.load(Ordering::Acquire) => {
+            super::tasks_2025::offer
+        }
+        _ => return None,
+    };
+    Some(serde_json::to_value(item).and_then(|mut message| {
+        if let Some(result) = message.get_mut("result") {
+            adapt(result);
+        }
+        serde_json::to_vec(&message)
+    }))
 }
 
 impl<R: AsyncRead + Unpin> StdioTransport<R> {
@@ -185,9 +184,14 @@ where
             taken(&self.in_flight).remove(id);
         }
         // Queued now, in the order rmcp sends: a notification goes before the answer
-        // sent after it.
-        let sent = wire(&item, self.tasks_2025, &self.legacy).map(|bytes| self.output.send(&bytes));
-        async move { sent?.await }
+        // sent after it. A message sent as it is is serialized straight into the queue.
+        let queued = match adapted(&item, self.tasks_2025, &self.legacy) {
+            None => self.output.queue_message(&item),
+            Some(bytes) => bytes
+                .map_err(Into::into)
+                .and_then(|bytes| self.output.queue_bytes(&bytes)),
+        };
+        self.output.within_backlog(queued)
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {

@@ -62,11 +62,7 @@ impl Output {
     /// waits only while the backlog is over [`BACKLOG`], and fails once the output is
     /// closed.
     pub fn send(&self, message: &[u8]) -> impl Future<Output = std::io::Result<()>> + Send + use<> {
-        let queued = self.queue(|bytes| {
-            bytes.extend_from_slice(message);
-            Ok(())
-        });
-        self.within_backlog(queued)
+        self.within_backlog(self.queue_bytes(message))
     }
 
     /// [`Output::send`] of `message` serialized straight into the queue, with no buffer of
@@ -75,8 +71,20 @@ impl Output {
         &self,
         message: &ServerJsonRpcMessage,
     ) -> impl Future<Output = std::io::Result<()>> + Send + use<> {
-        let queued = self.queue(|bytes| serde_json::to_writer(bytes, message).map_err(Into::into));
-        self.within_backlog(queued)
+        self.within_backlog(self.queue_message(message))
+    }
+
+    /// Queues `message` as a line: how many bytes were ever queued, with it.
+    pub(super) fn queue_bytes(&self, message: &[u8]) -> std::io::Result<u64> {
+        self.queue(|bytes| {
+            bytes.extend_from_slice(message);
+            Ok(())
+        })
+    }
+
+    /// Queues `message`, serialized straight into the queue, as a line.
+    pub(super) fn queue_message(&self, message: &ServerJsonRpcMessage) -> std::io::Result<u64> {
+        self.queue(|bytes| serde_json::to_writer(bytes, message).map_err(Into::into))
     }
 
     /// Appends one line written by `write` to the queue and wakes the writer: how many
@@ -105,7 +113,7 @@ impl Output {
 
     /// Resolves at once while no more than [`BACKLOG`] bytes wait before `queued`; fails
     /// when it was not queued or the writer stopped.
-    fn within_backlog(
+    pub(super) fn within_backlog(
         &self,
         queued: std::io::Result<u64>,
     ) -> impl Future<Output = std::io::Result<()>> + Send + use<> {
