@@ -12,7 +12,8 @@
 //! written, synced (or not) and renamed over the target for a write. They show what part
 //! of each call is the kernel's on this machine, and so how low its ratio to (a) can go.
 //!
-//! `dispatch --count NAME N` runs one of them N times instead, on one thread, for
+//! `dispatch --count NAME N` runs one of them N times instead (`--count-rows` lists which
+//! can be), on one thread, for
 //! `valgrind --tool=callgrind --toggle-collect='*counted*'` to count its instructions
 //! (see [`count`]): a figure that repeats exactly, where the time moves with the evening.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
@@ -366,6 +367,11 @@ criterion_group!(dispatch, benches);
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--count-rows") {
+        // What can be counted, for whoever counts (xtask's bench), one per line.
+        println!("{}", COUNTED.join("\n"));
+        return;
+    }
     if let Some(at) = args.iter().position(|a| a == "--count") {
         let (Some(name), Some(n)) = (args.get(at + 1), args.get(at + 2)) else {
             panic!("usage: dispatch --count NAME N (NAME one of {COUNTED:?})");

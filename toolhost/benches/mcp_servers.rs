@@ -506,33 +506,28 @@ fn echo(extra: &str) -> Server {
     }
 }
 
+/// The argument after `flag`, if `flag` is given.
+fn value_of<'a>(args: &'a [String], flag: &str) -> Option<&'a String> {
+    args.iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1))
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.iter().any(|a| a == "--echo-server") {
         echo_server();
         return;
     }
-    if let Some(workspace) = args
-        .iter()
-        .position(|a| a == "--read-file-server")
-        .and_then(|i| args.get(i + 1))
-    {
+    if let Some(workspace) = value_of(&args, "--read-file-server") {
         floor::read_file_server(workspace);
         return;
     }
-    if let Some(workspace) = args
-        .iter()
-        .position(|a| a == "--rmcp-server")
-        .and_then(|i| args.get(i + 1))
-    {
+    if let Some(workspace) = value_of(&args, "--rmcp-server") {
         rmcp_peer::rmcp_server(workspace);
         return;
     }
-    if let Some(port) = args
-        .iter()
-        .position(|a| a == "--echo-http-server")
-        .and_then(|i| args.get(i + 1))
-    {
+    if let Some(port) = value_of(&args, "--echo-http-server") {
         http::echo_http_server(port.parse().expect("a port"));
         return;
     }

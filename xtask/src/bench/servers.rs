@@ -278,7 +278,7 @@ pub(super) fn mcp_servers(
     }
     // The bench adds the bare rmcp server with the same read_file itself (it is the
     // bench's own code); the Python SDK's needs the SDK.
-    match crate::peers::python_venv(peers, "python-sdk", &[crate::peers::PYTHON_SDK], "mcp") {
+    match crate::peers::python_sdk(peers) {
         Ok(python) => {
             let mut command = vec![
                 python.display().to_string(),
