@@ -36,16 +36,7 @@ use common::{call, noop, noop_definition};
 
 fn benches(c: &mut Criterion) {
     let rt = common::runtime();
-    // Writes are auto-approved, so write_file measures the write, not a prompt.
-    let policy: dispatcher_core::ConfirmationPolicy =
-        toml::from_str(r#"default = { write = "auto" }"#).unwrap();
-    let dispatcher = common::dispatcher(
-        policy,
-        [
-            noop("noop", SideEffect::None, true),
-            noop("noop_blocking", SideEffect::None, false),
-        ],
-    );
+    let dispatcher = bench_dispatcher();
     let dir = common::workspace();
     let (session, _subscriber) = common::session(&dispatcher, dir.path());
 
@@ -115,6 +106,19 @@ fn benches(c: &mut Criterion) {
     });
     kernel_floors(&mut group, dir.path());
     group.finish();
+}
+
+/// The dispatcher every row calls: the built-ins and the two no-ops, writes
+/// auto-approved (so write_file measures the write, not a prompt).
+fn bench_dispatcher() -> dispatcher_core::Dispatcher {
+    let policy: ConfirmationPolicy = toml::from_str(r#"default = { write = "auto" }"#).unwrap();
+    common::dispatcher(
+        policy,
+        [
+            noop("noop", SideEffect::None, true),
+            noop("noop_blocking", SideEffect::None, false),
+        ],
+    )
 }
 
 /// Only the work the spec's design asks of a no-op call, with this crate's types and no
@@ -303,10 +307,7 @@ fn count(name: &str, n: u64) {
         .enable_all()
         .build()
         .unwrap();
-    let dispatcher = common::dispatcher(
-        ConfirmationPolicy::default(),
-        [noop("noop", SideEffect::None, true)],
-    );
+    let dispatcher = bench_dispatcher();
     let ws = common::workspace();
     let (session, _subscriber) = common::session(&dispatcher, ws.path());
     let floor = Floor::new();
