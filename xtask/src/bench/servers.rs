@@ -448,18 +448,33 @@ pub(super) fn mcp_rows(mcp: &BTreeMap<String, (f64, f64, f64)>, floors: &CallFlo
         },
         None => missing("the MCP client's ceiling (echo server)"),
     });
-    for (server, what, floor, floor_what) in [
+    // The peers a user would pick instead: (name, what it is, the least ratio asked).
+    let rmcp = (
+        "rmcp-read-file",
+        "a bare rmcp server with the same read_file (rmcp's tool macros, no pipeline)",
+        Some(1.2),
+    );
+    let node = ("everything", "Node server-everything echo", Some(3.0));
+    let python = (
+        "python-sdk",
+        "the Python SDK's MCPServer with the same read_file",
+        None,
+    );
+    for (server, what, floor, floor_what, peers) in [
         (
             "toolhost",
             "MCP stdio read_file",
             floors.read_file,
             "read_file's floor (the call's floor + the kernel's part)",
+            vec![rmcp, node, python],
         ),
         (
             "toolhost-plugin",
             "MCP stdio word_count (example plugin, in process)",
             floors.call,
             "the call's floor",
+            // The bare rmcp server and the Python one serve read_file only.
+            vec![node],
         ),
     ] {
         let Some(t) = mcp.get(server) else {
@@ -469,24 +484,7 @@ pub(super) fn mcp_rows(mcp: &BTreeMap<String, (f64, f64, f64)>, floors: &CallFlo
         if let Some(e) = mcp.get("echo") {
             rows.push(cpu_floor_row(what, t.1, e.1, floor, floor_what));
         }
-        let peers = [
-            (
-                "rmcp-read-file",
-                "a bare rmcp server with the same read_file (rmcp's tool macros, no pipeline)",
-                Some(1.2),
-            ),
-            ("everything", "Node server-everything echo", Some(3.0)),
-            (
-                "python-sdk",
-                "the Python SDK's MCPServer with the same read_file",
-                None,
-            ),
-        ];
         for (peer, peer_what, at_least) in peers {
-            // The bare rmcp server and the Python one serve read_file only.
-            if peer != "everything" && server != "toolhost" {
-                continue;
-            }
             let Some(p) = mcp.get(peer) else {
                 rows.push(missing(&format!("{what}: calls/s vs {peer_what}")));
                 continue;
