@@ -415,8 +415,17 @@ pub fn package_library(
     let sha = io(&step, digest::sha256_file(library))?;
     let manifest = Manifest::for_library(&insp, &file_name, sha)
         .or_else(|e| fail(&step, format!("bad version in the library's metadata: {e}")))?;
-    let staging = root().join("target/xtask-package").join(&insp.name);
-    let _ = std::fs::remove_dir_all(&staging);
+    // A staging folder of this run's own: two packagings of one plugin at once (the demo
+    // and a test, two terminals) must not remove each other's files.
+    let parent = root().join("target/xtask-package");
+    io(&step, std::fs::create_dir_all(&parent))?;
+    let scratch = io(
+        &step,
+        tempfile::Builder::new()
+            .prefix(&format!("{}-", insp.name))
+            .tempdir_in(&parent),
+    )?;
+    let staging = scratch.path().join(&insp.name);
     io(&step, package::write_folder(library, &manifest, &staging))?;
     // Everything `plugin verify` checks, before anything is written where the author looks.
     verify(&staging, inspector).or_else(|e| fail(&step, format!("not packaged: {}", e.why)))?;
@@ -714,9 +723,16 @@ pub fn sign(package: &Path, key_file: &Path) -> Result<plugin_host::PublicKey> {
     if !package.is_file() {
         return fail(&step, format!("'{}' does not exist", package.display()));
     }
-    let scratch = root().join("target/xtask-sign");
-    let _ = std::fs::remove_dir_all(&scratch);
-    let folder = package::unpack_cached(package, &scratch).or_else(|e| fail(&step, e))?;
+    // A scratch folder of this run's own: two signings of one archive at once unpack to
+    // the same digest, and one must not remove the other's files.
+    let parent = root().join("target/xtask-sign");
+    io(&step, std::fs::create_dir_all(&parent))?;
+    let scratch_dir = io(
+        &step,
+        tempfile::Builder::new().prefix("sign-").tempdir_in(&parent),
+    )?;
+    let scratch = scratch_dir.path();
+    let folder = package::unpack_cached(package, scratch).or_else(|e| fail(&step, e))?;
     let text = io(
         &step,
         std::fs::read_to_string(folder.join(plugin_host::MANIFEST_FILE)),
@@ -727,7 +743,6 @@ pub fn sign(package: &Path, key_file: &Path) -> Result<plugin_host::PublicKey> {
     let out_dir = scratch.join("out");
     let packed = io(&step, package::pack(&folder, &manifest, &out_dir))?;
     io(&step, std::fs::rename(&packed, package))?;
-    let _ = std::fs::remove_dir_all(&scratch);
     Ok(key.public())
 }
 

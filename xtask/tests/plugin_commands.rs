@@ -845,3 +845,64 @@ fn the_publish_path_of_the_readme_runs_as_written_against_a_registry() {
         toolhost_tests::text(&out.stderr)
     );
 }
+
+#[test]
+fn two_signings_of_one_archive_at_once_both_sign() {
+    // The demo and a terminal (or two tests) may sign copies of one archive at the same
+    // moment: they unpack to the same digest, and neither may remove the other's files.
+    let dir = tempfile::tempdir().unwrap();
+    let folder = package_library(&fixtures().library("good"), dir.path(), "good");
+    let manifest_file = folder.join(plugin_host::MANIFEST_FILE);
+    let manifest = Manifest::parse(
+        &manifest_file,
+        &std::fs::read_to_string(&manifest_file).unwrap(),
+    )
+    .unwrap();
+    let archive = plugin_host::package::pack(&folder, &manifest, &dir.path().join("out")).unwrap();
+    let key = dir.path().join("signing.key");
+    let out = xtask(&["plugin", "keygen", path_str(&key)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        toolhost_tests::text(&out.stderr)
+    );
+
+    let copies: Vec<PathBuf> = (0..4)
+        .map(|i| {
+            let copy_dir = dir.path().join(format!("copy{i}"));
+            std::fs::create_dir_all(&copy_dir).unwrap();
+            let copy = copy_dir.join(archive.file_name().unwrap());
+            std::fs::copy(&archive, &copy).unwrap();
+            copy
+        })
+        .collect();
+    let children: Vec<_> = copies
+        .iter()
+        .map(|copy| {
+            Command::new(env!("CARGO_BIN_EXE_xtask"))
+                .args(["plugin", "sign", path_str(copy), "--key", path_str(&key)])
+                .env("CARGO_TARGET_DIR", repo_root().join("target/fixtures"))
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            toolhost_tests::text(&out.stderr)
+        );
+    }
+    for copy in &copies {
+        let out = xtask(&["plugin", "verify", path_str(copy)]);
+        let report = toolhost_tests::text(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}",
+            toolhost_tests::text(&out.stderr)
+        );
+        assert!(report.contains("signature: valid"), "{report}");
+    }
+}
