@@ -191,6 +191,55 @@ async fn endless_inline_loop_times_out_and_its_worker_is_killed_after_the_grace(
     assert_eq!(worker.status().restarts, 1);
 }
 
+/// A worker that stops reading (stopped by a signal here; a hostile plugin can stop its own
+/// process) never holds the host's async thread: a call whose frame its socket cannot take
+/// at once is written from a thread of its own, and the host's timers keep running on that
+/// (here the only) async thread. Once it reads again, every call is answered.
+#[tokio::test]
+async fn a_worker_that_stops_reading_never_holds_the_hosts_async_thread() {
+    let config = DispatcherConfig {
+        max_concurrency: 200,
+        ..Default::default()
+    };
+    let env = PluginEnv::new(
+        Dispatcher::builder()
+            .policy(allow_all())
+            .config(config)
+            .build(),
+    );
+    env.add("fault-spin", "fault-spin");
+    let report = load(&env);
+    let pid = report.workers[0].status().pid.unwrap().to_string();
+    let signal = |name: &str| {
+        let status = std::process::Command::new("kill")
+            .args([name, &pid])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill {name} {pid}");
+    };
+    signal("-STOP");
+    let padding = "x".repeat(8 * 1024);
+    // Far more than its socket holds.
+    let calls = futures_util::future::join_all(
+        (0..100).map(|_| env.call("spin_ok", json!({"padding": padding}))),
+    );
+    let started = Instant::now();
+    let timer = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let slept = started.elapsed();
+        signal("-CONT");
+        slept
+    };
+    let (results, slept) = tokio::join!(calls, timer);
+    assert!(
+        slept < Duration::from_secs(2),
+        "a 300 ms timer took {slept:?}: the async thread was held"
+    );
+    for r in &results {
+        assert_eq!(r.text(), "ok", "{r:?}");
+    }
+}
+
 #[tokio::test]
 async fn garbage_on_stdout_and_stderr_never_reaches_the_protocol() {
     let env = env();

@@ -27,6 +27,7 @@ fn logs() -> (&'static LogCapture, std::sync::MutexGuard<'static, ()>) {
             .with_writer(capture.clone())
             .with_max_level(tracing::Level::INFO)
             .with_ansi(false)
+            .with_thread_ids(true)
             .init();
         capture
     });
@@ -213,4 +214,42 @@ async fn plugin_logging(isolation: plugin_host::Isolation) {
         "{logs}"
     );
     assert!(!logs.contains("plugin trace detail"), "{logs}");
+}
+
+/// A call to an isolated plugin whose worker runs is a future on the caller's own thread,
+/// woken by the worker's answer: no blocking thread between them (each hand-off is a
+/// thread wake-up). The plugin's log line, recorded where the call runs, shows the thread.
+#[tokio::test]
+async fn an_isolated_call_to_a_running_worker_runs_on_the_callers_thread() {
+    let (capture, _serial) = logs();
+    let plugins = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    toolhost_tests::package_library(
+        &toolhost_tests::fixtures().library("good"),
+        plugins.path(),
+        "good",
+    );
+    let d = Dispatcher::new();
+    let report = common::plugin_host([plugins.path()], plugin_host::Isolation::Process)
+        .cache_dir(cache.path())
+        .load_into(&d);
+    assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
+    assert!(report.workers[0].status().pid.is_some(), "the worker runs");
+    let fx = Fixture::new(d.clone());
+    let r = d
+        .dispatch(ToolUse::new("tu_log", "log_levels", json!({})), &fx.session)
+        .await;
+    assert_eq!(r.text(), "trace formatted: false", "{r:?}");
+    let logs = capture.text();
+    let line = logs
+        .lines()
+        .find(|l| l.contains("plugin says hello at info"))
+        .unwrap_or_else(|| panic!("no plugin line in: {logs}"));
+    // `ThreadId(2)` here, `ThreadId(02)` in the log.
+    let number = |text: &str| -> Option<u64> {
+        let rest = &text[text.find("ThreadId(")? + "ThreadId(".len()..];
+        rest[..rest.find(')')?].parse().ok()
+    };
+    let here = format!("{:?}", std::thread::current().id());
+    assert_eq!(number(line), number(&here), "not on {here}: {line}");
 }

@@ -129,7 +129,7 @@ pub use context::{Level, Logger, Metadata, ToolContext, UserAnswer, WorkspaceFil
 pub use definition::{InterruptBehavior, SideEffect, ToolDefinition, is_valid_tool_name};
 pub use output::{Content, ToolError, ToolOutput};
 pub use sandbox::{Placement, ProcessSandbox, SANDBOX_SETTINGS_KEY, SandboxMode};
-pub use tool::{DefinedTool, Tool, ToolFactory, TypedFactory, factory, factory_from};
+pub use tool::{DefinedTool, Tool, ToolFactory, ToolFuture, TypedFactory, factory, factory_from};
 
 /// Re-exported so tools and plugins need no direct dependency on `serde_json`.
 pub use serde_json;

@@ -47,7 +47,30 @@ pub trait Tool: Send + Sync {
     fn cancel(&self) -> bool {
         false
     }
+
+    /// Runs the call without a thread of its own, for a tool that only waits on something
+    /// outside the process (a worker process, a server) and can be woken when it answers:
+    /// the host then polls the returned future on its async threads, saving the two thread
+    /// hand-offs of a blocking call. Return the input and context to decline (the default),
+    /// and the host runs [`Tool::execute`] on a blocking thread as usual.
+    ///
+    /// The future must never block: anything that may wait (a file, a question to the
+    /// user) belongs on a blocking thread of its own. The host races it against the call's
+    /// timeout and cancellation exactly as a blocking call, calling [`Tool::cancel`], and
+    /// drops it when it gives up on the call: the tool finishes stopping from its `Drop`.
+    /// Hosts call this; a plugin's tools never need it.
+    fn execute_async(
+        self: Arc<Self>,
+        input: Value,
+        ctx: ToolContext,
+    ) -> Result<ToolFuture, (Value, ToolContext)> {
+        Err((input, ctx))
+    }
 }
+
+/// A call run by [`Tool::execute_async`].
+pub type ToolFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<ToolOutput, ToolError>> + Send>>;
 
 /// A tool type that knows its definition and makes fresh instances with `Default`.
 ///

@@ -2,16 +2,18 @@
 //! through the call's own context, frames routed back until `Done`.
 
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use abi_stable::std_types::{RResult, RStr};
 use serde_json::Value;
 use tool_api::abi::{AbiError, OP_CONCURRENCY_SAFE};
-use tool_api::{Level, Tool, ToolContext, ToolDefinition, ToolError, ToolFactory, ToolOutput};
+use tool_api::{
+    Level, Tool, ToolContext, ToolDefinition, ToolError, ToolFactory, ToolFuture, ToolOutput,
+};
 
-use super::process::{Event, Process};
+use super::process::{Event, Inbox, Process, Waiter};
 use super::{PluginWorker, QUESTION_TIMEOUT, lock};
 use crate::protocol::{CallIdentity, FromWorker, HostAnswer, HostOp, ToWorker, WireError};
 
@@ -58,7 +60,7 @@ impl ToolFactory for IsolatedToolFactory {
 
 #[derive(Default)]
 struct Running {
-    call: Option<(Arc<Process>, u64, Sender<Event>)>,
+    call: Option<(Arc<Process>, u64, Waiter)>,
     cancelled: bool,
 }
 
@@ -146,25 +148,14 @@ fn quick_answer(rx: &mpsc::Receiver<Event>) -> Option<Event> {
     }
 }
 
-impl Tool for IsolatedTool {
-    fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let process = self.worker.process().map_err(ToolError::failed)?;
-        let call = process.next.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = mpsc::channel();
-        if !process.register(call, tx.clone()) {
-            return Err(ToolError::failed(process.cause()));
-        }
-        let cancelled = {
-            let mut running = lock(&self.running);
-            running.call = Some((process.clone(), call, tx));
-            running.cancelled
-        };
-        let _unregister = Unregister(&process, call);
+impl IsolatedTool {
+    /// The frame that starts `call`.
+    fn execute_frame(&self, call: u64, input: Value, ctx: &ToolContext) -> ToWorker {
         let log_level = (1..=5u8)
             .rev()
             .find(|&l| ctx.log().enabled(Level::from_code(l)))
             .unwrap_or(0);
-        let execute = ToWorker::Execute {
+        ToWorker::Execute {
             call,
             tool: self.name.clone(),
             input,
@@ -175,19 +166,22 @@ impl Tool for IsolatedTool {
                 workspace_root: ctx.workspace_root().into(),
             },
             log_level,
-        };
-        if let Err(e) = process.send(&execute) {
-            // The reader notices the death and explains it; wait for that.
-            tracing::debug!(plugin = %process.plugin, "cannot send a call to the worker: {e}");
         }
-        if cancelled {
-            let _ = process.send(&ToWorker::Cancel { call });
-        }
+    }
+
+    /// Waits on this thread for the end of `call`, answering the tool's callbacks through
+    /// `ctx`; with `deadline`, the call was cancelled and the worker is killed if it has not
+    /// stopped by then.
+    fn wait(
+        &self,
+        process: &Process,
+        call: u64,
+        rx: &mpsc::Receiver<Event>,
+        ctx: &ToolContext,
+        mut first: Option<Event>,
+        mut deadline: Option<Instant>,
+    ) -> Result<ToolOutput, ToolError> {
         let grace = self.worker.settings.cancel_grace;
-        let mut deadline = cancelled.then(|| Instant::now() + grace);
-        // The first answer of a quick tool comes within a round trip: looked for before
-        // this thread sleeps, it costs no wake-up.
-        let mut first = quick_answer(&rx);
         loop {
             let event = match (first.take(), deadline) {
                 (Some(event), _) => Ok(event),
@@ -233,16 +227,217 @@ impl Tool for IsolatedTool {
             }
         }
     }
+}
 
-    /// Only wakes the call's own thread, which tells the worker: `cancel` is called from
-    /// the host's async threads and must never wait on the socket.
+impl Tool for IsolatedTool {
+    fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let process = self.worker.process().map_err(ToolError::failed)?;
+        let call = process.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel();
+        if !process.register(call, Waiter::Thread(tx.clone())) {
+            return Err(ToolError::failed(process.cause()));
+        }
+        let cancelled = {
+            let mut running = lock(&self.running);
+            running.call = Some((process.clone(), call, Waiter::Thread(tx)));
+            running.cancelled
+        };
+        let _unregister = Unregister(&process, call);
+        let execute = self.execute_frame(call, input, ctx);
+        if let Err(e) = process.send(&execute) {
+            // The reader notices the death and explains it; wait for that.
+            tracing::debug!(plugin = %process.plugin, "cannot send a call to the worker: {e}");
+        }
+        if cancelled {
+            let _ = process.send(&ToWorker::Cancel { call });
+        }
+        let deadline = cancelled.then(|| Instant::now() + self.worker.settings.cancel_grace);
+        // The first answer of a quick tool comes within a round trip: looked for before
+        // this thread sleeps, it costs no wake-up.
+        let first = quick_answer(&rx);
+        self.wait(&process, call, &rx, ctx, first, deadline)
+    }
+
+    /// A call to a running worker, not yet cancelled, whose frame the socket takes at once:
+    /// sent from the host's async thread, its answer wakes that thread (the worker's reader
+    /// thread routes it), with no blocking thread in between. Otherwise (the worker must
+    /// start first, the frame is large, the worker has not read what it was sent) the call
+    /// takes [`Tool::execute`] on a blocking thread.
+    fn execute_async(
+        self: Arc<Self>,
+        input: Value,
+        ctx: ToolContext,
+    ) -> Result<ToolFuture, (Value, ToolContext)> {
+        let Some(process) = self.worker.running() else {
+            return Err((input, ctx));
+        };
+        let call = process.next.fetch_add(1, Ordering::Relaxed);
+        let inbox = Arc::new(Inbox::default());
+        {
+            let mut running = lock(&self.running);
+            if running.cancelled || !process.register(call, Waiter::Task(inbox.clone())) {
+                return Err((input, ctx));
+            }
+            running.call = Some((process.clone(), call, Waiter::Task(inbox.clone())));
+        }
+        let mut execute = self.execute_frame(call, input, &ctx);
+        match process.send_now(&execute) {
+            Ok(true) => {}
+            Ok(false) => {
+                process.unregister(call);
+                lock(&self.running).call = None;
+                let input = match &mut execute {
+                    ToWorker::Execute { input, .. } => std::mem::take(input),
+                    _ => Value::Null,
+                };
+                return Err((input, ctx));
+            }
+            // The reader notices the death and explains it (`Died`); wait for that.
+            Err(e) => {
+                tracing::debug!(plugin = %process.plugin, "cannot send a call to the worker: {e}");
+            }
+        }
+        let call = AsyncCall {
+            tool: self,
+            process,
+            call,
+            inbox,
+            ctx,
+            finished: false,
+            cancelled_at: None,
+        };
+        Ok(Box::pin(call.run()))
+    }
+
+    /// Only wakes the call's own thread (or task), which tells the worker: `cancel` is
+    /// called from the host's async threads and must never wait on the socket.
     fn cancel(&self) -> bool {
         let mut running = lock(&self.running);
         running.cancelled = true;
-        if let Some((_, _, tx)) = &running.call {
-            let _ = tx.send(Event::Cancel);
+        if let Some((_, _, waiter)) = &running.call {
+            waiter.send(Event::Cancel);
         }
         true
+    }
+}
+
+/// A call run as a future: it is woken by the worker's reader thread for each frame.
+struct AsyncCall {
+    tool: Arc<IsolatedTool>,
+    process: Arc<Process>,
+    call: u64,
+    inbox: Arc<Inbox>,
+    ctx: ToolContext,
+    /// It has its outcome (the worker is done with the call, or gone).
+    finished: bool,
+    /// When it was told to stop.
+    cancelled_at: Option<Instant>,
+}
+
+impl AsyncCall {
+    async fn run(mut self) -> Result<ToolOutput, ToolError> {
+        loop {
+            let event = std::future::poll_fn(|cx| self.inbox.poll_next(cx)).await;
+            match event {
+                Event::Frame(FromWorker::Host { request, op, .. }) => {
+                    // A callback may wait (a file, the user's approval of a write): answered
+                    // on a blocking thread, as a blocking call answers it on its own.
+                    let (ctx, process, call) = (self.ctx.clone(), self.process.clone(), self.call);
+                    let replied = tokio::task::spawn_blocking(move || {
+                        let result = answer(&ctx, op);
+                        let _ = process.send(&ToWorker::HostReply {
+                            call,
+                            request,
+                            result,
+                        });
+                    })
+                    .await;
+                    if let Err(e) = replied
+                        && e.is_panic()
+                    {
+                        std::panic::resume_unwind(e.into_panic());
+                    }
+                }
+                Event::Frame(FromWorker::Log { level, message, .. }) => {
+                    self.ctx.host().log(level, message.as_str().into());
+                }
+                Event::Frame(FromWorker::Output { chunk, .. }) => self.ctx.output(&chunk),
+                Event::Frame(FromWorker::Done { result, .. }) => {
+                    self.finished = true;
+                    self.tool.worker.call_finished();
+                    return result.map_err(tool_error);
+                }
+                Event::Frame(_) => {}
+                Event::Died(cause) => {
+                    self.finished = true;
+                    return Err(ToolError::failed(cause));
+                }
+                Event::Cancel => {
+                    if self.cancelled_at.is_none() {
+                        self.cancelled_at = Some(Instant::now());
+                        self.tell_worker_to_stop();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends `Cancel`, from a thread of its own if the socket cannot take it at once.
+    fn tell_worker_to_stop(&self) {
+        let cancel = ToWorker::Cancel { call: self.call };
+        if !matches!(self.process.send_now(&cancel), Ok(true)) {
+            let process = self.process.clone();
+            let _ = std::thread::Builder::new()
+                .name("plugin-cancel".into())
+                .spawn(move || process.send(&cancel));
+        }
+    }
+}
+
+impl Drop for AsyncCall {
+    /// Abandoned before its end (its timeout, a cancellation the host stopped waiting for,
+    /// a caller gone): a thread of its own tells the worker to stop and kills it if it has
+    /// not stopped within the grace period, as a blocking call's thread does.
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let (tx, rx) = mpsc::channel();
+        if !self.process.register(self.call, Waiter::Thread(tx.clone())) {
+            return;
+        }
+        {
+            let mut running = lock(&self.tool.running);
+            running.cancelled = true;
+            running.call = Some((self.process.clone(), self.call, Waiter::Thread(tx)));
+        }
+        let grace = self.tool.worker.settings.cancel_grace;
+        let deadline = self.cancelled_at.unwrap_or_else(Instant::now) + grace;
+        let tell = self.cancelled_at.is_none();
+        let (tool, process, call, ctx) = (
+            self.tool.clone(),
+            self.process.clone(),
+            self.call,
+            self.ctx.clone(),
+        );
+        let spawned = std::thread::Builder::new()
+            .name(format!("plugin-stop-{}", process.plugin))
+            .spawn(move || {
+                let _unregister = Unregister(&process, call);
+                // A worker whose socket cannot take the frame is not reading: it could not
+                // see it, and is killed at the deadline unless it ends the call first.
+                if tell {
+                    let _ = process.send_now(&ToWorker::Cancel { call });
+                }
+                let _ = tool.wait(&process, call, &rx, &ctx, None, Some(deadline));
+            });
+        if spawned.is_err() {
+            self.process.kill(format!(
+                "tool '{}' was abandoned and no thread could wait for it to stop",
+                self.tool.name
+            ));
+            self.process.unregister(self.call);
+        }
     }
 }
 

@@ -3,8 +3,15 @@
 //!
 //! One [`PluginWorker`] per loaded package owns the worker process. A call is one
 //! [`ToWorker::Execute`](crate::protocol::ToWorker::Execute) frame and one [`FromWorker::Done`](crate::protocol::FromWorker::Done) frame; the host answers the
-//! tool's callbacks in between on the call's own thread, through the call's real context,
-//! so file access has exactly the confinement and class checks of an in-process call.
+//! tool's callbacks in between on a blocking thread, through the call's real context, so
+//! file access has exactly the confinement and class checks of an in-process call.
+//!
+//! A call to a running worker is a future on the host's async thread
+//! ([`tool_api::Tool::execute_async`]): its frame is written without waiting, and the
+//! worker's reader thread wakes it with each frame, so a call costs the wake-ups of the
+//! worker and of its reader, not also those of a blocking thread in between. A call whose
+//! frame the socket cannot take at once (large, or a worker that stopped reading), or one
+//! that must start the worker first, runs on a blocking thread as before.
 //!
 //! When the worker dies (a signal, `abort()`, the memory limit, a protocol violation, or
 //! the host killing it because a cancelled call did not stop within the grace period),

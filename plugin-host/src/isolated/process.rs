@@ -30,13 +30,65 @@ pub(super) enum Event {
     Cancel,
 }
 
+/// Where a call hears its events: the channel its own thread waits on, or the inbox a
+/// call run as a future ([`tool_api::Tool::execute_async`]) is woken from.
+#[derive(Clone)]
+pub(super) enum Waiter {
+    Thread(Sender<Event>),
+    Task(Arc<Inbox>),
+}
+
+impl Waiter {
+    pub(super) fn send(&self, event: Event) {
+        match self {
+            Waiter::Thread(tx) => {
+                let _ = tx.send(event);
+            }
+            Waiter::Task(inbox) => inbox.push(event),
+        }
+    }
+}
+
+/// The events of a call run as a future, and the waker of the task polling it.
+#[derive(Default)]
+pub(super) struct Inbox(Mutex<(VecDeque<Event>, Option<std::task::Waker>)>);
+
+impl Inbox {
+    pub(super) fn push(&self, event: Event) {
+        let waker = {
+            let mut inbox = lock(&self.0);
+            inbox.0.push_back(event);
+            inbox.1.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// The next event, or `Pending` (woken by the next [`Inbox::push`]).
+    pub(super) fn poll_next(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Event> {
+        let mut inbox = lock(&self.0);
+        match inbox.0.pop_front() {
+            Some(event) => std::task::Poll::Ready(event),
+            None => {
+                inbox.1 = Some(cx.waker().clone());
+                std::task::Poll::Pending
+            }
+        }
+    }
+}
+
+/// The largest frame [`Process::send_now`] writes: far below half a socket's send buffer,
+/// so the kernel queues it whole or not at all.
+const SEND_NOW_LIMIT: usize = 16 * 1024;
+
 /// One running worker process.
 pub(super) struct Process {
     pub(super) plugin: String,
     pub(super) pid: u32,
     writer: Mutex<UnixStream>,
     /// Calls waiting for frames; `None` once the worker is gone.
-    pending: Mutex<Option<HashMap<u64, Sender<Event>>>>,
+    pending: Mutex<Option<HashMap<u64, Waiter>>>,
     questions: Mutex<HashMap<u64, mpsc::SyncSender<Result<String, WireError>>>>,
     pub(super) next: AtomicU64,
     /// Why the host killed it, if it did.
@@ -84,6 +136,11 @@ impl Process {
     /// (a half-written frame cannot be taken back) is killed.
     pub(super) fn send(&self, message: &ToWorker) -> std::io::Result<()> {
         let result = write_frame(&mut *lock(&self.writer), message);
+        self.written(result)
+    }
+
+    /// Kills the worker when a write failed for want of its reading.
+    fn written(&self, result: std::io::Result<()>) -> std::io::Result<()> {
         if let Err(e) = &result
             && matches!(
                 e.kind(),
@@ -111,10 +168,41 @@ impl Process {
         kill_group(self.pid);
     }
 
-    pub(super) fn register(&self, call: u64, tx: Sender<Event>) -> bool {
+    /// Writes one frame if it can without waiting: `Ok(false)` when it is large, another
+    /// writer holds the socket, or the worker has not read what it was sent (a thread must
+    /// write it). For callers on the
+    /// host's async threads, which a worker that stops reading must never hold.
+    pub(super) fn send_now(&self, message: &ToWorker) -> std::io::Result<bool> {
+        use std::io::Write as _;
+        let frame = crate::protocol::encode(message)?;
+        if frame.len() > SEND_NOW_LIMIT {
+            return Ok(false);
+        }
+        // Held by a thread blocked writing to a worker that stopped reading: not waited for.
+        let mut writer = match self.writer.try_lock() {
+            Ok(writer) => writer,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return Ok(false),
+        };
+        let flags = rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL;
+        match rustix::net::send(&*writer, &frame, flags) {
+            Ok(n) if n == frame.len() => Ok(true),
+            // Not expected for a frame this small; the rest must follow before any other
+            // frame, so it is written here.
+            Ok(n) => {
+                let rest = writer.write_all(&frame[n..]);
+                drop(writer);
+                self.written(rest).map(|()| true)
+            }
+            Err(rustix::io::Errno::AGAIN) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub(super) fn register(&self, call: u64, waiter: Waiter) -> bool {
         match lock(&self.pending).as_mut() {
             Some(pending) => {
-                pending.insert(call, tx);
+                pending.insert(call, waiter);
                 true
             }
             None => false,
@@ -604,8 +692,8 @@ fn route_frames(
             *lock(&process.cause) = Some(cause.clone());
             let pending = lock(&process.pending).take().unwrap_or_default();
             lock(&process.questions).clear();
-            for (_, tx) in pending {
-                let _ = tx.send(Event::Died(cause.clone()));
+            for (_, waiter) in pending {
+                waiter.send(Event::Died(cause.clone()));
             }
         });
     if let Err(e) = spawned {
@@ -677,8 +765,8 @@ fn route(reader: &mut BufReader<UnixStream>, process: &std::sync::Weak<Process>)
                 pending.get(&call).cloned()
             };
             // A frame for a call nobody waits for (it was abandoned) is dropped.
-            if let Some(tx) = tx {
-                let _ = tx.send(Event::Frame(frame));
+            if let Some(waiter) = tx {
+                waiter.send(Event::Frame(frame));
             }
         }
     }

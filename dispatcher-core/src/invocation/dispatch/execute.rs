@@ -1,8 +1,11 @@
 //! Steps 5 and 6 of the pipeline: the runtime grant, then the run: inline on the
 //! polling thread, or on a blocking thread under the timeout and cancellation.
 
+use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -193,47 +196,49 @@ impl Invocation {
             // Cancelled between the check above and `set_tool`: tell the tool itself.
             let _ = catch_unwind(AssertUnwindSafe(|| instance.cancel()));
         }
-        let runner = instance.clone();
-        let span = Span::current();
-        // The blocking thread logs to the caller's subscriber, even a scoped one.
-        let subscriber = tracing::dispatcher::get_default(Clone::clone);
+        let ctx = host.into_context();
         let quick = tool.run_times.usually_quick();
         let sent = Instant::now();
-        let mut handle = blocking::spawn(
-            move || {
-                tracing::dispatcher::with_default(&subscriber, || {
-                    let _entered = span.enter();
-                    let ctx = host.into_context();
-                    // Contained here, on the thread that panicked, where its backtrace is.
-                    panics::contain(|| runner.execute(input, &ctx))
-                })
-            },
-            quick,
-        );
-        let ended = |e: blocking::Ended<Result<Result<ToolOutput, ToolError>, Caught>>| match e {
-            blocking::Ended::Returned(Ok(r)) => Outcome::Returned(r),
-            blocking::Ended::Returned(Err(caught)) => Outcome::Panicked(caught),
-            blocking::Ended::Panicked(payload) => Outcome::Panicked(Caught {
-                message: tool_api::abi::panic_message(&*payload),
-                backtrace: None,
-            }),
-            blocking::Ended::Lost => Outcome::Cancelled(None),
+        // A tool that can be woken when it is answered runs as a future on this thread;
+        // any other on a blocking thread.
+        let asked = instance.clone();
+        let mut running = match panics::contain(move || asked.execute_async(input, ctx)) {
+            Err(caught) => return Outcome::Panicked(caught),
+            Ok(Ok(future)) => Running::Task(future),
+            Ok(Err((input, ctx))) => {
+                let span = Span::current();
+                // The blocking thread logs to the caller's subscriber, even a scoped one.
+                let subscriber = tracing::dispatcher::get_default(Clone::clone);
+                Running::Thread(blocking::spawn(
+                    move || {
+                        tracing::dispatcher::with_default(&subscriber, || {
+                            let _entered = span.enter();
+                            // Contained here, on the thread that panicked, where its
+                            // backtrace is.
+                            panics::contain(|| instance.execute(input, &ctx))
+                        })
+                    },
+                    quick,
+                ))
+            }
         };
         // A tool whose calls usually end within the spin budget: take its result without
         // yielding (and so without a wake-up). A cancellation or a timeout that comes
         // meanwhile is seen when the spin ends, at most CALLER_SPIN later.
-        let outcome = if quick && let Some(e) = handle.spin(blocking::CALLER_SPIN) {
-            ended(e)
+        let spun = match &mut running {
+            Running::Thread(handle) if quick => handle.spin(blocking::CALLER_SPIN).map(ended),
+            _ => None,
+        };
+        let outcome = if let Some(outcome) = spun {
+            outcome
         } else {
             tokio::select! {
                 biased;
-                e = &mut handle => ended(e),
+                outcome = &mut running => outcome,
                 _ = entry.cancelled() => {
                     let grace = self.engine.config().timeouts.cancel_grace;
-                    match tokio::time::timeout(grace, &mut handle).await {
-                        Ok(blocking::Ended::Returned(Ok(Ok(out)))) => {
-                            Outcome::Cancelled(Some(out))
-                        }
+                    match tokio::time::timeout(grace, &mut running).await {
+                        Ok(Outcome::Returned(Ok(out))) => Outcome::Cancelled(Some(out)),
                         Ok(_) => Outcome::Cancelled(None),
                         Err(_) => {
                             tracing::warn!(
@@ -280,6 +285,43 @@ impl Invocation {
             block.metadata = out.metadata;
         }
         block
+    }
+}
+
+/// A call off the async thread: a job on a blocking thread, or the tool's own future
+/// ([`Tool::execute_async`]) polled here.
+enum Running {
+    Thread(blocking::Handle<Result<Result<ToolOutput, ToolError>, Caught>>),
+    Task(tool_api::ToolFuture),
+}
+
+impl Future for Running {
+    type Output = Outcome;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+        match self.get_mut() {
+            Running::Thread(handle) => Pin::new(handle).poll(cx).map(ended),
+            // A panic in a poll is contained as a blocking call's is; the future is not
+            // polled again (its outcome is ready).
+            Running::Task(future) => match panics::contain(|| future.as_mut().poll(cx)) {
+                Ok(Poll::Ready(result)) => Poll::Ready(Outcome::Returned(result)),
+                Ok(Poll::Pending) => Poll::Pending,
+                Err(caught) => Poll::Ready(Outcome::Panicked(caught)),
+            },
+        }
+    }
+}
+
+/// How a blocking call ended, as an outcome.
+fn ended(e: blocking::Ended<Result<Result<ToolOutput, ToolError>, Caught>>) -> Outcome {
+    match e {
+        blocking::Ended::Returned(Ok(r)) => Outcome::Returned(r),
+        blocking::Ended::Returned(Err(caught)) => Outcome::Panicked(caught),
+        blocking::Ended::Panicked(payload) => Outcome::Panicked(Caught {
+            message: tool_api::abi::panic_message(&*payload),
+            backtrace: None,
+        }),
+        blocking::Ended::Lost => Outcome::Cancelled(None),
     }
 }
 
