@@ -406,6 +406,11 @@ impl Drop for AsyncCall {
         if !self.process.register(self.call, Waiter::Thread(tx.clone())) {
             return;
         }
+        // From here the reader sends to the thread; what it sent before (the call's end,
+        // a callback the worker waits on) goes there first, in order.
+        for event in self.inbox.drain() {
+            let _ = tx.send(event);
+        }
         {
             let mut running = lock(&self.tool.running);
             running.cancelled = true;

@@ -65,6 +65,11 @@ impl Inbox {
         }
     }
 
+    /// Every event not yet taken, in order.
+    pub(super) fn drain(&self) -> Vec<Event> {
+        lock(&self.0).0.drain(..).collect()
+    }
+
     /// The next event, or `Pending` (woken by the next [`Inbox::push`]).
     pub(super) fn poll_next(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Event> {
         let mut inbox = lock(&self.0);
