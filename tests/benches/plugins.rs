@@ -149,6 +149,112 @@ fn bench_plugin_against_builtin(
     });
 }
 
+/// The floor of an isolated call: a raw 200-byte request and answer between this process
+/// and `cat` over a Unix socketpair, the worker's kind of channel, nothing around them.
+struct SocketpairFloor {
+    ours: std::os::unix::net::UnixStream,
+    echo: std::process::Child,
+}
+
+impl SocketpairFloor {
+    fn start() -> SocketpairFloor {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let echo_out = theirs.try_clone().unwrap();
+        let echo = std::process::Command::new("cat")
+            .stdin(std::os::fd::OwnedFd::from(theirs))
+            .stdout(std::os::fd::OwnedFd::from(echo_out))
+            .spawn()
+            .expect("cat, the floor's echoing process");
+        SocketpairFloor { ours, echo }
+    }
+
+    fn round_trip(&mut self) {
+        use std::io::{Read, Write};
+        let request = [b'x'; 200];
+        let mut answer = [0u8; 200];
+        self.ours.write_all(&request).unwrap();
+        self.ours.read_exact(&mut answer).unwrap();
+    }
+}
+
+impl Drop for SocketpairFloor {
+    fn drop(&mut self) {
+        let _ = self.ours.shutdown(std::net::Shutdown::Both);
+        let _ = self.echo.wait();
+    }
+}
+
+/// Benches `plugin_isolated_noop`, the plugin's no-op in its worker process, paired with
+/// its floor as [`bench_plugin_against_builtin`] pairs the in-process call: each sample
+/// makes as many isolated calls as raw round trips, one kind after the other (which goes
+/// first alternates), and adds both means to `means`. Both are bound by thread wake-ups,
+/// which cost what the machine's scheduler makes them cost that second: timed apart, the
+/// ratio moved from 1.39× to 2.07× between evenings.
+fn bench_isolated_against_floor(
+    group: &mut Group<'_>,
+    rt: &tokio::runtime::Runtime,
+    dispatcher: &Dispatcher,
+    session: &dispatcher_core::Session,
+    floor: &Mutex<SocketpairFloor>,
+    means: &Mutex<Vec<(f64, f64)>>,
+) {
+    let samples = &AtomicUsize::new(0);
+    group.bench_function("plugin_isolated_noop", |b| {
+        b.to_async(rt).iter_custom(|iters| async move {
+            let (mut raw, mut isolated) = (Duration::ZERO, Duration::ZERO);
+            let isolated_first = samples.fetch_add(1, Ordering::Relaxed) % 2 == 1;
+            for side in [isolated_first, !isolated_first] {
+                if side {
+                    for _ in 0..iters {
+                        let call = call(PLUGIN_NOOP);
+                        let started = Instant::now();
+                        let result = dispatcher.dispatch(call, session).await;
+                        isolated += started.elapsed();
+                        drop(std::hint::black_box(result));
+                    }
+                } else {
+                    let mut floor = floor.lock().unwrap();
+                    let started = Instant::now();
+                    for _ in 0..iters {
+                        floor.round_trip();
+                    }
+                    raw += started.elapsed();
+                }
+            }
+            let per_call = |d: Duration| d.as_secs_f64() * 1e6 / iters.max(1) as f64;
+            means
+                .lock()
+                .unwrap()
+                .push((per_call(raw), per_call(isolated)));
+            isolated
+        })
+    });
+}
+
+/// Prints, and writes to `paired.json`, the medians of the per-sample means
+/// [`bench_isolated_against_floor`] kept, and the spread of the samples' ratios.
+fn report_isolated_against_floor(means: Vec<(f64, f64)>) {
+    if means.is_empty() {
+        return;
+    }
+    let samples = means.len();
+    let mut ratios: Vec<f64> = means.iter().map(|(raw, iso)| iso / raw).collect();
+    ratios.sort_by(f64::total_cmp);
+    let (raw, isolated): (Vec<f64>, Vec<f64>) = means.into_iter().unzip();
+    let (raw, isolated) = (median(raw), median(isolated));
+    let (low, high) = (ratios[samples / 10], ratios[samples - 1 - samples / 10]);
+    println!(
+        "plugin_dispatch/plugin_isolated_noop paired with raw_socketpair_round_trip: {isolated:.2} µs vs {raw:.2} µs ({:.2}×; samples' ratios {low:.2}–{high:.2}×, 10th to 90th percentile) over {samples} samples",
+        isolated / raw
+    );
+    let mut paired = serde_json::Map::new();
+    paired.insert(
+        "plugin_isolated_noop".into(),
+        json!({"isolated_us": isolated, "floor_us": raw, "samples": samples, "ratio_p10": low, "ratio_p90": high}),
+    );
+    write_paired("plugin_dispatch", paired);
+}
+
 /// Prints, and writes to `target/criterion/plugin_dispatch/paired.json`, the medians of
 /// the per-sample means [`bench_plugin_against_builtin`] kept (nothing when the row was
 /// filtered out of the run).
@@ -253,30 +359,17 @@ fn benches(c: &mut Criterion) {
         .unwrap();
 
     let mut group = c.benchmark_group("plugin_dispatch");
-    let plugin_noop = || call(PLUGIN_NOOP);
     let means = Mutex::new(Vec::new());
     bench_plugin_against_builtin(&mut group, &rt, &dispatcher, &session, &means);
-    let (d, s) = (&isolated, &isolated_session);
-    bench_dispatch(&mut group, &rt, "plugin_isolated_noop", plugin_noop, d, s);
     {
-        use std::io::{Read, Write};
-        let (mut ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
-        let echo_out = theirs.try_clone().unwrap();
-        let mut echo = std::process::Command::new("cat")
-            .stdin(std::os::fd::OwnedFd::from(theirs))
-            .stdout(std::os::fd::OwnedFd::from(echo_out))
-            .spawn()
-            .expect("cat, the floor's echoing process");
-        let request = [b'x'; 200];
-        let mut answer = [0u8; 200];
+        let floor = Mutex::new(SocketpairFloor::start());
         group.bench_function("raw_socketpair_round_trip", |b| {
-            b.iter(|| {
-                ours.write_all(&request).unwrap();
-                ours.read_exact(&mut answer).unwrap();
-            })
+            b.iter(|| floor.lock().unwrap().round_trip())
         });
-        drop(ours);
-        let _ = echo.wait();
+        let isolated_means = Mutex::new(Vec::new());
+        let (d, s) = (&isolated, &isolated_session);
+        bench_isolated_against_floor(&mut group, &rt, d, s, &floor, &isolated_means);
+        report_isolated_against_floor(isolated_means.into_inner().unwrap());
     }
     if let Some(components) = std::env::var_os("TOOLHOST_TEST_COMPONENTS") {
         wasm_noop(
@@ -294,48 +387,16 @@ fn benches(c: &mut Criterion) {
     report_plugin_against_builtin(means.into_inner().unwrap());
 
     // 50 distinct packages, made once; every sample loads them in a fresh process.
-    let original = std::fs::read(&library).unwrap();
-    let staging = tempfile::tempdir().unwrap();
-    let packages = tempfile::tempdir().unwrap();
-    let file_name = library.file_name().unwrap().to_owned();
-    for n in 1..=50 {
-        let dir = staging.path().join(format!("lib{n:03}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let lib = dir.join(&file_name);
-        patched_copy(&original, n, &lib);
-        package_library(&lib, packages.path(), &format!("pkg{n:03}"));
-    }
-    // An earlier start's digests and layout checks, for the usual start (nothing changed
-    // since).
-    let remembered = tempfile::tempdir().unwrap();
-    let earlier = PluginHost::new([packages.path()])
-        .isolation(Isolation::InProcess)
-        .cache_dir(remembered.path())
-        .load_into(&Dispatcher::new());
-    assert_eq!(earlier.loaded().count(), 50, "{:?}", earlier.lines());
-    rustix::fs::sync();
+    let fifty = tempfile::tempdir().unwrap();
+    let (packages, remembered, libraries) = make_packages(&library, fifty.path());
 
     let mut group = c.benchmark_group("plugin_load");
     group.sample_size(10);
     group.measurement_time(Duration::from_secs(6));
     // What a first start cannot do without: every library's SHA-256, here on all cores at
     // once (the host's own hashing function), before anything is opened.
-    let libraries: Vec<std::path::PathBuf> = (1..=50)
-        .map(|n| staging.path().join(format!("lib{n:03}")).join(&file_name))
-        .collect();
-    let cores = std::thread::available_parallelism().map_or(1, usize::from);
     group.bench_function("sha256_50_libraries", |b| {
-        b.iter(|| {
-            std::thread::scope(|s| {
-                for share in libraries.chunks(libraries.len().div_ceil(cores)) {
-                    s.spawn(move || {
-                        for lib in share {
-                            plugin_host::digest::sha256_file(lib).unwrap();
-                        }
-                    });
-                }
-            })
-        })
+        b.iter(|| counted_sha256(&libraries))
     });
     let pairs: Mutex<Vec<(LoadMode, Duration, Duration)>> = Mutex::new(Vec::new());
     for mode in LoadMode::ALL {
@@ -343,7 +404,7 @@ fn benches(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 (0..iters)
                     .map(|i| {
-                        let run = |m| load_in_child(m, packages.path(), remembered.path());
+                        let run = |m| load_in_child(m, &packages, &remembered);
                         if mode == LoadMode::Dlopen {
                             return run(mode);
                         }
@@ -365,6 +426,76 @@ fn benches(c: &mut Criterion) {
     }
     group.finish();
     report_pairs(&pairs.into_inner().unwrap());
+}
+
+/// Makes the 50 packages under `root`: `root/packages` (copies of `library` with their
+/// tool names patched apart), `root/remembered` (the cache of an earlier start over them:
+/// digests and layout checks) and the libraries themselves, which are returned.
+fn make_packages(
+    library: &Path,
+    root: &Path,
+) -> (
+    std::path::PathBuf,
+    std::path::PathBuf,
+    Vec<std::path::PathBuf>,
+) {
+    let original = std::fs::read(library).unwrap();
+    let (staging, packages) = (root.join("staging"), root.join("packages"));
+    std::fs::create_dir_all(&packages).unwrap();
+    let file_name = library.file_name().unwrap().to_owned();
+    let libraries: Vec<std::path::PathBuf> = (1..=50)
+        .map(|n| {
+            let dir = staging.join(format!("lib{n:03}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            let lib = dir.join(&file_name);
+            patched_copy(&original, n, &lib);
+            package_library(&lib, &packages, &format!("pkg{n:03}"));
+            lib
+        })
+        .collect();
+    // An earlier start's digests and layout checks, for the usual start (nothing changed
+    // since).
+    let remembered = root.join("remembered");
+    let earlier = PluginHost::new([&packages])
+        .isolation(Isolation::InProcess)
+        .cache_dir(&remembered)
+        .load_into(&Dispatcher::new());
+    assert_eq!(earlier.loaded().count(), 50, "{:?}", earlier.lines());
+    rustix::fs::sync();
+    (packages, remembered, libraries)
+}
+
+/// What a first start cannot do without: every library's SHA-256 (the host's own hashing
+/// function), on all cores at once. Named for callgrind's `--toggle-collect=*counted*`.
+#[inline(never)]
+fn counted_sha256(libraries: &[std::path::PathBuf]) {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    std::thread::scope(|s| {
+        for share in libraries.chunks(libraries.len().div_ceil(cores)) {
+            s.spawn(move || {
+                for lib in share {
+                    plugin_host::digest::sha256_file(lib).unwrap();
+                }
+            });
+        }
+    })
+}
+
+/// `dlopen` and the entry point's lookup of each library.
+#[inline(never)]
+fn counted_dlopen(libraries: &[std::path::PathBuf]) {
+    for lib in libraries {
+        abi_stable::library::lib_header_from_path(lib).unwrap();
+    }
+}
+
+/// A host's start over `packages` into `dispatcher`, with `cache`.
+#[inline(never)]
+fn counted_load(packages: &Path, cache: &Path, dispatcher: &Dispatcher) -> plugin_host::LoadReport {
+    PluginHost::new([packages])
+        .isolation(Isolation::InProcess)
+        .cache_dir(cache)
+        .load_into(dispatcher)
 }
 
 /// WebAssembly components' no-ops, in the same group as the native rows, each call in a
@@ -524,8 +655,13 @@ impl LoadMode {
 }
 
 /// The variable that makes this bench binary a child that loads once and prints how long
-/// it took: `MODE PACKAGES REMEMBERED-CACHE`.
+/// it took: `MODE PACKAGES REMEMBERED-CACHE`, one per line. MODE is a [`LoadMode`]'s bench
+/// name, or [`SHA256_CHILD`].
 const CHILD: &str = "TOOLHOST_BENCH_LOAD_CHILD";
+
+/// The child mode that hashes the 50 libraries (for counting: criterion times the hashing
+/// in this process).
+const SHA256_CHILD: &str = "sha256_50_libraries";
 
 /// One load in a fresh process, where no library is loaded yet: a library loaded once
 /// stays loaded (abi_stable never unloads), and the loader's work grows with the number of
@@ -560,29 +696,36 @@ fn child(spec: &str) {
     else {
         panic!("bad {CHILD}: {spec:?}");
     };
-    let mode = LoadMode::from_name(mode).unwrap();
     let packages = Path::new(packages);
+    let libraries = || {
+        let mut dirs: Vec<_> = std::fs::read_dir(packages)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        dirs.sort();
+        dirs.iter()
+            .map(|dir| {
+                std::fs::read_dir(dir)
+                    .unwrap()
+                    .map(|e| e.unwrap().path())
+                    .find(|p| p.extension().is_some_and(|x| x == "so"))
+                    .unwrap()
+            })
+            .collect::<Vec<_>>()
+    };
+    if mode == SHA256_CHILD {
+        let libs = libraries();
+        let start = Instant::now();
+        counted_sha256(&libs);
+        println!("{}", start.elapsed().as_nanos());
+        return;
+    }
+    let mode = LoadMode::from_name(mode).unwrap();
     let elapsed = match mode {
         LoadMode::Dlopen => {
-            let mut libs: Vec<_> = std::fs::read_dir(packages)
-                .unwrap()
-                .map(|e| e.unwrap().path())
-                .collect();
-            libs.sort();
-            let libs: Vec<_> = libs
-                .iter()
-                .map(|dir| {
-                    std::fs::read_dir(dir)
-                        .unwrap()
-                        .map(|e| e.unwrap().path())
-                        .find(|p| p.extension().is_some_and(|x| x == "so"))
-                        .unwrap()
-                })
-                .collect();
+            let libs = libraries();
             let start = Instant::now();
-            for lib in &libs {
-                abi_stable::library::lib_header_from_path(lib).unwrap();
-            }
+            counted_dlopen(&libs);
             start.elapsed()
         }
         LoadMode::Cold | LoadMode::Remembered | LoadMode::AfterBuiltins => {
@@ -600,10 +743,7 @@ fn child(spec: &str) {
                 }
             }
             let start = Instant::now();
-            let report = PluginHost::new([packages])
-                .isolation(Isolation::InProcess)
-                .cache_dir(cache)
-                .load_into(&d);
+            let report = counted_load(packages, cache, &d);
             let elapsed = start.elapsed();
             assert_eq!(report.loaded().count(), 50, "{:?}", report.lines());
             elapsed
@@ -617,6 +757,17 @@ criterion_group!(plugins, benches);
 fn main() {
     if let Ok(spec) = std::env::var(CHILD) {
         child(&spec);
+        return;
+    }
+    // `--make-packages DIR`: the 50 packages, for `cargo xtask bench` to count a start over
+    // them under callgrind (each a child as above, collected in its `counted…` function).
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(dir) = args
+        .iter()
+        .position(|a| a == "--make-packages")
+        .and_then(|i| args.get(i + 1))
+    {
+        make_packages(&release_library("bench-noop"), Path::new(dir));
         return;
     }
     plugins();

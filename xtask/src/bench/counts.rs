@@ -1,5 +1,6 @@
-//! Instructions per call of the dispatcher's CPU-bound rows, counted with callgrind: a
-//! figure that repeats exactly for the same binary, where the time moves with the evening.
+//! Instructions per call of the dispatcher's CPU-bound rows, and of a plugin host's start,
+//! counted with callgrind: a figure that repeats exactly for the same binary, where the
+//! time moves with the evening.
 //!
 //! The `dispatch` bench, started as `dispatch --count NAME N`, makes N calls of one row on
 //! one thread, each inside functions named `counted…`; callgrind collects only there
@@ -40,6 +41,49 @@ pub(super) fn dispatch_counts(skipped: &mut Vec<String>) -> Counts {
         .unwrap_or_default()
 }
 
+/// The start modes a child of the `plugins` bench counts, by its rows' names: a first start
+/// over 50 packages, a later one, and the first start's floor (hashing, then `dlopen`).
+const START_MODES: [&str; 4] = [
+    "load_50_packages",
+    "load_50_packages_remembered",
+    "sha256_50_libraries",
+    "dlopen_50_libraries",
+];
+
+/// Instructions of a start over 50 plugin packages and of its floor, each counted in a
+/// fresh child of the `plugins` bench (`--make-packages` makes them once), collected in its
+/// `counted…` function: all its threads, user space only.
+pub(super) fn start_counts(skipped: &mut Vec<String>) -> Counts {
+    announce("instructions of a host's start over 50 plugin packages (callgrind)");
+    let counted = bench_executable("toolhost-tests", "plugins").and_then(|exe| {
+        let dir = tempfile::tempdir().map_err(|e| format!("a temporary directory: {e}"))?;
+        output(Command::new(&exe).arg("--make-packages").arg(dir.path()))?;
+        START_MODES
+            .iter()
+            .map(|mode| {
+                let spec = format!(
+                    "{mode}\n{}\n{}",
+                    dir.path().join("packages").display(),
+                    dir.path().join("remembered").display()
+                );
+                let mut valgrind = Command::new("valgrind");
+                valgrind
+                    .args([
+                        "--tool=callgrind",
+                        "--callgrind-out-file=/dev/null",
+                        "--toggle-collect=*counted*",
+                        &exe,
+                    ])
+                    .env("TOOLHOST_BENCH_LOAD_CHILD", spec);
+                Ok((mode.to_string(), collected_by(&mut valgrind, mode)? as f64))
+            })
+            .collect::<Result<Counts, String>>()
+    });
+    counted
+        .map_err(|e| skipped.push(format!("instructions of a plugin host's start: {e}")))
+        .unwrap_or_default()
+}
+
 /// The path of `package`'s bench `bench`, built in the bench profile.
 fn bench_executable(package: &str, bench: &str) -> Result<String, String> {
     let text = output(cargo().args([
@@ -60,16 +104,22 @@ fn bench_executable(package: &str, bench: &str) -> Result<String, String> {
 
 /// The instructions `calls` calls of `row` took, as callgrind collected them.
 fn instructions(exe: &str, row: &str, calls: u64) -> Result<u64, String> {
-    let out = Command::new("valgrind")
-        .args([
-            "--tool=callgrind",
-            "--callgrind-out-file=/dev/null",
-            "--toggle-collect=*counted*",
-            exe,
-            "--count",
-            row,
-            &calls.to_string(),
-        ])
+    let mut valgrind = Command::new("valgrind");
+    valgrind.args([
+        "--tool=callgrind",
+        "--callgrind-out-file=/dev/null",
+        "--toggle-collect=*counted*",
+        exe,
+        "--count",
+        row,
+        &calls.to_string(),
+    ]);
+    collected_by(&mut valgrind, row)
+}
+
+/// What `valgrind` (a callgrind run of `row`) collected.
+fn collected_by(valgrind: &mut Command, row: &str) -> Result<u64, String> {
+    let out = valgrind
         .output()
         .map_err(|e| format!("cannot start valgrind ({e}); apt-get install valgrind"))?;
     let report = String::from_utf8_lossy(&out.stderr);

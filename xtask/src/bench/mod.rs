@@ -101,6 +101,7 @@ pub fn bench(write_readme: bool) -> Result {
     let printed = run_benches()?;
     let mut skipped = Vec::new();
     let dispatch_counts = counts::dispatch_counts(&mut skipped);
+    let start_counts = counts::start_counts(&mut skipped);
     let peers = root().join("target/peers");
     io("make target/peers", std::fs::create_dir_all(&peers))?;
     let design = servers::spec_design(&peers, &mut skipped);
@@ -138,7 +139,7 @@ pub fn bench(write_readme: bool) -> Result {
     rows.extend(figures::batch_rows(&printed.scale));
     rows.extend(figures::plugin_rows());
     rows.extend(figures::sandbox_rows());
-    rows.extend(figures::load_rows());
+    rows.extend(figures::load_rows(&start_counts));
     rows.extend(servers::roundtrip_rows(&printed.roundtrip));
     rows.extend(servers::mcp_rows(&mcp, &figures::call_floors()));
     rows.extend(servers::count_rows(&counts));
