@@ -343,13 +343,19 @@ impl AsyncCall {
                     // A callback may wait (a file, the user's approval of a write): answered
                     // on a blocking thread, as a blocking call answers it on its own.
                     let (ctx, process, call) = (self.ctx.clone(), self.process.clone(), self.call);
+                    // That thread logs to this call's subscriber and span, even scoped ones.
+                    let subscriber = tracing::dispatcher::get_default(Clone::clone);
+                    let span = tracing::Span::current();
                     let replied = tokio::task::spawn_blocking(move || {
-                        let result = answer(&ctx, op);
-                        let _ = process.send(&ToWorker::HostReply {
-                            call,
-                            request,
-                            result,
-                        });
+                        tracing::dispatcher::with_default(&subscriber, || {
+                            let _entered = span.enter();
+                            let result = answer(&ctx, op);
+                            let _ = process.send(&ToWorker::HostReply {
+                                call,
+                                request,
+                                result,
+                            });
+                        })
                     })
                     .await;
                     if let Err(e) = replied
