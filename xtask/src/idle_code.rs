@@ -2,7 +2,8 @@
 //! puts the code an idle `serve --mcp` runs together at the front of the binary's code.
 //!
 //! The kernel maps a binary's code in 64 KiB runs around each page first touched. The
-//! 1.5 MB an idle server runs (start, `initialize`, `tools/list`, one call) lay in 158 such
+//! 1.5 MB an idle server runs (start, `initialize`, `tools/list`, one call; bare, and with
+//! the example plugin the benches load) lay in 158 such
 //! runs across 21 MB of code, so 10 MB of it was resident; gathered in one place, it is
 //! resident in a few. The functions are found by running the shipped build (profile
 //! `dist`) under callgrind; each becomes a pattern with its hashes left out (`17h*` for a
@@ -18,18 +19,19 @@ use crate::steps::{Result, announce, cargo, fail, io, root, run};
 /// The script, from the repository's root.
 pub const SCRIPT: &str = "toolhost/link/idle-code.ld";
 
-/// What the profiled server is sent: start, handshake, the tool list and one call, as
-/// the `mcp_servers` bench's client does before it measures idle memory.
-const SESSION: &str = concat!(
-    r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"idle-code","version":"1"}}}"#,
-    "\n",
-    r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-    "\n",
-    r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
-    "\n",
-    r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"read_file","arguments":{"path":"a.txt"}}}"#,
-    "\n",
-);
+/// What the profiled server is sent: start, handshake, the tool list and one call of
+/// `call` (a `params` object), as the `mcp_servers` bench's client does before it measures
+/// idle memory.
+fn session(call: &str) -> String {
+    [
+        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"idle-code","version":"1"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+        &format!(r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{call}}}"#),
+    ]
+    .map(|line| format!("{line}\n"))
+    .concat()
+}
 
 /// Builds the shipped toolhost, profiles an idle session of it and writes [`SCRIPT`].
 pub fn idle_code() -> Result {
@@ -49,7 +51,22 @@ pub fn idle_code() -> Result {
         "find the built toolhost",
         std::fs::canonicalize(root().join("target/dist/toolhost")),
     )?;
-    let functions = profiled_functions(&binary, &ws, &profile)?;
+    // Bare, and with the example plugin the bench measures too: loading a plugin runs
+    // code of its own, which would otherwise be spread over the rest of the binary.
+    let bare = session(r#"{"name":"read_file","arguments":{"path":"a.txt"}}"#);
+    let mut functions = profiled_functions(&binary, &ws, &profile, &[], &bare)?;
+    let config = crate::bench::text_tools_config()?;
+    let with_plugin = session(r#"{"name":"word_count","arguments":{"text":"a b"}}"#);
+    let config_args = ["--config".as_ref(), config.as_os_str()];
+    functions.extend(profiled_functions(
+        &binary,
+        &ws,
+        &profile,
+        &config_args,
+        &with_plugin,
+    )?);
+    functions.sort();
+    functions.dedup();
     let script = linker_script(&functions);
     io(
         SCRIPT,
@@ -64,7 +81,13 @@ pub fn idle_code() -> Result {
 }
 
 /// The mangled names of the functions `binary` ran in the session, as callgrind saw them.
-fn profiled_functions(binary: &Path, ws: &Path, profile: &Path) -> Result<Vec<String>> {
+fn profiled_functions(
+    binary: &Path,
+    ws: &Path,
+    profile: &Path,
+    args: &[&std::ffi::OsStr],
+    session: &str,
+) -> Result<Vec<String>> {
     let mut child = io(
         "start valgrind (apt-get install valgrind)",
         Command::new("valgrind")
@@ -73,6 +96,7 @@ fn profiled_functions(binary: &Path, ws: &Path, profile: &Path) -> Result<Vec<St
             .arg(binary)
             .args(["serve", "--mcp", "--workspace"])
             .arg(ws)
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -81,7 +105,7 @@ fn profiled_functions(binary: &Path, ws: &Path, profile: &Path) -> Result<Vec<St
     let mut input = child.stdin.take();
     if let Some(stdin) = input.as_mut() {
         use std::io::Write as _;
-        io("send the session", stdin.write_all(SESSION.as_bytes()))?;
+        io("send the session", stdin.write_all(session.as_bytes()))?;
     }
     // Every answer read before the input closes: the end of input cancels what runs.
     let stdout = child.stdout.take();

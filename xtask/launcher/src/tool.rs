@@ -75,6 +75,13 @@ pub fn for_command(args: &[OsString]) -> Tool {
             args: vec!["--workspace", "--all-targets"],
         },
         Some("bench" | "wasm-fixtures") => components,
+        // It profiles a server with the example plugin the benches load, packaged as they
+        // package it.
+        Some("idle-code") => Tool {
+            what: "the xtask tool with the benches' plugin packaging",
+            why: "this command profiles a server bare and with the example plugin the benches load",
+            args: vec!["--package", "xtask", "--bin", "xtask"],
+        },
         Some("plugin") if words[1..].iter().any(|w| names_a_component(Path::new(w))) => components,
         _ => light,
     }
@@ -128,6 +135,7 @@ mod tests {
             ("plugin package app.wasm", true, false),
             ("test", true, false),
             ("wasm-fixtures", true, false),
+            ("idle-code", true, false),
             ("demo", true, true),
         ];
         for (line, components, toolhost) in table {

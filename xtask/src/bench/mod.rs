@@ -95,6 +95,14 @@ fn run_benches() -> Result<Printed> {
     })
 }
 
+/// The configuration of a server with the example plugin `text-tools` (release, signed by
+/// a trusted key, in process), as the benches measure it; packaged under `target/peers`.
+pub(crate) fn text_tools_config() -> Result<std::path::PathBuf> {
+    let peers = root().join("target/peers");
+    io("make target/peers", std::fs::create_dir_all(&peers))?;
+    Ok(servers::plugin_configs(&peers)?.text_tools)
+}
+
 /// Runs every benchmark and its peers, prints the table, and with `write_readme` puts it
 /// into the performance page.
 pub fn bench(write_readme: bool) -> Result {

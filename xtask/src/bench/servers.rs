@@ -16,7 +16,7 @@ pub(super) struct Configs {
     /// No plugins, nothing set.
     bare: PathBuf,
     /// The text-tools example plugin, signed by a trusted key (in process).
-    text_tools: PathBuf,
+    pub(super) text_tools: PathBuf,
     /// Both example plugins, signed by a trusted key (in process).
     examples: PathBuf,
 }
