@@ -28,6 +28,7 @@ pub mod components;
 #[cfg(feature = "components")]
 pub mod demo;
 pub mod fuzz;
+#[cfg(feature = "components")]
 pub mod idle_code;
 pub mod peers;
 pub mod plugin;

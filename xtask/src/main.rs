@@ -144,7 +144,8 @@ enum PluginCommand {
     },
 }
 
-/// The commands that build, load or test WebAssembly components.
+/// The commands that build, load or test WebAssembly components, or package the example
+/// plugins as the benches do.
 #[cfg(feature = "components")]
 fn with_components(command: Command) -> xtask::steps::Result {
     match command {
@@ -152,11 +153,11 @@ fn with_components(command: Command) -> xtask::steps::Result {
         Command::Ci => xtask::ci(),
         Command::Demo => xtask::demo::demo(),
         Command::Bench { write_readme } => xtask::bench::bench(write_readme),
+        Command::IdleCode => xtask::idle_code::idle_code(),
         Command::WasmFixtures => {
             xtask::components::fixtures().map(|dir| println!("{}", dir.display()))
         }
         Command::Fuzz { .. }
-        | Command::IdleCode
         | Command::Plugin(_)
         | Command::Inspect { .. }
         | Command::Verify { .. } => unreachable!("handled in main"),
@@ -328,7 +329,6 @@ fn main() -> ExitCode {
             xtask::fuzz::fuzz(&targets, seconds, xtask::fuzz::Build::Release)
         }
         Command::Plugin(command) => plugin_command(command),
-        Command::IdleCode => xtask::idle_code::idle_code(),
         Command::Inspect { library } => return child(plugin::inspect_here(&library)),
         Command::Verify { package } => return child(plugin::verify_here(&package)),
         command => with_components(command),
