@@ -111,6 +111,7 @@ pub(crate) fn register_isolated(
                 definition,
                 source: source.clone(),
                 per_call_safety: per_call_safety(&lib.tool_api),
+                answer_times: Arc::default(),
             }) as Arc<dyn tool_api::ToolFactory>
         })
         .collect();

@@ -1,7 +1,7 @@
 //! One call of an isolated tool: an `Execute` frame out, the tool's callbacks answered
 //! through the call's own context, frames routed back until `Done`.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,6 +25,30 @@ pub(crate) struct IsolatedToolFactory {
     pub(crate) definition: ToolDefinition,
     pub(crate) source: String,
     pub(crate) per_call_safety: bool,
+    /// How soon the worker has been answering this tool's calls.
+    pub(crate) answer_times: Arc<AnswerTimes>,
+}
+
+/// A moving average of how long a tool's worker took to answer a call run as a future:
+/// whether its next call should look for the answer before it yields.
+#[derive(Debug, Default)]
+pub(crate) struct AnswerTimes {
+    recent_ns: AtomicU64,
+}
+
+impl AnswerTimes {
+    fn record(&self, took: Duration) {
+        let took = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        let old = self.recent_ns.load(Ordering::Relaxed);
+        // About the last four calls; a race loses an update, no more.
+        self.recent_ns
+            .store(old - old / 4 + took / 4, Ordering::Relaxed);
+    }
+
+    /// Whether answers usually come within [`LOOK_FOR_ANSWER`].
+    fn usually_quick(&self) -> bool {
+        Duration::from_nanos(self.recent_ns.load(Ordering::Relaxed)) < LOOK_FOR_ANSWER
+    }
 }
 
 impl ToolFactory for IsolatedToolFactory {
@@ -37,6 +61,7 @@ impl ToolFactory for IsolatedToolFactory {
             worker: self.worker.clone(),
             name: self.definition.name.clone(),
             running: Mutex::new(Running::default()),
+            answer_times: self.answer_times.clone(),
         }))
     }
 
@@ -69,6 +94,7 @@ struct IsolatedTool {
     worker: Arc<PluginWorker>,
     name: String,
     running: Mutex<Running>,
+    answer_times: Arc<AnswerTimes>,
 }
 
 fn tool_error(e: WireError) -> ToolError {
@@ -336,8 +362,28 @@ struct AsyncCall {
 
 impl AsyncCall {
     async fn run(mut self) -> Result<ToolOutput, ToolError> {
+        let sent = Instant::now();
+        let answer_times = self.tool.answer_times.clone();
+        // The first answer of a tool whose worker usually answers within a round trip is
+        // looked for before this task yields: taken then, it costs no wake-up of this
+        // thread, which on a VM is most of a round trip. This holds the async thread for
+        // at most LOOK_FOR_ANSWER, and only for such a tool (as a quick blocking call's
+        // caller looks for its result).
+        let mut first = if answer_times.usually_quick() {
+            self.look_for_answer()
+        } else {
+            None
+        };
+        let mut timed = false;
         loop {
-            let event = std::future::poll_fn(|cx| self.inbox.poll_next(cx)).await;
+            let event = match first.take() {
+                Some(event) => event,
+                None => std::future::poll_fn(|cx| self.inbox.poll_next(cx)).await,
+            };
+            if !timed {
+                timed = true;
+                answer_times.record(sent.elapsed());
+            }
             match event {
                 Event::Frame(FromWorker::Host { request, op, .. }) => {
                     // A callback may wait (a file, the user's approval of a write): answered
@@ -385,6 +431,20 @@ impl AsyncCall {
                     }
                 }
             }
+        }
+    }
+
+    /// The worker's first message, if it comes within [`LOOK_FOR_ANSWER`].
+    fn look_for_answer(&self) -> Option<Event> {
+        let started = Instant::now();
+        loop {
+            if let Some(event) = self.inbox.try_next() {
+                return Some(event);
+            }
+            if started.elapsed() > LOOK_FOR_ANSWER {
+                return None;
+            }
+            std::hint::spin_loop();
         }
     }
 

@@ -65,6 +65,11 @@ impl Inbox {
         }
     }
 
+    /// The next event, if one has come.
+    pub(super) fn try_next(&self) -> Option<Event> {
+        lock(&self.0).0.pop_front()
+    }
+
     /// Every event not yet taken, in order.
     pub(super) fn drain(&self) -> Vec<Event> {
         lock(&self.0).0.drain(..).collect()
