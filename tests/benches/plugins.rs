@@ -395,9 +395,7 @@ fn benches(c: &mut Criterion) {
     group.measurement_time(Duration::from_secs(6));
     // What a first start cannot do without: every library's SHA-256, here on all cores at
     // once (the host's own hashing function), before anything is opened.
-    group.bench_function("sha256_50_libraries", |b| {
-        b.iter(|| counted_sha256(&libraries))
-    });
+    group.bench_function("sha256_50_libraries", |b| b.iter(|| sha256_all(&libraries)));
     let pairs: Mutex<Vec<(LoadMode, Duration, Duration)>> = Mutex::new(Vec::new());
     for mode in LoadMode::ALL {
         group.bench_function(mode.bench_name(), |b| {
@@ -466,9 +464,8 @@ fn make_packages(
 }
 
 /// What a first start cannot do without: every library's SHA-256 (the host's own hashing
-/// function), on all cores at once. Named for callgrind's `--toggle-collect=*counted*`.
-#[inline(never)]
-fn counted_sha256(libraries: &[std::path::PathBuf]) {
+/// function), on all cores at once.
+fn sha256_all(libraries: &[std::path::PathBuf]) {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     std::thread::scope(|s| {
         for share in libraries.chunks(libraries.len().div_ceil(cores)) {
@@ -482,16 +479,14 @@ fn counted_sha256(libraries: &[std::path::PathBuf]) {
 }
 
 /// `dlopen` and the entry point's lookup of each library.
-#[inline(never)]
-fn counted_dlopen(libraries: &[std::path::PathBuf]) {
+fn dlopen_all(libraries: &[std::path::PathBuf]) {
     for lib in libraries {
         abi_stable::library::lib_header_from_path(lib).unwrap();
     }
 }
 
 /// A host's start over `packages` into `dispatcher`, with `cache`.
-#[inline(never)]
-fn counted_load(packages: &Path, cache: &Path, dispatcher: &Dispatcher) -> plugin_host::LoadReport {
+fn load_all(packages: &Path, cache: &Path, dispatcher: &Dispatcher) -> plugin_host::LoadReport {
     PluginHost::new([packages])
         .isolation(Isolation::InProcess)
         .cache_dir(cache)
@@ -663,6 +658,11 @@ const CHILD: &str = "TOOLHOST_BENCH_LOAD_CHILD";
 /// in this process).
 const SHA256_CHILD: &str = "sha256_50_libraries";
 
+/// The child mode that starts and ends doing nothing: what a count of a child's
+/// instructions subtracts (callgrind collects every thread's, and the hashing and loading
+/// run on threads of their own, so no one function holds all of the work).
+const NOTHING_CHILD: &str = "nothing";
+
 /// One load in a fresh process, where no library is loaded yet: a library loaded once
 /// stays loaded (abi_stable never unloads), and the loader's work grows with the number of
 /// libraries a process holds, so loads in one process would each be slower than the last.
@@ -713,10 +713,14 @@ fn child(spec: &str) {
             })
             .collect::<Vec<_>>()
     };
+    if mode == NOTHING_CHILD {
+        println!("0");
+        return;
+    }
     if mode == SHA256_CHILD {
         let libs = libraries();
         let start = Instant::now();
-        counted_sha256(&libs);
+        sha256_all(&libs);
         println!("{}", start.elapsed().as_nanos());
         return;
     }
@@ -725,7 +729,7 @@ fn child(spec: &str) {
         LoadMode::Dlopen => {
             let libs = libraries();
             let start = Instant::now();
-            counted_dlopen(&libs);
+            dlopen_all(&libs);
             start.elapsed()
         }
         LoadMode::Cold | LoadMode::Remembered | LoadMode::AfterBuiltins => {
@@ -743,7 +747,7 @@ fn child(spec: &str) {
                 }
             }
             let start = Instant::now();
-            let report = counted_load(packages, cache, &d);
+            let report = load_all(packages, cache, &d);
             let elapsed = start.elapsed();
             assert_eq!(report.loaded().count(), 50, "{:?}", report.lines());
             elapsed
@@ -760,7 +764,7 @@ fn main() {
         return;
     }
     // `--make-packages DIR`: the 50 packages, for `cargo xtask bench` to count a start over
-    // them under callgrind (each a child as above, collected in its `counted…` function).
+    // them under callgrind (each a child as above, less one doing nothing).
     let args: Vec<String> = std::env::args().collect();
     if let Some(dir) = args
         .iter()

@@ -51,31 +51,34 @@ const START_MODES: [&str; 4] = [
 ];
 
 /// Instructions of a start over 50 plugin packages and of its floor, each counted in a
-/// fresh child of the `plugins` bench (`--make-packages` makes them once), collected in its
-/// `counted…` function: all its threads, user space only.
+/// fresh child of the `plugins` bench (`--make-packages` makes them once): the child's
+/// every thread (the hashing and loading run on several), user space only, less a child
+/// that starts and ends doing nothing.
 pub(super) fn start_counts(skipped: &mut Vec<String>) -> Counts {
     announce("instructions of a host's start over 50 plugin packages (callgrind)");
     let counted = bench_executable("toolhost-tests", "plugins").and_then(|exe| {
         let dir = tempfile::tempdir().map_err(|e| format!("a temporary directory: {e}"))?;
         output(Command::new(&exe).arg("--make-packages").arg(dir.path()))?;
+        let count = |mode: &str| {
+            let spec = format!(
+                "{mode}\n{}\n{}",
+                dir.path().join("packages").display(),
+                dir.path().join("remembered").display()
+            );
+            let mut valgrind = Command::new("valgrind");
+            valgrind
+                .args(["--tool=callgrind", "--callgrind-out-file=/dev/null", &exe])
+                .env("TOOLHOST_BENCH_LOAD_CHILD", spec);
+            collected_by(&mut valgrind, mode)
+        };
+        let nothing = count("nothing")?;
         START_MODES
             .iter()
             .map(|mode| {
-                let spec = format!(
-                    "{mode}\n{}\n{}",
-                    dir.path().join("packages").display(),
-                    dir.path().join("remembered").display()
-                );
-                let mut valgrind = Command::new("valgrind");
-                valgrind
-                    .args([
-                        "--tool=callgrind",
-                        "--callgrind-out-file=/dev/null",
-                        "--toggle-collect=*counted*",
-                        &exe,
-                    ])
-                    .env("TOOLHOST_BENCH_LOAD_CHILD", spec);
-                Ok((mode.to_string(), collected_by(&mut valgrind, mode)? as f64))
+                Ok((
+                    mode.to_string(),
+                    count(mode)?.saturating_sub(nothing) as f64,
+                ))
             })
             .collect::<Result<Counts, String>>()
     });

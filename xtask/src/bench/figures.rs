@@ -380,7 +380,7 @@ pub(super) fn load_rows(counts: &Counts) -> Vec<Row> {
         _ => missing(figure),
     });
     rows.push(counted_row(
-        "the same first start vs its floor (hashing, then dlopen), instructions counted in a fresh process each (all threads, user space only)",
+        "the same first start vs its floor (hashing, then dlopen), instructions counted in a fresh process each (all threads, user space only, less a process doing nothing)",
         counts,
         "load_50_packages",
         &["sha256_50_libraries", "dlopen_50_libraries"],
