@@ -13,7 +13,8 @@ use tool_api::{
     Level, Tool, ToolContext, ToolDefinition, ToolError, ToolFactory, ToolFuture, ToolOutput,
 };
 
-use super::process::{Event, Inbox, Process, Waiter};
+use super::process::Process;
+use super::waiter::{Event, Inbox, Waiter};
 use super::{PluginWorker, QUESTION_TIMEOUT, lock};
 use crate::protocol::{CallIdentity, FromWorker, HostAnswer, HostOp, ToWorker, WireError};
 

@@ -25,6 +25,7 @@
 
 mod call;
 mod process;
+mod waiter;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
