@@ -1,5 +1,6 @@
 //! Steps 5 and 6 of the pipeline: the runtime grant, then the run: inline on the
-//! polling thread, or on a blocking thread under the timeout and cancellation.
+//! polling thread, or under the timeout and cancellation as the tool's own future
+//! ([`Tool::execute_async`]) or on a blocking thread.
 
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
