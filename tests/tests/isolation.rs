@@ -209,15 +209,14 @@ async fn a_worker_that_stops_reading_never_holds_the_hosts_async_thread() {
     );
     env.add("fault-spin", "fault-spin");
     let report = load(&env);
-    let pid = report.workers[0].status().pid.unwrap().to_string();
-    let signal = |name: &str| {
-        let status = std::process::Command::new("kill")
-            .args([name, &pid])
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill {name} {pid}");
+    let pid = rustix::process::Pid::from_raw(
+        i32::try_from(report.workers[0].status().pid.unwrap()).unwrap(),
+    )
+    .unwrap();
+    let signal = |signal: rustix::process::Signal| {
+        rustix::process::kill_process(pid, signal).unwrap();
     };
-    signal("-STOP");
+    signal(rustix::process::Signal::STOP);
     let padding = "x".repeat(8 * 1024);
     // Far more than its socket holds.
     let calls = futures_util::future::join_all(
@@ -227,7 +226,7 @@ async fn a_worker_that_stops_reading_never_holds_the_hosts_async_thread() {
     let timer = async {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let slept = started.elapsed();
-        signal("-CONT");
+        signal(rustix::process::Signal::CONT);
         slept
     };
     let (results, slept) = tokio::join!(calls, timer);
