@@ -298,16 +298,17 @@ impl<R> Future for Handle<R> {
     }
 }
 
-/// How long a tool's recent blocking calls took: whether its caller should spin.
+/// How long a tool's recent calls took (or waited for an answer): whether their caller
+/// should spin for the next one's end before it yields.
 #[derive(Debug, Default)]
-pub(crate) struct RunTimes {
+pub struct RunTimes {
     /// A moving average of the last calls' durations, in nanoseconds.
     recent_ns: AtomicU64,
 }
 
 impl RunTimes {
     /// Records one call's duration.
-    pub(crate) fn record(&self, took: Duration) {
+    pub fn record(&self, took: Duration) {
         let took = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
         let old = self.recent_ns.load(Ordering::Relaxed);
         // An average over about the last four calls; races lose an update, no more.
@@ -317,7 +318,12 @@ impl RunTimes {
 
     /// Whether the tool's calls usually end within the caller's spin budget.
     pub(crate) fn usually_quick(&self) -> bool {
-        Duration::from_nanos(self.recent_ns.load(Ordering::Relaxed)) < CALLER_SPIN
+        self.usually_within(CALLER_SPIN)
+    }
+
+    /// Whether the recent calls took less than `budget`, on average.
+    pub fn usually_within(&self, budget: Duration) -> bool {
+        Duration::from_nanos(self.recent_ns.load(Ordering::Relaxed)) < budget
     }
 }
 

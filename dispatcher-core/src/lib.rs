@@ -34,6 +34,7 @@ mod workspace;
 
 use std::sync::Arc;
 
+pub use blocking::RunTimes;
 pub use call::{CallHeader, CallView};
 pub use config::{
     Chars, DEFAULT_MAX_TIMEOUT, DispatcherConfig, Limit, OnExecuteError, ResultLimits, SEPARATORS,

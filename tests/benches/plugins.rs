@@ -83,14 +83,67 @@ fn bench_dispatch(
             async move {
                 let mut timed = Duration::ZERO;
                 for _ in 0..iters {
-                    let call = make();
-                    let started = Instant::now();
-                    let result = dispatcher.dispatch(call, session).await;
-                    timed += started.elapsed();
-                    drop(std::hint::black_box(result));
+                    timed += timed_dispatch(dispatcher, session, make()).await;
                 }
                 timed
             }
+        })
+    });
+}
+
+/// One dispatch of `call`, timed alone (the call is made before the clock starts), its
+/// result freed after the clock stops, as a host frees each result once it has sent it.
+async fn timed_dispatch(
+    dispatcher: &Dispatcher,
+    session: &dispatcher_core::Session,
+    call: ToolUse,
+) -> Duration {
+    let started = Instant::now();
+    let result = dispatcher.dispatch(call, session).await;
+    let spent = started.elapsed();
+    drop(std::hint::black_box(result));
+    spent
+}
+
+/// Benches `name` paired with a base in the same samples: each criterion sample makes as
+/// many calls of `measured` as of `base` (each returns the time of one call), one kind
+/// after the other (which goes first alternates between samples), and adds the mean of
+/// either kind to `means` as (base, measured). Criterion's own estimate for the row is
+/// `measured`'s time.
+fn bench_paired<M, FM, B, FB>(
+    group: &mut Group<'_>,
+    rt: &tokio::runtime::Runtime,
+    name: &str,
+    means: &Mutex<Vec<(f64, f64)>>,
+    measured: M,
+    base: B,
+) where
+    M: Fn() -> FM,
+    FM: std::future::Future<Output = Duration>,
+    B: Fn() -> FB,
+    FB: std::future::Future<Output = Duration>,
+{
+    let (measured, base) = (&measured, &base);
+    let samples = &AtomicUsize::new(0);
+    group.bench_function(name, |b| {
+        b.to_async(rt).iter_custom(|iters| async move {
+            let (mut base_time, mut measured_time) = (Duration::ZERO, Duration::ZERO);
+            let measured_first = samples.fetch_add(1, Ordering::Relaxed) % 2 == 1;
+            for side in [measured_first, !measured_first] {
+                for _ in 0..iters {
+                    if side {
+                        measured_time += measured().await;
+                    } else {
+                        base_time += base().await;
+                    }
+                }
+            }
+            let per_call = |d: Duration| d.as_secs_f64() * 1e6 / iters.max(1) as f64;
+            means
+                .lock()
+                .unwrap()
+                .push((per_call(base_time), per_call(measured_time)));
+            measured_time
         })
     });
 }
@@ -99,10 +152,10 @@ fn bench_dispatch(
 const PLUGIN_NOOP: &str = "bench_noop_suffix_000";
 
 /// Benches `plugin_inline_noop`, the plugin's inline no-op, paired with the same tool built
-/// in: each criterion sample makes as many calls of the one as of the other, one kind
-/// after the other (which goes first alternates between samples), each call timed alone
-/// and its result freed as in [`bench_dispatch`], and adds the mean of either kind to
-/// `means`. The target compares the medians of those, so both kinds pay alike for
+/// in ([`bench_paired`]): each criterion sample makes as many calls of the one as of the
+/// other, one kind after the other (which goes first alternates between samples), each
+/// call timed alone and its result freed as in [`bench_dispatch`], and adds the mean of
+/// either kind to `means`. The target compares the medians of those, so both kinds pay alike for
 /// whatever the machine does during a sample. Benched as two rows seconds apart, the
 /// difference for the same code was +0.63 µs in one run and +0.49 µs in the next. The two
 /// kinds do not alternate call by call: each would then run after the other's code and
@@ -117,36 +170,14 @@ fn bench_plugin_against_builtin(
     session: &dispatcher_core::Session,
     means: &Mutex<Vec<(f64, f64)>>,
 ) {
-    let time = |name: &'static str| async move {
-        let call = call(name);
-        let started = Instant::now();
-        let result = dispatcher.dispatch(call, session).await;
-        let spent = started.elapsed();
-        drop(std::hint::black_box(result));
-        spent
-    };
-    let samples = &AtomicUsize::new(0);
-    group.bench_function("plugin_inline_noop", |b| {
-        b.to_async(rt).iter_custom(|iters| async move {
-            let (mut builtin, mut plugin) = (Duration::ZERO, Duration::ZERO);
-            let plugin_first = samples.fetch_add(1, Ordering::Relaxed) % 2 == 1;
-            for side in [plugin_first, !plugin_first] {
-                for _ in 0..iters {
-                    if side {
-                        plugin += time(PLUGIN_NOOP).await;
-                    } else {
-                        builtin += time("builtin_noop").await;
-                    }
-                }
-            }
-            let per_call = |d: Duration| d.as_secs_f64() * 1e6 / iters.max(1) as f64;
-            means
-                .lock()
-                .unwrap()
-                .push((per_call(builtin), per_call(plugin)));
-            plugin
-        })
-    });
+    bench_paired(
+        group,
+        rt,
+        "plugin_inline_noop",
+        means,
+        || timed_dispatch(dispatcher, session, call(PLUGIN_NOOP)),
+        || timed_dispatch(dispatcher, session, call("builtin_noop")),
+    );
 }
 
 /// The floor of an isolated call: a raw 200-byte request and answer between this process
@@ -201,37 +232,19 @@ fn bench_isolated_against_floor(
     floor: &Mutex<SocketpairFloor>,
     means: &Mutex<Vec<(f64, f64)>>,
 ) {
-    let samples = &AtomicUsize::new(0);
-    group.bench_function("plugin_isolated_noop", |b| {
-        b.to_async(rt).iter_custom(|iters| async move {
-            let (mut raw, mut isolated) = (Duration::ZERO, Duration::ZERO);
-            let isolated_first = samples.fetch_add(1, Ordering::Relaxed) % 2 == 1;
-            for side in [isolated_first, !isolated_first] {
-                if side {
-                    for _ in 0..iters {
-                        let call = call(PLUGIN_NOOP);
-                        let started = Instant::now();
-                        let result = dispatcher.dispatch(call, session).await;
-                        isolated += started.elapsed();
-                        drop(std::hint::black_box(result));
-                    }
-                } else {
-                    let mut floor = floor.lock().unwrap();
-                    let started = Instant::now();
-                    for _ in 0..iters {
-                        floor.round_trip();
-                    }
-                    raw += started.elapsed();
-                }
-            }
-            let per_call = |d: Duration| d.as_secs_f64() * 1e6 / iters.max(1) as f64;
-            means
-                .lock()
-                .unwrap()
-                .push((per_call(raw), per_call(isolated)));
-            isolated
-        })
-    });
+    bench_paired(
+        group,
+        rt,
+        "plugin_isolated_noop",
+        means,
+        || timed_dispatch(dispatcher, session, call(PLUGIN_NOOP)),
+        || async {
+            let mut floor = floor.lock().unwrap();
+            let started = Instant::now();
+            floor.round_trip();
+            started.elapsed()
+        },
+    );
 }
 
 /// Prints, and writes to `paired.json`, the medians of the per-sample means

@@ -184,8 +184,11 @@ async fn isolated_plugin_logger_reaches_the_host_subscriber_under_the_call_span_
     plugin_logging(plugin_host::Isolation::Process).await;
 }
 
-async fn plugin_logging(isolation: plugin_host::Isolation) {
-    let (capture, _serial) = logs();
+/// The `good` fixture plugin loaded with `isolation`, and the result of one call of its
+/// `log_levels`, with whether its worker ran before the call (isolated).
+async fn call_log_levels(
+    isolation: plugin_host::Isolation,
+) -> (dispatcher_core::ToolResultBlock, bool) {
     let plugins = tempfile::tempdir().unwrap();
     let cache = tempfile::tempdir().unwrap();
     toolhost_tests::package_library(
@@ -198,10 +201,20 @@ async fn plugin_logging(isolation: plugin_host::Isolation) {
         .cache_dir(cache.path())
         .load_into(&d);
     assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
+    let worker_ran = report
+        .workers
+        .first()
+        .is_some_and(|w| w.status().pid.is_some());
     let fx = Fixture::new(d.clone());
     let r = d
         .dispatch(ToolUse::new("tu_log", "log_levels", json!({})), &fx.session)
         .await;
+    (r, worker_ran)
+}
+
+async fn plugin_logging(isolation: plugin_host::Isolation) {
+    let (capture, _serial) = logs();
+    let (r, _) = call_log_levels(isolation).await;
     assert_eq!(
         r.text(),
         "trace formatted: false",
@@ -222,23 +235,8 @@ async fn plugin_logging(isolation: plugin_host::Isolation) {
 #[tokio::test]
 async fn an_isolated_call_to_a_running_worker_runs_on_the_callers_thread() {
     let (capture, _serial) = logs();
-    let plugins = tempfile::tempdir().unwrap();
-    let cache = tempfile::tempdir().unwrap();
-    toolhost_tests::package_library(
-        &toolhost_tests::fixtures().library("good"),
-        plugins.path(),
-        "good",
-    );
-    let d = Dispatcher::new();
-    let report = common::plugin_host([plugins.path()], plugin_host::Isolation::Process)
-        .cache_dir(cache.path())
-        .load_into(&d);
-    assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
-    assert!(report.workers[0].status().pid.is_some(), "the worker runs");
-    let fx = Fixture::new(d.clone());
-    let r = d
-        .dispatch(ToolUse::new("tu_log", "log_levels", json!({})), &fx.session)
-        .await;
+    let (r, worker_ran) = call_log_levels(plugin_host::Isolation::Process).await;
+    assert!(worker_ran, "the worker runs before the call");
     assert_eq!(r.text(), "trace formatted: false", "{r:?}");
     let logs = capture.text();
     let line = logs

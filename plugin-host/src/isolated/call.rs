@@ -1,12 +1,13 @@
 //! One call of an isolated tool: an `Execute` frame out, the tool's callbacks answered
 //! through the call's own context, frames routed back until `Done`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use abi_stable::std_types::{RResult, RStr};
+use dispatcher_core::RunTimes;
 use serde_json::Value;
 use tool_api::abi::{AbiError, OP_CONCURRENCY_SAFE};
 use tool_api::{
@@ -26,30 +27,8 @@ pub(crate) struct IsolatedToolFactory {
     pub(crate) definition: ToolDefinition,
     pub(crate) source: String,
     pub(crate) per_call_safety: bool,
-    /// How soon the worker has been answering this tool's calls.
-    pub(crate) answer_times: Arc<AnswerTimes>,
-}
-
-/// A moving average of how long a tool's worker took to answer a call run as a future:
-/// whether its next call should look for the answer before it yields.
-#[derive(Debug, Default)]
-pub(crate) struct AnswerTimes {
-    recent_ns: AtomicU64,
-}
-
-impl AnswerTimes {
-    fn record(&self, took: Duration) {
-        let took = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
-        let old = self.recent_ns.load(Ordering::Relaxed);
-        // About the last four calls; a race loses an update, no more.
-        self.recent_ns
-            .store(old - old / 4 + took / 4, Ordering::Relaxed);
-    }
-
-    /// Whether answers usually come within [`LOOK_FOR_ANSWER`].
-    fn usually_quick(&self) -> bool {
-        Duration::from_nanos(self.recent_ns.load(Ordering::Relaxed)) < LOOK_FOR_ANSWER
-    }
+    /// How soon the worker has been answering this tool's calls run as futures.
+    pub(crate) answer_times: Arc<RunTimes>,
 }
 
 impl ToolFactory for IsolatedToolFactory {
@@ -95,7 +74,7 @@ struct IsolatedTool {
     worker: Arc<PluginWorker>,
     name: String,
     running: Mutex<Running>,
-    answer_times: Arc<AnswerTimes>,
+    answer_times: Arc<RunTimes>,
 }
 
 fn tool_error(e: WireError) -> ToolError {
@@ -162,15 +141,16 @@ fn answer(ctx: &ToolContext, op: HostOp) -> Result<HostAnswer, WireError> {
 /// between two processes). A slower tool costs this much spinning once per call.
 const LOOK_FOR_ANSWER: Duration = Duration::from_micros(60);
 
-/// The worker's first message, if it comes within [`LOOK_FOR_ANSWER`].
-fn quick_answer(rx: &mpsc::Receiver<Event>) -> Option<Event> {
+/// The worker's first message, if `next` has it within [`LOOK_FOR_ANSWER`]: `Ok(None)`
+/// while nothing came, `Err(())` once nothing can come (the channel is closed).
+fn look_for_answer(mut next: impl FnMut() -> Result<Option<Event>, ()>) -> Option<Event> {
     let started = Instant::now();
     loop {
-        match rx.try_recv() {
-            Ok(event) => return Some(event),
-            Err(mpsc::TryRecvError::Disconnected) => return None,
-            Err(mpsc::TryRecvError::Empty) if started.elapsed() > LOOK_FOR_ANSWER => return None,
-            Err(mpsc::TryRecvError::Empty) => std::hint::spin_loop(),
+        match next() {
+            Ok(Some(event)) => return Some(event),
+            Err(()) => return None,
+            Ok(None) if started.elapsed() > LOOK_FOR_ANSWER => return None,
+            Ok(None) => std::hint::spin_loop(),
         }
     }
 }
@@ -281,7 +261,11 @@ impl Tool for IsolatedTool {
         let deadline = cancelled.then(|| Instant::now() + self.worker.settings.cancel_grace);
         // The first answer of a quick tool comes within a round trip: looked for before
         // this thread sleeps, it costs no wake-up.
-        let first = quick_answer(&rx);
+        let first = look_for_answer(|| match rx.try_recv() {
+            Ok(event) => Ok(Some(event)),
+            Err(mpsc::TryRecvError::Empty) => Ok(None),
+            Err(mpsc::TryRecvError::Disconnected) => Err(()),
+        });
         self.wait(&process, call, &rx, ctx, first, deadline)
     }
 
@@ -370,8 +354,8 @@ impl AsyncCall {
         // thread, which on a VM is most of a round trip. This holds the async thread for
         // at most LOOK_FOR_ANSWER, and only for such a tool (as a quick blocking call's
         // caller looks for its result).
-        let mut first = if answer_times.usually_quick() {
-            self.look_for_answer()
+        let mut first = if answer_times.usually_within(LOOK_FOR_ANSWER) {
+            look_for_answer(|| Ok(self.inbox.try_next()))
         } else {
             None
         };
@@ -432,20 +416,6 @@ impl AsyncCall {
                     }
                 }
             }
-        }
-    }
-
-    /// The worker's first message, if it comes within [`LOOK_FOR_ANSWER`].
-    fn look_for_answer(&self) -> Option<Event> {
-        let started = Instant::now();
-        loop {
-            if let Some(event) = self.inbox.try_next() {
-                return Some(event);
-            }
-            if started.elapsed() > LOOK_FOR_ANSWER {
-                return None;
-            }
-            std::hint::spin_loop();
         }
     }
 
