@@ -367,7 +367,10 @@ impl AsyncCall {
             };
             if !timed {
                 timed = true;
-                answer_times.record(sent.elapsed());
+                // When the answer came, not when this task took it: a task that slept
+                // takes it a wake-up later, and would then never look again.
+                let came = self.inbox.first_came().unwrap_or_else(Instant::now);
+                answer_times.record(came.saturating_duration_since(sent));
             }
             match event {
                 Event::Frame(FromWorker::Host { request, op, .. }) => {
