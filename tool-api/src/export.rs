@@ -21,12 +21,8 @@ struct Exported<T>(T);
 impl<T: Tool> AbiTool for Exported<T> {
     fn execute(&self, input_json: RStr<'_>, ctx: HostCtx) -> RResult<AbiOutput, AbiError> {
         contained("execute", || {
-            let input: serde_json::Value = match serde_json::from_str(input_json.as_str()) {
-                Ok(v) => v,
-                Err(e) => return RResult::RErr(ToolError::InvalidInput(e.to_string()).into()),
-            };
             let ctx = ToolContext::from_host(ctx);
-            match self.0.execute(input, &ctx) {
+            match self.0.execute_text(input_json.as_str(), &ctx) {
                 Ok(out) => RResult::ROk(out.into()),
                 Err(e) => RResult::RErr(e.into()),
             }

@@ -436,3 +436,59 @@ fn test_host_refuses_an_empty_patch_as_the_host_does() {
     );
     assert_eq!(host.file("empty.txt").as_deref(), Some(""));
 }
+
+/// A typed tool whose input is one count.
+#[derive(Default)]
+struct Repeat;
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct RepeatInput {
+    word: String,
+    times: u8,
+}
+
+impl crate::TypedTool for Repeat {
+    type Input = RepeatInput;
+    fn definition() -> ToolDefinition {
+        ToolDefinition::typed("repeat", "Repeat a word.", SideEffect::None).inline()
+    }
+    fn run(&self, input: RepeatInput, _: &ToolContext) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::text(input.word.repeat(input.times.into())))
+    }
+}
+
+#[test]
+fn a_typed_tool_across_the_abi_reads_its_input_text_as_a_value_would_give_it() {
+    let tool = crate::export::abi_tool(Repeat);
+    let run = |text: &str| match tool
+        .execute(RStr::from(text), TestHost::new().context().host().clone())
+    {
+        RResult::ROk(out) => Ok(ToolOutput::from(out).text_content()),
+        RResult::RErr(e) => Err(ToolError::from(e)),
+    };
+    assert_eq!(run(r#"{"word":"ab","times":3}"#).unwrap(), "ababab");
+    // The same input as a `Value` and as its text: one answer.
+    let value = Repeat
+        .execute(json!({"times": 2, "word": "x"}), &TestHost::new().context())
+        .unwrap();
+    assert_eq!(
+        run(r#"{"times":2,"word":"x"}"#).unwrap(),
+        value.text_content()
+    );
+    let refusals = [
+        (r#"{"word":"ab","times":300}"#, "does not fit the tool"),
+        (r#"{"word":"ab"}"#, "does not fit the tool"),
+        (
+            r#"{"word":"ab","times":1,"more":true}"#,
+            "does not fit the tool",
+        ),
+        (r#"{"word":"ab","times":"#, "is not JSON"),
+    ];
+    for (text, says) in refusals {
+        match run(text) {
+            Err(ToolError::InvalidInput(m)) => assert!(m.contains(says), "{text}: {m}"),
+            other => panic!("{text}: {other:?}"),
+        }
+    }
+}

@@ -48,6 +48,16 @@ pub trait Tool: Send + Sync {
         false
     }
 
+    /// Runs the call on its input as JSON text, as the input crosses the plugin ABI. The
+    /// default parses the text into a [`Value`] for [`Tool::execute`]; a
+    /// [`crate::TypedTool`] parses it straight into its input type, with no tree between.
+    /// Implement [`Tool::execute`]; the export machinery calls this.
+    fn execute_text(&self, input: &str, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let input = serde_json::from_str(input)
+            .map_err(|e| ToolError::InvalidInput(format!("the input is not JSON: {e}")))?;
+        self.execute(input, ctx)
+    }
+
     /// Runs the call without a thread of its own, for a tool that only waits on something
     /// outside the process (a worker process, a server) and can be woken when it answers:
     /// the host then polls the returned future on its async threads, saving the two thread

@@ -106,9 +106,24 @@ pub fn parse_input<T: DeserializeOwned>(input: Value) -> Result<T, ToolError> {
         .map_err(|e| ToolError::InvalidInput(format!("the input does not fit the tool: {e}")))
 }
 
+/// Parses a call's input from its JSON text into `T`, with no [`Value`] between; a
+/// mismatch is [`ToolError::InvalidInput`] as with [`parse_input`].
+fn parse_input_text<T: DeserializeOwned>(input: &str) -> Result<T, ToolError> {
+    serde_json::from_str(input).map_err(|e| {
+        ToolError::InvalidInput(match e.classify() {
+            serde_json::error::Category::Data => format!("the input does not fit the tool: {e}"),
+            _ => format!("the input is not JSON: {e}"),
+        })
+    })
+}
+
 impl<T: TypedTool> Tool for T {
     fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         self.run(parse_input(input)?, ctx)
+    }
+
+    fn execute_text(&self, input: &str, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        self.run(parse_input_text(input)?, ctx)
     }
 
     fn cancel(&self) -> bool {

@@ -12,7 +12,7 @@ use rmcp::ErrorData as McpError;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CreateTaskResult, CustomRequest, CustomResult,
     ElicitRequest, ElicitRequestParams, InputRequest, InputRequests, InputRequiredResult,
-    TaskPayload,
+    RequestId, TaskPayload,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use serde_json::{Value, json};
@@ -50,24 +50,26 @@ pub(crate) enum TaskMode {
 
 impl McpServer {
     /// `tools/call`: becomes a task when its client takes tasks and it should.
-    pub(crate) async fn serve_call(
+    ///
+    /// The call's own future, not one wrapped around it: every layer of future is a copy
+    /// of the whole call's state (kilobytes) when it starts.
+    pub(crate) fn serve_call(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, McpError> {
+    ) -> impl Future<Output = Result<CallToolResponse, McpError>> + '_ {
         self.call(request, Caller::of(context, &self.declared), TaskMode::Auto)
-            .await
     }
 
     /// A stateless (2026-07-28) `tools/call` from the HTTP transport's fast path, which
     /// hands over only requests that need nothing sent to their client before the answer
     /// (no progress token, no log level): see [`Caller::stateless`].
-    pub(crate) async fn call_stateless(
+    pub(crate) fn call_stateless(
         &self,
         request: CallToolRequestParams,
         caller: Caller,
-    ) -> Result<CallToolResponse, McpError> {
-        self.call(request, caller, TaskMode::Auto).await
+    ) -> impl Future<Output = Result<CallToolResponse, McpError>> + '_ {
+        self.call(request, caller, TaskMode::Auto)
     }
 
     /// A 2025-11-25 task request the transport renamed ([`tasks_2025`]); `None` for any
@@ -225,16 +227,14 @@ impl McpServer {
             TaskMode::Auto => self.shared.tasks.settings().enabled && caller.caps.supports_tasks(),
             TaskMode::Now { .. } => true,
         };
-        let tool_use_id: Arc<str> = match self.shared.sessions {
-            Sessions::One(_) if !takes_tasks => format!("mcp-{}", caller.id).into(),
+        let tool_use_id = match self.shared.sessions {
+            Sessions::One(_) if !takes_tasks => tool_use_id(None, &caller.id),
             // Clients sharing a session may reuse JSON-RPC ids, and a task's call outlives
             // its request's id.
-            _ => format!(
-                "mcp-{}-{}",
-                self.shared.next_call.fetch_add(1, Ordering::Relaxed),
-                caller.id
-            )
-            .into(),
+            _ => tool_use_id(
+                Some(self.shared.next_call.fetch_add(1, Ordering::Relaxed)),
+                &caller.id,
+            ),
         };
         let name = request.name.to_string();
         let arguments = Value::Object(request.arguments.take().unwrap_or_default());
@@ -325,8 +325,10 @@ impl McpServer {
         };
         match promotion {
             None => self.answer_in_request(&call, run, deferred, ct).await,
+            // Boxed: the rarer way is the larger, and a call's state is as large as its
+            // largest await.
             Some(promotion) => {
-                self.answer_as_task(&call, run, deferred, ct, promotion, mode, telling)
+                Box::pin(self.answer_as_task(&call, run, deferred, ct, promotion, mode, telling))
                     .await
             }
         }
@@ -713,4 +715,50 @@ pub(super) fn unsealed(e: dispatcher_core::store::StoreError) -> McpError {
         ),
         None,
     )
+}
+
+/// A call's `tool_use_id`: `mcp-ID` of its request's id, or `mcp-N-ID` with the server's
+/// call number `n` where ids can repeat. Written straight into the text: the formatter
+/// took more than a tenth of the server's own work on a call.
+fn tool_use_id(n: Option<u64>, id: &RequestId) -> Arc<str> {
+    let mut text = String::with_capacity(40);
+    text.push_str("mcp-");
+    let mut digits = itoa::Buffer::new();
+    if let Some(n) = n {
+        text.push_str(digits.format(n));
+        text.push('-');
+    }
+    match id {
+        RequestId::Number(number) => text.push_str(digits.format(*number)),
+        RequestId::String(id) => text.push_str(id),
+    }
+    Arc::from(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_calls_tool_use_id_names_its_request_and_its_number_where_ids_can_repeat() {
+        let cases = [
+            (None, RequestId::Number(7), "mcp-7"),
+            (None, RequestId::Number(-3), "mcp--3"),
+            (None, RequestId::String("a-b".into()), "mcp-a-b"),
+            (Some(12), RequestId::Number(7), "mcp-12-7"),
+            (Some(0), RequestId::String("x".into()), "mcp-0-x"),
+        ];
+        for (n, id, expected) in cases {
+            assert_eq!(&*tool_use_id(n, &id), expected, "{n:?} {id:?}");
+            let formatted = match n {
+                None => format!("mcp-{id}"),
+                Some(n) => format!("mcp-{n}-{id}"),
+            };
+            assert_eq!(
+                &*tool_use_id(n, &id),
+                formatted,
+                "as the formatter wrote it"
+            );
+        }
+    }
 }
