@@ -484,15 +484,29 @@ pub(super) fn mcp_rows(mcp: &BTreeMap<String, (f64, f64, f64)>, floors: &CallFlo
         if let Some(e) = mcp.get("echo") {
             rows.push(cpu_floor_row(what, t.1, e.1, floor, floor_what));
         }
+        // The most calls/s a server that makes the same call reaches under this client:
+        // the bench's read_file floor server, timed in the same rounds. Named beside a
+        // target it cannot reach itself.
+        let ceiling = mcp
+            .get("read-file-floor")
+            .filter(|_| server == "toolhost")
+            .map(|f| f.0);
         for (peer, peer_what, at_least) in peers {
             let Some(p) = mcp.get(peer) else {
                 rows.push(missing(&format!("{what}: calls/s vs {peer_what}")));
                 continue;
             };
             let times = t.0 / p.0;
+            let beside = match (ceiling, at_least) {
+                (Some(c), Some(x)) if c / p.0 < x => format!(
+                    "; the read_file floor server: {c:.0}, {:.2}× (no server that reads the file reaches {x}× with this client here)",
+                    c / p.0
+                ),
+                _ => String::new(),
+            };
             rows.push(Row {
                 figure: format!("{what}: calls/s vs {peer_what}"),
-                measured: format!("{:.0} vs {:.0}: {times:.2}×", t.0, p.0),
+                measured: format!("{:.0} vs {:.0}: {times:.2}×{beside}", t.0, p.0),
                 target: at_least.map_or("reported".into(), |x| format!("≥ {x}×")),
                 pass: at_least.map(|x| times >= x),
             });
@@ -835,6 +849,18 @@ mod tests {
                 "MCP stdio read_file: calls/s vs the Python SDK's MCPServer with the same read_file"
             ),
             ("110000 vs 1100: 100.00×", "reported", None)
+        );
+        // A floor server under the target: the row says no server reaches it here.
+        let mut slow = best.clone();
+        slow.insert("read-file-floor".into(), (80000.0, 5.2, 3.6));
+        let rows = mcp_rows(&slow, &floors);
+        let node = rows
+            .iter()
+            .find(|r| r.figure == "MCP stdio read_file: calls/s vs Node server-everything echo")
+            .expect("the Node row");
+        assert_eq!(
+            node.measured,
+            "110000 vs 30000: 3.67×; the read_file floor server: 80000, 2.67× (no server that reads the file reaches 3× with this client here)"
         );
         // word_count has no read_file peers.
         assert!(
