@@ -115,14 +115,30 @@ fn download_server(bytes: usize) -> u16 {
     port
 }
 
-/// Runs `a` and `b` in alternating order for `rounds`, each `n` times a round, and returns
-/// the medians of their per-round means, in µs.
+/// Two sides timed round by round ([`paired`]).
+struct Paired {
+    /// The medians of each side's per-round means, in µs.
+    a: f64,
+    b: f64,
+    /// Each round's `a` over its `b`, sorted: drift the two rounds share cancels out.
+    ratios: Vec<f64>,
+}
+
+impl Paired {
+    /// The per-round ratio at `share` of the way up (0.5: the median).
+    fn ratio(&self, share: f64) -> f64 {
+        let at = ((self.ratios.len() - 1) as f64 * share).round() as usize;
+        self.ratios[at]
+    }
+}
+
+/// Runs `a` and `b` in alternating order for `rounds`, each `n` times a round.
 fn paired(
     rounds: usize,
     n: usize,
     mut a: impl FnMut() -> Duration,
     mut b: impl FnMut() -> Duration,
-) -> (f64, f64) {
+) -> Paired {
     let mut means = (Vec::new(), Vec::new());
     for round in 0..rounds {
         let side = |f: &mut dyn FnMut() -> Duration| {
@@ -137,11 +153,54 @@ fn paired(
             means.0.push(side(&mut a));
         }
     }
-    let median = |mut v: Vec<f64>| {
+    let sorted = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
+        v
     };
-    (median(means.0), median(means.1))
+    let ratios = sorted(means.0.iter().zip(&means.1).map(|(a, b)| a / b).collect());
+    let median = |v: Vec<f64>| sorted(v)[rounds / 2];
+    Paired {
+        a: median(means.0),
+        b: median(means.1),
+        ratios,
+    }
+}
+
+/// The first two CPUs this process may run on (none where it has only one).
+fn two_cpus() -> (Option<usize>, Option<usize>) {
+    let Ok(allowed) = rustix::thread::sched_getaffinity(None) else {
+        return (None, None);
+    };
+    let mut cpus = (0..rustix::thread::CpuSet::MAX_CPU).filter(|&c| allowed.is_set(c));
+    match (cpus.next(), cpus.next()) {
+        (Some(a), Some(b)) => (Some(a), Some(b)),
+        _ => (None, None),
+    }
+}
+
+/// The calling thread kept to one CPU (threads and processes it starts inherit that),
+/// until dropped; nothing where `cpu` is `None`.
+struct Pinned(Option<rustix::thread::CpuSet>);
+
+impl Pinned {
+    fn to(cpu: Option<usize>) -> Pinned {
+        let Some(cpu) = cpu else {
+            return Pinned(None);
+        };
+        let before = rustix::thread::sched_getaffinity(None).expect("this thread's CPUs");
+        let mut one = rustix::thread::CpuSet::new();
+        one.set(cpu);
+        rustix::thread::sched_setaffinity(None, &one).expect("a CPU of this process's");
+        Pinned(Some(before))
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        if let Some(before) = &self.0 {
+            let _ = rustix::thread::sched_setaffinity(None, before);
+        }
+    }
 }
 
 fn worker() -> WorkerSettings {
@@ -183,10 +242,15 @@ fn main() {
     package_library(&release_library("bench-noop"), plugins.path(), "bench-noop");
     let workspace = tempfile::tempdir().unwrap();
 
-    // The isolated no-op, sandboxed and not.
+    // The isolated no-op, sandboxed and not. Both workers (and the host's threads that read
+    // them) run on one CPU and the caller on another, on both sides: left to the
+    // scheduler, a worker that shared its caller's CPU answered in a fraction of the time
+    // of one that did not, and that alone moved this pairing by 14% between two runs.
+    let (worker_cpu, caller_cpu) = two_cpus();
     let sides: Vec<(Dispatcher, dispatcher_core::Session)> = [false, true]
         .into_iter()
         .map(|unconfined| {
+            let _on = Pinned::to(worker_cpu);
             let d = Dispatcher::new();
             let report = host(plugins.path(), cache.path(), unconfined).load_into(&d);
             assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
@@ -214,12 +278,15 @@ fn main() {
             json!({"a": "x", "b": 1, "c": true}),
         )
     };
-    let (noop_sandboxed, noop_unconfined) = paired(
-        plan.rounds,
-        plan.calls,
-        || noop(&sides[0]),
-        || noop(&sides[1]),
-    );
+    let isolated = {
+        let _on = Pinned::to(caller_cpu);
+        paired(
+            plan.rounds,
+            plan.calls,
+            || noop(&sides[0]),
+            || noop(&sides[1]),
+        )
+    };
     drop(sides);
 
     // A worker's start, sandboxed and not: spawn, confine, open the library, report.
@@ -232,7 +299,11 @@ fn main() {
         assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
         spent
     };
-    let (start_sandboxed, start_unconfined) = paired(
+    let Paired {
+        a: start_sandboxed,
+        b: start_unconfined,
+        ..
+    } = paired(
         plan.rounds.min(15),
         plan.starts,
         || start(false),
@@ -267,7 +338,11 @@ fn main() {
             })
             .collect();
     let shell = |side, command: &str| timed(side, "shell", json!({ "command": command }));
-    let (shell_sandboxed, shell_host) = paired(
+    let Paired {
+        a: shell_sandboxed,
+        b: shell_host,
+        ..
+    } = paired(
         plan.rounds.min(15),
         plan.commands,
         || shell(&shells[0], "true"),
@@ -276,7 +351,11 @@ fn main() {
     // The proxied side goes through the proxy (HTTP_PROXY is set for it); the host side has
     // no proxy and connects straight.
     let download = format!("curl -fsS --max-time 60 -o /dev/null http://127.0.0.1:{port}/data");
-    let (download_proxied, download_direct) = paired(
+    let Paired {
+        a: download_proxied,
+        b: download_direct,
+        ..
+    } = paired(
         plan.rounds.min(9),
         plan.downloads,
         || shell(&shells[0], &download),
@@ -285,7 +364,11 @@ fn main() {
     let relay = bare_relay(port);
     let through_relay =
         format!("curl -fsS --max-time 60 -o /dev/null http://127.0.0.1:{relay}/data");
-    let (download_relay, download_direct_again) = paired(
+    let Paired {
+        a: download_relay,
+        b: download_direct_again,
+        ..
+    } = paired(
         plan.rounds.min(9),
         plan.downloads,
         || shell(&shells[1], &through_relay),
@@ -295,8 +378,12 @@ fn main() {
     let rate = |us: f64| mb / (us / 1e6);
 
     println!(
-        "sandbox/isolated_noop: {noop_sandboxed:.2} µs sandboxed vs {noop_unconfined:.2} µs unconfined ({:+.1}%)",
-        (noop_sandboxed / noop_unconfined - 1.0) * 100.0
+        "sandbox/isolated_noop: {:.2} µs sandboxed vs {:.2} µs unconfined; per round {:+.1}% (10th to 90th percentile: {:+.1}% to {:+.1}%)",
+        isolated.a,
+        isolated.b,
+        (isolated.ratio(0.5) - 1.0) * 100.0,
+        (isolated.ratio(0.1) - 1.0) * 100.0,
+        (isolated.ratio(0.9) - 1.0) * 100.0
     );
     println!(
         "sandbox/worker_start: {:.2} ms sandboxed vs {:.2} ms unconfined",
@@ -326,7 +413,13 @@ fn main() {
         let dir = exe.ancestors().nth(3).unwrap().join("criterion/sandbox");
         std::fs::create_dir_all(&dir).unwrap();
         let figures = json!({
-            "isolated_noop_us": {"sandboxed": noop_sandboxed, "unconfined": noop_unconfined, "rounds": plan.rounds, "calls": plan.calls},
+            "isolated_noop_us": {
+                "sandboxed": isolated.a,
+                "unconfined": isolated.b,
+                "ratio": {"p10": isolated.ratio(0.1), "p50": isolated.ratio(0.5), "p90": isolated.ratio(0.9)},
+                "rounds": plan.rounds,
+                "calls": plan.calls,
+            },
             "worker_start_us": {"sandboxed": start_sandboxed, "unconfined": start_unconfined},
             "shell_true_us": {"sandboxed": shell_sandboxed, "host": shell_host},
             "download_us": {"proxied": download_proxied, "direct": download_direct, "megabytes": mb},
