@@ -718,8 +718,8 @@ pub(super) fn unsealed(e: dispatcher_core::store::StoreError) -> McpError {
 }
 
 /// A call's `tool_use_id`: `mcp-ID` of its request's id, or `mcp-N-ID` with the server's
-/// call number `n` where ids can repeat. Written straight into the text: the formatter
-/// took more than a tenth of the server's own work on a call.
+/// call number `n` where ids can repeat. Written straight into the text: through the
+/// formatter it took about 450 instructions a call (counted with callgrind).
 fn tool_use_id(n: Option<u64>, id: &RequestId) -> Arc<str> {
     let mut text = String::with_capacity(40);
     text.push_str("mcp-");
