@@ -239,6 +239,42 @@ async fn a_worker_that_stops_reading_never_holds_the_hosts_async_thread() {
     }
 }
 
+/// A plugin that judges each call's concurrency safety is asked when the call is pushed,
+/// on the host's thread. A worker that does not answer (stopped here; a hostile plugin
+/// can stop itself) holds that thread a moment at most: the call is judged by its
+/// definition, and runs once the worker reads again.
+#[tokio::test]
+async fn a_worker_that_does_not_say_whether_a_call_may_run_beside_others_holds_the_host_a_moment_at_most()
+ {
+    let env = env();
+    env.add("good", "good");
+    let report = load(&env);
+    let pid = rustix::process::Pid::from_raw(
+        i32::try_from(report.workers[0].status().pid.unwrap()).unwrap(),
+    )
+    .unwrap();
+    let signal = |signal: rustix::process::Signal| {
+        rustix::process::kill_process(pid, signal).unwrap();
+    };
+    let session = env.session();
+    let batch = env.dispatcher.batch(&session);
+    signal(rustix::process::Signal::STOP);
+    let started = Instant::now();
+    batch.push(ToolUse::new(
+        "a",
+        "steps",
+        json!({"tag": "a", "ms": 1, "dry_run": true}),
+    ));
+    let judged = started.elapsed();
+    signal(rustix::process::Signal::CONT);
+    assert!(
+        judged < Duration::from_millis(200),
+        "pushing the call held the host's thread for {judged:?}"
+    );
+    let results = batch.finish().await;
+    assert_eq!(results[0].text(), "a done", "{results:?}");
+}
+
 #[tokio::test]
 async fn garbage_on_stdout_and_stderr_never_reaches_the_protocol() {
     let env = env();

@@ -50,8 +50,12 @@ pub const DEFAULT_MEMORY_LIMIT: u64 = 1 << 30;
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long the host waits for a plugin's answer to a quick question (per-call
-/// concurrency safety) before it uses the tool's definition instead.
-const QUESTION_TIMEOUT: Duration = Duration::from_millis(250);
+/// concurrency safety) before it uses the tool's definition instead. It is asked on the
+/// host's async thread when a call is pushed, so a worker that does not answer (stopped,
+/// or hostile) may hold that thread no longer than this. A worker answers in tens of
+/// microseconds; the rest is room for a loaded machine's wake-ups (it was 250 ms, and
+/// one such worker held every session for that long at each of its calls).
+const QUESTION_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// How long a worker may take to open its library and report (10 s).
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);

@@ -166,7 +166,9 @@ impl Process {
     }
 
     /// Asks the plugin an extension question (a quick one: it is answered on the worker's
-    /// reader thread).
+    /// reader thread): its answer, or `None` when none comes within `timeout`. Asked from
+    /// the host's async thread, so the question goes out only if the socket takes it at
+    /// once: a worker that stopped reading is not waited for.
     pub(super) fn ask_plugin(
         &self,
         name: &str,
@@ -176,12 +178,14 @@ impl Process {
         let request = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::sync_channel(1);
         lock(&self.questions).insert(request, tx);
-        let sent = self.send(&ToWorker::PluginExt {
+        let sent = self.send_now(&ToWorker::PluginExt {
             request,
             name: name.into(),
             payload,
         });
-        let answer = sent.ok().and_then(|()| rx.recv_timeout(timeout).ok());
+        let answer = matches!(sent, Ok(true))
+            .then(|| rx.recv_timeout(timeout).ok())
+            .flatten();
         lock(&self.questions).remove(&request);
         answer.and_then(Result::ok)
     }
