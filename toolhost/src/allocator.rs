@@ -64,8 +64,8 @@ unsafe extern "C" {
 
 /// The alignment every block mimalloc's plain `mi_malloc` gives has (its smallest blocks
 /// are 8 bytes, each block class a multiple of that). A layout that asks no more goes to
-/// `mi_malloc` rather than `mi_malloc_aligned`, whose extra checks cost about a fifth of
-/// every allocation's instructions here.
+/// `mi_malloc` rather than `mi_malloc_aligned`, whose extra checks cost about two fifths
+/// of every allocation's instructions here (98 against 60).
 const PLAIN_ALIGN: usize = 8;
 
 #[cfg(test)]
@@ -124,7 +124,8 @@ static CHOOSE: extern "C" fn(c_int, *const *const c_char, *const *const c_char) 
 unsafe impl GlobalAlloc for Allocator {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's contract for `alloc`, passed on.
+        // SAFETY: the caller's contract for `alloc`, passed on; every block of `mi_malloc`
+        // is 8-aligned, all that a layout it is given asks.
         unsafe {
             if system() {
                 System.alloc(layout)
