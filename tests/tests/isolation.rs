@@ -191,6 +191,16 @@ async fn endless_inline_loop_times_out_and_its_worker_is_killed_after_the_grace(
     assert_eq!(worker.status().restarts, 1);
 }
 
+/// Sends a signal to the load's first worker (STOP, CONT: what a hostile plugin can do to
+/// its own process).
+fn signals_to_worker(report: &LoadReport) -> impl Fn(rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(
+        i32::try_from(report.workers[0].status().pid.unwrap()).unwrap(),
+    )
+    .unwrap();
+    move |signal| rustix::process::kill_process(pid, signal).unwrap()
+}
+
 /// A worker that stops reading (stopped by a signal here; a hostile plugin can stop its own
 /// process) never holds the host's async thread: a call whose frame its socket cannot take
 /// at once is written from a thread of its own, and the host's timers keep running on that
@@ -209,13 +219,7 @@ async fn a_worker_that_stops_reading_never_holds_the_hosts_async_thread() {
     );
     env.add("fault-spin", "fault-spin");
     let report = load(&env);
-    let pid = rustix::process::Pid::from_raw(
-        i32::try_from(report.workers[0].status().pid.unwrap()).unwrap(),
-    )
-    .unwrap();
-    let signal = |signal: rustix::process::Signal| {
-        rustix::process::kill_process(pid, signal).unwrap();
-    };
+    let signal = signals_to_worker(&report);
     signal(rustix::process::Signal::STOP);
     let padding = "x".repeat(8 * 1024);
     // Far more than its socket holds.
@@ -249,13 +253,7 @@ async fn a_worker_that_does_not_say_whether_a_call_may_run_beside_others_holds_t
     let env = env();
     env.add("good", "good");
     let report = load(&env);
-    let pid = rustix::process::Pid::from_raw(
-        i32::try_from(report.workers[0].status().pid.unwrap()).unwrap(),
-    )
-    .unwrap();
-    let signal = |signal: rustix::process::Signal| {
-        rustix::process::kill_process(pid, signal).unwrap();
-    };
+    let signal = signals_to_worker(&report);
     let session = env.session();
     let batch = env.dispatcher.batch(&session);
     signal(rustix::process::Signal::STOP);

@@ -168,7 +168,8 @@ impl Process {
     /// Asks the plugin an extension question (a quick one: it is answered on the worker's
     /// reader thread): its answer, or `None` when none comes within `timeout`. Asked from
     /// the host's async thread, so the question goes out only if the socket takes it at
-    /// once: a worker that stopped reading is not waited for.
+    /// once: a worker that stopped reading is not waited for, and a question over
+    /// [`SEND_NOW_LIMIT`] (a call's input of about 16 KB) is not asked.
     pub(super) fn ask_plugin(
         &self,
         name: &str,
