@@ -200,8 +200,11 @@ impl HostContext for CallHost {
             Access::Read,
             "list",
             p,
-            || self.workspace.list_within(p, self.budget.as_deref()),
-            |names| names.into_iter().map(RString::from).collect(),
+            || {
+                self.workspace
+                    .list_within::<RString>(p, self.budget.as_deref())
+            },
+            RVec::from,
         )
     }
     fn fs_delete(&self, path: RStr<'_>) -> RResult<(), AbiError> {

@@ -3,7 +3,7 @@
 
 use std::fmt::Display;
 
-use abi_stable::std_types::{RResult, RSlice, RStr};
+use abi_stable::std_types::{RResult, RSlice, RStr, RString};
 
 use crate::abi::{AbiError, HostCtx};
 use crate::output::ToolError;
@@ -334,8 +334,10 @@ impl WorkspaceFiles<'_> {
 
     /// The names in a directory, sorted; directories end with `/`.
     pub fn list(&self, path: &str) -> Result<Vec<String>, ToolError> {
+        // Within one binary (a built-in tool) the list and its strings are taken over as
+        // they are; from another, copied.
         lift(self.host.fs_list(path.into()), |v| {
-            v.into_iter().map(|s| s.into_string()).collect()
+            v.into_vec().into_iter().map(RString::into_string).collect()
         })
     }
 

@@ -13,7 +13,7 @@ use cap_std::ambient_authority;
 use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
 
 pub use budget::{INLINE_BYTES, INLINE_ENTRIES, InlineBudget, Opened};
-use entries::each_entry;
+use entries::{each_entry, owned_name, sorted};
 pub use error::FsError;
 
 /// The most one whole-file read returns (1 GiB): a larger file is refused with
@@ -485,27 +485,24 @@ impl Workspace {
     }
 
     /// The entry names of a directory, within `budget` if given (at most
-    /// [`INLINE_ENTRIES`]).
-    pub fn list_within(
+    /// [`INLINE_ENTRIES`]), each made the caller's string type as it takes its place in
+    /// the sorted list (a tool host's ABI string, with no second list to convert).
+    pub fn list_within<N: From<String>>(
         &self,
         path: &str,
         budget: Option<&InlineBudget>,
-    ) -> Result<Vec<String>, FsError> {
+    ) -> Result<Vec<N>, FsError> {
         let rel = self.resolve(path)?;
         let io_err = |e| self.io_error(path, e);
-        let mut names = Vec::new();
+        // Room for a small directory's names without growing (32 of them in 768 bytes).
+        let mut names = Vec::with_capacity(32);
         let mut push = |name: &[u8], is_dir: bool| {
             if let Some(budget) = budget
                 && names.len() == INLINE_ENTRIES
             {
                 return Err(budget.over(path, "a directory of over 1,024 entries"));
             }
-            let mut owned = String::with_capacity(name.len() + usize::from(is_dir));
-            owned.push_str(&String::from_utf8_lossy(name));
-            if is_dir {
-                owned.push('/');
-            }
-            names.push(owned);
+            names.push(owned_name(name, is_dir));
             Ok(())
         };
         if let Some(fd) = budget.and_then(|b| b.take_opened(&rel)) {
@@ -518,8 +515,7 @@ impl Workspace {
             }
         }
         // Names in one directory differ, so an unstable sort gives the one order.
-        names.sort_unstable();
-        Ok(names)
+        Ok(sorted(names))
     }
 
     /// Deletes a file (not a directory).
