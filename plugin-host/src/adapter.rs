@@ -85,8 +85,12 @@ thread_local! {
 }
 
 /// `input` as JSON text, written into `buf`.
-fn json_text<'b>(buf: &'b mut Vec<u8>, input: &Value) -> Result<&'b str, ToolError> {
-    serde_json::to_writer(&mut *buf, input).map_err(|e| ToolError::internal(e.to_string()))?;
+fn write_json(buf: &mut Vec<u8>, input: &Value) -> Result<(), ToolError> {
+    serde_json::to_writer(buf, input).map_err(|e| ToolError::internal(e.to_string()))
+}
+
+/// The JSON text [`write_json`] wrote.
+fn as_text(buf: &[u8]) -> Result<&str, ToolError> {
     // serde_json writes UTF-8; the check is a formality the compiler cannot skip.
     std::str::from_utf8(buf).map_err(|e| ToolError::internal(e.to_string()))
 }
@@ -106,20 +110,35 @@ impl PluginTool {
     }
 }
 
-impl Tool for PluginTool {
-    fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        // The input's JSON text is written into this thread's scratch buffer: one
-        // allocation less per call. Taken out while in use, so a call made from inside the
-        // plugin (through the host) gets a buffer of its own.
+impl PluginTool {
+    /// The plugin's `execute` with the input's JSON text, which `write` puts into this
+    /// thread's scratch buffer: one allocation less per call. Taken out while in use, so a
+    /// call made from inside the plugin (through the host) gets a buffer of its own.
+    fn execute_written(
+        &self,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<(), ToolError>,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
         let mut json = INPUT_TEXT.take();
         json.clear();
-        let text = json_text(&mut json, &input);
-        drop(input);
-        let result = text.and_then(|text| self.execute_text(text, ctx));
+        let result = write(&mut json)
+            .and_then(|()| as_text(&json))
+            .and_then(|text| self.execute_text(text, ctx));
         if json.capacity() <= MAX_KEPT_INPUT_TEXT {
             INPUT_TEXT.set(json);
         }
         result
+    }
+}
+
+impl Tool for PluginTool {
+    fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        // The input is dropped once written, before the plugin runs.
+        self.execute_written(move |buf| write_json(buf, &input), ctx)
+    }
+
+    fn execute_ref(&self, input: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        self.execute_written(|buf| write_json(buf, input), ctx)
     }
 
     fn cancel(&self) -> bool {
@@ -164,6 +183,14 @@ mod tests {
         ];
         for input in inputs {
             assert_eq!(echoed(&tool, input.clone()), input);
+            // Borrowed (a host that may run the call again), the same input crosses.
+            let out = tool
+                .execute_ref(&input, &TestHost::new().context())
+                .unwrap();
+            assert_eq!(
+                serde_json::from_str::<Value>(&out.text_content()).unwrap(),
+                input
+            );
         }
     }
 }

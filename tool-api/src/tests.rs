@@ -492,3 +492,27 @@ fn a_typed_tool_across_the_abi_reads_its_input_text_as_a_value_would_give_it() {
         }
     }
 }
+
+#[test]
+fn a_typed_tool_given_a_borrowed_input_answers_as_given_it_owned() {
+    let ctx = TestHost::new().context();
+    let input = json!({"word": "ab", "times": 2});
+    let borrowed = Repeat.execute_ref(&input, &ctx).unwrap();
+    assert_eq!(borrowed.text_content(), "abab");
+    assert_eq!(
+        borrowed.text_content(),
+        Repeat.execute(input, &ctx).unwrap().text_content()
+    );
+    for misfit in [
+        json!({"word": "ab", "times": 300}),
+        json!({"word": "ab"}),
+        json!({"word": "ab", "times": 1, "more": true}),
+    ] {
+        match Repeat.execute_ref(&misfit, &ctx) {
+            Err(ToolError::InvalidInput(m)) => {
+                assert!(m.contains("does not fit the tool"), "{misfit}: {m}")
+            }
+            other => panic!("{misfit}: {other:?}"),
+        }
+    }
+}

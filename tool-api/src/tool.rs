@@ -58,6 +58,14 @@ pub trait Tool: Send + Sync {
         self.execute(input, ctx)
     }
 
+    /// Runs the call on a borrowed input, for a host that keeps the input (to run the call
+    /// again elsewhere, as a small read that turns out large is run again on a blocking
+    /// thread). The default clones the input for [`Tool::execute`]; a [`crate::TypedTool`]
+    /// reads its input type from it straight, copying only the strings it keeps.
+    fn execute_ref(&self, input: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        self.execute(input.clone(), ctx)
+    }
+
     /// Runs the call without a thread of its own, for a tool that only waits on something
     /// outside the process (a worker process, a server) and can be woken when it answers:
     /// the host then polls the returned future on its async threads, saving the two thread

@@ -106,6 +106,13 @@ pub fn parse_input<T: DeserializeOwned>(input: Value) -> Result<T, ToolError> {
         .map_err(|e| ToolError::InvalidInput(format!("the input does not fit the tool: {e}")))
 }
 
+/// Reads a call's input into `T` from a borrowed [`Value`]; a mismatch is
+/// [`ToolError::InvalidInput`] as with [`parse_input`].
+fn parse_input_ref<T: DeserializeOwned>(input: &Value) -> Result<T, ToolError> {
+    T::deserialize(input)
+        .map_err(|e| ToolError::InvalidInput(format!("the input does not fit the tool: {e}")))
+}
+
 /// Parses a call's input from its JSON text into `T`, with no [`Value`] between; a
 /// mismatch is [`ToolError::InvalidInput`] as with [`parse_input`].
 fn parse_input_text<T: DeserializeOwned>(input: &str) -> Result<T, ToolError> {
@@ -124,6 +131,10 @@ impl<T: TypedTool> Tool for T {
 
     fn execute_text(&self, input: &str, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         self.run(parse_input_text(input)?, ctx)
+    }
+
+    fn execute_ref(&self, input: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        self.run(parse_input_ref(input)?, ctx)
     }
 
     fn cancel(&self) -> bool {

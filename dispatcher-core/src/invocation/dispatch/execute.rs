@@ -154,7 +154,7 @@ impl Invocation {
         let budget = Arc::new(InlineBudget::with_opened(opened));
         host.budget = Some(budget.clone());
         let ctx = host.into_context();
-        let outcome = panics::contain(|| instance.execute(input.clone(), &ctx));
+        let outcome = panics::contain(|| instance.execute_ref(&input, &ctx));
         if budget.exceeded() {
             return Err(input);
         }
