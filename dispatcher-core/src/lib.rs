@@ -210,8 +210,10 @@ impl Dispatcher {
         self.engine.policy()
     }
 
-    /// Puts a new config and policy in force, together, for the calls that start from now
-    /// on (calls already past a step keep what they read). Refused, with nothing changed,
+    /// Puts a new config and policy in force, together, for the calls made from now on (a
+    /// call already made keeps the config it was made under to its end, also while it
+    /// waits for a prompt or a place, and the policy it was judged by). Refused, with
+    /// nothing changed,
     /// when `config` changes what cannot change under a running dispatcher: the toolset
     /// separator, which is part of every published tool name.
     pub fn reconfigure(

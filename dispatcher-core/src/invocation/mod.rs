@@ -46,6 +46,9 @@ mod dispatch;
 /// ```
 pub struct Invocation {
     pub(crate) engine: Arc<Engine>,
+    /// The dispatcher's configuration as it was when the call was made, read once: a
+    /// reload while the call runs applies from the next call on.
+    pub(crate) config: Arc<crate::config::DispatcherConfig>,
     pub(crate) session: Session,
     /// Who called which tool: shared by every event of the call.
     pub(crate) header: Arc<CallHeader>,
@@ -99,6 +102,7 @@ impl Invocation {
         });
         Invocation {
             engine: engine.clone(),
+            config: engine.config(),
             session: session.clone(),
             header,
             given_id: id,

@@ -29,7 +29,7 @@ use crate::workspace::{InlineBudget, Opened};
 impl Invocation {
     /// Step 5: the runtime grant (where and within which limits the call runs).
     pub(super) fn grant(&self, tool: &Registered, input: &Value) -> Result<Grant, ToolResultBlock> {
-        let config = self.engine.config();
+        let config = &self.config;
         let base = Grant {
             sandbox: crate::config::sandbox_mode(&config.sandbox, &tool.name),
             network: config.sandbox.network.enabled,
@@ -60,7 +60,7 @@ impl Invocation {
     /// no longer than `max_timeout` (a tool does not give itself more time than the
     /// operator allows); else its class's.
     fn timeout_for(&self, tool: &Registered) -> Duration {
-        let config = self.engine.config();
+        let config = &self.config;
         if let Some(t) = per_tool(&config.timeouts.per_tool, &tool.name) {
             return *t;
         }
@@ -78,7 +78,7 @@ impl Invocation {
     }
 
     fn interrupt_behavior(&self, tool: &Registered) -> InterruptBehavior {
-        per_tool(&self.engine.config().interrupt, &tool.name)
+        per_tool(&self.config.interrupt, &tool.name)
             .copied()
             .unwrap_or(tool.definition().interrupt)
     }
@@ -237,7 +237,7 @@ impl Invocation {
                 biased;
                 outcome = &mut running => outcome,
                 _ = entry.cancelled() => {
-                    let grace = self.engine.config().timeouts.cancel_grace;
+                    let grace = self.config.timeouts.cancel_grace;
                     match tokio::time::timeout(grace, &mut running).await {
                         Ok(Outcome::Returned(Ok(out))) => Outcome::Cancelled(Some(out)),
                         Ok(_) => Outcome::Cancelled(None),

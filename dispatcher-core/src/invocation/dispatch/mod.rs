@@ -198,7 +198,7 @@ impl Invocation {
             };
 
             // 3b. The caller's rate limits (no store round trip when none applies).
-            if !self.engine.config().limits.is_empty()
+            if !self.config.limits.is_empty()
                 && let Err(block) = Box::pin(self.within_limits(&tool)).await
             {
                 return block;
@@ -276,7 +276,7 @@ impl Invocation {
             let ended = Instant::now();
             let elapsed = ended.saturating_duration_since(exec_started);
             self.ended = Some(ended);
-            let slow = self.engine.config().timeouts.slow_call_warn;
+            let slow = self.config.timeouts.slow_call_warn;
             if elapsed >= slow {
                 tracing::warn!(
                     elapsed_ms = ms(elapsed),
@@ -296,7 +296,7 @@ impl Invocation {
             spool::cap(
                 block,
                 grant.max_result_chars,
-                self.engine.config().results.preview_chars,
+                self.config.results.preview_chars,
                 &state.data_dir,
                 state.workspace.root(),
             )
@@ -307,7 +307,7 @@ impl Invocation {
     async fn within_limits(&self, tool: &Registered) -> Result<(), ToolResultBlock> {
         let state = &self.session.state;
         crate::limits::count(
-            &self.engine.config().limits,
+            &self.config.limits,
             &self.engine.store,
             &state.principal,
             &tool.name,
