@@ -80,7 +80,7 @@ pub(crate) fn judge_concurrency(
 const MAX_KEPT_INPUT_TEXT: usize = 64 * 1024;
 
 thread_local! {
-    /// Where [`PluginTool::execute`] writes the input's JSON text.
+    /// Where [`PluginTool::execute_written`] has the input's JSON text written.
     static INPUT_TEXT: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
@@ -108,9 +108,7 @@ impl PluginTool {
             RResult::RErr(e) => Err(e.into()),
         }
     }
-}
 
-impl PluginTool {
     /// The plugin's `execute` with the input's JSON text, which `write` puts into this
     /// thread's scratch buffer: one allocation less per call. Taken out while in use, so a
     /// call made from inside the plugin (through the host) gets a buffer of its own.
