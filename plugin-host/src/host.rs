@@ -58,7 +58,7 @@ pub const COMPILED_DIR: &str = "wasm";
 
 /// The cache a host uses when the user's cache directory is `cache_home`
 /// (`$XDG_CACHE_HOME`): `toolhost/plugins` under it. Compiled components go in its
-/// `wasm/` ([`PluginHost::wasm_cache_dir`] to put them elsewhere).
+/// `wasm/` (`PluginHost::wasm_cache_dir`, with the `wasm` feature, to put them elsewhere).
 pub fn cache_dir_in(cache_home: &Path) -> PathBuf {
     cache_home.join("toolhost").join("plugins")
 }
