@@ -246,10 +246,6 @@ impl Engine {
     }
 }
 
-/// One question to the user, for one call: registered with the broker, announced with
-/// `tool.confirmation_requested`, put to the wired-in confirmers, and closed with
-/// `tool.confirmation_resolved`. The pipeline's own confirmation (step 4) and a tool's
-/// mid-call question ([`tool_api::ToolContext::ask_user`]) both go through it.
 /// How long a confirmation waits before the other instances are told of it: most are
 /// answered sooner (a client that asks its user at once, a 2026 round that ends with the
 /// question), and those cost the store nothing.
@@ -282,12 +278,18 @@ fn publish_if_it_waits(engine: &Engine, request: &ConfirmationRequest) {
     });
 }
 
+/// One question to the user, for one call: registered with the broker, announced with
+/// `tool.confirmation_requested`, put to the wired-in confirmers, and closed with
+/// `tool.confirmation_resolved`. The pipeline's own confirmation (step 4) and a tool's
+/// mid-call question ([`tool_api::ToolContext::ask_user`]) both go through it.
+/// It waits `timeout` for an answer (the call's `timeouts.confirmation`).
 pub(crate) async fn ask(
     engine: &Engine,
     call: &Arc<CallHeader>,
     emit: &(dyn Fn(EventKind) + Sync),
     question: (String, Vec<String>, String),
     mid_call: bool,
+    timeout: std::time::Duration,
     cancelled: impl Future<Output = ()>,
 ) -> Resolution {
     use std::sync::atomic::Ordering;
@@ -319,7 +321,6 @@ pub(crate) async fn ask(
         reason: request.reason.clone(),
     });
     let waited = std::time::Instant::now();
-    let timeout = engine.config().timeouts.confirmation;
     let resolution = pending
         .wait(&request, &engine.settings.confirmers, timeout, cancelled)
         .await;

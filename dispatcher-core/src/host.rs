@@ -307,6 +307,7 @@ impl CallHost {
             &emit,
             (question, Vec::new(), "asked by the tool".to_string()),
             true,
+            engine.config().timeouts.confirmation,
             entry.cancelled(),
         ));
         use crate::confirmation::{Decision, Resolution};

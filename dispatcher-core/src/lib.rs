@@ -212,7 +212,8 @@ impl Dispatcher {
 
     /// Puts a new config and policy in force, together, for the calls made from now on (a
     /// call already made keeps the config it was made under to its end, also while it
-    /// waits for a prompt or a place, and the policy it was judged by). Refused, with
+    /// waits for a confirmation or a place, and the policy it was judged by; a question a
+    /// running tool asks the user waits as long as the config in force says). Refused, with
     /// nothing changed, when `config` changes what cannot change under a running
     /// dispatcher: the toolset separator, which is part of every published tool name.
     pub fn reconfigure(

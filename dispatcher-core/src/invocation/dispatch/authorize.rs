@@ -163,13 +163,14 @@ impl Invocation {
             rule,
         );
         let entry = self.register().clone();
-        let timeout = engine.config().timeouts.confirmation;
+        let timeout = self.config.timeouts.confirmation;
         let resolution = crate::engine::ask(
             &engine,
             &self.header,
             &|kind| self.emit(kind),
             question,
             false,
+            timeout,
             entry.cancelled(),
         )
         .await;
