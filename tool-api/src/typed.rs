@@ -102,26 +102,27 @@ fn one_of_as_any_of(value: &mut Value) {
 /// Parses a call's input into `T`; a mismatch is [`ToolError::InvalidInput`]
 /// (`validation_error`).
 pub fn parse_input<T: DeserializeOwned>(input: Value) -> Result<T, ToolError> {
-    serde_json::from_value(input)
-        .map_err(|e| ToolError::InvalidInput(format!("the input does not fit the tool: {e}")))
+    serde_json::from_value(input).map_err(misfit)
 }
 
 /// Reads a call's input into `T` from a borrowed [`Value`]; a mismatch is
 /// [`ToolError::InvalidInput`] as with [`parse_input`].
 fn parse_input_ref<T: DeserializeOwned>(input: &Value) -> Result<T, ToolError> {
-    T::deserialize(input)
-        .map_err(|e| ToolError::InvalidInput(format!("the input does not fit the tool: {e}")))
+    T::deserialize(input).map_err(misfit)
 }
 
 /// Parses a call's input from its JSON text into `T`, with no [`Value`] between; a
 /// mismatch is [`ToolError::InvalidInput`] as with [`parse_input`].
 fn parse_input_text<T: DeserializeOwned>(input: &str) -> Result<T, ToolError> {
-    serde_json::from_str(input).map_err(|e| {
-        ToolError::InvalidInput(match e.classify() {
-            serde_json::error::Category::Data => format!("the input does not fit the tool: {e}"),
-            _ => format!("the input is not JSON: {e}"),
-        })
+    serde_json::from_str(input).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => misfit(e),
+        _ => ToolError::InvalidInput(format!("the input is not JSON: {e}")),
     })
+}
+
+/// An input that is JSON but not of the tool's input type.
+fn misfit(e: serde_json::Error) -> ToolError {
+    ToolError::InvalidInput(format!("the input does not fit the tool: {e}"))
 }
 
 impl<T: TypedTool> Tool for T {
