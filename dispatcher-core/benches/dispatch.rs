@@ -159,6 +159,7 @@ impl Floor {
             tool_use_id: Arc::from(id),
             tool_name: self.tool_name.clone(),
             side_effects: Some(SideEffect::None),
+            extensions: Default::default(),
         });
         let timestamp_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

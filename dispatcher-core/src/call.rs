@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::{Value, json};
-use tool_api::SideEffect;
+use tool_api::{Extensions, SideEffect};
 
 /// The identity of one call: who called which tool, where.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -29,6 +29,11 @@ pub struct CallHeader {
     /// The tool's declared class; absent when no such tool was found.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub side_effects: Option<SideEffect>,
+    /// What the host attached to the call when it made it ([`crate::Invocation::extend`]):
+    /// the tool reads it from its context ([`tool_api::ToolContext::extension`]), a
+    /// [`crate::Confirmer`] from the request's header. Never serialized.
+    #[serde(skip)]
+    pub extensions: Extensions,
 }
 
 /// A validated call as hooks ([`crate::PreUseHook`]) and the runtime policy ([`crate::RuntimePolicy`])

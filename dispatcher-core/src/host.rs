@@ -44,8 +44,9 @@ pub(crate) struct CallHost {
 
 impl CallHost {
     pub(crate) fn into_context(self) -> ToolContext {
+        let extensions = self.call.extensions.clone();
         let host: HostCtx = HostContext_TO::from_ptr(RArc::new(self), TD_Opaque);
-        ToolContext::from_host(host)
+        ToolContext::from_host(host).with_extensions(extensions)
     }
 }
 

@@ -89,7 +89,7 @@ pub(crate) struct Declared {
     info: Arc<InitializeRequestParams>,
     caps: Arc<ClientCapabilities>,
     /// What a mounted server may ask of it while a call runs
-    /// ([`super::confirm::asked_of`]): elicitation, sampling and roots.
+    /// ([`crate::route::asked_of`]): elicitation, sampling and roots.
     pub(super) asked: Arc<ClientCapabilities>,
     /// It takes form elicitation: toolhost's confirmation question can be asked of it.
     pub(super) elicits_form: bool,
@@ -112,7 +112,7 @@ impl DeclaredOnce {
         }
         let declared = Arc::new(Declared {
             caps: Arc::new(info.capabilities.clone()),
-            asked: Arc::new(super::confirm::asked_of(&info.capabilities)),
+            asked: Arc::new(crate::route::asked_of(&info.capabilities)),
             elicits_form: peer
                 .supported_elicitation_modes()
                 .contains(&ElicitationMode::Form),

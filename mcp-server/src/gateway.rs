@@ -66,8 +66,6 @@ pub struct Upstreams {
     separator: String,
     /// What they tell toolhost ([`ServerEvent`]), with the id of the server that told it.
     events: broadcast::Sender<(Arc<str>, ServerEvent)>,
-    /// Where what they ask the user goes; `None` for no server.
-    relay: Option<Arc<dyn mcp_toolsets::ClientRelay>>,
 }
 
 impl Default for Upstreams {
@@ -76,7 +74,6 @@ impl Default for Upstreams {
             servers: RwLock::default(),
             separator: String::new(),
             events: broadcast::channel(1).0,
-            relay: None,
         }
     }
 }
@@ -86,19 +83,14 @@ pub type Started = (String, String, Arc<McpToolset>);
 
 impl Upstreams {
     /// The servers that started (id, prefix, toolset), in configuration order, their
-    /// prompts and resources listed and what they ask the user relayed to the clients that
-    /// made the calls through `relay`; prompt names join the prefix with `separator`. Logs
-    /// what two servers both offer.
-    pub async fn new(
-        started: Vec<Started>,
-        separator: &str,
-        relay: Arc<dyn mcp_toolsets::ClientRelay>,
-    ) -> Upstreams {
+    /// prompts and resources listed; prompt names join the prefix with `separator`. Logs
+    /// what two servers both offer. (What a server asks the user during a call goes to the
+    /// client that made the call through the route the call carries.)
+    pub async fn new(started: Vec<Started>, separator: &str) -> Upstreams {
         let upstreams = Upstreams {
             servers: RwLock::default(),
             separator: separator.to_string(),
             events: broadcast::channel(EVENTS).0,
-            relay: Some(relay),
         };
         upstreams.replace(started).await;
         upstreams
@@ -123,9 +115,6 @@ impl Upstreams {
             }
             changed = true;
             toolset.list_offers().await;
-            if let Some(relay) = &self.relay {
-                toolset.relay_through(relay.clone());
-            }
             let id: Arc<str> = id.into();
             tokio::spawn(pass_on(toolset.events(), id.clone(), self.events.clone()));
             servers.push(Mounted {

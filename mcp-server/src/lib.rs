@@ -3,7 +3,8 @@
 //! toolhost as an MCP server, over a [`dispatcher_core::Dispatcher`] the program built:
 //! the request handler ([`server`]), a `tools/call` (`call`: who
 //! sent it, `caller`, and how it ended, `answer`), the screening every
-//! incoming message passes first ([`screen`]), how the user is asked ([`confirm`]) and
+//! incoming message passes first ([`screen`]), one call's way to its user, carried by the
+//! call (`route`), how the user is asked ([`confirm`]) and
 //! stateless confirmations ([`request_state`]), where calls run ([`sessions`]), live output
 //! ([`progress`]), what mounted servers ask the user, put to the calling client (`relay`),
 //! telling clients their tool list changed ([`list_changes`]), mounted servers' notifications
@@ -28,6 +29,7 @@ mod passthrough;
 pub mod progress;
 mod relay;
 pub mod request_state;
+mod route;
 pub mod screen;
 pub mod server;
 pub mod sessions;
@@ -36,7 +38,7 @@ pub mod tasks;
 pub mod tasks_2025;
 
 pub(crate) use caller::Caller;
-pub use confirm::{McpConfirmer, PromptFallback, Routes};
+pub use confirm::{Consoles, McpConfirmer, PromptFallback};
 pub use gateway::Upstreams;
 pub use server::{McpServer, McpShared};
 pub(crate) use sessions::principal_of_parts;

@@ -33,7 +33,7 @@ use rmcp::model::{
 use rmcp::service::ElicitationMode;
 use serde_json::Value;
 
-use super::confirm::Routes;
+use super::route::CallRoute;
 use super::tasks::TaskHandle;
 
 /// Asks `request` in `task` under `key`; the answer as the server takes it.
@@ -72,9 +72,9 @@ fn as_value<T: serde::Serialize + Send + 'static>(asking: RelayFuture<T>) -> Rel
     })
 }
 
-impl ClientRelay for Routes {
-    fn elicit(&self, call: &str, params: ElicitRequestParams) -> RelayFuture<ElicitResult> {
-        if let Some(task) = self.task_of(call) {
+impl ClientRelay for CallRoute {
+    fn elicit(&self, params: ElicitRequestParams) -> RelayFuture<ElicitResult> {
+        if let Some(task) = self.task_of() {
             let request = InputRequest::Elicitation(ElicitRequest::new(params));
             return in_task(task, "elicitation".into(), request);
         }
@@ -83,7 +83,7 @@ impl ClientRelay for Routes {
             _ => ElicitationMode::Form,
         };
         let client = self
-            .client(call)
+            .client()
             .filter(|peer| peer.supported_elicitation_modes().contains(&mode));
         Box::pin(async move {
             let Some(peer) = client else {
@@ -96,16 +96,12 @@ impl ClientRelay for Routes {
         })
     }
 
-    fn sample(
-        &self,
-        call: &str,
-        params: CreateMessageRequestParams,
-    ) -> RelayFuture<CreateMessageResult> {
-        if let Some(task) = self.task_of(call) {
+    fn sample(&self, params: CreateMessageRequestParams) -> RelayFuture<CreateMessageResult> {
+        if let Some(task) = self.task_of() {
             let request = InputRequest::CreateMessage(CreateMessageRequest::new(params));
             return in_task(task, "sampling".into(), request);
         }
-        let client = self.client(call).filter(|peer| {
+        let client = self.client().filter(|peer| {
             peer.peer_info()
                 .is_some_and(|info| info.capabilities.sampling.is_some())
         });
@@ -120,8 +116,8 @@ impl ClientRelay for Routes {
         })
     }
 
-    fn roots(&self, call: &str) -> RelayFuture<rmcp::model::ListRootsResult> {
-        let client = self.client(call).filter(|peer| {
+    fn roots(&self) -> RelayFuture<rmcp::model::ListRootsResult> {
+        let client = self.client().filter(|peer| {
             peer.peer_info()
                 .is_some_and(|info| info.capabilities.roots.is_some())
         });
@@ -136,31 +132,31 @@ impl ClientRelay for Routes {
         })
     }
 
-    fn defer(&self, call: &str, asked: &InputRequiredResult) -> bool {
-        self.defer_round(call, asked)
+    fn defer(&self, asked: &InputRequiredResult) -> bool {
+        self.defer_round(asked)
     }
 
-    fn resume(&self, call: &str) -> Option<Resume> {
-        self.take_resume(call)
+    fn resume(&self) -> Option<Resume> {
+        self.take_resume()
     }
 
-    fn capabilities(&self, call: &str) -> Option<rmcp::model::ClientCapabilities> {
-        self.client_capabilities(call)
+    fn capabilities(&self) -> Option<rmcp::model::ClientCapabilities> {
+        self.client_capabilities()
     }
 
-    fn became_task(&self, call: &str) -> RelayFuture<bool> {
-        Routes::became_task(self, call)
+    fn became_task(&self) -> RelayFuture<bool> {
+        CallRoute::became_task(self)
     }
 
-    fn task_input(&self, call: &str, key: &str, request: InputRequest) -> RelayFuture<Value> {
-        if let Some(task) = self.task_of(call) {
+    fn task_input(&self, key: &str, request: InputRequest) -> RelayFuture<Value> {
+        if let Some(task) = self.task_of() {
             return in_task(task, key.to_string(), request);
         }
         // A call that is no task of toolhost's (a 2025-11-25 task): its 2025-era client is
         // asked as for any call.
         let asking: RelayFuture<Value> = match request {
-            InputRequest::Elicitation(e) => as_value(self.elicit(call, e.params)),
-            InputRequest::CreateMessage(m) => as_value(self.sample(call, m.params)),
+            InputRequest::Elicitation(e) => as_value(self.elicit(e.params)),
+            InputRequest::CreateMessage(m) => as_value(self.sample(m.params)),
             _ => Box::pin(std::future::ready(Relayed::CannotAsk)),
         };
         asking

@@ -9,14 +9,14 @@
 
 use std::sync::Arc;
 
-use rmcp::model::{CallToolRequestParams, CreateMessageRequestParams, ElicitRequestParams};
+use rmcp::model::{CallToolRequestParams, ElicitRequestParams};
 use serde_json::Value;
-use tool_api::{Tool, ToolContext, ToolDefinition, ToolError, ToolFactory, ToolOutput};
+use tool_api::{Tool, ToolContext, ToolDefinition, ToolError, ToolFactory, ToolFuture, ToolOutput};
 
-use crate::input::{self, Answers as _};
-use crate::relay::{FromServer, Relayed};
+use crate::input::Asking;
+use crate::relay::{ClientRelay, FromServer, Origin};
 use crate::task::Followed;
-use crate::upstream::parked::{InFlight, PARKED, ParkedCalls, QUESTION_KEY};
+use crate::upstream::parked::{InFlight, PARKED, Parked, ParkedCalls, QUESTION_KEY};
 use crate::upstream::{Called, Caller, Upstream};
 
 /// The key of a mounted tool's output metadata that holds the server's result whole
@@ -135,33 +135,82 @@ fn output_of(result: &rmcp::model::CallToolResult, id: &str) -> ToolOutput {
 }
 
 impl Tool for McpTool {
+    /// For a host that runs each call on a thread of its own: the call's future, driven to
+    /// its end on that thread. The dispatcher polls [`Tool::execute_async`] instead, on its
+    /// async threads, and never gets here.
     fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        // A server that takes its caller's credentials: the call goes through the caller's
-        // own connection.
-        let routed = self
-            .server
-            .runtime
-            .block_on(self.server.for_caller(ctx.session_id()))?;
-        if !Arc::ptr_eq(&routed, &self.server) {
-            let own = McpTool {
-                server: routed,
-                name: self.name.clone(),
-                cancel: self.cancel.clone(),
-            };
-            return own.execute(input, ctx);
-        }
+        self.server.runtime.block_on(self.run(input, ctx))
+    }
+
+    /// The call as a future from start to end: it holds no thread while the server works,
+    /// only the question a host's broker asks the user waits on a blocking thread.
+    fn execute_async(
+        self: Arc<Self>,
+        input: Value,
+        ctx: ToolContext,
+    ) -> Result<ToolFuture, (Value, ToolContext)> {
+        Ok(Box::pin(async move { self.run(input, &ctx).await }))
+    }
+
+    fn cancel(&self) -> bool {
+        self.cancel.notify_one();
+        true
+    }
+}
+
+impl McpTool {
+    /// Runs the call: through the caller's own connection when the server takes its
+    /// caller's credentials, its questions to the calling client when the call's origin
+    /// says how to reach it ([`Origin`]).
+    async fn run(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let origin = ctx.extension::<Origin>();
+        // Held to the call's end: a caller's own connection is busy meanwhile.
+        let routed = self.server.for_caller(origin).await?;
         let Value::Object(args) = input else {
             return Err(ToolError::invalid_input(
                 "MCP tool arguments must be a JSON object",
             ));
         };
+        let call = Call {
+            server: &routed.connection,
+            name: &self.name,
+            cancel: &self.cancel,
+            ctx,
+            relay: origin.and_then(|o| o.relay.as_ref()),
+        };
+        call.run(args).await
+    }
+}
+
+/// One call of a server's tool, on the connection it goes through.
+struct Call<'a> {
+    server: &'a Arc<Upstream>,
+    name: &'a str,
+    /// The call's cancellation ([`Tool::cancel`]).
+    cancel: &'a tokio::sync::Notify,
+    ctx: &'a ToolContext,
+    /// The client that made the call, when the host relays to it.
+    relay: Option<&'a Arc<dyn ClientRelay>>,
+}
+
+impl Call<'_> {
+    /// Who answers what the server asks for this call.
+    fn asking(&self) -> Asking<'_> {
+        Asking {
+            server: self.server,
+            ctx: self.ctx,
+            relay: self.relay,
+        }
+    }
+
+    /// The call's rounds, to the server's result.
+    async fn run(&self, args: serde_json::Map<String, Value>) -> Result<ToolOutput, ToolError> {
         let id = &self.server.config.id;
-        let mut params = CallToolRequestParams::new(self.name.clone()).with_arguments(args);
-        let relay = self.server.relay.get();
+        let mut params = CallToolRequestParams::new(self.name.to_string()).with_arguments(args);
         // The retry of a round the calling client answered itself: its answers go on, to a
         // call parked here or to the server's next round.
         let mut parked = None;
-        if let Some(resume) = relay.and_then(|r| r.resume(ctx.tool_use_id())) {
+        if let Some(resume) = self.relay.and_then(|r| r.resume()) {
             match resume.state.as_deref().and_then(|s| s.strip_prefix(PARKED)) {
                 Some(key) => {
                     let call = self.server.parked.take(key).ok_or_else(|| {
@@ -179,27 +228,13 @@ impl Tool for McpTool {
             }
         }
         let mut rounds = 0;
-        let answers = Asking { tool: self, ctx };
+        let asking = self.asking();
         let result = loop {
             let call = match parked.take() {
-                Some((call, responses)) => {
-                    // The server's question, answered by the client's retry.
-                    let answer = responses
-                        .get(QUESTION_KEY)
-                        .cloned()
-                        .and_then(|v| serde_json::from_value::<rmcp::model::ElicitResult>(v).ok())
-                        .ok_or_else(|| {
-                            rmcp::ErrorData::invalid_params(
-                                "the client gave no answer to the question",
-                                None,
-                            )
-                        });
-                    let _ = call.reply.send(answer);
-                    call.call
-                }
-                None => self.start(params.clone(), ctx),
+                Some((call, responses)) => resume_parked(call, &responses),
+                None => self.start(params.clone()),
             };
-            match self.round(call, &answers)? {
+            match self.round(call, &asking).await? {
                 Called::Complete(result) => break result,
                 Called::NeedsCapability(refused) => {
                     return Ok(protocol_error(
@@ -216,7 +251,7 @@ impl Tool for McpTool {
                         .tasks_2025
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .insert(self.name.clone());
+                        .insert(self.name.to_string());
                     if !learnt {
                         return Err(ToolError::failed(format!(
                             "MCP server '{id}' refused tools/call for '{}' as an unknown method, even as a task",
@@ -232,7 +267,10 @@ impl Tool for McpTool {
                     ));
                 }
                 Called::Task(created) => {
-                    match crate::task::follow(&self.server, &self.cancel, created, ctx, &answers)? {
+                    let followed =
+                        crate::task::follow(self.server, self.cancel, created, self.ctx, &asking)
+                            .await?;
+                    match followed {
                         Followed::Result(result) => break result,
                         Followed::Failed(error) => {
                             return Ok(protocol_error(
@@ -250,9 +288,7 @@ impl Tool for McpTool {
                 // A client of the server's era answers the round itself: this call ends
                 // here (its client's round ends with the same requests), and the client's
                 // retry resumes it.
-                Called::InputRequired(asked)
-                    if relay.is_some_and(|r| r.defer(ctx.tool_use_id(), &asked)) =>
-                {
+                Called::InputRequired(asked) if self.relay.is_some_and(|r| r.defer(&asked)) => {
                     return Err(ToolError::failed(format!(
                         "MCP server '{id}' asked for input; the question went to the client that made the call"
                     )));
@@ -260,18 +296,26 @@ impl Tool for McpTool {
                 Called::InputRequired(asked) => {
                     rounds += 1;
                     let requests = asked.input_requests.unwrap_or_default();
-                    params.input_responses = Some(input::answer(id, requests, &answers)?);
+                    params.input_responses = Some(asking.answer(requests).await?);
                     params.request_state = asked.request_state;
                 }
             }
         };
         Ok(output_of(&result, id))
     }
+}
 
-    fn cancel(&self) -> bool {
-        self.cancel.notify_one();
-        true
-    }
+/// A parked call, its server's question answered by the client's retry: it goes on.
+fn resume_parked(call: Parked, responses: &rmcp::model::InputResponses) -> InFlight {
+    let answer = responses
+        .get(QUESTION_KEY)
+        .cloned()
+        .and_then(|v| serde_json::from_value::<rmcp::model::ElicitResult>(v).ok())
+        .ok_or_else(|| {
+            rmcp::ErrorData::invalid_params("the client gave no answer to the question", None)
+        });
+    let _ = call.reply.send(answer);
+    call.call
 }
 
 /// A call that ended in the server's protocol error: a failed output whose metadata holds
@@ -290,19 +334,15 @@ enum Step {
     Cancel,
 }
 
-impl McpTool {
+impl Call<'_> {
     /// Starts a `tools/call` upstream, in a task of its own (so that it can wait, parked,
     /// for a question's answer beyond this call: [`crate::upstream::parked`]).
-    fn start(&self, params: CallToolRequestParams, ctx: &ToolContext) -> InFlight {
+    fn start(&self, params: CallToolRequestParams) -> InFlight {
         let (tx, from_server) = tokio::sync::mpsc::unbounded_channel();
         let cancel = Arc::new(tokio::sync::Notify::new());
         let caller = Caller {
-            session: ctx.session_id().to_string(),
-            capabilities: self
-                .server
-                .relay
-                .get()
-                .and_then(|r| r.capabilities(ctx.tool_use_id())),
+            session: self.ctx.session_id().to_string(),
+            capabilities: self.relay.and_then(|r| r.capabilities()),
         };
         let (server, stop) = (self.server.clone(), cancel.clone());
         let as_task_2025 = self
@@ -310,7 +350,7 @@ impl McpTool {
             .tasks_2025
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .contains(&self.name);
+            .contains(self.name);
         let outcome = self.server.runtime.spawn(async move {
             if as_task_2025 {
                 crate::task::call_2025(&server, params, stop, caller, tx).await
@@ -326,32 +366,29 @@ impl McpTool {
     }
 
     /// One `tools/call` round: the server's progress is the call's live output as it comes,
-    /// and its requests to the user are answered ([`Asking`]) while the call waits. A
+    /// and its requests to the user are answered (`asking`) while the call waits. A
     /// sampling request nobody could take fails the call, whatever the server then answers.
     /// A question only a 2026 client can answer parks the call and ends this one.
-    fn round(&self, mut call: InFlight, answers: &Asking<'_>) -> Result<Called, ToolError> {
-        let ctx = answers.ctx;
+    async fn round(&self, mut call: InFlight, asking: &Asking<'_>) -> Result<Called, ToolError> {
+        let ctx = self.ctx;
         let mut refused: Option<ToolError> = None;
         loop {
-            // The question is answered outside the runtime (the broker may block), and the
-            // call, in its own task, goes on meanwhile.
-            let step = self.server.runtime.block_on(async {
-                tokio::select! {
-                    biased;
-                    Some(from) = call.from_server.recv() => Step::From(from),
-                    outcome = &mut call.outcome => Step::Done(outcome.unwrap_or_else(|e| {
-                        Err(ToolError::failed(format!("the call to the MCP server stopped: {e}")))
-                    })),
-                    () = self.cancel.notified() => Step::Cancel,
-                }
-            });
+            // The call, in its own task, goes on while a question is answered.
+            let step = tokio::select! {
+                biased;
+                Some(from) = call.from_server.recv() => Step::From(from),
+                outcome = &mut call.outcome => Step::Done(outcome.unwrap_or_else(|e| {
+                    Err(ToolError::failed(format!("the call to the MCP server stopped: {e}")))
+                })),
+                () = self.cancel.notified() => Step::Cancel,
+            };
             match step {
                 Step::Cancel => call.cancel.notify_one(),
                 Step::From(FromServer::Progress(chunk)) => ctx.output(&chunk),
                 Step::From(FromServer::Elicit(params, reply)) => {
-                    let answer = match answers.relayed(&params) {
+                    let answer = match asking.relayed(&params).await {
                         Some(answer) => answer,
-                        None => match self.park(call, params.clone(), reply, ctx) {
+                        None => match self.park(call, params.clone(), reply) {
                             Ok(()) => {
                                 return Err(ToolError::failed(format!(
                                     "MCP server '{}' asked a question; it went to the client that made the call",
@@ -360,8 +397,7 @@ impl McpTool {
                             }
                             Err((back, reply)) => {
                                 call = back;
-                                let answer =
-                                    input::elicitation(&self.server.config.id, params, ctx);
+                                let answer = asking.broker(params).await;
                                 let _ = reply.send(to_reply(answer));
                                 continue;
                             }
@@ -370,10 +406,10 @@ impl McpTool {
                     let _ = reply.send(to_reply(answer));
                 }
                 Step::From(FromServer::Roots(reply)) => {
-                    let _ = reply.send(answers.roots());
+                    let _ = reply.send(asking.roots().await);
                 }
                 Step::From(FromServer::Sample(params, reply)) => {
-                    let answer = answers.sample(*params).and_then(|v| {
+                    let answer = asking.sample(*params).await.and_then(|v| {
                         serde_json::from_value(v).map_err(|e| ToolError::failed(e.to_string()))
                     });
                     let _ = reply.send(answer.map_err(|e| {
@@ -406,9 +442,8 @@ impl McpTool {
         call: InFlight,
         question: ElicitRequestParams,
         reply: Reply,
-        ctx: &ToolContext,
     ) -> Result<(), (InFlight, Reply)> {
-        let Some(relay) = self.server.relay.get() else {
+        let Some(relay) = self.relay else {
             return Err((call, reply));
         };
         let key = ParkedCalls::new_id();
@@ -421,7 +456,7 @@ impl McpTool {
             rmcp::model::InputRequiredResult::new(Some(requests), Some(format!("{PARKED}{key}")));
         // Parked first: the client's retry may come as soon as the round is handed over.
         self.server.parked.park(&key, call, reply);
-        if relay.defer(ctx.tool_use_id(), &round) {
+        if relay.defer(&round) {
             return Ok(());
         }
         match self.server.parked.take(&key) {
@@ -442,94 +477,4 @@ fn to_reply(
     answer
         .and_then(|v| serde_json::from_value(v).map_err(|e| ToolError::failed(e.to_string())))
         .map_err(|e| rmcp::ErrorData::internal_error(format!("toolhost: {e}"), None))
-}
-
-/// The server's requests to the user for one call: to the client that made the call
-/// through the host's relay when it can take them, else to the host's broker
-/// ([`input::elicitation`]); sampling has no broker.
-struct Asking<'a> {
-    tool: &'a McpTool,
-    ctx: &'a ToolContext,
-}
-
-impl Asking<'_> {
-    /// The answer of a 2025-era client that made the call, if the host relays to one.
-    fn relayed(&self, params: &ElicitRequestParams) -> Option<Result<Value, ToolError>> {
-        let server = &self.tool.server;
-        let relay = server.relay.get()?;
-        match server
-            .runtime
-            .block_on(relay.elicit(self.ctx.tool_use_id(), params.clone()))
-        {
-            Relayed::Answered(result) => {
-                Some(serde_json::to_value(result).map_err(|e| ToolError::failed(e.to_string())))
-            }
-            Relayed::Failed(why) => Some(Err(ToolError::failed(format!(
-                "MCP server '{}' asked the user for input, and asking the client that made the call failed: {why}",
-                server.config.id
-            )))),
-            Relayed::CannotAsk => None,
-        }
-    }
-}
-
-impl Asking<'_> {
-    /// The roots of the client that made the call when it declared them and answered,
-    /// else the session's workspace.
-    fn roots(&self) -> rmcp::model::ListRootsResult {
-        let server = &self.tool.server;
-        let relayed = match server.relay.get() {
-            Some(relay) => server.runtime.block_on(relay.roots(self.ctx.tool_use_id())),
-            None => Relayed::CannotAsk,
-        };
-        match relayed {
-            Relayed::Answered(roots) => roots,
-            Relayed::Failed(why) => {
-                tracing::debug!(server = %server.config.id, "the client's roots could not be read ({why}); the workspace is answered");
-                crate::upstream::client::workspace_roots(std::path::Path::new(
-                    self.ctx.workspace_root(),
-                ))
-            }
-            Relayed::CannotAsk => crate::upstream::client::workspace_roots(std::path::Path::new(
-                self.ctx.workspace_root(),
-            )),
-        }
-    }
-}
-
-impl input::Answers for Asking<'_> {
-    fn roots(&self) -> Value {
-        serde_json::to_value(Asking::roots(self)).unwrap_or_default()
-    }
-
-    fn elicit(&self, params: ElicitRequestParams) -> Result<Value, ToolError> {
-        match self.relayed(&params) {
-            Some(answer) => answer,
-            None => input::elicitation(&self.tool.server.config.id, params, self.ctx),
-        }
-    }
-
-    fn sample(&self, params: CreateMessageRequestParams) -> Result<Value, ToolError> {
-        let server = &self.tool.server;
-        let id = &server.config.id;
-        let relayed = match server.relay.get() {
-            Some(relay) => server
-                .runtime
-                .block_on(relay.sample(self.ctx.tool_use_id(), params)),
-            None => Relayed::CannotAsk,
-        };
-        match relayed {
-            Relayed::Answered(result) => {
-                serde_json::to_value(result).map_err(|e| ToolError::failed(e.to_string()))
-            }
-            Relayed::Failed(why) => Err(ToolError::failed(format!(
-                "MCP server '{id}' asked to sample a model (sampling/createMessage), and the client that made the call failed to: {why}"
-            ))),
-            Relayed::CannotAsk => Err(ToolError::failed(format!(
-                "MCP server '{id}' asked to sample a model (sampling/createMessage), and the client that made \
-                 this call cannot sample (toolhost runs tools, not models), so the call cannot complete; \
-                 call it from an MCP client that declares sampling"
-            ))),
-        }
-    }
 }

@@ -1,16 +1,11 @@
 //! Who calls a mounted server's tool, as the host that authenticated them says: a caller's
-//! access token by the host session its calls run in, and how to exchange it for a token
-//! to a mounted server ([`TokenExchange`]). Read by the tools of a `[[mcp_servers]]` entry
-//! whose `credentials` are `"caller"` or `"exchange"`.
+//! access token ([`CallerCredential`]), and how to exchange it for a token to a mounted
+//! server ([`TokenExchange`]). Each call carries its own ([`crate::Origin`]); the tools of
+//! a `[[mcp_servers]]` entry whose `credentials` are `"caller"` or `"exchange"` read them
+//! there.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock, RwLock};
-
-/// The most sessions whose caller is remembered at once (a session's next call sets it
-/// again).
-const KEPT: usize = 10_000;
 
 /// A caller's credential: its principal and the access token it called with.
 #[derive(Clone, PartialEq, Eq)]
@@ -41,63 +36,4 @@ pub type ExchangeFuture<'a> = Pin<Box<dyn Future<Output = Result<String, String>
 pub trait TokenExchange: Send + Sync {
     /// A token for `resource`, for the caller whose access token is `subject`.
     fn exchange<'a>(&'a self, subject: &'a str, resource: &'a str) -> ExchangeFuture<'a>;
-}
-
-/// The callers of this process's sessions, and its token exchange.
-#[derive(Default)]
-pub struct Callers {
-    by_session: RwLock<HashMap<String, Arc<CallerCredential>>>,
-    exchange: OnceLock<Arc<dyn TokenExchange>>,
-}
-
-/// This process's callers.
-pub fn callers() -> &'static Callers {
-    static CALLERS: OnceLock<Callers> = OnceLock::new();
-    CALLERS.get_or_init(Callers::default)
-}
-
-impl Callers {
-    /// Records that `session`'s calls are made by `principal` with `token` (the latest
-    /// token wins). A caller's every call says so: the same caller again costs a read.
-    pub fn set(&self, session: &str, principal: &str, token: &str, audiences: &[String]) {
-        let same = |known: &CallerCredential| known.token == token && known.principal == principal;
-        if self
-            .by_session
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(session)
-            .is_some_and(|known| same(known))
-        {
-            return;
-        }
-        let caller = CallerCredential {
-            principal: principal.to_string(),
-            token: token.to_string(),
-            audiences: audiences.to_vec(),
-        };
-        let mut by_session = self.by_session.write().unwrap_or_else(|p| p.into_inner());
-        if by_session.len() >= KEPT {
-            by_session.clear();
-        }
-        by_session.insert(session.to_string(), Arc::new(caller));
-    }
-
-    /// The caller of `session`'s calls, if the host said.
-    pub fn of(&self, session: &str) -> Option<Arc<CallerCredential>> {
-        self.by_session
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(session)
-            .cloned()
-    }
-
-    /// Sets how tokens are exchanged (once; a second is ignored).
-    pub fn exchange_through(&self, exchange: Arc<dyn TokenExchange>) {
-        let _ = self.exchange.set(exchange);
-    }
-
-    /// How tokens are exchanged, if the host said.
-    pub fn exchange(&self) -> Option<&Arc<dyn TokenExchange>> {
-        self.exchange.get()
-    }
 }

@@ -28,6 +28,11 @@ pub fn nesting() -> u32 {
 pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Seconds a call may take, unless configured.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// How many callers' own connections (or processes) one server keeps open at once, unless
+/// configured: a team of a hundred, each with a connection of their own, and room to spare.
+pub const DEFAULT_MAX_CALLERS: usize = 128;
+/// How long a caller's own connection stays open with no call, unless configured.
+pub const DEFAULT_CALLER_IDLE: Duration = Duration::from_secs(600);
 
 /// One `[[mcp_servers]]` entry. Bad values are refused while it is deserialized.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -112,6 +117,17 @@ pub struct McpServerConfig {
     /// of its own, so one process never holds two callers' tokens.
     #[serde(default)]
     pub token_env: Option<String>,
+    /// With `credentials = "caller"` or `"exchange"`: the most callers' own connections
+    /// (processes, for a server over stdio) open at once (default [`DEFAULT_MAX_CALLERS`]).
+    /// A new caller past it closes the connection idle the longest; when every one has a
+    /// call in flight, the new caller's call is refused, naming this key.
+    #[serde(default = "default_max_callers", deserialize_with = "at_least_one")]
+    pub max_callers: usize,
+    /// With `credentials = "caller"` or `"exchange"`: a caller's own connection with no
+    /// call for this long is closed (default [`DEFAULT_CALLER_IDLE`]); the caller's next call
+    /// opens another.
+    #[serde(default = "default_caller_idle", rename = "caller_idle_timeout_secs")]
+    pub caller_idle_timeout: Seconds,
     /// The token this connection presents instead of `bearer_token_env`'s: a caller's own
     /// connection ([`Credentials`]); never read from a file.
     #[serde(skip)]
@@ -180,6 +196,23 @@ fn default_call() -> Seconds {
     Seconds(DEFAULT_CALL_TIMEOUT)
 }
 
+fn default_max_callers() -> usize {
+    DEFAULT_MAX_CALLERS
+}
+
+fn default_caller_idle() -> Seconds {
+    Seconds(DEFAULT_CALLER_IDLE)
+}
+
+fn at_least_one<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    match usize::deserialize(d)? {
+        0 => Err(serde::de::Error::custom(
+            "max_callers must be at least 1 (a caller needs a connection of its own)",
+        )),
+        n => Ok(n),
+    }
+}
+
 fn prefix<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let s = String::deserialize(d)?;
     if !s.is_empty() {
@@ -234,6 +267,8 @@ impl McpServerConfig {
             credentials: Credentials::Static,
             audience: None,
             token_env: None,
+            max_callers: DEFAULT_MAX_CALLERS,
+            caller_idle_timeout: default_caller_idle(),
             caller_token: None,
         }
     }
@@ -322,6 +357,9 @@ impl McpServerConfig {
     }
     pub(crate) fn call_timeout(&self) -> Duration {
         self.call_timeout.0
+    }
+    pub(crate) fn caller_idle_timeout(&self) -> Duration {
+        self.caller_idle_timeout.0
     }
 }
 

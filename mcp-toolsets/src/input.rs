@@ -19,44 +19,145 @@
     reason = "sampling and logging are deprecated (SEP-2577), but servers still send them, and passing them through is this module's job"
 )]
 
+use std::sync::Arc;
+
 use rmcp::model::{
     CreateMessageRequestParams, ElicitRequestParams, InputRequest, InputRequests, InputResponses,
 };
 use serde_json::{Map, Value, json};
 use tool_api::{ToolContext, ToolError, UserAnswer};
 
+use crate::relay::{ClientRelay, Relayed};
+use crate::upstream::Upstream;
+
 /// Who answers a server's requests to the user for one call: the client that made it,
-/// else the host's broker.
-pub(crate) trait Answers {
-    /// An elicitation's answer (`{"action": …, "content": …}`).
-    fn elicit(&self, params: ElicitRequestParams) -> Result<Value, ToolError>;
-    /// A sampling request's answer; fails when nobody can sample.
-    fn sample(&self, params: CreateMessageRequestParams) -> Result<Value, ToolError>;
-    /// A `roots/list` answer (`{"roots": […]}`): the client's, else the workspace.
-    fn roots(&self) -> Value;
+/// through its relay when it can take them, else the host's broker ([`elicitation`]);
+/// sampling has no broker.
+pub(crate) struct Asking<'a> {
+    /// The server that asks.
+    pub(crate) server: &'a Upstream,
+    /// The call it asks for.
+    pub(crate) ctx: &'a ToolContext,
+    /// The call's client, when the host relays to one.
+    pub(crate) relay: Option<&'a Arc<dyn ClientRelay>>,
 }
 
-/// The responses to `requests`, asking the user as needed.
-pub(crate) fn answer(
-    server: &str,
-    requests: InputRequests,
-    answers: &dyn Answers,
-) -> Result<InputResponses, ToolError> {
-    let mut responses = InputResponses::new();
-    for (key, request) in requests {
-        let response = match request {
-            InputRequest::Elicitation(e) => answers.elicit(e.params)?,
-            InputRequest::ListRoots(_) => answers.roots(),
-            InputRequest::CreateMessage(m) => answers.sample(m.params)?,
-            _ => {
-                return Err(ToolError::failed(format!(
-                    "MCP server '{server}' asked for input toolhost does not know how to give"
-                )));
-            }
-        };
-        responses.insert(key, response);
+impl Asking<'_> {
+    /// The server's id.
+    fn id(&self) -> &str {
+        &self.server.config.id
     }
-    Ok(responses)
+
+    /// The answer of a 2025-era client that made the call, if the host relays to one.
+    pub(crate) async fn relayed(
+        &self,
+        params: &ElicitRequestParams,
+    ) -> Option<Result<Value, ToolError>> {
+        match self.relay?.elicit(params.clone()).await {
+            Relayed::Answered(result) => {
+                Some(serde_json::to_value(result).map_err(|e| ToolError::failed(e.to_string())))
+            }
+            Relayed::Failed(why) => Some(Err(ToolError::failed(format!(
+                "MCP server '{}' asked the user for input, and asking the client that made the call failed: {why}",
+                self.id()
+            )))),
+            Relayed::CannotAsk => None,
+        }
+    }
+
+    /// The host's broker's answer to an elicitation: the question waits for the user on a
+    /// blocking thread of its own (the broker blocks), not on the call's.
+    pub(crate) async fn broker(&self, params: ElicitRequestParams) -> Result<Value, ToolError> {
+        let (id, ctx) = (self.id().to_string(), self.ctx.clone());
+        tokio::task::spawn_blocking(move || elicitation(&id, params, &ctx))
+            .await
+            .unwrap_or_else(|e| {
+                Err(ToolError::internal(format!(
+                    "asking the user for the MCP server's question failed: {e}"
+                )))
+            })
+    }
+
+    /// An elicitation's answer (`{"action": …, "content": …}`): the client's, else the
+    /// broker's.
+    pub(crate) async fn elicit(&self, params: ElicitRequestParams) -> Result<Value, ToolError> {
+        match self.relayed(&params).await {
+            Some(answer) => answer,
+            None => self.broker(params).await,
+        }
+    }
+
+    /// A sampling request's answer; fails when nobody can sample.
+    pub(crate) async fn sample(
+        &self,
+        params: CreateMessageRequestParams,
+    ) -> Result<Value, ToolError> {
+        let id = self.id();
+        let relayed = match self.relay {
+            Some(relay) => relay.sample(params).await,
+            None => Relayed::CannotAsk,
+        };
+        match relayed {
+            Relayed::Answered(result) => {
+                serde_json::to_value(result).map_err(|e| ToolError::failed(e.to_string()))
+            }
+            Relayed::Failed(why) => Err(ToolError::failed(format!(
+                "MCP server '{id}' asked to sample a model (sampling/createMessage), and the client that made the call failed to: {why}"
+            ))),
+            Relayed::CannotAsk => Err(ToolError::failed(format!(
+                "MCP server '{id}' asked to sample a model (sampling/createMessage), and the client that made \
+                 this call cannot sample (toolhost runs tools, not models), so the call cannot complete; \
+                 call it from an MCP client that declares sampling"
+            ))),
+        }
+    }
+
+    /// The roots of the client that made the call when it declared them and answered,
+    /// else the session's workspace.
+    pub(crate) async fn roots(&self) -> rmcp::model::ListRootsResult {
+        let relayed = match self.relay {
+            Some(relay) => relay.roots().await,
+            None => Relayed::CannotAsk,
+        };
+        let workspace = || {
+            crate::upstream::client::workspace_roots(std::path::Path::new(
+                self.ctx.workspace_root(),
+            ))
+        };
+        match relayed {
+            Relayed::Answered(roots) => roots,
+            Relayed::Failed(why) => {
+                tracing::debug!(server = %self.id(), "the client's roots could not be read ({why}); the workspace is answered");
+                workspace()
+            }
+            Relayed::CannotAsk => workspace(),
+        }
+    }
+
+    /// The responses to `requests`, asking the user as needed.
+    pub(crate) async fn answer(
+        &self,
+        requests: InputRequests,
+    ) -> Result<InputResponses, ToolError> {
+        let mut responses = InputResponses::new();
+        for (key, request) in requests {
+            let response = match request {
+                InputRequest::Elicitation(e) => self.elicit(e.params).await?,
+                InputRequest::ListRoots(_) => {
+                    serde_json::to_value(self.roots().await).unwrap_or_default()
+                }
+                InputRequest::CreateMessage(m) => self.sample(m.params).await?,
+                _ => {
+                    return Err(ToolError::failed(format!(
+                        "MCP server '{}' asked for input toolhost does not know how to give",
+                        self.id()
+                    )));
+                }
+            };
+            responses.insert(key, response);
+        }
+        Ok(responses)
+    }
 }
 
 /// The broker's answer to an elicitation: the question goes to the user as a yes/no.

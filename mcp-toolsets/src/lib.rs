@@ -11,7 +11,7 @@
 //!   What a server asks the user while a call runs (a 2025 server's `elicitation/create`
 //!   and `sampling/createMessage`, a 2026 server's `input_required` result) goes to the
 //!   client that made the call when the host relays to one that can take it
-//!   ([`ClientRelay`], set with [`McpToolset::relay_through`]), else through the host's
+//!   ([`ClientRelay`], carried by the call in its [`Origin`]), else through the host's
 //!   confirmation channel ([`tool_api::ToolContext::ask_user`]: the same broker, prompts
 //!   and console as toolhost's own confirmations; see [`input`] for what each kind of
 //!   request gets). A 2026 call is retried with the answers and the server's
@@ -60,7 +60,7 @@ mod task;
 mod upstream;
 
 pub use call::{ERROR_META, MAX_INPUT_ROUNDS, RESULT_META};
-pub use callers::{CallerCredential, Callers, TokenExchange, callers};
+pub use callers::{CallerCredential, ExchangeFuture, TokenExchange};
 pub use config::{
     Credentials, DEFAULT_CALL_TIMEOUT, DEFAULT_STARTUP_TIMEOUT, InputSchemas, MAX_NESTING,
     McpServerConfig, NESTING_ENV, nesting,
@@ -68,7 +68,7 @@ pub use config::{
 pub use confine::ServerSandbox;
 pub use error::UpstreamError;
 pub use pins::{FilePins, MemoryPins, OnChange, PinStore};
-pub use relay::{ClientRelay, RelayFuture, Relayed, Resume};
+pub use relay::{ClientRelay, Origin, RelayFuture, Relayed, Resume};
 pub use upstream::client::install_tls_provider;
 pub use upstream::events::{ServerEvent, level_rank};
 pub use upstream::offers::Offers;
@@ -156,6 +156,13 @@ impl McpToolset {
             .clone()
     }
 
+    /// How many callers' own connections (processes, over stdio) are open now: an entry
+    /// with `credentials = "caller"` or `"exchange"` opens one per caller, at most
+    /// `max_callers`, each closed after `caller_idle_timeout_secs` without a call.
+    pub fn caller_connections(&self) -> usize {
+        self.server.per_caller.len()
+    }
+
     /// The configuration it runs with.
     pub fn config(&self) -> &McpServerConfig {
         &self.server.config
@@ -185,15 +192,6 @@ impl McpToolset {
             )));
         }
         Ok(Box::new(call::McpTool::new(server.clone(), name)))
-    }
-
-    /// Sends the server's requests to the user (elicitation, sampling) to the client that
-    /// made the call, through `relay`, before the host's confirmation broker. Set once: a
-    /// second relay is ignored (and logged).
-    pub fn relay_through(&self, relay: Arc<dyn ClientRelay>) {
-        if self.server.relay.set(relay).is_err() {
-            tracing::warn!(server = %self.server.config.id, "a second client relay was ignored");
-        }
     }
 }
 

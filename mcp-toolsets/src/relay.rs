@@ -53,56 +53,76 @@ pub struct Resume {
     pub state: Option<String>,
 }
 
-/// Puts a mounted server's requests to the client that made a call (the host's side of
-/// the gateway: toolhost's MCP server implements it over its clients' connections).
-/// `call` is the tool-use id of the call in flight
-/// ([`tool_api::ToolContext::tool_use_id`]).
+/// Puts a mounted server's requests to the client that made one call (the host's side of
+/// the gateway: toolhost's MCP server implements it over its clients' connections). One
+/// relay serves one call: the host attaches it to the call ([`crate::Origin`]), and the
+/// call's tool finds it in its context.
 pub trait ClientRelay: Send + Sync {
     /// An `elicitation/create` (form or URL), with the server's own message and schema.
-    fn elicit(&self, call: &str, params: ElicitRequestParams) -> RelayFuture<ElicitResult>;
+    fn elicit(&self, params: ElicitRequestParams) -> RelayFuture<ElicitResult>;
     /// A `sampling/createMessage`.
-    fn sample(
-        &self,
-        call: &str,
-        params: CreateMessageRequestParams,
-    ) -> RelayFuture<CreateMessageResult>;
+    fn sample(&self, params: CreateMessageRequestParams) -> RelayFuture<CreateMessageResult>;
     /// A 2026-07-28 server's `input_required` round, handed whole to a client that can
     /// answer every request in it (a client of the same era: its own round ends with
     /// these requests, and its retry brings the answers back through
     /// [`ClientRelay::resume`]). `false`: the client cannot, and toolhost answers.
-    fn defer(&self, call: &str, asked: &InputRequiredResult) -> bool;
-    /// The answers the retry of `call` brought for a round handed over by
-    /// [`ClientRelay::defer`], if it is such a retry.
-    fn resume(&self, call: &str) -> Option<Resume>;
-    /// What the client that made `call` can be asked (elicitation, sampling, roots), to
+    fn defer(&self, asked: &InputRequiredResult) -> bool;
+    /// The answers this call's retry brought for a round handed over by
+    /// [`ClientRelay::defer`], if it is such a retry (taken: a second call says `None`).
+    fn resume(&self) -> Option<Resume>;
+    /// What the client that made the call can be asked (elicitation, sampling, roots), to
     /// present to a 2026-07-28 server as the call's client capabilities, so that it asks
     /// what the client can answer; `None`: the connection's own declaration stands.
-    fn capabilities(&self, call: &str) -> Option<rmcp::model::ClientCapabilities>;
-    /// The server made a task of `call` (the tasks extension): the host may make the call a
-    /// task of its own for its client. Resolves to whether it did; then what the server's
+    fn capabilities(&self) -> Option<rmcp::model::ClientCapabilities>;
+    /// The server made a task of the call (the tasks extension): the host may make the call
+    /// a task of its own for its client. Resolves to whether it did; then what the server's
     /// task asks goes through [`ClientRelay::task_input`].
-    fn became_task(&self, call: &str) -> RelayFuture<bool> {
-        let _ = call;
+    fn became_task(&self) -> RelayFuture<bool> {
         Box::pin(std::future::ready(Relayed::Answered(false)))
     }
-    /// A `roots/list` of the server while `call` runs: the roots of the client that made
+    /// A `roots/list` of the server while the call runs: the roots of the client that made
     /// the call, when it declared `roots`; [`Relayed::CannotAsk`] leaves the answer to
     /// toolhost (the session's workspace).
-    fn roots(&self, call: &str) -> RelayFuture<rmcp::model::ListRootsResult> {
-        let _ = call;
+    fn roots(&self) -> RelayFuture<rmcp::model::ListRootsResult> {
         Box::pin(std::future::ready(Relayed::CannotAsk))
     }
     /// A request the server's task waits on, under the server's own `key`, put in the
-    /// host's task for `call`; its answer goes back to the server's task unchanged.
-    /// [`Relayed::CannotAsk`] when `call` is no task of the host's.
+    /// host's task for the call; its answer goes back to the server's task unchanged.
+    /// [`Relayed::CannotAsk`] when the call is no task of the host's.
     fn task_input(
         &self,
-        call: &str,
         key: &str,
         request: rmcp::model::InputRequest,
     ) -> RelayFuture<serde_json::Value> {
-        let _ = (call, key, request);
+        let _ = (key, request);
         Box::pin(std::future::ready(Relayed::CannotAsk))
+    }
+}
+
+/// Where a call of a mounted server's tool comes from, as the host that took it knows:
+/// who calls and with which credentials, and how the server's questions reach the
+/// calling client. The host attaches it to the call
+/// ([`dispatcher_core::Invocation::extend`]); the call's tool reads it from its context
+/// ([`tool_api::ToolContext::extension`]). A call without one (the CLI's, an embedder's)
+/// has no caller's credentials and asks through the host's confirmation broker.
+#[derive(Clone, Default)]
+pub struct Origin {
+    /// Who calls, with the access token it presented: what a server whose entry takes its
+    /// caller's credentials (`credentials = "caller"` or `"exchange"`) is reached with.
+    pub caller: Option<Arc<crate::callers::CallerCredential>>,
+    /// How a token for a mounted server is obtained for that caller (`"exchange"`).
+    pub exchange: Option<Arc<dyn crate::callers::TokenExchange>>,
+    /// Where the server's requests to the user go first: the client that made the call.
+    pub relay: Option<Arc<dyn ClientRelay>>,
+}
+
+impl std::fmt::Debug for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Origin")
+            .field("caller", &self.caller)
+            .field("exchange", &self.exchange.is_some())
+            .field("relay", &self.relay.is_some())
+            .finish()
     }
 }
 

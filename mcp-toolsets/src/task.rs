@@ -29,7 +29,7 @@ use serde_json::Value;
 use tokio::sync::{Notify, mpsc};
 use tool_api::{ToolContext, ToolError};
 
-use crate::input::{self, Answers};
+use crate::input::Asking;
 use crate::relay::Relayed;
 use crate::upstream::Upstream;
 
@@ -73,27 +73,23 @@ async fn request(
 }
 
 /// Follows the server's task `created` for the call of `ctx` to its end. `cancel` is the
-/// call's cancellation; `answers` answers what the task asks when the host's client
+/// call's cancellation; `asking` answers what the task asks when the host's client
 /// cannot.
-pub(crate) fn follow(
+pub(crate) async fn follow(
     server: &Arc<Upstream>,
     cancel: &Notify,
     created: CreateTaskResult,
     ctx: &ToolContext,
-    answers: &dyn Answers,
+    asking: &Asking<'_>,
 ) -> Result<Followed, ToolError> {
     let id = &server.config.id;
-    let runtime = &server.runtime;
-    let relay = server.relay.get().cloned();
+    let relay = asking.relay;
     let task_id = created.task.task_id;
-    let call = ctx.tool_use_id().to_string();
     // Told before the first poll: the host's client may take the task's questions.
-    let hosted = relay.as_ref().is_some_and(|r| {
-        matches!(
-            runtime.block_on(r.became_task(&call)),
-            Relayed::Answered(true)
-        )
-    });
+    let hosted = match relay {
+        Some(r) => matches!(r.became_task().await, Relayed::Answered(true)),
+        None => false,
+    };
     tracing::debug!(server = %id, task = %task_id, hosted, "following the server's task");
     let poll = Duration::from_millis(created.task.poll_interval_ms.unwrap_or(500))
         .clamp(Duration::from_millis(50), Duration::from_secs(5));
@@ -108,14 +104,12 @@ pub(crate) fn follow(
             first = false;
             Step::Poll
         } else {
-            runtime.block_on(async {
-                tokio::select! {
-                    biased;
-                    Some((key, answer)) = answers_in.recv() => Step::Answered(key, answer),
-                    () = cancel.notified(), if cancelled_at.is_none() => Step::Cancel,
-                    () = tokio::time::sleep(poll) => Step::Poll,
-                }
-            })
+            tokio::select! {
+                biased;
+                Some((key, answer)) = answers_in.recv() => Step::Answered(key, answer),
+                () = cancel.notified(), if cancelled_at.is_none() => Step::Cancel,
+                () = tokio::time::sleep(poll) => Step::Poll,
+            }
         };
         match step {
             Step::Cancel => {
@@ -123,7 +117,7 @@ pub(crate) fn follow(
                 let stop = ClientRequest::CancelTaskRequest(CancelTaskRequest::new(
                     CancelTaskParams::new(task_id.clone()),
                 ));
-                if let Err(e) = runtime.block_on(request(server, stop)) {
+                if let Err(e) = request(server, stop).await {
                     tracing::debug!(server = %id, task = %task_id, "tasks/cancel: {e}");
                 }
             }
@@ -132,14 +126,14 @@ pub(crate) fn follow(
                 let update = ClientRequest::UpdateTaskRequest(UpdateTaskRequest::new(
                     UpdateTaskParams::new(task_id.clone(), responses),
                 ));
-                runtime.block_on(request(server, update))?;
+                request(server, update).await?;
             }
             Step::Answered(_, Err(e)) => {
                 // The question could not be answered: the task cannot go on.
                 let stop = ClientRequest::CancelTaskRequest(CancelTaskRequest::new(
                     CancelTaskParams::new(task_id.clone()),
                 ));
-                let _ = runtime.block_on(request(server, stop));
+                let _ = request(server, stop).await;
                 return Err(e);
             }
             Step::Poll => {
@@ -152,7 +146,7 @@ pub(crate) fn follow(
                 let get = ClientRequest::GetTaskRequest(GetTaskRequest::new(GetTaskParams::new(
                     task_id.clone(),
                 )));
-                let detailed = match runtime.block_on(request(server, get))? {
+                let detailed = match request(server, get).await? {
                     ServerResult::GetTaskResult(got) => got.task,
                     _ => {
                         return Err(ToolError::failed(format!(
@@ -174,15 +168,8 @@ pub(crate) fn follow(
                             .filter(|(key, _)| asked.insert(key.clone()))
                             .collect();
                         for (key, request) in new {
-                            ask(
-                                server,
-                                relay.as_ref().filter(|_| hosted),
-                                &call,
-                                key,
-                                request,
-                                answers,
-                                &answered,
-                            );
+                            let through = relay.filter(|_| hosted);
+                            ask(server, through, key, request, asking, &answered).await;
                         }
                     }
                     TaskPayload::Completed { result } => {
@@ -222,27 +209,23 @@ pub(crate) fn follow(
 }
 
 /// Asks what the task waits on under `key`: through the host's task when there is one
-/// (the answer comes back through `answered`), else through `answers` now.
-#[allow(
-    clippy::too_many_arguments,
-    reason = "one question and everything it goes through"
-)]
-fn ask(
+/// (the answer comes back through `answered` when the client gives it), else through
+/// `asking` now.
+async fn ask(
     server: &Arc<Upstream>,
     relay: Option<&Arc<dyn crate::ClientRelay>>,
-    call: &str,
     key: String,
     request: InputRequest,
-    answers: &dyn Answers,
+    asking: &Asking<'_>,
     answered: &mpsc::UnboundedSender<(String, Result<Value, ToolError>)>,
 ) {
     let id = server.config.id.clone();
     if let Some(relay) = relay {
-        let asking = relay.task_input(call, &key, request.clone());
+        let relayed = relay.task_input(&key, request.clone());
         let answered = answered.clone();
         let broker = request;
-        server.runtime.spawn(async move {
-            let answer = match asking.await {
+        tokio::spawn(async move {
+            let answer = match relayed.await {
                 Relayed::Answered(answer) => Ok(answer),
                 Relayed::Failed(why) => Err(ToolError::failed(format!(
                     "MCP server '{id}' asked in its task, and asking the client that made the call failed: {why}"
@@ -257,7 +240,7 @@ fn ask(
         return;
     }
     let requests = InputRequests::from([(key.clone(), request)]);
-    let answer = input::answer(&id, requests, answers).and_then(|mut responses| {
+    let answer = asking.answer(requests).await.and_then(|mut responses| {
         responses
             .remove(&key)
             .ok_or_else(|| ToolError::failed(format!("MCP server '{id}': no answer was made")))

@@ -6,6 +6,7 @@ use std::fmt::Display;
 use abi_stable::std_types::{RResult, RSlice, RStr, RString};
 
 use crate::abi::{AbiError, HostCtx};
+use crate::extensions::Extensions;
 use crate::output::ToolError;
 
 /// Log levels a tool can log at, most severe first.
@@ -45,12 +46,45 @@ impl Level {
 #[derive(Clone)]
 pub struct ToolContext {
     host: HostCtx,
+    extensions: Extensions,
 }
 
 impl ToolContext {
     /// Wraps the host's callbacks. Hosts call this; tools receive a ready context.
     pub fn from_host(host: HostCtx) -> Self {
-        ToolContext { host }
+        ToolContext {
+            host,
+            extensions: Extensions::new(),
+        }
+    }
+
+    /// This context with what the host attached to the call ([`Extensions`]). Hosts call
+    /// this for the tools they run in their own process; across the plugin ABI the map is
+    /// always empty.
+    #[must_use]
+    pub fn with_extensions(mut self, extensions: Extensions) -> Self {
+        self.extensions = extensions;
+        self
+    }
+
+    /// What the host attached to this call, of type `T` (see [`Extensions`]): `None` when
+    /// it attached none, and always in a plugin, which the map never reaches. For tools a
+    /// host builds in (an MCP server's tools learn there who calls and how to reach the
+    /// calling client).
+    ///
+    /// ```
+    /// use tool_api::{Extensions, testing::TestHost};
+    /// struct Caller(&'static str);
+    /// let ctx = TestHost::new().context().with_extensions(Extensions::new().with(Caller("alice")));
+    /// assert_eq!(ctx.extension::<Caller>().map(|c| c.0), Some("alice"));
+    /// ```
+    pub fn extension<T: std::any::Any + Send + Sync>(&self) -> Option<&T> {
+        self.extensions.get()
+    }
+
+    /// Everything the host attached to this call.
+    pub fn extensions(&self) -> &Extensions {
+        &self.extensions
     }
 
     /// The host callbacks behind this context (used by hosts to pass it across the ABI).

@@ -103,6 +103,9 @@
 //! - 1.6: [`ToolContext::sandbox_settings`]: the host's whole sandbox settings record (the
 //!   deny list, writable caches, network allow list, environment policy), carried in the
 //!   same answer as 1.5's [`ProcessSandbox`] (an older host: `None`).
+//!   Host side, no ABI change: [`Extensions`], what a host attaches to one call for the
+//!   tools it builds in ([`ToolContext::extension`]; a plugin always sees none), and
+//!   [`Tool::execute_async`], a call run as a future.
 //!
 //! Minor releases add optional fields to [`ToolDefinition`]: build one with
 //! [`ToolDefinition::new`] and its setters (or `..ToolDefinition::new(…)` in a struct
@@ -114,6 +117,7 @@ pub mod abi;
 mod context;
 mod definition;
 pub mod export;
+mod extensions;
 pub mod fs_error;
 mod output;
 pub mod sandbox;
@@ -127,6 +131,7 @@ pub mod typed;
 
 pub use context::{Level, Logger, Metadata, ToolContext, UserAnswer, WorkspaceFiles};
 pub use definition::{InterruptBehavior, SideEffect, ToolDefinition, is_valid_tool_name};
+pub use extensions::Extensions;
 pub use output::{Content, ToolError, ToolOutput};
 pub use sandbox::{Placement, ProcessSandbox, SANDBOX_SETTINGS_KEY, SandboxMode};
 pub use tool::{DefinedTool, Tool, ToolFactory, ToolFuture, TypedFactory, factory, factory_from};

@@ -87,13 +87,13 @@ pub struct Host {
 }
 
 impl Host {
-    /// The MCP servers that started, whose prompts and resources pass through and whose
-    /// requests to the user go to the calling clients (through `routes`).
-    pub(crate) async fn upstreams(&self, routes: &Arc<mcp::Routes>) -> mcp::Upstreams {
+    /// The MCP servers that started, whose prompts and resources pass through (what they
+    /// ask the user during a call goes to the calling client through the route the call
+    /// carries).
+    pub(crate) async fn upstreams(&self) -> mcp::Upstreams {
         mcp::Upstreams::new(
             started(&self.mcp),
             &self.dispatcher.config().toolset_separator,
-            routes.clone(),
         )
         .await
     }

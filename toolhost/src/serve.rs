@@ -73,6 +73,15 @@ pub async fn serve(
     }
 }
 
+/// What serving HTTP needs once bound: the listener, its address, the transport's options,
+/// and the token exchange at the identity provider when `[http.auth.client]` makes one.
+type Listening = (
+    tokio::net::TcpListener,
+    SocketAddr,
+    HttpOptions,
+    Option<Arc<dyn mcp_toolsets::TokenExchange>>,
+);
+
 /// Checks the access rules (a bad token file, or a public address without a token, stops
 /// the server here, before anything is bound or loaded), then binds ADDR. The rules learn
 /// the bound port, which ADDR may leave to the system (port 0).
@@ -80,7 +89,7 @@ async fn listen(
     sources: &Sources<'_>,
     args: &ServeArgs,
     addr: SocketAddr,
-) -> Result<(tokio::net::TcpListener, SocketAddr, HttpOptions), UsageError> {
+) -> Result<Listening, UsageError> {
     let tokens = http::access::load_tokens(args.token_file.as_deref())?;
     if args.request_timeout == 0 {
         return Err(UsageError(
@@ -106,6 +115,7 @@ async fn listen(
         .await
         .map_err(|e| UsageError(format!("cannot listen on {addr}: {e}")))?;
     let local = listener.local_addr().unwrap_or(addr);
+    let mut exchange: Option<Arc<dyn mcp_toolsets::TokenExchange>> = None;
     let oauth = match auth {
         Some(settings) => {
             let server =
@@ -117,7 +127,7 @@ async fn listen(
             let prefetch = server.clone();
             tokio::spawn(async move { prefetch.prefetch().await });
             if settings.client.is_some() {
-                mcp_toolsets::callers().exchange_through(Arc::new(Exchange(server.clone())));
+                exchange = Some(Arc::new(Exchange(server.clone())));
             }
             Some(server)
         }
@@ -135,7 +145,7 @@ async fn listen(
         max_message_bytes: sources.config.mcp.max_message_bytes.0,
         request_timeout: Duration::from_secs(args.request_timeout),
     };
-    Ok((listener, local, options))
+    Ok((listener, local, options, exchange))
 }
 
 async fn serve_http(
@@ -144,12 +154,12 @@ async fn serve_http(
     addr: SocketAddr,
     telemetry: Telemetry,
 ) -> Result<ExitCode, UsageError> {
-    let (listener, local, options) = listen(sources, args, addr).await?;
-    let routes = mcp::Routes::new(
+    let (listener, local, options, exchange) = listen(sources, args, addr).await?;
+    let consoles = mcp::Consoles::new(
         sources.config.mcp.prompt_fallback,
         sources.file.display().to_string(),
     );
-    let confirmer = Arc::new(mcp::McpConfirmer::new(routes.clone()));
+    let confirmer = Arc::new(mcp::McpConfirmer::new(consoles.clone()));
     let mut host = build_host_observed(
         sources,
         &args.session.workspace,
@@ -161,7 +171,7 @@ async fn serve_http(
         metrics.watch_dispatcher(&host.dispatcher);
         metrics.watch_workers(&host.plugins.workers);
     }
-    routes.share_watchers_through(host.dispatcher.store());
+    consoles.share_watchers_through(host.dispatcher.store());
     let dispatcher = host.dispatcher.clone();
     let workspace = args.session.workspace.clone();
     // Fail now, not at the first request, if the workspace cannot hold a session.
@@ -183,7 +193,7 @@ async fn serve_http(
             Ok(session)
         }
     };
-    let upstreams = host.upstreams(&routes).await;
+    let upstreams = host.upstreams().await;
     // Plugins and servers are the reloader's from here on.
     let reloader = Reloader::take(
         sources,
@@ -199,7 +209,6 @@ async fn serve_http(
     let running_tasks = tasks.clone();
     let shared = mcp::McpShared::new(
         dispatcher.clone(),
-        routes.clone(),
         confirmations(sources, &dispatcher)?,
         mcp::Sessions::PerClient {
             open: Box::new(opener),
@@ -209,8 +218,11 @@ async fn serve_http(
         tasks,
     );
     shared.set_tools_per_caller(per_caller);
+    if let Some(exchange) = exchange {
+        shared.exchange_tokens_through(exchange);
+    }
     reloader.serve_through(shared.clone());
-    let control = http::control::Control::new(dispatcher.clone(), routes).metrics(
+    let control = http::control::Control::new(dispatcher.clone(), consoles).metrics(
         telemetry
             .metrics
             .clone()
@@ -272,14 +284,14 @@ async fn control_beside_stdio(
     args: &ServeArgs,
     addr: SocketAddr,
     dispatcher: &Dispatcher,
-    routes: Arc<mcp::Routes>,
+    consoles: Arc<mcp::Consoles>,
 ) -> Result<tokio::task::JoinHandle<()>, UsageError> {
-    let (listener, local, options) = listen(sources, args, addr).await?;
+    let (listener, local, options, _) = listen(sources, args, addr).await?;
     tracing::info!("control API and console at http://{local}/");
     eprintln!("toolhost: control API and console at http://{local}/");
     let server = http::Server::new(
         None,
-        http::control::Control::new(dispatcher.clone(), routes),
+        http::control::Control::new(dispatcher.clone(), consoles),
         options,
     );
     Ok(tokio::spawn(async move {
@@ -322,24 +334,24 @@ async fn serve_mcp(
 ) -> Result<ExitCode, UsageError> {
     let args = &serve.session;
     use rmcp::ServiceExt as _;
-    let routes = mcp::Routes::new(
+    let consoles = mcp::Consoles::new(
         sources.config.mcp.prompt_fallback,
         sources.file.display().to_string(),
     );
-    let confirmer = Arc::new(mcp::McpConfirmer::new(routes.clone()));
+    let confirmer = Arc::new(mcp::McpConfirmer::new(consoles.clone()));
     let mut host =
         build_host_observed(sources, &args.workspace, Some(confirmer), Some(&telemetry)).await?;
     if let Some(metrics) = &telemetry.metrics {
         metrics.watch_dispatcher(&host.dispatcher);
         metrics.watch_workers(&host.plugins.workers);
     }
-    routes.share_watchers_through(host.dispatcher.store());
+    consoles.share_watchers_through(host.dispatcher.store());
     let dispatcher = host.dispatcher.clone();
     // Every server's tools, also one a reload adds.
     let session = dispatcher
         .open_session(SessionSpec::new("mcp", &args.workspace).every_shared_toolset())
         .map_err(|e| UsageError(e.to_string()))?;
-    let upstreams = host.upstreams(&routes).await;
+    let upstreams = host.upstreams().await;
     let reloader = Reloader::take(
         sources,
         &args.workspace,
@@ -350,13 +362,12 @@ async fn serve_mcp(
     let watching = reloader.watch();
     let control = match serve.control {
         Some(addr) => {
-            Some(control_beside_stdio(sources, serve, addr, &dispatcher, routes.clone()).await?)
+            Some(control_beside_stdio(sources, serve, addr, &dispatcher, consoles.clone()).await?)
         }
         None => None,
     };
     let shared = mcp::McpShared::new(
         dispatcher.clone(),
-        routes.clone(),
         confirmations(sources, &dispatcher)?,
         mcp::Sessions::One(session),
         upstreams,

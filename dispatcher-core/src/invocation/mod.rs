@@ -99,6 +99,7 @@ impl Invocation {
                 .as_ref()
                 .map_or_else(|| Arc::from(name), |t| t.name.clone()),
             side_effects: tool.as_ref().map(|t| t.side_effects),
+            extensions: tool_api::Extensions::new(),
         });
         Invocation {
             engine: engine.clone(),
@@ -127,6 +128,32 @@ impl Invocation {
         if crate::audit::TraceParent::parse(traceparent).is_some() {
             self.trace_parent = Some(traceparent.into());
         }
+    }
+
+    /// Attaches `value` to the call, in place of a value of its type attached before: its
+    /// tool reads it from its context ([`tool_api::ToolContext::extension`]), a
+    /// [`crate::Confirmer`] from its request's header ([`CallHeader::extensions`]). For what
+    /// belongs to this call alone and must reach the tool that runs it: who the caller is
+    /// and with which credentials, how its client is asked. Call it before
+    /// [`Invocation::run`].
+    ///
+    /// ```
+    /// use dispatcher_core::{Dispatcher, SessionSpec, ToolUse};
+    /// struct Caller(&'static str);
+    /// let dispatcher = Dispatcher::new();
+    /// let session = dispatcher.open_session(SessionSpec::new("s", std::env::temp_dir())).unwrap();
+    /// let mut call = dispatcher.invocation(ToolUse::new("tu_1", "nope", serde_json::json!({})), &session);
+    /// call.extend(Caller("alice"));
+    /// assert_eq!(call.header().extensions.get::<Caller>().map(|c| c.0), Some("alice"));
+    /// ```
+    pub fn extend<T: std::any::Any + Send + Sync>(&mut self, value: T) {
+        self.extend_shared(Arc::new(value));
+    }
+
+    /// [`Invocation::extend`] with a value already shared.
+    pub fn extend_shared<T: std::any::Any + Send + Sync>(&mut self, value: Arc<T>) {
+        let header = Arc::make_mut(&mut self.header);
+        header.extensions = std::mem::take(&mut header.extensions).with_shared(value);
     }
 
     /// The call's identity.

@@ -35,7 +35,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::{Principal, Routes};
+use crate::{Consoles, Principal};
 
 /// The console page.
 const CONSOLE: &str = include_str!("console.html");
@@ -58,17 +58,18 @@ pub trait MetricsExposition: Send + Sync {
 #[derive(Clone)]
 pub struct Control {
     dispatcher: Dispatcher,
-    routes: Arc<Routes>,
+    consoles: Arc<Consoles>,
     metrics: Option<Arc<dyn MetricsExposition>>,
 }
 
 impl Control {
     /// The control API over a dispatcher's events and confirmation broker; a console
-    /// following the events is registered with `routes` as watching.
-    pub fn new(dispatcher: Dispatcher, routes: Arc<Routes>) -> Self {
+    /// following the events is registered with `consoles` as watching the calls it sees
+    /// (every caller's, or its own caller's).
+    pub fn new(dispatcher: Dispatcher, consoles: Arc<Consoles>) -> Self {
         Control {
             dispatcher,
-            routes,
+            consoles,
             metrics: None,
         }
     }
@@ -150,7 +151,7 @@ async fn events(
     // Every instance's, when they share a store: a console on one follows them all.
     let rx = state.control.dispatcher.subscribe_everywhere();
     let stop = state.stop.clone();
-    let watching = state.control.routes.watch();
+    let watching = state.control.consoles.watch(only.as_deref());
     let stream = futures_util::stream::unfold(
         (rx, stop, filter.session, watching, only),
         |(mut rx, stop, session, watching, only)| async move {

@@ -21,10 +21,11 @@ use tokio::sync::oneshot;
 use super::{McpServer, takes_rounds};
 use crate::answer::Finished;
 use crate::caller::Caller;
-use crate::confirm::{Question, Route, asked_of, decision_of, decision_schema};
+use crate::confirm::{decision_of, decision_schema};
 use crate::era::Era;
 use crate::progress::watch_call;
 use crate::request_state::Opened;
+use crate::route::{CallRoute, Question, Route, asked_of};
 use crate::sessions::{Sessions, principal};
 use crate::tasks_2025;
 
@@ -214,15 +215,6 @@ impl McpServer {
     ) -> Result<CallToolResponse, McpError> {
         tracing::debug!(era = ?caller.era, principal = %caller.principal.id, "tools/call");
         let session = self.session(caller.era, &caller.principal)?;
-        if let Some(token) = &caller.principal.token {
-            // What a mounted server that takes its caller's credentials presents for it.
-            mcp_toolsets::callers().set(
-                session.id(),
-                &caller.principal.id,
-                &token.value,
-                &token.audiences,
-            );
-        }
         let takes_tasks = match mode {
             TaskMode::Auto => self.shared.tasks.settings().enabled && caller.caps.supports_tasks(),
             TaskMode::Now { .. } => true,
@@ -285,14 +277,27 @@ impl McpServer {
                 )
             });
         let logs = self.pass_logs(&meta, peer.clone(), &name).await;
-        // The call's entry, until it ends; the client's connection goes with it (2025 era).
-        let routes = &self.shared.routes;
+        // The call's route, carried by the call until it ends; the client's connection goes
+        // with it (2025 era). A mounted server's tool finds it in the call's origin, with
+        // who calls and with which token.
         let client = peer.filter(|_| era == Era::Session);
-        let route = routes.enter(tool_use_id.clone(), route, client, asked);
-        let promotion = takes_tasks.then(|| routes.offer_task(&tool_use_id));
+        let route = CallRoute::new(route, client, asked);
+        let promotion = takes_tasks.then(|| route.offer_task());
         if let Some(resume) = resume {
-            routes.resume_with(&tool_use_id, resume);
+            route.resume_with(resume);
         }
+        call.extend_shared(route.clone());
+        call.extend(mcp_toolsets::Origin {
+            caller: principal.token.as_ref().map(|token| {
+                Arc::new(mcp_toolsets::CallerCredential {
+                    principal: principal.id.clone(),
+                    token: token.value.to_string(),
+                    audiences: token.audiences.to_vec(),
+                })
+            }),
+            exchange: self.shared.exchange.get().cloned(),
+            relay: Some(route.clone()),
+        });
         // What tells the request's client as the call runs: stopped when a task takes the
         // call over (its request has been answered).
         let telling: Vec<tokio::task::AbortHandle> = watcher
@@ -303,8 +308,9 @@ impl McpServer {
         // The call, to its result as the client gets it; its route stays set while it runs.
         // On the heap from the start: every later move (into the answering future, into a
         // task) is a pointer's, not the whole call's state.
+        let ends = Ended(route.clone());
         let run = Box::pin(async move {
-            let _route = route;
+            let _ends = ends;
             let _logs = AbortOnDrop(logs.as_ref().map(|(_, task)| task.abort_handle()));
             let block = call.run().await;
             flush_telling(logs, watcher).await;
@@ -322,6 +328,7 @@ impl McpServer {
             arguments: &kept,
             session: session.id(),
             tool_use_id: &tool_use_id,
+            route: &route,
         };
         match promotion {
             None => self.answer_in_request(&call, run, deferred, ct).await,
@@ -476,7 +483,7 @@ impl McpServer {
         run: impl Future<Output = Finished> + Send + 'static,
         deferred: impl Future<Output = Question>,
         ct: tokio_util::sync::CancellationToken,
-        promotion: Arc<crate::confirm::Promotion>,
+        promotion: Arc<crate::route::Promotion>,
         mode: TaskMode,
         telling: Vec<tokio::task::AbortHandle>,
     ) -> Result<CallToolResponse, McpError> {
@@ -528,7 +535,6 @@ impl McpServer {
                 dispatcher.request_cancel(&session, &id);
             })
         };
-        let routes = &self.shared.routes;
         let task = self
             .shared
             .tasks
@@ -538,7 +544,7 @@ impl McpServer {
                 if mode != TaskMode::Auto {
                     return true;
                 }
-                let became = routes.to_task(call.tool_use_id, handle.clone(), asking.is_some());
+                let became = call.route.to_task(handle.clone(), asking.is_some());
                 if !became {
                     self.shared.tasks.forget(handle.id());
                 }
@@ -589,6 +595,8 @@ struct Running<'a> {
     arguments: &'a Value,
     session: &'a str,
     tool_use_id: &'a str,
+    /// Its way to its user.
+    route: &'a CallRoute,
 }
 
 impl Running<'_> {
@@ -634,6 +642,16 @@ async fn flush_telling(logs: Option<Telling>, watcher: Option<Telling>) {
         }
     {
         tracing::debug!("live output to the MCP client did not flush in time");
+    }
+}
+
+/// Ends a call's route when the call ends ([`CallRoute::ended`]), whoever still holds
+/// the route (an event kept in a buffer, a question still on its way).
+struct Ended(Arc<CallRoute>);
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        self.0.ended();
     }
 }
 

@@ -33,7 +33,6 @@ use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::Value;
 use tool_api::SideEffect;
 
-use crate::confirm::Routes;
 use crate::era::Era;
 use crate::gateway::Upstreams;
 use crate::list_changes::Listens;
@@ -53,10 +52,9 @@ pub fn annotations(class: SideEffect) -> ToolAnnotations {
 
 /// What every connection and request of one server shares.
 pub struct McpShared {
-    /// The dispatcher (built with a [`super::McpConfirmer`] over [`Self::routes`]).
+    /// The dispatcher (built with a [`super::McpConfirmer`]: each call carries its route
+    /// to its user).
     pub dispatcher: Dispatcher,
-    /// The calls in flight and how each is confirmed.
-    pub routes: Arc<Routes>,
     /// Seals and opens stateless confirmations.
     pub confirmations: Confirmations,
     /// Where calls run.
@@ -71,13 +69,15 @@ pub struct McpShared {
     /// answer says `cacheScope: "private"`, so that no cache shares it across callers.
     tools_per_caller: std::sync::atomic::AtomicBool,
     pub(super) next_call: AtomicU64,
+    /// How a token for a mounted server is obtained for a caller (`credentials =
+    /// "exchange"`): the host's identity provider, when it is a client of its own.
+    pub(super) exchange: std::sync::OnceLock<Arc<dyn mcp_toolsets::TokenExchange>>,
 }
 
 impl McpShared {
     /// Shared state for a server.
     pub fn new(
         dispatcher: Dispatcher,
-        routes: Arc<Routes>,
         confirmations: Confirmations,
         sessions: Sessions,
         upstreams: Upstreams,
@@ -85,7 +85,6 @@ impl McpShared {
     ) -> Arc<Self> {
         Arc::new(McpShared {
             dispatcher,
-            routes,
             confirmations,
             sessions,
             upstreams,
@@ -93,7 +92,15 @@ impl McpShared {
             listens: Listens::default(),
             tools_per_caller: std::sync::atomic::AtomicBool::new(false),
             next_call: AtomicU64::new(1),
+            exchange: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Exchanges each caller's token for one to a mounted server whose entry takes
+    /// `credentials = "exchange"`, through `exchange` (set once; a second is ignored).
+    /// Each call carries the exchange with its caller ([`mcp_toolsets::Origin`]).
+    pub fn exchange_tokens_through(&self, exchange: Arc<dyn mcp_toolsets::TokenExchange>) {
+        let _ = self.exchange.set(exchange);
     }
 
     /// Says whether callers see tools of their own (`[[access]]` rules): a 2026-07-28
@@ -137,7 +144,7 @@ fn result_type(context: &RequestContext<RoleServer>) -> Option<rmcp::model::Resu
     (Era::of(context) == Era::Stateless).then_some(rmcp::model::ResultType::COMPLETE)
 }
 
-/// Whether a 2026 client that can be `asked` this ([`super::confirm::asked_of`]) can take
+/// Whether a 2026 client that can be `asked` this ([`crate::route::asked_of`]) can take
 /// an `input_required` round at all: toolhost's own question (form elicitation) or a
 /// mounted server's (elicitation, sampling, roots).
 pub(super) fn takes_rounds(asked: &ClientCapabilities) -> bool {
@@ -517,7 +524,7 @@ impl ServerHandler for McpServer {
                     }
                 }
             }
-            let asked = caps.as_ref().map(super::confirm::asked_of);
+            let asked = caps.as_ref().map(crate::route::asked_of);
             let got = Box::pin(server.get_prompt(request, asked))
                 .await
                 .map_err(|e| McpError::internal_error(e, None))?;
@@ -528,7 +535,7 @@ impl ServerHandler for McpServer {
                 }
                 rmcp::model::GetPromptResponse::InputRequired(asked)
                     if Era::of(&context) == Era::Stateless
-                        && super::confirm::answers_all(&caps.unwrap_or_default(), &asked) =>
+                        && crate::route::answers_all(&caps.unwrap_or_default(), &asked) =>
                 {
                     let state = self
                         .shared

@@ -19,7 +19,7 @@ use crate::config::{InputSchemas, MAX_NESTING, McpServerConfig, NESTING_ENV, nes
 use crate::confine::ServerSandbox;
 use crate::error::UpstreamError;
 use crate::pins::PinStore;
-use crate::relay::{CallRoutes, ClientRelay, FromServer};
+use crate::relay::{CallRoutes, FromServer};
 use crate::upstream::client::{ClientSide, Live};
 use crate::upstream::events::ServerEvent;
 
@@ -100,9 +100,6 @@ pub(crate) struct Upstream {
     pub(crate) calls: Arc<CallRoutes>,
     /// Its tools that run only as 2025-11-25 tasks (learnt at their first call).
     pub(crate) tasks_2025: Mutex<std::collections::HashSet<String>>,
-    /// Where the server's requests to the user go first: the client that made the call
-    /// (set by a host that serves MCP clients).
-    pub(crate) relay: std::sync::OnceLock<Arc<dyn ClientRelay>>,
     /// The prompts, resources and resource templates it offered when they were last
     /// listed ([`McpToolset::list_offers`]).
     pub(crate) offers: Mutex<Arc<crate::upstream::offers::Offers>>,
@@ -115,10 +112,8 @@ pub(crate) struct Upstream {
     /// Calls waiting for a 2026 client's answer to the server's question.
     pub(crate) parked: crate::upstream::parked::ParkedCalls,
     /// Each caller's own connection, by principal, with the token it presents
-    /// (`credentials = "caller"` or `"exchange"`).
-    per_caller: tokio::sync::Mutex<
-        std::collections::HashMap<String, (crate::config::CallerToken, Arc<Upstream>)>,
-    >,
+    /// (`credentials = "caller"` or `"exchange"`), bounded.
+    pub(crate) per_caller: per_caller::PerCaller,
 }
 
 async fn exit_status(child: Option<&tokio::sync::Mutex<tokio::process::Child>>) -> String {
@@ -213,13 +208,12 @@ impl Upstream {
             pins,
             calls: Arc::default(),
             tasks_2025: Mutex::default(),
-            relay: std::sync::OnceLock::new(),
             offers: Mutex::default(),
             events: tokio::sync::broadcast::channel(crate::upstream::events::EVENTS).0,
             subscriptions: crate::upstream::events::Subscriptions::default(),
             log_level: Mutex::new(None),
             parked: crate::upstream::parked::ParkedCalls::default(),
-            per_caller: tokio::sync::Mutex::default(),
+            per_caller: per_caller::PerCaller::default(),
             confined: Mutex::new(match &config.url {
                 Some(url) => format!("remote ({url}: not confined by toolhost)"),
                 None => "not started".into(),
@@ -543,6 +537,7 @@ impl Upstream {
     /// next call starts it again.
     pub(crate) fn stop(&self) {
         self.stopped.store(true, Ordering::Release);
+        self.per_caller.stop();
         // Kill the child now: the connection task ends when its pipes close.
         if let Ok(mut conn) = self.conn.try_lock() {
             let down = Conn::Down {

@@ -1,0 +1,331 @@
+//! One call's way to its user ([`CallRoute`]), made by the `tools/call` handler before the
+//! call starts and carried by the call itself (its invocation's extensions): the
+//! [`crate::McpConfirmer`] reads it from the confirmation request, and a mounted server's
+//! tool from its context, as the call's [`mcp_toolsets::ClientRelay`]. Nothing keeps it
+//! by the call's id: it lives as long as the call that holds it.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use dispatcher_core::{Answer, ConfirmationRequest, Decision};
+use rmcp::model::{ClientCapabilities, ElicitRequestParams, InputRequiredResult};
+use rmcp::service::{Peer, RoleServer};
+use tokio::sync::oneshot;
+
+use crate::tasks::TaskHandle;
+
+/// What ends a 2026-07-28 client's round with `input_required`.
+pub(crate) enum Question {
+    /// toolhost's own confirmation question, and where its answer goes when the handler
+    /// keeps the call going (as a task) instead of ending the round.
+    Confirm(ConfirmationRequest, oneshot::Sender<Answer>),
+    /// A mounted server's `input_required` round, relayed whole.
+    Relay(InputRequiredResult),
+}
+
+/// How one running call's confirmation is answered: set by the handler before the call
+/// starts, read by the [`crate::McpConfirmer`] when the dispatcher asks.
+pub(crate) enum Route {
+    /// Ask through an `elicitation/create` request to the call's client (2025-11-25 and
+    /// older).
+    Elicit,
+    /// End this round with `input_required` (2026-07-28): hand the question to the handler.
+    Defer {
+        to: oneshot::Sender<Question>,
+        /// Which of a mounted server's requests the client can answer.
+        caps: Arc<ClientCapabilities>,
+        /// The retry of a relayed round: the call was allowed in an earlier round, and only
+        /// a mounted server's next round ends this one.
+        allowed: bool,
+    },
+    /// The user already answered, in a verified retry (2026-07-28).
+    Answered(Decision),
+    /// The call became a task: its questions wait in the task's `inputRequests`.
+    Task(TaskHandle),
+    /// A question ended this round (a [`Route::Defer`] was taken): the call is on its way
+    /// out, and a further question falls back.
+    Asked,
+    /// Nobody can be asked: a watching console, else `[mcp] prompt_fallback`.
+    Fallback,
+}
+
+/// Who answers one confirmation request, as the call's route says.
+pub(crate) enum Ask {
+    /// Decided already: a verified retry's answer, or the allowance of the round before.
+    Answered(Decision),
+    /// The handler, which ends the round with the question (2026-07-28).
+    Defer(oneshot::Sender<Question>),
+    /// The call's client, through `elicitation/create` (2025 era).
+    Elicit(Peer<RoleServer>),
+    /// The task the call became.
+    Task(TaskHandle),
+    /// No client: a watching console, else `[mcp] prompt_fallback`.
+    Nobody,
+}
+
+/// A call whose client takes tasks: whether it became one, asked for by a mounted server
+/// that made a task of it ([`CallRoute::became_task`]) and decided by the handler.
+pub(crate) struct Promotion {
+    /// A mounted server made a task of the call.
+    pub(crate) asked: tokio::sync::Notify,
+    /// Whether the call became a task of toolhost's: `None` until decided.
+    decided: tokio::sync::watch::Sender<Option<bool>>,
+}
+
+impl Promotion {
+    /// Says whether the call became a task (once; later words change nothing).
+    pub(crate) fn decide(&self, became: bool) {
+        self.decided.send_if_modified(|d| {
+            let first = d.is_none();
+            if first {
+                *d = Some(became);
+            }
+            first
+        });
+    }
+}
+
+/// What one call's route holds while the call runs.
+struct Entry {
+    route: Route,
+    /// The connection of the call's client, when that takes requests while the call runs
+    /// (2025 era), for what mounted servers ask ([`crate::relay`]) and for
+    /// [`Route::Elicit`].
+    client: Option<Peer<RoleServer>>,
+    /// What the call's client can be asked while the call runs ([`asked_of`]).
+    caps: Option<Arc<ClientCapabilities>>,
+    /// The answers a 2026 client's retry brought for a mounted server's relayed round.
+    resume: Option<mcp_toolsets::Resume>,
+    /// Set when the call's client takes tasks: whether the call became one.
+    promotion: Option<Arc<Promotion>>,
+    /// The call has ended ([`CallRoute::ended`]).
+    ended: bool,
+}
+
+/// One call's way to its user, carried by the call. Held by the call's handler, its
+/// confirmation requests and the context of its tool; [`CallRoute::ended`] lets go of the
+/// client's connection when the call ends, whoever still holds the route.
+pub(crate) struct CallRoute {
+    entry: Mutex<Entry>,
+}
+
+impl CallRoute {
+    /// A call's route: how its confirmation is answered, the connection of its client if
+    /// that takes requests while the call runs, and what that client can be asked.
+    pub(crate) fn new(
+        route: Route,
+        client: Option<Peer<RoleServer>>,
+        caps: Option<Arc<ClientCapabilities>>,
+    ) -> Arc<CallRoute> {
+        Arc::new(CallRoute {
+            entry: Mutex::new(Entry {
+                route,
+                client,
+                caps,
+                resume: None,
+                promotion: None,
+                ended: false,
+            }),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entry> {
+        self.entry.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The call ended: a question that still comes falls back, the client's connection is
+    /// let go, and a call that was never decided did not become a task.
+    pub(crate) fn ended(&self) {
+        let (client, promotion) = {
+            let mut entry = self.lock();
+            entry.route = Route::Asked;
+            entry.ended = true;
+            (entry.client.take(), entry.promotion.take())
+        };
+        // Dropped outside the lock (a client's connection among it).
+        drop(client);
+        if let Some(promotion) = promotion {
+            promotion.decide(false);
+        }
+    }
+
+    /// The connection of the client that made the call, if it takes requests while the
+    /// call runs.
+    pub(crate) fn client(&self) -> Option<Peer<RoleServer>> {
+        self.lock().client.clone()
+    }
+
+    /// Gives the call the answers its retry brought.
+    pub(crate) fn resume_with(&self, resume: mcp_toolsets::Resume) {
+        self.lock().resume = Some(resume);
+    }
+
+    /// The answers the retry brought, taken.
+    pub(crate) fn take_resume(&self) -> Option<mcp_toolsets::Resume> {
+        self.lock().resume.take()
+    }
+
+    /// What the client that made the call can be asked while it runs (its declared
+    /// elicitation, sampling and roots); `None` for a call no MCP client made.
+    pub(crate) fn client_capabilities(&self) -> Option<ClientCapabilities> {
+        self.lock().caps.as_deref().cloned()
+    }
+
+    /// Hands a mounted server's `input_required` round to the 2026 client that made the
+    /// call, if it can answer every request in it; `false` otherwise.
+    pub(crate) fn defer_round(&self, asked: &InputRequiredResult) -> bool {
+        let mut entry = self.lock();
+        let Route::Defer { caps, .. } = &entry.route else {
+            return false;
+        };
+        if !answers_all(caps, asked) {
+            return false;
+        }
+        let Route::Defer { to, .. } = std::mem::replace(&mut entry.route, Route::Asked) else {
+            return false;
+        };
+        to.send(Question::Relay(asked.clone())).is_ok()
+    }
+
+    /// Marks the call as one that may become a task.
+    pub(crate) fn offer_task(&self) -> Arc<Promotion> {
+        let promotion = Arc::new(Promotion {
+            asked: tokio::sync::Notify::new(),
+            decided: tokio::sync::watch::channel(None).0,
+        });
+        self.lock().promotion = Some(promotion.clone());
+        promotion
+    }
+
+    /// Makes the call a task: its questions go to `task` from now on. `false` when a
+    /// question already ended its round ([`Route::Asked`]), unless `asked` says the
+    /// handler holds that question itself, and when the call has ended.
+    pub(crate) fn to_task(&self, task: TaskHandle, asked: bool) -> bool {
+        let mut entry = self.lock();
+        if entry.ended || (matches!(entry.route, Route::Asked) && !asked) {
+            return false;
+        }
+        entry.route = Route::Task(task);
+        true
+    }
+
+    /// The task the call became, if it did.
+    pub(crate) fn task_of(&self) -> Option<TaskHandle> {
+        match &self.lock().route {
+            Route::Task(task) => Some(task.clone()),
+            _ => None,
+        }
+    }
+
+    /// A mounted server made a task of the call: asks the handler to make it a task of
+    /// toolhost's too, and says whether it did (`false` at once for a call whose client
+    /// does not take tasks).
+    pub(crate) fn became_task(&self) -> mcp_toolsets::RelayFuture<bool> {
+        let promotion = self.lock().promotion.clone();
+        Box::pin(async move {
+            let Some(promotion) = promotion else {
+                return mcp_toolsets::Relayed::Answered(false);
+            };
+            promotion.asked.notify_one();
+            let mut decided = promotion.decided.subscribe();
+            match decided.wait_for(Option::is_some).await {
+                Ok(became) => mcp_toolsets::Relayed::Answered(became.unwrap_or(false)),
+                Err(_) => mcp_toolsets::Relayed::Answered(false),
+            }
+        })
+    }
+
+    /// Whether the user's answer is already known: a verified retry carries it (or, for a
+    /// relayed round, the allowance of the round before).
+    pub(crate) fn answers_at_once(&self) -> bool {
+        matches!(
+            self.lock().route,
+            Route::Answered(_) | Route::Defer { allowed: true, .. }
+        )
+    }
+
+    /// Who answers a confirmation request of the call (`mid_call`: asked by the tool while
+    /// it runs).
+    pub(crate) fn ask(&self, mid_call: bool) -> Ask {
+        let mut entry = self.lock();
+        match &entry.route {
+            // A question asked while the call runs cannot end the round (the call is
+            // running), and the retry's answer was for the call, not for it: such a
+            // question goes to a console or the fallback.
+            Route::Defer { allowed: true, .. } => Ask::Answered(Decision::Allow),
+            // A client that takes relayed rounds but cannot be asked toolhost's form.
+            Route::Defer { caps, .. } if !elicits_form(caps) => Ask::Nobody,
+            Route::Defer { .. } | Route::Answered(_) if mid_call => Ask::Nobody,
+            // The sender goes to the first question; a second one (none is expected) falls
+            // back.
+            Route::Defer { .. } => match std::mem::replace(&mut entry.route, Route::Asked) {
+                Route::Defer { to, .. } => Ask::Defer(to),
+                _ => Ask::Nobody,
+            },
+            Route::Elicit => entry.client.clone().map_or(Ask::Nobody, Ask::Elicit),
+            Route::Answered(d) => Ask::Answered(*d),
+            Route::Task(task) => Ask::Task(task.clone()),
+            Route::Asked | Route::Fallback => Ask::Nobody,
+        }
+    }
+}
+
+/// What of `declared` a mounted server may ask of the client while a call runs:
+/// elicitation, sampling, and roots (always: toolhost answers with the session's
+/// workspace for a client that declared none); and whether the client takes tasks
+/// (toolhost follows a server's task for it, and makes the call a task of its own).
+pub(crate) fn asked_of(declared: &ClientCapabilities) -> ClientCapabilities {
+    let mut asked = ClientCapabilities::default();
+    if declared.supports_tasks() {
+        asked
+            .extensions
+            .get_or_insert_with(Default::default)
+            .insert(
+                rmcp::model::TASKS_EXTENSION_ID.to_string(),
+                Default::default(),
+            );
+    }
+    asked.elicitation = declared.elicitation.clone();
+    #[allow(deprecated, reason = "clients still declare sampling and roots")]
+    {
+        asked.sampling = declared.sampling.clone();
+        asked.roots = Some(declared.roots.clone().unwrap_or_default());
+    }
+    asked
+}
+
+/// Whether a client with `caps` can answer every request of a server's round: form
+/// elicitation (an empty `elicitation` counts), URL elicitation, sampling, `roots/list`.
+pub(crate) fn answers_all(caps: &ClientCapabilities, asked: &InputRequiredResult) -> bool {
+    use rmcp::model::InputRequest;
+    let elicitation = caps.elicitation.as_ref();
+    asked
+        .input_requests
+        .iter()
+        .flatten()
+        .all(|(_, request)| match request {
+            InputRequest::Elicitation(e) => match &e.params {
+                ElicitRequestParams::UrlElicitationParams { .. } => {
+                    elicitation.is_some_and(|e| e.url.is_some())
+                }
+                _ => elicitation.is_some_and(|e| e.form.is_some() || e.url.is_none()),
+            },
+            #[allow(
+                deprecated,
+                reason = "2026 clients may still declare sampling and roots"
+            )]
+            InputRequest::CreateMessage(_) => caps.sampling.is_some(),
+            #[allow(
+                deprecated,
+                reason = "2026 clients may still declare sampling and roots"
+            )]
+            InputRequest::ListRoots(_) => caps.roots.is_some(),
+            _ => false,
+        })
+}
+
+/// Whether a client declared form elicitation (an empty `elicitation` object counts).
+pub(crate) fn elicits_form(caps: &ClientCapabilities) -> bool {
+    caps.elicitation
+        .as_ref()
+        .is_some_and(|e| e.form.is_some() || e.url.is_none())
+}
