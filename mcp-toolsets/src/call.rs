@@ -267,9 +267,14 @@ impl Call<'_> {
                     ));
                 }
                 Called::Task(created) => {
-                    let followed =
-                        crate::task::follow(self.server, self.cancel, created, self.ctx, &asking)
-                            .await?;
+                    let followed = Box::pin(crate::task::follow(
+                        self.server,
+                        self.cancel,
+                        created,
+                        self.ctx,
+                        &asking,
+                    ))
+                    .await?;
                     match followed {
                         Followed::Result(result) => break result,
                         Followed::Failed(error) => {
@@ -296,7 +301,7 @@ impl Call<'_> {
                 Called::InputRequired(asked) => {
                     rounds += 1;
                     let requests = asked.input_requests.unwrap_or_default();
-                    params.input_responses = Some(asking.answer(requests).await?);
+                    params.input_responses = Some(Box::pin(asking.answer(requests)).await?);
                     params.request_state = asked.request_state;
                 }
             }
@@ -351,13 +356,15 @@ impl Call<'_> {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .contains(self.name);
-        let outcome = self.server.runtime.spawn(async move {
+        // On the heap: the task holds a pointer, not the call's whole state, which its
+        // spawn and its end would each copy.
+        let outcome = self.server.runtime.spawn(Box::pin(async move {
             if as_task_2025 {
-                crate::task::call_2025(&server, params, stop, caller, tx).await
+                Box::pin(crate::task::call_2025(&server, params, stop, caller, tx)).await
             } else {
                 server.call(params, stop, caller, tx).await
             }
-        });
+        }));
         InFlight {
             from_server,
             outcome,
@@ -386,7 +393,9 @@ impl Call<'_> {
                 Step::Cancel => call.cancel.notify_one(),
                 Step::From(FromServer::Progress(chunk)) => ctx.output(&chunk),
                 Step::From(FromServer::Elicit(params, reply)) => {
-                    let answer = match asking.relayed(&params).await {
+                    // The questions a server asks are rare: their futures are on the heap,
+                    // not in every call's state.
+                    let answer = match Box::pin(asking.relayed(&params)).await {
                         Some(answer) => answer,
                         None => match self.park(call, params.clone(), reply) {
                             Ok(()) => {
@@ -397,7 +406,7 @@ impl Call<'_> {
                             }
                             Err((back, reply)) => {
                                 call = back;
-                                let answer = asking.broker(params).await;
+                                let answer = Box::pin(asking.broker(params)).await;
                                 let _ = reply.send(to_reply(answer));
                                 continue;
                             }
@@ -406,10 +415,10 @@ impl Call<'_> {
                     let _ = reply.send(to_reply(answer));
                 }
                 Step::From(FromServer::Roots(reply)) => {
-                    let _ = reply.send(asking.roots().await);
+                    let _ = reply.send(Box::pin(asking.roots()).await);
                 }
                 Step::From(FromServer::Sample(params, reply)) => {
-                    let answer = asking.sample(*params).await.and_then(|v| {
+                    let answer = Box::pin(asking.sample(*params)).await.and_then(|v| {
                         serde_json::from_value(v).map_err(|e| ToolError::failed(e.to_string()))
                     });
                     let _ = reply.send(answer.map_err(|e| {

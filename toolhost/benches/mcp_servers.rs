@@ -38,6 +38,8 @@ mod floor;
 mod http;
 #[path = "mcp_servers/rmcp_peer.rs"]
 mod rmcp_peer;
+#[path = "mcp_servers/rmcp_proxy.rs"]
+mod rmcp_proxy;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, BufWriter, Write};
@@ -91,6 +93,17 @@ struct Server {
     /// dozens of times slower there, set against no floor).
     #[serde(default = "counted")]
     count: bool,
+    /// A gateway: beside it, the bench's bare rmcp proxy in front of the same upstream
+    /// ([`rmcp_proxy`]), as `NAME-rmcp-proxy`.
+    #[serde(default)]
+    proxy: Option<ProxyOf>,
+}
+
+/// What a gateway in the plan forwards: the upstream's command and its tool's own name.
+#[derive(Deserialize, Clone)]
+struct ProxyOf {
+    upstream_tool: String,
+    command: Vec<String>,
 }
 
 fn counted() -> bool {
@@ -102,6 +115,8 @@ fn counted() -> bool {
 struct Figures {
     calls_per_s: f64,
     cpu_us_per_call: f64,
+    /// The server's own process alone (a gateway without the server it mounts).
+    own_cpu_us_per_call: f64,
     idle_mib: f64,
     after_mib: f64,
 }
@@ -134,8 +149,13 @@ fn tree(pid: u32) -> Vec<u32> {
 
 /// User + system CPU seconds of a process tree.
 fn cpu_seconds(pid: u32) -> f64 {
+    cpu_seconds_of(tree(pid))
+}
+
+/// User + system CPU seconds of `processes`.
+fn cpu_seconds_of(processes: Vec<u32>) -> f64 {
     let ticks = rustix::param::clock_ticks_per_second() as f64;
-    tree(pid)
+    processes
         .into_iter()
         .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).ok())
         .filter_map(|stat| {
@@ -363,6 +383,7 @@ struct Meter {
     pid: u32,
     idle_mib: f64,
     cpu_before: f64,
+    own_before: f64,
     started: Instant,
 }
 
@@ -372,6 +393,7 @@ impl Meter {
             pid,
             idle_mib,
             cpu_before: cpu_seconds(pid),
+            own_before: cpu_seconds_of(vec![pid]),
             started: Instant::now(),
         }
     }
@@ -380,9 +402,11 @@ impl Meter {
     fn read(&self, calls: u64) -> Figures {
         let wall = self.started.elapsed().as_secs_f64();
         let cpu = cpu_seconds(self.pid) - self.cpu_before;
+        let own = cpu_seconds_of(vec![self.pid]) - self.own_before;
         Figures {
             calls_per_s: calls as f64 / wall,
             cpu_us_per_call: cpu / calls as f64 * 1e6,
+            own_cpu_us_per_call: own / calls as f64 * 1e6,
             idle_mib: self.idle_mib,
             after_mib: rss_mib(self.pid),
         }
@@ -476,6 +500,30 @@ fn bench_server(name: &str, flag: &str, workspace: &str, arguments: &Value) -> S
         env: BTreeMap::new(),
         http: None,
         count: true,
+        proxy: None,
+    }
+}
+
+/// The bare rmcp proxy ([`rmcp_proxy`]) in front of `gateway`'s upstream, publishing the
+/// same tool under the same name, as `NAME-rmcp-proxy`.
+fn rmcp_proxy_of(gateway: &Server, of: &ProxyOf) -> Server {
+    let mut command = vec![
+        std::env::current_exe().unwrap().display().to_string(),
+        "--rmcp-proxy".into(),
+        gateway.tool.clone(),
+        of.upstream_tool.clone(),
+        "--".into(),
+    ];
+    command.extend(of.command.iter().cloned());
+    Server {
+        name: format!("{}-rmcp-proxy", gateway.name),
+        tool: gateway.tool.clone(),
+        arguments: gateway.arguments.clone(),
+        command,
+        env: BTreeMap::new(),
+        http: None,
+        count: gateway.count,
+        proxy: None,
     }
 }
 
@@ -503,6 +551,7 @@ fn echo(extra: &str) -> Server {
         env: BTreeMap::new(),
         http: None,
         count: true,
+        proxy: None,
     }
 }
 
@@ -527,6 +576,17 @@ fn main() {
         rmcp_peer::rmcp_server(workspace);
         return;
     }
+    if let Some(at) = args.iter().position(|a| a == "--rmcp-proxy") {
+        // --rmcp-proxy PUBLISHED UPSTREAM_TOOL -- COMMAND...
+        let upstream = args.iter().position(|a| a == "--").map(|i| &args[i + 1..]);
+        match (args.get(at + 1), args.get(at + 2), upstream) {
+            (Some(published), Some(tool), Some(command)) => {
+                rmcp_proxy::rmcp_proxy(published, tool, command)
+            }
+            _ => panic!("--rmcp-proxy PUBLISHED UPSTREAM_TOOL -- COMMAND..."),
+        }
+        return;
+    }
     if let Some(port) = value_of(&args, "--echo-http-server") {
         http::echo_http_server(port.parse().expect("a port"));
         return;
@@ -547,9 +607,22 @@ fn main() {
         std::fs::write(ws.path().join("a.txt"), "abc").unwrap();
         let workspace = ws.path().to_str().unwrap();
         let arguments = serde_json::json!({"path": "a.txt"});
+        // The bare proxy in front of the floor server forwards its one tool, under the
+        // name a gateway would publish, and the answers as they come.
+        let floor = read_file_floor(workspace, &arguments);
+        let forwarded = ProxyOf {
+            upstream_tool: "read_file".into(),
+            command: floor.command.clone(),
+        };
+        let gateway = Server {
+            name: "gateway".into(),
+            tool: "up__read_file".into(),
+            ..floor.clone()
+        };
         for server in [
             read_file_floor(workspace, &arguments),
             rmcp_read_file(workspace, &arguments),
+            rmcp_proxy_of(&gateway, &forwarded),
         ] {
             assert!(round(&server, 300, 16).calls_per_s > 0.0, "{}", server.name);
             let mut s = Running::start(&server);
@@ -558,13 +631,13 @@ fn main() {
             let read = s.request(
                 1,
                 "tools/call",
-                serde_json::json!({"name": "read_file", "arguments": arguments}),
+                serde_json::json!({"name": server.tool, "arguments": arguments}),
             );
             assert_eq!(read["content"][0]["text"], "abc", "{}: {read}", server.name);
             let refused = s.request(
                 2,
                 "tools/call",
-                serde_json::json!({"name": "read_file", "arguments": {"path": "../a.txt"}}),
+                serde_json::json!({"name": server.tool, "arguments": {"path": "../a.txt"}}),
             );
             assert_eq!(refused["isError"], true, "{}: {refused}", server.name);
             s.stop();
@@ -595,6 +668,11 @@ fn main() {
         },
     };
     let mut servers = plan.servers.clone();
+    let proxies: Vec<Server> = servers
+        .iter()
+        .filter_map(|s| Some(rmcp_proxy_of(s, s.proxy.as_ref()?)))
+        .collect();
+    servers.extend(proxies);
     let read_file = read_file_plan(&servers);
     if let Some((workspace, arguments)) = &read_file {
         servers.push(rmcp_read_file(workspace, arguments));
@@ -614,8 +692,14 @@ fn main() {
         for (i, server) in servers.iter().enumerate() {
             let f = round(server, plan.calls, plan.inflight);
             println!(
-                "round {r} {}: {:.0} calls/s, server CPU {:.1} us/call, idle RSS {:.1} MiB, after {} calls {:.1} MiB",
-                server.name, f.calls_per_s, f.cpu_us_per_call, f.idle_mib, plan.calls, f.after_mib
+                "round {r} {}: {:.0} calls/s, server CPU {:.1} us/call ({:.1} its own process), idle RSS {:.1} MiB, after {} calls {:.1} MiB",
+                server.name,
+                f.calls_per_s,
+                f.cpu_us_per_call,
+                f.own_cpu_us_per_call,
+                f.idle_mib,
+                plan.calls,
+                f.after_mib
             );
             if best[i].is_none_or(|b| f.calls_per_s > b.calls_per_s) {
                 best[i] = Some(f);
@@ -625,8 +709,8 @@ fn main() {
     for (server, f) in servers.iter().zip(best) {
         if let Some(f) = f {
             println!(
-                "best {}: {:.0} calls/s, {:.2} us CPU/call, idle {:.1} MiB",
-                server.name, f.calls_per_s, f.cpu_us_per_call, f.idle_mib
+                "best {}: {:.0} calls/s, {:.2} us CPU/call, idle {:.1} MiB, own {:.2} us CPU/call",
+                server.name, f.calls_per_s, f.cpu_us_per_call, f.idle_mib, f.own_cpu_us_per_call
             );
         }
     }

@@ -552,6 +552,83 @@ fn each_caller_sees_and_answers_only_its_own_confirmations_in_the_control_api() 
     );
 }
 
+#[test]
+fn another_callers_console_does_not_hold_a_call_nobody_can_be_asked_about() {
+    let Some(idp) = Idp::start(0, "k1") else {
+        return;
+    };
+    let ws = workspace();
+    // Were bob's console taken as watching alice's calls, her call would wait for it until
+    // the confirmation timeout.
+    let config = format!(
+        "[http.auth]\nissuer = \"{}\"\n\n[timeouts]\nconfirmation_secs = 20\n",
+        idp.issuer
+    );
+    let (server, resource) = serve(ws.path(), &config, &[]);
+    let alice = format!("Bearer {}", idp.token("test-client", "alice", &resource));
+    let bob = format!("Bearer {}", idp.token("test-client", "bob", &resource));
+    let bobs_events = follow_events_with(&server.addr, &[("Authorization", bob.as_str())]);
+    std::thread::sleep(Duration::from_millis(200));
+    let write = |who: &str| {
+        let started = std::time::Instant::now();
+        let done = post_stateless_with(
+            &server.addr,
+            &[("Authorization", who)],
+            &stateless(
+                1,
+                "tools/call",
+                json!({"name": "write_file", "arguments": {"path": "a.txt", "content": "x"}}),
+                false,
+            ),
+        )
+        .json();
+        (done, started.elapsed())
+    };
+    let (hers, took) = write(&alice);
+    let text = hers["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert_eq!(hers["result"]["isError"], true, "{hers}");
+    assert!(text.contains("prompt_fallback"), "{text}");
+    assert!(
+        took < Duration::from_secs(10),
+        "alice's call waited {took:?} for bob's console"
+    );
+    assert!(!ws.path().join("a.txt").exists());
+    // Bob's own call that nobody else can be asked about waits for his console.
+    let (addr, authorization) = (server.addr.clone(), bob.clone());
+    let his = std::thread::spawn(move || {
+        post_stateless_with(
+            &addr,
+            &[("Authorization", authorization.as_str())],
+            &stateless(
+                2,
+                "tools/call",
+                json!({"name": "write_file", "arguments": {"path": "b.txt", "content": "his"}}),
+                false,
+            ),
+        )
+    });
+    let requested = wait_event(&bobs_events, "tool.confirmation_requested");
+    let id = requested["request_id"].as_str().unwrap().to_string();
+    let answered = request(
+        &server.addr,
+        "POST",
+        &format!("/v1/confirmations/{id}"),
+        &[
+            ("Content-Type", "application/json"),
+            ("Authorization", bob.as_str()),
+        ],
+        br#"{"decision":"allow"}"#,
+    );
+    assert_eq!(answered.status, 200);
+    assert_eq!(his.join().unwrap().json()["result"]["isError"], false);
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("b.txt")).unwrap(),
+        "his"
+    );
+}
+
 /// A toolhost to mount: it takes OAuth tokens for itself only (and `service`, a static
 /// token, when given), audits its calls, and its README reads "# upstream".
 fn mounted_toolhost(idp: &Idp, service: Option<&str>) -> (tempfile::TempDir, Server, String) {
@@ -835,23 +912,10 @@ fn the_console_logs_in_at_the_identity_provider_and_answers_only_its_users_calls
 
 #[test]
 fn a_stdio_server_gets_a_process_per_caller_holding_a_token_exchanged_for_that_caller() {
-    let (Some(idp), Some(everything)) =
-        (Idp::start(0, "k1"), peer("TOOLHOST_TEST_SERVER_EVERYTHING"))
-    else {
+    let Some((idp, config)) = per_caller_everything("") else {
         return;
     };
-    let node = peer("TOOLHOST_TEST_NODE").unwrap();
-    let modules = everything.ancestors().nth(4).unwrap().to_path_buf();
     let ws = workspace();
-    let config = format!(
-        "[http.auth]\nissuer = \"{issuer}\"\n\n[http.auth.client]\nid = \"toolhost\"\nsecret_env = \"TEST_CLIENT_SECRET\"\n\n\
-         [[mcp_servers]]\nid = \"ev\"\nprefix = \"ev\"\ncommand = \"{node}\"\nargs = [\"{everything}\", \"stdio\"]\nreadable_roots = [\"{modules}\"]\n\
-         credentials = \"exchange\"\ntoken_env = \"UPSTREAM_TOKEN\"\naudience = \"https://stdio.example/mcp\"\n",
-        issuer = idp.issuer,
-        node = node.display(),
-        everything = everything.display(),
-        modules = modules.display(),
-    );
     let (server, resource) = serve(ws.path(), &config, &[]);
     let env_of = |user: &str| -> (String, Value) {
         let token = idp.token("test-client", user, &resource);
@@ -886,6 +950,159 @@ fn a_stdio_server_gets_a_process_per_caller_holding_a_token_exchanged_for_that_c
     let (bobs, claims) = env_of("bob");
     assert_eq!(claims["sub"], "bob", "bob's calls reached alice's process");
     assert_ne!(alices, bobs);
+}
+
+/// An identity provider, and a configuration mounting server-everything over stdio with a
+/// process per caller holding a token exchanged for that caller; `extra` is added to its
+/// entry. `None` when the run lacks the peers.
+fn per_caller_everything(extra: &str) -> Option<(Idp, String)> {
+    let (Some(idp), Some(everything)) =
+        (Idp::start(0, "k1"), peer("TOOLHOST_TEST_SERVER_EVERYTHING"))
+    else {
+        return None;
+    };
+    let node = peer("TOOLHOST_TEST_NODE").unwrap();
+    let modules = everything.ancestors().nth(4).unwrap().to_path_buf();
+    let config = format!(
+        "[http.auth]\nissuer = \"{issuer}\"\n\n[http.auth.client]\nid = \"toolhost\"\nsecret_env = \"TEST_CLIENT_SECRET\"\n\n\
+         [[mcp_servers]]\nid = \"ev\"\nprefix = \"ev\"\ncommand = \"{node}\"\nargs = [\"{everything}\", \"stdio\"]\nreadable_roots = [\"{modules}\"]\n\
+         credentials = \"exchange\"\ntoken_env = \"UPSTREAM_TOKEN\"\naudience = \"https://stdio.example/mcp\"\n{extra}",
+        issuer = idp.issuer,
+        node = node.display(),
+        everything = everything.display(),
+        modules = modules.display(),
+    );
+    Some((idp, config))
+}
+
+/// The live child processes of `server` (its per-caller MCP servers).
+fn live_children(server: &Server) -> usize {
+    toolhost_tests::children_of(server.child.id())
+        .into_iter()
+        .filter(|pid| toolhost_tests::process_alive(*pid))
+        .count()
+}
+
+/// Waits up to 10 s for `server` to have `n` live children; how many it has then.
+fn children_become(server: &Server, n: usize) -> usize {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = live_children(server);
+        if now == n || std::time::Instant::now() > deadline {
+            return now;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn past_max_callers_the_longest_idle_callers_process_is_closed_and_a_full_house_refuses_naming_the_key()
+ {
+    let Some((idp, config)) = per_caller_everything("max_callers = 1\n") else {
+        return;
+    };
+    let ws = workspace();
+    let (server, resource) = serve(ws.path(), &config, &[]);
+    let token_of = |user: &str| idp.token("test-client", user, &resource);
+    let (alice, bob) = (token_of("alice"), token_of("bob"));
+    let get_env = |token: &str| {
+        call(
+            &server,
+            token,
+            1,
+            "tools/call",
+            json!({"name": "ev__get-env", "arguments": {}}),
+        )
+        .json()
+    };
+    assert_eq!(get_env(&alice)["result"]["isError"], false);
+    assert_eq!(children_become(&server, 1), 1, "alice's process");
+    // Alice's process is busy with a call of 3 s: bob, a second caller past max_callers = 1,
+    // is refused, and told which key allows more.
+    let long = std::thread::scope(|scope| {
+        let running = scope.spawn(|| {
+            call(
+                &server,
+                &alice,
+                2,
+                "tools/call",
+                json!({"name": "ev__trigger-long-running-operation", "arguments": {"duration": 3, "steps": 3}}),
+            )
+            .json()
+        });
+        std::thread::sleep(Duration::from_millis(1000));
+        let refused = get_env(&bob);
+        let text = refused["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert_eq!(refused["result"]["isError"], true, "{refused}");
+        assert!(
+            text.contains("max_callers") && text.contains("each has a call in flight"),
+            "{text}"
+        );
+        running.join().unwrap()
+    });
+    assert_eq!(long["result"]["isError"], false, "{long}");
+    // Once alice's call ended, her process is the one idle the longest: bob's first call
+    // closes it and gets a process of his own, and so on.
+    assert_eq!(get_env(&bob)["result"]["isError"], false);
+    assert_eq!(children_become(&server, 1), 1, "only bob's process");
+    assert_eq!(get_env(&alice)["result"]["isError"], false);
+    assert_eq!(children_become(&server, 1), 1, "only alice's process");
+    let log = server.log.lock().unwrap().join("\n");
+    assert!(
+        log.contains("idle the longest") && log.contains("max_callers"),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_callers_process_with_no_call_for_caller_idle_timeout_secs_is_closed_and_opened_again_at_its_next_call()
+ {
+    let Some((idp, config)) = per_caller_everything("caller_idle_timeout_secs = 1\n") else {
+        return;
+    };
+    let ws = workspace();
+    let (server, resource) = serve(ws.path(), &config, &[]);
+    let alice = idp.token("test-client", "alice", &resource);
+    let get_env = || {
+        call(
+            &server,
+            &alice,
+            1,
+            "tools/call",
+            json!({"name": "ev__get-env", "arguments": {}}),
+        )
+        .json()
+    };
+    assert_eq!(get_env()["result"]["isError"], false);
+    assert_eq!(live_children(&server), 1, "alice's process");
+    assert_eq!(
+        children_become(&server, 0),
+        0,
+        "closed after 1 s without a call"
+    );
+    assert_eq!(get_env()["result"]["isError"], false, "opened again");
+    assert_eq!(live_children(&server), 1);
+    let log = server.log.lock().unwrap().join("\n");
+    assert!(log.contains("caller_idle_timeout_secs"), "{log}");
+}
+
+#[test]
+fn max_callers_of_zero_is_refused_naming_the_key() {
+    let ws = workspace();
+    std::fs::write(
+        ws.path().join("toolhost.toml"),
+        "[[mcp_servers]]\nid = \"ev\"\nprefix = \"ev\"\ncommand = \"x\"\nmax_callers = 0\n",
+    )
+    .unwrap();
+    let out = command(ws.path(), &["--config", "toolhost.toml", "list"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("max_callers must be at least 1"), "{err}");
 }
 
 #[test]

@@ -7,6 +7,7 @@
     reason = "sampling and logging are deprecated (SEP-2577), but servers still send them, and passing them through is this module's job"
 )]
 
+use std::future::Future;
 use std::sync::Arc;
 
 use rmcp::ClientHandler;
@@ -40,8 +41,8 @@ pub fn install_tls_provider() {
 }
 
 /// Client side of the connection: reacts to `tools/list_changed` (and to prompt and
-/// resource list changes, resource updates and log messages: [`crate::upstream::events`]), routes
-/// progress to its call, and takes the server's requests to the user to the call they are for
+/// resource list changes, resource updates and log messages: [`crate::upstream::events`])
+/// and takes the server's requests to the user to the call they are for
 /// ([`crate::relay`]). It declares form and URL elicitation and sampling (relayed to the
 /// client that made the call, or answered by the host's broker; a call whose client
 /// cannot sample fails, naming the server), so the server publishes the tools that need
@@ -106,14 +107,6 @@ impl ClientHandler for ClientSide {
         _context: NotificationContext<RoleClient>,
     ) {
         let _ = self.events.send(ServerEvent::Log(params));
-    }
-
-    async fn on_progress(
-        &self,
-        params: rmcp::model::ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        self.calls.progress(&params);
     }
 
     async fn create_elicitation(
@@ -293,4 +286,49 @@ pub(crate) async fn listen_for_changes(
         }
     });
     Some(task.abort_handle())
+}
+
+/// A server's transport that hands each progress notification to its call as it is read,
+/// before the message after it: the answer to a call never overtakes the call's own
+/// progress. (rmcp hands each notification to the client's handler in a task of its own,
+/// which may run after the answer that followed it has reached the call.) Everything else
+/// passes through unchanged.
+pub(crate) struct ProgressFirst<T> {
+    pub(crate) inner: T,
+    pub(crate) calls: Arc<CallRoutes>,
+}
+
+impl<T: rmcp::transport::Transport<RoleClient>> rmcp::transport::Transport<RoleClient>
+    for ProgressFirst<T>
+{
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: rmcp::service::TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    fn receive(
+        &mut self,
+    ) -> impl Future<Output = Option<rmcp::service::RxJsonRpcMessage<RoleClient>>> + Send {
+        async move {
+            loop {
+                let message = self.inner.receive().await?;
+                if let rmcp::model::JsonRpcMessage::Notification(n) = &message
+                    && let rmcp::model::ServerNotification::ProgressNotification(p) =
+                        &n.notification
+                {
+                    self.calls.progress(&p.params);
+                    continue;
+                }
+                return Some(message);
+            }
+        }
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
 }

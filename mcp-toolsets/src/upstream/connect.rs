@@ -10,7 +10,9 @@ use super::{Upstream, waited};
 use crate::config::{NESTING_ENV, nesting};
 use crate::confine;
 use crate::error::UpstreamError;
-use crate::upstream::client::{Live, install_tls_provider, listed, listen_for_changes};
+use crate::upstream::client::{
+    Live, ProgressFirst, install_tls_provider, listed, listen_for_changes,
+};
 
 /// An access token from toolhost's login to the server (`toolhost mcp login ID`), kept
 /// outside every workspace; a rotated refresh token is kept in its place.
@@ -88,8 +90,11 @@ impl Upstream {
             })?;
             config.auth_header = Some(token);
         }
-        let transport = StreamableHttpClientTransport::from_config(config);
         let client = self.client_side(me);
+        let transport = ProgressFirst {
+            inner: StreamableHttpClientTransport::from_config(config),
+            calls: client.calls.clone(),
+        };
         let init = async {
             let service = client
                 .clone()
@@ -230,10 +235,8 @@ impl Upstream {
         let child = Arc::new(tokio::sync::Mutex::new(child));
         let client = self.client_side(me);
         let init = async {
-            let service = client
-                .serve((stdout, stdin))
-                .await
-                .map_err(|e| e.to_string())?;
+            let transport = super::lines::Lines::new(stdout, stdin, client.calls.clone(), &c.id);
+            let service = client.serve(transport).await.map_err(|e| e.to_string())?;
             listed(service).await
         };
         // What the sandbox denied it, from its error output and its proxy, for a failure.

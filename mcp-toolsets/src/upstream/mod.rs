@@ -26,6 +26,7 @@ use crate::upstream::events::ServerEvent;
 pub(crate) mod client;
 mod connect;
 pub(crate) mod events;
+mod lines;
 pub(crate) mod offers;
 pub(crate) mod parked;
 mod per_caller;
@@ -63,11 +64,6 @@ enum Conn {
         reason: String,
     },
 }
-
-/// How long a call's progress route stays open after its answer, for the progress the
-/// server sent before the answer that rmcp (a task per notification) has not handed over
-/// yet. A bounded wait, not a proof; it adds this much to every call of a mounted tool.
-const PROGRESS_STRAGGLERS: Duration = Duration::from_millis(1);
 
 /// A server's process, shared by its connection and its calls.
 pub(crate) type Child = Option<Arc<tokio::sync::Mutex<tokio::process::Child>>>;
@@ -403,7 +399,8 @@ impl Upstream {
             }
             let next_backoff =
                 (*backoff * 2).clamp(Duration::from_secs(1), Duration::from_secs(30));
-            match self.connect(Arc::downgrade(self)).await {
+            // On the heap: a restart's future is large, and every call would carry it.
+            match Box::pin(self.connect(Arc::downgrade(self))).await {
                 Ok(live) => {
                     tracing::info!(server = %id, "MCP server restarted");
                     let peer = live.service.peer().clone();
@@ -470,13 +467,9 @@ impl Upstream {
                     .calls
                     .route(handle.progress_token.clone(), &caller.session, to);
                 tokio::select! {
-                    r = handle.await_response() => {
-                        // rmcp handles each notification in a task of its own: the progress
-                        // the server sent before its answer may still be on its way, in a
-                        // task already spawned. The route stays open a moment for it.
-                        tokio::time::sleep(PROGRESS_STRAGGLERS).await;
-                        r
-                    }
+                    // The progress the server sent before its answer reached the call as it
+                    // was read (`ProgressFirst`), before the answer.
+                    r = handle.await_response() => r,
                     _ = cancel.notified() => {
                         let _ = peer
                             .notify_cancelled(CancelledNotificationParam::new(
@@ -514,7 +507,7 @@ impl Upstream {
                 "MCP server '{id}' answered tools/call with something else"
             ))),
             Err(e) => {
-                let status = exit_status(child.as_deref()).await;
+                let status = Box::pin(exit_status(child.as_deref())).await;
                 let reason = format!("exited with {status}");
                 let died = !status.starts_with("still running");
                 if died {

@@ -191,7 +191,7 @@ impl Upstream {
                          add [http.auth.client] (this server's client at the identity provider)"
                     ))
                 })?;
-                exchange.exchange(&caller.token, audience).await.map_err(|e| {
+                Box::pin(exchange.exchange(&caller.token, audience)).await.map_err(|e| {
                     ToolError::failed(format!(
                         "MCP server '{id}': no token could be obtained for {audience} for this caller: {e}"
                     ))
@@ -208,13 +208,17 @@ impl Upstream {
         // Started without holding the map: other callers' calls go on meanwhile.
         let mut config = self.config.clone();
         config.caller_token = Some(token.clone());
-        let connection = Upstream::start(config, self.sandbox.clone(), self.pins.clone())
-            .await
-            .map_err(|e| {
-                ToolError::failed(format!(
-                    "MCP server '{id}' could not be reached with this caller's credentials: {e}"
-                ))
-            })?;
+        let connection = Box::pin(Upstream::start(
+            config,
+            self.sandbox.clone(),
+            self.pins.clone(),
+        ))
+        .await
+        .map_err(|e| {
+            ToolError::failed(format!(
+                "MCP server '{id}' could not be reached with this caller's credentials: {e}"
+            ))
+        })?;
         let (replaced, lease) = {
             let mut own = per_caller.lock();
             // The same caller's call that started one too, first: use that one.

@@ -420,5 +420,6 @@ pub fn echo(extra: &str) -> Server {
             bearer: None,
         }),
         count: false,
+        proxy: None,
     }
 }

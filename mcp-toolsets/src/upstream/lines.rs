@@ -1,0 +1,345 @@
+//! A stdio server's connection as rmcp's transport ([`Lines`]): one JSON-RPC message per
+//! line each way, read and written as rmcp's own line transport does, with what a gateway
+//! needs on top:
+//!
+//! - each progress notification goes to its call as it is read, before the message after
+//!   it: the answer to a call never overtakes the call's own progress (rmcp would hand it
+//!   to a task of its own, which may run after the answer has reached the call);
+//! - the answer to a `tools/call` is read straight into its result. Read as any answer, it
+//!   is tried as each result type of the protocol in turn until one fits, and the sixteenth
+//!   does: about 27,000 instructions an answer (callgrind), most of them spent making error
+//!   messages that are thrown away. An answer that is not a plain result (a task, an
+//!   `input_required` round, an error) is read the general way.
+//!
+//! As rmcp's: a line longer than the limit is dropped (logged), input that is not JSON is
+//! ignored, and well-formed JSON that is no message is answered with `Invalid Request`.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolResult, ClientJsonRpcMessage, ClientNotification, ClientRequest, ContentBlock,
+    ErrorData, JsonRpcMessage, JsonRpcResponse, JsonRpcVersion2_0, MetaObject, RequestId,
+    ResultType, ServerJsonRpcMessage, ServerNotification, ServerResult,
+};
+use rmcp::service::RoleClient;
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+
+use crate::relay::CallRoutes;
+
+/// The longest line taken from a server (as rmcp's line transport: 16 MiB); a longer one
+/// is dropped.
+pub(crate) const MAX_LINE: usize = 16 * 1024 * 1024;
+
+/// At most this many `tools/call` requests are remembered unanswered (a server that never
+/// answers does not grow the set without end: past it, the set starts again, and an answer
+/// to a forgotten call is read the general way).
+const REMEMBERED: usize = 65_536;
+
+/// One server's stdin and stdout, as rmcp's transport.
+pub(crate) struct Lines<R, W> {
+    read: BufReader<R>,
+    write: Arc<tokio::sync::Mutex<Option<W>>>,
+    /// The line read so far (kept across a cancelled read: rmcp polls `receive` among
+    /// other branches of a `select!`).
+    line: Vec<u8>,
+    /// The line being read is over [`MAX_LINE`]: the rest of it is skipped.
+    skipping: bool,
+    /// A well-formed message that was no message: `Invalid Request` is owed.
+    owe_invalid: bool,
+    calls: Arc<CallRoutes>,
+    /// The ids of `tools/call` requests sent and not answered yet.
+    tool_calls: HashSet<RequestId, foldhash::fast::RandomState>,
+    id: Arc<str>,
+}
+
+impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<R, W> {
+    /// The connection over a server's stdout (`read`) and stdin (`write`); progress goes
+    /// to `calls`; `id` names the server in the log.
+    pub(crate) fn new(read: R, write: W, calls: Arc<CallRoutes>, id: &str) -> Self {
+        Lines {
+            read: BufReader::with_capacity(1 << 16, read),
+            write: Arc::new(tokio::sync::Mutex::new(Some(write))),
+            line: Vec::new(),
+            skipping: false,
+            owe_invalid: false,
+            calls,
+            tool_calls: HashSet::default(),
+            id: id.into(),
+        }
+    }
+
+    /// Reads up to the end of the next line into `self.line` (without its `\n`); `false`
+    /// at the end of the input. A line over [`MAX_LINE`] is skipped whole.
+    async fn next_line(&mut self) -> std::io::Result<bool> {
+        loop {
+            let buf = self.read.fill_buf().await?;
+            if buf.is_empty() {
+                return Ok(false);
+            }
+            let (take, complete) = match memchr::memchr(b'\n', buf) {
+                Some(at) => (at, true),
+                None => (buf.len(), false),
+            };
+            if !self.skipping {
+                if self.line.len() + take > MAX_LINE {
+                    self.skipping = true;
+                    self.line = Vec::new();
+                } else {
+                    self.line.extend_from_slice(&buf[..take]);
+                }
+            }
+            self.read.consume(take + usize::from(complete));
+            if !complete {
+                continue;
+            }
+            if std::mem::take(&mut self.skipping) {
+                tracing::warn!(server = %self.id, "a message over {MAX_LINE} bytes was dropped");
+                continue;
+            }
+            return Ok(true);
+        }
+    }
+
+    /// What the line read means: a message, nothing (a line to ignore), or a message that
+    /// is none (owed `Invalid Request`).
+    fn parse(&mut self) -> Option<ServerJsonRpcMessage> {
+        let line = self
+            .line
+            .strip_prefix(b"\xEF\xBB\xBF")
+            .unwrap_or(&self.line);
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            return None;
+        }
+        if let Some(answer) = tool_call_answer(line, &mut self.tool_calls) {
+            return Some(answer);
+        }
+        match serde_json::from_slice::<ServerJsonRpcMessage>(line) {
+            Ok(message) => {
+                if let JsonRpcMessage::Response(JsonRpcResponse { id, .. }) = &message {
+                    self.tool_calls.remove(id);
+                } else if let JsonRpcMessage::Error(e) = &message
+                    && let Some(id) = &e.id
+                {
+                    self.tool_calls.remove(id);
+                }
+                Some(message)
+            }
+            Err(e) if matches!(e.classify(), serde_json::error::Category::Data) => {
+                if ignorable(line) {
+                    return None;
+                }
+                tracing::debug!(server = %self.id, "a message of the server is not one of MCP's: {e}");
+                self.owe_invalid = true;
+                None
+            }
+            Err(e) => {
+                tracing::debug!(server = %self.id, "ignoring unparsable input from the server: {e}");
+                None
+            }
+        }
+    }
+
+    /// Answers a message that was no message with `Invalid Request`, as rmcp does.
+    async fn answer_invalid(&mut self) {
+        let error =
+            ClientJsonRpcMessage::error(ErrorData::invalid_request("Invalid request", None), None);
+        if let Ok(mut text) = serde_json::to_vec(&error) {
+            text.push(b'\n');
+            let mut write = self.write.lock().await;
+            if let Some(w) = write.as_mut() {
+                let _ = w.write_all(&text).await;
+                let _ = w.flush().await;
+            }
+        }
+    }
+}
+
+/// Whether a line that is no MCP message may be ignored, as rmcp ignores it: a
+/// notification of a method MCP does not define (an editor's, say).
+fn ignorable(line: &[u8]) -> bool {
+    #[derive(Deserialize)]
+    struct Notification<'a> {
+        #[serde(borrow)]
+        method: Option<std::borrow::Cow<'a, str>>,
+        id: Option<IgnoredAny>,
+    }
+    serde_json::from_slice::<Notification<'_>>(line)
+        .is_ok_and(|n| n.id.is_none() && n.method.is_some_and(|m| !is_mcp_notification(&m)))
+}
+
+/// The notifications MCP defines.
+fn is_mcp_notification(method: &str) -> bool {
+    matches!(
+        method,
+        "notifications/cancelled"
+            | "notifications/initialized"
+            | "notifications/message"
+            | "notifications/progress"
+            | "notifications/prompts/list_changed"
+            | "notifications/resources/list_changed"
+            | "notifications/resources/updated"
+            | "notifications/roots/list_changed"
+            | "notifications/subscriptions/acknowledged"
+            | "notifications/tools/list_changed"
+    )
+}
+
+/// The answer on `line` to a `tools/call` of `calls` as the result it is, taken out of
+/// `calls`; `None` for any other line, and for an answer that is not a plain tool result
+/// (a task, an `input_required` round, an error), which is read the general way.
+fn tool_call_answer(
+    line: &[u8],
+    calls: &mut HashSet<RequestId, foldhash::fast::RandomState>,
+) -> Option<ServerJsonRpcMessage> {
+    #[derive(Deserialize)]
+    struct Envelope<'a> {
+        id: Option<RequestId>,
+        #[serde(borrow)]
+        result: Option<&'a serde_json::value::RawValue>,
+        method: Option<IgnoredAny>,
+    }
+    /// A `CallToolResult` as rmcp reads it, and whether it names a task.
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Plain {
+        result_type: Option<ResultType>,
+        content: Option<Vec<ContentBlock>>,
+        #[serde(default, deserialize_with = "present")]
+        structured_content: Option<serde_json::Value>,
+        is_error: Option<bool>,
+        #[serde(rename = "_meta")]
+        meta: Option<MetaObject>,
+        task: Option<IgnoredAny>,
+    }
+    if calls.is_empty() {
+        return None;
+    }
+    let envelope: Envelope<'_> = serde_json::from_slice(line).ok()?;
+    let (Some(id), Some(result), None) = (envelope.id, envelope.result, envelope.method) else {
+        return None;
+    };
+    if !calls.contains(&id) {
+        return None;
+    }
+    let plain: Plain = serde_json::from_str(result.get()).ok()?;
+    // What the general reading would not take as a plain result: a task (its own type
+    // comes first), another result type, or no field of a tool result at all.
+    if plain.task.is_some()
+        || plain.result_type.as_ref().is_some_and(|t| !t.is_complete())
+        || (plain.content.is_none()
+            && plain.structured_content.is_none()
+            && plain.is_error.is_none())
+    {
+        return None;
+    }
+    calls.remove(&id);
+    let mut out = CallToolResult::default();
+    out.result_type = plain.result_type;
+    out.content = plain.content.unwrap_or_default();
+    out.structured_content = plain.structured_content;
+    out.is_error = plain.is_error;
+    out.meta = plain.meta;
+    Some(JsonRpcMessage::Response(JsonRpcResponse {
+        jsonrpc: JsonRpcVersion2_0,
+        id,
+        result: ServerResult::CallToolResult(out),
+    }))
+}
+
+/// A field that is there, `null` included (`Some(Value::Null)`), as rmcp keeps a present
+/// `structuredContent: null`.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<serde_json::Value>, D::Error> {
+    serde_json::Value::deserialize(d).map(Some)
+}
+
+impl<R, W> rmcp::transport::Transport<RoleClient> for Lines<R, W>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: ClientJsonRpcMessage,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        match &item {
+            JsonRpcMessage::Request(r)
+                if matches!(r.request, ClientRequest::CallToolRequest(_)) =>
+            {
+                if self.tool_calls.len() >= REMEMBERED {
+                    self.tool_calls.clear();
+                }
+                self.tool_calls.insert(r.id.clone());
+            }
+            JsonRpcMessage::Notification(n) => {
+                if let ClientNotification::CancelledNotification(c) = &n.notification
+                    && let Some(id) = &c.params.request_id
+                {
+                    self.tool_calls.remove(id);
+                }
+            }
+            _ => {}
+        }
+        let text = serde_json::to_vec(&item).map(|mut text| {
+            text.push(b'\n');
+            text
+        });
+        let write = self.write.clone();
+        async move {
+            let text = text.map_err(std::io::Error::other)?;
+            let mut write = write.lock().await;
+            let Some(w) = write.as_mut() else {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::NotConnected,
+                    "the server's input is closed",
+                ));
+            };
+            w.write_all(&text).await?;
+            w.flush().await
+        }
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<ServerJsonRpcMessage>> + Send {
+        async move {
+            loop {
+                if std::mem::take(&mut self.owe_invalid) {
+                    self.answer_invalid().await;
+                }
+                match self.next_line().await {
+                    Ok(true) => {}
+                    Ok(false) => return None,
+                    Err(e) => {
+                        tracing::debug!(server = %self.id, "reading from the server failed: {e}");
+                        return None;
+                    }
+                }
+                let parsed = self.parse();
+                self.line.clear();
+                let Some(message) = parsed else { continue };
+                if let JsonRpcMessage::Notification(n) = &message
+                    && let ServerNotification::ProgressNotification(p) = &n.notification
+                {
+                    self.calls.progress(&p.params);
+                    continue;
+                }
+                return Some(message);
+            }
+        }
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        let write = self.write.clone();
+        async move {
+            drop(write.lock().await.take());
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

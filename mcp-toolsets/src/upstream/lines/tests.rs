@@ -1,0 +1,182 @@
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam,
+    ClientJsonRpcMessage, ClientNotification, ClientRequest, JsonRpcMessage, NumberOrString,
+    ProgressToken, RequestId, ServerJsonRpcMessage,
+};
+use rmcp::transport::Transport;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
+
+use super::{Lines, MAX_LINE};
+use crate::relay::{CallRoutes, FromServer};
+
+/// A connection to a pretend server: what it writes is read by `lines`; what `lines`
+/// writes, it reads.
+struct Server {
+    lines: Lines<DuplexStream, DuplexStream>,
+    says: DuplexStream,
+    hears: BufReader<DuplexStream>,
+    calls: Arc<CallRoutes>,
+}
+
+fn server() -> Server {
+    let (says, from) = tokio::io::duplex(1 << 20);
+    let (to, hears) = tokio::io::duplex(1 << 20);
+    let calls = Arc::new(CallRoutes::default());
+    Server {
+        lines: Lines::new(from, to, calls.clone(), "s"),
+        says,
+        hears: BufReader::new(hears),
+        calls,
+    }
+}
+
+impl Server {
+    async fn say(&mut self, line: &str) {
+        self.says.write_all(line.as_bytes()).await.unwrap();
+        self.says.write_all(b"\n").await.unwrap();
+    }
+
+    /// Sends a `tools/call` with id `id` through the transport.
+    async fn call(&mut self, id: i64) {
+        let request =
+            ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("t")));
+        let message = ClientJsonRpcMessage::request(request, RequestId::Number(id));
+        self.lines.send(message).await.unwrap();
+        let mut heard = String::new();
+        self.hears.read_line(&mut heard).await.unwrap();
+        let heard: Value = serde_json::from_str(&heard).unwrap();
+        assert_eq!(heard["method"], "tools/call");
+    }
+
+    async fn next(&mut self) -> ServerJsonRpcMessage {
+        tokio::time::timeout(std::time::Duration::from_secs(5), self.lines.receive())
+            .await
+            .expect("a message")
+            .expect("not the end")
+    }
+}
+
+/// How rmcp's own reading takes a line (as its debug form, which names the result type
+/// it became and every field).
+fn generally(line: &str) -> String {
+    format!(
+        "{:?}",
+        serde_json::from_str::<ServerJsonRpcMessage>(line).unwrap()
+    )
+}
+
+/// A message as its debug form.
+fn seen(message: ServerJsonRpcMessage) -> String {
+    format!("{message:?}")
+}
+
+#[tokio::test]
+async fn a_tool_calls_answer_is_read_as_the_general_reading_reads_it() {
+    let results = [
+        json!({"content": [{"type": "text", "text": "abc"}], "isError": false}),
+        json!({"content": [{"type": "text", "text": "x"}], "structuredContent": null}),
+        json!({"structuredContent": {"n": 1}}),
+        json!({"isError": true, "_meta": {"k": "v"}, "resultType": "complete"}),
+        json!({"content": [{"type": "image", "data": "AAAA", "mimeType": "image/png"}]}),
+        // Not plain results: a task, an input_required round, nothing of a tool result.
+        json!({"task": {"taskId": "t1", "status": "working", "createdAt": "2026-01-01T00:00:00Z", "lastUpdatedAt": "2026-01-01T00:00:00Z", "ttl": 1000}}),
+        json!({"resultType": "input_required", "inputRequests": {}}),
+        json!({"other": 1}),
+    ];
+    let mut s = server();
+    for (n, result) in results.into_iter().enumerate() {
+        let id = i64::try_from(n).unwrap();
+        s.call(id).await;
+        let line = json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();
+        s.say(&line).await;
+        assert_eq!(seen(s.next().await), generally(&line), "{line}");
+        assert!(!s.lines.tool_calls.contains(&RequestId::Number(id)));
+    }
+    // An error answer, and an answer to what was no tools/call, are read the general way.
+    s.call(100).await;
+    let error = r#"{"jsonrpc":"2.0","id":100,"error":{"code":-32602,"message":"no"}}"#;
+    s.say(error).await;
+    assert_eq!(seen(s.next().await), generally(error));
+    assert!(s.lines.tool_calls.is_empty());
+    let other = r#"{"jsonrpc":"2.0","id":7,"result":{"content":[]}}"#;
+    s.say(other).await;
+    assert_eq!(seen(s.next().await), generally(other));
+}
+
+#[tokio::test]
+async fn progress_reaches_its_call_before_the_answer_after_it_is_read() {
+    let mut s = server();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let token = ProgressToken(NumberOrString::Number(9));
+    let _route = s.calls.route(token, "session", tx);
+    s.call(1).await;
+    s.say(r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":9,"progress":1,"message":"halfway"}}"#).await;
+    s.say(r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#)
+        .await;
+    assert!(matches!(s.next().await, JsonRpcMessage::Response(_)));
+    match rx.try_recv() {
+        Ok(FromServer::Progress(text)) => assert_eq!(text, "halfway\n"),
+        _ => panic!("the progress did not come first"),
+    }
+}
+
+#[tokio::test]
+async fn an_oversized_line_is_dropped_and_the_next_is_read() {
+    let mut s = server();
+    let huge = "x".repeat(MAX_LINE + 10);
+    let (mut says, lines) = (s.says, &mut s.lines);
+    let writer = tokio::spawn(async move {
+        says.write_all(huge.as_bytes()).await.unwrap();
+        says.write_all(
+            b"\n{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n",
+        )
+        .await
+        .unwrap();
+        says
+    });
+    let next = tokio::time::timeout(std::time::Duration::from_secs(30), lines.receive())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(next, JsonRpcMessage::Notification(_)));
+    drop(writer.await.unwrap());
+}
+
+#[tokio::test]
+async fn input_that_is_no_json_is_ignored_and_json_that_is_no_message_is_refused() {
+    let mut s = server();
+    s.say("not json at all").await;
+    s.say(r#"{"jsonrpc":"2.0","id":3,"neither":"request nor answer"}"#)
+        .await;
+    s.say(r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#)
+        .await;
+    assert!(matches!(s.next().await, JsonRpcMessage::Notification(_)));
+    let mut heard = String::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        s.hears.read_line(&mut heard),
+    )
+    .await
+    .expect("an answer to the message that was none")
+    .unwrap();
+    let heard: Value = serde_json::from_str(&heard).unwrap();
+    assert_eq!(heard["error"]["code"], -32600, "{heard}");
+}
+
+#[tokio::test]
+async fn a_cancelled_call_is_forgotten() {
+    let mut s = server();
+    s.call(5).await;
+    assert!(s.lines.tool_calls.contains(&RequestId::Number(5)));
+    let cancel = ClientNotification::CancelledNotification(CancelledNotification::new(
+        CancelledNotificationParam::new(Some(RequestId::Number(5)), None),
+    ));
+    s.lines
+        .send(ClientJsonRpcMessage::notification(cancel))
+        .await
+        .unwrap();
+    assert!(s.lines.tool_calls.is_empty());
+}
