@@ -244,6 +244,10 @@ impl HostContext for CallHost {
                 }
                 RResult::ROk(RString::new())
             }
+            tool_api::abi::OP_OUTPUT_WANTED => {
+                let wanted = self.output.as_ref().is_some_and(|s| s.wanted());
+                RResult::ROk(if wanted { "true" } else { "false" }.into())
+            }
             tool_api::abi::OP_USER_CONFIRM => self.ask_user(payload.as_str()).into(),
             tool_api::abi::OP_PROCESS_SANDBOX => RResult::ROk(self.process_sandbox().into()),
             other => RResult::RErr(tool_api::abi::unsupported(other, "host")),

@@ -348,6 +348,7 @@ impl Call<'_> {
         let caller = Caller {
             session: self.ctx.session_id().to_string(),
             capabilities: self.relay.and_then(|r| r.capabilities()),
+            progress: self.ctx.output_wanted(),
         };
         let (server, stop) = (self.server.clone(), cancel.clone());
         let as_task_2025 = self

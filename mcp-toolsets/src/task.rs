@@ -318,7 +318,12 @@ pub(crate) async fn call_2025(
     let task = serde_json::json!({"taskId": task_id});
     let result =
         ClientRequest::CustomRequest(CustomRequest::new("tasks/result", Some(task.clone())));
-    let options = rmcp::service::PeerRequestOptions::with_timeout(server.config.call_timeout());
+    let mut options = rmcp::service::PeerRequestOptions::with_timeout(server.config.call_timeout());
+    if !caller.progress {
+        let mut meta = rmcp::model::RequestMetaObject::new();
+        meta.insert(crate::upstream::client::NO_PROGRESS.into(), true.into());
+        options.meta = Some(meta);
+    }
     let handle = peer
         .send_cancellable_request(result, options)
         .await

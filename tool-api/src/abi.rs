@@ -15,7 +15,8 @@
 //! named *extension* entry points that 1.0 already has:
 //!
 //! - [`HostContext::extension`]: host callbacks added after 1.0 (1.1: [`OP_FS_METADATA`];
-//!   1.2: [`OP_OUTPUT_DELTA`]; 1.4: [`OP_USER_CONFIRM`]; 1.5: [`OP_PROCESS_SANDBOX`]);
+//!   1.2: [`OP_OUTPUT_DELTA`]; 1.4: [`OP_USER_CONFIRM`]; 1.5: [`OP_PROCESS_SANDBOX`];
+//!   1.7: [`OP_OUTPUT_WANTED`]);
 //! - [`PluginMod::extension`]: plugin metadata added after 1.0 (1.1: [`OP_REQUIREMENTS`];
 //!   1.2: [`OP_CONCURRENCY_SAFE`]);
 //! - [`AbiTool::extension`]: per-tool operations (none yet; reserved).
@@ -63,6 +64,9 @@ pub const OP_FS_METADATA: &str = "fs.metadata";
 pub const OP_REQUIREMENTS: &str = "requirements";
 /// Host extension (tool-api 1.2): a chunk of live output (the payload, as text) → `""`.
 pub const OP_OUTPUT_DELTA: &str = "output.delta";
+/// Host extension (tool-api 1.7): `""` → `"true"` when someone follows the call's live
+/// output, `"false"` when nobody does ([`crate::ToolContext::output_wanted`]).
+pub const OP_OUTPUT_WANTED: &str = "output.wanted";
 /// Host extension (tool-api 1.4): `{"question": …}` → `{"answer": "allow" | "deny" |
 /// "no_answer"}`, the user's answer through the host's confirmation channel
 /// ([`crate::ToolContext::ask_user`]).

@@ -147,6 +147,26 @@ impl ToolContext {
         }
     }
 
+    /// Whether anyone follows this call's live output (tool-api 1.7): an MCP client that
+    /// asked for progress, a console, an event subscriber. When nobody does, what
+    /// [`ToolContext::output`] sends goes nowhere, and a tool may skip making it (a gateway
+    /// asks the server it calls for no progress). `true` from a host older than 1.7, which
+    /// cannot say.
+    ///
+    /// ```
+    /// let host = tool_api::testing::TestHost::new();
+    /// assert!(host.context().output_wanted());
+    /// ```
+    pub fn output_wanted(&self) -> bool {
+        match self
+            .host
+            .extension(crate::abi::OP_OUTPUT_WANTED.into(), "".into())
+        {
+            RResult::ROk(answer) => answer.as_str() != "false",
+            RResult::RErr(_) => true,
+        }
+    }
+
     /// Asks the user a yes/no question about this call, through the host's confirmation
     /// channel (a terminal prompt, an MCP client's form, the web console): the same
     /// broker, events (`tool.confirmation_requested` / `_resolved`) and timeout as the

@@ -103,9 +103,10 @@
 //! - 1.6: [`ToolContext::sandbox_settings`]: the host's whole sandbox settings record (the
 //!   deny list, writable caches, network allow list, environment policy), carried in the
 //!   same answer as 1.5's [`ProcessSandbox`] (an older host: `None`).
-//!   Host side, no ABI change: [`Extensions`], what a host attaches to one call for the
-//!   tools it builds in ([`ToolContext::extension`]; a plugin always sees none), and
-//!   [`Tool::execute_async`], a call run as a future.
+//! - 1.7: [`ToolContext::output_wanted`]: whether anyone follows the call's live output
+//!   (an older host: `true`). Host side, no ABI change: [`Extensions`], what a host
+//!   attaches to one call for the tools it builds in ([`ToolContext::extension`]; a
+//!   plugin always sees none).
 //!
 //! Minor releases add optional fields to [`ToolDefinition`]: build one with
 //! [`ToolDefinition::new`] and its setters (or `..ToolDefinition::new(…)` in a struct

@@ -97,6 +97,21 @@ struct Server {
     /// ([`rmcp_proxy`]), as `NAME-rmcp-proxy`.
     #[serde(default)]
     proxy: Option<ProxyOf>,
+    /// A gateway in front of a server over HTTP: that server, started before each round
+    /// on a free port that `{upstream_port}` names in the gateway's command, env and
+    /// `files`; its CPU counts with the gateway's.
+    #[serde(default)]
+    upstream: Option<Vec<String>>,
+    /// Files written before the server starts (path: text, `{upstream_port}` filled in).
+    #[serde(default)]
+    files: BTreeMap<String, String>,
+    /// A process whose CPU counts with the server's (its upstream, started by the bench).
+    #[serde(skip)]
+    beside: Option<u32>,
+    /// The command counted under callgrind instead of `command`, where the two differ (a
+    /// gateway's mounted server runs unconfined under valgrind, which has no Landlock).
+    #[serde(default)]
+    counted_as: Option<Vec<String>>,
 }
 
 /// What a gateway in the plan forwards: the upstream's command and its tool's own name.
@@ -307,6 +322,38 @@ fn initialize_params() -> Value {
 
 /// One round against one server.
 fn round(server: &Server, calls: u64, inflight: u64) -> Figures {
+    if let Some(upstream) = &server.upstream {
+        let (mut child, port) = http::start(
+            &format!("{}'s upstream", server.name),
+            upstream,
+            &BTreeMap::new(),
+        );
+        let fill = |s: &String| s.replace("{upstream_port}", &port.to_string());
+        for (path, text) in &server.files {
+            std::fs::write(path, fill(text))
+                .unwrap_or_else(|e| panic!("{}: cannot write {path}: {e}", server.name));
+        }
+        let front = Server {
+            command: server.command.iter().map(fill).collect(),
+            env: server
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), fill(v)))
+                .collect(),
+            upstream: None,
+            files: BTreeMap::new(),
+            beside: Some(child.id()),
+            ..server.clone()
+        };
+        let figures = round(&front, calls, inflight);
+        let _ = child.kill();
+        let _ = child.wait();
+        return figures;
+    }
+    for (path, text) in &server.files {
+        std::fs::write(path, text)
+            .unwrap_or_else(|e| panic!("{}: cannot write {path}: {e}", server.name));
+    }
     if let Some(over) = &server.http {
         return http::round(server, over, calls, inflight);
     }
@@ -321,7 +368,7 @@ fn round(server: &Server, calls: u64, inflight: u64) -> Figures {
         "{}: the first call failed: {first}",
         server.name
     );
-    let meter = Meter::start(s.pid, idle_mib(s.pid));
+    let meter = Meter::start(s.pid, server.beside, idle_mib(s.pid));
     // Ids from 1000 up; answers carry them back, so the outstanding count is all we keep.
     let call = |id: u64| {
         format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{params}}}"#)
@@ -381,6 +428,8 @@ fn idle_mib(pid: u32) -> f64 {
 /// A round's clock and the server's CPU, from just before its first timed call.
 struct Meter {
     pid: u32,
+    /// A process whose CPU counts with the server's.
+    beside: Option<u32>,
     idle_mib: f64,
     cpu_before: f64,
     own_before: f64,
@@ -388,11 +437,12 @@ struct Meter {
 }
 
 impl Meter {
-    fn start(pid: u32, idle_mib: f64) -> Meter {
+    fn start(pid: u32, beside: Option<u32>, idle_mib: f64) -> Meter {
         Meter {
             pid,
+            beside,
             idle_mib,
-            cpu_before: cpu_seconds(pid),
+            cpu_before: cpu_seconds(pid) + beside.map_or(0.0, cpu_seconds),
             own_before: cpu_seconds_of(vec![pid]),
             started: Instant::now(),
         }
@@ -401,7 +451,7 @@ impl Meter {
     /// The round's figures after `calls` calls (read while the server still runs).
     fn read(&self, calls: u64) -> Figures {
         let wall = self.started.elapsed().as_secs_f64();
-        let cpu = cpu_seconds(self.pid) - self.cpu_before;
+        let cpu = cpu_seconds(self.pid) + self.beside.map_or(0.0, cpu_seconds) - self.cpu_before;
         let own = cpu_seconds_of(vec![self.pid]) - self.own_before;
         Figures {
             calls_per_s: calls as f64 / wall,
@@ -501,6 +551,10 @@ fn bench_server(name: &str, flag: &str, workspace: &str, arguments: &Value) -> S
         http: None,
         count: true,
         proxy: None,
+        upstream: None,
+        files: BTreeMap::new(),
+        beside: None,
+        counted_as: None,
     }
 }
 
@@ -524,6 +578,10 @@ fn rmcp_proxy_of(gateway: &Server, of: &ProxyOf) -> Server {
         http: None,
         count: gateway.count,
         proxy: None,
+        upstream: None,
+        files: BTreeMap::new(),
+        beside: None,
+        counted_as: None,
     }
 }
 
@@ -552,6 +610,10 @@ fn echo(extra: &str) -> Server {
         http: None,
         count: true,
         proxy: None,
+        upstream: None,
+        files: BTreeMap::new(),
+        beside: None,
+        counted_as: None,
     }
 }
 
@@ -728,7 +790,14 @@ fn main() {
         .collect();
     let stdio = servers.iter().filter(|s| s.http.is_none() && s.count);
     for server in stdio.chain(&floors) {
-        match count::per_call(server, plan.count) {
+        let counted = Server {
+            command: server
+                .counted_as
+                .clone()
+                .unwrap_or_else(|| server.command.clone()),
+            ..server.clone()
+        };
+        match count::per_call(&counted, plan.count) {
             Ok(n) => println!("instructions {}: {n:.0} per call", server.name),
             Err(e) => println!("instructions {}: not counted: {e}", server.name),
         }

@@ -288,6 +288,22 @@ pub(crate) async fn listen_for_changes(
     Some(task.abort_handle())
 }
 
+/// The request meta key by which a call asks its transport to send it without a progress
+/// token: nobody follows its live output, so the server is not asked for progress it would
+/// spend on writing and toolhost on reading. The transport removes the key with the token.
+pub(crate) const NO_PROGRESS: &str = "io.toolhost/no-progress";
+
+/// Takes the progress token out of a request that asked for none ([`NO_PROGRESS`]).
+pub(crate) fn without_unwanted_progress(item: &mut rmcp::model::ClientJsonRpcMessage) {
+    use rmcp::model::GetMeta as _;
+    if let rmcp::model::JsonRpcMessage::Request(r) = item {
+        let meta = r.request.get_meta_mut();
+        if meta.remove(NO_PROGRESS).is_some() {
+            meta.remove("progressToken");
+        }
+    }
+}
+
 /// A server's transport that hands each progress notification to its call as it is read,
 /// before the message after it: the answer to a call never overtakes the call's own
 /// progress. (rmcp hands each notification to the client's handler in a task of its own,
@@ -305,8 +321,9 @@ impl<T: rmcp::transport::Transport<RoleClient>> rmcp::transport::Transport<RoleC
 
     fn send(
         &mut self,
-        item: rmcp::service::TxJsonRpcMessage<RoleClient>,
+        mut item: rmcp::service::TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        without_unwanted_progress(&mut item);
         self.inner.send(item)
     }
 

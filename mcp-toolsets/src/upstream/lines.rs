@@ -38,10 +38,61 @@ pub(crate) const MAX_LINE: usize = 16 * 1024 * 1024;
 /// to a forgotten call is read the general way).
 const REMEMBERED: usize = 65_536;
 
+/// What goes to a server's stdin: the messages sent and not written yet, and the pipe.
+/// Messages sent together are written together: rmcp hands over every request waiting
+/// before it runs the writes, and the first write takes them all (one system call, and one
+/// wake-up of the server, for a batch of calls).
+struct Writer<W> {
+    pending: std::sync::Mutex<Vec<u8>>,
+    out: tokio::sync::Mutex<Option<W>>,
+}
+
+impl<W: AsyncWrite + Unpin> Writer<W> {
+    fn pending(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Adds `message` to what is pending, as a line; nothing of it when it cannot be
+    /// written as JSON.
+    fn queue(&self, message: &ClientJsonRpcMessage) -> std::io::Result<()> {
+        let mut pending = self.pending();
+        let before = pending.len();
+        match serde_json::to_writer(&mut *pending, message) {
+            Ok(()) => {
+                pending.push(b'\n');
+                Ok(())
+            }
+            Err(e) => {
+                pending.truncate(before);
+                Err(std::io::Error::other(e))
+            }
+        }
+    }
+
+    /// Writes what is pending (nothing, when an earlier write took it).
+    async fn flush(&self) -> std::io::Result<()> {
+        let mut out = self.out.lock().await;
+        let batch = std::mem::take(&mut *self.pending());
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let Some(w) = out.as_mut() else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                "the server's input is closed",
+            ));
+        };
+        w.write_all(&batch).await?;
+        w.flush().await
+    }
+}
+
 /// One server's stdin and stdout, as rmcp's transport.
 pub(crate) struct Lines<R, W> {
     read: BufReader<R>,
-    write: Arc<tokio::sync::Mutex<Option<W>>>,
+    write: Arc<Writer<W>>,
     /// The line read so far (kept across a cancelled read: rmcp polls `receive` among
     /// other branches of a `select!`).
     line: Vec<u8>,
@@ -61,7 +112,10 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<R, W> {
     pub(crate) fn new(read: R, write: W, calls: Arc<CallRoutes>, id: &str) -> Self {
         Lines {
             read: BufReader::with_capacity(1 << 16, read),
-            write: Arc::new(tokio::sync::Mutex::new(Some(write))),
+            write: Arc::new(Writer {
+                pending: std::sync::Mutex::new(Vec::new()),
+                out: tokio::sync::Mutex::new(Some(write)),
+            }),
             line: Vec::new(),
             skipping: false,
             owe_invalid: false,
@@ -147,13 +201,8 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<R, W> {
     async fn answer_invalid(&mut self) {
         let error =
             ClientJsonRpcMessage::error(ErrorData::invalid_request("Invalid request", None), None);
-        if let Ok(mut text) = serde_json::to_vec(&error) {
-            text.push(b'\n');
-            let mut write = self.write.lock().await;
-            if let Some(w) = write.as_mut() {
-                let _ = w.write_all(&text).await;
-                let _ = w.flush().await;
-            }
+        if self.write.queue(&error).is_ok() {
+            let _ = self.write.flush().await;
         }
     }
 }
@@ -265,8 +314,9 @@ where
 
     fn send(
         &mut self,
-        item: ClientJsonRpcMessage,
+        mut item: ClientJsonRpcMessage,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        super::client::without_unwanted_progress(&mut item);
         match &item {
             JsonRpcMessage::Request(r)
                 if matches!(r.request, ClientRequest::CallToolRequest(_)) =>
@@ -285,22 +335,11 @@ where
             }
             _ => {}
         }
-        let text = serde_json::to_vec(&item).map(|mut text| {
-            text.push(b'\n');
-            text
-        });
+        let queued = self.write.queue(&item);
         let write = self.write.clone();
         async move {
-            let text = text.map_err(std::io::Error::other)?;
-            let mut write = write.lock().await;
-            let Some(w) = write.as_mut() else {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::NotConnected,
-                    "the server's input is closed",
-                ));
-            };
-            w.write_all(&text).await?;
-            w.flush().await
+            queued?;
+            write.flush().await
         }
     }
 
@@ -335,7 +374,7 @@ where
     fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
         let write = self.write.clone();
         async move {
-            drop(write.lock().await.take());
+            drop(write.out.lock().await.take());
             Ok(())
         }
     }

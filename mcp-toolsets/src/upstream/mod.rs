@@ -37,6 +37,8 @@ mod stderr;
 pub(crate) struct Caller {
     pub(crate) session: String,
     pub(crate) capabilities: Option<rmcp::model::ClientCapabilities>,
+    /// Someone follows the call's live output: the server is asked for its progress.
+    pub(crate) progress: bool,
 }
 
 /// What a `tools/call` round got.
@@ -456,6 +458,12 @@ impl Upstream {
             let mut meta = rmcp::model::RequestMetaObject::new();
             meta.set_client_capabilities(caps);
             options.meta = Some(meta);
+        }
+        if !caller.progress {
+            options
+                .meta
+                .get_or_insert_with(rmcp::model::RequestMetaObject::new)
+                .insert(client::NO_PROGRESS.into(), true.into());
         }
         let sent = peer.send_cancellable_request(request, options).await;
         let outcome = match sent {

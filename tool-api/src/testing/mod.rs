@@ -311,6 +311,8 @@ impl HostContext for TestHost {
                 lock(&self.state.output).push(payload.as_str().to_string());
                 RResult::ROk(RString::new())
             }
+            // A test host keeps every chunk of live output.
+            crate::abi::OP_OUTPUT_WANTED => RResult::ROk("true".into()),
             crate::abi::OP_PROCESS_SANDBOX => {
                 let mut answer =
                     serde_json::to_value(&*lock(&self.state.process_sandbox)).unwrap_or_default();

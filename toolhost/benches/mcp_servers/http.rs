@@ -227,24 +227,34 @@ fn wait_listening(name: &str, port: u16) {
     }
 }
 
-/// One round against one server over HTTP.
-pub fn round(server: &Server, http: &Http, calls: u64, inflight: u64) -> Figures {
+/// Starts the HTTP server `command` (with `env`) on a free port that `{port}` names in
+/// both, and waits until it listens: the server and its port.
+pub fn start(
+    name: &str,
+    command: &[String],
+    env: &std::collections::BTreeMap<String, String>,
+) -> (std::process::Child, u16) {
     let port = free_port();
     let fill = |s: &str| s.replace("{port}", &port.to_string());
-    let (program, args) = server
-        .command
+    let (program, args) = command
         .split_first()
-        .unwrap_or_else(|| panic!("{}: no command", server.name));
-    let mut child = Command::new(program)
+        .unwrap_or_else(|| panic!("{name}: no command"));
+    let child = Command::new(program)
         .args(args.iter().map(|a| fill(a)))
-        .envs(server.env.iter().map(|(k, v)| (k, fill(v))))
+        .envs(env.iter().map(|(k, v)| (k, fill(v))))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap_or_else(|e| panic!("{}: cannot start {program}: {e}", server.name));
+        .unwrap_or_else(|e| panic!("{name}: cannot start {program}: {e}"));
+    wait_listening(name, port);
+    (child, port)
+}
+
+/// One round against one server over HTTP.
+pub fn round(server: &Server, http: &Http, calls: u64, inflight: u64) -> Figures {
+    let (mut child, port) = start(&server.name, &server.command, &server.env);
     let pid = child.id();
-    wait_listening(&server.name, port);
     let mut client = Client {
         port,
         stateless: http.stateless,
@@ -288,7 +298,7 @@ pub fn round(server: &Server, http: &Http, calls: u64, inflight: u64) -> Figures
         .collect();
     let (mut sent, mut answered, mut failed) = (0u64, 0u64, 0u64);
     let mut chunk = vec![0u8; 1 << 16];
-    let meter = Meter::start(pid, idle_mib);
+    let meter = Meter::start(pid, server.beside, idle_mib);
     while answered < calls {
         for (stream, _, busy) in &mut conns {
             if !*busy && sent < calls {
@@ -421,5 +431,9 @@ pub fn echo(extra: &str) -> Server {
         }),
         count: false,
         proxy: None,
+        upstream: None,
+        files: Default::default(),
+        beside: None,
+        counted_as: None,
     }
 }

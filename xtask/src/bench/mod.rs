@@ -24,6 +24,7 @@
 
 mod counts;
 mod figures;
+mod gateway;
 mod issuer;
 mod scale_out;
 mod servers;
@@ -129,7 +130,8 @@ pub fn bench(write_readme: bool) -> Result {
         args.push(config.display().to_string());
         args
     };
-    let (mcp, counts) = servers::mcp_servers(&peers, &serve, &configs, &mut skipped);
+    let measured = servers::mcp_servers(&peers, &serve, &configs, &mut skipped);
+    let (mcp, counts) = (&measured.best, &measured.counts);
 
     announce("the Python wheel (release): read_file 4 KB");
     let wheel = crate::python::wheel_figures()
@@ -149,9 +151,10 @@ pub fn bench(write_readme: bool) -> Result {
     rows.extend(figures::sandbox_rows());
     rows.extend(figures::load_rows(&start_counts));
     rows.extend(servers::roundtrip_rows(&printed.roundtrip));
-    rows.extend(servers::mcp_rows(&mcp, &figures::call_floors()));
-    rows.extend(servers::count_rows(&counts));
-    rows.extend(servers::mcp_http_rows(&mcp));
+    rows.extend(servers::mcp_rows(mcp, &figures::call_floors()));
+    rows.extend(servers::count_rows(counts));
+    rows.extend(servers::mcp_http_rows(mcp));
+    rows.extend(gateway::rows(mcp, &measured.own, counts));
     rows.extend(scale_out::rows(&printed.scale_out));
     rows.extend(startup.rows(&mut skipped));
 

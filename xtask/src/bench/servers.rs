@@ -148,7 +148,7 @@ fn node_peer(peers: &Path) -> std::result::Result<(PathBuf, PathBuf), String> {
 pub(super) type Best = BTreeMap<String, (f64, f64, f64)>;
 
 /// The `best NAME: C calls/s, U us CPU/call, idle R MiB` lines of the `mcp_servers` bench.
-fn mcp_best(text: &str) -> Best {
+pub(super) fn mcp_best(text: &str) -> Best {
     text.lines()
         .filter_map(|l| l.strip_prefix("best "))
         .filter_map(|l| {
@@ -205,7 +205,7 @@ fn server(
 }
 
 /// A `serve --mcp` command made `serve --http` on the port the bench fills in.
-fn over_http(stdio: Vec<String>) -> Vec<String> {
+pub(super) fn over_http(stdio: Vec<String>) -> Vec<String> {
     stdio
         .into_iter()
         .flat_map(|arg| match arg.as_str() {
@@ -227,7 +227,7 @@ pub(super) fn mcp_servers(
     serve: &dyn Fn(&Path) -> Vec<String>,
     configs: &Configs,
     skipped: &mut Vec<String>,
-) -> (Best, BTreeMap<String, f64>) {
+) -> Measured {
     announce("peers: MCP servers side by side (one client of our own)");
     let mut http = server(
         "toolhost-http",
@@ -252,7 +252,19 @@ pub(super) fn mcp_servers(
         ),
     ];
     servers.extend(callers_proving_who_they_are(peers, serve, configs, skipped));
-    match node_peer(peers) {
+    let node = node_peer(peers);
+    let everything = node
+        .as_ref()
+        .ok()
+        .map(|(node, script)| vec![node.display().to_string(), script.display().to_string()]);
+    servers.extend(super::gateway::plan(
+        peers,
+        serve,
+        &configs.bare,
+        everything.as_deref(),
+        skipped,
+    ));
+    match node {
         Ok((node, script)) => {
             let command = vec![node.display().to_string(), script.display().to_string()];
             let mut stdio = server(
@@ -317,8 +329,21 @@ pub(super) fn mcp_servers(
             .env("TOOLHOST_BENCH_MCP_SERVERS", plan.to_string()),
     )
     .map_err(|e| skipped.push(format!("the mcp_servers bench failed: {e}")))
-    .map(|t| (mcp_best(&t), mcp_instructions(&t)))
+    .map(|t| Measured {
+        best: mcp_best(&t),
+        counts: mcp_instructions(&t),
+        own: super::gateway::own_cpu(&t),
+    })
     .unwrap_or_default()
+}
+
+/// What the `mcp_servers` bench measured: each server's best round, its instructions per
+/// call, and its own process's CPU per call (without the servers it starts).
+#[derive(Default)]
+pub(super) struct Measured {
+    pub(super) best: Best,
+    pub(super) counts: BTreeMap<String, f64>,
+    pub(super) own: BTreeMap<String, f64>,
 }
 
 /// The `instructions NAME: N per call` lines of the `mcp_servers` bench.

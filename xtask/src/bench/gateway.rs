@@ -1,0 +1,305 @@
+//! The gateway's figures (issue 61): toolhost in front of the MCP servers users mount, each
+//! beside the same server alone and beside the bench's bare rmcp proxy in front of it, in
+//! the same rounds of the `mcp_servers` bench, under the default configuration (the mounted
+//! server in its default sandbox).
+//!
+//! - `gateway-everything`: `serve --mcp` mounting Node's server-everything, `ev__echo`,
+//!   against `everything` alone.
+//! - `gateway-toolhost`: `serve --mcp` mounting `serve --mcp` (the bare configuration),
+//!   `up__read_file`, against `toolhost` alone; and the bench's rmcp proxy in front of the
+//!   same server (`gateway-toolhost-rmcp-proxy`), the floor of any gateway.
+//! - `gateway-http`: `serve --http` mounting `serve --http` by its URL, stateless calls,
+//!   against `toolhost-http` alone.
+//!
+//! Instructions per call are counted for the gateway's own process (callgrind does not
+//! follow the server it starts). Valgrind has no Landlock, so under it the mounted server
+//! runs unconfined (`sandbox = "host"`): its confinement costs at its start, not per call.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use super::table::{Row, missing};
+
+/// One server of the plan, as `mcp_servers` takes it.
+fn entry(name: &str, tool: &str, arguments: Value, command: Vec<String>) -> Value {
+    json!({"name": name, "tool": tool, "arguments": arguments, "command": command})
+}
+
+/// A `[[mcp_servers]]` entry mounting `command` under the prefix `id`, with `extra` lines.
+/// Its strings are written as JSON writes them, which TOML reads alike (the same escapes).
+fn mount(id: &str, command: &[String], extra: &str) -> String {
+    let (program, args) = command
+        .split_first()
+        .map_or(("", &[][..]), |(p, a)| (p.as_str(), a));
+    format!(
+        "[[mcp_servers]]\nid = \"{id}\"\nprefix = \"{id}\"\ncommand = {}\nargs = {}\n{extra}",
+        json!(program),
+        json!(args)
+    )
+}
+
+/// The gateways of the plan (`serve` makes a `serve --mcp` command for a configuration,
+/// `bare` is the configuration with nothing set), each writing its configuration under
+/// `peers`; `node` runs server-everything where it could be installed.
+pub(super) fn plan(
+    peers: &Path,
+    serve: &dyn Fn(&Path) -> Vec<String>,
+    bare: &Path,
+    node: Option<&[String]>,
+    skipped: &mut Vec<String>,
+) -> Vec<Value> {
+    let mut plan = Vec::new();
+    let mut write = |name: &str, text: &str| {
+        let path = peers.join(name);
+        match std::fs::write(&path, text) {
+            Ok(()) => Some(path),
+            Err(e) => {
+                skipped.push(format!("the gateway's configuration {name}: {e}"));
+                None
+            }
+        }
+    };
+    // toolhost in front of toolhost.
+    let upstream = serve(bare);
+    if let (Some(config), Some(counted)) = (
+        write("gateway-toolhost.toml", &mount("up", &upstream, "")),
+        write(
+            "gateway-toolhost-count.toml",
+            &mount("up", &upstream, "sandbox = \"host\"\n"),
+        ),
+    ) {
+        let mut gateway = entry(
+            "gateway-toolhost",
+            "up__read_file",
+            json!({"path": "a.txt"}),
+            serve(&config),
+        );
+        gateway["counted_as"] = json!(serve(&counted));
+        gateway["proxy"] = json!({"upstream_tool": "read_file", "command": upstream});
+        plan.push(gateway);
+    }
+    // toolhost in front of Node's server-everything.
+    if let Some(everything) = node {
+        // Its modules are read from where npm put them (the node and script paths).
+        let modules = everything
+            .get(1)
+            .and_then(|script| Path::new(script).ancestors().nth(4))
+            .map(|m| format!("readable_roots = [{:?}]\n", m.display().to_string()))
+            .unwrap_or_default();
+        if let (Some(config), Some(counted)) = (
+            write(
+                "gateway-everything.toml",
+                &mount("ev", everything, &modules),
+            ),
+            write(
+                "gateway-everything-count.toml",
+                &mount("ev", everything, &format!("{modules}sandbox = \"host\"\n")),
+            ),
+        ) {
+            let mut gateway = entry(
+                "gateway-everything",
+                "ev__echo",
+                json!({"message": "hi"}),
+                serve(&config),
+            );
+            gateway["counted_as"] = json!(serve(&counted));
+            plan.push(gateway);
+        }
+    }
+    // toolhost in front of toolhost, both over streamable HTTP.
+    let config = peers.join("gateway-http.toml");
+    let mut gateway = entry(
+        "gateway-http",
+        "up__read_file",
+        json!({"path": "a.txt"}),
+        super::servers::over_http(serve(&config)),
+    );
+    gateway["http"] = json!({"stateless": true});
+    gateway["upstream"] = json!(super::servers::over_http(serve(bare)));
+    gateway["files"] = json!({
+        config.display().to_string():
+            "[[mcp_servers]]\nid = \"up\"\nprefix = \"up\"\nurl = \"http://127.0.0.1:{upstream_port}/mcp\"\n"
+    });
+    plan.push(gateway);
+    plan
+}
+
+/// The `best NAME: … own O us CPU/call` figures: each server's own process alone.
+pub(super) fn own_cpu(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("best "))
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(':')?;
+            let own = rest.split("own ").nth(1)?;
+            let digits: String = own
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '.')
+                .collect();
+            Some((name.to_string(), digits.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The least share of the mounted server's calls/s a gateway in front of it keeps, and
+/// the most times its CPU per call (both processes) it may take: issue 61's targets.
+const CALLS_SHARE: [(&str, f64); 3] = [
+    ("gateway-everything", 0.7),
+    ("gateway-toolhost", 0.5),
+    ("gateway-http", 0.5),
+];
+const CPU_TIMES: f64 = 2.5;
+/// The most times the bare rmcp proxy's instructions per call the gateway may take.
+const FLOOR_TIMES: f64 = 1.5;
+
+/// The gateway's rows: calls/s and CPU per call against the mounted server alone, and its
+/// own CPU and instructions per call against the bare rmcp proxy's.
+pub(super) fn rows(
+    best: &super::servers::Best,
+    own: &BTreeMap<String, f64>,
+    counts: &BTreeMap<String, f64>,
+) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for (gateway, alone, what) in [
+        (
+            "gateway-everything",
+            "everything",
+            "toolhost serve --mcp in front of Node's server-everything (ev__echo) vs server-everything alone",
+        ),
+        (
+            "gateway-toolhost",
+            "toolhost",
+            "toolhost serve --mcp in front of toolhost serve --mcp (up__read_file) vs the mounted toolhost alone",
+        ),
+        (
+            "gateway-http",
+            "toolhost-http",
+            "toolhost serve --http in front of toolhost serve --http (stateless, 16 connections) vs the mounted toolhost alone",
+        ),
+    ] {
+        let share = CALLS_SHARE
+            .iter()
+            .find(|(name, _)| *name == gateway)
+            .map_or(0.0, |(_, s)| *s);
+        let (Some(g), Some(a)) = (best.get(gateway), best.get(alone)) else {
+            rows.push(missing(&format!("gateway: {what}: calls/s")));
+            continue;
+        };
+        rows.push(Row {
+            figure: format!("gateway: {what}: calls/s"),
+            measured: format!("{:.0} vs {:.0}: {:.2}×", g.0, a.0, g.0 / a.0),
+            target: format!("≥ {share}×"),
+            pass: Some(g.0 / a.0 >= share),
+        });
+        // Node's CPU is a JIT's, against no target; toolhost's own is held to 2.5×.
+        let judged = gateway != "gateway-everything";
+        rows.push(Row {
+            figure: format!("gateway: {what}: CPU per call (the gateway and the server it mounts)"),
+            measured: format!("{:.1} µs vs {:.1} µs: {:.2}×", g.1, a.1, g.1 / a.1),
+            target: if judged {
+                format!("≤ {CPU_TIMES}×")
+            } else {
+                "reported".into()
+            },
+            pass: judged.then_some(g.1 / a.1 <= CPU_TIMES),
+        });
+    }
+    let floor = "the bench's bare rmcp proxy in front of the same server (rmcp client and server, one tool forwarded)";
+    let figure = format!("gateway in front of toolhost: its own CPU per call (timed) vs {floor}");
+    rows.push(
+        match (
+            own.get("gateway-toolhost"),
+            own.get("gateway-toolhost-rmcp-proxy"),
+        ) {
+            (Some(g), Some(p)) if *p > 0.0 => Row {
+                figure,
+                measured: format!("{g:.1} µs vs {p:.1} µs: {:.2}×", g / p),
+                target: format!("≤ {FLOOR_TIMES}×: judged by instructions (below)"),
+                pass: None,
+            },
+            _ => missing(&figure),
+        },
+    );
+    let figure = format!(
+        "gateway in front of toolhost: its own instructions per call (callgrind) vs {floor}"
+    );
+    rows.push(
+        match (
+            counts.get("gateway-toolhost"),
+            counts.get("gateway-toolhost-rmcp-proxy"),
+        ) {
+            (Some(g), Some(p)) if *p > 0.0 => Row {
+                figure,
+                measured: format!("{g:.0} vs {p:.0}: {:.2}×", g / p),
+                target: format!("≤ {FLOOR_TIMES}× (exact run to run)"),
+                pass: Some(g / p <= FLOOR_TIMES),
+            },
+            _ => missing(&figure),
+        },
+    );
+    if let Some(n) = counts.get("gateway-everything") {
+        rows.push(Row {
+            figure:
+                "gateway in front of server-everything: its own instructions per call (callgrind)"
+                    .into(),
+            measured: format!("{n:.0}"),
+            target: "reported".into(),
+            pass: None,
+        });
+    }
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_gateway_stands_beside_the_server_it_mounts_and_its_floor() {
+        let best = super::super::servers::mcp_best(
+            "best everything: 20000 calls/s, 50.00 us CPU/call, idle 70.0 MiB, own 50.00 us CPU/call\n\
+             best gateway-everything: 15000 calls/s, 80.00 us CPU/call, idle 90.0 MiB, own 30.00 us CPU/call\n\
+             best toolhost: 40000 calls/s, 14.00 us CPU/call, idle 13.0 MiB, own 14.00 us CPU/call\n\
+             best gateway-toolhost: 18000 calls/s, 40.00 us CPU/call, idle 30.0 MiB, own 25.00 us CPU/call\n\
+             best gateway-toolhost-rmcp-proxy: 8000 calls/s, 180.00 us CPU/call, idle 20.0 MiB, own 160.00 us CPU/call",
+        );
+        let own = own_cpu(
+            "best gateway-toolhost: 18000 calls/s, 40.00 us CPU/call, idle 30.0 MiB, own 25.00 us CPU/call\n\
+             best gateway-toolhost-rmcp-proxy: 8000 calls/s, 180.00 us CPU/call, idle 20.0 MiB, own 160.00 us CPU/call",
+        );
+        assert_eq!(own["gateway-toolhost"], 25.0);
+        let counts = BTreeMap::from([
+            ("gateway-toolhost".to_string(), 60000.0),
+            ("gateway-toolhost-rmcp-proxy".to_string(), 150000.0),
+        ]);
+        let rows = rows(&best, &own, &counts);
+        let verdicts: Vec<(&str, Option<bool>)> =
+            rows.iter().map(|r| (r.measured.as_str(), r.pass)).collect();
+        assert_eq!(
+            verdicts,
+            [
+                ("15000 vs 20000: 0.75×", Some(true)),
+                ("80.0 µs vs 50.0 µs: 1.60×", None),
+                ("18000 vs 40000: 0.45×", Some(false)),
+                ("40.0 µs vs 14.0 µs: 2.86×", Some(false)),
+                ("not measured", None),
+                ("25.0 µs vs 160.0 µs: 0.16×", None),
+                ("60000 vs 150000: 0.40×", Some(true)),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_mount_entry_names_the_program_and_its_arguments_as_toml_strings() {
+        let entry = mount(
+            "up",
+            &["/bin/t h".to_string(), "serve".into(), "a\"b".into()],
+            "sandbox = \"host\"\n",
+        );
+        assert_eq!(
+            entry,
+            "[[mcp_servers]]\nid = \"up\"\nprefix = \"up\"\ncommand = \"/bin/t h\"\nargs = [\"serve\",\"a\\\"b\"]\nsandbox = \"host\"\n"
+        );
+    }
+}
