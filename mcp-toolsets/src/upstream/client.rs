@@ -327,21 +327,16 @@ impl<T: rmcp::transport::Transport<RoleClient>> rmcp::transport::Transport<RoleC
         self.inner.send(item)
     }
 
-    fn receive(
-        &mut self,
-    ) -> impl Future<Output = Option<rmcp::service::RxJsonRpcMessage<RoleClient>>> + Send {
-        async move {
-            loop {
-                let message = self.inner.receive().await?;
-                if let rmcp::model::JsonRpcMessage::Notification(n) = &message
-                    && let rmcp::model::ServerNotification::ProgressNotification(p) =
-                        &n.notification
-                {
-                    self.calls.progress(&p.params);
-                    continue;
-                }
-                return Some(message);
+    async fn receive(&mut self) -> Option<rmcp::service::RxJsonRpcMessage<RoleClient>> {
+        loop {
+            let message = self.inner.receive().await?;
+            if let rmcp::model::JsonRpcMessage::Notification(n) = &message
+                && let rmcp::model::ServerNotification::ProgressNotification(p) = &n.notification
+            {
+                self.calls.progress(&p.params);
+                continue;
             }
+            return Some(message);
         }
     }
 

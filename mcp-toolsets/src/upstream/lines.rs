@@ -343,31 +343,29 @@ where
         }
     }
 
-    fn receive(&mut self) -> impl Future<Output = Option<ServerJsonRpcMessage>> + Send {
-        async move {
-            loop {
-                if std::mem::take(&mut self.owe_invalid) {
-                    self.answer_invalid().await;
-                }
-                match self.next_line().await {
-                    Ok(true) => {}
-                    Ok(false) => return None,
-                    Err(e) => {
-                        tracing::debug!(server = %self.id, "reading from the server failed: {e}");
-                        return None;
-                    }
-                }
-                let parsed = self.parse();
-                self.line.clear();
-                let Some(message) = parsed else { continue };
-                if let JsonRpcMessage::Notification(n) = &message
-                    && let ServerNotification::ProgressNotification(p) = &n.notification
-                {
-                    self.calls.progress(&p.params);
-                    continue;
-                }
-                return Some(message);
+    async fn receive(&mut self) -> Option<ServerJsonRpcMessage> {
+        loop {
+            if std::mem::take(&mut self.owe_invalid) {
+                self.answer_invalid().await;
             }
+            match self.next_line().await {
+                Ok(true) => {}
+                Ok(false) => return None,
+                Err(e) => {
+                    tracing::debug!(server = %self.id, "reading from the server failed: {e}");
+                    return None;
+                }
+            }
+            let parsed = self.parse();
+            self.line.clear();
+            let Some(message) = parsed else { continue };
+            if let JsonRpcMessage::Notification(n) = &message
+                && let ServerNotification::ProgressNotification(p) = &n.notification
+            {
+                self.calls.progress(&p.params);
+                continue;
+            }
+            return Some(message);
         }
     }
 
