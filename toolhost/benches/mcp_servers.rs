@@ -32,6 +32,8 @@
 
 #[path = "mcp_servers/count.rs"]
 mod count;
+#[path = "mcp_servers/fan_out.rs"]
+mod fan_out;
 #[path = "mcp_servers/floor.rs"]
 mod floor;
 #[path = "mcp_servers/http.rs"]
@@ -65,6 +67,9 @@ struct Plan {
     #[serde(default)]
     count: u64,
     servers: Vec<Server>,
+    /// Many calls in flight at once to a tool that takes its time ([`fan_out`]).
+    #[serde(default)]
+    fan_out: Vec<fan_out::FanOut>,
 }
 
 fn default_calls() -> u64 {
@@ -704,6 +709,19 @@ fn main() {
             assert_eq!(refused["isError"], true, "{}: {refused}", server.name);
             s.stop();
         }
+        // All calls at once: every one answered, the server's threads counted.
+        let all_at_once = fan_out::FanOut {
+            name: "echo".into(),
+            tool: "echo".into(),
+            arguments: serde_json::json!({"message": "hi"}),
+            command: echo("hi").command,
+            calls: 500,
+        };
+        let (took, most, before) = fan_out::run(&all_at_once);
+        assert!(
+            took > 0.0 && most >= before && before >= 1,
+            "{took} {most} {before}"
+        );
         if count::available() {
             let per_call = count::per_call(&echo("hi"), 50).unwrap();
             // Reading, parsing and answering one line takes thousands of instructions.
@@ -727,6 +745,7 @@ fn main() {
             rounds: default_rounds(),
             count: 0,
             servers: Vec::new(),
+            fan_out: Vec::new(),
         },
     };
     let mut servers = plan.servers.clone();
@@ -775,6 +794,13 @@ fn main() {
                 server.name, f.calls_per_s, f.cpu_us_per_call, f.idle_mib, f.own_cpu_us_per_call
             );
         }
+    }
+    for fan_out in &plan.fan_out {
+        let (took, most, before) = fan_out::run(fan_out);
+        println!(
+            "fan-out {}: {} calls in {took:.2} s, at most {most} threads ({before} before)",
+            fan_out.name, fan_out.calls
+        );
     }
     if plan.count == 0 {
         return;

@@ -40,17 +40,23 @@ fn mount(id: &str, command: &[String], extra: &str) -> String {
     )
 }
 
+/// How many calls the fan-out sends at once, and how long each takes (s).
+const FAN_OUT: (u64, u64) = (1000, 1);
+
 /// The gateways of the plan (`serve` makes a `serve --mcp` command for a configuration,
 /// `bare` is the configuration with nothing set), each writing its configuration under
-/// `peers`; `node` runs server-everything where it could be installed.
+/// `peers`; `node` runs server-everything where it could be installed. Also the fan-out:
+/// [`FAN_OUT`] calls at once through the gateway to server-everything's
+/// `trigger-long-running-operation` (every call of the session allowed to run at once).
 pub(super) fn plan(
     peers: &Path,
     serve: &dyn Fn(&Path) -> Vec<String>,
     bare: &Path,
     node: Option<&[String]>,
     skipped: &mut Vec<String>,
-) -> Vec<Value> {
+) -> (Vec<Value>, Vec<Value>) {
     let mut plan = Vec::new();
+    let mut fan_out = Vec::new();
     let mut write = |name: &str, text: &str| {
         let path = peers.join(name);
         match std::fs::write(&path, text) {
@@ -107,6 +113,23 @@ pub(super) fn plan(
             gateway["counted_as"] = json!(serve(&counted));
             plan.push(gateway);
         }
+        let slow = "side_effects = { \"trigger-long-running-operation\" = \"read\" }\n";
+        if let Some(config) = write(
+            "gateway-fan-out.toml",
+            &format!(
+                "max_concurrency = 1024\n\n{}",
+                mount("ev", everything, &format!("{modules}{slow}"))
+            ),
+        ) {
+            let (calls, secs) = FAN_OUT;
+            fan_out.push(json!({
+                "name": "gateway-fan-out",
+                "tool": "ev__trigger-long-running-operation",
+                "arguments": {"duration": secs, "steps": 1},
+                "command": serve(&config),
+                "calls": calls,
+            }));
+        }
     }
     // toolhost in front of toolhost, both over streamable HTTP.
     let config = peers.join("gateway-http.toml");
@@ -123,7 +146,62 @@ pub(super) fn plan(
             "[[mcp_servers]]\nid = \"up\"\nprefix = \"up\"\nurl = \"http://127.0.0.1:{upstream_port}/mcp\"\n"
     });
     plan.push(gateway);
-    plan
+    (plan, fan_out)
+}
+
+/// The `fan-out NAME: N calls in S s, at most T threads (B before)` lines: per fan-out,
+/// (seconds, most threads, threads before).
+pub(super) fn fan_outs(text: &str) -> BTreeMap<String, (f64, f64, f64)> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("fan-out "))
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(':')?;
+            let number = |after: &str| -> Option<f64> {
+                let tail = rest.split(after).nth(1)?;
+                let digits: String = tail
+                    .trim_start()
+                    .chars()
+                    .take_while(|c| c.is_ascii_digit() || *c == '.')
+                    .collect();
+                digits.parse().ok()
+            };
+            Some((
+                name.to_string(),
+                (number("calls in")?, number("at most")?, number("(")?),
+            ))
+        })
+        .collect()
+}
+
+/// The most threads the fan-out may add to a gateway warm with a call: a call is a
+/// future, so only what the runtime starts on its own (a blocking thread for a question
+/// to the user, say) may come.
+const MORE_THREADS: f64 = 4.0;
+
+/// The fan-out's rows: how long its calls took, against a second more than one takes,
+/// and the gateway's threads meanwhile.
+pub(super) fn fan_out_rows(fan_outs: &BTreeMap<String, (f64, f64, f64)>) -> Vec<Row> {
+    let (calls, secs) = FAN_OUT;
+    let what = format!(
+        "gateway: {calls} calls in flight at once to a mounted tool that answers after {secs} s (server-everything, max_concurrency = 1024)"
+    );
+    let Some((took, most, before)) = fan_outs.get("gateway-fan-out") else {
+        return vec![missing(&format!("{what}: time to the last answer"))];
+    };
+    vec![
+        Row {
+            figure: format!("{what}: time to the last answer"),
+            measured: format!("{took:.2} s"),
+            target: format!("≤ {} s", secs + 1),
+            pass: Some(*took <= (secs + 1) as f64),
+        },
+        Row {
+            figure: format!("{what}: the gateway's threads meanwhile"),
+            measured: format!("at most {most:.0} ({before:.0} before)"),
+            target: format!("≤ {MORE_THREADS:.0} more"),
+            pass: Some(most - before <= MORE_THREADS),
+        },
+    ]
 }
 
 /// The `best NAME: … own O us CPU/call` figures: each server's own process alone.
@@ -288,6 +366,25 @@ mod tests {
                 ("60000 vs 150000: 0.40×", Some(true)),
             ]
         );
+    }
+
+    #[test]
+    fn the_fan_out_is_held_to_a_second_more_than_one_call_and_no_thread_per_call() {
+        let fan_outs = fan_outs(
+            "best echo: 1 calls/s, 1.00 us CPU/call, idle 2.0 MiB\n\
+             fan-out gateway-fan-out: 1000 calls in 1.42 s, at most 3 threads (2 before)",
+        );
+        assert_eq!(fan_outs["gateway-fan-out"], (1.42, 3.0, 2.0));
+        let rows = fan_out_rows(&fan_outs);
+        assert_eq!(
+            rows.iter()
+                .map(|r| (r.measured.as_str(), r.pass))
+                .collect::<Vec<_>>(),
+            [("1.42 s", Some(true)), ("at most 3 (2 before)", Some(true))]
+        );
+        let slow = BTreeMap::from([("gateway-fan-out".to_string(), (2.5, 202.0, 2.0))]);
+        assert!(fan_out_rows(&slow).iter().all(|r| r.pass == Some(false)));
+        assert_eq!(fan_out_rows(&BTreeMap::new())[0].measured, "not measured");
     }
 
     #[test]

@@ -155,6 +155,7 @@ pub fn bench(write_readme: bool) -> Result {
     rows.extend(servers::count_rows(counts));
     rows.extend(servers::mcp_http_rows(mcp));
     rows.extend(gateway::rows(mcp, &measured.own, counts));
+    rows.extend(gateway::fan_out_rows(&measured.fan_out));
     rows.extend(scale_out::rows(&printed.scale_out));
     rows.extend(startup.rows(&mut skipped));
 

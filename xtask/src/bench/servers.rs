@@ -257,13 +257,9 @@ pub(super) fn mcp_servers(
         .as_ref()
         .ok()
         .map(|(node, script)| vec![node.display().to_string(), script.display().to_string()]);
-    servers.extend(super::gateway::plan(
-        peers,
-        serve,
-        &configs.bare,
-        everything.as_deref(),
-        skipped,
-    ));
+    let (gateways, fan_out) =
+        super::gateway::plan(peers, serve, &configs.bare, everything.as_deref(), skipped);
+    servers.extend(gateways);
     match node {
         Ok((node, script)) => {
             let command = vec![node.display().to_string(), script.display().to_string()];
@@ -322,7 +318,7 @@ pub(super) fn mcp_servers(
     // round in three or four dips by a quarter when the two cores are busy elsewhere. Then
     // each stdio server's instructions per call, counted with callgrind over 2,000 and
     // 4,000 calls: exact run to run, where the time moves with the evening.
-    let plan = serde_json::json!({"calls": 20000, "inflight": 16, "rounds": 5, "count": 2000, "servers": servers});
+    let plan = serde_json::json!({"calls": 20000, "inflight": 16, "rounds": 5, "count": 2000, "servers": servers, "fan_out": fan_out});
     output(
         cargo()
             .args(["bench", "-p", "toolhost", "--bench", "mcp_servers"])
@@ -333,6 +329,7 @@ pub(super) fn mcp_servers(
         best: mcp_best(&t),
         counts: mcp_instructions(&t),
         own: super::gateway::own_cpu(&t),
+        fan_out: super::gateway::fan_outs(&t),
     })
     .unwrap_or_default()
 }
@@ -344,6 +341,8 @@ pub(super) struct Measured {
     pub(super) best: Best,
     pub(super) counts: BTreeMap<String, f64>,
     pub(super) own: BTreeMap<String, f64>,
+    /// Per fan-out: seconds, most threads, threads before.
+    pub(super) fan_out: BTreeMap<String, (f64, f64, f64)>,
 }
 
 /// The `instructions NAME: N per call` lines of the `mcp_servers` bench.

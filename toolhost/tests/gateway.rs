@@ -1,0 +1,127 @@
+//! toolhost as a gateway at scale: calls to a mounted server are futures, not threads. A
+//! thousand calls in flight to a tool that answers after a second grow no thread, and a
+//! server that stops answering holds none while its calls wait for their timeout. (How
+//! long they take is the bench's to say: `cargo xtask bench`.)
+#![cfg(test)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::{RoleClient, RunningService, ServiceExt};
+use rmcp::transport::TokioChildProcess;
+use serde_json::{Value, json};
+
+/// The threads of process `pid` now.
+fn threads(pid: u32) -> usize {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|n| n.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// `toolhost serve --mcp` over `dir` mounting the fixture server under `fx`, every call of
+/// one session allowed to run at once, with `extra` in the server's entry; its client and
+/// its process id.
+async fn gateway(dir: &Path, extra: &str) -> (RunningService<RoleClient, ()>, u32) {
+    let config = format!(
+        "max_concurrency = 1024\n\n[[mcp_servers]]\nid = \"fixture\"\nprefix = \"fx\"\ncommand = \"{}\"\n{extra}",
+        toolhost_tests::fixtures().mcp_server().display()
+    );
+    std::fs::write(dir.join("toolhost.toml"), config).unwrap();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    cmd.args(["serve", "--mcp", "--workspace"])
+        .arg(dir)
+        .current_dir(dir)
+        .env("XDG_CONFIG_HOME", dir.join(".no-config"))
+        .env("XDG_STATE_HOME", dir.join(".state"));
+    let transport = TokioChildProcess::new(cmd).unwrap();
+    let pid = transport.id().expect("the gateway's pid");
+    (().serve(transport).await.unwrap(), pid)
+}
+
+/// `n` calls of `fx__slow` taking `ms` each, all sent at once; what each answered.
+async fn slow_calls(client: &RunningService<RoleClient, ()>, n: usize, ms: u64) -> Vec<Value> {
+    let calls = (0..n).map(|_| {
+        let params = CallToolRequestParams::new("fx__slow")
+            .with_arguments(json!({"ms": ms}).as_object().unwrap().clone());
+        async move {
+            let result = client.call_tool(params).await.unwrap();
+            serde_json::to_value(result).unwrap()
+        }
+    });
+    futures_util::future::join_all(calls).await
+}
+
+/// The most threads `pid` had while `work` ran (looked at every 20 ms).
+async fn most_threads_during<T>(
+    pid: u32,
+    work: impl std::future::Future<Output = T>,
+) -> (T, usize) {
+    let mut most = threads(pid);
+    tokio::pin!(work);
+    let mut every = tokio::time::interval(Duration::from_millis(20));
+    loop {
+        tokio::select! {
+            done = &mut work => return (done, most),
+            _ = every.tick() => most = most.max(threads(pid)),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_thousand_calls_in_flight_to_a_mounted_tool_hold_no_thread_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let (client, pid) = gateway(dir.path(), "").await;
+    // Once warm: a call has run, every thread a call could start is started.
+    assert_eq!(slow_calls(&client, 4, 10).await.len(), 4);
+    let before = threads(pid);
+    let (answers, most) = most_threads_during(pid, slow_calls(&client, 1000, 1000)).await;
+    assert_eq!(answers.len(), 1000);
+    for answer in &answers {
+        assert_eq!(answer["content"][0]["text"], "slow: done", "{answer}");
+    }
+    // A call that held a thread while the server worked would have taken one each (the
+    // blocking pool's, up to 512).
+    assert!(
+        most <= before + 4,
+        "{most} threads with 1,000 calls in flight, {before} before"
+    );
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_server_that_stops_answering_holds_no_thread_and_its_calls_end_at_their_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let (client, pid) = gateway(dir.path(), "call_timeout_secs = 2\n").await;
+    assert_eq!(slow_calls(&client, 4, 10).await.len(), 4);
+    let before = threads(pid);
+    let server = toolhost_tests::children_of(pid)
+        .into_iter()
+        .find(|c| toolhost_tests::process_alive(*c))
+        .expect("the mounted server's process");
+    let server = u32::try_from(server).unwrap();
+    toolhost_tests::send_signal(server, rustix::process::Signal::STOP);
+    let started = std::time::Instant::now();
+    let (answers, most) = most_threads_during(pid, slow_calls(&client, 200, 10)).await;
+    toolhost_tests::send_signal(server, rustix::process::Signal::CONT);
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    for answer in &answers {
+        assert_eq!(answer["isError"], true, "{answer}");
+        let text = answer["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(text.contains("exceeded its 2s time limit"), "{text}");
+    }
+    assert!(
+        most <= before + 4,
+        "{most} threads while 200 calls waited on a stopped server, {before} before"
+    );
+    client.cancel().await.unwrap();
+}
