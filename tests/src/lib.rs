@@ -6,6 +6,7 @@
 //! does.
 
 pub mod docs;
+pub mod issuer;
 pub mod oci_registry;
 pub mod redis_server;
 

@@ -53,6 +53,13 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::Value;
 
+/// The bench's OAuth issuer, started at its first use: `{issuer}` in a server's `files` is
+/// its URL, `{token}` as a server's bearer a token it signed.
+fn issuer() -> &'static toolhost_tests::issuer::Issuer {
+    static ISSUER: std::sync::OnceLock<toolhost_tests::issuer::Issuer> = std::sync::OnceLock::new();
+    ISSUER.get_or_init(|| toolhost_tests::issuer::Issuer::start().expect("the bench's issuer"))
+}
+
 /// What to measure: from `TOOLHOST_BENCH_MCP_SERVERS` (JSON).
 #[derive(Deserialize)]
 struct Plan {
@@ -107,7 +114,8 @@ struct Server {
     /// `files`; its CPU counts with the gateway's.
     #[serde(default)]
     upstream: Option<Vec<String>>,
-    /// Files written before the server starts (path: text, `{upstream_port}` filled in).
+    /// Files written before the server starts (path: text, `{upstream_port}` filled in, and
+    /// `{issuer}`: the bench's OAuth issuer's URL).
     #[serde(default)]
     files: BTreeMap<String, String>,
     /// A process whose CPU counts with the server's (its upstream, started by the bench).
@@ -356,6 +364,11 @@ fn round(server: &Server, calls: u64, inflight: u64) -> Figures {
         return figures;
     }
     for (path, text) in &server.files {
+        let text = if text.contains("{issuer}") {
+            text.replace("{issuer}", &issuer().url)
+        } else {
+            text.clone()
+        };
         std::fs::write(path, text)
             .unwrap_or_else(|e| panic!("{}: cannot write {path}: {e}", server.name));
     }

@@ -114,6 +114,36 @@ pub(crate) struct Upstream {
     pub(crate) per_caller: per_caller::PerCaller,
 }
 
+/// Takes a connection down for good: its process is killed (its connection task ends when
+/// the pipes close) and what it writes from now on is not logged.
+fn take_down(conn: &mut Conn) {
+    let down = Conn::Down {
+        since: Instant::now(),
+        backoff: Duration::from_secs(30),
+        reason: "stopped".into(),
+    };
+    if let Conn::Up(live) = std::mem::replace(conn, down) {
+        live.hush();
+        if let Some(child) = &live.child {
+            match child.try_lock() {
+                Ok(mut child) => {
+                    let _ = child.start_kill();
+                }
+                // Someone waits on it: killed once they are done.
+                Err(_) => {
+                    let child = child.clone();
+                    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                        runtime.spawn(async move {
+                            let _ = child.lock().await.start_kill();
+                        });
+                    }
+                }
+            }
+        }
+        live.service.cancellation_token().cancel();
+    }
+}
+
 async fn exit_status(child: Option<&tokio::sync::Mutex<tokio::process::Child>>) -> String {
     let Some(child) = child else {
         return "still running (reached over HTTP)".to_string();
@@ -536,22 +566,19 @@ impl Upstream {
 
     /// Stops it now (synchronous, so it also works while the process is exiting); its
     /// next call starts it again.
-    pub(crate) fn stop(&self) {
+    /// A connection busy at that moment (a call reaching its peer) is stopped as soon as
+    /// it is free, by a task of its own.
+    pub(crate) fn stop(self: &Arc<Self>) {
         self.stopped.store(true, Ordering::Release);
         self.per_caller.stop();
         // Kill the child now: the connection task ends when its pipes close.
-        if let Ok(mut conn) = self.conn.try_lock() {
-            let down = Conn::Down {
-                since: Instant::now(),
-                backoff: Duration::from_secs(30),
-                reason: "stopped".into(),
-            };
-            if let Conn::Up(live) = std::mem::replace(&mut *conn, down) {
-                live.hush();
-                if let Some(Ok(mut child)) = live.child.as_ref().map(|c| c.try_lock()) {
-                    let _ = child.start_kill();
+        match self.conn.try_lock() {
+            Ok(mut conn) => take_down(&mut conn),
+            Err(_) => {
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    let this = self.clone();
+                    runtime.spawn(async move { take_down(&mut *this.conn.lock().await) });
                 }
-                live.service.cancellation_token().cancel();
             }
         }
     }

@@ -81,23 +81,55 @@ pub(crate) struct Routed {
     pub(crate) _lease: Option<Lease>,
 }
 
-/// The callers' own connections of one server, by principal.
+/// The callers' connections of one server: those open, by principal, and how many are
+/// being opened (each holds a place under `max_callers` from before it starts).
+#[derive(Default)]
+struct Slots {
+    own: HashMap<String, Own>,
+    opening: usize,
+}
+
+/// The callers' own connections of one server.
 #[derive(Default)]
 pub(crate) struct PerCaller {
-    own: Mutex<HashMap<String, Own>>,
+    slots: Mutex<Slots>,
     /// Closes connections idle too long; started with the first one.
     sweeper: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
+/// A place held for a connection being opened, given back when dropped (the opening
+/// failed) unless the connection took it ([`Reserved::taken`]).
+struct Reserved<'a> {
+    per_caller: &'a PerCaller,
+    held: bool,
+}
+
+impl Reserved<'_> {
+    /// The connection is in the map now (under the lock `slots`): the place is its own.
+    fn taken(mut self, slots: &mut Slots) {
+        if std::mem::take(&mut self.held) {
+            slots.opening -= 1;
+        }
+    }
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        if self.held {
+            self.per_caller.lock().opening -= 1;
+        }
+    }
+}
+
 impl PerCaller {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Own>> {
-        self.own.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slots> {
+        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// `principal`'s connection if it presents `token`, leased for a call.
     fn leased(&self, principal: &str, token: &CallerToken) -> Option<Routed> {
-        let own = self.lock();
-        let kept = own.get(principal).filter(|o| o.token == *token)?;
+        let slots = self.lock();
+        let kept = slots.own.get(principal).filter(|o| o.token == *token)?;
         Some(Routed {
             connection: kept.connection.clone(),
             _lease: Some(Lease::take(&kept.use_)),
@@ -106,14 +138,15 @@ impl PerCaller {
 
     /// How many are open.
     pub(crate) fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().own.len()
     }
 
     /// Closes those idle for `idle` or longer.
     fn sweep(&self, id: &str, idle: Duration) {
         let now = Instant::now();
         let closed: Vec<(String, Own)> = {
-            let mut own = self.lock();
+            let mut slots = self.lock();
+            let own = &mut slots.own;
             let expired: Vec<String> = own
                 .iter()
                 .filter(|(_, o)| o.use_.idle_for(now).is_some_and(|d| d >= idle))
@@ -140,7 +173,7 @@ impl PerCaller {
         {
             sweeper.abort();
         }
-        let own: Vec<Own> = self.lock().drain().map(|(_, o)| o).collect();
+        let own: Vec<Own> = self.lock().own.drain().map(|(_, o)| o).collect();
         for o in own {
             o.connection.stop();
         }
@@ -204,7 +237,7 @@ impl Upstream {
             return Ok(routed);
         }
         per_caller.sweep(id, self.config.caller_idle_timeout());
-        self.make_room(&caller.principal)?;
+        let reserved = self.make_room(&caller.principal)?;
         // Started without holding the map: other callers' calls go on meanwhile.
         let mut config = self.config.clone();
         config.caller_token = Some(token.clone());
@@ -220,24 +253,26 @@ impl Upstream {
             ))
         })?;
         let (replaced, lease) = {
-            let mut own = per_caller.lock();
+            let mut slots = per_caller.lock();
             // The same caller's call that started one too, first: use that one.
-            if let Some(first) = own.get(&caller.principal).filter(|o| o.token == token) {
+            if let Some(first) = slots
+                .own
+                .get(&caller.principal)
+                .filter(|o| o.token == token)
+            {
                 let routed = Routed {
                     connection: first.connection.clone(),
                     _lease: Some(Lease::take(&first.use_)),
                 };
-                drop(own);
+                drop(slots);
+                drop(reserved);
                 connection.stop();
                 return Ok(routed);
             }
-            if !own.contains_key(&caller.principal) && own.len() >= self.config.max_callers {
-                drop(own);
-                connection.stop();
-                return Err(self.full());
-            }
+            reserved.taken(&mut slots);
             let use_ = Arc::new(Use::default());
             let lease = Lease::take(&use_);
+            let own = &mut slots.own;
             let replaced = own.insert(
                 caller.principal.clone(),
                 Own {
@@ -259,38 +294,56 @@ impl Upstream {
         })
     }
 
-    /// Room for one more caller's connection (`principal`'s, who has none, or one with an
-    /// older token): when `max_callers` are open, the one idle the longest is closed; when
-    /// every one has a call in flight, the refusal naming the key.
-    fn make_room(&self, principal: &str) -> Result<(), ToolError> {
+    /// A place for one more caller's connection, held from before it starts (so that the
+    /// connections open and opening never pass `max_callers`): none is needed for
+    /// `principal`'s own with a new token (it replaces the old); when every place is taken,
+    /// the connection idle the longest is closed for it; when each of them has a call in
+    /// flight, the refusal naming the key.
+    fn make_room(&self, principal: &str) -> Result<Reserved<'_>, ToolError> {
         let max = self.config.max_callers;
         let now = Instant::now();
+        let per_caller = &self.per_caller;
         let closed = {
-            let mut own = self.per_caller.lock();
-            if own.contains_key(principal) || own.len() < max {
-                return Ok(());
+            let mut slots = per_caller.lock();
+            if slots.own.contains_key(principal) {
+                return Ok(Reserved {
+                    per_caller,
+                    held: false,
+                });
             }
-            let oldest = own
-                .iter()
-                .filter_map(|(p, o)| o.use_.idle_for(now).map(|idle| (idle, p)))
-                .max_by_key(|(idle, _)| *idle)
-                .map(|(_, p)| p.clone());
-            match oldest.and_then(|p| own.remove_entry(&p)) {
-                Some(closed) => closed,
-                None => return Err(self.full()),
-            }
+            let closed = if slots.own.len() + slots.opening < max {
+                None
+            } else {
+                let oldest = slots
+                    .own
+                    .iter()
+                    .filter_map(|(p, o)| o.use_.idle_for(now).map(|idle| (idle, p)))
+                    .max_by_key(|(idle, _)| *idle)
+                    .map(|(_, p)| p.clone());
+                match oldest.and_then(|p| slots.own.remove_entry(&p)) {
+                    Some(closed) => Some(closed),
+                    None => return Err(self.full()),
+                }
+            };
+            slots.opening += 1;
+            closed
         };
-        let (closed_principal, o) = closed;
-        tracing::info!(server = %self.config.id, principal = %closed_principal, "closed the caller's own connection idle the longest: {max} are open (max_callers)");
-        o.connection.stop();
-        Ok(())
+        if let Some((closed_principal, o)) = closed {
+            tracing::info!(server = %self.config.id, principal = %closed_principal, "closed the caller's own connection idle the longest: {max} are open (max_callers)");
+            o.connection.stop();
+        }
+        Ok(Reserved {
+            per_caller,
+            held: true,
+        })
     }
 
-    /// The refusal of a new caller when every connection has a call in flight.
+    /// The refusal of a new caller when every connection open has a call in flight (or is
+    /// being opened for another caller).
     fn full(&self) -> ToolError {
         let max = self.config.max_callers;
         ToolError::failed(format!(
-            "MCP server '{}' has {max} callers' own connections open, the most its entry allows, and each has a call in flight; \
+            "MCP server '{}' has {max} callers' own connections open or opening, the most its entry allows, and each has a call in flight; \
              try again when one ends, or raise `max_callers` in its [[mcp_servers]] entry",
             self.config.id
         ))

@@ -59,6 +59,8 @@ pub fn start(mut cmd: Command) -> Instance {
 pub struct Client {
     addr: String,
     stream: BufReader<TcpStream>,
+    /// The `Authorization` header line it sends, if any.
+    authorization: String,
 }
 
 impl Client {
@@ -68,6 +70,15 @@ impl Client {
         Client {
             addr: addr.to_string(),
             stream: BufReader::new(stream),
+            authorization: String::new(),
+        }
+    }
+
+    /// A client whose requests carry `token` as their bearer token.
+    pub fn with_bearer(addr: &str, token: &str) -> Client {
+        Client {
+            authorization: format!("Authorization: Bearer {token}\r\n"),
+            ..Client::new(addr)
         }
     }
 
@@ -84,8 +95,9 @@ impl Client {
         let head = format!(
             "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
              Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
-             Mcp-Method: {method}\r\nMcp-Name: {name}\r\nContent-Length: {}\r\n\r\n",
+             Mcp-Method: {method}\r\nMcp-Name: {name}\r\n{}Content-Length: {}\r\n\r\n",
             self.addr,
+            self.authorization,
             body.len()
         );
         let out = self.stream.get_mut();

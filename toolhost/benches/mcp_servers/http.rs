@@ -23,9 +23,13 @@ use super::{
 pub struct Http {
     /// Whether it takes 2026-07-28 stateless requests (else a 2025-11-25 session).
     pub stateless: bool,
-    /// A bearer token every request carries (a static token, or an OAuth access token).
+    /// A bearer token every request carries (a static token, or an OAuth access token):
+    /// `{token}` is one the bench's issuer signs for `resource` ([`crate::issuer`]).
     #[serde(default)]
     pub bearer: Option<String>,
+    /// The resource `{token}` is for.
+    #[serde(default)]
+    pub resource: Option<String>,
 }
 
 /// The version of a session's requests.
@@ -259,7 +263,13 @@ pub fn round(server: &Server, http: &Http, calls: u64, inflight: u64) -> Figures
         port,
         stateless: http.stateless,
         session: None,
-        authorization: http.bearer.as_ref().map(|t| format!("Bearer {t}")),
+        authorization: http.bearer.as_ref().map(|t| {
+            let token = match (t.as_str(), &http.resource) {
+                ("{token}", Some(resource)) => crate::issuer().token("bench-user", resource),
+                _ => t.clone(),
+            };
+            format!("Bearer {token}")
+        }),
     };
     if !http.stateless {
         let reply = client.exchange(&client.request(
@@ -428,6 +438,7 @@ pub fn echo(extra: &str) -> Server {
         http: Some(Http {
             stateless: true,
             bearer: None,
+            resource: None,
         }),
         count: false,
         proxy: None,

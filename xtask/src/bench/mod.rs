@@ -25,7 +25,6 @@
 mod counts;
 mod figures;
 mod gateway;
-mod issuer;
 mod scale_out;
 mod servers;
 mod table;

@@ -407,8 +407,9 @@ pub(super) fn count_rows(counts: &BTreeMap<String, f64>) -> Vec<Row> {
 }
 
 /// `serve --http` behind a static bearer token (`toolhost-http-token`), and the same server
-/// taking OAuth access tokens from the bench's issuer (`toolhost-http-jwt`): each of its
-/// calls carries a JWT that is checked (signature once, then its digest and claims).
+/// taking OAuth access tokens from the bench's issuer (`toolhost-http-jwt`, the
+/// `mcp_servers` bench's own: `toolhost_tests::issuer`): each of its calls carries a JWT
+/// that is checked (signature once, then its digest and claims).
 fn callers_proving_who_they_are(
     peers: &Path,
     serve: &dyn Fn(&Path) -> Vec<String>,
@@ -417,20 +418,9 @@ fn callers_proving_who_they_are(
 ) -> Vec<serde_json::Value> {
     const RESOURCE: &str = "https://bench.invalid/mcp";
     const STATIC: &str = "bench-static-token-0123456789abcdef";
-    let issuer = match super::issuer::start(RESOURCE) {
-        Ok(issuer) => issuer,
-        Err(e) => {
-            skipped.push(format!("the bench's OAuth issuer: {e}"));
-            return Vec::new();
-        }
-    };
     let (tokens, oauth) = (peers.join("bench-tokens"), peers.join("oauth.toml"));
-    let config = format!(
-        "[http.auth]\nissuer = \"{}\"\nresource = \"{RESOURCE}\"\n",
-        issuer.url
-    );
-    if let Err(e) = std::fs::write(&tokens, STATIC).and_then(|()| std::fs::write(&oauth, config)) {
-        skipped.push(format!("the bench's token and OAuth configuration: {e}"));
+    if let Err(e) = std::fs::write(&tokens, STATIC) {
+        skipped.push(format!("the bench's static token: {e}"));
         return Vec::new();
     }
     let mut with_token = server(
@@ -450,7 +440,12 @@ fn callers_proving_who_they_are(
         serde_json::json!({"path": "a.txt"}),
         over_http(serve(&oauth)),
     );
-    with_jwt["http"] = serde_json::json!({"stateless": true, "bearer": issuer.token});
+    // The bench starts its issuer, fills in its URL and signs the token.
+    with_jwt["files"] = serde_json::json!({
+        oauth.display().to_string(): format!("[http.auth]\nissuer = \"{{issuer}}\"\nresource = \"{RESOURCE}\"\n")
+    });
+    with_jwt["http"] =
+        serde_json::json!({"stateless": true, "bearer": "{token}", "resource": RESOURCE});
     vec![with_token, with_jwt]
 }
 
