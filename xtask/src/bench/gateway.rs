@@ -20,12 +20,8 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
+use super::mcp_text::{Best, over_http, server};
 use super::table::{Row, missing};
-
-/// One server of the plan, as `mcp_servers` takes it.
-fn entry(name: &str, tool: &str, arguments: Value, command: Vec<String>) -> Value {
-    json!({"name": name, "tool": tool, "arguments": arguments, "command": command})
-}
 
 /// A `[[mcp_servers]]` entry mounting `command` under the prefix `id`, with `extra` lines.
 /// Its strings are written as JSON writes them, which TOML reads alike (the same escapes).
@@ -76,7 +72,7 @@ pub(super) fn plan(
             &mount("up", &upstream, "sandbox = \"host\"\n"),
         ),
     ) {
-        let mut gateway = entry(
+        let mut gateway = server(
             "gateway-toolhost",
             "up__read_file",
             json!({"path": "a.txt"}),
@@ -104,7 +100,7 @@ pub(super) fn plan(
                 &mount("ev", everything, &format!("{modules}sandbox = \"host\"\n")),
             ),
         ) {
-            let mut gateway = entry(
+            let mut gateway = server(
                 "gateway-everything",
                 "ev__echo",
                 json!({"message": "hi"}),
@@ -133,44 +129,20 @@ pub(super) fn plan(
     }
     // toolhost in front of toolhost, both over streamable HTTP.
     let config = peers.join("gateway-http.toml");
-    let mut gateway = entry(
+    let mut gateway = server(
         "gateway-http",
         "up__read_file",
         json!({"path": "a.txt"}),
-        super::servers::over_http(serve(&config)),
+        over_http(serve(&config)),
     );
     gateway["http"] = json!({"stateless": true});
-    gateway["upstream"] = json!(super::servers::over_http(serve(bare)));
+    gateway["upstream"] = json!(over_http(serve(bare)));
     gateway["files"] = json!({
         config.display().to_string():
             "[[mcp_servers]]\nid = \"up\"\nprefix = \"up\"\nurl = \"http://127.0.0.1:{upstream_port}/mcp\"\n"
     });
     plan.push(gateway);
     (plan, fan_out)
-}
-
-/// The `fan-out NAME: N calls in S s, at most T threads (B before)` lines: per fan-out,
-/// (seconds, most threads, threads before).
-pub(super) fn fan_outs(text: &str) -> BTreeMap<String, (f64, f64, f64)> {
-    text.lines()
-        .filter_map(|l| l.strip_prefix("fan-out "))
-        .filter_map(|l| {
-            let (name, rest) = l.split_once(':')?;
-            let number = |after: &str| -> Option<f64> {
-                let tail = rest.split(after).nth(1)?;
-                let digits: String = tail
-                    .trim_start()
-                    .chars()
-                    .take_while(|c| c.is_ascii_digit() || *c == '.')
-                    .collect();
-                digits.parse().ok()
-            };
-            Some((
-                name.to_string(),
-                (number("calls in")?, number("at most")?, number("(")?),
-            ))
-        })
-        .collect()
 }
 
 /// The most threads the fan-out may add to a gateway warm with a call: a call is a
@@ -204,22 +176,6 @@ pub(super) fn fan_out_rows(fan_outs: &BTreeMap<String, (f64, f64, f64)>) -> Vec<
     ]
 }
 
-/// The `best NAME: … own O us CPU/call` figures: each server's own process alone.
-pub(super) fn own_cpu(text: &str) -> BTreeMap<String, f64> {
-    text.lines()
-        .filter_map(|l| l.strip_prefix("best "))
-        .filter_map(|l| {
-            let (name, rest) = l.split_once(':')?;
-            let own = rest.split("own ").nth(1)?;
-            let digits: String = own
-                .chars()
-                .take_while(|c| c.is_ascii_digit() || *c == '.')
-                .collect();
-            Some((name.to_string(), digits.parse().ok()?))
-        })
-        .collect()
-}
-
 /// The least share of the mounted server's calls/s a gateway in front of it keeps, and
 /// the most times its CPU per call (both processes) it may take: issue 61's targets.
 const CALLS_SHARE: [(&str, f64); 3] = [
@@ -234,7 +190,7 @@ const FLOOR_TIMES: f64 = 1.5;
 /// The gateway's rows: calls/s and CPU per call against the mounted server alone, and its
 /// own CPU and instructions per call against the bare rmcp proxy's.
 pub(super) fn rows(
-    best: &super::servers::Best,
+    best: &Best,
     own: &BTreeMap<String, f64>,
     counts: &BTreeMap<String, f64>,
 ) -> Vec<Row> {
@@ -335,14 +291,14 @@ mod tests {
 
     #[test]
     fn each_gateway_stands_beside_the_server_it_mounts_and_its_floor() {
-        let best = super::super::servers::mcp_best(
+        let best = super::super::mcp_text::mcp_best(
             "best everything: 20000 calls/s, 50.00 us CPU/call, idle 70.0 MiB, own 50.00 us CPU/call\n\
              best gateway-everything: 15000 calls/s, 80.00 us CPU/call, idle 90.0 MiB, own 30.00 us CPU/call\n\
              best toolhost: 40000 calls/s, 14.00 us CPU/call, idle 13.0 MiB, own 14.00 us CPU/call\n\
              best gateway-toolhost: 18000 calls/s, 40.00 us CPU/call, idle 30.0 MiB, own 25.00 us CPU/call\n\
              best gateway-toolhost-rmcp-proxy: 8000 calls/s, 180.00 us CPU/call, idle 20.0 MiB, own 160.00 us CPU/call",
         );
-        let own = own_cpu(
+        let own = super::super::mcp_text::own_cpu(
             "best gateway-toolhost: 18000 calls/s, 40.00 us CPU/call, idle 30.0 MiB, own 25.00 us CPU/call\n\
              best gateway-toolhost-rmcp-proxy: 8000 calls/s, 180.00 us CPU/call, idle 20.0 MiB, own 160.00 us CPU/call",
         );
@@ -370,7 +326,7 @@ mod tests {
 
     #[test]
     fn the_fan_out_is_held_to_a_second_more_than_one_call_and_no_thread_per_call() {
-        let fan_outs = fan_outs(
+        let fan_outs = super::super::mcp_text::fan_outs(
             "best echo: 1 calls/s, 1.00 us CPU/call, idle 2.0 MiB\n\
              fan-out gateway-fan-out: 1000 calls in 1.42 s, at most 3 threads (2 before)",
         );

@@ -25,6 +25,7 @@
 mod counts;
 mod figures;
 mod gateway;
+mod mcp_text;
 mod scale_out;
 mod servers;
 mod table;

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use super::mcp_text::{Measured, mcp_best, mcp_instructions, over_http, server};
 use super::table::{Row, missing};
 use crate::peers::output;
 use crate::steps::{Result, announce, cargo, io, root};
@@ -124,17 +125,6 @@ fn start_ms(cmd: &[String], cwd: &Path) -> std::result::Result<f64, String> {
     Ok(times[times.len() / 2].as_secs_f64() * 1000.0)
 }
 
-/// The first number after `marker` in `text`.
-fn number_after(text: &str, marker: &str) -> Option<f64> {
-    let rest = &text[text.find(marker)? + marker.len()..];
-    let digits: String = rest
-        .trim_start()
-        .chars()
-        .take_while(|c| c.is_ascii_digit() || *c == '.')
-        .collect();
-    digits.parse().ok()
-}
-
 /// Node 22 and server-everything under `target/peers`, from npm.
 fn node_peer(peers: &Path) -> std::result::Result<(PathBuf, PathBuf), String> {
     let node = crate::peers::node22(peers)?;
@@ -142,27 +132,6 @@ fn node_peer(peers: &Path) -> std::result::Result<(PathBuf, PathBuf), String> {
         .map_err(|e| format!("cannot install server-everything from npm ({e})"))?
         .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     Ok((node, server))
-}
-
-/// Per server, its best round: (calls/s, µs of server CPU per call, idle MiB).
-pub(super) type Best = BTreeMap<String, (f64, f64, f64)>;
-
-/// The `best NAME: C calls/s, U us CPU/call, idle R MiB` lines of the `mcp_servers` bench.
-pub(super) fn mcp_best(text: &str) -> Best {
-    text.lines()
-        .filter_map(|l| l.strip_prefix("best "))
-        .filter_map(|l| {
-            let (name, rest) = l.split_once(':')?;
-            Some((
-                name.to_string(),
-                (
-                    number_after(rest, "")?,
-                    number_after(rest, "calls/s,")?,
-                    number_after(rest, "idle")?,
-                ),
-            ))
-        })
-        .collect()
 }
 
 /// Python with `jsonschema` in a venv under `target/peers`.
@@ -192,27 +161,6 @@ pub(super) fn spec_design(peers: &Path, skipped: &mut Vec<String>) -> Option<(f6
     measured
         .map_err(|e| skipped.push(format!("the spec's design in Python: {e}")))
         .ok()
-}
-
-/// One server of the `mcp_servers` bench's plan.
-fn server(
-    name: &str,
-    tool: &str,
-    arguments: serde_json::Value,
-    command: Vec<String>,
-) -> serde_json::Value {
-    serde_json::json!({"name": name, "tool": tool, "arguments": arguments, "command": command})
-}
-
-/// A `serve --mcp` command made `serve --http` on the port the bench fills in.
-pub(super) fn over_http(stdio: Vec<String>) -> Vec<String> {
-    stdio
-        .into_iter()
-        .flat_map(|arg| match arg.as_str() {
-            "--mcp" => vec!["--http".to_string(), "127.0.0.1:{port}".to_string()],
-            _ => vec![arg],
-        })
-        .collect()
 }
 
 /// MCP servers side by side under the client of toolhost's `mcp_servers` bench (five
@@ -328,32 +276,10 @@ pub(super) fn mcp_servers(
     .map(|t| Measured {
         best: mcp_best(&t),
         counts: mcp_instructions(&t),
-        own: super::gateway::own_cpu(&t),
-        fan_out: super::gateway::fan_outs(&t),
+        own: super::mcp_text::own_cpu(&t),
+        fan_out: super::mcp_text::fan_outs(&t),
     })
     .unwrap_or_default()
-}
-
-/// What the `mcp_servers` bench measured: each server's best round, its instructions per
-/// call, and its own process's CPU per call (without the servers it starts).
-#[derive(Default)]
-pub(super) struct Measured {
-    pub(super) best: Best,
-    pub(super) counts: BTreeMap<String, f64>,
-    pub(super) own: BTreeMap<String, f64>,
-    /// Per fan-out: seconds, most threads, threads before.
-    pub(super) fan_out: BTreeMap<String, (f64, f64, f64)>,
-}
-
-/// The `instructions NAME: N per call` lines of the `mcp_servers` bench.
-fn mcp_instructions(text: &str) -> BTreeMap<String, f64> {
-    text.lines()
-        .filter_map(|l| l.strip_prefix("instructions "))
-        .filter_map(|l| {
-            let (name, rest) = l.split_once(':')?;
-            Some((name.to_string(), number_after(rest, "")?))
-        })
-        .collect()
 }
 
 /// The stdio servers' instructions per call against their floors, counted with callgrind
@@ -769,16 +695,6 @@ impl Startup {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_best_lines_of_the_mcp_servers_bench_parse() {
-        let text = "round 0 toolhost: 29000 calls/s, server CPU 33.0 us/call, idle RSS 13.0 MiB\n\
-                    best toolhost: 29821 calls/s, 31.00 us CPU/call, idle 13.2 MiB\n\
-                    best everything: 15425 calls/s, 71.50 us CPU/call, idle 74.2 MiB";
-        let best = mcp_best(text);
-        assert_eq!(best["toolhost"], (29821.0, 31.0, 13.2));
-        assert_eq!(best["everything"], (15425.0, 71.5, 74.2));
-    }
 
     #[test]
     fn instruction_counts_are_read_and_set_beside_the_echo_servers() {
