@@ -48,28 +48,38 @@ fn install_and_try_it_runs_as_written() {
     }
 }
 
+/// Checks that toolhost reads `block` whole, as written: approving a server that is not
+/// there reads the whole configuration (and starts no server), so a key it refused would be
+/// named instead.
+fn accepted_as_written(block: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("toolhost.toml"), block).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .args(["mcp", "approve", "not-configured"])
+        .current_dir(dir.path())
+        .env("XDG_CONFIG_HOME", dir.path().join(".config"))
+        .env("XDG_STATE_HOME", dir.path().join(".state"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("toolhost.toml: no MCP server 'not-configured' (its [[mcp_servers]] ids:"),
+        "{block}\n{said}"
+    );
+}
+
 #[test]
 fn the_mcp_server_entries_shown_are_accepted_as_written() {
     let blocks = docs::blocks("### Other MCP servers as toolsets", "toml");
     assert_eq!(blocks.len(), 2, "{blocks:?}");
     for block in blocks {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("toolhost.toml"), &block).unwrap();
-        // Approving a server that is not there reads the whole configuration (and starts
-        // no server): a key the README shows that toolhost refused would be named instead.
-        let out = Command::new(env!("CARGO_BIN_EXE_toolhost"))
-            .args(["mcp", "approve", "not-configured"])
-            .current_dir(dir.path())
-            .env("XDG_CONFIG_HOME", dir.path().join(".config"))
-            .env("XDG_STATE_HOME", dir.path().join(".state"))
-            .output()
-            .unwrap();
-        let said = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            said.contains(
-                "toolhost.toml: no MCP server 'not-configured' (its [[mcp_servers]] ids:"
-            ),
-            "{block}\n{said}"
-        );
+        accepted_as_written(&block);
     }
+}
+
+#[test]
+fn the_per_caller_entry_shown_is_accepted_as_written() {
+    let block = docs::block("### Whose credentials a mounted server gets", "toml");
+    assert!(block.contains("max_callers") && block.contains("caller_idle_timeout_secs"));
+    accepted_as_written(&block);
 }
