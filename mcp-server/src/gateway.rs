@@ -174,8 +174,18 @@ impl Upstreams {
 
     /// Subscribes one more client to updates of `uri` at the server that serves it.
     pub async fn subscribe(&self, uri: &str) -> Result<(), String> {
-        match self.resource_server(uri) {
-            Some(server) if server.subscribes() => server.toolset.subscribe(uri).await,
+        self.subscribing(uri).await
+    }
+
+    /// [`Upstreams::subscribe`], promised now: the server's calls made from now on wait
+    /// for the subscription, which is made when the future runs
+    /// ([`mcp_toolsets::McpToolset::subscribing`]).
+    pub fn subscribing(
+        &self,
+        uri: &str,
+    ) -> impl Future<Output = Result<(), String>> + Send + 'static + use<> {
+        let promised = match self.resource_server(uri) {
+            Some(server) if server.subscribes() => Ok(server.toolset.subscribing(uri)),
             Some(server) => Err(format!(
                 "MCP server '{}', which serves {uri}, does not offer resource subscriptions",
                 server.id
@@ -183,7 +193,8 @@ impl Upstreams {
             None => Err(format!(
                 "no mounted MCP server offers {uri} (resources/list shows what there is)"
             )),
-        }
+        };
+        async move { promised?.await }
     }
 
     /// One client no longer wants updates of `uri`.

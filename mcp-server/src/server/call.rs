@@ -460,7 +460,12 @@ impl McpServer {
             // This round ends here: the question goes to the client with a sealed state,
             // and the call (waiting for its answer) is dropped.
             question = &mut deferred => call.round(self, question).await,
-            finished = &mut run => finished.answer(),
+            // The call runs in this future: a mounted server's round can be handed over
+            // and the call end in one poll. The round still comes first.
+            finished = &mut run => match futures_util::FutureExt::now_or_never(&mut deferred) {
+                Some(question) => call.round(self, question).await,
+                None => finished.answer(),
+            },
             _ = ct.cancelled() => {
                 tracing::info!(tool = %call.name, "client cancelled the call");
                 // Signal only: this task drives the call and must keep polling it.

@@ -110,6 +110,13 @@ impl McpShared {
     }
 }
 
+/// The resource subscriptions of one accepted `subscriptions/listen`: the URIs accepted,
+/// and each one's subscription on its way upstream.
+type EarlySubscriptions = (
+    Vec<String>,
+    Vec<tokio::task::JoinHandle<Result<(), String>>>,
+);
+
 /// The MCP handler: one per connection on stdio, one per MCP session or stateless request
 /// on HTTP.
 pub struct McpServer {
@@ -126,6 +133,10 @@ pub struct McpServer {
     /// for its handler: what a server tells between the acknowledgment and the handler's
     /// start (a list change the client caused at once) is not missed.
     early_events: Mutex<Vec<super::passthrough::Events>>,
+    /// The resource subscriptions of an accepted `subscriptions/listen`, on their way
+    /// upstream from before its acknowledgment (a call the client makes at once waits for
+    /// them), for its handler: by the URIs accepted.
+    early_subscriptions: Mutex<Vec<EarlySubscriptions>>,
     /// The change watch taken when the connection began, for its 2025-era client's
     /// watcher: a change made before `notifications/initialized` is handled is told too.
     connection_watch: Mutex<Option<tokio::sync::watch::Receiver<u64>>>,
@@ -221,6 +232,7 @@ impl McpServer {
             list_watch: Mutex::new(None),
             early_watches: Mutex::new(Vec::new()),
             early_events: Mutex::new(Vec::new()),
+            early_subscriptions: Mutex::new(Vec::new()),
             connection_watch: Mutex::new(Some(shared.dispatcher.watch_tools())),
             interest: Arc::default(),
             passing_on: Mutex::new(None),
@@ -342,9 +354,23 @@ impl McpServer {
             .resource_subscriptions
             .clone()
             .unwrap_or_default();
+        let mut early = {
+            let mut early = self
+                .early_subscriptions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            early
+                .iter()
+                .position(|(accepted, _)| *accepted == uris)
+                .map(|at| early.swap_remove(at).1)
+        };
         let mut subscribed = Vec::new();
-        for uri in uris {
-            match upstreams.subscribe(&uri).await {
+        for (at, uri) in uris.into_iter().enumerate() {
+            let made = match early.as_mut().and_then(|e| e.get_mut(at)) {
+                Some(task) => task.await.unwrap_or_else(|e| Err(e.to_string())),
+                None => upstreams.subscribe(&uri).await,
+            };
+            match made {
                 Ok(()) => subscribed.push(uri),
                 Err(e) => tracing::warn!("a listen stream's subscription to {uri} failed: {e}"),
             }
@@ -759,6 +785,19 @@ impl ServerHandler for McpServer {
             .filter(|uri| upstreams.can_subscribe(uri))
             .collect();
         if !uris.is_empty() {
+            // Made upstream from now on: a call the client makes once it is told its
+            // subscription stands waits for them ([`EarlySubscriptions`]).
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let tasks = uris
+                    .iter()
+                    .map(|uri| runtime.spawn(upstreams.subscribing(uri)))
+                    .collect();
+                let accepted = uris.iter().map(|uri| uri.to_string()).collect();
+                self.early_subscriptions
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((accepted, tasks));
+            }
             accepted = accepted.resource_subscriptions(uris);
         }
         Some(accepted.build())

@@ -185,6 +185,8 @@ pub(crate) struct Live {
     pub(crate) service: RunningService<RoleClient, ClientSide>,
     /// The server's process; `None` for a server reached over HTTP.
     pub(crate) child: Option<Arc<tokio::sync::Mutex<tokio::process::Child>>>,
+    /// How toolhost sends its own `tools/call`s, past rmcp's requests (a stdio server).
+    pub(crate) direct: Option<Arc<super::outbox::Direct>>,
     /// The task reading a 2026-07-28 server's `subscriptions/listen` stream, stopped with
     /// the connection.
     pub(crate) listen: Option<tokio::task::AbortHandle>,

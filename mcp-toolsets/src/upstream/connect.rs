@@ -117,6 +117,7 @@ impl Upstream {
                 Ok(Live {
                     service,
                     child: None,
+                    direct: None,
                     listen,
                     stderr: None,
                     _tmp: None,
@@ -236,8 +237,11 @@ impl Upstream {
         let client = self.client_side(me);
         let init = async {
             let transport = super::lines::Lines::new(stdout, stdin, client.calls.clone(), &c.id);
+            let direct = transport.direct();
             let service = client.serve(transport).await.map_err(|e| e.to_string())?;
-            listed(service).await
+            listed(service)
+                .await
+                .map(|(service, tools)| (service, tools, direct))
         };
         // What the sandbox denied it, from its error output and its proxy, for a failure.
         let explain = |confined: &confine::Confined, egress: Option<&sandbox::egress::Egress>| {
@@ -255,7 +259,7 @@ impl Upstream {
             detail
         };
         match tokio::time::timeout(c.startup_timeout(), init).await {
-            Ok(Ok((service, tools))) => {
+            Ok(Ok((service, tools, direct))) => {
                 self.keep_tools(tools);
                 if let Some(stderr) = &stderr {
                     stderr.started();
@@ -265,6 +269,7 @@ impl Upstream {
                 Ok(Live {
                     service,
                     child: Some(child),
+                    direct: Some(direct),
                     listen: None,
                     stderr,
                     _tmp: confined.tmp,

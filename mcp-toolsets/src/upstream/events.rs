@@ -17,6 +17,7 @@
 )]
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam, ProtocolVersion};
@@ -59,13 +60,54 @@ pub fn level_rank(level: LoggingLevel) -> u8 {
     }
 }
 
-/// The resource subscriptions held upstream for the host's clients, by URI.
+/// The resource subscriptions held upstream for the host's clients, by URI, and how many
+/// are on their way there.
 #[derive(Default)]
-pub(crate) struct Subscriptions(Mutex<HashMap<String, Held>>);
+pub(crate) struct Subscriptions {
+    held: Mutex<HashMap<String, Held>>,
+    /// Subscriptions promised to a client and not yet made upstream
+    /// ([`McpToolset::subscribing`]): calls to the server wait for them.
+    pending: AtomicUsize,
+    /// Told when the last pending one is made.
+    settled: tokio::sync::Notify,
+}
 
 impl Subscriptions {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Held>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Returns once no subscription is on its way upstream: a client told its
+    /// subscription stands, then calling a tool, has the tool's updates.
+    pub(crate) async fn settled(&self) {
+        while self.pending.load(Ordering::Acquire) > 0 {
+            let settled = self.settled.notified();
+            tokio::pin!(settled);
+            settled.as_mut().enable();
+            if self.pending.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            settled.await;
+        }
+    }
+}
+
+/// A subscription on its way upstream, counted in [`Subscriptions::pending`] until dropped.
+struct Pending(Arc<Upstream>);
+
+impl Pending {
+    fn new(server: &Arc<Upstream>) -> Pending {
+        server.subscriptions.pending.fetch_add(1, Ordering::AcqRel);
+        Pending(server.clone())
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        let subscriptions = &self.0.subscriptions;
+        if subscriptions.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            subscriptions.settled.notify_waiters();
+        }
     }
 }
 
@@ -195,6 +237,27 @@ impl McpToolset {
     /// Subscribes to updates of `uri` for one more of the host's clients; the first asks
     /// the server. Updates come as [`ServerEvent::ResourceUpdated`].
     pub async fn subscribe(self: &Arc<Self>, uri: &str) -> Result<(), String> {
+        self.subscribing(uri).await
+    }
+
+    /// [`McpToolset::subscribe`], promised now: calls to the server made from now on wait
+    /// until the subscription is made (or has failed), so that a client told its
+    /// subscription stands gets the updates of whatever it calls next. The subscription
+    /// is made when the future returned runs; dropping it unpolled keeps the promise no
+    /// longer.
+    pub fn subscribing(
+        self: &Arc<Self>,
+        uri: &str,
+    ) -> impl Future<Output = Result<(), String>> + Send + 'static + use<> {
+        let pending = Pending::new(&self.server);
+        let (this, uri) = (self.clone(), uri.to_string());
+        async move {
+            let _pending = pending;
+            this.subscribe_now(&uri).await
+        }
+    }
+
+    async fn subscribe_now(self: &Arc<Self>, uri: &str) -> Result<(), String> {
         let id = &self.server.config.id;
         {
             let mut held = self.server.subscriptions.lock();

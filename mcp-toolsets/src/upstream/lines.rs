@@ -25,8 +25,9 @@ use rmcp::model::{
 use rmcp::service::RoleClient;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
 
+use super::outbox::{Answer, Direct, Writer};
 use crate::relay::CallRoutes;
 
 /// The longest line taken from a server (as rmcp's line transport: 16 MiB); a longer one
@@ -38,61 +39,12 @@ pub(crate) const MAX_LINE: usize = 16 * 1024 * 1024;
 /// to a forgotten call is read the general way).
 const REMEMBERED: usize = 65_536;
 
-/// What goes to a server's stdin: the messages sent and not written yet, and the pipe.
-/// Messages sent together are written together: rmcp hands over every request waiting
-/// before it runs the writes, and the first write takes them all (one system call, and one
-/// wake-up of the server, for a batch of calls).
-struct Writer<W> {
-    pending: std::sync::Mutex<Vec<u8>>,
-    out: tokio::sync::Mutex<Option<W>>,
-}
-
-impl<W: AsyncWrite + Unpin> Writer<W> {
-    fn pending(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
-        self.pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Adds `message` to what is pending, as a line; nothing of it when it cannot be
-    /// written as JSON.
-    fn queue(&self, message: &ClientJsonRpcMessage) -> std::io::Result<()> {
-        let mut pending = self.pending();
-        let before = pending.len();
-        match serde_json::to_writer(&mut *pending, message) {
-            Ok(()) => {
-                pending.push(b'\n');
-                Ok(())
-            }
-            Err(e) => {
-                pending.truncate(before);
-                Err(std::io::Error::other(e))
-            }
-        }
-    }
-
-    /// Writes what is pending (nothing, when an earlier write took it).
-    async fn flush(&self) -> std::io::Result<()> {
-        let mut out = self.out.lock().await;
-        let batch = std::mem::take(&mut *self.pending());
-        if batch.is_empty() {
-            return Ok(());
-        }
-        let Some(w) = out.as_mut() else {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::NotConnected,
-                "the server's input is closed",
-            ));
-        };
-        w.write_all(&batch).await?;
-        w.flush().await
-    }
-}
-
 /// One server's stdin and stdout, as rmcp's transport.
-pub(crate) struct Lines<R, W> {
+pub(crate) struct Lines<R> {
     read: BufReader<R>,
-    write: Arc<Writer<W>>,
+    write: Arc<Writer>,
+    /// toolhost's own calls on this connection ([`super::outbox`]).
+    direct: Arc<Direct>,
     /// The line read so far (kept across a cancelled read: rmcp polls `receive` among
     /// other branches of a `select!`).
     line: Vec<u8>,
@@ -106,16 +58,20 @@ pub(crate) struct Lines<R, W> {
     id: Arc<str>,
 }
 
-impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<R, W> {
+impl<R: AsyncRead + Unpin> Lines<R> {
     /// The connection over a server's stdout (`read`) and stdin (`write`); progress goes
     /// to `calls`; `id` names the server in the log.
-    pub(crate) fn new(read: R, write: W, calls: Arc<CallRoutes>, id: &str) -> Self {
+    pub(crate) fn new(
+        read: R,
+        write: impl AsyncWrite + Send + 'static,
+        calls: Arc<CallRoutes>,
+        id: &str,
+    ) -> Self {
+        let write = Arc::new(Writer::new(write));
         Lines {
             read: BufReader::with_capacity(1 << 16, read),
-            write: Arc::new(Writer {
-                pending: std::sync::Mutex::new(Vec::new()),
-                out: tokio::sync::Mutex::new(Some(write)),
-            }),
+            direct: Direct::new(write.clone()),
+            write,
             line: Vec::new(),
             skipping: false,
             owe_invalid: false,
@@ -123,6 +79,11 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<R, W> {
             tool_calls: HashSet::default(),
             id: id.into(),
         }
+    }
+
+    /// How toolhost sends its own calls on this connection.
+    pub(crate) fn direct(&self) -> Arc<Direct> {
+        self.direct.clone()
     }
 
     /// Reads up to the end of the next line into `self.line` (without its `\n`); `false`
@@ -168,8 +129,27 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Lines<R, W> {
         if line.is_empty() {
             return None;
         }
-        if let Some(answer) = tool_call_answer(line, &mut self.tool_calls) {
-            return Some(answer);
+        if let Ok(envelope) = serde_json::from_slice::<Envelope<'_>>(line)
+            && envelope.method.is_none()
+            && let Some(id) = &envelope.id
+        {
+            if Direct::is_ours(id) {
+                if let Some(answer) = envelope.answer() {
+                    if !self.direct.answer(id, answer) {
+                        tracing::debug!(server = %self.id, "an answer came to a call that no longer waits ({id})");
+                    }
+                    return None;
+                }
+            } else if self.tool_calls.contains(id)
+                && let Some(result) = envelope.result.and_then(plain_result)
+            {
+                self.tool_calls.remove(id);
+                return Some(JsonRpcMessage::Response(JsonRpcResponse {
+                    jsonrpc: JsonRpcVersion2_0,
+                    id: id.clone(),
+                    result: ServerResult::CallToolResult(result),
+                }));
+            }
         }
         match serde_json::from_slice::<ServerJsonRpcMessage>(line) {
             Ok(message) => {
@@ -237,21 +217,49 @@ fn is_mcp_notification(method: &str) -> bool {
     )
 }
 
-/// The answer on `line` to a `tools/call` of `calls` as the result it is, taken out of
-/// `calls`; `None` for any other line, and for an answer that is not a plain tool result
-/// (a task, an `input_required` round, an error), which is read the general way.
-fn tool_call_answer(
-    line: &[u8],
-    calls: &mut HashSet<RequestId, foldhash::fast::RandomState>,
-) -> Option<ServerJsonRpcMessage> {
-    #[derive(Deserialize)]
-    struct Envelope<'a> {
-        id: Option<RequestId>,
-        #[serde(borrow)]
-        result: Option<&'a serde_json::value::RawValue>,
-        method: Option<IgnoredAny>,
+/// A line read only as far as its id, its method (whether it is an answer) and the raw
+/// text of its result or error.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    id: Option<RequestId>,
+    #[serde(borrow)]
+    result: Option<&'a serde_json::value::RawValue>,
+    #[serde(borrow)]
+    error: Option<&'a serde_json::value::RawValue>,
+    method: Option<IgnoredAny>,
+}
+
+impl Envelope<'_> {
+    /// The answer it carries to one of toolhost's own `tools/call`s: its result (a plain
+    /// tool result read straight, any other result type the general way), or its error;
+    /// `None` when it carries neither.
+    fn answer(&self) -> Option<Answer> {
+        if let Some(result) = self.result {
+            return Some(match plain_result(result) {
+                Some(plain) => Ok(ServerResult::CallToolResult(plain)),
+                None => serde_json::from_str::<ServerResult>(result.get()).map_err(|e| {
+                    ErrorData::internal_error(
+                        format!("the server answered with something that is no MCP result: {e}"),
+                        None,
+                    )
+                }),
+            });
+        }
+        let error = self.error?;
+        Some(Err(serde_json::from_str::<ErrorData>(error.get())
+            .unwrap_or_else(|e| {
+                ErrorData::internal_error(
+                    format!("the server answered with an error that is no JSON-RPC error: {e}"),
+                    None,
+                )
+            })))
     }
-    /// A `CallToolResult` as rmcp reads it, and whether it names a task.
+}
+
+/// A `tools/call` result read straight as the plain tool result it is (as rmcp reads
+/// `CallToolResult`); `None` for one that is not plain (a task, another result type, or no
+/// field of a tool result at all), which is read the general way.
+fn plain_result(result: &serde_json::value::RawValue) -> Option<CallToolResult> {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Plain {
@@ -264,16 +272,6 @@ fn tool_call_answer(
         meta: Option<MetaObject>,
         task: Option<IgnoredAny>,
     }
-    if calls.is_empty() {
-        return None;
-    }
-    let envelope: Envelope<'_> = serde_json::from_slice(line).ok()?;
-    let (Some(id), Some(result), None) = (envelope.id, envelope.result, envelope.method) else {
-        return None;
-    };
-    if !calls.contains(&id) {
-        return None;
-    }
     let plain: Plain = serde_json::from_str(result.get()).ok()?;
     // What the general reading would not take as a plain result: a task (its own type
     // comes first), another result type, or no field of a tool result at all.
@@ -285,18 +283,13 @@ fn tool_call_answer(
     {
         return None;
     }
-    calls.remove(&id);
     let mut out = CallToolResult::default();
     out.result_type = plain.result_type;
     out.content = plain.content.unwrap_or_default();
     out.structured_content = plain.structured_content;
     out.is_error = plain.is_error;
     out.meta = plain.meta;
-    Some(JsonRpcMessage::Response(JsonRpcResponse {
-        jsonrpc: JsonRpcVersion2_0,
-        id,
-        result: ServerResult::CallToolResult(out),
-    }))
+    Some(out)
 }
 
 /// A field that is there, `null` included (`Some(Value::Null)`), as rmcp keeps a present
@@ -305,10 +298,9 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<serde_json::
     serde_json::Value::deserialize(d).map(Some)
 }
 
-impl<R, W> rmcp::transport::Transport<RoleClient> for Lines<R, W>
+impl<R> rmcp::transport::Transport<RoleClient> for Lines<R>
 where
     R: AsyncRead + Unpin + Send + 'static,
-    W: AsyncWrite + Unpin + Send + 'static,
 {
     type Error = std::io::Error;
 
@@ -350,9 +342,13 @@ where
             }
             match self.next_line().await {
                 Ok(true) => {}
-                Ok(false) => return None,
+                Ok(false) => {
+                    self.direct.close();
+                    return None;
+                }
                 Err(e) => {
                     tracing::debug!(server = %self.id, "reading from the server failed: {e}");
+                    self.direct.close();
                     return None;
                 }
             }
@@ -372,7 +368,7 @@ where
     fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
         let write = self.write.clone();
         async move {
-            drop(write.out.lock().await.take());
+            write.close().await;
             Ok(())
         }
     }

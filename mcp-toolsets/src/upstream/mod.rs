@@ -7,11 +7,8 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use dispatcher_core::ToolsetHandle;
-use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
-    ClientRequest, ServerResult,
-};
-use rmcp::service::{Peer, PeerRequestOptions, RoleClient};
+use rmcp::model::CallToolResult;
+use rmcp::service::{Peer, RoleClient};
 use serde_json::Value;
 use tool_api::ToolError;
 
@@ -19,15 +16,17 @@ use crate::config::{InputSchemas, MAX_NESTING, McpServerConfig, NESTING_ENV, nes
 use crate::confine::ServerSandbox;
 use crate::error::UpstreamError;
 use crate::pins::PinStore;
-use crate::relay::{CallRoutes, FromServer};
+use crate::relay::CallRoutes;
 use crate::upstream::client::{ClientSide, Live};
 use crate::upstream::events::ServerEvent;
 
+mod calling;
 pub(crate) mod client;
 mod connect;
 pub(crate) mod events;
 mod lines;
 pub(crate) mod offers;
+mod outbox;
 pub(crate) mod parked;
 mod per_caller;
 mod stderr;
@@ -153,16 +152,6 @@ async fn exit_status(child: Option<&tokio::sync::Mutex<tokio::process::Child>>) 
         Ok(None) => "still running but not answering".to_string(),
         Err(e) => format!("unknown exit status ({e})"),
     }
-}
-
-/// Whether a 2025-era server's tool result is its refusal to run the tool but as a task:
-/// the TypeScript SDK (the usual home of the 2025-11-25 tasks) answers a plain call of a
-/// tool with `execution.taskSupport: "required"` with an error result reading "MCP error
-/// -32601: Tool … requires task augmentation …" rather than a JSON-RPC error.
-fn needs_task_2025(result: &CallToolResult) -> bool {
-    result.is_error == Some(true)
-        && matches!(result.content.as_slice(), [rmcp::model::ContentBlock::Text(t)]
-            if t.text.starts_with("MCP error -32601:") && t.text.contains("task"))
 }
 
 /// How the child ended, if it has (or does within half a second).
@@ -414,6 +403,14 @@ impl Upstream {
     pub(crate) async fn live_peer(
         self: &Arc<Self>,
     ) -> Result<(Peer<RoleClient>, Child), ToolError> {
+        self.live().await.map(|(peer, child, _)| (peer, child))
+    }
+
+    /// [`Upstream::live_peer`], and how toolhost sends its own calls on the connection
+    /// (a stdio server's).
+    pub(crate) async fn live(
+        self: &Arc<Self>,
+    ) -> Result<(Peer<RoleClient>, Child, Option<Arc<outbox::Direct>>), ToolError> {
         let id = &self.config.id;
         let mut conn = self.conn.lock().await;
         if let Conn::Down {
@@ -463,105 +460,11 @@ impl Upstream {
                 "MCP server '{id}' is not running"
             )));
         };
-        Ok((live.service.peer().clone(), live.child.clone()))
-    }
-
-    /// Calls a tool for a call in the host session `session`; what the server sends for
-    /// the call while it runs (its progress, its requests to the user) goes to `to`.
-    pub(crate) async fn call(
-        self: &Arc<Self>,
-        params: CallToolRequestParams,
-        cancel: Arc<tokio::sync::Notify>,
-        caller: Caller,
-        to: tokio::sync::mpsc::UnboundedSender<FromServer>,
-    ) -> Result<Called, ToolError> {
-        let id = &self.config.id;
-        let (peer, child) = self.live_peer().await?;
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let mut options = PeerRequestOptions::with_timeout(self.config.call_timeout());
-        // A 2026-07-28 server reads the client's capabilities from each request: it is told
-        // what the calling client can be asked, not what toolhost could relay to anyone.
-        let stateless = peer
-            .peer_info()
-            .is_some_and(|i| i.protocol_version >= rmcp::model::ProtocolVersion::V_2026_07_28);
-        if let (true, Some(caps)) = (stateless, caller.capabilities) {
-            let mut meta = rmcp::model::RequestMetaObject::new();
-            meta.set_client_capabilities(caps);
-            options.meta = Some(meta);
-        }
-        if !caller.progress {
-            options
-                .meta
-                .get_or_insert_with(rmcp::model::RequestMetaObject::new)
-                .insert(client::NO_PROGRESS.into(), true.into());
-        }
-        let sent = peer.send_cancellable_request(request, options).await;
-        let outcome = match sent {
-            Ok(handle) => {
-                let request_id = handle.id.clone();
-                // rmcp gives every request a progress token; a notification that came
-                // before this line (none is expected so soon) is not shown.
-                let _route = self
-                    .calls
-                    .route(handle.progress_token.clone(), &caller.session, to);
-                tokio::select! {
-                    // The progress the server sent before its answer reached the call as it
-                    // was read (`ProgressFirst`), before the answer.
-                    r = handle.await_response() => r,
-                    _ = cancel.notified() => {
-                        let _ = peer
-                            .notify_cancelled(CancelledNotificationParam::new(
-                                Some(request_id),
-                                Some("cancelled by toolhost".into()),
-                            ))
-                            .await;
-                        return Err(ToolError::Cancelled(format!("call to MCP server '{id}' cancelled")));
-                    }
-                }
-            }
-            Err(e) => Err(e),
-        };
-        match outcome {
-            Ok(ServerResult::CallToolResult(result)) if !stateless && needs_task_2025(&result) => {
-                Ok(Called::NeedsTask2025)
-            }
-            Ok(ServerResult::CallToolResult(result)) => Ok(Called::Complete(result)),
-            Ok(ServerResult::InputRequiredResult(asked)) => Ok(Called::InputRequired(asked)),
-            Ok(ServerResult::CreateTaskResult(created)) => Ok(Called::Task(created)),
-            Err(rmcp::ServiceError::McpError(e))
-                if e.code == rmcp::model::ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY =>
-            {
-                Ok(Called::NeedsCapability(e))
-            }
-            // `tools/call` exists: a 2025-era server says so of a tool that must run as a
-            // task (`execution.taskSupport: "required"`, which the listing does not show).
-            Err(rmcp::ServiceError::McpError(e))
-                if e.code == rmcp::model::ErrorCode::METHOD_NOT_FOUND && !stateless =>
-            {
-                tracing::debug!(server = %id, "tools/call answered -32601: {}", e.message);
-                Ok(Called::NeedsTask2025)
-            }
-            Ok(_) => Err(ToolError::failed(format!(
-                "MCP server '{id}' answered tools/call with something else"
-            ))),
-            Err(e) => {
-                let status = Box::pin(exit_status(child.as_deref())).await;
-                let reason = format!("exited with {status}");
-                let died = !status.starts_with("still running");
-                if died {
-                    *self.conn.lock().await = Conn::Down {
-                        since: Instant::now(),
-                        backoff: Duration::ZERO,
-                        reason: reason.clone(),
-                    };
-                    Err(ToolError::failed(format!(
-                        "MCP server '{id}' {reason} during the call; it will be restarted on the next call"
-                    )))
-                } else {
-                    Err(ToolError::failed(format!("MCP server '{id}': {e}")))
-                }
-            }
-        }
+        Ok((
+            live.service.peer().clone(),
+            live.child.clone(),
+            live.direct.clone(),
+        ))
     }
 
     /// Stops it now (synchronous, so it also works while the process is exiting); its

@@ -37,6 +37,17 @@ pub(crate) struct InFlight {
     pub(crate) cancel: Arc<tokio::sync::Notify>,
 }
 
+impl Drop for InFlight {
+    /// A call let go of before its outcome (its caller's time ran out and the caller's
+    /// future was dropped, or a parked call expired) is cancelled upstream: the server is
+    /// told, and stops working on it.
+    fn drop(&mut self) {
+        if !self.outcome.is_finished() {
+            self.cancel.notify_one();
+        }
+    }
+}
+
 /// A call waiting for its client's answer to the server's question.
 pub(crate) struct Parked {
     pub(crate) call: InFlight,

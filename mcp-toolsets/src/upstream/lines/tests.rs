@@ -15,7 +15,7 @@ use crate::relay::{CallRoutes, FromServer};
 /// A connection to a pretend server: what it writes is read by `lines`; what `lines`
 /// writes, it reads.
 struct Server {
-    lines: Lines<DuplexStream, DuplexStream>,
+    lines: Lines<DuplexStream>,
     says: DuplexStream,
     hears: BufReader<DuplexStream>,
     calls: Arc<CallRoutes>,
@@ -179,4 +179,95 @@ async fn a_cancelled_call_is_forgotten() {
         .await
         .unwrap();
     assert!(s.lines.tool_calls.is_empty());
+}
+
+/// A `tools/call` toolhost sends itself on the connection: what the server heard.
+async fn direct_call(s: &mut Server, progress: bool) -> (crate::upstream::outbox::Sent, Value) {
+    let direct = s.lines.direct();
+    let sent = direct
+        .send(CallToolRequestParams::new("t"), progress)
+        .unwrap();
+    direct.flush().await.unwrap();
+    let mut heard = String::new();
+    s.hears.read_line(&mut heard).await.unwrap();
+    (sent, serde_json::from_str(&heard).unwrap())
+}
+
+#[tokio::test]
+async fn toolhosts_own_calls_get_their_answers_straight_and_rmcp_never_sees_them() {
+    let mut s = server();
+    let (mut sent, heard) = direct_call(&mut s, false).await;
+    assert_eq!(heard["method"], "tools/call");
+    assert!(
+        heard["id"].as_str().unwrap().starts_with("toolhost-"),
+        "{heard}"
+    );
+    assert!(
+        heard["params"]["_meta"]["progressToken"].is_null(),
+        "{heard}"
+    );
+    let id = heard["id"].clone();
+    s.say(&json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": "abc"}]}}).to_string())
+        .await;
+    // rmcp is handed only what comes after it.
+    s.say(r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#)
+        .await;
+    assert!(matches!(s.next().await, JsonRpcMessage::Notification(_)));
+    match (&mut sent.answer).await.unwrap() {
+        Ok(rmcp::model::ServerResult::CallToolResult(r)) => {
+            assert_eq!(
+                format!("{:?}", r.content),
+                format!("{:?}", vec![rmcp::model::ContentBlock::text("abc")])
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // A task and an error come back as the general reading has them.
+    let (mut task, heard) = direct_call(&mut s, true).await;
+    assert_eq!(heard["params"]["_meta"]["progressToken"], heard["id"]);
+    let task_result = json!({"task": {"taskId": "t1", "status": "working",
+        "createdAt": "2026-01-01T00:00:00Z", "lastUpdatedAt": "2026-01-01T00:00:00Z", "ttl": 1000}});
+    s.say(&json!({"jsonrpc": "2.0", "id": heard["id"], "result": task_result}).to_string())
+        .await;
+    let (mut refused, heard_again) = direct_call(&mut s, false).await;
+    s.say(&json!({"jsonrpc": "2.0", "id": heard_again["id"], "error": {"code": -32021, "message": "needs elicitation"}}).to_string())
+        .await;
+    s.say(r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#)
+        .await;
+    assert!(matches!(s.next().await, JsonRpcMessage::Notification(_)));
+    let general: rmcp::model::ServerResult = serde_json::from_value(task_result).unwrap();
+    match (&mut task.answer).await.unwrap() {
+        Ok(result) => assert_eq!(format!("{result:?}"), format!("{general:?}")),
+        other => panic!("{other:?}"),
+    }
+    match (&mut refused.answer).await.unwrap() {
+        Err(e) => assert_eq!(e.code.0, -32021),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_answer_to_a_call_that_stopped_waiting_is_dropped_and_the_end_of_output_ends_the_waiting()
+ {
+    let mut s = server();
+    let (sent, heard) = direct_call(&mut s, false).await;
+    drop(sent);
+    s.say(&json!({"jsonrpc": "2.0", "id": heard["id"], "result": {"content": []}}).to_string())
+        .await;
+    let (mut waiting, _) = direct_call(&mut s, false).await;
+    drop(s.says);
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_secs(5), s.lines.receive())
+            .await
+            .unwrap()
+            .is_none(),
+        "the forgotten answer reached rmcp"
+    );
+    assert!((&mut waiting.answer).await.is_err(), "a call still waits");
+    assert!(
+        s.lines
+            .direct()
+            .send(CallToolRequestParams::new("t"), false)
+            .is_err()
+    );
 }

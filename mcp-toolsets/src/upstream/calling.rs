@@ -1,0 +1,211 @@
+//! A `tools/call` to the server ([`Upstream::call`]): sent directly on a stdio
+//! connection ([`super::outbox`]), or through rmcp's requests to a server over HTTP, and
+//! what it got, read the same way whichever way it went.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
+    ClientRequest, ServerResult,
+};
+use rmcp::service::{Peer, PeerRequestOptions, RoleClient};
+use tokio::sync::{Notify, mpsc};
+use tool_api::ToolError;
+
+use super::outbox::Direct;
+use super::{Called, Caller, Child, Conn, Upstream, exit_status};
+use crate::relay::FromServer;
+
+/// How a call sent to the server ended, short of being cancelled.
+type Outcome = Result<ServerResult, rmcp::ServiceError>;
+
+/// Whether a 2025-era server's tool result is its refusal to run the tool but as a task:
+/// the TypeScript SDK (the usual home of the 2025-11-25 tasks) answers a plain call of a
+/// tool with `execution.taskSupport: "required"` with an error result reading "MCP error
+/// -32601: Tool … requires task augmentation …" rather than a JSON-RPC error.
+fn needs_task_2025(result: &CallToolResult) -> bool {
+    result.is_error == Some(true)
+        && matches!(result.content.as_slice(), [rmcp::model::ContentBlock::Text(t)]
+            if t.text.starts_with("MCP error -32601:") && t.text.contains("task"))
+}
+
+impl Upstream {
+    /// Calls a tool for a call in the host session of `caller`; what the server sends for
+    /// the call while it runs (its progress, its requests to the user) goes to `to`.
+    pub(crate) async fn call(
+        self: &Arc<Self>,
+        params: CallToolRequestParams,
+        cancel: Arc<Notify>,
+        caller: Caller,
+        to: mpsc::UnboundedSender<FromServer>,
+    ) -> Result<Called, ToolError> {
+        self.subscriptions.settled().await;
+        let (peer, child, direct) = self.live().await?;
+        // A 2026-07-28 server reads the client's capabilities from each request: it is told
+        // what the calling client can be asked, not what toolhost could relay to anyone.
+        let stateless = peer
+            .peer_info()
+            .is_some_and(|i| i.protocol_version >= rmcp::model::ProtocolVersion::V_2026_07_28);
+        let outcome = match direct {
+            Some(direct) if !stateless => {
+                self.sent_directly(&direct, params, &cancel, &caller, to)
+                    .await
+            }
+            _ => {
+                self.sent_through_rmcp(&peer, params, &cancel, caller, to, stateless)
+                    .await
+            }
+        };
+        let Some(outcome) = outcome else {
+            return Err(ToolError::Cancelled(format!(
+                "call to MCP server '{}' cancelled",
+                self.config.id
+            )));
+        };
+        self.called(outcome, stateless, child).await
+    }
+
+    /// The call sent on the connection by toolhost itself: written with the calls made
+    /// with it, its answer handed back by the transport that reads it, under the call's
+    /// timeout. `None`: it was cancelled (and the server told).
+    async fn sent_directly(
+        &self,
+        direct: &Arc<Direct>,
+        params: CallToolRequestParams,
+        cancel: &Notify,
+        caller: &Caller,
+        to: mpsc::UnboundedSender<FromServer>,
+    ) -> Option<Outcome> {
+        let mut sent = match direct.send(params, caller.progress) {
+            Ok(sent) => sent,
+            Err(_) => return Some(Err(rmcp::ServiceError::TransportClosed)),
+        };
+        // Routed before it goes out: what the server sends for it (progress, a question)
+        // finds it from the first line.
+        let _route = self.calls.route(sent.token.clone(), &caller.session, to);
+        if let Err(e) = direct.flush().await {
+            tracing::debug!(server = %self.config.id, "a call could not be written: {e}");
+            return Some(Err(rmcp::ServiceError::TransportClosed));
+        }
+        let timeout = self.config.call_timeout();
+        tokio::select! {
+            answered = tokio::time::timeout(timeout, &mut sent.answer) => Some(match answered {
+                Ok(Ok(answer)) => answer.map_err(rmcp::ServiceError::McpError),
+                // The server's output ended before it answered.
+                Ok(Err(_)) => Err(rmcp::ServiceError::TransportClosed),
+                Err(_) => {
+                    direct.cancel(&sent.id, "timed out").await;
+                    Err(rmcp::ServiceError::Timeout { timeout })
+                }
+            }),
+            () = cancel.notified() => {
+                direct.cancel(&sent.id, "cancelled by toolhost").await;
+                None
+            }
+        }
+    }
+
+    /// The call sent through rmcp's requests (a server over HTTP, or one of the 2026-07-28
+    /// era, which takes the calling client's capabilities with each request). `None`: it
+    /// was cancelled (and the server told).
+    async fn sent_through_rmcp(
+        &self,
+        peer: &Peer<RoleClient>,
+        params: CallToolRequestParams,
+        cancel: &Notify,
+        caller: Caller,
+        to: mpsc::UnboundedSender<FromServer>,
+        stateless: bool,
+    ) -> Option<Outcome> {
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let mut options = PeerRequestOptions::with_timeout(self.config.call_timeout());
+        if let (true, Some(caps)) = (stateless, caller.capabilities) {
+            let mut meta = rmcp::model::RequestMetaObject::new();
+            meta.set_client_capabilities(caps);
+            options.meta = Some(meta);
+        }
+        if !caller.progress {
+            options
+                .meta
+                .get_or_insert_with(rmcp::model::RequestMetaObject::new)
+                .insert(super::client::NO_PROGRESS.into(), true.into());
+        }
+        let handle = match peer.send_cancellable_request(request, options).await {
+            Ok(handle) => handle,
+            Err(e) => return Some(Err(e)),
+        };
+        let request_id = handle.id.clone();
+        // rmcp gives every request a progress token; a notification that came before this
+        // line (none is expected so soon) is not shown.
+        let _route = self
+            .calls
+            .route(handle.progress_token.clone(), &caller.session, to);
+        tokio::select! {
+            // The progress the server sent before its answer reached the call as it was
+            // read (`ProgressFirst`), before the answer.
+            r = handle.await_response() => Some(r),
+            () = cancel.notified() => {
+                let _ = peer
+                    .notify_cancelled(CancelledNotificationParam::new(
+                        Some(request_id),
+                        Some("cancelled by toolhost".into()),
+                    ))
+                    .await;
+                None
+            }
+        }
+    }
+
+    /// What the call got, as the tool takes it. A failure that is the server dying marks
+    /// it down, to be restarted on the next call.
+    async fn called(
+        &self,
+        outcome: Outcome,
+        stateless: bool,
+        child: Child,
+    ) -> Result<Called, ToolError> {
+        let id = &self.config.id;
+        match outcome {
+            Ok(ServerResult::CallToolResult(result)) if !stateless && needs_task_2025(&result) => {
+                Ok(Called::NeedsTask2025)
+            }
+            Ok(ServerResult::CallToolResult(result)) => Ok(Called::Complete(result)),
+            Ok(ServerResult::InputRequiredResult(asked)) => Ok(Called::InputRequired(asked)),
+            Ok(ServerResult::CreateTaskResult(created)) => Ok(Called::Task(created)),
+            Err(rmcp::ServiceError::McpError(e))
+                if e.code == rmcp::model::ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY =>
+            {
+                Ok(Called::NeedsCapability(e))
+            }
+            // `tools/call` exists: a 2025-era server says so of a tool that must run as a
+            // task (`execution.taskSupport: "required"`, which the listing does not show).
+            Err(rmcp::ServiceError::McpError(e))
+                if e.code == rmcp::model::ErrorCode::METHOD_NOT_FOUND && !stateless =>
+            {
+                tracing::debug!(server = %id, "tools/call answered -32601: {}", e.message);
+                Ok(Called::NeedsTask2025)
+            }
+            Ok(_) => Err(ToolError::failed(format!(
+                "MCP server '{id}' answered tools/call with something else"
+            ))),
+            Err(e) => {
+                let status = Box::pin(exit_status(child.as_deref())).await;
+                let reason = format!("exited with {status}");
+                let died = !status.starts_with("still running");
+                if died {
+                    *self.conn.lock().await = Conn::Down {
+                        since: Instant::now(),
+                        backoff: Duration::ZERO,
+                        reason: reason.clone(),
+                    };
+                    Err(ToolError::failed(format!(
+                        "MCP server '{id}' {reason} during the call; it will be restarted on the next call"
+                    )))
+                } else {
+                    Err(ToolError::failed(format!("MCP server '{id}': {e}")))
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! What goes to a stdio server's stdin ([`Writer`]), and the calls toolhost sends on it
+//! itself ([`Direct`]).
+//!
+//! A `tools/call` goes straight to the server's input and its answer straight back from the
+//! line that reads it ([`super::lines`]), past rmcp's requests: no request queue, no task
+//! of its own to write it, no table of rmcp's to find its answer in (a few thousand
+//! instructions a call, and wake-ups of the tasks between). Everything else the
+//! connection says (listing, prompts, resources, cancellation of rmcp's requests, the
+//! server's own requests and notifications) still goes through rmcp. Its ids are strings of
+//! their own (`toolhost-N`), so that they never meet rmcp's numbers.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam,
+    ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorData, GetMeta as _,
+    NumberOrString, ProgressToken, RequestId, ServerResult,
+};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::oneshot;
+
+/// What goes to a server's stdin: the messages sent and not written yet, and the pipe.
+/// Messages sent together are written together: rmcp hands over every request waiting
+/// before it runs the writes, and toolhost's own calls are queued as they are made, so the
+/// first write takes them all (one system call, and one wake-up of the server, for a
+/// batch of calls).
+pub(crate) struct Writer {
+    pending: Mutex<Vec<u8>>,
+    out: tokio::sync::Mutex<Option<Pin<Box<dyn AsyncWrite + Send>>>>,
+}
+
+impl Writer {
+    pub(crate) fn new(out: impl AsyncWrite + Send + 'static) -> Writer {
+        Writer {
+            pending: Mutex::new(Vec::new()),
+            out: tokio::sync::Mutex::new(Some(Box::pin(out))),
+        }
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds `message` to what is pending, as a line; nothing of it when it cannot be
+    /// written as JSON.
+    pub(crate) fn queue(&self, message: &ClientJsonRpcMessage) -> std::io::Result<()> {
+        let mut pending = self.pending();
+        let before = pending.len();
+        match serde_json::to_writer(&mut *pending, message) {
+            Ok(()) => {
+                pending.push(b'\n');
+                Ok(())
+            }
+            Err(e) => {
+                pending.truncate(before);
+                Err(std::io::Error::other(e))
+            }
+        }
+    }
+
+    /// Writes what is pending (nothing, when an earlier write took it).
+    pub(crate) async fn flush(&self) -> std::io::Result<()> {
+        let mut out = self.out.lock().await;
+        let batch = std::mem::take(&mut *self.pending());
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let Some(w) = out.as_mut() else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                "the server's input is closed",
+            ));
+        };
+        w.write_all(&batch).await?;
+        w.flush().await
+    }
+
+    /// Closes the server's input.
+    pub(crate) async fn close(&self) {
+        drop(self.out.lock().await.take());
+    }
+}
+
+/// A direct call's answer: the server's result, or its JSON-RPC error.
+pub(crate) type Answer = Result<ServerResult, ErrorData>;
+
+/// The prefix of the ids of toolhost's own calls.
+const ID_PREFIX: &str = "toolhost-";
+
+/// The calls toolhost sends on one connection itself, waiting for their answers.
+pub(crate) struct Direct {
+    write: Arc<Writer>,
+    waiting: Mutex<HashMap<RequestId, oneshot::Sender<Answer>, foldhash::fast::RandomState>>,
+    next: AtomicU64,
+    /// The server's output ended: no answer will come.
+    closed: AtomicBool,
+}
+
+/// A call sent directly: its id, the token its progress is routed by, and its answer to
+/// come. Dropped, it stops waiting (an answer that comes later is ignored).
+pub(crate) struct Sent {
+    direct: Arc<Direct>,
+    pub(crate) id: RequestId,
+    pub(crate) token: ProgressToken,
+    pub(crate) answer: oneshot::Receiver<Answer>,
+}
+
+impl Drop for Sent {
+    fn drop(&mut self) {
+        self.direct.lock().remove(&self.id);
+    }
+}
+
+impl Direct {
+    pub(crate) fn new(write: Arc<Writer>) -> Arc<Direct> {
+        Arc::new(Direct {
+            write,
+            waiting: Mutex::default(),
+            next: AtomicU64::new(1),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<
+        '_,
+        HashMap<RequestId, oneshot::Sender<Answer>, foldhash::fast::RandomState>,
+    > {
+        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues a `tools/call` with `params` (asking for progress when `progress`): it goes
+    /// out with the next flush. `Err` when the server's output has ended.
+    pub(crate) fn send(
+        self: &Arc<Self>,
+        params: CallToolRequestParams,
+        progress: bool,
+    ) -> std::io::Result<Sent> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                "the server's output has ended",
+            ));
+        }
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut label = String::with_capacity(ID_PREFIX.len() + 20);
+        label.push_str(ID_PREFIX);
+        label.push_str(itoa::Buffer::new().format(n));
+        let label: Arc<str> = label.into();
+        let id = RequestId::String(label.clone());
+        let token = ProgressToken(NumberOrString::String(label));
+        let mut request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        if progress {
+            request.get_meta_mut().set_progress_token(token.clone());
+        }
+        let (tx, answer) = oneshot::channel();
+        self.lock().insert(id.clone(), tx);
+        let sent = Sent {
+            direct: self.clone(),
+            id: id.clone(),
+            token,
+            answer,
+        };
+        self.write
+            .queue(&ClientJsonRpcMessage::request(request, id))?;
+        Ok(sent)
+    }
+
+    /// Writes what is queued.
+    pub(crate) async fn flush(&self) -> std::io::Result<()> {
+        self.write.flush().await
+    }
+
+    /// Tells the server the call `id` is cancelled (`notifications/cancelled`).
+    pub(crate) async fn cancel(&self, id: &RequestId, reason: &str) {
+        let cancelled = ClientNotification::CancelledNotification(CancelledNotification::new(
+            CancelledNotificationParam::new(Some(id.clone()), Some(reason.to_string())),
+        ));
+        if self
+            .write
+            .queue(&ClientJsonRpcMessage::notification(cancelled))
+            .is_ok()
+        {
+            let _ = self.write.flush().await;
+        }
+    }
+
+    /// Whether `id` is one of toolhost's own calls' ids.
+    pub(crate) fn is_ours(id: &RequestId) -> bool {
+        matches!(id, RequestId::String(s) if s.starts_with(ID_PREFIX))
+    }
+
+    /// Hands `answer` to the call `id` waits for; `false` when none does (it ended).
+    pub(crate) fn answer(&self, id: &RequestId, answer: Answer) -> bool {
+        match self.lock().remove(id) {
+            Some(waiting) => waiting.send(answer).is_ok(),
+            None => false,
+        }
+    }
+
+    /// The server's output ended: every call waiting gets no answer (its receiver says the
+    /// sender is gone), and later calls fail at once.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.lock().clear();
+    }
+}
