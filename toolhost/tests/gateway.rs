@@ -4,7 +4,11 @@
 //! long they take is the bench's to say: `cargo xtask bench`.)
 #![cfg(test)]
 
+mod common;
+
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use rmcp::model::CallToolRequestParams;
@@ -32,6 +36,11 @@ async fn gateway(dir: &Path, extra: &str) -> (RunningService<RoleClient, ()>, u3
         "max_concurrency = 1024\n\n[[mcp_servers]]\nid = \"fixture\"\nprefix = \"fx\"\ncommand = \"{}\"\n{extra}",
         toolhost_tests::fixtures().mcp_server().display()
     );
+    gateway_with(dir, &config).await
+}
+
+/// `toolhost serve --mcp` over `dir` with `config`; its client and its process id.
+async fn gateway_with(dir: &Path, config: &str) -> (RunningService<RoleClient, ()>, u32) {
     std::fs::write(dir.join("toolhost.toml"), config).unwrap();
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
     cmd.args(["serve", "--mcp", "--workspace"])
@@ -124,4 +133,57 @@ async fn a_server_that_stops_answering_holds_no_thread_and_its_calls_end_at_thei
         "{most} threads while 200 calls waited on a stopped server, {before} before"
     );
     client.cancel().await.unwrap();
+}
+
+/// A TCP relay to `to` on a port of its own: its address, and how many connections it
+/// has taken.
+fn counting_relay(to: &str) -> (String, Arc<AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let taken = Arc::new(AtomicUsize::new(0));
+    let (count, to) = (taken.clone(), to.to_string());
+    std::thread::spawn(move || {
+        for inbound in listener.incoming().map_while(Result::ok) {
+            count.fetch_add(1, Ordering::SeqCst);
+            let Ok(outbound) = std::net::TcpStream::connect(&to) else {
+                continue;
+            };
+            let pipe = |mut from: std::net::TcpStream, mut into: std::net::TcpStream| {
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut from, &mut into);
+                    let _ = into.shutdown(std::net::Shutdown::Write);
+                });
+            };
+            pipe(inbound.try_clone().unwrap(), outbound.try_clone().unwrap());
+            pipe(outbound, inbound);
+        }
+    });
+    (addr, taken)
+}
+
+#[tokio::test]
+async fn calls_to_a_server_over_http_take_the_connection_the_call_before_left_open() {
+    let upstream_ws = common::workspace();
+    let upstream = common::serve_http(upstream_ws.path(), &[]);
+    let (relay, connections) = counting_relay(&upstream.addr);
+    let dir = tempfile::tempdir().unwrap();
+    let config =
+        format!("[[mcp_servers]]\nid = \"up\"\nprefix = \"up\"\nurl = \"http://{relay}/mcp\"\n");
+    let (client, _) = gateway_with(dir.path(), &config).await;
+    let call = || async {
+        let params = CallToolRequestParams::new("up__read_file")
+            .with_arguments(json!({"path": "README.md"}).as_object().unwrap().clone());
+        let result = client.call_tool(params).await.unwrap();
+        assert_eq!(result.is_error, Some(false), "{result:?}");
+    };
+    call().await;
+    let before = connections.load(Ordering::SeqCst);
+    for _ in 0..20 {
+        call().await;
+    }
+    let opened = connections.load(Ordering::SeqCst) - before;
+    assert!(
+        opened <= 1,
+        "20 calls one after another opened {opened} connections to the server"
+    );
 }

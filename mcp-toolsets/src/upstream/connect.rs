@@ -92,7 +92,7 @@ impl Upstream {
         }
         let client = self.client_side(me);
         let transport = ProgressFirst {
-            inner: StreamableHttpClientTransport::from_config(config),
+            inner: StreamableHttpClientTransport::with_client(super::client::http_client(), config),
             calls: client.calls.clone(),
         };
         let init = async {

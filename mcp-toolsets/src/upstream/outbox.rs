@@ -15,9 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam,
-    ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorData, GetMeta as _,
-    NumberOrString, ProgressToken, RequestId, ServerResult,
+    CallToolRequestParams, CancelledNotification, CancelledNotificationParam, ClientJsonRpcMessage,
+    ClientNotification, ErrorData, NumberOrString, ProgressToken, RequestId, ServerResult,
 };
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::oneshot;
@@ -47,9 +46,17 @@ impl Writer {
     /// Adds `message` to what is pending, as a line; nothing of it when it cannot be
     /// written as JSON.
     pub(crate) fn queue(&self, message: &ClientJsonRpcMessage) -> std::io::Result<()> {
+        self.queue_with(|line| serde_json::to_writer(line, message))
+    }
+
+    /// Adds the line `write` writes to what is pending; nothing of it when it fails.
+    fn queue_with(
+        &self,
+        write: impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>,
+    ) -> std::io::Result<()> {
         let mut pending = self.pending();
         let before = pending.len();
-        match serde_json::to_writer(&mut *pending, message) {
+        match write(&mut pending) {
             Ok(()) => {
                 pending.push(b'\n');
                 Ok(())
@@ -93,7 +100,8 @@ const ID_PREFIX: &str = "toolhost-";
 /// The calls toolhost sends on one connection itself, waiting for their answers.
 pub(crate) struct Direct {
     write: Arc<Writer>,
-    waiting: Mutex<HashMap<RequestId, oneshot::Sender<Answer>, foldhash::fast::RandomState>>,
+    /// By the number of each call's id.
+    waiting: Mutex<HashMap<u64, oneshot::Sender<Answer>, foldhash::fast::RandomState>>,
     next: AtomicU64,
     /// The server's output ended: no answer will come.
     closed: AtomicBool,
@@ -103,6 +111,7 @@ pub(crate) struct Direct {
 /// come. Dropped, it stops waiting (an answer that comes later is ignored).
 pub(crate) struct Sent {
     direct: Arc<Direct>,
+    n: u64,
     pub(crate) id: RequestId,
     pub(crate) token: ProgressToken,
     pub(crate) answer: oneshot::Receiver<Answer>,
@@ -110,7 +119,7 @@ pub(crate) struct Sent {
 
 impl Drop for Sent {
     fn drop(&mut self) {
-        self.direct.lock().remove(&self.id);
+        self.direct.lock().remove(&self.n);
     }
 }
 
@@ -126,10 +135,8 @@ impl Direct {
 
     fn lock(
         &self,
-    ) -> std::sync::MutexGuard<
-        '_,
-        HashMap<RequestId, oneshot::Sender<Answer>, foldhash::fast::RandomState>,
-    > {
+    ) -> std::sync::MutexGuard<'_, HashMap<u64, oneshot::Sender<Answer>, foldhash::fast::RandomState>>
+    {
         self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -152,21 +159,33 @@ impl Direct {
         label.push_str(itoa::Buffer::new().format(n));
         let label: Arc<str> = label.into();
         let id = RequestId::String(label.clone());
-        let token = ProgressToken(NumberOrString::String(label));
-        let mut request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let token = ProgressToken(NumberOrString::String(label.clone()));
+        let mut params = params;
         if progress {
-            request.get_meta_mut().set_progress_token(token.clone());
+            params
+                .meta
+                .get_or_insert_default()
+                .set_progress_token(token.clone());
         }
         let (tx, answer) = oneshot::channel();
-        self.lock().insert(id.clone(), tx);
+        self.lock().insert(n, tx);
         let sent = Sent {
             direct: self.clone(),
+            n,
             id: id.clone(),
             token,
             answer,
         };
-        self.write
-            .queue(&ClientJsonRpcMessage::request(request, id))?;
+        // The request written as its parts are (rmcp's own message type would merge its
+        // metadata into the parameters through a map first: twice the instructions).
+        self.write.queue_with(|line| {
+            line.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+            serde_json::to_writer(&mut *line, &*label)?;
+            line.extend_from_slice(br#","method":"tools/call","params":"#);
+            serde_json::to_writer(&mut *line, &params)?;
+            line.push(b'}');
+            Ok(())
+        })?;
         Ok(sent)
     }
 
@@ -189,14 +208,20 @@ impl Direct {
         }
     }
 
-    /// Whether `id` is one of toolhost's own calls' ids.
-    pub(crate) fn is_ours(id: &RequestId) -> bool {
-        matches!(id, RequestId::String(s) if s.starts_with(ID_PREFIX))
+    /// The number of one of toolhost's own calls whose id is `id` (`toolhost-N`, written
+    /// as toolhost writes it: no sign, no leading zero); `None` for any other id.
+    pub(crate) fn number_of(id: &str) -> Option<u64> {
+        let digits = id.strip_prefix(ID_PREFIX)?;
+        if digits.starts_with('0') || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        digits.parse().ok()
     }
 
-    /// Hands `answer` to the call `id` waits for; `false` when none does (it ended).
-    pub(crate) fn answer(&self, id: &RequestId, answer: Answer) -> bool {
-        match self.lock().remove(id) {
+    /// Hands `answer` to the call numbered `n` waits for; `false` when none does (it
+    /// ended).
+    pub(crate) fn answer(&self, n: u64, answer: Answer) -> bool {
+        match self.lock().remove(&n) {
             Some(waiting) => waiting.send(answer).is_ok(),
             None => false,
         }

@@ -271,3 +271,53 @@ async fn an_answer_to_a_call_that_stopped_waiting_is_dropped_and_the_end_of_outp
             .is_err()
     );
 }
+
+#[test]
+fn a_plain_result_is_read_straight_as_rmcp_reads_it_whatever_its_blocks() {
+    for result in [
+        json!({"content": [{"type": "text", "text": "abc"}], "isError": false}),
+        json!({"content": [{"type": "text", "text": "a\"b\\n\u{e9}"}]}),
+        json!({"content": [{"text": "abc", "type": "text"}]}),
+        json!({"content": [{"type": "text", "text": "abc", "annotations": {"priority": 0.5}}]}),
+        json!({"content": [{"type": "text", "text": "abc", "_meta": {"k": 1}}]}),
+        json!({"content": [{"type": "image", "data": "AAAA", "mimeType": "image/png"}]}),
+        json!({"content": [{"type": "resource_link", "uri": "file:///a", "name": "a"}]}),
+        json!({"content": [{"type": "text", "text": "a"}, {"type": "audio", "data": "AA", "mimeType": "audio/wav"}]}),
+        json!({"content": [], "structuredContent": {"a": 1}}),
+    ] {
+        let raw = serde_json::value::to_raw_value(&result).unwrap();
+        let straight = super::plain_result(&raw).expect("a plain result");
+        let general: rmcp::model::CallToolResult = serde_json::from_value(result.clone()).unwrap();
+        assert_eq!(straight, general, "{result}");
+    }
+    // A block rmcp would not read is no plain result here either.
+    for bad in [
+        json!({"content": [{"type": "text", "text": 5}]}),
+        json!({"content": [{"type": "text"}]}),
+        json!({"content": [{"type": "nonesuch", "text": "a"}]}),
+    ] {
+        let raw = serde_json::value::to_raw_value(&bad).unwrap();
+        assert!(super::plain_result(&raw).is_none(), "{bad}");
+        assert!(
+            serde_json::from_value::<rmcp::model::CallToolResult>(bad.clone()).is_err(),
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn only_ids_written_as_toolhost_writes_its_own_are_its_calls() {
+    use crate::upstream::outbox::Direct;
+    for (id, n) in [
+        ("toolhost-7", Some(7)),
+        ("toolhost-18446744073709551615", Some(u64::MAX)),
+        ("toolhost-07", None),
+        ("toolhost-", None),
+        ("toolhost-+7", None),
+        ("toolhost-7x", None),
+        ("toolhost-18446744073709551616", None),
+        ("other-7", None),
+    ] {
+        assert_eq!(Direct::number_of(id), n, "{id}");
+    }
+}
