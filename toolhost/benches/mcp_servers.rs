@@ -118,13 +118,29 @@ struct Server {
     /// `{issuer}`: the bench's OAuth issuer's URL).
     #[serde(default)]
     files: BTreeMap<String, String>,
-    /// A process whose CPU counts with the server's (its upstream, started by the bench).
+    /// Processes whose CPU counts with the server's (its upstream, started by the bench).
     #[serde(skip)]
-    beside: Option<u32>,
+    beside: Vec<u32>,
+    /// A server over HTTP that runs already (started and set up by whoever wrote the plan):
+    /// it is reached on its port, and measured by its processes, instead of started.
+    #[serde(default)]
+    attached: Option<Attached>,
     /// The command counted under callgrind instead of `command`, where the two differ (a
     /// gateway's mounted server runs unconfined under valgrind, which has no Landlock).
     #[serde(default)]
     counted_as: Option<Vec<String>>,
+    /// Calls per round for this server, where the plan's would take too long (a peer a
+    /// hundred times slower).
+    #[serde(default)]
+    calls: Option<u64>,
+}
+
+/// A server of the plan that runs already: its port, and its processes (the first is the
+/// server's; the CPU of the others' trees counts with it).
+#[derive(Deserialize, Clone)]
+struct Attached {
+    port: u16,
+    pids: Vec<u32>,
 }
 
 /// What a gateway in the plan forwards: the upstream's command and its tool's own name.
@@ -147,6 +163,9 @@ struct Figures {
     own_cpu_us_per_call: f64,
     idle_mib: f64,
     after_mib: f64,
+    /// Calls that failed: none, but at a peer the bench did not start ([`Attached`]),
+    /// whose failures are reported and its round left out rather than stop the bench.
+    failed: u64,
 }
 
 /// An answer, read only as far as the bench needs: its id and whether it failed.
@@ -355,7 +374,7 @@ fn round(server: &Server, calls: u64, inflight: u64) -> Figures {
                 .collect(),
             upstream: None,
             files: BTreeMap::new(),
-            beside: Some(child.id()),
+            beside: vec![child.id()],
             ..server.clone()
         };
         let figures = round(&front, calls, inflight);
@@ -386,7 +405,7 @@ fn round(server: &Server, calls: u64, inflight: u64) -> Figures {
         "{}: the first call failed: {first}",
         server.name
     );
-    let meter = Meter::start(s.pid, server.beside, idle_mib(s.pid));
+    let meter = Meter::start(s.pid, &server.beside, idle_mib(s.pid));
     // Ids from 1000 up; answers carry them back, so the outstanding count is all we keep.
     let call = |id: u64| {
         format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{params}}}"#)
@@ -446,8 +465,8 @@ fn idle_mib(pid: u32) -> f64 {
 /// A round's clock and the server's CPU, from just before its first timed call.
 struct Meter {
     pid: u32,
-    /// A process whose CPU counts with the server's.
-    beside: Option<u32>,
+    /// Processes whose CPU counts with the server's.
+    beside: Vec<u32>,
     idle_mib: f64,
     cpu_before: f64,
     own_before: f64,
@@ -455,12 +474,12 @@ struct Meter {
 }
 
 impl Meter {
-    fn start(pid: u32, beside: Option<u32>, idle_mib: f64) -> Meter {
+    fn start(pid: u32, beside: &[u32], idle_mib: f64) -> Meter {
         Meter {
             pid,
-            beside,
+            beside: beside.to_vec(),
             idle_mib,
-            cpu_before: cpu_seconds(pid) + beside.map_or(0.0, cpu_seconds),
+            cpu_before: cpu_seconds(pid) + beside.iter().copied().map(cpu_seconds).sum::<f64>(),
             own_before: cpu_seconds_of(vec![pid]),
             started: Instant::now(),
         }
@@ -469,7 +488,8 @@ impl Meter {
     /// The round's figures after `calls` calls (read while the server still runs).
     fn read(&self, calls: u64) -> Figures {
         let wall = self.started.elapsed().as_secs_f64();
-        let cpu = cpu_seconds(self.pid) + self.beside.map_or(0.0, cpu_seconds) - self.cpu_before;
+        let cpu = cpu_seconds(self.pid) + self.beside.iter().copied().map(cpu_seconds).sum::<f64>()
+            - self.cpu_before;
         let own = cpu_seconds_of(vec![self.pid]) - self.own_before;
         Figures {
             calls_per_s: calls as f64 / wall,
@@ -477,12 +497,16 @@ impl Meter {
             own_cpu_us_per_call: own / calls as f64 * 1e6,
             idle_mib: self.idle_mib,
             after_mib: rss_mib(self.pid),
+            failed: 0,
         }
     }
 }
 
 /// `figures`, when every call of the round succeeded (checked once the server stopped).
 fn all_answered(server: &Server, failed: u64, calls: u64, figures: Figures) -> Figures {
+    if server.attached.is_some() {
+        return Figures { failed, ..figures };
+    }
     assert_eq!(
         failed, 0,
         "{}: {failed} of {calls} calls failed",
@@ -571,8 +595,10 @@ fn bench_server(name: &str, flag: &str, workspace: &str, arguments: &Value) -> S
         proxy: None,
         upstream: None,
         files: BTreeMap::new(),
-        beside: None,
+        beside: Vec::new(),
         counted_as: None,
+        calls: None,
+        attached: None,
     }
 }
 
@@ -598,8 +624,10 @@ fn rmcp_proxy_of(gateway: &Server, of: &ProxyOf) -> Server {
         proxy: None,
         upstream: None,
         files: BTreeMap::new(),
-        beside: None,
+        beside: Vec::new(),
         counted_as: None,
+        calls: None,
+        attached: None,
     }
 }
 
@@ -630,8 +658,10 @@ fn echo(extra: &str) -> Server {
         proxy: None,
         upstream: None,
         files: BTreeMap::new(),
-        beside: None,
+        beside: Vec::new(),
         counted_as: None,
+        calls: None,
+        attached: None,
     }
 }
 
@@ -784,7 +814,15 @@ fn main() {
     let mut best: Vec<Option<Figures>> = vec![None; servers.len()];
     for r in 0..plan.rounds {
         for (i, server) in servers.iter().enumerate() {
-            let f = round(server, plan.calls, plan.inflight);
+            let calls = server.calls.unwrap_or(plan.calls);
+            let f = round(server, calls, plan.inflight);
+            if f.failed > 0 {
+                println!(
+                    "failed {}: {} of {calls} calls failed in round {r}",
+                    server.name, f.failed
+                );
+                continue;
+            }
             println!(
                 "round {r} {}: {:.0} calls/s, server CPU {:.1} us/call ({:.1} its own process), idle RSS {:.1} MiB, after {} calls {:.1} MiB",
                 server.name,
@@ -792,7 +830,7 @@ fn main() {
                 f.cpu_us_per_call,
                 f.own_cpu_us_per_call,
                 f.idle_mib,
-                plan.calls,
+                calls,
                 f.after_mib
             );
             if best[i].is_none_or(|b| f.calls_per_s > b.calls_per_s) {

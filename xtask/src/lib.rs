@@ -7,6 +7,7 @@
 //! cargo xtask demo                          package the example plugins, run toolhost over them
 //! cargo xtask fuzz [TARGET…] [--seconds N]  the fuzz targets (nightly), from their seeds
 //! cargo xtask bench [--write-readme]        every benchmark and its peers: one table
+//! cargo xtask bench --mcp-only               the MCP servers and the gateway's rows alone
 //! cargo xtask plugin keygen FILE            a signing key (FILE, FILE.pub)
 //! cargo xtask plugin sign PACKAGE --key FILE    sign a package (plugin.sig)
 //! cargo xtask plugin new NAME [--path DIR]  scaffold a plugin crate (builds and tests as is)

@@ -29,8 +29,12 @@ enum Command {
     /// target/peers), then print one table: figure, measured, target, pass/fail.
     Bench {
         /// Also replace the performance table in docs/performance.md with the result.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "mcp_only")]
         write_readme: bool,
+        /// Only the MCP servers side by side and the gateway in front of them (the rows
+        /// of the MCP table): minutes, not the whole run's half hour.
+        #[arg(long)]
+        mcp_only: bool,
     },
     /// Run the fuzz targets (fuzz/: cargo-fuzz on nightly, installed under target/tools
     /// when missing) from their seed corpora.
@@ -152,7 +156,10 @@ fn with_components(command: Command) -> xtask::steps::Result {
         Command::Test => xtask::test(),
         Command::Ci => xtask::ci(),
         Command::Demo => xtask::demo::demo(),
-        Command::Bench { write_readme } => xtask::bench::bench(write_readme),
+        Command::Bench {
+            write_readme,
+            mcp_only,
+        } => xtask::bench::bench(write_readme, mcp_only),
         Command::IdleCode => xtask::idle_code::idle_code(),
         Command::WasmFixtures => {
             xtask::components::fixtures().map(|dir| println!("{}", dir.display()))

@@ -30,6 +30,9 @@ pub struct Http {
     /// The resource `{token}` is for.
     #[serde(default)]
     pub resource: Option<String>,
+    /// Where its MCP endpoint is (`/mcp` unless given).
+    #[serde(default)]
+    pub path: Option<String>,
 }
 
 /// The version of a session's requests.
@@ -127,10 +130,10 @@ fn parse(buf: &[u8]) -> Option<(usize, Reply)> {
     ))
 }
 
-/// A request to `/mcp` with `headers` and a JSON `body`.
-fn post(port: u16, headers: &[(&str, &str)], body: &str) -> Vec<u8> {
+/// A request to `path` with `headers` and a JSON `body`.
+fn post(port: u16, path: &str, headers: &[(&str, &str)], body: &str) -> Vec<u8> {
     let mut head = format!(
-        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n\
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n\
          Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n",
         body.len()
     );
@@ -146,6 +149,8 @@ fn post(port: u16, headers: &[(&str, &str)], body: &str) -> Vec<u8> {
 /// How the client talks to one server: its port, and its session when it has one.
 struct Client {
     port: u16,
+    /// Its MCP endpoint.
+    path: String,
     stateless: bool,
     session: Option<String>,
     /// `Bearer TOKEN`, when the server wants one.
@@ -184,7 +189,7 @@ impl Client {
         if let Some(authorization) = &self.authorization {
             headers.push(("Authorization", authorization));
         }
-        post(self.port, &headers, &message.to_string())
+        post(self.port, &self.path, &headers, &message.to_string())
     }
 
     /// One request on a blocking connection of its own, and its whole response.
@@ -255,12 +260,20 @@ pub fn start(
     (child, port)
 }
 
-/// One round against one server over HTTP.
+/// One round against one server over HTTP: started for the round, or one that runs
+/// already ([`crate::Attached`]).
 pub fn round(server: &Server, http: &Http, calls: u64, inflight: u64) -> Figures {
-    let (mut child, port) = start(&server.name, &server.command, &server.env);
-    let pid = child.id();
+    let (mut child, port, pid) = match &server.attached {
+        Some(attached) => (None, attached.port, attached.pids[0]),
+        None => {
+            let (child, port) = start(&server.name, &server.command, &server.env);
+            let pid = child.id();
+            (Some(child), port, pid)
+        }
+    };
     let mut client = Client {
         port,
+        path: http.path.clone().unwrap_or_else(|| "/mcp".into()),
         stateless: http.stateless,
         session: None,
         authorization: http.bearer.as_ref().map(|t| {
@@ -308,7 +321,12 @@ pub fn round(server: &Server, http: &Http, calls: u64, inflight: u64) -> Figures
         .collect();
     let (mut sent, mut answered, mut failed) = (0u64, 0u64, 0u64);
     let mut chunk = vec![0u8; 1 << 16];
-    let meter = Meter::start(pid, server.beside, idle_mib);
+    let beside = [
+        server.beside.as_slice(),
+        server.attached.as_ref().map_or(&[][..], |a| &a.pids[1..]),
+    ]
+    .concat();
+    let meter = Meter::start(pid, &beside, idle_mib);
     while answered < calls {
         for (stream, _, busy) in &mut conns {
             if !*busy && sent < calls {
@@ -359,8 +377,10 @@ pub fn round(server: &Server, http: &Http, calls: u64, inflight: u64) -> Figures
         }
     }
     let figures = meter.read(calls);
-    let _ = child.kill();
-    let _ = child.wait();
+    if let Some(child) = child.as_mut() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
     all_answered(server, failed, calls, figures)
 }
 
@@ -439,12 +459,15 @@ pub fn echo(extra: &str) -> Server {
             stateless: true,
             bearer: None,
             resource: None,
+            path: None,
         }),
         count: false,
         proxy: None,
         upstream: None,
         files: Default::default(),
-        beside: None,
+        beside: Vec::new(),
         counted_as: None,
+        calls: None,
+        attached: None,
     }
 }

@@ -36,6 +36,47 @@ fn mount(id: &str, command: &[String], extra: &str) -> String {
     )
 }
 
+/// Why agentgateway (Rust) stands in no row: what building it from its source here met.
+pub(super) const AGENTGATEWAY: &str = "agentgateway (Rust, a peer gateway): not built: its workspace patches four crates from git (schemars, http-serde, wiremock and async-openai, in [patch.crates-io], from GitHub and GitLab), and this machine reaches only the package registries";
+
+/// ContextForge's rows: its calls/s and CPU per call (its processes and the server it
+/// mounts) beside toolhost's HTTP gateway in front of the same server, reported.
+pub(super) fn peer_rows(
+    best: &Best,
+    setup: Option<f64>,
+    failed: &BTreeMap<String, String>,
+) -> Vec<Row> {
+    let what = format!(
+        "peer gateway: ContextForge ({}) in front of toolhost serve --http (its streamable HTTP, a 2025-11-25 session; its default rate limit of 100 calls a minute turned off), vs toolhost serve --http in front of the same (stateless)",
+        super::contextforge::CONTEXTFORGE
+    );
+    let (Some(peer), Some(ours)) = (best.get("contextforge-http"), best.get("gateway-http")) else {
+        if let Some(why) = failed.get("contextforge-http") {
+            return vec![Row {
+                figure: what,
+                measured: format!("not measured: {why}"),
+                target: "reported".into(),
+                pass: None,
+            }];
+        }
+        return vec![missing(&what)];
+    };
+    vec![Row {
+        figure: what,
+        measured: format!(
+            "{:.0} vs {:.0} calls/s ({:.2}×); {:.1} vs {:.1} µs CPU per call; set up in {:.0} s",
+            peer.0,
+            ours.0,
+            ours.0 / peer.0,
+            peer.1,
+            ours.1,
+            setup.unwrap_or(0.0)
+        ),
+        target: "reported".into(),
+        pass: None,
+    }]
+}
+
 /// How many calls the fan-out sends at once, and how long each takes (s).
 const FAN_OUT: (u64, u64) = (1000, 1);
 

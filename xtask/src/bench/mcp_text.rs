@@ -66,6 +66,21 @@ pub(super) struct Measured {
     pub(super) own: BTreeMap<String, f64>,
     /// Per fan-out: seconds, most threads, threads before.
     pub(super) fan_out: BTreeMap<String, (f64, f64, f64)>,
+    /// How long setting up the peer gateway ContextForge took (s), when it could be.
+    pub(super) contextforge_setup: Option<f64>,
+    /// Per peer whose rounds had failed calls: the last such round, as the bench said it.
+    pub(super) failed: BTreeMap<String, String>,
+}
+
+/// The `failed NAME: N of M calls failed in round R` lines: per server, the last.
+pub(super) fn failures(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("failed "))
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(':')?;
+            Some((name.to_string(), rest.trim().to_string()))
+        })
+        .collect()
 }
 
 /// The `instructions NAME: N per call` lines of the `mcp_servers` bench.

@@ -22,6 +22,7 @@
 //! of `docs/performance.md` (linked from the README; between `<!-- bench:begin -->` and
 //! `<!-- bench:end -->`) with it, so the page shows what was measured, not typed.
 
+mod contextforge;
 mod counts;
 mod figures;
 mod gateway;
@@ -106,7 +107,10 @@ pub(crate) fn text_tools_config() -> Result<std::path::PathBuf> {
 
 /// Runs every benchmark and its peers, prints the table, and with `write_readme` puts it
 /// into the performance page.
-pub fn bench(write_readme: bool) -> Result {
+pub fn bench(write_readme: bool, mcp_only: bool) -> Result {
+    if mcp_only {
+        return mcp_only_bench();
+    }
     let printed = run_benches()?;
     let mut skipped = Vec::new();
     let dispatch_counts = counts::dispatch_counts(&mut skipped);
@@ -115,21 +119,10 @@ pub fn bench(write_readme: bool) -> Result {
     io("make target/peers", std::fs::create_dir_all(&peers))?;
     let design = servers::spec_design(&peers, &mut skipped);
 
-    let ws = peers.join("ws");
-    io(
-        "prepare the MCP workspace",
-        std::fs::create_dir_all(&ws).and_then(|()| std::fs::write(ws.join("a.txt"), "abc")),
-    )?;
+    let ws = mcp_workspace(&peers)?;
     let configs = servers::plugin_configs(&peers)?;
     let toolhost = root().join("target/dist/toolhost");
-    let serve = |config: &Path| -> Vec<String> {
-        let mut args = vec![toolhost.display().to_string()];
-        args.extend(["serve", "--mcp", "--workspace"].map(String::from));
-        args.push(ws.display().to_string());
-        args.push("--config".into());
-        args.push(config.display().to_string());
-        args
-    };
+    let serve = serve_command(&toolhost, &ws);
     let measured = servers::mcp_servers(&peers, &serve, &configs, &mut skipped);
     let (mcp, counts) = (&measured.best, &measured.counts);
 
@@ -155,6 +148,11 @@ pub fn bench(write_readme: bool) -> Result {
     rows.extend(servers::count_rows(counts));
     rows.extend(servers::mcp_http_rows(mcp));
     rows.extend(gateway::rows(mcp, &measured.own, counts));
+    rows.extend(gateway::peer_rows(
+        mcp,
+        measured.contextforge_setup,
+        &measured.failed,
+    ));
     rows.extend(gateway::fan_out_rows(&measured.fan_out));
     rows.extend(scale_out::rows(&printed.scale_out));
     rows.extend(startup.rows(&mut skipped));
@@ -164,5 +162,57 @@ pub fn bench(write_readme: bool) -> Result {
     if write_readme {
         table::write_page(&table)?;
     }
+    Ok(())
+}
+
+/// The workspace the MCP servers measured serve: one small file, `a.txt`.
+fn mcp_workspace(peers: &Path) -> Result<std::path::PathBuf> {
+    let ws = peers.join("ws");
+    io(
+        "prepare the MCP workspace",
+        std::fs::create_dir_all(&ws).and_then(|()| std::fs::write(ws.join("a.txt"), "abc")),
+    )?;
+    Ok(ws)
+}
+
+/// `toolhost serve --mcp` over `ws` with a configuration, as the benches start it.
+fn serve_command<'a>(toolhost: &'a Path, ws: &'a Path) -> impl Fn(&Path) -> Vec<String> + 'a {
+    move |config: &Path| -> Vec<String> {
+        let mut args = vec![toolhost.display().to_string()];
+        args.extend(["serve", "--mcp", "--workspace"].map(String::from));
+        args.push(ws.display().to_string());
+        args.push("--config".into());
+        args.push(config.display().to_string());
+        args
+    }
+}
+
+/// `--mcp-only`: the MCP servers side by side and the gateway's rows, against the
+/// toolhost that ships.
+fn mcp_only_bench() -> Result {
+    run(
+        "build the toolhost that ships (profile dist: fat LTO)",
+        cargo().args(["build", "--profile", "dist", "-p", "toolhost"]),
+    )?;
+    let mut skipped = Vec::new();
+    let peers = root().join("target/peers");
+    io("make target/peers", std::fs::create_dir_all(&peers))?;
+    let ws = mcp_workspace(&peers)?;
+    let configs = servers::plugin_configs(&peers)?;
+    let toolhost = root().join("target/dist/toolhost");
+    let serve = serve_command(&toolhost, &ws);
+    let measured = servers::mcp_servers(&peers, &serve, &configs, &mut skipped);
+    let (mcp, counts) = (&measured.best, &measured.counts);
+    let mut rows = servers::mcp_rows(mcp, &figures::call_floors());
+    rows.extend(servers::count_rows(counts));
+    rows.extend(servers::mcp_http_rows(mcp));
+    rows.extend(gateway::rows(mcp, &measured.own, counts));
+    rows.extend(gateway::peer_rows(
+        mcp,
+        measured.contextforge_setup,
+        &measured.failed,
+    ));
+    rows.extend(gateway::fan_out_rows(&measured.fan_out));
+    println!("\n{}", table::render(&rows, &skipped));
     Ok(())
 }

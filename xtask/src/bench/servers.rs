@@ -208,6 +208,24 @@ pub(super) fn mcp_servers(
     let (gateways, fan_out) =
         super::gateway::plan(peers, serve, &configs.bare, everything.as_deref(), skipped);
     servers.extend(gateways);
+    // A peer gateway in front of the same server, running for the whole bench.
+    announce("peer gateway: ContextForge (PyPI), set up in front of toolhost serve --http");
+    // What runs for it runs until the bench has (dropped with this function's end).
+    let (_contextforge, contextforge_setup) =
+        match super::contextforge::start(peers, &over_http(serve(&configs.bare))) {
+            Ok((entry, running, took)) => {
+                servers.push(entry);
+                (Some(running), Some(took.as_secs_f64()))
+            }
+            Err(e) => {
+                skipped.push(format!(
+                    "ContextForge ({}): {e}",
+                    super::contextforge::CONTEXTFORGE
+                ));
+                (None, None)
+            }
+        };
+    skipped.push(super::gateway::AGENTGATEWAY.into());
     match node {
         Ok((node, script)) => {
             let command = vec![node.display().to_string(), script.display().to_string()];
@@ -267,17 +285,28 @@ pub(super) fn mcp_servers(
     // each stdio server's instructions per call, counted with callgrind over 2,000 and
     // 4,000 calls: exact run to run, where the time moves with the evening.
     let plan = serde_json::json!({"calls": 20000, "inflight": 16, "rounds": 5, "count": 2000, "servers": servers, "fan_out": fan_out});
+    // Kept for a rerun of the bench alone, and its errors shown as they come.
+    let saved = peers.join("mcp_servers-plan.json");
+    let _ = std::fs::write(&saved, plan.to_string());
     output(
         cargo()
             .args(["bench", "-p", "toolhost", "--bench", "mcp_servers"])
-            .env("TOOLHOST_BENCH_MCP_SERVERS", plan.to_string()),
+            .env("TOOLHOST_BENCH_MCP_SERVERS", plan.to_string())
+            .stderr(std::process::Stdio::inherit()),
     )
-    .map_err(|e| skipped.push(format!("the mcp_servers bench failed: {e}")))
+    .map_err(|e| {
+        skipped.push(format!(
+            "the mcp_servers bench failed ({e}; what it said is above; its plan is in {}, for TOOLHOST_BENCH_MCP_SERVERS=\"$(cat {0})\" cargo bench -p toolhost --bench mcp_servers)",
+            saved.display()
+        ))
+    })
     .map(|t| Measured {
         best: mcp_best(&t),
         counts: mcp_instructions(&t),
         own: super::mcp_text::own_cpu(&t),
         fan_out: super::mcp_text::fan_outs(&t),
+        failed: super::mcp_text::failures(&t),
+        contextforge_setup,
     })
     .unwrap_or_default()
 }
