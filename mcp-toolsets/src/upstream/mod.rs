@@ -467,6 +467,29 @@ impl Upstream {
         ))
     }
 
+    /// [`Upstream::stop`], then waits (up to 5 s) until its process has exited and been
+    /// reaped.
+    pub(crate) async fn stop_and_reap(self: &Arc<Self>) {
+        let child = match &*self.conn.lock().await {
+            Conn::Up(live) => live.child.clone(),
+            _ => None,
+        };
+        self.stop();
+        if let Some(child) = child {
+            let reaped = async {
+                let mut child = child.lock().await;
+                let _ = child.start_kill();
+                child.wait().await
+            };
+            if tokio::time::timeout(Duration::from_secs(5), reaped)
+                .await
+                .is_err()
+            {
+                tracing::warn!(server = %self.config.id, "a stopped connection's process did not exit within 5 s");
+            }
+        }
+    }
+
     /// Stops it now (synchronous, so it also works while the process is exiting); its
     /// next call starts it again.
     /// A connection busy at that moment (a call reaching its peer) is stopped as soon as

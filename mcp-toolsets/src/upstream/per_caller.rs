@@ -237,7 +237,12 @@ impl Upstream {
             return Ok(routed);
         }
         per_caller.sweep(id, self.config.caller_idle_timeout());
-        let reserved = self.make_room(&caller.principal)?;
+        let (reserved, closed) = self.make_room(&caller.principal)?;
+        // The connection closed for this one is gone, its process too, before this one's
+        // starts: never more processes than `max_callers`.
+        if let Some(closed) = closed {
+            closed.stop_and_reap().await;
+        }
         // Started without holding the map: other callers' calls go on meanwhile.
         let mut config = self.config.clone();
         config.caller_token = Some(token.clone());
@@ -299,17 +304,21 @@ impl Upstream {
     /// `principal`'s own with a new token (it replaces the old); when every place is taken,
     /// the connection idle the longest is closed for it; when each of them has a call in
     /// flight, the refusal naming the key.
-    fn make_room(&self, principal: &str) -> Result<Reserved<'_>, ToolError> {
+    fn make_room(
+        &self,
+        principal: &str,
+    ) -> Result<(Reserved<'_>, Option<Arc<Upstream>>), ToolError> {
         let max = self.config.max_callers;
         let now = Instant::now();
         let per_caller = &self.per_caller;
         let closed = {
             let mut slots = per_caller.lock();
             if slots.own.contains_key(principal) {
-                return Ok(Reserved {
+                let reserved = Reserved {
                     per_caller,
                     held: false,
-                });
+                };
+                return Ok((reserved, None));
             }
             let closed = if slots.own.len() + slots.opening < max {
                 None
@@ -328,14 +337,15 @@ impl Upstream {
             slots.opening += 1;
             closed
         };
-        if let Some((closed_principal, o)) = closed {
+        let closed = closed.map(|(closed_principal, o)| {
             tracing::info!(server = %self.config.id, principal = %closed_principal, "closed the caller's own connection idle the longest: {max} are open (max_callers)");
-            o.connection.stop();
-        }
-        Ok(Reserved {
+            o.connection
+        });
+        let reserved = Reserved {
             per_caller,
             held: true,
-        })
+        };
+        Ok((reserved, closed))
     }
 
     /// The refusal of a new caller when every connection open has a call in flight (or is
