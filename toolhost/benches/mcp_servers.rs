@@ -674,6 +674,19 @@ fn value_of<'a>(args: &'a [String], flag: &str) -> Option<&'a String> {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    // First: the proxy's upstream command (after `--`) may hold another mode's flag (the
+    // bench itself as the read_file floor server).
+    if args.get(1).is_some_and(|a| a == "--rmcp-proxy") {
+        // --rmcp-proxy PUBLISHED UPSTREAM_TOOL -- COMMAND...
+        let upstream = args.iter().position(|a| a == "--").map(|i| &args[i + 1..]);
+        match (args.get(2), args.get(3), upstream) {
+            (Some(published), Some(tool), Some(command)) => {
+                rmcp_proxy::rmcp_proxy(published, tool, command)
+            }
+            _ => panic!("--rmcp-proxy PUBLISHED UPSTREAM_TOOL -- COMMAND..."),
+        }
+        return;
+    }
     if args.iter().any(|a| a == "--echo-server") {
         echo_server();
         return;
@@ -684,17 +697,6 @@ fn main() {
     }
     if let Some(workspace) = value_of(&args, "--rmcp-server") {
         rmcp_peer::rmcp_server(workspace);
-        return;
-    }
-    if let Some(at) = args.iter().position(|a| a == "--rmcp-proxy") {
-        // --rmcp-proxy PUBLISHED UPSTREAM_TOOL -- COMMAND...
-        let upstream = args.iter().position(|a| a == "--").map(|i| &args[i + 1..]);
-        match (args.get(at + 1), args.get(at + 2), upstream) {
-            (Some(published), Some(tool), Some(command)) => {
-                rmcp_proxy::rmcp_proxy(published, tool, command)
-            }
-            _ => panic!("--rmcp-proxy PUBLISHED UPSTREAM_TOOL -- COMMAND..."),
-        }
         return;
     }
     if let Some(port) = value_of(&args, "--echo-http-server") {
