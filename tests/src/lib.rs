@@ -22,6 +22,18 @@ pub struct Fixtures {
     dir: PathBuf,
 }
 
+/// The threads of process `pid` now (0 when it cannot be read).
+pub fn threads(pid: u32) -> usize {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|n| n.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 /// A program's output as text (bytes that are not UTF-8 shown as `�`).
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

@@ -16,18 +16,6 @@ use rmcp::service::{RoleClient, RunningService, ServiceExt};
 use rmcp::transport::TokioChildProcess;
 use serde_json::{Value, json};
 
-/// The threads of process `pid` now.
-fn threads(pid: u32) -> usize {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Threads:"))
-                .and_then(|n| n.trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 /// `toolhost serve --mcp` over `dir` mounting the fixture server under `fx`, every call of
 /// one session allowed to run at once, with `extra` in the server's entry; its client and
 /// its process id.
@@ -71,13 +59,13 @@ async fn most_threads_during<T>(
     pid: u32,
     work: impl std::future::Future<Output = T>,
 ) -> (T, usize) {
-    let mut most = threads(pid);
+    let mut most = toolhost_tests::threads(pid);
     tokio::pin!(work);
     let mut every = tokio::time::interval(Duration::from_millis(20));
     loop {
         tokio::select! {
             done = &mut work => return (done, most),
-            _ = every.tick() => most = most.max(threads(pid)),
+            _ = every.tick() => most = most.max(toolhost_tests::threads(pid)),
         }
     }
 }
@@ -88,7 +76,7 @@ async fn a_thousand_calls_in_flight_to_a_mounted_tool_hold_no_thread_each() {
     let (client, pid) = gateway(dir.path(), "").await;
     // Once warm: a call has run, every thread a call could start is started.
     assert_eq!(slow_calls(&client, 4, 10).await.len(), 4);
-    let before = threads(pid);
+    let before = toolhost_tests::threads(pid);
     let (answers, most) = most_threads_during(pid, slow_calls(&client, 1000, 1000)).await;
     assert_eq!(answers.len(), 1000);
     for answer in &answers {
@@ -108,7 +96,7 @@ async fn a_server_that_stops_answering_holds_no_thread_and_its_calls_end_at_thei
     let dir = tempfile::tempdir().unwrap();
     let (client, pid) = gateway(dir.path(), "call_timeout_secs = 2\n").await;
     assert_eq!(slow_calls(&client, 4, 10).await.len(), 4);
-    let before = threads(pid);
+    let before = toolhost_tests::threads(pid);
     let server = toolhost_tests::children_of(pid)
         .into_iter()
         .find(|c| toolhost_tests::process_alive(*c))

@@ -23,18 +23,6 @@ pub struct FanOut {
     pub calls: u64,
 }
 
-/// The threads of process `pid` now.
-fn threads(pid: u32) -> usize {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Threads:"))
-                .and_then(|n| n.trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 /// Runs `fan_out`: the seconds its calls took, the most threads meanwhile, and before.
 pub fn run(fan_out: &FanOut) -> (f64, usize, usize) {
     let server = Server {
@@ -50,14 +38,14 @@ pub fn run(fan_out: &FanOut) -> (f64, usize, usize) {
     let params = serde_json::json!({"name": server.tool, "arguments": server.arguments});
     let first = s.request(1, "tools/call", params.clone());
     assert_ne!(first["isError"], true, "{}: {first}", server.name);
-    let before = threads(s.pid);
+    let before = toolhost_tests::threads(s.pid);
     let most = Arc::new(AtomicUsize::new(before));
     let done = Arc::new(AtomicBool::new(false));
     let watcher = {
         let (most, done, pid) = (most.clone(), done.clone(), s.pid);
         std::thread::spawn(move || {
             while !done.load(Ordering::Relaxed) {
-                most.fetch_max(threads(pid), Ordering::Relaxed);
+                most.fetch_max(toolhost_tests::threads(pid), Ordering::Relaxed);
                 std::thread::sleep(Duration::from_millis(5));
             }
         })

@@ -124,7 +124,6 @@ pub fn bench(write_readme: bool, mcp_only: bool) -> Result {
     let toolhost = root().join("target/dist/toolhost");
     let serve = serve_command(&toolhost, &ws);
     let measured = servers::mcp_servers(&peers, &serve, &configs, &mut skipped);
-    let (mcp, counts) = (&measured.best, &measured.counts);
 
     announce("the Python wheel (release): read_file 4 KB");
     let wheel = crate::python::wheel_figures()
@@ -144,16 +143,7 @@ pub fn bench(write_readme: bool, mcp_only: bool) -> Result {
     rows.extend(figures::sandbox_rows());
     rows.extend(figures::load_rows(&start_counts));
     rows.extend(servers::roundtrip_rows(&printed.roundtrip));
-    rows.extend(servers::mcp_rows(mcp, &figures::call_floors()));
-    rows.extend(servers::count_rows(counts));
-    rows.extend(servers::mcp_http_rows(mcp));
-    rows.extend(gateway::rows(mcp, &measured.own, counts));
-    rows.extend(gateway::peer_rows(
-        mcp,
-        measured.contextforge_setup,
-        &measured.failed,
-    ));
-    rows.extend(gateway::fan_out_rows(&measured.fan_out));
+    rows.extend(mcp_table_rows(&measured));
     rows.extend(scale_out::rows(&printed.scale_out));
     rows.extend(startup.rows(&mut skipped));
 
@@ -202,6 +192,13 @@ fn mcp_only_bench() -> Result {
     let toolhost = root().join("target/dist/toolhost");
     let serve = serve_command(&toolhost, &ws);
     let measured = servers::mcp_servers(&peers, &serve, &configs, &mut skipped);
+    println!("\n{}", table::render(&mcp_table_rows(&measured), &skipped));
+    Ok(())
+}
+
+/// The rows of what the `mcp_servers` bench measured: the servers side by side, their
+/// instructions, over HTTP, and the gateway's.
+fn mcp_table_rows(measured: &mcp_text::Measured) -> Vec<table::Row> {
     let (mcp, counts) = (&measured.best, &measured.counts);
     let mut rows = servers::mcp_rows(mcp, &figures::call_floors());
     rows.extend(servers::count_rows(counts));
@@ -213,6 +210,5 @@ fn mcp_only_bench() -> Result {
         &measured.failed,
     ));
     rows.extend(gateway::fan_out_rows(&measured.fan_out));
-    println!("\n{}", table::render(&rows, &skipped));
-    Ok(())
+    rows
 }
