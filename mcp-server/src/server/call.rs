@@ -493,8 +493,23 @@ impl McpServer {
         telling: Vec<tokio::task::AbortHandle>,
     ) -> Result<CallToolResponse, McpError> {
         let dispatcher = &self.shared.dispatcher;
-        let mut running = tokio::spawn(run);
         tokio::pin!(deferred);
+        let mut run = Box::pin(run);
+        // A call that ends in its first poll (a native tool that does not wait, mostly)
+        // is answered here: no task of its own, and no timer for `after` (setting one
+        // costs the runtime a system call to wake its driver when no other timer is
+        // set). A call the client asked to make a task of is one whatever it takes.
+        if mode == TaskMode::Auto
+            && let Some(finished) = futures_util::FutureExt::now_or_never(&mut run)
+        {
+            promotion.decide(false);
+            // A mounted server's round handed over as the call ended still comes first.
+            return match futures_util::FutureExt::now_or_never(&mut deferred) {
+                Some(question) => call.round(self, question).await,
+                None => finished.answer(),
+            };
+        }
+        let mut running = tokio::spawn(run);
         let after = tokio::time::sleep(self.shared.tasks.settings().after);
         tokio::pin!(after);
         let ttl = match mode {

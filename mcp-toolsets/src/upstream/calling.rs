@@ -84,10 +84,7 @@ impl Upstream {
         // Routed before it goes out: what the server sends for it (progress, a question)
         // finds it from the first line.
         let _route = self.calls.route(sent.token.clone(), &caller.session, to);
-        if let Err(e) = direct.flush().await {
-            tracing::debug!(server = %self.config.id, "a call could not be written: {e}");
-            return Some(Err(rmcp::ServiceError::TransportClosed));
-        }
+        direct.flush_soon();
         let timeout = self.config.call_timeout();
         tokio::select! {
             answered = tokio::time::timeout(timeout, &mut sent.answer) => Some(match answered {

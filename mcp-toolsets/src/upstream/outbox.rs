@@ -2,8 +2,8 @@
 //! itself ([`Direct`]).
 //!
 //! A `tools/call` goes straight to the server's input and its answer straight back from the
-//! line that reads it ([`super::lines`]), past rmcp's requests: no request queue, no task
-//! of its own to write it, no table of rmcp's to find its answer in (a few thousand
+//! line that reads it ([`super::lines`]), past rmcp's requests: no request queue, one
+//! task to write the calls of a batch, no table of rmcp's to find its answer in (a few thousand
 //! instructions a call, and wake-ups of the tasks between). Everything else the
 //! connection says (listing, prompts, resources, cancellation of rmcp's requests, the
 //! server's own requests and notifications) still goes through rmcp. Its ids are strings of
@@ -23,12 +23,15 @@ use tokio::sync::oneshot;
 
 /// What goes to a server's stdin: the messages sent and not written yet, and the pipe.
 /// Messages sent together are written together: rmcp hands over every request waiting
-/// before it runs the writes, and toolhost's own calls are queued as they are made, so the
-/// first write takes them all (one system call, and one wake-up of the server, for a
-/// batch of calls).
+/// before it runs the writes, and toolhost's own calls are written by a task of their own
+/// once the calls made in the same turn of the runtime are queued (one system call, and
+/// one wake-up of the server, for a batch of calls: written as each call was made, a batch
+/// of four cost the server three more wake-ups, and the gateway three more writes).
 pub(crate) struct Writer {
     pending: Mutex<Vec<u8>>,
     out: tokio::sync::Mutex<Option<Pin<Box<dyn AsyncWrite + Send>>>>,
+    /// A task is on its way to write what is pending.
+    writing_soon: AtomicBool,
 }
 
 impl Writer {
@@ -36,6 +39,7 @@ impl Writer {
         Writer {
             pending: Mutex::new(Vec::new()),
             out: tokio::sync::Mutex::new(Some(Box::pin(out))),
+            writing_soon: AtomicBool::new(false),
         }
     }
 
@@ -190,8 +194,29 @@ impl Direct {
     }
 
     /// Writes what is queued.
+    #[cfg(test)]
     pub(crate) async fn flush(&self) -> std::io::Result<()> {
         self.write.flush().await
+    }
+
+    /// Has what is queued written by a task of its own, which the runtime runs after the
+    /// tasks already waiting to run: the calls they make go out with this one. A write that
+    /// fails ends the calls waiting (the server can take no more), as the end of its output
+    /// would.
+    pub(crate) fn flush_soon(self: &Arc<Self>) {
+        if self.write.writing_soon.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let direct = self.clone();
+        tokio::spawn(async move {
+            // Cleared before the batch is taken: a call queued after it schedules a write
+            // of its own.
+            direct.write.writing_soon.store(false, Ordering::Release);
+            if let Err(e) = direct.write.flush().await {
+                tracing::debug!("calls could not be written to the server: {e}");
+                direct.close();
+            }
+        });
     }
 
     /// Tells the server the call `id` is cancelled (`notifications/cancelled`).
