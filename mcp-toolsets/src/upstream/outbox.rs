@@ -259,3 +259,6 @@ impl Direct {
         self.lock().clear();
     }
 }
+
+#[cfg(test)]
+mod tests;
