@@ -12,12 +12,13 @@ use std::process::Command;
 use crate::steps::{Result, announce, fail, io, root, run};
 
 /// Every fuzz target: the parsers of untrusted input.
-pub const TARGETS: [&str; 5] = [
+pub const TARGETS: [&str; 6] = [
     "worker_frames",
     "workspace_path",
     "mcp_screen",
     "request_state",
     "plugin_manifest",
+    "upstream_lines",
 ];
 
 /// The cargo-fuzz the project is fuzzed with.

@@ -16,10 +16,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use rmcp::model::{
     CallToolRequestParams, CancelledNotification, CancelledNotificationParam, ClientJsonRpcMessage,
-    ClientNotification, ErrorData, NumberOrString, ProgressToken, RequestId, ServerResult,
+    ClientNotification, NumberOrString, ProgressToken, RequestId,
 };
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::oneshot;
+
+use super::lines::envelope::{Answer, ID_PREFIX};
 
 /// What goes to a server's stdin: the messages sent and not written yet, and the pipe.
 /// Messages sent together are written together: rmcp hands over every request waiting
@@ -94,12 +96,6 @@ impl Writer {
         drop(self.out.lock().await.take());
     }
 }
-
-/// A direct call's answer: the server's result, or its JSON-RPC error.
-pub(crate) type Answer = Result<ServerResult, ErrorData>;
-
-/// The prefix of the ids of toolhost's own calls.
-const ID_PREFIX: &str = "toolhost-";
 
 /// The calls toolhost sends on one connection itself, waiting for their answers.
 pub(crate) struct Direct {
@@ -231,16 +227,6 @@ impl Direct {
         {
             let _ = self.write.flush().await;
         }
-    }
-
-    /// The number of one of toolhost's own calls whose id is `id` (`toolhost-N`, written
-    /// as toolhost writes it: no sign, no leading zero); `None` for any other id.
-    pub(crate) fn number_of(id: &str) -> Option<u64> {
-        let digits = id.strip_prefix(ID_PREFIX)?;
-        if digits.starts_with('0') || !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        digits.parse().ok()
     }
 
     /// Hands `answer` to the call numbered `n` waits for; `false` when none does (it

@@ -286,7 +286,7 @@ fn a_plain_result_is_read_straight_as_rmcp_reads_it_whatever_its_blocks() {
         json!({"content": [], "structuredContent": {"a": 1}}),
     ] {
         let raw = serde_json::value::to_raw_value(&result).unwrap();
-        let straight = super::plain_result(&raw).expect("a plain result");
+        let straight = super::envelope::plain_result(&raw).expect("a plain result");
         let general: rmcp::model::CallToolResult = serde_json::from_value(result.clone()).unwrap();
         assert_eq!(straight, general, "{result}");
     }
@@ -297,7 +297,7 @@ fn a_plain_result_is_read_straight_as_rmcp_reads_it_whatever_its_blocks() {
         json!({"content": [{"type": "nonesuch", "text": "a"}]}),
     ] {
         let raw = serde_json::value::to_raw_value(&bad).unwrap();
-        assert!(super::plain_result(&raw).is_none(), "{bad}");
+        assert!(super::envelope::plain_result(&raw).is_none(), "{bad}");
         assert!(
             serde_json::from_value::<rmcp::model::CallToolResult>(bad.clone()).is_err(),
             "{bad}"
@@ -306,8 +306,25 @@ fn a_plain_result_is_read_straight_as_rmcp_reads_it_whatever_its_blocks() {
 }
 
 #[test]
+fn a_block_with_a_key_written_twice_is_no_plain_result_as_rmcp_reads_none() {
+    // Found by the fuzz target `upstream_lines`: the last `text` was taken where rmcp
+    // refuses the block.
+    for twice in [
+        r#"{"content":[{"type":"text","text":"a","text":"b"}]}"#,
+        r#"{"content":[{"type":"text","type":"text","text":"a"}]}"#,
+        r#"{"content":[{"type":"text","text":"a","annotations":{},"annotations":{}}]}"#,
+    ] {
+        let raw = serde_json::value::RawValue::from_string(twice.into()).unwrap();
+        assert!(super::envelope::plain_result(&raw).is_none(), "{twice}");
+        assert!(
+            serde_json::from_str::<rmcp::model::CallToolResult>(twice).is_err(),
+            "{twice}"
+        );
+    }
+}
+
+#[test]
 fn only_ids_written_as_toolhost_writes_its_own_are_its_calls() {
-    use crate::upstream::outbox::Direct;
     for (id, n) in [
         ("toolhost-7", Some(7)),
         ("toolhost-18446744073709551615", Some(u64::MAX)),
@@ -318,6 +335,6 @@ fn only_ids_written_as_toolhost_writes_its_own_are_its_calls() {
         ("toolhost-18446744073709551616", None),
         ("other-7", None),
     ] {
-        assert_eq!(Direct::number_of(id), n, "{id}");
+        assert_eq!(super::envelope::number_of(id), n, "{id}");
     }
 }

@@ -1,0 +1,46 @@
+//! A stdio MCP server's line as the gateway reads it (mcp-toolsets' `envelope.rs`, compiled
+//! in from its source): any bytes are read without a panic, and what the quick reading
+//! makes of them is what rmcp's own reading of the same text makes: the same id, and for a
+//! `tools/call` answer read straight as a plain result, the same result.
+#![no_main]
+
+#[allow(dead_code, missing_docs, unreachable_pub)]
+#[path = "../../mcp-toolsets/src/upstream/lines/envelope.rs"]
+mod envelope;
+
+use libfuzzer_sys::fuzz_target;
+use rmcp::model::{CallToolResult, RequestId, ServerResult};
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(read) = serde_json::from_slice::<envelope::Envelope<'_>>(data) else {
+        return;
+    };
+    let general: Option<serde_json::Value> = serde_json::from_slice(data).ok();
+    if let (Some(id), Some(general)) = (&read.id, &general)
+        && let Ok(theirs) = serde_json::from_value::<RequestId>(general["id"].clone())
+    {
+        assert_eq!(id.request_id(), theirs, "the id of {general}");
+        if let Some(n) = id.direct() {
+            assert_eq!(theirs.to_string(), format!("{}{n}", envelope::ID_PREFIX));
+        }
+    }
+    if let Some(result) = read.result {
+        if let Some(plain) = envelope::plain_result(result) {
+            let theirs: CallToolResult = serde_json::from_str(result.get())
+                .expect("rmcp reads a result the quick reading took as plain");
+            assert_eq!(
+                serde_json::to_value(&plain).ok(),
+                serde_json::to_value(&theirs).ok(),
+                "{}",
+                result.get()
+            );
+        }
+    }
+    // The whole answer, as a call waiting for it gets it: built, whatever the bytes; a
+    // plain result read straight is rmcp's tool result.
+    if let (Some(Ok(answer)), Some(result)) = (read.answer(), read.result)
+        && envelope::plain_result(result).is_some()
+    {
+        assert!(matches!(answer, ServerResult::CallToolResult(_)));
+    }
+});

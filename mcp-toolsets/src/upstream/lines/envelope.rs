@@ -1,0 +1,287 @@
+//! What a server's line says, read only as far as toolhost needs: the id (one of
+//! toolhost's own calls, `toolhost-N`, or another), and a `tools/call` answer's plain
+//! result read straight as rmcp reads it. Written for hostile input: it only ever builds
+//! values rmcp's own reading of the same text would (the fuzz target `upstream_lines`
+//! checks the two agree), and it depends on nothing of toolhost's, so the fuzz target
+//! compiles it from this file.
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolResult, ContentBlock, ErrorData, MetaObject, RequestId, ResultType, ServerResult,
+};
+use serde::Deserialize;
+use serde::de::{Error as _, IgnoredAny};
+
+/// A direct call's answer: the server's result, or its JSON-RPC error.
+pub(crate) type Answer = Result<ServerResult, ErrorData>;
+
+/// The prefix of the ids of toolhost's own calls.
+pub(crate) const ID_PREFIX: &str = "toolhost-";
+
+/// The number of one of toolhost's own calls whose id is `id` (`toolhost-N`, written as
+/// toolhost writes it: no sign, no leading zero); `None` for any other id.
+pub(crate) fn number_of(id: &str) -> Option<u64> {
+    let digits = id.strip_prefix(ID_PREFIX)?;
+    if digits.starts_with('0') || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// A line read only as far as its id, its method (whether it is an answer) and the raw
+/// text of its result or error.
+#[derive(Deserialize)]
+pub(crate) struct Envelope<'a> {
+    #[serde(borrow)]
+    pub(crate) id: Option<Id<'a>>,
+    #[serde(borrow)]
+    pub(crate) result: Option<&'a serde_json::value::RawValue>,
+    #[serde(borrow)]
+    pub(crate) error: Option<&'a serde_json::value::RawValue>,
+    pub(crate) method: Option<IgnoredAny>,
+}
+
+impl Envelope<'_> {
+    /// The answer it carries to one of toolhost's own `tools/call`s: its result (a plain
+    /// tool result read straight, any other result type the general way), or its error;
+    /// `None` when it carries neither.
+    pub(crate) fn answer(&self) -> Option<Answer> {
+        if let Some(result) = self.result {
+            return Some(match plain_result(result) {
+                Some(plain) => Ok(ServerResult::CallToolResult(plain)),
+                None => serde_json::from_str::<ServerResult>(result.get()).map_err(|e| {
+                    ErrorData::internal_error(
+                        format!("the server answered with something that is no MCP result: {e}"),
+                        None,
+                    )
+                }),
+            });
+        }
+        let error = self.error?;
+        Some(Err(serde_json::from_str::<ErrorData>(error.get())
+            .unwrap_or_else(|e| {
+                ErrorData::internal_error(
+                    format!("the server answered with an error that is no JSON-RPC error: {e}"),
+                    None,
+                )
+            })))
+    }
+}
+
+/// A message's id as it was written: read without the JSON value (and the string copied
+/// twice) that rmcp's `RequestId` is read through.
+pub(crate) enum Id<'a> {
+    Number(i64),
+    String(std::borrow::Cow<'a, str>),
+}
+
+impl Id<'_> {
+    /// The number of one of toolhost's own calls, if the id is one's.
+    pub(crate) fn direct(&self) -> Option<u64> {
+        match self {
+            Id::String(s) => number_of(s),
+            Id::Number(_) => None,
+        }
+    }
+
+    pub(crate) fn request_id(&self) -> RequestId {
+        match self {
+            Id::Number(n) => RequestId::Number(*n),
+            Id::String(s) => RequestId::String(Arc::from(&**s)),
+        }
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Id<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Id<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a number or a string")
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Id<'de>, E> {
+                Ok(Id::Number(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Id<'de>, E> {
+                i64::try_from(v)
+                    .map(Id::Number)
+                    .map_err(|_| E::custom("Number too large for i64"))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Id<'de>, E> {
+                // `1.0` and `1e2` are integers written in float form (as rmcp reads them).
+                if v.fract() == 0.0 && v.abs() < 9_007_199_254_740_992.0 {
+                    #[allow(
+                        clippy::cast_possible_truncation,
+                        reason = "an integer below 2^53, exact in both"
+                    )]
+                    return Ok(Id::Number(v as i64));
+                }
+                Err(E::custom("Expected an integer"))
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Id<'de>, E> {
+                Ok(Id::String(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Id<'de>, E> {
+                Ok(Id::String(std::borrow::Cow::Owned(v.to_string())))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+/// A `tools/call` result read straight as the plain tool result it is (as rmcp reads
+/// `CallToolResult`); `None` for one that is not plain (a task, another result type, or no
+/// field of a tool result at all), which is read the general way.
+pub(crate) fn plain_result(result: &serde_json::value::RawValue) -> Option<CallToolResult> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Plain {
+        result_type: Option<ResultType>,
+        content: Option<Vec<Block>>,
+        #[serde(default, deserialize_with = "present")]
+        structured_content: Option<serde_json::Value>,
+        is_error: Option<bool>,
+        #[serde(rename = "_meta")]
+        meta: Option<MetaObject>,
+        task: Option<IgnoredAny>,
+    }
+    let plain: Plain = serde_json::from_str(result.get()).ok()?;
+    // What the general reading would not take as a plain result: a task (its own type
+    // comes first), another result type, or no field of a tool result at all.
+    if plain.task.is_some()
+        || plain.result_type.as_ref().is_some_and(|t| !t.is_complete())
+        || (plain.content.is_none()
+            && plain.structured_content.is_none()
+            && plain.is_error.is_none())
+    {
+        return None;
+    }
+    let mut out = CallToolResult::default();
+    out.result_type = plain.result_type;
+    out.content = plain
+        .content
+        .map(|blocks| blocks.into_iter().map(|b| b.0).collect())
+        .unwrap_or_default();
+    out.structured_content = plain.structured_content;
+    out.is_error = plain.is_error;
+    out.meta = plain.meta;
+    Some(out)
+}
+
+/// A content block, read straight when it is plain text (`type` and `text`, nothing
+/// else): as rmcp's tagged `ContentBlock` it would be buffered whole first, then read.
+/// Any other block is read as rmcp reads it, from what was read of it.
+struct Block(ContentBlock);
+
+/// A key of a content block.
+enum BlockKey {
+    Type,
+    Text,
+    Other(String),
+}
+
+impl<'de> Deserialize<'de> for BlockKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl serde::de::Visitor<'_> for Visit {
+            type Value = BlockKey;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<BlockKey, E> {
+                Ok(match v {
+                    "type" => BlockKey::Type,
+                    "text" => BlockKey::Text,
+                    other => BlockKey::Other(other.to_string()),
+                })
+            }
+        }
+        d.deserialize_identifier(Visit)
+    }
+}
+
+/// A content block's `type`: `text`, or another kept as written.
+enum BlockType {
+    Text,
+    Other(serde_json::Value),
+}
+
+impl<'de> Deserialize<'de> for BlockType {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(d)?;
+        Ok(if value.as_str() == Some("text") {
+            BlockType::Text
+        } else {
+            BlockType::Other(value)
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for Block {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Block;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a content block")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Block, A::Error> {
+                let (mut kind, mut text) = (None, None);
+                let mut rest = serde_json::Map::new();
+                // A key written twice is refused (rmcp refuses it of the fields it knows):
+                // the block is then read the general way, which says so.
+                let twice = |key: &str| A::Error::custom(format_args!("duplicate field `{key}`"));
+                while let Some(key) = map.next_key::<BlockKey>()? {
+                    match key {
+                        BlockKey::Type if kind.is_some() => return Err(twice("type")),
+                        BlockKey::Type => kind = Some(map.next_value::<BlockType>()?),
+                        BlockKey::Text if text.is_some() => return Err(twice("text")),
+                        BlockKey::Text => text = Some(map.next_value::<serde_json::Value>()?),
+                        BlockKey::Other(key) if rest.contains_key(&key) => {
+                            return Err(twice(&key));
+                        }
+                        BlockKey::Other(key) => {
+                            rest.insert(key, map.next_value()?);
+                        }
+                    }
+                }
+                let (kind, text) = match (kind, text) {
+                    (Some(BlockType::Text), Some(serde_json::Value::String(text)))
+                        if rest.is_empty() =>
+                    {
+                        return Ok(Block(ContentBlock::text(text)));
+                    }
+                    other => other,
+                };
+                // Anything else, rebuilt and read the general way.
+                match kind {
+                    Some(BlockType::Text) => {
+                        rest.insert("type".into(), "text".into());
+                    }
+                    Some(BlockType::Other(kind)) => {
+                        rest.insert("type".into(), kind);
+                    }
+                    None => {}
+                }
+                if let Some(text) = text {
+                    rest.insert("text".into(), text);
+                }
+                ContentBlock::deserialize(serde_json::Value::Object(rest))
+                    .map(Block)
+                    .map_err(serde::de::Error::custom)
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
+/// A field that is there, `null` included (`Some(Value::Null)`), as rmcp keeps a present
+/// `structuredContent: null`.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<serde_json::Value>, D::Error> {
+    serde_json::Value::deserialize(d).map(Some)
+}
