@@ -22,6 +22,25 @@ pub struct Fixtures {
     dir: PathBuf,
 }
 
+/// How long a soak bench runs, in minutes: `SOAK_MINUTES` (30 by default) when it runs as
+/// a benchmark (`--bench`); `None` in test mode, which runs its short proof instead.
+///
+/// # Panics
+/// When `SOAK_MINUTES` is not a whole number of minutes.
+pub fn soak_minutes() -> Option<u64> {
+    if !std::env::args().any(|a| a == "--bench") {
+        return None;
+    }
+    Some(match std::env::var("SOAK_MINUTES") {
+        Ok(m) => m.trim().parse().unwrap_or_else(|_| {
+            panic!(
+                "SOAK_MINUTES is '{m}'; set it to a whole number of minutes, e.g. SOAK_MINUTES=30"
+            )
+        }),
+        Err(_) => 30,
+    })
+}
+
 /// The threads of process `pid` now (0 when it cannot be read).
 pub fn threads(pid: u32) -> usize {
     std::fs::read_to_string(format!("/proc/{pid}/status"))

@@ -45,11 +45,7 @@ struct Plan {
 impl Plan {
     /// `--bench`: `SOAK_MINUTES` (30 by default); else the short proof of test mode.
     fn of_args() -> Plan {
-        if std::env::args().any(|a| a == "--bench") {
-            let minutes: u64 = std::env::var("SOAK_MINUTES")
-                .ok()
-                .and_then(|m| m.parse().ok())
-                .unwrap_or(30);
+        if let Some(minutes) = toolhost_tests::soak_minutes() {
             Plan {
                 run: Duration::from_secs(minutes * 60),
                 warm_up: Duration::from_secs(30),

@@ -42,11 +42,7 @@ struct Plan {
 impl Plan {
     /// `--bench`: `SOAK_MINUTES` (30 by default); else the short proof of test mode.
     fn of_args() -> Plan {
-        if std::env::args().any(|a| a == "--bench") {
-            let minutes: u64 = std::env::var("SOAK_MINUTES")
-                .ok()
-                .and_then(|m| m.parse().ok())
-                .unwrap_or(30);
+        if let Some(minutes) = toolhost_tests::soak_minutes() {
             Plan {
                 run: Duration::from_secs(minutes * 60),
                 upgrade_every: Duration::from_secs(60),
