@@ -52,9 +52,14 @@ pub fn fixtures_dir() -> PathBuf {
     root().join("target/fixtures/wasm")
 }
 
-/// A `cargo` command run from the repository root.
+/// A `cargo` command run from the repository root, without what `cargo run` set for the
+/// program that runs it ([`xtask_launcher::set_by_cargo_run`]: a test runs this tool with
+/// them set).
 pub fn cargo() -> Command {
     let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    for name in xtask_launcher::set_by_cargo_run() {
+        c.env_remove(name);
+    }
     c.current_dir(root());
     c
 }

@@ -68,6 +68,28 @@ pub fn root() -> PathBuf {
         .map_or_else(|| here.to_path_buf(), Path::to_path_buf)
 }
 
+/// The variables `cargo run` sets for the program it runs (this launcher), which the
+/// builds it starts must not see: build scripts ask to be rerun when they change (ring's
+/// asks of `CARGO_MANIFEST_DIR` and `CARGO_PKG_NAME`), so a build started from here and the
+/// same build started from a shell, or from a step that cleared them, took turns
+/// recompiling ring, rustls, reqwest, rmcp, tonic and what depends on them (two and a half
+/// minutes, twice in every `cargo xtask test`).
+pub fn set_by_cargo_run() -> Vec<std::ffi::OsString> {
+    std::env::vars_os()
+        .map(|(name, _)| name)
+        .filter(|name| {
+            name.to_str().is_some_and(|n| {
+                n.starts_with("CARGO_PKG_")
+                    || n.starts_with("CARGO_MANIFEST_")
+                    || matches!(
+                        n,
+                        "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "CARGO_PRIMARY_PACKAGE"
+                    )
+            })
+        })
+        .collect()
+}
+
 /// Runs `cargo build ARGS` in the repository root, showing progress as described above;
 /// `what` and `why` name the build for the user.
 pub fn build<A: AsRef<std::ffi::OsStr>>(
@@ -76,7 +98,11 @@ pub fn build<A: AsRef<std::ffi::OsStr>>(
     args: &[A],
 ) -> Result<Built, String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut child = Command::new(&cargo)
+    let mut command = Command::new(&cargo);
+    for name in set_by_cargo_run() {
+        command.env_remove(name);
+    }
+    let mut child = command
         .args([
             "build",
             "--quiet",
@@ -309,6 +335,27 @@ fn read_string(json: &str) -> Option<(String, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_cargo_sets_for_the_program_it_runs_is_cleared_and_the_users_settings_kept() {
+        // cargo sets these for a test as for `cargo run`.
+        let set: Vec<String> = set_by_cargo_run()
+            .into_iter()
+            .filter_map(|n| n.into_string().ok())
+            .collect();
+        for name in ["CARGO_MANIFEST_DIR", "CARGO_PKG_NAME", "CARGO_PKG_VERSION"] {
+            assert!(set.iter().any(|n| n == name), "{name} in {set:?}");
+        }
+        for kept in [
+            "CARGO",
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_INCREMENTAL",
+            "PATH",
+        ] {
+            assert!(!set.iter().any(|n| n == kept), "{kept} in {set:?}");
+        }
+    }
 
     #[test]
     fn cargo_artifact_lines_are_read() {

@@ -19,7 +19,13 @@ fn main() -> ExitCode {
         }
     };
     use std::os::unix::process::CommandExt as _;
-    let e = std::process::Command::new(&tool).args(args).exec();
+    let mut command = std::process::Command::new(&tool);
+    // What the tool starts (cargo, maturin, cargo-fuzz) sees the user's environment, not
+    // this launcher's package's.
+    for name in xtask_launcher::set_by_cargo_run() {
+        command.env_remove(name);
+    }
+    let e = command.args(args).exec();
     eprintln!("cargo xtask: could not run {}: {e}", tool.display());
     ExitCode::from(2)
 }
