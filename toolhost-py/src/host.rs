@@ -105,6 +105,7 @@ impl NativeHost {
         session: String,
         worker: Vec<String>,
     ) -> PyResult<NativeHost> {
+        crate::init_logging();
         if !workspace.is_dir() {
             return Err(ConfigError::new_err(format!(
                 "the workspace {} is not a directory; make it, or give one that exists",

@@ -8,7 +8,8 @@
 //!
 //! Built with maturin (`pyproject.toml`), for CPython 3.9 and later (one abi3 wheel per
 //! platform). Plugin workers (isolation `process`) are this module too:
-//! `python -m toolhost._worker`, which calls its `plugin_worker`.
+//! `python -m toolhost._worker`, which calls its `plugin_worker`; so is the wheel's
+//! `toolhost` command (`toolhost._cli`, which calls its `cli`).
 
 mod confirm;
 mod convert;
@@ -40,14 +41,33 @@ pyo3::create_exception!(
 /// Python's shutdown, which its sandbox may no longer allow.
 #[pyfunction]
 fn plugin_worker(py: Python<'_>, args: Vec<String>) -> PyResult<()> {
+    init_logging();
     let args = plugin_host::worker::WorkerArgs::parse(args.into_iter().map(Into::into))
         .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("plugin-worker: {e}")))?;
     let code = py.detach(|| plugin_host::worker::run(args));
     std::process::exit(code)
 }
 
+/// The `toolhost` command (`toolhost._cli`, the wheel's console script): the CLI of the
+/// `toolhost` binary, every subcommand, with `args` (the command's name first); plugin
+/// workers are started with `worker` (`python -m toolhost._worker`). Does not return: the
+/// process exits with the command's status (0, 1 a call's error result, 2 bad usage), as
+/// the binary's does, without Python's shutdown.
+#[pyfunction]
+fn cli(py: Python<'_>, args: Vec<std::ffi::OsString>, worker: Vec<String>) -> PyResult<()> {
+    let worker = worker.split_first().map(|(program, rest)| {
+        (
+            std::path::PathBuf::from(program),
+            rest.iter().map(Into::into).collect(),
+        )
+    });
+    let code = py.detach(|| toolhost::cli::run_command(args, worker));
+    std::process::exit(i32::from(code))
+}
+
 /// Logs (a tool's, toolhost's) go to stderr, filtered by `TOOLHOST_LOG` (default `warn`),
-/// unless the program set up its own `tracing` subscriber.
+/// unless the program set up its own `tracing` subscriber. Set up by the first host (or
+/// plugin worker), not on import: the `toolhost` command sets up the CLI's own.
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLHOST_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,rmcp::service=error"));
@@ -60,7 +80,6 @@ fn init_logging() {
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    init_logging();
     let py = m.py();
     m.add_class::<host::NativeHost>()?;
     m.add_class::<host::NativeBatch>()?;
@@ -70,6 +89,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ConfigError", py.get_type::<ConfigError>())?;
     m.add("HostClosedError", py.get_type::<HostClosedError>())?;
     m.add_function(wrap_pyfunction!(plugin_worker, m)?)?;
+    m.add_function(wrap_pyfunction!(cli, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -13,6 +13,7 @@
 //! Exit codes: 0 the call succeeded, 1 the call returned an error result, 2 bad usage or
 //! configuration. Logs go to stderr (`TOOLHOST_LOG=debug` for more).
 
+use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -249,11 +250,28 @@ const DEFAULT_LOG: &str = "warn,rmcp::service=error,toolhost::progress=info,tool
 
 /// The `toolhost` program.
 pub fn main() -> ExitCode {
+    main_with(std::env::args_os().collect(), None)
+}
+
+/// The `toolhost` program run with `args` (its name first, as `std::env::args_os` gives
+/// them), in a program that is not this binary: the Python wheel's `toolhost` command.
+/// `worker` starts a plugin worker (isolation `process`) there, as [`Sources::worker`];
+/// `None`: this program's `plugin-worker`. Returns the exit status (0 the call succeeded,
+/// 1 it returned an error result, 2 bad usage or configuration).
+pub fn run_command(args: Vec<OsString>, worker: Option<(PathBuf, Vec<OsString>)>) -> u8 {
+    let code = main_with(args, worker);
+    // `ExitCode` shows its number only to the process it ends.
+    (0..=u8::MAX)
+        .find(|n| ExitCode::from(*n) == code)
+        .unwrap_or(1)
+}
+
+fn main_with(args: Vec<OsString>, worker: Option<(PathBuf, Vec<OsString>)>) -> ExitCode {
     // A plugin worker (isolation `process`), started by a host: not a user command.
-    let mut args = std::env::args_os().skip(1);
-    if args.next().is_some_and(|a| a == PLUGIN_WORKER) {
+    let mut rest = args.iter().skip(1).cloned();
+    if rest.next().is_some_and(|a| a == PLUGIN_WORKER) {
         init_logging(None);
-        return match plugin_host::worker::WorkerArgs::parse(args) {
+        return match plugin_host::worker::WorkerArgs::parse(rest) {
             Ok(worker) => {
                 ExitCode::from(u8::try_from(plugin_host::worker::run(worker)).unwrap_or(1))
             }
@@ -263,7 +281,14 @@ pub fn main() -> ExitCode {
             }
         };
     }
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and the version are printed to stdout and succeed; a mistake is usage.
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
     // `serve --mcp` answers one client: its requests, their tools' inline work and the
     // protocol I/O all run on one thread, so no message waits for a wake-up on another core
     // (tools that block still run on the blocking pool). `serve --http` answers many, each
@@ -303,7 +328,7 @@ pub fn main() -> ExitCode {
         _ => None,
     };
     init_logging(telemetry.as_ref());
-    let outcome = runtime.block_on(run(cli, telemetry));
+    let outcome = runtime.block_on(run(cli, telemetry, worker));
     // A tool abandoned after cancellation or timeout must not keep the process alive.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match outcome {
@@ -318,6 +343,7 @@ pub fn main() -> ExitCode {
 async fn run(
     cli: Cli,
     telemetry: Option<crate::telemetry::Telemetry>,
+    worker: Option<(PathBuf, Vec<OsString>)>,
 ) -> Result<ExitCode, UsageError> {
     match &cli.command {
         Command::Plugins {
@@ -354,7 +380,7 @@ async fn run(
         config: &config,
         file: &file,
         extra_plugin_dirs: &cli.plugins,
-        worker: None,
+        worker,
     };
     match cli.command {
         Command::Plugins { .. } => plugins(&sources).await,

@@ -35,6 +35,7 @@ pub mod peers;
 pub mod plugin;
 pub mod publish;
 pub mod python;
+pub mod registry;
 pub mod steps;
 #[cfg(feature = "components")]
 mod suite;

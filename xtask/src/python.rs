@@ -15,6 +15,9 @@ use crate::steps::{Result, announce, fail, io, root};
 pub const MATURIN: &str = "maturin==1.16.0";
 /// The pytest that runs its tests.
 pub const PYTEST: &str = "pytest==9.2.0";
+/// The uv whose `uvx` runs the wheel's command from a local index, as an MCP client's
+/// configuration starts it.
+pub const UV: &str = "uv==0.13.9";
 
 /// The wheel file maturin wrote into `out`.
 fn wheel_in(out: &Path) -> Option<PathBuf> {
@@ -23,7 +26,7 @@ fn wheel_in(out: &Path) -> Option<PathBuf> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| {
             p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("toolhost-"))
+                .is_some_and(|n| n.to_string_lossy().starts_with("toolhost_mcp-"))
                 && p.extension().is_some_and(|e| e == "whl")
         })
 }
@@ -105,13 +108,16 @@ pub fn plugin_fixture() -> Result<PathBuf> {
 }
 
 /// Runs the wheel's pytest suite; returns (passed, failed, skipped) and whether it passed.
-pub fn pytest(python: &Path, plugins: &Path) -> Result<(u64, u64, u64, bool)> {
+/// `wheel` is the wheel under test, which the tests of its command install again with
+/// `uvx` from its folder (a local package index).
+pub fn pytest(python: &Path, plugins: &Path, wheel: &Path) -> Result<(u64, u64, u64, bool)> {
     const STEP: &str = "run the Python wheel's tests (pytest)";
     announce(STEP);
     let out = Command::new(python)
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"])
         .current_dir(root().join("toolhost-py"))
         .env("TOOLHOST_TEST_PLUGINS", plugins)
+        .env("TOOLHOST_TEST_WHEEL", wheel)
         .env("TOOLHOST_TEST_REQUIRE_PEERS", "1")
         .output()
         .or_else(|e| fail(STEP, format!("cannot run pytest: {e}")))?;

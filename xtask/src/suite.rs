@@ -301,6 +301,7 @@ pub fn test() -> Result {
             &mut totals,
         )
     })
+    .and_then(|()| crate::registry::check_packages())
     .and_then(|()| python_tests(&mut totals))
     .and_then(|()| fuzz::fuzz(&[], FUZZ_SECONDS, fuzz::Build::Dev));
     println!(
@@ -316,11 +317,11 @@ fn python_tests(totals: &mut Totals) -> Result {
     let python = python::install_wheel(
         &wheel,
         "py-wheel",
-        &[python::PYTEST, PYTHON_SDK],
-        "pytest, mcp",
+        &[python::PYTEST, PYTHON_SDK, python::UV],
+        "pytest, mcp, uv",
     )?;
     let plugins = python::plugin_fixture()?;
-    let (passed, failed, skipped, ok) = python::pytest(&python, &plugins)?;
+    let (passed, failed, skipped, ok) = python::pytest(&python, &plugins, &wheel)?;
     totals.passed += passed;
     totals.failed += failed;
     totals.ignored += skipped;

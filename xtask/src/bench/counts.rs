@@ -23,7 +23,7 @@ pub(super) type Counts = BTreeMap<String, f64>;
 /// counted is said in `skipped`.
 pub(super) fn dispatch_counts(skipped: &mut Vec<String>) -> Counts {
     announce("instructions per call of the dispatcher's rows (callgrind)");
-    let counted = bench_executable("dispatcher-core", "dispatch").and_then(|exe| {
+    let counted = bench_executable("toolhost-dispatcher-core", "dispatch").and_then(|exe| {
         let rows = output(Command::new(&exe).arg("--count-rows"))?;
         rows.lines()
             .map(|row| {

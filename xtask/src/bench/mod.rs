@@ -54,7 +54,7 @@ fn run_benches() -> Result<Printed> {
         cargo().args([
             "bench",
             "-p",
-            "dispatcher-core",
+            "toolhost-dispatcher-core",
             "--bench",
             "dispatch",
             "--bench",
@@ -73,8 +73,14 @@ fn run_benches() -> Result<Printed> {
         cargo().args(["bench", "-p", "toolhost-tests", "--bench", "sandbox"]),
     )?;
     announce("scaling bench (1, 4, 16, 64 sessions; RSS after 10k and 1M dispatches)");
-    let scale = output(cargo().args(["bench", "-p", "dispatcher-core", "--bench", "scale"]))
-        .unwrap_or_default();
+    let scale = output(cargo().args([
+        "bench",
+        "-p",
+        "toolhost-dispatcher-core",
+        "--bench",
+        "scale",
+    ]))
+    .unwrap_or_default();
     announce("scale-out bench (3 instances, each with its own memory, then sharing Redis)");
     let redis = crate::ensure_redis()?;
     let scale_out = output(

@@ -1,0 +1,124 @@
+"""The wheel's `toolhost` command: the binary's CLI, from `pip install` or `uvx` alone."""
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import toolhost
+from conftest import required
+
+BIN = Path(sys.executable).parent
+
+
+def command(name="toolhost"):
+    path = BIN / name
+    assert path.exists(), f"the wheel installed no {name} command into {BIN}"
+    return str(path)
+
+
+def run(*args, name="toolhost", cwd=None):
+    return subprocess.run(
+        [command(name), *args], capture_output=True, text=True, timeout=120, cwd=cwd
+    )
+
+
+@pytest.mark.parametrize("name", ["toolhost", "toolhost-mcp"])
+def test_the_command_is_installed_under_both_names_and_tells_its_version(name):
+    out = run("--version", name=name)
+    assert out.returncode == 0, out.stderr
+    assert toolhost.__version__ in out.stdout
+
+
+def test_python_dash_m_toolhost_is_the_same_command():
+    out = subprocess.run(
+        [sys.executable, "-m", "toolhost", "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert toolhost.__version__ in out.stdout
+
+
+def test_a_mistyped_option_is_bad_usage_with_the_binarys_exit_status():
+    out = run("--no-such-option")
+    assert out.returncode == 2
+    assert "--no-such-option" in out.stderr
+
+
+def test_call_runs_a_tool_and_a_failed_call_exits_1(workspace, tmp_path):
+    config = tmp_path / "toolhost.toml"
+    config.write_text("")
+    ok = run("--config", str(config), "call", "read_file", "--input", '{"path": "README.md"}',
+             "--workspace", str(workspace))
+    assert ok.returncode == 0, ok.stderr
+    assert "hello from the workspace" in ok.stdout
+    missing = run("--config", str(config), "call", "read_file", "--input", '{"path": "nope.md"}',
+                  "--workspace", str(workspace))
+    assert missing.returncode == 1, missing.stdout + missing.stderr
+
+
+def test_plugins_in_worker_processes_start_from_the_wheel(workspace, plugins_dir, tmp_path):
+    # Isolation `process`: the worker is `python -m toolhost._worker`, not this command.
+    config = tmp_path / "toolhost.toml"
+    config.write_text('plugin_isolation = "process"\n')
+    out = run("--config", str(config), "--plugins", plugins_dir, "call", "word_count",
+              "--input", '{"text": "one two three"}', "--workspace", str(workspace))
+    assert out.returncode == 0, out.stderr
+    assert "3" in out.stdout
+
+
+def served(command_line, env=None):
+    """The tool names `serve --mcp` lists and its `read_file` of README.md, asked by the
+    official Python SDK's client over stdio."""
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    params = StdioServerParameters(command=command_line[0], args=command_line[1:], env=env)
+
+    async def session():
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as client:
+                await client.initialize()
+                listed = await client.list_tools()
+                called = await client.call_tool("read_file", {"path": "README.md"})
+                return [t.name for t in listed.tools], called.model_dump(by_alias=True)
+
+    return asyncio.run(asyncio.wait_for(session(), 90))
+
+
+def serve_args(workspace, tmp_path):
+    config = tmp_path / "toolhost.toml"
+    config.write_text("")
+    return ["serve", "--mcp", "--workspace", str(workspace), "--config", str(config)]
+
+
+def test_serve_mcp_answers_the_official_python_sdk_client(workspace, tmp_path):
+    names, result = served([command("toolhost-mcp"), *serve_args(workspace, tmp_path)])
+    assert "read_file" in names
+    assert not result.get("isError"), result
+    assert "hello from the workspace" in json.dumps(result)
+
+
+def test_uvx_runs_the_wheel_from_a_local_index_as_an_mcp_clients_config_would(workspace, tmp_path):
+    # `uvx toolhost-mcp serve --mcp`, the wheel found in a local index (its folder) and
+    # installed into a fresh environment of uv's; no network.
+    wheel = Path(required("TOOLHOST_TEST_WHEEL"))
+    uvx = command("uvx")
+    env = {
+        **os.environ,
+        "UV_CACHE_DIR": str(tmp_path / "uv-cache"),
+        "UV_TOOL_DIR": str(tmp_path / "uv-tools"),
+        "UV_NO_CONFIG": "1",
+    }
+    env.pop("VIRTUAL_ENV", None)
+    line = [uvx, "--no-index", "--find-links", str(wheel.parent), "toolhost-mcp"]
+    names, result = served([*line, *serve_args(workspace, tmp_path)], env=env)
+    assert "read_file" in names
+    assert "hello from the workspace" in json.dumps(result)
+    # What uv installed is the wheel under test, not a toolhost from elsewhere.
+    version = subprocess.run([*line, "--version"], capture_output=True, text=True, env=env, timeout=120)
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.strip() == f"toolhost {toolhost.__version__}"

@@ -1,0 +1,155 @@
+//! The crates an author or embedder depends on, as a registry would take them: `cargo
+//! package` succeeds for each, and each package carries what users of a registry expect
+//! (its README and both license texts) and nothing they do not (tests, benches, fixtures).
+//! `cargo xtask test` runs [`check_packages`] so that it stays true (docs/packages.md).
+
+use std::process::Command;
+
+use crate::steps::{Result, announce, cargo, fail};
+
+/// The packages of `cargo package`, in the order they depend on each other. `tool-api`
+/// keeps its name (the ABI check compares package names); the others carry `toolhost-`.
+pub const PUBLISHED: [&str; 4] = [
+    "tool-api",
+    "toolhost-sandbox",
+    "toolhost-dispatcher-core",
+    "toolhost-builtin-tools",
+];
+
+/// The one package whose packaged sources are also compiled alone (`cargo package`'s
+/// verification): the crate every plugin depends on. Verifying the others compiles their
+/// dependencies again with another set of features (two minutes on a fresh clone); their
+/// packaging, versions and file lists are still checked.
+pub const VERIFIED: &str = "tool-api";
+
+/// Files every package must carry.
+const REQUIRED_FILES: [&str; 4] = ["Cargo.toml", "README.md", "LICENSE-MIT", "LICENSE-APACHE"];
+
+/// The largest a package may be, uncompressed (what `cargo package --list` names, summed):
+/// crates.io takes up to 10 MiB compressed; a library's sources are a few hundred KiB, so
+/// anything near this is a fixture or a build product that `include` let in.
+const MAX_PACKAGE_BYTES: u64 = 2 * 1024 * 1024;
+
+/// `cargo package` for [`PUBLISHED`], then each package's file list checked.
+pub fn check_packages() -> Result {
+    const STEP: &str = "package the crates authors and embedders depend on (cargo package)";
+    announce(STEP);
+    let mut package = cargo();
+    package.args(["package", "--allow-dirty", "--quiet"]);
+    for name in PUBLISHED {
+        package.args(["-p", name]);
+    }
+    // One run packages them together (a later one finds the earlier ones in cargo's
+    // temporary registry); verification is asked for one package alone below.
+    package.arg("--no-verify");
+    status(STEP, &mut package)?;
+    status(
+        STEP,
+        cargo().args(["package", "--allow-dirty", "--quiet", "-p", VERIFIED]),
+    )?;
+    let mut problems = Vec::new();
+    for name in PUBLISHED {
+        let listed = list(STEP, name)?;
+        for required in REQUIRED_FILES {
+            if !listed.iter().any(|f| f == required) {
+                problems.push(format!(
+                    "{name}: the package has no {required} (add it to `include` in its Cargo.toml)"
+                ));
+            }
+        }
+        let stray: Vec<&String> = listed
+            .iter()
+            .filter(|f| {
+                f.starts_with("tests/") || f.starts_with("benches/") || f.starts_with("fuzz/")
+            })
+            .collect();
+        if !stray.is_empty() {
+            problems.push(format!(
+                "{name}: the package carries {stray:?}, which no user builds (narrow `include`)"
+            ));
+        }
+        let bytes = size(name, &listed);
+        if bytes > MAX_PACKAGE_BYTES {
+            problems.push(format!(
+                "{name}: the package's files add up to {bytes} bytes (at most {MAX_PACKAGE_BYTES}): `cargo package --list -p {name}` shows what `include` let in"
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        fail(STEP, problems.join("\n"))
+    }
+}
+
+fn status(step: &str, cmd: &mut Command) -> Result {
+    match cmd.status() {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => fail(step, format!("{cmd:?} exited with {s}")),
+        Err(e) => fail(step, format!("could not start cargo: {e}")),
+    }
+}
+
+/// The files `cargo package` puts into `name`'s package.
+fn list(step: &str, name: &str) -> Result<Vec<String>> {
+    let out = cargo()
+        .args(["package", "--allow-dirty", "--list", "--quiet", "-p", name])
+        .output()
+        .or_else(|e| fail(step, format!("could not start cargo: {e}")))?;
+    if !out.status.success() {
+        return fail(
+            step,
+            format!(
+                "cargo package --list -p {name}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect())
+}
+
+/// The bytes of the package's files as they are in the workspace (the generated
+/// `Cargo.toml`, `Cargo.lock` and VCS note are counted as their sources or not at all).
+fn size(name: &str, listed: &[String]) -> u64 {
+    let Some(dir) = crate_dir(name) else {
+        return 0;
+    };
+    listed
+        .iter()
+        .filter_map(|f| std::fs::metadata(dir.join(f)).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// The folder of a published package (the folders keep the names without the prefix).
+fn crate_dir(name: &str) -> Option<std::path::PathBuf> {
+    let folder = name.strip_prefix("toolhost-").unwrap_or(name);
+    let dir = crate::steps::root().join(folder);
+    dir.join("Cargo.toml").is_file().then_some(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_published_package_is_a_folder_of_the_workspace_with_its_name_in_its_manifest() {
+        for name in PUBLISHED {
+            let dir = crate_dir(name).unwrap_or_else(|| panic!("no folder for {name}"));
+            let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+            assert!(
+                manifest.contains(&format!("name = \"{name}\"")),
+                "{} does not name the package {name}",
+                dir.display()
+            );
+        }
+    }
+
+    #[test]
+    fn the_verified_package_is_one_of_the_published() {
+        assert!(PUBLISHED.contains(&VERIFIED));
+    }
+}
