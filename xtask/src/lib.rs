@@ -5,6 +5,7 @@
 //! cargo xtask test                          every test, doctests included
 //! cargo xtask ci                            fmt --check, clippy -D warnings, then test
 //! cargo xtask demo                          package the example plugins, run toolhost over them
+//! cargo xtask dist [--binary B] [--out DIR] the release archive: toolhost-VERSION-TARGET.tar.gz
 //! cargo xtask fuzz [TARGET…] [--seconds N]  the fuzz targets (nightly), from their seeds
 //! cargo xtask bench [--write-readme]        every benchmark and its peers: one table
 //! cargo xtask bench --mcp-only               the MCP servers and the gateway's rows alone
@@ -28,6 +29,7 @@ pub mod bench;
 pub mod components;
 #[cfg(feature = "components")]
 pub mod demo;
+pub mod dist;
 pub mod fuzz;
 #[cfg(feature = "components")]
 pub mod idle_code;

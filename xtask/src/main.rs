@@ -45,6 +45,16 @@ enum Command {
         #[arg(long, default_value_t = 60)]
         seconds: u64,
     },
+    /// Make the release archive: target/dist/toolhost-VERSION-TARGET.tar.gz (the binary,
+    /// README, licenses) and its .sha256, from the dist profile's build.
+    Dist {
+        /// Archive this toolhost binary instead of building the dist profile's.
+        #[arg(long, value_name = "FILE")]
+        binary: Option<PathBuf>,
+        /// Where to write the archive (default: target/dist).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
     /// Create, build, package, verify and install plugins.
     #[command(subcommand)]
     Plugin(PluginCommand),
@@ -165,6 +175,7 @@ fn with_components(command: Command) -> xtask::steps::Result {
             xtask::components::fixtures().map(|dir| println!("{}", dir.display()))
         }
         Command::Fuzz { .. }
+        | Command::Dist { .. }
         | Command::Plugin(_)
         | Command::Inspect { .. }
         | Command::Verify { .. } => unreachable!("handled in main"),
@@ -334,6 +345,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Fuzz { targets, seconds } => {
             xtask::fuzz::fuzz(&targets, seconds, xtask::fuzz::Build::Release)
+        }
+        Command::Dist { binary, out } => {
+            xtask::dist::dist(binary.as_deref(), out.as_deref()).map(|_| ())
         }
         Command::Plugin(command) => plugin_command(command),
         Command::Inspect { library } => return child(plugin::inspect_here(&library)),
