@@ -117,6 +117,12 @@ pub fn new(name: &str, path: Option<&Path>) -> Result<PathBuf> {
     io(step, std::fs::create_dir_all(dir.join("src")))?;
     let tool_api = root().join("tool-api");
     let tool_name = name.replace('-', "_");
+    // `MAJOR.MINOR`: the minor that introduced what the scaffold uses; cargo takes the
+    // newest compatible one.
+    let (api_version, api_major) = match semver::Version::parse(tool_api::TOOL_API_VERSION) {
+        Ok(v) => (format!("{}.{}", v.major, v.minor), v.major.to_string()),
+        Err(_) => (tool_api::TOOL_API_VERSION.to_owned(), "1".to_owned()),
+    };
     let cargo_toml = format!(
         r#"[package]
 name = "{name}"
@@ -129,9 +135,9 @@ publish = false
 crate-type = ["cdylib", "rlib"]
 
 [dependencies]
-# tool-api is not on a registry yet: this points at the toolhost checkout that made this
-# crate. Keep `version` (what the plugin needs); change `path` if the checkout moves.
-tool-api = {{ version = "{api_version}", path = "{tool_api}" }}
+# The plugin ABI's version: a plugin built against {api_version} loads in any host of
+# {api_major}.x from {api_version} on.
+tool-api = "{api_version}"
 serde = {{ version = "1", features = ["derive"] }}
 
 # A plugin must unwind: hosts refuse panic = "abort" builds.
@@ -140,8 +146,15 @@ panic = "unwind"
 
 # Its own workspace, wherever it is created.
 [workspace]
+
+# Made by a toolhost checkout: tool-api comes from it (the same version) until it is on
+# crates.io. Delete this comment and the two lines below to take it from a registry
+# (crates.io, or one your team runs), or when the checkout moves.
+[patch.crates-io]
+tool-api = {{ path = "{tool_api}" }}
 "#,
-        api_version = tool_api::TOOL_API_VERSION,
+        api_version = api_version,
+        api_major = api_major,
         tool_api = tool_api.display()
     );
     let lib_rs = format!(
