@@ -230,18 +230,21 @@ fn init_logging(telemetry: Option<&crate::telemetry::Telemetry>) {
     // The calls' spans, only when they are exported: a layer that is there but empty (a
     // `None`) would take every span and event as wanted, and every call would make and
     // enter its span for nothing.
+    // A program that set up its own subscriber before running the CLI (a Python program
+    // that made a `toolhost.Host` before calling the command) keeps it.
     #[cfg(feature = "otlp")]
     if let Some(tracer) = telemetry.and_then(crate::telemetry::Telemetry::tracer) {
-        return registry
+        let _ = registry
             .with(
                 crate::telemetry::otlp::layer(tracer)
                     .with_filter(crate::telemetry::otlp::call_spans_only()),
             )
-            .init();
+            .try_init();
+        return;
     }
     #[cfg(not(feature = "otlp"))]
     let _ = telemetry;
-    registry.init();
+    let _ = registry.try_init();
 }
 
 /// The log filter without `TOOLHOST_LOG`: warnings, and what a wait is for (a first compile
