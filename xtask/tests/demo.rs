@@ -88,3 +88,60 @@ fn path_with(dir: &Path) -> std::ffi::OsString {
     ));
     std::env::join_paths(dirs).unwrap()
 }
+
+/// The packages the demo's one build compiles (`cargo tree` over the packages of
+/// `xtask_launcher::tool::DEMO_BUILD`, build dependencies included; cargo's count of units is
+/// higher by the build scripts): 423 when this was set. A fresh clone's demo takes about
+/// nine minutes on two cores, nearly all of it this build: a dependency added to what the
+/// demo builds is then a decision, not an accident.
+const DEMO_PACKAGES_BUDGET: usize = 423;
+
+#[test]
+fn the_demo_compiles_no_more_packages_than_its_budget() {
+    let packages: Vec<&str> = xtask_launcher::tool::DEMO_BUILD
+        .windows(2)
+        .filter(|w| w[0] == "--package")
+        .map(|w| w[1])
+        .collect();
+    assert!(packages.contains(&"toolhost"), "{packages:?}");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut tree = Command::new(cargo);
+    tree.current_dir(repo_root()).args([
+        "tree",
+        "--locked",
+        "--edges",
+        "normal,build",
+        "--prefix",
+        "none",
+        "--format",
+        "{p}",
+    ]);
+    for package in &packages {
+        tree.args(["--package", package]);
+    }
+    let out = tree.output().unwrap();
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // "serde v1.0.228", without " (*)", " (proc-macro)" or a path source.
+    let unique: std::collections::BTreeSet<String> = listed
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+        .collect();
+    assert!(
+        unique.len() <= DEMO_PACKAGES_BUDGET,
+        "the demo's build now compiles {} packages, over its budget of {DEMO_PACKAGES_BUDGET}: \
+         `cargo tree -e normal,build {}` shows what a change brought in; raise the budget \
+         (xtask/tests/demo.rs) only if the demo needs it",
+        unique.len(),
+        packages
+            .iter()
+            .map(|p| format!("-p {p}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+}
