@@ -50,36 +50,42 @@ pub fn check_packages() -> Result {
     let mut problems = Vec::new();
     for name in PUBLISHED {
         let listed = list(STEP, name)?;
-        for required in REQUIRED_FILES {
-            if !listed.iter().any(|f| f == required) {
-                problems.push(format!(
-                    "{name}: the package has no {required} (add it to `include` in its Cargo.toml)"
-                ));
-            }
-        }
-        let stray: Vec<&String> = listed
-            .iter()
-            .filter(|f| {
-                f.starts_with("tests/") || f.starts_with("benches/") || f.starts_with("fuzz/")
-            })
-            .collect();
-        if !stray.is_empty() {
-            problems.push(format!(
-                "{name}: the package carries {stray:?}, which no user builds (narrow `include`)"
-            ));
-        }
         let bytes = size(name, &listed);
-        if bytes > MAX_PACKAGE_BYTES {
-            problems.push(format!(
-                "{name}: the package's files add up to {bytes} bytes (at most {MAX_PACKAGE_BYTES}): `cargo package --list -p {name}` shows what `include` let in"
-            ));
-        }
+        problems.extend(problems_of(name, &listed, bytes));
     }
     if problems.is_empty() {
         Ok(())
     } else {
         fail(STEP, problems.join("\n"))
     }
+}
+
+/// What is wrong with the package `name` whose files are `listed` (as `cargo package
+/// --list` names them) and add up to `bytes`: each problem says what to change.
+fn problems_of(name: &str, listed: &[String], bytes: u64) -> Vec<String> {
+    let mut problems = Vec::new();
+    for required in REQUIRED_FILES {
+        if !listed.iter().any(|f| f == required) {
+            problems.push(format!(
+                "{name}: the package has no {required} (add it to `include` in its Cargo.toml)"
+            ));
+        }
+    }
+    let stray: Vec<&String> = listed
+        .iter()
+        .filter(|f| f.starts_with("tests/") || f.starts_with("benches/") || f.starts_with("fuzz/"))
+        .collect();
+    if !stray.is_empty() {
+        problems.push(format!(
+            "{name}: the package carries {stray:?}, which no user builds (narrow `include`)"
+        ));
+    }
+    if bytes > MAX_PACKAGE_BYTES {
+        problems.push(format!(
+            "{name}: the package's files add up to {bytes} bytes (at most {MAX_PACKAGE_BYTES}): `cargo package --list -p {name}` shows what `include` let in"
+        ));
+    }
+    problems
 }
 
 fn status(step: &str, cmd: &mut Command) -> Result {
@@ -144,6 +150,62 @@ mod tests {
                 manifest.contains(&format!("name = \"{name}\"")),
                 "{} does not name the package {name}",
                 dir.display()
+            );
+        }
+    }
+
+    fn files(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_package_with_its_readme_licenses_and_sources_only_has_no_problem() {
+        let listed = files(&[
+            "Cargo.toml",
+            "README.md",
+            "LICENSE-MIT",
+            "LICENSE-APACHE",
+            "src/lib.rs",
+        ]);
+        assert!(problems_of("tool-api", &listed, 200_000).is_empty());
+    }
+
+    #[test]
+    fn each_problem_of_a_package_is_named_with_what_to_change() {
+        let table: [(&[&str], u64, &str); 4] = [
+            (
+                &["Cargo.toml", "README.md", "LICENSE-MIT"],
+                1,
+                "has no LICENSE-APACHE (add it to `include`",
+            ),
+            (
+                &["Cargo.toml", "LICENSE-MIT", "LICENSE-APACHE"],
+                1,
+                "has no README.md",
+            ),
+            (
+                &[
+                    "Cargo.toml",
+                    "README.md",
+                    "LICENSE-MIT",
+                    "LICENSE-APACHE",
+                    "tests/big.rs",
+                ],
+                1,
+                "carries [\"tests/big.rs\"], which no user builds",
+            ),
+            (
+                &["Cargo.toml", "README.md", "LICENSE-MIT", "LICENSE-APACHE"],
+                MAX_PACKAGE_BYTES + 1,
+                "`cargo package --list -p x` shows what `include` let in",
+            ),
+        ];
+        for (listed, bytes, says) in table {
+            let problems = problems_of("x", &files(listed), bytes);
+            assert_eq!(problems.len(), 1, "{listed:?}: {problems:?}");
+            assert!(
+                problems[0].starts_with("x: ") && problems[0].contains(says),
+                "{problems:?}"
             );
         }
     }
