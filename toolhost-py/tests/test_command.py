@@ -1,10 +1,15 @@
 """The wheel's `toolhost` command: the binary's CLI, from `pip install` or `uvx` alone."""
 
 import asyncio
+import contextlib
+import hashlib
+import http.server
 import json
 import os
+import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -102,9 +107,46 @@ def test_serve_mcp_answers_the_official_python_sdk_client(workspace, tmp_path):
     assert "hello from the workspace" in json.dumps(result)
 
 
-def test_uvx_runs_the_wheel_from_a_local_index_as_an_mcp_clients_config_would(workspace, tmp_path):
-    # `uvx toolhost-mcp serve --mcp`, the wheel found in a local index (its folder) and
-    # installed into a fresh environment of uv's; no network.
+@contextlib.contextmanager
+def package_index(root, wheel):
+    """A package index as PyPI serves one (PEP 503's simple API, over HTTP on loopback)
+    holding only `wheel`; yields its URL and the paths it was asked for."""
+    files = root / "files"
+    files.mkdir(parents=True)
+    shutil.copy(wheel, files / wheel.name)
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    project = root / "simple" / "toolhost-mcp"
+    project.mkdir(parents=True)
+    (root / "simple" / "index.html").write_text('<a href="toolhost-mcp/">toolhost-mcp</a>\n')
+    (project / "index.html").write_text(
+        f'<a href="../../files/{wheel.name}#sha256={digest}">{wheel.name}</a>\n'
+    )
+    asked = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(root), **kwargs)
+
+        def do_GET(self):
+            asked.append(self.path)
+            super().do_GET()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/simple", asked
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_uvx_runs_the_wheel_from_a_package_index_as_an_mcp_clients_config_would(workspace, tmp_path):
+    # `uvx toolhost-mcp serve --mcp`: the wheel found in a package index that stands in for
+    # PyPI and installed into a fresh environment of uv's; no other network.
     wheel = Path(required("TOOLHOST_TEST_WHEEL"))
     uvx = command("uvx")
     env = {
@@ -114,11 +156,13 @@ def test_uvx_runs_the_wheel_from_a_local_index_as_an_mcp_clients_config_would(wo
         "UV_NO_CONFIG": "1",
     }
     env.pop("VIRTUAL_ENV", None)
-    line = [uvx, "--no-index", "--find-links", str(wheel.parent), "toolhost-mcp"]
-    names, result = served([*line, *serve_args(workspace, tmp_path)], env=env)
-    assert "read_file" in names
-    assert "hello from the workspace" in json.dumps(result)
-    # What uv installed is the wheel under test, not a toolhost from elsewhere.
-    version = subprocess.run([*line, "--version"], capture_output=True, text=True, env=env, timeout=120)
+    with package_index(tmp_path / "index", wheel) as (url, asked):
+        line = [uvx, "--default-index", url, "toolhost-mcp"]
+        names, result = served([*line, *serve_args(workspace, tmp_path)], env=env)
+        assert "read_file" in names
+        assert "hello from the workspace" in json.dumps(result)
+        version = subprocess.run([*line, "--version"], capture_output=True, text=True, env=env, timeout=120)
     assert version.returncode == 0, version.stderr
     assert version.stdout.strip() == f"toolhost {toolhost.__version__}"
+    # What uv installed came from the index: the wheel under test, not one from elsewhere.
+    assert f"/files/{wheel.name}" in asked, asked
