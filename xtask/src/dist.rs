@@ -61,7 +61,7 @@ pub fn archive(binary: &Path, out: &Path) -> Result<Archive> {
             );
             let mut tar = tar::Builder::new(gz);
             tar.mode(tar::HeaderMode::Deterministic);
-            // Symlinks (the crates' license links) are archived as the files they name.
+            // A binary named through a symlink is archived as the file it names.
             tar.follow_symlinks(true);
             tar.append_path_with_name(binary, Path::new(&folder).join("toolhost"))?;
             for file in BESIDE {
