@@ -121,12 +121,7 @@ impl NativeHost {
         let event_loop = Arc::new(Mutex::new(None));
         let confirmer: Arc<dyn dispatcher_core::Confirmer> =
             Arc::new(PyConfirmer::new(on_confirm, event_loop.clone()));
-        let worker = worker.split_first().map(|(program, args)| {
-            (
-                PathBuf::from(program),
-                args.iter().map(Into::into).collect(),
-            )
-        });
+        let worker = crate::worker_command(&worker);
         // Built without the GIL: starting MCP servers and plugin workers takes a while, and
         // Python threads go on meanwhile.
         let built = py.detach(|| {

@@ -55,14 +55,17 @@ fn plugin_worker(py: Python<'_>, args: Vec<String>) -> PyResult<()> {
 /// the binary's does, without Python's shutdown.
 #[pyfunction]
 fn cli(py: Python<'_>, args: Vec<std::ffi::OsString>, worker: Vec<String>) -> PyResult<()> {
-    let worker = worker.split_first().map(|(program, rest)| {
-        (
-            std::path::PathBuf::from(program),
-            rest.iter().map(Into::into).collect(),
-        )
-    });
+    let worker = worker_command(&worker);
     let code = py.detach(|| toolhost::cli::run_command(args, worker));
     std::process::exit(i32::from(code))
+}
+
+/// The program and arguments that start a plugin worker, from Python's list of them
+/// (`[sys.executable, "-m", "toolhost._worker"]`); an empty list: none given.
+fn worker_command(worker: &[String]) -> Option<(std::path::PathBuf, Vec<std::ffi::OsString>)> {
+    worker
+        .split_first()
+        .map(|(program, args)| (program.into(), args.iter().map(Into::into).collect()))
 }
 
 /// Logs (a tool's, toolhost's) go to stderr, filtered by `TOOLHOST_LOG` (default `warn`),

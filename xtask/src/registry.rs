@@ -3,9 +3,7 @@
 //! (its README and both license texts) and nothing they do not (tests, benches, fixtures).
 //! `cargo xtask test` runs [`check_packages`] so that it stays true (docs/packages.md).
 
-use std::process::Command;
-
-use crate::steps::{Result, announce, cargo, fail};
+use crate::steps::{Result, announce, cargo, fail, run};
 
 /// The packages of `cargo package`, in the order they depend on each other. `tool-api`
 /// keeps its name (the ABI check compares package names); the others carry `toolhost-`.
@@ -33,7 +31,6 @@ const MAX_PACKAGE_BYTES: u64 = 2 * 1024 * 1024;
 /// `cargo package` for [`PUBLISHED`], then each package's file list checked.
 pub fn check_packages() -> Result {
     const STEP: &str = "package the crates authors and embedders depend on (cargo package)";
-    announce(STEP);
     let mut package = cargo();
     package.args(["package", "--allow-dirty", "--quiet"]);
     for name in PUBLISHED {
@@ -42,11 +39,12 @@ pub fn check_packages() -> Result {
     // One run packages them together (a later one finds the earlier ones in cargo's
     // temporary registry); verification is asked for one package alone below.
     package.arg("--no-verify");
-    status(STEP, &mut package)?;
-    status(
-        STEP,
+    run(STEP, &mut package)?;
+    run(
+        "compile tool-api's package alone (cargo package's verification)",
         cargo().args(["package", "--allow-dirty", "--quiet", "-p", VERIFIED]),
     )?;
+    announce("check each package's files");
     let mut problems = Vec::new();
     for name in PUBLISHED {
         let listed = list(STEP, name)?;
@@ -86,14 +84,6 @@ fn problems_of(name: &str, listed: &[String], bytes: u64) -> Vec<String> {
         ));
     }
     problems
-}
-
-fn status(step: &str, cmd: &mut Command) -> Result {
-    match cmd.status() {
-        Ok(s) if s.success() => Ok(()),
-        Ok(s) => fail(step, format!("{cmd:?} exited with {s}")),
-        Err(e) => fail(step, format!("could not start cargo: {e}")),
-    }
 }
 
 /// The files `cargo package` puts into `name`'s package.

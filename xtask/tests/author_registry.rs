@@ -9,14 +9,13 @@ use std::process::{Command, Output};
 
 use toolhost_tests::{repo_root, text};
 
+/// cargo in `dir`, without what `cargo test` set for this test (not the author's).
 fn cargo(dir: &Path, args: &[&str]) -> Output {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut command = Command::new(cargo);
-    // What `cargo test` set for this test is not the author's.
-    for name in xtask_launcher::set_by_cargo_run() {
-        command.env_remove(name);
-    }
-    command.args(args).current_dir(dir).output().unwrap()
+    xtask::steps::cargo()
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap()
 }
 
 fn succeeded(what: &str, out: Output) -> String {

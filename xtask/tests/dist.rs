@@ -127,13 +127,7 @@ fn a_binary_that_is_not_toolhost_is_refused_naming_it() {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
-/// The version of the `toolhost` package, from its manifest.
+/// The version of the `toolhost` package, as cargo resolves it.
 fn toolhost_version() -> String {
-    let manifest = std::fs::read_to_string(repo_root().join("toolhost/Cargo.toml")).unwrap();
-    manifest
-        .lines()
-        .find_map(|l| l.strip_prefix("version = \""))
-        .and_then(|v| v.strip_suffix('"'))
-        .unwrap()
-        .to_owned()
+    xtask::plugin::crate_version(&repo_root().join("toolhost")).unwrap()
 }
