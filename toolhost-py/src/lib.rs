@@ -50,17 +50,26 @@ fn plugin_worker(py: Python<'_>, args: Vec<String>) -> PyResult<()> {
 
 /// The `toolhost` command (`toolhost._cli`, the wheel's console script): the CLI of the
 /// `toolhost` binary, every subcommand, with `args` (the command's name first); plugin
-/// workers are started with `worker` (`python -m toolhost._worker`). Does not return: the
-/// process exits with the command's status (0, 1 a call's error result, 2 bad usage), as
-/// the binary's does, without Python's shutdown.
+/// workers are started with `worker` (`python -m toolhost._worker`), and the command
+/// itself, for the child of an author's `plugin package` or `verify`, with `this`
+/// (`python -m toolhost`). Does not return: the process exits with the command's status
+/// (0, 1 a call's error result, 2 bad usage), as the binary's does, without Python's
+/// shutdown.
 #[pyfunction]
-fn cli(py: Python<'_>, args: Vec<std::ffi::OsString>, worker: Vec<String>) -> PyResult<()> {
-    let worker = worker_command(&worker);
-    let code = py.detach(|| toolhost::cli::run_command(args, worker));
+fn cli(
+    py: Python<'_>,
+    args: Vec<std::ffi::OsString>,
+    worker: Vec<String>,
+    this: Vec<String>,
+) -> PyResult<()> {
+    let started_as = worker_command(&worker)
+        .zip(worker_command(&this))
+        .map(|(worker, cli)| toolhost::cli::StartedAs { worker, cli });
+    let code = py.detach(|| toolhost::cli::run_command(args, started_as));
     std::process::exit(i32::from(code))
 }
 
-/// The program and arguments that start a plugin worker, from Python's list of them
+/// A program and the arguments that come first, from Python's list of them
 /// (`[sys.executable, "-m", "toolhost._worker"]`); an empty list: none given.
 fn worker_command(worker: &[String]) -> Option<(std::path::PathBuf, Vec<std::ffi::OsString>)> {
     worker

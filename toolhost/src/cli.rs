@@ -4,6 +4,8 @@
 //! toolhost list [--json] [--workspace DIR]
 //! toolhost call NAME --input JSON [--workspace DIR] [--yes] [--json]
 //! toolhost plugins
+//! toolhost plugin install|update …                     (see `plugin_sources.rs`)
+//! toolhost plugin new|build|package|verify|keygen|sign|publish …   (see `authoring.rs`)
 //! toolhost sandbox [--json] [--workspace DIR]
 //! toolhost serve --mcp [--control ADDR] | --http ADDR   (see `serve.rs`)
 //! ```
@@ -76,7 +78,8 @@ enum Command {
     },
     /// Load the plugin directories and print, per package, loaded (with its tools) or
     /// refused (with the reason). Exit code 1 if any package was refused. `plugin install`
-    /// and `plugin update` install plugins from OCI registries.
+    /// and `plugin update` install plugins from OCI registries; `plugin new`, `package`,
+    /// `sign`, `publish` and the rest are a plugin author's.
     #[command(alias = "plugin")]
     Plugins {
         #[command(subcommand)]
@@ -139,6 +142,8 @@ enum PluginAction {
         #[arg(long, short = 'y')]
         yes: bool,
     },
+    #[command(flatten)]
+    Author(crate::authoring::AuthorCommand),
 }
 
 #[derive(Subcommand)]
@@ -256,20 +261,32 @@ pub fn main() -> ExitCode {
     main_with(std::env::args_os().collect(), None)
 }
 
+/// How a program that runs the CLI but is not the `toolhost` binary (the Python wheel's
+/// `toolhost` command) starts its parts in new processes: each a program and the arguments
+/// that come first.
+#[derive(Debug, Clone)]
+pub struct StartedAs {
+    /// A plugin worker (isolation `process`), as [`Sources::worker`]
+    /// (`python -m toolhost._worker`).
+    pub worker: (PathBuf, Vec<OsString>),
+    /// This CLI, followed by a subcommand (`python -m toolhost`): the child that inspects
+    /// and verifies a plugin for an author's commands.
+    pub cli: (PathBuf, Vec<OsString>),
+}
+
 /// The `toolhost` program run with `args` (its name first, as `std::env::args_os` gives
-/// them), in a program that is not this binary: the Python wheel's `toolhost` command.
-/// `worker` starts a plugin worker (isolation `process`) there, as [`Sources::worker`];
-/// `None`: this program's `plugin-worker`. Returns the exit status (0 the call succeeded,
-/// 1 it returned an error result, 2 bad usage or configuration).
-pub fn run_command(args: Vec<OsString>, worker: Option<(PathBuf, Vec<OsString>)>) -> u8 {
-    let code = main_with(args, worker);
+/// them), in a program that is not this binary, which starts its parts as `started_as`
+/// says (`None`: this binary's `plugin-worker` and itself). Returns the exit status (0 the
+/// call succeeded, 1 it returned an error result, 2 bad usage or configuration).
+pub fn run_command(args: Vec<OsString>, started_as: Option<StartedAs>) -> u8 {
+    let code = main_with(args, started_as);
     // `ExitCode` shows its number only to the process it ends.
     (0..=u8::MAX)
         .find(|n| ExitCode::from(*n) == code)
         .unwrap_or(1)
 }
 
-fn main_with(args: Vec<OsString>, worker: Option<(PathBuf, Vec<OsString>)>) -> ExitCode {
+fn main_with(args: Vec<OsString>, started_as: Option<StartedAs>) -> ExitCode {
     // A plugin worker (isolation `process`), started by a host: not a user command.
     let mut rest = args.iter().skip(1).cloned();
     if rest.next().is_some_and(|a| a == PLUGIN_WORKER) {
@@ -284,6 +301,15 @@ fn main_with(args: Vec<OsString>, worker: Option<(PathBuf, Vec<OsString>)>) -> E
             }
         };
     }
+    // The child side of an author's command (`__inspect LIB`, `__verify PACKAGE`), started
+    // by this program: one library or package, no runtime.
+    if let [_, command, path] = args.as_slice()
+        && let Some(command) = crate::authoring::CHILD_COMMANDS
+            .iter()
+            .find(|c| command.as_os_str() == **c)
+    {
+        return crate::authoring::child(command, Path::new(path));
+    }
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
@@ -291,6 +317,13 @@ fn main_with(args: Vec<OsString>, worker: Option<(PathBuf, Vec<OsString>)>) -> E
             let _ = e.print();
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
+    };
+    let (worker, this) = match started_as {
+        Some(StartedAs { worker, cli }) => (Some(worker), cli),
+        None => match plugin_dev::Inspector::this_program() {
+            plugin_dev::Inspector::Child { program, args } => (None, (program, args)),
+            plugin_dev::Inspector::InProcess => unreachable!("this_program is a child"),
+        },
     };
     // `serve --mcp` answers one client: its requests, their tools' inline work and the
     // protocol I/O all run on one thread, so no message waits for a wake-up on another core
@@ -331,7 +364,7 @@ fn main_with(args: Vec<OsString>, worker: Option<(PathBuf, Vec<OsString>)>) -> E
         _ => None,
     };
     init_logging(telemetry.as_ref());
-    let outcome = runtime.block_on(run(cli, telemetry, worker));
+    let outcome = runtime.block_on(run(cli, telemetry, worker, this));
     // A tool abandoned after cancellation or timeout must not keep the process alive.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match outcome {
@@ -347,7 +380,15 @@ async fn run(
     cli: Cli,
     telemetry: Option<crate::telemetry::Telemetry>,
     worker: Option<(PathBuf, Vec<OsString>)>,
+    this: (PathBuf, Vec<OsString>),
 ) -> Result<ExitCode, UsageError> {
+    // An author's commands need no configuration.
+    if let Command::Plugins {
+        action: Some(PluginAction::Author(command)),
+    } = cli.command
+    {
+        return Ok(crate::authoring::run(command, this).await);
+    }
     match &cli.command {
         Command::Plugins {
             action:

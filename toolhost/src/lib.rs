@@ -19,6 +19,7 @@
 //! ```
 
 mod audit;
+mod authoring;
 pub mod cli;
 mod config;
 mod error;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::plugin::{
-    Inspector, crate_version, keygen, library_of, package_crate, package_library, sign,
+    crate_version, inspector, keygen, library_of, package_crate, package_library, sign,
 };
 use crate::steps::{Result, announce, fail, io, root};
 
@@ -116,14 +116,14 @@ pub fn package_examples(
         ));
         let path = root().join(example);
         let archive = match libraries {
-            Libraries::Release => package_crate(&path, unsigned, &Inspector::child(), None, true)?,
+            Libraries::Release => package_crate(&path, unsigned, true)?,
             Libraries::Built(built) => {
                 let step = format!("package the example plugin {example}");
                 let Some(library) = library_of(built, &path.join("Cargo.toml")) else {
                     return fail(&step, "the demo's build made no library for it");
                 };
                 let version = crate_version(&path)?;
-                package_library(&library, unsigned, &Inspector::child(), Some(&version))?
+                package_library(&library, unsigned, &inspector(), Some(&version))?
             }
         };
         let copy = signed.join(archive.file_name().unwrap_or_default());

@@ -35,13 +35,11 @@ pub mod fuzz;
 pub mod idle_code;
 pub mod peers;
 pub mod plugin;
-pub mod publish;
 pub mod python;
 pub mod registry;
 pub mod steps;
 #[cfg(feature = "components")]
 mod suite;
-pub mod wasm_scaffold;
 
 #[cfg(feature = "components")]
 pub use suite::{ci, ensure_browser, ensure_redis, test, test_peers};

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use xtask::plugin::{self, Inspector};
+use xtask::plugin;
 
 #[derive(Parser)]
 #[command(
@@ -270,7 +270,7 @@ fn plugin_command(command: PluginCommand) -> xtask::steps::Result {
             path,
             wasm: true,
         } => {
-            let dir = xtask::wasm_scaffold::new_rust(&name, path.as_deref())?;
+            let dir = plugin_dev::new_component(&name, path.as_deref())?;
             println!(
                 "created {}\nnext: cd {} && rustup target add wasm32-wasip2 && cargo build --release --target wasm32-wasip2 (see its README)",
                 dir.display(),
@@ -278,7 +278,7 @@ fn plugin_command(command: PluginCommand) -> xtask::steps::Result {
             );
         }
         PluginCommand::Build { path, release } => {
-            println!("{}", plugin::build(&path, release, None)?.display());
+            println!("{}", plugin::build(&path, release)?.display());
         }
         PluginCommand::Package {
             path,
@@ -310,12 +310,12 @@ fn plugin_command(command: PluginCommand) -> xtask::steps::Result {
                 package_component(&path, &out, instances)?
             } else {
                 let out = out.unwrap_or_else(|| path.join("dist"));
-                plugin::package_crate(&path, &out, &Inspector::child(), None, true)?
+                plugin::package_crate(&path, &out, true)?
             };
             println!("{}", archive.display());
         }
         PluginCommand::Verify { package } => {
-            print!("{}", plugin::verify(&package, &Inspector::child())?);
+            print!("{}", plugin::verify(&package, &plugin::inspector())?);
         }
         PluginCommand::Keygen { file } => {
             let public = plugin::keygen(&file)?;
@@ -330,10 +330,10 @@ fn plugin_command(command: PluginCommand) -> xtask::steps::Result {
             println!("signed {} with key {}", package.display(), public.id());
         }
         PluginCommand::Publish { package, reference } => {
-            xtask::publish::publish(&package, &reference)?;
+            print!("{}", plugin::publish(&package, &reference)?);
         }
         PluginCommand::Install { package, dir } => {
-            let installed = plugin::install(&package, dir.as_deref(), &Inspector::child())?;
+            let installed = plugin::install(&package, dir.as_deref(), &plugin::inspector())?;
             print!("{installed}");
         }
     }

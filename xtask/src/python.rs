@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::peers;
-use crate::plugin::{Inspector, package_crate};
+use crate::plugin::package_crate;
 use crate::steps::{Result, announce, fail, io, root};
 
 /// The maturin that builds the wheel.
@@ -97,13 +97,7 @@ pub fn plugin_fixture() -> Result<PathBuf> {
     let dir = root().join("target/py-fixtures/plugins");
     let _ = std::fs::remove_dir_all(&dir);
     io("make the plugin directory", std::fs::create_dir_all(&dir))?;
-    package_crate(
-        &root().join("examples/plugins/text-tools"),
-        &dir,
-        &Inspector::child(),
-        None,
-        false,
-    )?;
+    package_crate(&root().join("examples/plugins/text-tools"), &dir, false)?;
     Ok(dir)
 }
 

@@ -3,42 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// A failed step: what was being done and why it failed.
-#[derive(Debug)]
-pub struct StepError {
-    /// The step.
-    pub step: String,
-    /// Why it failed.
-    pub why: String,
-}
-
-impl std::fmt::Display for StepError {
-    /// One line for a one-line reason; a report of several lines keeps its lines, indented
-    /// under the step.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let why = self.why.trim_end();
-        if why.contains('\n') {
-            write!(f, "step '{}' failed:", self.step)?;
-            for line in why.lines() {
-                write!(f, "\n  {line}")?;
-            }
-            Ok(())
-        } else {
-            write!(f, "step '{}' failed: {why}", self.step)
-        }
-    }
-}
-
-/// The result of a step.
-pub type Result<T = ()> = std::result::Result<T, StepError>;
-
-/// Makes a [`StepError`].
-pub fn fail<T>(step: &str, why: impl std::fmt::Display) -> Result<T> {
-    Err(StepError {
-        step: step.into(),
-        why: why.to_string(),
-    })
-}
+pub use plugin_dev::{Error as StepError, Result, announce, fail, io};
 
 /// The repository root.
 pub fn root() -> PathBuf {
@@ -64,11 +29,6 @@ pub fn cargo() -> Command {
     c
 }
 
-/// Announces a step on stderr (progress for long commands).
-pub fn announce(step: &str) {
-    eprintln!("\n==> {step}");
-}
-
 /// Runs a command to completion, streaming its output, naming the step on failure.
 pub fn run(step: &str, cmd: &mut Command) -> Result {
     announce(step);
@@ -86,9 +46,4 @@ pub fn run(step: &str, cmd: &mut Command) -> Result {
     } else {
         fail(step, format!("exited with {status}"))
     }
-}
-
-/// Maps an I/O error into a step error.
-pub fn io<T>(step: &str, r: std::io::Result<T>) -> Result<T> {
-    r.or_else(|e| fail(step, e))
 }

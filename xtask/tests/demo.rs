@@ -91,10 +91,10 @@ fn path_with(dir: &Path) -> std::ffi::OsString {
 
 /// The packages the demo's one build compiles (`cargo tree` over the packages of
 /// `xtask_launcher::tool::DEMO_BUILD`, build dependencies included; cargo's count of units is
-/// higher by the build scripts): 423 when this was set. A fresh clone's demo takes about
+/// higher by the build scripts): 423 when this was set, 424 with toolhost-plugin-dev (the author commands the installed `toolhost` runs). A fresh clone's demo takes about
 /// nine minutes on two cores, nearly all of it this build: a dependency added to what the
 /// demo builds is then a decision, not an accident.
-const DEMO_PACKAGES_BUDGET: usize = 423;
+const DEMO_PACKAGES_BUDGET: usize = 424;
 
 #[test]
 fn the_demo_compiles_no_more_packages_than_its_budget() {

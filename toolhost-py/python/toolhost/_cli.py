@@ -17,7 +17,11 @@ def main() -> None:
     name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "toolhost"
     if name in ("__main__.py", "-m", "-c"):
         name = "toolhost"
-    _native.cli([name, *sys.argv[1:]], [sys.executable, "-m", "toolhost._worker"])
+    _native.cli(
+        [name, *sys.argv[1:]],
+        [sys.executable, "-m", "toolhost._worker"],
+        [sys.executable, "-m", "toolhost"],
+    )
 
 
 if __name__ == "__main__":

@@ -1,54 +1,50 @@
-//! `cargo xtask plugin publish PACKAGE REF`: a package to an OCI registry (see the
-//! `plugin-oci` crate for the layout), after the checks a host makes before it loads one.
+//! `plugin publish PACKAGE REF`: a package to an OCI registry (see the `plugin-oci` crate
+//! for the layout), after the checks a host makes before it loads one.
 
 use std::path::Path;
 
-use crate::steps::{Result, fail};
+use crate::error::{Result, fail};
+use crate::verify::PackageFolder;
 
-/// Publishes a package folder or archive to `reference`; returns the report to print.
-pub fn publish(package: &Path, reference: &str) -> Result {
+/// Publishes a package folder or archive to `reference`; returns the report to print (where
+/// it went, its digests, its signer, how users install it).
+pub async fn publish(package: &Path, reference: &str) -> Result<String> {
+    use std::fmt::Write as _;
     let step = "publish the package";
-    let scratch = tempfile::tempdir().or_else(|e| fail(step, e))?;
-    let folder = if package.is_dir() {
-        package.to_path_buf()
-    } else if package.is_file() {
-        plugin_host::package::unpack_cached(package, scratch.path())
-            .or_else(|e| fail(step, format!("{}: {e}", package.display())))?
-    } else {
-        return fail(step, format!("'{}' does not exist", package.display()));
-    };
+    let unpacked = PackageFolder::of(package).or_else(|e| fail(step, e))?;
+    let folder = unpacked.path;
     let manifest =
         checked(&folder).or_else(|e| fail(step, format!("{}: {e}", package.display())))?;
     let files = plugin_oci::artifact::PackageFiles::read(&folder).or_else(|e| fail(step, e))?;
     let reference = plugin_oci::parse_reference(reference).or_else(|e| fail(step, e))?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
+    let registry = plugin_oci::Registry::for_reference(&reference).or_else(|e| fail(step, e))?;
+    let published = registry
+        .publish(&files, &reference)
+        .await
         .or_else(|e| fail(step, e))?;
-    let published = runtime
-        .block_on(async {
-            let registry = plugin_oci::Registry::for_reference(&reference)?;
-            registry.publish(&files, &reference).await
-        })
-        .or_else(|e| fail(step, e))?;
-    println!(
+    let mut report = String::new();
+    let _ = writeln!(
+        report,
         "published {} {} ({}) to {}",
         manifest.name, manifest.version, manifest.target, published.reference
     );
-    println!("  tag digest: {}", published.digest);
-    println!("  artifact:   {}", published.artifact);
-    println!("  targets:    {}", published.targets.join(", "));
+    let _ = writeln!(report, "  tag digest: {}", published.digest);
+    let _ = writeln!(report, "  artifact:   {}", published.artifact);
+    let _ = writeln!(report, "  targets:    {}", published.targets.join(", "));
     match plugin_host::trust::read_signature(&folder) {
-        Ok(Some(sig)) => println!("  signed by:  {} ({})", sig.key.id(), sig.key),
-        _ => println!(
-            "  unsigned: hosts with require_signatures = true refuse it; sign it with `cargo xtask plugin sign PACKAGE --key FILE` and publish again"
+        Ok(Some(sig)) => writeln!(report, "  signed by:  {} ({})", sig.key.id(), sig.key),
+        _ => writeln!(
+            report,
+            "  unsigned: hosts with require_signatures = true refuse it; sign it with `toolhost plugin sign PACKAGE --key FILE` and publish again"
         ),
     }
-    println!(
+    .ok();
+    let _ = writeln!(
+        report,
         "install it with: toolhost plugin install {}",
         published.reference
     );
-    Ok(())
+    Ok(report)
 }
 
 /// The checks of a package that hold on any machine (its target may be another one's): the

@@ -1,10 +1,10 @@
-//! The Rust WebAssembly component scaffold (`cargo xtask plugin new NAME --wasm`): a crate
+//! The Rust WebAssembly component scaffold (`plugin new NAME --wasm`): a crate
 //! that builds into a component with `wit-bindgen`, a copy of `plugin.wit` and a sample
 //! tool. Needs none of the component tooling to write.
 
 use std::path::{Path, PathBuf};
 
-use crate::steps::{Result, io, root};
+use crate::error::{Result, io};
 
 /// The wit-bindgen release the Rust component scaffold uses.
 pub const WIT_BINDGEN: &str = "0.57";
@@ -14,7 +14,7 @@ pub const WIT_BINDGEN: &str = "0.57";
 /// `plugin.wit` and a sample tool. Its README says which target it needs.
 pub fn new_rust(name: &str, path: Option<&Path>) -> Result<PathBuf> {
     let step = "create the component crate";
-    let (name, dir) = crate::plugin::scaffold_dir(step, name, path)?;
+    let (name, dir) = crate::scaffold::scaffold_dir(step, name, path)?;
     let tool_name = name.replace('-', "_");
     io(step, std::fs::create_dir_all(dir.join("src")))?;
     io(step, std::fs::create_dir_all(dir.join("wit")))?;
@@ -95,15 +95,10 @@ export!(Component);
         "# {name}\n\nA toolhost plugin written as a WebAssembly component (the `plugin` world of \
          `wit/plugin.wit`, toolhost:plugin@{wit}).\n\nIt needs Rust's `wasm32-wasip2` target:\n\n\
          ```sh\nrustup target add wasm32-wasip2\ncargo build --release --target wasm32-wasip2\n\
-         # in the toolhost checkout ({root}):\n\
-         cargo xtask plugin package {abs}/target/wasm32-wasip2/release/{tool_name}.wasm\n```\n\n\
+         toolhost plugin package target/wasm32-wasip2/release/{tool_name}.wasm\n```\n\n\
          `cargo check` works on any target (the bindings type-check everywhere; they run only \
          in a component).\n",
         wit = tool_api::WIT_VERSION,
-        root = root().display(),
-        abs = std::path::absolute(&dir)
-            .unwrap_or_else(|_| dir.clone())
-            .display(),
     );
     io(step, std::fs::write(dir.join("Cargo.toml"), cargo_toml))?;
     io(step, std::fs::write(dir.join("src/lib.rs"), lib_rs))?;
