@@ -4,6 +4,11 @@
 //! is built against, 2.36 or later, can load them). Both keep an idle server's resident
 //! memory down: the loader no longer reads a megabyte of relocation entries at every start.
 //! Elsewhere (another target, a cross build) the binary links as Cargo would link it.
+//!
+//! The idle-code script applies to optimized builds only (release, dist, bench: what ships
+//! and what is measured): its two thousand patterns, matched against every function
+//! section of an unoptimized build, made each debug link of `toolhost` take 40 s instead
+//! of 2, once in every test build and on the demo's path.
 
 use std::process::Command;
 
@@ -22,7 +27,14 @@ fn main() {
     }
     let link =
         std::path::Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default()).join("link");
-    for script in ["idle-code.ld", "cold-code.ld"] {
+    println!("cargo:rerun-if-env-changed=PROFILE");
+    let optimized = std::env::var("PROFILE").is_ok_and(|p| p == "release");
+    let scripts: &[&str] = if optimized {
+        &["idle-code.ld", "cold-code.ld"]
+    } else {
+        &["cold-code.ld"]
+    };
+    for script in scripts {
         println!(
             "cargo:rustc-link-arg-bins=-Wl,-T,{}",
             link.join(script).display()

@@ -75,6 +75,22 @@ def test_plugins_in_worker_processes_start_from_the_wheel(workspace, plugins_dir
     assert "3" in out.stdout
 
 
+def test_an_authors_commands_run_from_the_wheel(plugins_dir, tmp_path):
+    # `plugin verify` loads the library in a child process: `python -m toolhost __verify`.
+    archive = next(Path(plugins_dir).glob("*.tar.gz"))
+    copy = tmp_path / archive.name
+    shutil.copy(archive, copy)
+    key = tmp_path / "signing.key"
+    made = run("plugin", "keygen", str(key))
+    assert made.returncode == 0, made.stderr
+    signed = run("plugin", "sign", str(copy), "--key", str(key))
+    assert signed.returncode == 0, signed.stderr
+    verified = run("plugin", "verify", str(copy))
+    assert verified.returncode == 0, verified.stderr
+    assert "signature: valid" in verified.stdout, verified.stdout
+    assert "word_count" in verified.stdout and "verdict: OK" in verified.stdout, verified.stdout
+
+
 def served(command_line, env=None):
     """The tool names `serve --mcp` lists and its `read_file` of README.md, asked by the
     official Python SDK's client over stdio."""

@@ -27,7 +27,6 @@
 pub mod bench;
 #[cfg(feature = "components")]
 pub mod components;
-#[cfg(feature = "components")]
 pub mod demo;
 pub mod dist;
 pub mod fuzz;

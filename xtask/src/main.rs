@@ -165,7 +165,6 @@ fn with_components(command: Command) -> xtask::steps::Result {
     match command {
         Command::Test => xtask::test(),
         Command::Ci => xtask::ci(),
-        Command::Demo => xtask::demo::demo(),
         Command::Bench {
             write_readme,
             mcp_only,
@@ -176,6 +175,7 @@ fn with_components(command: Command) -> xtask::steps::Result {
         }
         Command::Fuzz { .. }
         | Command::Dist { .. }
+        | Command::Demo
         | Command::Plugin(_)
         | Command::Inspect { .. }
         | Command::Verify { .. } => unreachable!("handled in main"),
@@ -349,6 +349,7 @@ fn main() -> ExitCode {
         Command::Dist { binary, out } => {
             xtask::dist::dist(binary.as_deref(), out.as_deref()).map(|_| ())
         }
+        Command::Demo => xtask::demo::demo(),
         Command::Plugin(command) => plugin_command(command),
         Command::Inspect { library } => return child(plugin::inspect_here(&library)),
         Command::Verify { package } => return child(plugin::verify_here(&package)),
