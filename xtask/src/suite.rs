@@ -303,12 +303,34 @@ pub fn test() -> Result {
     })
     .and_then(|()| crate::registry::check_packages())
     .and_then(|()| python_tests(&mut totals))
-    .and_then(|()| fuzz::fuzz(&[], FUZZ_SECONDS, fuzz::Build::Dev));
+    .and_then(|()| fuzz::fuzz(&[], FUZZ_SECONDS, fuzz::Build::Dev))
+    .and_then(|()| demo_tests(&mut totals));
     println!(
         "\ntests: {} passed, {} failed, {} skipped",
         totals.passed, totals.failed, totals.ignored
     );
     result
+}
+
+/// The demo as a new user runs it, alone and last: its build (toolhost without default
+/// features, what the tour runs) replaces `target/debug/toolhost`, which the tests above run
+/// with every feature; the workspace's build afterwards puts theirs back.
+fn demo_tests(totals: &mut Totals) -> Result {
+    let only_ignored: &[&str] = if nextest() {
+        &["--test", "demo", "--run-ignored", "only"]
+    } else {
+        &["--test", "demo", "--", "--ignored"]
+    };
+    let ran = run_tests(
+        "run the demo as a new user would (alone: it builds toolhost as the demo does)",
+        &mut test_command(only_ignored),
+        totals,
+    );
+    run(
+        "put the workspace's toolhost back in target/debug",
+        cargo().args(["build", "--workspace", "--all-targets"]),
+    )?;
+    ran
 }
 
 /// The Python wheel: built, installed into a fresh venv, tested with pytest.
