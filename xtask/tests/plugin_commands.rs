@@ -787,7 +787,7 @@ fn the_publish_path_of_the_readme_runs_as_written_against_a_registry() {
             .env("CARGO_TARGET_DIR", repo_root().join("target/fixtures"));
     };
     // The key the README makes once, before its four commands.
-    let mut keygen = Command::new(env!("CARGO_BIN_EXE_xtask"));
+    let mut keygen = Command::new(&toolhost);
     keygen
         .args(["plugin", "keygen"])
         .arg(home.join(".config/toolhost/signing.key"));
@@ -799,15 +799,22 @@ fn the_publish_path_of_the_readme_runs_as_written_against_a_registry() {
         toolhost_tests::text(&out.stderr)
     );
 
-    // The block as written; only the programs are this build's and the registry is the
-    // one on loopback.
-    let block = toolhost_tests::docs::block("### Publish your plugin", "sh")
-        .replace("cargo xtask ", &format!("{} ", env!("CARGO_BIN_EXE_xtask")))
-        .replace("\ntoolhost ", &format!("\n{} ", toolhost.display()))
-        .replace("ghcr.io/acme", &format!("{}/acme", registry.host()));
+    // The block as written, in the plugin's folder; only the program is this build's and
+    // the registry is the one on loopback.
+    let block = format!(
+        "\n{}",
+        toolhost_tests::docs::block("### Publish your plugin", "sh")
+    )
+    .replace("\ntoolhost ", &format!("\n{} ", toolhost.display()))
+    .replace("ghcr.io/acme", &format!("{}/acme", registry.host()));
+    assert!(
+        !block.contains("xtask"),
+        "the author's path needs no checkout: {block}"
+    );
     let mut sh = Command::new("sh");
     sh.args(["-e", "-x", "-c", &block]);
     env(&mut sh);
+    sh.current_dir(dir.path().join("my-tools"));
     let out = sh.output().unwrap();
     let said = format!(
         "{}{}",
