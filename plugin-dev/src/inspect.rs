@@ -29,15 +29,8 @@ impl Inspector {
     /// A child process of the running binary (which must answer `__inspect` and
     /// `__verify`).
     pub fn this_program() -> Inspector {
-        let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("toolhost"));
-        // Rebuilt while it runs (a workspace build replaces the binary it was started
-        // from), the new file at the same path is this same program.
-        let exe = match exe.to_str().and_then(|p| p.strip_suffix(" (deleted)")) {
-            Some(path) => PathBuf::from(path),
-            None => exe,
-        };
         Inspector::Child {
-            program: exe,
+            program: this_program(),
             args: Vec::new(),
         }
     }
@@ -47,6 +40,16 @@ impl Inspector {
         let mut command = Command::new(program);
         command.args(args).arg(what).arg(path);
         command
+    }
+}
+
+/// The running binary: rebuilt while it runs (a workspace build replaces the file it was
+/// started from), the new file at the same path is this same program.
+pub fn this_program() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("toolhost"));
+    match exe.to_str().and_then(|p| p.strip_suffix(" (deleted)")) {
+        Some(path) => PathBuf::from(path),
+        None => exe,
     }
 }
 

@@ -36,7 +36,7 @@ pub use cargo_build::{build, cargo, crate_version};
 #[cfg(feature = "wasm")]
 pub use component::{describe, package_component, package_component_folder};
 pub use error::{Error, Result, announce, fail, io};
-pub use inspect::{Inspector, inspect, inspect_here};
+pub use inspect::{Inspector, inspect, inspect_here, this_program};
 pub use install::{Installed, default_install_dir, install};
 pub use package::{package_crate, package_library};
 pub use publish::publish;

@@ -320,10 +320,7 @@ fn main_with(args: Vec<OsString>, started_as: Option<StartedAs>) -> ExitCode {
     };
     let (worker, this) = match started_as {
         Some(StartedAs { worker, cli }) => (Some(worker), cli),
-        None => match plugin_dev::Inspector::this_program() {
-            plugin_dev::Inspector::Child { program, args } => (None, (program, args)),
-            plugin_dev::Inspector::InProcess => unreachable!("this_program is a child"),
-        },
+        None => (None, (plugin_dev::this_program(), Vec::new())),
     };
     // `serve --mcp` answers one client: its requests, their tools' inline work and the
     // protocol I/O all run on one thread, so no message waits for a wake-up on another core
