@@ -24,6 +24,15 @@ pub fn package_crate(
     inspector: &Inspector,
     release: bool,
 ) -> Result<PathBuf> {
+    if !path.join("Cargo.toml").is_file() {
+        return fail(
+            &format!("package {}", path.display()),
+            format!(
+                "no Cargo.toml in '{}': give the plugin crate's folder (or a built .wasm component)",
+                path.display()
+            ),
+        );
+    }
     let version = crate_version(cargo(), path)?;
     let library = build(cargo(), path, release)?;
     package_library(&library, out_dir, inspector, Some(&version))
@@ -100,4 +109,21 @@ fn other_versions(dir: &Path, manifest: &Manifest) -> Vec<PathBuf> {
                 .is_some_and(|v| v != manifest.version)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_folder_without_a_crate_is_refused_before_cargo_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let never = || Command::new("/nonexistent/cargo");
+        let err =
+            package_crate(never, dir.path(), dir.path(), &Inspector::InProcess, true).unwrap_err();
+        assert!(
+            err.why.contains("no Cargo.toml in") && err.why.contains(".wasm"),
+            "{err}"
+        );
+    }
 }
