@@ -38,15 +38,7 @@ pub fn build(cargo: Command, path: &Path, release: bool) -> Result<PathBuf> {
     }
     let mut child = match cargo.spawn() {
         Ok(child) => child,
-        Err(e) => {
-            return fail(
-                &step,
-                format!(
-                    "could not run {}: {e} (is Rust installed? https://rustup.rs)",
-                    Path::new(cargo.get_program()).display()
-                ),
-            );
-        }
+        Err(e) => return fail(&step, not_started(&cargo, &e)),
     };
     let wanted = manifest.canonicalize().ok();
     let mut library = None;
@@ -75,6 +67,14 @@ pub fn build(cargo: Command, path: &Path, release: bool) -> Result<PathBuf> {
             "the crate produced no cdylib: set crate-type = [\"cdylib\", \"rlib\"] under [lib]",
         ),
     }
+}
+
+/// Why `cargo` could not be started, and what to do.
+fn not_started(cargo: &Command, e: &std::io::Error) -> String {
+    format!(
+        "could not run {}: {e} (is Rust installed? https://rustup.rs)",
+        Path::new(cargo.get_program()).display()
+    )
 }
 
 /// The plugin library a line of cargo's JSON messages reports, if it is a `cdylib` of the
@@ -121,15 +121,7 @@ pub fn crate_version(cargo: Command, path: &Path) -> Result<String> {
         .output();
     let out = match out {
         Ok(out) => out,
-        Err(e) => {
-            return fail(
-                &step,
-                format!(
-                    "could not run {}: {e} (is Rust installed? https://rustup.rs)",
-                    Path::new(cargo.get_program()).display()
-                ),
-            );
-        }
+        Err(e) => return fail(&step, not_started(&cargo, &e)),
     };
     if !out.status.success() {
         return fail(&step, String::from_utf8_lossy(&out.stderr).trim());
@@ -163,6 +155,22 @@ mod tests {
             "filenames": [file, "/t/libgreeter.rlib"],
         })
         .to_string()
+    }
+
+    #[test]
+    fn a_cargo_that_cannot_start_is_named_with_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("Cargo.toml"), "").unwrap();
+        let missing = || Command::new("/nonexistent/cargo");
+        for err in [
+            build(missing(), dir.path(), false).unwrap_err(),
+            crate_version(missing(), dir.path()).unwrap_err(),
+        ] {
+            assert!(
+                err.why.contains("/nonexistent/cargo") && err.why.contains("is Rust installed?"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

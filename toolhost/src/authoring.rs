@@ -122,12 +122,12 @@ pub(crate) fn child(command: &str, path: &std::path::Path) -> ExitCode {
 
 /// Runs an author's command; `this` is how the running program starts itself again (the
 /// child that inspects and verifies). Exit code 0 done, 1 the step failed (said why).
-pub(crate) async fn run(command: AuthorCommand, this: (PathBuf, Vec<OsString>)) -> ExitCode {
+pub(crate) fn run(command: AuthorCommand, this: (PathBuf, Vec<OsString>)) -> ExitCode {
     let inspector = Inspector::Child {
         program: this.0,
         args: this.1,
     };
-    match answer(command, &inspector).await {
+    match answer(command, &inspector) {
         Ok(text) => {
             print!("{text}");
             ExitCode::SUCCESS
@@ -140,7 +140,7 @@ pub(crate) async fn run(command: AuthorCommand, this: (PathBuf, Vec<OsString>)) 
 }
 
 /// What a command prints on success.
-async fn answer(command: AuthorCommand, inspector: &Inspector) -> plugin_dev::Result<String> {
+fn answer(command: AuthorCommand, inspector: &Inspector) -> plugin_dev::Result<String> {
     Ok(match command {
         AuthorCommand::New {
             name,
@@ -209,7 +209,12 @@ async fn answer(command: AuthorCommand, inspector: &Inspector) -> plugin_dev::Re
             format!("signed {} with key {}\n", package.display(), public.id())
         }
         AuthorCommand::Publish { package, reference } => {
-            plugin_dev::publish(&package, &reference).await?
+            // The registry's requests, on a runtime of their own.
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .or_else(|e| plugin_dev::fail("publish the package", e))?
+                .block_on(plugin_dev::publish(&package, &reference))?
         }
     })
 }

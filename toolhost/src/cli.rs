@@ -322,6 +322,15 @@ fn main_with(args: Vec<OsString>, started_as: Option<StartedAs>) -> ExitCode {
         Some(StartedAs { worker, cli }) => (Some(worker), cli),
         None => (None, (plugin_dev::this_program(), Vec::new())),
     };
+    // An author's commands need no configuration and wait on cargo or a child: no runtime
+    // but the one `publish` makes for its registry requests.
+    if let Command::Plugins {
+        action: Some(PluginAction::Author(command)),
+    } = cli.command
+    {
+        init_logging(None);
+        return crate::authoring::run(command, this);
+    }
     // `serve --mcp` answers one client: its requests, their tools' inline work and the
     // protocol I/O all run on one thread, so no message waits for a wake-up on another core
     // (tools that block still run on the blocking pool). `serve --http` answers many, each
@@ -361,7 +370,7 @@ fn main_with(args: Vec<OsString>, started_as: Option<StartedAs>) -> ExitCode {
         _ => None,
     };
     init_logging(telemetry.as_ref());
-    let outcome = runtime.block_on(run(cli, telemetry, worker, this));
+    let outcome = runtime.block_on(run(cli, telemetry, worker));
     // A tool abandoned after cancellation or timeout must not keep the process alive.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match outcome {
@@ -377,15 +386,7 @@ async fn run(
     cli: Cli,
     telemetry: Option<crate::telemetry::Telemetry>,
     worker: Option<(PathBuf, Vec<OsString>)>,
-    this: (PathBuf, Vec<OsString>),
 ) -> Result<ExitCode, UsageError> {
-    // An author's commands need no configuration.
-    if let Command::Plugins {
-        action: Some(PluginAction::Author(command)),
-    } = cli.command
-    {
-        return Ok(crate::authoring::run(command, this).await);
-    }
     match &cli.command {
         Command::Plugins {
             action:
