@@ -1,12 +1,12 @@
 //! A plugin authored where an author works: a folder with no toolhost checkout above it,
 //! `tool-api` from a registry (the packaged crate, served by a directory source that stands
 //! in for crates.io, its dependencies vendored from the machine's cargo cache), and only the
-//! `toolhost` command. Created, tested, packaged, signed and published to a real OCI
-//! registry by the author; installed from it and called by a user who trusts the key.
+//! `toolhost` command. Created, tested, packaged, verified and called by the README's "Your
+//! first plugin" block as written, then signed and published to a real OCI registry; installed from it and called by a user who trusts the key.
 #![cfg(test)]
 
 use std::ffi::OsStr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use toolhost_tests::oci_registry::OciRegistry;
@@ -153,12 +153,33 @@ fn a_plugin_authored_outside_the_checkout_is_tested_packaged_signed_published_in
     )
     .unwrap();
 
-    // Created: tool-api by version, nothing that points at a checkout.
-    succeeded(
-        "toolhost plugin new",
-        toolhost(&author, &["plugin", "new", "greeter"]),
+    // The README's first plugin, as written: created, tested, packaged, verified and
+    // called, with `toolhost` and cargo from PATH.
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_toolhost")).parent().unwrap();
+    let path = std::env::join_paths(std::iter::once(bin_dir.to_path_buf()).chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))
+    .unwrap();
+    let block = toolhost_tests::docs::block("## Your first plugin", "sh");
+    let said = {
+        let out = on_the_machine("sh", &author)
+            .args(["-e", "-c", &block])
+            .env("PATH", path)
+            .output()
+            .unwrap();
+        let said = text(&out.stdout) + &text(&out.stderr);
+        assert!(out.status.success(), "{block}\n{said}");
+        said
+    };
+    assert!(
+        said.contains("2 passed"),
+        "the scaffold's tests ran: {said}"
     );
-    let plugin = author.join("greeter");
+    assert!(said.contains("verdict: OK"), "{said}");
+    assert!(said.contains("Hello, Ada!"), "{said}");
+
+    // Made with tool-api by version, nothing that points at a checkout.
+    let plugin = author.join("my-tools");
     let manifest = std::fs::read_to_string(plugin.join("Cargo.toml")).unwrap();
     let v = semver::Version::parse(tool_api::TOOL_API_VERSION).unwrap();
     assert!(
@@ -174,17 +195,7 @@ fn a_plugin_authored_outside_the_checkout_is_tested_packaged_signed_published_in
         assert!(workflow.contains(runner), "{workflow}");
     }
     assert!(workflow.contains("toolhost plugin package"), "{workflow}");
-
-    // Tested, against tool-api from the registry.
-    let tested = on_the_machine("cargo", &plugin)
-        .args(["test"])
-        .output()
-        .unwrap();
-    let said = text(&tested.stdout) + &text(&tested.stderr);
-    assert!(
-        tested.status.success() && said.contains("2 passed"),
-        "{said}"
-    );
+    // Tested against tool-api from the registry.
     let lock = std::fs::read_to_string(plugin.join("Cargo.lock")).unwrap();
     let entry = lock
         .split("[[package]]")
@@ -195,19 +206,12 @@ fn a_plugin_authored_outside_the_checkout_is_tested_packaged_signed_published_in
         "tool-api came from the registry, not a path:\n{entry}"
     );
 
-    // Packaged (from the crate's folder, as its README says), signed, published.
-    let packaged = succeeded(
-        "toolhost plugin package",
-        toolhost(&plugin, &["plugin", "package"]),
-    );
-    let archive = PathBuf::from(packaged.trim());
-    assert_eq!(
-        archive,
-        plugin.join(format!(
-            "dist/greeter-0.1.0-{}.tar.gz",
-            plugin_host::HOST_TARGET
-        ))
-    );
+    // Packaged where the README's `plugin package` puts it; then signed and published.
+    let archive = plugin.join(format!(
+        "dist/my-tools-0.1.0-{}.tar.gz",
+        plugin_host::HOST_TARGET
+    ));
+    assert!(archive.is_file(), "{said}");
     let key = author.join("signing.key");
     let public = succeeded(
         "toolhost plugin keygen",
@@ -235,7 +239,7 @@ fn a_plugin_authored_outside_the_checkout_is_tested_packaged_signed_published_in
         verified.contains("signature: valid") && verified.contains("verdict: OK"),
         "{verified}"
     );
-    let reference = format!("{}/author/greeter:0.1.0", oci.host());
+    let reference = format!("{}/author/my-tools:0.1.0", oci.host());
     let published = succeeded(
         "toolhost plugin publish",
         toolhost(
@@ -244,7 +248,7 @@ fn a_plugin_authored_outside_the_checkout_is_tested_packaged_signed_published_in
         ),
     );
     assert!(
-        published.contains("published greeter 0.1.0") && published.contains("signed by"),
+        published.contains("published my-tools 0.1.0") && published.contains("signed by"),
         "{published}"
     );
 
@@ -262,14 +266,14 @@ fn a_plugin_authored_outside_the_checkout_is_tested_packaged_signed_published_in
     );
     let plugins = succeeded("toolhost plugins", user(&home, &["plugins"]));
     assert!(
-        plugins.contains("loaded   greeter 0.1.0") && plugins.contains("[in_process, signed by"),
+        plugins.contains("loaded   my-tools 0.1.0") && plugins.contains("[in_process, signed by"),
         "{plugins}"
     );
     let called = succeeded(
         "toolhost call",
         user(
             &home,
-            &["call", "greeter_greet", "--input", r#"{"name": "Ada"}"#],
+            &["call", "my_tools_greet", "--input", r#"{"name": "Ada"}"#],
         ),
     );
     assert_eq!(called.trim(), "Hello, Ada!");
