@@ -175,3 +175,130 @@ async fn calls_to_a_server_over_http_take_the_connection_the_call_before_left_op
         "20 calls one after another opened {opened} connections to the server"
     );
 }
+
+/// Node's reference server `server-everything` over streamable HTTP (a 2025-11-25 server
+/// that answers in event streams and keeps a session), on `port`; `None` when the run does
+/// not have it.
+fn everything_over_http(port: u16) -> Option<std::process::Child> {
+    let node = toolhost_tests::peer("TOOLHOST_TEST_NODE")?;
+    let server = toolhost_tests::peer("TOOLHOST_TEST_SERVER_EVERYTHING")?;
+    let child = std::process::Command::new(node)
+        .args([server.as_os_str(), "streamableHttp".as_ref()])
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "server-everything never listened on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some(child)
+}
+
+/// A client that answers a server's form with a color and keeps the progress it is told.
+#[derive(Clone, Default)]
+struct Asked {
+    forms: Arc<std::sync::Mutex<Vec<String>>>,
+    progress: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl rmcp::ClientHandler for Asked {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        let caps = serde_json::from_value(json!({"elicitation": {"form": {}}})).unwrap();
+        rmcp::model::ClientConfig::new(caps, rmcp::model::Implementation::new("asked", "1"))
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        self.forms
+            .lock()
+            .unwrap()
+            .push(serde_json::to_string(&request).unwrap());
+        Ok(rmcp::model::ElicitResult::new(
+            rmcp::model::ElicitationAction::Decline,
+        ))
+    }
+
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        self.progress
+            .lock()
+            .unwrap()
+            .push(params.message.unwrap_or_default());
+    }
+}
+
+#[tokio::test]
+async fn a_2025_server_over_http_keeps_its_session_progress_and_questions_behind_toolhost() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let Some(mut everything) = everything_over_http(port) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[tool_confirmation.per_tool]\n\"ev__trigger-elicitation-request\" = \"auto\"\n\"ev__trigger-long-running-operation\" = \"auto\"\n\"ev__echo\" = \"auto\"\n\n[[mcp_servers]]\nid = \"ev\"\nprefix = \"ev\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n"
+    );
+    std::fs::write(dir.path().join("toolhost.toml"), config).unwrap();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    cmd.args(["serve", "--mcp", "--workspace"])
+        .arg(dir.path())
+        .current_dir(dir.path())
+        .env("XDG_CONFIG_HOME", dir.path().join(".no-config"))
+        .env("XDG_STATE_HOME", dir.path().join(".state"));
+    let asked = Asked::default();
+    let client = asked
+        .clone()
+        .serve(TokioChildProcess::new(cmd).unwrap())
+        .await
+        .unwrap();
+    let call = |name: &'static str, arguments: Value| {
+        let params =
+            CallToolRequestParams::new(name).with_arguments(arguments.as_object().unwrap().clone());
+        let client = &client;
+        async move { client.call_tool(params).await.unwrap() }
+    };
+    let echoed = call("ev__echo", json!({"message": "over http"})).await;
+    assert!(format!("{echoed:?}").contains("over http"), "{echoed:?}");
+    // Its progress comes in the call's event stream, and reaches the client before the
+    // answer.
+    let done = call(
+        "ev__trigger-long-running-operation",
+        json!({"duration": 1, "steps": 2}),
+    )
+    .await;
+    assert_ne!(done.is_error, Some(true), "{done:?}");
+    assert!(
+        !asked.progress.lock().unwrap().is_empty(),
+        "no progress reached the client: {done:?}"
+    );
+    // Its question comes in the call's event stream too, and goes to the client that made
+    // the call; its answer goes back in the server's session.
+    let elicited = call("ev__trigger-elicitation-request", json!({})).await;
+    assert!(
+        asked
+            .forms
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|f| f.contains("Please provide inputs")),
+        "the server's form did not reach the client: {elicited:?}"
+    );
+    assert!(format!("{elicited:?}").contains("decline"), "{elicited:?}");
+    client.cancel().await.unwrap();
+    everything.kill().unwrap();
+    let _ = everything.wait();
+}

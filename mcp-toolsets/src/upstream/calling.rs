@@ -14,7 +14,8 @@ use tokio::sync::{Notify, mpsc};
 use tool_api::ToolError;
 
 use super::outbox::Direct;
-use super::{Called, Caller, Child, Conn, Upstream, exit_status};
+use super::posting::{NotPosted, Posts};
+use super::{Called, Caller, Child, Conn, Upstream, Way, exit_status};
 use crate::relay::FromServer;
 
 /// How a call sent to the server ended, short of being cancelled.
@@ -41,15 +42,19 @@ impl Upstream {
         to: mpsc::UnboundedSender<FromServer>,
     ) -> Result<Called, ToolError> {
         self.subscriptions.settled().await;
-        let (peer, child, direct) = self.live().await?;
+        let (peer, child, way) = self.live().await?;
         // A 2026-07-28 server reads the client's capabilities from each request: it is told
         // what the calling client can be asked, not what toolhost could relay to anyone.
         let stateless = peer
             .peer_info()
             .is_some_and(|i| i.protocol_version >= rmcp::model::ProtocolVersion::V_2026_07_28);
-        let outcome = match direct {
-            Some(direct) if !stateless => {
+        let outcome = match way {
+            Way::Written(direct) if !stateless => {
                 self.sent_directly(&direct, params, &cancel, &caller, to)
+                    .await
+            }
+            Way::Posted(posts) if !self.has_param_headers(&params.name) => {
+                self.posted(&posts, &peer, params, &cancel, caller, to, stateless)
                     .await
             }
             _ => {
@@ -101,6 +106,74 @@ impl Upstream {
                 None
             }
         }
+    }
+
+    /// Whether the tool's calls carry `Mcp-Param-*` headers, which rmcp's requests write.
+    fn has_param_headers(&self, tool: &str) -> bool {
+        let headed = self
+            .param_headers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        !headed.is_empty() && headed.contains(tool)
+    }
+
+    /// The call posted to a server over HTTP by toolhost itself ([`Posts`]), under the
+    /// call's timeout; through rmcp's requests when its tool's name needs encoding, or when
+    /// the server no longer knows the session (rmcp's connection opens a new one and sends
+    /// it there). `None`: it was cancelled (and the server told).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the call's parts, as sent_through_rmcp takes them, and the way it goes"
+    )]
+    async fn posted(
+        &self,
+        posts: &Posts,
+        peer: &Peer<RoleClient>,
+        mut params: CallToolRequestParams,
+        cancel: &Notify,
+        caller: Caller,
+        to: mpsc::UnboundedSender<FromServer>,
+        stateless: bool,
+    ) -> Option<Outcome> {
+        let capabilities = caller.capabilities.as_ref().filter(|_| stateless);
+        let Some((posting, body)) = posts.prepare(&mut params, caller.progress, capabilities)
+        else {
+            return self
+                .sent_through_rmcp(peer, params, cancel, caller, to, stateless)
+                .await;
+        };
+        let route = self
+            .calls
+            .route(posting.token.clone(), &caller.session, to.clone());
+        let timeout = self.config.call_timeout();
+        let tell_cancelled = |reason: &'static str| {
+            peer.notify_cancelled(CancelledNotificationParam::new(
+                Some(posting.id.clone()),
+                Some(reason.into()),
+            ))
+        };
+        let answered = tokio::select! {
+            answered = tokio::time::timeout(timeout, posts.post(&posting, body, &self.calls)) => answered,
+            () = cancel.notified() => {
+                let _ = tell_cancelled("cancelled by toolhost").await;
+                return None;
+            }
+        };
+        Some(match answered {
+            Ok(Ok(answer)) => answer.map_err(rmcp::ServiceError::McpError),
+            Ok(Err(NotPosted::SessionExpired)) => {
+                drop(route);
+                tracing::debug!(server = %self.config.id, "the server no longer knows the session; the call goes through the connection, which opens a new one");
+                return self
+                    .sent_through_rmcp(peer, params, cancel, caller, to, stateless)
+                    .await;
+            }
+            Ok(Err(not)) => Err(not.into_service_error()),
+            Err(_) => {
+                let _ = tell_cancelled("timed out").await;
+                Err(rmcp::ServiceError::Timeout { timeout })
+            }
+        })
     }
 
     /// The call sent through rmcp's requests (a server over HTTP, or one of the 2026-07-28

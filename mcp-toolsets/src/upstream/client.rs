@@ -229,8 +229,10 @@ pub(crate) struct Live {
     pub(crate) service: RunningService<RoleClient, ClientSide>,
     /// The server's process; `None` for a server reached over HTTP.
     pub(crate) child: Option<Arc<tokio::sync::Mutex<tokio::process::Child>>>,
-    /// How toolhost sends its own `tools/call`s, past rmcp's requests (a stdio server).
+    /// How toolhost sends its own `tools/call`s, past rmcp's requests: on a stdio server's
+    /// input, or posted to a server over HTTP.
     pub(crate) direct: Option<Arc<super::outbox::Direct>>,
+    pub(crate) posts: Option<Arc<super::posting::Posts>>,
     /// The task reading a 2026-07-28 server's `subscriptions/listen` stream, stopped with
     /// the connection.
     pub(crate) listen: Option<tokio::task::AbortHandle>,
@@ -354,10 +356,14 @@ pub(crate) fn without_unwanted_progress(item: &mut rmcp::model::ClientJsonRpcMes
 /// before the message after it: the answer to a call never overtakes the call's own
 /// progress. (rmcp hands each notification to the client's handler in a task of its own,
 /// which may run after the answer that followed it has reached the call.) Everything else
-/// passes through unchanged.
+/// passes through unchanged. Messages toolhost read elsewhere for the connection (on the
+/// event stream of a call it posted itself: [`super::posting`]) are received as if read on
+/// it.
 pub(crate) struct ProgressFirst<T> {
     pub(crate) inner: T,
     pub(crate) calls: Arc<CallRoutes>,
+    pub(crate) read_elsewhere:
+        Option<tokio::sync::mpsc::UnboundedReceiver<rmcp::service::RxJsonRpcMessage<RoleClient>>>,
 }
 
 impl<T: rmcp::transport::Transport<RoleClient>> rmcp::transport::Transport<RoleClient>
@@ -375,7 +381,20 @@ impl<T: rmcp::transport::Transport<RoleClient>> rmcp::transport::Transport<RoleC
 
     async fn receive(&mut self) -> Option<rmcp::service::RxJsonRpcMessage<RoleClient>> {
         loop {
-            let message = self.inner.receive().await?;
+            let message = match &mut self.read_elsewhere {
+                Some(elsewhere) => tokio::select! {
+                    message = self.inner.receive() => message?,
+                    message = elsewhere.recv() => match message {
+                        Some(message) => message,
+                        // Nothing more will be read elsewhere.
+                        None => {
+                            self.read_elsewhere = None;
+                            continue;
+                        }
+                    },
+                },
+                None => self.inner.receive().await?,
+            };
             if let rmcp::model::JsonRpcMessage::Notification(n) = &message
                 && let rmcp::model::ServerNotification::ProgressNotification(p) = &n.notification
             {

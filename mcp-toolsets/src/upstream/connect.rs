@@ -91,9 +91,17 @@ impl Upstream {
             config.auth_header = Some(token);
         }
         let client = self.client_side(me);
+        let bearer = config.auth_header.clone();
+        let session = Arc::new(super::posting::Session::default());
+        let watched = super::posting::Watched {
+            client: super::client::http_client(),
+            session: session.clone(),
+        };
+        let (to_connection, read_elsewhere) = tokio::sync::mpsc::unbounded_channel();
         let transport = ProgressFirst {
-            inner: StreamableHttpClientTransport::with_client(super::client::http_client(), config),
+            inner: StreamableHttpClientTransport::with_client(watched, config),
             calls: client.calls.clone(),
+            read_elsewhere: Some(read_elsewhere),
         };
         let init = async {
             let service = client
@@ -114,10 +122,23 @@ impl Upstream {
                 self.keep_tools(tools);
                 tracing::info!(server = %c.id, url, "MCP server reached over HTTP");
                 let listen = listen_for_changes(&service, &client, c.startup_timeout()).await;
+                let posts = service.peer().peer_info().and_then(|info| {
+                    let own = rmcp::ClientHandler::get_info(&client);
+                    super::posting::Posts::new(super::posting::Setup {
+                        url,
+                        bearer: bearer.as_deref(),
+                        session,
+                        version: &info.protocol_version,
+                        client: own.client_info,
+                        capabilities: own.capabilities,
+                        to_connection,
+                    })
+                });
                 Ok(Live {
                     service,
                     child: None,
                     direct: None,
+                    posts: posts.map(Arc::new),
                     listen,
                     stderr: None,
                     _tmp: None,
@@ -270,6 +291,7 @@ impl Upstream {
                     service,
                     child: Some(child),
                     direct: Some(direct),
+                    posts: None,
                     listen: None,
                     stderr,
                     _tmp: confined.tmp,

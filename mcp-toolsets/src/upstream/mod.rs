@@ -29,6 +29,7 @@ pub(crate) mod offers;
 mod outbox;
 pub(crate) mod parked;
 mod per_caller;
+mod posting;
 mod stderr;
 
 /// Who makes a call: the host session it runs in, and what its client can be asked (see
@@ -55,6 +56,16 @@ pub(crate) enum Called {
     /// The server refused the call for a capability the calling client did not declare
     /// (`-32021`): the client's protocol error, not the tool's.
     NeedsCapability(rmcp::ErrorData),
+}
+
+/// How toolhost sends its own `tools/call`s on a connection.
+pub(crate) enum Way {
+    /// Written on a stdio server's input ([`outbox::Direct`]).
+    Written(Arc<outbox::Direct>),
+    /// Posted to a server over HTTP ([`posting::Posts`]).
+    Posted(Arc<posting::Posts>),
+    /// Through rmcp's requests.
+    Rmcp,
 }
 
 enum Conn {
@@ -95,6 +106,9 @@ pub(crate) struct Upstream {
     pins: Arc<dyn PinStore>,
     /// The calls in flight, which take the server's progress and requests.
     pub(crate) calls: Arc<CallRoutes>,
+    /// Its tools whose input schema promotes arguments to `Mcp-Param-*` headers (SEP-2243):
+    /// their calls go through rmcp's requests, which write those headers.
+    pub(crate) param_headers: Mutex<std::collections::HashSet<String>>,
     /// Its tools that run only as 2025-11-25 tasks (learnt at their first call).
     pub(crate) tasks_2025: Mutex<std::collections::HashSet<String>>,
     /// The prompts, resources and resource templates it offered when they were last
@@ -111,6 +125,17 @@ pub(crate) struct Upstream {
     /// Each caller's own connection, by principal, with the token it presents
     /// (`credentials = "caller"` or `"exchange"`), bounded.
     pub(crate) per_caller: per_caller::PerCaller,
+}
+
+/// Whether a schema (or one within it) promotes a property to a header (`x-mcp-header`).
+fn names_param_headers(schema: &Value) -> bool {
+    match schema {
+        Value::Object(map) => {
+            map.contains_key("x-mcp-header") || map.values().any(names_param_headers)
+        }
+        Value::Array(items) => items.iter().any(names_param_headers),
+        _ => false,
+    }
 }
 
 /// Takes a connection down for good: its process is killed (its connection task ends when
@@ -218,6 +243,7 @@ impl Upstream {
             }),
             tools: Mutex::new(Vec::new()),
             left_out: Mutex::new(Vec::new()),
+            param_headers: Mutex::default(),
             handle: Mutex::new(None),
             list_changes: AtomicU64::new(0),
             relisting: tokio::sync::Mutex::new(()),
@@ -337,6 +363,17 @@ impl Upstream {
             }
         }
         let tools = self.pinned(tools, &mut left_out);
+        *self
+            .param_headers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = tools
+            .iter()
+            .filter(|t| {
+                t.input_schema.contains_key("x-mcp-header")
+                    || t.input_schema.values().any(names_param_headers)
+            })
+            .map(|t| t.name.to_string())
+            .collect();
         *self.tools.lock().unwrap_or_else(PoisonError::into_inner) = tools;
         *self.left_out.lock().unwrap_or_else(PoisonError::into_inner) = left_out;
     }
@@ -410,7 +447,7 @@ impl Upstream {
     /// (a stdio server's).
     pub(crate) async fn live(
         self: &Arc<Self>,
-    ) -> Result<(Peer<RoleClient>, Child, Option<Arc<outbox::Direct>>), ToolError> {
+    ) -> Result<(Peer<RoleClient>, Child, Way), ToolError> {
         let id = &self.config.id;
         let mut conn = self.conn.lock().await;
         if let Conn::Down {
@@ -460,11 +497,12 @@ impl Upstream {
                 "MCP server '{id}' is not running"
             )));
         };
-        Ok((
-            live.service.peer().clone(),
-            live.child.clone(),
-            live.direct.clone(),
-        ))
+        let way = match (&live.direct, &live.posts) {
+            (Some(direct), _) => Way::Written(direct.clone()),
+            (None, Some(posts)) => Way::Posted(posts.clone()),
+            (None, None) => Way::Rmcp,
+        };
+        Ok((live.service.peer().clone(), live.child.clone(), way))
     }
 
     /// [`Upstream::stop`], then waits (up to 5 s) until its process has exited and been

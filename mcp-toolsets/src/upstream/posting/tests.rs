@@ -1,0 +1,336 @@
+//! A posted call against a server written here byte for byte: what it sends, and what it
+//! makes of every kind of answer, well-formed or not.
+
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, Implementation, ProtocolVersion, ServerResult,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use super::{NotPosted, Posts, Session, Setup};
+use crate::relay::{CallRoutes, FromServer};
+
+/// A server that answers the requests it takes, one per connection, with `answers` in
+/// turn; the requests it read, each as text.
+fn server(answers: Vec<Vec<u8>>) -> (String, Arc<Mutex<Vec<String>>>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let read = Arc::new(Mutex::new(Vec::new()));
+    let kept = read.clone();
+    tokio::spawn(async move {
+        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+        for answer in answers {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            // The head, then as much body as it says.
+            loop {
+                let n = socket.read(&mut buf).await.unwrap();
+                request.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&request).to_string();
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let length = text[..end]
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length: ")
+                                .map(|v| v.trim().parse::<usize>().unwrap())
+                        })
+                        .unwrap_or(0);
+                    if request.len() >= end + 4 + length {
+                        break;
+                    }
+                }
+                if n == 0 {
+                    break;
+                }
+            }
+            kept.lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&request).to_string());
+            let _ = socket.write_all(&answer).await;
+            let _ = socket.shutdown().await;
+        }
+    });
+    (url, read)
+}
+
+/// An HTTP answer with `status`, `content_type` and `body`, closing its connection.
+fn answer(status: &str, headers: &str, body: &[u8]) -> Vec<u8> {
+    let mut text = format!(
+        "HTTP/1.1 {status}\r\n{headers}content-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    text.extend_from_slice(body);
+    text
+}
+
+fn json(body: &str) -> Vec<u8> {
+    answer(
+        "200 OK",
+        "content-type: application/json\r\n",
+        body.as_bytes(),
+    )
+}
+
+fn events(body: &str) -> Vec<u8> {
+    answer(
+        "200 OK",
+        "content-type: text/event-stream\r\n",
+        body.as_bytes(),
+    )
+}
+
+/// Posts to `url` as a connection of `version`, in `session`, with `bearer`; what the
+/// connection would read of the calls' streams.
+fn posts(
+    url: &str,
+    version: ProtocolVersion,
+    session: Option<&str>,
+    bearer: Option<&str>,
+) -> (
+    Posts,
+    mpsc::UnboundedReceiver<rmcp::model::ServerJsonRpcMessage>,
+) {
+    let watched = Arc::new(Session::default());
+    watched.saw(session);
+    let (to_connection, read) = mpsc::unbounded_channel();
+    let posts = Posts::new(Setup {
+        url,
+        bearer,
+        session: watched,
+        version: &version,
+        client: Implementation::new("toolhost", "0"),
+        capabilities: ClientCapabilities::default(),
+        to_connection,
+    })
+    .unwrap();
+    (posts, read)
+}
+
+/// One call of `echo` posted: what it got.
+async fn call(posts: &Posts, calls: &CallRoutes) -> Result<super::Answer, NotPosted> {
+    let mut params = CallToolRequestParams::new("echo").with_arguments(
+        serde_json::json!({"message": "hi"})
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
+    let (posting, body) = posts.prepare(&mut params, true, None).unwrap();
+    posts.post(&posting, body, calls).await
+}
+
+fn text(answer: &super::Answer) -> String {
+    match answer {
+        Ok(ServerResult::CallToolResult(result)) => result.content[0]
+            .as_text()
+            .map(|t| t.text.clone())
+            .unwrap_or_default(),
+        other => panic!("no tool result: {other:?}"),
+    }
+}
+
+fn failure(outcome: Result<super::Answer, NotPosted>) -> String {
+    match outcome {
+        Err(NotPosted::Failed(why)) => why,
+        Err(NotPosted::SessionExpired) => "session expired".into(),
+        Ok(answer) => panic!("answered: {answer:?}"),
+    }
+}
+
+const ANSWER: &str =
+    r#"{"jsonrpc":"2.0","id":"toolhost-1","result":{"content":[{"type":"text","text":"hi"}]}}"#;
+
+#[tokio::test]
+async fn a_2026_call_names_itself_in_its_headers_and_says_who_asks_in_its_metadata() {
+    let (url, read) = server(vec![json(ANSWER)]);
+    let (posts, _) = posts(&url, ProtocolVersion::V_2026_07_28, None, Some("t0ken"));
+    assert_eq!(
+        text(
+            &call(&posts, &CallRoutes::default())
+                .await
+                .unwrap_or_else(|_| panic!())
+        ),
+        "hi"
+    );
+    let request = read.lock().unwrap()[0].to_ascii_lowercase();
+    for header in [
+        "mcp-method: tools/call",
+        "mcp-name: echo",
+        "mcp-protocol-version: 2026-07-28",
+        "authorization: bearer t0ken",
+        "accept: application/json, text/event-stream",
+    ] {
+        assert!(request.contains(header), "{header} in {request}");
+    }
+    assert!(!request.contains("mcp-session-id"), "{request}");
+    for meta in [
+        r#""io.modelcontextprotocol/protocolversion":"2026-07-28""#,
+        r#""io.modelcontextprotocol/clientinfo":{"name":"toolhost""#,
+        r#""io.modelcontextprotocol/clientcapabilities":{"#,
+        r#""progresstoken":"toolhost-1""#,
+    ] {
+        assert!(request.contains(meta), "{meta} in {request}");
+    }
+}
+
+#[tokio::test]
+async fn a_2025_call_goes_out_in_the_connections_session_without_the_newer_headers() {
+    let (url, read) = server(vec![json(ANSWER)]);
+    let (posts, _) = posts(&url, ProtocolVersion::V_2025_11_25, Some("s-1"), None);
+    let answered = call(&posts, &CallRoutes::default()).await;
+    assert_eq!(text(&answered.unwrap_or_else(|_| panic!())), "hi");
+    let request = read.lock().unwrap()[0].to_ascii_lowercase();
+    assert!(request.contains("mcp-session-id: s-1"), "{request}");
+    assert!(
+        request.contains("mcp-protocol-version: 2025-11-25"),
+        "{request}"
+    );
+    assert!(
+        !request.contains("mcp-method") && !request.contains("clientinfo"),
+        "{request}"
+    );
+}
+
+#[tokio::test]
+async fn a_streamed_answer_comes_after_its_progress_and_the_servers_own_request_goes_to_the_connection()
+ {
+    let stream = concat!(
+        ": a comment\n\n",
+        "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":\"toolhost-1\",\"progress\":1,\"message\":\"halfway\"}}\n\n",
+        "data: {\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"elicitation/create\",\"params\":{\"mode\":\"form\",\"message\":\"Which?\",\"requestedSchema\":{\"type\":\"object\",\"properties\":{}}}}\n\n",
+        "data: {\"jsonrpc\":\"2.0\",\"id\":\"toolhost-1\",\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"done\"}]}}\n\n",
+    );
+    let (url, _) = server(vec![events(stream)]);
+    let (posts, mut connection) = posts(&url, ProtocolVersion::V_2025_11_25, Some("s"), None);
+    let calls = Arc::new(CallRoutes::default());
+    let (to, mut progress) = mpsc::unbounded_channel();
+    let token =
+        rmcp::model::ProgressToken(rmcp::model::NumberOrString::String("toolhost-1".into()));
+    let _route = calls.route(token, "session", to);
+    assert_eq!(
+        text(&call(&posts, &calls).await.unwrap_or_else(|_| panic!())),
+        "done"
+    );
+    assert!(matches!(progress.try_recv(), Ok(FromServer::Progress(p)) if p == "halfway\n"));
+    let asked = connection.try_recv().unwrap();
+    assert!(
+        serde_json::to_string(&asked)
+            .unwrap()
+            .contains("elicitation/create"),
+        "{asked:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_stream_that_breaks_is_taken_up_after_its_last_event() {
+    let first = "id: e1\nretry: 10\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":\"toolhost-1\",\"progress\":1}}\n\n";
+    let second = "id: e2\ndata: {\"jsonrpc\":\"2.0\",\"id\":\"toolhost-1\",\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"resumed\"}]}}\n\n";
+    let (url, read) = server(vec![events(first), events(second)]);
+    let (posts, _) = posts(&url, ProtocolVersion::V_2025_11_25, Some("s"), None);
+    assert_eq!(
+        text(
+            &call(&posts, &CallRoutes::default())
+                .await
+                .unwrap_or_else(|_| panic!())
+        ),
+        "resumed"
+    );
+    let resumed = read.lock().unwrap()[1].to_ascii_lowercase();
+    assert!(
+        resumed.starts_with("get /mcp")
+            && resumed.contains("last-event-id: e1")
+            && resumed.contains("mcp-session-id: s"),
+        "{resumed}"
+    );
+}
+
+#[tokio::test]
+async fn what_is_not_an_answer_fails_the_call_naming_what_came() {
+    let huge = format!("data: {}", "x".repeat(super::MAX_MESSAGE + 1));
+    let table: Vec<(Vec<u8>, Option<&str>, &str)> = vec![
+        (
+            answer("404 Not Found", "", b""),
+            Some("s"),
+            "session expired",
+        ),
+        (
+            answer("404 Not Found", "", b"gone"),
+            None,
+            "HTTP 404 Not Found: gone",
+        ),
+        (
+            answer(
+                "401 Unauthorized",
+                "www-authenticate: Bearer error=\"invalid_token\"\r\n",
+                b"",
+            ),
+            None,
+            "refused toolhost's credentials (HTTP 401 Unauthorized, Bearer error=\"invalid_token\")",
+        ),
+        (
+            answer("200 OK", "content-type: text/html\r\n", b"<p>hi</p>"),
+            None,
+            "content type 'text/html'",
+        ),
+        (
+            answer("202 Accepted", "", b""),
+            None,
+            "HTTP 202 Accepted and no result",
+        ),
+        (
+            json(r#"{"jsonrpc":"2.0","id":"toolhost-9","result":{}}"#),
+            None,
+            "not this call's answer",
+        ),
+        (
+            events(
+                "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":1}}\n\n",
+            ),
+            None,
+            "ended before the call's answer",
+        ),
+        (events(&huge), None, "over 16777216 bytes"),
+    ];
+    for (answered, session, expected) in table {
+        let (url, _) = server(vec![answered]);
+        let (posts, _) = posts(&url, ProtocolVersion::V_2025_11_25, session, None);
+        let why = failure(call(&posts, &CallRoutes::default()).await);
+        assert!(why.contains(expected), "{expected}: {why}");
+    }
+}
+
+#[tokio::test]
+async fn a_refusal_carrying_a_json_rpc_error_is_the_servers_error() {
+    let body =
+        br#"{"jsonrpc":"2.0","id":"toolhost-1","error":{"code":-32602,"message":"no such tool"}}"#;
+    let (url, _) = server(vec![answer(
+        "400 Bad Request",
+        "content-type: application/json\r\n",
+        body,
+    )]);
+    let (posts, _) = posts(&url, ProtocolVersion::V_2026_07_28, None, None);
+    match call(&posts, &CallRoutes::default()).await {
+        Ok(Err(error)) => assert_eq!(error.message, "no such tool"),
+        Ok(other) => panic!("{other:?}"),
+        Err(not) => panic!("{}", failure(Err(not))),
+    }
+}
+
+#[test]
+fn a_tool_name_a_header_cannot_carry_as_it_is_goes_through_rmcp() {
+    let (posts, _) = posts(
+        "http://127.0.0.1:1/mcp",
+        ProtocolVersion::V_2026_07_28,
+        None,
+        None,
+    );
+    for name in ["with space", "é", "=?base64?x?="] {
+        let mut params = CallToolRequestParams::new(name.to_string());
+        assert!(posts.prepare(&mut params, false, None).is_none(), "{name}");
+    }
+}
