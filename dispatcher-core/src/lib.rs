@@ -24,6 +24,7 @@ mod result;
 mod runtime;
 mod schedule;
 pub mod schema;
+mod search;
 mod session;
 pub mod shared;
 pub mod spool;
@@ -62,6 +63,7 @@ pub use result::{
 };
 pub use runtime::{Grant, GrantRequest, RemoteHost, RuntimePolicy, SUPPORTED, check_supported};
 pub use schedule::Batch;
+pub use search::FoundTool;
 pub use session::{GRANTS_KEPT, Session, SessionSpec};
 /// The tool-api items a host works with, re-exported so that an embedder needs one crate.
 pub use tool_api::{
@@ -385,6 +387,30 @@ impl Dispatcher {
     /// ```
     pub fn watch_tools(&self) -> tokio::sync::watch::Receiver<u64> {
         self.engine.changes.subscribe()
+    }
+
+    /// The tools `session` may see, ranked for `query` (words, as a model would ask: "what
+    /// time is it in Tokyo"), best first, at most `limit`: each with its full definition,
+    /// so a host that lists only a few tools can hand the found ones to its model (MCP
+    /// progressive discovery; a model API's deferred tool loading). A tool the session's
+    /// visibility hides is never found; a query that is exactly a tool's name ranks that
+    /// tool first. The session's index is rebuilt when a tool arrives, leaves or changes
+    /// ([`Dispatcher::watch_tools`]), and kept until then.
+    ///
+    /// ```
+    /// # let dispatcher = dispatcher_core::Dispatcher::new();
+    /// # let ws = tempfile::tempdir().unwrap();
+    /// # let session = dispatcher.open_session(dispatcher_core::SessionSpec::new("s", ws.path())).unwrap();
+    /// let found = dispatcher.search_tools(&session, "what time is it", 5);
+    /// assert!(found.len() <= 5);
+    /// ```
+    pub fn search_tools(&self, session: &Session, query: &str, limit: usize) -> Vec<FoundTool> {
+        let generation = *self.engine.changes.borrow();
+        session
+            .state
+            .search
+            .index(generation, || self.listing_for_session(session))
+            .search(query, limit)
     }
 
     /// Like [`Dispatcher::definitions_for_session`], with each tool's source.

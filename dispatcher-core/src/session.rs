@@ -283,6 +283,8 @@ pub(crate) struct SessionState {
     store: Arc<dyn crate::store::Store>,
     /// `None` for a shared session; else the instance its grants belong to.
     scope: Option<Arc<str>>,
+    /// Its tools' search index ([`crate::Dispatcher::search_tools`]).
+    pub(crate) search: crate::search::Cached,
 }
 
 /// Which tools a session sees, and what narrows its policy.
@@ -355,6 +357,7 @@ impl SessionState {
             changes: changes.clone(),
             store,
             scope: (!spec.shared).then(|| instance.clone()),
+            search: crate::search::Cached::default(),
         }
     }
 

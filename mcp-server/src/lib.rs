@@ -20,6 +20,7 @@
 mod answer;
 mod caller;
 pub mod confirm;
+pub mod discovery;
 mod era;
 pub mod gateway;
 pub mod http;
@@ -39,6 +40,7 @@ pub mod tasks_2025;
 
 pub(crate) use caller::Caller;
 pub use confirm::{Consoles, McpConfirmer, PromptFallback};
+pub use discovery::{Discovery, DiscoveryMode};
 pub use gateway::Upstreams;
 pub use server::{McpServer, McpShared};
 pub(crate) use sessions::principal_of_parts;

@@ -69,8 +69,8 @@ pub use confine::ServerSandbox;
 pub use error::UpstreamError;
 pub use pins::{FilePins, MemoryPins, OnChange, PinStore};
 pub use relay::{ClientRelay, Origin, RelayFuture, Relayed, Resume};
-pub use upstream::client::install_tls_provider;
 pub use upstream::events::{ServerEvent, level_rank};
+pub use upstream::http_client::install_tls_provider;
 pub use upstream::offers::Offers;
 
 use std::collections::BTreeMap;

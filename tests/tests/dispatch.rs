@@ -327,6 +327,38 @@ async fn session_visibility_filters_listing_and_dispatch() {
     assert!(r.text().ends_with("Available: read_file"));
 }
 
+#[test]
+fn a_search_ranks_only_what_the_session_sees_and_follows_the_tools_as_they_change() {
+    let d = Dispatcher::new();
+    builtins(&d);
+    let dir = tempfile::tempdir().unwrap();
+    let names = |found: Vec<dispatcher_core::FoundTool>| -> Vec<String> {
+        found
+            .into_iter()
+            .map(|f| f.listing.definition.name)
+            .collect()
+    };
+    let all = d.open_session(SessionSpec::new("all", dir.path())).unwrap();
+    assert_eq!(names(d.search_tools(&all, "run a command", 1)), ["shell"]);
+    let only_read = Visibility::Only(["read_file".to_string()].into());
+    let reader = d
+        .open_session(SessionSpec::new("reader", dir.path()).visibility(only_read))
+        .unwrap();
+    assert!(names(d.search_tools(&reader, "run a command", 5)).is_empty());
+    assert_eq!(
+        names(d.search_tools(&reader, "read a file", 5)),
+        ["read_file"]
+    );
+    // A tool removed is gone from the next search, one added is found at once.
+    assert!(d.unregister("shell"));
+    assert!(!names(d.search_tools(&all, "run a command", 5)).contains(&"shell".to_string()));
+    for again in builtin_tools::factories() {
+        // The others are still there: only shell is registered again.
+        let _ = d.register(again);
+    }
+    assert_eq!(names(d.search_tools(&all, "run a command", 1)), ["shell"]);
+}
+
 #[tokio::test]
 async fn internal_tool_error_is_redacted_for_the_model() {
     let d = Dispatcher::new();

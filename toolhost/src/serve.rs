@@ -218,6 +218,7 @@ async fn serve_http(
         tasks,
     );
     shared.set_tools_per_caller(per_caller);
+    shared.set_discovery(sources.config.mcp.discovery.clone());
     if let Some(exchange) = exchange {
         shared.exchange_tokens_through(exchange);
     }
@@ -373,6 +374,7 @@ async fn serve_mcp(
         upstreams,
         mcp::Tasks::new(sources.config.mcp.tasks.clone()),
     );
+    shared.set_discovery(sources.config.mcp.discovery.clone());
     reloader.serve_through(shared.clone());
     let server = mcp::McpServer::new(shared.clone());
     let direct_server = mcp::McpServer::new(shared.clone());

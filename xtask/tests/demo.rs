@@ -95,8 +95,10 @@ fn path_with(dir: &Path) -> std::ffi::OsString {
 /// units is higher by the build scripts): 319 when this was set, once the demo stopped
 /// building the WebAssembly runtime (424 with it, and a fresh clone's demo took nine
 /// minutes on two cores, nearly all of it this build). A dependency added to what the demo
-/// builds is then a decision, not an accident.
-const DEMO_PACKAGES_BUDGET: usize = 319;
+/// builds is then a decision, not an accident: 324 since the dispatcher ranks tools for a
+/// search (`bm25`, `fxhash`, `byteorder`, `rust-stemmers`, `stop-words`; small, no build
+/// scripts).
+const DEMO_PACKAGES_BUDGET: usize = 324;
 
 #[test]
 fn the_demo_compiles_no_more_packages_than_its_budget() {

@@ -209,12 +209,17 @@ impl McpServer {
     /// capabilities have it ([`TaskMode`]: whether it may, or must, become a task).
     async fn call(
         &self,
-        mut request: CallToolRequestParams,
+        request: CallToolRequestParams,
         caller: Caller,
         mode: TaskMode,
     ) -> Result<CallToolResponse, McpError> {
         tracing::debug!(era = ?caller.era, principal = %caller.principal.id, "tools/call");
         let session = self.session(caller.era, &caller.principal)?;
+        let mut request = match self.discovering(request, &caller, &session).await {
+            super::finding::Discovering::No(request)
+            | super::finding::Discovering::Call(request) => request,
+            super::finding::Discovering::Answered(answer) => return Ok(answer),
+        };
         let takes_tasks = match mode {
             TaskMode::Auto => self.shared.tasks.settings().enabled && caller.caps.supports_tasks(),
             TaskMode::Now { .. } => true,

@@ -22,7 +22,7 @@ use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use dispatcher_core::{Dispatcher, Session};
+use dispatcher_core::{Dispatcher, Session, ToolListing};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientCapabilities, Implementation,
     InputRequiredResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
@@ -41,6 +41,7 @@ use crate::request_state::{Confirmations, Opened};
 use crate::sessions::{Principal, Sessions, principal, principal_of};
 
 mod call;
+mod finding;
 
 /// MCP annotations for a side-effect class.
 pub fn annotations(class: SideEffect) -> ToolAnnotations {
@@ -72,6 +73,8 @@ pub struct McpShared {
     /// How a token for a mounted server is obtained for a caller (`credentials =
     /// "exchange"`): the host's identity provider, when it is a client of its own.
     pub(super) exchange: std::sync::OnceLock<Arc<dyn mcp_toolsets::TokenExchange>>,
+    /// Progressive discovery (`[mcp.discovery]`), replaced whole on a reload.
+    discovery: std::sync::RwLock<Arc<crate::discovery::Discovery>>,
 }
 
 impl McpShared {
@@ -93,7 +96,25 @@ impl McpShared {
             tools_per_caller: std::sync::atomic::AtomicBool::new(false),
             next_call: AtomicU64::new(1),
             exchange: std::sync::OnceLock::new(),
+            discovery: std::sync::RwLock::new(Arc::default()),
         })
+    }
+
+    /// Sets progressive discovery (`[mcp.discovery]`): what the next `tools/list` and
+    /// search of every session follows.
+    pub fn set_discovery(&self, discovery: crate::discovery::Discovery) {
+        *self
+            .discovery
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(discovery);
+    }
+
+    /// Progressive discovery as set now.
+    pub fn discovery(&self) -> Arc<crate::discovery::Discovery> {
+        self.discovery
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Exchanges each caller's token for one to a mounted server whose entry takes
@@ -147,6 +168,8 @@ pub struct McpServer {
     passing_on: Mutex<Option<tokio::task::AbortHandle>>,
     /// What this connection's 2025-era client declared at `initialize`, for its calls.
     pub(super) declared: crate::caller::DeclaredOnce,
+    /// The tools its client found (progressive discovery), listed from then on.
+    pub(super) found: Arc<crate::discovery::Found>,
 }
 
 /// The `resultType` of a result passed on from a mounted server, as the client's era has
@@ -181,11 +204,23 @@ fn method_not_found(method: &str, hint: &str) -> McpError {
 
 /// A session's `tools/list`: its visible tools with their input schemas, annotations, and
 /// in `_meta` (`toolhost/sandbox`) what confines each.
-fn tool_list(dispatcher: &Dispatcher, session: &Session) -> Vec<Tool> {
+fn tool_list(shared: &McpShared, session: &Session, found: &crate::discovery::Found) -> Vec<Tool> {
+    let dispatcher = &shared.dispatcher;
+    let discovery = shared.discovery();
+    let (listing, discovering) =
+        crate::discovery::listed(dispatcher.listing_for_session(session), &discovery, found);
+    let mut tools = tools_of(dispatcher, session, listing);
+    if discovering {
+        tools.extend(crate::discovery::discovery_tools(discovery.results));
+    }
+    tools
+}
+
+/// How `tools/list` shows each of `listing`.
+fn tools_of(dispatcher: &Dispatcher, session: &Session, listing: Vec<ToolListing>) -> Vec<Tool> {
     let config = &dispatcher.config().sandbox;
     let workspace = session.workspace().root();
-    dispatcher
-        .listing_for_session(session)
+    listing
         .into_iter()
         .map(|l| {
             let mut meta = rmcp::model::MetaObject::new();
@@ -213,14 +248,15 @@ pub const SANDBOX_META: &str = "toolhost/sandbox";
 /// when the client's subscription began) through `notify`, until that fails or the
 /// dispatcher is gone.
 async fn watch_session_tools<Fut>(
-    dispatcher: Dispatcher,
+    shared: Arc<McpShared>,
     session: Session,
+    found: Arc<crate::discovery::Found>,
     changes: tokio::sync::watch::Receiver<u64>,
     notify: impl Fn() -> Fut,
 ) where
     Fut: std::future::Future<Output = Result<(), String>>,
 {
-    super::list_changes::tell_of_changes(changes, || tool_list(&dispatcher, &session), notify)
+    super::list_changes::tell_of_changes(changes, || tool_list(&shared, &session, &found), notify)
         .await;
 }
 
@@ -237,6 +273,7 @@ impl McpServer {
             interest: Arc::default(),
             passing_on: Mutex::new(None),
             declared: Default::default(),
+            found: Arc::default(),
             shared,
         }
     }
@@ -390,8 +427,9 @@ impl McpServer {
             };
             let sink = context.sink().clone();
             watch_session_tools(
-                self.shared.dispatcher.clone(),
+                self.shared.clone(),
                 session,
+                Arc::default(),
                 changes,
                 move || {
                     let sink = sink.clone();
@@ -724,16 +762,17 @@ impl ServerHandler for McpServer {
         {
             previous.abort();
         }
-        let (dispatcher, peer) = (self.shared.dispatcher.clone(), context.peer);
+        let peer = context.peer;
         let changes = self
             .connection_watch
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()
-            .unwrap_or_else(|| dispatcher.watch_tools());
+            .unwrap_or_else(|| self.shared.dispatcher.watch_tools());
         let task = tokio::spawn(watch_session_tools(
-            dispatcher,
+            self.shared.clone(),
             session,
+            self.found.clone(),
             changes,
             move || {
                 let peer = peer.clone();
@@ -815,7 +854,7 @@ impl ServerHandler for McpServer {
         let era = Era::of(&context);
         let session = self.session(era, &principal(&context))?;
         let mut list =
-            ListToolsResult::with_all_items(tool_list(&self.shared.dispatcher, &session));
+            ListToolsResult::with_all_items(tool_list(&self.shared, &session, &self.found));
         if era == Era::Stateless && self.shared.tools_per_caller.load(Ordering::Relaxed) {
             list.cache_scope = Some(rmcp::model::CacheScope::Private);
         }

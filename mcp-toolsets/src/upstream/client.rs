@@ -34,56 +34,6 @@ pub(crate) async fn listed(
     Ok((service, tools))
 }
 
-/// Installs rustls's `ring` provider for `https://` servers (once; a provider installed by
-/// the host first is kept).
-pub fn install_tls_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
-/// The HTTP client every server over streamable HTTP is reached with, its connections
-/// kept open between calls (rmcp's own client opens a connection per request: a TCP
-/// handshake and a socket left in TIME_WAIT for every call, about 400 µs of the
-/// gateway's CPU a call, and a gateway under load runs out of local ports). Requests go
-/// out with `TCP_NODELAY`, so a reused connection never waits on a delayed ACK.
-/// Redirects: only 307 and 308 (which keep the method and the body, so the message
-/// arrives whole) to the same origin (the session id and the token are never replayed to
-/// another host), at most [`MAX_REDIRECTS`] of them; any other comes back as the answer.
-pub(crate) fn http_client() -> reqwest::Client {
-    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
-    CLIENT
-        .get_or_init(|| {
-            install_tls_provider();
-            reqwest::Client::builder()
-                .tcp_nodelay(true)
-                .redirect(reqwest::redirect::Policy::custom(redirect))
-                .build()
-                .unwrap_or_else(|e| {
-                    tracing::warn!("the HTTP client for MCP servers could not be built as set up ({e}); using reqwest's defaults");
-                    reqwest::Client::new()
-                })
-        })
-        .clone()
-}
-
-/// The most redirects one request to a server follows.
-pub(crate) const MAX_REDIRECTS: usize = 10;
-
-/// Whether a server's redirect is followed ([`http_client`]).
-fn redirect(attempt: reqwest::redirect::Attempt<'_>) -> reqwest::redirect::Action {
-    let keeps_body = matches!(
-        attempt.status(),
-        reqwest::StatusCode::TEMPORARY_REDIRECT | reqwest::StatusCode::PERMANENT_REDIRECT
-    );
-    let first = attempt.previous().first().map(reqwest::Url::origin);
-    let same_origin = first.is_some_and(|origin| origin == attempt.url().origin());
-    if keeps_body && same_origin && attempt.previous().len() <= MAX_REDIRECTS {
-        tracing::debug!(to = %attempt.url(), "an MCP server redirected a request; configure its URL as the one it redirects to");
-        attempt.follow()
-    } else {
-        attempt.stop()
-    }
-}
-
 /// Client side of the connection: reacts to `tools/list_changed` (and to prompt and
 /// resource list changes, resource updates and log messages: [`crate::upstream::events`])
 /// and takes the server's requests to the user to the call they are for

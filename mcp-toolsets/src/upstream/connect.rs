@@ -10,9 +10,8 @@ use super::{Upstream, waited};
 use crate::config::{NESTING_ENV, nesting};
 use crate::confine;
 use crate::error::UpstreamError;
-use crate::upstream::client::{
-    Live, ProgressFirst, install_tls_provider, listed, listen_for_changes,
-};
+use crate::upstream::client::{Live, ProgressFirst, listed, listen_for_changes};
+use crate::upstream::http_client::install_tls_provider;
 
 /// An access token from toolhost's login to the server (`toolhost mcp login ID`), kept
 /// outside every workspace; a rotated refresh token is kept in its place.
@@ -94,7 +93,7 @@ impl Upstream {
         let bearer = config.auth_header.clone();
         let session = Arc::new(super::posting::Session::default());
         let watched = super::posting::Watched {
-            client: super::client::http_client(),
+            client: super::http_client::http_client(),
             session: session.clone(),
         };
         let (to_connection, read_elsewhere) = tokio::sync::mpsc::unbounded_channel();

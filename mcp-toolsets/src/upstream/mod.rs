@@ -24,6 +24,7 @@ mod calling;
 pub(crate) mod client;
 mod connect;
 pub(crate) mod events;
+pub(crate) mod http_client;
 mod lines;
 pub(crate) mod offers;
 mod outbox;

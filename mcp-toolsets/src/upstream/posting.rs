@@ -30,12 +30,12 @@ use rmcp::transport::streamable_http_client::{
 };
 use tokio::sync::mpsc;
 
-use super::lines::MAX_LINE;
 use super::lines::envelope::{Answer, Envelope, ID_PREFIX};
 use crate::relay::CallRoutes;
 
-/// The most bytes one event of a call's stream (or a JSON answer) may take.
-const MAX_MESSAGE: usize = MAX_LINE;
+/// The most bytes one event of a call's stream (or a JSON answer) may take: as one line
+/// of a stdio server (16 MiB).
+const MAX_MESSAGE: usize = 16 * 1024 * 1024;
 /// The most bytes of a refusal's body read to name it.
 const MAX_REFUSAL: usize = 64 * 1024;
 /// How many times a call's event stream that broke is taken up again (`Last-Event-ID`).
@@ -247,7 +247,7 @@ impl Posts {
         };
         let stateless = *setup.version >= ProtocolVersion::V_2026_07_28;
         Some(Posts {
-            client: super::client::http_client(),
+            client: super::http_client::http_client(),
             url,
             authorization,
             session: setup.session,

@@ -189,6 +189,9 @@ pub struct McpConfig {
     /// The MCP Registry API `toolhost mcp add NAME` looks servers up in (e.g.
     /// `https://registry.modelcontextprotocol.io`); none: `mcp add` takes `--file` or `--url`.
     pub registry: Option<String>,
+    /// Progressive discovery: a few tools listed and a search for the rest
+    /// ([`mcp_server::discovery`]); applied again on a reload.
+    pub discovery: mcp_server::Discovery,
 }
 
 impl Default for McpConfig {
@@ -201,6 +204,7 @@ impl Default for McpConfig {
             tasks: mcp_server::TaskSettings::default(),
             client_logs: false,
             registry: None,
+            discovery: mcp_server::Discovery::default(),
         }
     }
 }

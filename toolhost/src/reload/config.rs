@@ -24,7 +24,12 @@ fn needing_restart(old: &Config, new: &Config) -> Vec<&'static str> {
         "toolset_separator",
         old.toolset_separator != new.toolset_separator,
     );
-    check("[mcp]", old.mcp != new.mcp);
+    // Discovery applies at once (below); the rest of [mcp] at the next start.
+    let without_discovery = |c: &Config| crate::config::McpConfig {
+        discovery: mcp_server::Discovery::default(),
+        ..c.mcp.clone()
+    };
+    check("[mcp]", without_discovery(old) != without_discovery(new));
     keys
 }
 
@@ -78,6 +83,12 @@ impl Reloader {
             if old.access != new.access {
                 let sessions = self.access.replace(new.access.clone(), &self.dispatcher);
                 tracing::info!(target: "toolhost::reload", sessions, "access rules replaced");
+            }
+            if old.mcp.discovery != new.mcp.discovery
+                && let Some(shared) = self.shared.get()
+            {
+                shared.set_discovery(new.mcp.discovery.clone());
+                tracing::info!(target: "toolhost::reload", "[mcp.discovery] replaced");
             }
             let servers_changed = old.mcp_servers != new.mcp_servers || old.sandbox != new.sandbox;
             *self.config.lock().unwrap_or_else(PoisonError::into_inner) = new.clone();

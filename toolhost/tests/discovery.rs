@@ -1,0 +1,236 @@
+//! Progressive discovery (`[mcp.discovery]`): a client is listed a few tools and a search,
+//! finds a tool by what it does, and calls it as itself (its own schema, policy and name in
+//! the audit log), over stdio (2025 era: the found tool joins the list) and stateless HTTP
+//! (through `call_found_tool`).
+#![cfg(test)]
+
+mod common;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use common::mcp::{call, text};
+use common::raw_http::{post_stateless, result_text, stateless};
+use rmcp::service::{RoleClient, RunningService, ServiceExt};
+use rmcp::transport::TokioChildProcess;
+use serde_json::{Value, json};
+
+/// A client that counts the list changes it is told of.
+#[derive(Clone, Default)]
+struct Counting(Arc<Mutex<usize>>);
+
+impl rmcp::ClientHandler for Counting {
+    async fn on_tool_list_changed(&self, _c: rmcp::service::NotificationContext<RoleClient>) {
+        *self.0.lock().unwrap() += 1;
+    }
+}
+
+/// `toolhost serve --mcp` over `dir` with `config`, its client counting list changes.
+async fn serve(dir: &Path, config: &str) -> (RunningService<RoleClient, Counting>, Counting) {
+    std::fs::write(dir.join("toolhost.toml"), config).unwrap();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    cmd.args(["serve", "--mcp", "--workspace"])
+        .arg(dir)
+        .current_dir(dir)
+        .env("XDG_CONFIG_HOME", dir.join(".no-config"))
+        .env("XDG_STATE_HOME", dir.join(".state"));
+    let counting = Counting::default();
+    let client = counting
+        .clone()
+        .serve(TokioChildProcess::new(cmd).unwrap())
+        .await
+        .unwrap();
+    (client, counting)
+}
+
+async fn names(client: &RunningService<RoleClient, Counting>) -> Vec<String> {
+    let mut names: Vec<String> = client
+        .peer()
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The names of the tools a `find_tools` result carries.
+fn found(result: &Value) -> Vec<String> {
+    result["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no tools in {result}"))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+const ON: &str = "[mcp.discovery]\nmode = \"on\"\nalways = [\"list_dir\"]\n\n[tool_confirmation.per_tool]\nwrite_file = \"auto\"\n";
+
+#[tokio::test]
+async fn a_2025_client_is_listed_a_few_tools_finds_one_and_calls_it_by_its_own_name() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "hello\n").unwrap();
+    let (client, changes) = serve(dir.path(), ON).await;
+    assert_eq!(
+        names(&client).await,
+        ["call_found_tool", "find_tools", "list_dir"]
+    );
+    let result = call(
+        &client,
+        "find_tools",
+        json!({"query": "read the contents of a file", "limit": 3}),
+    )
+    .await;
+    let structured = result.structured_content.clone().unwrap();
+    assert_eq!(found(&structured)[0], "read_file", "{structured}");
+    // Each found tool comes whole: its own schema, as tools/list would show it.
+    let read_file = &structured["tools"][0];
+    assert_eq!(
+        read_file["inputSchema"]["properties"]["path"]["type"],
+        "string"
+    );
+    assert!(text(&result).contains("now listed"), "{}", text(&result));
+    // The client was told, and its list now holds what it found.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while *changes.0.lock().unwrap() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no list change was told"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let listed = names(&client).await;
+    assert!(listed.contains(&"read_file".to_string()), "{listed:?}");
+    // Called by its own name, checked against its own schema.
+    let read = call(&client, "read_file", json!({"path": "notes.txt"})).await;
+    assert!(text(&read).contains("hello"), "{read:?}");
+    let wrong = call(&client, "read_file", json!({"file": "notes.txt"})).await;
+    assert_eq!(wrong.is_error, Some(true));
+    assert!(text(&wrong).contains("path"), "{}", text(&wrong));
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_search_names_what_is_wrong_with_its_arguments_and_finds_nothing_for_noise() {
+    let dir = tempfile::tempdir().unwrap();
+    let (client, _) = serve(dir.path(), ON).await;
+    let refused = call(&client, "find_tools", json!({"query": "x", "limit": 500})).await;
+    assert_eq!(refused.is_error, Some(true));
+    assert!(
+        text(&refused).contains("'limit' must be from 1 to 50"),
+        "{}",
+        text(&refused)
+    );
+    let nothing = call(&client, "find_tools", json!({"query": "zzqx"})).await;
+    assert_eq!(
+        found(nothing.structured_content.as_ref().unwrap()),
+        Vec::<String>::new()
+    );
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn with_few_tools_auto_lists_them_all_and_off_never_searches() {
+    let dir = tempfile::tempdir().unwrap();
+    let (client, _) = serve(dir.path(), "").await;
+    let listed = names(&client).await;
+    assert!(
+        listed.contains(&"read_file".to_string()) && !listed.contains(&"find_tools".to_string()),
+        "{listed:?}"
+    );
+    // A call of the search's name is no search when discovery does not apply.
+    let result = call(&client, "find_tools", json!({"query": "file"})).await;
+    assert_eq!(result.is_error, Some(true));
+    client.cancel().await.unwrap();
+}
+
+#[test]
+fn a_stateless_client_finds_a_tool_and_calls_it_through_call_found_tool_as_the_tool_itself() {
+    let ws = common::workspace();
+    std::fs::write(
+        ws.path().join("toolhost.toml"),
+        "[mcp.discovery]\nmode = \"on\"\nalways = []\n",
+    )
+    .unwrap();
+    let server = common::serve_http(ws.path(), &[]);
+    let list = post_stateless(&server.addr, &stateless(1, "tools/list", json!({}), false)).json();
+    let listed: Vec<&str> = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, ["find_tools", "call_found_tool"], "{list}");
+    let search = stateless(
+        2,
+        "tools/call",
+        json!({"name": "find_tools", "arguments": {"query": "write content into a file"}}),
+        false,
+    );
+    let answer = post_stateless(&server.addr, &search).json();
+    let result = &answer["result"];
+    assert_eq!(
+        found(&result["structuredContent"])[0],
+        "write_file",
+        "{answer}"
+    );
+    assert!(result_text(result).contains("call_found_tool"), "{answer}");
+    // Through call_found_tool the call is write_file's own: its policy asks, and this
+    // client cannot be asked, so `[mcp] prompt_fallback` (deny) refuses it, naming it.
+    let write = stateless(
+        3,
+        "tools/call",
+        json!({"name": "call_found_tool", "arguments": {"name": "write_file", "arguments": {"path": "out.txt", "content": "x"}}}),
+        false,
+    );
+    let refused = post_stateless(&server.addr, &write).json();
+    assert!(
+        result_text(&refused["result"]).contains("write_file"),
+        "{refused}"
+    );
+    assert!(!ws.path().join("out.txt").exists());
+    // A read goes through, checked against read_file's own schema.
+    let read = stateless(
+        4,
+        "tools/call",
+        json!({"name": "call_found_tool", "arguments": {"name": "read_file", "arguments": {"path": "README.md"}}}),
+        false,
+    );
+    let answer = post_stateless(&server.addr, &read).json();
+    assert!(result_text(&answer["result"]).contains("hello"), "{answer}");
+    let bad = stateless(
+        5,
+        "tools/call",
+        json!({"name": "call_found_tool", "arguments": {"name": "read_file", "arguments": {"file": "README.md"}}}),
+        false,
+    );
+    let answer = post_stateless(&server.addr, &bad).json();
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+}
+
+#[test]
+fn a_bad_discovery_table_stops_the_server_naming_the_key() {
+    let ws = common::workspace();
+    for (table, expected) in [
+        (
+            "[mcp.discovery]\nmode = \"sometimes\"\n",
+            "unknown variant `sometimes`",
+        ),
+        ("[mcp.discovery]\nresults = 0\n", "expected from 1 to 50"),
+        ("[mcp.discovery]\nlimit = 3\n", "unknown field `limit`"),
+    ] {
+        std::fs::write(ws.path().join("toolhost.toml"), table).unwrap();
+        let out = common::command(ws.path(), &["serve", "--mcp"])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && said.contains(expected),
+            "{table}: {said}"
+        );
+        assert!(said.contains("discovery"), "{table}: {said}");
+    }
+}
