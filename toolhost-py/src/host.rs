@@ -172,6 +172,35 @@ impl NativeHost {
         Ok(out)
     }
 
+    /// The session's tools ranked for `query`, best first, at most `limit`, in `format`.
+    fn search_tools<'py>(
+        &self,
+        py: Python<'py>,
+        query: &str,
+        limit: usize,
+        format: &str,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let (dispatcher, session) = opened(&self.open)?;
+        if !provider::FORMATS.contains(&format) {
+            return Err(PyValueError::new_err(format!(
+                "unknown format {format:?}; use one of {}",
+                provider::FORMATS.join(", ")
+            )));
+        }
+        if limit == 0 {
+            return Err(PyValueError::new_err(
+                "limit must be at least 1: how many tools to return",
+            ));
+        }
+        let out = PyList::empty(py);
+        for found in dispatcher.search_tools(&session, query, limit) {
+            if let Some(d) = provider::definition(format, &found.listing) {
+                out.append(to_py(py, &d)?)?;
+            }
+        }
+        Ok(out)
+    }
+
     /// Runs a batch, without the GIL, and returns its results in order.
     fn run<'py>(
         &self,

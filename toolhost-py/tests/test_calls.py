@@ -184,3 +184,21 @@ def test_the_async_event_stream_ends_when_the_host_closes(workspace):
         return [e["type"] async for e in events]
 
     assert asyncio.run(main()) == ["tool.called", "tool.completed"]
+
+
+def test_a_search_finds_the_tool_for_the_words_and_a_found_tool_runs_as_any_other(workspace):
+    (workspace / "notes.txt").write_text("hello\n")
+    with toolhost.Host(workspace=workspace) as host:
+        found = host.search_tools("run a command in a shell", limit=2)
+        assert found[0]["name"] == "shell" and len(found) <= 2
+        # In the format asked for, whole: what a model API's deferred loading takes.
+        (openai,) = host.search_tools("list_dir", limit=1, format="openai")
+        assert openai["function"]["name"] == "list_dir"
+        assert "parameters" in openai["function"]
+        assert host.search_tools("zzqx") == []
+        (result,) = host.run(anthropic_turn(("read_file", {"path": "notes.txt"})))
+        assert "hello" in text_of(result)
+        with pytest.raises(ValueError, match="limit must be at least 1"):
+            host.search_tools("file", limit=0)
+        with pytest.raises(ValueError, match="unknown format"):
+            host.search_tools("file", format="yaml")

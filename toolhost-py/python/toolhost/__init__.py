@@ -175,6 +175,17 @@ class Host:
         """
         return self._native.tools(format)
 
+    def search_tools(
+        self, query: str, limit: int = 5, format: str = "anthropic"
+    ) -> List[Dict[str, Any]]:
+        """The tools that best match ``query`` (what the model wants done, in words, or a
+        tool's name), best first, at most ``limit``, as :meth:`tools` gives them: for an
+        agent that sends its model a few tools and finds the rest when asked (with a model
+        API's deferred tool loading, or a search tool of its own). A found tool's call runs
+        with :meth:`run` as any other.
+        """
+        return self._native.search_tools(query, limit, format)
+
     def run(self, blocks: Iterable[Block]) -> List[Result]:
         """Runs the tool calls of one model message and returns their results, in order.
 
