@@ -1,8 +1,7 @@
 //! Finding a session's tools by what they do ([`crate::Dispatcher::search_tools`]): the
 //! tools the session may see, ranked for a query in words (BM25, the `bm25` crate's scorer)
-//! over two fields: each tool's name, split into its words, and its whole text (name,
-//! description, parameters' names and descriptions), a match in the name counting
-//! [`NAME_WEIGHT`] times. The ranking is the session's own: a tool its
+//! over each tool's name (split into its words, counted twice), its description and its
+//! parameters' names and descriptions. The ranking is the session's own: a tool its
 //! visibility hides is never among the results, and its index is rebuilt whenever a tool
 //! arrives, leaves or changes anywhere (the dispatcher's change counter), so a search sees
 //! the tools of that moment.
@@ -48,29 +47,21 @@ impl Cached {
     }
 }
 
-/// How much a match in a tool's name counts beside one in the rest of its text: a name
-/// says in two or three words what the tool is for, where a description (and its
-/// parameters') also says how, in words other tools share.
-const NAME_WEIGHT: f32 = 2.0;
-
-/// The tools of one moment, ready to rank: one BM25 field over their names, one over their
-/// whole text.
+/// The tools of one moment, ready to rank.
 pub(crate) struct Index {
     generation: u64,
     tools: Vec<ToolListing>,
-    names: Field,
-    texts: Field,
-}
-
-/// One field of every tool, embedded and scored.
-struct Field {
     embedder: Embedder<u32, Words>,
     scorer: Scorer<usize, u32>,
 }
 
-impl Field {
-    fn of(texts: &[String]) -> Field {
+impl Index {
+    fn build(generation: u64, tools: Vec<ToolListing>) -> Index {
+        let texts: Vec<String> = tools.iter().map(text_of).collect();
         let corpus: Vec<&str> = texts.iter().map(String::as_str).collect();
+        // BM25's usual k1 (1.2) and b (0.75): with the discovery bench's queries over real
+        // servers' tools, a separate field for names (at weights 0.25 to 3) and other
+        // length normalizations (b from 0.3 to 1) ranked no better (`cargo xtask bench`).
         let embedder = EmbedderBuilder::<u32, Words>::with_tokenizer_and_fit_to_corpus(
             Words::english(),
             &corpus,
@@ -80,28 +71,11 @@ impl Field {
         for (i, text) in texts.iter().enumerate() {
             scorer.upsert(&i, embedder.embed(text));
         }
-        Field { embedder, scorer }
-    }
-
-    /// Each matching tool's score for `query`, by its index.
-    fn scores(&self, query: &str) -> Vec<(usize, f32)> {
-        self.scorer
-            .matches(&self.embedder.embed(query))
-            .into_iter()
-            .map(|m| (m.id, m.score))
-            .collect()
-    }
-}
-
-impl Index {
-    fn build(generation: u64, tools: Vec<ToolListing>) -> Index {
-        let names: Vec<String> = tools.iter().map(|t| t.definition.name.clone()).collect();
-        let texts: Vec<String> = tools.iter().map(text_of).collect();
         Index {
             generation,
-            names: Field::of(&names),
-            texts: Field::of(&texts),
             tools,
+            embedder,
+            scorer,
         }
     }
 
@@ -116,17 +90,12 @@ impl Index {
                 score: f32::INFINITY,
             });
         }
-        let mut scores = vec![0f32; self.tools.len()];
-        for (i, score) in self.texts.scores(query) {
-            scores[i] += score;
-        }
-        for (i, score) in self.names.scores(query) {
-            scores[i] += NAME_WEIGHT * score;
-        }
-        let mut ranked: Vec<(usize, f32)> = scores
+        let mut ranked: Vec<(usize, f32)> = self
+            .scorer
+            .matches(&self.embedder.embed(query))
             .into_iter()
-            .enumerate()
-            .filter(|&(i, score)| score > 0.0 && Some(i) != named)
+            .filter(|m| m.score > 0.0 && Some(m.id) != named)
+            .map(|m| (m.id, m.score))
             .collect();
         // Best first; equal scores in name order, so a search answers the same every time.
         ranked.sort_by(|a, b| {
@@ -151,13 +120,15 @@ impl Index {
     }
 }
 
-/// What a tool is searched by besides its name: its name again, its description, and its
-/// parameters' names and descriptions.
+/// What a tool is searched by: its name (twice: a name says in two or three words what the
+/// tool is for), its description, and its parameters' names and descriptions.
 fn text_of(tool: &ToolListing) -> String {
     let d = &tool.definition;
-    let mut text = String::with_capacity(d.name.len() + d.description.len() + 64);
-    text.push_str(&d.name);
-    text.push(' ');
+    let mut text = String::with_capacity(d.name.len() * 2 + d.description.len() + 64);
+    for _ in 0..2 {
+        text.push_str(&d.name);
+        text.push(' ');
+    }
     text.push_str(&d.description);
     if let Some(Value::Object(properties)) = d.input_schema.get("properties") {
         for (name, schema) in properties {

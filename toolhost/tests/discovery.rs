@@ -80,7 +80,7 @@ async fn a_2025_client_is_listed_a_few_tools_finds_one_and_calls_it_by_its_own_n
     let result = call(
         &client,
         "find_tools",
-        json!({"query": "read the contents of a file", "limit": 3}),
+        json!({"query": "read notes.txt", "limit": 3}),
     )
     .await;
     let structured = result.structured_content.clone().unwrap();
@@ -233,4 +233,60 @@ fn a_bad_discovery_table_stops_the_server_naming_the_key() {
         );
         assert!(said.contains("discovery"), "{table}: {said}");
     }
+}
+
+/// The names a stateless `find_tools` call of `query` found on `server`.
+fn found_over_http(server: &common::Server, query: &str) -> Vec<String> {
+    let search = stateless(
+        9,
+        "tools/call",
+        json!({"name": "find_tools", "arguments": {"query": query, "limit": 50}}),
+        false,
+    );
+    let answer = post_stateless(&server.addr, &search).json();
+    found(&answer["result"]["structuredContent"])
+}
+
+#[test]
+fn a_caller_never_finds_a_tool_its_access_rules_hide_and_its_list_is_private() {
+    let ws = common::workspace();
+    std::fs::write(
+        ws.path().join("toolhost.toml"),
+        "[mcp.discovery]\nmode = \"on\"\nalways = []\n\n[[access]]\nprincipals = [\"local\"]\ntools = [\"read_file\", \"list_dir\"]\n",
+    )
+    .unwrap();
+    let server = common::serve_http(ws.path(), &[]);
+    let found = found_over_http(&server, "run a shell command or write a file");
+    assert!(
+        !found.is_empty() && found.iter().all(|t| t == "read_file" || t == "list_dir"),
+        "{found:?}"
+    );
+    let list = post_stateless(&server.addr, &stateless(1, "tools/list", json!({}), false)).json();
+    assert_eq!(list["result"]["cacheScope"], "private", "{list}");
+}
+
+#[test]
+fn discovery_turned_off_by_a_reload_lists_every_tool_again() {
+    let ws = common::workspace();
+    let config = |mode: &str| format!("[mcp.discovery]\nmode = \"{mode}\"\nalways = []\n");
+    std::fs::write(ws.path().join("toolhost.toml"), config("on")).unwrap();
+    let server = common::serve_http(ws.path(), &[]);
+    let names = || -> Vec<String> {
+        let list =
+            post_stateless(&server.addr, &stateless(1, "tools/list", json!({}), false)).json();
+        list["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(names(), ["find_tools", "call_found_tool"]);
+    std::fs::write(ws.path().join("toolhost.toml"), config("off")).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !names().contains(&"read_file".to_string()) {
+        assert!(std::time::Instant::now() < deadline, "still {:?}", names());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(!names().contains(&"find_tools".to_string()));
 }

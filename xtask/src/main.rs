@@ -29,12 +29,16 @@ enum Command {
     /// target/peers), then print one table: figure, measured, target, pass/fail.
     Bench {
         /// Also replace the performance table in docs/performance.md with the result.
-        #[arg(long, conflicts_with = "mcp_only")]
+        #[arg(long, conflicts_with_all = ["mcp_only", "discovery_only"])]
         write_readme: bool,
         /// Only the MCP servers side by side and the gateway in front of them (the rows
         /// of the MCP table): minutes, not the whole run's half hour.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "discovery_only")]
         mcp_only: bool,
+        /// Only progressive discovery's rows: recall over real MCP servers' tools, the
+        /// tokens a model is handed, the search's latency.
+        #[arg(long)]
+        discovery_only: bool,
     },
     /// Run the fuzz targets (fuzz/: cargo-fuzz on nightly, installed under target/tools
     /// when missing) from their seed corpora.
@@ -168,7 +172,11 @@ fn with_components(command: Command) -> xtask::steps::Result {
         Command::Bench {
             write_readme,
             mcp_only,
-        } => xtask::bench::bench(write_readme, mcp_only),
+            discovery_only,
+        } => match discovery_only {
+            true => xtask::bench::discovery_only(),
+            false => xtask::bench::bench(write_readme, mcp_only),
+        },
         Command::IdleCode => xtask::idle_code::idle_code(),
         Command::WasmFixtures => {
             xtask::components::fixtures().map(|dir| println!("{}", dir.display()))

@@ -24,6 +24,7 @@
 
 mod contextforge;
 mod counts;
+mod discovery;
 mod figures;
 mod gateway;
 mod mcp_text;
@@ -152,6 +153,7 @@ pub fn bench(write_readme: bool, mcp_only: bool) -> Result {
     rows.extend(mcp_table_rows(&measured));
     rows.extend(scale_out::rows(&printed.scale_out));
     rows.extend(startup.rows(&mut skipped));
+    rows.extend(discovery::rows(&peers, &toolhost, &mut skipped));
 
     let table = table::render(&rows, &skipped);
     println!("\n{table}");
@@ -199,6 +201,21 @@ fn mcp_only_bench() -> Result {
     let serve = serve_command(&toolhost, &ws);
     let measured = servers::mcp_servers(&peers, &serve, &configs, &mut skipped);
     println!("\n{}", table::render(&mcp_table_rows(&measured), &skipped));
+    Ok(())
+}
+
+/// `--discovery-only`: progressive discovery's rows alone, against the toolhost that ships.
+pub fn discovery_only() -> Result {
+    run(
+        "build the toolhost that ships (profile dist: fat LTO)",
+        cargo().args(["build", "--profile", "dist", "-p", "toolhost"]),
+    )?;
+    let mut skipped = Vec::new();
+    let peers = root().join("target/peers");
+    io("make target/peers", std::fs::create_dir_all(&peers))?;
+    let toolhost = root().join("target/dist/toolhost");
+    let rows = discovery::rows(&peers, &toolhost, &mut skipped);
+    println!("\n{}", table::render(&rows, &skipped));
     Ok(())
 }
 
