@@ -11,7 +11,7 @@
 //!   the queries in turn (the index built once, then kept: its build time is reported).
 //!
 //! `TOOLHOST_BENCH_DISCOVERY` holds the plan: `{"toolhost", "workspace", "config_off",
-//! "config_on"}` (`cargo xtask bench --discovery-only` writes it and runs this). Under
+//! "config_on", "config_bare"}` (discovery off, on, on with nothing always listed) (`cargo xtask bench --discovery-only` writes it and runs this). Under
 //! `cargo test` it checks the query file and measures the search over a corpus of its own.
 //! With `TOOLHOST_DISCOVERY_CORPUS=FILE` (a corpus saved with `toolhost list --json`) it
 //! ranks the queries in this process and prints the recall: a change of the ranking tried
@@ -36,6 +36,8 @@ struct Plan {
     workspace: String,
     config_off: String,
     config_on: String,
+    /// Discovery on with nothing always listed (`always = []`).
+    config_bare: String,
 }
 
 fn queries() -> Vec<Query> {
@@ -176,6 +178,14 @@ async fn bench(plan: Plan) {
         "discovery: tools/list tokens off {t_off}, on {t_on} ({} tools listed)",
         few.len()
     );
+    let bare = serve(&plan, &plan.config_bare).await;
+    let search_only = listed(&bare).await;
+    println!(
+        "discovery: tools/list tokens with nothing always listed {} ({} tools listed)",
+        tokens(&model_view(&search_only)),
+        search_only.len()
+    );
+    bare.cancel().await.unwrap();
     let (mut at1, mut at5) = (0, 0);
     for q in &queries {
         let args = json!({"query": q.ask, "limit": 5});

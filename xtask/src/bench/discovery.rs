@@ -93,6 +93,8 @@ struct Printed {
     recall_1: Option<(f64, f64)>,
     recall_5: Option<(f64, f64)>,
     tokens: Option<(f64, f64)>,
+    /// With nothing always listed.
+    bare: Option<f64>,
     latency: Option<(f64, f64)>,
     corpus: Option<String>,
 }
@@ -108,6 +110,7 @@ fn read(text: &str) -> Printed {
         recall_1: fraction(text, "discovery: recall@1 "),
         recall_5: fraction(text, "discovery: recall@5 "),
         tokens: number_after(text, "tokens off ").zip(number_after(text, ", on ")),
+        bare: number_after(text, "with nothing always listed "),
         latency: number_after(text, "tools: mean ").zip(number_after(text, "us, p99 ")),
         corpus: text
             .lines()
@@ -157,6 +160,16 @@ pub(super) fn rows(peers: &Path, toolhost: &Path, skipped: &mut Vec<String>) -> 
         },
         None => missing(figure),
     });
+    let figure = "discovery: the same with nothing always listed (`always = []`: the search and call_found_tool)";
+    rows.push(match printed.tokens.map(|t| t.0).zip(printed.bare) {
+        Some((off, bare)) => Row {
+            figure: figure.into(),
+            measured: format!("{bare:.0}: {:.0}% fewer", (1.0 - bare / off) * 100.0),
+            target: "reported".into(),
+            pass: None,
+        },
+        None => missing(figure),
+    });
     let figure = "discovery: one search over 1,000 tools (in process; mean, p99)";
     rows.push(match printed.latency {
         Some((mean, p99)) => Row {
@@ -177,14 +190,20 @@ fn run(peers: &Path, toolhost: &Path) -> Result<String, String> {
     std::fs::create_dir_all(&ws).map_err(|e| format!("{}: {e}", ws.display()))?;
     let entries = corpus_entries(peers, &ws)?;
     let mut plan = BTreeMap::new();
-    for mode in ["off", "on"] {
-        let config = dir.join(format!("discovery-{mode}.toml"));
+    for (name, discovery) in [
+        ("off", "mode = \"off\""),
+        ("on", "mode = \"on\""),
+        ("bare", "mode = \"on\"\nalways = []"),
+    ] {
+        let config = dir.join(format!("discovery-{name}.toml"));
         std::fs::write(
             &config,
-            format!("[mcp]\npins_file = \"pins.json\"\n\n[mcp.discovery]\nmode = \"{mode}\"\n\n{entries}"),
+            format!(
+                "[mcp]\npins_file = \"pins.json\"\n\n[mcp.discovery]\n{discovery}\n\n{entries}"
+            ),
         )
         .map_err(|e| format!("{}: {e}", config.display()))?;
-        plan.insert(format!("config_{mode}"), config.display().to_string());
+        plan.insert(format!("config_{name}"), config.display().to_string());
     }
     plan.insert("toolhost".into(), toolhost.display().to_string());
     plan.insert("workspace".into(), ws.display().to_string());
@@ -208,6 +227,7 @@ mod tests {
     fn the_bench_s_lines_are_read_into_its_figures() {
         let text = "discovery: corpus 61 tools from 7 servers and toolhost's own\n\
                     discovery: tools/list tokens off 9988, on 1356 (7 tools listed)\n\
+                    discovery: tools/list tokens with nothing always listed 301 (2 tools listed)\n\
                     discovery: recall@1 79/110\n\
                     discovery: recall@5 100/110\n\
                     discovery: search over 1000 tools: mean 61.5 us, p99 180.2 us; index built in 20.00 ms\n";
@@ -215,6 +235,7 @@ mod tests {
         assert_eq!(p.recall_1, Some((79.0, 110.0)));
         assert_eq!(p.recall_5, Some((100.0, 110.0)));
         assert_eq!(p.tokens, Some((9988.0, 1356.0)));
+        assert_eq!(p.bare, Some(301.0));
         assert_eq!(p.latency, Some((61.5, 180.2)));
         assert_eq!(
             p.corpus.as_deref(),
