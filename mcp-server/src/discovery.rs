@@ -101,26 +101,48 @@ fn results<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
     }
 }
 
-/// The tools a session's client found, which its list shows from then on (2025 era).
-#[derive(Default)]
-pub struct Found(Mutex<HashSet<String>>);
+/// The tools a session's client found, which its list shows from then on (2025 era), and
+/// a count of its changes, which the watcher of the client's list waits on beside the
+/// dispatcher's.
+pub struct Found {
+    names: Mutex<HashSet<String>>,
+    changed: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Found {
+    fn default() -> Self {
+        Found {
+            names: Mutex::default(),
+            changed: tokio::sync::watch::channel(0).0,
+        }
+    }
+}
 
 impl Found {
-    /// Adds `names`; whether any was new.
+    /// Adds `names`; whether any was new (the watchers are then told).
     pub(crate) fn add<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> bool {
-        let mut found = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut found = self.names.lock().unwrap_or_else(PoisonError::into_inner);
         let mut added = false;
         for name in names {
             added |= found.insert(name.to_string());
+        }
+        drop(found);
+        if added {
+            self.changed.send_modify(|n| *n = n.wrapping_add(1));
         }
         added
     }
 
     pub(crate) fn contains(&self, name: &str) -> bool {
-        self.0
+        self.names
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .contains(name)
+    }
+
+    /// Sees a new value whenever a tool was added.
+    pub(crate) fn watch(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
     }
 }
 

@@ -20,23 +20,45 @@ use tokio::sync::watch;
 /// acknowledgment went out); a change between then and this first look at the list cannot
 /// be compared with a list from before it, so it is told at once (at worst a client lists
 /// again for nothing).
+///
+/// `also` is a second source of changes to the list, of this client's own (the tools it
+/// found through progressive discovery, which join its list): watched the same way.
 pub async fn tell_of_changes<T, Fut>(
     mut changes: watch::Receiver<u64>,
+    mut also: Option<watch::Receiver<u64>>,
     list: impl Fn() -> Vec<T>,
     notify: impl Fn() -> Fut,
 ) where
     T: PartialEq,
     Fut: Future<Output = Result<(), String>>,
 {
-    let mut tell = changes.has_changed().unwrap_or(false);
+    let mut tell = changes.has_changed().unwrap_or(false)
+        || also
+            .as_ref()
+            .is_some_and(|own| own.has_changed().unwrap_or(false));
     changes.mark_unchanged();
+    if let Some(own) = &mut also {
+        own.mark_unchanged();
+    }
     let mut seen = list();
     loop {
         if tell && let Err(e) = notify().await {
             tracing::debug!("stopped telling a client of tool list changes: {e}");
             return;
         }
-        if changes.changed().await.is_err() {
+        let changed = match &mut also {
+            Some(own) => tokio::select! {
+                changed = changes.changed() => changed.is_ok(),
+                own_changed = own.changed() => {
+                    if own_changed.is_err() {
+                        also = None;
+                    }
+                    true
+                }
+            },
+            None => changes.changed().await.is_ok(),
+        };
+        if !changed {
             return;
         }
         let now = list();
@@ -61,6 +83,7 @@ mod tests {
             async move {
                 tell_of_changes(
                     rx,
+                    None,
                     || vec!["a"],
                     || {
                         *told.lock().unwrap() += 1;
@@ -87,6 +110,7 @@ mod tests {
             async move {
                 tell_of_changes(
                     rx,
+                    None,
                     || list.lock().unwrap().clone(),
                     || {
                         let now = list.lock().unwrap().clone();

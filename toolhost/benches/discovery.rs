@@ -16,6 +16,7 @@
 //! With `TOOLHOST_DISCOVERY_CORPUS=FILE` (a corpus saved with `toolhost list --json`) it
 //! ranks the queries in this process and prints the recall: a change of the ranking tried
 //! in seconds.
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -377,7 +377,7 @@ async fn serve_mcp(
     shared.set_discovery(sources.config.mcp.discovery.clone());
     reloader.serve_through(shared.clone());
     let server = mcp::McpServer::new(shared.clone());
-    let direct_server = mcp::McpServer::new(shared.clone());
+    let direct_server = server.for_same_client();
     tracing::info!(workspace = %args.workspace.display(), "MCP server on stdio");
     let (eof_tx, eof_rx) = tokio::sync::oneshot::channel();
     let stdin = mcp::EofNotify::new(protocol_stdin(), eof_tx);

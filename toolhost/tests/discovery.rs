@@ -290,3 +290,74 @@ fn discovery_turned_off_by_a_reload_lists_every_tool_again() {
     }
     assert!(!names().contains(&"find_tools".to_string()));
 }
+
+#[test]
+fn a_plain_stdio_client_without_progress_tokens_sees_what_it_found_join_its_list() {
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("toolhost.toml"), ON).unwrap();
+    let mut child = common::command(dir.path(), &["serve", "--mcp"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(serde_json::from_str(&line).unwrap());
+        }
+    });
+    let mut send = |message: Value| writeln!(stdin, "{message}").unwrap();
+    // Lines up to the answer to `id`, the answer last.
+    let until = |id: i64| -> Vec<Value> {
+        let mut lines = Vec::new();
+        loop {
+            let line = rx
+                .recv_timeout(std::time::Duration::from_secs(20))
+                .expect("an answer");
+            let done = line["id"] == id;
+            lines.push(line);
+            if done {
+                return lines;
+            }
+        }
+    };
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "plain", "version": "1"}}}),
+    );
+    until(1);
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "find_tools", "arguments": {"query": "read notes.txt", "limit": 1}}}),
+    );
+    let answered = until(2);
+    assert_eq!(
+        found(&answered.last().unwrap()["result"]["structuredContent"]),
+        ["read_file"]
+    );
+    // The list change is told once the search has added the tool.
+    let told = (0..50).any(|_| {
+        rx.recv_timeout(std::time::Duration::from_millis(200))
+            .is_ok_and(|l| l["method"] == "notifications/tools/list_changed")
+    }) || answered
+        .iter()
+        .any(|l| l["method"] == "notifications/tools/list_changed");
+    assert!(told, "no list change was told");
+    send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}));
+    let listed = until(3);
+    let names: Vec<&str> = listed.last().unwrap()["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"read_file"), "{names:?}");
+    drop(stdin);
+    let _ = child.wait();
+}

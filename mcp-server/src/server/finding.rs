@@ -54,26 +54,19 @@ impl McpServer {
             Err(why) => return Discovering::Answered(refused(why)),
         };
         let found = dispatcher.search_tools(session, &query, limit);
-        // In a 2025-era session the found tools join the list, and the client is told.
-        let joins = caller.era == Era::Session && caller.peer.is_some();
-        let added = joins
-            && self
-                .found
+        // In a 2025-era session the found tools join the list; the watcher of the client's
+        // list tells it (`notifications/tools/list_changed`).
+        let joins = caller.era == Era::Session;
+        if joins {
+            self.found
                 .add(found.iter().map(|f| f.listing.definition.name.as_str()));
+        }
         let tools = super::tools_of(
             dispatcher,
             session,
             found.iter().map(|f| f.listing.clone()).collect(),
         );
         tracing::debug!(query, found = found.len(), "{FIND_TOOLS}");
-        if added && let Some(peer) = &caller.peer {
-            let peer = peer.clone();
-            tokio::spawn(async move {
-                if let Err(e) = peer.notify_tool_list_changed().await {
-                    tracing::debug!("could not tell the client its tools changed: {e}");
-                }
-            });
-        }
         Discovering::Answered(CallToolResponse::Complete(discovery::answer(
             &found, tools, joins,
         )))

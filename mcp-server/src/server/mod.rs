@@ -170,6 +170,9 @@ pub struct McpServer {
     pub(super) declared: crate::caller::DeclaredOnce,
     /// The tools its client found (progressive discovery), listed from then on.
     pub(super) found: Arc<crate::discovery::Found>,
+    /// The watch of `found` taken when the connection began, for its 2025-era client's
+    /// watcher: a tool found before `notifications/initialized` is handled is told too.
+    found_watch: Mutex<Option<tokio::sync::watch::Receiver<u64>>>,
 }
 
 /// The `resultType` of a result passed on from a mounted server, as the client's era has
@@ -251,18 +254,28 @@ async fn watch_session_tools<Fut>(
     shared: Arc<McpShared>,
     session: Session,
     found: Arc<crate::discovery::Found>,
-    changes: tokio::sync::watch::Receiver<u64>,
+    changes: (
+        tokio::sync::watch::Receiver<u64>,
+        Option<tokio::sync::watch::Receiver<u64>>,
+    ),
     notify: impl Fn() -> Fut,
 ) where
     Fut: std::future::Future<Output = Result<(), String>>,
 {
-    super::list_changes::tell_of_changes(changes, || tool_list(&shared, &session, &found), notify)
-        .await;
+    let (changes, own) = changes;
+    super::list_changes::tell_of_changes(
+        changes,
+        own,
+        || tool_list(&shared, &session, &found),
+        notify,
+    )
+    .await;
 }
 
 impl McpServer {
     /// A handler over the shared state.
     pub fn new(shared: Arc<McpShared>) -> Self {
+        let found = Arc::<crate::discovery::Found>::default();
         McpServer {
             own: Mutex::new(None),
             list_watch: Mutex::new(None),
@@ -273,9 +286,19 @@ impl McpServer {
             interest: Arc::default(),
             passing_on: Mutex::new(None),
             declared: Default::default(),
-            found: Arc::default(),
+            found: found.clone(),
+            found_watch: Mutex::new(Some(found.watch())),
             shared,
         }
+    }
+
+    /// A second handler for the same client's connection (the stdio transport answers
+    /// plain calls through one of its own): it shares what that client found.
+    pub fn for_same_client(&self) -> Self {
+        let mut server = McpServer::new(self.shared.clone());
+        server.found = self.found.clone();
+        server.found_watch = Mutex::new(None);
+        server
     }
 
     /// The session a request's calls run in.
@@ -430,7 +453,7 @@ impl McpServer {
                 self.shared.clone(),
                 session,
                 Arc::default(),
-                changes,
+                (changes, None),
                 move || {
                     let sink = sink.clone();
                     async move {
@@ -769,11 +792,17 @@ impl ServerHandler for McpServer {
             .unwrap_or_else(|p| p.into_inner())
             .take()
             .unwrap_or_else(|| self.shared.dispatcher.watch_tools());
+        let found_changes = self
+            .found_watch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .unwrap_or_else(|| self.found.watch());
         let task = tokio::spawn(watch_session_tools(
             self.shared.clone(),
             session,
             self.found.clone(),
-            changes,
+            (changes, Some(found_changes)),
             move || {
                 let peer = peer.clone();
                 async move {
