@@ -23,15 +23,20 @@ pub const FIND_TOOLS: &str = "find_tools";
 pub const CALL_FOUND_TOOL: &str = "call_found_tool";
 
 /// When discovery is on.
+///
+/// Off by default: toolhost in front of servers lists what they list, as a client that
+/// knows those servers expects (a conformance suite, a client that ignores list changes
+/// and only calls what it was listed). A server whose sessions see more than `threshold`
+/// tools says once, in its log, how to turn discovery on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DiscoveryMode {
-    /// Every visible tool is listed.
+    /// Every visible tool is listed (the default).
+    #[default]
     Off,
     /// Always.
     On,
-    /// For a session that can see more tools than `threshold` (the default).
-    #[default]
+    /// For a session that can see more tools than `threshold`.
     Auto,
 }
 
@@ -39,10 +44,11 @@ pub enum DiscoveryMode {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Discovery {
-    /// `off`, `on`, or `auto` (default): on once a session can see more than `threshold`
+    /// `off` (default), `on`, or `auto`: on once a session can see more than `threshold`
     /// tools.
     pub mode: DiscoveryMode,
-    /// How many visible tools turn `auto` on (default 40).
+    /// How many visible tools turn `auto` on, and past which a server with discovery off
+    /// says how to turn it on (default 40).
     #[serde(deserialize_with = "dispatcher_core::Limit::count")]
     pub threshold: usize,
     /// The tools listed whatever the mode: names, globs (`*`, `?`) or `source:SOURCE`
@@ -58,7 +64,7 @@ pub struct Discovery {
 impl Default for Discovery {
     fn default() -> Self {
         Discovery {
-            mode: DiscoveryMode::Auto,
+            mode: DiscoveryMode::Off,
             threshold: 40,
             always: vec!["source:builtin".into()],
             results: 5,
@@ -154,6 +160,16 @@ pub(crate) fn listed(
     found: &Found,
 ) -> (Vec<ToolListing>, bool) {
     if !discovery.applies(listing.len()) {
+        if discovery.mode == DiscoveryMode::Off && listing.len() > discovery.threshold {
+            static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::info!(
+                    tools = listing.len(),
+                    "a client is listed {} tools, each in its model's context on every turn; `mode = \"auto\"` under [mcp.discovery] lists a few and a search for the rest (docs/mcp.md, \"Progressive discovery\")",
+                    listing.len()
+                );
+            }
+        }
         return (listing, false);
     }
     let kept = listing
@@ -328,6 +344,7 @@ mod tests {
     #[test]
     fn auto_turns_on_past_the_threshold_and_keeps_what_is_always_listed_and_found() {
         let discovery = Discovery {
+            mode: DiscoveryMode::Auto,
             threshold: 2,
             always: vec!["source:builtin".into(), "gh__get_*".into()],
             ..Discovery::default()

@@ -132,17 +132,32 @@ async fn a_search_names_what_is_wrong_with_its_arguments_and_finds_nothing_for_n
 }
 
 #[tokio::test]
-async fn with_few_tools_auto_lists_them_all_and_off_never_searches() {
+async fn off_by_default_and_auto_with_few_tools_list_them_all_and_never_search() {
+    for config in ["", "[mcp.discovery]\nmode = \"auto\"\n"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (client, _) = serve(dir.path(), config).await;
+        let listed = names(&client).await;
+        assert!(
+            listed.contains(&"read_file".to_string())
+                && !listed.contains(&"find_tools".to_string()),
+            "{config}: {listed:?}"
+        );
+        // A call of the search's name is no search when discovery does not apply.
+        let result = call(&client, "find_tools", json!({"query": "file"})).await;
+        assert_eq!(result.is_error, Some(true), "{config}");
+        client.cancel().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn auto_turns_on_past_its_threshold() {
     let dir = tempfile::tempdir().unwrap();
-    let (client, _) = serve(dir.path(), "").await;
-    let listed = names(&client).await;
-    assert!(
-        listed.contains(&"read_file".to_string()) && !listed.contains(&"find_tools".to_string()),
-        "{listed:?}"
+    let config = "[mcp.discovery]\nmode = \"auto\"\nthreshold = 3\nalways = [\"list_dir\"]\n";
+    let (client, _) = serve(dir.path(), config).await;
+    assert_eq!(
+        names(&client).await,
+        ["call_found_tool", "find_tools", "list_dir"]
     );
-    // A call of the search's name is no search when discovery does not apply.
-    let result = call(&client, "find_tools", json!({"query": "file"})).await;
-    assert_eq!(result.is_error, Some(true));
     client.cancel().await.unwrap();
 }
 

@@ -69,6 +69,28 @@ fn accepted_as_written(block: &str) {
 }
 
 #[test]
+fn the_discovery_table_shown_is_accepted_as_written() {
+    let blocks = docs::blocks("## Hundreds of tools, one small context", "toml");
+    assert_eq!(blocks.len(), 1, "{blocks:?}");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("toolhost.toml"), &blocks[0]).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+        .args(["list", "--workspace"])
+        .arg(dir.path())
+        .current_dir(dir.path())
+        .env("XDG_CONFIG_HOME", dir.path().join(".config"))
+        .env("XDG_STATE_HOME", dir.path().join(".state"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        blocks[0],
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn the_mcp_server_entries_shown_are_accepted_as_written() {
     let blocks = docs::blocks("### Other MCP servers as toolsets", "toml");
     assert_eq!(blocks.len(), 2, "{blocks:?}");
