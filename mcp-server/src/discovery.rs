@@ -113,6 +113,10 @@ fn results<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
 pub struct Found {
     names: Mutex<HashSet<String>>,
     changed: tokio::sync::watch::Sender<u64>,
+    /// A watcher tells the client of its list's changes: its connection outlives a
+    /// request (a 2025 session past `notifications/initialized`), so what it finds can
+    /// join its list.
+    watched: std::sync::atomic::AtomicBool,
 }
 
 impl Default for Found {
@@ -120,11 +124,23 @@ impl Default for Found {
         Found {
             names: Mutex::default(),
             changed: tokio::sync::watch::channel(0).0,
+            watched: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
 
 impl Found {
+    /// A watcher of the client's list has started.
+    pub(crate) fn mark_watched(&self) {
+        self.watched
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether what the client finds joins its list (a watcher tells it).
+    pub(crate) fn is_watched(&self) -> bool {
+        self.watched.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Adds `names`; whether any was new (the watchers are then told).
     pub(crate) fn add<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> bool {
         let mut found = self.names.lock().unwrap_or_else(PoisonError::into_inner);

@@ -376,3 +376,48 @@ fn a_plain_stdio_client_without_progress_tokens_sees_what_it_found_join_its_list
     drop(stdin);
     let _ = child.wait();
 }
+
+#[tokio::test]
+async fn a_client_whose_requests_each_stand_alone_is_told_to_call_found_tools_by_name() {
+    use rmcp::ClientServiceExt as _;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    mcp_toolsets::install_tls_provider();
+    let ws = common::workspace();
+    std::fs::write(ws.path().join("toolhost.toml"), ON).unwrap();
+    let server = common::serve_http(ws.path(), &[]);
+    let config =
+        StreamableHttpClientTransportConfig::with_uri(format!("http://{}/mcp", server.addr));
+    // rmcp's client discovers the server first and then sends each request on its own: no
+    // connection outlives a request, so nothing it finds can join a list it is told of.
+    let client = Counting::default()
+        .serve_with_lifecycle(
+            StreamableHttpClientTransport::from_config(config),
+            rmcp::ClientLifecycleMode::Auto {
+                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2025_11_25],
+                legacy_version: Some(rmcp::model::ProtocolVersion::V_2025_11_25),
+            },
+        )
+        .await
+        .unwrap();
+    let result = call(
+        &client,
+        "find_tools",
+        json!({"query": "read notes.txt", "limit": 1}),
+    )
+    .await;
+    assert_eq!(
+        found(result.structured_content.as_ref().unwrap()),
+        ["read_file"]
+    );
+    assert!(
+        text(&result).contains("call_found_tool"),
+        "{}",
+        text(&result)
+    );
+    assert!(!text(&result).contains("now listed"), "{}", text(&result));
+    // By its own name it runs.
+    let read = call(&client, "read_file", json!({"path": "README.md"})).await;
+    assert!(text(&read).contains("hello"), "{read:?}");
+    client.cancel().await.unwrap();
+}

@@ -55,8 +55,9 @@ impl McpServer {
         };
         let found = dispatcher.search_tools(session, &query, limit);
         // In a 2025-era session the found tools join the list; the watcher of the client's
-        // list tells it (`notifications/tools/list_changed`).
-        let joins = caller.era == Era::Session;
+        // list tells it (`notifications/tools/list_changed`). A request of a client without
+        // a connection that outlives it (no watcher) is told to call them by name.
+        let joins = caller.era == Era::Session && self.found.is_watched();
         if joins {
             self.found
                 .add(found.iter().map(|f| f.listing.definition.name.as_str()));

@@ -798,6 +798,7 @@ impl ServerHandler for McpServer {
             .unwrap_or_else(|p| p.into_inner())
             .take()
             .unwrap_or_else(|| self.found.watch());
+        self.found.mark_watched();
         let task = tokio::spawn(watch_session_tools(
             self.shared.clone(),
             session,
