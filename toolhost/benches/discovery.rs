@@ -70,6 +70,43 @@ impl tool_api::ToolFactory for Listed {
     }
 }
 
+/// A session of `dispatcher` over a workspace of its own (kept while the session is used).
+fn session_of(
+    dispatcher: &dispatcher_core::Dispatcher,
+) -> (dispatcher_core::Session, tempfile::TempDir) {
+    let ws = tempfile::tempdir().unwrap();
+    let session = dispatcher
+        .open_session(dispatcher_core::SessionSpec::new("bench", ws.path()))
+        .unwrap();
+    (session, ws)
+}
+
+/// How many queries found their tool first, and among the first five.
+#[derive(Default)]
+struct Recall {
+    at1: usize,
+    at5: usize,
+}
+
+impl Recall {
+    /// Counts what a search for `q` `found` (names, best first), and prints a query whose
+    /// tool was not first.
+    fn count(&mut self, q: &Query, found: &[String]) {
+        let rank = found.iter().position(|f| q.tools.contains(f));
+        self.at1 += usize::from(rank == Some(0));
+        self.at5 += usize::from(rank.is_some());
+        if rank != Some(0) {
+            println!(
+                "discovery: {} \"{}\": wanted {:?}, got {:?}",
+                if rank.is_some() { "low" } else { "miss" },
+                q.ask,
+                q.tools,
+                found
+            );
+        }
+    }
+}
+
 /// The search over `definitions` repeated under new names up to `n` tools: the first
 /// search's time (the index built), then per search over `queries` in turn, sorted.
 fn search_latency(
@@ -92,10 +129,7 @@ fn search_latency(
             registered += 1;
         }
     }
-    let ws = tempfile::tempdir().unwrap();
-    let session = dispatcher
-        .open_session(dispatcher_core::SessionSpec::new("bench", ws.path()))
-        .unwrap();
+    let (session, _ws) = session_of(&dispatcher);
     let first = Instant::now();
     dispatcher.search_tools(&session, &queries[0].ask, 5);
     let built = first.elapsed().as_secs_f64() * 1e3;
@@ -187,7 +221,7 @@ async fn bench(plan: Plan) {
         search_only.len()
     );
     bare.cancel().await.unwrap();
-    let (mut at1, mut at5) = (0, 0);
+    let mut recall = Recall::default();
     for q in &queries {
         let args = json!({"query": q.ask, "limit": 5});
         let result = on
@@ -209,21 +243,10 @@ async fn bench(plan: Plan) {
                     .collect()
             })
             .unwrap_or_default();
-        let rank = found.iter().position(|f| q.tools.contains(f));
-        at1 += usize::from(rank == Some(0));
-        at5 += usize::from(rank.is_some());
-        if rank != Some(0) {
-            println!(
-                "discovery: {} \"{}\": wanted {:?}, got {:?}",
-                if rank.is_some() { "low" } else { "miss" },
-                q.ask,
-                q.tools,
-                found
-            );
-        }
+        recall.count(q, &found);
     }
-    println!("discovery: recall@1 {at1}/{}", queries.len());
-    println!("discovery: recall@5 {at5}/{}", queries.len());
+    println!("discovery: recall@1 {}/{}", recall.at1, queries.len());
+    println!("discovery: recall@5 {}/{}", recall.at5, queries.len());
     on.cancel().await.unwrap();
     let definitions: Vec<tool_api::ToolDefinition> = all
         .iter()
@@ -250,31 +273,17 @@ fn recall_in_process(
     for d in definitions {
         dispatcher.register(Arc::new(Listed(d.clone()))).unwrap();
     }
-    let ws = tempfile::tempdir().unwrap();
-    let session = dispatcher
-        .open_session(dispatcher_core::SessionSpec::new("bench", ws.path()))
-        .unwrap();
-    let (mut at1, mut at5) = (0, 0);
+    let (session, _ws) = session_of(&dispatcher);
+    let mut recall = Recall::default();
     for q in queries {
         let found: Vec<String> = dispatcher
             .search_tools(&session, &q.ask, 5)
             .into_iter()
             .map(|f| f.listing.definition.name)
             .collect();
-        let rank = found.iter().position(|f| q.tools.contains(f));
-        at1 += usize::from(rank == Some(0));
-        at5 += usize::from(rank.is_some());
-        if rank != Some(0) {
-            println!(
-                "discovery: {} \"{}\": wanted {:?}, got {:?}",
-                if rank.is_some() { "low" } else { "miss" },
-                q.ask,
-                q.tools,
-                found
-            );
-        }
+        recall.count(q, &found);
     }
-    (at1, at5)
+    (recall.at1, recall.at5)
 }
 
 fn main() {

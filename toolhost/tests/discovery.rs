@@ -27,17 +27,10 @@ impl rmcp::ClientHandler for Counting {
 
 /// `toolhost serve --mcp` over `dir` with `config`, its client counting list changes.
 async fn serve(dir: &Path, config: &str) -> (RunningService<RoleClient, Counting>, Counting) {
-    std::fs::write(dir.join("toolhost.toml"), config).unwrap();
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
-    cmd.args(["serve", "--mcp", "--workspace"])
-        .arg(dir)
-        .current_dir(dir)
-        .env("XDG_CONFIG_HOME", dir.join(".no-config"))
-        .env("XDG_STATE_HOME", dir.join(".state"));
     let counting = Counting::default();
     let client = counting
         .clone()
-        .serve(TokioChildProcess::new(cmd).unwrap())
+        .serve(TokioChildProcess::new(common::mcp::serve_mcp(dir, config)).unwrap())
         .await
         .unwrap();
     (client, counting)

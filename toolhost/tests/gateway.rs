@@ -29,14 +29,7 @@ async fn gateway(dir: &Path, extra: &str) -> (RunningService<RoleClient, ()>, u3
 
 /// `toolhost serve --mcp` over `dir` with `config`; its client and its process id.
 async fn gateway_with(dir: &Path, config: &str) -> (RunningService<RoleClient, ()>, u32) {
-    std::fs::write(dir.join("toolhost.toml"), config).unwrap();
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
-    cmd.args(["serve", "--mcp", "--workspace"])
-        .arg(dir)
-        .current_dir(dir)
-        .env("XDG_CONFIG_HOME", dir.join(".no-config"))
-        .env("XDG_STATE_HOME", dir.join(".state"));
-    let transport = TokioChildProcess::new(cmd).unwrap();
+    let transport = TokioChildProcess::new(common::mcp::serve_mcp(dir, config)).unwrap();
     let pid = transport.id().expect("the gateway's pid");
     (().serve(transport).await.unwrap(), pid)
 }
@@ -252,17 +245,10 @@ async fn a_2025_server_over_http_keeps_its_session_progress_and_questions_behind
     let config = format!(
         "[tool_confirmation.per_tool]\n\"ev__trigger-elicitation-request\" = \"auto\"\n\"ev__trigger-long-running-operation\" = \"auto\"\n\"ev__echo\" = \"auto\"\n\n[[mcp_servers]]\nid = \"ev\"\nprefix = \"ev\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n"
     );
-    std::fs::write(dir.path().join("toolhost.toml"), config).unwrap();
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
-    cmd.args(["serve", "--mcp", "--workspace"])
-        .arg(dir.path())
-        .current_dir(dir.path())
-        .env("XDG_CONFIG_HOME", dir.path().join(".no-config"))
-        .env("XDG_STATE_HOME", dir.path().join(".state"));
     let asked = Asked::default();
     let client = asked
         .clone()
-        .serve(TokioChildProcess::new(cmd).unwrap())
+        .serve(TokioChildProcess::new(common::mcp::serve_mcp(dir.path(), &config)).unwrap())
         .await
         .unwrap();
     let call = |name: &'static str, arguments: Value| {

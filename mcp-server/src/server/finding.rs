@@ -21,8 +21,9 @@ pub(super) enum Discovering {
 
 impl McpServer {
     /// Takes a call to `find_tools` or `call_found_tool` when discovery is on for the
-    /// session; any other call goes on as it came.
-    pub(super) async fn discovering(
+    /// session; any other call goes on as it came. Synchronous: every call passes here, and
+    /// a search waits on nothing.
+    pub(super) fn discovering(
         &self,
         mut request: CallToolRequestParams,
         caller: &Caller,

@@ -29,3 +29,16 @@ pub fn text(result: &CallToolResult) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// `toolhost serve --mcp` over `dir`, with `config` written as its `toolhost.toml` and no
+/// user configuration or state outside `dir`: the command a test's rmcp client starts.
+pub fn serve_mcp(dir: &std::path::Path, config: &str) -> tokio::process::Command {
+    std::fs::write(dir.join("toolhost.toml"), config).unwrap();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    cmd.args(["serve", "--mcp", "--workspace"])
+        .arg(dir)
+        .current_dir(dir)
+        .env("XDG_CONFIG_HOME", dir.join(".no-config"))
+        .env("XDG_STATE_HOME", dir.join(".state"));
+    cmd
+}

@@ -185,19 +185,25 @@ fn serve_command<'a>(toolhost: &'a Path, ws: &'a Path) -> impl Fn(&Path) -> Vec<
     }
 }
 
-/// `--mcp-only`: the MCP servers side by side and the gateway's rows, against the
-/// toolhost that ships.
-fn mcp_only_bench() -> Result {
+/// For a bench of some rows alone: the toolhost that ships, built, and `target/peers`;
+/// (peers, toolhost).
+fn shipped() -> Result<(std::path::PathBuf, std::path::PathBuf)> {
     run(
         "build the toolhost that ships (profile dist: fat LTO)",
         cargo().args(["build", "--profile", "dist", "-p", "toolhost"]),
     )?;
-    let mut skipped = Vec::new();
     let peers = root().join("target/peers");
     io("make target/peers", std::fs::create_dir_all(&peers))?;
+    Ok((peers, root().join("target/dist/toolhost")))
+}
+
+/// `--mcp-only`: the MCP servers side by side and the gateway's rows, against the
+/// toolhost that ships.
+fn mcp_only_bench() -> Result {
+    let (peers, toolhost) = shipped()?;
+    let mut skipped = Vec::new();
     let ws = mcp_workspace(&peers)?;
     let configs = servers::plugin_configs(&peers)?;
-    let toolhost = root().join("target/dist/toolhost");
     let serve = serve_command(&toolhost, &ws);
     let measured = servers::mcp_servers(&peers, &serve, &configs, &mut skipped);
     println!("\n{}", table::render(&mcp_table_rows(&measured), &skipped));
@@ -206,14 +212,8 @@ fn mcp_only_bench() -> Result {
 
 /// `--discovery-only`: progressive discovery's rows alone, against the toolhost that ships.
 pub fn discovery_only() -> Result {
-    run(
-        "build the toolhost that ships (profile dist: fat LTO)",
-        cargo().args(["build", "--profile", "dist", "-p", "toolhost"]),
-    )?;
+    let (peers, toolhost) = shipped()?;
     let mut skipped = Vec::new();
-    let peers = root().join("target/peers");
-    io("make target/peers", std::fs::create_dir_all(&peers))?;
-    let toolhost = root().join("target/dist/toolhost");
     let rows = discovery::rows(&peers, &toolhost, &mut skipped);
     println!("\n{}", table::render(&rows, &skipped));
     Ok(())
