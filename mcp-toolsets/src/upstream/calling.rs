@@ -264,11 +264,29 @@ impl Upstream {
                 let reason = format!("exited with {status}");
                 let died = !status.starts_with("still running");
                 if died {
-                    *self.conn.lock().await = Conn::Down {
-                        since: Instant::now(),
-                        backoff: Duration::ZERO,
-                        reason: reason.clone(),
+                    let mut conn = self.conn.lock().await;
+                    // The process the call went to, not one another call started since.
+                    let same = match (&*conn, &child) {
+                        (Conn::Up(live), Some(ours)) => {
+                            live.child.as_ref().is_some_and(|c| Arc::ptr_eq(c, ours))
+                        }
+                        (Conn::Up(_), None) => true,
+                        (Conn::Down { .. }, _) => false,
                     };
+                    if same {
+                        // Its last lines are logged before the call's error is told: a
+                        // caller that stops on the error (`toolhost call`) keeps them.
+                        if let Conn::Up(live) = &*conn
+                            && let Some(stderr) = &live.stderr
+                        {
+                            stderr.drained().await;
+                        }
+                        *conn = Conn::Down {
+                            since: Instant::now(),
+                            backoff: Duration::ZERO,
+                            reason: reason.clone(),
+                        };
+                    }
                     Err(ToolError::failed(format!(
                         "MCP server '{id}' {reason} during the call; it will be restarted on the next call"
                     )))

@@ -37,13 +37,17 @@ impl StderrTail {
         self.hushed.store(true, Ordering::Release);
     }
 
-    /// Waits (briefly) until the output has been read to its end.
+    /// Waits (briefly) until the output has been read to its end and, if the server ended
+    /// on its own, its last lines logged.
     pub(crate) async fn drained(&self) {
+        let done = self.done.notified();
+        tokio::pin!(done);
+        // Registered before the flag is read: an end between the two still wakes it.
+        done.as_mut().enable();
         if self.finished.load(Ordering::Acquire) {
             return;
         }
-        let _ =
-            tokio::time::timeout(std::time::Duration::from_millis(500), self.done.notified()).await;
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(500), done).await;
     }
 }
 
@@ -86,8 +90,6 @@ pub(crate) fn log_stderr(id: &str, stderr: tokio::process::ChildStderr) -> Stder
             }
             kept.push_back(line);
         }
-        finished.store(true, Ordering::Release);
-        done.notify_waiters();
         let text = tail_text(&lines);
         if started.load(Ordering::Acquire)
             && !hushed.load(Ordering::Acquire)
@@ -100,6 +102,10 @@ pub(crate) fn log_stderr(id: &str, stderr: tokio::process::ChildStderr) -> Stder
                 text.trim_end()
             );
         }
+        // Told only now: whoever waits for the end (a call that saw the server die) finds
+        // its last lines already in the log.
+        finished.store(true, Ordering::Release);
+        done.notify_waiters();
     });
     tail
 }
