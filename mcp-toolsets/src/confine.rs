@@ -146,7 +146,9 @@ pub(crate) fn confine(
     if mode == sandbox::CommandMode::WorkspaceWrite {
         settings.create_caches();
     }
-    let confinement = settings.confinement(grant, &sandbox.workspace, tmp.path());
+    let confinement = settings
+        .confinement(grant, &sandbox.workspace, tmp.path())
+        .map_err(|e| sandbox_error(e.to_string()))?;
     match Prepared::new(&confinement) {
         Ok(prepared) => Ok(Confined {
             label: sandbox.describe(),

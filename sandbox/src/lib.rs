@@ -44,7 +44,7 @@
 //! let settings = Settings::default();
 //! let grant = CommandGrant { mode: CommandMode::WorkspaceWrite, network: false };
 //! let workspace = std::path::Path::new("/home/me/project");
-//! let prepared = Prepared::new(&settings.confinement(grant, workspace, tmp.path()))?;
+//! let prepared = Prepared::new(&settings.confinement(grant, workspace, tmp.path())?)?;
 //! let mut command = std::process::Command::new("/bin/sh");
 //! command.args(["-c", "make"]).current_dir(workspace);
 //! settings.env.apply(&mut command);
@@ -89,6 +89,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub use env::{EnvSettings, HOST_PREFIX, Inherit, SECRET_WORDS, is_secret};
+/// The most entries of a workspace searched for `deny_read`'s patterns by default.
+pub use glob::WALK_LIMIT as DENY_READ_LIMIT;
 pub use hosts::{HostList, is_internal};
 pub use os::Attached;
 pub use policy::{CommandMode, Confinement, DEVICES, LOADER_READ, Limits, Network, RESOLVER_READ};
@@ -145,6 +147,10 @@ pub enum SandboxError {
     /// The namespaces could not be prepared.
     #[error("namespaces: {0}")]
     Namespaces(String),
+    /// `deny_read`'s patterns could not be matched in the whole workspace: the command is
+    /// refused, never run with part of its deny list.
+    #[error("the deny list could not be made whole: {0}")]
+    DenyReadLimit(String),
 }
 
 /// The steps of applying a confinement, in order.

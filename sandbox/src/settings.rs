@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
+use crate::SandboxError;
 use crate::env::EnvSettings;
 use crate::hosts::HostList;
 use crate::policy::{CommandMode, Confinement, Network};
@@ -337,6 +338,10 @@ pub struct Settings {
     /// Paths hidden besides [`DEFAULT_DENY_READ`]; an entry with `*` is a pattern matched in
     /// the workspace (`**/.env`).
     pub deny_read: Vec<PathBuf>,
+    /// The most entries of the workspace searched for `deny_read`'s patterns (default
+    /// [`crate::DENY_READ_LIMIT`]); a workspace with more refuses its commands rather than
+    /// run them with part of the deny list found.
+    pub deny_read_limit: usize,
     /// Paths re-opened: a deny entry equal to or beneath one is not hidden.
     pub allow_read: Vec<PathBuf>,
     /// More directories writable under `workspace-write`.
@@ -362,6 +367,7 @@ impl Default for Settings {
             per_tool: BTreeMap::new(),
             network: NetworkSettings::default(),
             deny_read: Vec::new(),
+            deny_read_limit: crate::glob::WALK_LIMIT,
             allow_read: Vec::new(),
             writable_roots: Vec::new(),
             writable_caches: DEFAULT_CACHES.iter().map(PathBuf::from).collect(),
@@ -386,6 +392,8 @@ impl<'de> Deserialize<'de> for Settings {
             network: Option<NetworkSettings>,
             #[serde(default)]
             deny_read: Vec<PathBuf>,
+            #[serde(default)]
+            deny_read_limit: Option<usize>,
             #[serde(default, alias = "readable_roots")]
             allow_read: Vec<PathBuf>,
             #[serde(default)]
@@ -415,12 +423,22 @@ impl<'de> Deserialize<'de> for Settings {
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Settings, A::Error> {
                 let t = Table::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                for pattern in t.deny_read.iter().filter(|p| is_pattern(p)) {
+                    crate::glob::check_pattern(&pattern.to_string_lossy())
+                        .map_err(de::Error::custom)?;
+                }
+                if t.deny_read_limit == Some(0) {
+                    return Err(de::Error::custom(
+                        "deny_read_limit = 0 would refuse every command whose deny list has a pattern; give the most entries of a workspace to search (default 1000000)",
+                    ));
+                }
                 let d = Settings::default();
                 Ok(Settings {
                     mode: t.mode.unwrap_or(d.mode),
                     per_tool: t.per_tool.into_iter().map(|(k, v)| (k, v.0)).collect(),
                     network: t.network.unwrap_or(d.network),
                     deny_read: t.deny_read,
+                    deny_read_limit: t.deny_read_limit.unwrap_or(d.deny_read_limit),
                     allow_read: t.allow_read,
                     writable_roots: t.writable_roots,
                     writable_caches: t.writable_caches.unwrap_or(d.writable_caches),
@@ -542,9 +560,21 @@ impl Settings {
         }
         let mut cut = None;
         if !patterns.is_empty() {
-            let found = crate::glob::find(workspace, &patterns, crate::glob::WALK_LIMIT);
-            paths.extend(found.matches);
-            cut = found.cut;
+            match crate::glob::Patterns::new(&patterns) {
+                Ok(compiled) => {
+                    let found = crate::glob::find(workspace, &compiled, self.deny_read_limit);
+                    paths.extend(found.matches);
+                    cut = found.cut.map(|limit| {
+                        format!(
+                            "{} holds more than {limit} entries, the most searched for the deny_read patterns ({}); raise deny_read_limit in [sandbox], or write the patterns under a folder (`config/**/.env` rather than `**/.env`)",
+                            workspace.display(),
+                            patterns.join(", ")
+                        )
+                    });
+                }
+                // Checked when the settings were read; set in code, it is still refused.
+                Err(e) => cut = Some(e),
+            }
         }
         let allow: Vec<PathBuf> = self
             .allow_read
@@ -605,8 +635,19 @@ impl Settings {
     /// directory is `tmp`: it reads and runs everything but [`Settings::hidden`], writes
     /// [`Settings::writable`], and with network has a network of its own whose one way out
     /// is the egress proxy.
-    pub fn confinement(&self, grant: CommandGrant, workspace: &Path, tmp: &Path) -> Confinement {
+    ///
+    /// Refused ([`SandboxError::DenyReadLimit`]) when the search for `deny_read`'s patterns
+    /// could not cover the workspace: a command never runs with part of its deny list.
+    pub fn confinement(
+        &self,
+        grant: CommandGrant,
+        workspace: &Path,
+        tmp: &Path,
+    ) -> Result<Confinement, SandboxError> {
         let hidden = self.hidden(workspace);
+        if let Some(why) = hidden.cut {
+            return Err(SandboxError::DenyReadLimit(why));
+        }
         let mut c = Confinement::nothing()
             .reading([PathBuf::from("/")])
             .writing(self.writable(grant, workspace, tmp))
@@ -618,7 +659,7 @@ impl Settings {
         } else {
             Network::None
         };
-        c
+        Ok(c)
     }
 
     /// The shape of [`Settings::confinement`] without touching the filesystem (no path is
@@ -656,8 +697,9 @@ impl Settings {
 pub struct Hidden {
     /// Existing paths, sorted.
     pub paths: Vec<PathBuf>,
-    /// The workspace holds more entries than a pattern search visits: only the first
-    /// were matched (a reported gap).
+    /// Why the patterns could not be matched in the whole workspace (it holds more
+    /// entries than `deny_read_limit`): `paths` is then only part of the deny list, and
+    /// [`Settings::confinement`] refuses.
     pub cut: Option<String>,
 }
 
@@ -771,29 +813,35 @@ mod tests {
             mode,
             network: false,
         };
-        let ww = settings.confinement(
-            grant(CommandMode::WorkspaceWrite),
-            Path::new("/w"),
-            Path::new("/t"),
-        );
+        let ww = settings
+            .confinement(
+                grant(CommandMode::WorkspaceWrite),
+                Path::new("/w"),
+                Path::new("/t"),
+            )
+            .unwrap();
         assert_eq!(ww.write, [PathBuf::from("/t"), "/w".into(), "/x".into()]);
         assert_eq!(ww.read, [PathBuf::from("/")]);
         assert!(ww.exec);
         assert_eq!(ww.network, Network::None);
-        let ro = settings.confinement(
-            grant(CommandMode::ReadOnly),
-            Path::new("/w"),
-            Path::new("/t"),
-        );
+        let ro = settings
+            .confinement(
+                grant(CommandMode::ReadOnly),
+                Path::new("/w"),
+                Path::new("/t"),
+            )
+            .unwrap();
         assert_eq!(ro.write, [PathBuf::from("/t")]);
-        let net = settings.confinement(
-            CommandGrant {
-                mode: CommandMode::ReadOnly,
-                network: true,
-            },
-            Path::new("/w"),
-            Path::new("/t"),
-        );
+        let net = settings
+            .confinement(
+                CommandGrant {
+                    mode: CommandMode::ReadOnly,
+                    network: true,
+                },
+                Path::new("/w"),
+                Path::new("/t"),
+            )
+            .unwrap();
         assert_eq!(net.network, Network::Proxied);
     }
 
@@ -808,7 +856,9 @@ mod tests {
             network: true,
         };
         let shape = settings.shape(grant, Path::new("/nonexistent-w"), Path::new("/t"));
-        let real = settings.confinement(grant, Path::new("/nonexistent-w"), Path::new("/t"));
+        let real = settings
+            .confinement(grant, Path::new("/nonexistent-w"), Path::new("/t"))
+            .unwrap();
         assert_eq!(
             (shape.read, shape.exec, shape.network),
             (real.read, real.exec, real.network)

@@ -68,7 +68,9 @@ impl Setup {
         rules: Option<Rules>,
         script: &str,
     ) -> (Output, Vec<Refusal>) {
-        let c = settings.confinement(grant, self.workspace.path(), self.tmp.path());
+        let c = settings
+            .confinement(grant, self.workspace.path(), self.tmp.path())
+            .unwrap();
         let prepared = Prepared::new(&c).unwrap();
         let mut command = Command::new("/bin/bash");
         command
@@ -578,11 +580,14 @@ fn as_another_user() {
         }
         Err(why) => {
             let s = Setup::new();
-            let c = s.settings().confinement(
-                Setup::grant(CommandMode::WorkspaceWrite, false),
-                s.workspace.path(),
-                s.tmp.path(),
-            );
+            let c = s
+                .settings()
+                .confinement(
+                    Setup::grant(CommandMode::WorkspaceWrite, false),
+                    s.workspace.path(),
+                    s.tmp.path(),
+                )
+                .unwrap();
             let e = Prepared::new(&c).unwrap_err();
             assert!(e.to_string().contains("namespaces"), "{e}");
             println!("as another user: refused as it should be: {why}");

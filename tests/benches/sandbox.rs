@@ -17,6 +17,10 @@
 //!   byte relay (no proxy protocol, no checks, no namespace: what any proxy must at least
 //!   do, moving each byte through its process once) vs straight to it.
 //!
+//! - confining a command in a workspace with a `node_modules` of 100,000 files under
+//!   `deny_read = ["**/.env"]` (the search for the pattern: target under 50 ms), beside
+//!   its floor: a plain walk of the same tree on one thread, nothing matched.
+//!
 //! Each figure is a median over rounds; in each round both sides run the same number of
 //! times, in alternating order. `cargo bench --bench sandbox` prints them and writes
 //! `target/criterion/sandbox/paired.json` for `cargo xtask bench`; run as a test (`cargo
@@ -33,6 +37,8 @@ use toolhost_tests::{package_library, release_library};
 /// How many rounds, and how many times each side runs in a round.
 struct Plan {
     rounds: usize,
+    /// The files of the large workspace's `node_modules`.
+    workspace_files: usize,
     calls: usize,
     starts: usize,
     commands: usize,
@@ -42,6 +48,7 @@ struct Plan {
 
 const BENCH: Plan = Plan {
     rounds: 31,
+    workspace_files: 100_000,
     calls: 400,
     starts: 4,
     commands: 20,
@@ -51,6 +58,7 @@ const BENCH: Plan = Plan {
 
 const SMOKE: Plan = Plan {
     rounds: 2,
+    workspace_files: 2_000,
     calls: 5,
     starts: 1,
     commands: 2,
@@ -113,6 +121,39 @@ fn download_server(bytes: usize) -> u16 {
         }
     });
     port
+}
+
+/// A workspace whose `node_modules` holds `files` files, a hundred to a package (half
+/// in the package's folder, half two folders down), and a `.env` at its top.
+fn large_workspace(files: usize) -> tempfile::TempDir {
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(root.path().join(".env"), "SECRET=1").unwrap();
+    for p in 0..files.div_ceil(100) {
+        let package = root.path().join(format!("node_modules/pkg{p}"));
+        let deep = package.join("lib/sub");
+        std::fs::create_dir_all(&deep).unwrap();
+        for f in 0..100 {
+            let dir = if f % 2 == 0 { &package } else { &deep };
+            std::fs::write(dir.join(format!("f{f}.js")), "").unwrap();
+        }
+    }
+    root
+}
+
+/// The entries under `dir`, walked on one thread without matching anything: what any
+/// search of the tree must at least do.
+fn plain_walk(dir: &std::path::Path) -> usize {
+    let mut count = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            count += 1;
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(entry.path());
+            }
+        }
+    }
+    count
 }
 
 /// Two sides timed round by round ([`paired`]).
@@ -374,6 +415,41 @@ fn main() {
         || shell(&shells[1], &through_relay),
         || shell(&shells[1], &download),
     );
+    // deny_read's pattern searched for in a large workspace, against a plain walk of it.
+    let large = large_workspace(plan.workspace_files);
+    let denying = sandbox::Settings {
+        deny_read: vec!["**/.env".into()],
+        ..sandbox::Settings::default()
+    };
+    let grant = sandbox::CommandGrant {
+        mode: sandbox::CommandMode::WorkspaceWrite,
+        network: false,
+    };
+    let entries = plain_walk(large.path());
+    let Paired {
+        a: deny_read_search,
+        b: deny_read_floor,
+        ..
+    } = paired(
+        plan.rounds.min(15),
+        3,
+        || {
+            let begin = Instant::now();
+            let c = denying
+                .confinement(grant, large.path(), workspace.path())
+                .unwrap();
+            let spent = begin.elapsed();
+            assert!(c.hide.contains(&large.path().join(".env")), "{:?}", c.hide);
+            spent
+        },
+        || {
+            let begin = Instant::now();
+            assert_eq!(plain_walk(large.path()), entries);
+            begin.elapsed()
+        },
+    );
+    drop(large);
+
     let mb = plan.download_bytes as f64 / (1 << 20) as f64;
     let rate = |us: f64| mb / (us / 1e6);
 
@@ -407,6 +483,11 @@ fn main() {
         rate(download_direct_again),
         download_direct_again / download_relay * 100.0
     );
+    println!(
+        "sandbox/deny_read_search: {:.2} ms confining a command in a workspace of {entries} entries under deny_read = [\"**/.env\"] vs {:.2} ms walking it on one thread",
+        deny_read_search / 1000.0,
+        deny_read_floor / 1000.0
+    );
     if plan.rounds == BENCH.rounds {
         // target/release/deps/sandbox-… -> target/criterion/sandbox
         let exe = std::env::current_exe().unwrap();
@@ -424,6 +505,7 @@ fn main() {
             "shell_true_us": {"sandboxed": shell_sandboxed, "host": shell_host},
             "download_us": {"proxied": download_proxied, "direct": download_direct, "megabytes": mb},
             "download_floor_us": {"relay": download_relay, "direct": download_direct_again, "megabytes": mb},
+            "deny_read_search_us": {"search": deny_read_search, "plain_walk": deny_read_floor, "entries": entries},
         });
         std::fs::write(
             dir.join("paired.json"),

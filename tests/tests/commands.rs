@@ -296,3 +296,66 @@ async fn a_read_only_grant_reaches_the_file_api_too() {
         .await;
     assert!(!r.is_error(), "{}", r.text());
 }
+
+/// A workspace of `folders` folders of ten files each, a `.env` in every other folder.
+fn many_env_files(fx: &Fixture, folders: usize) -> Vec<std::path::PathBuf> {
+    let mut planted = Vec::new();
+    for f in 0..folders {
+        let dir = fx.path(&format!("pkg{f}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for i in 0..10 {
+            std::fs::write(dir.join(format!("f{i}.js")), "").unwrap();
+        }
+        if f % 2 == 0 {
+            std::fs::write(dir.join(".env"), "the-planted-secret").unwrap();
+            planted.push(dir.join(".env"));
+        }
+    }
+    planted
+}
+
+/// The default config with `**/.env` on the deny list, searched through at most `limit`
+/// entries of the workspace.
+fn env_denied(limit: usize) -> DispatcherConfig {
+    let mut config = DispatcherConfig::default();
+    config.sandbox.deny_read.push("**/.env".into());
+    config.sandbox.deny_read_limit = limit;
+    config
+}
+
+#[tokio::test]
+async fn a_workspace_larger_than_the_deny_read_search_refuses_the_command_naming_the_limit() {
+    let fx = Fixture::new(dispatcher(env_denied(100)));
+    many_env_files(&fx, 40);
+    let marker = fx.path("ran");
+    let r = fx
+        .dispatcher
+        .dispatch(
+            shell(&format!("touch {}; cat pkg*/.env", marker.display())),
+            &fx.session,
+        )
+        .await;
+    assert!(r.is_error(), "{}", r.text());
+    assert_eq!(r.error_class, Some(ErrorClass::PermissionDenied));
+    assert!(!r.text().contains("the-planted-secret"), "{}", r.text());
+    assert!(
+        r.text().contains("holds more than 100 entries")
+            && r.text().contains("raise deny_read_limit in [sandbox]"),
+        "{}",
+        r.text()
+    );
+    assert!(!marker.exists(), "the command ran");
+}
+
+#[tokio::test]
+async fn every_env_file_a_pattern_names_is_hidden_when_the_search_covers_the_workspace() {
+    let fx = Fixture::new(dispatcher(env_denied(sandbox::DENY_READ_LIMIT)));
+    let planted = many_env_files(&fx, 40);
+    assert_eq!(planted.len(), 20);
+    let r = fx
+        .dispatcher
+        .dispatch(shell("cat pkg*/.env; ls pkg0"), &fx.session)
+        .await;
+    assert!(!r.text().contains("the-planted-secret"), "{}", r.text());
+    assert!(r.text().contains("f9.js"), "{}", r.text());
+}

@@ -217,7 +217,7 @@ fn settings_text(config: &Settings, workspace: &Path) -> String {
         list(&v["hidden"])
     ));
     if let Some(cut) = v["hidden_search_cut"].as_str() {
-        out.push_str(&format!("  hidden        gap: {cut}\n"));
+        out.push_str(&format!("  hidden        commands are refused: {cut}\n"));
     }
     out.push_str(&format!(
         "  writes        the workspace, a private temporary directory, writable_roots: {}\n",

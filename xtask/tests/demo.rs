@@ -97,8 +97,8 @@ fn path_with(dir: &Path) -> std::ffi::OsString {
 /// minutes on two cores, nearly all of it this build). A dependency added to what the demo
 /// builds is then a decision, not an accident: 324 since the dispatcher ranks tools for a
 /// search (`bm25`, `fxhash`, `byteorder`, `rust-stemmers`, `stop-words`; small, no build
-/// scripts).
-const DEMO_PACKAGES_BUDGET: usize = 324;
+/// scripts); 326 since `deny_read`'s patterns are globset's (`globset`, `bstr`).
+const DEMO_PACKAGES_BUDGET: usize = 326;
 
 #[test]
 fn the_demo_compiles_no_more_packages_than_its_budget() {

@@ -67,7 +67,9 @@ pub(super) fn confine(ctx: &ToolContext) -> Result<Confined, ToolError> {
         settings.create_caches();
     }
     let workspace = PathBuf::from(ctx.workspace_root());
-    let confinement = settings.confinement(grant, &workspace, tmp.path());
+    let confinement = settings
+        .confinement(grant, &workspace, tmp.path())
+        .map_err(|e| ToolError::PermissionDenied(format!("the command was not run: {e}")))?;
     let label = if grant.network {
         format!("{mode}, network through the egress proxy")
     } else {

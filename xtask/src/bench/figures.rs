@@ -533,6 +533,26 @@ pub(super) fn sandbox_rows() -> Vec<Row> {
             None => missing(figure),
         });
     }
+    let figure = "confining a command in a workspace with a node_modules of 100,000 files under deny_read = [\"**/.env\"] (the search for the pattern) vs its floor, a plain walk of the same tree on one thread";
+    rows.push(
+        match (
+            pair("deny_read_search_us", "search", "plain_walk"),
+            paired["deny_read_search_us"]["entries"].as_f64(),
+        ) {
+            (Some((search, walk)), Some(entries)) => Row {
+                figure: figure.into(),
+                measured: format!(
+                    "{:.1} ms vs {:.1} ms for {entries:.0} entries ({:.2}x its floor)",
+                    search / 1000.0,
+                    walk / 1000.0,
+                    search / walk
+                ),
+                target: "under 50 ms".into(),
+                pass: Some(search / 1000.0 < 50.0),
+            },
+            _ => missing(figure),
+        },
+    );
     let floor = paired["download_floor_us"]["direct"]
         .as_f64()
         .zip(paired["download_floor_us"]["relay"].as_f64())
