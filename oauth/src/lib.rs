@@ -22,6 +22,7 @@
 //!   login outside every workspace ([`logins`]).
 //! - A token is never logged, nor put in an error: errors name the claim or the key.
 
+mod callback;
 mod client;
 mod error;
 mod exchange;

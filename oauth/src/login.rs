@@ -5,7 +5,6 @@
 //! (RFC 8707) through the user's browser and a one-time loopback redirect, and refresh.
 //! What a login keeps ([`Login`]) lives in [`crate::logins`], outside every workspace.
 
-use std::io::{BufRead, BufReader, Write};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -127,41 +126,6 @@ fn field<'m>(metadata: &'m Map<String, Value>, name: &str, of: &str) -> Result<&
         .ok_or_else(|| format!("{of}'s metadata has no {name}"))
 }
 
-/// The one request the browser brings back to `listener`: its query, answered with a page
-/// that says the login is done.
-fn callback(listener: &std::net::TcpListener) -> Result<Map<String, Value>, String> {
-    listener.set_nonblocking(false).map_err(|e| e.to_string())?;
-    loop {
-        let (stream, _) = listener.accept().map_err(|e| e.to_string())?;
-        let mut line = String::new();
-        BufReader::new(&stream)
-            .read_line(&mut line)
-            .map_err(|e| e.to_string())?;
-        let target = line.split_whitespace().nth(1).unwrap_or("");
-        let Some(query) = target.strip_prefix("/callback?") else {
-            let _ = write!(
-                &stream,
-                "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-            );
-            continue;
-        };
-        let params: Map<String, Value> = reqwest::Url::parse(&format!("http://x/?{query}"))
-            .map(|u| {
-                u.query_pairs()
-                    .map(|(k, v)| (k.into_owned(), Value::String(v.into_owned())))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let page = "<!doctype html><title>toolhost</title><p>toolhost: the login is done; you can close this tab.</p>";
-        let _ = write!(
-            &stream,
-            "HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
-            page.len()
-        );
-        return Ok(params);
-    }
-}
-
 fn random(bytes: usize) -> Result<String, String> {
     let mut buf = vec![0u8; bytes];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut buf)
@@ -205,7 +169,8 @@ pub async fn log_in(
     }
     let authorize = field(&metadata, "authorization_endpoint", &issuer)?.to_string();
     let token_endpoint = field(&metadata, "token_endpoint", &issuer)?.to_string();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
         .map_err(|e| format!("cannot listen on loopback for the browser's return: {e}"))?;
     let port = listener.local_addr().map_err(|e| e.to_string())?.port();
     let redirect = format!("http://127.0.0.1:{port}/callback");
@@ -239,18 +204,7 @@ pub async fn log_in(
         url.query_pairs_mut().append_pair("scope", scope);
     }
     show(url.as_str());
-    let back = tokio::time::timeout(
-        LOGIN_WAIT,
-        tokio::task::spawn_blocking(move || callback(&listener)),
-    )
-    .await
-    .map_err(|_| {
-        format!(
-            "the browser did not come back within {} s",
-            LOGIN_WAIT.as_secs()
-        )
-    })?
-    .map_err(|e| e.to_string())??;
+    let back = crate::callback::wait(listener, LOGIN_WAIT).await?;
     if back.get("state").and_then(Value::as_str) != Some(state.as_str()) {
         return Err("the browser came back with another login's state: start again".into());
     }

@@ -28,6 +28,10 @@ use std::time::Duration;
 
 use crate::hosts::{HostList, is_internal};
 
+mod request;
+
+pub use request::{Route, read_request};
+
 /// The ports an entry without a port allows: HTTPS and HTTP.
 pub const WEB_PORTS: &[u16] = &[443, 80];
 /// The most connections one process may have open through its proxy at once.
@@ -267,142 +271,69 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
     }
 }
 
-/// A request head: its first line's parts and its header lines.
-struct Head {
-    method: String,
-    target: String,
-    version: String,
-    headers: Vec<String>,
-}
-
-/// Reads the request head; returns it and whatever came after it.
-fn read_head(client: &mut TcpStream) -> io::Result<(Head, Vec<u8>)> {
+/// Reads the request head (httparse): where it goes and whatever came after it, or why
+/// it is not a proxy request.
+fn read_head(client: &mut TcpStream) -> io::Result<Result<(Route, Vec<u8>), String>> {
     client.set_read_timeout(Some(HEAD_TIMEOUT))?;
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 4096];
-    let end = loop {
+    let (route, len) = loop {
         let n = client.read(&mut chunk)?;
         if n == 0 {
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "no request"));
         }
-        let from = buf.len().saturating_sub(3);
         buf.extend_from_slice(&chunk[..n]);
-        if let Some(i) = memchr::memmem::find(&buf[from..], b"\r\n\r\n") {
-            break from + i + 4;
-        }
-        if buf.len() > MAX_HEAD {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "request head too long",
-            ));
+        match read_request(&buf) {
+            Ok(Some(read)) => break read,
+            Ok(None) if buf.len() > MAX_HEAD => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "request head too long",
+                ));
+            }
+            Ok(None) => {}
+            Err(why) => return Ok(Err(why)),
         }
     };
     client.set_read_timeout(None)?;
-    let rest = buf.split_off(end);
-    let text = String::from_utf8_lossy(&buf);
-    let mut lines = text.split("\r\n").filter(|l| !l.is_empty());
-    let first = lines.next().unwrap_or_default();
-    let mut parts = first.split(' ');
-    let head = Head {
-        method: parts.next().unwrap_or_default().to_string(),
-        target: parts.next().unwrap_or_default().to_string(),
-        version: parts.next().unwrap_or("HTTP/1.1").to_string(),
-        headers: lines.map(str::to_string).collect(),
-    };
-    Ok((head, rest))
-}
-
-/// `host:port` or `[v6]:port` (with `default` when no port is given).
-fn authority(text: &str, default: u16) -> Option<(String, u16)> {
-    if let Some(rest) = text.strip_prefix('[') {
-        let (host, after) = rest.split_once(']')?;
-        let port = match after.strip_prefix(':') {
-            Some(p) => p.parse().ok()?,
-            None if after.is_empty() => default,
-            None => return None,
-        };
-        return Some((host.to_string(), port));
-    }
-    match text.rsplit_once(':') {
-        Some((host, p)) if !host.contains(':') => Some((host.to_string(), p.parse().ok()?)),
-        Some(_) => None,
-        None => Some((text.to_string(), default)),
-    }
-    .filter(|(host, port)| !host.is_empty() && *port != 0)
+    Ok(Ok((route, buf.split_off(len))))
 }
 
 fn serve_one(mut client: TcpStream, shared: &Shared) -> io::Result<()> {
-    let (head, early) = read_head(&mut client)?;
-    let malformed = |client: &mut TcpStream, why: String| {
-        let refusal = shared.refuse(Refusal {
-            host: String::new(),
-            port: 0,
-            why: Why::Malformed(why),
-            setting: shared.rules.setting.clone(),
-        });
-        answer(client, 400, &refusal.to_string())
-    };
-    if head.method.eq_ignore_ascii_case("CONNECT") {
-        let Some((host, port)) = authority(&head.target, 443) else {
-            return malformed(&mut client, format!("CONNECT to '{}'", head.target));
-        };
-        let Some(mut upstream) = reach(&mut client, &host, port, shared)? else {
-            return Ok(());
-        };
-        client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")?;
-        if !early.is_empty() {
-            upstream.write_all(&early)?;
+    let (route, early) = match read_head(&mut client)? {
+        Ok(read) => read,
+        Err(why) => {
+            let refusal = shared.refuse(Refusal {
+                host: String::new(),
+                port: 0,
+                why: Why::Malformed(why),
+                setting: shared.rules.setting.clone(),
+            });
+            return answer(&mut client, 400, &refusal.to_string());
         }
-        return relay(client, upstream);
-    }
-    let Some(rest) = head.target.strip_prefix("http://") else {
-        let why = if head.target.starts_with("https://") {
-            format!(
-                "'{} {}': HTTPS goes through CONNECT",
-                head.method, head.target
-            )
-        } else {
-            format!(
-                "'{} {}': a proxy request names its destination (http://host/path)",
-                head.method, head.target
-            )
-        };
-        return malformed(&mut client, why);
     };
-    let (auth, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    let auth = auth.rsplit_once('@').map_or(auth, |(_, a)| a);
-    let Some((host, port)) = authority(auth, 80) else {
-        return malformed(&mut client, format!("a request to '{}'", head.target));
-    };
-    let Some(mut upstream) = reach(&mut client, &host, port, shared)? else {
-        return Ok(());
-    };
-    let mut out = format!("{} {} {}\r\n", head.method, path, head.version);
-    for line in &head.headers {
-        let name = line.split(':').next().unwrap_or_default().trim();
-        if [
-            "proxy-connection",
-            "proxy-authorization",
-            "connection",
-            "keep-alive",
-        ]
-        .iter()
-        .any(|h| name.eq_ignore_ascii_case(h))
-        {
-            continue;
+    match route {
+        Route::Tunnel { host, port } => {
+            let Some(mut upstream) = reach(&mut client, &host, port, shared)? else {
+                return Ok(());
+            };
+            client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")?;
+            if !early.is_empty() {
+                upstream.write_all(&early)?;
+            }
+            relay(client, upstream)
         }
-        out.push_str(line);
-        out.push_str("\r\n");
+        Route::Forward { host, port, head } => {
+            let Some(mut upstream) = reach(&mut client, &host, port, shared)? else {
+                return Ok(());
+            };
+            upstream.write_all(&head)?;
+            if !early.is_empty() {
+                upstream.write_all(&early)?;
+            }
+            relay(client, upstream)
+        }
     }
-    out.push_str("Connection: close\r\n\r\n");
-    upstream.write_all(out.as_bytes())?;
-    if !early.is_empty() {
-        upstream.write_all(&early)?;
-    }
-    relay(client, upstream)
 }
 
 /// A connection to `host:port` as [`open`] makes it, or `None` once `client` has been
@@ -686,18 +617,5 @@ mod tests {
         let (_e, addr) = proxy(rules(&["crates.io"], &[]));
         let got = request(addr, "GET / HTTP/1.1\r\nHost: crates.io\r\n\r\n");
         assert!(got.starts_with("HTTP/1.1 400"), "{got}");
-    }
-
-    #[test]
-    fn authorities_parse_with_and_without_ports() {
-        assert_eq!(
-            authority("a.example:8443", 443),
-            Some(("a.example".into(), 8443))
-        );
-        assert_eq!(authority("a.example", 80), Some(("a.example".into(), 80)));
-        assert_eq!(authority("[::1]:9", 80), Some(("::1".into(), 9)));
-        assert_eq!(authority("::1", 80), None);
-        assert_eq!(authority(":443", 80), None);
-        assert_eq!(authority("a:0", 80), None);
     }
 }

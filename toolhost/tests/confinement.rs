@@ -604,3 +604,22 @@ fn a_server_that_exits_after_a_denied_read_names_it_and_the_key() {
     );
     assert!(!log.contains(AWS), "{log}");
 }
+
+#[test]
+fn a_confined_server_that_fails_saying_nothing_is_told_what_confined_it_and_the_keys_that_widen_it()
+{
+    let home = Home::new();
+    let log = server_failure(&home, "exit 3", "");
+    assert!(log.contains("exited"), "{log}");
+    for key in [
+        "it ran confined (workspace-write",
+        "`allow_read`",
+        "`[sandbox.network] allow`",
+        "`sandbox = \"host\"` on its [[mcp_servers]] entry",
+    ] {
+        assert!(log.contains(key), "{key}: {log}");
+    }
+    let unconfined = server_failure(&home, "exit 3", "sandbox = \"host\"\n");
+    assert!(unconfined.contains("exited"), "{unconfined}");
+    assert!(!unconfined.contains("it ran confined"), "{unconfined}");
+}

@@ -12,13 +12,17 @@ use std::process::Command;
 use crate::steps::{Result, announce, fail, io, root, run};
 
 /// Every fuzz target: the parsers of untrusted input.
-pub const TARGETS: [&str; 6] = [
+pub const TARGETS: [&str; 10] = [
     "worker_frames",
     "workspace_path",
     "mcp_screen",
     "request_state",
     "plugin_manifest",
     "upstream_lines",
+    "oauth_tokens",
+    "egress_request",
+    "oauth_callback",
+    "tool_globs",
 ];
 
 /// The cargo-fuzz the project is fuzzed with.

@@ -237,15 +237,11 @@ impl Access {
     /// The principal of one of the configured bearer tokens.
     fn known_token(&self, given: &str) -> Option<Principal> {
         let digest: [u8; 32] = Sha256::digest(given.as_bytes()).into();
-        // Every token is compared, each in constant time, so the time taken says nothing
-        // about which bytes matched.
+        // Every token is compared, each in constant time (`subtle`), so the time taken
+        // says nothing about which bytes matched.
         let mut matched = None;
         for known in &self.tokens {
-            let diff = known
-                .iter()
-                .zip(digest.iter())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b));
-            if diff == 0 {
+            if bool::from(subtle::ConstantTimeEq::ct_eq(&known[..], &digest[..])) {
                 matched = Some(known);
             }
         }

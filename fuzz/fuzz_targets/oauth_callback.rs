@@ -1,0 +1,51 @@
+//! The login's loopback callback server (oauth's `callback.rs`, compiled in from its
+//! source), served whatever bytes arrive on a connection: no panic, no hang; whatever is
+//! answered is an HTTP/1 response; and the login hears of the browser's return only for a
+//! `GET /callback`, answered `200`.
+#![no_main]
+
+#[allow(dead_code, missing_docs, unreachable_pub)]
+#[path = "../../oauth/src/callback.rs"]
+mod callback;
+
+use std::sync::OnceLock;
+
+use libfuzzer_sys::fuzz_target;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    runtime().block_on(async {
+        let (mut ours, theirs) = tokio::io::duplex(1 << 16);
+        let (back, mut came) = tokio::sync::mpsc::channel(1);
+        let served = tokio::spawn(callback::serve(theirs, back));
+        // The server may stop reading (a malformed head is answered and closed).
+        let _ = ours.write_all(data).await;
+        let _ = ours.shutdown().await;
+        let mut answer = Vec::new();
+        let _ = ours.read_to_end(&mut answer).await;
+        served.await.expect("the connection's task does not panic");
+        if !answer.is_empty() {
+            assert!(answer.starts_with(b"HTTP/1."), "{:?}", String::from_utf8_lossy(&answer));
+        }
+        if came.try_recv().is_ok() {
+            // `HTTP/1.0 200` or `HTTP/1.1 200`, as the request's version was.
+            assert!(
+                answer.starts_with(b"HTTP/1.") && answer.get(8..12) == Some(b" 200"),
+                "{:?}",
+                String::from_utf8_lossy(&answer)
+            );
+            let head = String::from_utf8_lossy(data);
+            assert!(head.starts_with("GET /callback"), "{head:?}");
+        }
+    });
+});
