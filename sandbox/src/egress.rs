@@ -20,11 +20,14 @@
 //! have no way out at all: the namespace has no route.
 
 use std::fmt;
-use std::io::{self, Read, Write};
-use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::io;
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use crate::hosts::{HostList, is_internal};
 
@@ -34,16 +37,20 @@ pub use request::{Route, read_request};
 
 /// The ports an entry without a port allows: HTTPS and HTTP.
 pub const WEB_PORTS: &[u16] = &[443, 80];
-/// The most connections one process may have open through its proxy at once.
-pub const MAX_CONNECTIONS: usize = 256;
+/// The most connections one process may have open through its proxy at once (each is a
+/// task, not a thread: two file descriptors and its buffers' filled pages).
+pub const MAX_CONNECTIONS: usize = 1024;
+/// The most threads the proxy's name lookups take at once.
+const LOOKUP_THREADS: usize = 4;
 /// The longest request head accepted.
 const MAX_HEAD: usize = 64 * 1024;
 /// How long a client may take to send its request head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a connection to the destination may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
-/// The most bytes one read of a relay takes.
-const RELAY_BUFFER: usize = 4 * 1024 * 1024;
+/// The most bytes one read of a relay takes, each way (its pages are touched only as far
+/// as reads fill them).
+const RELAY_BUFFER: usize = 1024 * 1024;
 
 /// The variables that send a confined process's HTTP through its proxy (upper and lower
 /// case: curl reads only `http_proxy` in lower case), and an empty `NO_PROXY` so that an
@@ -158,7 +165,8 @@ struct Shared {
     rules: Rules,
     refusals: Mutex<Vec<Refusal>>,
     on_refusal: Option<OnRefusal>,
-    stop: AtomicBool,
+    /// Told when the [`Egress`] is dropped: the listener closes.
+    stop: tokio::sync::Notify,
     open: AtomicUsize,
 }
 
@@ -178,9 +186,12 @@ impl Shared {
 
 /// A running proxy for one confined process (its listener): stops accepting when dropped;
 /// connections already relayed end with their process.
+///
+/// One thread serves it: a single-threaded tokio runtime whose tasks are the listener and
+/// each connection (up to [`MAX_CONNECTIONS`]), with at most four more threads for name
+/// lookups while they run.
 pub struct Egress {
     shared: Arc<Shared>,
-    listener: Arc<TcpListener>,
 }
 
 impl fmt::Debug for Egress {
@@ -203,15 +214,21 @@ impl Egress {
             rules,
             refusals: Mutex::new(Vec::new()),
             on_refusal,
-            stop: AtomicBool::new(false),
+            stop: tokio::sync::Notify::new(),
             open: AtomicUsize::new(0),
         });
-        let listener = Arc::new(listener);
-        let (s, l) = (shared.clone(), listener.clone());
+        listener.set_nonblocking(true)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .max_blocking_threads(LOOKUP_THREADS)
+            .thread_name("egress-lookup")
+            .build()?;
+        let s = shared.clone();
         std::thread::Builder::new()
             .name("egress".into())
-            .spawn(move || accept_loop(&l, &s))?;
-        Ok(Egress { shared, listener })
+            .spawn(move || runtime.block_on(accept_loop(listener, s)))?;
+        Ok(Egress { shared })
     }
 
     /// The refusals so far, in order (each host and reason once).
@@ -226,63 +243,64 @@ impl Egress {
 
 impl Drop for Egress {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
-        // Wakes the blocked accept (it returns EINVAL once the socket is shut down).
-        #[cfg(unix)]
-        let _ = rustix::net::shutdown(&*self.listener, rustix::net::Shutdown::Read);
+        // Kept as a permit if the listener's task is busy: it stops at its next turn.
+        self.shared.stop.notify_one();
     }
 }
 
-fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
+/// Accepts connections until the [`Egress`] is dropped, each served by a task of its own;
+/// then waits for the relays still open (they end with their process).
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+        return;
+    };
+    let mut connections = tokio::task::JoinSet::new();
     loop {
-        let accepted = listener.accept();
-        if shared.stop.load(Ordering::Acquire) {
-            return;
-        }
-        let (client, _) = match accepted {
-            Ok(c) => c,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => {
-                // Out of descriptors or the like: do not spin.
-                std::thread::sleep(Duration::from_millis(50));
-                continue;
+        tokio::select! {
+            () = shared.stop.notified() => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = listener.accept() => {
+                let mut client = match accepted {
+                    Ok((client, _)) => client,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => {
+                        // Out of descriptors or the like: do not spin.
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                if shared.open.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
+                    shared.open.fetch_sub(1, Ordering::AcqRel);
+                    let _ = answer(
+                        &mut client,
+                        503,
+                        &format!("too many connections through the egress proxy (at most {MAX_CONNECTIONS} at once)"),
+                    )
+                    .await;
+                    continue;
+                }
+                let s = shared.clone();
+                connections.spawn(async move {
+                    let _ = client.set_nodelay(true);
+                    let _ = serve_one(client, &s).await;
+                    s.open.fetch_sub(1, Ordering::AcqRel);
+                });
             }
-        };
-        if shared.open.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
-            shared.open.fetch_sub(1, Ordering::AcqRel);
-            let mut client = client;
-            let _ = answer(
-                &mut client,
-                503,
-                "too many connections through the egress proxy",
-            );
-            continue;
-        }
-        let s = shared.clone();
-        let spawned = std::thread::Builder::new()
-            .name("egress-conn".into())
-            .spawn(move || {
-                let _ = serve_one(client, &s);
-                s.open.fetch_sub(1, Ordering::AcqRel);
-            });
-        if spawned.is_err() {
-            shared.open.fetch_sub(1, Ordering::AcqRel);
         }
     }
+    drop(listener);
+    while connections.join_next().await.is_some() {}
 }
 
 /// Reads the request head (httparse): where it goes and whatever came after it, or why
 /// it is not a proxy request.
-fn read_head(client: &mut TcpStream) -> io::Result<Result<(Route, Vec<u8>), String>> {
-    client.set_read_timeout(Some(HEAD_TIMEOUT))?;
+async fn read_head(client: &mut TcpStream) -> io::Result<Result<(Route, Vec<u8>), String>> {
     let mut buf = Vec::with_capacity(4096);
-    let mut chunk = [0u8; 4096];
     let (route, len) = loop {
-        let n = client.read(&mut chunk)?;
+        let n = client.read_buf(&mut buf).await?;
         if n == 0 {
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "no request"));
         }
-        buf.extend_from_slice(&chunk[..n]);
         match read_request(&buf) {
             Ok(Some(read)) => break read,
             Ok(None) if buf.len() > MAX_HEAD => {
@@ -291,16 +309,18 @@ fn read_head(client: &mut TcpStream) -> io::Result<Result<(Route, Vec<u8>), Stri
                     "request head too long",
                 ));
             }
-            Ok(None) => {}
+            Ok(None) => buf.reserve(4096),
             Err(why) => return Ok(Err(why)),
         }
     };
-    client.set_read_timeout(None)?;
     Ok(Ok((route, buf.split_off(len))))
 }
 
-fn serve_one(mut client: TcpStream, shared: &Shared) -> io::Result<()> {
-    let (route, early) = match read_head(&mut client)? {
+async fn serve_one(mut client: TcpStream, shared: &Shared) -> io::Result<()> {
+    let read = tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no request head in time"))??;
+    let (route, early) = match read {
         Ok(read) => read,
         Err(why) => {
             let refusal = shared.refuse(Refusal {
@@ -309,49 +329,49 @@ fn serve_one(mut client: TcpStream, shared: &Shared) -> io::Result<()> {
                 why: Why::Malformed(why),
                 setting: shared.rules.setting.clone(),
             });
-            return answer(&mut client, 400, &refusal.to_string());
+            return answer(&mut client, 400, &refusal.to_string()).await;
         }
     };
-    match route {
-        Route::Tunnel { host, port } => {
-            let Some(mut upstream) = reach(&mut client, &host, port, shared)? else {
-                return Ok(());
-            };
-            client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")?;
-            if !early.is_empty() {
-                upstream.write_all(&early)?;
-            }
-            relay(client, upstream)
-        }
-        Route::Forward { host, port, head } => {
-            let Some(mut upstream) = reach(&mut client, &host, port, shared)? else {
-                return Ok(());
-            };
-            upstream.write_all(&head)?;
-            if !early.is_empty() {
-                upstream.write_all(&early)?;
-            }
-            relay(client, upstream)
+    let (host, port, head) = match route {
+        Route::Tunnel { host, port } => (host, port, None),
+        Route::Forward { host, port, head } => (host, port, Some(head)),
+    };
+    let Some(mut upstream) = reach(&mut client, &host, port, shared).await? else {
+        return Ok(());
+    };
+    match head {
+        Some(head) => upstream.write_all(&head).await?,
+        None => {
+            client
+                .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+                .await?;
         }
     }
+    if !early.is_empty() {
+        upstream.write_all(&early).await?;
+    }
+    tokio::io::copy_bidirectional_with_sizes(&mut client, &mut upstream, RELAY_BUFFER, RELAY_BUFFER)
+        .await
+        .map(drop)
 }
 
 /// A connection to `host:port` as [`open`] makes it, or `None` once `client` has been
 /// answered why not (`403` refused, `502` unreachable).
-fn reach(
+async fn reach(
     client: &mut TcpStream,
     host: &str,
     port: u16,
     shared: &Shared,
 ) -> io::Result<Option<TcpStream>> {
-    match open(host, port, shared) {
+    match open(host, port, shared).await {
         Ok(s) => Ok(Some(s)),
-        Err(Failure::Refused(r)) => answer(client, 403, &r.to_string()).map(|()| None),
+        Err(Failure::Refused(r)) => answer(client, 403, &r.to_string()).await.map(|()| None),
         Err(Failure::Unreachable(e)) => answer(
             client,
             502,
             &format!("{host}:{port} could not be reached: {e}"),
         )
+        .await
         .map(|()| None),
     }
 }
@@ -363,7 +383,7 @@ enum Failure {
 
 /// Checks `host:port` against the rules, resolves it and connects to an address it may
 /// reach.
-fn open(host: &str, port: u16, shared: &Shared) -> Result<TcpStream, Failure> {
+async fn open(host: &str, port: u16, shared: &Shared) -> Result<TcpStream, Failure> {
     let rules = &shared.rules;
     let host = host.trim_end_matches('.').to_ascii_lowercase();
     let refuse = |why: Why| {
@@ -390,7 +410,7 @@ fn open(host: &str, port: u16, shared: &Shared) -> Result<TcpStream, Failure> {
     }
     let addrs: Vec<SocketAddr> = match literal {
         Some(ip) => vec![SocketAddr::new(ip, port)],
-        None => match (host.as_str(), port).to_socket_addrs() {
+        None => match tokio::net::lookup_host((host.as_str(), port)).await {
             Ok(a) => a.collect(),
             Err(e) => return Err(refuse(Why::Unresolved(e.to_string()))),
         },
@@ -417,19 +437,20 @@ fn open(host: &str, port: u16, shared: &Shared) -> Result<TcpStream, Failure> {
     }
     let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
     for addr in reachable {
-        match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
-            Ok(s) => {
+        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+            Ok(Ok(s)) => {
                 let _ = s.set_nodelay(true);
                 return Ok(s);
             }
-            Err(e) => last = e,
+            Ok(Err(e)) => last = e,
+            Err(_) => last = io::Error::new(io::ErrorKind::TimedOut, "connection timed out"),
         }
     }
     Err(Failure::Unreachable(last))
 }
 
 /// Answers a request with `status` and a plain-text reason, then closes.
-fn answer(client: &mut TcpStream, status: u16, text: &str) -> io::Result<()> {
+async fn answer(client: &mut TcpStream, status: u16, text: &str) -> io::Result<()> {
     let reason = match status {
         400 => "Bad Request",
         403 => "Forbidden",
@@ -441,51 +462,17 @@ fn answer(client: &mut TcpStream, status: u16, text: &str) -> io::Result<()> {
         "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\nX-Toolhost-Egress: refused\r\n\r\n",
         body.len()
     );
-    client.write_all(head.as_bytes())?;
-    client.write_all(body.as_bytes())?;
-    let _ = client.shutdown(Shutdown::Write);
+    client.write_all(head.as_bytes()).await?;
+    client.write_all(body.as_bytes()).await?;
+    let _ = client.shutdown().await;
     Ok(())
-}
-
-/// Moves bytes both ways until both sides are done.
-fn relay(client: TcpStream, upstream: TcpStream) -> io::Result<()> {
-    let (c2, u2) = (client.try_clone()?, upstream.try_clone()?);
-    let back = std::thread::Builder::new()
-        .name("egress-relay".into())
-        .spawn(move || copy(u2, c2))?;
-    copy(client, upstream);
-    let _ = back.join();
-    Ok(())
-}
-
-/// Copies `from` into `to` until `from` ends, then ends `to`'s writing side. One read takes
-/// whatever the socket holds (up to [`RELAY_BUFFER`]) and one write passes it on: on a
-/// fast stream each wake-up of the relay moves megabytes (a pipe and `splice` moved at
-/// most a pipe's 1 MiB per call and measured slower: 52–65% of a direct loopback
-/// download against 75–86%). The buffer's pages are touched only as far as reads fill
-/// it.
-fn copy(mut from: TcpStream, mut to: TcpStream) {
-    let mut buf = vec![0u8; RELAY_BUFFER];
-    loop {
-        match from.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                if to.write_all(&buf[..n]).is_err() {
-                    let _ = from.shutdown(Shutdown::Read);
-                    break;
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => break,
-        }
-    }
-    let _ = to.shutdown(Shutdown::Write);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::BufRead;
+    use std::io::{BufRead, Read, Write};
+    use std::net::TcpStream;
 
     fn rules(allow: &[&str], deny: &[&str]) -> Rules {
         Rules::new(
@@ -617,5 +604,59 @@ mod tests {
         let (_e, addr) = proxy(rules(&["crates.io"], &[]));
         let got = request(addr, "GET / HTTP/1.1\r\nHost: crates.io\r\n\r\n");
         assert!(got.starts_with("HTTP/1.1 400"), "{got}");
+    }
+}
+
+#[cfg(test)]
+#[cfg(target_os = "linux")]
+mod many {
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// This process's threads.
+    fn threads() -> usize {
+        std::fs::read_dir("/proc/self/task").unwrap().count()
+    }
+
+    #[test]
+    fn five_hundred_tunnels_at_once_are_held_without_a_thread_each() {
+        let origin = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = origin.local_addr().unwrap().port();
+        // The origin keeps every connection open, on one thread.
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for stream in origin.incoming().flatten() {
+                held.push(stream);
+            }
+        });
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let rules = Rules::new(
+            HostList::new([format!("127.0.0.1:{port}")]).unwrap(),
+            HostList::none(),
+            "[sandbox.network] allow",
+        );
+        let before = threads();
+        let egress = Egress::serve(listener, rules, None).unwrap();
+        let mut tunnels = Vec::new();
+        for _ in 0..500 {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            s.write_all(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").as_bytes())
+                .unwrap();
+            tunnels.push(s);
+        }
+        for s in &mut tunnels {
+            let mut answer = [0u8; 39];
+            s.read_exact(&mut answer).unwrap();
+            assert!(answer.starts_with(b"HTTP/1.1 200"), "{answer:?}");
+        }
+        let during = threads();
+        assert!(
+            during <= before + 1 + LOOKUP_THREADS,
+            "{before} threads before, {during} with 500 tunnels open"
+        );
+        // Dropping the proxy closes its listener; the tunnels it opened stay open.
+        drop(egress);
+        tunnels[0].write_all(b"still open").unwrap();
     }
 }
