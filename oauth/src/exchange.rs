@@ -2,8 +2,6 @@
 //! the same caller, at the issuer this server is a client of. What a mounted MCP server
 //! that acts with its caller's own identity is given: never the caller's token itself.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -41,9 +39,16 @@ impl std::fmt::Debug for Exchanged {
 type Subject = ([u8; 32], String);
 
 /// Exchanges and keeps the tokens exchanged, by subject token and resource.
-#[derive(Default)]
 pub(crate) struct Exchanges {
-    kept: Mutex<HashMap<Subject, (Instant, Exchanged)>>,
+    kept: crate::Kept<Subject, Exchanged>,
+}
+
+impl Default for Exchanges {
+    fn default() -> Self {
+        Exchanges {
+            kept: crate::Kept::new(KEPT),
+        }
+    }
 }
 
 impl Exchanges {
@@ -59,14 +64,8 @@ impl Exchanges {
             <[u8; 32]>::from(Sha256::digest(subject.as_bytes())),
             resource.to_string(),
         );
-        if let Some((until, kept)) = self
-            .kept
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
-            && *until > Instant::now()
-        {
-            return Ok(kept.clone());
+        if let Some(kept) = self.kept.get(&key) {
+            return Ok(kept);
         }
         let endpoint = client
             .endpoint(None, "token_endpoint", |m| m.token_endpoint.clone())
@@ -97,8 +96,7 @@ impl Exchanges {
             token: token.to_string(),
             until: Instant::now() + lifetime.saturating_sub(MARGIN),
         };
-        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-        crate::keep_until(&mut kept, KEPT, key, exchanged.until, exchanged.clone());
+        self.kept.keep(key, exchanged.until, exchanged.clone());
         Ok(exchanged)
     }
 }

@@ -1,8 +1,7 @@
 //! Opaque tokens, asked about at the issuer this server is a client of (RFC 7662), answers
 //! kept for `cache_secs`.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
@@ -22,7 +21,7 @@ pub(crate) struct Introspector {
     settings: IntrospectionSettings,
     client: Arc<OwnClient>,
     /// By the token's SHA-256: the answer and when it may no longer be used.
-    cache: Mutex<HashMap<[u8; 32], (Instant, Answer)>>,
+    cache: crate::Kept<[u8; 32], Answer>,
 }
 
 impl Introspector {
@@ -30,7 +29,7 @@ impl Introspector {
         Introspector {
             settings,
             client,
-            cache: Mutex::default(),
+            cache: crate::Kept::new(CACHE_ENTRIES),
         }
     }
 
@@ -40,20 +39,13 @@ impl Introspector {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let ttl = Duration::from_secs(self.settings.cache_secs);
         if !ttl.is_zero()
-            && let Some((until, answer)) = self
-                .cache
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(&key)
-            && *until > Instant::now()
+            && let Some(answer) = self.cache.get(&key)
         {
-            return answer.clone();
+            return answer;
         }
         let answer = self.ask(token).await;
         if !ttl.is_zero() && !matches!(answer, Err(Rejected::Unavailable(_))) {
-            let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-            let until = Instant::now() + ttl;
-            crate::keep_until(&mut cache, CACHE_ENTRIES, key, until, answer.clone());
+            self.cache.keep(key, Instant::now() + ttl, answer.clone());
         }
         answer
     }

@@ -40,7 +40,7 @@ mod settings;
 pub use error::{Rejected, SettingsError};
 pub use exchange::Exchanged;
 pub use identity::Identity;
-pub use kept::keep_until;
+pub use kept::Kept;
 pub use resource_server::ResourceServer;
 pub use settings::{ClientSettings, ConsoleSettings, IntrospectionSettings, Settings};
 

@@ -1,7 +1,6 @@
 //! The resource server: a token in, the caller out; and what clients discover it by.
 
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sha2::{Digest, Sha256};
@@ -31,7 +30,7 @@ pub struct ResourceServer {
     /// JWTs already verified, by their SHA-256: the identity and until when it may be used
     /// without verifying again (its `exp`, at most `keys_max_age_secs` on). A caller's
     /// every request carries the same token; its signature is checked once.
-    verified: RwLock<HashMap<[u8; 32], (Instant, Identity)>>,
+    verified: crate::Kept<[u8; 32], Identity>,
 }
 
 impl std::fmt::Debug for ResourceServer {
@@ -118,7 +117,7 @@ impl ResourceServer {
             introspection,
             own,
             exchanges: Exchanges::default(),
-            verified: RwLock::default(),
+            verified: crate::Kept::new(VERIFIED_ENTRIES),
         })
     }
 
@@ -145,14 +144,8 @@ impl ResourceServer {
         }
         if looks_like_jwt(token) {
             let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-            if let Some((until, identity)) = self
-                .verified
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(&digest)
-                && *until > Instant::now()
-            {
-                return Ok(identity.clone());
+            if let Some(identity) = self.verified.get(&digest) {
+                return Ok(identity);
             }
             let mut identity = self.jwt(token).await?;
             self.keep(digest, &mut identity);
@@ -186,14 +179,7 @@ impl ResourceServer {
         }
         let until = Instant::now() + Duration::from_secs(left);
         identity.reuse_until = Some(until);
-        let mut verified = self.verified.write().unwrap_or_else(|p| p.into_inner());
-        crate::keep_until(
-            &mut verified,
-            VERIFIED_ENTRIES,
-            digest,
-            until,
-            identity.clone(),
-        );
+        self.verified.keep(digest, until, identity.clone());
     }
 
     fn expected(&self) -> Expected<'_> {

@@ -13,7 +13,7 @@
 //!   namespaces made and everything applied in the child; target: at most 3 ms more);
 //! - a 100 MB download from a loopback server with curl, through the egress proxy (a
 //!   command granted network, in its own network namespace) vs straight to it (`host`)
-//!   (target: at least 80% of direct), beside its floor: the same download through a bare
+//!   (target: at least 90% of its floor), beside that floor: the same download through a bare
 //!   byte relay (no proxy protocol, no checks, no namespace: what any proxy must at least
 //!   do, moving each byte through its process once) vs straight to it.
 //!

@@ -97,8 +97,9 @@ fn path_with(dir: &Path) -> std::ffi::OsString {
 /// minutes on two cores, nearly all of it this build). A dependency added to what the demo
 /// builds is then a decision, not an accident: 324 since the dispatcher ranks tools for a
 /// search (`bm25`, `fxhash`, `byteorder`, `rust-stemmers`, `stop-words`; small, no build
-/// scripts); 326 since `deny_read`'s patterns are globset's (`globset`, `bstr`).
-const DEMO_PACKAGES_BUDGET: usize = 326;
+/// scripts); 326 since `deny_read`'s patterns are globset's (`globset`, `bstr`); 327 since
+/// the OAuth caches are `quick_cache`'s.
+const DEMO_PACKAGES_BUDGET: usize = 327;
 
 #[test]
 fn the_demo_compiles_no_more_packages_than_its_budget() {

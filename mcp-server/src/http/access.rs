@@ -35,11 +35,7 @@ use crate::Principal;
 pub const TOKEN_ENV: &str = "TOOLHOST_HTTP_TOKEN";
 
 /// OAuth callers by token: until when, and who.
-type Admitted = std::collections::HashMap<
-    Arc<str>,
-    (std::time::Instant, Principal),
-    foldhash::fast::RandomState,
->;
+type Admitted = oauth::Kept<Arc<str>, Principal, foldhash::fast::RandomState>;
 
 /// The most OAuth callers kept admitted at once.
 const ADMITTED: usize = 10_000;
@@ -65,7 +61,7 @@ pub struct Access {
     /// The callers of OAuth tokens checked lately, by token, until their check may be
     /// reused ([`oauth::Identity::reuse_until`]): a caller's every request carries the same
     /// token, which is hashed once here (a fast hash, then compared whole).
-    admitted: std::sync::RwLock<Admitted>,
+    admitted: Admitted,
     hosts: Vec<String>,
     any_host: bool,
     origins: Vec<String>,
@@ -117,7 +113,7 @@ impl Access {
                 .map(|t| Sha256::digest(t.as_bytes()).into())
                 .collect(),
             oauth,
-            admitted: Default::default(),
+            admitted: oauth::Kept::with_hasher(ADMITTED, foldhash::fast::RandomState::default()),
             hosts,
             any_host,
             origins: extra_origins
@@ -172,14 +168,8 @@ impl Access {
                 "Unauthorized: the bearer token is not valid".into(),
             ));
         };
-        if let Some((until, principal)) = self
-            .admitted
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(given)
-            && *until > std::time::Instant::now()
-        {
-            return Ok(principal.clone());
+        if let Some(principal) = self.admitted.get(given) {
+            return Ok(principal);
         }
         match oauth.authenticate(given).await {
             Ok(identity) => {
@@ -195,8 +185,7 @@ impl Access {
                     }),
                 };
                 if let Some(until) = reuse_until {
-                    let mut admitted = self.admitted.write().unwrap_or_else(|p| p.into_inner());
-                    oauth::keep_until(&mut admitted, ADMITTED, token, until, principal.clone());
+                    self.admitted.keep(token, until, principal.clone());
                 }
                 Ok(principal)
             }
