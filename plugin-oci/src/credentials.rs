@@ -3,40 +3,18 @@
 //! credential helper per registry) and `credsStore` (one for all), a helper being the
 //! program `docker-credential-NAME` that answers `get` with the registry on its stdin.
 
-use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use base64::Engine as _;
 use oci_client::secrets::RegistryAuth;
 use serde::Deserialize;
 
 use crate::OciError;
 
-/// The registry key Docker files Docker Hub's credentials under.
-const DOCKER_HUB_KEY: &str = "https://index.docker.io/v1/";
+mod lookup;
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct DockerConfig {
-    #[serde(default)]
-    auths: BTreeMap<String, AuthEntry>,
-    #[serde(default)]
-    cred_helpers: BTreeMap<String, String>,
-    #[serde(default)]
-    creds_store: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct AuthEntry {
-    #[serde(default)]
-    auth: Option<String>,
-    #[serde(default)]
-    username: Option<String>,
-    #[serde(default)]
-    password: Option<String>,
-}
+pub use lookup::{Found, lookup};
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "PascalCase")]
@@ -73,62 +51,15 @@ pub fn from_file(file: &Path, registry: &str) -> Result<RegistryAuth, OciError> 
             });
         }
     };
-    let config: DockerConfig = serde_json::from_str(&text).map_err(|e| OciError::Credentials {
+    let fail = |detail: String| OciError::Credentials {
         registry: registry.to_string(),
-        detail: format!("{} is not a Docker config file: {e}", file.display()),
-    })?;
-    let key = |k: &str| normalize(k) == normalize(registry_key(registry));
-    if let Some((_, helper)) = config.cred_helpers.iter().find(|(k, _)| key(k)) {
-        return from_helper(helper, registry);
-    }
-    if let Some((_, entry)) = config.auths.iter().find(|(k, _)| key(k)) {
-        return from_entry(entry, registry, file);
-    }
-    match &config.creds_store {
-        Some(store) if !store.is_empty() => from_helper(store, registry),
-        _ => Ok(RegistryAuth::Anonymous),
-    }
-}
-
-/// The key Docker files `registry`'s credentials under.
-fn registry_key(registry: &str) -> &str {
-    match registry {
-        "docker.io" | "index.docker.io" | "registry-1.docker.io" => DOCKER_HUB_KEY,
-        other => other,
-    }
-}
-
-/// `https://host:port/v1/` and `host:port` are the same registry.
-fn normalize(key: &str) -> &str {
-    let key = key
-        .strip_prefix("https://")
-        .or_else(|| key.strip_prefix("http://"))
-        .unwrap_or(key);
-    key.split('/').next().unwrap_or(key)
-}
-
-fn from_entry(entry: &AuthEntry, registry: &str, file: &Path) -> Result<RegistryAuth, OciError> {
-    if let (Some(user), Some(pass)) = (&entry.username, &entry.password) {
-        return Ok(RegistryAuth::Basic(user.clone(), pass.clone()));
-    }
-    let Some(auth) = entry.auth.as_deref().filter(|a| !a.is_empty()) else {
-        return Ok(RegistryAuth::Anonymous);
+        detail: format!("{}{detail}", file.display()),
     };
-    let bad = |detail: &str| OciError::Credentials {
-        registry: registry.to_string(),
-        detail: format!(
-            "{}: auths.\"{registry}\".auth {detail}; run `docker login {registry}` again",
-            file.display()
-        ),
-    };
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(auth.trim())
-        .map_err(|_| bad("is not base64"))?;
-    let text = String::from_utf8(decoded).map_err(|_| bad("is not UTF-8"))?;
-    let (user, pass) = text
-        .split_once(':')
-        .ok_or_else(|| bad("is not USER:PASSWORD"))?;
-    Ok(RegistryAuth::Basic(user.to_string(), pass.to_string()))
+    match lookup(&text, registry).map_err(fail)? {
+        Found::Basic(user, pass) => Ok(RegistryAuth::Basic(user, pass)),
+        Found::Anonymous => Ok(RegistryAuth::Anonymous),
+        Found::Helper(helper) => from_helper(&helper, registry),
+    }
 }
 
 /// Asks `docker-credential-HELPER get` for `registry`'s credentials.
@@ -190,7 +121,8 @@ mod tests {
 
     #[test]
     fn docker_login_credentials_are_found_by_host_whatever_the_key_looks_like() {
-        let auth = base64::engine::general_purpose::STANDARD.encode("alice:s3cret");
+        let auth =
+            base64::Engine::encode(&base64::engine::general_purpose::STANDARD, "alice:s3cret");
         for key in [
             "127.0.0.1:5000",
             "https://127.0.0.1:5000",
@@ -231,6 +163,21 @@ mod tests {
         let (_d, file) = config("{not json");
         let e = from_file(&file, "r.example").unwrap_err().to_string();
         assert!(e.contains("not a Docker config file"), "{e}");
+    }
+
+    #[test]
+    fn a_helper_name_that_is_a_path_is_refused_not_run() {
+        for text in [
+            r#"{"credHelpers":{"r.example":"../../tmp/evil"}}"#,
+            r#"{"credsStore":"/bin/sh"}"#,
+        ] {
+            let e = lookup(text, "r.example").unwrap_err();
+            assert!(e.contains("which is not a helper's name"), "{e}");
+        }
+        assert_eq!(
+            lookup(r#"{"credsStore":"desktop.exe"}"#, "r.example"),
+            Ok(Found::Helper("desktop.exe".into()))
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::process::Command;
 use crate::steps::{Result, announce, fail, io, root, run};
 
 /// Every fuzz target: the parsers of untrusted input.
-pub const TARGETS: [&str; 10] = [
+pub const TARGETS: [&str; 11] = [
     "worker_frames",
     "workspace_path",
     "mcp_screen",
@@ -23,6 +23,7 @@ pub const TARGETS: [&str; 10] = [
     "egress_request",
     "oauth_callback",
     "tool_globs",
+    "docker_config",
 ];
 
 /// The cargo-fuzz the project is fuzzed with.
