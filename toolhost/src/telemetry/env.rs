@@ -306,24 +306,12 @@ fn pairs(name: &str, text: &str) -> Result<Vec<(String, String)>, String> {
         .collect()
 }
 
+/// `%XX` decoded (percent-encoding's decoding: a hand-written one took `%+1` for byte 1,
+/// as `from_str_radix` reads a sign).
 fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && let Some(b) = text
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-        {
-            out.push(b);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 #[cfg(test)]
@@ -469,5 +457,18 @@ mod tests {
             ("OTEL_TRACES_SAMPLER_ARG", "0.25"),
         ])
         .unwrap();
+    }
+
+    #[test]
+    fn header_values_are_percent_decoded_and_a_sign_is_not_a_digit() {
+        for (written, read) in [
+            ("Bearer%20abc", "Bearer abc"),
+            ("a%2Cb", "a,b"),
+            ("%+1", "%+1"),
+            ("100%", "100%"),
+            ("%zz", "%zz"),
+        ] {
+            assert_eq!(percent_decode(written), read, "{written}");
+        }
     }
 }
