@@ -44,7 +44,9 @@ fuzz_target!(|data: &[u8]| {
                 "{:?}",
                 String::from_utf8_lossy(&answer)
             );
+            // Blank lines before a request line are skipped, as RFC 9112 asks of a server.
             let head = String::from_utf8_lossy(data);
+            let head = head.trim_start_matches(['\r', '\n']);
             assert!(head.starts_with("GET /callback"), "{head:?}");
         }
     });
