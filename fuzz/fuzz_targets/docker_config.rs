@@ -17,7 +17,12 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let (registry, config) = text.split_once('\0').unwrap_or(("r.example", text));
-    match lookup(config, registry) {
+    let found = lookup(config, registry);
+    // What the file holds, read as JSON (its strings unescaped, as the lookup reads them).
+    let Ok(file) = serde_json::from_str::<serde_json::Value>(config) else {
+        return;
+    };
+    match found {
         Ok(Found::Helper(name)) => {
             assert!(!name.is_empty(), "an empty helper name");
             assert!(
@@ -25,15 +30,20 @@ fuzz_target!(|data: &[u8]| {
                     .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)),
                 "a helper name that is not a name: {name:?}"
             );
-            assert!(config.contains(&name), "{name:?} is not in the file");
+            let named = file["credsStore"] == name.as_str()
+                || file["credHelpers"]
+                    .as_object()
+                    .is_some_and(|helpers| helpers.values().any(|h| *h == name.as_str()));
+            assert!(named, "{name:?} is not a helper the file names");
         }
-        Ok(Found::Basic(user, pass)) => {
-            // From the file's own fields, or its base64 `auth`: never made up.
-            assert!(
-                config.contains(&user) || config.contains("\"auth\""),
-                "{user:?} from nowhere"
-            );
-            let _ = pass;
+        Ok(Found::Basic(user, _)) => {
+            // From an entry's own fields, or its base64 `auth`: never made up.
+            let from_file = file["auths"].as_object().is_some_and(|auths| {
+                auths
+                    .values()
+                    .any(|e| e["username"] == user.as_str() || e.get("auth").is_some())
+            });
+            assert!(from_file, "{user:?} from nowhere");
         }
         Ok(Found::Anonymous) | Err(_) => {}
     }
