@@ -118,6 +118,25 @@ impl Confined {
     }
 }
 
+impl Confined {
+    /// For a confined server that failed saying nothing of what it was denied: what
+    /// confined it and the keys that widen it (nothing for an unconfined one).
+    pub(crate) fn what_widens_it(&self, network: bool) -> String {
+        if self.grant.is_none() {
+            return String::new();
+        }
+        format!(
+            "\nsandbox: it ran confined ({}): the deny list hidden, writes only to the workspace and a private temporary directory, {}. If it needs more: `allow_read` re-opens a hidden path, `[sandbox.network] allow` (or `network` on its [[mcp_servers]] entry) lets it reach a host, `sandbox = \"host\"` on its [[mcp_servers]] entry runs it unconfined",
+            self.label,
+            if network {
+                "the network only through the egress proxy"
+            } else {
+                "no network"
+            }
+        )
+    }
+}
+
 /// The sandbox of a stdio server under `sandbox` (its own, from
 /// [`ServerSandbox::for_server`]).
 pub(crate) fn confine(

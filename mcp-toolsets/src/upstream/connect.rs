@@ -272,17 +272,8 @@ impl Upstream {
                 detail.push_str("; its error output ended with:\n");
                 detail.push_str(tail.trim_end());
             }
-            if denied.is_empty() && confined.grant.is_some() {
-                // Nothing says what it was denied: say what confined it and what widens it.
-                detail.push_str(&format!(
-                    "\nsandbox: it ran confined ({}): the deny list hidden, writes only to the workspace and a private temporary directory, {}. If it needs more: `allow_read` re-opens a hidden path, `[sandbox.network] allow` (or `network` on its [[mcp_servers]] entry) lets it reach a host, `sandbox = \"host\"` on its [[mcp_servers]] entry runs it unconfined",
-                    confined.label,
-                    if self.sandbox.settings.network.enabled {
-                        "the network only through the egress proxy"
-                    } else {
-                        "no network"
-                    }
-                ));
+            if denied.is_empty() {
+                detail.push_str(&confined.what_widens_it(self.sandbox.settings.network.enabled));
             }
             for d in denied {
                 detail.push_str("\nsandbox: ");
