@@ -3,6 +3,12 @@
 //! and one that does not parse stops `toolhost serve` with an error naming it, where the SDK
 //! alone would log a warning and fall back to a default.
 //!
+//! Why beside the SDK rather than instead of it: toolhost hands the SDK only each signal's
+//! endpoint and protocol (resolved here per signal) and the resource; the headers,
+//! compression, timeouts, sampler and batching the SDK reads itself. What this module adds
+//! is the refusal: read alone, a sampler ratio of `0,5` becomes the default sampler and a
+//! header written without `=` is dropped, each with a line in a log nobody may be reading.
+//!
 //! | variable | what it does |
 //! |---|---|
 //! | `OTEL_SDK_DISABLED=true` | no traces and no OTLP metrics (`/metrics` stays) |
