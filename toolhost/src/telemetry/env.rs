@@ -6,8 +6,9 @@
 //! Why beside the SDK rather than instead of it: toolhost hands the SDK only each signal's
 //! endpoint and protocol (resolved here per signal) and the resource; the headers,
 //! compression, timeouts, sampler and batching the SDK reads itself. What this module adds
-//! is the refusal: read alone, a sampler ratio of `0,5` becomes the default sampler and a
-//! header written without `=` is dropped, each with a line in a log nobody may be reading.
+//! is the refusal: read alone (opentelemetry 0.33), a `traceidratio` argument of `0,5`
+//! samples every trace (a warning in a log nobody may be reading), and a header written
+//! without `=` is dropped without a word.
 //!
 //! | variable | what it does |
 //! |---|---|
