@@ -4,24 +4,18 @@
 //! `GET /callback`, answered `200`.
 #![no_main]
 
+#[path = "shared/runtime.rs"]
+mod runtime;
+
 #[allow(dead_code, missing_docs, unreachable_pub)]
 #[path = "../../oauth/src/callback.rs"]
 mod callback;
 
-use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
+use runtime::runtime;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-fn runtime() -> &'static tokio::runtime::Runtime {
-    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RT.get_or_init(|| {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime")
-    })
-}
 
 fuzz_target!(|data: &[u8]| {
     runtime().block_on(async {

@@ -4,6 +4,9 @@
 //! the other, never a panic, and a forged one is never accepted.
 #![no_main]
 
+#[path = "shared/runtime.rs"]
+mod runtime;
+
 #[allow(dead_code, missing_docs)]
 #[path = "../../mcp-server/src/request_state.rs"]
 mod request_state;
@@ -14,6 +17,7 @@ use std::time::Duration;
 use dispatcher_core::store::MemoryStore;
 
 use libfuzzer_sys::fuzz_target;
+use runtime::runtime;
 use serde_json::json;
 
 fn confirmations() -> &'static request_state::Confirmations {
@@ -28,16 +32,6 @@ fn confirmations() -> &'static request_state::Confirmations {
     })
 }
 
-/// The runtime the store's async calls run on.
-fn runtime() -> &'static tokio::runtime::Runtime {
-    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RT.get_or_init(|| {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime")
-    })
-}
 
 /// Opens `token` (opening claims its nonce in the store: an async call).
 fn opens(c: &request_state::Confirmations, token: &str, args: &serde_json::Value) -> bool {

@@ -813,35 +813,22 @@ mod tests {
             mode,
             network: false,
         };
-        let ww = settings
-            .confinement(
-                grant(CommandMode::WorkspaceWrite),
-                Path::new("/w"),
-                Path::new("/t"),
-            )
-            .unwrap();
+        let confined = |grant| {
+            settings
+                .confinement(grant, Path::new("/w"), Path::new("/t"))
+                .unwrap()
+        };
+        let ww = confined(grant(CommandMode::WorkspaceWrite));
         assert_eq!(ww.write, [PathBuf::from("/t"), "/w".into(), "/x".into()]);
         assert_eq!(ww.read, [PathBuf::from("/")]);
         assert!(ww.exec);
         assert_eq!(ww.network, Network::None);
-        let ro = settings
-            .confinement(
-                grant(CommandMode::ReadOnly),
-                Path::new("/w"),
-                Path::new("/t"),
-            )
-            .unwrap();
+        let ro = confined(grant(CommandMode::ReadOnly));
         assert_eq!(ro.write, [PathBuf::from("/t")]);
-        let net = settings
-            .confinement(
-                CommandGrant {
-                    mode: CommandMode::ReadOnly,
-                    network: true,
-                },
-                Path::new("/w"),
-                Path::new("/t"),
-            )
-            .unwrap();
+        let net = confined(CommandGrant {
+            mode: CommandMode::ReadOnly,
+            network: true,
+        });
         assert_eq!(net.network, Network::Proxied);
     }
 

@@ -95,22 +95,23 @@ pub fn read_request(buf: &[u8]) -> Result<Option<(Route, usize)>, String> {
 
 /// `host:port` or `[v6]:port` (with `default` when no port is given).
 pub fn authority(text: &str, default: u16) -> Option<(String, u16)> {
-    if let Some(rest) = text.strip_prefix('[') {
-        let (host, after) = rest.split_once(']')?;
-        let port = match after.strip_prefix(':') {
-            Some(p) => p.parse().ok()?,
-            None if after.is_empty() => default,
-            None => return None,
-        };
-        return Some((host.to_string(), port))
-            .filter(|(host, port)| !host.is_empty() && *port != 0);
-    }
-    match text.rsplit_once(':') {
-        Some((host, p)) if !host.contains(':') => Some((host.to_string(), p.parse().ok()?)),
-        Some(_) => None,
-        None => Some((text.to_string(), default)),
-    }
-    .filter(|(host, port)| !host.is_empty() && *port != 0)
+    let (host, port) = match text.strip_prefix('[') {
+        Some(rest) => {
+            let (host, after) = rest.split_once(']')?;
+            let port = match after.strip_prefix(':') {
+                Some(p) => p.parse().ok()?,
+                None if after.is_empty() => default,
+                None => return None,
+            };
+            (host, port)
+        }
+        None => match text.rsplit_once(':') {
+            Some((host, p)) if !host.contains(':') => (host, p.parse().ok()?),
+            Some(_) => return None,
+            None => (text, default),
+        },
+    };
+    (!host.is_empty() && port != 0).then(|| (host.to_string(), port))
 }
 
 #[cfg(test)]
