@@ -619,6 +619,24 @@ mod tests {
     }
 
     #[test]
+    fn a_deny_read_pattern_globset_cannot_read_and_a_zero_limit_are_refused_naming_them() {
+        // An entry with `*` or `?` is a pattern; this one's class never closes.
+        let e = parse("[sandbox]\ndeny_read = [\"secrets/*[a-\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("sandbox") && e.contains("deny_read pattern 'secrets/*[a-'"),
+            "{e}"
+        );
+        let e = parse("[sandbox]\ndeny_read_limit = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("deny_read_limit = 0"), "{e}");
+        let c = parse("[sandbox]\ndeny_read_limit = 5000\n").unwrap();
+        assert_eq!(c.sandbox.deny_read_limit, 5000);
+    }
+
+    #[test]
     fn bad_interrupt_and_cap_values_name_their_keys() {
         let e = parse("[interrupt]\nshell = \"ignore\"")
             .unwrap_err()
