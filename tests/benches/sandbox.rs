@@ -351,33 +351,37 @@ fn main() {
         || start(true),
     );
 
-    // `shell` running `true` under workspace-write and under host; the same two with a
-    // network granted through the egress proxy to a loopback download server.
+    // `shell` running `true` under the default (workspace-write, no network), under host,
+    // and under workspace-write with a network granted through the egress proxy to a
+    // loopback download server (the download rows use that one).
     let port = download_server(plan.download_bytes);
-    let shells: Vec<(Dispatcher, dispatcher_core::Session)> =
-        [sandbox::Mode::WorkspaceWrite, sandbox::Mode::Host]
-            .into_iter()
-            .map(|mode| {
-                let mut config = DispatcherConfig::default();
-                config.sandbox.mode = mode;
-                config.sandbox.network = sandbox::NetworkSettings {
-                    enabled: mode == sandbox::Mode::WorkspaceWrite,
-                    allow: sandbox::HostList::new([format!("127.0.0.1:{port}")]).unwrap(),
-                    deny: sandbox::HostList::none(),
-                };
-                let d = Dispatcher::builder()
-                    .config(config)
-                    .policy(allow_all())
-                    .build();
-                for f in builtin_tools::factories() {
-                    d.register(f).unwrap();
-                }
-                let session = d
-                    .open_session(SessionSpec::new("bench", workspace.path()))
-                    .unwrap();
-                (d, session)
-            })
-            .collect();
+    let shells: Vec<(Dispatcher, dispatcher_core::Session)> = [
+        (sandbox::Mode::WorkspaceWrite, false),
+        (sandbox::Mode::Host, false),
+        (sandbox::Mode::WorkspaceWrite, true),
+    ]
+    .into_iter()
+    .map(|(mode, network)| {
+        let mut config = DispatcherConfig::default();
+        config.sandbox.mode = mode;
+        config.sandbox.network = sandbox::NetworkSettings {
+            enabled: network,
+            allow: sandbox::HostList::new([format!("127.0.0.1:{port}")]).unwrap(),
+            deny: sandbox::HostList::none(),
+        };
+        let d = Dispatcher::builder()
+            .config(config)
+            .policy(allow_all())
+            .build();
+        for f in builtin_tools::factories() {
+            d.register(f).unwrap();
+        }
+        let session = d
+            .open_session(SessionSpec::new("bench", workspace.path()))
+            .unwrap();
+        (d, session)
+    })
+    .collect();
     let shell = |side, command: &str| timed(side, "shell", json!({ "command": command }));
     let Paired {
         a: shell_sandboxed,
@@ -387,6 +391,16 @@ fn main() {
         plan.rounds.min(15),
         plan.commands,
         || shell(&shells[0], "true"),
+        || shell(&shells[1], "true"),
+    );
+    let Paired {
+        a: shell_networked,
+        b: shell_host_again,
+        ..
+    } = paired(
+        plan.rounds.min(15),
+        plan.commands,
+        || shell(&shells[2], "true"),
         || shell(&shells[1], "true"),
     );
     // The proxied side goes through the proxy (HTTP_PROXY is set for it); the host side has
@@ -399,7 +413,7 @@ fn main() {
     } = paired(
         plan.rounds.min(9),
         plan.downloads,
-        || shell(&shells[0], &download),
+        || shell(&shells[2], &download),
         || shell(&shells[1], &download),
     );
     let relay = bare_relay(port);
@@ -472,6 +486,11 @@ fn main() {
         shell_host / 1000.0
     );
     println!(
+        "sandbox/shell_true_networked: {:.2} ms under workspace-write with the egress proxy vs {:.2} ms under host",
+        shell_networked / 1000.0,
+        shell_host_again / 1000.0
+    );
+    println!(
         "sandbox/download: {mb:.0} MB through the egress proxy {:.0} MB/s vs direct {:.0} MB/s ({:.0}%)",
         rate(download_proxied),
         rate(download_direct),
@@ -503,6 +522,7 @@ fn main() {
             },
             "worker_start_us": {"sandboxed": start_sandboxed, "unconfined": start_unconfined},
             "shell_true_us": {"sandboxed": shell_sandboxed, "host": shell_host},
+            "shell_true_networked_us": {"sandboxed": shell_networked, "host": shell_host_again},
             "download_us": {"proxied": download_proxied, "direct": download_direct, "megabytes": mb},
             "download_floor_us": {"relay": download_relay, "direct": download_direct_again, "megabytes": mb},
             "deny_read_search_us": {"search": deny_read_search, "plain_walk": deny_read_floor, "entries": entries},

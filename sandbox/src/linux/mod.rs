@@ -7,6 +7,7 @@
 //! process confining itself.
 
 mod filter;
+mod kept;
 mod namespaces;
 mod rules;
 

@@ -30,6 +30,8 @@ use crate::PROXY_PORT;
 
 use crate::NamespaceSupport as Kind;
 
+use super::kept::{self, Hidden, Kept, Key};
+
 /// Whether (and how) this process's children can get private mount and network
 /// namespaces: tried once in a forked child that exits at once.
 pub(crate) fn probe() -> Result<Kind, String> {
@@ -84,7 +86,12 @@ pub(crate) struct Namespaces {
     net: bool,
     /// `uid_map` and `gid_map` lines (user namespaces only).
     maps: Option<(Vec<u8>, Vec<u8>)>,
+    /// The masks, made by the child itself (where no namespace could be kept).
     mask: Option<Masks>,
+    /// The kept mount namespace the child enters, masks made.
+    kept: Option<Arc<Kept>>,
+    /// Room for the working directory's path, kept across `setns`.
+    cwd: Vec<u8>,
     /// The child's end of the channel the egress listener is sent over.
     channel: Option<Arc<OwnedFd>>,
     /// Room for the control message that carries it.
@@ -170,26 +177,16 @@ impl Namespaces {
                 _ => {}
             }
         }
-        if hide_dirs.is_empty() && hide_files.is_empty() && !net {
+        // What each leads to now: `None` where a file system gives no handles.
+        let hidden: Option<Vec<Hidden>> = hide_dirs
+            .iter()
+            .chain(&hide_files)
+            .map(|p| Hidden::of(p.clone()))
+            .collect();
+        let none_hidden = hide_dirs.is_empty() && hide_files.is_empty();
+        if none_hidden && !net {
             return Ok(None);
         }
-        let mask = if hide_dirs.is_empty() && hide_files.is_empty() {
-            None
-        } else {
-            let dir = tempfile::Builder::new()
-                .prefix("toolhost-masks-")
-                .tempdir()
-                .map_err(|e| format!("cannot make the masks' directory: {e}"))?;
-            let path = dir.path().to_path_buf();
-            Some(Masks {
-                dir: cstring(&path)?,
-                file: cstring(&path.join("f"))?,
-                empty: cstring(&path.join("d"))?,
-                _dir: Arc::new(dir),
-                hide_dirs,
-                hide_files,
-            })
-        };
         let maps = (kind == Kind::User).then(|| {
             // SAFETY: getuid and getgid cannot fail and touch no memory.
             let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
@@ -198,11 +195,28 @@ impl Namespaces {
                 format!("{gid} {gid} 1\n").into_bytes(),
             )
         });
+        // The masks made once, in a namespace each child enters; where none can be kept,
+        // each child makes its own.
+        let mut kept = None;
+        let mut mask = None;
+        if !none_hidden {
+            let flags = own_flags(kind, false);
+            let masks = || Masks::new(hide_dirs.clone(), hide_files.clone());
+            kept = hidden.and_then(|hidden| {
+                let key = Key { kind, hidden };
+                kept::kept(key, masks, |m| own_mounts(flags, maps.as_ref(), Some(m))).ok()
+            });
+            if kept.is_none() {
+                mask = Some(masks()?);
+            }
+        }
         Ok(Some(Namespaces {
             kind,
             net,
             maps,
             mask,
+            kept,
+            cwd: vec![0u8; libc::PATH_MAX as usize + 1],
             channel: None,
             // SAFETY: CMSG_SPACE only computes a size.
             control: vec![0u8; unsafe { libc::CMSG_SPACE(size_of::<RawFd>() as u32) } as usize],
@@ -223,6 +237,8 @@ impl Namespaces {
                 hide_dirs: m.hide_dirs.clone(),
                 hide_files: m.hide_files.clone(),
             }),
+            kept: self.kept.clone(),
+            cwd: self.cwd.clone(),
             channel: None,
             control: self.control.clone(),
         }
@@ -240,35 +256,25 @@ impl Namespaces {
         })
     }
 
-    /// In the child: makes the namespaces, the masks and the egress listener. Only
-    /// system calls on data made before the fork.
+    /// In the child: enters the kept mount namespace, or makes its own with the masks;
+    /// then its network and the egress listener. Only system calls on data made before
+    /// the fork.
     pub(crate) fn apply(&mut self) -> Result<(), (Step, i32)> {
-        let mut flags = libc::CLONE_NEWNS;
-        if self.net {
-            flags |= libc::CLONE_NEWNET;
-        }
-        if self.kind == Kind::User {
-            flags |= libc::CLONE_NEWUSER;
-        }
-        // SAFETY: unshare takes no pointer.
-        check(Step::Namespaces, unsafe { libc::unshare(flags) })?;
-        if let Some((uid_map, gid_map)) = &self.maps {
-            write_file(c"/proc/self/setgroups", b"deny")?;
-            write_file(c"/proc/self/uid_map", uid_map)?;
-            write_file(c"/proc/self/gid_map", gid_map)?;
-        }
-        // SAFETY: a null source, type and data with a static target: only flags change.
-        check(Step::Namespaces, unsafe {
-            libc::mount(
-                std::ptr::null(),
-                c"/".as_ptr(),
-                std::ptr::null(),
-                libc::MS_REC | libc::MS_PRIVATE,
-                std::ptr::null(),
-            )
-        })?;
-        if let Some(mask) = &self.mask {
-            mask.apply()?;
+        match &self.kept {
+            Some(kept) => {
+                kept.enter(&mut self.cwd)?;
+                if self.net {
+                    // SAFETY: unshare takes no pointer.
+                    check(Step::Namespaces, unsafe {
+                        libc::unshare(libc::CLONE_NEWNET)
+                    })?;
+                }
+            }
+            None => own_mounts(
+                own_flags(self.kind, self.net),
+                self.maps.as_ref(),
+                self.mask.as_ref(),
+            )?,
         }
         if self.net {
             lo_up()?;
@@ -285,7 +291,67 @@ impl Namespaces {
     }
 }
 
+/// The namespaces a process makes itself: a mount namespace, a network one with `net`,
+/// inside a user namespace of its own without root.
+fn own_flags(kind: Kind, net: bool) -> libc::c_int {
+    let mut flags = libc::CLONE_NEWNS;
+    if net {
+        flags |= libc::CLONE_NEWNET;
+    }
+    if kind == Kind::User {
+        flags |= libc::CLONE_NEWUSER;
+    }
+    flags
+}
+
+/// Makes the calling process's own namespaces (`flags`), maps its user (`maps`), makes
+/// its mounts private and covers the hidden paths (`mask`). Only system calls.
+fn own_mounts(
+    flags: libc::c_int,
+    maps: Option<&(Vec<u8>, Vec<u8>)>,
+    mask: Option<&Masks>,
+) -> Result<(), (Step, i32)> {
+    // SAFETY: unshare takes no pointer.
+    check(Step::Namespaces, unsafe { libc::unshare(flags) })?;
+    if let Some((uid_map, gid_map)) = maps {
+        write_file(c"/proc/self/setgroups", b"deny")?;
+        write_file(c"/proc/self/uid_map", uid_map)?;
+        write_file(c"/proc/self/gid_map", gid_map)?;
+    }
+    // SAFETY: a null source, type and data with a static target: only flags change.
+    check(Step::Namespaces, unsafe {
+        libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        )
+    })?;
+    if let Some(mask) = mask {
+        mask.apply()?;
+    }
+    Ok(())
+}
+
 impl Masks {
+    /// Masks for `hide_dirs` and `hide_files`, made on a new empty directory.
+    fn new(hide_dirs: Vec<CString>, hide_files: Vec<CString>) -> Result<Masks, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("toolhost-masks-")
+            .tempdir()
+            .map_err(|e| format!("cannot make the masks' directory: {e}"))?;
+        let path = dir.path().to_path_buf();
+        Ok(Masks {
+            dir: cstring(&path)?,
+            file: cstring(&path.join("f"))?,
+            empty: cstring(&path.join("d"))?,
+            _dir: Arc::new(dir),
+            hide_dirs,
+            hide_files,
+        })
+    }
+
     fn apply(&self) -> Result<(), (Step, i32)> {
         let tmpfs = c"tmpfs";
         let options = c"size=16k,nr_inodes=8,mode=0700";

@@ -505,12 +505,20 @@ pub(super) fn sandbox_rows() -> Vec<Row> {
             None,
         ),
         (
-            "shell running `true`: under the default (workspace-write: masks, namespaces, Landlock, seccomp) vs under host",
+            "shell running `true`: under the default (workspace-write, no network: masks, Landlock, seccomp) vs under host",
             "shell_true_us",
             "sandboxed",
             "host",
             ("workspace-write", "host"),
-            Some(3.0),
+            Some(1.0),
+        ),
+        (
+            "shell running `true` granted a network: workspace-write with its own network namespace and egress proxy vs under host",
+            "shell_true_networked_us",
+            "sandboxed",
+            "host",
+            ("networked", "host"),
+            None,
         ),
     ] {
         rows.push(match pair(group, with, without) {
