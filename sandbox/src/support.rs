@@ -152,7 +152,7 @@ impl Support {
                 name: "namespaces",
                 state: State::Enforced,
                 detail: format!(
-                    "a mount namespace per command hides the deny list; a network namespace whose one way out is the egress proxy{}",
+                    "a mount namespace per deny list hides it; a network namespace whose one way out is the egress proxy{}",
                     match how {
                         NamespaceSupport::Direct => "",
                         NamespaceSupport::User => " (inside a user namespace of its own)",
