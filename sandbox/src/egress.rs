@@ -31,6 +31,7 @@ use tokio::net::TcpStream;
 
 use crate::hosts::{HostList, is_internal};
 
+mod relay;
 mod request;
 
 pub use request::{Route, read_request};
@@ -48,9 +49,6 @@ const MAX_HEAD: usize = 64 * 1024;
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a connection to the destination may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
-/// The most bytes one read of a relay takes, each way (its pages are touched only as far
-/// as reads fill them).
-const RELAY_BUFFER: usize = 1024 * 1024;
 
 /// The variables that send a confined process's HTTP through its proxy (upper and lower
 /// case: curl reads only `http_proxy` in lower case), and an empty `NO_PROXY` so that an
@@ -350,9 +348,7 @@ async fn serve_one(mut client: TcpStream, shared: &Shared) -> io::Result<()> {
     if !early.is_empty() {
         upstream.write_all(&early).await?;
     }
-    tokio::io::copy_bidirectional_with_sizes(&mut client, &mut upstream, RELAY_BUFFER, RELAY_BUFFER)
-        .await
-        .map(drop)
+    relay::relay(&mut client, &mut upstream).await
 }
 
 /// A connection to `host:port` as [`open`] makes it, or `None` once `client` has been
