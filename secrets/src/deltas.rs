@@ -1,0 +1,77 @@
+//! Live output ([`Deltas`]): chunks as a command prints them, shown redacted. A secret may
+//! arrive in two chunks, so what could still be the start of one is held back until the
+//! rest comes: the line not yet ended, and a private key's block until its end line.
+
+use crate::scan::{Finding, Scanner};
+
+/// The most held back at once; past it the older part is shown (scanned on its own) so a
+/// command that prints a long line without an end is still seen live.
+const MAX_HELD: usize = 256 * 1024;
+
+/// One call's live output on its way out.
+#[derive(Debug, Default)]
+pub struct Deltas {
+    pending: String,
+}
+
+impl Deltas {
+    /// Takes a chunk; returns what may be shown now, redacted, with what was found in it.
+    pub fn push(&mut self, scanner: &Scanner, chunk: &str) -> (String, Vec<Finding>) {
+        self.pending.push_str(chunk);
+        let cut = self.cut();
+        let shown: String = self.pending.drain(..cut).collect();
+        redacted(scanner, shown)
+    }
+
+    /// The call ended: the rest, redacted.
+    pub fn finish(&mut self, scanner: &Scanner) -> (String, Vec<Finding>) {
+        let rest = std::mem::take(&mut self.pending);
+        redacted(scanner, rest)
+    }
+
+    /// How much of the pending text may be shown: up to its last line end, and not a
+    /// private key's block that has not ended.
+    fn cut(&self) -> usize {
+        let text = &self.pending;
+        let mut cut = text.rfind('\n').map_or(0, |at| at + 1);
+        if let Some(open) = open_key(text, cut) {
+            cut = cut.min(open);
+        }
+        if text.len() - cut > MAX_HELD {
+            // Show all but the last stretch, cut where no token goes on across it.
+            let mut at = text.len() - 4096;
+            while at > 0 && !text.is_char_boundary(at) {
+                at -= 1;
+            }
+            cut = text[..at]
+                .rfind(|c: char| c.is_whitespace() || c == ',' || c == ';')
+                .map_or(at, |w| w + 1);
+        }
+        cut
+    }
+}
+
+/// Where the line of a private key's `BEGIN` starts, when its block does not end before
+/// `cut` (its `END` marker not come yet, or not whole within what would be shown).
+fn open_key(text: &str, cut: usize) -> Option<usize> {
+    let begin = text.rfind("-----BEGIN")?;
+    let line_end = text[begin..].find('\n').map_or(text.len(), |n| begin + n);
+    if !text[begin..line_end].contains("PRIVATE KEY") {
+        return None;
+    }
+    let ends = text[begin..].find("-----END").and_then(|e| {
+        let after = begin + e + 8;
+        text[after..].find("-----").map(|d| after + d + 5)
+    });
+    match ends {
+        Some(end) if end <= cut => None,
+        _ => Some(text[..begin].rfind('\n').map_or(0, |n| n + 1)),
+    }
+}
+
+fn redacted(scanner: &Scanner, text: String) -> (String, Vec<Finding>) {
+    match scanner.redact(&text) {
+        Some((out, found)) => (out, found),
+        None => (text, Vec::new()),
+    }
+}

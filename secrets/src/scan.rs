@@ -1,0 +1,347 @@
+//! The [`Scanner`]: rules compiled once; each text searched for all their keywords in one
+//! pass, and a rule's pattern run only on the stretch around its keywords.
+
+use std::sync::Arc;
+
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
+use regex::Regex;
+use serde::Deserialize;
+
+use crate::SecretsError;
+
+/// The rules that come with toolhost (`src/rules.toml`).
+const BUILTIN: &str = include_str!("rules.toml");
+
+/// How far before its keyword a match may start (a secret's name before its value, a URL's
+/// scheme before `://`), at most: the line's start, or this many bytes back.
+const REACH_BACK: usize = 512;
+
+/// How far past its keyword a match may end, unless the rule says (`span`).
+const DEFAULT_SPAN: usize = 1024;
+
+/// A rule as written (in `rules.toml`, or in the config's `[[secrets.rules]]`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleSpec {
+    /// The kind of secret, named in redactions (`[REDACTED id]`) and reports.
+    pub id: String,
+    /// At least one must occur (in any case) for the rule to be tried.
+    pub keywords: Vec<String>,
+    /// A regular expression (Rust's `regex` syntax); its group `secret`, when it has one,
+    /// is what is redacted, else the whole match.
+    pub pattern: String,
+    /// The bits of entropy per character the secret must have (Shannon, over its bytes).
+    #[serde(default)]
+    pub min_entropy: Option<f64>,
+    /// How far past a keyword a match may reach, in bytes (default 1024).
+    #[serde(default)]
+    pub span: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleFile {
+    rule: Vec<RuleSpec>,
+}
+
+#[derive(Debug)]
+struct Rule {
+    id: Arc<str>,
+    pattern: Regex,
+    /// The index of the `secret` group, if the pattern has one.
+    group: Option<usize>,
+    min_entropy: Option<f64>,
+    span: usize,
+}
+
+/// One secret found: its kind and where it is (byte offsets into the text scanned).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// The rule's id.
+    pub kind: Arc<str>,
+    /// Where the secret starts.
+    pub start: usize,
+    /// Where it ends (exclusive).
+    pub end: usize,
+}
+
+impl Finding {
+    /// The line (from 1) of `text` the secret starts on.
+    pub fn line(&self, text: &str) -> usize {
+        1 + text.as_bytes()[..self.start.min(text.len())]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count()
+    }
+}
+
+/// Finds and redacts secrets. Cheap to share (`Arc` it); scanning takes `&self`.
+#[derive(Debug)]
+pub struct Scanner {
+    rules: Vec<Rule>,
+    keywords: AhoCorasick,
+    /// The rule each keyword belongs to.
+    keyword_rule: Vec<usize>,
+}
+
+impl Scanner {
+    /// The rules that come with toolhost.
+    pub fn builtin() -> Scanner {
+        // The built-in rules are tested (every one compiles and finds its samples).
+        Scanner::with(&[]).unwrap_or_else(|e| unreachable!("the built-in rules: {e}"))
+    }
+
+    /// The built-in rules followed by `extra` (a user's). A rule that does not compile,
+    /// has no keyword, or reuses an id is refused, naming it.
+    pub fn with(extra: &[RuleSpec]) -> Result<Scanner, SecretsError> {
+        let builtin: RuleFile =
+            toml::from_str(BUILTIN).map_err(|e| SecretsError::Builtin(e.to_string()))?;
+        let specs: Vec<&RuleSpec> = builtin.rule.iter().chain(extra).collect();
+        let mut rules = Vec::with_capacity(specs.len());
+        let mut keywords = Vec::new();
+        let mut keyword_rule = Vec::new();
+        for (index, spec) in specs.iter().enumerate() {
+            let bad = |why: String| SecretsError::Rule {
+                id: spec.id.clone(),
+                why,
+            };
+            if spec.id.trim().is_empty() {
+                return Err(bad("its id is empty".into()));
+            }
+            if specs[..index].iter().any(|s| s.id == spec.id) {
+                return Err(bad("another rule has this id (a rule of the config may not replace a built-in one: give it an id of its own)".into()));
+            }
+            if spec.keywords.is_empty() || spec.keywords.iter().any(|k| k.is_empty()) {
+                return Err(bad(
+                    "it needs at least one keyword, none of them empty (a rule is tried only where one occurs)".into(),
+                ));
+            }
+            let pattern = Regex::new(&spec.pattern)
+                .map_err(|e| bad(format!("its pattern does not compile: {e}")))?;
+            let group = pattern.capture_names().position(|n| n == Some("secret"));
+            if let Some(e) = spec.min_entropy
+                && !(0.0..=8.0).contains(&e)
+            {
+                return Err(bad(format!(
+                    "min_entropy {e} is not between 0 and 8 bits per character"
+                )));
+            }
+            for k in &spec.keywords {
+                keywords.push(k.clone());
+                keyword_rule.push(index);
+            }
+            rules.push(Rule {
+                id: spec.id.as_str().into(),
+                pattern,
+                group,
+                min_entropy: spec.min_entropy,
+                span: spec.span.unwrap_or(DEFAULT_SPAN).max(1),
+            });
+        }
+        let keywords = AhoCorasickBuilder::new()
+            .ascii_case_insensitive(true)
+            .match_kind(MatchKind::Standard)
+            .build(&keywords)
+            .map_err(|e| SecretsError::Builtin(format!("the rules' keywords: {e}")))?;
+        Ok(Scanner {
+            rules,
+            keywords,
+            keyword_rule,
+        })
+    }
+
+    /// The kinds of secret it finds, in the order its rules are tried.
+    pub fn kinds(&self) -> impl Iterator<Item = &str> {
+        self.rules.iter().map(|r| &*r.id)
+    }
+
+    /// Every secret in `text`, in order, none overlapping another (where two rules find
+    /// the same secret, the one listed first names it).
+    pub fn find(&self, text: &str) -> Vec<Finding> {
+        // Per rule, the stretches of text to run its pattern on: around each keyword,
+        // merged where they meet.
+        let mut stretches: Vec<Vec<(usize, usize)>> = vec![Vec::new(); self.rules.len()];
+        for hit in self.keywords.find_overlapping_iter(text) {
+            let index = self.keyword_rule[hit.pattern().as_usize()];
+            let rule = &self.rules[index];
+            let back = floor(text, hit.start().saturating_sub(REACH_BACK));
+            let start = text[back..hit.start()]
+                .rfind('\n')
+                .map_or(back, |at| back + at + 1);
+            let end = ceil(text, hit.end().saturating_add(rule.span));
+            let list = &mut stretches[index];
+            match list.last_mut() {
+                Some(last) if start <= last.1 => last.1 = last.1.max(end),
+                _ => list.push((start, end)),
+            }
+        }
+        let mut found = Vec::new();
+        for (index, list) in stretches.iter().enumerate() {
+            let rule = &self.rules[index];
+            for &(start, end) in list {
+                let haystack = &text[..end];
+                let mut at = start;
+                while at < end {
+                    let Some(caps) = rule.pattern.captures_at(haystack, at) else {
+                        break;
+                    };
+                    let whole = caps.get(0).map_or((at, at), |m| (m.start(), m.end()));
+                    let secret = rule
+                        .group
+                        .and_then(|g| caps.get(g))
+                        .map_or(whole, |m| (m.start(), m.end()));
+                    at = if whole.1 > whole.0 {
+                        whole.1
+                    } else {
+                        ceil(text, whole.1 + 1)
+                    };
+                    if secret.1 == secret.0 {
+                        continue;
+                    }
+                    if rule
+                        .min_entropy
+                        .is_some_and(|min| entropy(&text[secret.0..secret.1]) < min)
+                    {
+                        continue;
+                    }
+                    found.push((index, secret.0, secret.1));
+                }
+            }
+        }
+        // First by where it starts, then the longest, then the rule listed first.
+        found.sort_by_key(|&(index, start, end)| (start, std::cmp::Reverse(end), index));
+        let mut kept: Vec<Finding> = Vec::with_capacity(found.len());
+        for (index, start, end) in found {
+            if kept.last().is_some_and(|k| start < k.end) {
+                continue;
+            }
+            kept.push(Finding {
+                kind: self.rules[index].id.clone(),
+                start,
+                end,
+            });
+        }
+        kept
+    }
+
+    /// `text` with every secret replaced by `[REDACTED kind]`, and what was found; `None`
+    /// when there was nothing (the text is then passed on as it is).
+    pub fn redact(&self, text: &str) -> Option<(String, Vec<Finding>)> {
+        let found = self.find(text);
+        if found.is_empty() {
+            return None;
+        }
+        Some((replaced(text, &found), found))
+    }
+}
+
+/// `text` with each of `found` (in order, not overlapping) replaced by its marker.
+pub(crate) fn replaced(text: &str, found: &[Finding]) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for f in found {
+        out.push_str(&text[at..f.start]);
+        out.push_str("[REDACTED ");
+        out.push_str(&f.kind);
+        out.push(']');
+        at = f.end;
+    }
+    out.push_str(&text[at..]);
+    out
+}
+
+/// Shannon entropy of `s`'s bytes, in bits per byte.
+pub fn entropy(s: &str) -> f64 {
+    let mut counts = [0u32; 256];
+    for b in s.bytes() {
+        counts[b as usize] += 1;
+    }
+    let n = s.len() as f64;
+    counts
+        .iter()
+        .filter(|&&c| c > 0)
+        .map(|&c| {
+            let p = f64::from(c) / n;
+            -p * p.log2()
+        })
+        .sum()
+}
+
+/// The nearest char boundary of `text` at or before `at`.
+fn floor(text: &str, mut at: usize) -> usize {
+    while at > 0 && !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
+}
+
+/// The nearest char boundary of `text` at or after `at` (its length at most).
+fn ceil(text: &str, mut at: usize) -> usize {
+    at = at.min(text.len());
+    while at < text.len() && !text.is_char_boundary(at) {
+        at += 1;
+    }
+    at
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(id: &str, keywords: &[&str], pattern: &str) -> RuleSpec {
+        RuleSpec {
+            id: id.into(),
+            keywords: keywords.iter().map(|k| k.to_string()).collect(),
+            pattern: pattern.into(),
+            min_entropy: None,
+            span: None,
+        }
+    }
+
+    #[test]
+    fn a_rule_of_the_users_finds_its_secret() {
+        let s = Scanner::with(&[rule("acme-key", &["acme_"], r"\bacme_[0-9a-f]{12}\b")]).unwrap();
+        let (text, found) = s.redact("key: acme_0123456789ab.").unwrap();
+        assert_eq!(text, "key: [REDACTED acme-key].");
+        assert_eq!(found[0].line("key"), 1);
+    }
+
+    #[test]
+    fn a_rule_that_cannot_be_used_is_refused_naming_it_and_why() {
+        for (spec, says) in [
+            (rule("x", &["x"], "("), "does not compile"),
+            (rule("x", &[], "x"), "at least one keyword"),
+            (rule("jwt", &["x"], "x"), "another rule has this id"),
+            (rule(" ", &["x"], "x"), "its id is empty"),
+            (
+                RuleSpec {
+                    min_entropy: Some(9.0),
+                    ..rule("x", &["x"], "x")
+                },
+                "not between 0 and 8",
+            ),
+        ] {
+            let e = Scanner::with(&[spec]).unwrap_err().to_string();
+            assert!(e.contains(says) && e.contains("[[secrets.rules]]"), "{e}");
+        }
+    }
+
+    #[test]
+    fn where_two_rules_find_one_secret_the_first_listed_names_it() {
+        let s = Scanner::builtin();
+        let found = s.find("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n");
+        assert_eq!(found.len(), 1);
+        assert_eq!(&*found[0].kind, "aws-secret-access-key");
+    }
+
+    #[test]
+    fn text_in_any_script_is_scanned_without_splitting_a_character() {
+        let s = Scanner::builtin();
+        let text = format!("{} password: \"Zürich-Straße-42\" ✓", "é".repeat(600));
+        let (out, _) = s.redact(&text).unwrap();
+        assert!(
+            out.ends_with("password: \"[REDACTED password-assignment]\" ✓"),
+            "{out}"
+        );
+    }
+}
