@@ -77,6 +77,10 @@ pub struct AuditEntry {
     /// The command it ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command_executed: Option<String>,
+    /// Secrets found in its result or its arguments, and what was done about them
+    /// (`redact`, `block`, `refuse`, `ask`): each one's kind and place, never its value.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secrets: Option<SecretsTrail>,
     /// From the call's start to its result, in milliseconds.
     pub duration_ms: f64,
     /// When the call started, in milliseconds since the epoch.
@@ -86,6 +90,15 @@ pub struct AuditEntry {
     /// ([`crate::Invocation::trace_parent`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace_parent: Option<Arc<str>>,
+}
+
+/// The secrets of one call, for its audit entry and its span.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SecretsTrail {
+    /// What was done about them.
+    pub action: String,
+    /// Each one found.
+    pub found: Vec<crate::SecretSeen>,
 }
 
 /// A W3C `traceparent` (`00-TRACEID-PARENTID-FLAGS`), checked.
@@ -155,6 +168,7 @@ pub fn digest(arguments: &Value) -> String {
 #[derive(Debug, Default)]
 pub(crate) struct Trail {
     decided: Mutex<Option<(String, DecidedBy)>>,
+    secrets: Mutex<Option<SecretsTrail>>,
 }
 
 impl Trail {
@@ -170,6 +184,22 @@ impl Trail {
                 decided_by,
                 ..
             } => self.decided(decision, decided_by.clone()),
+            EventKind::SecretsFound { action, secrets } => {
+                let mut trail = self.secrets.lock().unwrap_or_else(PoisonError::into_inner);
+                match trail.as_mut() {
+                    // Found in the arguments (asked about) and again in the result.
+                    Some(t) => {
+                        t.action = action.clone();
+                        t.found.extend(secrets.iter().cloned());
+                    }
+                    None => {
+                        *trail = Some(SecretsTrail {
+                            action: action.clone(),
+                            found: secrets.clone(),
+                        })
+                    }
+                }
+            }
             EventKind::Called { authorized_by, .. } => {
                 let mut decided = self.lock();
                 // A confirmation said more ("always"); else the call's own authorization.
@@ -215,6 +245,11 @@ impl Trail {
             outcome: block.error_class.map_or("ok", |c| c.as_str()),
             files_modified: block.record.files_modified.clone(),
             command_executed: block.record.command_executed.clone(),
+            secrets: self
+                .secrets
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
             duration_ms: call.started.elapsed().as_secs_f64() * 1000.0,
             started_ms: call.started_ms,
             trace_parent: call.trace_parent,

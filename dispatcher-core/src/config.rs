@@ -44,6 +44,8 @@ pub struct DispatcherConfig {
     pub sandbox: sandbox::Settings,
     /// Calls per minute per principal (default: none).
     pub limits: RateLimits,
+    /// Secrets in results (redacted by default) and in arguments (`[secrets]`).
+    pub secrets: crate::Secrets,
 }
 
 impl Default for DispatcherConfig {
@@ -58,6 +60,7 @@ impl Default for DispatcherConfig {
             interrupt: HashMap::new(),
             sandbox: sandbox::Settings::default(),
             limits: RateLimits::default(),
+            secrets: crate::Secrets::default(),
         }
     }
 }

@@ -84,6 +84,16 @@ pub enum EventKind {
         /// The chunk, as the tool sent it.
         chunk: String,
     },
+    /// Secrets were found in the call's result (or its arguments): what was done
+    /// (`redact`, `block`; `refuse` or `ask` for arguments), and each one's kind and
+    /// place, never its value.
+    #[serde(rename = "tool.secrets_found")]
+    SecretsFound {
+        /// What was done about them.
+        action: String,
+        /// Each one found.
+        secrets: Vec<crate::SecretSeen>,
+    },
     /// The input failed the tool's schema.
     #[serde(rename = "tool.input_invalid")]
     InputInvalid {
@@ -130,6 +140,7 @@ impl EventKind {
             EventKind::ConfirmationRequested { .. } => "tool.confirmation_requested",
             EventKind::ConfirmationResolved { .. } => "tool.confirmation_resolved",
             EventKind::OutputDelta { .. } => "tool.output_delta",
+            EventKind::SecretsFound { .. } => "tool.secrets_found",
         }
     }
 }

@@ -33,6 +33,8 @@ pub(crate) struct CallHost {
     /// Where live output goes (`tool.output_delta`); `None` for an inline call (it has
     /// nothing to stream).
     pub(crate) output: Option<EventSink>,
+    /// The live output's secret redaction (`None`: the tool's results are not scanned).
+    pub(crate) live: Option<Arc<crate::redaction::LiveOutput>>,
     /// Set for an inline attempt of an `inline_when_small` tool: file work over it fails
     /// and sends the call to a blocking thread.
     pub(crate) budget: Option<Arc<InlineBudget>>,
@@ -239,8 +241,13 @@ impl HostContext for CallHost {
             }
             tool_api::abi::OP_OUTPUT_DELTA => {
                 if let Some(sink) = self.output.as_ref().filter(|s| s.wanted()) {
-                    let chunk = payload.as_str().to_string();
-                    sink.emit(&self.call, EventKind::OutputDelta { chunk });
+                    let chunk = match &self.live {
+                        Some(live) => live.push(payload.as_str()),
+                        None => payload.as_str().to_string(),
+                    };
+                    if !chunk.is_empty() {
+                        sink.emit(&self.call, EventKind::OutputDelta { chunk });
+                    }
                 }
                 RResult::ROk(RString::new())
             }

@@ -19,6 +19,7 @@ mod limits;
 mod panics;
 mod policy;
 pub mod provider;
+mod redaction;
 mod registry;
 mod result;
 mod runtime;
@@ -57,6 +58,7 @@ pub use policy::{
     ClassModes, ClassOverrides, ConfirmationPolicy, Mode, Narrowing, PerClass, PolicyDecision,
     Unset, expand_home,
 };
+pub use redaction::{SecretSeen, Secrets};
 pub use registry::ToolListing;
 pub use result::{
     SideEffectRecord, ToolResultBlock, ToolUse, anthropic_user_message, openai_tool_messages,
@@ -64,6 +66,8 @@ pub use result::{
 pub use runtime::{Grant, GrantRequest, RemoteHost, RuntimePolicy, SUPPORTED, check_supported};
 pub use schedule::Batch;
 pub use search::FoundTool;
+/// The secret scanner and its settings (`[secrets]`), as [`Secrets`] uses them.
+pub use secrets;
 pub use session::{GRANTS_KEPT, Session, SessionSpec};
 /// The tool-api items a host works with, re-exported so that an embedder needs one crate.
 pub use tool_api::{

@@ -33,7 +33,7 @@ impl Deltas {
     /// private key's block that has not ended.
     fn cut(&self) -> usize {
         let text = &self.pending;
-        let mut cut = text.rfind('\n').map_or(0, |at| at + 1);
+        let mut cut = text.rfind(['\n', '\r']).map_or(0, |at| at + 1);
         if let Some(open) = open_key(text, cut) {
             cut = cut.min(open);
         }

@@ -303,6 +303,24 @@ fn negatives() -> Vec<(&'static str, String)> {
                 .to_string(),
         ));
         out.push((
+            "shell environment",
+            [
+                "PWD=/home/dev/projects/app-with-a-long-name",
+                "OLDPWD=/tmp/build-cache-0123456789abcdef",
+                "SSH_AUTH_SOCK=/tmp/ssh-XXXXabcdEFGH/agent.1234",
+                "XDG_SESSION_ID=c2f9a8b7e6d5c4b3a291",
+                "GPG_AGENT_INFO=/run/user/1000/gnupg/S.gpg-agent:0:1",
+                "HISTFILE=/home/dev/.bash_history",
+                "LS_COLORS=rs=0:di=01;34:ln=01;36:mh=00:pi=40;33",
+                "TERM_SESSION_ID=w0t0p0:8F3B2A1C-4D5E-6F70-8192-A3B4C5D6E7F8",
+                "KUBECONFIG=/home/dev/.kube/config",
+                "npm_config_cache=/home/dev/.npm",
+                "npm_package_version=1.2.3",
+                "AUTHOR=Jane Doe <jane@example.com>",
+            ][i]
+                .to_string(),
+        ));
+        out.push((
             "hex beside a plain key",
             format!(
                 "{{\"etag\": \"{}\", \"hash\": \"{}\"}}",

@@ -213,6 +213,7 @@ mod tests {
             outcome: "ok",
             files_modified: Vec::new(),
             command_executed: Some("echo hi".into()),
+            secrets: None,
             duration_ms: 1.5,
             started_ms: 1_764_000_000_000,
             trace_parent: None,

@@ -458,6 +458,11 @@ pub(crate) fn dispatcher_config(config: &Config) -> DispatcherConfig {
         interrupt: config.interrupt.clone().into_iter().collect(),
         sandbox: config.sandbox.clone(),
         limits: config.limits.clone(),
+        // Its rules were compiled when the file was read: they compile here too.
+        secrets: dispatcher_core::Secrets::new(config.secrets.clone()).unwrap_or_else(|e| {
+            tracing::error!("{e}; the built-in rules are used");
+            dispatcher_core::Secrets::default()
+        }),
     }
 }
 

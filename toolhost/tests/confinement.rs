@@ -424,7 +424,12 @@ fn a_planted_api_key_is_not_in_a_commands_environment() {
         "{c:?}"
     );
     assert!(c.text.contains("HOME="), "{c:?}");
-    let control = home.shell("[sandbox.env]\ninherit = \"all\"\n", "env");
+    // The control inherits everything, and passes the key on unredacted (`[secrets]`
+    // would replace it in the result: that is another protection).
+    let control = home.shell(
+        "[sandbox.env]\ninherit = \"all\"\n[secrets]\naction = \"off\"\n",
+        "env",
+    );
     assert!(control.text.contains(API_KEY), "{control:?}");
 }
 

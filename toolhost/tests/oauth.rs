@@ -963,8 +963,11 @@ fn per_caller_everything(extra: &str) -> Option<(Idp, String)> {
     };
     let node = peer("TOOLHOST_TEST_NODE").unwrap();
     let modules = everything.ancestors().nth(4).unwrap().to_path_buf();
+    // The tests read the token a server process was given from `get-env`'s result: a tool
+    // that returns a secret by design, so its results are not redacted.
     let config = format!(
         "[http.auth]\nissuer = \"{issuer}\"\n\n[http.auth.client]\nid = \"toolhost\"\nsecret_env = \"TEST_CLIENT_SECRET\"\n\n\
+         [secrets.per_tool]\n\"ev__get-env\" = \"off\"\n\n\
          [[mcp_servers]]\nid = \"ev\"\nprefix = \"ev\"\ncommand = \"{node}\"\nargs = [\"{everything}\", \"stdio\"]\nreadable_roots = [\"{modules}\"]\n\
          credentials = \"exchange\"\ntoken_env = \"UPSTREAM_TOKEN\"\naudience = \"https://stdio.example/mcp\"\n{extra}",
         issuer = idp.issuer,

@@ -192,6 +192,28 @@ impl Invocation {
 
     /// Emits one of the call's events, stamped `at`.
     pub(crate) fn emit_at(&self, kind: EventKind, at: Instant) {
+        // A failure's message and partial output are the tool's text: redacted as its
+        // result will be.
+        let kind = match kind {
+            EventKind::Failed {
+                error_class,
+                message,
+                duration_ms,
+                partial_output,
+                cancel_reason,
+            } => {
+                let secrets = &self.config.secrets;
+                let tool = &self.header.tool_name;
+                EventKind::Failed {
+                    error_class,
+                    message: secrets.redacted_text(tool, message),
+                    duration_ms,
+                    partial_output: partial_output.map(|p| secrets.redacted_text(tool, p)),
+                    cancel_reason,
+                }
+            }
+            other => other,
+        };
         if let Some(trail) = &self.trail {
             trail.observe(&kind);
         }
@@ -272,7 +294,13 @@ impl Invocation {
         partial_output: Option<String>,
         cancel_reason: Option<CancelReason>,
     ) -> ToolResultBlock {
-        tracing::debug!(error_class = %class, "{message}");
+        tracing::debug!(
+            error_class = %class,
+            "{}",
+            self.config
+                .secrets
+                .redacted_text(&self.header.tool_name, message.clone())
+        );
         let block = ToolResultBlock::error(&self.header.tool_use_id, class, message.clone())
             .with_cancel_reason(cancel_reason);
         self.emit(EventKind::Failed {

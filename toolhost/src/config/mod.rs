@@ -94,6 +94,8 @@ pub struct Config {
     pub http: access::HttpConfig,
     /// Which tools each caller of `serve --http` sees and calls (`[[access]]`).
     pub access: Vec<access::AccessRule>,
+    /// Secrets in results and arguments (`[secrets]`).
+    pub secrets: ::secrets::Settings,
 }
 
 impl Default for Config {
@@ -126,6 +128,7 @@ impl Default for Config {
             remote: None,
             http: access::HttpConfig::default(),
             access: Vec::new(),
+            secrets: ::secrets::Settings::default(),
         }
     }
 }
@@ -336,6 +339,20 @@ impl Config {
                 file: file.to_path_buf(),
                 key,
                 message,
+                location: None,
+            });
+        }
+        if let Err(e) = ::secrets::Scanner::with(&config.secrets.rules) {
+            let index = match &e {
+                ::secrets::SecretsError::Rule { id, .. } => {
+                    config.secrets.rules.iter().position(|r| &r.id == id)
+                }
+                ::secrets::SecretsError::Builtin(_) => None,
+            };
+            return Err(ConfigError::Invalid {
+                file: file.to_path_buf(),
+                key: index.map_or("secrets.rules".into(), |i| format!("secrets.rules[{i}]")),
+                message: e.to_string(),
                 location: None,
             });
         }
@@ -634,6 +651,27 @@ mod tests {
         assert!(e.contains("deny_read_limit = 0"), "{e}");
         let c = parse("[sandbox]\ndeny_read_limit = 5000\n").unwrap();
         assert_eq!(c.sandbox.deny_read_limit, 5000);
+    }
+
+    #[test]
+    fn a_secret_rule_that_cannot_be_used_and_a_bad_action_are_refused_naming_them() {
+        let rule = |pattern: &str| {
+            format!(
+                "[secrets]\naction = \"redact\"\n[[secrets.rules]]\nid = \"ok\"\nkeywords = [\"k\"]\npattern = 'k'\n[[secrets.rules]]\nid = \"acme\"\nkeywords = [\"acme_\"]\npattern = '{pattern}'\n"
+            )
+        };
+        let e = parse(&rule("acme_[0-9")).unwrap_err().to_string();
+        for says in ["secrets.rules[1]", "'acme'", "does not compile"] {
+            assert!(e.contains(says), "{says:?} in {e}");
+        }
+        let c = parse(&rule("acme_[0-9a-f]{12}")).unwrap();
+        assert_eq!(c.secrets.rules.len(), 2);
+        let e = parse("[secrets]\naction = \"mask\"\n").unwrap_err().to_string();
+        assert!(e.contains("secrets.action") && e.contains("redact"), "{e}");
+        let e = parse("[secrets.per_tool]\nshell = \"drop\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("secrets.per_tool"), "{e}");
     }
 
     #[test]

@@ -249,6 +249,7 @@ mod tests {
             outcome,
             files_modified: Vec::new(),
             command_executed: None,
+            secrets: None,
             duration_ms: ms,
             started_ms: 0,
             trace_parent: None,

@@ -170,6 +170,12 @@ impl CallSpans for OtelCallSpans {
         if let Some(command) = &entry.command_executed {
             span.set_attribute("toolhost.command", command.clone());
         }
+        if let Some(secrets) = &entry.secrets {
+            span.set_attribute("toolhost.secrets.action", secrets.action.clone());
+            let kinds: Vec<&str> = secrets.found.iter().map(|s| s.kind.as_str()).collect();
+            span.set_attribute("toolhost.secrets.kinds", kinds.join(","));
+            span.set_attribute("toolhost.secrets.count", secrets.found.len() as i64);
+        }
         if entry.outcome != "ok" {
             span.set_attribute("error.type", entry.outcome);
             span.set_status(Status::error(entry.outcome));

@@ -7,11 +7,13 @@ use tool_api::SideEffect;
 use super::{format_duration, path_args};
 use crate::confirmation::{DecidedBy, Decision, Resolution};
 use crate::error::ErrorClass;
+use crate::events::EventKind;
 use crate::hooks::HookDecision;
 use crate::invocation::Invocation;
 use crate::policy::{Mode, PolicyDecision};
 use crate::registry::Registered;
 use crate::result::ToolResultBlock;
+use secrets::ArgumentsAction;
 
 impl Invocation {
     /// Records a decision that no event reports (a denial), for the audit entry.
@@ -92,6 +94,34 @@ impl Invocation {
                     tracing::debug!(hook = hook.name(), "pre-use hook rewrote the input");
                     input = new_input;
                 }
+            }
+        }
+        // Secrets in the arguments (`[secrets] arguments`): refused, or asked about.
+        let arguments = self.config.secrets.settings().arguments;
+        if arguments != ArgumentsAction::Off {
+            let seen = self.config.secrets.in_arguments(&input);
+            if !seen.is_empty() {
+                let what = crate::redaction::summary(&seen);
+                self.emit(EventKind::SecretsFound {
+                    action: match arguments {
+                        ArgumentsAction::Refuse => "refuse".into(),
+                        _ => "ask".into(),
+                    },
+                    secrets: seen,
+                });
+                if arguments == ArgumentsAction::Refuse {
+                    self.audit_decided("deny", || DecidedBy::Policy {
+                        rule: "[secrets] arguments".into(),
+                    });
+                    let message = format!(
+                        "Tool '{}' was not run: its arguments carry a secret ({what}). Secrets in arguments are refused by [secrets] arguments = \"refuse\"; set it to \"ask\" to be asked instead, or \"off\".",
+                        tool.name
+                    );
+                    return Err(self.fail(ErrorClass::UserDenied, message));
+                }
+                asked.get_or_insert_with(|| {
+                    format!("[secrets] arguments = \"ask\": its arguments carry a secret ({what})")
+                });
             }
         }
         let hook_asked = asked.is_some();

@@ -16,6 +16,7 @@ use tracing::Span;
 use super::{Outcome, format_duration, ms, per_tool};
 use crate::blocking;
 use crate::error::ErrorClass;
+use crate::events::EventKind;
 use crate::host::CallHost;
 use crate::invocation::{Invocation, cancel_message};
 use crate::panics::{self, Caught};
@@ -111,6 +112,7 @@ impl Invocation {
             inflight: self.entry().cloned(),
             span: Span::none(),
             output: None,
+            live: None,
             budget: None,
             asker: None,
         }
@@ -183,6 +185,8 @@ impl Invocation {
         host.inflight = Some(entry.clone());
         host.span = Span::current();
         host.output = Some(self.sink());
+        host.live = self.config.secrets.live(&tool.name);
+        let live = host.live.clone();
         host.asker = Some(self.engine.clone());
         if entry.is_cancelled() {
             return Outcome::Cancelled(None);
@@ -260,6 +264,13 @@ impl Invocation {
         };
         // How long this tool takes off the async threads decides its next call's path.
         tool.run_times.record(sent.elapsed());
+        // What the live output held back (a line not ended), shown now that it has ended.
+        if let Some(rest) = live.map(|l| l.finish()).filter(|r| !r.is_empty()) {
+            let sink = self.sink();
+            if sink.wanted() {
+                sink.emit(&self.header, EventKind::OutputDelta { chunk: rest });
+            }
+        }
         outcome
     }
 

@@ -26,6 +26,7 @@ use crate::registry::Registered;
 use crate::result::{SideEffectRecord, ToolResultBlock};
 use crate::spool;
 use crate::workspace::Opened;
+use secrets::ArgumentsAction;
 
 mod authorize;
 mod execute;
@@ -209,17 +210,19 @@ impl Invocation {
             // (hooks, a prompt, a denial) is boxed where it is awaited, so a call that never
             // waits does not carry the state of one that does.
             let (input, authorized_by) = {
-                let authorized =
-                    if self.engine.settings.hooks.is_empty() && decision.mode == Mode::Auto {
-                        Ok((
-                            input,
-                            DecidedBy::Policy {
-                                rule: decision.rule,
-                            },
-                        ))
-                    } else {
-                        Box::pin(self.authorize(&tool, input, decision)).await
-                    };
+                let authorized = if self.engine.settings.hooks.is_empty()
+                    && decision.mode == Mode::Auto
+                    && self.config.secrets.settings().arguments == ArgumentsAction::Off
+                {
+                    Ok((
+                        input,
+                        DecidedBy::Policy {
+                            rule: decision.rule,
+                        },
+                    ))
+                } else {
+                    Box::pin(self.authorize(&tool, input, decision)).await
+                };
                 match authorized {
                     Ok(authorized) => authorized,
                     Err(block) => return block,
@@ -292,6 +295,21 @@ impl Invocation {
             self.ended = None;
             if let Some(input) = post_input {
                 block = Box::pin(self.post_use(&tool, &input, block)).await;
+            }
+            // 7b. Secrets: redacted, or the result withheld, before it leaves.
+            let (scanned, action, seen) = self.config.secrets.in_result(&tool.name, block);
+            block = scanned;
+            if !seen.is_empty() {
+                tracing::warn!(
+                    tool = %tool.name,
+                    action = %action,
+                    "secrets found in the result: {}",
+                    crate::redaction::summary(&seen)
+                );
+                self.emit(EventKind::SecretsFound {
+                    action: action.to_string(),
+                    secrets: seen,
+                });
             }
             spool::cap(
                 block,

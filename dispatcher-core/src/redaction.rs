@@ -1,0 +1,217 @@
+//! Secrets in what a call returns, and in what it is given ([`Secrets`]): the `[secrets]`
+//! settings with their scanner, applied to each result before it leaves the dispatcher
+//! (after the post-use hooks, before the result is cut for size) and to each call's
+//! arguments before it is authorized.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::Serialize;
+use serde_json::Value;
+use tool_api::Content;
+
+use crate::error::ErrorClass;
+use crate::result::ToolResultBlock;
+use secrets::{Action, Deltas, Scanner, Settings};
+
+/// The `[secrets]` settings and the scanner made from them (cheap to clone).
+#[derive(Debug, Clone)]
+pub struct Secrets {
+    settings: Settings,
+    scanner: Arc<Scanner>,
+}
+
+impl Default for Secrets {
+    /// Results redacted with the built-in rules; arguments not scanned.
+    fn default() -> Self {
+        Secrets {
+            settings: Settings::default(),
+            scanner: Arc::new(Scanner::builtin()),
+        }
+    }
+}
+
+/// One secret found: its kind and where (`content[0] line 3`, a JSON pointer into the
+/// metadata or the arguments). Never its value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SecretSeen {
+    /// The rule that found it (`aws-secret-access-key`, …).
+    pub kind: String,
+    /// Where it was.
+    pub location: String,
+}
+
+impl Secrets {
+    /// `settings` with their rules compiled (the built-in ones and the user's); a rule
+    /// that cannot be used is refused, naming it.
+    pub fn new(settings: Settings) -> Result<Secrets, secrets::SecretsError> {
+        let scanner = Scanner::with(&settings.rules)?;
+        Ok(Secrets {
+            settings,
+            scanner: Arc::new(scanner),
+        })
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The scanner.
+    pub fn scanner(&self) -> &Arc<Scanner> {
+        &self.scanner
+    }
+
+    /// What happens to `tool`'s results, and the key that says so.
+    pub fn action_for(&self, tool: &str) -> (Action, String) {
+        self.settings.action_for(tool, crate::glob_matches)
+    }
+
+    /// `block` (a result of `tool`) with its secrets redacted, or withheld under `block`,
+    /// and what was found (empty: nothing, or the tool is not scanned).
+    pub(crate) fn in_result(
+        &self,
+        tool: &str,
+        mut block: ToolResultBlock,
+    ) -> (ToolResultBlock, Action, Vec<SecretSeen>) {
+        let (action, key) = self.action_for(tool);
+        if action == Action::Off {
+            return (block, action, Vec::new());
+        }
+        let mut seen = Vec::new();
+        for (i, content) in block.content.iter_mut().enumerate() {
+            if let Content::Text { text } = content
+                && let Some((redacted, found)) = self.scanner.redact(text)
+            {
+                seen.extend(found.iter().map(|f| SecretSeen {
+                    kind: f.kind.to_string(),
+                    location: format!("content[{i}] line {}", f.line(text)),
+                }));
+                *text = redacted;
+            }
+        }
+        self.in_json(&mut block.metadata, "metadata", &mut seen);
+        // What the tool reports it ran goes to the user, the audit log and the trace.
+        if let Some(command) = block.record.command_executed.as_mut()
+            && let Some((redacted, found)) = self.scanner.redact(command)
+        {
+            seen.extend(found.iter().map(|f| SecretSeen {
+                kind: f.kind.to_string(),
+                location: "command_executed".into(),
+            }));
+            *command = redacted;
+        }
+        if seen.is_empty() || action == Action::Redact {
+            return (block, action, seen);
+        }
+        let message = format!(
+            "The result of '{tool}' was withheld: it carries {} ({}). Secrets never reach the model under {key} = \"block\"; set it to \"redact\" to pass the result on with each secret replaced, or \"off\" for a tool whose job is to return one.",
+            plural(seen.len()),
+            summary(&seen)
+        );
+        let withheld =
+            ToolResultBlock::error(&block.tool_use_id, ErrorClass::ExecutionError, message)
+                .with_record(block.record);
+        (withheld, action, seen)
+    }
+
+    /// `text` (of `tool`'s) with its secrets redacted, unless the tool is not scanned (a
+    /// failure's message in its event and the log).
+    pub(crate) fn redacted_text(&self, tool: &str, text: String) -> String {
+        if self.action_for(tool).0 == Action::Off {
+            return text;
+        }
+        match self.scanner.redact(&text) {
+            Some((redacted, _)) => redacted,
+            None => text,
+        }
+    }
+
+    /// The secrets in a call's arguments (their string values), by JSON pointer.
+    pub(crate) fn in_arguments(&self, input: &Value) -> Vec<SecretSeen> {
+        let mut seen = Vec::new();
+        let mut copy = input.clone();
+        self.in_json(&mut copy, "", &mut seen);
+        seen
+    }
+
+    /// Redacts every string in `value`, recording where.
+    fn in_json(&self, value: &mut Value, at: &str, seen: &mut Vec<SecretSeen>) {
+        match value {
+            Value::String(text) => {
+                if let Some((redacted, found)) = self.scanner.redact(text) {
+                    seen.extend(found.iter().map(|f| SecretSeen {
+                        kind: f.kind.to_string(),
+                        location: if at.is_empty() { "/".into() } else { at.into() },
+                    }));
+                    *text = redacted;
+                }
+            }
+            Value::Array(items) => {
+                for (i, item) in items.iter_mut().enumerate() {
+                    self.in_json(item, &format!("{at}/{i}"), seen);
+                }
+            }
+            Value::Object(map) => {
+                for (key, item) in map.iter_mut() {
+                    let key = key.replace('~', "~0").replace('/', "~1");
+                    self.in_json(item, &format!("{at}/{key}"), seen);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The live output of one call of `tool`, redacted as it streams; `None` when the
+    /// tool's results are not scanned.
+    pub(crate) fn live(&self, tool: &str) -> Option<Arc<LiveOutput>> {
+        (self.action_for(tool).0 != Action::Off).then(|| {
+            Arc::new(LiveOutput {
+                scanner: self.scanner.clone(),
+                deltas: Mutex::default(),
+            })
+        })
+    }
+}
+
+/// One call's live output on its way to the event stream.
+#[derive(Debug)]
+pub(crate) struct LiveOutput {
+    scanner: Arc<Scanner>,
+    deltas: Mutex<Deltas>,
+}
+
+impl LiveOutput {
+    /// What of `chunk` (and what was held before it) may be shown now.
+    pub(crate) fn push(&self, chunk: &str) -> String {
+        let mut deltas = self.deltas.lock().unwrap_or_else(PoisonError::into_inner);
+        deltas.push(&self.scanner, chunk).0
+    }
+
+    /// The call ended: the rest.
+    pub(crate) fn finish(&self) -> String {
+        let mut deltas = self.deltas.lock().unwrap_or_else(PoisonError::into_inner);
+        deltas.finish(&self.scanner).0
+    }
+}
+
+/// "a secret" or "3 secrets".
+fn plural(n: usize) -> String {
+    if n == 1 {
+        "a secret".into()
+    } else {
+        format!("{n} secrets")
+    }
+}
+
+/// `aws-secret-access-key at content[0] line 3, …` (the first five).
+pub(crate) fn summary(seen: &[SecretSeen]) -> String {
+    let mut parts: Vec<String> = seen
+        .iter()
+        .take(5)
+        .map(|s| format!("{} at {}", s.kind, s.location))
+        .collect();
+    if seen.len() > 5 {
+        parts.push(format!("and {} more", seen.len() - 5));
+    }
+    parts.join(", ")
+}
