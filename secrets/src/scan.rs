@@ -16,8 +16,9 @@ const BUILTIN: &str = include_str!("rules.toml");
 /// scheme before `://`), at most: the line's start, or this many bytes back.
 const REACH_BACK: usize = 512;
 
-/// How far past its keyword a match may end, unless the rule says (`span`).
-const DEFAULT_SPAN: usize = 1024;
+/// How far past its keyword a match may end, unless the rule says (`span`): the tokens
+/// and assignments are found on their keyword's line.
+const DEFAULT_SPAN: usize = 512;
 
 /// A rule as written (in `rules.toml`, or in the config's `[[secrets.rules]]`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -25,7 +26,8 @@ const DEFAULT_SPAN: usize = 1024;
 pub struct RuleSpec {
     /// The kind of secret, named in redactions (`[REDACTED id]`) and reports.
     pub id: String,
-    /// At least one must occur (in any case) for the rule to be tried.
+    /// At least one must occur for the rule to be tried: as written, or in any case when
+    /// the pattern starts with `(?i`.
     pub keywords: Vec<String>,
     /// A regular expression (Rust's `regex` syntax); its group `secret`, when it has one,
     /// is what is redacted, else the whole match.
@@ -33,9 +35,13 @@ pub struct RuleSpec {
     /// The bits of entropy per character the secret must have (Shannon, over its bytes).
     #[serde(default)]
     pub min_entropy: Option<f64>,
-    /// How far past a keyword a match may reach, in bytes (default 1024).
+    /// How far past a keyword a match may reach, in bytes (default 512).
     #[serde(default)]
     pub span: Option<usize>,
+    /// Whether a match may go on past its keyword's line (a private key's block); else
+    /// it ends there.
+    #[serde(default)]
+    pub multiline: bool,
 }
 
 #[derive(Deserialize)]
@@ -52,6 +58,7 @@ struct Rule {
     group: Option<usize>,
     min_entropy: Option<f64>,
     span: usize,
+    multiline: bool,
 }
 
 /// One secret found: its kind and where it is (byte offsets into the text scanned).
@@ -79,9 +86,62 @@ impl Finding {
 #[derive(Debug)]
 pub struct Scanner {
     rules: Vec<Rule>,
-    keywords: AhoCorasick,
-    /// The rule each keyword belongs to.
-    keyword_rule: Vec<usize>,
+    /// The keywords of the rules whose pattern is case-sensitive, searched for as written;
+    /// and those of the rules whose pattern is not (`(?i…`), lowercased and searched for
+    /// in the text lowercased (the same offsets: only ASCII letters change). Both run on
+    /// SIMD prefilters, where a search in any case took 2.3 ms a MB on its automaton.
+    keywords: [Keywords; 2],
+    /// The longest span of a rule that stays on its keyword's line.
+    reach: usize,
+}
+
+/// One search for keywords, and the rules each keyword starts: its own, and those of
+/// every keyword it contains (the search reports the longest keyword at a place, not
+/// those inside it).
+#[derive(Debug)]
+struct Keywords {
+    search: Option<AhoCorasick>,
+    rules: Vec<Vec<usize>>,
+}
+
+impl Keywords {
+    fn new(words: &[(String, usize)], any_case: bool) -> Result<Keywords, SecretsError> {
+        if words.is_empty() {
+            return Ok(Keywords {
+                search: None,
+                rules: Vec::new(),
+            });
+        }
+        let fold = |w: &str| {
+            if any_case {
+                w.to_ascii_lowercase()
+            } else {
+                w.to_string()
+            }
+        };
+        let rules = words
+            .iter()
+            .map(|(k, _)| {
+                let k = fold(k);
+                let mut starts: Vec<usize> = words
+                    .iter()
+                    .filter(|(inner, _)| k.contains(fold(inner).as_str()))
+                    .map(|&(_, rule)| rule)
+                    .collect();
+                starts.sort_unstable();
+                starts.dedup();
+                starts
+            })
+            .collect();
+        let search = AhoCorasickBuilder::new()
+            .match_kind(MatchKind::LeftmostLongest)
+            .build(words.iter().map(|(k, _)| fold(k)))
+            .map_err(|e| SecretsError::Builtin(format!("the rules' keywords: {e}")))?;
+        Ok(Keywords {
+            search: Some(search),
+            rules,
+        })
+    }
 }
 
 impl Scanner {
@@ -98,8 +158,8 @@ impl Scanner {
             toml::from_str(BUILTIN).map_err(|e| SecretsError::Builtin(e.to_string()))?;
         let specs: Vec<&RuleSpec> = builtin.rule.iter().chain(extra).collect();
         let mut rules = Vec::with_capacity(specs.len());
-        let mut keywords = Vec::new();
-        let mut keyword_rule = Vec::new();
+        let mut exact: Vec<(String, usize)> = Vec::new();
+        let mut any_case: Vec<(String, usize)> = Vec::new();
         for (index, spec) in specs.iter().enumerate() {
             let bad = |why: String| SecretsError::Rule {
                 id: spec.id.clone(),
@@ -126,27 +186,34 @@ impl Scanner {
                     "min_entropy {e} is not between 0 and 8 bits per character"
                 )));
             }
-            for k in &spec.keywords {
-                keywords.push(k.clone());
-                keyword_rule.push(index);
-            }
+            let words = if spec.pattern.starts_with("(?i") {
+                &mut any_case
+            } else {
+                &mut exact
+            };
+            words.extend(spec.keywords.iter().map(|k| (k.clone(), index)));
             rules.push(Rule {
                 id: spec.id.as_str().into(),
                 pattern,
                 group,
                 min_entropy: spec.min_entropy,
                 span: spec.span.unwrap_or(DEFAULT_SPAN).max(1),
+                multiline: spec.multiline,
             });
         }
-        let keywords = AhoCorasickBuilder::new()
-            .ascii_case_insensitive(true)
-            .match_kind(MatchKind::Standard)
-            .build(&keywords)
-            .map_err(|e| SecretsError::Builtin(format!("the rules' keywords: {e}")))?;
+        let reach = rules
+            .iter()
+            .filter(|r| !r.multiline)
+            .map(|r| r.span)
+            .max()
+            .unwrap_or(DEFAULT_SPAN);
         Ok(Scanner {
             rules,
-            keywords,
-            keyword_rule,
+            keywords: [
+                Keywords::new(&exact, false)?,
+                Keywords::new(&any_case, true)?,
+            ],
+            reach,
         })
     }
 
@@ -161,18 +228,51 @@ impl Scanner {
         // Per rule, the stretches of text to run its pattern on: around each keyword,
         // merged where they meet.
         let mut stretches: Vec<Vec<(usize, usize)>> = vec![Vec::new(); self.rules.len()];
-        for hit in self.keywords.find_overlapping_iter(text) {
-            let index = self.keyword_rule[hit.pattern().as_usize()];
-            let rule = &self.rules[index];
-            let back = floor(text, hit.start().saturating_sub(REACH_BACK));
-            let start = text[back..hit.start()]
-                .rfind('\n')
-                .map_or(back, |at| back + at + 1);
-            let end = ceil(text, hit.end().saturating_add(rule.span));
-            let list = &mut stretches[index];
-            match list.last_mut() {
-                Some(last) if start <= last.1 => last.1 = last.1.max(end),
-                _ => list.push((start, end)),
+        let lower = self.keywords[1]
+            .search
+            .is_some()
+            .then(|| text.to_ascii_lowercase());
+        for (keywords, haystack) in self.keywords.iter().zip([Some(text), lower.as_deref()]) {
+            let (Some(search), Some(haystack)) = (&keywords.search, haystack) else {
+                continue;
+            };
+            // The line of the last hit, when its end was found: the next hit is often on it.
+            let mut line = (0usize, 0usize);
+            for hit in search.find_iter(haystack) {
+                let (start, line_end) = if hit.start() >= line.0 && hit.end() <= line.1 {
+                    line
+                } else {
+                    let back = floor(text, hit.start().saturating_sub(REACH_BACK));
+                    let start = memchr::memrchr(b'\n', &text.as_bytes()[back..hit.start()])
+                        .map_or(back, |at| back + at + 1);
+                    // No rule that stays on its line reaches further than this.
+                    let ahead = (hit.end() + self.reach).min(text.len());
+                    match memchr::memchr(b'\n', &text.as_bytes()[hit.end()..ahead]) {
+                        Some(at) => {
+                            line = (start, hit.end() + at);
+                            line
+                        }
+                        // Its end is further than any rule reaches from this hit: not
+                        // kept for the next, which may reach further.
+                        None => {
+                            line = (0, 0);
+                            (start, ahead)
+                        }
+                    }
+                };
+                for &index in &keywords.rules[hit.pattern().as_usize()] {
+                    let rule = &self.rules[index];
+                    let mut end = hit.end().saturating_add(rule.span);
+                    if !rule.multiline {
+                        end = end.min(line_end);
+                    }
+                    let end = ceil(text, end);
+                    let list = &mut stretches[index];
+                    match list.last_mut() {
+                        Some(last) if start <= last.1 => last.1 = last.1.max(end),
+                        _ => list.push((start, end)),
+                    }
+                }
             }
         }
         let mut found = Vec::new();
@@ -295,6 +395,7 @@ mod tests {
             pattern: pattern.into(),
             min_entropy: None,
             span: None,
+            multiline: false,
         }
     }
 
@@ -342,6 +443,37 @@ mod tests {
         assert!(
             out.ends_with("password: \"[REDACTED password-assignment]\" ✓"),
             "{out}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod long_lines {
+    use super::*;
+
+    /// On a line longer than any rule's reach (minified JSON), each secret is found whole,
+    /// however far along the line it is.
+    #[test]
+    fn secrets_far_along_one_long_line_are_found_whole() {
+        let s = Scanner::builtin();
+        let jwt = format!(
+            "eyJhbGciOiJIUzI1NiJ9.eyJ{}.{}",
+            "a".repeat(3000),
+            "b".repeat(43)
+        );
+        let mut line = String::new();
+        for i in 0..40 {
+            line.push_str(&format!(
+                "{{\"id\":{i},\"token_count\":{i},\"note\":\"{}\"}},",
+                "x".repeat(400)
+            ));
+        }
+        line.push_str(&format!("{{\"session\":\"{jwt}\"}}"));
+        let (out, found) = s.redact(&line).unwrap();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            !out.contains(&"a".repeat(100)),
+            "a part of the token is left"
         );
     }
 }

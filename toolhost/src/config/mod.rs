@@ -666,7 +666,9 @@ mod tests {
         }
         let c = parse(&rule("acme_[0-9a-f]{12}")).unwrap();
         assert_eq!(c.secrets.rules.len(), 2);
-        let e = parse("[secrets]\naction = \"mask\"\n").unwrap_err().to_string();
+        let e = parse("[secrets]\naction = \"mask\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("secrets.action") && e.contains("redact"), "{e}");
         let e = parse("[secrets.per_tool]\nshell = \"drop\"\n")
             .unwrap_err()

@@ -27,12 +27,12 @@ fn sum(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 
 /// A `paired.json` a bench wrote beside criterion's estimates.
 fn paired_json(group: &str) -> Option<serde_json::Value> {
-    let bytes = std::fs::read(
-        root()
-            .join("target/criterion")
-            .join(group)
-            .join("paired.json"),
-    );
+    paired_json_named(group, "paired.json")
+}
+
+/// A JSON file a bench wrote beside criterion's estimates of `group`.
+fn paired_json_named(group: &str, file: &str) -> Option<serde_json::Value> {
+    let bytes = std::fs::read(root().join("target/criterion").join(group).join(file));
     serde_json::from_slice(&bytes.ok()?).ok()
 }
 
@@ -481,6 +481,71 @@ fn isolated_sandbox_row(figures: &serde_json::Value) -> Row {
         target: "within 5%".into(),
         pass: Some(verdict <= 1.05),
     }
+}
+
+/// What scanning results for secrets costs, per MB, beside copying the same MB (the
+/// secrets bench), and the scanner's recall and false positives on the corpus the tests
+/// use (its `corpus.json`).
+pub(super) fn secrets_rows() -> Vec<Row> {
+    let copy = criterion_us("secrets", "copy_1mb");
+    let corpus = paired_json_named("secrets", "corpus.json").unwrap_or_default();
+    let mb = corpus["bytes"].as_f64().map(|b| b / f64::from(1u32 << 20));
+    let mut rows = Vec::new();
+    for (figure, name) in [
+        (
+            "secret scan of tool output with no secret in it (logs, JSON, lockfiles, minified JS: the corpus's hard negatives, ~1 MB) vs copying it",
+            "scan_1mb_clean",
+        ),
+        (
+            "secret scan of the same output with a secret every ~10 lines (each redacted) vs copying it",
+            "scan_1mb_with_secrets",
+        ),
+    ] {
+        rows.push(match (criterion_us("secrets", name), copy, mb) {
+            (Some(scan), Some(copy), Some(mb)) => Row {
+                figure: figure.into(),
+                measured: format!(
+                    "{:.2} ms per MB vs {:.3} ms per MB",
+                    scan / 1000.0 / mb,
+                    copy / 1000.0 / mb
+                ),
+                target: "under 5 ms per MB".into(),
+                pass: Some(scan / 1000.0 / mb < 5.0),
+            },
+            _ => missing(figure),
+        });
+    }
+    let figure = "secrets found and redacted whole in the corpus (fake secrets of every known kind in .env, YAML, JSON, shell output, stack traces)";
+    rows.push(
+        match (corpus["found"].as_u64(), corpus["positives"].as_u64()) {
+            (Some(found), Some(all)) => Row {
+                figure: figure.into(),
+                measured: format!(
+                    "{found} of {all} ({} kinds)",
+                    corpus["kinds"].as_u64().unwrap_or(0)
+                ),
+                target: "all".into(),
+                pass: Some(found == all),
+            },
+            _ => missing(figure),
+        },
+    );
+    let figure = "hard negatives taken for a secret (UUIDs, git SHAs, SHA-256 sums, base64 images, lockfile hashes, minified JS, placeholders, a shell's environment)";
+    rows.push(
+        match (
+            corpus["false_positives"].as_u64(),
+            corpus["negatives"].as_u64(),
+        ) {
+            (Some(wrong), Some(all)) => Row {
+                figure: figure.into(),
+                measured: format!("{wrong} of {all}"),
+                target: "none".into(),
+                pass: Some(wrong == 0),
+            },
+            _ => missing(figure),
+        },
+    );
+    rows
 }
 
 /// What the sandbox costs, from the sandbox bench's `paired.json` (each figure measured in

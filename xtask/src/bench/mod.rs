@@ -70,6 +70,10 @@ fn run_benches() -> Result<Printed> {
             .env("TOOLHOST_TEST_COMPONENTS", &components),
     )?;
     run(
+        "secrets bench (scanning tool output per MB beside a copy of it; the corpus)",
+        cargo().args(["bench", "-p", "toolhost-secrets", "--bench", "scan"]),
+    )?;
+    run(
         "sandbox bench (each figure paired with the same work unsandboxed)",
         cargo().args(["bench", "-p", "toolhost-tests", "--bench", "sandbox"]),
     )?;
@@ -148,6 +152,7 @@ pub fn bench(write_readme: bool, mcp_only: bool) -> Result {
     rows.extend(figures::batch_rows(&printed.scale));
     rows.extend(figures::plugin_rows());
     rows.extend(figures::sandbox_rows());
+    rows.extend(figures::secrets_rows());
     rows.extend(figures::load_rows(&start_counts));
     rows.extend(servers::roundtrip_rows(&printed.roundtrip));
     rows.extend(mcp_table_rows(&measured));
