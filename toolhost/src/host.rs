@@ -237,6 +237,13 @@ pub(crate) async fn build_host_observed(
     for hook in post_hooks {
         builder = builder.post_hook(Arc::new(hook));
     }
+    for g in &config.guardrails {
+        let guardrail = Arc::new(
+            crate::guardrail::Guardrail::new(g.clone())
+                .map_err(|e| format!("{}: [[guardrails]] {e}", sources.file.display()))?,
+        );
+        builder = builder.hook(guardrail.clone()).post_hook(guardrail);
+    }
     if let Some(path) = &config.audit.path {
         let a = &config.audit;
         let log = crate::audit::AuditFile::open(path, a.max_bytes.0, a.keep, a.sync)

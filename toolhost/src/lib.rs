@@ -23,6 +23,7 @@ mod authoring;
 pub mod cli;
 mod config;
 mod error;
+mod guardrail;
 mod host;
 mod login;
 mod mcp_add;

@@ -3,6 +3,7 @@
 //! CLI and through `serve --mcp`; a setting that turns it off for the server's tools
 //! passes it on.
 #![cfg(target_os = "linux")]
+#![cfg(test)]
 
 use std::path::Path;
 use std::process::{Command, Output};

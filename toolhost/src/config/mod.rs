@@ -96,6 +96,8 @@ pub struct Config {
     pub access: Vec<access::AccessRule>,
     /// Secrets in results and arguments (`[secrets]`).
     pub secrets: ::secrets::Settings,
+    /// Guardrail services that judge calls and results (`[[guardrails]]`).
+    pub guardrails: Vec<crate::guardrail::GuardrailConfig>,
 }
 
 impl Default for Config {
@@ -129,6 +131,7 @@ impl Default for Config {
             http: access::HttpConfig::default(),
             access: Vec::new(),
             secrets: ::secrets::Settings::default(),
+            guardrails: Vec::new(),
         }
     }
 }
@@ -341,6 +344,22 @@ impl Config {
                 message,
                 location: None,
             });
+        }
+        for (i, g) in config.guardrails.iter().enumerate() {
+            let problem = g.problem().or_else(|| {
+                config.guardrails[..i]
+                    .iter()
+                    .any(|other| other.name == g.name)
+                    .then(|| format!("another guardrail is named {:?}", g.name))
+            });
+            if let Some(message) = problem {
+                return Err(ConfigError::Invalid {
+                    file: file.to_path_buf(),
+                    key: format!("guardrails[{i}]"),
+                    message,
+                    location: None,
+                });
+            }
         }
         if let Err(e) = ::secrets::Scanner::with(&config.secrets.rules) {
             let index = match &e {
