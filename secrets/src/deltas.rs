@@ -51,27 +51,61 @@ impl Deltas {
     }
 }
 
-/// Where the line of a private key's `BEGIN` starts, when its block does not end before
-/// `cut` (its `END` marker not come yet, or not whole within what would be shown).
+/// Where the line of the first private key's `BEGIN` starts whose block does not end
+/// before `cut` (its `END` marker not come yet, or not whole within what would be shown).
 fn open_key(text: &str, cut: usize) -> Option<usize> {
-    let begin = text.rfind("-----BEGIN")?;
-    let line_end = text[begin..].find('\n').map_or(text.len(), |n| begin + n);
-    if !text[begin..line_end].contains("PRIVATE KEY") {
-        return None;
+    let mut at = 0;
+    while let Some(found) = text[at..].find("-----BEGIN") {
+        let begin = at + found;
+        let line_end = text[begin..].find('\n').map_or(text.len(), |n| begin + n);
+        if !text[begin..line_end].contains("PRIVATE KEY") {
+            at = begin + 1;
+            continue;
+        }
+        let ends = text[begin..].find("-----END").and_then(|e| {
+            let after = begin + e + 8;
+            text[after..].find("-----").map(|d| after + d + 5)
+        });
+        match ends {
+            Some(end) if end <= cut => at = end,
+            _ => return Some(text[..begin].rfind('\n').map_or(0, |n| n + 1)),
+        }
     }
-    let ends = text[begin..].find("-----END").and_then(|e| {
-        let after = begin + e + 8;
-        text[after..].find("-----").map(|d| after + d + 5)
-    });
-    match ends {
-        Some(end) if end <= cut => None,
-        _ => Some(text[..begin].rfind('\n').map_or(0, |n| n + 1)),
-    }
+    None
 }
 
 fn redacted(scanner: &Scanner, text: String) -> (String, Vec<Finding>) {
     match scanner.redact(&text) {
         Some((out, found)) => (out, found),
         None => (text, Vec::new()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the fuzz target: a second `-----BEGIN` on a private key's `BEGIN` line
+    /// (without `PRIVATE KEY` after it) let the block out before its end came.
+    #[test]
+    fn a_key_block_is_held_whole_whatever_follows_its_begin_marker() {
+        let scanner = Scanner::builtin();
+        let key = "-----BEGIN OPENSSH PRIVATE KEY------BEGIN X---b3BlbnNzaC1rZXktdjE\nAAAAABG5vbmUAAAAEbm9uZQ\n-----END OPENSSH PRIVATE KEY-----\n";
+        let (head, tail) = key.split_at(70);
+        let mut deltas = Deltas::default();
+        let mut shown = deltas.push(&scanner, head).0;
+        assert_eq!(shown, "", "nothing of the block before its end");
+        shown.push_str(&deltas.push(&scanner, tail).0);
+        shown.push_str(&deltas.finish(&scanner).0);
+        assert_eq!(shown, "[REDACTED private-key]\n");
+    }
+
+    #[test]
+    fn a_progress_line_ended_by_a_carriage_return_is_shown_at_once() {
+        let scanner = Scanner::builtin();
+        let mut deltas = Deltas::default();
+        assert_eq!(deltas.push(&scanner, "45%\r").0, "45%\r");
+        assert_eq!(deltas.push(&scanner, "50% (no end yet)").0, "");
+        assert_eq!(deltas.finish(&scanner).0, "50% (no end yet)");
     }
 }

@@ -12,7 +12,7 @@ use std::process::Command;
 use crate::steps::{Result, announce, fail, io, root, run};
 
 /// Every fuzz target: the parsers of untrusted input.
-pub const TARGETS: [&str; 11] = [
+pub const TARGETS: [&str; 12] = [
     "worker_frames",
     "workspace_path",
     "mcp_screen",
@@ -24,6 +24,7 @@ pub const TARGETS: [&str; 11] = [
     "oauth_callback",
     "tool_globs",
     "docker_config",
+    "secrets_scan",
 ];
 
 /// The cargo-fuzz the project is fuzzed with.
