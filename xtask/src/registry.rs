@@ -7,9 +7,10 @@ use crate::steps::{Result, announce, cargo, fail, run};
 
 /// The packages of `cargo package`, in the order they depend on each other. `tool-api`
 /// keeps its name (the ABI check compares package names); the others carry `toolhost-`.
-pub const PUBLISHED: [&str; 4] = [
+pub const PUBLISHED: [&str; 5] = [
     "tool-api",
     "toolhost-sandbox",
+    "toolhost-secrets",
     "toolhost-dispatcher-core",
     "toolhost-builtin-tools",
 ];
