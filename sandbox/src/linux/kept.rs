@@ -116,6 +116,9 @@ struct Cache {
     entries: Vec<(Key, Arc<Kept>)>,
 }
 
+/// Why no namespace can be kept in this process, once that was found.
+static CANNOT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 static CACHE: Mutex<Cache> = Mutex::new(Cache {
     mounts: None,
     entries: Vec::new(),
@@ -147,8 +150,19 @@ pub(crate) fn kept<T: Send + Sync + 'static>(
         cache.entries.push(entry);
         return Ok(kept);
     }
+    if let Some(why) = CANNOT.get() {
+        return Err(why.clone());
+    }
     let holds = prepare()?;
-    let kept = Arc::new(made(key.kind, || make(&holds))?.holding(holds));
+    let kept = match made(key.kind, || make(&holds)) {
+        Ok(kept) => Arc::new(kept.holding(holds)),
+        Err(why) => {
+            // What refuses one (setns, unshare) refuses them all: each child makes its
+            // own from now on, without a helper forked per command to find that out.
+            let _ = CANNOT.set(why.clone());
+            return Err(why);
+        }
+    };
     if cache.entries.len() == KEPT {
         cache.entries.remove(0);
     }
