@@ -3,7 +3,7 @@
 //! (after the post-use hooks, before the result is cut for size) and to each call's
 //! arguments before it is authorized.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -13,21 +13,13 @@ use crate::error::ErrorClass;
 use crate::result::ToolResultBlock;
 use secrets::{Action, Deltas, Scanner, Settings};
 
-/// The `[secrets]` settings and the scanner made from them (cheap to clone).
-#[derive(Debug, Clone)]
+/// The `[secrets]` settings and the scanner made from them (cheap to clone). The scanner
+/// is made when it is first needed (compiling the rules takes about 14 ms, which no
+/// start should wait for), and the built-in one is shared by every dispatcher.
+#[derive(Debug, Clone, Default)]
 pub struct Secrets {
     settings: Settings,
-    scanner: Arc<Scanner>,
-}
-
-impl Default for Secrets {
-    /// Results redacted with the built-in rules; arguments not scanned.
-    fn default() -> Self {
-        Secrets {
-            settings: Settings::default(),
-            scanner: Arc::new(Scanner::builtin()),
-        }
-    }
+    scanner: Arc<OnceLock<Arc<Scanner>>>,
 }
 
 /// One secret found: its kind and where (`content[0] line 3`, a JSON pointer into the
@@ -44,10 +36,10 @@ impl Secrets {
     /// `settings` with their rules compiled (the built-in ones and the user's); a rule
     /// that cannot be used is refused, naming it.
     pub fn new(settings: Settings) -> Result<Secrets, secrets::SecretsError> {
-        let scanner = Scanner::with(&settings.rules)?;
+        Scanner::check(&settings.rules)?;
         Ok(Secrets {
             settings,
-            scanner: Arc::new(scanner),
+            scanner: Arc::default(),
         })
     }
 
@@ -56,9 +48,22 @@ impl Secrets {
         &self.settings
     }
 
-    /// The scanner.
+    /// The scanner (made now if it was not yet).
     pub fn scanner(&self) -> &Arc<Scanner> {
-        &self.scanner
+        self.scanner.get_or_init(|| {
+            if self.settings.rules.is_empty() {
+                Scanner::shared()
+            } else {
+                // Checked by `new`: the same rules compile.
+                Scanner::with(&self.settings.rules).map_or_else(
+                    |e| {
+                        tracing::error!("{e}; the built-in rules are used");
+                        Scanner::shared()
+                    },
+                    Arc::new,
+                )
+            }
+        })
     }
 
     /// What happens to `tool`'s results, and the key that says so.
@@ -80,7 +85,7 @@ impl Secrets {
         let mut seen = Vec::new();
         for (i, content) in block.content.iter_mut().enumerate() {
             if let Content::Text { text } = content
-                && let Some((redacted, found)) = self.scanner.redact(text)
+                && let Some((redacted, found)) = self.scanner().redact(text)
             {
                 seen.extend(found.iter().map(|f| SecretSeen {
                     kind: f.kind.to_string(),
@@ -92,7 +97,7 @@ impl Secrets {
         self.in_json(&mut block.metadata, "metadata", &mut seen);
         // What the tool reports it ran goes to the user, the audit log and the trace.
         if let Some(command) = block.record.command_executed.as_mut()
-            && let Some((redacted, found)) = self.scanner.redact(command)
+            && let Some((redacted, found)) = self.scanner().redact(command)
         {
             seen.extend(found.iter().map(|f| SecretSeen {
                 kind: f.kind.to_string(),
@@ -120,7 +125,7 @@ impl Secrets {
         if self.action_for(tool).0 == Action::Off {
             return text;
         }
-        match self.scanner.redact(&text) {
+        match self.scanner().redact(&text) {
             Some((redacted, _)) => redacted,
             None => text,
         }
@@ -138,7 +143,7 @@ impl Secrets {
     fn in_json(&self, value: &mut Value, at: &str, seen: &mut Vec<SecretSeen>) {
         match value {
             Value::String(text) => {
-                if let Some((redacted, found)) = self.scanner.redact(text) {
+                if let Some((redacted, found)) = self.scanner().redact(text) {
                     seen.extend(found.iter().map(|f| SecretSeen {
                         kind: f.kind.to_string(),
                         location: if at.is_empty() { "/".into() } else { at.into() },
@@ -166,7 +171,7 @@ impl Secrets {
     pub(crate) fn live(&self, tool: &str) -> Option<Arc<LiveOutput>> {
         (self.action_for(tool).0 != Action::Off).then(|| {
             Arc::new(LiveOutput {
-                scanner: self.scanner.clone(),
+                scanner: self.scanner().clone(),
                 deltas: Mutex::default(),
             })
         })

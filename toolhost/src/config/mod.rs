@@ -361,7 +361,7 @@ impl Config {
                 });
             }
         }
-        if let Err(e) = ::secrets::Scanner::with(&config.secrets.rules) {
+        if let Err(e) = ::secrets::Scanner::check(&config.secrets.rules) {
             let index = match &e {
                 ::secrets::SecretsError::Rule { id, .. } => {
                     config.secrets.rules.iter().position(|r| &r.id == id)
