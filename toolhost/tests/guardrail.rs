@@ -3,10 +3,12 @@
 //! modified result); one that fails refuses (fail closed) unless set to let through.
 #![cfg(test)]
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
@@ -68,13 +70,9 @@ fn call(config: &str, tool: &str, input: Value) -> Output {
 }
 
 fn run(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_toolhost"))
-        .args(["--config", "toolhost.toml"])
-        .args(args)
-        .current_dir(dir)
-        .env("XDG_CONFIG_HOME", dir.join(".no-user-config"))
-        .env("XDG_CACHE_HOME", dir.join(".cache"))
-        .env("XDG_STATE_HOME", dir.join(".state"))
+    let mut all = vec!["--config", "toolhost.toml"];
+    all.extend(args);
+    common::command(dir, &all)
         .stdin(Stdio::null())
         .output()
         .unwrap()

@@ -5,8 +5,10 @@
 #![cfg(target_os = "linux")]
 #![cfg(test)]
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 const TOKEN: &str = "ghp_Zq8RfT2vLm4NcX7bYp1WsKd9HjGe3Ua6Io0E";
 
@@ -30,14 +32,12 @@ fn mount(dir: &Path, extra: &str) -> Option<()> {
 }
 
 fn call(dir: &Path, tool: &str) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_toolhost"))
-        .args(["--config", "toolhost.toml", "call", tool, "--input", "{}"])
-        .current_dir(dir)
-        .env("XDG_CONFIG_HOME", dir.join(".no-config"))
-        .env("XDG_CACHE_HOME", dir.join(".cache"))
-        .env("XDG_STATE_HOME", dir.join(".state"))
-        .output()
-        .unwrap()
+    common::command(
+        dir,
+        &["--config", "toolhost.toml", "call", tool, "--input", "{}"],
+    )
+    .output()
+    .unwrap()
 }
 
 fn all(o: &Output) -> String {
