@@ -61,10 +61,12 @@ pub(crate) struct Settings {
     pub(crate) spans: Option<Arc<dyn crate::audit::CallSpans>>,
 }
 
-/// The config and the policy in force, replaced together.
+/// The config, the policy and the rules in force, replaced together.
 pub(crate) struct Live {
     pub(crate) config: Arc<DispatcherConfig>,
     pub(crate) policy: Arc<ConfirmationPolicy>,
+    /// Rules over whole calls ([`crate::Dispatcher::set_rules`]), if any.
+    pub(crate) rules: Option<Arc<dyn crate::rules::CallRules>>,
 }
 
 /// A random id for this instance: the keys it shares only with itself, and the ids of
@@ -98,6 +100,7 @@ impl Engine {
         let live = std::sync::RwLock::new(Arc::new(Live {
             config: Arc::new(std::mem::take(&mut settings.config)),
             policy: Arc::new(std::mem::take(&mut settings.policy)),
+            rules: None,
         }));
         Engine {
             store,
@@ -132,13 +135,46 @@ impl Engine {
             .clone()
     }
 
-    /// Puts `config` and `policy` in force together: calls that already read them keep
-    /// theirs.
+    /// The config, policy and rules in force.
+    pub(crate) fn live(&self) -> Arc<Live> {
+        self.live
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The rules in force, if any.
+    pub(crate) fn rules(&self) -> Option<Arc<dyn crate::rules::CallRules>> {
+        self.live
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .rules
+            .clone()
+    }
+
+    /// Puts `config` and `policy` in force together (the rules stay): calls that already
+    /// read them keep theirs.
     pub(crate) fn set_live(&self, config: DispatcherConfig, policy: ConfirmationPolicy) {
-        *self.live.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(Live {
+        let mut live = self.live.write().unwrap_or_else(PoisonError::into_inner);
+        let rules = live.rules.clone();
+        *live = Arc::new(Live {
             config: Arc::new(config),
             policy: Arc::new(policy),
+            rules,
         });
+    }
+
+    /// Puts `rules` in force (`None`: none); the config and policy stay.
+    pub(crate) fn set_rules(&self, rules: Option<Arc<dyn crate::rules::CallRules>>) {
+        let mut live = self.live.write().unwrap_or_else(PoisonError::into_inner);
+        *live = Arc::new(Live {
+            config: live.config.clone(),
+            policy: live.policy.clone(),
+            rules,
+        });
+        drop(live);
+        // Listings may differ now: whoever watches the tools looks again.
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     fn sessions(&self) -> MutexGuard<'_, HashMap<Arc<str>, Arc<SessionState>>> {
@@ -153,6 +189,11 @@ impl Engine {
     /// The open session with this id.
     pub(crate) fn session(&self, id: &str) -> Option<Arc<SessionState>> {
         self.sessions().get(id).cloned()
+    }
+
+    /// The open sessions.
+    pub(crate) fn states(&self) -> Vec<Arc<SessionState>> {
+        self.sessions().values().cloned().collect()
     }
 
     /// The ids of the open sessions, sorted.
@@ -226,7 +267,11 @@ impl Engine {
     /// session sees (at most 50).
     pub(crate) fn not_found_message(&self, name: &str, session: &SessionState) -> String {
         let mut names: Vec<String> = session
-            .listing(&self.registry, &self.settings.capabilities)
+            .listing(
+                &self.registry,
+                &self.settings.capabilities,
+                self.rules().as_deref(),
+            )
             .into_iter()
             .map(|l| l.definition.name)
             .collect();

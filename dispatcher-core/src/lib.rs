@@ -22,6 +22,7 @@ pub mod provider;
 mod redaction;
 mod registry;
 mod result;
+mod rules;
 mod runtime;
 mod schedule;
 pub mod schema;
@@ -62,6 +63,9 @@ pub use redaction::{SecretSeen, Secrets};
 pub use registry::ToolListing;
 pub use result::{
     SideEffectRecord, ToolResultBlock, ToolUse, anthropic_user_message, openai_tool_messages,
+};
+pub use rules::{
+    CallRules, CallerFacts, RequestFacts, RuleCall, RuleCaller, RuleTool, RuleVerdict,
 };
 pub use runtime::{Grant, GrantRequest, RemoteHost, RuntimePolicy, SUPPORTED, check_supported};
 pub use schedule::Batch;
@@ -237,6 +241,15 @@ impl Dispatcher {
         Ok(())
     }
 
+    /// Puts rules over whole calls in force ([`CallRules`]), or takes them away with
+    /// `None`. They narrow what the confirmation policy and access rules decide, from the
+    /// next call on (calls already past their decision keep it), and listings leave out
+    /// the tools they say no call could run: the tools' watchers are told
+    /// ([`Dispatcher::watch_tools`]).
+    pub fn set_rules(&self, rules: Option<Arc<dyn CallRules>>) {
+        self.engine.set_rules(rules);
+    }
+
     /// This instance's random id (in confirmation request ids, events seen by other
     /// instances and audit entries).
     pub fn instance(&self) -> &str {
@@ -367,6 +380,25 @@ impl Dispatcher {
             .refresh(id, &e.registry, &e.config().toolset_separator)
     }
 
+    /// Every tool registered, in the dispatcher and in each open session's own toolsets,
+    /// sorted by name (the first of a name kept), with no session's visibility, capability
+    /// or rules applied: what rules over calls are checked against when they load.
+    pub fn all_definitions(&self) -> Vec<ToolDefinition> {
+        let e = &self.engine;
+        let mut all: Vec<ToolDefinition> = e
+            .registry
+            .all()
+            .iter()
+            .map(|t| t.definition().clone())
+            .collect();
+        for state in e.states() {
+            all.extend(state.tools.all().iter().map(|t| t.definition().clone()));
+        }
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all.dedup_by(|a, b| a.name == b.name);
+        all
+    }
+
     /// The tools a session may see and call, sorted by name: its visibility filter applied,
     /// and tools whose required capability the host did not enable left out.
     pub fn definitions_for_session(&self, session: &Session) -> Vec<ToolDefinition> {
@@ -420,7 +452,11 @@ impl Dispatcher {
     /// Like [`Dispatcher::definitions_for_session`], with each tool's source.
     pub fn listing_for_session(&self, session: &Session) -> Vec<ToolListing> {
         let e = &self.engine;
-        let mut listing = session.state.listing(&e.registry, &e.settings.capabilities);
+        let rules = e.rules();
+        let mut listing =
+            session
+                .state
+                .listing(&e.registry, &e.settings.capabilities, rules.as_deref());
         // A tool whose calls are routed to the remote host runs there.
         if let Some(remote) = &e.settings.remote {
             for l in &mut listing {

@@ -205,6 +205,10 @@ pub struct PolicyDecision {
     /// The rule names this tool (`tool_confirmation.per_tool.NAME`): what the user said
     /// about exactly this tool, which a pre-use hook's allow does not override.
     pub explicit: bool,
+    /// Rules over whole calls decided ([`crate::CallRules`]), with what they say beyond
+    /// `rule` (how to allow a refused call): a prompt they ask for is asked each time (an
+    /// earlier "always allow" of the tool does not answer for these arguments).
+    pub from_rules: Option<std::sync::Arc<str>>,
 }
 
 /// Modes that narrow a session's confirmation policy: a caller's access rule. A mode here
@@ -240,6 +244,7 @@ impl Narrowing {
                 mode,
                 rule: key.into(),
                 explicit: true,
+                from_rules: None,
             },
             _ => decision,
         }
@@ -272,6 +277,7 @@ impl ConfirmationPolicy {
                 mode: *mode,
                 rule: format!("tool_confirmation.per_tool.{tool}").into(),
                 explicit: true,
+                from_rules: None,
             };
         }
         let default = self.default.get(class);
@@ -282,6 +288,7 @@ impl ConfirmationPolicy {
                     rule: format!("tool_confirmation.trusted_workspace_overrides.{class_key}")
                         .into(),
                     explicit: false,
+                    from_rules: None,
                 };
             }
             if default == Mode::Prompt {
@@ -289,6 +296,7 @@ impl ConfirmationPolicy {
                     mode: Mode::Auto,
                     rule: "tool_confirmation.trusted_workspaces".into(),
                     explicit: false,
+                    from_rules: None,
                 };
             }
         }
@@ -305,6 +313,7 @@ impl ConfirmationPolicy {
             mode: default,
             rule: rule.into(),
             explicit: false,
+            from_rules: None,
         }
     }
 }

@@ -42,6 +42,8 @@ pub(crate) struct Registered {
     pub(crate) inline_when_small: bool,
     /// How long its recent calls took off the async threads (recorded where they run).
     pub(crate) run_times: crate::blocking::RunTimes,
+    /// Unique to this registration ([`crate::RuleTool::serial`]).
+    pub(crate) serial: u64,
 }
 
 impl Registered {
@@ -60,6 +62,20 @@ impl Registered {
             .requires_capability
             .as_ref()
             .is_none_or(|c| capabilities.contains(c))
+    }
+
+    /// The tool as rules see it.
+    pub(crate) fn for_rules(&self) -> crate::rules::RuleTool<'_> {
+        crate::rules::RuleTool {
+            name: &self.name,
+            serial: self.serial,
+            definition: &self.published,
+            side_effects: self.side_effects,
+            toolset: self.toolset(),
+            source: self.factory.source(),
+            version: self.factory.version(),
+            pinned: self.factory.pinned(),
+        }
     }
 
     /// The tool as a listing entry.
@@ -247,6 +263,9 @@ pub(crate) fn prepare(factory: Arc<dyn ToolFactory>) -> Result<Registered, Regis
     prepare_as(factory, name, None)
 }
 
+/// The next registration's serial: unique in the process.
+static SERIALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 /// Validates a factory's definition for publication under `published_name`.
 pub(crate) fn prepare_as(
     factory: Arc<dyn ToolFactory>,
@@ -281,6 +300,7 @@ pub(crate) fn prepare_as(
         inline: def.inline,
         inline_when_small: def.inline_when_small,
         run_times: Default::default(),
+        serial: SERIALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         validator,
         factory,
     })

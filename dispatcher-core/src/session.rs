@@ -44,6 +44,8 @@ pub struct SessionSpec {
     pub principal: String,
     /// Modes that narrow the policy for this session's caller ([`Narrowing`]).
     pub narrowing: Option<Narrowing>,
+    /// The caller's groups and claims, as rules over calls see them ([`crate::CallRules`]).
+    pub caller: crate::rules::CallerFacts,
     /// Whether it sees the tools of every shared toolset, also one registered after it
     /// opened (a server's sessions while its config is reloaded); `false` (the default):
     /// those of [`SessionSpec::toolsets`] only.
@@ -63,8 +65,15 @@ impl SessionSpec {
             shared: false,
             principal: "local".into(),
             narrowing: None,
+            caller: crate::rules::CallerFacts::default(),
             every_shared_toolset: false,
         }
+    }
+
+    /// The caller's groups and claims ([`SessionSpec::caller`]).
+    pub fn caller(mut self, facts: crate::rules::CallerFacts) -> Self {
+        self.caller = facts;
+        self
     }
 
     /// Sees the tools of every shared toolset, also those registered later
@@ -251,6 +260,8 @@ pub(crate) struct SessionState {
     pub(crate) id: Arc<str>,
     /// Who it acts for ([`SessionSpec::principal`]).
     pub(crate) principal: Arc<str>,
+    /// Its caller's groups and claims ([`SessionSpec::caller`]).
+    caller: crate::rules::CallerFacts,
     pub(crate) workspace: Arc<Workspace>,
     /// Which tools it sees and what narrows its policy: replaced whole by
     /// [`Session::set_access`] (its caller's access rules reloaded).
@@ -329,6 +340,7 @@ impl SessionState {
         SessionState {
             id,
             principal: spec.principal.as_str().into(),
+            caller: spec.caller.clone(),
             workspace,
             access: std::sync::RwLock::new(Arc::new(Access {
                 visibility: spec.visibility.clone(),
@@ -402,6 +414,14 @@ impl SessionState {
             .clone()
     }
 
+    /// Its caller, as rules over calls see it.
+    pub(crate) fn caller(&self) -> crate::rules::RuleCaller<'_> {
+        crate::rules::RuleCaller {
+            principal: &self.principal,
+            facts: &self.caller,
+        }
+    }
+
     /// Whether the session sees `tool`: its toolset is enabled, the visibility filter lets
     /// it through, and its required capability (if any) is enabled.
     pub(crate) fn sees(&self, tool: &Registered, capabilities: &HashSet<String>) -> bool {
@@ -432,17 +452,21 @@ impl SessionState {
     }
 
     /// Every tool the session sees, sorted by name.
+    /// A tool no call of its caller could run under `rules` is left out.
     pub(crate) fn listing(
         &self,
         global: &Registry,
         capabilities: &HashSet<String>,
+        rules: Option<&dyn crate::rules::CallRules>,
     ) -> Vec<ToolListing> {
+        let caller = self.caller();
         let mut out: Vec<ToolListing> = self
             .tools
             .all()
             .iter()
             .chain(global.all().iter())
             .filter(|t| self.sees(t, capabilities))
+            .filter(|t| rules.is_none_or(|r| r.lists(&caller, &t.for_rules())))
             .map(|t| t.listing())
             .collect();
         out.sort_by(|a, b| a.definition.name.cmp(&b.definition.name));

@@ -154,6 +154,16 @@ pub trait ToolFactory: Send + Sync {
     fn placement(&self) -> crate::sandbox::Placement {
         crate::sandbox::Placement::InProcess
     }
+    /// The version of the plugin or server it comes from, when known (rules over calls
+    /// may name it). Default: `None`.
+    fn version(&self) -> Option<&str> {
+        None
+    }
+    /// Whether its definition is held to a pinned digest (a mounted server's, with pins
+    /// on): rules over calls may require it. Default: `false`.
+    fn pinned(&self) -> bool {
+        false
+    }
     /// Whether its input schema is published as its author gave it, even outside the
     /// subset ([`crate::schema`]): a tool a gateway passes on to clients that take any
     /// JSON Schema (a mounted MCP server's, when its entry says so). Inputs are still

@@ -34,14 +34,19 @@ impl Invocation {
     ) -> Result<(Value, DecidedBy), ToolResultBlock> {
         let engine = self.engine.clone();
         let state = self.session.state.clone();
+        let from_rules = decision.from_rules.clone();
         let policy_denied = |call: &Self, rule: &str| {
             call.audit_decided("deny", || DecidedBy::Policy {
                 rule: rule.to_string().into(),
             });
-            let message = format!(
-                "Tool '{}' is denied by policy ({rule} = \"deny\"); change that setting to allow it.",
-                tool.name
-            );
+            let message = if let Some(advice) = &from_rules {
+                format!("Tool '{}' was refused by {rule}: {advice}.", tool.name)
+            } else {
+                format!(
+                    "Tool '{}' is denied by policy ({rule} = \"deny\"); change that setting to allow it.",
+                    tool.name
+                )
+            };
             call.fail(ErrorClass::UserDenied, message)
         };
         if decision.mode == Mode::Deny {
@@ -147,6 +152,7 @@ impl Invocation {
             Mode::Deny => Err(policy_denied(self, &decision.rule)),
             Mode::Prompt
                 if !hook_asked
+                    && from_rules.is_none()
                     && !engine
                         .settings
                         .confirmers

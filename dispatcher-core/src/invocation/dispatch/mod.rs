@@ -175,9 +175,14 @@ impl Invocation {
 
         // 3. Workspace scoping of path arguments (a path a small read will use at once may
         // stay open for it: the policy decision, needed again in step 4, tells).
-        let decision = self.policy_decision(&tool);
-        let keep_open = self.may_keep_open(&tool, &decision);
+        let (decision, rules) = self.policy_decision(&tool);
+        let keep_open = rules.is_none() && self.may_keep_open(&tool, &decision);
         let opened = self.scope(&tool, &input, keep_open)?;
+        // 3a. Rules over the whole call, which see the arguments as scoped.
+        let decision = match rules {
+            Some(rules) => self.ruled(&tool, &input, &*rules, decision),
+            None => decision,
+        };
         if self.is_cancelled() {
             return Err(self.not_started());
         }
@@ -389,21 +394,56 @@ impl Invocation {
             && decision.mode == Mode::Auto
     }
 
-    /// What the confirmation policy (the session's, else the dispatcher's) says of the tool.
-    fn policy_decision(&self, tool: &Registered) -> PolicyDecision {
+    /// What the confirmation policy (the session's, else the dispatcher's) says of the
+    /// tool, narrowed by its caller's access rule; and the rules over whole calls, if any.
+    fn policy_decision(
+        &self,
+        tool: &Registered,
+    ) -> (PolicyDecision, Option<Arc<dyn crate::rules::CallRules>>) {
         let state = &self.session.state;
-        let in_force;
-        let policy = match state.policy.as_ref() {
-            Some(own) => own,
-            None => {
-                in_force = self.engine.policy();
-                &*in_force
-            }
-        };
+        let live = self.engine.live();
+        let policy = state.policy.as_ref().unwrap_or(&live.policy);
         let decision = policy.decide(&tool.name, tool.side_effects, state.workspace.root());
-        match &state.access().narrowing {
+        let decision = match &state.access().narrowing {
             Some(narrowing) => narrowing.narrow(decision, &tool.name, tool.side_effects),
             None => decision,
+        };
+        (decision, live.rules.clone())
+    }
+
+    /// Step 3a: `decision` narrowed by the rules' verdict on the call. The verdict names
+    /// the decision when it is as strict or stricter.
+    fn ruled(
+        &self,
+        tool: &Registered,
+        input: &Value,
+        rules: &dyn crate::rules::CallRules,
+        decision: PolicyDecision,
+    ) -> PolicyDecision {
+        if decision.mode == Mode::Deny {
+            return decision;
+        }
+        let state = &self.session.state;
+        let scoped =
+            crate::rules::scoped_arguments(&tool.definition().path_params, input, |path| {
+                let rel = state.workspace.resolve(path).ok()?;
+                Some(rel.to_string_lossy().into_owned())
+            });
+        let call = crate::rules::RuleCall {
+            caller: state.caller(),
+            tool: tool.for_rules(),
+            arguments: scoped.as_ref().unwrap_or(input),
+            request: self.header.extensions.get::<crate::rules::RequestFacts>(),
+        };
+        let verdict = rules.decide(&call);
+        if verdict.mode < decision.mode {
+            return decision;
+        }
+        PolicyDecision {
+            mode: verdict.mode,
+            rule: verdict.rule.to_string().into(),
+            explicit: true,
+            from_rules: Some(verdict.advice),
         }
     }
 

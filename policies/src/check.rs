@@ -1,0 +1,207 @@
+//! Policies checked against one tool: the Cedar schema made from its input schema, the
+//! validator's verdict on every policy that can apply to it, and the policy sets its calls
+//! are decided by.
+
+use std::sync::Arc;
+
+use cedar_policy::{Effect, Policy, PolicyId, PolicySet, Schema, ValidationMode, Validator};
+use serde_json::{Value, json};
+
+use crate::error::Problem;
+use crate::load::{Loaded, offset_of};
+use crate::shape::{Record, Shape};
+
+/// What a policy sees of a tool (`resource`): its attributes, always present.
+pub(crate) const TOOL_ATTRIBUTES: [(&str, &str); 6] = [
+    ("name", "String"),
+    ("toolset", "String"),
+    ("source", "String"),
+    ("side_effect", "String"),
+    ("version", "String"),
+    ("pinned", "Boolean"),
+];
+
+/// What a policy sees of the request (`context.request`) besides the time.
+pub(crate) const REQUEST_ATTRIBUTES: [(&str, &str); 5] = [
+    ("era", "String"),
+    ("transport", "String"),
+    ("hour", "Long"),
+    ("minute", "Long"),
+    ("weekday", "Long"),
+];
+
+/// The policies in force for one tool.
+pub(crate) struct Sets {
+    /// Every permit and every forbid that refuses, among those that can apply.
+    pub(crate) hard: PolicySet,
+    /// The `@ask` forbids that can apply, with a permit of everything: `None` without any.
+    pub(crate) ask: Option<PolicySet>,
+    /// The tool's arguments as policies see them.
+    pub(crate) arguments: Record,
+}
+
+/// A policy that does not fit a tool: the tool's calls are refused until it does.
+#[derive(Debug, Clone)]
+pub(crate) struct Unfit {
+    pub(crate) label: Arc<str>,
+    pub(crate) problem: Problem,
+}
+
+/// The id of the permit that lets the `@ask` set's other calls through.
+pub(crate) const ASK_BASE: &str = "toolhost: everything else runs";
+
+/// The Cedar schema for a tool `name` whose arguments are `arguments`; `actions` are the
+/// other tools the checked policies name, given the same context (only `name`'s calls are
+/// decided with it).
+fn schema(arguments: &Record, actions: &[&str]) -> Value {
+    let tool: serde_json::Map<String, Value> = TOOL_ATTRIBUTES
+        .iter()
+        .map(|(n, t)| (n.to_string(), json!({"type": t})))
+        .collect();
+    let mut request: serde_json::Map<String, Value> = REQUEST_ATTRIBUTES
+        .iter()
+        .map(|(n, t)| (n.to_string(), json!({"type": t})))
+        .collect();
+    request.insert(
+        "time".into(),
+        json!({"type": "Extension", "name": "datetime"}),
+    );
+    let context = json!({
+        "type": "Record",
+        "attributes": {
+            "arguments": Shape::Record(arguments.clone()).cedar(),
+            "request": {"type": "Record", "attributes": request},
+        }
+    });
+    let applies = json!({
+        "appliesTo": {
+            "principalTypes": ["Caller"],
+            "resourceTypes": ["Tool"],
+            "context": context,
+        }
+    });
+    let actions: serde_json::Map<String, Value> = actions
+        .iter()
+        .map(|a| (a.to_string(), applies.clone()))
+        .collect();
+    json!({"": {
+        "entityTypes": {
+            "Group": {},
+            "Caller": {
+                "memberOfTypes": ["Group"],
+                "shape": {"type": "Record", "attributes": {
+                    "name": {"type": "String"},
+                    "groups": {"type": "Set", "element": {"type": "String"}},
+                }},
+                "tags": {"type": "String"},
+            },
+            "Tool": {"shape": {"type": "Record", "attributes": tool}},
+        },
+        "actions": actions,
+    }})
+}
+
+/// The policies of `loaded` checked against the tool `name` with `input_schema`: the sets
+/// its calls are decided by, or every problem of the policies that can apply to it.
+pub(crate) fn check(loaded: &Loaded, name: &str, input_schema: &Value) -> Result<Sets, Vec<Unfit>> {
+    let arguments = crate::shape::arguments(input_schema);
+    let mut actions = vec![name];
+    let mut hard = PolicySet::new();
+    let mut asks: Vec<&Policy> = Vec::new();
+    let mut all = PolicySet::new();
+    for (policy, info) in loaded.policies.iter() {
+        if !info.scope.applies_to(name) {
+            continue;
+        }
+        if let crate::load::Scope::Tools(tools) = &info.scope {
+            actions.extend(tools.iter().map(String::as_str).filter(|t| *t != name));
+        }
+        // Ids are unique across the files: adding cannot clash.
+        let _ = all.add(policy.clone());
+        if info.asks {
+            asks.push(policy);
+        } else {
+            let _ = hard.add(policy.clone());
+        }
+    }
+    actions.sort_unstable();
+    actions.dedup();
+    let unfit = validate(loaded, &all, &arguments, &actions);
+    if !unfit.is_empty() {
+        return Err(unfit);
+    }
+    let ask = (!asks.is_empty()).then(|| {
+        let mut set = PolicySet::new();
+        for policy in asks {
+            let _ = set.add(policy.clone());
+        }
+        if let Ok(base) = Policy::parse(
+            Some(PolicyId::new(ASK_BASE)),
+            "permit(principal, action, resource);",
+        ) {
+            let _ = set.add(base);
+        }
+        set
+    });
+    Ok(Sets {
+        hard,
+        ask,
+        arguments,
+    })
+}
+
+/// Cedar's validator on `set` for the tool's schema: a problem per error, at its place.
+fn validate(loaded: &Loaded, set: &PolicySet, arguments: &Record, actions: &[&str]) -> Vec<Unfit> {
+    if set.is_empty() {
+        return Vec::new();
+    }
+    let schema = match Schema::from_json_value(schema(arguments, actions)) {
+        Ok(schema) => schema,
+        Err(e) => {
+            // The schema is made here from types Cedar has: a failure is this crate's.
+            tracing::error!(error = %e, "the policy schema made for a tool was refused");
+            return Vec::new();
+        }
+    };
+    let result = Validator::new(schema).validate(set, ValidationMode::Strict);
+    result
+        .validation_errors()
+        .filter_map(|error| {
+            let (_, info) = loaded.get(error.policy_id())?;
+            let file = &loaded.files[info.file];
+            let policy = Some(error.policy_id().to_string()).filter(|id| !id.contains(':'));
+            let mut problem = Problem::at(file, offset_of(error), error, policy);
+            if problem.help.is_none() && problem.message.contains("attribute") {
+                problem.help = Some(known(arguments));
+            }
+            Some(Unfit {
+                label: info.label.clone(),
+                problem,
+            })
+        })
+        .collect()
+}
+
+/// What a tool's arguments are, for an error about one that is not.
+fn known(arguments: &Record) -> String {
+    let names = arguments.names();
+    let mut help = if names.is_empty() {
+        "the tool's arguments have no attributes policies can read".to_string()
+    } else {
+        format!("context.arguments has: {}", names.join(", "))
+    };
+    for (name, why) in &arguments.hidden {
+        help.push_str(&format!("; `{name}` is not readable by policies: {why}"));
+    }
+    help.push_str(&format!(
+        "; resource has: {}; context.request has: {}, time",
+        TOOL_ATTRIBUTES.map(|(n, _)| n).join(", "),
+        REQUEST_ATTRIBUTES.map(|(n, _)| n).join(", ")
+    ));
+    help
+}
+
+/// Whether a policy is a permit.
+pub(crate) fn permits(effect: Effect) -> bool {
+    effect == Effect::Permit
+}

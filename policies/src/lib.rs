@@ -1,0 +1,11 @@
+#![doc = include_str!("../README.md")]
+
+mod check;
+mod decide;
+mod error;
+mod load;
+mod shape;
+
+pub use decide::{KnownTool, Options, Policies};
+pub use error::{PolicyError, Problem};
+pub use load::Source;

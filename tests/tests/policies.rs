@@ -1,0 +1,604 @@
+//! Policies as code: Cedar policies over who calls, which tool and what its arguments say
+//! decide run, ask or refuse through the whole pipeline, only ever narrowing the tables;
+//! policies that do not fit the tools' schemas are refused at load with file and line, and
+//! a tool that changes under a policy that no longer fits has its calls refused.
+#![cfg(test)]
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{Scripted, allow_all, builtins};
+use dispatcher_core::{
+    CallerFacts, Decision, Dispatcher, RequestFacts, Session, SessionSpec, ToolDefinition, ToolUse,
+};
+use policies::{KnownTool, Options, Policies, PolicyError, Source};
+use serde_json::{Value, json};
+use tool_api::{SideEffect, Tool, ToolContext, ToolError, ToolFactory, ToolOutput};
+
+/// A tool that answers `ran`, with the definition it is given.
+struct Stand(ToolDefinition);
+
+struct Ran;
+
+impl Tool for Ran {
+    fn execute(&self, _input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::text("ran"))
+    }
+}
+
+impl ToolFactory for Stand {
+    fn definition(&self) -> &ToolDefinition {
+        &self.0
+    }
+    fn create(&self) -> Result<Box<dyn Tool>, ToolError> {
+        Ok(Box::new(Ran))
+    }
+    fn source(&self) -> &str {
+        "plugin:stand"
+    }
+    fn version(&self) -> Option<&str> {
+        Some("2.1.0")
+    }
+    fn pinned(&self) -> bool {
+        self.0.name.starts_with("github__")
+    }
+}
+
+fn tickets_update() -> ToolDefinition {
+    ToolDefinition::new(
+        "tickets__update",
+        "Updates a ticket.",
+        SideEffect::Write,
+        json!({
+            "type": "object",
+            "properties": {
+                "ticket": {
+                    "type": "object",
+                    "properties": {
+                        "project": {"type": "string"},
+                        "id": {"type": "integer"},
+                        "labels": {"type": "array", "items": {"type": "string"}}
+                    },
+                    "required": ["project", "id"]
+                },
+                "status": {"enum": ["open", "closed"]},
+                "priority": {"type": "number"},
+                "assignees": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {"name": {"type": "string"}, "team": {"type": "string"}},
+                        "required": ["name", "team"]
+                    }
+                },
+                "note": {"type": "string"},
+                "extra": {"type": ["string", "integer"]}
+            },
+            "required": ["ticket", "status"]
+        }),
+    )
+}
+
+fn delete_repo() -> ToolDefinition {
+    ToolDefinition::new(
+        "github__delete_repo",
+        "Deletes a repository.",
+        SideEffect::Network,
+        json!({
+            "type": "object",
+            "properties": {"repo": {"type": "string"}},
+            "required": ["repo"]
+        }),
+    )
+}
+
+/// A dispatcher with the built-in tools and the two above, every class `auto` in the
+/// tables (policies alone decide), and a confirmer that answers every question "deny" (an
+/// asked call ends "User denied").
+fn dispatcher() -> Dispatcher {
+    let d = Dispatcher::builder()
+        .policy(allow_all())
+        .confirmer(Arc::new(Scripted(Decision::Deny)))
+        .build();
+    builtins(&d);
+    d.register(Arc::new(Stand(tickets_update()))).unwrap();
+    d.register(Arc::new(Stand(delete_repo()))).unwrap();
+    d
+}
+
+/// Loads `text` as one policy file (`main.cedar`) against the dispatcher's tools.
+fn load(d: &Dispatcher, dir: &std::path::Path, text: &str) -> Result<Policies, PolicyError> {
+    let file = dir.join("main.cedar");
+    std::fs::write(&file, text).unwrap();
+    let listing = d.all_definitions();
+    let tools: Vec<KnownTool<'_>> = listing
+        .iter()
+        .map(|t| KnownTool {
+            name: &t.name,
+            input_schema: &t.input_schema,
+        })
+        .collect();
+    let source = Source {
+        path: file,
+        name: "main.cedar".into(),
+    };
+    Policies::load(&[source], Options::default(), &tools)
+}
+
+/// Who calls.
+#[derive(Clone, Copy)]
+struct Caller {
+    principal: &'static str,
+    groups: &'static [&'static str],
+    claims: &'static [(&'static str, &'static str)],
+}
+
+const ALICE: Caller = Caller {
+    principal: "alice",
+    groups: &["support"],
+    claims: &[("department", "support"), ("level", "3")],
+};
+const BOB: Caller = Caller {
+    principal: "bob",
+    groups: &["dev"],
+    claims: &[],
+};
+
+fn session(d: &Dispatcher, dir: &std::path::Path, caller: Caller) -> Session {
+    let facts = CallerFacts {
+        groups: caller.groups.iter().map(|g| g.to_string()).collect(),
+        claims: caller
+            .claims
+            .iter()
+            .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
+            .collect(),
+    };
+    d.open_session(
+        SessionSpec::new(format!("s-{}", caller.principal), dir)
+            .principal(caller.principal)
+            .caller(facts),
+    )
+    .unwrap()
+}
+
+/// What became of a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Outcome {
+    Run,
+    Ask,
+    /// Refused, the message naming this.
+    Refuse(&'static str),
+}
+
+async fn call(d: &Dispatcher, session: &Session, tool: &str, args: Value) -> (Outcome, String) {
+    let mut invocation = d.invocation(ToolUse::new("tu", tool, args), session);
+    invocation.extend(RequestFacts {
+        era: "2025",
+        transport: "http",
+    });
+    let block = invocation.run().await;
+    let text = block.text();
+    let outcome = if !block.is_error() {
+        Outcome::Run
+    } else if text.contains("User denied") {
+        Outcome::Ask
+    } else {
+        Outcome::Refuse("")
+    };
+    (outcome, text)
+}
+
+/// A base that lets everything else run.
+const BASE: &str = "permit(principal, action, resource);\n";
+
+/// (what the row shows, policies, caller, tool, arguments, outcome).
+type Row = (
+    &'static str,
+    &'static str,
+    Caller,
+    &'static str,
+    fn() -> Value,
+    Outcome,
+);
+
+fn rows() -> Vec<Row> {
+    use Outcome::*;
+    vec![
+        // Nothing permits: Cedar's default.
+        (
+            "no permit refuses",
+            "",
+            ALICE,
+            "read_file",
+            || json!({"path": "a"}),
+            Refuse("no permit policy matches"),
+        ),
+        (
+            "a base permit runs",
+            BASE,
+            ALICE,
+            "read_file",
+            || json!({"path": "a"}),
+            Run,
+        ),
+        // The caller.
+        (
+            "principal ==",
+            r#"permit(principal == Caller::"alice", action, resource);"#,
+            ALICE,
+            "read_file",
+            || json!({"path": "a"}),
+            Run,
+        ),
+        (
+            "principal == other",
+            r#"permit(principal == Caller::"alice", action, resource);"#,
+            BOB,
+            "read_file",
+            || json!({"path": "a"}),
+            Refuse("no permit"),
+        ),
+        (
+            "principal in group",
+            r#"permit(principal in Group::"support", action, resource);"#,
+            ALICE,
+            "read_file",
+            || json!({"path": "a"}),
+            Run,
+        ),
+        (
+            "not in group",
+            r#"permit(principal in Group::"support", action, resource);"#,
+            BOB,
+            "read_file",
+            || json!({"path": "a"}),
+            Refuse("no permit"),
+        ),
+        (
+            "groups attribute",
+            r#"permit(principal, action, resource) when { principal.groups.contains("dev") };"#,
+            BOB,
+            "read_file",
+            || json!({"path": "a"}),
+            Run,
+        ),
+        (
+            "claim tag",
+            r#"permit(principal, action, resource) when { principal.hasTag("department") && principal.getTag("department") == "support" };"#,
+            ALICE,
+            "read_file",
+            || json!({"path": "a"}),
+            Run,
+        ),
+        (
+            "missing claim tag",
+            r#"permit(principal, action, resource) when { principal.hasTag("department") && principal.getTag("department") == "support" };"#,
+            BOB,
+            "read_file",
+            || json!({"path": "a"}),
+            Refuse("no permit"),
+        ),
+        (
+            "name attribute",
+            r#"permit(principal, action, resource) when { principal.name == "bob" };"#,
+            BOB,
+            "read_file",
+            || json!({"path": "a"}),
+            Run,
+        ),
+        // The tool.
+        (
+            "action ==",
+            r#"permit(principal, action == Action::"read_file", resource);"#,
+            BOB,
+            "read_file",
+            || json!({"path": "a"}),
+            Run,
+        ),
+        (
+            "action == other",
+            r#"permit(principal, action == Action::"read_file", resource);"#,
+            BOB,
+            "write_file",
+            || json!({"path": "a", "content": ""}),
+            Refuse("no permit"),
+        ),
+        (
+            "action in list",
+            r#"permit(principal, action in [Action::"read_file", Action::"list_dir"], resource);"#,
+            BOB,
+            "read_file",
+            || json!({"path": "a"}),
+            Run,
+        ),
+        (
+            "side effect",
+            r#"permit(principal, action, resource); forbid(principal, action, resource) when { resource.side_effect == "network" };"#,
+            BOB,
+            "github__delete_repo",
+            || json!({"repo": "x"}),
+            Refuse("forbids this call"),
+        ),
+        (
+            "side effect other",
+            r#"permit(principal, action, resource); forbid(principal, action, resource) when { resource.side_effect == "network" };"#,
+            BOB,
+            "read_file",
+            || json!({"path": "a"}),
+            Run,
+        ),
+        (
+            "source",
+            r#"permit(principal, action, resource) when { resource.source == "builtin" };"#,
+            BOB,
+            "tickets__update",
+            || json!({"ticket": {"project": "SUP", "id": 1}, "status": "open"}),
+            Refuse("no permit"),
+        ),
+        (
+            "version",
+            r#"permit(principal, action, resource) when { resource.version == "2.1.0" };"#,
+            BOB,
+            "tickets__update",
+            || json!({"ticket": {"project": "SUP", "id": 1}, "status": "open"}),
+            Run,
+        ),
+        (
+            "pinned",
+            r#"permit(principal, action, resource) when { resource.pinned };"#,
+            BOB,
+            "github__delete_repo",
+            || json!({"repo": "x"}),
+            Run,
+        ),
+        (
+            "not pinned",
+            r#"permit(principal, action, resource) when { resource.pinned };"#,
+            BOB,
+            "tickets__update",
+            || json!({"ticket": {"project": "SUP", "id": 1}, "status": "open"}),
+            Refuse("no permit"),
+        ),
+        (
+            "resource name",
+            r#"permit(principal, action, resource) when { resource.name like "tickets__*" };"#,
+            BOB,
+            "tickets__update",
+            || json!({"ticket": {"project": "SUP", "id": 1}, "status": "open"}),
+            Run,
+        ),
+        // Arguments, nested objects and arrays.
+        (
+            "nested attribute",
+            r#"permit(principal in Group::"support", action == Action::"tickets__update", resource) when { context.arguments.ticket.project == "SUP" };"#,
+            ALICE,
+            "tickets__update",
+            || json!({"ticket": {"project": "SUP", "id": 7}, "status": "open"}),
+            Run,
+        ),
+        (
+            "nested attribute other",
+            r#"permit(principal in Group::"support", action == Action::"tickets__update", resource) when { context.arguments.ticket.project == "SUP" };"#,
+            ALICE,
+            "tickets__update",
+            || json!({"ticket": {"project": "OPS", "id": 7}, "status": "open"}),
+            Refuse("no permit"),
+        ),
+        (
+            "integer",
+            r#"permit(principal, action == Action::"tickets__update", resource) when { context.arguments.ticket.id > 100 };"#,
+            BOB,
+            "tickets__update",
+            || json!({"ticket": {"project": "SUP", "id": 7}, "status": "open"}),
+            Refuse("no permit"),
+        ),
+        (
+            "number as decimal",
+            r#"permit(principal, action == Action::"tickets__update", resource) when { context.arguments has priority && context.arguments.priority.lessThan(decimal("2.5")) };"#,
+            BOB,
+            "tickets__update",
+            || json!({"ticket": {"project": "SUP", "id": 7}, "status": "open", "priority": 1.5}),
+            Run,
+        ),
+        (
+            "array of strings",
+            r#"permit(principal, action == Action::"tickets__update", resource) when { context.arguments.ticket has labels && context.arguments.ticket.labels.contains("urgent") };"#,
+            BOB,
+            "tickets__update",
+            || json!({"ticket": {"project": "SUP", "id": 7, "labels": ["urgent", "bug"]}, "status": "open"}),
+            Run,
+        ),
+        (
+            "array of records",
+            r#"permit(principal, action == Action::"tickets__update", resource) when { context.arguments has assignees && context.arguments.assignees.contains({name: "carol", team: "sre"}) };"#,
+            BOB,
+            "tickets__update",
+            || json!({"ticket": {"project": "SUP", "id": 7}, "status": "open", "assignees": [{"name": "carol", "team": "sre"}]}),
+            Run,
+        ),
+        (
+            "enum",
+            r#"permit(principal, action, resource); forbid(principal, action == Action::"tickets__update", resource) when { context.arguments.status == "closed" };"#,
+            BOB,
+            "tickets__update",
+            || json!({"ticket": {"project": "SUP", "id": 7}, "status": "closed"}),
+            Refuse("forbids this call"),
+        ),
+        (
+            "missing optional, guarded",
+            r#"permit(principal, action == Action::"tickets__update", resource) unless { context.arguments has note && context.arguments.note like "*secret*" };"#,
+            BOB,
+            "tickets__update",
+            || json!({"ticket": {"project": "SUP", "id": 7}, "status": "open"}),
+            Run,
+        ),
+        (
+            "present optional, guarded",
+            r#"permit(principal, action == Action::"tickets__update", resource) unless { context.arguments has note && context.arguments.note like "*secret*" };"#,
+            BOB,
+            "tickets__update",
+            || json!({"ticket": {"project": "SUP", "id": 7}, "status": "open", "note": "a secret"}),
+            Refuse("no permit"),
+        ),
+        // Paths, as the workspace resolves them.
+        (
+            "path under deploy asks",
+            "permit(principal, action, resource);\n@ask\nforbid(principal, action == Action::\"write_file\", resource) when { context.arguments.path like \"deploy/*\" };",
+            BOB,
+            "write_file",
+            || json!({"path": "deploy/app.yaml", "content": "x"}),
+            Ask,
+        ),
+        (
+            "path elsewhere runs",
+            "permit(principal, action, resource);\n@ask\nforbid(principal, action == Action::\"write_file\", resource) when { context.arguments.path like \"deploy/*\" };",
+            BOB,
+            "write_file",
+            || json!({"path": "src/app.yaml", "content": "x"}),
+            Run,
+        ),
+        (
+            "dot-dot is taken out",
+            "permit(principal, action, resource);\n@ask\nforbid(principal, action == Action::\"write_file\", resource) when { context.arguments.path like \"deploy/*\" };",
+            BOB,
+            "write_file",
+            || json!({"path": "src/../deploy/app.yaml", "content": "x"}),
+            Ask,
+        ),
+        (
+            "deploy/.. is not deploy",
+            "permit(principal, action, resource);\n@ask\nforbid(principal, action == Action::\"write_file\", resource) when { context.arguments.path like \"deploy/*\" };",
+            BOB,
+            "write_file",
+            || json!({"path": "deploy/../notes.md", "content": "x"}),
+            Run,
+        ),
+        (
+            "dot segments",
+            "permit(principal, action, resource);\nforbid(principal, action == Action::\"read_file\", resource) when { context.arguments.path == \"secrets/key\" };",
+            BOB,
+            "read_file",
+            || json!({"path": "./secrets/./key"}),
+            Refuse("forbids this call"),
+        ),
+        // The command line.
+        (
+            "shell curl refused",
+            "permit(principal, action, resource);\nforbid(principal, action == Action::\"shell\", resource) when { context.arguments.command like \"*curl*\" };",
+            BOB,
+            "shell",
+            || json!({"command": "curl https://example.com"}),
+            Refuse("forbids this call"),
+        ),
+        (
+            "shell cargo runs",
+            "permit(principal, action, resource);\nforbid(principal, action == Action::\"shell\", resource) when { context.arguments.command like \"*curl*\" };",
+            BOB,
+            "shell",
+            || json!({"command": "true"}),
+            Run,
+        ),
+        // The request.
+        (
+            "era",
+            r#"permit(principal, action, resource) when { context.request.era == "2025" && context.request.transport == "http" };"#,
+            BOB,
+            "read_file",
+            || json!({"path": "a"}),
+            Run,
+        ),
+        (
+            "era other",
+            r#"permit(principal, action, resource) when { context.request.era == "2026" };"#,
+            BOB,
+            "read_file",
+            || json!({"path": "a"}),
+            Refuse("no permit"),
+        ),
+        (
+            "time",
+            r#"permit(principal, action, resource) when { context.request.time > datetime("2020-01-01") && context.request.weekday >= 1 && context.request.weekday <= 7 };"#,
+            BOB,
+            "read_file",
+            || json!({"path": "a"}),
+            Run,
+        ),
+        (
+            "time before",
+            r#"permit(principal, action, resource) when { context.request.time < datetime("2020-01-01") };"#,
+            BOB,
+            "read_file",
+            || json!({"path": "a"}),
+            Refuse("no permit"),
+        ),
+        // Only narrowing, and the ask/refuse order.
+        (
+            "forbid beats permit",
+            "permit(principal, action, resource);\nforbid(principal, action == Action::\"read_file\", resource);",
+            BOB,
+            "read_file",
+            || json!({"path": "a"}),
+            Refuse("forbids this call"),
+        ),
+        (
+            "forbid beats ask",
+            "permit(principal, action, resource);\n@ask\nforbid(principal, action, resource);\nforbid(principal, action == Action::\"read_file\", resource);",
+            BOB,
+            "read_file",
+            || json!({"path": "a"}),
+            Refuse("forbids this call"),
+        ),
+        (
+            "ask with an id",
+            "permit(principal, action, resource);\n@id(\"ask-all\")\n@ask(\"every call is asked\")\nforbid(principal, action, resource);",
+            BOB,
+            "read_file",
+            || json!({"path": "a"}),
+            Ask,
+        ),
+        (
+            "a failing policy refuses",
+            r#"permit(principal, action, resource); forbid(principal, action == Action::"tickets__update", resource) when { context.arguments.ticket.id + 9223372036854775807 > 0 };"#,
+            BOB,
+            "tickets__update",
+            || json!({"ticket": {"project": "SUP", "id": 7}, "status": "open"}),
+            Refuse("could not be evaluated"),
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn the_table_of_policies_calls_and_outcomes_holds() {
+    let d = dispatcher();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("deploy")).unwrap();
+    std::fs::create_dir_all(dir.path().join("secrets")).unwrap();
+    std::fs::write(dir.path().join("a"), "a").unwrap();
+    let rows = rows();
+    assert!(rows.len() >= 40, "{} rows", rows.len());
+    let mut failed = Vec::new();
+    for (what, text, caller, tool, args, expected) in rows {
+        let policies = match load(&d, dir.path(), text) {
+            Ok(p) => p,
+            Err(e) => {
+                failed.push(format!("{what}: did not load: {e}"));
+                continue;
+            }
+        };
+        d.set_rules(Some(Arc::new(policies)));
+        let session = session(&d, dir.path(), caller);
+        let (outcome, text) = call(&d, &session, tool, args()).await;
+        d.close_session(session.id()).await;
+        let ok = match (&expected, &outcome) {
+            (Outcome::Refuse(says), Outcome::Refuse(_)) => text.contains(says),
+            _ => expected == outcome,
+        };
+        if !ok {
+            failed.push(format!(
+                "{what}: expected {expected:?}, got {outcome:?}: {text}"
+            ));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
