@@ -171,8 +171,11 @@ fn validate(loaded: &Loaded, set: &PolicySet, arguments: &Record, actions: &[&st
             let file = &loaded.files[info.file];
             let policy = Some(error.policy_id().to_string()).filter(|id| !id.contains(':'));
             let mut problem = Problem::at(file, offset_of(error), error, policy);
-            if problem.help.is_none() && problem.message.contains("attribute") {
-                problem.help = Some(known(arguments));
+            if let Some(known) = known(&problem.message, arguments) {
+                problem.help = Some(match problem.help.take() {
+                    Some(help) => format!("{help}; {known}"),
+                    None => known,
+                });
             }
             Some(Unfit {
                 label: info.label.clone(),
@@ -182,23 +185,38 @@ fn validate(loaded: &Loaded, set: &PolicySet, arguments: &Record, actions: &[&st
         .collect()
 }
 
-/// What a tool's arguments are, for an error about one that is not.
-fn known(arguments: &Record) -> String {
-    let names = arguments.names();
-    let mut help = if names.is_empty() {
-        "the tool's arguments have no attributes policies can read".to_string()
-    } else {
-        format!("context.arguments has: {}", names.join(", "))
-    };
-    for (name, why) in &arguments.hidden {
-        help.push_str(&format!("; `{name}` is not readable by policies: {why}"));
+/// What there is to read where an error says an attribute is not: the tool's arguments
+/// (and those policies cannot read, with why), the request's, the tool's, the caller's.
+fn known(message: &str, arguments: &Record) -> Option<String> {
+    if !message.contains("attribute") {
+        return None;
     }
-    help.push_str(&format!(
-        "; resource has: {}; context.request has: {}, time",
-        TOOL_ATTRIBUTES.map(|(n, _)| n).join(", "),
-        REQUEST_ATTRIBUTES.map(|(n, _)| n).join(", ")
-    ));
-    help
+    let list = |names: &[&str]| names.join(", ");
+    if message.contains("in context") {
+        let names = arguments.names();
+        let mut help = if names.is_empty() {
+            "context.arguments has nothing policies can read".to_string()
+        } else {
+            format!("context.arguments has: {}", list(&names))
+        };
+        for (name, why) in &arguments.hidden {
+            help.push_str(&format!("; `{name}` is not readable by policies: {why}"));
+        }
+        let mut request: Vec<&str> = REQUEST_ATTRIBUTES.iter().map(|(n, _)| *n).collect();
+        request.push("time");
+        help.push_str(&format!("; context.request has: {}", list(&request)));
+        return Some(help);
+    }
+    if message.contains("`Tool`") {
+        let names: Vec<&str> = TOOL_ATTRIBUTES.iter().map(|(n, _)| *n).collect();
+        return Some(format!("resource has: {}", list(&names)));
+    }
+    if message.contains("`Caller`") {
+        return Some(
+            "principal has: name, groups; its token's claims are tags (principal.hasTag(\"c\"), principal.getTag(\"c\"))".into(),
+        );
+    }
+    None
 }
 
 /// Whether a policy is a permit.

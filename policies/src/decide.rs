@@ -93,16 +93,41 @@ impl Policies {
                 }
             }
         }
+        // Each problem with the tools it was found for: one that every tool the policy
+        // applies to has is said once, the others name their tools.
+        let mut found: Vec<(Problem, Vec<&str>, usize)> = Vec::new();
         for tool in tools {
-            if let Err(unfit) = check(&loaded, tool.name, tool.input_schema) {
-                for u in unfit {
-                    let mut problem = u.problem;
-                    problem.message = format!("for tool {:?}: {}", tool.name, problem.message);
-                    if !problems.contains(&problem) {
-                        problems.push(problem);
+            let Err(unfit) = check(&loaded, tool.name, tool.input_schema) else {
+                continue;
+            };
+            for u in unfit {
+                match found.iter_mut().find(|(p, _, _)| *p == u.problem) {
+                    Some((_, names, _)) => names.push(tool.name),
+                    None => {
+                        let applies = loaded
+                            .policies
+                            .iter()
+                            .find(|(_, info)| info.label == u.label)
+                            .map_or(0, |(_, info)| {
+                                tools
+                                    .iter()
+                                    .filter(|t| info.scope.applies_to(t.name))
+                                    .count()
+                            });
+                        found.push((u.problem, vec![tool.name], applies));
                     }
                 }
             }
+        }
+        for (mut problem, names, applies) in found {
+            if names.len() < applies || applies == 1 {
+                let which = match names.as_slice() {
+                    [one] => format!("tool {one:?}"),
+                    many => format!("tools {}", many.join(", ")),
+                };
+                problem.message = format!("for {which}: {}", problem.message);
+            }
+            problems.push(problem);
         }
         if !problems.is_empty() {
             return Err(PolicyError::Invalid(problems));

@@ -602,3 +602,270 @@ async fn the_table_of_policies_calls_and_outcomes_holds() {
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
+
+/// (what the row shows, policies, what the refusal says: its place first).
+const REFUSED_AT_LOAD: &[(&str, &str, &[&str])] = &[
+    (
+        "syntax",
+        "permit(principal, action, resource)\nwhen { true",
+        &["main.cedar:2:"],
+    ),
+    (
+        "unknown argument",
+        "permit(principal, action == Action::\"write_file\", resource)\n  when { context.arguments.file == \"x\" };",
+        &[
+            "main.cedar:2:",
+            "for tool \"write_file\"",
+            "context.arguments has: path, content",
+        ],
+    ),
+    (
+        "nested unknown argument",
+        "permit(principal, action == Action::\"tickets__update\", resource)\n  when { context.arguments.ticket.owner == \"x\" };",
+        &["main.cedar:2:", "owner"],
+    ),
+    (
+        "type mismatch",
+        "permit(principal, action == Action::\"tickets__update\", resource)\n  when { context.arguments.ticket.id == \"7\" };",
+        &["main.cedar:2:", "for tool \"tickets__update\""],
+    ),
+    (
+        "optional read without has",
+        "permit(principal, action == Action::\"tickets__update\", resource)\n  when { context.arguments.note == \"x\" };",
+        &["main.cedar:2:", "note"],
+    ),
+    (
+        "an argument of several types",
+        "permit(principal, action == Action::\"tickets__update\", resource)\n  when { context.arguments.extra == \"x\" };",
+        &[
+            "main.cedar:2:",
+            "`extra` is not readable by policies: it may be one of several types",
+        ],
+    ),
+    (
+        "unknown tool",
+        "permit(principal, action == Action::\"tickets_update\", resource);",
+        &[
+            "main.cedar:1:",
+            "names the tool \"tickets_update\", which does not exist",
+            "tickets__update",
+        ],
+    ),
+    (
+        "unknown tool attribute",
+        "permit(principal, action, resource) when { resource.owner == \"x\" };",
+        &[
+            "main.cedar:1:44:",
+            "resource has: name, toolset, source, side_effect, version, pinned",
+        ],
+    ),
+    (
+        "an argument read for every tool",
+        "permit(principal, action, resource) when { context.arguments.path == \"x\" };",
+        &["main.cedar:1:", "for tool \""],
+    ),
+    (
+        "unknown entity type",
+        "permit(principal == User::\"alice\", action, resource);",
+        &["main.cedar:1:", "User"],
+    ),
+    (
+        "@ask on a permit",
+        "@ask\npermit(principal, action, resource);",
+        &["main.cedar:1:", "@ask marks a forbid policy"],
+    ),
+    (
+        "template",
+        "permit(principal == ?principal, action, resource);",
+        &["main.cedar:1:", "template"],
+    ),
+    (
+        "duplicate id",
+        "@id(\"a\")\npermit(principal, action, resource);\n@id(\"a\")\nforbid(principal, action, resource);",
+        &[
+            "main.cedar:3:",
+            "already the id of policy \"a\" (main.cedar:1)",
+        ],
+    ),
+];
+
+#[test]
+fn a_policy_that_does_not_fit_is_refused_at_load_with_its_place_and_what_exists() {
+    let d = dispatcher();
+    let dir = tempfile::tempdir().unwrap();
+    let mut failed = Vec::new();
+    for (what, text, says) in REFUSED_AT_LOAD {
+        match load(&d, dir.path(), text) {
+            Ok(_) => failed.push(format!("{what}: loaded")),
+            Err(e) => {
+                let message = e.to_string();
+                if let Some(missing) = says.iter().find(|s| !message.contains(*s)) {
+                    failed.push(format!("{what}: no {missing:?} in: {message}"));
+                }
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// The dispatcher with `text` in force, and a workspace.
+fn with_policies(d: &Dispatcher, text: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = load(d, dir.path(), text).unwrap_or_else(|e| panic!("{e}"));
+    d.set_rules(Some(Arc::new(policies)));
+    dir
+}
+
+fn listed(d: &Dispatcher, session: &Session) -> Vec<String> {
+    d.definitions_for_session(session)
+        .into_iter()
+        .map(|t| t.name)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_tool_that_changes_under_a_policy_that_no_longer_fits_is_refused_until_it_fits() {
+    let d = dispatcher();
+    let dir = with_policies(
+        &d,
+        "permit(principal, action, resource);\n\
+         @id(\"sup-only\")\n\
+         forbid(principal, action == Action::\"tickets__update\", resource)\n\
+           unless { context.arguments.ticket.project == \"SUP\" };",
+    );
+    let s = session(&d, dir.path(), BOB);
+    let sup = || json!({"ticket": {"project": "SUP", "id": 1}, "status": "open"});
+    assert_eq!(call(&d, &s, "tickets__update", sup()).await.0, Outcome::Run);
+
+    // The server behind the tool renames `ticket.project`: the forbid cannot read it.
+    let mut changed = tickets_update();
+    changed.input_schema["properties"]["ticket"]["properties"] =
+        json!({"space": {"type": "string"}, "id": {"type": "integer"}});
+    changed.input_schema["properties"]["ticket"]["required"] = json!(["space", "id"]);
+    assert!(d.unregister("tickets__update"));
+    d.register(Arc::new(Stand(changed))).unwrap();
+    let (outcome, text) = call(
+        &d,
+        &s,
+        "tickets__update",
+        json!({"ticket": {"space": "OPS", "id": 1}, "status": "open"}),
+    )
+    .await;
+    assert_eq!(outcome, Outcome::Refuse(""), "{text}");
+    assert!(
+        text.contains("policy \"sup-only\" (main.cedar:2)")
+            && text.contains("no longer fits the tool")
+            && text.contains("project"),
+        "{text}"
+    );
+    assert!(!listed(&d, &s).contains(&"tickets__update".to_string()));
+    // Every other tool is untouched.
+    assert_eq!(
+        call(&d, &s, "read_file", json!({"path": "a"})).await.0,
+        Outcome::Refuse("")
+    );
+    std::fs::write(dir.path().join("a"), "a").unwrap();
+    assert_eq!(
+        call(&d, &s, "read_file", json!({"path": "a"})).await.0,
+        Outcome::Run
+    );
+
+    // It fits again: its calls are decided again.
+    assert!(d.unregister("tickets__update"));
+    d.register(Arc::new(Stand(tickets_update()))).unwrap();
+    assert_eq!(call(&d, &s, "tickets__update", sup()).await.0, Outcome::Run);
+    assert!(listed(&d, &s).contains(&"tickets__update".to_string()));
+}
+
+#[tokio::test]
+async fn listings_leave_out_the_tools_no_call_of_the_caller_could_run() {
+    let d = dispatcher();
+    let dir = with_policies(
+        &d,
+        "permit(principal, action, resource) when { resource.side_effect != \"write\" };\n\
+         forbid(principal == Caller::\"bob\", action == Action::\"github__delete_repo\", resource);\n\
+         forbid(principal, action == Action::\"shell\", resource) when { context.arguments.command like \"*curl*\" };\n\
+         permit(principal in Group::\"support\", action == Action::\"tickets__update\", resource)\n\
+           when { context.arguments.ticket.project == \"SUP\" };",
+    );
+    let (alice, bob) = (session(&d, dir.path(), ALICE), session(&d, dir.path(), BOB));
+    let (alice, bob) = (listed(&d, &alice), listed(&d, &bob));
+    let sees = |list: &[String], tool: &str| list.iter().any(|t| t == tool);
+    // Forbidden for bob whatever he asks; a forbid that depends on the arguments hides
+    // nothing.
+    assert!(!sees(&bob, "github__delete_repo") && sees(&alice, "github__delete_repo"));
+    assert!(sees(&bob, "shell") && sees(&alice, "shell"));
+    // A permit only some callers have, depending on the arguments.
+    assert!(sees(&alice, "tickets__update") && !sees(&bob, "tickets__update"));
+    // No permit for writes at all.
+    assert!(!sees(&alice, "write_file") && !sees(&bob, "write_file"));
+    assert!(sees(&bob, "read_file"));
+}
+
+#[derive(Default)]
+struct Audit(std::sync::Mutex<Vec<dispatcher_core::audit::AuditEntry>>);
+
+impl dispatcher_core::audit::AuditSink for Audit {
+    fn record(&self, entry: &dispatcher_core::audit::AuditEntry) {
+        self.0.lock().unwrap().push(entry.clone());
+    }
+}
+
+#[tokio::test]
+async fn a_decision_names_its_policy_in_the_result_and_the_audit_entry() {
+    let audit = Arc::new(Audit::default());
+    let d = Dispatcher::builder()
+        .policy(allow_all())
+        .audit(audit.clone())
+        .build();
+    builtins(&d);
+    let dir = with_policies(
+        &d,
+        "@id(\"readers\")\npermit(principal, action == Action::\"read_file\", resource);\n\
+         @id(\"no-secrets\")\nforbid(principal, action, resource) when { context.arguments has path && context.arguments.path like \"secrets/*\" };",
+    );
+    std::fs::write(dir.path().join("a"), "a").unwrap();
+    let s = session(&d, dir.path(), BOB);
+    let (ran, _) = call(&d, &s, "read_file", json!({"path": "a"})).await;
+    let (refused, text) = call(&d, &s, "read_file", json!({"path": "secrets/../secrets/k"})).await;
+    assert_eq!((ran, refused), (Outcome::Run, Outcome::Refuse("")));
+    assert_eq!(
+        text,
+        "Tool 'read_file' was refused by policy \"no-secrets\" (main.cedar:3): it forbids this call; change or remove that policy to allow it."
+    );
+    let entries = audit.0.lock().unwrap().clone();
+    let rules: Vec<String> = entries
+        .iter()
+        .map(|e| match &e.decided_by {
+            Some(dispatcher_core::DecidedBy::Policy { rule }) => rule.to_string(),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        rules,
+        [
+            "policy \"readers\" (main.cedar:1)",
+            "policy \"no-secrets\" (main.cedar:3)"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn policies_only_narrow_the_tables() {
+    let d = Dispatcher::builder()
+        .policy(common::policy(
+            "per_tool = { list_dir = \"deny\" }\ndefault = { write = \"prompt\" }",
+        ))
+        .confirmer(Arc::new(Scripted(Decision::Deny)))
+        .build();
+    builtins(&d);
+    let dir = with_policies(&d, BASE);
+    let s = session(&d, dir.path(), BOB);
+    let (outcome, text) = call(&d, &s, "list_dir", json!({"path": "."})).await;
+    assert!(
+        outcome == Outcome::Refuse("") && text.contains("tool_confirmation.per_tool.list_dir"),
+        "{text}"
+    );
+    let (outcome, _) = call(&d, &s, "write_file", json!({"path": "x", "content": ""})).await;
+    assert_eq!(outcome, Outcome::Ask, "the table's prompt stays");
+}
