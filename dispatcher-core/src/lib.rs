@@ -250,6 +250,12 @@ impl Dispatcher {
         self.engine.set_rules(rules);
     }
 
+    /// Whether rules over whole calls are in force ([`Dispatcher::set_rules`]): a host
+    /// attaches what they read ([`RequestFacts`]) only then.
+    pub fn has_rules(&self) -> bool {
+        self.engine.rules().is_some()
+    }
+
     /// This instance's random id (in confirmation request ids, events seen by other
     /// instances and audit entries).
     pub fn instance(&self) -> &str {

@@ -45,6 +45,8 @@ pub struct Principal {
     /// The access token it called with, for a mounted server that takes its caller's
     /// credentials ([`mcp_toolsets::Credentials`]); never logged.
     pub token: Option<CallerToken>,
+    /// Its token's claims, as policies read them (empty without an OAuth token).
+    pub claims: std::sync::Arc<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// A caller's access token and the resources it is for; `[redacted]` when printed.
@@ -70,6 +72,7 @@ impl Principal {
             groups: Vec::new(),
             own_calls_only: false,
             token: None,
+            claims: Default::default(),
         }
     }
 

@@ -39,6 +39,10 @@ pub(crate) struct McpToolFactory {
     pub(crate) server: Arc<Upstream>,
     pub(crate) definition: ToolDefinition,
     pub(crate) source: String,
+    /// Its definition is its pinned one.
+    pub(crate) pinned: bool,
+    /// The server's version when it was listed.
+    pub(crate) version: Option<Arc<str>>,
 }
 
 impl ToolFactory for McpToolFactory {
@@ -53,6 +57,12 @@ impl ToolFactory for McpToolFactory {
     }
     fn source(&self) -> &str {
         &self.source
+    }
+    fn version(&self) -> Option<&str> {
+        self.version.as_deref()
+    }
+    fn pinned(&self) -> bool {
+        self.pinned
     }
     fn schema_as_given(&self) -> bool {
         self.server.config.input_schemas == crate::config::InputSchemas::AsGiven

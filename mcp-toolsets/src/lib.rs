@@ -203,6 +203,16 @@ impl Toolset for McpToolset {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
+        let unpinned = server
+            .unpinned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let version = server
+            .version
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         tools
             .iter()
             .map(|t| {
@@ -218,6 +228,8 @@ impl Toolset for McpToolset {
                 );
                 Arc::new(McpToolFactory {
                     server: server.clone(),
+                    pinned: !unpinned.contains(t.name.as_ref()),
+                    version: version.clone(),
                     definition: def,
                     source: format!("mcp:{}", server.config.id),
                 }) as Arc<dyn ToolFactory>

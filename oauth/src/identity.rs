@@ -21,6 +21,9 @@ pub struct Identity {
     pub expires_at: Option<u64>,
     /// The resources the token is for (`aud`): this server's among them.
     pub audiences: Vec<String>,
+    /// Every claim of the token (a JWT's payload, an introspection answer), as rules over
+    /// calls read them.
+    pub claims: serde_json::Map<String, serde_json::Value>,
     /// Until when this check of the token may be reused without checking it again: a
     /// JWT's expiry (at most `keys_max_age_secs` on), an introspection answer's
     /// `cache_secs`; `None`: check it at every use.
@@ -151,6 +154,7 @@ impl Expected<'_> {
                 .map(String::from),
             expires_at,
             audiences,
+            claims: claims.clone(),
             reuse_until: None,
         })
     }

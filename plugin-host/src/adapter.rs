@@ -10,6 +10,8 @@ pub(crate) struct PluginToolFactory {
     pub(crate) module: PluginModRef,
     pub(crate) definition: ToolDefinition,
     pub(crate) source: String,
+    /// The plugin's version.
+    pub(crate) version: String,
     /// Built against tool-api 1.2 or newer: the plugin can answer
     /// [`tool_api::abi::OP_CONCURRENCY_SAFE`] per call.
     pub(crate) per_call_safety: bool,
@@ -29,6 +31,10 @@ impl ToolFactory for PluginToolFactory {
 
     fn source(&self) -> &str {
         &self.source
+    }
+
+    fn version(&self) -> Option<&str> {
+        Some(&self.version)
     }
 
     fn is_concurrency_safe(&self, input: &Value) -> bool {

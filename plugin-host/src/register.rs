@@ -110,6 +110,7 @@ pub(crate) fn register_isolated(
                 worker: worker.clone(),
                 definition,
                 source: source.clone(),
+                version: lib.version.clone(),
                 per_call_safety: per_call_safety(&lib.tool_api),
                 answer_times: Arc::default(),
             }) as Arc<dyn tool_api::ToolFactory>
@@ -130,6 +131,7 @@ pub fn register_library(lib: &Library, dispatcher: &Dispatcher) -> Result<Outcom
                 module: lib.module,
                 definition: definition.clone(),
                 source: source.clone(),
+                version: lib.version.clone(),
                 per_call_safety: per_call_safety(&lib.tool_api),
             }) as Arc<dyn tool_api::ToolFactory>
         })

@@ -64,11 +64,14 @@ impl Policies {
     /// Reads `sources` and checks every policy against the tools there are now (`tools`):
     /// a policy that does not parse, names a tool that does not exist, or reads an
     /// attribute a tool it applies to does not have is refused, with its file, line and
-    /// what exists instead. All problems are reported at once.
+    /// what exists instead. All problems are reported at once. A tool named with one of the
+    /// prefixes `later` (a server that has not started, or starts per caller) may arrive
+    /// later: it is checked when it does.
     pub fn load(
         sources: &[Source],
         options: Options,
         tools: &[KnownTool<'_>],
+        later: &[String],
     ) -> Result<Policies, PolicyError> {
         let loaded = Loaded::read(sources)?;
         let mut problems: Vec<Problem> = Vec::new();
@@ -77,7 +80,9 @@ impl Policies {
                 continue;
             };
             for name in named {
-                if !tools.iter().any(|t| t.name == name) {
+                if !tools.iter().any(|t| t.name == name)
+                    && !later.iter().any(|prefix| name.starts_with(prefix.as_str()))
+                {
                     let file = &loaded.files[info.file];
                     problems.push(Problem {
                         file: file.name.clone(),

@@ -123,7 +123,7 @@ fn load(d: &Dispatcher, dir: &std::path::Path, text: &str) -> Result<Policies, P
         path: file,
         name: "main.cedar".into(),
     };
-    Policies::load(&[source], Options::default(), &tools)
+    Policies::load(&[source], Options::default(), &tools, &[])
 }
 
 /// Who calls.

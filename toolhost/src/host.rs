@@ -291,6 +291,8 @@ pub(crate) async fn build_host_observed(
         }
         mcp.push((server.id.clone(), result));
     }
+    // Policies are checked against the tools there are now: every one is registered.
+    crate::policy_files::apply(config, sources.file, &dispatcher)?;
     Ok(Host {
         dispatcher,
         plugins,

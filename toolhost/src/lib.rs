@@ -28,6 +28,7 @@ mod host;
 mod login;
 mod mcp_add;
 mod plugin_sources;
+mod policy_files;
 mod reload;
 mod remote;
 mod sandbox_report;

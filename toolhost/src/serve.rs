@@ -185,7 +185,11 @@ async fn serve_http(
             let spec = SessionSpec::new(id, &workspace)
                 .every_shared_toolset()
                 .shared(shared)
-                .principal(principal.id.as_str());
+                .principal(principal.id.as_str())
+                .caller(dispatcher_core::CallerFacts {
+                    groups: principal.groups.clone(),
+                    claims: (*principal.claims).clone(),
+                });
             let session = dispatcher
                 .open_session(access.apply(principal, spec))
                 .map_err(|e| e.to_string())?;

@@ -178,6 +178,7 @@ impl Access {
                 let principal = Principal {
                     id: identity.principal(),
                     groups: identity.groups,
+                    claims: std::sync::Arc::new(identity.claims),
                     own_calls_only: true,
                     token: Some(crate::sessions::CallerToken {
                         value: token.clone(),

@@ -292,6 +292,18 @@ impl McpServer {
             route.resume_with(resume);
         }
         call.extend_shared(route.clone());
+        if dispatcher.has_rules() {
+            call.extend(dispatcher_core::RequestFacts {
+                era: match era {
+                    Era::Session => "2025",
+                    Era::Stateless => "2026",
+                },
+                transport: match self.shared.sessions {
+                    Sessions::One(_) => "stdio",
+                    Sessions::PerClient { .. } => "http",
+                },
+            });
+        }
         call.extend(mcp_toolsets::Origin {
             caller: principal.token.as_ref().map(|token| {
                 Arc::new(mcp_toolsets::CallerCredential {

@@ -48,6 +48,14 @@ impl Upstream {
             Some(url) => self.connect_http(&url, me).await,
             None => self.connect_child(me).await,
         }?;
+        *self
+            .version
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = live
+            .service
+            .peer()
+            .peer_info()
+            .and_then(|i| i.server_info.as_ref().map(|s| Arc::from(s.version.as_str())));
         if self.list_changes.load(Ordering::Acquire) != changes {
             match live.service.peer().list_all_tools().await {
                 Ok(tools) => self.keep_tools(tools),

@@ -105,6 +105,10 @@ pub(crate) struct Upstream {
     stopped: AtomicBool,
     /// The pinned definitions its tools are checked against.
     pins: Arc<dyn PinStore>,
+    /// Its tools published although they differ from their pins (`on_change = "warn"`).
+    pub(crate) unpinned: Mutex<std::collections::HashSet<String>>,
+    /// The version it gave when it was last reached (`serverInfo.version`).
+    pub(crate) version: Mutex<Option<Arc<str>>>,
     /// The calls in flight, which take the server's progress and requests.
     pub(crate) calls: Arc<CallRoutes>,
     /// Its tools whose input schema promotes arguments to `Mcp-Param-*` headers (SEP-2243):
@@ -244,6 +248,8 @@ impl Upstream {
             }),
             tools: Mutex::new(Vec::new()),
             left_out: Mutex::new(Vec::new()),
+            unpinned: Mutex::default(),
+            version: Mutex::default(),
             param_headers: Mutex::default(),
             handle: Mutex::new(None),
             list_changes: AtomicU64::new(0),
@@ -404,6 +410,7 @@ impl Upstream {
             }
         };
         let mut kept = Vec::with_capacity(tools.len());
+        let mut unpinned = std::collections::HashSet::new();
         for (tool, verdict) in tools.into_iter().zip(verdicts) {
             let crate::pins::Verdict::Changed(change) = verdict else {
                 kept.push(tool);
@@ -421,10 +428,12 @@ impl Upstream {
                 }
                 crate::pins::OnChange::Warn => {
                     tracing::warn!(server = %id, "tool '{name}' changed its definition since it was pinned ({change}); published anyway (on_change = \"warn\"); `toolhost mcp approve {id} {name}` pins the new one");
+                    unpinned.insert(name);
                     kept.push(tool);
                 }
             }
         }
+        *self.unpinned.lock().unwrap_or_else(PoisonError::into_inner) = unpinned;
         kept
     }
 

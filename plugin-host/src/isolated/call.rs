@@ -26,6 +26,8 @@ pub(crate) struct IsolatedToolFactory {
     /// where timeouts and cancellation reach it.
     pub(crate) definition: ToolDefinition,
     pub(crate) source: String,
+    /// The plugin's version.
+    pub(crate) version: String,
     pub(crate) per_call_safety: bool,
     /// How soon the worker has been answering this tool's calls run as futures.
     pub(crate) answer_times: Arc<RunTimes>,
@@ -47,6 +49,10 @@ impl ToolFactory for IsolatedToolFactory {
 
     fn source(&self) -> &str {
         &self.source
+    }
+
+    fn version(&self) -> Option<&str> {
+        Some(&self.version)
     }
 
     fn placement(&self) -> tool_api::Placement {

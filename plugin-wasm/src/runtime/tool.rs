@@ -255,6 +255,10 @@ impl ToolFactory for WasmToolFactory {
         &self.source
     }
 
+    fn version(&self) -> Option<&str> {
+        Some(&self.plugin.version)
+    }
+
     fn placement(&self) -> tool_api::Placement {
         let network = self.definition.side_effects == tool_api::SideEffect::Network;
         tool_api::Placement::Wasm {

@@ -203,6 +203,7 @@ mod tests {
             groups: groups.iter().map(|g| g.to_string()).collect(),
             own_calls_only: true,
             token: None,
+            claims: Default::default(),
         }
     }
 

@@ -14,6 +14,7 @@ pub mod access;
 pub mod audit;
 mod plugin_grant;
 mod plugins;
+pub mod policies;
 pub mod remote;
 pub mod store;
 
@@ -98,6 +99,8 @@ pub struct Config {
     pub secrets: ::secrets::Settings,
     /// Guardrail services that judge calls and results (`[[guardrails]]`).
     pub guardrails: Vec<crate::guardrail::GuardrailConfig>,
+    /// Cedar policies over who calls which tool with what arguments (`[policies]`).
+    pub policies: policies::PolicyConfig,
 }
 
 impl Default for Config {
@@ -132,6 +135,7 @@ impl Default for Config {
             access: Vec::new(),
             secrets: ::secrets::Settings::default(),
             guardrails: Vec::new(),
+            policies: policies::PolicyConfig::default(),
         }
     }
 }

@@ -60,7 +60,11 @@ impl Reloader {
         };
         let old = self.config();
         if new == old {
-            tracing::debug!(target: "toolhost::reload", "{}: nothing changed", self.file.display());
+            // The policy files may have changed under an unchanged config.
+            if !new.policies.files.is_empty() {
+                self.reload_policies(&new);
+            }
+            tracing::debug!(target: "toolhost::reload", "{}: nothing else changed", self.file.display());
             return;
         }
         let restart = needing_restart(&old, &new);
@@ -99,7 +103,20 @@ impl Reloader {
         if plugins_changed(&old, &new) {
             self.rescan_plugins(true).await;
         }
+        // Checked against the tools as they are now that servers and plugins reloaded.
+        if !(old.policies.files.is_empty() && new.policies.files.is_empty()) {
+            self.reload_policies(&new);
+        }
         tracing::info!(target: "toolhost::reload", "{} reloaded", self.file.display());
+    }
+
+    /// Reads the policies again: a set that does not load leaves the running one in force.
+    fn reload_policies(&self, config: &Config) {
+        match crate::policy_files::apply(config, &self.file, &self.dispatcher) {
+            Ok(()) => tracing::info!(target: "toolhost::reload", "[policies] reloaded"),
+            Err(e) => tracing::error!(target: "toolhost::reload",
+                "{e}; the running policies stay"),
+        }
     }
 
     /// Stops the servers removed or changed (a server's sandbox settings included), starts

@@ -1,5 +1,5 @@
-//! What starts a reload: `SIGHUP`, and changes to the configuration file or a plugin
-//! directory, noticed by the kernel (inotify, through the `notify` crate) and taken once
+//! What starts a reload: `SIGHUP`, and changes to the configuration file, a policy file
+//! (`[policies] files`) or a plugin directory, noticed by the kernel (inotify, through the `notify` crate) and taken once
 //! they have been quiet for [`SETTLE`] (a package being copied in is read once, whole).
 
 use std::path::PathBuf;
@@ -81,7 +81,35 @@ impl Reloader {
             .iter()
             .map(|d| std::fs::canonicalize(d).unwrap_or_else(|_| d.clone()))
             .collect();
+        // The policy files and directories: a change to one reloads the configuration.
+        let base = file.parent().unwrap_or(std::path::Path::new("."));
+        let policies: Vec<PathBuf> = self
+            .config()
+            .policies
+            .files
+            .iter()
+            .map(|p| ::sandbox::resolve(p, base))
+            .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
+            .collect();
+        let policy_dirs: Vec<PathBuf> = policies
+            .iter()
+            .map(|p| {
+                if p.is_dir() {
+                    p.clone()
+                } else {
+                    p.parent().map(PathBuf::from).unwrap_or_default()
+                }
+            })
+            .filter(|d| Some(d) != config_dir.as_ref())
+            .collect();
         let dirs = plugin_dirs.clone();
+        let is_policy = move |path: &std::path::Path| {
+            policies.iter().any(|p| {
+                path == p
+                    || (path.parent() == Some(p.as_path())
+                        && path.extension().is_some_and(|x| x == "cedar"))
+            })
+        };
         let handler = move |event: notify::Result<notify::Event>| {
             let Ok(event) = event else { return };
             if matches!(event.kind, notify::EventKind::Access(_)) {
@@ -90,7 +118,8 @@ impl Reloader {
             for path in &event.paths {
                 let changed = if dirs.iter().any(|d| path.starts_with(d)) {
                     Changed::Plugins
-                } else if path.file_name().map(|n| n.to_os_string()) == file_name {
+                } else if path.file_name().map(|n| n.to_os_string()) == file_name || is_policy(path)
+                {
                     Changed::Config
                 } else {
                     continue;
@@ -109,6 +138,11 @@ impl Reloader {
             && let Err(e) = watcher.watch(dir, RecursiveMode::NonRecursive)
         {
             tracing::warn!(target: "toolhost::reload", dir = %dir.display(), "cannot watch the configuration file's directory ({e}); send SIGHUP to reload it");
+        }
+        for dir in &policy_dirs {
+            if let Err(e) = watcher.watch(dir, RecursiveMode::NonRecursive) {
+                tracing::warn!(target: "toolhost::reload", dir = %dir.display(), "cannot watch this policy directory ({e}); send SIGHUP to reload the policies");
+            }
         }
         for dir in &plugin_dirs {
             if let Err(e) = watcher.watch(dir, RecursiveMode::Recursive) {
