@@ -6,62 +6,11 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 mod common;
 use common::raw_http::{post_stateless, result_text, stateless};
-use common::{Server, serve_http, workspace};
-
-/// The tool names the server lists now.
-fn tools(server: &Server) -> Vec<String> {
-    let listed = post_stateless(&server.addr, &stateless(1, "tools/list", json!({}), false)).json();
-    listed["result"]["tools"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{listed}"))
-        .iter()
-        .map(|t| t["name"].as_str().unwrap_or_default().to_string())
-        .collect()
-}
-
-/// A call's result.
-fn call(server: &Server, name: &str, arguments: Value) -> Value {
-    let answer = post_stateless(
-        &server.addr,
-        &stateless(
-            2,
-            "tools/call",
-            json!({"name": name, "arguments": arguments}),
-            false,
-        ),
-    )
-    .json();
-    answer["result"].clone()
-}
-
-/// Waits (at most 20 s) until `done` holds.
-fn until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !done() {
-        assert!(Instant::now() < deadline, "never happened: {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Waits until the server's log has a line with every one of `words`; that line.
-fn logged(server: &Server, words: &[&str]) -> String {
-    let mut found = String::new();
-    until(&format!("a log line with {words:?}"), || {
-        let log = server.log.lock().unwrap();
-        match log.iter().find(|l| words.iter().all(|w| l.contains(w))) {
-            Some(line) => {
-                found = line.clone();
-                true
-            }
-            None => false,
-        }
-    });
-    found
-}
+use common::{call, logged, serve_http, tools, until, workspace};
 
 fn write_config(ws: &Path, text: &str) {
     // Written whole and renamed in, as editors save.

@@ -51,11 +51,12 @@ impl Upstream {
         *self
             .version
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = live
-            .service
-            .peer()
-            .peer_info()
-            .and_then(|i| i.server_info.as_ref().map(|s| Arc::from(s.version.as_str())));
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            live.service.peer().peer_info().and_then(|i| {
+                i.server_info
+                    .as_ref()
+                    .map(|s| Arc::from(s.version.as_str()))
+            });
         if self.list_changes.load(Ordering::Acquire) != changes {
             match live.service.peer().list_all_tools().await {
                 Ok(tools) => self.keep_tools(tools),

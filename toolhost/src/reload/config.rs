@@ -115,7 +115,7 @@ impl Reloader {
         match crate::policy_files::apply(config, &self.file, &self.dispatcher) {
             Ok(()) => tracing::info!(target: "toolhost::reload", "[policies] reloaded"),
             Err(e) => tracing::error!(target: "toolhost::reload",
-                "{e}; the running policies stay"),
+                "[policies] not reloaded, the running policies stay: {e}"),
         }
     }
 

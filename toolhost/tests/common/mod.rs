@@ -92,3 +92,61 @@ pub fn workspace() -> tempfile::TempDir {
     std::fs::write(dir.path().join("README.md"), "# hello\n").unwrap();
     dir
 }
+
+/// The tool names the server lists now.
+pub fn tools(server: &Server) -> Vec<String> {
+    let listed = raw_http::post_stateless(
+        &server.addr,
+        &raw_http::stateless(1, "tools/list", serde_json::json!({}), false),
+    )
+    .json();
+    listed["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{listed}"))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// A call's result.
+pub fn call(server: &Server, name: &str, arguments: serde_json::Value) -> serde_json::Value {
+    let answer = raw_http::post_stateless(
+        &server.addr,
+        &raw_http::stateless(
+            2,
+            "tools/call",
+            serde_json::json!({"name": name, "arguments": arguments}),
+            false,
+        ),
+    )
+    .json();
+    answer["result"].clone()
+}
+
+/// Waits (at most 20 s) until `done` holds.
+pub fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never happened: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits until the server's log has a line with every one of `words`; that line.
+pub fn logged(server: &Server, words: &[&str]) -> String {
+    let mut found = String::new();
+    until(&format!("a log line with {words:?}"), || {
+        let log = server.log.lock().unwrap();
+        match log.iter().find(|l| words.iter().all(|w| l.contains(w))) {
+            Some(line) => {
+                found = line.clone();
+                true
+            }
+            None => false,
+        }
+    });
+    found
+}
