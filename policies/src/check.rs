@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use cedar_policy::{Effect, Policy, PolicyId, PolicySet, Schema, ValidationMode, Validator};
+use cedar_policy::{Effect, Policy, PolicySet, Schema, ValidationMode, Validator};
 use serde_json::{Value, json};
 
 use crate::error::Problem;
@@ -21,10 +21,12 @@ pub(crate) const TOOL_ATTRIBUTES: [(&str, &str); 6] = [
     ("pinned", "Boolean"),
 ];
 
-/// What a policy sees of the request (`context.request`) besides the time.
-pub(crate) const REQUEST_ATTRIBUTES: [(&str, &str); 5] = [
+/// What a policy sees of the request (`context.request`).
+pub(crate) const REQUEST_ATTRIBUTES: [(&str, &str); 7] = [
     ("era", "String"),
     ("transport", "String"),
+    ("unix", "Long"),
+    ("date", "String"),
     ("hour", "Long"),
     ("minute", "Long"),
     ("weekday", "Long"),
@@ -33,11 +35,13 @@ pub(crate) const REQUEST_ATTRIBUTES: [(&str, &str); 5] = [
 /// The policies in force for one tool.
 pub(crate) struct Sets {
     /// Every permit and every forbid that refuses, among those that can apply.
-    pub(crate) hard: PolicySet,
-    /// The `@ask` forbids that can apply, with a permit of everything: `None` without any.
-    pub(crate) ask: Option<PolicySet>,
+    pub(crate) hard: Vec<Policy>,
+    /// The `@ask` forbids that can apply.
+    pub(crate) ask: Vec<Policy>,
     /// The tool's arguments as policies see them.
     pub(crate) arguments: Record,
+    /// What the policies that can apply read of a call's context: all a call's context holds.
+    pub(crate) reads: crate::reads::Reads,
 }
 
 /// A policy that does not fit a tool: the tool's calls are refused until it does.
@@ -106,22 +110,24 @@ fn schema(arguments: &Record, actions: &[&str]) -> Value {
 pub(crate) fn check(loaded: &Loaded, name: &str, input_schema: &Value) -> Result<Sets, Vec<Unfit>> {
     let arguments = crate::shape::arguments(input_schema);
     let mut actions = vec![name];
-    let mut hard = PolicySet::new();
-    let mut asks: Vec<&Policy> = Vec::new();
+    let mut hard = Vec::new();
+    let mut ask = Vec::new();
     let mut all = PolicySet::new();
+    let mut reads = crate::reads::Reads::default();
     for (policy, info) in loaded.policies.iter() {
         if !info.scope.applies_to(name) {
             continue;
         }
+        reads.add(&info.reads);
         if let crate::load::Scope::Tools(tools) = &info.scope {
             actions.extend(tools.iter().map(String::as_str).filter(|t| *t != name));
         }
         // Ids are unique across the files: adding cannot clash.
         let _ = all.add(policy.clone());
         if info.asks {
-            asks.push(policy);
+            ask.push(policy.clone());
         } else {
-            let _ = hard.add(policy.clone());
+            hard.push(policy.clone());
         }
     }
     actions.sort_unstable();
@@ -130,23 +136,11 @@ pub(crate) fn check(loaded: &Loaded, name: &str, input_schema: &Value) -> Result
     if !unfit.is_empty() {
         return Err(unfit);
     }
-    let ask = (!asks.is_empty()).then(|| {
-        let mut set = PolicySet::new();
-        for policy in asks {
-            let _ = set.add(policy.clone());
-        }
-        if let Ok(base) = Policy::parse(
-            Some(PolicyId::new(ASK_BASE)),
-            "permit(principal, action, resource);",
-        ) {
-            let _ = set.add(base);
-        }
-        set
-    });
     Ok(Sets {
         hard,
         ask,
         arguments,
+        reads,
     })
 }
 

@@ -2,19 +2,16 @@
 //! checked against them when first seen and again whenever it changes.
 
 use std::collections::HashMap;
-use std::str::FromStr;
 use std::sync::{Arc, PoisonError, RwLock};
 
-use cedar_policy::{
-    Authorizer, Context, Decision, Entities, Entity, EntityId, EntityTypeName, EntityUid,
-    PolicySet, Request, Response, RestrictedExpression,
-};
+use cedar_policy::{Authorizer, Context, Decision, PolicySet, Request, Response};
 use dispatcher_core::{CallRules, Mode, RuleCall, RuleCaller, RuleTool, RuleVerdict};
 use serde_json::Value;
 
 use crate::check::{ASK_BASE, Sets, Unfit, check};
 use crate::error::{PolicyError, Problem};
 use crate::load::{Loaded, Scope, Source};
+use crate::request::{Kept, Parties, Types};
 
 /// How policies see time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -28,6 +25,8 @@ pub struct Options {
 struct Checked {
     serial: u64,
     fit: Result<Sets, Unfit>,
+    /// Its calls' parties, by caller.
+    parties: Kept,
 }
 
 /// A set of Cedar policies in force: what a call may do, checked against each tool's input
@@ -36,6 +35,7 @@ pub struct Policies {
     loaded: Loaded,
     options: Options,
     authorizer: Authorizer,
+    types: Types,
     /// Each tool's check, by name, for the registration (serial) it was made for.
     tools: RwLock<HashMap<Arc<str>, Arc<Checked>>>,
     /// What a refusal for want of a permit names: the files.
@@ -98,42 +98,7 @@ impl Policies {
                 }
             }
         }
-        // Each problem with the tools it was found for: one that every tool the policy
-        // applies to has is said once, the others name their tools.
-        let mut found: Vec<(Problem, Vec<&str>, usize)> = Vec::new();
-        for tool in tools {
-            let Err(unfit) = check(&loaded, tool.name, tool.input_schema) else {
-                continue;
-            };
-            for u in unfit {
-                match found.iter_mut().find(|(p, _, _)| *p == u.problem) {
-                    Some((_, names, _)) => names.push(tool.name),
-                    None => {
-                        let applies = loaded
-                            .policies
-                            .iter()
-                            .find(|(_, info)| info.label == u.label)
-                            .map_or(0, |(_, info)| {
-                                tools
-                                    .iter()
-                                    .filter(|t| info.scope.applies_to(t.name))
-                                    .count()
-                            });
-                        found.push((u.problem, vec![tool.name], applies));
-                    }
-                }
-            }
-        }
-        for (mut problem, names, applies) in found {
-            if names.len() < applies || applies == 1 {
-                let which = match names.as_slice() {
-                    [one] => format!("tool {one:?}"),
-                    many => format!("tools {}", many.join(", ")),
-                };
-                problem.message = format!("for {which}: {}", problem.message);
-            }
-            problems.push(problem);
-        }
+        problems.extend(by_tool(&loaded, tools));
         if !problems.is_empty() {
             return Err(PolicyError::Invalid(problems));
         }
@@ -143,6 +108,16 @@ impl Policies {
             loaded,
             options,
             authorizer: Authorizer::new(),
+            types: Types::new().ok_or_else(|| {
+                PolicyError::Invalid(vec![Problem {
+                    file: String::new(),
+                    line: 0,
+                    column: 0,
+                    policy: None,
+                    message: "Cedar refused toolhost's entity type names".into(),
+                    help: None,
+                }])
+            })?,
             tools: RwLock::default(),
             everything,
         })
@@ -194,6 +169,7 @@ impl Policies {
         let checked = Arc::new(Checked {
             serial: tool.serial,
             fit,
+            parties: Kept::default(),
         });
         self.tools
             .write()
@@ -209,137 +185,19 @@ impl Policies {
         }
     }
 
-    /// The entities a request is judged with: the caller (its groups as parents, its
-    /// claims as tags) and the tool.
-    fn entities(
-        &self,
-        caller: &RuleCaller<'_>,
-        tool: &RuleTool<'_>,
-    ) -> Option<(EntityUid, EntityUid, Entities)> {
-        let principal = uid("Caller", caller.principal)?;
-        let resource = uid("Tool", tool.name)?;
-        let groups: Vec<EntityUid> = caller
-            .facts
-            .groups
-            .iter()
-            .filter_map(|g| uid("Group", g))
-            .collect();
-        let tags = caller.facts.claims.iter().map(|(name, value)| {
-            let text = match value {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            (name.clone(), RestrictedExpression::new_string(text))
-        });
-        let group_names = caller
-            .facts
-            .groups
-            .iter()
-            .map(|g| RestrictedExpression::new_string(g.clone()));
-        let caller_entity = Entity::new_with_tags(
-            principal.clone(),
-            [
-                (
-                    "name".to_string(),
-                    RestrictedExpression::new_string(caller.principal.to_string()),
-                ),
-                (
-                    "groups".to_string(),
-                    RestrictedExpression::new_set(group_names),
-                ),
-            ],
-            groups,
-            tags,
-        )
-        .ok()?;
-        let string = |s: &str| RestrictedExpression::new_string(s.to_string());
-        let tool_entity = Entity::new(
-            resource.clone(),
-            [
-                ("name".to_string(), string(tool.name)),
-                ("toolset".to_string(), string(tool.toolset.unwrap_or(""))),
-                ("source".to_string(), string(tool.source)),
-                (
-                    "side_effect".to_string(),
-                    string(tool.side_effects.as_str()),
-                ),
-                ("version".to_string(), string(tool.version.unwrap_or(""))),
-                (
-                    "pinned".to_string(),
-                    RestrictedExpression::new_bool(tool.pinned),
-                ),
-            ]
-            .into_iter()
-            .collect(),
-            Default::default(),
-        )
-        .ok()?;
-        let entities = Entities::from_entities([caller_entity, tool_entity], None).ok()?;
-        Some((principal, resource, entities))
-    }
-
-    /// `context.request`: how the call came, and when.
-    fn request(&self, call: &RuleCall<'_>) -> RestrictedExpression {
-        let since_epoch = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        let now = chrono::DateTime::from_timestamp(
-            i64::try_from(since_epoch.as_secs()).unwrap_or(0),
-            since_epoch.subsec_nanos(),
-        )
-        .unwrap_or_default();
-        let local = now + chrono::Duration::minutes(i64::from(self.options.utc_offset_minutes));
-        use chrono::{Datelike, Timelike};
-        let (era, transport) = call
-            .request
-            .map_or(("", "embedded"), |r| (r.era, r.transport));
-        let fields = [
-            ("era", RestrictedExpression::new_string(era.into())),
-            (
-                "transport",
-                RestrictedExpression::new_string(transport.into()),
-            ),
-            (
-                "time",
-                RestrictedExpression::new_datetime(
-                    now.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
-                ),
-            ),
-            (
-                "hour",
-                RestrictedExpression::new_long(i64::from(local.hour())),
-            ),
-            (
-                "minute",
-                RestrictedExpression::new_long(i64::from(local.minute())),
-            ),
-            (
-                "weekday",
-                RestrictedExpression::new_long(i64::from(local.weekday().number_from_monday())),
-            ),
-        ];
-        RestrictedExpression::new_record(fields.map(|(k, v)| (k.to_string(), v)))
-            .unwrap_or_else(|_| RestrictedExpression::new_bool(false))
-    }
-
-    fn judge(
-        &self,
-        set: &PolicySet,
-        principal: &EntityUid,
-        action: &EntityUid,
-        resource: &EntityUid,
-        context: Context,
-        entities: &Entities,
-    ) -> Option<Response> {
+    fn judge(&self, set: &PolicySet, parties: &Parties, context: Context) -> Option<Response> {
         let request = Request::new(
-            principal.clone(),
-            action.clone(),
-            resource.clone(),
+            parties.principal.clone(),
+            parties.action.clone(),
+            parties.resource.clone(),
             context,
             None,
         )
         .ok()?;
-        Some(self.authorizer.is_authorized(&request, set, entities))
+        Some(
+            self.authorizer
+                .is_authorized(&request, set, &parties.entities),
+        )
     }
 
     fn refuse(&self, rule: Arc<str>, advice: String) -> RuleVerdict {
@@ -368,10 +226,96 @@ fn failed_policy(error: &cedar_policy::AuthorizationError) -> &cedar_policy::Pol
     e.policy_id()
 }
 
-/// `Type::"id"`.
-fn uid(kind: &str, id: &str) -> Option<EntityUid> {
-    let kind = EntityTypeName::from_str(kind).ok()?;
-    Some(EntityUid::from_type_name_and_id(kind, EntityId::new(id)))
+/// A problem found for some tools.
+struct Found<'a> {
+    problem: Problem,
+    tools: Vec<&'a str>,
+    /// How many tools its policy applies to.
+    applies: usize,
+    helps: Vec<Option<String>>,
+}
+
+/// Every tool's problems with the policies that apply to it, each said once: for every tool
+/// its policy applies to, or naming the tools that have it.
+fn by_tool<'a>(loaded: &Loaded, tools: &[KnownTool<'a>]) -> Vec<Problem> {
+    let mut found: Vec<Found<'a>> = Vec::new();
+    for tool in tools {
+        let Err(unfit) = check(loaded, tool.name, tool.input_schema) else {
+            continue;
+        };
+        for u in unfit {
+            let mut problem = u.problem;
+            // Cedar names the action; the tools are said below.
+            problem.message = problem
+                .message
+                .replace(&format!(" for Action::{:?}", tool.name), "");
+            let help = problem.help.take();
+            match found.iter_mut().find(|f| f.problem == problem) {
+                Some(f) => {
+                    f.tools.push(tool.name);
+                    f.helps.push(help);
+                }
+                None => {
+                    let applies = loaded
+                        .policies
+                        .iter()
+                        .find(|(_, info)| info.label == u.label)
+                        .map_or(0, |(_, info)| {
+                            tools
+                                .iter()
+                                .filter(|t| info.scope.applies_to(t.name))
+                                .count()
+                        });
+                    found.push(Found {
+                        problem,
+                        tools: vec![tool.name],
+                        applies,
+                        helps: vec![help],
+                    });
+                }
+            }
+        }
+    }
+    found
+        .into_iter()
+        .map(|f| {
+            let mut problem = f.problem;
+            let which = match f.tools.as_slice() {
+                [one] => format!("tool {one:?}"),
+                _ if f.tools.len() == f.applies => "every tool it applies to".to_string(),
+                many => format!("tools {}", many.join(", ")),
+            };
+            problem.message = format!("for {which}: {}", problem.message);
+            problem.help = common_help(&f.helps);
+            problem
+        })
+        .collect()
+}
+
+/// The help the tools' problems share: a list of one tool's arguments is left out where
+/// the tools differ.
+fn common_help(helps: &[Option<String>]) -> Option<String> {
+    let first = helps.first()?.clone();
+    if helps.iter().all(|h| *h == first) {
+        return first;
+    }
+    let without_arguments = |h: &Option<String>| {
+        h.as_ref().map(|h| {
+            h.split("; ")
+                .filter(|part| {
+                    !part.starts_with("context.arguments has")
+                        && !part.contains("is not readable by policies")
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+    };
+    let first = without_arguments(&helps[0]);
+    helps
+        .iter()
+        .all(|h| without_arguments(h) == first)
+        .then_some(first)
+        .flatten()
 }
 
 /// The tools whose names are most like `name`, for an error.
@@ -400,47 +344,12 @@ fn common_prefix(a: &str, b: &str) -> usize {
     a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count()
 }
 
-impl CallRules for Policies {
-    fn decide(&self, call: &RuleCall<'_>) -> RuleVerdict {
-        let checked = self.checked(&call.tool);
-        let sets = match &checked.fit {
-            Ok(sets) => sets,
-            Err(unfit) => {
-                return self.refuse(
-                    unfit.label.clone(),
-                    format!(
-                        "it no longer fits the tool ({}), and the tool's calls are refused until the policy is changed to fit",
-                        unfit.problem
-                    ),
-                );
-            }
-        };
-        let Some((principal, resource, entities)) = self.entities(&call.caller, &call.tool) else {
-            return self.refuse(
-                self.everything.clone(),
-                "the caller or the tool could not be described to them".into(),
-            );
-        };
-        let Some(action) = uid("Action", call.tool.name) else {
-            return self.refuse(
-                self.everything.clone(),
-                "the tool's name is not one they take".into(),
-            );
-        };
-        let arguments = match call.arguments {
-            Value::Object(object) => sets.arguments.value(object),
-            _ => sets.arguments.value(&serde_json::Map::new()),
-        };
-        let context = || {
-            let arguments = arguments.clone()?;
-            Context::from_pairs([
-                ("arguments".to_string(), arguments),
-                ("request".to_string(), self.request(call)),
-            ])
-            .ok()
-        };
-        let Some(response) = context()
-            .and_then(|c| self.judge(&sets.hard, &principal, &action, &resource, c, &entities))
+impl Policies {
+    /// The verdict on a call whose parties and context are known.
+    fn verdict(&self, parties: &Parties, context: Option<Context>) -> RuleVerdict {
+        let Some(response) = context
+            .clone()
+            .and_then(|c| self.judge(&parties.hard, parties, c))
         else {
             return self.refuse(
                 self.everything.clone(),
@@ -467,10 +376,8 @@ impl CallRules for Policies {
             .reason()
             .next()
             .map_or_else(|| self.everything.clone(), |id| self.label(id));
-        if let Some(ask) = &sets.ask {
-            let Some(response) = context()
-                .and_then(|c| self.judge(ask, &principal, &action, &resource, c, &entities))
-            else {
+        if let Some(ask) = &parties.ask {
+            let Some(response) = context.and_then(|c| self.judge(ask, parties, c)) else {
                 return self.refuse(
                     self.everything.clone(),
                     "the call's arguments could not be described to them".into(),
@@ -498,28 +405,113 @@ impl CallRules for Policies {
             advice: "".into(),
         }
     }
+}
+
+/// How many verdicts one caller's calls of one tool keep.
+const VERDICTS_KEPT: usize = 1024;
+
+/// The longest key a verdict is kept under (longer arguments are judged each time).
+const KEY_MAX: usize = 4096;
+
+/// What the policies read of a call, exactly, as text: the key its verdict is kept under
+/// (the same parties and the same values always get the same verdict).
+fn read_key(call: &RuleCall<'_>, sets: &Sets, request: Option<&str>) -> Option<String> {
+    let mut key = String::new();
+    if sets.reads.any_arguments() {
+        for (name, _, _) in &sets.arguments.attributes {
+            if sets.reads.argument(name) {
+                key.push_str(name);
+                key.push('\u{1}');
+                if let Some(value) = call.arguments.get(name) {
+                    key.push_str(&value.to_string());
+                }
+                key.push('\u{2}');
+            }
+        }
+    }
+    if let Some(request) = request {
+        key.push_str(request);
+    }
+    (key.len() <= KEY_MAX).then_some(key)
+}
+
+impl CallRules for Policies {
+    fn decide(&self, call: &RuleCall<'_>) -> RuleVerdict {
+        let checked = self.checked(&call.tool);
+        let sets = match &checked.fit {
+            Ok(sets) => sets,
+            Err(unfit) => {
+                return self.refuse(
+                    unfit.label.clone(),
+                    format!(
+                        "it no longer fits the tool ({}), and the tool's calls are refused until the policy is changed to fit",
+                        unfit.problem
+                    ),
+                );
+            }
+        };
+        let Some(parties) = checked
+            .parties
+            .get(&self.types, &call.caller, &call.tool, sets)
+        else {
+            return self.refuse(
+                self.everything.clone(),
+                "the caller or the tool could not be described to them".into(),
+            );
+        };
+        let reads = &sets.reads;
+        let request = reads
+            .request
+            .then(|| crate::request::Now::of(call, self.options.utc_offset_minutes));
+        let key = read_key(call, sets, request.as_ref().map(|r| r.key.as_str()));
+        let verdicts = || {
+            parties
+                .verdicts
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+        };
+        if let Some(kept) = key.as_ref().and_then(|k| verdicts().get(k).cloned()) {
+            return kept;
+        }
+        // The context holds what the policies read, only.
+        let mut pairs = Vec::with_capacity(2);
+        if reads.any_arguments() {
+            let empty = serde_json::Map::new();
+            let object = call.arguments.as_object().unwrap_or(&empty);
+            if let Some(arguments) = sets.arguments.value_of(object, |n| reads.argument(n)) {
+                pairs.push(("arguments".to_string(), arguments));
+            }
+        }
+        if let Some(request) = request {
+            pairs.push(("request".to_string(), request.value));
+        }
+        let context = if pairs.is_empty() {
+            Some(Context::empty())
+        } else {
+            Context::from_pairs(pairs).ok()
+        };
+        let verdict = self.verdict(&parties, context);
+        if let Some(key) = key {
+            let mut kept = verdicts();
+            if kept.len() >= VERDICTS_KEPT {
+                kept.clear();
+            }
+            kept.insert(key, verdict.clone());
+        }
+        verdict
+    }
 
     fn lists(&self, caller: &RuleCaller<'_>, tool: &RuleTool<'_>) -> bool {
         let checked = self.checked(tool);
         let Ok(sets) = &checked.fit else {
             return false;
         };
-        let Some((principal, resource, entities)) = self.entities(caller, tool) else {
-            return false;
-        };
-        let Some(action) = uid("Action", tool.name) else {
+        let Some(parties) = checked.parties.get(&self.types, caller, tool, sets) else {
             return false;
         };
         // Judged without the call's context: a policy that reads it fails, and so may
         // still match some call (a permit) or not (a forbid).
-        let Some(response) = self.judge(
-            &sets.hard,
-            &principal,
-            &action,
-            &resource,
-            Context::empty(),
-            &entities,
-        ) else {
+        let Some(response) = self.judge(&parties.hard, &parties, Context::empty()) else {
             return false;
         };
         match response.decision() {

@@ -4,6 +4,8 @@ mod check;
 mod decide;
 mod error;
 mod load;
+mod reads;
+mod request;
 mod shape;
 
 pub use decide::{KnownTool, Options, Policies};

@@ -63,6 +63,8 @@ pub(crate) struct Info {
     /// A `forbid` marked `@ask`: the calls it matches are asked about, not refused.
     pub(crate) asks: bool,
     pub(crate) scope: Scope,
+    /// What it reads of a call's context.
+    pub(crate) reads: crate::reads::Reads,
 }
 
 /// A file's name and text, for the places errors point at.
@@ -213,6 +215,7 @@ impl Loaded {
                     effect: policy.effect(),
                     asks,
                     scope,
+                    reads: crate::reads::Reads::of(policy),
                 },
             ));
         }

@@ -146,8 +146,7 @@ impl Shape {
             (Shape::Long, Value::Number(n)) => n.as_i64().map(RestrictedExpression::new_long),
             (Shape::Decimal, Value::Number(n)) => {
                 let f = n.as_f64()?;
-                (f.abs() < DECIMAL_MAX)
-                    .then(|| RestrictedExpression::new_decimal(format!("{f:.4}")))
+                (f.abs() < DECIMAL_MAX).then(|| decimal(format!("{f:.4}")))
             }
             (Shape::Bool, Value::Bool(b)) => Some(RestrictedExpression::new_bool(*b)),
             (Shape::Set(element), Value::Array(items)) => {
@@ -158,6 +157,30 @@ impl Shape {
             _ => None,
         }
     }
+}
+
+/// How many decimals a thread keeps made.
+const DECIMALS_KEPT: usize = 4096;
+
+thread_local! {
+    /// Decimals made lately, by their text: Cedar parses the extension's name each time it
+    /// makes one (some 10 µs), and the numbers calls carry repeat.
+    static DECIMALS: std::cell::RefCell<std::collections::HashMap<String, RestrictedExpression>> =
+        std::cell::RefCell::default();
+}
+
+fn decimal(text: String) -> RestrictedExpression {
+    DECIMALS.with_borrow_mut(|kept| {
+        if let Some(made) = kept.get(&text) {
+            return made.clone();
+        }
+        if kept.len() >= DECIMALS_KEPT {
+            kept.clear();
+        }
+        let made = RestrictedExpression::new_decimal(&text);
+        kept.insert(text, made.clone());
+        made
+    })
 }
 
 impl Record {
@@ -189,7 +212,19 @@ impl Record {
 
     /// The arguments' record: each declared attribute that is present and of its type.
     pub(crate) fn value(&self, object: &Map<String, Value>) -> Option<RestrictedExpression> {
+        self.value_of(object, |_| true)
+    }
+
+    /// [`Record::value`] with the attributes `wanted` says, only.
+    pub(crate) fn value_of(
+        &self,
+        object: &Map<String, Value>,
+        wanted: impl Fn(&str) -> bool,
+    ) -> Option<RestrictedExpression> {
         let fields = self.attributes.iter().filter_map(|(name, shape, _)| {
+            if !wanted(name) {
+                return None;
+            }
             let value = shape.value(object.get(name)?)?;
             Some((name.clone(), value))
         });

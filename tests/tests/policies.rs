@@ -518,7 +518,7 @@ fn rows() -> Vec<Row> {
         ),
         (
             "time",
-            r#"permit(principal, action, resource) when { context.request.time > datetime("2020-01-01") && context.request.weekday >= 1 && context.request.weekday <= 7 };"#,
+            r#"permit(principal, action, resource) when { context.request.unix > 1577836800 && context.request.time > datetime("2020-01-01") && context.request.date like "20*-*-*" && context.request.weekday >= 1 && context.request.weekday <= 7 };"#,
             BOB,
             "read_file",
             || json!({"path": "a"}),
