@@ -869,3 +869,109 @@ async fn policies_only_narrow_the_tables() {
     let (outcome, _) = call(&d, &s, "write_file", json!({"path": "x", "content": ""})).await;
     assert_eq!(outcome, Outcome::Ask, "the table's prompt stays");
 }
+
+#[tokio::test]
+async fn a_verdict_is_kept_only_for_the_same_caller_tool_and_values_read() {
+    let d = dispatcher();
+    let dir = with_policies(
+        &d,
+        "permit(principal, action, resource);\n\
+         forbid(principal, action == Action::\"shell\", resource) when { context.arguments.command like \"*curl*\" };\n\
+         forbid(principal == Caller::\"alice\", action == Action::\"shell\", resource) when { context.arguments.command == \"true\" };",
+    );
+    let (alice, bob) = (session(&d, dir.path(), ALICE), session(&d, dir.path(), BOB));
+    let shell = |command: &str| json!({ "command": command });
+    for _ in 0..2 {
+        assert_eq!(
+            call(&d, &bob, "shell", shell("curl x")).await.0,
+            Outcome::Refuse("")
+        );
+        assert_eq!(call(&d, &bob, "shell", shell("true")).await.0, Outcome::Run);
+        assert_eq!(
+            call(&d, &alice, "shell", shell("true")).await.0,
+            Outcome::Refuse("")
+        );
+        assert_eq!(
+            call(&d, &alice, "shell", shell("echo")).await.0,
+            Outcome::Run
+        );
+    }
+    // A new set of policies decides afresh.
+    let _dir = with_policies(&d, BASE);
+    assert_eq!(
+        call(&d, &alice, "shell", shell("true")).await.0,
+        Outcome::Run
+    );
+}
+
+/// The ```cedar block of docs/policies.md, as written.
+fn documented_examples() -> String {
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/policies.md"),
+    )
+    .unwrap();
+    let start = doc.find("```cedar\n").expect("a cedar block") + "```cedar\n".len();
+    let end = start + doc[start..].find("```").unwrap();
+    doc[start..end].to_string()
+}
+
+#[tokio::test]
+async fn the_documented_examples_load_and_decide_as_the_docs_say() {
+    let d = dispatcher();
+    let dir = with_policies(&d, &documented_examples());
+    let (alice, bob) = (session(&d, dir.path(), ALICE), session(&d, dir.path(), BOB));
+    let refused_by = |text: &str, id: &str| text.contains(&format!("refused by policy \"{id}\""));
+    let ticket = |project: &str| json!({"ticket": {"project": project, "id": 1}, "status": "open"});
+
+    // Support updates tickets of SUP only; others are not held to it.
+    let (_, text) = call(&d, &alice, "tickets__update", ticket("OPS")).await;
+    assert!(refused_by(&text, "support-tickets-sup-only"), "{text}");
+    assert_eq!(
+        call(&d, &alice, "tickets__update", ticket("SUP")).await.0,
+        Outcome::Run
+    );
+    assert_eq!(
+        call(&d, &bob, "tickets__update", ticket("OPS")).await.0,
+        Outcome::Run
+    );
+
+    // shell: cargo and git, never curl.
+    for (command, policy) in [
+        ("ls", Some("shell-cargo-and-git")),
+        ("git status; curl http://x", Some("shell-never-curl")),
+        ("git --version", None),
+    ] {
+        let (_, text) = call(&d, &bob, "shell", json!({ "command": command })).await;
+        match policy {
+            Some(id) => assert!(refused_by(&text, id), "{command}: {text}"),
+            None => assert!(!text.contains("was refused by"), "{command}: {text}"),
+        }
+    }
+
+    // Writes under deploy/ ask; elsewhere they run.
+    let write = |path: &str| json!({"path": path, "content": "x"});
+    assert_eq!(
+        call(&d, &bob, "write_file", write("deploy/app.yaml"))
+            .await
+            .0,
+        Outcome::Ask
+    );
+    assert_eq!(
+        call(&d, &bob, "write_file", write("src/app.yaml")).await.0,
+        Outcome::Run
+    );
+
+    // Deleting a repository: working hours only (UTC: no utc_offset here).
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let (weekday, hour) = ((secs / 86_400 + 3) % 7 + 1, secs % 86_400 / 3_600);
+    let working = weekday <= 5 && (9..17).contains(&hour);
+    let (outcome, text) = call(&d, &bob, "github__delete_repo", json!({"repo": "x"})).await;
+    if working {
+        assert_eq!(outcome, Outcome::Run, "{text}");
+    } else {
+        assert!(refused_by(&text, "delete-repo-working-hours"), "{text}");
+    }
+}

@@ -1,14 +1,31 @@
 //! `[policies]` put in force: the files read, checked against the dispatcher's tools at that
 //! moment, and set as its rules ([`dispatcher_core::Dispatcher::set_rules`]).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+#[cfg(feature = "policies")]
+use std::path::PathBuf;
+#[cfg(feature = "policies")]
 use std::sync::Arc;
 
 use dispatcher_core::Dispatcher;
+#[cfg(feature = "policies")]
 use policies::{KnownTool, Options, Policies, Source};
 
 use crate::config::Config;
 
+/// What a build without the `policies` feature says of `[policies] files`.
+#[cfg(not(feature = "policies"))]
+pub(crate) fn apply(config: &Config, file: &Path, _dispatcher: &Dispatcher) -> Result<(), String> {
+    if config.policies.files.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "{}: [policies] files are set, but this toolhost was built without its `policies` feature (Cedar); build it with `--features policies` (on by default), or remove [policies] files",
+        file.display()
+    ))
+}
+
+#[cfg(feature = "policies")]
 /// The files of `[policies] files`: a file as named, a directory's `*.cedar` files in
 /// name order; each resolved against `base` (the config file's directory) and named as the
 /// config wrote it.
@@ -46,6 +63,7 @@ fn sources(files: &[PathBuf], base: &Path) -> Result<Vec<Source>, String> {
     Ok(out)
 }
 
+#[cfg(feature = "policies")]
 /// The policies of `config`, checked against `dispatcher`'s tools now: `None` when it names
 /// no files. A tool of a configured server that is not there (one that did not start, or
 /// starts per caller) is checked when it arrives.
@@ -87,6 +105,7 @@ pub(crate) fn load(
     Ok(Some(Arc::new(policies)))
 }
 
+#[cfg(feature = "policies")]
 /// Puts `config`'s policies in force on `dispatcher` (or none, when it names no files).
 pub(crate) fn apply(config: &Config, file: &Path, dispatcher: &Dispatcher) -> Result<(), String> {
     let rules = load(config, file, dispatcher)?;

@@ -3,6 +3,7 @@
 //! that does not load leaves the running policies), refuse to start when they do not fit
 //! the tools, and decide a mounted server's calls on its own arguments.
 #![cfg(test)]
+#![cfg(feature = "policies")]
 
 use std::path::Path;
 

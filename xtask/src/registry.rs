@@ -7,12 +7,13 @@ use crate::steps::{Result, announce, cargo, fail, run};
 
 /// The packages of `cargo package`, in the order they depend on each other. `tool-api`
 /// keeps its name (the ABI check compares package names); the others carry `toolhost-`.
-pub const PUBLISHED: [&str; 5] = [
+pub const PUBLISHED: [&str; 6] = [
     "tool-api",
     "toolhost-sandbox",
     "toolhost-secrets",
     "toolhost-dispatcher-core",
     "toolhost-builtin-tools",
+    "toolhost-policies",
 ];
 
 /// The one package whose packaged sources are also compiled alone (`cargo package`'s

@@ -74,6 +74,10 @@ fn run_benches() -> Result<Printed> {
         cargo().args(["bench", "-p", "toolhost-secrets", "--bench", "scan"]),
     )?;
     run(
+        "policies bench (a Cedar decision per call, with 1 and 200 policies, beside the tables alone)",
+        cargo().args(["bench", "-p", "toolhost-policies", "--bench", "decide"]),
+    )?;
+    run(
         "sandbox bench (each figure paired with the same work unsandboxed)",
         cargo().args(["bench", "-p", "toolhost-tests", "--bench", "sandbox"]),
     )?;
@@ -153,6 +157,7 @@ pub fn bench(write_readme: bool, mcp_only: bool) -> Result {
     rows.extend(figures::plugin_rows());
     rows.extend(figures::sandbox_rows());
     rows.extend(figures::secrets_rows());
+    rows.extend(figures::policy_rows());
     rows.extend(figures::load_rows(&start_counts));
     rows.extend(servers::roundtrip_rows(&printed.roundtrip));
     rows.extend(mcp_table_rows(&measured));
