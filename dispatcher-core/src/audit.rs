@@ -155,13 +155,50 @@ fn hex_into(text: &str, out: &mut [u8]) -> Option<()> {
     Some(())
 }
 
-/// SHA-256 of `arguments` (their JSON), hex.
+/// SHA-256 of `arguments` (their canonical JSON: [`canonical_json`]), hex.
 pub fn digest(arguments: &Value) -> String {
-    let text = serde_json::to_string(arguments).unwrap_or_default();
-    Sha256::digest(text.as_bytes())
+    Sha256::digest(canonical_json(arguments))
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+/// `value` as JSON with every object's keys in sorted order and no spaces: the same bytes
+/// however its keys were written, what a digest of arguments is taken over.
+pub fn canonical_json(value: &Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<_> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            out.push(b'{');
+            for (i, (k, v)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(Value::String(k.clone()).to_string().as_bytes());
+                out.push(b':');
+                write_canonical(v, out);
+            }
+            out.push(b'}');
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(v, out);
+            }
+            out.push(b']');
+        }
+        other => out.extend_from_slice(other.to_string().as_bytes()),
+    }
 }
 
 /// What a call in flight has learnt for its entry, from its events and its denials.

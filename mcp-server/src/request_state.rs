@@ -317,8 +317,7 @@ impl Confirmations {
 /// What binds a token: principal, tool and the SHA-256 of the arguments' canonical JSON
 /// (keys sorted), so a key order change is not a different call.
 fn associated_data(principal: &str, tool: &str, arguments: &Value) -> Vec<u8> {
-    let mut canonical = Vec::new();
-    write_canonical(arguments, &mut canonical);
+    let canonical = dispatcher_core::audit::canonical_json(arguments);
     let digest = Sha256::digest(&canonical);
     let mut ad = Vec::new();
     for part in [principal.as_bytes(), b"\0", tool.as_bytes(), b"\0"] {
@@ -326,36 +325,6 @@ fn associated_data(principal: &str, tool: &str, arguments: &Value) -> Vec<u8> {
     }
     ad.extend_from_slice(&digest);
     ad
-}
-
-fn write_canonical(value: &Value, out: &mut Vec<u8>) {
-    match value {
-        Value::Object(map) => {
-            let mut entries: Vec<_> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            out.push(b'{');
-            for (i, (k, v)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                out.extend_from_slice(Value::String(k.clone()).to_string().as_bytes());
-                out.push(b':');
-                write_canonical(v, out);
-            }
-            out.push(b'}');
-        }
-        Value::Array(items) => {
-            out.push(b'[');
-            for (i, v) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_canonical(v, out);
-            }
-            out.push(b']');
-        }
-        other => out.extend_from_slice(other.to_string().as_bytes()),
-    }
 }
 
 #[cfg(test)]

@@ -343,6 +343,10 @@ fn protocol_error(text: String, error: rmcp::ErrorData) -> ToolOutput {
 }
 
 /// What one `tools/call` round waits for next.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one value per turn of the loop, on its stack: boxing the call's end would allocate per call"
+)]
 enum Step {
     From(FromServer),
     Done(Result<Called, ToolError>),
@@ -408,7 +412,7 @@ impl Call<'_> {
                     // not in every call's state.
                     let answer = match Box::pin(asking.relayed(&params)).await {
                         Some(answer) => answer,
-                        None => match self.park(call, params.clone(), reply) {
+                        None => match self.park(call, (*params).clone(), reply) {
                             Ok(()) => {
                                 return Err(ToolError::failed(format!(
                                     "MCP server '{}' asked a question; it went to the client that made the call",
@@ -417,7 +421,7 @@ impl Call<'_> {
                             }
                             Err((back, reply)) => {
                                 call = back;
-                                let answer = Box::pin(asking.broker(params)).await;
+                                let answer = Box::pin(asking.broker(*params)).await;
                                 let _ = reply.send(to_reply(answer));
                                 continue;
                             }

@@ -132,7 +132,7 @@ pub(crate) enum FromServer {
     Progress(String),
     /// A request to the user, answered through the reply.
     Elicit(
-        ElicitRequestParams,
+        Box<ElicitRequestParams>,
         oneshot::Sender<Result<ElicitResult, rmcp::ErrorData>>,
     ),
     /// A request to sample a model, answered through the reply.

@@ -164,7 +164,7 @@ fn validate(loaded: &Loaded, set: &PolicySet, arguments: &Record, actions: &[&st
             let (_, info) = loaded.get(error.policy_id())?;
             let file = &loaded.files[info.file];
             let policy = Some(error.policy_id().to_string()).filter(|id| !id.contains(':'));
-            let mut problem = Problem::at(file, offset_of(error), error, policy);
+            let mut problem = Problem::at(&file.name, file.place(offset_of(error)), error, policy);
             if let Some(known) = known(&problem.message, arguments) {
                 problem.help = Some(match problem.help.take() {
                     Some(help) => format!("{help}; {known}"),

@@ -3,8 +3,6 @@
 
 use miette::Diagnostic;
 
-use crate::load::File;
-
 /// A set of policies that cannot be put in force.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
@@ -75,16 +73,15 @@ impl std::fmt::Display for Problem {
 }
 
 impl Problem {
-    /// A diagnostic of Cedar's at `offset` of `file`.
+    /// A diagnostic of Cedar's at `(line, column)` of `file`.
     pub(crate) fn at(
-        file: &File,
-        offset: usize,
+        file: &str,
+        (line, column): (usize, usize),
         diagnostic: &dyn Diagnostic,
         policy: Option<String>,
     ) -> Problem {
-        let (line, column) = file.place(offset);
         Problem {
-            file: file.name.clone(),
+            file: file.to_string(),
             line,
             column,
             policy,

@@ -129,7 +129,12 @@ impl Loaded {
             Ok(set) => set,
             Err(errors) => {
                 for error in errors.iter() {
-                    problems.push(Problem::at(file, offset_of(error), error, None));
+                    problems.push(Problem::at(
+                        &file.name,
+                        file.place(offset_of(error)),
+                        error,
+                        None,
+                    ));
                 }
                 return;
             }

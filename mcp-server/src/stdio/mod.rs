@@ -130,6 +130,10 @@ fn adapted(
 impl<R: AsyncRead + Unpin> StdioTransport<R> {
     /// The next line (or its refusal when over the limit), `None` at end of input.
     /// Cancel-safe: what was read stays in `self`.
+    #[allow(
+        clippy::result_large_err,
+        reason = "a refusal is the rare path (see screen.rs)"
+    )]
     async fn next_line(&mut self) -> std::io::Result<Option<Result<Vec<u8>, Rejection>>> {
         loop {
             let buf = self.reader.fill_buf().await?;

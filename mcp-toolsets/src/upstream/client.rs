@@ -109,7 +109,10 @@ impl ClientHandler for ClientSide {
         _context: rmcp::service::RequestContext<RoleClient>,
     ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
         let (reply, answer) = tokio::sync::oneshot::channel();
-        self.ask(FromServer::Elicit(request, reply), "elicitation/create")?;
+        self.ask(
+            FromServer::Elicit(Box::new(request), reply),
+            "elicitation/create",
+        )?;
         answer.await.unwrap_or_else(|_| Err(call_ended()))
     }
 

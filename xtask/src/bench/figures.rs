@@ -670,6 +670,47 @@ pub(super) fn sandbox_rows() -> Vec<Row> {
     rows
 }
 
+/// Policies as code (`[policies]`): what a Cedar decision adds to an inline no-op's call,
+/// beside the same call decided by the tables alone, in the same run.
+pub(super) fn policy_rows() -> Vec<Row> {
+    let floor = criterion_us("policies", "tables_inline_noop");
+    let added = |name: &str| Some(criterion_us("policies", name)? - floor?);
+    let mut rows = Vec::new();
+    for (figure, name, goal) in [
+        (
+            "a policy decision per call, 1 policy (inline no-op, same arguments as before) vs the tables alone",
+            "policies_1_inline_noop",
+            Some(2.0),
+        ),
+        (
+            "a policy decision per call, 200 policies (20 in the call's scope; its verdict for these arguments kept) vs the tables alone",
+            "policies_200_inline_noop",
+            Some(2.0),
+        ),
+        (
+            "the same, a new value of the argument the policies read at every call (each judged by Cedar: ~2.7 µs per policy in scope that reads it)",
+            "policies_200_new_arguments_inline_noop",
+            None,
+        ),
+        (
+            "the worst case: all 200 policies in scope and reading the arguments, new at every call",
+            "policies_200_all_apply_new_arguments_inline_noop",
+            None,
+        ),
+    ] {
+        rows.push(match (added(name), floor) {
+            (Some(added), Some(floor)) => Row {
+                figure: figure.into(),
+                measured: format!("+{added:.2} µs (tables alone: {floor:.2} µs)"),
+                target: goal.map_or("reported".into(), |g| format!("under +{g} µs")),
+                pass: goal.map(|g| added < g),
+            },
+            _ => missing(figure),
+        });
+    }
+    rows
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -845,45 +886,4 @@ mod tests {
             "not measured"
         );
     }
-}
-
-/// Policies as code (`[policies]`): what a Cedar decision adds to an inline no-op's call,
-/// beside the same call decided by the tables alone, in the same run.
-pub(super) fn policy_rows() -> Vec<Row> {
-    let floor = criterion_us("policies", "tables_inline_noop");
-    let added = |name: &str| Some(criterion_us("policies", name)? - floor?);
-    let mut rows = Vec::new();
-    for (figure, name, goal) in [
-        (
-            "a policy decision per call, 1 policy (inline no-op, same arguments as before) vs the tables alone",
-            "policies_1_inline_noop",
-            Some(2.0),
-        ),
-        (
-            "a policy decision per call, 200 policies (20 in the call's scope; its verdict for these arguments kept) vs the tables alone",
-            "policies_200_inline_noop",
-            Some(2.0),
-        ),
-        (
-            "the same, a new value of the argument the policies read at every call (each judged by Cedar: ~2.7 µs per policy in scope that reads it)",
-            "policies_200_new_arguments_inline_noop",
-            None,
-        ),
-        (
-            "the worst case: all 200 policies in scope and reading the arguments, new at every call",
-            "policies_200_all_apply_new_arguments_inline_noop",
-            None,
-        ),
-    ] {
-        rows.push(match (added(name), floor) {
-            (Some(added), Some(floor)) => Row {
-                figure: figure.into(),
-                measured: format!("+{added:.2} µs (tables alone: {floor:.2} µs)"),
-                target: goal.map_or("reported".into(), |g| format!("under +{g} µs")),
-                pass: goal.map(|g| added < g),
-            },
-            _ => missing(figure),
-        });
-    }
-    rows
 }
