@@ -201,7 +201,11 @@ impl Checker<'_> {
             Value::Bool(_) if !is_root => return Ok(()),
             _ => return Err(self.invalid(place, "a schema must be a JSON object")),
         };
-        for (key, value) in obj {
+        // In key order, whatever order the map keeps: the first problem is the same in
+        // every build (serde_json's `preserve_order` may be on in a host's).
+        let mut entries: Vec<(&String, &Value)> = obj.iter().collect();
+        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        for (key, value) in entries {
             let here = Place::Key(place, key);
             match key.as_str() {
                 k if ANNOTATIONS.contains(&k) || SCALAR_KEYWORDS.contains(&k) => {}
@@ -240,7 +244,9 @@ impl Checker<'_> {
         let Value::Object(map) = value else {
             return Err(self.invalid(place, "expected an object mapping names to schemas"));
         };
-        for (name, schema) in map {
+        let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        for (name, schema) in entries {
             self.check_node(schema, &Place::Key(place, name), false)?;
         }
         Ok(())
