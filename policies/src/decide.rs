@@ -2,6 +2,7 @@
 //! checked against them when first seen and again whenever it changes.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use cedar_policy::{Authorizer, Context, Decision, PolicySet, Request, Response};
@@ -36,6 +37,8 @@ pub struct Policies {
     options: Options,
     authorizer: Authorizer,
     types: Types,
+    /// How many verdicts are kept, over every tool and caller ([`ALL_VERDICTS_KEPT`]).
+    verdicts_kept: Arc<AtomicUsize>,
     /// Each tool's check, by name, for the registration (serial) it was made for.
     tools: RwLock<HashMap<Arc<str>, Arc<Checked>>>,
     /// What a refusal for want of a permit names: the files.
@@ -108,6 +111,7 @@ impl Policies {
             loaded,
             options,
             authorizer: Authorizer::new(),
+            verdicts_kept: Arc::default(),
             types: Types::new().ok_or_else(|| {
                 PolicyError::Invalid(vec![Problem {
                     file: String::new(),
@@ -408,10 +412,14 @@ impl Policies {
 }
 
 /// How many verdicts one caller's calls of one tool keep.
-const VERDICTS_KEPT: usize = 1024;
+const VERDICTS_KEPT: usize = 256;
+
+/// How many verdicts a set of policies keeps in all (with keys of at most [`KEY_MAX`]
+/// bytes: some 40 MB at most, whatever callers send); past it, calls are judged each time.
+const ALL_VERDICTS_KEPT: usize = 65_536;
 
 /// The longest key a verdict is kept under (longer arguments are judged each time).
-const KEY_MAX: usize = 4096;
+const KEY_MAX: usize = 512;
 
 /// What the policies read of a call, exactly, as text: the key its verdict is kept under
 /// (the same parties and the same values always get the same verdict).
@@ -450,10 +458,13 @@ impl CallRules for Policies {
                 );
             }
         };
-        let Some(parties) = checked
-            .parties
-            .get(&self.types, &call.caller, &call.tool, sets)
-        else {
+        let Some(parties) = checked.parties.get(
+            &self.types,
+            &call.caller,
+            &call.tool,
+            sets,
+            &self.verdicts_kept,
+        ) else {
             return self.refuse(
                 self.everything.clone(),
                 "the caller or the tool could not be described to them".into(),
@@ -494,9 +505,14 @@ impl CallRules for Policies {
         if let Some(key) = key {
             let mut kept = verdicts();
             if kept.len() >= VERDICTS_KEPT {
+                self.verdicts_kept.fetch_sub(kept.len(), Ordering::Relaxed);
                 kept.clear();
             }
-            kept.insert(key, verdict.clone());
+            if self.verdicts_kept.fetch_add(1, Ordering::Relaxed) < ALL_VERDICTS_KEPT {
+                kept.insert(key, verdict.clone());
+            } else {
+                self.verdicts_kept.fetch_sub(1, Ordering::Relaxed);
+            }
         }
         verdict
     }
@@ -506,7 +522,11 @@ impl CallRules for Policies {
         let Ok(sets) = &checked.fit else {
             return false;
         };
-        let Some(parties) = checked.parties.get(&self.types, caller, tool, sets) else {
+        let Some(parties) =
+            checked
+                .parties
+                .get(&self.types, caller, tool, sets, &self.verdicts_kept)
+        else {
             return false;
         };
         // Judged without the call's context: a policy that reads it fails, and so may

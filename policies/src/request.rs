@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use cedar_policy::{
@@ -56,6 +57,16 @@ pub(crate) struct Parties {
     pub(crate) ask: Option<PolicySet>,
     /// Verdicts already reached, by exactly what the policies read of a call.
     pub(crate) verdicts: Mutex<HashMap<String, dispatcher_core::RuleVerdict>>,
+    /// The count of verdicts kept over every tool and caller: this one's leave it when
+    /// they go.
+    kept: Arc<AtomicUsize>,
+}
+
+impl Drop for Parties {
+    fn drop(&mut self) {
+        let mine = self.verdicts.get_mut().map_or(0, |v| v.len());
+        self.kept.fetch_sub(mine, Ordering::Relaxed);
+    }
 }
 
 /// Whether `policy`'s scope can match a request of `principal` (a member of `groups`) on
@@ -102,6 +113,7 @@ impl Parties {
         caller: &RuleCaller<'_>,
         tool: &RuleTool<'_>,
         sets: &Sets,
+        kept: &Arc<AtomicUsize>,
     ) -> Option<Parties> {
         let principal = Types::uid(&types.caller, caller.principal);
         let resource = Types::uid(&types.tool, tool.name);
@@ -174,6 +186,7 @@ impl Parties {
             hard,
             ask,
             verdicts: Mutex::default(),
+            kept: kept.clone(),
         })
     }
 }
@@ -196,6 +209,7 @@ impl Kept {
         caller: &RuleCaller<'_>,
         tool: &RuleTool<'_>,
         sets: &Sets,
+        kept_verdicts: &Arc<AtomicUsize>,
     ) -> Option<Arc<Parties>> {
         let key = self.key(caller);
         let mut kept = self
@@ -205,7 +219,7 @@ impl Kept {
         if let Some(parties) = kept.get(&key) {
             return Some(parties.clone());
         }
-        let parties = Arc::new(Parties::of(types, caller, tool, sets)?);
+        let parties = Arc::new(Parties::of(types, caller, tool, sets, kept_verdicts)?);
         if kept.len() >= KEPT {
             kept.clear();
         }
