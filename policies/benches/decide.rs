@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use criterion::{BatchSize, Criterion, criterion_group};
 use dispatcher_core::{ClassModes, ConfirmationPolicy, Dispatcher, SessionSpec, ToolUse};
-use policies::{KnownTool, Options, Policies, Source};
+use policies::{Options, Policies, Source};
 use serde_json::json;
 use tool_api::{SideEffect, ToolDefinition};
 
@@ -99,14 +99,7 @@ fn all_apply() -> String {
 fn load(d: &Dispatcher, dir: &std::path::Path, name: &str, text: &str) -> Arc<Policies> {
     let file = dir.join(name);
     std::fs::write(&file, text).unwrap();
-    let defs = d.all_definitions();
-    let tools: Vec<KnownTool<'_>> = defs
-        .iter()
-        .map(|t| KnownTool {
-            name: &t.name,
-            input_schema: &t.input_schema,
-        })
-        .collect();
+    let tools = d.all_definitions();
     let policies = Policies::load(&[Source::file(&file)], Options::default(), &tools, &[]).unwrap();
     Arc::new(policies)
 }

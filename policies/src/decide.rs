@@ -6,8 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use cedar_policy::{Authorizer, Context, Decision, PolicySet, Request, Response};
-use dispatcher_core::{CallRules, Mode, RuleCall, RuleCaller, RuleTool, RuleVerdict};
-use serde_json::Value;
+use dispatcher_core::{
+    CallRules, Mode, RuleCall, RuleCaller, RuleTool, RuleVerdict, ToolDefinition,
+};
 
 use crate::check::{ASK_BASE, Sets, Unfit, check};
 use crate::error::{PolicyError, Problem};
@@ -54,15 +55,6 @@ impl std::fmt::Debug for Policies {
     }
 }
 
-/// A tool known when policies are loaded: its name and input schema.
-#[derive(Debug, Clone, Copy)]
-pub struct KnownTool<'a> {
-    /// Its published name.
-    pub name: &'a str,
-    /// Its input schema.
-    pub input_schema: &'a Value,
-}
-
 impl Policies {
     /// Reads `sources` and checks every policy against the tools there are now (`tools`):
     /// a policy that does not parse, names a tool that does not exist, or reads an
@@ -73,7 +65,7 @@ impl Policies {
     pub fn load(
         sources: &[Source],
         options: Options,
-        tools: &[KnownTool<'_>],
+        tools: &[ToolDefinition],
         later: &[String],
     ) -> Result<Policies, PolicyError> {
         let loaded = Loaded::read(sources)?;
@@ -83,7 +75,7 @@ impl Policies {
                 continue;
             };
             for name in named {
-                if !tools.iter().any(|t| t.name == name)
+                if !tools.iter().any(|t| t.name == *name)
                     && !later.iter().any(|prefix| name.starts_with(prefix.as_str()))
                 {
                     let file = &loaded.files[info.file];
@@ -241,10 +233,10 @@ struct Found<'a> {
 
 /// Every tool's problems with the policies that apply to it, each said once: for every tool
 /// its policy applies to, or naming the tools that have it.
-fn by_tool<'a>(loaded: &Loaded, tools: &[KnownTool<'a>]) -> Vec<Problem> {
+fn by_tool<'a>(loaded: &Loaded, tools: &'a [ToolDefinition]) -> Vec<Problem> {
     let mut found: Vec<Found<'a>> = Vec::new();
     for tool in tools {
-        let Err(unfit) = check(loaded, tool.name, tool.input_schema) else {
+        let Err(unfit) = check(loaded, &tool.name, &tool.input_schema) else {
             continue;
         };
         for u in unfit {
@@ -256,7 +248,7 @@ fn by_tool<'a>(loaded: &Loaded, tools: &[KnownTool<'a>]) -> Vec<Problem> {
             let help = problem.help.take();
             match found.iter_mut().find(|f| f.problem == problem) {
                 Some(f) => {
-                    f.tools.push(tool.name);
+                    f.tools.push(&tool.name);
                     f.helps.push(help);
                 }
                 None => {
@@ -267,12 +259,12 @@ fn by_tool<'a>(loaded: &Loaded, tools: &[KnownTool<'a>]) -> Vec<Problem> {
                         .map_or(0, |(_, info)| {
                             tools
                                 .iter()
-                                .filter(|t| info.scope.applies_to(t.name))
+                                .filter(|t| info.scope.applies_to(&t.name))
                                 .count()
                         });
                     found.push(Found {
                         problem,
-                        tools: vec![tool.name],
+                        tools: vec![&tool.name],
                         applies,
                         helps: vec![help],
                     });
@@ -323,10 +315,10 @@ fn common_help(helps: &[Option<String>]) -> Option<String> {
 }
 
 /// The tools whose names are most like `name`, for an error.
-fn similar(name: &str, tools: &[KnownTool<'_>]) -> String {
+fn similar(name: &str, tools: &[ToolDefinition]) -> String {
     let mut near: Vec<&str> = tools
         .iter()
-        .map(|t| t.name)
+        .map(|t| t.name.as_str())
         .filter(|t| {
             let (a, b) = (t.to_ascii_lowercase(), name.to_ascii_lowercase());
             a.contains(&b) || b.contains(&a) || common_prefix(&a, &b) >= 3
@@ -471,9 +463,7 @@ impl CallRules for Policies {
             );
         };
         let reads = &sets.reads;
-        let request = reads
-            .request
-            .then(|| crate::request::Now::of(call, self.options.utc_offset_minutes));
+        let request = reads.request.then(|| crate::request::Now::of(call));
         let key = read_key(call, sets, request.as_ref().map(|r| r.key.as_str()));
         let verdicts = || {
             parties
@@ -494,7 +484,10 @@ impl CallRules for Policies {
             }
         }
         if let Some(request) = request {
-            pairs.push(("request".to_string(), request.value));
+            pairs.push((
+                "request".to_string(),
+                request.value(self.options.utc_offset_minutes),
+            ));
         }
         let context = if pairs.is_empty() {
             Some(Context::empty())

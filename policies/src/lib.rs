@@ -8,6 +8,6 @@ mod reads;
 mod request;
 mod shape;
 
-pub use decide::{KnownTool, Options, Policies};
+pub use decide::{Options, Policies};
 pub use error::{PolicyError, Problem};
 pub use load::Source;

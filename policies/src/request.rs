@@ -280,39 +280,53 @@ fn datetime(unix: i64) -> RestrictedExpression {
     })
 }
 
-/// `context.request` for one call, and the text of its values (part of the key its verdict
-/// is kept under).
+/// How and when one call came: what `context.request` is made of, and the text of it a
+/// kept verdict is found by (made first: the record itself is made only for a call whose
+/// verdict is not kept).
 pub(crate) struct Now {
-    pub(crate) value: RestrictedExpression,
+    era: &'static str,
+    transport: &'static str,
+    unix: i64,
     pub(crate) key: String,
 }
 
 impl Now {
-    /// How the call came (`era`, `transport`: `embedded` when the host did not say), and
-    /// when: `time` (a `datetime`), `unix` (seconds), and on the clock
-    /// `utc_offset_minutes` from UTC, `date` (`YYYY-MM-DD`), `hour`, `minute`, `weekday`
-    /// (1 is Monday).
-    pub(crate) fn of(call: &RuleCall<'_>, utc_offset_minutes: i32) -> Now {
-        use chrono::{Datelike, Timelike};
+    /// The call's era and transport (`embedded` when the host did not say), and the second.
+    pub(crate) fn of(call: &RuleCall<'_>) -> Now {
         let unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(0));
-        let local = chrono::DateTime::from_timestamp(unix + i64::from(utc_offset_minutes) * 60, 0)
-            .unwrap_or_default();
         let (era, transport) = call
             .request
             .map_or(("", "embedded"), |r| (r.era, r.transport));
-        let date = local.format("%Y-%m-%d").to_string();
-        let key = format!("{era}\u{1}{transport}\u{1}{unix}");
+        Now {
+            era,
+            transport,
+            unix,
+            key: format!("{era}\u{1}{transport}\u{1}{unix}"),
+        }
+    }
+
+    /// `context.request`: `era`, `transport`, `time` (a `datetime`), `unix` (seconds), and
+    /// on the clock `utc_offset_minutes` from UTC, `date` (`YYYY-MM-DD`), `hour`, `minute`,
+    /// `weekday` (1 is Monday).
+    pub(crate) fn value(&self, utc_offset_minutes: i32) -> RestrictedExpression {
+        use chrono::{Datelike, Timelike};
+        let unix = self.unix;
+        let local = chrono::DateTime::from_timestamp(unix + i64::from(utc_offset_minutes) * 60, 0)
+            .unwrap_or_default();
         let fields = [
             ("time", datetime(unix)),
-            ("era", RestrictedExpression::new_string(era.into())),
+            ("era", RestrictedExpression::new_string(self.era.into())),
             (
                 "transport",
-                RestrictedExpression::new_string(transport.into()),
+                RestrictedExpression::new_string(self.transport.into()),
             ),
             ("unix", RestrictedExpression::new_long(unix)),
-            ("date", RestrictedExpression::new_string(date)),
+            (
+                "date",
+                RestrictedExpression::new_string(local.format("%Y-%m-%d").to_string()),
+            ),
             (
                 "hour",
                 RestrictedExpression::new_long(i64::from(local.hour())),
@@ -326,8 +340,7 @@ impl Now {
                 RestrictedExpression::new_long(i64::from(local.weekday().number_from_monday())),
             ),
         ];
-        let value = RestrictedExpression::new_record(fields.map(|(k, v)| (k.to_string(), v)))
-            .unwrap_or_else(|_| RestrictedExpression::new_bool(false));
-        Now { value, key }
+        RestrictedExpression::new_record(fields.map(|(k, v)| (k.to_string(), v)))
+            .unwrap_or_else(|_| RestrictedExpression::new_bool(false))
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use dispatcher_core::Dispatcher;
 #[cfg(feature = "policies")]
-use policies::{KnownTool, Options, Policies, Source};
+use policies::{Options, Policies, Source};
 
 use crate::config::Config;
 
@@ -77,14 +77,7 @@ pub(crate) fn load(
     }
     let base = file.parent().unwrap_or(Path::new("."));
     let sources = sources(&config.policies.files, base)?;
-    let definitions = dispatcher.all_definitions();
-    let tools: Vec<KnownTool<'_>> = definitions
-        .iter()
-        .map(|d| KnownTool {
-            name: &d.name,
-            input_schema: &d.input_schema,
-        })
-        .collect();
+    let tools = dispatcher.all_definitions();
     let separator = &dispatcher.config().toolset_separator;
     let later: Vec<String> = config
         .mcp_servers
