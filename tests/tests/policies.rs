@@ -12,7 +12,7 @@ use common::{Scripted, allow_all, builtins};
 use dispatcher_core::{
     CallerFacts, Decision, Dispatcher, RequestFacts, Session, SessionSpec, ToolDefinition, ToolUse,
 };
-use policies::{KnownTool, Options, Policies, PolicyError, Source};
+use policies::{Options, Policies, PolicyError, Source};
 use serde_json::{Value, json};
 use tool_api::{SideEffect, Tool, ToolContext, ToolError, ToolFactory, ToolOutput};
 
@@ -111,14 +111,7 @@ fn dispatcher() -> Dispatcher {
 fn load(d: &Dispatcher, dir: &std::path::Path, text: &str) -> Result<Policies, PolicyError> {
     let file = dir.join("main.cedar");
     std::fs::write(&file, text).unwrap();
-    let listing = d.all_definitions();
-    let tools: Vec<KnownTool<'_>> = listing
-        .iter()
-        .map(|t| KnownTool {
-            name: &t.name,
-            input_schema: &t.input_schema,
-        })
-        .collect();
+    let tools = d.all_definitions();
     let source = Source {
         path: file,
         name: "main.cedar".into(),
@@ -904,15 +897,44 @@ async fn a_verdict_is_kept_only_for_the_same_caller_tool_and_values_read() {
     );
 }
 
-/// The ```cedar block of docs/policies.md, as written.
-fn documented_examples() -> String {
+/// The first ```cedar block of `doc` (relative to the repository), as written.
+fn cedar_block(doc: &str) -> String {
     let doc = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/policies.md"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(doc),
     )
     .unwrap();
     let start = doc.find("```cedar\n").expect("a cedar block") + "```cedar\n".len();
     let end = start + doc[start..].find("```").unwrap();
     doc[start..end].to_string()
+}
+
+fn documented_examples() -> String {
+    cedar_block("docs/policies.md")
+}
+
+#[tokio::test]
+async fn the_readmes_policies_load_and_decide_as_it_says() {
+    let d = dispatcher();
+    let dir = with_policies(&d, &cedar_block("README.md"));
+    let bob = session(&d, dir.path(), BOB);
+    let (_, text) = call(&d, &bob, "shell", json!({"command": "curl http://x"})).await;
+    assert!(
+        text.contains("refused by policy \"shell-never-curl\" (main.cedar:3)"),
+        "{text}"
+    );
+    let write = |path: &str| json!({"path": path, "content": "x"});
+    assert_eq!(
+        call(&d, &bob, "write_file", write("deploy/../deploy/a.yaml"))
+            .await
+            .0,
+        Outcome::Ask
+    );
+    assert_eq!(
+        call(&d, &bob, "write_file", write("src/a.yaml")).await.0,
+        Outcome::Run
+    );
 }
 
 #[tokio::test]
