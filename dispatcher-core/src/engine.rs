@@ -97,6 +97,7 @@ impl Engine {
         } else {
             ConfirmationBroker::default()
         };
+        settings.config.secrets.make_ahead();
         let live = std::sync::RwLock::new(Arc::new(Live {
             config: Arc::new(std::mem::take(&mut settings.config)),
             policy: Arc::new(std::mem::take(&mut settings.policy)),
@@ -155,6 +156,7 @@ impl Engine {
     /// Puts `config` and `policy` in force together (the rules stay): calls that already
     /// read them keep theirs.
     pub(crate) fn set_live(&self, config: DispatcherConfig, policy: ConfirmationPolicy) {
+        config.secrets.make_ahead();
         let mut live = self.live.write().unwrap_or_else(PoisonError::into_inner);
         let rules = live.rules.clone();
         *live = Arc::new(Live {

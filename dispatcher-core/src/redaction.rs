@@ -14,12 +14,19 @@ use crate::result::ToolResultBlock;
 use secrets::{Action, Deltas, Scanner, Settings};
 
 /// The `[secrets]` settings and the scanner made from them (cheap to clone). The scanner
-/// is made when it is first needed (compiling the rules takes about 14 ms, which no
-/// start should wait for), and the built-in one is shared by every dispatcher.
+/// is made ahead on a thread of its own when a dispatcher takes the settings
+/// ([`Secrets::make_ahead`]: compiling the rules takes about 14 ms, which no start and no
+/// call should wait for), else when it is first needed; the built-in one is shared by
+/// every dispatcher.
 #[derive(Debug, Clone, Default)]
 pub struct Secrets {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
     settings: Settings,
-    scanner: Arc<OnceLock<Arc<Scanner>>>,
+    scanner: OnceLock<Arc<Scanner>>,
 }
 
 /// One secret found: its kind and where (`content[0] line 3`, a JSON pointer into the
@@ -38,24 +45,49 @@ impl Secrets {
     pub fn new(settings: Settings) -> Result<Secrets, secrets::SecretsError> {
         Scanner::check(&settings.rules)?;
         Ok(Secrets {
-            settings,
-            scanner: Arc::default(),
+            inner: Arc::new(Inner {
+                settings,
+                scanner: OnceLock::new(),
+            }),
         })
     }
 
     /// The settings.
     pub fn settings(&self) -> &Settings {
-        &self.settings
+        &self.inner.settings
+    }
+
+    /// Starts making the scanner on a thread of its own, unless it is made or nothing is
+    /// scanned (no tool's results, no arguments); what needs it first meanwhile waits for
+    /// that thread.
+    pub fn make_ahead(&self) {
+        let settings = self.settings();
+        let scanned = settings.action != Action::Off
+            || settings.per_tool.values().any(|a| *a != Action::Off)
+            || settings.arguments != secrets::ArgumentsAction::Off;
+        if !scanned || self.inner.scanner.get().is_some() {
+            return;
+        }
+        let secrets = self.clone();
+        let made = std::thread::Builder::new()
+            .name("secret-rules".into())
+            .spawn(move || {
+                secrets.scanner();
+            });
+        if let Err(e) = made {
+            tracing::debug!("the secret rules will be compiled when first needed: {e}");
+        }
     }
 
     /// The scanner (made now if it was not yet).
     pub fn scanner(&self) -> &Arc<Scanner> {
-        self.scanner.get_or_init(|| {
-            if self.settings.rules.is_empty() {
+        let settings = &self.inner.settings;
+        self.inner.scanner.get_or_init(|| {
+            if settings.rules.is_empty() {
                 Scanner::shared()
             } else {
                 // Checked by `new`: the same rules compile.
-                Scanner::with(&self.settings.rules).map_or_else(
+                Scanner::with(&settings.rules).map_or_else(
                     |e| {
                         tracing::error!("{e}; the built-in rules are used");
                         Scanner::shared()
@@ -68,7 +100,7 @@ impl Secrets {
 
     /// What happens to `tool`'s results, and the key that says so.
     pub fn action_for(&self, tool: &str) -> (Action, String) {
-        self.settings.action_for(tool, crate::glob_matches)
+        self.inner.settings.action_for(tool, crate::glob_matches)
     }
 
     /// `block` (a result of `tool`) with its secrets redacted, or withheld under `block`,
@@ -167,11 +199,12 @@ impl Secrets {
     }
 
     /// The live output of one call of `tool`, redacted as it streams; `None` when the
-    /// tool's results are not scanned.
+    /// tool's results are not scanned. The scanner is taken at the first chunk: a call
+    /// that streams nothing never waits for it before it starts.
     pub(crate) fn live(&self, tool: &str) -> Option<Arc<LiveOutput>> {
         (self.action_for(tool).0 != Action::Off).then(|| {
             Arc::new(LiveOutput {
-                scanner: self.scanner().clone(),
+                secrets: self.clone(),
                 deltas: Mutex::default(),
             })
         })
@@ -181,7 +214,7 @@ impl Secrets {
 /// One call's live output on its way to the event stream.
 #[derive(Debug)]
 pub(crate) struct LiveOutput {
-    scanner: Arc<Scanner>,
+    secrets: Secrets,
     deltas: Mutex<Deltas>,
 }
 
@@ -189,13 +222,16 @@ impl LiveOutput {
     /// What of `chunk` (and what was held before it) may be shown now.
     pub(crate) fn push(&self, chunk: &str) -> String {
         let mut deltas = self.deltas.lock().unwrap_or_else(PoisonError::into_inner);
-        deltas.push(&self.scanner, chunk).0
+        deltas.push(self.secrets.scanner(), chunk).0
     }
 
     /// The call ended: the rest.
     pub(crate) fn finish(&self) -> String {
         let mut deltas = self.deltas.lock().unwrap_or_else(PoisonError::into_inner);
-        deltas.finish(&self.scanner).0
+        if deltas.is_empty() {
+            return String::new();
+        }
+        deltas.finish(self.secrets.scanner()).0
     }
 }
 
@@ -219,4 +255,55 @@ pub(crate) fn summary(seen: &[SecretSeen]) -> String {
         parts.push(format!("and {} more", seen.len() - 5));
     }
     parts.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Settings with a rule of the user's, so the scanner is this value's own (the
+    /// built-in one is shared by the process and may be made already).
+    fn with_own_rule() -> Secrets {
+        let settings: Settings = toml::from_str(
+            r#"
+            [[rules]]
+            id = "test-token"
+            keywords = ["tok_"]
+            pattern = "tok_[a-z0-9]{12}"
+            "#,
+        )
+        .unwrap();
+        Secrets::new(settings).unwrap()
+    }
+
+    #[test]
+    fn a_call_that_streams_nothing_never_makes_the_scanner() {
+        let secrets = with_own_rule();
+        let live = secrets.live("any").unwrap();
+        assert_eq!(live.finish(), "");
+        assert!(secrets.inner.scanner.get().is_none());
+    }
+
+    #[test]
+    fn live_output_makes_the_scanner_at_its_first_chunk_and_redacts() {
+        let secrets = with_own_rule();
+        let live = secrets.live("any").unwrap();
+        assert!(secrets.inner.scanner.get().is_none());
+        assert_eq!(
+            live.push("key tok_abcdef012345\n"),
+            "key [REDACTED test-token]\n"
+        );
+        assert!(secrets.inner.scanner.get().is_some());
+    }
+
+    #[test]
+    fn made_ahead_the_scanner_is_ready_for_the_first_result() {
+        let secrets = with_own_rule();
+        secrets.make_ahead();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while secrets.inner.scanner.get().is_none() {
+            assert!(std::time::Instant::now() < deadline, "never made");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
 }

@@ -23,6 +23,11 @@ impl Deltas {
         redacted(scanner, shown)
     }
 
+    /// Whether nothing is held back (so [`Deltas::finish`] would give nothing).
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
     /// The call ended: the rest, redacted.
     pub fn finish(&mut self, scanner: &Scanner) -> (String, Vec<Finding>) {
         let rest = std::mem::take(&mut self.pending);

@@ -533,8 +533,7 @@ async fn cancellation_reaches_a_plugin_tool() {
     assert!(
         r.text()
             .contains("stopped by the signal; cancel() calls: 1"),
-        "{}",
-        r.text()
+        "{r:?}"
     );
 }
 

@@ -453,13 +453,6 @@ pub(crate) fn plugin_host(
 /// ([`dispatcher_core::Timeouts`], [`dispatcher_core::ResultLimits`],
 /// [`dispatcher_core::RateLimits`], [`sandbox::Settings`]), passed on whole.
 pub(crate) fn dispatcher_config(config: &Config) -> DispatcherConfig {
-    if config.secrets.rules.is_empty() {
-        // The built-in secret rules compile (about 14 ms) on a thread of their own while
-        // the rest starts, rather than at the first result.
-        let _ = std::thread::Builder::new()
-            .name("secret-rules".into())
-            .spawn(|| drop(::secrets::Scanner::shared()));
-    }
     DispatcherConfig {
         max_concurrency: config.max_concurrency.0,
         timeouts: config.timeouts.clone(),
