@@ -265,8 +265,11 @@ async fn a_worker_that_does_not_say_whether_a_call_may_run_beside_others_holds_t
     ));
     let judged = started.elapsed();
     signal(rustix::process::Signal::CONT);
+    // The question has a 50 ms limit; without one, pushing waits for the stopped worker
+    // for ever. The bound leaves room for a loaded machine (the whole suite runs beside
+    // it on two cores) and still tells the two apart.
     assert!(
-        judged < Duration::from_millis(200),
+        judged < Duration::from_secs(5),
         "pushing the call held the host's thread for {judged:?}"
     );
     let results = batch.finish().await;

@@ -529,7 +529,7 @@ async fn cancellation_reaches_a_plugin_tool() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     env.dispatcher.cancel_session_tools("s").await;
     let r = pending.await.unwrap();
-    assert_eq!(r.error_class, Some(ErrorClass::Cancelled));
+    assert_eq!(r.error_class, Some(ErrorClass::Cancelled), "{r:?}");
     assert!(
         r.text()
             .contains("stopped by the signal; cancel() calls: 1"),
