@@ -216,10 +216,21 @@ fn the_added_server_starts_from_the_npm_registry_and_answers() {
         std::net::ToSocketAddrs::to_socket_addrs(&("registry.npmjs.org", 443))
             .map(|a| a.map(|a| format!("\"{}\"", a.ip())).collect())
             .unwrap_or_default();
-    let config = machine.config().replace(
-        "allow = [\"registry.npmjs.org\"]",
-        &format!("allow = [\"registry.npmjs.org\", {}]", addresses.join(", ")),
-    );
+    // npx fetches the package at the first start: on a loaded machine (the whole suite
+    // beside it on two cores) that takes longer than the default 10 s a start may take,
+    // so the entry gets the time a user on a slow connection would give it.
+    let config = machine
+        .config()
+        .replace(
+            "allow = [\"registry.npmjs.org\"]",
+            &format!("allow = [\"registry.npmjs.org\", {}]", addresses.join(", ")),
+        )
+        .replacen(
+            "id = \"server-everything\"\n",
+            "id = \"server-everything\"\nstartup_timeout_secs = 120\n",
+            1,
+        );
+    assert!(config.contains("startup_timeout_secs = 120"), "{config}");
     std::fs::write(machine.dir.path().join("toolhost.toml"), config).unwrap();
 
     let node_dir = node.parent().unwrap().to_path_buf();
@@ -241,7 +252,7 @@ fn the_added_server_starts_from_the_npm_registry_and_answers() {
         .iter()
         .filter_map(|t| t["name"].as_str())
         .find(|n| n.starts_with("server-everything") && n.ends_with("get-env"))
-        .unwrap_or_else(|| panic!("no get-env tool in {tools}"))
+        .unwrap_or_else(|| panic!("no get-env tool in {tools}; {}", text(&listed.stderr)))
         .to_string();
     let called = machine
         .command(&["call", &get_env, "--yes"])
