@@ -516,3 +516,14 @@ fn a_typed_tool_given_a_borrowed_input_answers_as_given_it_owned() {
         }
     }
 }
+
+#[test]
+fn a_typed_input_schema_carries_no_meta_schema_or_type_name_at_its_root() {
+    let schema = crate::typed::input_schema::<RepeatInput>();
+    assert_eq!(schema.get("$schema"), None, "{schema}");
+    assert_eq!(schema.get("title"), None, "{schema}");
+    assert_eq!(schema["type"], "object");
+    assert_eq!(schema["required"], json!(["word", "times"]));
+    // What a host checks it against still holds.
+    crate::schema::check_subset(&schema).unwrap();
+}

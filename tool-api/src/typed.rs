@@ -79,9 +79,16 @@ pub trait TypedTool: Default + Send + Sync + 'static {
 
 /// The JSON Schema of `T`, in the subset hosts accept: generated with schemars (Draft
 /// 2020-12), with `oneOf` (which schemars uses for enums, whose variants never overlap)
-/// written as the equivalent `anyOf`.
+/// written as the equivalent `anyOf`, and without the root's `$schema` and `title`: hosts
+/// validate every input as Draft 2020-12 whatever it says, and the title is the Rust
+/// type's name. A model is handed the schema with every listing; those words tell it
+/// nothing.
 pub fn input_schema<T: JsonSchema>() -> Value {
     let mut schema = schemars::schema_for!(T).to_value();
+    if let Value::Object(root) = &mut schema {
+        root.remove("$schema");
+        root.remove("title");
+    }
     one_of_as_any_of(&mut schema);
     schema
 }
