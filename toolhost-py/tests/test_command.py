@@ -65,6 +65,25 @@ def test_call_runs_a_tool_and_a_failed_call_exits_1(workspace, tmp_path):
     assert missing.returncode == 1, missing.stdout + missing.stderr
 
 
+def test_policies_decide_the_wheels_calls_naming_the_policy(workspace, tmp_path):
+    (tmp_path / "calls.cedar").write_text(
+        'permit(principal, action, resource);\n\n'
+        '@id("no-readme")\n'
+        'forbid(principal, action == Action::"read_file", resource)\n'
+        '  when { context.arguments.path like "*README.md" };\n'
+    )
+    config = tmp_path / "toolhost.toml"
+    config.write_text('[policies]\nfiles = ["calls.cedar"]\n')
+    refused = run("--config", str(config), "call", "read_file", "--input",
+                  '{"path": "README.md"}', "--workspace", str(workspace))
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert 'policy "no-readme"' in refused.stdout + refused.stderr
+    listed = run("--config", str(config), "call", "list_dir", "--input", "{}",
+                 "--workspace", str(workspace))
+    assert listed.returncode == 0, listed.stderr
+    assert "README.md" in listed.stdout
+
+
 def test_plugins_in_worker_processes_start_from_the_wheel(workspace, plugins_dir, tmp_path):
     # Isolation `process`: the worker is `python -m toolhost._worker`, not this command.
     config = tmp_path / "toolhost.toml"
