@@ -924,16 +924,22 @@ async fn the_readmes_policies_load_and_decide_as_it_says() {
         text.contains("refused by policy \"shell-never-curl\" (main.cedar:3)"),
         "{text}"
     );
+    writes_ask_under_deploy_only(&d, &bob, "deploy/../deploy/a.yaml", "src/a.yaml").await;
+}
+
+/// The rule the README and the docs both show: a write under `deploy/` asks, one
+/// elsewhere runs.
+async fn writes_ask_under_deploy_only(d: &Dispatcher, s: &Session, deploy: &str, elsewhere: &str) {
     let write = |path: &str| json!({"path": path, "content": "x"});
     assert_eq!(
-        call(&d, &bob, "write_file", write("deploy/../deploy/a.yaml"))
-            .await
-            .0,
-        Outcome::Ask
+        call(d, s, "write_file", write(deploy)).await.0,
+        Outcome::Ask,
+        "{deploy}"
     );
     assert_eq!(
-        call(&d, &bob, "write_file", write("src/a.yaml")).await.0,
-        Outcome::Run
+        call(d, s, "write_file", write(elsewhere)).await.0,
+        Outcome::Run,
+        "{elsewhere}"
     );
 }
 
@@ -971,17 +977,7 @@ async fn the_documented_examples_load_and_decide_as_the_docs_say() {
     }
 
     // Writes under deploy/ ask; elsewhere they run.
-    let write = |path: &str| json!({"path": path, "content": "x"});
-    assert_eq!(
-        call(&d, &bob, "write_file", write("deploy/app.yaml"))
-            .await
-            .0,
-        Outcome::Ask
-    );
-    assert_eq!(
-        call(&d, &bob, "write_file", write("src/app.yaml")).await.0,
-        Outcome::Run
-    );
+    writes_ask_under_deploy_only(&d, &bob, "deploy/app.yaml", "src/app.yaml").await;
 
     // Deleting a repository: working hours only (UTC: no utc_offset here).
     let secs = std::time::SystemTime::now()
