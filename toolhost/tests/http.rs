@@ -734,8 +734,7 @@ fn the_console_in_a_browser_shows_a_pending_write_and_allow_completes_it() {
         std::fs::write(path, browser.screenshot()).unwrap();
     }
     assert!(!ws.path().join("notes/plan.md").exists());
-    let allow = browser.wait_for("[data-request-id] button.allow");
-    browser.click(&allow);
+    browser.click("[data-request-id] button.allow");
     let r = call.join().unwrap();
     assert_eq!(r.json()["result"]["isError"], false, "{r:?}");
     assert_eq!(
@@ -745,6 +744,31 @@ fn the_console_in_a_browser_shows_a_pending_write_and_allow_completes_it() {
     // The log shows the call completing; the pending list empties.
     browser.wait_for("#log .completed");
     browser.wait_for("#pending .empty");
+}
+
+#[test]
+fn a_pending_request_keeps_its_element_while_the_console_refreshes_so_a_click_is_not_lost() {
+    let Some(browser) = Browser::start() else {
+        return;
+    };
+    let ws = workspace();
+    let server = serve_http(ws.path(), &[]);
+    browser.open(&format!("http://{}/", server.addr));
+    browser.wait_for("#status.live");
+    let call = write_from_a_session_without_elicitation(&server.addr, "kept.txt", "kept");
+    let allow = browser.wait_for("[data-request-id] button.allow");
+    // The list refreshes 400 ms after each confirmation event: the button found before is
+    // still the one on the page.
+    std::thread::sleep(Duration::from_millis(1200));
+    browser
+        .try_click(&allow)
+        .unwrap_or_else(|refusal| panic!("the button found before was redrawn: {refusal}"));
+    let r = call.join().unwrap();
+    assert_eq!(r.json()["result"]["isError"], false, "{r:?}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("kept.txt")).unwrap(),
+        "kept"
+    );
 }
 
 #[test]
@@ -777,8 +801,7 @@ fn behind_a_token_the_console_page_loads_asks_for_the_token_and_works_with_it() 
     browser.wait_for("#token-form.shown");
     let input = browser.wait_for("#token");
     browser.type_into(&input, token);
-    let connect = browser.wait_for("#token-form button");
-    browser.click(&connect);
+    browser.click("#token-form button");
     browser.wait_for("#status.live");
     browser.wait_for("#token-form:not(.shown)");
     let bearer = format!("Bearer {token}");
@@ -799,8 +822,7 @@ fn behind_a_token_the_console_page_loads_asks_for_the_token_and_works_with_it() 
             ),
         )
     });
-    let allow = browser.wait_for("[data-request-id] button.allow");
-    browser.click(&allow);
+    browser.click("[data-request-id] button.allow");
     let r = call.join().unwrap();
     assert_eq!(r.json()["result"]["isError"], false, "{r:?}");
     assert_eq!(

@@ -842,15 +842,13 @@ fn the_console_logs_in_at_the_identity_provider_and_answers_only_its_users_calls
         return;
     };
     browser.open(&format!("http://{}/", server.addr));
-    let login = browser.wait_for("#login:not([hidden])");
-    browser.click(&login);
+    browser.click("#login:not([hidden])");
     // The identity provider's own login page.
     let user = browser.wait_for("input[name=login]");
     browser.type_into(&user, "alice");
     let password = browser.wait_for("input[name=password]");
     browser.type_into(&password, "alice");
-    let submit = browser.wait_for("button[type=submit]");
-    browser.click(&submit);
+    browser.click("button[type=submit]");
     // A public client's login asks its user to confirm (oidc-provider's consent page).
     let console = format!("http://{}/", server.addr);
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -860,8 +858,7 @@ fn the_console_logs_in_at_the_identity_provider_and_answers_only_its_users_calls
             "the login never came back to the console"
         );
         if browser.count("form button[type=submit]") > 0 {
-            let confirm = browser.wait_for("form button[type=submit]");
-            browser.click(&confirm);
+            browser.click("form button[type=submit]");
         }
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -898,9 +895,7 @@ fn the_console_logs_in_at_the_identity_provider_and_answers_only_its_users_calls
         shown.contains("alice.txt") && !shown.contains("bob.txt"),
         "{shown}"
     );
-    // Found again: the list is redrawn as it refreshes.
-    let allow = browser.wait_for("[data-request-id] button.allow");
-    browser.click(&allow);
+    browser.click("[data-request-id] button.allow");
     let done = alices.join().unwrap();
     assert_eq!(done.json()["result"]["isError"], false, "{done:?}");
     assert_eq!(

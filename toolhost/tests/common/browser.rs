@@ -149,8 +149,39 @@ impl Browser {
         );
     }
 
-    pub fn click(&self, element: &str) {
-        self.command("POST", &format!("/element/{element}/click"), json!({}));
+    /// Clicks the first element matching `css`, waiting up to 20 s for one that takes the
+    /// click: a page that redraws between finding and clicking (the console's pending list
+    /// refreshes on every event) leaves a stale element, which is found again. Any other
+    /// refusal of the click fails the test with WebDriver's words.
+    pub fn click(&self, css: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let Err(refusal) = self.try_click(&self.wait_for(css)) else {
+                return;
+            };
+            let again = matches!(
+                refusal["error"].as_str(),
+                Some(
+                    "stale element reference"
+                        | "element click intercepted"
+                        | "element not interactable"
+                )
+            );
+            assert!(
+                again && Instant::now() < deadline,
+                "the click on {css} was refused: {refusal}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Clicks an element found before; WebDriver's refusal (a stale element is one) as is.
+    pub fn try_click(&self, element: &str) -> Result<(), Value> {
+        let v = self.command("POST", &format!("/element/{element}/click"), json!({}));
+        match v.get("error") {
+            Some(_) => Err(v),
+            None => Ok(()),
+        }
     }
 
     pub fn text(&self, element: &str) -> String {
