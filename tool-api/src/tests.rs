@@ -441,9 +441,11 @@ fn test_host_refuses_an_empty_patch_as_the_host_does() {
 #[derive(Default)]
 struct Repeat;
 
+/// A word and how many times to write it (the type's doc comment, for Rust readers).
 #[derive(serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RepeatInput {
+    /// The word to repeat.
     word: String,
     times: u8,
 }
@@ -518,10 +520,16 @@ fn a_typed_tool_given_a_borrowed_input_answers_as_given_it_owned() {
 }
 
 #[test]
-fn a_typed_input_schema_carries_no_meta_schema_or_type_name_at_its_root() {
+fn a_typed_input_schema_carries_no_meta_schema_type_name_or_type_doc_at_its_root() {
     let schema = crate::typed::input_schema::<RepeatInput>();
     assert_eq!(schema.get("$schema"), None, "{schema}");
     assert_eq!(schema.get("title"), None, "{schema}");
+    assert_eq!(schema.get("description"), None, "{schema}");
+    // A field's doc comment is what tells a model what to put there: it stays.
+    assert_eq!(
+        schema["properties"]["word"]["description"],
+        "The word to repeat."
+    );
     assert_eq!(schema["type"], "object");
     assert_eq!(schema["required"], json!(["word", "times"]));
     // What a host checks it against still holds.

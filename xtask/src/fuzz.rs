@@ -121,50 +121,115 @@ pub fn fuzz(targets: &[String], seconds: u64, build: Build) -> Result {
             .arg(&fuzz_dir)
             .current_dir(root())
             .env("RUSTUP_TOOLCHAIN", "nightly")
-            .env("CARGO_TARGET_DIR", work.join("build")),
-    )?;
-    for target in chosen {
-        let corpus = work.join("corpus").join(target);
-        let artifacts = work.join("artifacts").join(target);
-        io(
-            "make the fuzz corpus directories",
-            std::fs::create_dir_all(&corpus),
-        )?;
-        io(
-            "make the fuzz corpus directories",
-            std::fs::create_dir_all(&artifacts),
-        )?;
-        let step = format!("fuzz {target} for {seconds} s");
-        announce(&step);
-        let status = Command::new(&cargo_fuzz)
-            .args(["fuzz", "run", "--sanitizer", "none"])
-            .args((build == Build::Dev).then_some("--dev"))
-            .arg("--fuzz-dir")
-            .arg(&fuzz_dir)
-            .arg(target)
-            .arg(&corpus)
-            .arg(fuzz_dir.join("seeds").join(target))
-            .arg("--")
-            .arg(format!("-max_total_time={seconds}"))
-            .arg(format!("-artifact_prefix={}/", artifacts.display()))
-            .arg("-print_final_stats=1")
-            .current_dir(root())
-            .env("RUSTUP_TOOLCHAIN", "nightly")
             .env("CARGO_TARGET_DIR", work.join("build"))
-            .status();
-        match status {
-            Ok(s) if s.success() => {}
-            Ok(s) => {
-                return fail(
-                    &step,
-                    format!(
-                        "{s}: the input that failed is in {} (replay it with `cargo +nightly fuzz run -s none --fuzz-dir fuzz {target} FILE`)",
-                        artifacts.display()
-                    ),
-                );
+            // CI lints the workspace inside its build with the stable toolchain's
+            // clippy-driver (`.ci/run`): not a driver for nightly's compiler.
+            .env_remove("RUSTC_WORKSPACE_WRAPPER")
+            .env_remove("CLIPPY_ARGS"),
+    )?;
+    // The targets run side by side, as many at once as there are cores: each is one
+    // process on one core for `seconds`. What each says goes to its log, read back below.
+    let at_once = std::thread::available_parallelism().map_or(1, usize::from);
+    for batch in chosen.chunks(at_once) {
+        let mut running = Vec::new();
+        for &target in batch {
+            let corpus = work.join("corpus").join(target);
+            let artifacts = work.join("artifacts").join(target);
+            for dir in [&corpus, &artifacts] {
+                io(
+                    "make the fuzz corpus directories",
+                    std::fs::create_dir_all(dir),
+                )?;
             }
-            Err(e) => return fail(&step, format!("could not start cargo-fuzz: {e}")),
+            let step = format!("fuzz {target} for {seconds} s");
+            announce(&step);
+            let log_path = work.join("logs").join(format!("{target}.log"));
+            let log = io(
+                "make the fuzz logs",
+                std::fs::create_dir_all(work.join("logs"))
+                    .and_then(|()| std::fs::File::create(&log_path)),
+            )?;
+            let err = io("make the fuzz logs", log.try_clone())?;
+            let child = Command::new(&cargo_fuzz)
+                .args(["fuzz", "run", "--sanitizer", "none"])
+                .args((build == Build::Dev).then_some("--dev"))
+                .arg("--fuzz-dir")
+                .arg(&fuzz_dir)
+                .arg(target)
+                .arg(&corpus)
+                .arg(fuzz_dir.join("seeds").join(target))
+                .arg("--")
+                .arg(format!("-max_total_time={seconds}"))
+                .arg(format!("-artifact_prefix={}/", artifacts.display()))
+                .arg("-print_final_stats=1")
+                .current_dir(root())
+                .env("RUSTUP_TOOLCHAIN", "nightly")
+                .env("CARGO_TARGET_DIR", work.join("build"))
+                .env_remove("RUSTC_WORKSPACE_WRAPPER")
+                .env_remove("CLIPPY_ARGS")
+                .stdout(log)
+                .stderr(err)
+                .spawn()
+                .or_else(|e| fail(&step, format!("could not start cargo-fuzz: {e}")))?;
+            running.push((target, step, child, log_path, artifacts));
+        }
+        // Every run of the batch is waited for before one that failed is reported.
+        let mut ended = Vec::new();
+        for (target, step, mut child, log_path, artifacts) in running {
+            let status = child.wait();
+            ended.push((target, step, status, log_path, artifacts));
+        }
+        for (target, step, status, log_path, artifacts) in ended {
+            let status = status.or_else(|e| fail(&step, e))?;
+            let said = std::fs::read_to_string(&log_path).unwrap_or_default();
+            if status.success() {
+                println!("{target}: {}", final_stats(&said));
+                continue;
+            }
+            let tail: Vec<&str> = said.lines().rev().take(40).collect();
+            for line in tail.iter().rev() {
+                eprintln!("{line}");
+            }
+            return fail(
+                &step,
+                format!(
+                    "{status} (its whole output: {}): the input that failed is in {} (replay it with `cargo +nightly fuzz run -s none --fuzz-dir fuzz {target} FILE`)",
+                    log_path.display(),
+                    artifacts.display()
+                ),
+            );
         }
     }
     Ok(())
+}
+
+/// What libFuzzer's final statistics (`-print_final_stats=1`) say of a run: the inputs it
+/// tried and what it added to the corpus.
+fn final_stats(said: &str) -> String {
+    let stat = |name: &str| {
+        said.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim_start().strip_prefix(':'))
+            .map_or("?", str::trim)
+    };
+    format!(
+        "{} inputs tried, {} added to the corpus",
+        stat("stat::number_of_executed_units"),
+        stat("stat::new_units_added")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_runs_final_statistics_are_read_from_what_libfuzzer_said() {
+        let said = "INFO: Running\nDone 4096 runs in 10 second(s)\nstat::number_of_executed_units: 4096\nstat::average_exec_per_sec:     409\nstat::new_units_added:          17\n";
+        assert_eq!(
+            super::final_stats(said),
+            "4096 inputs tried, 17 added to the corpus"
+        );
+        assert_eq!(
+            super::final_stats(""),
+            "? inputs tried, ? added to the corpus"
+        );
+    }
 }

@@ -42,8 +42,15 @@ pub fn build_wheel(profile: &str) -> Result<PathBuf> {
     let out = root().join("target/wheels");
     let _ = std::fs::remove_dir_all(&out);
     announce(STEP);
-    let status = Command::new(&maturin)
-        .args(["build", "--quiet", "--profile", profile, "-m"])
+    let mut maturin_build = Command::new(&maturin);
+    maturin_build.args(["build", "--quiet", "--profile", profile]);
+    if profile == "dev" {
+        // After the workspace's build (`cargo xtask test`): resolved as it was, so that
+        // what it compiled is linked, not compiled again (toolhost-py's Cargo.toml says why).
+        maturin_build.args(["--features", "workspace-features"]);
+    }
+    let status = maturin_build
+        .arg("-m")
         .arg(root().join("toolhost-py/Cargo.toml"))
         .arg("-o")
         .arg(&out)
