@@ -858,7 +858,8 @@ fn the_console_logs_in_at_the_identity_provider_and_answers_only_its_users_calls
             "the login never came back to the console"
         );
         if browser.count("form button[type=submit]") > 0 {
-            browser.click("form button[type=submit]");
+            // The page may move on between finding and clicking: the loop looks again.
+            let _ = browser.try_click(&browser.wait_for("form button[type=submit]"));
         }
         std::thread::sleep(Duration::from_millis(200));
     }
