@@ -714,16 +714,39 @@ fn a_stdio_session_can_be_approved_through_the_control_api() {
     );
 }
 
-#[test]
-fn the_console_in_a_browser_shows_a_pending_write_and_allow_completes_it() {
-    let Some(browser) = Browser::start() else {
-        return;
-    };
+/// A `serve --http` with its console open in a browser, and a write of `path` from a
+/// session that cannot elicit, waiting for the console's answer.
+struct Console {
+    browser: Browser,
+    ws: tempfile::TempDir,
+    _server: Server,
+    call: std::thread::JoinHandle<Response>,
+}
+
+/// [`Console`], or `None` where there is no browser (and the run does not require one).
+fn console_with_a_waiting_write(path: &str, content: &str) -> Option<Console> {
+    let browser = Browser::start()?;
     let ws = workspace();
     let server = serve_http(ws.path(), &[]);
     browser.open(&format!("http://{}/", server.addr));
     browser.wait_for("#status.live");
-    let call = write_from_a_session_without_elicitation(&server.addr, "notes/plan.md", "# Plan\n");
+    let call = write_from_a_session_without_elicitation(&server.addr, path, content);
+    Some(Console {
+        browser,
+        ws,
+        _server: server,
+        call,
+    })
+}
+
+#[test]
+fn the_console_in_a_browser_shows_a_pending_write_and_allow_completes_it() {
+    let Some(console) = console_with_a_waiting_write("notes/plan.md", "# Plan\n") else {
+        return;
+    };
+    let Console {
+        browser, ws, call, ..
+    } = console;
     let item = browser.wait_for("[data-request-id]");
     let shown = browser.text(&item);
     assert!(
@@ -748,14 +771,12 @@ fn the_console_in_a_browser_shows_a_pending_write_and_allow_completes_it() {
 
 #[test]
 fn a_pending_request_keeps_its_element_while_the_console_refreshes_so_a_click_is_not_lost() {
-    let Some(browser) = Browser::start() else {
+    let Some(console) = console_with_a_waiting_write("kept.txt", "kept") else {
         return;
     };
-    let ws = workspace();
-    let server = serve_http(ws.path(), &[]);
-    browser.open(&format!("http://{}/", server.addr));
-    browser.wait_for("#status.live");
-    let call = write_from_a_session_without_elicitation(&server.addr, "kept.txt", "kept");
+    let Console {
+        browser, ws, call, ..
+    } = console;
     let allow = browser.wait_for("[data-request-id] button.allow");
     // The list refreshes 400 ms after each confirmation event: the button found before is
     // still the one on the page.

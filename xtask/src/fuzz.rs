@@ -115,10 +115,9 @@ pub fn fuzz(targets: &[String], seconds: u64, build: Build) -> Result {
     let work = root().join("target/fuzz");
     // Built once for all targets, without a sanitizer: the code under test is safe Rust,
     // so libFuzzer looks for panics, overflows (debug assertions) and endless loops.
-    run(
-        "build the fuzz targets (nightly, libFuzzer)",
-        Command::new(&cargo_fuzz)
-            .args(["fuzz", "build", "--sanitizer", "none"])
+    let cargo_fuzz_to = |what: &str| {
+        let mut cmd = Command::new(&cargo_fuzz);
+        cmd.args(["fuzz", what, "--sanitizer", "none"])
             .args((build == Build::Dev).then_some("--dev"))
             .arg("--fuzz-dir")
             .arg(&fuzz_dir)
@@ -128,8 +127,15 @@ pub fn fuzz(targets: &[String], seconds: u64, build: Build) -> Result {
             // CI lints the workspace inside its build with the stable toolchain's
             // clippy-driver (`.ci/run`): not a driver for nightly's compiler.
             .env_remove("RUSTC_WORKSPACE_WRAPPER")
-            .env_remove("CLIPPY_ARGS"),
+            .env_remove("CLIPPY_ARGS");
+        cmd
+    };
+    run(
+        "build the fuzz targets (nightly, libFuzzer)",
+        &mut cargo_fuzz_to("build"),
     )?;
+    let logs = work.join("logs");
+    io("make the fuzz logs", std::fs::create_dir_all(&logs))?;
     // The targets run side by side, as many at once as there are cores: each is one
     // process on one core for `seconds`. What each says goes to its log, read back below.
     let at_once = std::thread::available_parallelism().map_or(1, usize::from);
@@ -146,18 +152,10 @@ pub fn fuzz(targets: &[String], seconds: u64, build: Build) -> Result {
             }
             let step = format!("fuzz {target} for {seconds} s");
             announce(&step);
-            let log_path = work.join("logs").join(format!("{target}.log"));
-            let log = io(
-                "make the fuzz logs",
-                std::fs::create_dir_all(work.join("logs"))
-                    .and_then(|()| std::fs::File::create(&log_path)),
-            )?;
+            let log_path = logs.join(format!("{target}.log"));
+            let log = io("make the fuzz logs", std::fs::File::create(&log_path))?;
             let err = io("make the fuzz logs", log.try_clone())?;
-            let child = Command::new(&cargo_fuzz)
-                .args(["fuzz", "run", "--sanitizer", "none"])
-                .args((build == Build::Dev).then_some("--dev"))
-                .arg("--fuzz-dir")
-                .arg(&fuzz_dir)
+            let child = cargo_fuzz_to("run")
                 .arg(target)
                 .arg(&corpus)
                 .arg(fuzz_dir.join("seeds").join(target))
@@ -165,11 +163,6 @@ pub fn fuzz(targets: &[String], seconds: u64, build: Build) -> Result {
                 .arg(format!("-max_total_time={seconds}"))
                 .arg(format!("-artifact_prefix={}/", artifacts.display()))
                 .arg("-print_final_stats=1")
-                .current_dir(root())
-                .env("RUSTUP_TOOLCHAIN", "nightly")
-                .env("CARGO_TARGET_DIR", work.join("build"))
-                .env_remove("RUSTC_WORKSPACE_WRAPPER")
-                .env_remove("CLIPPY_ARGS")
                 .stdout(log)
                 .stderr(err)
                 .spawn()
