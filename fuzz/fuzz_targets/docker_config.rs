@@ -3,13 +3,17 @@
 //! NUL byte. Any bytes are read without a panic; a helper it names to run is a helper's
 //! name (`docker-credential-NAME`, never a path); and what it finds in `auths` is what
 //! the file holds for that registry.
-#![no_main]
+#![cfg_attr(fuzzing, no_main)]
+#![cfg(not(test))] // see shared/target.rs
+
+#[macro_use]
+#[path = "shared/target.rs"]
+mod target;
 
 #[allow(dead_code, missing_docs, unreachable_pub)]
 #[path = "../../plugin-oci/src/credentials/lookup.rs"]
 mod lookup;
 
-use libfuzzer_sys::fuzz_target;
 use lookup::{Found, lookup};
 
 fuzz_target!(|data: &[u8]| {

@@ -4,13 +4,17 @@
 //! head, the whole of what is sent on, with a path as its target, without the proxy's
 //! credentials or a second `Connection` header, so nothing a confined process writes can
 //! make the proxy send the origin more (or other) than one request head.
-#![no_main]
+#![cfg_attr(fuzzing, no_main)]
+#![cfg(not(test))] // see shared/target.rs
+
+#[macro_use]
+#[path = "shared/target.rs"]
+mod target;
 
 #[allow(dead_code, missing_docs, unreachable_pub)]
 #[path = "../../sandbox/src/egress/request.rs"]
 mod request;
 
-use libfuzzer_sys::fuzz_target;
 use request::{Route, read_request};
 
 fuzz_target!(|data: &[u8]| {

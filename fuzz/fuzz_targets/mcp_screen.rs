@@ -2,20 +2,23 @@
 //! `screen.rs`, compiled in from its source): any bytes are a message or a refusal
 //! whose answer is a JSON-RPC error; the framing buffer and the id scanner take any
 //! chunking of them.
-#![no_main]
+#![cfg_attr(fuzzing, no_main)]
+#![cfg(not(test))] // see shared/target.rs
+
+#[macro_use]
+#[path = "shared/target.rs"]
+mod target;
 
 #[allow(dead_code, missing_docs)]
 #[path = "../../mcp-server/src/screen.rs"]
 mod screen;
 
-use libfuzzer_sys::fuzz_target;
-
 fuzz_target!(|data: &[u8]| {
-    if let Err(rejection) = screen::screen(data) {
-        if let Some(answer) = rejection.response() {
-            assert_eq!(answer["jsonrpc"], "2.0", "{answer}");
-            assert!(answer["error"]["code"].is_i64(), "{answer}");
-        }
+    if let Err(rejection) = screen::screen(data)
+        && let Some(answer) = rejection.response()
+    {
+        assert_eq!(answer["jsonrpc"], "2.0", "{answer}");
+        assert!(answer["error"]["code"].is_i64(), "{answer}");
     }
     // The same bytes in uneven chunks through the buffer, with a small limit.
     let mut buffer = screen::MessageBuffer::new(4096);

@@ -2,7 +2,12 @@
 //! source), served whatever bytes arrive on a connection: no panic, no hang; whatever is
 //! answered is an HTTP/1 response; and the login hears of the browser's return only for a
 //! `GET /callback`, answered `200`.
-#![no_main]
+#![cfg_attr(fuzzing, no_main)]
+#![cfg(not(test))] // see shared/target.rs
+
+#[macro_use]
+#[path = "shared/target.rs"]
+mod target;
 
 #[path = "shared/runtime.rs"]
 mod runtime;
@@ -11,11 +16,8 @@ mod runtime;
 #[path = "../../oauth/src/callback.rs"]
 mod callback;
 
-
-use libfuzzer_sys::fuzz_target;
 use runtime::runtime;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
 
 fuzz_target!(|data: &[u8]| {
     runtime().block_on(async {
@@ -29,7 +31,11 @@ fuzz_target!(|data: &[u8]| {
         let _ = ours.read_to_end(&mut answer).await;
         served.await.expect("the connection's task does not panic");
         if !answer.is_empty() {
-            assert!(answer.starts_with(b"HTTP/1."), "{:?}", String::from_utf8_lossy(&answer));
+            assert!(
+                answer.starts_with(b"HTTP/1."),
+                "{:?}",
+                String::from_utf8_lossy(&answer)
+            );
         }
         if came.try_recv().is_ok() {
             // `HTTP/1.0 200` or `HTTP/1.1 200`, as the request's version was.

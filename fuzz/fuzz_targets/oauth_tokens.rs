@@ -10,7 +10,12 @@
 //! brings) or RustCrypto's, which brings ed25519-dalek 2 beside the tree's 3 (a duplicate
 //! major) and rsa 0.9 (RUSTSEC-2023-0071). What is toolhost's is the decoding and the
 //! algorithm allow-list (no `none`, no HMAC, no `crit`); the signatures are ring's.
-#![no_main]
+#![cfg_attr(fuzzing, no_main)]
+#![cfg(not(test))] // see shared/target.rs
+
+#[macro_use]
+#[path = "shared/target.rs"]
+mod target;
 
 #[allow(dead_code, missing_docs, unreachable_pub)]
 #[path = "../../oauth/src/jwk.rs"]
@@ -20,8 +25,6 @@ mod jwk;
 mod jwt;
 
 use std::sync::OnceLock;
-
-use libfuzzer_sys::fuzz_target;
 
 /// An Ed25519, an RSA-2048 and a P-256 public key, without their private halves.
 const FIXED: &str = r#"{"keys": [

@@ -2,7 +2,12 @@
 //! source): a client's token is either one this server sealed for that caller, tool and
 //! arguments, or refused; any string, including one derived from a real token, is one or
 //! the other, never a panic, and a forged one is never accepted.
-#![no_main]
+#![cfg_attr(fuzzing, no_main)]
+#![cfg(not(test))] // see shared/target.rs
+
+#[macro_use]
+#[path = "shared/target.rs"]
+mod target;
 
 #[path = "shared/runtime.rs"]
 mod runtime;
@@ -16,7 +21,6 @@ use std::time::Duration;
 
 use dispatcher_core::store::MemoryStore;
 
-use libfuzzer_sys::fuzz_target;
 use runtime::runtime;
 use serde_json::json;
 
@@ -31,7 +35,6 @@ fn confirmations() -> &'static request_state::Confirmations {
         request_state::Confirmations::new(codec, Duration::from_secs(300), MemoryStore::new())
     })
 }
-
 
 /// Opens `token` (opening claims its nonce in the store: an async call).
 fn opens(c: &request_state::Confirmations, token: &str, args: &serde_json::Value) -> bool {

@@ -3,11 +3,15 @@
 //! panics; each finding lies on char boundaries, in order, without overlap; and the
 //! chunks, shown one after another, show no secret more often than the whole text
 //! redacted does (a secret split across chunks is still found).
-#![no_main]
+#![cfg_attr(fuzzing, no_main)]
+#![cfg(not(test))] // see shared/target.rs
+
+#[macro_use]
+#[path = "shared/target.rs"]
+mod target;
 
 use std::sync::OnceLock;
 
-use libfuzzer_sys::fuzz_target;
 use secrets::{Deltas, Scanner};
 
 fn scanner() -> &'static Scanner {
@@ -24,12 +28,17 @@ fuzz_target!(|data: &[u8]| {
     let found = scanner.find(&text);
     let mut last = 0;
     for f in &found {
-        assert!(f.start >= last && f.start < f.end && f.end <= text.len(), "{found:?}");
+        assert!(
+            f.start >= last && f.start < f.end && f.end <= text.len(),
+            "{found:?}"
+        );
         assert!(text.is_char_boundary(f.start) && text.is_char_boundary(f.end));
         last = f.end;
     }
     let secrets: Vec<&str> = found.iter().map(|f| &text[f.start..f.end]).collect();
-    let redacted = scanner.redact(&text).map_or_else(|| text.clone(), |(r, _)| r);
+    let redacted = scanner
+        .redact(&text)
+        .map_or_else(|| text.clone(), |(r, _)| r);
     let mut deltas = Deltas::default();
     let mut shown = String::new();
     for chunk in input.split('\0') {

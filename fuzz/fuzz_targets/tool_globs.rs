@@ -5,9 +5,12 @@
 //! agree on whether the name matches. toolhost keeps its own matcher here because it runs
 //! per tool per listing without compiling anything (linear in the name, no backtracking);
 //! this target is what keeps it globset's equal.
-#![no_main]
+#![cfg_attr(fuzzing, no_main)]
+#![cfg(not(test))] // see shared/target.rs
 
-use libfuzzer_sys::fuzz_target;
+#[macro_use]
+#[path = "shared/target.rs"]
+mod target;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

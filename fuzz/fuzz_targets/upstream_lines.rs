@@ -2,13 +2,17 @@
 //! in from its source): any bytes are read without a panic, and what the quick reading
 //! makes of them is what rmcp's own reading of the same text makes: the same id, and for a
 //! `tools/call` answer read straight as a plain result, the same result.
-#![no_main]
+#![cfg_attr(fuzzing, no_main)]
+#![cfg(not(test))] // see shared/target.rs
+
+#[macro_use]
+#[path = "shared/target.rs"]
+mod target;
 
 #[allow(dead_code, missing_docs, unreachable_pub)]
 #[path = "../../mcp-toolsets/src/upstream/lines/envelope.rs"]
 mod envelope;
 
-use libfuzzer_sys::fuzz_target;
 use rmcp::model::{CallToolResult, RequestId, ServerResult};
 
 fuzz_target!(|data: &[u8]| {
@@ -24,17 +28,17 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(theirs.to_string(), format!("{}{n}", envelope::ID_PREFIX));
         }
     }
-    if let Some(result) = read.result {
-        if let Some(plain) = envelope::plain_result(result) {
-            let theirs: CallToolResult = serde_json::from_str(result.get())
-                .expect("rmcp reads a result the quick reading took as plain");
-            assert_eq!(
-                serde_json::to_value(&plain).ok(),
-                serde_json::to_value(&theirs).ok(),
-                "{}",
-                result.get()
-            );
-        }
+    if let Some(result) = read.result
+        && let Some(plain) = envelope::plain_result(result)
+    {
+        let theirs: CallToolResult = serde_json::from_str(result.get())
+            .expect("rmcp reads a result the quick reading took as plain");
+        assert_eq!(
+            serde_json::to_value(&plain).ok(),
+            serde_json::to_value(&theirs).ok(),
+            "{}",
+            result.get()
+        );
     }
     // The whole answer, as a call waiting for it gets it: built, whatever the bytes; a
     // plain result read straight is rmcp's tool result.

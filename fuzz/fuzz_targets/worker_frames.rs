@@ -3,11 +3,15 @@
 //! never an allocation past the frame limit); a `Ready` frame's tool definitions go
 //! through the checks and the registration the host gives them, and a `Done` frame's
 //! output through the conversion a result gets.
-#![no_main]
+#![cfg_attr(fuzzing, no_main)]
+#![cfg(not(test))] // see shared/target.rs
+
+#[macro_use]
+#[path = "shared/target.rs"]
+mod target;
 
 use std::io::Cursor;
 
-use libfuzzer_sys::fuzz_target;
 use plugin_host::protocol::{FromWorker, read_frame};
 
 fuzz_target!(|data: &[u8]| {

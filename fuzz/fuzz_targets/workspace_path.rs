@@ -1,13 +1,17 @@
 //! Workspace path resolution: whatever path a model or a plugin names, the workspace file
 //! API never reads, lists, writes or reports anything outside the workspace root, through
 //! `..`, absolute paths, symlinks leading out, or anything else.
-#![no_main]
+#![cfg_attr(fuzzing, no_main)]
+#![cfg(not(test))] // see shared/target.rs
+
+#[macro_use]
+#[path = "shared/target.rs"]
+mod target;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use dispatcher_core::Workspace;
-use libfuzzer_sys::fuzz_target;
 
 const SECRET: &str = "OUTSIDE-SECRET-31f9";
 

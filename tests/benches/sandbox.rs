@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use dispatcher_core::{ConfirmationPolicy, Dispatcher, DispatcherConfig, SessionSpec, ToolUse};
 use plugin_host::{Isolation, PluginHost, PluginSandbox, WorkerSettings};
 use serde_json::json;
-use toolhost_tests::{package_library, release_library};
+use toolhost_tests::{bench_library, package_library};
 
 /// How many rounds, and how many times each side runs in a round.
 struct Plan {
@@ -280,7 +280,7 @@ fn main() {
         .unwrap();
     let plugins = tempfile::tempdir().unwrap();
     let cache = tempfile::tempdir().unwrap();
-    package_library(&release_library("bench-noop"), plugins.path(), "bench-noop");
+    package_library(&bench_library("bench-noop"), plugins.path(), "bench-noop");
     let workspace = tempfile::tempdir().unwrap();
 
     // The isolated no-op, sandboxed and not. Both workers (and the host's threads that read

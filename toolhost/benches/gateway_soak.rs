@@ -10,7 +10,7 @@
 //! ```
 //!
 //! In test mode (`cargo test --benches`, as `cargo xtask test` runs every bench once) it
-//! runs 12 s. It prints the calls made and failed, and the gateway's threads, open files,
+//! runs 7 s. It prints the calls made and failed, and the gateway's threads, open files,
 //! live child processes and RSS after a warm-up and at the end; it fails on a failed call,
 //! on more threads or open files at the end than after the warm-up, on more callers'
 //! processes than `max_callers`, or on RSS grown by more than a fifth.
@@ -52,8 +52,8 @@ impl Plan {
             }
         } else {
             Plan {
-                run: Duration::from_secs(12),
-                warm_up: Duration::from_secs(4),
+                run: Duration::from_secs(7),
+                warm_up: Duration::from_secs(3),
             }
         }
     }

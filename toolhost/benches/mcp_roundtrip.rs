@@ -4,7 +4,7 @@
 //! 2026-07-28: median and p99 over 10,000 calls, sequential and with 16 calls in flight
 //! (16 connections over HTTP).
 //! `cargo bench -p toolhost --bench mcp_roundtrip`; under `cargo test` it runs 200 calls as
-//! a smoke test.
+//! a smoke test, with the plugin's unoptimized test build.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
@@ -50,7 +50,7 @@ fn main() {
     let benching = std::env::args().any(|a| a == "--bench");
     let calls = if benching { 10_000 } else { 200 };
     let plugins = tempfile::tempdir().unwrap();
-    let library = toolhost_tests::release_library("bench-noop");
+    let library = toolhost_tests::bench_library("bench-noop");
     toolhost_tests::package_library(&library, plugins.path(), "bench-noop");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

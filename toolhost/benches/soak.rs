@@ -7,7 +7,7 @@
 //! ```
 //!
 //! In test mode (`cargo test --benches`, as `cargo xtask test` runs every bench once) it
-//! runs 12 s, upgrading every 4 s and reloading every 2 s, and fails on any failed call or
+//! runs 6 s, upgrading every 2 s and reloading every second, and fails on any failed call or
 //! an upgrade or reload the server did not log.
 //!
 //! Four keep-alive clients alternate `read_file` (a built-in tool) and `wat_noop` (the
@@ -51,9 +51,9 @@ impl Plan {
             }
         } else {
             Plan {
-                run: Duration::from_secs(12),
-                upgrade_every: Duration::from_secs(4),
-                reload_every: Duration::from_secs(2),
+                run: Duration::from_secs(6),
+                upgrade_every: Duration::from_secs(2),
+                reload_every: Duration::from_secs(1),
                 warm_up: Duration::from_secs(1),
             }
         }

@@ -3,8 +3,10 @@
 //! `target/fuzz/corpus/TARGET`; a crash is saved under `target/fuzz/artifacts/TARGET/` and
 //! fails the step, naming the input.
 //!
-//! They need a nightly toolchain (`rustup toolchain install nightly`) and cargo-fuzz, which
-//! is installed once under `target/tools` when missing.
+//! Fuzzing needs a nightly toolchain (`rustup toolchain install nightly`: the coverage
+//! instrumentation) and cargo-fuzz, which is installed once under `target/tools` when
+//! missing. `cargo xtask test` does not fuzz: the workspace's own build compiles the targets
+//! uninstrumented and `fuzz/tests/seeds.rs` replays every seed through them.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -81,18 +83,8 @@ fn nightly() -> Result {
     }
 }
 
-/// How the fuzz targets are built.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Build {
-    /// Optimized, as for a real fuzzing session (`cargo xtask fuzz`).
-    Release,
-    /// Unoptimized: compiles in about two thirds of the time, for the short smoke runs of
-    /// `cargo xtask test`.
-    Dev,
-}
-
-/// Runs `targets` (all when empty) for `seconds` each, built as `build` says.
-pub fn fuzz(targets: &[String], seconds: u64, build: Build) -> Result {
+/// Runs `targets` (all when empty) for `seconds` each, built optimized and instrumented.
+pub fn fuzz(targets: &[String], seconds: u64) -> Result {
     for t in targets {
         if !TARGETS.contains(&t.as_str()) {
             return fail(
@@ -118,7 +110,6 @@ pub fn fuzz(targets: &[String], seconds: u64, build: Build) -> Result {
     let cargo_fuzz_to = |what: &str| {
         let mut cmd = Command::new(&cargo_fuzz);
         cmd.args(["fuzz", what, "--sanitizer", "none"])
-            .args((build == Build::Dev).then_some("--dev"))
             .arg("--fuzz-dir")
             .arg(&fuzz_dir)
             .current_dir(root())
@@ -189,7 +180,7 @@ pub fn fuzz(targets: &[String], seconds: u64, build: Build) -> Result {
             return fail(
                 &step,
                 format!(
-                    "{status} (its whole output: {}): the input that failed is in {} (replay it with `cargo +nightly fuzz run -s none --fuzz-dir fuzz {target} FILE`)",
+                    "{status} (its whole output: {}): the input that failed is in {} (replay it with `target/debug/{target} FILE`; once mended, add it to fuzz/seeds/{target}, which every `cargo xtask test` replays)",
                     log_path.display(),
                     artifacts.display()
                 ),

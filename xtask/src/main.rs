@@ -40,8 +40,9 @@ enum Command {
         #[arg(long)]
         discovery_only: bool,
     },
-    /// Run the fuzz targets (fuzz/: cargo-fuzz on nightly, installed under target/tools
-    /// when missing) from their seed corpora.
+    /// Fuzz the parsers of untrusted input (fuzz/: cargo-fuzz on nightly, installed under
+    /// target/tools when missing) from their seed corpora. `cargo xtask test` only replays
+    /// the seeds.
     Fuzz {
         /// The targets to run (default: all).
         targets: Vec<String>,
@@ -351,9 +352,7 @@ fn plugin_command(command: PluginCommand) -> xtask::steps::Result {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Fuzz { targets, seconds } => {
-            xtask::fuzz::fuzz(&targets, seconds, xtask::fuzz::Build::Release)
-        }
+        Command::Fuzz { targets, seconds } => xtask::fuzz::fuzz(&targets, seconds),
         Command::Dist { binary, out } => {
             xtask::dist::dist(binary.as_deref(), out.as_deref()).map(|_| ())
         }

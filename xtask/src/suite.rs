@@ -1,5 +1,5 @@
-//! The test suite: `cargo xtask test` (what the tests need, installed; every test; the
-//! Python wheel's; the fuzz targets' smoke run) and `cargo xtask ci`.
+//! The test suite: `cargo xtask test` (what the tests need, installed; every test, the
+//! fuzz targets' seed replays among them; the Python wheel's) and `cargo xtask ci`.
 
 use std::process::Command;
 
@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use crate::peers::{CONFORMANCE, OIDC_PROVIDER, PYTHON_SDK, SERVER_EVERYTHING};
 use crate::steps::{Result, announce, cargo, fail, run};
-use crate::{components, fuzz, python};
+use crate::{components, python};
 
 /// Test totals summed over `cargo test` runs.
 #[derive(Default)]
@@ -247,8 +247,31 @@ fn ensure_debian_program(step: &str, package: &str, program: &str) -> Result<Pat
     }
 }
 
-/// How long `cargo xtask test` runs each fuzz target.
-pub const FUZZ_SECONDS: u64 = 10;
+const FIXTURE_PLUGINS: &str = "build the fixture workspace (tests/fixtures: plugins and MCP servers the tests load and start)";
+
+/// Builds the fixture workspace as the tests' `toolhost_tests::fixtures()` does (same
+/// command, same target directory, so theirs is then up to date), on a thread of its own:
+/// the installs and component builds it runs beside leave a core idle most of their time,
+/// and the tests would otherwise start by waiting for it (two minutes of compiling on a
+/// fresh clone). Its output is kept and shown only when it fails.
+fn build_fixture_plugins() -> std::thread::JoinHandle<Result> {
+    announce(&format!("{FIXTURE_PLUGINS}, beside the next steps"));
+    let mut cmd = cargo();
+    cmd.args(["build", "--quiet", "--manifest-path"])
+        .arg(crate::steps::root().join("tests/fixtures/Cargo.toml"))
+        .arg("--target-dir")
+        .arg(crate::steps::root().join("target/fixtures"));
+    std::thread::spawn(move || {
+        let out = cmd
+            .output()
+            .or_else(|e| fail(FIXTURE_PLUGINS, format!("could not start cargo: {e}")))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+        fail(FIXTURE_PLUGINS, format!("exited with {}", out.status))
+    })
+}
 
 /// `cargo xtask test`: builds everything, then runs every test (doctests included) and
 /// prints one `N passed, N failed` summary line.
@@ -259,12 +282,16 @@ pub fn test() -> Result {
         "build the workspace and test binaries",
         cargo().args(["build", "--workspace", "--all-targets"]),
     )?;
+    let fixture_plugins = build_fixture_plugins();
     ensure_browser()?;
     let redis = ensure_redis()?;
     let mut peers = test_peers()?;
     peers.push(("TOOLHOST_TEST_REDIS", redis));
     peers.push(("TOOLHOST_TEST_OCI_REGISTRY", ensure_oci_registry()?));
     peers.push(("TOOLHOST_TEST_COMPONENTS", components::fixtures()?));
+    fixture_plugins
+        .join()
+        .unwrap_or_else(|_| fail(FIXTURE_PLUGINS, "its thread panicked"))?;
     let mut totals = Totals::default();
     let result = run_tests(
         "run unit, integration and CLI tests",
@@ -275,11 +302,13 @@ pub fn test() -> Result {
     )
     .and_then(|()| {
         // Benchmarks have mains of their own (a few rounds in test mode, to prove they
-        // work), which only `cargo test` runs.
+        // work), which only `cargo test` runs. `--bench '*'`, not `--benches`: that also
+        // selects every library and binary (bench = true by default), whose unit tests the
+        // step above ran already.
         run_tests(
             "run the benchmarks in test mode",
             cargo()
-                .args(["test", "--workspace", "--benches"])
+                .args(["test", "--workspace", "--bench", "*"])
                 .env("TOOLHOST_TEST_REQUIRE_PEERS", "1")
                 .envs(peers),
             &mut totals,
@@ -303,7 +332,6 @@ pub fn test() -> Result {
     })
     .and_then(|()| crate::registry::check_packages())
     .and_then(|()| python_tests(&mut totals))
-    .and_then(|()| fuzz::fuzz(&[], FUZZ_SECONDS, fuzz::Build::Dev))
     .and_then(|()| demo_tests(&mut totals));
     println!(
         "\ntests: {} passed, {} failed, {} skipped",
