@@ -206,13 +206,13 @@ pub(crate) fn discovery_tools(results: usize) -> [Tool; 2] {
         "properties": {
             "query": {
                 "type": "string",
-                "description": "What the tool should do, in words (\"create a GitHub issue\", \"current time in a timezone\") or a tool's name."
+                "description": "What the tool should do (\"create a GitHub issue\") or its name."
             },
             "limit": {
                 "type": "integer",
                 "minimum": 1,
                 "maximum": MAX_RESULTS,
-                "description": format!("How many tools to return (default {results}).")
+                "description": format!("How many to return (default {results}).")
             }
         },
         "required": ["query"],
@@ -222,7 +222,7 @@ pub(crate) fn discovery_tools(results: usize) -> [Tool; 2] {
         "type": "object",
         "properties": {
             "name": {"type": "string", "description": "The found tool's name."},
-            "arguments": {"type": "object", "description": "Its arguments, as its input schema asks."}
+            "arguments": {"type": "object", "description": "Its arguments."}
         },
         "required": ["name"],
         "additionalProperties": false
@@ -230,14 +230,14 @@ pub(crate) fn discovery_tools(results: usize) -> [Tool; 2] {
     [
         Tool::new(
             FIND_TOOLS,
-            "Finds tools by what they do. Only some of the tools available are listed; when none listed fits the task, search here. Returns the best matches with their full definitions (name, description, input schema); call a found tool by its name.",
+            "Search the tools not listed here by what they do, when none listed fits. Returns the best matches' full definitions; call a found tool by its name.",
             Arc::new(object(find)),
         )
         .annotate(ToolAnnotations::new().read_only(true).open_world(false)),
         Tool::new(
             CALL_FOUND_TOOL,
             format!(
-                "Calls a tool found with {FIND_TOOLS} by its name, with its arguments, when it cannot be called directly. The call is checked and confirmed as the tool's own."
+                "Call a tool found with {FIND_TOOLS} that cannot be called directly; checked and confirmed as its own call."
             ),
             Arc::new(object(call)),
         ),

@@ -592,7 +592,7 @@ fn wasm_noop(
     let cache = tempfile::tempdir().unwrap();
     let report = PluginHost::new([reused.path()])
         .cache_dir(cache.path())
-        .wasm_cache_dir(compiled.path())
+        .wasm_cache_dir(&compiled)
         .load_into(&d);
     assert_eq!(report.loaded().count(), 1, "{:?}", report.lines());
     let session = d
