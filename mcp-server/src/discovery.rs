@@ -236,9 +236,9 @@ pub(crate) fn discovery_tools(results: usize) -> [Tool; 2] {
         .annotate(ToolAnnotations::new().read_only(true).open_world(false)),
         Tool::new(
             CALL_FOUND_TOOL,
-            format!(
-                "Call a tool found with {FIND_TOOLS} that cannot be called directly; checked and confirmed as its own call."
-            ),
+            // What a model needs to know to use it; that the call is then checked and
+            // confirmed as the found tool's own is toolhost's business, not the model's.
+            format!("Call a tool found with {FIND_TOOLS} that cannot be called directly."),
             Arc::new(object(call)),
         ),
     ]
