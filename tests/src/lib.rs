@@ -146,7 +146,7 @@ pub fn release_library(name: &str) -> PathBuf {
 
 /// The library of fixture crate `fixture-NAME` as a benchmark loads it: built in release
 /// mode when benchmarking (`--bench` among the arguments), the tests' unoptimized build in
-/// test mode (`cargo test --benches`), whose numbers nobody reads and which then needs no
+/// test mode (`cargo test --bench NAME`), whose numbers nobody reads and which then needs no
 /// second build of the fixture workspace.
 pub fn bench_library(name: &str) -> PathBuf {
     if std::env::args().any(|a| a == "--bench") {

@@ -247,15 +247,15 @@ fn ensure_debian_program(step: &str, package: &str, program: &str) -> Result<Pat
     }
 }
 
-const FIXTURE_PLUGINS: &str = "build the fixture workspace (tests/fixtures: plugins and MCP servers the tests load and start)";
+const FIXTURE_WORKSPACE: &str = "build the fixture workspace (tests/fixtures: plugins and MCP servers the tests load and start)";
 
 /// Builds the fixture workspace as the tests' `toolhost_tests::fixtures()` does (same
 /// command, same target directory, so theirs is then up to date), on a thread of its own:
 /// the installs and component builds it runs beside leave a core idle most of their time,
 /// and the tests would otherwise start by waiting for it (two minutes of compiling on a
 /// fresh clone). Its output is kept and shown only when it fails.
-fn build_fixture_plugins() -> std::thread::JoinHandle<Result> {
-    announce(&format!("{FIXTURE_PLUGINS}, beside the next steps"));
+fn build_fixture_workspace() -> std::thread::JoinHandle<Result> {
+    announce(&format!("{FIXTURE_WORKSPACE}, beside the next steps"));
     let mut cmd = cargo();
     cmd.args(["build", "--quiet", "--manifest-path"])
         .arg(crate::steps::root().join("tests/fixtures/Cargo.toml"))
@@ -264,12 +264,12 @@ fn build_fixture_plugins() -> std::thread::JoinHandle<Result> {
     std::thread::spawn(move || {
         let out = cmd
             .output()
-            .or_else(|e| fail(FIXTURE_PLUGINS, format!("could not start cargo: {e}")))?;
+            .or_else(|e| fail(FIXTURE_WORKSPACE, format!("could not start cargo: {e}")))?;
         if out.status.success() {
             return Ok(());
         }
         eprintln!("{}", String::from_utf8_lossy(&out.stderr));
-        fail(FIXTURE_PLUGINS, format!("exited with {}", out.status))
+        fail(FIXTURE_WORKSPACE, format!("exited with {}", out.status))
     })
 }
 
@@ -282,16 +282,16 @@ pub fn test() -> Result {
         "build the workspace and test binaries",
         cargo().args(["build", "--workspace", "--all-targets"]),
     )?;
-    let fixture_plugins = build_fixture_plugins();
+    let fixture_workspace = build_fixture_workspace();
     ensure_browser()?;
     let redis = ensure_redis()?;
     let mut peers = test_peers()?;
     peers.push(("TOOLHOST_TEST_REDIS", redis));
     peers.push(("TOOLHOST_TEST_OCI_REGISTRY", ensure_oci_registry()?));
     peers.push(("TOOLHOST_TEST_COMPONENTS", components::fixtures()?));
-    fixture_plugins
+    fixture_workspace
         .join()
-        .unwrap_or_else(|_| fail(FIXTURE_PLUGINS, "its thread panicked"))?;
+        .unwrap_or_else(|_| fail(FIXTURE_WORKSPACE, "its thread panicked"))?;
     let mut totals = Totals::default();
     let result = run_tests(
         "run unit, integration and CLI tests",
