@@ -1,5 +1,5 @@
 //! Every fuzz target replays its seed corpus (`fuzz/seeds/TARGET`) and any crash saved
-//! under `fuzz/artifacts/TARGET` (where `cargo xtask fuzz` asks a found input to be kept):
+//! under `fuzz/artifacts/TARGET` (where cargo-fuzz run by hand keeps what it finds):
 //! a regression in a parser, or a target that no longer builds or runs, fails here on every
 //! `cargo xtask test`, with no nightly toolchain. Built by the workspace (no `--cfg
 //! fuzzing`), each target is a program that runs its body once on each file it is given
