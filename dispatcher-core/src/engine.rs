@@ -39,6 +39,9 @@ pub(crate) struct Engine {
     pub(crate) store: Arc<dyn crate::store::Store>,
     /// This instance, among those sharing the store (random, per process).
     pub(crate) instance: Arc<str>,
+    /// The host's text encoder for tool search, with the tool vectors it made
+    /// ([`crate::Dispatcher::set_text_encoder`]); `None`: words only.
+    pub(crate) meanings: std::sync::RwLock<Option<Arc<crate::search::Meanings>>>,
 }
 
 /// What a host sets when it builds a dispatcher (everything but the state it accumulates).
@@ -106,6 +109,7 @@ impl Engine {
         Engine {
             store,
             instance: instance_id(),
+            meanings: std::sync::RwLock::default(),
             live,
             settings,
             broker,

@@ -69,7 +69,7 @@ pub use rules::{
 };
 pub use runtime::{Grant, GrantRequest, RemoteHost, RuntimePolicy, SUPPORTED, check_supported};
 pub use schedule::Batch;
-pub use search::FoundTool;
+pub use search::{FoundTool, TextEncoder};
 /// The secret scanner and its settings (`[secrets]`), as [`Secrets`] uses them.
 pub use secrets;
 pub use session::{GRANTS_KEPT, Session, SessionSpec};
@@ -448,11 +448,33 @@ impl Dispatcher {
     /// ```
     pub fn search_tools(&self, session: &Session, query: &str, limit: usize) -> Vec<FoundTool> {
         let generation = *self.engine.changes.borrow();
+        let meanings = self
+            .engine
+            .meanings
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
         session
             .state
             .search
-            .index(generation, || self.listing_for_session(session))
+            .index(generation, meanings, || self.listing_for_session(session))
             .search(query, limit)
+    }
+
+    /// Ranks [`Dispatcher::search_tools`]'s results by meaning as well as by words, with
+    /// `encoder` (a sentence embedding model; `None`: by words only, the default). Each
+    /// session's index is built again at its next search: every tool's text (its name's
+    /// words and its description) is encoded once, on every core, and its vector kept
+    /// until the tool changes; each search then encodes its query. Where words alone miss
+    /// ("make a new folder" and `create_directory` share none), meaning finds; where a
+    /// query names what a tool's text says, words keep it high.
+    pub fn set_text_encoder(&self, encoder: Option<Arc<dyn TextEncoder>>) {
+        *self
+            .engine
+            .meanings
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            encoder.map(|e| Arc::new(search::Meanings::new(e)));
     }
 
     /// Like [`Dispatcher::definitions_for_session`], with each tool's source.

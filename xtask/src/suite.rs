@@ -129,7 +129,7 @@ fn run_tests(step: &str, cmd: &mut Command, totals: &mut Totals) -> Result {
 /// `target/peers`: the environment that tells the tests where they are (and that they are
 /// required).
 pub fn test_peers() -> Result<Vec<(&'static str, PathBuf)>> {
-    const STEP: &str = "install the MCP conformance suite, server-everything and oidc-provider (npm), the Python SDK, pytest and the OTLP protobufs (PyPI)";
+    const STEP: &str = "install the MCP conformance suite, server-everything and oidc-provider (npm), the Python SDK, pytest, the OTLP protobufs and a text model (PyPI)";
     announce(STEP);
     let peers = crate::peers::dir();
     let node = crate::peers::node22(&peers).or_else(|e| fail(STEP, e))?;
@@ -154,7 +154,10 @@ pub fn test_peers() -> Result<Vec<(&'static str, PathBuf)>> {
         "opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc",
     )
     .or_else(|e| fail(STEP, e))?;
+    // Tool search by meaning.
+    let model = crate::peers::text_model(&peers).or_else(|e| fail(STEP, e))?;
     Ok(vec![
+        ("TOOLHOST_TEST_TEXT_MODEL", model),
         ("TOOLHOST_TEST_OTLP_PYTHON", otlp),
         ("TOOLHOST_TEST_NODE", node),
         ("TOOLHOST_TEST_CONFORMANCE", suite),
