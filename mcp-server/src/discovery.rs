@@ -59,6 +59,12 @@ pub struct Discovery {
     /// 1 to 50).
     #[serde(deserialize_with = "results")]
     pub results: usize,
+    /// A sentence embedding model's folder (a sentence-transformers BERT model: config.json,
+    /// vocab.txt, model.safetensors; relative to the config file): with it, a search ranks
+    /// tools by meaning as well as by words, and finds `create_directory` for "make a new
+    /// folder". Loaded when the server starts (about 90 MB of memory for all-MiniLM-L6-v2);
+    /// each search then encodes its query (milliseconds). Default: none, words only.
+    pub model: Option<std::path::PathBuf>,
 }
 
 impl Default for Discovery {
@@ -68,6 +74,7 @@ impl Default for Discovery {
             threshold: 40,
             always: vec!["source:builtin".into()],
             results: 5,
+            model: None,
         }
     }
 }

@@ -37,6 +37,7 @@ mod serve;
 mod server_json;
 mod telemetry;
 mod terminal;
+mod text_model;
 
 pub use config::Config;
 pub use error::UsageError;

@@ -106,6 +106,45 @@ async fn a_2025_client_is_listed_a_few_tools_finds_one_and_calls_it_by_its_own_n
 }
 
 #[tokio::test]
+async fn with_a_text_model_a_search_finds_the_tool_that_shares_no_word_with_the_request() {
+    let Some(model) = toolhost_tests::peer("TOOLHOST_TEST_TEXT_MODEL") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = |model: Option<&Path>| {
+        let key = model.map_or(String::new(), |m| {
+            format!("model = {:?}\n", m.display().to_string())
+        });
+        format!("[mcp.discovery]\nmode = \"on\"\nalways = []\n{key}")
+    };
+    // "folder" is in no tool's text: by words, the search finds nothing.
+    let query = json!({"query": "what is inside this folder", "limit": 1});
+    let (words, _) = serve(dir.path(), &config(None)).await;
+    let by_words = call(&words, "find_tools", query.clone()).await;
+    assert_eq!(
+        found(by_words.structured_content.as_ref().unwrap()),
+        Vec::<String>::new()
+    );
+    words.cancel().await.unwrap();
+    let (meaning, _) = serve(dir.path(), &config(Some(&model))).await;
+    let by_meaning = call(&meaning, "find_tools", query).await;
+    let structured = by_meaning.structured_content.clone().unwrap();
+    assert_eq!(found(&structured), ["list_dir"], "{structured}");
+    // Words still count: a request in a tool's own words finds it first.
+    let by_name = call(
+        &meaning,
+        "find_tools",
+        json!({"query": "run a shell command", "limit": 1}),
+    )
+    .await;
+    assert_eq!(
+        found(by_name.structured_content.as_ref().unwrap()),
+        ["shell"]
+    );
+    meaning.cancel().await.unwrap();
+}
+
+#[tokio::test]
 async fn a_search_names_what_is_wrong_with_its_arguments_and_finds_nothing_for_noise() {
     let dir = tempfile::tempdir().unwrap();
     let (client, _) = serve(dir.path(), ON).await;
@@ -228,6 +267,10 @@ fn a_bad_discovery_table_stops_the_server_naming_the_key() {
         ),
         ("[mcp.discovery]\nresults = 0\n", "expected from 1 to 50"),
         ("[mcp.discovery]\nlimit = 3\n", "unknown field `limit`"),
+        (
+            "[mcp.discovery]\nmodel = \"no-model-here\"\n",
+            "model: cannot read the text model's",
+        ),
     ] {
         std::fs::write(ws.path().join("toolhost.toml"), table).unwrap();
         let out = common::command(ws.path(), &["serve", "--mcp"])

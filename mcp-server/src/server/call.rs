@@ -215,7 +215,7 @@ impl McpServer {
     ) -> Result<CallToolResponse, McpError> {
         tracing::debug!(era = ?caller.era, principal = %caller.principal.id, "tools/call");
         let session = self.session(caller.era, &caller.principal)?;
-        let mut request = match self.discovering(request, &caller, &session) {
+        let mut request = match self.discovering(request, &caller, &session).await {
             super::finding::Discovering::No(request)
             | super::finding::Discovering::Call(request) => request,
             super::finding::Discovering::Answered(answer) => return Ok(answer),

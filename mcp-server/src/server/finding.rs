@@ -21,9 +21,10 @@ pub(super) enum Discovering {
 
 impl McpServer {
     /// Takes a call to `find_tools` or `call_found_tool` when discovery is on for the
-    /// session; any other call goes on as it came. Synchronous: every call passes here, and
-    /// a search waits on nothing.
-    pub(super) fn discovering(
+    /// session; any other call goes on as it came, at once. A search runs on a blocking
+    /// thread: with a text model it encodes its query (milliseconds) and, the first time
+    /// after the tools changed, the tools' texts.
+    pub(super) async fn discovering(
         &self,
         mut request: CallToolRequestParams,
         caller: &Caller,
@@ -54,7 +55,12 @@ impl McpServer {
             Ok(asked) => asked,
             Err(why) => return Discovering::Answered(refused(why)),
         };
-        let found = dispatcher.search_tools(session, &query, limit);
+        let (searcher, searched) = (dispatcher.clone(), session.clone());
+        let search = move || searcher.search_tools(&searched, &query, limit);
+        let found = match tokio::task::spawn_blocking(search).await {
+            Ok(found) => found,
+            Err(e) => return Discovering::Answered(refused(format!("the search failed: {e}"))),
+        };
         // In a 2025-era session the found tools join the list; the watcher of the client's
         // list tells it (`notifications/tools/list_changed`). A request of a client without
         // a connection that outlives it (no watcher) is told to call them by name.
@@ -68,7 +74,7 @@ impl McpServer {
             session,
             found.iter().map(|f| f.listing.clone()).collect(),
         );
-        tracing::debug!(query, found = found.len(), "{FIND_TOOLS}");
+        tracing::debug!(found = found.len(), "{FIND_TOOLS}");
         Discovering::Answered(CallToolResponse::Complete(discovery::answer(
             &found, tools, joins,
         )))

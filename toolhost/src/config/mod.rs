@@ -433,6 +433,9 @@ impl Config {
         if let Some(keys) = &mut config.mcp.request_state_keys {
             *keys = ::sandbox::resolve(keys, base);
         }
+        if let Some(model) = &mut config.mcp.discovery.model {
+            *model = ::sandbox::resolve(model, base);
+        }
         for server in &mut config.mcp_servers {
             for root in server
                 .allow_read

@@ -88,6 +88,15 @@ impl Reloader {
                 let sessions = self.access.replace(new.access.clone(), &self.dispatcher);
                 tracing::info!(target: "toolhost::reload", sessions, "access rules replaced");
             }
+            if old.mcp.discovery.model != new.mcp.discovery.model
+                && let Err(e) = crate::text_model::apply(
+                    new.mcp.discovery.model.as_deref(),
+                    &self.file,
+                    &self.dispatcher,
+                )
+            {
+                tracing::error!(target: "toolhost::reload", "{}; the model loaded before is kept", e.0);
+            }
             if old.mcp.discovery != new.mcp.discovery
                 && let Some(shared) = self.shared.get()
             {

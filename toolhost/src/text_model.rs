@@ -1,0 +1,39 @@
+//! `[mcp.discovery] model`: the sentence embedding model a tool search ranks by meaning
+//! with ([`dispatcher_core::Dispatcher::set_text_encoder`]), loaded when a server starts
+//! and again when a reload names another.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use dispatcher_core::Dispatcher;
+
+use crate::error::UsageError;
+
+/// Loads the model `model` names (none: searches by words only) into `dispatcher`; an
+/// error names the config file, the key and what is wrong with the model's folder.
+pub(crate) fn apply(
+    model: Option<&Path>,
+    file: &Path,
+    dispatcher: &Dispatcher,
+) -> Result<(), UsageError> {
+    let encoder = match model {
+        None => None,
+        Some(dir) => {
+            let started = std::time::Instant::now();
+            let encoder = text_encoder::SentenceEncoder::load(dir).map_err(|e| {
+                UsageError(format!(
+                    "{}: [mcp.discovery] model: {e} (remove the key to search by words only)",
+                    file.display()
+                ))
+            })?;
+            tracing::info!(
+                model = %dir.display(),
+                took_ms = started.elapsed().as_millis() as u64,
+                "tool search ranks by meaning too ([mcp.discovery] model)"
+            );
+            Some(Arc::new(encoder) as Arc<dyn dispatcher_core::TextEncoder>)
+        }
+    };
+    dispatcher.set_text_encoder(encoder);
+    Ok(())
+}
