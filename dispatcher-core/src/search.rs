@@ -154,6 +154,9 @@ const FUSION_K: f32 = 5.0;
 /// the two at equal weight (60) 104, words alone 100.
 const WORDS_WEIGHT: f32 = 0.4;
 
+/// Each tool's vector of meaning, in the order of its index's tools.
+type Vectors = Vec<Arc<[f32]>>;
+
 /// The tools of one moment, ready to rank.
 pub(crate) struct Index {
     generation: u64,
@@ -161,7 +164,7 @@ pub(crate) struct Index {
     embedder: Embedder<u32, Words>,
     scorer: Scorer<usize, u32>,
     /// With an encoder: it, and each tool's vector (in the order of `tools`).
-    meanings: Option<(Arc<Meanings>, Vec<Arc<[f32]>>)>,
+    meanings: Option<(Arc<Meanings>, Vectors)>,
 }
 
 impl Index {

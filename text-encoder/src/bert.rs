@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use ndarray::linalg::general_mat_mul;
-use ndarray::{ArrayView2, ArrayViewMut2};
+use ndarray::{Array1, Array2, Axis, s};
 use safetensors::SafeTensors;
 use serde::Deserialize;
 
@@ -38,12 +38,10 @@ fn epsilon() -> f32 {
     1e-12
 }
 
-/// A dense layer: `out × in` weights, row by row, and `out` biases.
+/// A dense layer: `out × in` weights and `out` biases.
 struct Linear {
-    weight: Vec<f32>,
-    bias: Vec<f32>,
-    inputs: usize,
-    outputs: usize,
+    weight: Array2<f32>,
+    bias: Array1<f32>,
 }
 
 struct Norm {
@@ -113,11 +111,15 @@ impl Tensors<'_> {
     }
 
     fn linear(&self, name: &str, inputs: usize, outputs: usize) -> Result<Linear, EncoderError> {
+        let weight = self.get(&format!("{name}.weight"), &[outputs, inputs])?;
+        let weight =
+            Array2::from_shape_vec((outputs, inputs), weight).map_err(|e| EncoderError::Model {
+                path: self.path.to_owned(),
+                why: format!("{name}.weight: {e}"),
+            })?;
         Ok(Linear {
-            weight: self.get(&format!("{name}.weight"), &[outputs, inputs])?,
-            bias: self.get(&format!("{name}.bias"), &[outputs])?,
-            inputs,
-            outputs,
+            weight,
+            bias: Array1::from(self.get(&format!("{name}.bias"), &[outputs])?),
         })
     }
 
@@ -149,7 +151,7 @@ impl Bert {
             )));
         }
         let h = shape.hidden_size;
-        if shape.num_attention_heads == 0 || h % shape.num_attention_heads != 0 {
+        if shape.num_attention_heads == 0 || !h.is_multiple_of(shape.num_attention_heads) {
             return Err(bad(format!(
                 "config.json's hidden_size {h} is not a multiple of its {} attention heads",
                 shape.num_attention_heads
@@ -203,10 +205,9 @@ impl Bert {
     /// The unit-length mean of the last layer's states for `ids` (at most
     /// [`Bert::positions`] of them, each below the vocabulary's size).
     pub(crate) fn embed(&self, ids: &[u32]) -> Vec<f32> {
-        let (n, h) = (ids.len(), self.hidden);
-        let mut x = vec![0.0f32; n * h];
-        for (i, &id) in ids.iter().enumerate() {
-            let row = &mut x[i * h..(i + 1) * h];
+        let h = self.hidden;
+        let mut x = Array2::<f32>::zeros((ids.len(), h));
+        for (i, (mut row, &id)) in x.rows_mut().into_iter().zip(ids).enumerate() {
             let word = &self.words[id as usize * h..(id as usize + 1) * h];
             let position = &self.position[i * h..(i + 1) * h];
             for (j, v) in row.iter_mut().enumerate() {
@@ -215,46 +216,41 @@ impl Bert {
         }
         self.normalize(&mut x, &self.embedding_norm);
         for layer in &self.layers {
-            self.layer(layer, &mut x, n);
+            x = self.layer(layer, &x);
         }
-        let mut mean = vec![0.0f32; h];
-        for row in x.chunks_exact(h) {
-            for (m, v) in mean.iter_mut().zip(row) {
-                *m += v;
-            }
-        }
-        let length = mean.iter().map(|v| v * v).sum::<f32>().sqrt();
+        let mut mean = x.mean_axis(Axis(0)).unwrap_or_else(|| Array1::zeros(h));
+        let length = mean.dot(&mean).sqrt();
         if length > 0.0 {
-            mean.iter_mut().for_each(|v| *v /= length);
+            mean /= length;
         }
-        mean
+        mean.to_vec()
     }
 
-    /// One encoder layer over the `n` token states in `x`, in place.
-    fn layer(&self, layer: &Layer, x: &mut [f32], n: usize) {
-        let h = self.hidden;
-        let q = apply(&layer.query, x, n);
-        let k = apply(&layer.key, x, n);
-        let v = apply(&layer.value, x, n);
-        let mut context = vec![0.0f32; n * h];
-        attend(&q, &k, &v, &mut context, n, h, self.heads);
-        let mut out = apply(&layer.attended, &context, n);
-        add_into(&mut out, x);
-        self.normalize(&mut out, &layer.attention_norm);
-        let mut wide = apply(&layer.widen, &out, n);
-        wide.iter_mut().for_each(|v| *v = gelu_of(*v));
-        let mut narrow = apply(&layer.narrow, &wide, n);
-        add_into(&mut narrow, &out);
-        self.normalize(&mut narrow, &layer.output_norm);
-        x.copy_from_slice(&narrow);
+    /// One encoder layer over the token states `x`.
+    fn layer(&self, layer: &Layer, x: &Array2<f32>) -> Array2<f32> {
+        let context = attend(
+            &apply(&layer.query, x),
+            &apply(&layer.key, x),
+            &apply(&layer.value, x),
+            self.heads,
+        );
+        let mut attended = apply(&layer.attended, &context);
+        attended += x;
+        self.normalize(&mut attended, &layer.attention_norm);
+        let mut wide = apply(&layer.widen, &attended);
+        wide.mapv_inplace(gelu_of);
+        let mut out = apply(&layer.narrow, &wide);
+        out += &attended;
+        self.normalize(&mut out, &layer.output_norm);
+        out
     }
 
     /// Layer norm of each of the rows of `x`, in place.
-    fn normalize(&self, x: &mut [f32], norm: &Norm) {
-        let h = self.hidden;
-        for row in x.chunks_exact_mut(h) {
-            let mean = row.iter().sum::<f32>() / h as f32;
-            let variance = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / h as f32;
+    fn normalize(&self, x: &mut Array2<f32>, norm: &Norm) {
+        let h = self.hidden as f32;
+        for mut row in x.rows_mut() {
+            let mean = row.sum() / h;
+            let variance = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / h;
             let scale = 1.0 / (variance + self.epsilon).sqrt();
             for (j, v) in row.iter_mut().enumerate() {
                 *v = (*v - mean) * scale * norm.gain[j] + norm.bias[j];
@@ -263,61 +259,33 @@ impl Bert {
     }
 }
 
-/// `x` (`n` rows) through `linear`: `x · Wᵀ + b`.
-fn apply(linear: &Linear, x: &[f32], n: usize) -> Vec<f32> {
-    let (k, m) = (linear.inputs, linear.outputs);
-    let mut out = Vec::with_capacity(n * m);
-    for _ in 0..n {
-        out.extend_from_slice(&linear.bias);
-    }
-    let shaped = |rows, columns, values| {
-        ArrayView2::from_shape((rows, columns), values).expect("a layer's shape, checked at load")
-    };
-    let mut product =
-        ArrayViewMut2::from_shape((n, m), &mut out[..]).expect("n rows of the layer's outputs");
-    general_mat_mul(
-        1.0,
-        &shaped(n, k, x),
-        &shaped(m, k, &linear.weight).t(),
-        1.0,
-        &mut product,
-    );
+/// `x` (a row a token) through `linear`: `x · Wᵀ + b`.
+fn apply(linear: &Linear, x: &Array2<f32>) -> Array2<f32> {
+    let mut out = Array2::from_shape_fn((x.nrows(), linear.bias.len()), |(_, o)| linear.bias[o]);
+    general_mat_mul(1.0, x, &linear.weight.t(), 1.0, &mut out);
     out
 }
 
-/// Scaled dot-product attention of each head over the `n` tokens, written to `context`.
-fn attend(q: &[f32], k: &[f32], v: &[f32], context: &mut [f32], n: usize, h: usize, heads: usize) {
-    let d = h / heads;
+/// Scaled dot-product attention of each head over the tokens: each token's context, the
+/// heads side by side.
+fn attend(q: &Array2<f32>, k: &Array2<f32>, v: &Array2<f32>, heads: usize) -> Array2<f32> {
+    let d = q.ncols() / heads;
     let scale = 1.0 / (d as f32).sqrt();
-    let mut weights = vec![0.0f32; n];
+    let mut context = Array2::<f32>::zeros(q.raw_dim());
     for head in 0..heads {
-        let at = head * d;
-        for i in 0..n {
-            let qi = &q[i * h + at..i * h + at + d];
-            let mut top = f32::NEG_INFINITY;
-            for (j, w) in weights.iter_mut().enumerate() {
-                let kj = &k[j * h + at..j * h + at + d];
-                *w = qi.iter().zip(kj).map(|(a, b)| a * b).sum::<f32>() * scale;
-                top = top.max(*w);
-            }
-            let mut total = 0.0;
-            for w in &mut weights {
-                *w = (*w - top).exp();
-                total += *w;
-            }
-            let out = &mut context[i * h + at..i * h + at + d];
-            for (j, w) in weights.iter().enumerate() {
-                let vj = &v[j * h + at..j * h + at + d];
-                for (o, x) in out.iter_mut().zip(vj) {
-                    *o += w / total * x;
-                }
-            }
+        let columns = s![.., head * d..(head + 1) * d];
+        let mut weights = q.slice(columns).dot(&k.slice(columns).t());
+        for mut row in weights.rows_mut() {
+            let top = row.fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            row.mapv_inplace(|w| ((w - top) * scale).exp());
+            let total = row.sum();
+            row /= total;
         }
+        context
+            .slice_mut(columns)
+            .assign(&weights.dot(&v.slice(columns)));
     }
-}
-
-fn add_into(into: &mut [f32], x: &[f32]) {
-    into.iter_mut().zip(x).for_each(|(a, b)| *a += b);
+    context
 }
 
 /// BERT's gelu, with erf (not the tanh approximation).
@@ -363,22 +331,23 @@ mod tests {
     fn a_dense_layer_multiplies_by_the_transposed_weights_and_adds_the_bias() {
         // Two inputs, three outputs; rows [1, 2] and [0, 1].
         let linear = Linear {
-            weight: vec![1.0, 0.0, 0.0, 1.0, 1.0, 1.0],
-            bias: vec![0.5, 0.0, -1.0],
-            inputs: 2,
-            outputs: 3,
+            weight: ndarray::arr2(&[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]),
+            bias: ndarray::arr1(&[0.5, 0.0, -1.0]),
         };
+        let x = ndarray::arr2(&[[1.0, 2.0], [0.0, 1.0]]);
         assert_eq!(
-            apply(&linear, &[1.0, 2.0, 0.0, 1.0], 2),
-            [1.5, 2.0, 2.0, 0.5, 1.0, 0.0]
+            apply(&linear, &x),
+            ndarray::arr2(&[[1.5, 2.0, 2.0], [0.5, 1.0, 0.0]])
         );
     }
 
     #[test]
     fn attention_to_one_token_is_that_tokens_value() {
-        let (q, k, v) = ([1.0, 2.0], [3.0, 4.0], [5.0, 6.0]);
-        let mut context = [0.0; 2];
-        attend(&q, &k, &v, &mut context, 1, 2, 2);
-        assert_eq!(context, [5.0, 6.0]);
+        let (q, k, v) = (
+            ndarray::arr2(&[[1.0, 2.0]]),
+            ndarray::arr2(&[[3.0, 4.0]]),
+            ndarray::arr2(&[[5.0, 6.0]]),
+        );
+        assert_eq!(attend(&q, &k, &v, 2), ndarray::arr2(&[[5.0, 6.0]]));
     }
 }

@@ -2,8 +2,6 @@
 //! installs and names in `TOOLHOST_TEST_TEXT_MODEL`.
 #![cfg(test)]
 
-use std::path::Path;
-
 use text_encoder::{EncoderError, SentenceEncoder};
 
 fn model() -> Option<SentenceEncoder> {
@@ -59,7 +57,9 @@ fn a_text_longer_than_the_model_reads_is_cut_not_refused() {
 #[test]
 fn a_folder_that_is_no_model_is_refused_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();
-    let cases: [(&str, &[(&str, &str)], &str); 4] = [
+    // (the file named, the files written, what the error says)
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 4] = [
         ("config.json", &[], "cannot read"),
         ("config.json", &[("config.json", "{")], "EOF"),
         (
@@ -100,5 +100,4 @@ fn a_folder_that_is_no_model_is_refused_naming_the_file() {
             "{file}: {message}"
         );
     }
-    let _ = Path::new("");
 }

@@ -8,10 +8,13 @@
 //!   a client hands its model of each tool: name, description, input schema);
 //! - the search's latency over 1,000 tools: the corpus's tools, repeated under new names
 //!   until there are 1,000, registered in a dispatcher in this process, and searched with
-//!   the queries in turn (the index built once, then kept: its build time is reported).
+//!   the queries in turn (the index built once, then kept: its build time is reported);
+//! - with a text model in the plan (`[mcp.discovery] model`), recall and latency again,
+//!   ranked by meaning too.
 //!
 //! `TOOLHOST_BENCH_DISCOVERY` holds the plan: `{"toolhost", "workspace", "config_off",
-//! "config_on", "config_bare"}` (discovery off, on, on with nothing always listed) (`cargo xtask bench --discovery-only` writes it and runs this). Under
+//! "config_on", "config_bare"}` (discovery off, on, on with nothing always listed; and
+//! optionally `"config_meaning"`, on with a text model, and `"model"`, its folder) (`cargo xtask bench --discovery-only` writes it and runs this). Under
 //! `cargo test` it checks the query file and measures the search over a corpus of its own.
 //! With `TOOLHOST_DISCOVERY_CORPUS=FILE` (a corpus saved with `toolhost list --json`) it
 //! ranks the queries in this process and prints the recall: a change of the ranking tried
@@ -39,6 +42,12 @@ struct Plan {
     config_on: String,
     /// Discovery on with nothing always listed (`always = []`).
     config_bare: String,
+    /// Discovery on with a text model (`[mcp.discovery] model`), and that model's folder:
+    /// recall and latency again, ranked by meaning too.
+    #[serde(default)]
+    config_meaning: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
 }
 
 fn queries() -> Vec<Query> {
@@ -113,8 +122,12 @@ fn search_latency(
     definitions: &[tool_api::ToolDefinition],
     n: usize,
     queries: &[Query],
+    model: Option<&str>,
 ) -> (f64, Vec<f64>) {
     let dispatcher = dispatcher_core::Dispatcher::new();
+    if let Some(model) = model {
+        encode_with(&dispatcher, model);
+    }
     let mut registered = 0;
     'fill: for round in 0.. {
         for d in definitions {
@@ -145,11 +158,11 @@ fn search_latency(
     (built, each)
 }
 
-fn report_latency(n: usize, built: f64, each: &[f64]) {
+fn report_latency(how: &str, n: usize, built: f64, each: &[f64]) {
     let mean = each.iter().sum::<f64>() / each.len() as f64;
     let p99 = each[each.len() * 99 / 100];
     println!(
-        "discovery: search over {n} tools: mean {mean:.1} us, p99 {p99:.1} us; index built in {built:.2} ms"
+        "discovery: {how}search over {n} tools: mean {mean:.1} us, p99 {p99:.1} us; index built in {built:.2} ms"
     );
 }
 
@@ -221,10 +234,44 @@ async fn bench(plan: Plan) {
         search_only.len()
     );
     bare.cancel().await.unwrap();
+    let recall = recall_over_mcp(&on, &queries).await;
+    println!("discovery: recall@1 {}/{}", recall.at1, queries.len());
+    println!("discovery: recall@5 {}/{}", recall.at5, queries.len());
+    on.cancel().await.unwrap();
+    let definitions: Vec<tool_api::ToolDefinition> = all
+        .iter()
+        .map(|t| {
+            tool_api::ToolDefinition::new(
+                t.name.to_string(),
+                t.description.as_deref().unwrap_or_default(),
+                tool_api::SideEffect::None,
+                Value::Object((*t.input_schema).clone()),
+            )
+        })
+        .collect();
+    let (built, each) = search_latency(&definitions, 1000, &queries, None);
+    report_latency("", 1000, built, &each);
+    if let (Some(config), Some(model)) = (&plan.config_meaning, &plan.model) {
+        let meaning = serve(&plan, config).await;
+        let recall = recall_over_mcp(&meaning, &queries).await;
+        meaning.cancel().await.unwrap();
+        let n = queries.len();
+        println!("discovery: by meaning: recall@1 {}/{n}", recall.at1);
+        println!("discovery: by meaning: recall@5 {}/{n}", recall.at5);
+        let (built, each) = search_latency(&definitions, 1000, &queries, Some(model));
+        report_latency("by meaning: ", 1000, built, &each);
+    }
+}
+
+/// Recall of `find_tools` over MCP, as a client calls it, for each of `queries`.
+async fn recall_over_mcp(
+    client: &rmcp::service::RunningService<rmcp::service::RoleClient, ()>,
+    queries: &[Query],
+) -> Recall {
     let mut recall = Recall::default();
-    for q in &queries {
+    for q in queries {
         let args = json!({"query": q.ask, "limit": 5});
-        let result = on
+        let result = client
             .peer()
             .call_tool(
                 CallToolRequestParams::new("find_tools")
@@ -245,22 +292,14 @@ async fn bench(plan: Plan) {
             .unwrap_or_default();
         recall.count(q, &found);
     }
-    println!("discovery: recall@1 {}/{}", recall.at1, queries.len());
-    println!("discovery: recall@5 {}/{}", recall.at5, queries.len());
-    on.cancel().await.unwrap();
-    let definitions: Vec<tool_api::ToolDefinition> = all
-        .iter()
-        .map(|t| {
-            tool_api::ToolDefinition::new(
-                t.name.to_string(),
-                t.description.as_deref().unwrap_or_default(),
-                tool_api::SideEffect::None,
-                Value::Object((*t.input_schema).clone()),
-            )
-        })
-        .collect();
-    let (built, each) = search_latency(&definitions, 1000, &queries);
-    report_latency(1000, built, &each);
+    recall
+}
+
+/// A dispatcher's search ranked by meaning too, with the model in the folder `model`.
+fn encode_with(dispatcher: &dispatcher_core::Dispatcher, model: &str) {
+    let encoder =
+        text_encoder::SentenceEncoder::load(model.as_ref()).unwrap_or_else(|e| panic!("{e}"));
+    dispatcher.set_text_encoder(Some(Arc::new(encoder)));
 }
 
 /// Recall of the search in this process over `definitions` (a corpus saved with `toolhost
@@ -274,9 +313,7 @@ fn recall_in_process(
         dispatcher.register(Arc::new(Listed(d.clone()))).unwrap();
     }
     if let Ok(model) = std::env::var("TOOLHOST_DISCOVERY_MODEL") {
-        let encoder =
-            text_encoder::SentenceEncoder::load(model.as_ref()).unwrap_or_else(|e| panic!("{e}"));
-        dispatcher.set_text_encoder(Some(Arc::new(encoder)));
+        encode_with(&dispatcher, &model);
     }
     let (session, _ws) = session_of(&dispatcher);
     let mut recall = Recall::default();
@@ -335,8 +372,8 @@ fn main() {
                 )
             })
             .to_vec();
-        let (built, each) = search_latency(&definitions, 1000, &queries);
-        report_latency(1000, built, &each);
+        let (built, each) = search_latency(&definitions, 1000, &queries, None);
+        report_latency("", 1000, built, &each);
         return;
     }
     let plan: Plan = serde_json::from_str(

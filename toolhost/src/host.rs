@@ -266,6 +266,12 @@ pub(crate) async fn build_host_observed(
         builder = builder.remote(crate::remote::RemoteTools::connect(remote, sandbox).await);
     }
     let dispatcher = builder.build();
+    // Before any server starts: a model that cannot be read stops the host at once.
+    crate::text_model::apply(
+        config.mcp.discovery.model.as_deref(),
+        sources.file,
+        &dispatcher,
+    )?;
     for factory in builtin_tools::factories() {
         dispatcher.register(factory)?;
     }

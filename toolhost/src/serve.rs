@@ -222,11 +222,6 @@ async fn serve_http(
         tasks,
     );
     shared.set_tools_per_caller(per_caller);
-    crate::text_model::apply(
-        sources.config.mcp.discovery.model.as_deref(),
-        sources.file,
-        &dispatcher,
-    )?;
     shared.set_discovery(sources.config.mcp.discovery.clone());
     if let Some(exchange) = exchange {
         shared.exchange_tokens_through(exchange);
@@ -383,11 +378,6 @@ async fn serve_mcp(
         upstreams,
         mcp::Tasks::new(sources.config.mcp.tasks.clone()),
     );
-    crate::text_model::apply(
-        sources.config.mcp.discovery.model.as_deref(),
-        sources.file,
-        &dispatcher,
-    )?;
     shared.set_discovery(sources.config.mcp.discovery.clone());
     reloader.serve_through(shared.clone());
     let server = mcp::McpServer::new(shared.clone());

@@ -1,6 +1,7 @@
 //! `[mcp.discovery] model`: the sentence embedding model a tool search ranks by meaning
-//! with ([`dispatcher_core::Dispatcher::set_text_encoder`]), loaded when a server starts
-//! and again when a reload names another.
+//! with ([`dispatcher_core::Dispatcher::set_text_encoder`]), loaded when a host is built
+//! (a server, a CLI command, the Python wheel's `Host`) and again when a reload names
+//! another.
 
 use std::path::Path;
 use std::sync::Arc;
