@@ -4,7 +4,6 @@
 //! another.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use dispatcher_core::Dispatcher;
 
@@ -12,6 +11,7 @@ use crate::error::UsageError;
 
 /// Loads the model `model` names (none: searches by words only) into `dispatcher`; an
 /// error names the config file, the key and what is wrong with the model's folder.
+#[cfg(feature = "text-model")]
 pub(crate) fn apply(
     model: Option<&Path>,
     file: &Path,
@@ -32,9 +32,25 @@ pub(crate) fn apply(
                 took_ms = started.elapsed().as_millis() as u64,
                 "tool search ranks by meaning too ([mcp.discovery] model)"
             );
-            Some(Arc::new(encoder) as Arc<dyn dispatcher_core::TextEncoder>)
+            Some(std::sync::Arc::new(encoder) as std::sync::Arc<dyn dispatcher_core::TextEncoder>)
         }
     };
     dispatcher.set_text_encoder(encoder);
     Ok(())
+}
+
+/// What a build without the `text-model` feature says of `[mcp.discovery] model`.
+#[cfg(not(feature = "text-model"))]
+pub(crate) fn apply(
+    model: Option<&Path>,
+    file: &Path,
+    _dispatcher: &Dispatcher,
+) -> Result<(), UsageError> {
+    match model {
+        None => Ok(()),
+        Some(_) => Err(UsageError(format!(
+            "{}: [mcp.discovery] model is set, but this toolhost was built without its `text-model` feature; build it with `--features text-model` (on by default), or remove the key to search by words only",
+            file.display()
+        ))),
+    }
 }
