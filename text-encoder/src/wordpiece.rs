@@ -54,7 +54,9 @@ impl Vocabulary {
     pub(crate) fn encode(&self, text: &str, longest: usize) -> Vec<u32> {
         let mut ids = vec![self.cls];
         let room = longest.saturating_sub(1);
-        for word in words(text) {
+        // Each word is a piece at least: more words than there is room for are not read
+        // (a hostile server's megabyte of description costs no more than a sentence).
+        for word in words(text, room) {
             self.pieces(&word, &mut ids);
             if ids.len() >= room {
                 ids.truncate(room);
@@ -106,10 +108,10 @@ impl Vocabulary {
     }
 }
 
-/// The words of `text` as an uncased BERT model reads them: control characters dropped,
-/// lower-cased, accents taken off, split at white space, each punctuation mark and each
-/// CJK ideograph a word of its own.
-pub(crate) fn words(text: &str) -> Vec<String> {
+/// The first `most` words of `text` as an uncased BERT model reads them: control
+/// characters dropped, lower-cased, accents taken off, split at white space, each
+/// punctuation mark and each CJK ideograph a word of its own.
+pub(crate) fn words(text: &str, most: usize) -> Vec<String> {
     let mut words = Vec::new();
     let mut word = String::new();
     let end = |word: &mut String, words: &mut Vec<String>| {
@@ -118,6 +120,10 @@ pub(crate) fn words(text: &str) -> Vec<String> {
         }
     };
     for c in text.chars() {
+        if words.len() >= most {
+            words.truncate(most);
+            return words;
+        }
         if c == '\0' || c == '\u{fffd}' || (c.is_control() && !c.is_whitespace()) {
             continue;
         }
@@ -145,6 +151,7 @@ pub(crate) fn words(text: &str) -> Vec<String> {
         }
     }
     end(&mut word, &mut words);
+    words.truncate(most);
     words
 }
 
@@ -192,7 +199,7 @@ mod tests {
             ("  \n ", &[]),
         ];
         for (text, expected) in table {
-            assert_eq!(words(text), expected, "{text:?}");
+            assert_eq!(words(text, 100), expected, "{text:?}");
         }
     }
 
@@ -208,6 +215,13 @@ mod tests {
         for (text, expected) in table {
             assert_eq!(v.encode(text, 512), expected, "{text:?}");
         }
+    }
+
+    #[test]
+    fn only_as_many_words_as_there_is_room_for_are_read() {
+        assert_eq!(words("a b c d", 2), ["a", "b"]);
+        assert_eq!(words("a, b", 2), ["a", ","]);
+        assert_eq!(vocabulary().encode(&"word ".repeat(100_000), 8).len(), 8);
     }
 
     #[test]
