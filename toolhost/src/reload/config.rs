@@ -88,14 +88,20 @@ impl Reloader {
                 let sessions = self.access.replace(new.access.clone(), &self.dispatcher);
                 tracing::info!(target: "toolhost::reload", sessions, "access rules replaced");
             }
-            if old.mcp.discovery.model != new.mcp.discovery.model
-                && let Err(e) = crate::text_model::apply(
-                    new.mcp.discovery.model.as_deref(),
-                    &self.file,
-                    &self.dispatcher,
-                )
-            {
-                tracing::error!(target: "toolhost::reload", "{}; the model loaded before is kept", e.0);
+            if old.mcp.discovery.model != new.mcp.discovery.model {
+                // Reading 90 MB of weights is no work for a runtime worker.
+                let (model, file) = (new.mcp.discovery.model.clone(), self.file.clone());
+                let dispatcher = self.dispatcher.clone();
+                let load = move || crate::text_model::apply(model.as_deref(), &file, &dispatcher);
+                match tokio::task::spawn_blocking(load).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        tracing::error!(target: "toolhost::reload", "{}; the model loaded before is kept", e.0)
+                    }
+                    Err(e) => {
+                        tracing::error!(target: "toolhost::reload", "[mcp.discovery] model not loaded: {e}")
+                    }
+                }
             }
             if old.mcp.discovery != new.mcp.discovery
                 && let Some(shared) = self.shared.get()
