@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Every target, with its binary as this build made it.
-const TARGETS: [(&str, &str); 12] = [
+const TARGETS: [(&str, &str); 13] = [
     ("worker_frames", env!("CARGO_BIN_EXE_worker_frames")),
     ("workspace_path", env!("CARGO_BIN_EXE_workspace_path")),
     ("mcp_screen", env!("CARGO_BIN_EXE_mcp_screen")),
@@ -24,6 +24,7 @@ const TARGETS: [(&str, &str); 12] = [
     ("tool_globs", env!("CARGO_BIN_EXE_tool_globs")),
     ("docker_config", env!("CARGO_BIN_EXE_docker_config")),
     ("secrets_scan", env!("CARGO_BIN_EXE_secrets_scan")),
+    ("text_tokens", env!("CARGO_BIN_EXE_text_tokens")),
 ];
 
 /// The files in `dir`, sorted; none when it does not exist.
