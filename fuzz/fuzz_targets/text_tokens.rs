@@ -21,7 +21,10 @@ mod wordpiece;
 #[derive(Debug)]
 #[allow(dead_code)]
 enum EncoderError {
-    Model { path: std::path::PathBuf, why: String },
+    Model {
+        path: std::path::PathBuf,
+        why: String,
+    },
 }
 
 /// A vocabulary as BERT's begins (special tokens), with whole words, pieces that go on a
@@ -75,7 +78,11 @@ fuzz_target!(|data: &[u8]| {
     for longest in LONGEST {
         let ids = vocabulary.encode(text, longest);
         assert!(ids.len() >= 2, "no [CLS]/[SEP] around {ids:?}");
-        assert!(ids.len() <= longest, "{} tokens, {longest} asked", ids.len());
+        assert!(
+            ids.len() <= longest,
+            "{} tokens, {longest} asked",
+            ids.len()
+        );
         assert_eq!(ids[0], vocabulary.cls);
         assert_eq!(ids[ids.len() - 1], vocabulary.sep);
         assert!(

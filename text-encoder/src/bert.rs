@@ -3,10 +3,11 @@
 //! by its residual and layer norm; the token states are then averaged (mean pooling) and
 //! scaled to unit length, as sentence-transformers' models end.
 
+use std::ops::Range;
 use std::path::Path;
 
 use ndarray::linalg::general_mat_mul;
-use ndarray::{Array1, Array2, Axis, s};
+use ndarray::{Array1, Array2, ArrayView2, Axis, s};
 use safetensors::SafeTensors;
 use serde::Deserialize;
 
@@ -205,35 +206,69 @@ impl Bert {
     /// The unit-length mean of the last layer's states for `ids` (at most
     /// [`Bert::positions`] of them, each below the vocabulary's size).
     pub(crate) fn embed(&self, ids: &[u32]) -> Vec<f32> {
+        self.embed_many(&[ids]).pop().unwrap_or_default()
+    }
+
+    /// [`Bert::embed`] of each of `sequences`, in one pass: their token states are stacked
+    /// (so each layer's weights are read once for all of them), and each attends to its own
+    /// tokens only.
+    pub(crate) fn embed_many(&self, sequences: &[&[u32]]) -> Vec<Vec<f32>> {
         let h = self.hidden;
-        let mut x = Array2::<f32>::zeros((ids.len(), h));
-        for (i, (mut row, &id)) in x.rows_mut().into_iter().zip(ids).enumerate() {
-            let word = &self.words[id as usize * h..(id as usize + 1) * h];
-            let position = &self.position[i * h..(i + 1) * h];
-            for (j, v) in row.iter_mut().enumerate() {
-                *v = word[j] + position[j] + self.token_type[j];
+        let mut spans = Vec::with_capacity(sequences.len());
+        let mut start = 0;
+        for ids in sequences {
+            spans.push(start..start + ids.len());
+            start += ids.len();
+        }
+        let mut x = Array2::<f32>::zeros((start, h));
+        for (ids, span) in sequences.iter().zip(&spans) {
+            for (i, &id) in ids.iter().enumerate() {
+                let word = &self.words[id as usize * h..(id as usize + 1) * h];
+                let position = &self.position[i * h..(i + 1) * h];
+                let mut row = x.row_mut(span.start + i);
+                for (j, v) in row.iter_mut().enumerate() {
+                    *v = word[j] + position[j] + self.token_type[j];
+                }
             }
         }
         self.normalize(&mut x, &self.embedding_norm);
         for layer in &self.layers {
-            x = self.layer(layer, &x);
+            x = self.layer(layer, &x, &spans);
         }
-        let mut mean = x.mean_axis(Axis(0)).unwrap_or_else(|| Array1::zeros(h));
-        let length = mean.dot(&mean).sqrt();
-        if length > 0.0 {
-            mean /= length;
-        }
-        mean.to_vec()
+        spans
+            .iter()
+            .map(|span| {
+                let mut mean = x
+                    .slice(s![span.clone(), ..])
+                    .mean_axis(Axis(0))
+                    .unwrap_or_else(|| Array1::zeros(h));
+                let length = mean.dot(&mean).sqrt();
+                if length > 0.0 {
+                    mean /= length;
+                }
+                mean.to_vec()
+            })
+            .collect()
     }
 
-    /// One encoder layer over the token states `x`.
-    fn layer(&self, layer: &Layer, x: &Array2<f32>) -> Array2<f32> {
-        let context = attend(
-            &apply(&layer.query, x),
-            &apply(&layer.key, x),
-            &apply(&layer.value, x),
-            self.heads,
+    /// One encoder layer over the token states `x`, whose rows `spans` are each one
+    /// sequence's.
+    fn layer(&self, layer: &Layer, x: &Array2<f32>, spans: &[Range<usize>]) -> Array2<f32> {
+        let (q, k, v) = (
+            apply(&layer.query, x),
+            apply(&layer.key, x),
+            apply(&layer.value, x),
         );
+        let mut context = Array2::<f32>::zeros(q.raw_dim());
+        for span in spans {
+            let rows = s![span.clone(), ..];
+            context.slice_mut(rows).assign(&attend(
+                &q.slice(rows),
+                &k.slice(rows),
+                &v.slice(rows),
+                self.heads,
+            ));
+        }
         let mut attended = apply(&layer.attended, &context);
         attended += x;
         self.normalize(&mut attended, &layer.attention_norm);
@@ -268,7 +303,12 @@ fn apply(linear: &Linear, x: &Array2<f32>) -> Array2<f32> {
 
 /// Scaled dot-product attention of each head over the tokens: each token's context, the
 /// heads side by side.
-fn attend(q: &Array2<f32>, k: &Array2<f32>, v: &Array2<f32>, heads: usize) -> Array2<f32> {
+fn attend(
+    q: &ArrayView2<'_, f32>,
+    k: &ArrayView2<'_, f32>,
+    v: &ArrayView2<'_, f32>,
+    heads: usize,
+) -> Array2<f32> {
     let d = q.ncols() / heads;
     let scale = 1.0 / (d as f32).sqrt();
     let mut context = Array2::<f32>::zeros(q.raw_dim());
@@ -348,6 +388,9 @@ mod tests {
             ndarray::arr2(&[[3.0, 4.0]]),
             ndarray::arr2(&[[5.0, 6.0]]),
         );
-        assert_eq!(attend(&q, &k, &v, 2), ndarray::arr2(&[[5.0, 6.0]]));
+        assert_eq!(
+            attend(&q.view(), &k.view(), &v.view(), 2),
+            ndarray::arr2(&[[5.0, 6.0]])
+        );
     }
 }

@@ -20,6 +20,7 @@
 
 mod bert;
 mod wordpiece;
+mod words;
 
 use std::path::{Path, PathBuf};
 
@@ -55,6 +56,7 @@ pub struct SentenceEncoder {
     model: bert::Bert,
     longest: usize,
     dimensions: usize,
+    words: words::WordVectors,
 }
 
 impl std::fmt::Debug for SentenceEncoder {
@@ -132,6 +134,7 @@ impl SentenceEncoder {
             model,
             longest,
             dimensions,
+            words: words::WordVectors::new(),
         })
     }
 
@@ -139,6 +142,29 @@ impl SentenceEncoder {
     pub fn encode(&self, text: &str) -> Vec<f32> {
         self.model
             .embed(&self.vocabulary.encode(text, self.longest))
+    }
+
+    /// A query's vector, as a search by meaning merged with one by words wants it fast:
+    /// the unit-length mean of its words' vectors, each the model's for that word alone
+    /// (stop words left out; a query of stop words only is encoded whole). Each word is
+    /// encoded once and kept: a query whose words are all kept costs microseconds, one with
+    /// new words one pass over them (at most 8; any more count from the next query on).
+    /// [`SentenceEncoder::learn_words`] keeps the vocabulary's words ahead of the queries.
+    /// Nearer to the tool asked for than a search by words, cruder than
+    /// [`SentenceEncoder::encode`].
+    pub fn encode_query(&self, query: &str) -> Vec<f32> {
+        self.words
+            .query(query, &self.vocabulary, &self.model, self.longest)
+            .unwrap_or_else(|| self.encode(query))
+    }
+
+    /// Encodes up to `most` of the vocabulary's whole words not yet kept, on this thread,
+    /// for [`SentenceEncoder::encode_query`]; returns how many are left. MiniLM-L6 has
+    /// about 23,500, some 40 MB of vectors and a core's minute or so in all; a host calls
+    /// this in a loop on a thread of its own, and searches go on meanwhile, encoding their
+    /// own new words.
+    pub fn learn_words(&self, most: usize) -> usize {
+        self.words.learn(&self.vocabulary, &self.model, most)
     }
 
     /// How many numbers a vector holds.
@@ -150,5 +176,8 @@ impl SentenceEncoder {
 impl dispatcher_core::TextEncoder for SentenceEncoder {
     fn encode(&self, text: &str) -> Vec<f32> {
         SentenceEncoder::encode(self, text)
+    }
+    fn encode_query(&self, query: &str) -> Vec<f32> {
+        SentenceEncoder::encode_query(self, query)
     }
 }

@@ -44,6 +44,20 @@ impl Vocabulary {
         })
     }
 
+    /// The pieces that are whole words (no `##`, no special token, letters and digits
+    /// only), with their ids.
+    pub(crate) fn whole_words(&self) -> impl Iterator<Item = (&str, u32)> {
+        self.ids
+            .iter()
+            .filter(|(piece, _)| !piece.is_empty() && piece.chars().all(char::is_alphanumeric))
+            .map(|(piece, &id)| (piece.as_str(), id))
+    }
+
+    /// `piece`'s id.
+    pub(crate) fn id(&self, piece: &str) -> Option<u32> {
+        self.ids.get(piece).copied()
+    }
+
     /// How many pieces the vocabulary holds.
     pub(crate) fn len(&self) -> usize {
         self.ids.len()

@@ -32,11 +32,39 @@ pub(crate) fn apply(
                 took_ms = started.elapsed().as_millis() as u64,
                 "tool search ranks by meaning too ([mcp.discovery] model)"
             );
-            Some(std::sync::Arc::new(encoder) as std::sync::Arc<dyn dispatcher_core::TextEncoder>)
+            let encoder = std::sync::Arc::new(encoder);
+            learn_words(std::sync::Arc::downgrade(&encoder));
+            Some(encoder as std::sync::Arc<dyn dispatcher_core::TextEncoder>)
         }
     };
     dispatcher.set_text_encoder(encoder);
     Ok(())
+}
+
+/// Has `encoder` encode its vocabulary's words on a thread of its own, a batch at a time,
+/// so that a search's query is a lookup of its words (`SentenceEncoder::encode_query`);
+/// stops when the encoder is dropped (a reload named another model).
+#[cfg(feature = "text-model")]
+fn learn_words(encoder: std::sync::Weak<text_encoder::SentenceEncoder>) {
+    const BATCH: usize = 512;
+    let started = std::time::Instant::now();
+    let spawned = std::thread::Builder::new()
+        .name("text-model-words".into())
+        .spawn(move || {
+            while let Some(encoder) = encoder.upgrade() {
+                if encoder.learn_words(BATCH) == 0 {
+                    tracing::info!(
+                        took_ms = started.elapsed().as_millis() as u64,
+                        "the text model's words are encoded: a search's query is now a lookup"
+                    );
+                    return;
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        // Searches still work: each encodes its own new words.
+        tracing::warn!(error = %e, "cannot start the thread that encodes the text model's words");
+    }
 }
 
 /// What a build without the `text-model` feature says of `[mcp.discovery] model`.
