@@ -39,7 +39,9 @@ pub(crate) struct WordVectors {
     stop: HashSet<&'static str>,
 }
 
-/// A word to encode: its vocabulary id when it is one piece, its text otherwise.
+/// A word to encode: its vocabulary id when it is one piece, its text otherwise (two
+/// words may be the same pieces, both unknown: they are compared as words).
+#[derive(PartialEq)]
 enum Word<'a> {
     Known(u32),
     Other(&'a str),
@@ -169,7 +171,7 @@ impl WordVectors {
                     }
                     _ => continue,
                 };
-                if !new.iter().any(|(_, s)| *s == sequence) {
+                if !new.iter().any(|(kept, _)| *kept == w) {
                     new.push((w, sequence));
                 }
             }
