@@ -32,13 +32,37 @@ pub(crate) fn apply(
                 took_ms = started.elapsed().as_millis() as u64,
                 "tool search ranks by meaning too ([mcp.discovery] model)"
             );
-            let encoder = std::sync::Arc::new(encoder);
-            learn_words(std::sync::Arc::downgrade(&encoder));
-            Some(encoder as std::sync::Arc<dyn dispatcher_core::TextEncoder>)
+            Some(std::sync::Arc::new(Learning {
+                encoder: std::sync::Arc::new(encoder),
+                started: std::sync::Once::new(),
+            })
+                as std::sync::Arc<dyn dispatcher_core::TextEncoder>)
         }
     };
     dispatcher.set_text_encoder(encoder);
     Ok(())
+}
+
+/// The model as the search sees it: at the first query, it starts learning its
+/// vocabulary's words ([`learn_words`]); a host that never searches (a CLI command, a
+/// wheel's `Host` used only to call tools) spends nothing on them.
+#[cfg(feature = "text-model")]
+struct Learning {
+    encoder: std::sync::Arc<text_encoder::SentenceEncoder>,
+    started: std::sync::Once,
+}
+
+#[cfg(feature = "text-model")]
+impl dispatcher_core::TextEncoder for Learning {
+    fn encode(&self, text: &str) -> Vec<f32> {
+        self.encoder.encode(text)
+    }
+
+    fn encode_query(&self, query: &str) -> Vec<f32> {
+        self.started
+            .call_once(|| learn_words(std::sync::Arc::downgrade(&self.encoder)));
+        self.encoder.encode_query(query)
+    }
 }
 
 /// Has `encoder` encode its vocabulary's words on a thread of its own, a batch at a time,
