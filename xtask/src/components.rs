@@ -11,11 +11,7 @@ use xtask_launcher::tool::COMPONENT_SOURCES;
 
 use crate::steps::{Result, announce, cargo, fail, fixtures_dir, io, root};
 
-/// The componentize-py release the Python components are built with.
-pub const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
-
-/// The componentize-js release the JavaScript components are built with (npm).
-pub const COMPONENTIZE_JS: &str = "@bytecodealliance/componentize-js@0.23.0";
+pub use crate::peers::{COMPONENTIZE_JS, COMPONENTIZE_PY};
 
 /// The examples and the test fixtures, by package name and source folder (an `app.py`, an
 /// `app.js` or a core `module.wat`).

@@ -32,7 +32,6 @@ pub mod dist;
 pub mod fuzz;
 #[cfg(feature = "components")]
 pub mod idle_code;
-pub mod peers;
 pub mod plugin;
 pub mod python;
 pub mod registry;
@@ -42,3 +41,6 @@ mod suite;
 
 #[cfg(feature = "components")]
 pub use suite::{ci, ensure_browser, ensure_redis, test, test_peers};
+/// The registries' installs, in the launcher: `cargo xtask test` starts them beside its
+/// build, before this tool exists.
+pub use xtask_launcher::peers;

@@ -11,13 +11,7 @@ use crate::peers;
 use crate::plugin::package_crate;
 use crate::steps::{Result, announce, fail, io, root};
 
-/// The maturin that builds the wheel.
-pub const MATURIN: &str = "maturin==1.16.0";
-/// The pytest that runs its tests.
-pub const PYTEST: &str = "pytest==9.2.0";
-/// The uv whose `uvx` runs the wheel's command from a local index, as an MCP client's
-/// configuration starts it.
-pub const UV: &str = "uv==0.13.9";
+pub use crate::peers::{MATURIN, PYTEST, UV};
 
 /// The wheel file maturin wrote into `out`.
 fn wheel_in(out: &Path) -> Option<PathBuf> {

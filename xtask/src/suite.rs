@@ -5,7 +5,6 @@ use std::process::Command;
 
 use std::path::PathBuf;
 
-use crate::peers::{CONFORMANCE, OIDC_PROVIDER, PYTHON_SDK, SERVER_EVERYTHING};
 use crate::steps::{Result, announce, cargo, fail, run};
 use crate::{components, python};
 
@@ -131,40 +130,16 @@ fn run_tests(step: &str, cmd: &mut Command, totals: &mut Totals) -> Result {
 pub fn test_peers() -> Result<Vec<(&'static str, PathBuf)>> {
     const STEP: &str = "install the MCP conformance suite, server-everything and oidc-provider (npm), the Python SDK, pytest, the OTLP protobufs and a text model (PyPI)";
     announce(STEP);
-    let peers = crate::peers::dir();
-    let node = crate::peers::node22(&peers).or_else(|e| fail(STEP, e))?;
-    let suite = crate::peers::npm_install(&peers, "conformance", CONFORMANCE)
-        .or_else(|e| fail(STEP, e))?
-        .join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
-    let python = crate::peers::python_sdk(&peers).or_else(|e| fail(STEP, e))?;
-    let everything = crate::peers::npm_install(&peers, "everything", SERVER_EVERYTHING)
-        .or_else(|e| fail(STEP, e))?
-        .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    let oidc = crate::peers::npm_install(&peers, "oidc", OIDC_PROVIDER)
-        .or_else(|e| fail(STEP, e))?
-        .join("node_modules/oidc-provider/lib/index.js");
-    // A developer's Python with pytest, which the confinement tests install as pyenv would.
-    let pytest = crate::peers::python_venv(&peers, "pytest", &[python::PYTEST], "pytest")
-        .or_else(|e| fail(STEP, e))?;
-    // The OTLP receiver of the telemetry tests, decoding with the official definitions.
-    let otlp = crate::peers::python_venv(
-        &peers,
-        "otlp",
-        &crate::peers::OTLP_PROTO,
-        "opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc",
-    )
-    .or_else(|e| fail(STEP, e))?;
-    // Tool search by meaning.
-    let model = crate::peers::text_model(&peers).or_else(|e| fail(STEP, e))?;
+    let peers = crate::peers::for_the_tests().or_else(|e| fail(STEP, e))?;
     Ok(vec![
-        ("TOOLHOST_TEST_TEXT_MODEL", model),
-        ("TOOLHOST_TEST_OTLP_PYTHON", otlp),
-        ("TOOLHOST_TEST_NODE", node),
-        ("TOOLHOST_TEST_CONFORMANCE", suite),
-        ("TOOLHOST_TEST_PYTHON_SDK", python),
-        ("TOOLHOST_TEST_SERVER_EVERYTHING", everything),
-        ("TOOLHOST_TEST_PYTEST", pytest),
-        ("TOOLHOST_TEST_OIDC_PROVIDER", oidc),
+        ("TOOLHOST_TEST_TEXT_MODEL", peers.text_model),
+        ("TOOLHOST_TEST_OTLP_PYTHON", peers.otlp),
+        ("TOOLHOST_TEST_NODE", peers.node),
+        ("TOOLHOST_TEST_CONFORMANCE", peers.conformance),
+        ("TOOLHOST_TEST_PYTHON_SDK", peers.python_sdk),
+        ("TOOLHOST_TEST_SERVER_EVERYTHING", peers.everything),
+        ("TOOLHOST_TEST_PYTEST", peers.pytest),
+        ("TOOLHOST_TEST_OIDC_PROVIDER", peers.oidc),
     ])
 }
 
@@ -259,11 +234,7 @@ const FIXTURE_WORKSPACE: &str = "build the fixture workspace (tests/fixtures: pl
 /// fresh clone). Its output is kept and shown only when it fails.
 fn build_fixture_workspace() -> std::thread::JoinHandle<Result> {
     announce(&format!("{FIXTURE_WORKSPACE}, beside the next steps"));
-    let mut cmd = cargo();
-    cmd.args(["build", "--quiet", "--manifest-path"])
-        .arg(crate::steps::root().join("tests/fixtures/Cargo.toml"))
-        .arg("--target-dir")
-        .arg(crate::steps::root().join("target/fixtures"));
+    let mut cmd = xtask_launcher::fixture_workspace_build();
     std::thread::spawn(move || {
         let out = cmd
             .output()
@@ -367,12 +338,8 @@ fn demo_tests(totals: &mut Totals) -> Result {
 /// The Python wheel: built, installed into a fresh venv, tested with pytest.
 fn python_tests(totals: &mut Totals) -> Result {
     let wheel = python::build_wheel("dev")?;
-    let python = python::install_wheel(
-        &wheel,
-        "py-wheel",
-        &[python::PYTEST, PYTHON_SDK, python::UV],
-        "pytest, mcp, uv",
-    )?;
+    let (venv, packages, modules) = crate::peers::WHEEL_VENV;
+    let python = python::install_wheel(&wheel, venv, &packages, modules)?;
     let plugins = python::plugin_fixture()?;
     let (passed, failed, skipped, ok) = python::pytest(&python, &plugins, &wheel)?;
     totals.passed += passed;

