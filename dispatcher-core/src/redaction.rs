@@ -126,7 +126,11 @@ impl Secrets {
                 *text = redacted;
             }
         }
-        self.in_json(&mut block.metadata, "metadata", &mut seen);
+        self.in_json(
+            &mut block.metadata,
+            &|out: &mut String| out.push_str("metadata"),
+            &mut seen,
+        );
         // What the tool reports it ran goes to the user, the audit log and the trace.
         if let Some(command) = block.record.command_executed.as_mut()
             && let Some((redacted, found)) = self.scanner().redact(command)
@@ -167,31 +171,47 @@ impl Secrets {
     pub(crate) fn in_arguments(&self, input: &Value) -> Vec<SecretSeen> {
         let mut seen = Vec::new();
         let mut copy = input.clone();
-        self.in_json(&mut copy, "", &mut seen);
+        self.in_json(&mut copy, &|_: &mut String| {}, &mut seen);
         seen
     }
 
-    /// Redacts every string in `value`, recording where.
-    fn in_json(&self, value: &mut Value, at: &str, seen: &mut Vec<SecretSeen>) {
+    /// Redacts every string in `value`, recording where: `at` writes the JSON pointer of
+    /// `value`, called only for a secret found (a result's metadata is scanned on every
+    /// call, and building each value's pointer ahead cost more than the scan).
+    fn in_json(&self, value: &mut Value, at: &dyn Fn(&mut String), seen: &mut Vec<SecretSeen>) {
         match value {
             Value::String(text) => {
                 if let Some((redacted, found)) = self.scanner().redact(text) {
+                    let mut location = String::new();
+                    at(&mut location);
+                    if location.is_empty() {
+                        location.push('/');
+                    }
                     seen.extend(found.iter().map(|f| SecretSeen {
                         kind: f.kind.to_string(),
-                        location: if at.is_empty() { "/".into() } else { at.into() },
+                        location: location.clone(),
                     }));
                     *text = redacted;
                 }
             }
             Value::Array(items) => {
                 for (i, item) in items.iter_mut().enumerate() {
-                    self.in_json(item, &format!("{at}/{i}"), seen);
+                    let at = |out: &mut String| {
+                        at(out);
+                        out.push('/');
+                        out.push_str(&i.to_string());
+                    };
+                    self.in_json(item, &at, seen);
                 }
             }
             Value::Object(map) => {
                 for (key, item) in map.iter_mut() {
-                    let key = key.replace('~', "~0").replace('/', "~1");
-                    self.in_json(item, &format!("{at}/{key}"), seen);
+                    let at = |out: &mut String| {
+                        at(out);
+                        out.push('/');
+                        out.push_str(&key.replace('~', "~0").replace('/', "~1"));
+                    };
+                    self.in_json(item, &at, seen);
                 }
             }
             _ => {}
@@ -294,6 +314,39 @@ mod tests {
             "key [REDACTED test-token]\n"
         );
         assert!(secrets.inner.scanner.get().is_some());
+    }
+
+    #[test]
+    fn a_secret_in_json_is_named_by_its_pointer_and_only_strings_with_one_change() {
+        let secrets = with_own_rule();
+        let token = "tok_abcdef012345";
+        let mut value = serde_json::json!({
+            "plain": "nothing here",
+            "nested": {"a/b": [1, "x", {"k~y": format!("is {token}")}]},
+            "list": [token],
+        });
+        let mut seen = Vec::new();
+        secrets.in_json(
+            &mut value,
+            &|out: &mut String| out.push_str("metadata"),
+            &mut seen,
+        );
+        let locations: Vec<&str> = seen.iter().map(|s| s.location.as_str()).collect();
+        assert_eq!(
+            locations,
+            ["metadata/nested/a~1b/2/k~0y", "metadata/list/0"],
+            "{seen:?}"
+        );
+        assert_eq!(value["nested"]["a/b"][2]["k~y"], "is [REDACTED test-token]");
+        assert_eq!(value["list"][0], "[REDACTED test-token]");
+        assert_eq!(value["plain"], "nothing here");
+        // A string at the top is at "/", an argument's pointer starts with it.
+        let mut top = serde_json::json!(token);
+        let mut seen = Vec::new();
+        secrets.in_json(&mut top, &|_: &mut String| {}, &mut seen);
+        assert_eq!(seen[0].location, "/");
+        let seen = secrets.in_arguments(&serde_json::json!({"command": token}));
+        assert_eq!(seen[0].location, "/command");
     }
 
     #[test]

@@ -260,8 +260,8 @@ impl Scanner {
     /// the same secret, the one listed first names it).
     pub fn find(&self, text: &str) -> Vec<Finding> {
         // Per rule, the stretches of text to run its pattern on: around each keyword,
-        // merged where they meet.
-        let mut stretches: Vec<Vec<(usize, usize)>> = vec![Vec::new(); self.rules.len()];
+        // merged where they meet. Made at the first keyword found: most texts hold none.
+        let mut stretches: Vec<Vec<(usize, usize)>> = Vec::new();
         let lower = self.keywords[1]
             .search
             .is_some()
@@ -294,6 +294,9 @@ impl Scanner {
                         }
                     }
                 };
+                if stretches.is_empty() {
+                    stretches = vec![Vec::new(); self.rules.len()];
+                }
                 for &index in &keywords.rules[hit.pattern().as_usize()] {
                     let rule = &self.rules[index];
                     let mut end = hit.end().saturating_add(rule.span);
@@ -308,6 +311,9 @@ impl Scanner {
                     }
                 }
             }
+        }
+        if stretches.is_empty() {
+            return Vec::new();
         }
         let mut found = Vec::new();
         for (index, list) in stretches.iter().enumerate() {
