@@ -36,6 +36,8 @@ pub(crate) struct WordVectors {
     known: RwLock<HashMap<u32, Arc<[f32]>>>,
     /// Words the vocabulary does not hold whole ("uncommitted"), encoded from their pieces.
     others: Mutex<HashMap<String, Arc<[f32]>>>,
+    /// [`OTHERS_KEPT`] (smaller in tests).
+    others_kept: usize,
     stop: HashSet<&'static str>,
 }
 
@@ -52,6 +54,7 @@ impl WordVectors {
         WordVectors {
             known: RwLock::new(HashMap::new()),
             others: Mutex::new(HashMap::new()),
+            others_kept: OTHERS_KEPT,
             stop: stop_words::get(stop_words::LANGUAGE::English)
                 .iter()
                 .copied()
@@ -191,12 +194,77 @@ impl WordVectors {
                 }
                 Word::Other(text) => {
                     let mut others = self.others();
-                    if others.len() >= OTHERS_KEPT {
+                    if others.len() >= self.others_kept {
                         others.clear();
                     }
                     others.insert((*text).to_owned(), Arc::from(v));
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The model `cargo xtask test` installs (all-MiniLM-L6-v2); `None` where it is not.
+    fn encoder() -> Option<crate::SentenceEncoder> {
+        let dir = toolhost_tests::peer("TOOLHOST_TEST_TEXT_MODEL")?;
+        Some(crate::SentenceEncoder::load(&dir).unwrap_or_else(|e| panic!("{e}")))
+    }
+
+    fn near(a: &[f32], b: &[f32]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-5)
+    }
+
+    #[test]
+    fn a_query_encodes_at_most_eight_new_words_and_the_next_one_the_rest() {
+        let Some(e) = encoder() else { return };
+        let ten = "zebra horse elephant lion tiger monkey parrot eagle shark whale";
+        for w in ten.split(' ') {
+            assert!(
+                e.vocabulary.id(w).is_some(),
+                "{w} is one of the vocabulary's words"
+            );
+        }
+        e.encode_query(ten);
+        assert_eq!(e.words.known().len(), NEW_PER_QUERY);
+        e.encode_query(ten);
+        assert_eq!(e.words.known().len(), 10);
+        assert!(e.words.others().is_empty());
+    }
+
+    #[test]
+    fn a_word_over_100_bytes_is_not_encoded_and_a_long_one_is_read_to_16_tokens() {
+        let Some(e) = encoder() else { return };
+        let longest = "q".repeat(LONGEST_WORD + 1);
+        assert!(
+            e.words
+                .query(&longest, &e.vocabulary, &e.model, e.longest)
+                .is_none(),
+            "no word left to encode"
+        );
+        assert!(e.words.others().is_empty());
+        // Eighty letters the vocabulary holds only as pieces: many more than 16 tokens.
+        let word = "zxqv".repeat(20);
+        let whole = e.vocabulary.encode(&word, e.longest);
+        assert!(whole.len() > WORD_TOKENS, "{} tokens", whole.len());
+        let cut = e.model.embed(&e.vocabulary.encode(&word, WORD_TOKENS));
+        assert!(near(&e.encode_query(&word), &cut));
+        assert!(!near(&e.model.embed(&whole), &cut));
+    }
+
+    #[test]
+    fn past_their_cap_the_words_kept_outside_the_vocabulary_are_dropped() {
+        let Some(mut e) = encoder() else { return };
+        e.words.others_kept = 3;
+        for w in ["qzxa", "qzxb", "qzxc"] {
+            e.encode_query(w);
+        }
+        assert_eq!(e.words.others().len(), 3);
+        e.encode_query("qzxd");
+        let kept: Vec<String> = e.words.others().keys().cloned().collect();
+        assert_eq!(kept, ["qzxd"]);
     }
 }
