@@ -182,7 +182,10 @@ class Host:
         tool's name), best first, at most ``limit``, as :meth:`tools` gives them: for an
         agent that sends its model a few tools and finds the rest when asked (with a model
         API's deferred tool loading, or a search tool of its own). A found tool's call runs
-        with :meth:`run` as any other.
+        with :meth:`run` as any other. With ``[mcp.discovery] model`` configured it ranks
+        by meaning too, and the first search starts a thread in this process that encodes
+        the model's vocabulary ahead of later queries (a core's minute or so, once per
+        ``Host``; about 40 MB).
         """
         return self._native.search_tools(query, limit, format)
 
