@@ -19,6 +19,9 @@ fn main() -> ExitCode {
     });
     let built = xtask_launcher::build(tool.what, tool.why, &tool.args);
     if let Some((installs, fixtures)) = ahead {
+        if built.is_err() && !installs.is_finished() {
+            eprintln!("cargo xtask: waiting for the installs started beside the build to end");
+        }
         if let Ok(Err(e)) = installs.join() {
             eprintln!(
                 "cargo xtask: an install ahead of the tests failed ({e}); the tests try it again"
