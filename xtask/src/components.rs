@@ -11,8 +11,6 @@ use xtask_launcher::tool::COMPONENT_SOURCES;
 
 use crate::steps::{Result, announce, cargo, fail, fixtures_dir, io, root};
 
-pub use crate::peers::{COMPONENTIZE_JS, COMPONENTIZE_PY};
-
 /// The examples and the test fixtures, by package name and source folder (an `app.py`, an
 /// `app.js` or a core `module.wat`).
 pub const SOURCES: [(&str, &str); 5] = [
@@ -43,15 +41,8 @@ await writeFile(out, component);
 
 /// componentize-py, installed into `target/peers/componentize-py` on first use.
 fn componentize_py() -> Result<PathBuf> {
-    let step = "install componentize-py (PyPI)";
-    let python = crate::peers::python_venv(
-        &crate::peers::dir(),
-        "componentize-py",
-        &[COMPONENTIZE_PY],
-        "componentize_py",
-    )
-    .or_else(|e| fail(step, e))?;
-    Ok(python.with_file_name("componentize-py"))
+    crate::peers::componentize_py(&crate::peers::dir())
+        .or_else(|e| fail("install componentize-py (PyPI)", e))
 }
 
 /// Whether `out` is newer than every file it is built from.
@@ -150,8 +141,7 @@ pub fn build_source(source: &Path, out: &Path) -> Result<PathBuf> {
             let install = "install Node 22 and componentize-js (npm)";
             let peers = crate::peers::dir();
             let node = crate::peers::node22(&peers).or_else(|e| fail(install, e))?;
-            let prefix = crate::peers::npm_install(&peers, "componentize-js", COMPONENTIZE_JS)
-                .or_else(|e| fail(install, e))?;
+            let prefix = crate::peers::componentize_js(&peers).or_else(|e| fail(install, e))?;
             let script = prefix.join("build.mjs");
             io(install, std::fs::write(&script, BUILD_JS))?;
             let mut command = Command::new(node);

@@ -11,8 +11,6 @@ use crate::peers;
 use crate::plugin::package_crate;
 use crate::steps::{Result, announce, fail, io, root};
 
-pub use crate::peers::{MATURIN, PYTEST, UV};
-
 /// The wheel file maturin wrote into `out`.
 fn wheel_in(out: &Path) -> Option<PathBuf> {
     std::fs::read_dir(out)
@@ -30,9 +28,7 @@ fn wheel_in(out: &Path) -> Option<PathBuf> {
 pub fn build_wheel(profile: &str) -> Result<PathBuf> {
     const STEP: &str = "build the Python wheel (maturin, abi3)";
     let peers = peers::dir();
-    let maturin_python =
-        peers::python_venv(&peers, "maturin", &[MATURIN], "maturin").or_else(|e| fail(STEP, e))?;
-    let maturin = maturin_python.with_file_name("maturin");
+    let maturin = peers::maturin(&peers).or_else(|e| fail(STEP, e))?;
     let out = root().join("target/wheels");
     let _ = std::fs::remove_dir_all(&out);
     announce(STEP);

@@ -57,6 +57,28 @@ pub fn output(cmd: &mut Command) -> Result<String, String> {
     }
 }
 
+/// The `componentize-py` command ([`COMPONENTIZE_PY`]), in a venv under `peers`.
+pub fn componentize_py(peers: &Path) -> Result<PathBuf, String> {
+    python_venv(
+        peers,
+        "componentize-py",
+        &[COMPONENTIZE_PY],
+        "componentize_py",
+    )
+    .map(|python| python.with_file_name("componentize-py"))
+}
+
+/// The folder componentize-js ([`COMPONENTIZE_JS`]) is installed into under `peers`.
+pub fn componentize_js(peers: &Path) -> Result<PathBuf, String> {
+    npm_install(peers, "componentize-js", COMPONENTIZE_JS)
+}
+
+/// The `maturin` command ([`MATURIN`]), in a venv under `peers`.
+pub fn maturin(peers: &Path) -> Result<PathBuf, String> {
+    python_venv(peers, "maturin", &[MATURIN], "maturin")
+        .map(|python| python.with_file_name("maturin"))
+}
+
 /// Python with the MCP Python SDK ([`PYTHON_SDK`]) in a venv under `peers`.
 pub fn python_sdk(peers: &Path) -> Result<PathBuf, String> {
     python_venv(peers, "python-sdk", &[PYTHON_SDK], "mcp")
@@ -221,14 +243,9 @@ pub fn for_the_tests() -> Result<ForTheTests, String> {
 pub fn install_ahead() -> Result<(), String> {
     let peers = dir();
     for_the_tests()?;
-    python_venv(
-        &peers,
-        "componentize-py",
-        &[COMPONENTIZE_PY],
-        "componentize_py",
-    )?;
-    npm_install(&peers, "componentize-js", COMPONENTIZE_JS)?;
-    python_venv(&peers, "maturin", &[MATURIN], "maturin")?;
+    componentize_py(&peers)?;
+    componentize_js(&peers)?;
+    maturin(&peers)?;
     let (name, packages, modules) = WHEEL_VENV;
     python_venv(&peers, name, &packages, modules)?;
     Ok(())
