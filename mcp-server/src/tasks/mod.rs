@@ -170,7 +170,9 @@ pub struct Tasks {
     pub(super) shared: std::sync::OnceLock<Arc<dyn dispatcher_core::store::Store>>,
     /// Counts the tasks that ended, for those waiting on one.
     ended: tokio::sync::watch::Sender<u64>,
-    /// The mirror writes to the shared store under way.
+    /// The records of tasks to mirror to the shared store, written in order.
+    outbox: Arc<shared::Outbox>,
+    /// The mirror's writer, while it writes.
     writes: tokio_util::task::TaskTracker,
 }
 
@@ -209,6 +211,7 @@ impl Tasks {
             settings,
             shared: std::sync::OnceLock::new(),
             ended: tokio::sync::watch::channel(0).0,
+            outbox: Arc::default(),
             writes: tokio_util::task::TaskTracker::new(),
         })
     }
@@ -319,7 +322,8 @@ impl Tasks {
             return;
         };
         let record = serde_json::json!({"owner": entry.owner, "task": entry.detailed()});
-        shared::put(store, &self.writes, id, record, entry.ttl);
+        self.outbox
+            .put(store.clone(), &self.writes, id, &record, entry.ttl);
     }
 
     /// Forgets a task made by mistake (its creation was never told to anyone).

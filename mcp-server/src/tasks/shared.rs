@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dispatcher_core::store::Store;
+use dispatcher_core::store::{Records, Store};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{DetailedTask, InputResponses, Task};
 use serde_json::{Value, json};
@@ -24,24 +24,75 @@ const CHANNEL: &str = "tasks";
 /// How often a `tasks/result` for another instance's task looks again.
 const POLL: Duration = Duration::from_millis(100);
 
-/// Writes task `id`'s `record` (in the background, tracked by `writes` so that a stopping
-/// instance can wait for them: [`Tasks::settle`]), kept `ttl` past now.
-pub(super) fn put(
-    store: &Arc<dyn Store>,
-    writes: &tokio_util::task::TaskTracker,
-    id: &str,
-    record: Value,
-    ttl: Duration,
-) {
-    if tokio::runtime::Handle::try_current().is_err() {
-        return;
+/// The task records waiting to be written to the shared store, the latest of each task
+/// only, and whether a writer is at them. Each task's records reach the store in the order
+/// they were made: one writer drains the outbox, and a task's next record waits until its
+/// previous write ended (two writes of one key under way at once could land in either
+/// order, and leave another instance reading a task as it was before its last change).
+#[derive(Default)]
+pub(super) struct Outbox {
+    state: std::sync::Mutex<OutboxState>,
+}
+
+#[derive(Default)]
+struct OutboxState {
+    records: std::collections::HashMap<String, (String, Duration)>,
+    draining: bool,
+}
+
+impl Outbox {
+    fn state(&self) -> std::sync::MutexGuard<'_, OutboxState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
-    let (store, key) = (store.clone(), format!("{RECORD}{id}"));
-    writes.spawn(async move {
-        if let Err(e) = store.put(&key, &record.to_string(), ttl).await {
-            tracing::warn!("{e}; other instances cannot see this task now");
+
+    /// Queues task `id`'s `record`, kept `ttl` past its write (replacing one of the same
+    /// task not written yet), and starts a writer if none is at work: in the background,
+    /// tracked by `writes` so that a stopping instance can wait for it ([`Tasks::flush`]).
+    pub(super) fn put(
+        self: &Arc<Self>,
+        store: Arc<dyn Records>,
+        writes: &tokio_util::task::TaskTracker,
+        id: &str,
+        record: &Value,
+        ttl: Duration,
+    ) {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
         }
-    });
+        let mut state = self.state();
+        state
+            .records
+            .insert(format!("{RECORD}{id}"), (record.to_string(), ttl));
+        if state.draining {
+            return;
+        }
+        state.draining = true;
+        drop(state);
+        let outbox = self.clone();
+        writes.spawn(async move { outbox.drain(store.as_ref()).await });
+    }
+
+    /// Writes what is queued, the records of different tasks at once, until nothing is.
+    async fn drain(&self, store: &dyn Records) {
+        loop {
+            let batch = {
+                let mut state = self.state();
+                if state.records.is_empty() {
+                    state.draining = false;
+                    return;
+                }
+                std::mem::take(&mut state.records)
+            };
+            let written = batch.iter().map(|(key, (record, ttl))| async move {
+                if let Err(e) = store.put(key, record, *ttl).await {
+                    tracing::warn!("{e}; other instances cannot see this task now");
+                }
+            });
+            futures_util::future::join_all(written).await;
+        }
+    }
 }
 
 impl Tasks {
@@ -191,5 +242,122 @@ impl Tasks {
             tasks.sort_by(|a, b| a.created_at.cmp(&b.created_at));
         }
         tasks
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dispatcher_core::store::{StoreError, StoreFuture};
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    /// Records whose first write is slow: a later one written beside it would land first.
+    #[derive(Default)]
+    struct SlowFirst {
+        calls: std::sync::atomic::AtomicUsize,
+        written: Mutex<HashMap<String, String>>,
+        started: tokio::sync::Notify,
+    }
+
+    impl Records for SlowFirst {
+        fn put<'a>(&'a self, key: &'a str, value: &'a str, _: Duration) -> StoreFuture<'a, ()> {
+            Box::pin(async move {
+                let first = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+                self.started.notify_one();
+                if first {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                self.written
+                    .lock()
+                    .unwrap()
+                    .insert(key.into(), value.into());
+                Ok(())
+            })
+        }
+        fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<String>> {
+            let value = self.written.lock().unwrap().get(key).cloned();
+            Box::pin(async move { Ok(value) })
+        }
+        fn delete<'a>(&'a self, _: &'a str) -> StoreFuture<'a, bool> {
+            Box::pin(async {
+                Err::<bool, _>(StoreError {
+                    store: "test".into(),
+                    detail: "unused".into(),
+                })
+            })
+        }
+        fn scan<'a>(&'a self, _: &'a str) -> StoreFuture<'a, Vec<(String, String)>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tasks_records_reach_the_store_in_the_order_they_were_made() {
+        let (outbox, writes) = (
+            Arc::new(Outbox::default()),
+            tokio_util::task::TaskTracker::new(),
+        );
+        let store = Arc::new(SlowFirst::default());
+        outbox.put(
+            store.clone(),
+            &writes,
+            "t",
+            &json!("working"),
+            Duration::from_secs(60),
+        );
+        // The first write is under way (and slow) when the task changes again.
+        store.started.notified().await;
+        outbox.put(
+            store.clone(),
+            &writes,
+            "t",
+            &json!("input_required"),
+            Duration::from_secs(60),
+        );
+        writes.close();
+        writes.wait().await;
+        assert_eq!(
+            store.get("task:t").await.unwrap().as_deref(),
+            Some("\"input_required\"")
+        );
+    }
+
+    #[tokio::test]
+    async fn records_queued_while_one_is_written_are_written_once_the_latest_of_each() {
+        let (outbox, writes) = (
+            Arc::new(Outbox::default()),
+            tokio_util::task::TaskTracker::new(),
+        );
+        let store = Arc::new(SlowFirst::default());
+        outbox.put(
+            store.clone(),
+            &writes,
+            "a",
+            &json!(1),
+            Duration::from_secs(60),
+        );
+        store.started.notified().await;
+        for n in 2..=4 {
+            outbox.put(
+                store.clone(),
+                &writes,
+                "a",
+                &json!(n),
+                Duration::from_secs(60),
+            );
+            outbox.put(
+                store.clone(),
+                &writes,
+                "b",
+                &json!(n * 10),
+                Duration::from_secs(60),
+            );
+        }
+        writes.close();
+        writes.wait().await;
+        assert_eq!(store.get("task:a").await.unwrap().as_deref(), Some("4"));
+        assert_eq!(store.get("task:b").await.unwrap().as_deref(), Some("40"));
+        assert!(outbox.state().records.is_empty() && !outbox.state().draining);
     }
 }
