@@ -48,17 +48,19 @@ impl Upstream {
         let stateless = peer
             .peer_info()
             .is_some_and(|i| i.protocol_version >= rmcp::model::ProtocolVersion::V_2026_07_28);
+        // Each way's future is on the heap but the direct one's: a call's state, which its
+        // task's start copies whole, is the size of the largest way it might take (an HTTP
+        // client's request, rmcp's), not of the one it takes.
         let outcome = match way {
             Way::Written(direct) if !stateless => {
                 self.sent_directly(&direct, params, &cancel, &caller, to)
                     .await
             }
             Way::Posted(posts) if !self.has_param_headers(&params.name) => {
-                self.posted(&posts, &peer, params, &cancel, caller, to, stateless)
-                    .await
+                Box::pin(self.posted(&posts, &peer, params, &cancel, caller, to, stateless)).await
             }
             _ => {
-                self.sent_through_rmcp(&peer, params, &cancel, caller, to, stateless)
+                Box::pin(self.sent_through_rmcp(&peer, params, &cancel, caller, to, stateless))
                     .await
             }
         };
@@ -259,41 +261,47 @@ impl Upstream {
             Ok(_) => Err(ToolError::failed(format!(
                 "MCP server '{id}' answered tools/call with something else"
             ))),
-            Err(e) => {
-                let status = Box::pin(exit_status(child.as_deref())).await;
-                let reason = format!("exited with {status}");
-                let died = !status.starts_with("still running");
-                if died {
-                    let mut conn = self.conn.lock().await;
-                    // The process the call went to, not one another call started since.
-                    let same = match (&*conn, &child) {
-                        (Conn::Up(live), Some(ours)) => {
-                            live.child.as_ref().is_some_and(|c| Arc::ptr_eq(c, ours))
-                        }
-                        (Conn::Up(_), None) => true,
-                        (Conn::Down { .. }, _) => false,
-                    };
-                    if same {
-                        // Its last lines are logged before the call's error is told: a
-                        // caller that stops on the error (`toolhost call`) keeps them.
-                        if let Conn::Up(live) = &*conn
-                            && let Some(stderr) = &live.stderr
-                        {
-                            stderr.drained().await;
-                        }
-                        *conn = Conn::Down {
-                            since: Instant::now(),
-                            backoff: Duration::ZERO,
-                            reason: reason.clone(),
-                        };
-                    }
-                    Err(ToolError::failed(format!(
-                        "MCP server '{id}' {reason} during the call; it will be restarted on the next call"
-                    )))
-                } else {
-                    Err(ToolError::failed(format!("MCP server '{id}': {e}")))
+            // A failure is rare: its future (a look at the process, a lock) is on the heap.
+            Err(e) => Box::pin(self.failed(e, child)).await,
+        }
+    }
+
+    /// A call that failed: when the failure is the server dying, it is marked down, to be
+    /// restarted on the next call.
+    async fn failed(&self, e: rmcp::ServiceError, child: Child) -> Result<Called, ToolError> {
+        let id = &self.config.id;
+        let status = exit_status(child.as_deref()).await;
+        let reason = format!("exited with {status}");
+        let died = !status.starts_with("still running");
+        if died {
+            let mut conn = self.conn.lock().await;
+            // The process the call went to, not one another call started since.
+            let same = match (&*conn, &child) {
+                (Conn::Up(live), Some(ours)) => {
+                    live.child.as_ref().is_some_and(|c| Arc::ptr_eq(c, ours))
                 }
+                (Conn::Up(_), None) => true,
+                (Conn::Down { .. }, _) => false,
+            };
+            if same {
+                // Its last lines are logged before the call's error is told: a
+                // caller that stops on the error (`toolhost call`) keeps them.
+                if let Conn::Up(live) = &*conn
+                    && let Some(stderr) = &live.stderr
+                {
+                    stderr.drained().await;
+                }
+                *conn = Conn::Down {
+                    since: Instant::now(),
+                    backoff: Duration::ZERO,
+                    reason: reason.clone(),
+                };
             }
+            Err(ToolError::failed(format!(
+                "MCP server '{id}' {reason} during the call; it will be restarted on the next call"
+            )))
+        } else {
+            Err(ToolError::failed(format!("MCP server '{id}': {e}")))
         }
     }
 }

@@ -116,9 +116,10 @@ fn instructions(server: &Server, calls: u64) -> Result<u64, String> {
     }
     // Every call answered: end of input now stops the server with nothing in flight.
     drop(to);
+    let pid = child.id();
     let status = child.wait().map_err(|e| e.to_string())?;
     let text = report.join().unwrap_or_default();
-    collected(&text).ok_or_else(|| {
+    collected(&text, pid).ok_or_else(|| {
         format!(
             "{}: valgrind reported no count ({status}): {}",
             server.name,
@@ -140,10 +141,15 @@ fn large_pipe(bytes: usize) -> Result<(std::fs::File, std::fs::File), String> {
     Ok((std::fs::File::from(read), std::fs::File::from(write)))
 }
 
-/// The `Collected : N` line of callgrind's summary.
-fn collected(report: &str) -> Option<u64> {
+/// The `Collected : N` line of callgrind's summary for process `pid` (the server: valgrind
+/// runs it in its own process). A process the server forks (to start a sandboxed
+/// child, which then executes another program) reports a summary of its own first, and it
+/// counts what the server ran before the fork: a gateway's count was read from its
+/// upstream's fork once, a third of its own.
+fn collected(report: &str, pid: u32) -> Option<u64> {
+    let prefix = format!("=={pid}== Collected :");
     report.lines().find_map(|l| {
-        let (_, after) = l.split_once("Collected :")?;
+        let after = l.strip_prefix(&prefix)?;
         after.trim().parse().ok()
     })
 }
