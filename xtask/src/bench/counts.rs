@@ -122,11 +122,17 @@ fn instructions(exe: &str, row: &str, calls: u64) -> Result<u64, String> {
 
 /// What `valgrind` (a callgrind run of `row`) collected.
 fn collected_by(valgrind: &mut Command, row: &str) -> Result<u64, String> {
-    let out = valgrind
-        .output()
+    let child = valgrind
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .map_err(|e| format!("cannot start valgrind ({e}); apt-get install valgrind"))?;
+    let pid = child.id();
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("valgrind: {e}"))?;
     let report = String::from_utf8_lossy(&out.stderr);
-    match collected(&report) {
+    match collected(&report, pid) {
         Some(n) if out.status.success() => Ok(n),
         _ => Err(format!(
             "{row}: valgrind reported no count ({}): {}",
@@ -136,10 +142,13 @@ fn collected_by(valgrind: &mut Command, row: &str) -> Result<u64, String> {
     }
 }
 
-/// The `Collected : N` line of callgrind's summary.
-fn collected(report: &str) -> Option<u64> {
+/// The `Collected : N` line of callgrind's summary for process `pid`, the program
+/// valgrind ran (in its own process). A process it forked reports first, with what the
+/// program ran before the fork: that line is not the program's count.
+fn collected(report: &str, pid: u32) -> Option<u64> {
+    let prefix = format!("=={pid}== Collected :");
     report.lines().find_map(|l| {
-        let (_, after) = l.split_once("Collected :")?;
+        let after = l.strip_prefix(&prefix)?;
         after.trim().replace(',', "").parse().ok()
     })
 }
@@ -151,7 +160,14 @@ mod tests {
     #[test]
     fn the_count_is_read_from_callgrinds_summary() {
         let report = "==1== Events    : Ir\n==1== Collected : 1268005\n==1==\n==1== I   refs:      1,268,005\n";
-        assert_eq!(collected(report), Some(1_268_005));
-        assert_eq!(collected("==1== no summary"), None);
+        assert_eq!(collected(report, 1), Some(1_268_005));
+        assert_eq!(collected("==1== no summary", 1), None);
+    }
+
+    #[test]
+    fn the_count_is_the_programs_not_that_of_a_process_it_forked() {
+        let report = "==18443== Collected : 103297716\n==18436== Events    : Ir\n==18436== Collected : 184771632\n";
+        assert_eq!(collected(report, 18436), Some(184_771_632));
+        assert_eq!(collected(report, 7), None);
     }
 }
