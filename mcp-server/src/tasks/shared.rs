@@ -76,11 +76,23 @@ impl Outbox {
 
     /// Writes what is queued, the records of different tasks at once, until nothing is.
     async fn drain(&self, store: &dyn Records) {
+        // A writer that ends early (its task dropped, or a store that panicked) lets the
+        // next record start another, rather than leave every later one queued for good.
+        struct Stopped<'a>(&'a Outbox);
+        impl Drop for Stopped<'_> {
+            fn drop(&mut self) {
+                self.0.state().draining = false;
+            }
+        }
+        let stopped = Stopped(self);
         loop {
             let batch = {
                 let mut state = self.state();
                 if state.records.is_empty() {
+                    // Ended with nothing queued, under the lock a new record takes: the
+                    // next one starts a writer.
                     state.draining = false;
+                    std::mem::forget(stopped);
                     return;
                 }
                 std::mem::take(&mut state.records)
@@ -359,5 +371,37 @@ mod tests {
         assert_eq!(store.get("task:a").await.unwrap().as_deref(), Some("4"));
         assert_eq!(store.get("task:b").await.unwrap().as_deref(), Some("40"));
         assert!(outbox.state().records.is_empty() && !outbox.state().draining);
+    }
+
+    #[tokio::test]
+    async fn a_writer_that_stops_early_lets_the_next_record_start_another() {
+        let (outbox, writes) = (
+            Arc::new(Outbox::default()),
+            tokio_util::task::TaskTracker::new(),
+        );
+        let store = Arc::new(SlowFirst::default());
+        let writer = tokio::spawn({
+            let (outbox, store) = (outbox.clone(), store.clone());
+            outbox.state().draining = true;
+            outbox
+                .state()
+                .records
+                .insert("task:a".into(), ("1".into(), Duration::from_secs(60)));
+            async move { outbox.drain(store.as_ref()).await }
+        });
+        store.started.notified().await;
+        writer.abort();
+        let _ = writer.await;
+        assert!(!outbox.state().draining);
+        outbox.put(
+            store.clone(),
+            &writes,
+            "a",
+            &json!(2),
+            Duration::from_secs(60),
+        );
+        writes.close();
+        writes.wait().await;
+        assert_eq!(store.get("task:a").await.unwrap().as_deref(), Some("2"));
     }
 }
