@@ -304,104 +304,84 @@ mod tests {
         }
     }
 
+    /// An outbox writing to a [`SlowFirst`] store, and its writer's tracker.
+    #[derive(Default)]
+    struct Mirror {
+        outbox: Arc<Outbox>,
+        writes: tokio_util::task::TaskTracker,
+        store: Arc<SlowFirst>,
+    }
+
+    impl Mirror {
+        /// Queues task `id`'s `record`.
+        fn put(&self, id: &str, record: Value) {
+            let store = self.store.clone();
+            self.outbox
+                .put(store, &self.writes, id, &record, Duration::from_secs(60));
+        }
+
+        /// Waits until everything queued is written.
+        async fn settled(&self) {
+            self.writes.close();
+            self.writes.wait().await;
+        }
+
+        /// Task `id`'s record as the store has it.
+        async fn stored(&self, id: &str) -> Option<String> {
+            self.store.get(&format!("{RECORD}{id}")).await.unwrap()
+        }
+    }
+
     #[tokio::test]
     async fn a_tasks_records_reach_the_store_in_the_order_they_were_made() {
-        let (outbox, writes) = (
-            Arc::new(Outbox::default()),
-            tokio_util::task::TaskTracker::new(),
-        );
-        let store = Arc::new(SlowFirst::default());
-        outbox.put(
-            store.clone(),
-            &writes,
-            "t",
-            &json!("working"),
-            Duration::from_secs(60),
-        );
+        let mirror = Mirror::default();
+        mirror.put("t", json!("working"));
         // The first write is under way (and slow) when the task changes again.
-        store.started.notified().await;
-        outbox.put(
-            store.clone(),
-            &writes,
-            "t",
-            &json!("input_required"),
-            Duration::from_secs(60),
-        );
-        writes.close();
-        writes.wait().await;
+        mirror.store.started.notified().await;
+        mirror.put("t", json!("input_required"));
+        mirror.settled().await;
         assert_eq!(
-            store.get("task:t").await.unwrap().as_deref(),
+            mirror.stored("t").await.as_deref(),
             Some("\"input_required\"")
         );
     }
 
     #[tokio::test]
     async fn records_queued_while_one_is_written_are_written_once_the_latest_of_each() {
-        let (outbox, writes) = (
-            Arc::new(Outbox::default()),
-            tokio_util::task::TaskTracker::new(),
-        );
-        let store = Arc::new(SlowFirst::default());
-        outbox.put(
-            store.clone(),
-            &writes,
-            "a",
-            &json!(1),
-            Duration::from_secs(60),
-        );
-        store.started.notified().await;
+        let mirror = Mirror::default();
+        mirror.put("a", json!(1));
+        mirror.store.started.notified().await;
         for n in 2..=4 {
-            outbox.put(
-                store.clone(),
-                &writes,
-                "a",
-                &json!(n),
-                Duration::from_secs(60),
-            );
-            outbox.put(
-                store.clone(),
-                &writes,
-                "b",
-                &json!(n * 10),
-                Duration::from_secs(60),
-            );
+            mirror.put("a", json!(n));
+            mirror.put("b", json!(n * 10));
         }
-        writes.close();
-        writes.wait().await;
-        assert_eq!(store.get("task:a").await.unwrap().as_deref(), Some("4"));
-        assert_eq!(store.get("task:b").await.unwrap().as_deref(), Some("40"));
-        assert!(outbox.state().records.is_empty() && !outbox.state().draining);
+        mirror.settled().await;
+        assert_eq!(mirror.stored("a").await.as_deref(), Some("4"));
+        assert_eq!(mirror.stored("b").await.as_deref(), Some("40"));
+        let state = mirror.outbox.state();
+        assert!(state.records.is_empty() && !state.draining);
     }
 
     #[tokio::test]
     async fn a_writer_that_stops_early_lets_the_next_record_start_another() {
-        let (outbox, writes) = (
-            Arc::new(Outbox::default()),
-            tokio_util::task::TaskTracker::new(),
-        );
-        let store = Arc::new(SlowFirst::default());
-        let writer = tokio::spawn({
-            let (outbox, store) = (outbox.clone(), store.clone());
-            outbox.state().draining = true;
-            outbox
-                .state()
+        let mirror = Mirror::default();
+        {
+            let mut state = mirror.outbox.state();
+            state.draining = true;
+            state
                 .records
-                .insert("task:a".into(), ("1".into(), Duration::from_secs(60)));
+                .insert(format!("{RECORD}a"), ("1".into(), Duration::from_secs(60)));
+        }
+        let writer = tokio::spawn({
+            let (outbox, store) = (mirror.outbox.clone(), mirror.store.clone());
             async move { outbox.drain(store.as_ref()).await }
         });
-        store.started.notified().await;
+        mirror.store.started.notified().await;
         writer.abort();
         let _ = writer.await;
-        assert!(!outbox.state().draining);
-        outbox.put(
-            store.clone(),
-            &writes,
-            "a",
-            &json!(2),
-            Duration::from_secs(60),
-        );
-        writes.close();
-        writes.wait().await;
-        assert_eq!(store.get("task:a").await.unwrap().as_deref(), Some("2"));
+        assert!(!mirror.outbox.state().draining);
+        mirror.put("a", json!(2));
+        mirror.settled().await;
+        assert_eq!(mirror.stored("a").await.as_deref(), Some("2"));
     }
 }
