@@ -97,34 +97,8 @@ impl McpTool {
 /// A server's call result as a tool output: its text and images as content (an image that
 /// is not valid base64 said, not dropped), and what an output cannot hold (audio,
 /// embedded resources, resource links, structured content) kept whole in its metadata.
-fn output_of(result: &rmcp::model::CallToolResult, id: &str) -> ToolOutput {
+fn output_of(result: rmcp::model::CallToolResult, id: &str) -> ToolOutput {
     let mut out = ToolOutput::text("");
-    out.content = result
-        .content
-        .iter()
-        .filter_map(|c| match c {
-            rmcp::model::ContentBlock::Text(t) => Some(tool_api::Content::text(t.text.clone())),
-            rmcp::model::ContentBlock::Image(i) => {
-                use base64::Engine as _;
-                Some(
-                    match base64::engine::general_purpose::STANDARD.decode(&i.data) {
-                        Ok(data) => tool_api::Content::Image {
-                            mime: i.mime_type.clone(),
-                            data,
-                        },
-                        // Said, not dropped: the model learns an image was there.
-                        Err(e) => tool_api::Content::text(format!(
-                            "[an image ({}) from MCP server '{id}' was not valid base64 ({e}) and is left out]",
-                            i.mime_type
-                        )),
-                    },
-                )
-            }
-            other => serde_json::to_string(other)
-                .ok()
-                .map(tool_api::Content::text),
-        })
-        .collect();
     out.success = result.is_error != Some(true);
     // What a tool output cannot hold (audio, embedded resources, resource links,
     // structured content) is kept whole for a host that passes results on.
@@ -141,6 +115,33 @@ fn output_of(result: &rmcp::model::CallToolResult, id: &str) -> ToolOutput {
             "structuredContent": result.structured_content,
         }});
     }
+    // Taken, not copied: a text block's text becomes the output's as it is.
+    out.content = result
+        .content
+        .into_iter()
+        .filter_map(|c| match c {
+            rmcp::model::ContentBlock::Text(t) => Some(tool_api::Content::text(t.text)),
+            rmcp::model::ContentBlock::Image(i) => {
+                use base64::Engine as _;
+                Some(
+                    match base64::engine::general_purpose::STANDARD.decode(&i.data) {
+                        Ok(data) => tool_api::Content::Image {
+                            mime: i.mime_type.clone(),
+                            data,
+                        },
+                        // Said, not dropped: the model learns an image was there.
+                        Err(e) => tool_api::Content::text(format!(
+                            "[an image ({}) from MCP server '{id}' was not valid base64 ({e}) and is left out]",
+                            i.mime_type
+                        )),
+                    },
+                )
+            }
+            other => serde_json::to_string(&other)
+                .ok()
+                .map(tool_api::Content::text),
+        })
+        .collect();
     out
 }
 
@@ -316,7 +317,7 @@ impl Call<'_> {
                 }
             }
         };
-        Ok(output_of(&result, id))
+        Ok(output_of(result, id))
     }
 }
 
@@ -354,8 +355,9 @@ enum Step {
 }
 
 impl Call<'_> {
-    /// Starts a `tools/call` upstream, in a task of its own (so that it can wait, parked,
-    /// for a question's answer beyond this call: [`crate::upstream::parked`]).
+    /// Starts a `tools/call` upstream: its future, polled by this call, and given a task of
+    /// its own if it must wait, parked, for a question's answer beyond this call
+    /// ([`crate::upstream::parked`]).
     fn start(&self, params: CallToolRequestParams) -> InFlight {
         let (tx, from_server) = tokio::sync::mpsc::unbounded_channel();
         let cancel = Arc::new(tokio::sync::Notify::new());
@@ -371,20 +373,14 @@ impl Call<'_> {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .contains(self.name);
-        // On the heap: the task holds a pointer, not the call's whole state, which its
-        // spawn and its end would each copy.
-        let outcome = self.server.runtime.spawn(Box::pin(async move {
+        let call = Box::pin(async move {
             if as_task_2025 {
                 Box::pin(crate::task::call_2025(&server, params, stop, caller, tx)).await
             } else {
                 server.call(params, stop, caller, tx).await
             }
-        }));
-        InFlight {
-            from_server,
-            outcome,
-            cancel,
-        }
+        });
+        InFlight::new(call, from_server, cancel, self.server.runtime.clone())
     }
 
     /// One `tools/call` round: the server's progress is the call's live output as it comes,
@@ -395,13 +391,12 @@ impl Call<'_> {
         let ctx = self.ctx;
         let mut refused: Option<ToolError> = None;
         loop {
-            // The call, in its own task, goes on while a question is answered.
+            // The call goes on when polled again, after a question is answered (it waits
+            // for that answer meanwhile).
             let step = tokio::select! {
                 biased;
                 Some(from) = call.from_server.recv() => Step::From(from),
-                outcome = &mut call.outcome => Step::Done(outcome.unwrap_or_else(|e| {
-                    Err(ToolError::failed(format!("the call to the MCP server stopped: {e}")))
-                })),
+                outcome = &mut call.outcome => Step::Done(outcome),
                 () = self.cancel.notified() => Step::Cancel,
             };
             match step {

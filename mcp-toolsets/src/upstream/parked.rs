@@ -10,7 +10,9 @@
 //! is told to call again.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use rmcp::model::ElicitResult;
@@ -29,21 +31,101 @@ pub(crate) const PARKED: &str = "toolhost-parked:";
 /// The key of the server's question in the round a parked call's client is asked.
 pub(crate) const QUESTION_KEY: &str = "elicitation";
 
+/// A call's future upstream, to its outcome.
+pub(crate) type CallFuture = Pin<Box<dyn Future<Output = Result<Called, ToolError>> + Send>>;
+
 /// A call in flight upstream: what the server sends for it, and its outcome.
+///
+/// Its future is polled by the call that made it, on the call's own task: no task of its
+/// own to spawn, schedule and join for every call. Only a call parked beyond the call that
+/// made it ([`ParkedCalls::park`]), or let go of before its end, gets a task of its own,
+/// where it goes on to its outcome (or to telling the server it was cancelled).
 pub(crate) struct InFlight {
     pub(crate) from_server: mpsc::UnboundedReceiver<FromServer>,
-    pub(crate) outcome: tokio::task::JoinHandle<Result<Called, ToolError>>,
+    /// Its outcome, once (polled again after it is ready, it fails the call).
+    pub(crate) outcome: Outcome,
     /// Cancels it upstream.
     pub(crate) cancel: Arc<tokio::sync::Notify>,
+    /// Where it gets a task of its own.
+    runtime: tokio::runtime::Handle,
+}
+
+/// Where a call's future is polled, and the future of its outcome.
+pub(crate) enum Outcome {
+    /// By its caller.
+    Here(CallFuture),
+    /// In a task of its own.
+    Spawned(tokio::task::JoinHandle<Result<Called, ToolError>>),
+    /// Nowhere: its outcome was taken.
+    Taken,
+}
+
+impl Future for Outcome {
+    type Output = Result<Called, ToolError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let outcome = match this {
+            Outcome::Here(call) => std::task::ready!(call.as_mut().poll(cx)),
+            Outcome::Spawned(task) => std::task::ready!(Pin::new(task).poll(cx))
+                .unwrap_or_else(|e| {
+                    Err(ToolError::failed(format!(
+                        "the call to the MCP server stopped: {e}"
+                    )))
+                }),
+            Outcome::Taken => Err(ToolError::failed(
+                "the call to the MCP server had already ended",
+            )),
+        };
+        *this = Outcome::Taken;
+        Poll::Ready(outcome)
+    }
+}
+
+impl InFlight {
+    /// A call whose future is `call`, polled by its caller.
+    pub(crate) fn new(
+        call: CallFuture,
+        from_server: mpsc::UnboundedReceiver<FromServer>,
+        cancel: Arc<tokio::sync::Notify>,
+        runtime: tokio::runtime::Handle,
+    ) -> InFlight {
+        InFlight {
+            from_server,
+            outcome: Outcome::Here(call),
+            cancel,
+            runtime,
+        }
+    }
+
+    /// Whether it has ended.
+    pub(crate) fn is_finished(&self) -> bool {
+        match &self.outcome {
+            Outcome::Here(_) => false,
+            Outcome::Spawned(task) => task.is_finished(),
+            Outcome::Taken => true,
+        }
+    }
+
+    /// Gives its future a task of its own, if it has none: it goes on while nobody polls
+    /// it.
+    fn spawned(&mut self) {
+        if let Outcome::Here(_) = &self.outcome
+            && let Outcome::Here(call) = std::mem::replace(&mut self.outcome, Outcome::Taken)
+        {
+            self.outcome = Outcome::Spawned(self.runtime.spawn(call));
+        }
+    }
 }
 
 impl Drop for InFlight {
     /// A call let go of before its outcome (its caller's time ran out and the caller's
     /// future was dropped, or a parked call expired) is cancelled upstream: the server is
-    /// told, and stops working on it.
+    /// told, and stops working on it. Its future goes on in a task of its own to do that.
     fn drop(&mut self) {
-        if !self.outcome.is_finished() {
+        if !self.is_finished() {
             self.cancel.notify_one();
+            self.spawned();
         }
     }
 }
@@ -85,8 +167,11 @@ impl ParkedCalls {
         call: InFlight,
         reply: oneshot::Sender<Result<ElicitResult, rmcp::ErrorData>>,
     ) {
+        // Nobody polls it while it waits here: it goes on in a task of its own.
+        let mut call = call;
+        call.spawned();
         let mut parked = self.lock();
-        parked.retain(|_, p| !p.call.outcome.is_finished() && p.since.elapsed() < PARKED_FOR);
+        parked.retain(|_, p| !p.call.is_finished() && p.since.elapsed() < PARKED_FOR);
         parked.insert(
             id.to_string(),
             Parked {
@@ -107,21 +192,38 @@ impl ParkedCalls {
 mod tests {
     use super::*;
 
-    fn in_flight(outcome: tokio::task::JoinHandle<Result<Called, ToolError>>) -> InFlight {
-        InFlight {
-            from_server: mpsc::unbounded_channel().1,
-            outcome,
-            cancel: Arc::default(),
+    /// A call whose future is `call`, polled by its caller.
+    fn in_flight(
+        call: impl Future<Output = Result<Called, ToolError>> + Send + 'static,
+    ) -> (InFlight, Arc<tokio::sync::Notify>) {
+        let cancel = Arc::new(tokio::sync::Notify::new());
+        let call = InFlight::new(
+            Box::pin(call),
+            mpsc::unbounded_channel().1,
+            cancel.clone(),
+            tokio::runtime::Handle::current(),
+        );
+        (call, cancel)
+    }
+
+    /// A call that waits to be cancelled, then says so on `told`, as a call tells its server.
+    fn told_when_cancelled(
+        cancel: &Arc<tokio::sync::Notify>,
+        told: oneshot::Sender<()>,
+    ) -> impl Future<Output = Result<Called, ToolError>> + Send + 'static {
+        let cancel = cancel.clone();
+        async move {
+            cancel.notified().await;
+            let _ = told.send(());
+            Err(ToolError::Cancelled("cancelled".into()))
         }
     }
 
     #[tokio::test]
     async fn a_parked_call_is_taken_once_and_an_ended_one_is_swept() {
         let calls = ParkedCalls::default();
-        let waiting = in_flight(tokio::spawn(std::future::pending()));
-        let ended = in_flight(tokio::spawn(async {
-            Err(ToolError::failed("the server's call ended"))
-        }));
+        let (waiting, _) = in_flight(std::future::pending());
+        let (ended, _) = in_flight(async { Err(ToolError::failed("the server's call ended")) });
         let (first, second) = (ParkedCalls::new_id(), ParkedCalls::new_id());
         assert_ne!(first, second);
         calls.park(&first, ended, oneshot::channel().0);
@@ -132,5 +234,56 @@ mod tests {
         assert!(calls.take(&first).is_none());
         assert!(calls.take(&second).is_some());
         assert!(calls.take(&second).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_parked_call_goes_on_though_nobody_polls_it() {
+        let calls = ParkedCalls::default();
+        let (went_on, gone_on) = oneshot::channel();
+        let (call, _) = in_flight(async move {
+            let _ = went_on.send(());
+            Err(ToolError::failed("answered"))
+        });
+        let key = ParkedCalls::new_id();
+        calls.park(&key, call, oneshot::channel().0);
+        tokio::time::timeout(Duration::from_secs(5), gone_on)
+            .await
+            .expect("the parked call ran in a task of its own")
+            .expect("it said so");
+        let mut parked = calls.take(&key).expect("still parked");
+        assert!(parked.call.is_finished());
+        let outcome = (&mut parked.call.outcome).await;
+        assert!(matches!(outcome, Err(ToolError::Failed(m)) if m == "answered"));
+    }
+
+    #[tokio::test]
+    async fn a_call_let_go_of_before_its_end_is_cancelled_upstream() {
+        let (told, was_told) = oneshot::channel();
+        let cancel = Arc::new(tokio::sync::Notify::new());
+        let call = InFlight::new(
+            Box::pin(told_when_cancelled(&cancel, told)),
+            mpsc::unbounded_channel().1,
+            cancel.clone(),
+            tokio::runtime::Handle::current(),
+        );
+        drop(call);
+        tokio::time::timeout(Duration::from_secs(5), was_told)
+            .await
+            .expect("the call went on to tell the server")
+            .expect("it told");
+    }
+
+    #[tokio::test]
+    async fn a_call_polled_to_its_end_is_not_cancelled_and_has_one_outcome() {
+        let (mut call, cancel) = in_flight(async { Err(ToolError::failed("done")) });
+        let outcome = (&mut call.outcome).await;
+        assert!(matches!(outcome, Err(ToolError::Failed(m)) if m == "done"));
+        assert!(call.is_finished());
+        let again = (&mut call.outcome).await;
+        assert!(matches!(again, Err(ToolError::Failed(m)) if m.contains("already ended")));
+        drop(call);
+        // A cancellation would have left its permit here.
+        let cancelled = tokio::time::timeout(Duration::from_millis(20), cancel.notified()).await;
+        assert!(cancelled.is_err(), "an ended call was cancelled when let go of");
     }
 }
