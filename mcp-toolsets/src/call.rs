@@ -13,6 +13,7 @@ use rmcp::model::{CallToolRequestParams, ElicitRequestParams};
 use serde_json::Value;
 use tool_api::{Tool, ToolContext, ToolDefinition, ToolError, ToolFactory, ToolFuture, ToolOutput};
 
+use crate::cancel::Cancel;
 use crate::input::Asking;
 use crate::relay::{ClientRelay, FromServer, Origin};
 use crate::task::Followed;
@@ -80,7 +81,7 @@ impl ToolFactory for McpToolFactory {
 pub(crate) struct McpTool {
     server: Arc<Upstream>,
     name: String,
-    cancel: Arc<tokio::sync::Notify>,
+    cancel: Cancel,
 }
 
 impl McpTool {
@@ -89,7 +90,7 @@ impl McpTool {
         McpTool {
             server,
             name: name.to_string(),
-            cancel: Arc::new(tokio::sync::Notify::new()),
+            cancel: Cancel::default(),
         }
     }
 }
@@ -164,7 +165,7 @@ impl Tool for McpTool {
     }
 
     fn cancel(&self) -> bool {
-        self.cancel.notify_one();
+        self.cancel.cancel();
         true
     }
 }
@@ -198,7 +199,7 @@ struct Call<'a> {
     server: &'a Arc<Upstream>,
     name: &'a str,
     /// The call's cancellation ([`Tool::cancel`]).
-    cancel: &'a tokio::sync::Notify,
+    cancel: &'a Cancel,
     ctx: &'a ToolContext,
     /// The client that made the call, when the host relays to it.
     relay: Option<&'a Arc<dyn ClientRelay>>,
@@ -360,10 +361,10 @@ impl Call<'_> {
     /// ([`crate::upstream::parked`]).
     fn start(&self, params: CallToolRequestParams) -> InFlight {
         let (tx, from_server) = tokio::sync::mpsc::unbounded_channel();
-        let cancel = Arc::new(tokio::sync::Notify::new());
+        let cancel = Arc::new(Cancel::default());
         let caller = Caller {
             session: self.ctx.session_id().to_string(),
-            capabilities: self.relay.and_then(|r| r.capabilities()),
+            relay: self.relay.cloned(),
             progress: self.ctx.output_wanted(),
         };
         let (server, stop) = (self.server.clone(), cancel.clone());
@@ -397,10 +398,10 @@ impl Call<'_> {
                 biased;
                 Some(from) = call.from_server.recv() => Step::From(from),
                 outcome = &mut call.outcome => Step::Done(outcome),
-                () = self.cancel.notified() => Step::Cancel,
+                () = self.cancel.cancelled(), if !call.cancel.is_cancelled() => Step::Cancel,
             };
             match step {
-                Step::Cancel => call.cancel.notify_one(),
+                Step::Cancel => call.cancel.cancel(),
                 Step::From(FromServer::Progress(chunk)) => ctx.output(&chunk),
                 Step::From(FromServer::Elicit(params, reply)) => {
                     // The questions a server asks are rare: their futures are on the heap,

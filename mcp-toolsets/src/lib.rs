@@ -50,6 +50,7 @@
 
 mod call;
 pub mod callers;
+mod cancel;
 mod config;
 mod confine;
 mod error;

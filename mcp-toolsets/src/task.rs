@@ -26,7 +26,9 @@ use rmcp::model::{
     UpdateTaskParams, UpdateTaskRequest,
 };
 use serde_json::Value;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
+
+use crate::cancel::Cancel;
 use tool_api::{ToolContext, ToolError};
 
 use crate::input::Asking;
@@ -77,7 +79,7 @@ async fn request(
 /// cannot.
 pub(crate) async fn follow(
     server: &Arc<Upstream>,
-    cancel: &Notify,
+    cancel: &Cancel,
     created: CreateTaskResult,
     ctx: &ToolContext,
     asking: &Asking<'_>,
@@ -107,7 +109,7 @@ pub(crate) async fn follow(
             tokio::select! {
                 biased;
                 Some((key, answer)) = answers_in.recv() => Step::Answered(key, answer),
-                () = cancel.notified(), if cancelled_at.is_none() => Step::Cancel,
+                () = cancel.cancelled(), if cancelled_at.is_none() => Step::Cancel,
                 () = tokio::time::sleep(poll) => Step::Poll,
             }
         };
@@ -275,7 +277,7 @@ fn as_json(result: &ServerResult) -> Value {
 pub(crate) async fn call_2025(
     server: &Arc<Upstream>,
     params: rmcp::model::CallToolRequestParams,
-    cancel: Arc<Notify>,
+    cancel: Arc<Cancel>,
     caller: crate::upstream::Caller,
     to: mpsc::UnboundedSender<crate::relay::FromServer>,
 ) -> Result<crate::upstream::Called, ToolError> {
@@ -333,7 +335,7 @@ pub(crate) async fn call_2025(
         .route(handle.progress_token.clone(), &caller.session, to);
     let answer = tokio::select! {
         answer = handle.await_response() => answer,
-        () = cancel.notified() => {
+        () = cancel.cancelled() => {
             let stop = ClientRequest::CustomRequest(CustomRequest::new("tasks/cancel", Some(task)));
             let _ = tokio::time::timeout(REQUEST_TIMEOUT, peer.send_request(stop)).await;
             return Err(ToolError::Cancelled(format!(

@@ -10,12 +10,13 @@ use rmcp::model::{
     ClientRequest, ServerResult,
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
 use tool_api::ToolError;
 
 use super::outbox::Direct;
 use super::posting::{NotPosted, Posts};
 use super::{Called, Caller, Child, Conn, Upstream, Way, exit_status};
+use crate::cancel::Cancel;
 use crate::relay::FromServer;
 
 /// How a call sent to the server ended, short of being cancelled.
@@ -37,7 +38,7 @@ impl Upstream {
     pub(crate) async fn call(
         self: &Arc<Self>,
         params: CallToolRequestParams,
-        cancel: Arc<Notify>,
+        cancel: Arc<Cancel>,
         caller: Caller,
         to: mpsc::UnboundedSender<FromServer>,
     ) -> Result<Called, ToolError> {
@@ -70,7 +71,12 @@ impl Upstream {
                 self.config.id
             )));
         };
-        self.called(outcome, stateless, child).await
+        match self.called(outcome, stateless) {
+            Ok(called) => called,
+            // A failure is rare: its future (a look at the process, a lock) is on the heap,
+            // not in every call's state.
+            Err(e) => Box::pin(self.failed(e, child)).await,
+        }
     }
 
     /// The call sent on the connection by toolhost itself: written with the calls made
@@ -80,7 +86,7 @@ impl Upstream {
         &self,
         direct: &Arc<Direct>,
         params: CallToolRequestParams,
-        cancel: &Notify,
+        cancel: &Cancel,
         caller: &Caller,
         to: mpsc::UnboundedSender<FromServer>,
     ) -> Option<Outcome> {
@@ -103,7 +109,7 @@ impl Upstream {
                     Err(rmcp::ServiceError::Timeout { timeout })
                 }
             }),
-            () = cancel.notified() => {
+            () = cancel.cancelled() => {
                 direct.cancel(&sent.id, "cancelled by toolhost").await;
                 None
             }
@@ -132,13 +138,18 @@ impl Upstream {
         posts: &Posts,
         peer: &Peer<RoleClient>,
         mut params: CallToolRequestParams,
-        cancel: &Notify,
+        cancel: &Cancel,
         caller: Caller,
         to: mpsc::UnboundedSender<FromServer>,
         stateless: bool,
     ) -> Option<Outcome> {
-        let capabilities = caller.capabilities.as_ref().filter(|_| stateless);
-        let Some((posting, body)) = posts.prepare(&mut params, caller.progress, capabilities)
+        let capabilities = if stateless {
+            caller.capabilities()
+        } else {
+            None
+        };
+        let Some((posting, body)) =
+            posts.prepare(&mut params, caller.progress, capabilities.as_ref())
         else {
             return self
                 .sent_through_rmcp(peer, params, cancel, caller, to, stateless)
@@ -156,7 +167,7 @@ impl Upstream {
         };
         let answered = tokio::select! {
             answered = tokio::time::timeout(timeout, posts.post(&posting, body, &self.calls)) => answered,
-            () = cancel.notified() => {
+            () = cancel.cancelled() => {
                 let _ = tell_cancelled("cancelled by toolhost").await;
                 return None;
             }
@@ -185,14 +196,14 @@ impl Upstream {
         &self,
         peer: &Peer<RoleClient>,
         params: CallToolRequestParams,
-        cancel: &Notify,
+        cancel: &Cancel,
         caller: Caller,
         to: mpsc::UnboundedSender<FromServer>,
         stateless: bool,
     ) -> Option<Outcome> {
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let mut options = PeerRequestOptions::with_timeout(self.config.call_timeout());
-        if let (true, Some(caps)) = (stateless, caller.capabilities) {
+        if stateless && let Some(caps) = caller.capabilities() {
             let mut meta = rmcp::model::RequestMetaObject::new();
             meta.set_client_capabilities(caps);
             options.meta = Some(meta);
@@ -217,7 +228,7 @@ impl Upstream {
             // The progress the server sent before its answer reached the call as it was
             // read (`ProgressFirst`), before the answer.
             r = handle.await_response() => Some(r),
-            () = cancel.notified() => {
+            () = cancel.cancelled() => {
                 let _ = peer
                     .notify_cancelled(CancelledNotificationParam::new(
                         Some(request_id),
@@ -229,26 +240,29 @@ impl Upstream {
         }
     }
 
-    /// What the call got, as the tool takes it. A failure that is the server dying marks
-    /// it down, to be restarted on the next call.
-    async fn called(
+    /// What the call got, as the tool takes it; `Err`: the call failed, which
+    /// `failed` tells.
+    #[allow(
+        clippy::result_large_err,
+        reason = "the failure is handed on to be told, not returned to the call"
+    )]
+    fn called(
         &self,
         outcome: Outcome,
         stateless: bool,
-        child: Child,
-    ) -> Result<Called, ToolError> {
+    ) -> Result<Result<Called, ToolError>, rmcp::ServiceError> {
         let id = &self.config.id;
         match outcome {
             Ok(ServerResult::CallToolResult(result)) if !stateless && needs_task_2025(&result) => {
-                Ok(Called::NeedsTask2025)
+                Ok(Ok(Called::NeedsTask2025))
             }
-            Ok(ServerResult::CallToolResult(result)) => Ok(Called::Complete(result)),
-            Ok(ServerResult::InputRequiredResult(asked)) => Ok(Called::InputRequired(asked)),
-            Ok(ServerResult::CreateTaskResult(created)) => Ok(Called::Task(created)),
+            Ok(ServerResult::CallToolResult(result)) => Ok(Ok(Called::Complete(result))),
+            Ok(ServerResult::InputRequiredResult(asked)) => Ok(Ok(Called::InputRequired(asked))),
+            Ok(ServerResult::CreateTaskResult(created)) => Ok(Ok(Called::Task(created))),
             Err(rmcp::ServiceError::McpError(e))
                 if e.code == rmcp::model::ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY =>
             {
-                Ok(Called::NeedsCapability(e))
+                Ok(Ok(Called::NeedsCapability(e)))
             }
             // `tools/call` exists: a 2025-era server says so of a tool that must run as a
             // task (`execution.taskSupport: "required"`, which the listing does not show).
@@ -256,13 +270,12 @@ impl Upstream {
                 if e.code == rmcp::model::ErrorCode::METHOD_NOT_FOUND && !stateless =>
             {
                 tracing::debug!(server = %id, "tools/call answered -32601: {}", e.message);
-                Ok(Called::NeedsTask2025)
+                Ok(Ok(Called::NeedsTask2025))
             }
-            Ok(_) => Err(ToolError::failed(format!(
+            Ok(_) => Ok(Err(ToolError::failed(format!(
                 "MCP server '{id}' answered tools/call with something else"
-            ))),
-            // A failure is rare: its future (a look at the process, a lock) is on the heap.
-            Err(e) => Box::pin(self.failed(e, child)).await,
+            )))),
+            Err(e) => Err(e),
         }
     }
 

@@ -29,7 +29,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
 
 use super::outbox::{Direct, Writer};
 use crate::relay::CallRoutes;
-use envelope::{Envelope, plain_result};
+use envelope::{Envelope, plain_answer, plain_result};
 
 /// The longest line taken from a server (as rmcp's line transport: 16 MiB); a longer one
 /// is dropped.
@@ -129,6 +129,26 @@ impl<R: AsyncRead + Unpin> Lines<R> {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line.is_empty() {
             return None;
+        }
+        // Most lines are the answers to calls: read in one pass where they are plain.
+        if let Some((id, result)) = plain_answer(line) {
+            if let Some(n) = id.direct() {
+                if !self
+                    .direct
+                    .answer(n, Ok(ServerResult::CallToolResult(result)))
+                {
+                    tracing::debug!(server = %self.id, "an answer came to a call that no longer waits (toolhost-{n})");
+                }
+                return None;
+            }
+            let id = id.request_id();
+            if self.tool_calls.remove(&id) {
+                return Some(JsonRpcMessage::Response(JsonRpcResponse {
+                    jsonrpc: JsonRpcVersion2_0,
+                    id,
+                    result: ServerResult::CallToolResult(result),
+                }));
+            }
         }
         if let Ok(envelope) = serde_json::from_slice::<Envelope<'_>>(line)
             && envelope.method.is_none()

@@ -37,9 +37,19 @@ mod stderr;
 /// [`crate::ClientRelay::capabilities`]).
 pub(crate) struct Caller {
     pub(crate) session: String,
-    pub(crate) capabilities: Option<rmcp::model::ClientCapabilities>,
+    /// The client that made the call, when the host relays to it: asked for its
+    /// capabilities only by a call that presents them (a large value, which every call's
+    /// state would otherwise carry).
+    pub(crate) relay: Option<Arc<dyn crate::relay::ClientRelay>>,
     /// Someone follows the call's live output: the server is asked for its progress.
     pub(crate) progress: bool,
+}
+
+impl Caller {
+    /// What the calling client can be asked, when the host relays to it.
+    pub(crate) fn capabilities(&self) -> Option<rmcp::model::ClientCapabilities> {
+        self.relay.as_ref().and_then(|r| r.capabilities())
+    }
 }
 
 /// What a `tools/call` round got.

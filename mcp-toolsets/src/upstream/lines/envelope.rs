@@ -135,39 +135,71 @@ impl<'de: 'a, 'a> Deserialize<'de> for Id<'a> {
 /// `CallToolResult`); `None` for one that is not plain (a task, another result type, or no
 /// field of a tool result at all), which is read the general way.
 pub(crate) fn plain_result(result: &serde_json::value::RawValue) -> Option<CallToolResult> {
+    serde_json::from_str::<Plain>(result.get())
+        .ok()?
+        .into_result()
+}
+
+/// A line that is an answer with a plain tool result, read in one pass: its id and its
+/// result. `None` for any other line (a request, a notification, an error, a result of
+/// another kind, or a line the one pass cannot read), which is read as an [`Envelope`]:
+/// what this takes, that reading takes the same way (the fuzz target `upstream_lines`
+/// checks it), without first going over the result to find where it ends.
+pub(crate) fn plain_answer(line: &[u8]) -> Option<(Id<'_>, CallToolResult)> {
     #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Plain {
-        result_type: Option<ResultType>,
-        content: Option<Vec<Block>>,
-        #[serde(default, deserialize_with = "present")]
-        structured_content: Option<serde_json::Value>,
-        is_error: Option<bool>,
-        #[serde(rename = "_meta")]
-        meta: Option<MetaObject>,
-        task: Option<IgnoredAny>,
+    struct PlainAnswer<'a> {
+        #[serde(borrow)]
+        id: Id<'a>,
+        result: Plain,
+        method: Option<IgnoredAny>,
     }
-    let plain: Plain = serde_json::from_str(result.get()).ok()?;
-    // What the general reading would not take as a plain result: a task (its own type
-    // comes first), another result type, or no field of a tool result at all.
-    if plain.task.is_some()
-        || plain.result_type.as_ref().is_some_and(|t| !t.is_complete())
-        || (plain.content.is_none()
-            && plain.structured_content.is_none()
-            && plain.is_error.is_none())
-    {
+    // Checked as text once, not each string as it is read.
+    let line = std::str::from_utf8(line).ok()?;
+    let answer: PlainAnswer<'_> = serde_json::from_str(line).ok()?;
+    if answer.method.is_some() {
         return None;
     }
-    let mut out = CallToolResult::default();
-    out.result_type = plain.result_type;
-    out.content = plain
-        .content
-        .map(|blocks| blocks.into_iter().map(|b| b.0).collect())
-        .unwrap_or_default();
-    out.structured_content = plain.structured_content;
-    out.is_error = plain.is_error;
-    out.meta = plain.meta;
-    Some(out)
+    Some((answer.id, answer.result.into_result()?))
+}
+
+/// A result read as far as a plain tool result's fields.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Plain {
+    result_type: Option<ResultType>,
+    content: Option<Vec<Block>>,
+    #[serde(default, deserialize_with = "present")]
+    structured_content: Option<serde_json::Value>,
+    is_error: Option<bool>,
+    #[serde(rename = "_meta")]
+    meta: Option<MetaObject>,
+    task: Option<IgnoredAny>,
+}
+
+impl Plain {
+    /// The plain tool result it is, or `None`: what the general reading would not take as
+    /// a plain result (a task, whose own type comes first, another result type, or no
+    /// field of a tool result at all).
+    fn into_result(self) -> Option<CallToolResult> {
+        if self.task.is_some()
+            || self.result_type.as_ref().is_some_and(|t| !t.is_complete())
+            || (self.content.is_none()
+                && self.structured_content.is_none()
+                && self.is_error.is_none())
+        {
+            return None;
+        }
+        let mut out = CallToolResult::default();
+        out.result_type = self.result_type;
+        out.content = self
+            .content
+            .map(|blocks| blocks.into_iter().map(|b| b.0).collect())
+            .unwrap_or_default();
+        out.structured_content = self.structured_content;
+        out.is_error = self.is_error;
+        out.meta = self.meta;
+        Some(out)
+    }
 }
 
 /// A content block, read straight when it is plain text (`type` and `text`, nothing
