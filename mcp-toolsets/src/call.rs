@@ -374,13 +374,13 @@ impl Call<'_> {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .contains(self.name);
-        let call = Box::pin(async move {
-            if as_task_2025 {
-                Box::pin(crate::task::call_2025(&server, params, stop, caller, tx)).await
-            } else {
-                server.call(params, stop, caller, tx).await
-            }
-        });
+        // Each way's future boxed as it is made: no block around them to hold (and copy)
+        // the larger.
+        let call: crate::upstream::parked::CallFuture = if as_task_2025 {
+            Box::pin(crate::task::call_2025(server, params, stop, caller, tx))
+        } else {
+            Box::pin(server.call(params, stop, caller, tx))
+        };
         InFlight::new(call, from_server, cancel, self.server.runtime.clone())
     }
 

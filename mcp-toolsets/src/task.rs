@@ -275,7 +275,7 @@ fn as_json(result: &ServerResult) -> Value {
 /// rmcp knows only the 2026 extension's tasks, so these requests go as custom ones and
 /// their answers are read as JSON.
 pub(crate) async fn call_2025(
-    server: &Arc<Upstream>,
+    server: Arc<Upstream>,
     params: rmcp::model::CallToolRequestParams,
     cancel: Arc<Cancel>,
     caller: crate::upstream::Caller,
@@ -287,7 +287,7 @@ pub(crate) async fn call_2025(
     let (peer, _) = server.live_peer().await?;
     let mut call = serde_json::to_value(&params)
         .map_err(|e| ToolError::failed(format!("cannot send the call: {e}")))?;
-    call["task"] = serde_json::json!({"ttl": ttl_2025(server)});
+    call["task"] = serde_json::json!({"ttl": ttl_2025(&server)});
     let created = tokio::time::timeout(
         REQUEST_TIMEOUT,
         peer.send_request(ClientRequest::CustomRequest(CustomRequest::new(

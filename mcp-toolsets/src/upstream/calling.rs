@@ -36,7 +36,7 @@ impl Upstream {
     /// Calls a tool for a call in the host session of `caller`; what the server sends for
     /// the call while it runs (its progress, its requests to the user) goes to `to`.
     pub(crate) async fn call(
-        self: &Arc<Self>,
+        self: Arc<Self>,
         params: CallToolRequestParams,
         cancel: Arc<Cancel>,
         caller: Caller,
