@@ -27,10 +27,9 @@ use rmcp::model::{
 };
 use serde_json::Value;
 use tokio::sync::mpsc;
-
-use crate::cancel::Cancel;
 use tool_api::{ToolContext, ToolError};
 
+use crate::cancel::Cancel;
 use crate::input::Asking;
 use crate::relay::Relayed;
 use crate::upstream::Upstream;

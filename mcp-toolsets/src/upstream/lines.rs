@@ -29,7 +29,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
 
 use super::outbox::{Direct, Writer};
 use crate::relay::CallRoutes;
-use envelope::{Envelope, plain_answer, plain_result};
+use envelope::{Envelope, plain_answer};
 
 /// The longest line taken from a server (as rmcp's line transport: 16 MiB); a longer one
 /// is dropped.
@@ -132,13 +132,9 @@ impl<R: AsyncRead + Unpin> Lines<R> {
         }
         // Most lines are the answers to calls: read in one pass where they are plain.
         if let Some((id, result)) = plain_answer(line) {
+            let result = ServerResult::CallToolResult(result);
             if let Some(n) = id.direct() {
-                if !self
-                    .direct
-                    .answer(n, Ok(ServerResult::CallToolResult(result)))
-                {
-                    tracing::debug!(server = %self.id, "an answer came to a call that no longer waits (toolhost-{n})");
-                }
+                self.answer_direct(n, Ok(result));
                 return None;
             }
             let id = id.request_id();
@@ -146,34 +142,19 @@ impl<R: AsyncRead + Unpin> Lines<R> {
                 return Some(JsonRpcMessage::Response(JsonRpcResponse {
                     jsonrpc: JsonRpcVersion2_0,
                     id,
-                    result: ServerResult::CallToolResult(result),
+                    result,
                 }));
             }
         }
+        // toolhost's own calls' other answers (a task, an error), read as far as they need;
+        // anyone else's the general way, which reads a plain tool result as the one pass does.
         if let Ok(envelope) = serde_json::from_slice::<Envelope<'_>>(line)
             && envelope.method.is_none()
-            && let Some(id) = &envelope.id
+            && let Some(n) = envelope.id.as_ref().and_then(envelope::Id::direct)
+            && let Some(answer) = envelope.answer()
         {
-            if let Some(n) = id.direct() {
-                if let Some(answer) = envelope.answer() {
-                    if !self.direct.answer(n, answer) {
-                        tracing::debug!(server = %self.id, "an answer came to a call that no longer waits (toolhost-{n})");
-                    }
-                    return None;
-                }
-            } else {
-                let id = id.request_id();
-                if self.tool_calls.contains(&id)
-                    && let Some(result) = envelope.result.and_then(plain_result)
-                {
-                    self.tool_calls.remove(&id);
-                    return Some(JsonRpcMessage::Response(JsonRpcResponse {
-                        jsonrpc: JsonRpcVersion2_0,
-                        id,
-                        result: ServerResult::CallToolResult(result),
-                    }));
-                }
-            }
+            self.answer_direct(n, answer);
+            return None;
         }
         match serde_json::from_slice::<ServerJsonRpcMessage>(line) {
             Ok(message) => {
@@ -198,6 +179,13 @@ impl<R: AsyncRead + Unpin> Lines<R> {
                 tracing::debug!(server = %self.id, "ignoring unparsable input from the server: {e}");
                 None
             }
+        }
+    }
+
+    /// Hands the answer to toolhost's own call `n` to it.
+    fn answer_direct(&self, n: u64, answer: envelope::Answer) {
+        if !self.direct.answer(n, answer) {
+            tracing::debug!(server = %self.id, "an answer came to a call that no longer waits (toolhost-{n})");
         }
     }
 

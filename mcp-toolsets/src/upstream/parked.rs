@@ -112,11 +112,10 @@ impl InFlight {
     /// Gives its future a task of its own, if it has none: it goes on while nobody polls
     /// it.
     fn spawned(&mut self) {
-        if let Outcome::Here(_) = &self.outcome
-            && let Outcome::Here(call) = std::mem::replace(&mut self.outcome, Outcome::Taken)
-        {
-            self.outcome = Outcome::Spawned(self.runtime.spawn(call));
-        }
+        self.outcome = match std::mem::replace(&mut self.outcome, Outcome::Taken) {
+            Outcome::Here(call) => Outcome::Spawned(self.runtime.spawn(call)),
+            other => other,
+        };
     }
 }
 
@@ -166,11 +165,10 @@ impl ParkedCalls {
     pub(crate) fn park(
         &self,
         id: &str,
-        call: InFlight,
+        mut call: InFlight,
         reply: oneshot::Sender<Result<ElicitResult, rmcp::ErrorData>>,
     ) {
         // Nobody polls it while it waits here: it goes on in a task of its own.
-        let mut call = call;
         call.spawned();
         let mut parked = self.lock();
         parked.retain(|_, p| !p.call.is_finished() && p.since.elapsed() < PARKED_FOR);
@@ -194,13 +192,14 @@ impl ParkedCalls {
 mod tests {
     use super::*;
 
-    /// A call whose future is `call`, polled by its caller.
-    fn in_flight(
-        call: impl Future<Output = Result<Called, ToolError>> + Send + 'static,
-    ) -> (InFlight, Arc<Cancel>) {
+    /// A call whose future `call` makes of its cancellation, polled by its caller.
+    fn in_flight<F>(call: impl FnOnce(Arc<Cancel>) -> F) -> (InFlight, Arc<Cancel>)
+    where
+        F: Future<Output = Result<Called, ToolError>> + Send + 'static,
+    {
         let cancel = Arc::new(Cancel::default());
         let call = InFlight::new(
-            Box::pin(call),
+            Box::pin(call(cancel.clone())),
             mpsc::unbounded_channel().1,
             cancel.clone(),
             tokio::runtime::Handle::current(),
@@ -208,24 +207,11 @@ mod tests {
         (call, cancel)
     }
 
-    /// A call that waits to be cancelled, then says so on `told`, as a call tells its server.
-    fn told_when_cancelled(
-        cancel: &Arc<Cancel>,
-        told: oneshot::Sender<()>,
-    ) -> impl Future<Output = Result<Called, ToolError>> + Send + 'static {
-        let cancel = cancel.clone();
-        async move {
-            cancel.cancelled().await;
-            let _ = told.send(());
-            Err(ToolError::Cancelled("cancelled".into()))
-        }
-    }
-
     #[tokio::test]
     async fn a_parked_call_is_taken_once_and_an_ended_one_is_swept() {
         let calls = ParkedCalls::default();
-        let (waiting, _) = in_flight(std::future::pending());
-        let (ended, _) = in_flight(async { Err(ToolError::failed("the server's call ended")) });
+        let (waiting, _) = in_flight(|_| std::future::pending());
+        let (ended, _) = in_flight(|_| async { Err(ToolError::failed("the server's call ended")) });
         let (first, second) = (ParkedCalls::new_id(), ParkedCalls::new_id());
         assert_ne!(first, second);
         calls.park(&first, ended, oneshot::channel().0);
@@ -242,7 +228,7 @@ mod tests {
     async fn a_parked_call_goes_on_though_nobody_polls_it() {
         let calls = ParkedCalls::default();
         let (went_on, gone_on) = oneshot::channel();
-        let (call, _) = in_flight(async move {
+        let (call, _) = in_flight(|_| async move {
             let _ = went_on.send(());
             Err(ToolError::failed("answered"))
         });
@@ -261,13 +247,12 @@ mod tests {
     #[tokio::test]
     async fn a_call_let_go_of_before_its_end_is_cancelled_upstream() {
         let (told, was_told) = oneshot::channel();
-        let cancel = Arc::new(Cancel::default());
-        let call = InFlight::new(
-            Box::pin(told_when_cancelled(&cancel, told)),
-            mpsc::unbounded_channel().1,
-            cancel.clone(),
-            tokio::runtime::Handle::current(),
-        );
+        // As a call tells its server: once cancelled.
+        let (call, _) = in_flight(|cancel| async move {
+            cancel.cancelled().await;
+            let _ = told.send(());
+            Err(ToolError::Cancelled("cancelled".into()))
+        });
         drop(call);
         tokio::time::timeout(Duration::from_secs(5), was_told)
             .await
@@ -277,7 +262,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_call_polled_to_its_end_is_not_cancelled_and_has_one_outcome() {
-        let (mut call, cancel) = in_flight(async { Err(ToolError::failed("done")) });
+        let (mut call, cancel) = in_flight(|_| async { Err(ToolError::failed("done")) });
         let outcome = (&mut call.outcome).await;
         assert!(matches!(outcome, Err(ToolError::Failed(m)) if m == "done"));
         assert!(call.is_finished());
