@@ -70,7 +70,9 @@ pub struct McpServerConfig {
     /// Time to start and initialize (default [`DEFAULT_STARTUP_TIMEOUT`]).
     #[serde(default = "default_startup", rename = "startup_timeout_secs")]
     pub startup_timeout: Seconds,
-    /// Time a call may take (default [`DEFAULT_CALL_TIMEOUT`]).
+    /// Time a call may take (default [`DEFAULT_CALL_TIMEOUT`]): its tools' declared
+    /// timeout, which the dispatcher enforces as any tool's (a `[timeouts.per_tool]` entry
+    /// wins over it; `[timeouts] max_secs` bounds it).
     #[serde(default = "default_call", rename = "call_timeout_secs")]
     pub call_timeout: Seconds,
     /// Per-tool side-effect classes; win over the server's annotations.

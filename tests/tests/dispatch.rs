@@ -228,8 +228,9 @@ async fn blocking_calls_run_while_every_warm_runner_holds_an_abandoned_tool() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tool_ignoring_cancellation_is_abandoned_after_grace_period() {
+/// Dispatches the tool `make` creates, interrupts it once `running` is set, and checks that
+/// it is abandoned (as cancelled) after the 300 ms grace, not before, and not much after.
+async fn abandoned_after_grace(make: fn() -> Box<dyn Tool>, running: &'static AtomicBool) {
     let d = Dispatcher::builder()
         .config(DispatcherConfig {
             timeouts: dispatcher_core::Timeouts {
@@ -240,33 +241,25 @@ async fn tool_ignoring_cancellation_is_abandoned_after_grace_period() {
         })
         .build();
     let def = ToolDefinition::new("stubborn", "x", SideEffect::None, json!({"type": "object"}));
-    // Set once this test's tool is running: an interrupt that comes before (just after
-    // `tool.called`) stops the call before its tool starts, and there is nothing to abandon.
-    static RUNNING: AtomicBool = AtomicBool::new(false);
-    struct Running;
-    impl Tool for Running {
-        fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-            RUNNING.store(true, Ordering::SeqCst);
-            Stubborn.execute(input, ctx)
-        }
-    }
-    struct F(ToolDefinition);
+    struct F(ToolDefinition, fn() -> Box<dyn Tool>);
     impl tool_api::ToolFactory for F {
         fn definition(&self) -> &ToolDefinition {
             &self.0
         }
         fn create(&self) -> Result<Box<dyn Tool>, ToolError> {
-            Ok(Box::new(Running))
+            Ok((self.1)())
         }
     }
-    d.register(Arc::new(F(def))).unwrap();
+    d.register(Arc::new(F(def, make))).unwrap();
     let fx = Fixture::new(d.clone());
     let (d2, s2) = (d.clone(), fx.session.clone());
     let pending = tokio::spawn(async move {
         d2.dispatch(ToolUse::new("tu", "stubborn", json!({})), &s2)
             .await
     });
-    while !RUNNING.load(Ordering::SeqCst) {
+    // Set once the tool is running: an interrupt that comes before (just after
+    // `tool.called`) stops the call before its tool starts, and there is nothing to abandon.
+    while !running.load(Ordering::SeqCst) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let started = Instant::now();
@@ -280,6 +273,41 @@ async fn tool_ignoring_cancellation_is_abandoned_after_grace_period() {
         pending.await.unwrap().error_class,
         Some(ErrorClass::Cancelled)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_ignoring_cancellation_is_abandoned_after_grace_period() {
+    static RUNNING: AtomicBool = AtomicBool::new(false);
+    struct Running;
+    impl Tool for Running {
+        fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+            RUNNING.store(true, Ordering::SeqCst);
+            Stubborn.execute(input, ctx)
+        }
+    }
+    abandoned_after_grace(|| Box::new(Running), &RUNNING).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_future_ignoring_cancellation_is_abandoned_after_grace_period() {
+    // A tool run as a future (`execute_async`, as a mounted server's): the interrupt wakes
+    // the call where it waits for its future, which never ends and ignores `cancel`.
+    static RUNNING: AtomicBool = AtomicBool::new(false);
+    struct Waiting;
+    impl Tool for Waiting {
+        fn execute(&self, _: Value, _: &ToolContext) -> Result<ToolOutput, ToolError> {
+            Err(ToolError::failed("run as a future only"))
+        }
+        fn execute_async(
+            self: Arc<Self>,
+            _: Value,
+            _: ToolContext,
+        ) -> Result<tool_api::ToolFuture, (Value, ToolContext)> {
+            RUNNING.store(true, Ordering::SeqCst);
+            Ok(Box::pin(std::future::pending()))
+        }
+    }
+    abandoned_after_grace(|| Box::new(Waiting), &RUNNING).await;
 }
 
 #[tokio::test]

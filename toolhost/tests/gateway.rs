@@ -116,6 +116,36 @@ async fn a_server_that_stops_answering_holds_no_thread_and_its_calls_end_at_thei
     client.cancel().await.unwrap();
 }
 
+#[tokio::test]
+async fn an_operators_per_tool_timeout_wins_over_the_servers_call_timeout() {
+    // The server's `call_timeout_secs` is its tools' declared time limit, which the
+    // dispatcher enforces as any tool's: the operator's entry for one tool wins over it.
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = toolhost_tests::fixtures().mcp_server();
+    let config = format!(
+        "[timeouts.per_tool]\nfx__slow = 5\n\n[[mcp_servers]]\nid = \"fixture\"\nprefix = \"fx\"\ncommand = \"{}\"\ncall_timeout_secs = 1\n",
+        fixture.display()
+    );
+    let (client, _) = gateway_with(dir.path(), &config).await;
+    let answers = slow_calls(&client, 2, 1500).await;
+    for answer in &answers {
+        assert_eq!(answer["content"][0]["text"], "slow: done", "{answer}");
+    }
+    client.cancel().await.unwrap();
+    // Without the entry, the same call ends at the server's second.
+    let config = format!(
+        "[[mcp_servers]]\nid = \"fixture\"\nprefix = \"fx\"\ncommand = \"{}\"\ncall_timeout_secs = 1\n",
+        fixture.display()
+    );
+    let (client, _) = gateway_with(dir.path(), &config).await;
+    let answers = slow_calls(&client, 1, 1500).await;
+    let text = answers[0]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("exceeded its 1s time limit"), "{text}");
+    client.cancel().await.unwrap();
+}
+
 /// A TCP relay to `to` on a port of its own: its address, and how many connections it
 /// has taken.
 fn counting_relay(to: &str) -> (String, Arc<AtomicUsize>) {

@@ -1,6 +1,13 @@
 //! A `tools/call` to the server ([`Upstream::call`]): sent directly on a stdio
 //! connection ([`super::outbox`]), or through rmcp's requests to a server over HTTP, and
 //! what it got, read the same way whichever way it went.
+//!
+//! None of the ways keeps a timer of its own: a mounted tool declares the server's
+//! `call_timeout_secs` as its timeout, and the dispatcher races every call against its
+//! timeout (that one, or the operator's `[timeouts]` entry for the tool) and drops it when
+//! the time is up, which tells the server the call was cancelled (see
+//! [`super::parked`]). A second timer a call cost about a thousand instructions, and told
+//! the caller nothing the dispatcher's did not.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -80,8 +87,8 @@ impl Upstream {
     }
 
     /// The call sent on the connection by toolhost itself: written with the calls made
-    /// with it, its answer handed back by the transport that reads it, under the call's
-    /// timeout. `None`: it was cancelled (and the server told).
+    /// with it, its answer handed back by the transport that reads it. `None`: it was
+    /// cancelled (and the server told).
     async fn sent_directly(
         &self,
         direct: &Arc<Direct>,
@@ -98,16 +105,11 @@ impl Upstream {
         // finds it from the first line.
         let _route = self.calls.route(sent.token.clone(), &caller.session, to);
         direct.flush_soon();
-        let timeout = self.config.call_timeout();
         tokio::select! {
-            answered = tokio::time::timeout(timeout, &mut sent.answer) => Some(match answered {
-                Ok(Ok(answer)) => answer.map_err(rmcp::ServiceError::McpError),
+            answered = &mut sent.answer => Some(match answered {
+                Ok(answer) => answer.map_err(rmcp::ServiceError::McpError),
                 // The server's output ended before it answered.
-                Ok(Err(_)) => Err(rmcp::ServiceError::TransportClosed),
-                Err(_) => {
-                    direct.cancel(&sent.id, "timed out").await;
-                    Err(rmcp::ServiceError::Timeout { timeout })
-                }
+                Err(_) => Err(rmcp::ServiceError::TransportClosed),
             }),
             () = cancel.cancelled() => {
                 direct.cancel(&sent.id, "cancelled by toolhost").await;
@@ -125,8 +127,7 @@ impl Upstream {
         !headed.is_empty() && headed.contains(tool)
     }
 
-    /// The call posted to a server over HTTP by toolhost itself ([`Posts`]), under the
-    /// call's timeout; through rmcp's requests when its tool's name needs encoding, or when
+    /// The call posted to a server over HTTP by toolhost itself ([`Posts`]); through rmcp's requests when its tool's name needs encoding, or when
     /// the server no longer knows the session (rmcp's connection opens a new one and sends
     /// it there). `None`: it was cancelled (and the server told).
     #[allow(
@@ -158,34 +159,28 @@ impl Upstream {
         let route = self
             .calls
             .route(posting.token.clone(), &caller.session, to.clone());
-        let timeout = self.config.call_timeout();
-        let tell_cancelled = |reason: &'static str| {
-            peer.notify_cancelled(CancelledNotificationParam::new(
-                Some(posting.id.clone()),
-                Some(reason.into()),
-            ))
-        };
         let answered = tokio::select! {
-            answered = tokio::time::timeout(timeout, posts.post(&posting, body, &self.calls)) => answered,
+            answered = posts.post(&posting, body, &self.calls) => answered,
             () = cancel.cancelled() => {
-                let _ = tell_cancelled("cancelled by toolhost").await;
+                let _ = peer
+                    .notify_cancelled(CancelledNotificationParam::new(
+                        Some(posting.id.clone()),
+                        Some("cancelled by toolhost".into()),
+                    ))
+                    .await;
                 return None;
             }
         };
         Some(match answered {
-            Ok(Ok(answer)) => answer.map_err(rmcp::ServiceError::McpError),
-            Ok(Err(NotPosted::SessionExpired)) => {
+            Ok(answer) => answer.map_err(rmcp::ServiceError::McpError),
+            Err(NotPosted::SessionExpired) => {
                 drop(route);
                 tracing::debug!(server = %self.config.id, "the server no longer knows the session; the call goes through the connection, which opens a new one");
                 return self
                     .sent_through_rmcp(peer, params, cancel, caller, to, stateless)
                     .await;
             }
-            Ok(Err(not)) => Err(not.into_service_error()),
-            Err(_) => {
-                let _ = tell_cancelled("timed out").await;
-                Err(rmcp::ServiceError::Timeout { timeout })
-            }
+            Err(not) => Err(not.into_service_error()),
         })
     }
 
@@ -202,7 +197,7 @@ impl Upstream {
         stateless: bool,
     ) -> Option<Outcome> {
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let mut options = PeerRequestOptions::with_timeout(self.config.call_timeout());
+        let mut options = PeerRequestOptions::no_options();
         if stateless && let Some(caps) = caller.capabilities() {
             let mut meta = rmcp::model::RequestMetaObject::new();
             meta.set_client_capabilities(caps);

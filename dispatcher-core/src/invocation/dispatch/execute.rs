@@ -240,7 +240,7 @@ impl Invocation {
             tokio::select! {
                 biased;
                 outcome = &mut running => outcome,
-                _ = entry.cancelled() => {
+                _ = entry.execution_stopped() => {
                     let grace = self.config.timeouts.cancel_grace;
                     match tokio::time::timeout(grace, &mut running).await {
                         Ok(Outcome::Returned(Ok(out))) => Outcome::Cancelled(Some(out)),
