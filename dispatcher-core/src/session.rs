@@ -135,11 +135,12 @@ pub(crate) struct InFlight {
     pub(crate) tool_use_id: Arc<str>,
     cancelled: AtomicBool,
     cancel_notify: Notify,
-    /// The call's execution, waiting for its cancellation ([`InFlight::execution_stopped`]):
-    /// one waiter, that every wake-up of a call polls again, kept out of `cancel_notify`'s
-    /// locked list (a lock to enter it, each poll and leaving it: about 1,200 instructions
-    /// a call to a mounted server, whose future is polled where the dispatcher waits).
-    execution: AtomicWaker,
+    /// The call's own future, waiting for its cancellation ([`InFlight::cancelled_here`]):
+    /// one waiter at a time, that every wake-up of a call polls again, kept out of
+    /// `cancel_notify`'s locked list (a lock to enter it, each poll and leaving it: about
+    /// 1,200 instructions a wait, and a call to a mounted server waits twice: for its place
+    /// under the cap, and for its future).
+    call_waiter: AtomicWaker,
     finished: AtomicBool,
     finished_notify: Notify,
     tool: Mutex<Option<Arc<dyn Tool>>>,
@@ -171,7 +172,7 @@ impl InFlight {
             tool_use_id,
             cancelled: AtomicBool::new(false),
             cancel_notify: Notify::new(),
-            execution: AtomicWaker::new(),
+            call_waiter: AtomicWaker::new(),
             finished: AtomicBool::new(false),
             finished_notify: Notify::new(),
             tool: Mutex::new(None),
@@ -206,15 +207,16 @@ impl InFlight {
         wait_for(&self.cancelled, &self.cancel_notify).await
     }
 
-    /// Resolves once cancellation was requested, for the one future that runs the call's
-    /// execution (a second waiter here would take the first one's place: any other waits
-    /// with [`InFlight::cancelled`]).
-    pub(crate) fn execution_stopped(&self) -> impl Future<Output = ()> + '_ {
+    /// Resolves once cancellation was requested, for a wait of the call's own future: its
+    /// place under the cap, its hooks, its confirmation, its execution; one at a time (a
+    /// second waiter here would take the first one's place). A wait elsewhere (a tool's
+    /// question, asked from its blocking thread) takes [`InFlight::cancelled`].
+    pub(crate) fn cancelled_here(&self) -> impl Future<Output = ()> + '_ {
         std::future::poll_fn(move |cx| {
             if self.is_cancelled() {
                 return std::task::Poll::Ready(());
             }
-            self.execution.register(cx.waker());
+            self.call_waiter.register(cx.waker());
             // Cancelled between the look and the registration: its wake found no waker.
             if self.is_cancelled() {
                 std::task::Poll::Ready(())
@@ -255,7 +257,7 @@ impl InFlight {
 
     fn stop_tool(&self) {
         self.cancel_notify.notify_waiters();
-        self.execution.wake();
+        self.call_waiter.wake();
         let tool = lock(&self.tool).clone();
         if let Some(tool) = tool {
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tool.cancel()));

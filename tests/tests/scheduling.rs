@@ -404,6 +404,50 @@ async fn per_tool_cap_limits_concurrent_calls_of_that_tool() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_waiting_for_a_place_under_the_cap_is_cancelled_at_once() {
+    // The one place is held by a call an interrupt leaves running (`interrupt = block`).
+    let e = env(DispatcherConfig {
+        max_concurrency: 1,
+        ..DispatcherConfig::default()
+    });
+    let running = tokio::spawn({
+        let (d, s) = (e.d.clone(), e.session.clone());
+        async move {
+            d.dispatch(
+                call("a", "probe_block", json!({"tag": "a", "ms": 3000})),
+                &s,
+            )
+            .await
+        }
+    });
+    wait_for_log(&e.session, "start a").await;
+    let waiting = tokio::spawn({
+        let (d, s) = (e.d.clone(), e.session.clone());
+        async move {
+            d.dispatch(call("b", "probe_read", json!({"tag": "b"})), &s)
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = std::time::Instant::now();
+    // It returns once every call it interrupted ended, `a` too: not awaited for `b`.
+    let interrupt = tokio::spawn({
+        let (d, id) = (e.d.clone(), e.session.id().to_string());
+        async move { d.cancel_session_tools(&id).await }
+    });
+    let b = waiting.await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "it waited for the place to free: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(b.error_class, Some(dispatcher_core::ErrorClass::Cancelled));
+    assert!(!log_of(&e.session).contains(&"start b".to_string()));
+    assert_eq!(running.await.unwrap().text(), "done a");
+    assert_eq!(interrupt.await.unwrap(), 2);
+}
+
 #[tokio::test]
 async fn failed_execute_call_cancels_its_siblings_when_configured_and_says_why() {
     let e = env(DispatcherConfig {

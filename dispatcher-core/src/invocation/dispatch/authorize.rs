@@ -64,7 +64,7 @@ impl Invocation {
                 match &entry {
                     Some(entry) => tokio::select! {
                         biased;
-                        _ = entry.cancelled() => None,
+                        _ = entry.cancelled_here() => None,
                         v = judged => Some(v),
                     },
                     None => Some(judged.await),
@@ -207,7 +207,7 @@ impl Invocation {
             question,
             false,
             timeout,
-            entry.cancelled(),
+            entry.cancelled_here(),
         )
         .await;
         match resolution {

@@ -240,7 +240,7 @@ impl Invocation {
             tokio::select! {
                 biased;
                 outcome = &mut running => outcome,
-                _ = entry.execution_stopped() => {
+                _ = entry.cancelled_here() => {
                     let grace = self.config.timeouts.cancel_grace;
                     match tokio::time::timeout(grace, &mut running).await {
                         Ok(Outcome::Returned(Ok(out))) => Outcome::Cancelled(Some(out)),

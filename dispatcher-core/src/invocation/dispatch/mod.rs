@@ -94,7 +94,7 @@ async fn wait_for_place<'s>(
     let entry = call.register().clone();
     tokio::select! {
         biased;
-        _ = entry.cancelled() => None,
+        _ = entry.cancelled_here() => None,
         p = sem.acquire() => p.ok(),
     }
 }
