@@ -61,6 +61,6 @@ fuzz_target!(|data: &[u8]| {
     if let (Some(Ok(answer)), Some(result)) = (read.answer(), read.result)
         && envelope::plain_result(result).is_some()
     {
-        assert!(matches!(answer, ServerResult::CallToolResult(_)));
+        assert!(matches!(answer, envelope::Answered::Tool(_)));
     }
 });

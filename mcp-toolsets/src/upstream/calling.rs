@@ -20,6 +20,7 @@ use rmcp::service::{Peer, PeerRequestOptions, RoleClient};
 use tokio::sync::mpsc;
 use tool_api::ToolError;
 
+use super::lines::envelope::Answered;
 use super::outbox::Direct;
 use super::posting::{NotPosted, Posts};
 use super::{Called, Caller, Child, Conn, Upstream, Way, exit_status};
@@ -27,7 +28,7 @@ use crate::cancel::Cancel;
 use crate::relay::FromServer;
 
 /// How a call sent to the server ended, short of being cancelled.
-type Outcome = Result<ServerResult, rmcp::ServiceError>;
+type Outcome = Result<Answered, rmcp::ServiceError>;
 
 /// Whether a 2025-era server's tool result is its refusal to run the tool but as a task:
 /// the TypeScript SDK (the usual home of the 2025-11-25 tasks) answers a plain call of a
@@ -222,7 +223,7 @@ impl Upstream {
         tokio::select! {
             // The progress the server sent before its answer reached the call as it was
             // read (`ProgressFirst`), before the answer.
-            r = handle.await_response() => Some(r),
+            r = handle.await_response() => Some(r.map(Answered::from)),
             () = cancel.cancelled() => {
                 let _ = peer
                     .notify_cancelled(CancelledNotificationParam::new(
@@ -248,12 +249,17 @@ impl Upstream {
     ) -> Result<Result<Called, ToolError>, rmcp::ServiceError> {
         let id = &self.config.id;
         match outcome {
-            Ok(ServerResult::CallToolResult(result)) if !stateless && needs_task_2025(&result) => {
+            Ok(Answered::Tool(result)) if !stateless && needs_task_2025(&result) => {
                 Ok(Ok(Called::NeedsTask2025))
             }
-            Ok(ServerResult::CallToolResult(result)) => Ok(Ok(Called::Complete(result))),
-            Ok(ServerResult::InputRequiredResult(asked)) => Ok(Ok(Called::InputRequired(asked))),
-            Ok(ServerResult::CreateTaskResult(created)) => Ok(Ok(Called::Task(created))),
+            Ok(Answered::Tool(result)) => Ok(Ok(Called::Complete(result))),
+            Ok(Answered::Other(other)) => Ok(match *other {
+                ServerResult::InputRequiredResult(asked) => Ok(Called::InputRequired(asked)),
+                ServerResult::CreateTaskResult(created) => Ok(Called::Task(created)),
+                _ => Err(ToolError::failed(format!(
+                    "MCP server '{id}' answered tools/call with something else"
+                ))),
+            }),
             Err(rmcp::ServiceError::McpError(e))
                 if e.code == rmcp::model::ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY =>
             {
@@ -267,9 +273,6 @@ impl Upstream {
                 tracing::debug!(server = %id, "tools/call answered -32601: {}", e.message);
                 Ok(Ok(Called::NeedsTask2025))
             }
-            Ok(_) => Ok(Err(ToolError::failed(format!(
-                "MCP server '{id}' answered tools/call with something else"
-            )))),
             Err(e) => Err(e),
         }
     }

@@ -29,7 +29,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
 
 use super::outbox::{Direct, Writer};
 use crate::relay::CallRoutes;
-use envelope::{Envelope, plain_answer};
+use envelope::{Answered, Envelope, plain_answer};
 
 /// The longest line taken from a server (as rmcp's line transport: 16 MiB); a longer one
 /// is dropped.
@@ -132,9 +132,8 @@ impl<R: AsyncRead + Unpin> Lines<R> {
         }
         // Most lines are the answers to calls: read in one pass where they are plain.
         if let Some((id, result)) = plain_answer(line) {
-            let result = ServerResult::CallToolResult(result);
             if let Some(n) = id.direct() {
-                self.answer_direct(n, Ok(result));
+                self.answer_direct(n, Ok(Answered::Tool(result)));
                 return None;
             }
             let id = id.request_id();
@@ -142,7 +141,7 @@ impl<R: AsyncRead + Unpin> Lines<R> {
                 return Some(JsonRpcMessage::Response(JsonRpcResponse {
                     jsonrpc: JsonRpcVersion2_0,
                     id,
-                    result,
+                    result: ServerResult::CallToolResult(result),
                 }));
             }
         }

@@ -14,7 +14,27 @@ use serde::Deserialize;
 use serde::de::{Error as _, IgnoredAny};
 
 /// A direct call's answer: the server's result, or its JSON-RPC error.
-pub(crate) type Answer = Result<ServerResult, ErrorData>;
+pub(crate) type Answer = Result<Answered, ErrorData>;
+
+/// A call's result: a tool's result as it came (the usual answer), any other result boxed
+/// (a task, a round of `input_required`). An answer is moved from the line that read it to
+/// the call that waits for it, and on, several times: a tool result is 200 bytes, rmcp's
+/// `ServerResult` 480.
+#[derive(Debug)]
+pub(crate) enum Answered {
+    Tool(CallToolResult),
+    /// Any result but a tool's (made only by `From`, which takes a tool result as `Tool`).
+    Other(Box<ServerResult>),
+}
+
+impl From<ServerResult> for Answered {
+    fn from(result: ServerResult) -> Answered {
+        match result {
+            ServerResult::CallToolResult(result) => Answered::Tool(result),
+            other => Answered::Other(Box::new(other)),
+        }
+    }
+}
 
 /// The prefix of the ids of toolhost's own calls.
 pub(crate) const ID_PREFIX: &str = "toolhost-";
@@ -49,13 +69,17 @@ impl Envelope<'_> {
     pub(crate) fn answer(&self) -> Option<Answer> {
         if let Some(result) = self.result {
             return Some(match plain_result(result) {
-                Some(plain) => Ok(ServerResult::CallToolResult(plain)),
-                None => serde_json::from_str::<ServerResult>(result.get()).map_err(|e| {
-                    ErrorData::internal_error(
-                        format!("the server answered with something that is no MCP result: {e}"),
-                        None,
-                    )
-                }),
+                Some(plain) => Ok(Answered::Tool(plain)),
+                None => serde_json::from_str::<ServerResult>(result.get())
+                    .map(Answered::from)
+                    .map_err(|e| {
+                        ErrorData::internal_error(
+                            format!(
+                                "the server answered with something that is no MCP result: {e}"
+                            ),
+                            None,
+                        )
+                    }),
             });
         }
         let error = self.error?;

@@ -214,7 +214,7 @@ async fn toolhosts_own_calls_get_their_answers_straight_and_rmcp_never_sees_them
         .await;
     assert!(matches!(s.next().await, JsonRpcMessage::Notification(_)));
     match (&mut sent.answer).await.unwrap() {
-        Ok(rmcp::model::ServerResult::CallToolResult(r)) => {
+        Ok(super::Answered::Tool(r)) => {
             assert_eq!(
                 format!("{:?}", r.content),
                 format!("{:?}", vec![rmcp::model::ContentBlock::text("abc")])
@@ -237,7 +237,9 @@ async fn toolhosts_own_calls_get_their_answers_straight_and_rmcp_never_sees_them
     assert!(matches!(s.next().await, JsonRpcMessage::Notification(_)));
     let general: rmcp::model::ServerResult = serde_json::from_value(task_result).unwrap();
     match (&mut task.answer).await.unwrap() {
-        Ok(result) => assert_eq!(format!("{result:?}"), format!("{general:?}")),
+        Ok(super::Answered::Other(result)) => {
+            assert_eq!(format!("{result:?}"), format!("{general:?}"));
+        }
         other => panic!("{other:?}"),
     }
     match (&mut refused.answer).await.unwrap() {

@@ -3,14 +3,14 @@
 
 use std::sync::{Arc, Mutex};
 
-use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, Implementation, ProtocolVersion, ServerResult,
-};
+use rmcp::model::{CallToolRequestParams, ClientCapabilities, Implementation, ProtocolVersion};
+
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use super::{NotPosted, Posts, Session, Setup};
 use crate::relay::{CallRoutes, FromServer};
+use crate::upstream::lines::envelope::Answered;
 
 /// A server that answers the requests it takes, one per connection, with `answers` in
 /// turn; the requests it read, each as text.
@@ -126,7 +126,7 @@ async fn call(posts: &Posts, calls: &CallRoutes) -> Result<super::Answer, NotPos
 
 fn text(answer: &super::Answer) -> String {
     match answer {
-        Ok(ServerResult::CallToolResult(result)) => result.content[0]
+        Ok(Answered::Tool(result)) => result.content[0]
             .as_text()
             .map(|t| t.text.clone())
             .unwrap_or_default(),
