@@ -67,20 +67,43 @@ pub(crate) enum Ask {
 pub(crate) struct Promotion {
     /// A mounted server made a task of the call.
     pub(crate) asked: tokio::sync::Notify,
-    /// Whether the call became a task of toolhost's: `None` until decided.
-    decided: tokio::sync::watch::Sender<Option<bool>>,
+    /// Whether the call became a task of toolhost's: unset until decided.
+    decided: std::sync::OnceLock<bool>,
+    /// Told once it is decided. A `Notify`, not a `watch` channel: every call of a client
+    /// that takes tasks is decided, and a watch's send wakes its eight lists of waiters
+    /// (a thousand instructions a call to toolhost mounted in a gateway), where a call
+    /// that has nobody waiting for its decision takes one lock.
+    told: tokio::sync::Notify,
 }
 
 impl Promotion {
+    fn new() -> Promotion {
+        Promotion {
+            asked: tokio::sync::Notify::new(),
+            decided: std::sync::OnceLock::new(),
+            told: tokio::sync::Notify::new(),
+        }
+    }
+
     /// Says whether the call became a task (once; later words change nothing).
     pub(crate) fn decide(&self, became: bool) {
-        self.decided.send_if_modified(|d| {
-            let first = d.is_none();
-            if first {
-                *d = Some(became);
+        if self.decided.set(became).is_ok() {
+            self.told.notify_waiters();
+        }
+    }
+
+    /// Whether the call became a task, once decided.
+    async fn decision(&self) -> bool {
+        loop {
+            let told = self.told.notified();
+            tokio::pin!(told);
+            // Registered before the look, so a decision between the two is not missed.
+            told.as_mut().enable();
+            if let Some(became) = self.decided.get() {
+                return *became;
             }
-            first
-        });
+            told.await;
+        }
     }
 }
 
@@ -188,10 +211,7 @@ impl CallRoute {
 
     /// Marks the call as one that may become a task.
     pub(crate) fn offer_task(&self) -> Arc<Promotion> {
-        let promotion = Arc::new(Promotion {
-            asked: tokio::sync::Notify::new(),
-            decided: tokio::sync::watch::channel(None).0,
-        });
+        let promotion = Arc::new(Promotion::new());
         self.lock().promotion = Some(promotion.clone());
         promotion
     }
@@ -226,11 +246,7 @@ impl CallRoute {
                 return mcp_toolsets::Relayed::Answered(false);
             };
             promotion.asked.notify_one();
-            let mut decided = promotion.decided.subscribe();
-            match decided.wait_for(Option::is_some).await {
-                Ok(became) => mcp_toolsets::Relayed::Answered(became.unwrap_or(false)),
-                Err(_) => mcp_toolsets::Relayed::Answered(false),
-            }
+            mcp_toolsets::Relayed::Answered(promotion.decision().await)
         })
     }
 
