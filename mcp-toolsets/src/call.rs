@@ -360,7 +360,7 @@ impl Call<'_> {
     /// its own if it must wait, parked, for a question's answer beyond this call
     /// ([`crate::upstream::parked`]).
     fn start(&self, params: CallToolRequestParams) -> InFlight {
-        let (tx, from_server) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, from_server) = crate::mailbox::channel();
         let cancel = Arc::new(Cancel::default());
         let caller = Caller {
             session: self.ctx.session_id().to_string(),
@@ -396,7 +396,7 @@ impl Call<'_> {
             // for that answer meanwhile).
             let step = tokio::select! {
                 biased;
-                Some(from) = call.from_server.recv() => Step::From(from),
+                from = call.from_server.recv() => Step::From(from),
                 outcome = &mut call.outcome => Step::Done(outcome),
                 () = self.cancel.cancelled(), if !call.cancel.is_cancelled() => Step::Cancel,
             };
@@ -439,7 +439,7 @@ impl Call<'_> {
                     }));
                 }
                 Step::Done(called) => {
-                    while let Ok(FromServer::Progress(chunk)) = call.from_server.try_recv() {
+                    while let Some(FromServer::Progress(chunk)) = call.from_server.try_recv() {
                         ctx.output(&chunk);
                     }
                     return match refused {

@@ -55,6 +55,7 @@ mod config;
 mod confine;
 mod error;
 pub mod input;
+mod mailbox;
 pub mod pins;
 pub mod relay;
 mod task;

@@ -26,7 +26,7 @@ use rmcp::model::{
     CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
     InputRequiredResult, InputResponses, ProgressToken,
 };
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 /// What the client that made a call did with a server's request relayed to it.
 #[derive(Debug)]
@@ -157,7 +157,7 @@ struct Route {
     session: String,
     /// When it was routed (a count).
     order: u64,
-    to: mpsc::UnboundedSender<FromServer>,
+    to: crate::mailbox::Sender<FromServer>,
 }
 
 #[derive(Default)]
@@ -181,7 +181,7 @@ impl CallRoutes {
         self: &Arc<Self>,
         token: ProgressToken,
         session: &str,
-        to: mpsc::UnboundedSender<FromServer>,
+        to: crate::mailbox::Sender<FromServer>,
     ) -> RouteGuard {
         let mut routing = self.lock();
         routing.early.retain(|(t, text)| {
@@ -232,7 +232,7 @@ impl CallRoutes {
 
     /// Where a request that names no call goes: the call in flight, or the latest of
     /// several in one session. The error says why there is none to send it to.
-    pub(crate) fn asker(&self) -> Result<mpsc::UnboundedSender<FromServer>, String> {
+    pub(crate) fn asker(&self) -> Result<crate::mailbox::Sender<FromServer>, String> {
         let routing = self.lock();
         let latest = routing
             .to
@@ -276,8 +276,8 @@ mod tests {
         rmcp::model::ProgressNotificationParam::new(token(n), 1.0).with_message(message)
     }
 
-    fn line(rx: &mut mpsc::UnboundedReceiver<FromServer>) -> Option<String> {
-        match rx.try_recv().ok()? {
+    fn line(rx: &mut crate::mailbox::Receiver<FromServer>) -> Option<String> {
+        match rx.try_recv()? {
             FromServer::Progress(text) => Some(text),
             _ => None,
         }
@@ -287,8 +287,8 @@ mod tests {
     fn progress_goes_to_its_own_call_even_when_it_comes_first() {
         let routes = Arc::new(CallRoutes::default());
         routes.progress(&progress(2, "early"));
-        let (tx1, mut rx1) = mpsc::unbounded_channel();
-        let (tx2, mut rx2) = mpsc::unbounded_channel();
+        let (tx1, mut rx1) = crate::mailbox::channel();
+        let (tx2, mut rx2) = crate::mailbox::channel();
         let _one = routes.route(token(1), "s", tx1);
         let _two = routes.route(token(2), "s", tx2);
         routes.progress(&progress(1, "one"));
@@ -301,14 +301,15 @@ mod tests {
     fn a_request_naming_no_call_goes_to_the_latest_call_of_one_session() {
         let routes = Arc::new(CallRoutes::default());
         assert!(routes.asker().unwrap_err().contains("no call"));
-        let (tx1, _rx1) = mpsc::unbounded_channel();
-        let (tx2, mut rx2) = mpsc::unbounded_channel();
+        let (tx1, _rx1) = crate::mailbox::channel();
+        let (tx2, mut rx2) = crate::mailbox::channel();
         let _one = routes.route(token(1), "s", tx1);
         let two = routes.route(token(2), "s", tx2);
         routes
             .asker()
             .unwrap()
             .send(FromServer::Progress("x".into()))
+            .ok()
             .unwrap();
         assert_eq!(line(&mut rx2).as_deref(), Some("x"));
         drop(two);
@@ -318,8 +319,8 @@ mod tests {
     #[test]
     fn a_request_naming_no_call_is_refused_when_two_sessions_have_calls_in_flight() {
         let routes = Arc::new(CallRoutes::default());
-        let (tx1, _rx1) = mpsc::unbounded_channel();
-        let (tx2, _rx2) = mpsc::unbounded_channel();
+        let (tx1, _rx1) = crate::mailbox::channel();
+        let (tx2, _rx2) = crate::mailbox::channel();
         let _one = routes.route(token(1), "alice", tx1);
         let _two = routes.route(token(2), "bob", tx2);
         let why = routes.asker().unwrap_err();

@@ -278,7 +278,7 @@ pub(crate) async fn call_2025(
     params: rmcp::model::CallToolRequestParams,
     cancel: Arc<Cancel>,
     caller: crate::upstream::Caller,
-    to: mpsc::UnboundedSender<crate::relay::FromServer>,
+    to: crate::mailbox::Sender<crate::relay::FromServer>,
 ) -> Result<crate::upstream::Called, ToolError> {
     use crate::upstream::Called;
     use rmcp::model::CustomRequest;

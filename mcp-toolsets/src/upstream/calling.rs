@@ -17,7 +17,6 @@ use rmcp::model::{
     ClientRequest, ServerResult,
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient};
-use tokio::sync::mpsc;
 use tool_api::ToolError;
 
 use super::lines::envelope::Answered;
@@ -48,7 +47,7 @@ impl Upstream {
         params: CallToolRequestParams,
         cancel: Arc<Cancel>,
         caller: Caller,
-        to: mpsc::UnboundedSender<FromServer>,
+        to: crate::mailbox::Sender<FromServer>,
     ) -> Result<Called, ToolError> {
         self.subscriptions.settled().await;
         let (peer, child, way) = self.live().await?;
@@ -96,7 +95,7 @@ impl Upstream {
         params: CallToolRequestParams,
         cancel: &Cancel,
         caller: &Caller,
-        to: mpsc::UnboundedSender<FromServer>,
+        to: crate::mailbox::Sender<FromServer>,
     ) -> Option<Outcome> {
         let mut sent = match direct.send(params, caller.progress) {
             Ok(sent) => sent,
@@ -142,7 +141,7 @@ impl Upstream {
         mut params: CallToolRequestParams,
         cancel: &Cancel,
         caller: Caller,
-        to: mpsc::UnboundedSender<FromServer>,
+        to: crate::mailbox::Sender<FromServer>,
         stateless: bool,
     ) -> Option<Outcome> {
         let capabilities = if stateless {
@@ -194,7 +193,7 @@ impl Upstream {
         params: CallToolRequestParams,
         cancel: &Cancel,
         caller: Caller,
-        to: mpsc::UnboundedSender<FromServer>,
+        to: crate::mailbox::Sender<FromServer>,
         stateless: bool,
     ) -> Option<Outcome> {
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));

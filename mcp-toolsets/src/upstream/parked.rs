@@ -16,7 +16,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use rmcp::model::ElicitResult;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tool_api::ToolError;
 
 use crate::cancel::Cancel;
@@ -42,7 +42,7 @@ pub(crate) type CallFuture = Pin<Box<dyn Future<Output = Result<Called, ToolErro
 /// made it ([`ParkedCalls::park`]), or let go of before its end, gets a task of its own,
 /// where it goes on to its outcome (or to telling the server it was cancelled).
 pub(crate) struct InFlight {
-    pub(crate) from_server: mpsc::UnboundedReceiver<FromServer>,
+    pub(crate) from_server: crate::mailbox::Receiver<FromServer>,
     /// Its outcome, once (polled again after it is ready, it fails the call).
     pub(crate) outcome: Outcome,
     /// Cancels it upstream.
@@ -88,7 +88,7 @@ impl InFlight {
     /// A call whose future is `call`, polled by its caller.
     pub(crate) fn new(
         call: CallFuture,
-        from_server: mpsc::UnboundedReceiver<FromServer>,
+        from_server: crate::mailbox::Receiver<FromServer>,
         cancel: Arc<Cancel>,
         runtime: tokio::runtime::Handle,
     ) -> InFlight {
@@ -200,7 +200,7 @@ mod tests {
         let cancel = Arc::new(Cancel::default());
         let call = InFlight::new(
             Box::pin(call(cancel.clone())),
-            mpsc::unbounded_channel().1,
+            crate::mailbox::channel().1,
             cancel.clone(),
             tokio::runtime::Handle::current(),
         );

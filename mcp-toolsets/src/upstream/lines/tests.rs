@@ -109,7 +109,7 @@ async fn a_tool_calls_answer_is_read_as_the_general_reading_reads_it() {
 #[tokio::test]
 async fn progress_reaches_its_call_before_the_answer_after_it_is_read() {
     let mut s = server();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (tx, mut rx) = crate::mailbox::channel();
     let token = ProgressToken(NumberOrString::Number(9));
     let _route = s.calls.route(token, "session", tx);
     s.call(1).await;
@@ -118,7 +118,7 @@ async fn progress_reaches_its_call_before_the_answer_after_it_is_read() {
         .await;
     assert!(matches!(s.next().await, JsonRpcMessage::Response(_)));
     match rx.try_recv() {
-        Ok(FromServer::Progress(text)) => assert_eq!(text, "halfway\n"),
+        Some(FromServer::Progress(text)) => assert_eq!(text, "halfway\n"),
         _ => panic!("the progress did not come first"),
     }
 }

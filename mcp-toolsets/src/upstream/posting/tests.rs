@@ -208,7 +208,7 @@ async fn a_streamed_answer_comes_after_its_progress_and_the_servers_own_request_
     let (url, _) = server(vec![events(stream)]);
     let (posts, mut connection) = posts(&url, ProtocolVersion::V_2025_11_25, Some("s"), None);
     let calls = Arc::new(CallRoutes::default());
-    let (to, mut progress) = mpsc::unbounded_channel();
+    let (to, mut progress) = crate::mailbox::channel();
     let token =
         rmcp::model::ProgressToken(rmcp::model::NumberOrString::String("toolhost-1".into()));
     let _route = calls.route(token, "session", to);
@@ -216,7 +216,7 @@ async fn a_streamed_answer_comes_after_its_progress_and_the_servers_own_request_
         text(&call(&posts, &calls).await.unwrap_or_else(|_| panic!())),
         "done"
     );
-    assert!(matches!(progress.try_recv(), Ok(FromServer::Progress(p)) if p == "halfway\n"));
+    assert!(matches!(progress.try_recv(), Some(FromServer::Progress(p)) if p == "halfway\n"));
     let asked = connection.try_recv().unwrap();
     assert!(
         serde_json::to_string(&asked)
