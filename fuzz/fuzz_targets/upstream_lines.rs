@@ -14,7 +14,7 @@ mod target;
 #[path = "../../mcp-toolsets/src/upstream/lines/envelope.rs"]
 mod envelope;
 
-use rmcp::model::{CallToolResult, RequestId, ServerResult};
+use rmcp::model::{CallToolResult, RequestId};
 
 fuzz_target!(|data: &[u8]| {
     // The one-pass reading of a plain answer takes only what the envelope's reading takes,
