@@ -127,9 +127,10 @@ impl Upstream {
         !headed.is_empty() && headed.contains(tool)
     }
 
-    /// The call posted to a server over HTTP by toolhost itself ([`Posts`]); through rmcp's requests when its tool's name needs encoding, or when
-    /// the server no longer knows the session (rmcp's connection opens a new one and sends
-    /// it there). `None`: it was cancelled (and the server told).
+    /// The call posted to a server over HTTP by toolhost itself ([`Posts`]); through
+    /// rmcp's requests when its tool's name needs encoding, or when the server no longer
+    /// knows the session (rmcp's connection opens a new one and sends it there). `None`: it
+    /// was cancelled (and the server told).
     #[allow(
         clippy::too_many_arguments,
         reason = "the call's parts, as sent_through_rmcp takes them, and the way it goes"
