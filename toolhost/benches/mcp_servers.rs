@@ -129,6 +129,14 @@ struct Server {
     /// gateway's mounted server runs unconfined under valgrind, which has no Landlock).
     #[serde(default)]
     counted_as: Option<Vec<String>>,
+    /// A gateway counted once more, with the server it mounts: this command runs it with
+    /// that server mounted under callgrind, writing its report into `logs`
+    /// (`instructions NAME+mounted: N per call`, both processes).
+    #[serde(default)]
+    counted_with_mounted: Option<CountedWith>,
+    /// Where the mounted server's report is read from, while counted so ([`count`]).
+    #[serde(skip)]
+    mounted_logs: Option<std::path::PathBuf>,
     /// Calls per round for this server, where the plan's would take too long (a peer a
     /// hundred times slower).
     #[serde(default)]
@@ -141,6 +149,14 @@ struct Server {
 struct Attached {
     port: u16,
     pids: Vec<u32>,
+}
+
+/// How a gateway is counted with the server it mounts: its command, and the directory
+/// that server's callgrind report is written into (`--log-file=DIR/%p.log`).
+#[derive(Deserialize, Clone)]
+struct CountedWith {
+    command: Vec<String>,
+    logs: std::path::PathBuf,
 }
 
 /// What a gateway in the plan forwards: the upstream's command and its tool's own name.
@@ -597,6 +613,8 @@ fn bench_server(name: &str, flag: &str, workspace: &str, arguments: &Value) -> S
         files: BTreeMap::new(),
         beside: Vec::new(),
         counted_as: None,
+        counted_with_mounted: None,
+        mounted_logs: None,
         calls: None,
         attached: None,
     }
@@ -626,6 +644,8 @@ fn rmcp_proxy_of(gateway: &Server, of: &ProxyOf) -> Server {
         files: BTreeMap::new(),
         beside: Vec::new(),
         counted_as: None,
+        counted_with_mounted: None,
+        mounted_logs: None,
         calls: None,
         attached: None,
     }
@@ -660,6 +680,8 @@ fn echo(extra: &str) -> Server {
         files: BTreeMap::new(),
         beside: Vec::new(),
         counted_as: None,
+        counted_with_mounted: None,
+        mounted_logs: None,
         calls: None,
         attached: None,
     }
@@ -768,7 +790,7 @@ fn main() {
             "{took} {most} {before}"
         );
         if count::available() {
-            let per_call = count::per_call(&echo("hi"), 50).unwrap();
+            let (per_call, _) = count::per_call(&echo("hi"), 50).unwrap();
             // Reading, parsing and answering one line takes thousands of instructions.
             assert!(per_call > 1000.0, "{per_call}");
             println!(
@@ -877,8 +899,26 @@ fn main() {
             ..server.clone()
         };
         match count::per_call(&counted, plan.count) {
-            Ok(n) => println!("instructions {}: {n:.0} per call", server.name),
+            Ok((n, _)) => println!("instructions {}: {n:.0} per call", server.name),
             Err(e) => println!("instructions {}: not counted: {e}", server.name),
+        }
+        if let Some(with) = &server.counted_with_mounted {
+            let counted = Server {
+                command: with.command.clone(),
+                mounted_logs: Some(with.logs.clone()),
+                ..server.clone()
+            };
+            let name = format!("{}+mounted", server.name);
+            match count::per_call(&counted, plan.count) {
+                Ok((own, Some(mounted))) => println!(
+                    "instructions {name}: {:.0} per call ({own:.0} the gateway's, {mounted:.0} the mounted server's)",
+                    own + mounted
+                ),
+                Ok((_, None)) => {
+                    println!("instructions {name}: not counted: no mounted server's count")
+                }
+                Err(e) => println!("instructions {name}: not counted: {e}"),
+            }
         }
     }
 }

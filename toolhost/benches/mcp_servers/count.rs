@@ -6,9 +6,17 @@
 //! end of input would be cancelled, and counted half) and valgrind reports the instructions
 //! the whole run took. Per call = (I(2n) − I(n)) / n: start-up, `initialize` and shutdown
 //! cancel out.
+//!
+//! A gateway's mounted server can be counted with it: the gateway's configuration mounts
+//! it under callgrind, writing its report into a directory of its own
+//! (`--log-file=DIR/%p.log`, [`Server::mounted_logs`]). Once every call is answered it is
+//! sent SIGTERM (a gateway kills what it mounts as it stops, and a killed process reports
+//! nothing), and its `Collected` line is read from there.
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -23,18 +31,26 @@ pub fn available() -> bool {
 }
 
 /// Instructions per `tools/call` of `server` (a stdio server), from runs of `n` and `2n`
-/// calls.
-pub fn per_call(server: &Server, n: u64) -> Result<f64, String> {
+/// calls: its own, and with [`Server::mounted_logs`] its mounted server's beside them.
+pub fn per_call(server: &Server, n: u64) -> Result<(f64, Option<f64>), String> {
     let once = instructions(server, n)?;
     let twice = instructions(server, 2 * n)?;
-    if twice <= once {
-        return Err(format!(
-            "{}: {twice} instructions for {} calls, not more than {once} for {n}",
-            server.name,
-            2 * n
-        ));
-    }
-    Ok((twice - once) as f64 / n as f64)
+    let per = |what: &str, once: u64, twice: u64| {
+        if twice <= once {
+            return Err(format!(
+                "{}{what}: {twice} instructions for {} calls, not more than {once} for {n}",
+                server.name,
+                2 * n
+            ));
+        }
+        Ok((twice - once) as f64 / n as f64)
+    };
+    let own = per("", once.0, twice.0)?;
+    let mounted = match (once.1, twice.1) {
+        (Some(once), Some(twice)) => Some(per(" (its mounted server)", once, twice)?),
+        _ => None,
+    };
+    Ok((own, mounted))
 }
 
 /// The instructions one run of `calls` calls took, as callgrind collected them.
@@ -43,8 +59,12 @@ pub fn per_call(server: &Server, n: u64) -> Result<f64, String> {
 /// for all of them (its answers go to another), so that it reads the same chunks on every
 /// run: with a writer racing the server, how many lines each read returned moved the count
 /// by a few hundred instructions per call. The input stays open until every call is
-/// answered.
-fn instructions(server: &Server, calls: u64) -> Result<u64, String> {
+/// answered. With [`Server::mounted_logs`], also the mounted server's count (read once the
+/// gateway has stopped).
+fn instructions(server: &Server, calls: u64) -> Result<(u64, Option<u64>), String> {
+    if let Some(dir) = &server.mounted_logs {
+        clear_logs(dir)?;
+    }
     let params = serde_json::json!({"name": server.tool, "arguments": server.arguments});
     let mut requests = String::new();
     requests.push_str(
@@ -114,18 +134,84 @@ fn instructions(server: &Server, calls: u64) -> Result<u64, String> {
             answered += 1;
         }
     }
+    let pid = child.id();
+    // A mounted server is counted first: its gateway would kill it as it stops (no report),
+    // so it is asked to stop (SIGTERM, which callgrind reports on) while its gateway waits.
+    let mounted = match &server.mounted_logs {
+        Some(dir) => {
+            let mounted = toolhost_tests::children_of(pid);
+            for pid in &mounted {
+                if let Some(pid) = rustix::process::Pid::from_raw(*pid) {
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+                }
+            }
+            Some(mounted_count(dir, &mounted).map_err(|e| format!("{}: {e}", server.name))?)
+        }
+        None => None,
+    };
     // Every call answered: end of input now stops the server with nothing in flight.
     drop(to);
-    let pid = child.id();
     let status = child.wait().map_err(|e| e.to_string())?;
     let text = report.join().unwrap_or_default();
-    collected(&text, pid).ok_or_else(|| {
+    let own = collected(&text, pid).ok_or_else(|| {
         format!(
             "{}: valgrind reported no count ({status}): {}",
             server.name,
             text.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
         )
-    })
+    })?;
+    Ok((own, mounted))
+}
+
+/// Empties the directory a mounted server's reports go to (made if missing).
+fn clear_logs(dir: &Path) -> Result<(), String> {
+    let what = |e: std::io::Error| format!("{}: {e}", dir.display());
+    std::fs::create_dir_all(dir).map_err(what)?;
+    for entry in std::fs::read_dir(dir).map_err(what)? {
+        let path = entry.map_err(what)?.path();
+        if path.extension().is_some_and(|e| e == "log") {
+            std::fs::remove_file(&path).map_err(what)?;
+        }
+    }
+    Ok(())
+}
+
+/// How long a mounted server may take to write its report once asked to stop.
+const REPORT_WAIT: Duration = Duration::from_secs(30);
+
+/// The mounted servers' count (`pids`, asked to stop), from their reports in `dir`, each
+/// named for its process: a process one forks reports under its own name, and counts only
+/// what ran before the fork. Waits for each report, written as its process exits.
+fn mounted_count(dir: &Path, pids: &[i32]) -> Result<u64, String> {
+    if pids.is_empty() {
+        return Err("the gateway had started no mounted server to count".into());
+    }
+    let start = Instant::now();
+    let mut total = 0;
+    for pid in pids {
+        let report = dir.join(format!("{pid}.log"));
+        loop {
+            let text = std::fs::read_to_string(&report).unwrap_or_default();
+            // Only a whole line: the report may be read while it is being written.
+            let count = text.split_inclusive('\n').find_map(|l| {
+                let (_, after) = l.strip_suffix('\n')?.split_once("Collected :")?;
+                after.trim().parse::<u64>().ok()
+            });
+            if let Some(n) = count {
+                total += n;
+                break;
+            }
+            if start.elapsed() > REPORT_WAIT {
+                return Err(format!(
+                    "the mounted server (process {pid}) wrote no count into {} within {} s of SIGTERM",
+                    report.display(),
+                    REPORT_WAIT.as_secs()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    Ok(total)
 }
 
 /// A pipe that holds at least `bytes` (its read end, its write end).

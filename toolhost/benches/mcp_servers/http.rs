@@ -467,6 +467,8 @@ pub fn echo(extra: &str) -> Server {
         files: Default::default(),
         beside: Vec::new(),
         counted_as: None,
+        counted_with_mounted: None,
+        mounted_logs: None,
         calls: None,
         attached: None,
     }

@@ -12,11 +12,14 @@
 //!   against `toolhost-http` alone.
 //!
 //! Instructions per call are counted for the gateway's own process (callgrind does not
-//! follow the server it starts). Valgrind has no Landlock, so under it the mounted server
-//! runs unconfined (`sandbox = "host"`): its confinement costs at its start, not per call.
+//! follow the server it starts), and for toolhost in front of toolhost once more with the
+//! mounted server run under callgrind by the gateway (its report written to a directory of
+//! its own): both processes, against the mounted toolhost counted alone. Valgrind has no
+//! Landlock, so under it the mounted server runs unconfined (`sandbox = "host"`): its
+//! confinement costs at its start, not per call.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
@@ -34,6 +37,24 @@ fn mount(id: &str, command: &[String], extra: &str) -> String {
         json!(program),
         json!(args)
     )
+}
+
+/// `command` run under callgrind, its report written into `logs` (one file a process):
+/// how a gateway counted with its mounted server mounts it. `None` without `valgrind` on
+/// the `PATH` (the gateway is given its absolute path: it starts a mounted server with an
+/// environment of its own).
+fn under_callgrind(command: &[String], logs: &Path) -> Option<Vec<String>> {
+    let valgrind = std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join("valgrind"))
+        .find(|p| p.is_file())?;
+    let mut wrapped = vec![
+        valgrind.display().to_string(),
+        "--tool=callgrind".into(),
+        "--callgrind-out-file=/dev/null".into(),
+        format!("--log-file={}", logs.join("%p.log").display()),
+    ];
+    wrapped.extend(command.iter().cloned());
+    Some(wrapped)
 }
 
 /// Why agentgateway (Rust) stands in no row: what building it from its source here met.
@@ -121,6 +142,15 @@ pub(super) fn plan(
         );
         gateway["counted_as"] = json!(serve(&counted));
         gateway["proxy"] = json!({"upstream_tool": "read_file", "command": upstream});
+        let logs: PathBuf = peers.join("gateway-toolhost-mounted-counts");
+        if let Some(both) = under_callgrind(&upstream, &logs).and_then(|wrapped| {
+            write(
+                "gateway-toolhost-count-both.toml",
+                &mount("up", &wrapped, "sandbox = \"host\"\n"),
+            )
+        }) {
+            gateway["counted_with_mounted"] = json!({"command": serve(&both), "logs": logs});
+        }
         plan.push(gateway);
     }
     // toolhost in front of Node's server-everything.
@@ -280,6 +310,21 @@ pub(super) fn rows(
             pass: judged.then_some(g.1 / a.1 <= CPU_TIMES),
         });
     }
+    let figure = "gateway: toolhost serve --mcp in front of toolhost serve --mcp (up__read_file) vs the mounted toolhost alone: instructions per call of both processes (callgrind; the mounted one run under it by the gateway)";
+    rows.push(
+        match (
+            counts.get("gateway-toolhost+mounted"),
+            counts.get("toolhost"),
+        ) {
+            (Some(both), Some(alone)) if *alone > 0.0 => Row {
+                figure: figure.into(),
+                measured: format!("{both:.0} vs {alone:.0}: {:.2}×", both / alone),
+                target: format!("≤ {CPU_TIMES}× (exact run to run)"),
+                pass: Some(both / alone <= CPU_TIMES),
+            },
+            _ => missing(figure),
+        },
+    );
     let floor = "the bench's bare rmcp proxy in front of the same server (rmcp client and server, one tool forwarded)";
     let figure = format!("gateway in front of toolhost: its own CPU per call (timed) vs {floor}");
     rows.push(
@@ -346,6 +391,8 @@ mod tests {
         assert_eq!(own["gateway-toolhost"], 25.0);
         let counts = BTreeMap::from([
             ("gateway-toolhost".to_string(), 60000.0),
+            ("gateway-toolhost+mounted".to_string(), 90000.0),
+            ("toolhost".to_string(), 35000.0),
             ("gateway-toolhost-rmcp-proxy".to_string(), 150000.0),
         ]);
         let rows = rows(&best, &own, &counts);
@@ -359,6 +406,7 @@ mod tests {
                 ("18000 vs 40000: 0.45×", Some(false)),
                 ("40.0 µs vs 14.0 µs: 2.86×", Some(false)),
                 ("not measured", None),
+                ("90000 vs 35000: 2.57×", Some(false)),
                 ("25.0 µs vs 160.0 µs: 0.16×", None),
                 ("60000 vs 150000: 0.40×", Some(true)),
             ]
