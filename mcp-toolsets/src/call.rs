@@ -239,6 +239,9 @@ impl Call<'_> {
                 }
             }
         }
+        // Shared with each round's request, not copied into it: most calls take one round,
+        // and a later one changes what the last left (copied only if it is still held).
+        let mut params = Arc::new(params);
         let mut rounds = 0;
         let asking = self.asking();
         let result = loop {
@@ -313,8 +316,10 @@ impl Call<'_> {
                 Called::InputRequired(asked) => {
                     rounds += 1;
                     let requests = asked.input_requests.unwrap_or_default();
-                    params.input_responses = Some(Box::pin(asking.answer(requests)).await?);
-                    params.request_state = asked.request_state;
+                    let responses = Box::pin(asking.answer(requests)).await?;
+                    let next = Arc::make_mut(&mut params);
+                    next.input_responses = Some(responses);
+                    next.request_state = asked.request_state;
                 }
             }
         };
@@ -359,7 +364,7 @@ impl Call<'_> {
     /// Starts a `tools/call` upstream: its future, polled by this call, and given a task of
     /// its own if it must wait, parked, for a question's answer beyond this call
     /// ([`crate::upstream::parked`]).
-    fn start(&self, params: CallToolRequestParams) -> InFlight {
+    fn start(&self, params: Arc<CallToolRequestParams>) -> InFlight {
         let (tx, from_server) = crate::mailbox::channel();
         let cancel = Arc::new(Cancel::default());
         let caller = Caller {

@@ -275,7 +275,7 @@ fn as_json(result: &ServerResult) -> Value {
 /// their answers are read as JSON.
 pub(crate) async fn call_2025(
     server: Arc<Upstream>,
-    params: rmcp::model::CallToolRequestParams,
+    params: Arc<rmcp::model::CallToolRequestParams>,
     cancel: Arc<Cancel>,
     caller: crate::upstream::Caller,
     to: crate::mailbox::Sender<crate::relay::FromServer>,
@@ -284,7 +284,7 @@ pub(crate) async fn call_2025(
     use rmcp::model::CustomRequest;
     let id = &server.config.id;
     let (peer, _) = server.live_peer().await?;
-    let mut call = serde_json::to_value(&params)
+    let mut call = serde_json::to_value(&*params)
         .map_err(|e| ToolError::failed(format!("cannot send the call: {e}")))?;
     call["task"] = serde_json::json!({"ttl": ttl_2025(&server)});
     let created = tokio::time::timeout(

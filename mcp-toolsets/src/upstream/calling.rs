@@ -44,7 +44,7 @@ impl Upstream {
     /// the call while it runs (its progress, its requests to the user) goes to `to`.
     pub(crate) async fn call(
         self: Arc<Self>,
-        params: CallToolRequestParams,
+        params: Arc<CallToolRequestParams>,
         cancel: Arc<Cancel>,
         caller: Caller,
         to: crate::mailbox::Sender<FromServer>,
@@ -61,13 +61,15 @@ impl Upstream {
         // client's request, rmcp's), not of the one it takes.
         let outcome = match way {
             Way::Written(direct) if !stateless => {
-                self.sent_directly(&direct, params, &cancel, &caller, to)
+                self.sent_directly(&direct, &params, &cancel, &caller, to)
                     .await
             }
             Way::Posted(posts) if !self.has_param_headers(&params.name) => {
+                let params = Arc::unwrap_or_clone(params);
                 Box::pin(self.posted(&posts, &peer, params, &cancel, caller, to, stateless)).await
             }
             _ => {
+                let params = Arc::unwrap_or_clone(params);
                 Box::pin(self.sent_through_rmcp(&peer, params, &cancel, caller, to, stateless))
                     .await
             }
@@ -92,7 +94,7 @@ impl Upstream {
     async fn sent_directly(
         &self,
         direct: &Arc<Direct>,
-        params: CallToolRequestParams,
+        params: &CallToolRequestParams,
         cancel: &Cancel,
         caller: &Caller,
         to: crate::mailbox::Sender<FromServer>,

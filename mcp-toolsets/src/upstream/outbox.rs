@@ -141,10 +141,12 @@ impl Direct {
     }
 
     /// Queues a `tools/call` with `params` (asking for progress when `progress`): it goes
-    /// out with the next flush. `Err` when the server's output has ended.
+    /// out with the next flush. `Err` when the server's output has ended. The parameters
+    /// are only read (the call keeps them for a later round), but for a call that asks for
+    /// progress, whose copy carries the token.
     pub(crate) fn send(
         self: &Arc<Self>,
-        params: CallToolRequestParams,
+        params: &CallToolRequestParams,
         progress: bool,
     ) -> std::io::Result<Sent> {
         if self.closed.load(Ordering::Acquire) {
@@ -160,13 +162,17 @@ impl Direct {
         let label: Arc<str> = label.into();
         let id = RequestId::String(label.clone());
         let token = ProgressToken(NumberOrString::String(label.clone()));
-        let mut params = params;
-        if progress {
-            params
-                .meta
+        let with_token;
+        let params = if progress {
+            let mut copy = params.clone();
+            copy.meta
                 .get_or_insert_default()
                 .set_progress_token(token.clone());
-        }
+            with_token = copy;
+            &with_token
+        } else {
+            params
+        };
         let (tx, answer) = oneshot::channel();
         self.lock().insert(n, tx);
         let sent = Sent {
@@ -182,7 +188,7 @@ impl Direct {
             line.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
             serde_json::to_writer(&mut *line, &*label)?;
             line.extend_from_slice(br#","method":"tools/call","params":"#);
-            serde_json::to_writer(&mut *line, &params)?;
+            serde_json::to_writer(&mut *line, params)?;
             line.push(b'}');
             Ok(())
         })?;

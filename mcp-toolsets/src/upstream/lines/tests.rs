@@ -185,7 +185,7 @@ async fn a_cancelled_call_is_forgotten() {
 async fn direct_call(s: &mut Server, progress: bool) -> (crate::upstream::outbox::Sent, Value) {
     let direct = s.lines.direct();
     let sent = direct
-        .send(CallToolRequestParams::new("t"), progress)
+        .send(&CallToolRequestParams::new("t"), progress)
         .unwrap();
     direct.flush().await.unwrap();
     let mut heard = String::new();
@@ -269,7 +269,7 @@ async fn an_answer_to_a_call_that_stopped_waiting_is_dropped_and_the_end_of_outp
     assert!(
         s.lines
             .direct()
-            .send(CallToolRequestParams::new("t"), false)
+            .send(&CallToolRequestParams::new("t"), false)
             .is_err()
     );
 }

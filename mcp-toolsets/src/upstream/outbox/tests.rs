@@ -59,7 +59,9 @@ async fn calls_made_in_one_turn_of_the_runtime_go_out_in_one_write() {
         .map(|_| {
             let direct = direct.clone();
             tokio::spawn(async move {
-                let sent = direct.send(CallToolRequestParams::new("t"), false).unwrap();
+                let sent = direct
+                    .send(&CallToolRequestParams::new("t"), false)
+                    .unwrap();
                 direct.flush_soon();
                 sent
             })
@@ -81,7 +83,9 @@ async fn calls_made_in_one_turn_of_the_runtime_go_out_in_one_write() {
     assert_eq!(writes.load(Ordering::SeqCst), 1, "one write for the four");
 
     // A call made after the batch went out is written by a write of its own.
-    let later = direct.send(CallToolRequestParams::new("t"), false).unwrap();
+    let later = direct
+        .send(&CallToolRequestParams::new("t"), false)
+        .unwrap();
     direct.flush_soon();
     let mut line = String::new();
     hears.read_line(&mut line).await.unwrap();
@@ -93,13 +97,15 @@ async fn calls_made_in_one_turn_of_the_runtime_go_out_in_one_write() {
 async fn a_batch_that_cannot_be_written_ends_the_calls_waiting_and_later_ones() {
     let (direct, hears, _) = direct();
     drop(hears);
-    let mut sent = direct.send(CallToolRequestParams::new("t"), false).unwrap();
+    let mut sent = direct
+        .send(&CallToolRequestParams::new("t"), false)
+        .unwrap();
     direct.flush_soon();
     let answer = tokio::time::timeout(std::time::Duration::from_secs(5), &mut sent.answer)
         .await
         .expect("the call is told at once, not at its timeout");
     assert!(answer.is_err(), "no answer can come: {answer:?}");
-    let again = direct.send(CallToolRequestParams::new("t"), false);
+    let again = direct.send(&CallToolRequestParams::new("t"), false);
     assert_eq!(
         again.err().map(|e| e.kind()),
         Some(std::io::ErrorKind::NotConnected)
