@@ -62,8 +62,10 @@ pub(crate) enum Ask {
     Nobody,
 }
 
-/// A call whose client takes tasks: whether it became one, asked for by a mounted server
-/// that made a task of it ([`CallRoute::became_task`]) and decided by the handler.
+/// A call whose client takes tasks and did not end at once: whether it became one, asked
+/// for by a mounted server that made a task of it ([`CallRoute::became_task`]) and decided
+/// by the handler. Made only when one of them waits for the other: most calls end in their
+/// first poll and are decided in their route, without it.
 pub(crate) struct Promotion {
     /// A mounted server made a task of the call.
     pub(crate) asked: tokio::sync::Notify,
@@ -118,10 +120,33 @@ struct Entry {
     caps: Option<Arc<ClientCapabilities>>,
     /// The answers a 2026 client's retry brought for a mounted server's relayed round.
     resume: Option<mcp_toolsets::Resume>,
-    /// Set when the call's client takes tasks: whether the call became one.
+    /// The call's client takes tasks: the call may become one.
+    takes_tasks: bool,
+    /// Whether the call became a task, once decided.
+    decided: Option<bool>,
+    /// Shared by the handler and a mounted server's task waiting for the decision, once
+    /// either needs it; taken when the call is decided.
     promotion: Option<Arc<Promotion>>,
     /// The call has ended ([`CallRoute::ended`]).
     ended: bool,
+}
+
+impl Entry {
+    /// Records the decision if none was made: the promotion a waiter shares, to be told.
+    fn decide(&mut self, became: bool) -> Option<Arc<Promotion>> {
+        if self.decided.is_some() {
+            return None;
+        }
+        self.decided = Some(became);
+        self.promotion.take()
+    }
+
+    /// The promotion the handler and a mounted server's task share, made when first
+    /// needed.
+    fn promotion(&mut self) -> &Arc<Promotion> {
+        self.promotion
+            .get_or_insert_with(|| Arc::new(Promotion::new()))
+    }
 }
 
 /// One call's way to its user, carried by the call. Held by the call's handler, its
@@ -133,11 +158,13 @@ pub(crate) struct CallRoute {
 
 impl CallRoute {
     /// A call's route: how its confirmation is answered, the connection of its client if
-    /// that takes requests while the call runs, and what that client can be asked.
+    /// that takes requests while the call runs, what that client can be asked, and whether
+    /// it takes tasks (the call may become one).
     pub(crate) fn new(
         route: Route,
         client: Option<Peer<RoleServer>>,
         caps: Option<Arc<ClientCapabilities>>,
+        takes_tasks: bool,
     ) -> Arc<CallRoute> {
         Arc::new(CallRoute {
             entry: Mutex::new(Entry {
@@ -145,6 +172,8 @@ impl CallRoute {
                 client,
                 caps,
                 resume: None,
+                takes_tasks,
+                decided: None,
                 promotion: None,
                 ended: false,
             }),
@@ -162,13 +191,28 @@ impl CallRoute {
             let mut entry = self.lock();
             entry.route = Route::Asked;
             entry.ended = true;
-            (entry.client.take(), entry.promotion.take())
+            (entry.client.take(), entry.decide(false))
         };
         // Dropped outside the lock (a client's connection among it).
         drop(client);
         if let Some(promotion) = promotion {
             promotion.decide(false);
         }
+    }
+
+    /// Says whether the call became a task (once; later words change nothing), to a
+    /// mounted server's task waiting for it if there is one.
+    pub(crate) fn decide(&self, became: bool) {
+        let promotion = self.lock().decide(became);
+        if let Some(promotion) = promotion {
+            promotion.decide(became);
+        }
+    }
+
+    /// What the handler waits on for a mounted server's word (the call became its task),
+    /// shared with that server's task.
+    pub(crate) fn promotion(&self) -> Arc<Promotion> {
+        self.lock().promotion().clone()
     }
 
     /// The connection of the client that made the call, if it takes requests while the
@@ -209,13 +253,6 @@ impl CallRoute {
         to.send(Question::Relay(asked.clone())).is_ok()
     }
 
-    /// Marks the call as one that may become a task.
-    pub(crate) fn offer_task(&self) -> Arc<Promotion> {
-        let promotion = Arc::new(Promotion::new());
-        self.lock().promotion = Some(promotion.clone());
-        promotion
-    }
-
     /// Makes the call a task: its questions go to `task` from now on. `false` when a
     /// question already ended its round ([`Route::Asked`]), unless `asked` says the
     /// handler holds that question itself, and when the call has ended.
@@ -240,10 +277,18 @@ impl CallRoute {
     /// toolhost's too, and says whether it did (`false` at once for a call whose client
     /// does not take tasks).
     pub(crate) fn became_task(&self) -> mcp_toolsets::RelayFuture<bool> {
-        let promotion = self.lock().promotion.clone();
+        let promotion = {
+            let mut entry = self.lock();
+            match entry.decided {
+                _ if !entry.takes_tasks => Err(false),
+                Some(became) => Err(became),
+                None => Ok(entry.promotion().clone()),
+            }
+        };
         Box::pin(async move {
-            let Some(promotion) = promotion else {
-                return mcp_toolsets::Relayed::Answered(false);
+            let promotion = match promotion {
+                Ok(promotion) => promotion,
+                Err(decided) => return mcp_toolsets::Relayed::Answered(decided),
             };
             promotion.asked.notify_one();
             mcp_toolsets::Relayed::Answered(promotion.decision().await)

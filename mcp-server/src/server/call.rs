@@ -286,8 +286,7 @@ impl McpServer {
         // with it (2025 era). A mounted server's tool finds it in the call's origin, with
         // who calls and with which token.
         let client = peer.filter(|_| era == Era::Session);
-        let route = CallRoute::new(route, client, asked);
-        let promotion = takes_tasks.then(|| route.offer_task());
+        let route = CallRoute::new(route, client, asked, takes_tasks);
         if let Some(resume) = resume {
             route.resume_with(resume);
         }
@@ -347,14 +346,11 @@ impl McpServer {
             tool_use_id: &tool_use_id,
             route: &route,
         };
-        match promotion {
-            None => self.answer_in_request(&call, run, deferred, ct).await,
-            // Boxed: the rarer way is the larger, and a call's state is as large as its
-            // largest await.
-            Some(promotion) => {
-                Box::pin(self.answer_as_task(&call, run, deferred, ct, promotion, mode, telling))
-                    .await
-            }
+        if takes_tasks {
+            self.answer_taking_tasks(&call, run, deferred, ct, mode, telling)
+                .await
+        } else {
+            self.answer_in_request(&call, run, deferred, ct).await
         }
     }
 
@@ -492,9 +488,44 @@ impl McpServer {
         }
     }
 
-    /// The answer of a call whose client takes tasks: the call runs on its own, and
-    /// becomes a task when it runs past `[mcp.tasks] after`, when a mounted server made a
-    /// task of it, or when it has to ask its user (the question waits in the task).
+    /// The answer of a call whose client takes tasks. A call that ends in its first poll
+    /// (a native tool that does not wait, mostly) is answered here: no task of its own, no
+    /// timer for `after` (setting one costs the runtime a system call to wake its driver
+    /// when no other timer is set), and none of the task's way put on the heap. A call the
+    /// client asked to make a task of is one whatever it takes.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the parts of one call, each used once"
+    )]
+    async fn answer_taking_tasks(
+        &self,
+        call: &Running<'_>,
+        mut run: Pin<Box<impl Future<Output = Finished> + Send + 'static>>,
+        deferred: impl Future<Output = Question>,
+        ct: tokio_util::sync::CancellationToken,
+        mode: TaskMode,
+        telling: Vec<tokio::task::AbortHandle>,
+    ) -> Result<CallToolResponse, McpError> {
+        if mode == TaskMode::Auto
+            && let Some(finished) = futures_util::FutureExt::now_or_never(&mut run)
+        {
+            call.route.decide(false);
+            let mut deferred = std::pin::pin!(deferred);
+            // A mounted server's round handed over as the call ended still comes first.
+            return match futures_util::FutureExt::now_or_never(&mut deferred) {
+                Some(question) => call.round(self, question).await,
+                None => finished.answer(),
+            };
+        }
+        // Boxed: the rarer way is the larger, and a call's state is as large as its
+        // largest await.
+        Box::pin(self.answer_as_task(call, run, deferred, ct, mode, telling)).await
+    }
+
+    /// The answer of a call whose client takes tasks and that did not end in its first
+    /// poll: the call runs on its own, and becomes a task when it runs past
+    /// `[mcp.tasks] after`, when a mounted server made a task of it, or when it has to ask
+    /// its user (the question waits in the task).
     #[allow(
         clippy::too_many_arguments,
         reason = "the parts of one call, each used once"
@@ -502,30 +533,15 @@ impl McpServer {
     async fn answer_as_task(
         &self,
         call: &Running<'_>,
-        run: impl Future<Output = Finished> + Send + 'static,
+        run: Pin<Box<impl Future<Output = Finished> + Send + 'static>>,
         deferred: impl Future<Output = Question>,
         ct: tokio_util::sync::CancellationToken,
-        promotion: Arc<crate::route::Promotion>,
         mode: TaskMode,
         telling: Vec<tokio::task::AbortHandle>,
     ) -> Result<CallToolResponse, McpError> {
         let dispatcher = &self.shared.dispatcher;
         tokio::pin!(deferred);
-        let mut run = Box::pin(run);
-        // A call that ends in its first poll (a native tool that does not wait, mostly)
-        // is answered here: no task of its own, and no timer for `after` (setting one
-        // costs the runtime a system call to wake its driver when no other timer is
-        // set). A call the client asked to make a task of is one whatever it takes.
-        if mode == TaskMode::Auto
-            && let Some(finished) = futures_util::FutureExt::now_or_never(&mut run)
-        {
-            promotion.decide(false);
-            // A mounted server's round handed over as the call ended still comes first.
-            return match futures_util::FutureExt::now_or_never(&mut deferred) {
-                Some(question) => call.round(self, question).await,
-                None => finished.answer(),
-            };
-        }
+        let promotion = call.route.promotion();
         let mut running = tokio::spawn(run);
         let after = tokio::time::sleep(self.shared.tasks.settings().after);
         tokio::pin!(after);
@@ -544,12 +560,12 @@ impl McpServer {
                 // round.
                 relayed @ Question::Relay(_) => {
                     running.abort();
-                    promotion.decide(false);
+                    call.route.decide(false);
                     return call.round(self, relayed).await;
                 }
             },
             finished = &mut running => {
-                promotion.decide(false);
+                call.route.decide(false);
                 return Finished::joined(finished).answer();
             }
             () = promotion.asked.notified() => None,
@@ -557,7 +573,7 @@ impl McpServer {
             _ = ct.cancelled() => {
                 tracing::info!(tool = %call.name, "client cancelled the call");
                 dispatcher.request_cancel(call.session, call.tool_use_id);
-                promotion.decide(false);
+                call.route.decide(false);
                 return Finished::joined(running.await).answer();
             }
             }
@@ -587,7 +603,7 @@ impl McpServer {
                 }
                 became
             });
-        promotion.decide(task.is_some());
+        call.route.decide(task.is_some());
         let Some((task, handle)) = task else {
             // No task (this client's tasks are all running, or a question ended the round
             // first): the call answers in its request, as without tasks.
