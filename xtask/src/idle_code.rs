@@ -9,10 +9,10 @@
 //! `dist`) under callgrind; each becomes a pattern with its hashes left out (`17h*` for a
 //! legacy symbol's, `Cs*_` for a v0 symbol's crates, and the numbered suffix LTO gives an
 //! internal copy), so that the script still matches after a change of compiler,
-//! dependency or profile, and every instance of a generic. Run it again when what a server
-//! does at start changes: the bench's idle RSS rows fail when the script no longer holds
-//! what an idle server runs (written 206 commits earlier, before the gateway's work, the
-//! script left `serve --mcp` at 21.2 MiB idle where 15 are allowed).
+//! dependency or profile, and every instance of a generic; each function's cold copy
+//! (`.text.unlikely.NAME`) is gathered beside it. Run it again when what a server does at
+//! start changes: the bench's idle RSS rows fail, naming this command, when the script no
+//! longer holds what an idle server runs.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
