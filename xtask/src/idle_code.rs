@@ -9,7 +9,10 @@
 //! `dist`) under callgrind; each becomes a pattern with its hashes left out (`17h*` for a
 //! legacy symbol's, `Cs*_` for a v0 symbol's crates, and the numbered suffix LTO gives an
 //! internal copy), so that the script still matches after a change of compiler,
-//! dependency or profile, and every instance of a generic; each function's cold copy
+//! dependency or profile. A generic function's instances keep their hash (the start runs
+//! a deserializer for a few of the hundreds of types it has instances for): such a
+//! pattern matches only in a build by the same compiler from the same dependencies, and
+//! where it does not, that one function stays in `.text`. Each function's cold copy
 //! (`.text.unlikely.NAME`) is gathered beside it. Run it again when what a server does at
 //! start changes: the bench's idle RSS rows fail, naming this command, when the script no
 //! longer holds what an idle server runs.
@@ -70,7 +73,8 @@ pub fn idle_code() -> Result {
     )?);
     functions.sort();
     functions.dedup();
-    let script = linker_script(&functions);
+    let instances = legacy_instances(&binary)?;
+    let script = linker_script(&functions, &instances);
     io(
         SCRIPT,
         std::fs::write(root().join(SCRIPT), script.as_bytes()),
@@ -84,6 +88,8 @@ pub fn idle_code() -> Result {
 }
 
 /// The mangled names of the functions `binary` ran in the session, as callgrind saw them.
+/// The session runs once first, unprofiled: a start as most are, after a first one has
+/// remembered what it may (the plugin's layout check, `plugin-host/src/layouts.rs`).
 fn profiled_functions(
     binary: &Path,
     ws: &Path,
@@ -91,15 +97,42 @@ fn profiled_functions(
     args: &[&std::ffi::OsStr],
     session: &str,
 ) -> Result<Vec<String>> {
-    let mut child = io(
-        "start valgrind (apt-get install valgrind)",
-        Command::new("valgrind")
-            .args(["--tool=callgrind", "--demangle=no"])
-            .arg(format!("--callgrind-out-file={}", profile.display()))
-            .arg(binary)
+    let serve = |command: &mut Command| {
+        command
             .args(["serve", "--mcp", "--workspace"])
             .arg(ws)
-            .args(args)
+            .args(args);
+    };
+    let mut plain = Command::new(binary);
+    serve(&mut plain);
+    run_session(
+        "start the built toolhost",
+        "run the session once unprofiled",
+        &mut plain,
+        session,
+    )?;
+    let mut profiled = Command::new("valgrind");
+    profiled
+        .args(["--tool=callgrind", "--demangle=no"])
+        .arg(format!("--callgrind-out-file={}", profile.display()))
+        .arg(binary);
+    serve(&mut profiled);
+    run_session(
+        "start valgrind (apt-get install valgrind)",
+        "profile an idle session",
+        &mut profiled,
+        session,
+    )?;
+    let text = io("read callgrind's profile", std::fs::read_to_string(profile))?;
+    Ok(functions_of(&text, &binary.display().to_string()))
+}
+
+/// Runs `command` (a server on stdio) through `session`: sends it, waits for the call's
+/// answer, then closes the input and waits for the server to end.
+fn run_session(start: &str, step: &str, command: &mut Command, session: &str) -> Result {
+    let mut child = io(
+        start,
+        command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -124,15 +157,14 @@ fn profiled_functions(
         }
     }
     drop(input);
-    let status = io("wait for valgrind", child.wait())?;
+    let status = io("wait for the server", child.wait())?;
     if answered == 0 || !status.success() {
         return fail(
-            "profile an idle session",
+            step,
             format!("the server did not answer its call ({status})"),
         );
     }
-    let text = io("read callgrind's profile", std::fs::read_to_string(profile))?;
-    Ok(functions_of(&text, &binary.display().to_string()))
+    Ok(())
 }
 
 /// The names of the functions of object `binary` in a callgrind profile (`ob=`, `fn=` and
@@ -179,8 +211,62 @@ fn functions_of(profile: &str, binary: &str) -> Vec<String> {
     ours.into_iter().collect()
 }
 
-/// A symbol name as a section pattern that holds across builds: its hashes left out.
-fn pattern(name: &str) -> Option<String> {
+/// How many functions of `binary` each legacy name stands for once its hash is left out
+/// (`…17h`): the instances of a generic function, from the binary's symbol table as `nm`
+/// lists it.
+fn legacy_instances(binary: &Path) -> Result<Instances> {
+    let listed = io(
+        "list the built toolhost's symbols (nm, from binutils)",
+        Command::new("nm")
+            .arg("--defined-only")
+            .arg(binary)
+            .stderr(Stdio::inherit())
+            .output(),
+    )?;
+    if !listed.status.success() {
+        return fail(
+            "list the built toolhost's symbols",
+            format!("nm {} failed ({})", binary.display(), listed.status),
+        );
+    }
+    Ok(instances_of(&String::from_utf8_lossy(&listed.stdout)))
+}
+
+/// The legacy names of the functions in `nm`'s listing (`ADDRESS KIND NAME`, code being
+/// kind `t`, `T` or `W`), each counted once per symbol, without its hash.
+fn instances_of(listing: &str) -> Instances {
+    let mut counts = Instances::new();
+    for line in listing.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(_), Some(kind), Some(name)) = (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        if matches!(kind, "t" | "T" | "W")
+            && let Some((stem, _)) = legacy(name)
+        {
+            *counts.entry(stem.to_string()).or_default() += 1;
+        }
+    }
+    counts
+}
+
+/// Functions of the binary by legacy name without its hash.
+type Instances = std::collections::HashMap<String, usize>;
+
+/// A legacy symbol (`_ZN…17h<16 hex>E`, then maybe `.llvm.N`) as its name without the
+/// hash (`_ZN…17h`) and with it (`_ZN…17h<16 hex>E`).
+fn legacy(name: &str) -> Option<(&str, &str)> {
+    let at = name.rfind("17h").filter(|_| name.starts_with("_ZN"))?;
+    let hash = name.get(at + 3..at + 20)?;
+    (hash[..16].bytes().all(|b| b.is_ascii_hexdigit()) && hash.ends_with('E'))
+        .then(|| (&name[..at + 3], &name[..at + 20]))
+}
+
+/// A symbol name as a section pattern that holds across builds: its hashes left out, but
+/// for a legacy name the binary holds several functions of (a generic function's
+/// instances: the hash tells them apart).
+fn pattern(name: &str, instances: &Instances) -> Option<String> {
     // callgrind marks recursion levels (`name'2`).
     let name = name.split('\'').next()?;
     let symbol = name
@@ -191,12 +277,17 @@ fn pattern(name: &str) -> Option<String> {
     if !symbol {
         return None;
     }
-    if let Some(at) = name.find("17h").filter(|_| name.starts_with("_ZN")) {
-        // Legacy: `…17h<16 hex>E`, then maybe `.llvm.N`.
-        let hash = &name[at + 3..];
-        if hash.len() >= 17 && hash[..16].bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Some(format!("{}17h*", &name[..at]));
-        }
+    if let Some((stem, exact)) = legacy(name) {
+        // A legacy name without its hash matches every instance of a generic function,
+        // and the start runs the configuration's deserializers for a few types of the
+        // hundreds they have instances for: kept, the hash matches only the instance that
+        // ran, and only in a build by the same compiler from the same dependencies (where
+        // it differs, that function stays in `.text`, as if never gathered).
+        return Some(if instances.get(stem).is_some_and(|&n| n > 1) {
+            format!("{exact}*")
+        } else {
+            format!("{stem}*")
+        });
     }
     // A v0 or C name holds no `.`: what follows one is a suffix the compiler added to
     // tell apart copies of a function (`.1838` for an internal one under LTO, `.llvm.N`,
@@ -229,9 +320,11 @@ fn pattern(name: &str) -> Option<String> {
 
 /// The linker script: one output section, `.text.hot_at_idle`, before `.text`, gathering
 /// the functions' sections.
-fn linker_script(functions: &[String]) -> String {
-    let patterns: std::collections::BTreeSet<String> =
-        functions.iter().filter_map(|f| pattern(f)).collect();
+fn linker_script(functions: &[String], instances: &Instances) -> String {
+    let patterns: std::collections::BTreeSet<String> = functions
+        .iter()
+        .filter_map(|f| pattern(f, instances))
+        .collect();
     let mut script = String::from(
         "/* Generated by `cargo xtask idle-code` (xtask/src/idle_code.rs): the code an idle\n   `serve --mcp` runs, gathered before the rest of .text so that its pages are few.\n   Used by toolhost/build.rs; regenerate when what a server does at start changes. */\nSECTIONS\n{\n  .text.hot_at_idle :\n  {\n",
     );
@@ -255,6 +348,10 @@ mod tests {
 
     #[test]
     fn a_symbols_hashes_are_left_out_of_its_pattern() {
+        let one_instance = Instances::from([(
+            "_ZN10serde_core3ser12SerializeMap15serialize_entry17h".into(),
+            1,
+        )]);
         let cases = [
             (
                 "_ZN10serde_core3ser12SerializeMap15serialize_entry17h1535b59fba97960dE'2",
@@ -278,8 +375,57 @@ mod tests {
             ("0x000000000058f230", None),
         ];
         for (name, expected) in cases {
-            assert_eq!(pattern(name).as_deref(), expected, "{name}");
+            assert_eq!(pattern(name, &one_instance).as_deref(), expected, "{name}");
         }
+    }
+
+    #[test]
+    fn the_instances_are_counted_from_the_code_symbols_of_nms_listing() {
+        let listing = "\
+0000000000401000 t _ZN4toml2de11deserialize17h0123456789abcdefE.llvm.77
+0000000000402000 t _ZN4toml2de11deserialize17hfedcba9876543210E
+0000000000403000 T _ZN4main4main17h00000000000000aaE
+0000000000404000 r _ZN4toml2de11deserialize17h1111111111111111E
+0000000000405000 T mi_free
+";
+        let instances = instances_of(listing);
+        assert_eq!(instances.get("_ZN4toml2de11deserialize17h"), Some(&2));
+        assert_eq!(instances.get("_ZN4main4main17h"), Some(&1));
+        assert_eq!(instances.len(), 2, "{instances:?}");
+    }
+
+    #[test]
+    fn a_generic_functions_instance_keeps_its_hash() {
+        let instances = Instances::from([("_ZN4toml2de11deserialize17h".into(), 212)]);
+        assert_eq!(
+            pattern(
+                "_ZN4toml2de11deserialize17h0123456789abcdefE.llvm.77",
+                &instances
+            )
+            .as_deref(),
+            Some("_ZN4toml2de11deserialize17h0123456789abcdefE*")
+        );
+    }
+
+    #[inline(never)]
+    fn instantiated<T: std::fmt::Debug>(value: T) -> String {
+        format!("{value:?}")
+    }
+
+    #[test]
+    fn the_instances_of_a_generic_function_are_counted_from_the_binarys_symbols() {
+        assert_eq!(
+            std::hint::black_box(instantiated(1u8)) + &instantiated("a"),
+            "1\"a\""
+        );
+        let binary = std::env::current_exe().expect("the test binary");
+        let instances = legacy_instances(&binary).expect("its symbols");
+        let ours: Vec<_> = instances
+            .iter()
+            .filter(|(stem, _)| stem.contains("9idle_code5tests12instantiated17h"))
+            .collect();
+        assert_eq!(ours.len(), 1, "{ours:?}");
+        assert_eq!(*ours[0].1, 2, "{ours:?}");
     }
 
     #[test]
@@ -289,7 +435,7 @@ mod tests {
             functions_of(profile, "/bin/toolhost"),
             ["_ZN1a1f17h0123456789abcdefE", "hot_at_idle_fn", "mi_free"]
         );
-        let script = linker_script(&functions_of(profile, "/bin/toolhost"));
+        let script = linker_script(&functions_of(profile, "/bin/toolhost"), &Instances::new());
         assert!(
             script.contains(
                 "    *(.text._ZN1a1f17h* .text.unlikely._ZN1a1f17h*)\n    *(.text.hot_at_idle_fn* .text.unlikely.hot_at_idle_fn*)\n    *(.text.mi_free* .text.unlikely.mi_free*)\n"
