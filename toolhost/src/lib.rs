@@ -29,6 +29,7 @@ mod login;
 mod mcp_add;
 mod plugin_sources;
 mod policy_files;
+pub mod quiet;
 mod reload;
 mod remote;
 mod sandbox_report;

@@ -14,6 +14,8 @@
 //! configuration. Logs go to stderr (`TOOLHOST_LOG=debug` for more).
 
 fn main() -> std::process::ExitCode {
+    #[cfg(all(feature = "mimalloc", target_os = "linux", target_env = "gnu"))]
+    toolhost::quiet::set_release(allocator::release_free_memory);
     toolhost::cli::main()
 }
 

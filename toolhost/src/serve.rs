@@ -384,7 +384,9 @@ async fn serve_mcp(
     let direct_server = server.for_same_client();
     tracing::info!(workspace = %args.workspace.display(), "MCP server on stdio");
     let (eof_tx, eof_rx) = tokio::sync::oneshot::channel();
-    let stdin = mcp::EofNotify::new(protocol_stdin(), eof_tx);
+    let (stdin, quiet) = crate::quiet::watch_input(protocol_stdin());
+    let quiet = quiet.map(tokio::spawn);
+    let stdin = mcp::EofNotify::new(stdin, eof_tx);
     let on_eof = {
         let dispatcher = dispatcher.clone();
         tokio::spawn(async move {
@@ -432,6 +434,9 @@ async fn serve_mcp(
         }
     }
     on_eof.abort();
+    if let Some(quiet) = quiet {
+        quiet.abort();
+    }
     if let Some(control) = control {
         control.abort();
     }

@@ -357,6 +357,43 @@ async fn without_elicitation_the_fallback_denies_and_names_the_keys_that_allow()
     service.cancel().await.unwrap();
 }
 
+/// The binary's allocator is mimalloc (`toolhost/src/allocator.rs`), whose free memory an
+/// idle server gives back (`toolhost/src/quiet.rs`).
+#[cfg(all(feature = "mimalloc", target_os = "linux", target_env = "gnu"))]
+#[test]
+fn a_server_gives_its_free_memory_back_once_per_spell_its_client_is_quiet() {
+    use std::io::{BufRead as _, Read as _, Write as _};
+    let ws = workspace();
+    let mut command = raw_server_command(ws.path(), &[]);
+    command.env("TOOLHOST_LOG", "toolhost::quiet=debug");
+    let (mut child, mut stdin) = raw_server_from(command, json!({}));
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.contains(r#""id":1"#), "{line}");
+    // Quiet for well over the 100 ms, twice, with one request between.
+    std::thread::sleep(Duration::from_millis(800));
+    writeln!(stdin, r#"{{"jsonrpc":"2.0","id":2,"method":"tools/list"}}"#).unwrap();
+    line.clear();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.contains(r#""id":2"#), "{line}");
+    std::thread::sleep(Duration::from_millis(800));
+    drop(stdin);
+    child.wait().unwrap();
+    let mut log = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    assert_eq!(
+        log.matches("gave the allocator's free memory back").count(),
+        2,
+        "{log}"
+    );
+}
+
 #[test]
 fn the_fallback_explains_itself_to_a_client_that_sends_no_progress_token() {
     let ws = workspace();
@@ -514,16 +551,31 @@ fn raw_server(
     extra: &[&std::ffi::OsStr],
     capabilities: Value,
 ) -> (std::process::Child, std::process::ChildStdin) {
-    use std::io::Write;
-    use std::process::{Command, Stdio};
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolhost"))
+    raw_server_from(raw_server_command(ws, extra), capabilities)
+}
+
+/// The command [`raw_server`] runs.
+fn raw_server_command(ws: &Path, extra: &[&std::ffi::OsStr]) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    command
         .args(["serve", "--mcp", "--workspace"])
         .arg(ws)
         .args(extra)
         .current_dir(ws)
         .env("XDG_CONFIG_HOME", ws.join(".no-config"))
         .env("XDG_CACHE_HOME", ws.join(".cache"))
-        .env("XDG_STATE_HOME", ws.join(".state"))
+        .env("XDG_STATE_HOME", ws.join(".state"));
+    command
+}
+
+/// [`raw_server`] of `command`.
+fn raw_server_from(
+    mut command: std::process::Command,
+    capabilities: Value,
+) -> (std::process::Child, std::process::ChildStdin) {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
