@@ -141,6 +141,11 @@ struct Server {
     /// hundred times slower).
     #[serde(default)]
     calls: Option<u64>,
+    /// Requests kept outstanding for this server, where not the plan's `inflight`: a
+    /// server alone with as many calls in flight as a gateway in front of it sends under
+    /// its default session cap.
+    #[serde(default)]
+    inflight: Option<u64>,
 }
 
 /// A server of the plan that runs already: its port, and its processes (the first is the
@@ -617,6 +622,7 @@ fn bench_server(name: &str, flag: &str, workspace: &str, arguments: &Value) -> S
         mounted_logs: None,
         calls: None,
         attached: None,
+        inflight: None,
     }
 }
 
@@ -648,6 +654,7 @@ fn rmcp_proxy_of(gateway: &Server, of: &ProxyOf) -> Server {
         mounted_logs: None,
         calls: None,
         attached: None,
+        inflight: None,
     }
 }
 
@@ -684,6 +691,7 @@ fn echo(extra: &str) -> Server {
         mounted_logs: None,
         calls: None,
         attached: None,
+        inflight: None,
     }
 }
 
@@ -839,7 +847,7 @@ fn main() {
     for r in 0..plan.rounds {
         for (i, server) in servers.iter().enumerate() {
             let calls = server.calls.unwrap_or(plan.calls);
-            let f = round(server, calls, plan.inflight);
+            let f = round(server, calls, server.inflight.unwrap_or(plan.inflight));
             if f.failed > 0 {
                 println!(
                     "failed {}: {} of {calls} calls failed in round {r}",

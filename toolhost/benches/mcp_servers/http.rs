@@ -471,5 +471,6 @@ pub fn echo(extra: &str) -> Server {
         mounted_logs: None,
         calls: None,
         attached: None,
+        inflight: None,
     }
 }

@@ -184,13 +184,15 @@ pub(super) fn mcp_servers(
         over_http(serve(&configs.bare)),
     );
     http["http"] = serde_json::json!({"stateless": true});
+    let toolhost = server(
+        "toolhost",
+        "read_file",
+        serde_json::json!({"path": "a.txt"}),
+        serve(&configs.bare),
+    );
     let mut servers = vec![
-        server(
-            "toolhost",
-            "read_file",
-            serde_json::json!({"path": "a.txt"}),
-            serve(&configs.bare),
-        ),
+        super::gateway::at_session_cap(&toolhost),
+        toolhost,
         http,
         server(
             "toolhost-plugin",
@@ -237,6 +239,7 @@ pub(super) fn mcp_servers(
             );
             // Node's JIT under callgrind is far too slow to count, and stands beside no floor.
             stdio["count"] = false.into();
+            servers.push(super::gateway::at_session_cap(&stdio));
             servers.push(stdio);
             let mut http = server(
                 "everything-http",
