@@ -19,12 +19,17 @@ use tool_api::SandboxMode;
 /// The default bound on a tool's own declared timeout: an hour, which a long build fits in.
 pub const DEFAULT_MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 
+/// Calls of one session that may execute at once unless `max_concurrency` says otherwise
+/// (the spec's 4). A gateway sends the server it mounts no more than this at once under
+/// the default configuration; `cargo xtask bench` measures each stdio server alone at it.
+pub const DEFAULT_MAX_CONCURRENCY: usize = 4;
+
 /// Limits and timeouts of a dispatcher. Every field has a default. The sections a
 /// configuration file has as tables (`[timeouts]`, `[results]`, `[limits]`) deserialize
 /// themselves ([`Timeouts`], [`ResultLimits`], [`RateLimits`]).
 #[derive(Debug, Clone)]
 pub struct DispatcherConfig {
-    /// Calls of one session that may execute at once (default 4).
+    /// Calls of one session that may execute at once (default [`DEFAULT_MAX_CONCURRENCY`]).
     pub max_concurrency: usize,
     /// How long calls, confirmations and cancellations may take.
     pub timeouts: Timeouts,
@@ -51,7 +56,7 @@ pub struct DispatcherConfig {
 impl Default for DispatcherConfig {
     fn default() -> Self {
         DispatcherConfig {
-            max_concurrency: 4,
+            max_concurrency: DEFAULT_MAX_CONCURRENCY,
             timeouts: Timeouts::default(),
             results: ResultLimits::default(),
             toolset_separator: "__".to_string(),

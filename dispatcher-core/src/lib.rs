@@ -40,8 +40,8 @@ use std::sync::Arc;
 pub use blocking::RunTimes;
 pub use call::{CallHeader, CallView};
 pub use config::{
-    Chars, DEFAULT_MAX_TIMEOUT, DispatcherConfig, Limit, OnExecuteError, ResultLimits, SEPARATORS,
-    Seconds, Separator, Timeouts, non_empty, sandbox_mode,
+    Chars, DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_TIMEOUT, DispatcherConfig, Limit, OnExecuteError,
+    ResultLimits, SEPARATORS, Seconds, Separator, Timeouts, non_empty, sandbox_mode,
 };
 pub use confirmation::{
     Answer, ConfirmFuture, ConfirmationBroker, ConfirmationRequest, Confirmer, DecidedBy, Decision,
