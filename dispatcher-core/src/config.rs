@@ -21,7 +21,8 @@ pub const DEFAULT_MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// Calls of one session that may execute at once unless `max_concurrency` says otherwise
 /// (the spec's 4). A gateway sends the server it mounts no more than this at once under
-/// the default configuration; `cargo xtask bench` measures each stdio server alone at it.
+/// the default configuration; `cargo xtask bench` measures each stdio server alone at it
+/// (its at-cap rows).
 pub const DEFAULT_MAX_CONCURRENCY: usize = 4;
 
 /// Limits and timeouts of a dispatcher. Every field has a default. The sections a

@@ -4,10 +4,10 @@
 //! mimalloc returns freed memory to the system a while after it was freed (10 ms), but
 //! only when it next runs: a server whose client has stopped sending allocates nothing,
 //! so it kept what its start and its last calls freed (2.6 MB: 14.4 MiB resident in an
-//! idle `dist` server, 11.9 once released; `docs/performance.md`). The binary sets what releases it ([`set_release`]: its allocator's collection);
-//! a server runs it once its input has been quiet for [`QUIET`], and again after each
-//! later burst, never while messages keep coming. A program that embeds toolhost and
-//! sets nothing releases nothing.
+//! idle `dist` server, 11.9 once released; `docs/performance.md`). The binary sets what
+//! releases it ([`set_release`]: its allocator's collection); a server runs it once its
+//! input has been quiet for [`QUIET`], and again after each later burst, never while
+//! messages keep coming. A program that embeds toolhost and sets nothing releases nothing.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
