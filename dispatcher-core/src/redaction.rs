@@ -99,7 +99,7 @@ impl Secrets {
     }
 
     /// What happens to `tool`'s results, and the key that says so.
-    pub fn action_for(&self, tool: &str) -> (Action, String) {
+    pub fn action_for(&self, tool: &str) -> (Action, std::borrow::Cow<'static, str>) {
         self.inner.settings.action_for(tool, crate::glob_matches)
     }
 

@@ -1,6 +1,7 @@
 //! The [`Scanner`]: rules compiled once; each text searched for all their keywords in one
 //! pass, and a rule's pattern run only on the stretch around its keywords.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
@@ -19,6 +20,16 @@ const REACH_BACK: usize = 512;
 /// How far past its keyword a match may end, unless the rule says (`span`): the tokens
 /// and assignments are found on their keyword's line.
 const DEFAULT_SPAN: usize = 512;
+
+/// The most of its capacity a thread keeps for the lowercased copy of the texts it scans
+/// ([`LOWER`]): a larger text's copy is let go after its scan.
+const KEEP_LOWER: usize = 64 * 1024;
+
+thread_local! {
+    /// The text being scanned, lowercased for the keywords found in any case: kept
+    /// between scans on the thread, so that scanning a result allocates nothing.
+    static LOWER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
 
 /// A rule as written (in `rules.toml`, or in the config's `[[secrets.rules]]`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -128,10 +139,13 @@ pub struct Scanner {
     /// The keywords of the rules whose pattern is case-sensitive, searched for as written;
     /// and those of the rules whose pattern is not (`(?i…`), lowercased and searched for
     /// in the text lowercased (the same offsets: only ASCII letters change). Both run on
-    /// SIMD prefilters, where a search in any case took 2.3 ms a MB on its automaton.
+    /// SIMD prefilters, where a search in any case took 2.3 ms a MB on its automaton (and
+    /// on the faster of them up to 32 keywords: `rules.toml` keeps them fewer).
     keywords: [Keywords; 2],
     /// The longest span of a rule that stays on its keyword's line.
     reach: usize,
+    /// The length of the shortest keyword: a shorter text holds none.
+    shortest: usize,
 }
 
 /// One search for keywords, and the rules each keyword starts: its own, and those of
@@ -241,6 +255,12 @@ impl Scanner {
             .map(|r| r.span)
             .max()
             .unwrap_or(DEFAULT_SPAN);
+        let shortest = specs
+            .iter()
+            .flat_map(|s| &s.keywords)
+            .map(String::len)
+            .min()
+            .unwrap_or(0);
         Ok(Scanner {
             rules,
             keywords: [
@@ -248,6 +268,7 @@ impl Scanner {
                 Keywords::new(&any_case, true)?,
             ],
             reach,
+            shortest,
         })
     }
 
@@ -262,55 +283,27 @@ impl Scanner {
         // Per rule, the stretches of text to run its pattern on: around each keyword,
         // merged where they meet. Made at the first keyword found: most texts hold none.
         let mut stretches: Vec<Vec<(usize, usize)>> = Vec::new();
-        let lower = self.keywords[1]
-            .search
-            .is_some()
-            .then(|| text.to_ascii_lowercase());
-        for (keywords, haystack) in self.keywords.iter().zip([Some(text), lower.as_deref()]) {
-            let (Some(search), Some(haystack)) = (&keywords.search, haystack) else {
-                continue;
-            };
-            // The line of the last hit, when its end was found: the next hit is often on it.
-            let mut line = (0usize, 0usize);
-            for hit in search.find_iter(haystack) {
-                let (start, line_end) = if hit.start() >= line.0 && hit.end() <= line.1 {
-                    line
-                } else {
-                    let back = floor(text, hit.start().saturating_sub(REACH_BACK));
-                    let start = memchr::memrchr(b'\n', &text.as_bytes()[back..hit.start()])
-                        .map_or(back, |at| back + at + 1);
-                    // No rule that stays on its line reaches further than this.
-                    let ahead = (hit.end() + self.reach).min(text.len());
-                    match memchr::memchr(b'\n', &text.as_bytes()[hit.end()..ahead]) {
-                        Some(at) => {
-                            line = (start, hit.end() + at);
-                            line
-                        }
-                        // Its end is further than any rule reaches from this hit: not
-                        // kept for the next, which may reach further.
-                        None => {
-                            line = (0, 0);
-                            (start, ahead)
-                        }
-                    }
-                };
-                if stretches.is_empty() {
-                    stretches = vec![Vec::new(); self.rules.len()];
-                }
-                for &index in &keywords.rules[hit.pattern().as_usize()] {
-                    let rule = &self.rules[index];
-                    let mut end = hit.end().saturating_add(rule.span);
-                    if !rule.multiline {
-                        end = end.min(line_end);
-                    }
-                    let end = ceil(text, end);
-                    let list = &mut stretches[index];
-                    match list.last_mut() {
-                        Some(last) if start <= last.1 => last.1 = last.1.max(end),
-                        _ => list.push((start, end)),
+        if text.len() < self.shortest {
+            return Vec::new();
+        }
+        self.stretches(&self.keywords[0], text.as_bytes(), text, &mut stretches);
+        if self.keywords[1].search.is_some() {
+            LOWER.with(|lower| match lower.try_borrow_mut() {
+                Ok(mut lower) => {
+                    lower.clear();
+                    // Copied and lowercased in one pass, which the compiler vectorizes
+                    // (`make_ascii_lowercase` after the copy went a byte at a time).
+                    lower.extend(text.bytes().map(|b| b.to_ascii_lowercase()));
+                    self.stretches(&self.keywords[1], &lower, text, &mut stretches);
+                    if lower.capacity() > KEEP_LOWER {
+                        *lower = Vec::new();
                     }
                 }
-            }
+                Err(_) => {
+                    let lower = text.to_ascii_lowercase();
+                    self.stretches(&self.keywords[1], lower.as_bytes(), text, &mut stretches);
+                }
+            });
         }
         if stretches.is_empty() {
             return Vec::new();
@@ -362,6 +355,61 @@ impl Scanner {
             });
         }
         kept
+    }
+
+    /// Adds to `stretches` (per rule) the places of `text` around each of `keywords`
+    /// found in `haystack`: `text` itself, or `text` lowercased (the same offsets).
+    fn stretches(
+        &self,
+        keywords: &Keywords,
+        haystack: &[u8],
+        text: &str,
+        stretches: &mut Vec<Vec<(usize, usize)>>,
+    ) {
+        let Some(search) = &keywords.search else {
+            return;
+        };
+        // The line of the last hit, when its end was found: the next hit is often on it.
+        let mut line = (0usize, 0usize);
+        for hit in search.find_iter(haystack) {
+            let (start, line_end) = if hit.start() >= line.0 && hit.end() <= line.1 {
+                line
+            } else {
+                let back = floor(text, hit.start().saturating_sub(REACH_BACK));
+                let start = memchr::memrchr(b'\n', &text.as_bytes()[back..hit.start()])
+                    .map_or(back, |at| back + at + 1);
+                // No rule that stays on its line reaches further than this.
+                let ahead = (hit.end() + self.reach).min(text.len());
+                match memchr::memchr(b'\n', &text.as_bytes()[hit.end()..ahead]) {
+                    Some(at) => {
+                        line = (start, hit.end() + at);
+                        line
+                    }
+                    // Its end is further than any rule reaches from this hit: not
+                    // kept for the next, which may reach further.
+                    None => {
+                        line = (0, 0);
+                        (start, ahead)
+                    }
+                }
+            };
+            if stretches.is_empty() {
+                *stretches = vec![Vec::new(); self.rules.len()];
+            }
+            for &index in &keywords.rules[hit.pattern().as_usize()] {
+                let rule = &self.rules[index];
+                let mut end = hit.end().saturating_add(rule.span);
+                if !rule.multiline {
+                    end = end.min(line_end);
+                }
+                let end = ceil(text, end);
+                let list = &mut stretches[index];
+                match list.last_mut() {
+                    Some(last) if start <= last.1 => last.1 = last.1.max(end),
+                    _ => list.push((start, end)),
+                }
+            }
+        }
     }
 
     /// `text` with every secret replaced by `[REDACTED kind]`, and what was found; `None`
@@ -473,6 +521,63 @@ mod tests {
         let found = s.find("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n");
         assert_eq!(found.len(), 1);
         assert_eq!(&*found[0].kind, "aws-secret-access-key");
+    }
+
+    /// A rule's keyword is what all its secrets share: every kind of each token is found
+    /// (one kind each is in the corpus), and so is the secret of a text as short as it.
+    #[test]
+    fn every_kind_of_a_token_is_found_by_the_keyword_its_kinds_share() {
+        let s = Scanner::builtin();
+        let tail = "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb7dEf0hIj3kLm6nOp9q";
+        for (text, kind) in [
+            (format!("xoxb-{}", &tail[..24]), "slack-token"),
+            (format!("xoxp-{}", &tail[..24]), "slack-token"),
+            (format!("xoxe.xoxp-{}", &tail[..24]), "slack-token"),
+            (format!("glpat-{}", &tail[..20]), "gitlab-token"),
+            (format!("glptt-{}", &tail[..20]), "gitlab-token"),
+            (format!("sk_live_{}", &tail[..24]), "stripe-key"),
+            (format!("rk_test_{}", &tail[..24]), "stripe-key"),
+            (format!("sk-svcacct-{}", &tail[..44]), "openai-api-key"),
+            (format!("sk-admin-{}", &tail[..44]), "openai-api-key"),
+            (format!("sk-ant-api03-{}", &tail[..40]), "anthropic-api-key"),
+            (
+                format!("AccountKey={}==", &tail[..44]),
+                "azure-connection-string",
+            ),
+            (
+                format!("SharedAccessKey={}=", &tail[..44]),
+                "azure-connection-string",
+            ),
+        ] {
+            let line = format!("the value: {text}\n");
+            let found = s.find(&line);
+            assert_eq!(found.len(), 1, "{line}");
+            assert_eq!(&*found[0].kind, kind, "{line}");
+            assert!(s.find(&text).len() == 1, "{text} alone");
+        }
+    }
+
+    /// The case-sensitive keywords of the built-in rules are searched for by the faster of
+    /// the SIMD searchers, which takes at most 32 (`rules.toml` says so to whoever adds
+    /// one).
+    #[test]
+    fn the_builtin_keywords_stay_within_the_faster_searchers_reach() {
+        let exact = builtin_specs()
+            .unwrap()
+            .iter()
+            .filter(|s| !s.pattern.starts_with("(?i"))
+            .map(|s| s.keywords.len())
+            .sum::<usize>();
+        assert!(exact <= 32, "{exact} case-sensitive keywords");
+    }
+
+    #[test]
+    fn a_text_shorter_than_every_keyword_holds_no_secret() {
+        let s = Scanner::builtin();
+        assert_eq!(s.shortest, 3);
+        for text in ["", "ok", "é"] {
+            assert!(s.find(text).is_empty(), "{text:?}");
+        }
     }
 
     #[test]

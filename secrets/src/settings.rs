@@ -1,6 +1,7 @@
 //! The `[secrets]` table: what happens to a secret found in a result, per tool, and to one
 //! found in a call's arguments.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
@@ -77,10 +78,18 @@ pub struct Settings {
 
 impl Settings {
     /// The action for `tool`, with `matches(pattern, name)` the host's glob, and the key
-    /// that set it (`[secrets] action` or `[secrets.per_tool] "pattern"`).
-    pub fn action_for(&self, tool: &str, matches: impl Fn(&str, &str) -> bool) -> (Action, String) {
+    /// that set it (`[secrets] action` or `[secrets.per_tool] "pattern"`: the key is
+    /// told only when a result is withheld, and the usual one is not made for every call).
+    pub fn action_for(
+        &self,
+        tool: &str,
+        matches: impl Fn(&str, &str) -> bool,
+    ) -> (Action, Cow<'static, str>) {
+        if self.per_tool.is_empty() {
+            return (self.action, Cow::Borrowed("[secrets] action"));
+        }
         if let Some(a) = self.per_tool.get(tool) {
-            return (*a, format!("[secrets.per_tool] \"{tool}\""));
+            return (*a, format!("[secrets.per_tool] \"{tool}\"").into());
         }
         let glob = self
             .per_tool
@@ -88,8 +97,8 @@ impl Settings {
             .filter(|(p, _)| p.contains('*') && matches(p, tool))
             .max_by_key(|(p, _)| p.len());
         match glob {
-            Some((p, a)) => (*a, format!("[secrets.per_tool] \"{p}\"")),
-            None => (self.action, "[secrets] action".into()),
+            Some((p, a)) => (*a, format!("[secrets.per_tool] \"{p}\"").into()),
+            None => (self.action, Cow::Borrowed("[secrets] action")),
         }
     }
 }
