@@ -287,18 +287,15 @@ impl Scanner {
         }
         self.stretches(&self.keywords[0], text.as_bytes(), text, &mut stretches);
         if self.keywords[1].search.is_some() {
-            LOWER.with(|lower| match lower.try_borrow_mut() {
-                Ok(mut lower) => {
-                    lowercase_into(&mut lower, text.as_bytes());
-                    self.stretches(&self.keywords[1], &lower, text, &mut stretches);
-                    if lower.capacity() > KEEP_LOWER {
-                        *lower = Vec::new();
-                    }
-                }
-                Err(_) => {
-                    let mut lower = Vec::new();
-                    lowercase_into(&mut lower, text.as_bytes());
-                    self.stretches(&self.keywords[1], &lower, text, &mut stretches);
+            LOWER.with(|kept| {
+                // The thread's buffer, or a fresh one should a scan already hold it.
+                let mut kept = kept.try_borrow_mut();
+                let mut fresh = Vec::new();
+                let lower = kept.as_deref_mut().unwrap_or(&mut fresh);
+                lowercase_into(lower, text.as_bytes());
+                self.stretches(&self.keywords[1], lower, text, &mut stretches);
+                if lower.capacity() > KEEP_LOWER {
+                    *lower = Vec::new();
                 }
             });
         }

@@ -85,9 +85,6 @@ impl Settings {
         tool: &str,
         matches: impl Fn(&str, &str) -> bool,
     ) -> (Action, Cow<'static, str>) {
-        if self.per_tool.is_empty() {
-            return (self.action, Cow::Borrowed("[secrets] action"));
-        }
         if let Some(a) = self.per_tool.get(tool) {
             return (*a, format!("[secrets.per_tool] \"{tool}\"").into());
         }
