@@ -40,6 +40,10 @@ pub(crate) struct Registered {
     pub(crate) inline: bool,
     /// Tried inline with a file budget first (see [`crate::workspace::InlineBudget`]).
     pub(crate) inline_when_small: bool,
+    /// For a toolset's tool: how many calls of its toolset's tools one session runs at
+    /// once, when the toolset has a cap of its own instead of the session's
+    /// ([`crate::Toolset::own_cap`]).
+    pub(crate) own_cap: Option<usize>,
     /// How long its recent calls took off the async threads (recorded where they run).
     pub(crate) run_times: crate::blocking::RunTimes,
     /// Unique to this registration ([`crate::RuleTool::serial`]).
@@ -299,6 +303,7 @@ pub(crate) fn prepare_as(
         side_effects: def.side_effects,
         inline: def.inline,
         inline_when_small: def.inline_when_small,
+        own_cap: None,
         run_times: Default::default(),
         serial: SERIALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         validator,

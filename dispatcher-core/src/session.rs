@@ -300,6 +300,11 @@ pub(crate) struct SessionState {
     pub(crate) semaphore: Arc<Semaphore>,
     /// Per-tool caps on top of the session cap (`tool_concurrency` in the config).
     pub(crate) tool_caps: HashMap<String, Arc<Semaphore>>,
+    /// The caps of toolsets that have their own instead of the session's, by toolset id
+    /// ([`crate::Toolset::own_cap`]), made at a toolset's first call: each with the number
+    /// of calls it was made for (a toolset whose number changes, its entry reloaded, gets a
+    /// new one; calls holding places in the old one keep them).
+    own_caps: Mutex<OwnCaps>,
     /// Where spooled results go.
     pub(crate) data_dir: PathBuf,
     pub(crate) events: EventChannel,
@@ -325,6 +330,10 @@ pub(crate) struct SessionState {
     /// Its tools' search index ([`crate::Dispatcher::search_tools`]).
     pub(crate) search: crate::search::Cached,
 }
+
+/// A session's caps of toolsets with their own, by toolset id: the number of calls each was
+/// made for, and the cap.
+type OwnCaps = HashMap<Arc<str>, (usize, Arc<Semaphore>), foldhash::fast::RandomState>;
 
 /// Which tools a session sees, and what narrows its policy.
 pub(crate) struct Access {
@@ -387,6 +396,7 @@ impl SessionState {
             data_dir,
             tools: Registry::new(changes.clone()),
             semaphore: Arc::new(Semaphore::new(cap.max(1))),
+            own_caps: Mutex::default(),
             events: EventChannel::new(),
             inflight: Mutex::default(),
             grants: Mutex::new(HashSet::new()),
@@ -398,6 +408,20 @@ impl SessionState {
             store,
             scope: (!spec.shared).then(|| instance.clone()),
             search: crate::search::Cached::default(),
+        }
+    }
+
+    /// The cap a call of a toolset with a cap of its own takes its place under: this
+    /// session's one for `toolset`, of `calls` places.
+    pub(crate) fn own_cap(&self, toolset: &Arc<str>, calls: usize) -> Arc<Semaphore> {
+        let mut caps = lock(&self.own_caps);
+        match caps.get(toolset) {
+            Some((made_for, sem)) if *made_for == calls => sem.clone(),
+            _ => {
+                let sem = Arc::new(Semaphore::new(calls));
+                caps.insert(toolset.clone(), (calls, sem.clone()));
+                sem
+            }
         }
     }
 

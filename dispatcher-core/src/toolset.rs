@@ -44,6 +44,15 @@ pub trait Toolset: Send + Sync {
 
     /// Stops it (a per-session instance, when its session closes). Default: nothing.
     fn stop(&self) {}
+
+    /// A cap of its own for its tools' calls, when their work is done elsewhere (a mounted
+    /// MCP server's): at most this many of them run at once in one session, and they take
+    /// no place under the session's `max_concurrency`, which then bounds the calls that run
+    /// in this process. Per-tool caps still apply on top. Default: `None` (the session's
+    /// cap, as any tool's).
+    fn own_cap(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// Makes a per-session instance; gets the session id.
@@ -164,6 +173,7 @@ impl ToolsetHandle {
     ) -> Result<usize, RegistrationError> {
         target.replace_toolset(&self.id, also_taken, |taken| {
             let mut prepared: Vec<Registered> = Vec::new();
+            let own_cap = instance.own_cap().map(|calls| calls.max(1));
             for factory in instance.tools() {
                 let tool = factory.definition().name.clone();
                 let owner = |n: &str| {
@@ -193,11 +203,10 @@ impl ToolsetHandle {
                 if let Some(existing) = owner(&published) {
                     return Err(clash(published, existing));
                 }
-                prepared.push(registry::prepare_as(
-                    factory,
-                    published,
-                    Some((self.id.clone(), tool)),
-                )?);
+                let mut registered =
+                    registry::prepare_as(factory, published, Some((self.id.clone(), tool)))?;
+                registered.own_cap = own_cap;
+                prepared.push(registered);
             }
             Ok(prepared)
         })

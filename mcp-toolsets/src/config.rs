@@ -33,6 +33,10 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_MAX_CALLERS: usize = 128;
 /// How long a caller's own connection stays open with no call, unless configured.
 pub const DEFAULT_CALLER_IDLE: Duration = Duration::from_secs(600);
+/// How many calls to one server a session has in flight at once, unless configured: a
+/// gateway's client sends a server as many as it would send the server alone (16 is
+/// common), and the calls of a principal's stateless HTTP requests share one session.
+pub const DEFAULT_MAX_CONCURRENCY: usize = 64;
 
 /// One `[[mcp_servers]]` entry. Bad values are refused while it is deserialized.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -70,6 +74,15 @@ pub struct McpServerConfig {
     /// Time to start and initialize (default [`DEFAULT_STARTUP_TIMEOUT`]).
     #[serde(default = "default_startup", rename = "startup_timeout_secs")]
     pub startup_timeout: Seconds,
+    /// How many calls to it one session has in flight at once (default
+    /// [`DEFAULT_MAX_CONCURRENCY`], 1 to 1024), over whatever the session's own
+    /// `max_concurrency` is: that bounds the calls that run in toolhost, and a server's
+    /// calls run in the server, so they take no place there.
+    #[serde(
+        default = "default_max_concurrency",
+        deserialize_with = "dispatcher_core::Limit::count"
+    )]
+    pub max_concurrency: usize,
     /// Time a call may take (default [`DEFAULT_CALL_TIMEOUT`]): its tools' declared
     /// timeout, which the dispatcher enforces as any tool's (a `[timeouts.per_tool]` entry
     /// wins over it; `[timeouts] max_secs` bounds it).
@@ -198,6 +211,10 @@ fn default_call() -> Seconds {
     Seconds(DEFAULT_CALL_TIMEOUT)
 }
 
+fn default_max_concurrency() -> usize {
+    DEFAULT_MAX_CONCURRENCY
+}
+
 fn default_max_callers() -> usize {
     DEFAULT_MAX_CALLERS
 }
@@ -258,6 +275,7 @@ impl McpServerConfig {
             cwd: None,
             startup_timeout: default_startup(),
             call_timeout: default_call(),
+            max_concurrency: DEFAULT_MAX_CONCURRENCY,
             side_effects: BTreeMap::new(),
             sandbox: None,
             network: None,

@@ -250,6 +250,10 @@ impl Toolset for McpToolset {
     fn stop(&self) {
         self.server.stop();
     }
+
+    fn own_cap(&self) -> Option<usize> {
+        Some(self.server.config.max_concurrency)
+    }
 }
 
 #[cfg(test)]

@@ -404,6 +404,66 @@ async fn per_tool_cap_limits_concurrent_calls_of_that_tool() {
     );
 }
 
+/// A toolset whose calls run elsewhere (as a mounted server's do), with a cap of its own.
+struct Elsewhere(usize);
+
+impl dispatcher_core::Toolset for Elsewhere {
+    fn tools(&self) -> Vec<std::sync::Arc<dyn tool_api::ToolFactory>> {
+        vec![factory::<ProbeRead>()]
+    }
+    fn own_cap(&self) -> Option<usize> {
+        Some(self.0)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_toolset_with_a_cap_of_its_own_runs_under_it_and_takes_no_place_under_the_session_cap() {
+    let d = dispatcher(DispatcherConfig {
+        max_concurrency: 1,
+        ..DispatcherConfig::default()
+    });
+    d.register_toolset(dispatcher_core::ToolsetDef {
+        id: "far".into(),
+        prefix: Some("far".into()),
+        binding: dispatcher_core::ToolsetBinding::Shared(std::sync::Arc::new(Elsewhere(2))),
+    })
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let session = d
+        .open_session(SessionSpec::new("sched-own-cap", dir.path()).toolsets(["far"]))
+        .unwrap();
+    let far = |tag: &str| call(tag, "far__probe_read", json!({"tag": tag, "ms": 300}));
+    let here = |tag: &str| call(tag, "probe_read", json!({"tag": tag, "ms": 300}));
+    let results = d
+        .dispatch_batch(
+            vec![far("a"), far("b"), far("c"), here("l"), here("m")],
+            &session,
+        )
+        .await;
+    assert!(
+        results.iter().all(|r| r.error_class.is_none()),
+        "{results:?}"
+    );
+    let log = log_of(&session);
+    let first_far_end = pos(&log, "end a").min(pos(&log, "end b"));
+    assert!(
+        pos(&log, "start a").max(pos(&log, "start b")) < first_far_end,
+        "two of the toolset's calls at once, under its own cap of 2: {log:?}"
+    );
+    assert!(
+        pos(&log, "start c") > first_far_end,
+        "the third waits for a place under its toolset's cap: {log:?}"
+    );
+    assert!(
+        pos(&log, "start l") < first_far_end,
+        "the toolset's calls take no place under the session's cap of 1: {log:?}"
+    );
+    assert!(
+        pos(&log, "start m") > pos(&log, "end l"),
+        "the session's own calls still run one at a time: {log:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_waiting_for_a_place_under_the_cap_is_cancelled_at_once() {
     // The one place is held by a call an interrupt leaves running (`interrupt = block`).

@@ -16,15 +16,20 @@ use rmcp::service::{RoleClient, RunningService, ServiceExt};
 use rmcp::transport::TokioChildProcess;
 use serde_json::{Value, json};
 
-/// `toolhost serve --mcp` over `dir` mounting the fixture server under `fx`, every call of
-/// one session allowed to run at once, with `extra` in the server's entry; its client and
-/// its process id.
-async fn gateway(dir: &Path, extra: &str) -> (RunningService<RoleClient, ()>, u32) {
-    let config = format!(
-        "max_concurrency = 1024\n\n[[mcp_servers]]\nid = \"fixture\"\nprefix = \"fx\"\ncommand = \"{}\"\n{extra}",
+/// The fixture server's entry, mounted under `fx`, with `extra` in it.
+fn fixture_entry(extra: &str) -> String {
+    format!(
+        "[[mcp_servers]]\nid = \"fixture\"\nprefix = \"fx\"\ncommand = \"{}\"\n{extra}",
         toolhost_tests::fixtures().mcp_server().display()
-    );
-    gateway_with(dir, &config).await
+    )
+}
+
+/// `toolhost serve --mcp` over `dir` mounting the fixture server under `fx`, every call of
+/// one session to it let through at once, with `extra` in the server's entry; its client
+/// and its process id.
+async fn gateway(dir: &Path, extra: &str) -> (RunningService<RoleClient, ()>, u32) {
+    let entry = fixture_entry(&format!("max_concurrency = 1024\n{extra}"));
+    gateway_with(dir, &entry).await
 }
 
 /// `toolhost serve --mcp` over `dir` with `config`; its client and its process id.
@@ -45,6 +50,21 @@ async fn slow_calls(client: &RunningService<RoleClient, ()>, n: usize, ms: u64) 
         }
     });
     futures_util::future::join_all(calls).await
+}
+
+/// The most calls of `slow` the fixture server had in flight at once, as its answers say.
+fn most_at_once(answers: &[Value]) -> usize {
+    answers
+        .iter()
+        .map(|a| {
+            let said = a["content"][1]["text"].as_str().unwrap_or_default();
+            let n = said
+                .strip_prefix("in flight: ")
+                .unwrap_or_else(|| panic!("{a}"));
+            n.parse::<usize>().unwrap()
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// The most threads `pid` had while `work` ran (looked at every 20 ms).
@@ -82,6 +102,34 @@ async fn a_thousand_calls_in_flight_to_a_mounted_tool_hold_no_thread_each() {
         "{most} threads with 1,000 calls in flight, {before} before"
     );
     client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn under_the_default_config_a_session_sends_a_mounted_server_all_its_calls_at_once() {
+    // The session's `max_concurrency` (4 by default) bounds the calls that run in toolhost;
+    // a mounted server's run in the server and take places under its entry's own (64).
+    let dir = tempfile::tempdir().unwrap();
+    let (client, _) = gateway_with(dir.path(), &fixture_entry("")).await;
+    let answers = slow_calls(&client, 16, 500).await;
+    assert_eq!(most_at_once(&answers), 16, "{answers:?}");
+}
+
+#[tokio::test]
+async fn a_servers_max_concurrency_bounds_what_a_session_sends_it_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "max_concurrency = 16\n\n{}",
+        fixture_entry("max_concurrency = 2\n")
+    );
+    let (client, _) = gateway_with(dir.path(), &config).await;
+    let answers = slow_calls(&client, 6, 200).await;
+    assert!(
+        answers
+            .iter()
+            .all(|a| a["content"][0]["text"] == "slow: done"),
+        "{answers:?}"
+    );
+    assert_eq!(most_at_once(&answers), 2, "{answers:?}");
 }
 
 #[tokio::test]

@@ -1023,6 +1023,31 @@ mod tests {
             e.contains("mcp_servers[0].startup_timeout_secs") && e.contains("line 5"),
             "{e}"
         );
+        for bad in ["0", "1025", "-1"] {
+            let e = parse(&format!("{}max_concurrency = {bad}\n", server("a", "x")))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("mcp_servers[0].max_concurrency")
+                    && e.contains("line 5")
+                    && e.contains("from 1 to 1024"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_servers_max_concurrency_defaults_to_64_and_is_apart_from_the_sessions() {
+        let server = "[[mcp_servers]]\nid = \"a\"\nprefix = \"a\"\ncommand = \"srv\"\n";
+        let c = parse(server).unwrap();
+        assert_eq!(c.mcp_servers[0].max_concurrency, 64);
+        assert_eq!(c.max_concurrency.0, 4);
+        let c = parse(&format!(
+            "max_concurrency = 2\n{server}max_concurrency = 300\n"
+        ))
+        .unwrap();
+        assert_eq!(c.mcp_servers[0].max_concurrency, 300);
+        assert_eq!(c.max_concurrency.0, 2);
     }
 
     #[test]

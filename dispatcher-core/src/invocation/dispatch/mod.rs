@@ -240,7 +240,7 @@ impl Invocation {
                 Err(block) => return block,
             };
 
-            // 6. Per-tool cap, session cap, then execute.
+            // 6. Per-tool cap, session cap (or the tool's own), then execute.
             // A call that finds a place at once was queued for no time (and reads no clock).
             let mut queued: Option<Instant> = None;
             let state = self.session.state.clone();
@@ -251,7 +251,14 @@ impl Invocation {
                 },
                 None => None,
             };
-            let Some(_permit) = acquire(&state.semaphore, &mut self, &mut queued).await else {
+            // A toolset's tool with a cap of its own (a mounted server's) takes its place
+            // there, not among the calls that run in this process.
+            let own_cap = match (&tool.own_cap, &tool.origin) {
+                (Some(calls), Some((toolset, _))) => Some(state.own_cap(toolset, *calls)),
+                _ => None,
+            };
+            let cap = own_cap.as_deref().unwrap_or(&state.semaphore);
+            let Some(_permit) = acquire(cap, &mut self, &mut queued).await else {
                 return self.not_started();
             };
             let _tool_permit = tool_permit;
