@@ -10,11 +10,10 @@
 //!   same server (`gateway-toolhost-rmcp-proxy`), the floor of any gateway.
 //! - `gateway-http`: `serve --http` mounting `serve --http` by its URL, stateless calls,
 //!   against `toolhost-http` alone.
-//! - `everything-at-cap` and `toolhost-at-cap`: the stdio servers alone again, with 4 calls
-//!   in flight rather than 16 ([`SESSION_CAP`]). The default `max_concurrency` lets one
-//!   session run 4 calls at once, so a gateway under the default configuration sends the
-//!   server it mounts no more than 4, whatever its client has in flight: the server alone
-//!   at 4 is what a gateway costs set apart from what the cap costs (reported).
+//!
+//! Under the default configuration a session runs 4 calls at once (`max_concurrency`), but
+//! a mounted server's calls take places under its entry's own `max_concurrency` (64) instead:
+//! a gateway passes on the 16 its client has in flight, as the server alone is sent them.
 //!
 //! Instructions per call are counted for the gateway's own process (callgrind does not
 //! follow the server it starts), and for toolhost in front of toolhost once more with the
@@ -188,9 +187,10 @@ pub(super) fn plan(
         let slow = "side_effects = { \"trigger-long-running-operation\" = \"read\" }\n";
         if let Some(config) = write(
             "gateway-fan-out.toml",
-            &format!(
-                "max_concurrency = 1024\n\n{}",
-                mount("ev", everything, &format!("{modules}{slow}"))
+            &mount(
+                "ev",
+                everything,
+                &format!("{modules}{slow}max_concurrency = 1024\n"),
             ),
         ) {
             let (calls, secs) = FAN_OUT;
@@ -231,7 +231,7 @@ const MORE_THREADS: f64 = 4.0;
 pub(super) fn fan_out_rows(fan_outs: &BTreeMap<String, (f64, f64, f64)>) -> Vec<Row> {
     let (calls, secs) = FAN_OUT;
     let what = format!(
-        "gateway: {calls} calls in flight at once to a mounted tool that answers after {secs} s (server-everything, max_concurrency = 1024)"
+        "gateway: {calls} calls in flight at once to a mounted tool that answers after {secs} s (server-everything, its entry's max_concurrency = 1024)"
     );
     let Some((took, most, before)) = fan_outs.get("gateway-fan-out") else {
         return vec![missing(&format!("{what}: time to the last answer"))];
@@ -250,25 +250,6 @@ pub(super) fn fan_out_rows(fan_outs: &BTreeMap<String, (f64, f64, f64)>) -> Vec<
             pass: Some(most - before <= MORE_THREADS),
         },
     ]
-}
-
-/// How many calls of one session run at once under the default configuration
-/// (`max_concurrency`, the spec's 4): all a session sends through a gateway to the server
-/// it mounts, however many the client has in flight.
-pub(super) const SESSION_CAP: u64 = dispatcher_core::DEFAULT_MAX_CONCURRENCY as u64;
-
-/// `alone` (a server of the plan) again as `NAME-at-cap`: with [`SESSION_CAP`] calls in
-/// flight, the most a gateway in front of it is sent under the default configuration.
-/// Timed only (its instructions per call are `alone`'s).
-pub(super) fn at_session_cap(alone: &Value) -> Value {
-    let mut at_cap = alone.clone();
-    at_cap["name"] = json!(format!(
-        "{}-at-cap",
-        alone["name"].as_str().unwrap_or_default()
-    ));
-    at_cap["inflight"] = json!(SESSION_CAP);
-    at_cap["count"] = json!(false);
-    at_cap
 }
 
 /// The least share of the mounted server's calls/s a gateway in front of it keeps, and
@@ -321,16 +302,6 @@ pub(super) fn rows(
             target: format!("≥ {share}×"),
             pass: Some(g.0 / a.0 >= share),
         });
-        if let Some(c) = best.get(format!("{alone}-at-cap").as_str()) {
-            rows.push(Row {
-                figure: format!(
-                    "gateway: {what}: calls/s vs the mounted server alone with {SESSION_CAP} calls in flight (the default max_concurrency: what one session sends through any gateway)"
-                ),
-                measured: format!("{:.0} vs {:.0}: {:.2}×", g.0, c.0, g.0 / c.0),
-                target: "reported".into(),
-                pass: None,
-            });
-        }
         // Node's CPU is a JIT's, against no target; toolhost's own is held to 2.5×.
         let judged = gateway != "gateway-everything";
         rows.push(Row {
@@ -416,8 +387,7 @@ mod tests {
              best gateway-everything: 15000 calls/s, 80.00 us CPU/call, idle 90.0 MiB, own 30.00 us CPU/call\n\
              best toolhost: 40000 calls/s, 14.00 us CPU/call, idle 13.0 MiB, own 14.00 us CPU/call\n\
              best gateway-toolhost: 18000 calls/s, 40.00 us CPU/call, idle 30.0 MiB, own 25.00 us CPU/call\n\
-             best gateway-toolhost-rmcp-proxy: 8000 calls/s, 180.00 us CPU/call, idle 20.0 MiB, own 160.00 us CPU/call\n\
-             best toolhost-at-cap: 20000 calls/s, 15.00 us CPU/call, idle 13.0 MiB, own 15.00 us CPU/call",
+             best gateway-toolhost-rmcp-proxy: 8000 calls/s, 180.00 us CPU/call, idle 20.0 MiB, own 160.00 us CPU/call",
         );
         let own = super::super::mcp_text::own_cpu(
             "best gateway-toolhost: 18000 calls/s, 40.00 us CPU/call, idle 30.0 MiB, own 25.00 us CPU/call\n\
@@ -439,23 +409,12 @@ mod tests {
                 ("15000 vs 20000: 0.75×", Some(true)),
                 ("80.0 µs vs 50.0 µs: 1.60×", None),
                 ("18000 vs 40000: 0.45×", Some(false)),
-                ("18000 vs 20000: 0.90×", None),
                 ("40.0 µs vs 14.0 µs: 2.86×", Some(false)),
                 ("not measured", None),
                 ("90000 vs 35000: 2.57×", Some(false)),
                 ("25.0 µs vs 160.0 µs: 0.16×", None),
                 ("60000 vs 150000: 0.40×", Some(true)),
             ]
-        );
-    }
-
-    #[test]
-    fn a_server_at_the_session_cap_is_the_same_server_with_that_many_calls_in_flight() {
-        let alone = json!({"name": "everything", "tool": "echo", "command": ["node"]});
-        assert_eq!(
-            at_session_cap(&alone),
-            json!({"name": "everything-at-cap", "tool": "echo", "command": ["node"],
-                "inflight": SESSION_CAP, "count": false})
         );
     }
 

@@ -191,7 +191,6 @@ pub(super) fn mcp_servers(
         serve(&configs.bare),
     );
     let mut servers = vec![
-        super::gateway::at_session_cap(&toolhost),
         toolhost,
         http,
         server(
@@ -239,7 +238,6 @@ pub(super) fn mcp_servers(
             );
             // Node's JIT under callgrind is far too slow to count, and stands beside no floor.
             stdio["count"] = false.into();
-            servers.push(super::gateway::at_session_cap(&stdio));
             servers.push(stdio);
             let mut http = server(
                 "everything-http",
