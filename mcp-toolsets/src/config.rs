@@ -75,9 +75,9 @@ pub struct McpServerConfig {
     #[serde(default = "default_startup", rename = "startup_timeout_secs")]
     pub startup_timeout: Seconds,
     /// How many calls to it one session has in flight at once (default
-    /// [`DEFAULT_MAX_CONCURRENCY`], 1 to 1024), over whatever the session's own
-    /// `max_concurrency` is: that bounds the calls that run in toolhost, and a server's
-    /// calls run in the server, so they take no place there.
+    /// [`DEFAULT_MAX_CONCURRENCY`], 1 to 1024), apart from the session's own
+    /// `max_concurrency`: that bounds the calls that run in toolhost, and a server's calls
+    /// run in the server, so they take no place there.
     #[serde(
         default = "default_max_concurrency",
         deserialize_with = "dispatcher_core::Limit::count"

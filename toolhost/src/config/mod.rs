@@ -931,6 +931,7 @@ mod tests {
         let s = &c.mcp_servers[0];
         assert_eq!((s.id.as_str(), s.prefix.as_str()), ("github", "gh"));
         assert_eq!(s.side_effects["get_issue"], SideEffect::Read);
+        assert_eq!(s.max_concurrency, 64, "the README shows the default");
     }
 
     /// The first ```toml block after `heading` in docs/sandbox.md.
