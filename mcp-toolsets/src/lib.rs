@@ -65,7 +65,8 @@ pub use call::{ERROR_META, MAX_INPUT_ROUNDS, RESULT_META};
 pub use callers::{CallerCredential, ExchangeFuture, TokenExchange};
 pub use config::{
     Credentials, DEFAULT_CALL_TIMEOUT, DEFAULT_CALLER_IDLE, DEFAULT_MAX_CALLERS,
-    DEFAULT_STARTUP_TIMEOUT, InputSchemas, MAX_NESTING, McpServerConfig, NESTING_ENV, nesting,
+    DEFAULT_MAX_CONCURRENCY, DEFAULT_STARTUP_TIMEOUT, InputSchemas, MAX_NESTING, McpServerConfig,
+    NESTING_ENV, nesting,
 };
 pub use confine::ServerSandbox;
 pub use error::UpstreamError;
