@@ -404,34 +404,52 @@ async fn per_tool_cap_limits_concurrent_calls_of_that_tool() {
     );
 }
 
-/// A toolset whose calls run elsewhere (as a mounted server's do), with a cap of its own.
-struct Elsewhere(usize);
+/// A toolset whose calls run elsewhere (as a mounted server's do), with a cap of its own
+/// (which a test may change, as a reloaded entry does).
+struct Elsewhere(AtomicUsize);
 
 impl dispatcher_core::Toolset for Elsewhere {
     fn tools(&self) -> Vec<std::sync::Arc<dyn tool_api::ToolFactory>> {
         vec![factory::<ProbeRead>()]
     }
     fn own_cap(&self) -> Option<usize> {
-        Some(self.0)
+        Some(self.0.load(Ordering::SeqCst))
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_toolset_with_a_cap_of_its_own_runs_under_it_and_takes_no_place_under_the_session_cap() {
+/// A dispatcher with a session cap of `session_cap`, the toolset `far` (an [`Elsewhere`]
+/// with a cap of `own_cap`) and a session that sees it.
+fn with_elsewhere(
+    session_cap: usize,
+    own_cap: usize,
+    session: &str,
+) -> (
+    Dispatcher,
+    std::sync::Arc<Elsewhere>,
+    Session,
+    tempfile::TempDir,
+) {
     let d = dispatcher(DispatcherConfig {
-        max_concurrency: 1,
+        max_concurrency: session_cap,
         ..DispatcherConfig::default()
     });
+    let far = std::sync::Arc::new(Elsewhere(AtomicUsize::new(own_cap)));
     d.register_toolset(dispatcher_core::ToolsetDef {
         id: "far".into(),
         prefix: Some("far".into()),
-        binding: dispatcher_core::ToolsetBinding::Shared(std::sync::Arc::new(Elsewhere(2))),
+        binding: dispatcher_core::ToolsetBinding::Shared(far.clone()),
     })
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let session = d
-        .open_session(SessionSpec::new("sched-own-cap", dir.path()).toolsets(["far"]))
+        .open_session(SessionSpec::new(session, dir.path()).toolsets(["far"]))
         .unwrap();
+    (d, far, session, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_toolset_with_a_cap_of_its_own_runs_under_it_and_takes_no_place_under_the_session_cap() {
+    let (d, _, session, _dir) = with_elsewhere(1, 2, "sched-own-cap");
     let far = |tag: &str| call(tag, "far__probe_read", json!({"tag": tag, "ms": 300}));
     let here = |tag: &str| call(tag, "probe_read", json!({"tag": tag, "ms": 300}));
     let results = d
@@ -461,6 +479,36 @@ async fn a_toolset_with_a_cap_of_its_own_runs_under_it_and_takes_no_place_under_
     assert!(
         pos(&log, "start m") > pos(&log, "end l"),
         "the session's own calls still run one at a time: {log:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_toolsets_cap_changed_by_a_refresh_holds_for_the_calls_after_it() {
+    let (d, far, session, _dir) = with_elsewhere(4, 1, "sched-own-cap-refresh");
+    let two = |a: &str, b: &str| {
+        [a, b].map(|tag| call(tag, "far__probe_read", json!({"tag": tag, "ms": 200})))
+    };
+    let results = d.dispatch_batch(two("a", "b").to_vec(), &session).await;
+    assert!(
+        results.iter().all(|r| r.error_class.is_none()),
+        "{results:?}"
+    );
+    let log = log_of(&session);
+    assert!(
+        pos(&log, "start b") > pos(&log, "end a") || pos(&log, "start a") > pos(&log, "end b"),
+        "one at a time under a cap of 1: {log:?}"
+    );
+    far.0.store(2, Ordering::SeqCst);
+    d.refresh_toolset("far").unwrap();
+    let results = d.dispatch_batch(two("c", "d").to_vec(), &session).await;
+    assert!(
+        results.iter().all(|r| r.error_class.is_none()),
+        "{results:?}"
+    );
+    let log = log_of(&session);
+    assert!(
+        pos(&log, "start c").max(pos(&log, "start d")) < pos(&log, "end c").min(pos(&log, "end d")),
+        "both at once under the cap of 2 it was refreshed with: {log:?}"
     );
 }
 
