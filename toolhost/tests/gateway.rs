@@ -110,7 +110,7 @@ async fn under_the_default_config_a_session_sends_a_mounted_server_all_its_calls
     // a mounted server's run in the server and take places under its entry's own (64).
     let dir = tempfile::tempdir().unwrap();
     let (client, _) = gateway_with(dir.path(), &fixture_entry("")).await;
-    let answers = slow_calls(&client, 16, 500).await;
+    let answers = slow_calls(&client, 16, 1500).await;
     assert_eq!(most_at_once(&answers), 16, "{answers:?}");
 }
 
@@ -122,7 +122,7 @@ async fn a_servers_max_concurrency_bounds_what_a_session_sends_it_at_once() {
         fixture_entry("max_concurrency = 2\n")
     );
     let (client, _) = gateway_with(dir.path(), &config).await;
-    let answers = slow_calls(&client, 6, 200).await;
+    let answers = slow_calls(&client, 6, 400).await;
     assert!(
         answers
             .iter()
