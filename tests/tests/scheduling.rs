@@ -447,22 +447,23 @@ fn with_elsewhere(
     (d, far, session, dir)
 }
 
+/// Runs `calls` in `session` as one batch, each of which must succeed; the session's log.
+async fn run_ok(d: &Dispatcher, calls: Vec<ToolUse>, session: &Session) -> Vec<String> {
+    let results = d.dispatch_batch(calls, session).await;
+    assert!(
+        results.iter().all(|r| r.error_class.is_none()),
+        "{results:?}"
+    );
+    log_of(session)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_toolset_with_a_cap_of_its_own_runs_under_it_and_takes_no_place_under_the_session_cap() {
     let (d, _, session, _dir) = with_elsewhere(1, 2, "sched-own-cap");
     let far = |tag: &str| call(tag, "far__probe_read", json!({"tag": tag, "ms": 300}));
     let here = |tag: &str| call(tag, "probe_read", json!({"tag": tag, "ms": 300}));
-    let results = d
-        .dispatch_batch(
-            vec![far("a"), far("b"), far("c"), here("l"), here("m")],
-            &session,
-        )
-        .await;
-    assert!(
-        results.iter().all(|r| r.error_class.is_none()),
-        "{results:?}"
-    );
-    let log = log_of(&session);
+    let calls = vec![far("a"), far("b"), far("c"), here("l"), here("m")];
+    let log = run_ok(&d, calls, &session).await;
     let first_far_end = pos(&log, "end a").min(pos(&log, "end b"));
     assert!(
         pos(&log, "start a").max(pos(&log, "start b")) < first_far_end,
@@ -488,24 +489,14 @@ async fn a_toolsets_cap_changed_by_a_refresh_holds_for_the_calls_after_it() {
     let two = |a: &str, b: &str| {
         [a, b].map(|tag| call(tag, "far__probe_read", json!({"tag": tag, "ms": 200})))
     };
-    let results = d.dispatch_batch(two("a", "b").to_vec(), &session).await;
-    assert!(
-        results.iter().all(|r| r.error_class.is_none()),
-        "{results:?}"
-    );
-    let log = log_of(&session);
+    let log = run_ok(&d, two("a", "b").to_vec(), &session).await;
     assert!(
         pos(&log, "start b") > pos(&log, "end a") || pos(&log, "start a") > pos(&log, "end b"),
         "one at a time under a cap of 1: {log:?}"
     );
     far.0.store(2, Ordering::SeqCst);
     d.refresh_toolset("far").unwrap();
-    let results = d.dispatch_batch(two("c", "d").to_vec(), &session).await;
-    assert!(
-        results.iter().all(|r| r.error_class.is_none()),
-        "{results:?}"
-    );
-    let log = log_of(&session);
+    let log = run_ok(&d, two("c", "d").to_vec(), &session).await;
     assert!(
         pos(&log, "start c").max(pos(&log, "start d")) < pos(&log, "end c").min(pos(&log, "end d")),
         "both at once under the cap of 2 it was refreshed with: {log:?}"
