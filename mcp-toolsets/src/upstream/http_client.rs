@@ -37,16 +37,37 @@ pub(crate) const MAX_REDIRECTS: usize = 10;
 
 /// Whether a server's redirect is followed ([`http_client`]).
 fn redirect(attempt: reqwest::redirect::Attempt<'_>) -> reqwest::redirect::Action {
-    let keeps_body = matches!(
-        attempt.status(),
-        reqwest::StatusCode::TEMPORARY_REDIRECT | reqwest::StatusCode::PERMANENT_REDIRECT
-    );
-    let first = attempt.previous().first().map(reqwest::Url::origin);
-    let same_origin = first.is_some_and(|origin| origin == attempt.url().origin());
-    if keeps_body && same_origin && attempt.previous().len() <= MAX_REDIRECTS {
-        tracing::debug!(to = %attempt.url(), "an MCP server redirected a request; configure its URL as the one it redirects to");
+    let first = attempt.previous().first();
+    if first.is_some_and(|first| {
+        follows(
+            attempt.status(),
+            first,
+            attempt.url(),
+            attempt.previous().len(),
+        )
+    }) {
         attempt.follow()
     } else {
         attempt.stop()
     }
+}
+
+/// Whether a redirect answered with `status` from a request first sent to `first`, to
+/// `next`, after `hops` requests, is followed: only 307 and 308, to the same origin, at
+/// most [`MAX_REDIRECTS`] of them (the calls toolhost posts itself follow it too).
+pub(crate) fn follows(
+    status: reqwest::StatusCode,
+    first: &reqwest::Url,
+    next: &reqwest::Url,
+    hops: usize,
+) -> bool {
+    let keeps_body = matches!(
+        status,
+        reqwest::StatusCode::TEMPORARY_REDIRECT | reqwest::StatusCode::PERMANENT_REDIRECT
+    );
+    let follows = keeps_body && first.origin() == next.origin() && hops <= MAX_REDIRECTS;
+    if follows {
+        tracing::debug!(to = %next, "an MCP server redirected a request; configure its URL as the one it redirects to");
+    }
+    follows
 }

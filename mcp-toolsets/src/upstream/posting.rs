@@ -18,7 +18,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use futures_util::StreamExt as _;
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+use http_body_util::{BodyDataStream, BodyExt as _};
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, Implementation, JsonRpcMessage, NumberOrString,
     ProgressToken, ProtocolVersion, RequestId, ServerJsonRpcMessage, ServerNotification,
@@ -28,7 +29,9 @@ use tokio::sync::mpsc;
 use super::lines::envelope::{Answer, Envelope, ID_PREFIX};
 use crate::relay::CallRoutes;
 
+mod direct;
 mod watched;
+use direct::{Body, Direct};
 pub(crate) use watched::{Session, Watched};
 
 /// The most bytes one event of a call's stream (or a JSON answer) may take: as one line
@@ -39,9 +42,16 @@ const MAX_REFUSAL: usize = 64 * 1024;
 /// How many times a call's event stream that broke is taken up again (`Last-Event-ID`).
 const RESUMES: usize = 3;
 
+const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
+const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
+
 /// How toolhost posts its own `tools/call`s to one connection's server.
 pub(crate) struct Posts {
     client: reqwest::Client,
+    /// Set when the server is reached without reqwest's layers ([`Direct`]).
+    direct: Option<Direct>,
     url: reqwest::Url,
     /// `Bearer …`, as rmcp's connection sends it.
     authorization: Option<HeaderValue>,
@@ -109,6 +119,7 @@ impl Posts {
         let stateless = *setup.version >= ProtocolVersion::V_2026_07_28;
         Some(Posts {
             client: super::http_client::http_client(),
+            direct: Direct::for_url(&url),
             url,
             authorization,
             session: setup.session,
@@ -188,31 +199,22 @@ impl Posts {
         calls: &CallRoutes,
     ) -> Result<Answer, NotPosted> {
         let session = self.session.get();
-        let mut request = self
-            .client
-            .post(self.url.clone())
-            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-            .header(
-                ACCEPT,
-                HeaderValue::from_static("application/json, text/event-stream"),
-            )
-            .header("mcp-protocol-version", self.version.clone());
-        if let Some(authorization) = &self.authorization {
-            request = request.header(AUTHORIZATION, authorization.clone());
-        }
-        if let Some(session) = &session {
-            request = request.header("mcp-session-id", &**session);
-        }
-        if self.standard_headers {
-            request = request
-                .header("mcp-method", HeaderValue::from_static("tools/call"))
-                .header("mcp-name", posting.name.clone());
-        }
-        let response = request
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| NotPosted::Failed(format!("the request failed: {}", chain(&e))))?;
+        let body = bytes::Bytes::from(body);
+        let sent = match &self.direct {
+            Some(direct) => direct
+                .post(
+                    &self.url,
+                    || self.headers(posting, session.as_deref()),
+                    body,
+                )
+                .await
+                .map(direct::boxed),
+            None => {
+                self.post_through_reqwest(posting, session.as_deref(), body)
+                    .await
+            }
+        };
+        let response = sent.map_err(|e| NotPosted::Failed(format!("the request failed: {e}")))?;
         let status = response.status();
         if status == reqwest::StatusCode::NOT_FOUND && session.is_some() {
             return Err(NotPosted::SessionExpired);
@@ -253,11 +255,54 @@ impl Posts {
         ))
     }
 
+    /// The headers of the call's request: its type, what it takes back, the version, the
+    /// token, the session and (from 2026-07-28 on) what it calls.
+    fn headers(&self, posting: &Posting, session: Option<&str>) -> Result<HeaderMap, String> {
+        let mut headers = HeaderMap::with_capacity(8);
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(
+            ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+        headers.insert(MCP_PROTOCOL_VERSION, self.version.clone());
+        if let Some(authorization) = &self.authorization {
+            headers.insert(AUTHORIZATION, authorization.clone());
+        }
+        if let Some(session) = session {
+            let value = HeaderValue::from_str(session).map_err(|_| {
+                format!("the server's session id {session:?} cannot be sent back in a header")
+            })?;
+            headers.insert(MCP_SESSION_ID, value);
+        }
+        if self.standard_headers {
+            headers.insert(MCP_METHOD, HeaderValue::from_static("tools/call"));
+            headers.insert(MCP_NAME, posting.name.clone());
+        }
+        Ok(headers)
+    }
+
+    /// The call posted through reqwest (its redirects followed as its policy says).
+    async fn post_through_reqwest(
+        &self,
+        posting: &Posting,
+        session: Option<&str>,
+        body: bytes::Bytes,
+    ) -> Result<http::Response<Body>, String> {
+        self.client
+            .post(self.url.clone())
+            .headers(self.headers(posting, session)?)
+            .body(body)
+            .send()
+            .await
+            .map(|response| direct::boxed(http::Response::from(response)))
+            .map_err(|e| chain(&e))
+    }
+
     /// Reads the call's event stream to its answer, taking it up again where it broke
     /// (`Last-Event-ID`, when the server names its events) at most [`RESUMES`] times.
     async fn streamed(
         &self,
-        response: reqwest::Response,
+        response: http::Response<Body>,
         n: u64,
         session: Option<Arc<str>>,
         calls: &CallRoutes,
@@ -295,7 +340,7 @@ impl Posts {
                 request = request.header("mcp-session-id", &**session);
             }
             response = match request.send().await {
-                Ok(r) if r.status().is_success() => r,
+                Ok(r) if r.status().is_success() => direct::boxed(http::Response::from(r)),
                 Ok(r) => {
                     return Err(NotPosted::Failed(format!(
                         "{why}, and taking it up again was answered HTTP {}",
@@ -315,7 +360,7 @@ impl Posts {
     /// Reads events until the call's answer; `Err` says why the stream ended without it.
     async fn read_events(
         &self,
-        response: reqwest::Response,
+        response: http::Response<Body>,
         n: u64,
         calls: &CallRoutes,
         last_event: &mut Option<String>,
@@ -325,8 +370,8 @@ impl Posts {
         // bound instead of growing in memory.
         let pending = Arc::new(AtomicUsize::new(0));
         let counted = pending.clone();
-        let bytes = response.bytes_stream().map(move |chunk| {
-            let chunk = chunk.map_err(|e| std::io::Error::other(chain(&e)))?;
+        let bytes = BodyDataStream::new(response.into_body()).map(move |chunk| {
+            let chunk = chunk.map_err(|e| std::io::Error::other(chain(&*e)))?;
             if counted.fetch_add(chunk.len(), Ordering::Relaxed) + chunk.len() > MAX_MESSAGE {
                 return Err(std::io::Error::other(format!(
                     "an event of the server's stream is over {MAX_MESSAGE} bytes"
@@ -389,7 +434,7 @@ impl Posts {
 async fn refused(
     status: reqwest::StatusCode,
     json: bool,
-    response: reqwest::Response,
+    response: http::Response<Body>,
 ) -> Result<Answer, NotPosted> {
     let challenge = response
         .headers()
@@ -418,13 +463,18 @@ async fn refused(
 }
 
 /// The response's body, refused when over `max` bytes.
-async fn bounded(mut response: reqwest::Response, max: usize) -> Result<Vec<u8>, String> {
+async fn bounded(response: http::Response<Body>, max: usize) -> Result<Vec<u8>, String> {
     let mut body = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
+    let mut frames = response.into_body();
+    while let Some(frame) = frames
+        .frame()
         .await
-        .map_err(|e| format!("the answer could not be read: {}", chain(&e)))?
+        .transpose()
+        .map_err(|e| format!("the answer could not be read: {}", chain(&*e)))?
     {
+        let Ok(chunk) = frame.into_data() else {
+            continue;
+        };
         if body.len() + chunk.len() > max {
             return Err(format!("the server's answer is over {max} bytes"));
         }

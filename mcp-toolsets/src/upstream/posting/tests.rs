@@ -109,6 +109,10 @@ fn posts(
         to_connection,
     })
     .unwrap();
+    assert!(
+        posts.direct.is_some(),
+        "a plain http:// server with no proxy set is posted to directly"
+    );
     (posts, read)
 }
 
@@ -318,6 +322,49 @@ async fn a_refusal_carrying_a_json_rpc_error_is_the_servers_error() {
         Ok(Err(error)) => assert_eq!(error.message, "no such tool"),
         Ok(other) => panic!("{other:?}"),
         Err(not) => panic!("{}", failure(Err(not))),
+    }
+}
+
+#[tokio::test]
+async fn a_temporary_redirect_to_the_same_server_is_followed_with_the_call_whole() {
+    let (url, read) = server(vec![
+        answer("307 Temporary Redirect", "location: /moved\r\n", b""),
+        json(ANSWER),
+    ]);
+    let (posts, _) = posts(&url, ProtocolVersion::V_2026_07_28, None, None);
+    let answered = call(&posts, &CallRoutes::default()).await;
+    assert_eq!(text(&answered.unwrap_or_else(|_| panic!())), "hi");
+    let read = read.lock().unwrap();
+    let (first, second) = (&read[0], &read[1]);
+    assert!(second.starts_with("POST /moved "), "{second}");
+    let body = |request: &str| request.split_once("\r\n\r\n").unwrap().1.to_string();
+    assert_eq!(
+        body(first),
+        body(second),
+        "the body is posted again as it was"
+    );
+    assert!(
+        second.to_ascii_lowercase().contains("mcp-name: echo"),
+        "{second}"
+    );
+}
+
+#[tokio::test]
+async fn a_redirect_elsewhere_or_that_drops_the_body_is_not_followed() {
+    let table = [
+        (
+            "307 Temporary Redirect",
+            "location: http://127.0.0.2:1/mcp\r\n",
+            "HTTP 307 Temporary Redirect",
+        ),
+        ("302 Found", "location: /moved\r\n", "HTTP 302 Found"),
+    ];
+    for (status, headers, expected) in table {
+        let (url, read) = server(vec![answer(status, headers, b"moved"), json(ANSWER)]);
+        let (posts, _) = posts(&url, ProtocolVersion::V_2026_07_28, None, None);
+        let why = failure(call(&posts, &CallRoutes::default()).await);
+        assert!(why.contains(expected), "{expected}: {why}");
+        assert_eq!(read.lock().unwrap().len(), 1, "{status} is not followed");
     }
 }
 
