@@ -68,10 +68,44 @@ pub(crate) struct Posts {
 }
 
 /// What a 2026-07-28 request's metadata carries besides the call's own.
+/// Written once, as JSON: they are the same on every call of the connection.
 struct Stateless {
-    version: ProtocolVersion,
-    client: Implementation,
-    capabilities: ClientCapabilities,
+    /// The `_meta` members naming the version and toolhost as the client, then the key of
+    /// the client's capabilities, whose value follows.
+    members: Vec<u8>,
+    /// The connection's own capabilities, for a call whose client named none.
+    capabilities: Vec<u8>,
+}
+
+/// The `_meta` keys a posted call sets itself (its progress token; the 2026-07-28 client
+/// context): the caller's own members of those names are left out.
+const PROGRESS_TOKEN: &str = "progressToken";
+const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+
+impl Stateless {
+    fn new(
+        version: &ProtocolVersion,
+        client: &Implementation,
+        capabilities: &ClientCapabilities,
+    ) -> Option<Stateless> {
+        let mut members = Vec::with_capacity(160);
+        serde_json::to_writer(&mut members, PROTOCOL_VERSION).ok()?;
+        members.push(b':');
+        serde_json::to_writer(&mut members, version.as_str()).ok()?;
+        members.push(b',');
+        serde_json::to_writer(&mut members, CLIENT_INFO).ok()?;
+        members.push(b':');
+        serde_json::to_writer(&mut members, client).ok()?;
+        members.push(b',');
+        serde_json::to_writer(&mut members, CLIENT_CAPABILITIES).ok()?;
+        members.push(b':');
+        Some(Stateless {
+            members,
+            capabilities: serde_json::to_vec(capabilities).ok()?,
+        })
+    }
 }
 
 /// A call ready to be posted: its id, the token its progress is routed by, its tool's
@@ -125,11 +159,14 @@ impl Posts {
             session: setup.session,
             version: HeaderValue::from_str(setup.version.as_str()).ok()?,
             standard_headers: *setup.version >= ProtocolVersion::STANDARD_HEADERS,
-            stateless: stateless.then(|| Stateless {
-                version: setup.version.clone(),
-                client: setup.client,
-                capabilities: setup.capabilities,
-            }),
+            stateless: match stateless {
+                true => Some(Stateless::new(
+                    setup.version,
+                    &setup.client,
+                    &setup.capabilities,
+                )?),
+                false => None,
+            },
             next: AtomicU64::new(1),
             to_connection: setup.to_connection,
         })
@@ -137,8 +174,9 @@ impl Posts {
 
     /// The call with `params` as it will be posted, and its request's body (asking for
     /// progress when `progress`; telling a 2026-07-28 server the calling client's
-    /// `capabilities`). `None` when its tool's name cannot be sent in `Mcp-Name` as it is
-    /// (rmcp's connection encodes it).
+    /// `capabilities`); `params` are left as they were, for rmcp's connection if the call
+    /// goes there after all. `None` when its tool's name cannot be sent in `Mcp-Name` as it
+    /// is (rmcp's connection encodes it).
     pub(crate) fn prepare(
         &self,
         params: &mut CallToolRequestParams,
@@ -160,27 +198,12 @@ impl Posts {
         label.push_str(itoa::Buffer::new().format(n));
         let label: Arc<str> = label.into();
         let token = ProgressToken(NumberOrString::String(label.clone()));
-        if progress {
-            params
-                .meta
-                .get_or_insert_default()
-                .set_progress_token(token.clone());
-        }
-        if let Some(stateless) = &self.stateless {
-            let meta = params.meta.get_or_insert_default();
-            meta.set_protocol_version(stateless.version.clone());
-            meta.set_client_info(stateless.client.clone());
-            meta.set_client_capabilities(
-                capabilities
-                    .cloned()
-                    .unwrap_or_else(|| stateless.capabilities.clone()),
-            );
-        }
-        let mut body = Vec::with_capacity(256);
+        let mut body = Vec::with_capacity(384);
         body.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
         serde_json::to_writer(&mut body, &*label).ok()?;
         body.extend_from_slice(br#","method":"tools/call","params":"#);
-        serde_json::to_writer(&mut body, &*params).ok()?;
+        self.write_params(&mut body, params, progress.then_some(&*label), capabilities)
+            .ok()?;
         body.push(b'}');
         let posting = Posting {
             n,
@@ -189,6 +212,70 @@ impl Posts {
             name,
         };
         Some((posting, body))
+    }
+
+    /// Writes `params` as the call's request carries them: their `_meta` with the
+    /// `progress` token (when asked for) and, to a 2026-07-28 server, the client context
+    /// (`capabilities`, else the connection's own), written from what was prepared once;
+    /// the caller's own members of those names left out. `params` are left as they were.
+    fn write_params(
+        &self,
+        body: &mut Vec<u8>,
+        params: &mut CallToolRequestParams,
+        progress: Option<&str>,
+        capabilities: Option<&ClientCapabilities>,
+    ) -> serde_json::Result<()> {
+        let open = body.len();
+        body.extend_from_slice(br#"{"_meta":{"#);
+        let members = body.len();
+        let sets = |key: &str| {
+            (progress.is_some() && key == PROGRESS_TOKEN)
+                || (self.stateless.is_some()
+                    && matches!(key, PROTOCOL_VERSION | CLIENT_INFO | CLIENT_CAPABILITIES))
+        };
+        let comma = |body: &mut Vec<u8>| {
+            if body.len() > members {
+                body.push(b',');
+            }
+        };
+        for (key, value) in params.meta.iter().flat_map(|meta| meta.0.0.iter()) {
+            if sets(key) {
+                continue;
+            }
+            comma(body);
+            serde_json::to_writer(&mut *body, key)?;
+            body.push(b':');
+            serde_json::to_writer(&mut *body, value)?;
+        }
+        if let Some(token) = progress {
+            comma(body);
+            body.extend_from_slice(br#""progressToken":"#);
+            serde_json::to_writer(&mut *body, token)?;
+        }
+        if let Some(stateless) = &self.stateless {
+            comma(body);
+            body.extend_from_slice(&stateless.members);
+            match capabilities {
+                Some(capabilities) => serde_json::to_writer(&mut *body, capabilities)?,
+                None => body.extend_from_slice(&stateless.capabilities),
+            }
+        }
+        let any = body.len() > members;
+        if any {
+            body.extend_from_slice(b"},");
+        } else {
+            body.truncate(open);
+        }
+        // The rest of the params, their own opening brace left out when `_meta` opened them.
+        let meta = params.meta.take();
+        let rest = body.len();
+        let written = serde_json::to_writer(&mut *body, &*params);
+        params.meta = meta;
+        written?;
+        if any {
+            body.remove(rest);
+        }
+        Ok(())
     }
 
     /// Posts the call and reads its answer; its progress goes to `calls` as it comes.

@@ -369,6 +369,72 @@ async fn a_redirect_elsewhere_or_that_drops_the_body_is_not_followed() {
 }
 
 #[test]
+fn the_callers_own_meta_goes_out_beside_what_the_call_sets_and_is_left_as_it_was() {
+    let (posts, _) = posts(
+        "http://127.0.0.1:1/mcp",
+        ProtocolVersion::V_2026_07_28,
+        None,
+        None,
+    );
+    let meta = serde_json::json!({
+        "progressToken": "client-7",
+        "io.modelcontextprotocol/clientCapabilities": {"stale": true},
+        "traceparent": "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01",
+    });
+    let mut params = CallToolRequestParams::new("echo").with_arguments(
+        serde_json::json!({"message": "hi"})
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
+    params.meta = Some(serde_json::from_value(meta).unwrap());
+    let before = params.clone();
+    let table = [
+        (
+            true,
+            Some(ClientCapabilities::builder().enable_elicitation().build()),
+        ),
+        (false, None),
+    ];
+    for (progress, capabilities) in table {
+        let (_, body) = posts
+            .prepare(&mut params, progress, capabilities.as_ref())
+            .unwrap();
+        assert_eq!(params, before, "the params are left as they were");
+        let text = String::from_utf8(body).unwrap();
+        let sent: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let sent_meta = &sent["params"]["_meta"];
+        let token = if progress { "toolhost-1" } else { "client-7" };
+        assert_eq!(sent_meta["progressToken"], token, "{text}");
+        assert_eq!(text.matches("progressToken").count(), 1, "{text}");
+        assert_eq!(text.matches("clientCapabilities").count(), 1, "{text}");
+        let expected_capabilities = match &capabilities {
+            Some(c) => serde_json::to_value(c).unwrap(),
+            None => serde_json::json!({}),
+        };
+        assert_eq!(
+            sent_meta["io.modelcontextprotocol/clientCapabilities"], expected_capabilities,
+            "{text}"
+        );
+        assert!(sent_meta["traceparent"].is_string(), "{text}");
+        assert_eq!(
+            sent_meta["io.modelcontextprotocol/clientInfo"]["name"],
+            "toolhost"
+        );
+        assert_eq!(sent["params"]["name"], "echo");
+        assert_eq!(sent["params"]["arguments"]["message"], "hi");
+        assert_eq!(sent["method"], "tools/call");
+    }
+    params.meta = None;
+    let (_, body) = posts.prepare(&mut params, false, None).unwrap();
+    let sent: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        sent["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"],
+        "2026-07-28"
+    );
+}
+
+#[test]
 fn a_tool_name_a_header_cannot_carry_as_it_is_goes_through_rmcp() {
     let (posts, _) = posts(
         "http://127.0.0.1:1/mcp",
