@@ -3,8 +3,8 @@
 //!
 //! reqwest takes every request through its redirect layer, which parses the request's URL
 //! twice (before it goes out and again when its answer comes), and through its retry and
-//! timeout layers: about 25,000 instructions a call, an eighth of everything a gateway in
-//! front of `serve --http` spent a call (callgrind). A call sent here goes out on the same
+//! timeout layers: sent here instead, a gateway in front of `serve --http` spent 32,000
+//! fewer instructions a call of its 172,000 (callgrind). A call sent here goes out on the same
 //! kind of pooled connection (hyper's, kept alive, `TCP_NODELAY`) with nothing between.
 //! What this path leaves to reqwest: `https://` servers (TLS and its roots), servers a
 //! proxy from the environment applies to (`HTTP_PROXY`, `ALL_PROXY`, `NO_PROXY`, read
