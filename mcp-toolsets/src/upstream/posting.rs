@@ -289,11 +289,7 @@ impl Posts {
         let body = bytes::Bytes::from(body);
         let sent = match &self.direct {
             Some(direct) => direct
-                .post(
-                    &self.url,
-                    || self.headers(posting, session.as_deref()),
-                    body,
-                )
+                .post(|| self.headers(posting, session.as_deref()), body)
                 .await
                 .map(direct::boxed),
             None => {

@@ -34,6 +34,9 @@ const IDLE: std::time::Duration = std::time::Duration::from_secs(90);
 /// Where one connection's calls are sent when no layer of reqwest is needed.
 pub(crate) struct Direct {
     client: Client<HttpConnector, Full<Bytes>>,
+    /// The server's URL, as configured (redirects are resolved against it)…
+    url: reqwest::Url,
+    /// …and as hyper takes it.
     uri: http::Uri,
 }
 
@@ -55,16 +58,15 @@ impl Direct {
         }
         Some(Direct {
             client: client(),
+            url: url.clone(),
             uri,
         })
     }
 
-    /// Posts `body` to `url` (the connection's, which this was made for) with `headers`
-    /// (hyper adds the `Host` and the length), following the redirects reqwest's client
-    /// would follow; `Err` says why no answer came.
+    /// Posts `body` to the server with `headers` (hyper adds the `Host` and the length),
+    /// following the redirects reqwest's client would follow; `Err` says why no answer came.
     pub(crate) async fn post(
         &self,
-        url: &reqwest::Url,
         headers: impl Fn() -> Result<HeaderMap, String>,
         body: Bytes,
     ) -> Result<http::Response<Incoming>, String> {
@@ -82,7 +84,8 @@ impl Direct {
                 .await
                 .map_err(|e| super::chain(&e))?;
             hops += 1;
-            let Some(next) = redirected(&response, url, at.as_ref().unwrap_or(url), hops) else {
+            let at_now = at.as_ref().unwrap_or(&self.url);
+            let Some(next) = redirected(&response, &self.url, at_now, hops) else {
                 return Ok(response);
             };
             uri = next

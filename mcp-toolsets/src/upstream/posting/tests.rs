@@ -358,6 +358,11 @@ async fn a_redirect_elsewhere_or_that_drops_the_body_is_not_followed() {
             "HTTP 307 Temporary Redirect",
         ),
         ("302 Found", "location: /moved\r\n", "HTTP 302 Found"),
+        (
+            "307 Temporary Redirect",
+            "location: http://[::1\r\n",
+            "HTTP 307 Temporary Redirect",
+        ),
     ];
     for (status, headers, expected) in table {
         let (url, read) = server(vec![answer(status, headers, b"moved"), json(ANSWER)]);
@@ -366,6 +371,20 @@ async fn a_redirect_elsewhere_or_that_drops_the_body_is_not_followed() {
         assert!(why.contains(expected), "{expected}: {why}");
         assert_eq!(read.lock().unwrap().len(), 1, "{status} is not followed");
     }
+}
+
+#[tokio::test]
+async fn redirects_are_followed_at_most_ten_in_a_row() {
+    let mut answers = vec![answer("308 Permanent Redirect", "location: /again\r\n", b""); 11];
+    answers.push(json(ANSWER));
+    let (url, read) = server(answers);
+    let (posts, _) = posts(&url, ProtocolVersion::V_2026_07_28, None, None);
+    let why = failure(call(&posts, &CallRoutes::default()).await);
+    assert!(why.contains("HTTP 308 Permanent Redirect"), "{why}");
+    assert_eq!(
+        read.lock().unwrap().len(),
+        1 + crate::upstream::http_client::MAX_REDIRECTS
+    );
 }
 
 #[test]
