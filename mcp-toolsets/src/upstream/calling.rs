@@ -65,7 +65,6 @@ impl Upstream {
                     .await
             }
             Way::Posted(posts) if !self.has_param_headers(&params.name) => {
-                let params = Arc::unwrap_or_clone(params);
                 Box::pin(self.posted(&posts, &peer, params, &cancel, caller, to, stateless)).await
             }
             _ => {
@@ -141,7 +140,7 @@ impl Upstream {
         &self,
         posts: &Posts,
         peer: &Peer<RoleClient>,
-        mut params: CallToolRequestParams,
+        params: Arc<CallToolRequestParams>,
         cancel: &Cancel,
         caller: Caller,
         to: crate::mailbox::Sender<FromServer>,
@@ -152,9 +151,9 @@ impl Upstream {
         } else {
             None
         };
-        let Some((posting, body)) =
-            posts.prepare(&mut params, caller.progress, capabilities.as_ref())
+        let Some((posting, body)) = posts.prepare(&params, caller.progress, capabilities.as_ref())
         else {
+            let params = Arc::unwrap_or_clone(params);
             return self
                 .sent_through_rmcp(peer, params, cancel, caller, to, stateless)
                 .await;
@@ -179,6 +178,7 @@ impl Upstream {
             Err(NotPosted::SessionExpired) => {
                 drop(route);
                 tracing::debug!(server = %self.config.id, "the server no longer knows the session; the call goes through the connection, which opens a new one");
+                let params = Arc::unwrap_or_clone(params);
                 return self
                     .sent_through_rmcp(peer, params, cancel, caller, to, stateless)
                     .await;

@@ -59,6 +59,8 @@ pub(crate) struct Posts {
     version: HeaderValue,
     /// The version names the call in `Mcp-Method` and `Mcp-Name` (SEP-2243).
     standard_headers: bool,
+    /// The headers every call's request carries, made once ([`Posts::headers`]).
+    common: HeaderMap,
     /// A 2026-07-28 server: each request says who asks and what it can be asked.
     stateless: Option<Stateless>,
     next: AtomicU64,
@@ -151,14 +153,30 @@ impl Posts {
             None => None,
         };
         let stateless = *setup.version >= ProtocolVersion::V_2026_07_28;
+        let version = HeaderValue::from_str(setup.version.as_str()).ok()?;
+        let standard_headers = *setup.version >= ProtocolVersion::STANDARD_HEADERS;
+        let mut common = HeaderMap::with_capacity(8);
+        common.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        common.insert(
+            ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+        common.insert(MCP_PROTOCOL_VERSION, version.clone());
+        if let Some(authorization) = &authorization {
+            common.insert(AUTHORIZATION, authorization.clone());
+        }
+        if standard_headers {
+            common.insert(MCP_METHOD, HeaderValue::from_static("tools/call"));
+        }
         Some(Posts {
             client: super::http_client::http_client(),
             direct: Direct::for_url(&url),
             url,
             authorization,
             session: setup.session,
-            version: HeaderValue::from_str(setup.version.as_str()).ok()?,
-            standard_headers: *setup.version >= ProtocolVersion::STANDARD_HEADERS,
+            version,
+            standard_headers,
+            common,
             stateless: match stateless {
                 true => Some(Stateless::new(
                     setup.version,
@@ -179,7 +197,7 @@ impl Posts {
     /// is (rmcp's connection encodes it).
     pub(crate) fn prepare(
         &self,
-        params: &mut CallToolRequestParams,
+        params: &CallToolRequestParams,
         progress: bool,
         capabilities: Option<&ClientCapabilities>,
     ) -> Option<(Posting, Vec<u8>)> {
@@ -217,11 +235,11 @@ impl Posts {
     /// Writes `params` as the call's request carries them: their `_meta` with the
     /// `progress` token (when asked for) and, to a 2026-07-28 server, the client context
     /// (`capabilities`, else the connection's own), written from what was prepared once;
-    /// the caller's own members of those names left out. `params` are left as they were.
+    /// the caller's own members of those names left out.
     fn write_params(
         &self,
         body: &mut Vec<u8>,
-        params: &mut CallToolRequestParams,
+        params: &CallToolRequestParams,
         progress: Option<&str>,
         capabilities: Option<&ClientCapabilities>,
     ) -> serde_json::Result<()> {
@@ -267,11 +285,16 @@ impl Posts {
             body.truncate(open);
         }
         // The rest of the params, their own opening brace left out when `_meta` opened them.
-        let meta = params.meta.take();
         let rest = body.len();
-        let written = serde_json::to_writer(&mut *body, &*params);
-        params.meta = meta;
-        written?;
+        match &params.meta {
+            None => serde_json::to_writer(&mut *body, params)?,
+            // The caller's own `_meta` went out above, beside what the call sets.
+            Some(_) => {
+                let mut rest = params.clone();
+                rest.meta = None;
+                serde_json::to_writer(&mut *body, &rest)?;
+            }
+        }
         if any {
             body.remove(rest);
         }
@@ -341,16 +364,8 @@ impl Posts {
     /// The headers of the call's request: its type, what it takes back, the version, the
     /// token, the session and (from 2026-07-28 on) what it calls.
     fn headers(&self, posting: &Posting, session: Option<&str>) -> Result<HeaderMap, String> {
-        let mut headers = HeaderMap::with_capacity(8);
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert(
-            ACCEPT,
-            HeaderValue::from_static("application/json, text/event-stream"),
-        );
-        headers.insert(MCP_PROTOCOL_VERSION, self.version.clone());
-        if let Some(authorization) = &self.authorization {
-            headers.insert(AUTHORIZATION, authorization.clone());
-        }
+        // A copy of those made once costs less than inserting each (each name hashed).
+        let mut headers = self.common.clone();
         if let Some(session) = session {
             let value = HeaderValue::from_str(session).map_err(|_| {
                 format!("the server's session id {session:?} cannot be sent back in a header")
@@ -358,7 +373,6 @@ impl Posts {
             headers.insert(MCP_SESSION_ID, value);
         }
         if self.standard_headers {
-            headers.insert(MCP_METHOD, HeaderValue::from_static("tools/call"));
             headers.insert(MCP_NAME, posting.name.clone());
         }
         Ok(headers)

@@ -15,47 +15,110 @@ use crate::upstream::lines::envelope::Answered;
 /// A server that answers the requests it takes, one per connection, with `answers` in
 /// turn; the requests it read, each as text.
 fn server(answers: Vec<Vec<u8>>) -> (String, Arc<Mutex<Vec<String>>>) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let (listener, url) = listen();
     let read = Arc::new(Mutex::new(Vec::new()));
     let kept = read.clone();
     tokio::spawn(async move {
-        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
         for answer in answers {
             let (mut socket, _) = listener.accept().await.unwrap();
-            let mut request = Vec::new();
-            let mut buf = [0u8; 4096];
-            // The head, then as much body as it says.
-            loop {
-                let n = socket.read(&mut buf).await.unwrap();
-                request.extend_from_slice(&buf[..n]);
-                let text = String::from_utf8_lossy(&request).to_string();
-                if let Some(end) = text.find("\r\n\r\n") {
-                    let length = text[..end]
-                        .lines()
-                        .find_map(|l| {
-                            l.to_ascii_lowercase()
-                                .strip_prefix("content-length: ")
-                                .map(|v| v.trim().parse::<usize>().unwrap())
-                        })
-                        .unwrap_or(0);
-                    if request.len() >= end + 4 + length {
-                        break;
-                    }
-                }
-                if n == 0 {
-                    break;
-                }
-            }
-            kept.lock()
-                .unwrap()
-                .push(String::from_utf8_lossy(&request).to_string());
+            let request = read_request(&mut socket).await;
+            kept.lock().unwrap().push(request);
             let _ = socket.write_all(&answer).await;
             let _ = socket.shutdown().await;
         }
     });
     (url, read)
+}
+
+/// A listener on a free port of this machine, and the URL of its `/mcp`.
+fn listen() -> (tokio::net::TcpListener, String) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    (tokio::net::TcpListener::from_std(listener).unwrap(), url)
+}
+
+/// The next request on `socket` as text: its head, then as much body as it says (empty
+/// when the client closed the connection instead).
+async fn read_request(socket: &mut tokio::net::TcpStream) -> String {
+    let mut request = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = socket.read(&mut buf).await.unwrap_or(0);
+        request.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&request).to_string();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let length = text[..end]
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length: ")
+                        .map(|v| v.trim().parse::<usize>().unwrap())
+                })
+                .unwrap_or(0);
+            if request.len() >= end + 4 + length {
+                break;
+            }
+        }
+        if n == 0 {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&request).to_string()
+}
+
+/// What a connection of [`keeping_server`] does once it has given its answers.
+#[derive(Clone, Copy)]
+enum Then {
+    /// Closes the connection.
+    Close,
+    /// Keeps it open until the client closes it.
+    Hold,
+}
+
+/// The requests a [`keeping_server`] read, each beside the number of its connection.
+type ReadOn = Arc<Mutex<Vec<(usize, String)>>>;
+
+/// A server that keeps its connections open: the `n`th it takes answers its requests
+/// with `connections[n]`'s answers in turn, then does what it says; one more is closed at
+/// once. The requests it read, each beside the number of the connection it came on.
+fn keeping_server(connections: Vec<(Vec<Vec<u8>>, Then)>) -> (String, ReadOn) {
+    let (listener, url) = listen();
+    let read = Arc::new(Mutex::new(Vec::new()));
+    let kept = read.clone();
+    tokio::spawn(async move {
+        let mut scripts = connections.into_iter().enumerate();
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let Some((n, (answers, then))) = scripts.next() else {
+                continue;
+            };
+            let kept = kept.clone();
+            tokio::spawn(async move {
+                for answer in answers {
+                    let request = read_request(&mut socket).await;
+                    kept.lock().unwrap().push((n, request));
+                    socket.write_all(&answer).await.unwrap();
+                }
+                if let Then::Hold = then {
+                    let mut rest = Vec::new();
+                    let _ = socket.read_to_end(&mut rest).await;
+                }
+                let _ = socket.shutdown().await;
+            });
+        }
+    });
+    (url, read)
+}
+
+/// A JSON answer to the `n`th call of a connection, its connection kept open.
+fn kept_json(n: u64) -> Vec<u8> {
+    let body = ANSWER.replace("toolhost-1", &format!("toolhost-{n}"));
+    format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
 }
 
 /// An HTTP answer with `status`, `content_type` and `body`, closing its connection.
@@ -118,13 +181,13 @@ fn posts(
 
 /// One call of `echo` posted: what it got.
 async fn call(posts: &Posts, calls: &CallRoutes) -> Result<super::Answer, NotPosted> {
-    let mut params = CallToolRequestParams::new("echo").with_arguments(
+    let params = CallToolRequestParams::new("echo").with_arguments(
         serde_json::json!({"message": "hi"})
             .as_object()
             .unwrap()
             .clone(),
     );
-    let (posting, body) = posts.prepare(&mut params, true, None).unwrap();
+    let (posting, body) = posts.prepare(&params, true, None).unwrap();
     posts.post(&posting, body, calls).await
 }
 
@@ -387,8 +450,79 @@ async fn redirects_are_followed_at_most_ten_in_a_row() {
     );
 }
 
+#[tokio::test]
+async fn calls_one_after_another_go_out_on_one_kept_connection() {
+    let (url, read) = keeping_server(vec![(
+        vec![kept_json(1), kept_json(2), kept_json(3)],
+        Then::Hold,
+    )]);
+    let (posts, _) = posts(&url, ProtocolVersion::V_2026_07_28, None, None);
+    for _ in 0..3 {
+        let answered = call(&posts, &CallRoutes::default()).await;
+        assert_eq!(
+            text(&answered.unwrap_or_else(|e| panic!("{}", failure(Err(e))))),
+            "hi"
+        );
+    }
+    let on: Vec<usize> = read.lock().unwrap().iter().map(|(n, _)| *n).collect();
+    assert_eq!(on, [0, 0, 0], "every call on the first connection");
+    assert_eq!(posts.direct.as_ref().unwrap().kept(), 1);
+}
+
+#[tokio::test]
+async fn a_kept_connection_the_server_closed_is_not_taken_for_the_next_call() {
+    let (url, read) = keeping_server(vec![
+        (vec![kept_json(1)], Then::Close),
+        (vec![kept_json(2)], Then::Hold),
+    ]);
+    let (posts, _) = posts(&url, ProtocolVersion::V_2026_07_28, None, None);
+    let first = call(&posts, &CallRoutes::default()).await;
+    assert_eq!(
+        text(&first.unwrap_or_else(|e| panic!("{}", failure(Err(e))))),
+        "hi"
+    );
+    // The server closes its end once it has answered; the runtime sees it meanwhile.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let second = call(&posts, &CallRoutes::default()).await;
+    assert_eq!(
+        text(&second.unwrap_or_else(|e| panic!("{}", failure(Err(e))))),
+        "hi"
+    );
+    let on: Vec<usize> = read.lock().unwrap().iter().map(|(n, _)| *n).collect();
+    assert_eq!(on, [0, 1], "the second call on a new connection");
+}
+
+#[tokio::test]
+async fn a_connection_whose_answer_was_not_read_to_its_end_is_closed_not_kept() {
+    // The answer's event comes in a chunked body that does not end: what is left of it
+    // would come before the next call's answer on that connection.
+    let event = "data: {\"jsonrpc\":\"2.0\",\"id\":\"toolhost-1\",\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}}\n\n";
+    let unended = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{event}\r\n",
+        event.len()
+    );
+    let (url, read) = keeping_server(vec![
+        (vec![unended.into_bytes()], Then::Hold),
+        (vec![kept_json(2)], Then::Hold),
+    ]);
+    let (posts, _) = posts(&url, ProtocolVersion::V_2026_07_28, None, None);
+    let first = call(&posts, &CallRoutes::default()).await;
+    assert_eq!(
+        text(&first.unwrap_or_else(|e| panic!("{}", failure(Err(e))))),
+        "hi"
+    );
+    assert_eq!(posts.direct.as_ref().unwrap().kept(), 0);
+    let second = call(&posts, &CallRoutes::default()).await;
+    assert_eq!(
+        text(&second.unwrap_or_else(|e| panic!("{}", failure(Err(e))))),
+        "hi"
+    );
+    let on: Vec<usize> = read.lock().unwrap().iter().map(|(n, _)| *n).collect();
+    assert_eq!(on, [0, 1]);
+}
+
 #[test]
-fn the_callers_own_meta_goes_out_beside_what_the_call_sets_and_is_left_as_it_was() {
+fn the_callers_own_meta_goes_out_beside_what_the_call_sets() {
     let (posts, _) = posts(
         "http://127.0.0.1:1/mcp",
         ProtocolVersion::V_2026_07_28,
@@ -407,7 +541,6 @@ fn the_callers_own_meta_goes_out_beside_what_the_call_sets_and_is_left_as_it_was
             .clone(),
     );
     params.meta = Some(serde_json::from_value(meta).unwrap());
-    let before = params.clone();
     let table = [
         (
             true,
@@ -417,9 +550,8 @@ fn the_callers_own_meta_goes_out_beside_what_the_call_sets_and_is_left_as_it_was
     ];
     for (progress, capabilities) in table {
         let (_, body) = posts
-            .prepare(&mut params, progress, capabilities.as_ref())
+            .prepare(&params, progress, capabilities.as_ref())
             .unwrap();
-        assert_eq!(params, before, "the params are left as they were");
         let text = String::from_utf8(body).unwrap();
         let sent: serde_json::Value = serde_json::from_str(&text).unwrap();
         let sent_meta = &sent["params"]["_meta"];
@@ -445,7 +577,7 @@ fn the_callers_own_meta_goes_out_beside_what_the_call_sets_and_is_left_as_it_was
         assert_eq!(sent["method"], "tools/call");
     }
     params.meta = None;
-    let (_, body) = posts.prepare(&mut params, false, None).unwrap();
+    let (_, body) = posts.prepare(&params, false, None).unwrap();
     let sent: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(
         sent["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"],
@@ -462,7 +594,7 @@ fn a_tool_name_a_header_cannot_carry_as_it_is_goes_through_rmcp() {
         None,
     );
     for name in ["with space", "é", "=?base64?x?="] {
-        let mut params = CallToolRequestParams::new(name.to_string());
-        assert!(posts.prepare(&mut params, false, None).is_none(), "{name}");
+        let params = CallToolRequestParams::new(name.to_string());
+        assert!(posts.prepare(&params, false, None).is_none(), "{name}");
     }
 }
