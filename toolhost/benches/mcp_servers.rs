@@ -897,6 +897,25 @@ fn main() {
         .iter()
         .map(|(workspace, arguments)| read_file_floor(workspace, arguments))
         .collect();
+    // Over HTTP: the servers the bench starts, stateless, with the one each mounts.
+    let over_http = servers
+        .iter()
+        .filter(|s| s.count && s.attached.is_none())
+        .filter_map(|s| Some((s, s.http.as_ref().filter(|h| h.stateless)?)));
+    for (server, over) in over_http {
+        match http::per_call_counted(server, over, plan.count) {
+            Ok((own, None)) => println!("instructions {}: {own:.0} per call", server.name),
+            Ok((own, Some(mounted))) => {
+                println!("instructions {}: {own:.0} per call", server.name);
+                println!(
+                    "instructions {}+mounted: {:.0} per call ({own:.0} the gateway's, {mounted:.0} the mounted server's)",
+                    server.name,
+                    own + mounted
+                );
+            }
+            Err(e) => println!("instructions {}: not counted: {e}", server.name),
+        }
+    }
     let stdio = servers.iter().filter(|s| s.http.is_none() && s.count);
     for server in stdio.chain(&floors) {
         let counted = Server {

@@ -232,7 +232,7 @@ fn large_pipe(bytes: usize) -> Result<(std::fs::File, std::fs::File), String> {
 /// child, which then executes another program) reports a summary of its own first, and it
 /// counts what the server ran before the fork: a gateway's count was read from its
 /// upstream's fork once, a third of its own.
-fn collected(report: &str, pid: u32) -> Option<u64> {
+pub fn collected(report: &str, pid: u32) -> Option<u64> {
     let prefix = format!("=={pid}== Collected :");
     report.lines().find_map(|l| {
         let after = l.strip_prefix(&prefix)?;

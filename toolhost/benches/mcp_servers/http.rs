@@ -224,9 +224,25 @@ impl Client {
     }
 }
 
+/// `Bearer TOKEN` for a server that wants one: `{token}` is one the bench's issuer signs.
+fn authorization(http: &Http) -> Option<String> {
+    http.bearer.as_ref().map(|t| {
+        let token = match (t.as_str(), &http.resource) {
+            ("{token}", Some(resource)) => crate::issuer().token("bench-user", resource),
+            _ => t.clone(),
+        };
+        format!("Bearer {token}")
+    })
+}
+
 /// Waits until something listens on `port` (at most 20 s).
 fn wait_listening(name: &str, port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(20);
+    wait_listening_for(name, port, Duration::from_secs(20));
+}
+
+/// Waits until something listens on `port`, at most `wait`.
+fn wait_listening_for(name: &str, port: u16, wait: Duration) {
+    let deadline = Instant::now() + wait;
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(
             Instant::now() < deadline,
@@ -276,13 +292,7 @@ pub fn round(server: &Server, http: &Http, calls: u64, inflight: u64) -> Figures
         path: http.path.clone().unwrap_or_else(|| "/mcp".into()),
         stateless: http.stateless,
         session: None,
-        authorization: http.bearer.as_ref().map(|t| {
-            let token = match (t.as_str(), &http.resource) {
-                ("{token}", Some(resource)) => crate::issuer().token("bench-user", resource),
-                _ => t.clone(),
-            };
-            format!("Bearer {token}")
-        }),
+        authorization: authorization(http),
     };
     if !http.stateless {
         let reply = client.exchange(&client.request(
@@ -382,6 +392,166 @@ pub fn round(server: &Server, http: &Http, calls: u64, inflight: u64) -> Figures
         let _ = child.wait();
     }
     all_answered(server, failed, calls, figures)
+}
+
+/// Instructions per `tools/call` of a stateless server over HTTP, and of the server it
+/// mounts where the bench starts that one ([`Server::upstream`]), counted as a stdio
+/// server's are ([`crate::count`]): runs of `n` and `2n` calls, per call = (I(2n) − I(n)) / n.
+/// The calls go one after another on one kept-alive connection, so that every run reads
+/// the same chunks (with calls racing each other, the count moved with how they met).
+pub fn per_call_counted(
+    server: &Server,
+    http: &Http,
+    n: u64,
+) -> Result<(f64, Option<f64>), String> {
+    if !http.stateless {
+        return Err("counted only over stateless requests".into());
+    }
+    let once = instructions(server, http, n)?;
+    let twice = instructions(server, http, 2 * n)?;
+    let per = |once: u64, twice: u64| {
+        (twice > once)
+            .then(|| (twice - once) as f64 / n as f64)
+            .ok_or_else(|| {
+                format!(
+                    "{twice} instructions for {} calls, not more than {once} for {n}",
+                    2 * n
+                )
+            })
+    };
+    let own = per(once.0, twice.0)?;
+    let mounted = match (once.1, twice.1) {
+        (Some(once), Some(twice)) => Some(per(once, twice)?),
+        _ => None,
+    };
+    Ok((own, mounted))
+}
+
+/// The instructions one run of `calls` calls took: the server's, and its upstream's.
+fn instructions(server: &Server, http: &Http, calls: u64) -> Result<(u64, Option<u64>), String> {
+    let upstream = match &server.upstream {
+        Some(command) => Some(Counted::start(
+            &format!("{}'s upstream", server.name),
+            command,
+            &Default::default(),
+        )?),
+        None => None,
+    };
+    let fill = |s: &str| match &upstream {
+        Some(u) => s.replace("{upstream_port}", &u.port.to_string()),
+        None => s.to_string(),
+    };
+    for (path, text) in &server.files {
+        std::fs::write(path, fill(text)).map_err(|e| format!("cannot write {path}: {e}"))?;
+    }
+    let command: Vec<String> = server.command.iter().map(|a| fill(a)).collect();
+    let env = server
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), fill(v)))
+        .collect();
+    let front = Counted::start(&server.name, &command, &env)?;
+    let client = Client {
+        port: front.port,
+        path: http.path.clone().unwrap_or_else(|| "/mcp".into()),
+        stateless: true,
+        session: None,
+        authorization: authorization(http),
+    };
+    let params = json!({"name": server.tool, "arguments": server.arguments});
+    let request = client.request(3, "tools/call", params, Some(&server.tool));
+    let mut stream = TcpStream::connect(("127.0.0.1", front.port)).map_err(|e| e.to_string())?;
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .map_err(|e| e.to_string())?;
+    let (mut buf, mut chunk) = (Vec::new(), vec![0u8; 1 << 16]);
+    for _ in 0..calls {
+        stream.write_all(&request).map_err(|e| e.to_string())?;
+        let reply = loop {
+            if let Some((used, reply)) = parse(&buf) {
+                buf.drain(..used);
+                break reply;
+            }
+            match stream.read(&mut chunk) {
+                Ok(0) => return Err("the server closed the connection".into()),
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                Err(e) => return Err(format!("no answer: {e}")),
+            }
+        };
+        let message = reply.message();
+        if reply.status != 200
+            || message.get("error").is_some()
+            || message["result"]["isError"] == true
+        {
+            return Err(format!("a call failed ({}): {message}", reply.status));
+        }
+    }
+    drop(stream);
+    let own = front.stop()?;
+    let mounted = upstream.map(Counted::stop).transpose()?;
+    Ok((own, mounted))
+}
+
+/// A server over HTTP run under callgrind, on its port.
+struct Counted {
+    child: std::process::Child,
+    port: u16,
+    report: std::thread::JoinHandle<String>,
+}
+
+impl Counted {
+    fn start(
+        name: &str,
+        command: &[String],
+        env: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Counted, String> {
+        let port = free_port();
+        let fill = |s: &str| s.replace("{port}", &port.to_string());
+        let mut child = Command::new("valgrind")
+            .args([
+                "--tool=callgrind",
+                "--callgrind-out-file=/dev/null",
+                "--trace-children=no",
+            ])
+            .args(command.iter().map(|a| fill(a)))
+            .envs(env.iter().map(|(k, v)| (k, fill(v))))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("{name}: cannot start valgrind: {e}"))?;
+        let mut stderr = child.stderr.take().ok_or("no stderr")?;
+        let report = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text);
+            text
+        });
+        // Under callgrind a server starts dozens of times slower.
+        wait_listening_for(name, port, Duration::from_secs(180));
+        Ok(Counted {
+            child,
+            port,
+            report,
+        })
+    }
+
+    /// Stops the server (SIGTERM, on which it ends as it would anyway, and callgrind
+    /// reports): the instructions it ran.
+    fn stop(mut self) -> Result<u64, String> {
+        let pid = self.child.id();
+        if let Some(process) = rustix::process::Pid::from_raw(pid as i32) {
+            let _ = rustix::process::kill_process(process, rustix::process::Signal::TERM);
+        }
+        let status = self.child.wait().map_err(|e| e.to_string())?;
+        let text = self.report.join().unwrap_or_default();
+        crate::count::collected(&text, pid).ok_or_else(|| {
+            format!(
+                "valgrind reported no count ({status}): {}",
+                text.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
+            )
+        })
+    }
 }
 
 /// Writes all of `bytes` to a non-blocking stream (its buffer is empty between requests,

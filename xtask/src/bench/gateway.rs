@@ -315,21 +315,29 @@ pub(super) fn rows(
             pass: judged.then_some(g.1 / a.1 <= CPU_TIMES),
         });
     }
-    let figure = "gateway: toolhost serve --mcp in front of toolhost serve --mcp (up__read_file) vs the mounted toolhost alone: instructions per call of both processes (callgrind; the mounted one run under it by the gateway)";
-    rows.push(
-        match (
-            counts.get("gateway-toolhost+mounted"),
-            counts.get("toolhost"),
-        ) {
+    for (gateway, alone, what) in [
+        (
+            "gateway-toolhost+mounted",
+            "toolhost",
+            "toolhost serve --mcp in front of toolhost serve --mcp (up__read_file) vs the mounted toolhost alone: instructions per call of both processes (callgrind; the mounted one run under it by the gateway)",
+        ),
+        (
+            "gateway-http+mounted",
+            "toolhost-http",
+            "toolhost serve --http in front of toolhost serve --http (up__read_file) vs the mounted toolhost alone: instructions per call of both processes (callgrind; one call at a time on one connection)",
+        ),
+    ] {
+        let figure = format!("gateway: {what}");
+        rows.push(match (counts.get(gateway), counts.get(alone)) {
             (Some(both), Some(alone)) if *alone > 0.0 => Row {
-                figure: figure.into(),
+                figure,
                 measured: format!("{both:.0} vs {alone:.0}: {:.2}×", both / alone),
                 target: format!("≤ {CPU_TIMES}× (exact run to run)"),
                 pass: Some(both / alone <= CPU_TIMES),
             },
-            _ => missing(figure),
-        },
-    );
+            _ => missing(&figure),
+        });
+    }
     let floor = "the bench's bare rmcp proxy in front of the same server (rmcp client and server, one tool forwarded)";
     let figure = format!("gateway in front of toolhost: its own CPU per call (timed) vs {floor}");
     rows.push(
@@ -399,6 +407,8 @@ mod tests {
             ("gateway-toolhost+mounted".to_string(), 90000.0),
             ("toolhost".to_string(), 35000.0),
             ("gateway-toolhost-rmcp-proxy".to_string(), 150000.0),
+            ("gateway-http+mounted".to_string(), 120000.0),
+            ("toolhost-http".to_string(), 50000.0),
         ]);
         let rows = rows(&best, &own, &counts);
         let verdicts: Vec<(&str, Option<bool>)> =
@@ -412,6 +422,7 @@ mod tests {
                 ("40.0 µs vs 14.0 µs: 2.86×", Some(false)),
                 ("not measured", None),
                 ("90000 vs 35000: 2.57×", Some(false)),
+                ("120000 vs 50000: 2.40×", Some(true)),
                 ("25.0 µs vs 160.0 µs: 0.16×", None),
                 ("60000 vs 150000: 0.40×", Some(true)),
             ]
