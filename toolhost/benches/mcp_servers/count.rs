@@ -33,13 +33,23 @@ pub fn available() -> bool {
 /// Instructions per `tools/call` of `server` (a stdio server), from runs of `n` and `2n`
 /// calls: its own, and with [`Server::mounted_logs`] its mounted server's beside them.
 pub fn per_call(server: &Server, n: u64) -> Result<(f64, Option<f64>), String> {
-    let once = instructions(server, n)?;
-    let twice = instructions(server, 2 * n)?;
+    per_call_of(&server.name, n, |calls| instructions(server, calls))
+}
+
+/// Instructions per call of `name` from `run` (the instructions one run of that many
+/// calls took: the server's own, and its mounted server's where counted), over `n` and
+/// `2n` calls: per call = (I(2n) − I(n)) / n, start-up and shutdown cancelled out.
+pub fn per_call_of(
+    name: &str,
+    n: u64,
+    mut run: impl FnMut(u64) -> Result<(u64, Option<u64>), String>,
+) -> Result<(f64, Option<f64>), String> {
+    let once = run(n)?;
+    let twice = run(2 * n)?;
     let per = |what: &str, once: u64, twice: u64| {
         if twice <= once {
             return Err(format!(
-                "{}{what}: {twice} instructions for {} calls, not more than {once} for {n}",
-                server.name,
+                "{name}{what}: {twice} instructions for {} calls, not more than {once} for {n}",
                 2 * n
             ));
         }

@@ -407,24 +407,7 @@ pub fn per_call_counted(
     if !http.stateless {
         return Err("counted only over stateless requests".into());
     }
-    let once = instructions(server, http, n)?;
-    let twice = instructions(server, http, 2 * n)?;
-    let per = |once: u64, twice: u64| {
-        (twice > once)
-            .then(|| (twice - once) as f64 / n as f64)
-            .ok_or_else(|| {
-                format!(
-                    "{twice} instructions for {} calls, not more than {once} for {n}",
-                    2 * n
-                )
-            })
-    };
-    let own = per(once.0, twice.0)?;
-    let mounted = match (once.1, twice.1) {
-        (Some(once), Some(twice)) => Some(per(once, twice)?),
-        _ => None,
-    };
-    Ok((own, mounted))
+    crate::count::per_call_of(&server.name, n, |calls| instructions(server, http, calls))
 }
 
 /// The instructions one run of `calls` calls took: the server's, and its upstream's.
