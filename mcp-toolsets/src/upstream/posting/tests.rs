@@ -111,6 +111,20 @@ fn keeping_server(connections: Vec<(Vec<Vec<u8>>, Then)>) -> (String, ReadOn) {
     (url, read)
 }
 
+/// One call of `echo` posted, which must be answered "hi".
+async fn says_hi(posts: &Posts) {
+    let answered = call(posts, &CallRoutes::default()).await;
+    assert_eq!(
+        text(&answered.unwrap_or_else(|e| panic!("{}", failure(Err(e))))),
+        "hi"
+    );
+}
+
+/// The number of the connection each request a [`keeping_server`] read came on, in turn.
+fn connections(read: &ReadOn) -> Vec<usize> {
+    read.lock().unwrap().iter().map(|(n, _)| *n).collect()
+}
+
 /// A JSON answer to the `n`th call of a connection, its connection kept open.
 fn kept_json(n: u64) -> Vec<u8> {
     let body = ANSWER.replace("toolhost-1", &format!("toolhost-{n}"));
@@ -458,14 +472,13 @@ async fn calls_one_after_another_go_out_on_one_kept_connection() {
     )]);
     let (posts, _) = posts(&url, ProtocolVersion::V_2026_07_28, None, None);
     for _ in 0..3 {
-        let answered = call(&posts, &CallRoutes::default()).await;
-        assert_eq!(
-            text(&answered.unwrap_or_else(|e| panic!("{}", failure(Err(e))))),
-            "hi"
-        );
+        says_hi(&posts).await;
     }
-    let on: Vec<usize> = read.lock().unwrap().iter().map(|(n, _)| *n).collect();
-    assert_eq!(on, [0, 0, 0], "every call on the first connection");
+    assert_eq!(
+        connections(&read),
+        [0, 0, 0],
+        "every call on the first connection"
+    );
     assert_eq!(posts.direct.as_ref().unwrap().kept(), 1);
 }
 
@@ -476,20 +489,15 @@ async fn a_kept_connection_the_server_closed_is_not_taken_for_the_next_call() {
         (vec![kept_json(2)], Then::Hold),
     ]);
     let (posts, _) = posts(&url, ProtocolVersion::V_2026_07_28, None, None);
-    let first = call(&posts, &CallRoutes::default()).await;
-    assert_eq!(
-        text(&first.unwrap_or_else(|e| panic!("{}", failure(Err(e))))),
-        "hi"
-    );
+    says_hi(&posts).await;
     // The server closes its end once it has answered; the runtime sees it meanwhile.
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    let second = call(&posts, &CallRoutes::default()).await;
+    says_hi(&posts).await;
     assert_eq!(
-        text(&second.unwrap_or_else(|e| panic!("{}", failure(Err(e))))),
-        "hi"
+        connections(&read),
+        [0, 1],
+        "the second call on a new connection"
     );
-    let on: Vec<usize> = read.lock().unwrap().iter().map(|(n, _)| *n).collect();
-    assert_eq!(on, [0, 1], "the second call on a new connection");
 }
 
 #[tokio::test]
@@ -506,19 +514,10 @@ async fn a_connection_whose_answer_was_not_read_to_its_end_is_closed_not_kept() 
         (vec![kept_json(2)], Then::Hold),
     ]);
     let (posts, _) = posts(&url, ProtocolVersion::V_2026_07_28, None, None);
-    let first = call(&posts, &CallRoutes::default()).await;
-    assert_eq!(
-        text(&first.unwrap_or_else(|e| panic!("{}", failure(Err(e))))),
-        "hi"
-    );
+    says_hi(&posts).await;
     assert_eq!(posts.direct.as_ref().unwrap().kept(), 0);
-    let second = call(&posts, &CallRoutes::default()).await;
-    assert_eq!(
-        text(&second.unwrap_or_else(|e| panic!("{}", failure(Err(e))))),
-        "hi"
-    );
-    let on: Vec<usize> = read.lock().unwrap().iter().map(|(n, _)| *n).collect();
-    assert_eq!(on, [0, 1]);
+    says_hi(&posts).await;
+    assert_eq!(connections(&read), [0, 1]);
 }
 
 #[test]
