@@ -377,6 +377,15 @@ fn initialize_params() -> Value {
     })
 }
 
+/// A server's file as written: `{issuer}` filled in with the bench's issuer's URL.
+fn with_issuer(text: &str) -> String {
+    if text.contains("{issuer}") {
+        text.replace("{issuer}", &issuer().url)
+    } else {
+        text.to_string()
+    }
+}
+
 /// One round against one server.
 fn round(server: &Server, calls: u64, inflight: u64) -> Figures {
     if let Some(upstream) = &server.upstream {
@@ -387,7 +396,7 @@ fn round(server: &Server, calls: u64, inflight: u64) -> Figures {
         );
         let fill = |s: &String| s.replace("{upstream_port}", &port.to_string());
         for (path, text) in &server.files {
-            std::fs::write(path, fill(text))
+            std::fs::write(path, with_issuer(&fill(text)))
                 .unwrap_or_else(|e| panic!("{}: cannot write {path}: {e}", server.name));
         }
         let front = Server {
@@ -408,12 +417,7 @@ fn round(server: &Server, calls: u64, inflight: u64) -> Figures {
         return figures;
     }
     for (path, text) in &server.files {
-        let text = if text.contains("{issuer}") {
-            text.replace("{issuer}", &issuer().url)
-        } else {
-            text.clone()
-        };
-        std::fs::write(path, text)
+        std::fs::write(path, with_issuer(text))
             .unwrap_or_else(|e| panic!("{}: cannot write {path}: {e}", server.name));
     }
     if let Some(over) = &server.http {

@@ -170,7 +170,7 @@ impl Posts {
         }
         Some(Posts {
             client: super::http_client::http_client(),
-            direct: Direct::for_url(&url),
+            direct: Direct::for_url(&url, &common),
             url,
             authorization,
             session: setup.session,
@@ -309,14 +309,13 @@ impl Posts {
         calls: &CallRoutes,
     ) -> Result<Answer, NotPosted> {
         let session = self.session.get();
-        let body = bytes::Bytes::from(body);
         let sent = match &self.direct {
-            Some(direct) => direct
-                .post(|| self.headers(posting, session.as_deref()), body)
-                .await
-                .map(direct::boxed),
+            Some(direct) => match self.per_call_headers(posting, session.as_deref()) {
+                Ok(headers) => direct.post(&headers, &body).await.map(direct::boxed),
+                Err(e) => Err(e),
+            },
             None => {
-                self.post_through_reqwest(posting, session.as_deref(), body)
+                self.post_through_reqwest(posting, session.as_deref(), body.into())
                     .await
             }
         };
@@ -366,14 +365,28 @@ impl Posts {
     fn headers(&self, posting: &Posting, session: Option<&str>) -> Result<HeaderMap, String> {
         // A copy of those made once costs less than inserting each (each name hashed).
         let mut headers = self.common.clone();
+        for (name, value) in self.per_call_headers(posting, session)? {
+            headers.insert(name, value.into_owned());
+        }
+        Ok(headers)
+    }
+
+    /// The headers of the call's request besides those every call carries (`common`):
+    /// the session and (from 2026-07-28 on) what it calls.
+    fn per_call_headers<'p>(
+        &self,
+        posting: &'p Posting,
+        session: Option<&str>,
+    ) -> Result<Vec<(HeaderName, Cow<'p, HeaderValue>)>, String> {
+        let mut headers = Vec::with_capacity(2);
         if let Some(session) = session {
             let value = HeaderValue::from_str(session).map_err(|_| {
                 format!("the server's session id {session:?} cannot be sent back in a header")
             })?;
-            headers.insert(MCP_SESSION_ID, value);
+            headers.push((MCP_SESSION_ID, Cow::Owned(value)));
         }
         if self.standard_headers {
-            headers.insert(MCP_NAME, posting.name.clone());
+            headers.push((MCP_NAME, Cow::Borrowed(&posting.name)));
         }
         Ok(headers)
     }

@@ -425,7 +425,8 @@ fn instructions(server: &Server, http: &Http, calls: u64) -> Result<(u64, Option
         None => s.to_string(),
     };
     for (path, text) in &server.files {
-        std::fs::write(path, fill(text)).map_err(|e| format!("cannot write {path}: {e}"))?;
+        std::fs::write(path, crate::with_issuer(&fill(text)))
+            .map_err(|e| format!("cannot write {path}: {e}"))?;
     }
     let command: Vec<String> = server.command.iter().map(|a| fill(a)).collect();
     let env = server

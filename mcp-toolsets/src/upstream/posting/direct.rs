@@ -1,5 +1,6 @@
 //! A posted call to a plain `http://` server that no proxy stands in front of, sent on a
-//! connection of hyper's that the call itself drives ([`Direct`], [`pool`]).
+//! connection that the call itself writes to and reads from ([`Direct`], [`pool`],
+//! [`wire`]).
 //!
 //! reqwest takes every request through its redirect layer, which parses the request's URL
 //! twice (before it goes out and again when its answer comes), and through its retry and
@@ -12,18 +13,21 @@
 //! ([`crate::upstream::http_client::follows`]).
 
 mod pool;
+mod wire;
 
+use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt as _, Full};
+use http_body_util::BodyExt as _;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::proxy::matcher::Matcher;
-use reqwest::header::HeaderMap;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use tower_service::Service as _;
 
 pub(crate) use pool::Driven;
-use pool::{Line, Pool};
+use pool::Pool;
+use wire::Line;
 
 /// An error of the body of an answer, whichever client read it.
 pub(crate) type BodyError = Box<dyn std::error::Error + Send + Sync>;
@@ -39,40 +43,21 @@ pub(crate) struct Direct {
     url: reqwest::Url,
     /// …as a connection is made to it…
     uri: http::Uri,
-    /// …and as a request names it.
-    target: Target,
-}
-
-/// What a request names of where it goes: its path (and query), and its `Host`.
-struct Target {
-    path: http::Uri,
-    host: http::HeaderValue,
-}
-
-impl Target {
-    fn of(uri: &http::Uri) -> Option<Target> {
-        let authority = uri.authority()?;
-        // The port is left out where it is the scheme's own, as browsers and hyper send it.
-        let host = match authority.port_u16() {
-            Some(80) | None => authority.host(),
-            Some(_) => authority.as_str(),
-        };
-        Some(Target {
-            path: uri.path_and_query()?.clone().into(),
-            host: http::HeaderValue::from_str(host).ok()?,
-        })
-    }
+    /// …and the path (and query) a request names.
+    path: String,
+    /// The header lines every request carries, as written: its `Host` first.
+    common: Vec<u8>,
 }
 
 impl Direct {
     /// `None` when a call to `url` needs reqwest: anything but `http://`, or a proxy that
-    /// applies to it.
-    pub(crate) fn for_url(url: &reqwest::Url) -> Option<Direct> {
+    /// applies to it. Every request carries `common` headers.
+    pub(crate) fn for_url(url: &reqwest::Url, common: &HeaderMap) -> Option<Direct> {
         static PROXIES: OnceLock<Matcher> = OnceLock::new();
-        Direct::unless_proxied(url, PROXIES.get_or_init(Matcher::from_system))
+        Direct::unless_proxied(url, common, PROXIES.get_or_init(Matcher::from_system))
     }
 
-    fn unless_proxied(url: &reqwest::Url, proxies: &Matcher) -> Option<Direct> {
+    fn unless_proxied(url: &reqwest::Url, common: &HeaderMap, proxies: &Matcher) -> Option<Direct> {
         if url.scheme() != "http" {
             return None;
         }
@@ -80,76 +65,103 @@ impl Direct {
         if proxies.intercept(&uri).is_some() {
             return None;
         }
+        let authority = uri.authority()?;
+        // The port is left out where it is the scheme's own, as browsers and hyper send it.
+        let host = match authority.port_u16() {
+            Some(80) | None => authority.host(),
+            Some(_) => authority.as_str(),
+        };
+        let mut lines = Vec::with_capacity(256);
+        write_header(&mut lines, "host", host.as_bytes());
+        for (name, value) in common {
+            write_header(&mut lines, name.as_str(), value.as_bytes());
+        }
         Some(Direct {
             pool: Arc::default(),
             url: url.clone(),
-            target: Target::of(&uri)?,
+            path: uri.path_and_query()?.as_str().to_string(),
+            common: lines,
             uri,
         })
     }
 
-    /// Posts `body` to the server with `headers` (the `Host` and the length are added),
-    /// following the redirects reqwest's client would follow; `Err` says why no answer came.
+    /// Posts `body` to the server with the common headers and `headers` (the length is
+    /// added), following the redirects reqwest's client would follow; `Err` says why no
+    /// answer came.
     pub(crate) async fn post(
         &self,
-        headers: impl Fn() -> Result<HeaderMap, String>,
-        body: Bytes,
+        headers: &[(HeaderName, Cow<'_, HeaderValue>)],
+        body: &[u8],
     ) -> Result<http::Response<Driven>, String> {
-        let mut moved: Option<(reqwest::Url, Target)> = None;
+        let mut moved: Option<(reqwest::Url, String)> = None;
         let mut hops = 0;
         loop {
-            let target = moved.as_ref().map_or(&self.target, |(_, target)| target);
-            let mut request = http::Request::new(Full::new(body.clone()));
-            *request.method_mut() = http::Method::POST;
-            *request.uri_mut() = target.path.clone();
-            *request.headers_mut() = headers()?;
-            request
-                .headers_mut()
-                .insert(http::header::HOST, target.host.clone());
-            let response = self.send(request).await?;
+            let path = moved.as_ref().map_or(&*self.path, |(_, path)| path);
+            let request = self.request(path, headers, body);
+            let response = self.send(&request).await?;
             hops += 1;
             let at = moved.as_ref().map_or(&self.url, |(url, _)| url);
             let Some(next) = redirected(&response, &self.url, at, hops) else {
                 return Ok(response);
             };
             // Followed only to the same origin: the same server, on the same connections.
-            let target = next
-                .as_str()
-                .parse()
-                .ok()
-                .as_ref()
-                .and_then(Target::of)
-                .ok_or_else(|| {
-                    format!("the server redirected the call to {next}, which cannot be posted to")
-                })?;
-            moved = Some((next, target));
+            let path = match next.query() {
+                Some(query) => format!("{}?{query}", next.path()),
+                None => next.path().to_string(),
+            };
+            if path.bytes().any(|b| !b.is_ascii_graphic()) {
+                return Err(format!(
+                    "the server redirected the call to {next}, which cannot be posted to"
+                ));
+            }
+            moved = Some((next, path));
         }
     }
 
-    /// Sends `request` on a kept connection, or a new one; once more on another when the
-    /// one taken had closed before the request went out.
-    async fn send(
+    /// The request, as written: its line, the common headers, `headers`, its length, `body`.
+    fn request(
         &self,
-        mut request: http::Request<Full<Bytes>>,
-    ) -> Result<http::Response<Driven>, String> {
+        path: &str,
+        headers: &[(HeaderName, Cow<'_, HeaderValue>)],
+        body: &[u8],
+    ) -> Vec<u8> {
+        let mut request = Vec::with_capacity(self.common.len() + path.len() + body.len() + 128);
+        request.extend_from_slice(b"POST ");
+        request.extend_from_slice(path.as_bytes());
+        request.extend_from_slice(b" HTTP/1.1\r\n");
+        request.extend_from_slice(&self.common);
+        for (name, value) in headers {
+            write_header(&mut request, name.as_str(), value.as_bytes());
+        }
+        request.extend_from_slice(b"content-length: ");
+        request.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
+        request.extend_from_slice(b"\r\n\r\n");
+        request.extend_from_slice(body);
+        request
+    }
+
+    /// Sends `request` on a kept connection, or a new one; once more on a new one when the
+    /// kept one taken could not be written to (the server had closed it).
+    async fn send(&self, request: &[u8]) -> Result<http::Response<Driven>, String> {
         let mut again = true;
         loop {
-            let line = match self.pool.take() {
-                Some(line) => line,
-                None => self.open().await?,
+            let (mut line, kept) = match self.pool.take() {
+                Some(line) => (line, true),
+                None => (self.open().await?, false),
             };
-            match line.send(request).await {
-                Ok((response, line)) => {
-                    return Ok(response.map(|body| Driven::new(body, line, &self.pool)));
+            if let Err(e) = line.write(request).await {
+                if kept && again {
+                    again = false;
+                    continue;
                 }
-                Err(unanswered) => match unanswered.unsent {
-                    Some(unsent) if again => {
-                        again = false;
-                        request = unsent;
-                    }
-                    _ => return Err(unanswered.error),
-                },
+                return Err(format!("the request could not be sent: {e}"));
             }
+            let head = line.head().await?;
+            let mut response =
+                http::Response::new(Driven::new(line, head.framing, head.reusable, &self.pool));
+            *response.status_mut() = head.status;
+            *response.headers_mut() = head.headers;
+            return Ok(response);
         }
     }
 
@@ -165,10 +177,17 @@ impl Direct {
             .call(self.uri.clone())
             .await
             .map_err(|e| super::chain(&e))?;
-        let line = Line::open(io).await.map_err(|e| super::chain(&e))?;
         self.pool.reap();
-        Ok(line)
+        Ok(Line::new(io.into_inner()))
     }
+}
+
+/// Writes one header line.
+fn write_header(out: &mut Vec<u8>, name: &str, value: &[u8]) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// Where `response` (to a request sent to `at`, the `hops`th since the first, to `first`)
@@ -214,7 +233,12 @@ mod tests {
     use super::*;
 
     fn direct(url: &str, proxies: &Matcher) -> bool {
-        Direct::unless_proxied(&reqwest::Url::parse(url).unwrap(), proxies).is_some()
+        Direct::unless_proxied(
+            &reqwest::Url::parse(url).unwrap(),
+            &HeaderMap::new(),
+            proxies,
+        )
+        .is_some()
     }
 
     #[test]

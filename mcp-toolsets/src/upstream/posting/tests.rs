@@ -482,6 +482,52 @@ async fn calls_one_after_another_go_out_on_one_kept_connection() {
     assert_eq!(posts.direct.as_ref().unwrap().kept(), 1);
 }
 
+/// A JSON answer to the `n`th call of a connection in chunks of `piece` bytes (with an
+/// extension and a trailer, as a server may send them), its connection kept open.
+fn kept_chunked(n: u64, piece: usize) -> Vec<u8> {
+    let body = ANSWER.replace("toolhost-1", &format!("toolhost-{n}"));
+    let mut text =
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+            .to_vec();
+    for chunk in body.as_bytes().chunks(piece) {
+        text.extend_from_slice(format!("{:x};x=y\r\n", chunk.len()).as_bytes());
+        text.extend_from_slice(chunk);
+        text.extend_from_slice(b"\r\n");
+    }
+    text.extend_from_slice(b"0\r\nx-trailer: z\r\n\r\n");
+    text
+}
+
+#[tokio::test]
+async fn a_chunked_answer_is_read_whole_and_its_connection_kept() {
+    let (url, read) = keeping_server(vec![(
+        vec![kept_chunked(1, 7), kept_chunked(2, 1000)],
+        Then::Hold,
+    )]);
+    let (posts, _) = posts(&url, ProtocolVersion::V_2026_07_28, None, None);
+    says_hi(&posts).await;
+    says_hi(&posts).await;
+    assert_eq!(connections(&read), [0, 0], "both calls on one connection");
+}
+
+#[tokio::test]
+async fn an_answer_that_ends_with_its_connection_is_read_whole_and_not_kept() {
+    let body = ANSWER;
+    let until_close = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n{body}");
+    let (url, read) = keeping_server(vec![
+        (vec![until_close.into_bytes()], Then::Close),
+        (vec![kept_json(2)], Then::Hold),
+    ]);
+    let (posts, _) = posts(&url, ProtocolVersion::V_2026_07_28, None, None);
+    says_hi(&posts).await;
+    says_hi(&posts).await;
+    assert_eq!(
+        connections(&read),
+        [0, 1],
+        "the second call on a new connection"
+    );
+}
+
 #[tokio::test]
 async fn a_kept_connection_the_server_closed_is_not_taken_for_the_next_call() {
     let (url, read) = keeping_server(vec![

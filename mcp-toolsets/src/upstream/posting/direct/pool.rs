@@ -1,106 +1,28 @@
-//! The connections to one server kept open between its calls ([`Pool`]), each driven by
-//! the call that uses it ([`Line`], [`Driven`]).
+//! The connections to one server kept open between its calls ([`Pool`]), each used by
+//! the call that takes it ([`Driven`]).
 //!
-//! A connection has no task of its own: the call that takes it writes its request and reads
-//! its answer in its own task, polling the connection beside the answer. Through hyper's
-//! pooled client, each call handed its request to the connection's task and had its answer
-//! handed back (two wake-ups of tasks a call), and found its connection in a pool keyed by
-//! scheme and host (hashed on every call); a gateway in front of `serve --http` spent
-//! 132,000 instructions a call, and about 10,000 of them there (callgrind).
+//! A connection has no task of its own: the call that takes it writes its request and
+//! reads its answer in its own task ([`super::wire`]). Through hyper's pooled client, each
+//! call handed its request to the connection's task and had its answer handed back (two
+//! wake-ups of tasks a call), and found its connection in a pool keyed by scheme and host
+//! (hashed on every call).
 
-use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body::{Body as _, Frame, SizeHint};
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
+use http_body::{Frame, SizeHint};
+
+use super::wire::{Framing, Line};
 
 /// How long a kept connection may stay unused before it is closed (reqwest's own).
 pub(super) const IDLE: Duration = Duration::from_secs(90);
 
 /// How many unused connections to one server are kept; one freed beyond them is closed.
 pub(super) const MAX_IDLE: usize = 64;
-
-/// One connection to the server: where a request is handed over, and the connection that
-/// writes it and reads its answer as it is polled.
-pub(super) struct Line {
-    send: http1::SendRequest<Full<Bytes>>,
-    /// Boxed: a call's future, its answer's body and the pool move the line between them,
-    /// and the connection's buffers are most of it.
-    conn: Box<http1::Connection<TokioIo<TcpStream>, Full<Bytes>>>,
-}
-
-/// A request that got no answer: why, and the request itself when it never went out (the
-/// connection had closed before it was written), to be sent on another.
-pub(super) struct Unanswered {
-    pub(super) error: String,
-    pub(super) unsent: Option<http::Request<Full<Bytes>>>,
-}
-
-impl Line {
-    /// Starts HTTP/1.1 on a connection just made.
-    pub(super) async fn open(io: TokioIo<TcpStream>) -> hyper::Result<Line> {
-        let (send, conn) = http1::handshake(io).await?;
-        Ok(Line {
-            send,
-            conn: Box::new(conn),
-        })
-    }
-
-    /// Polls the connection: `true` once it has ended (closed by either side, or failed).
-    fn drive(&mut self, cx: &mut Context<'_>) -> bool {
-        Pin::new(&mut *self.conn).poll(cx).is_ready()
-    }
-
-    /// Whether the connection is open and free for a request, found without waiting: what
-    /// came on it meanwhile (the server closing it) is taken in first.
-    fn free(&mut self) -> bool {
-        let mut cx = Context::from_waker(Waker::noop());
-        !self.drive(&mut cx) && self.send.is_ready()
-    }
-
-    /// Sends `request` and waits for the head of its answer, driving the connection; the
-    /// answer, and the connection while it stays open (its body comes through it).
-    pub(super) async fn send(
-        mut self,
-        request: http::Request<Full<Bytes>>,
-    ) -> Result<(http::Response<Incoming>, Option<Line>), Unanswered> {
-        // The future hyper returns owns what it waits on: the connection stays ours to poll.
-        let mut sent = std::pin::pin!(self.send.try_send_request(request));
-        let mut open = true;
-        let answer = poll_fn(|cx| {
-            if open && self.drive(cx) {
-                open = false;
-            }
-            match sent.as_mut().poll(cx) {
-                Poll::Ready(answer) => Poll::Ready(Some(answer)),
-                // hyper answers every request on a connection that ends; never left waiting.
-                Poll::Pending if !open => Poll::Ready(None),
-                Poll::Pending => Poll::Pending,
-            }
-        })
-        .await;
-        match answer {
-            Some(Ok(response)) => Ok((response, open.then_some(self))),
-            Some(Err(mut e)) => Err(Unanswered {
-                unsent: e.take_message(),
-                error: super::super::chain(e.error()),
-            }),
-            None => Err(Unanswered {
-                error: "the connection closed before the answer came".into(),
-                unsent: None,
-            }),
-        }
-    }
-}
 
 /// The unused connections to one server, the most recently used last.
 #[derive(Default)]
@@ -178,69 +100,103 @@ impl Pool {
     }
 }
 
-/// The body of an answer, read through the connection it came on, which it drives as it is
-/// read: read to its end, it gives that connection back to its pool, free for the next call.
-/// Dropped before its end, it closes the connection (what is left of the answer would come
-/// before the next one).
+/// The body of an answer, read off the connection it came on: read to its end, it gives
+/// that connection back to its pool, free for the next call. Dropped before its end, it
+/// closes the connection (what is left of the answer would come before the next one).
 pub(crate) struct Driven {
-    body: Incoming,
     line: Option<Line>,
+    framing: Framing,
+    /// The connection may carry another request once the body is read.
+    reusable: bool,
+    /// The server closed the connection.
+    closed: bool,
     pool: Weak<Pool>,
-    ended: bool,
 }
 
 impl Driven {
-    pub(super) fn new(body: Incoming, line: Option<Line>, pool: &Arc<Pool>) -> Driven {
-        Driven {
-            body,
-            line,
+    pub(super) fn new(line: Line, framing: Framing, reusable: bool, pool: &Arc<Pool>) -> Driven {
+        let mut driven = Driven {
+            line: Some(line),
+            framing,
+            reusable,
+            closed: false,
             pool: Arc::downgrade(pool),
-            ended: false,
+        };
+        // An answer without a body frees its connection at once, read or not.
+        if driven.framing == Framing::Length(0) {
+            driven.framing = Framing::Ended;
+            driven.give_back();
+        }
+        driven
+    }
+
+    /// The body was read to its end: its connection goes back to the pool, if it may
+    /// carry another request and nothing but the answer came on it.
+    fn give_back(&mut self) {
+        if let Some(mut line) = self.line.take()
+            && self.reusable
+            && !self.closed
+            && line.buffer().is_empty()
+            && let Some(pool) = self.pool.upgrade()
+        {
+            pool.put(line);
         }
     }
 }
 
 impl http_body::Body for Driven {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = std::io::Error;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
         let this = self.get_mut();
-        if let Some(line) = &mut this.line
-            && line.drive(cx)
-        {
-            this.line = None;
+        loop {
+            let Some(line) = &mut this.line else {
+                return Poll::Ready(None);
+            };
+            match this.framing.next(line.buffer(), this.closed) {
+                Err(e) => {
+                    this.line = None;
+                    return Poll::Ready(Some(Err(std::io::Error::other(e))));
+                }
+                Ok(data) => {
+                    if this.framing == Framing::Ended {
+                        this.give_back();
+                    }
+                    if let Some(data) = data {
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
+                    if this.framing == Framing::Ended {
+                        return Poll::Ready(None);
+                    }
+                }
+            }
+            let Some(line) = &mut this.line else {
+                return Poll::Ready(None);
+            };
+            match ready!(line.poll_fill(cx)) {
+                Ok(0) => this.closed = true,
+                Ok(_) => {}
+                Err(e) => {
+                    this.line = None;
+                    return Poll::Ready(Some(Err(e)));
+                }
+            }
         }
-        let frame = Pin::new(&mut this.body).poll_frame(cx);
-        if let Poll::Ready(None) = frame {
-            this.ended = true;
-        }
-        frame
     }
 
     fn is_end_stream(&self) -> bool {
-        self.ended || self.body.is_end_stream()
+        self.framing == Framing::Ended
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
-}
-
-impl Drop for Driven {
-    fn drop(&mut self) {
-        if !self.is_end_stream() {
-            return;
-        }
-        // Its connection, having handed over the answer's end, waits for the next request.
-        if let Some(line) = self.line.take()
-            && line.send.is_ready()
-            && let Some(pool) = self.pool.upgrade()
-        {
-            pool.put(line);
+        match self.framing {
+            Framing::Length(left) => SizeHint::with_exact(left),
+            Framing::Ended => SizeHint::with_exact(0),
+            _ => SizeHint::default(),
         }
     }
 }
