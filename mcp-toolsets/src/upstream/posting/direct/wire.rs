@@ -90,9 +90,10 @@ impl Line {
     /// Reads the head of the answer to the request just written (informational heads
     /// passed over); the body follows in the buffer.
     pub(super) async fn head(&mut self) -> Result<Head, String> {
+        let mut passed = 0;
         loop {
             if !self.buf.is_empty()
-                && let Some(head) = parse_head(&mut self.buf)?
+                && let Some(head) = parse_head(&mut self.buf, &mut passed)?
             {
                 return Ok(head);
             }
@@ -116,8 +117,9 @@ impl Line {
 }
 
 /// The head at the start of `buf`, taken out of it; `None` until all of it was read.
-/// Informational heads (1xx but 101) before it are taken out and passed over.
-pub(super) fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, String> {
+/// Informational heads (1xx but 101) before it are taken out and passed over, `passed`
+/// counting their bytes: together they are held to one head's bound.
+pub(super) fn parse_head(buf: &mut BytesMut, passed: &mut usize) -> Result<Option<Head>, String> {
     loop {
         let mut lines = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut response = httparse::Response::new(&mut lines);
@@ -153,6 +155,12 @@ pub(super) fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, String> {
             return Err("the server switched protocols (HTTP 101) on a posted call".into());
         }
         if status.is_informational() {
+            *passed += used;
+            if *passed > MAX_HEAD {
+                return Err(format!(
+                    "the server sent informational heads (HTTP 1xx) over {MAX_HEAD} bytes and no answer"
+                ));
+            }
             buf.advance(used);
             continue;
         }

@@ -3,7 +3,7 @@ use super::*;
 /// The head at the start of `text`, and what is left after it.
 fn head_of(text: &str) -> Result<Option<(Head, BytesMut)>, String> {
     let mut buf = BytesMut::from(text.as_bytes());
-    Ok(parse_head(&mut buf)?.map(|head| (head, buf)))
+    Ok(parse_head(&mut buf, &mut 0)?.map(|head| (head, buf)))
 }
 
 fn head(text: &str) -> Head {
@@ -149,6 +149,7 @@ fn how_a_head_frames_its_body_and_whether_the_connection_is_kept() {
 fn a_head_that_cannot_be_read_is_refused_saying_why() {
     let many: String = (0..=MAX_HEADERS).map(|i| format!("X-{i}: y\r\n")).collect();
     let long = format!("HTTP/1.1 200 OK\r\nX: {}", "y".repeat(MAX_HEAD + 1));
+    let endless = "HTTP/1.1 100 Continue\r\n\r\n".repeat(MAX_HEAD / 20);
     let table = [
         (
             "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
@@ -180,6 +181,7 @@ fn a_head_that_cannot_be_read_is_refused_saying_why() {
             "more than 64 header lines",
         ),
         (&*long, "a head over 65536 bytes"),
+        (&*endless, "informational heads (HTTP 1xx) over 65536 bytes"),
     ];
     for (text, says) in table {
         let why = refusal(text);
