@@ -11,13 +11,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Every target, with its binary as this build made it.
-const TARGETS: [(&str, &str); 13] = [
+const TARGETS: [(&str, &str); 14] = [
     ("worker_frames", env!("CARGO_BIN_EXE_worker_frames")),
     ("workspace_path", env!("CARGO_BIN_EXE_workspace_path")),
     ("mcp_screen", env!("CARGO_BIN_EXE_mcp_screen")),
     ("request_state", env!("CARGO_BIN_EXE_request_state")),
     ("plugin_manifest", env!("CARGO_BIN_EXE_plugin_manifest")),
     ("upstream_lines", env!("CARGO_BIN_EXE_upstream_lines")),
+    ("upstream_http", env!("CARGO_BIN_EXE_upstream_http")),
     ("oauth_tokens", env!("CARGO_BIN_EXE_oauth_tokens")),
     ("egress_request", env!("CARGO_BIN_EXE_egress_request")),
     ("oauth_callback", env!("CARGO_BIN_EXE_oauth_callback")),

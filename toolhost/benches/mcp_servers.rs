@@ -153,11 +153,47 @@ struct Server {
 }
 
 /// A server of the plan that runs already: its port, and its processes (the first is the
-/// server's; the CPU of the others' trees counts with it).
+/// server's; the CPU of the others' trees counts with it). Stopped but in its own rounds.
 #[derive(Deserialize, Clone)]
 struct Attached {
     port: u16,
     pids: Vec<u32>,
+}
+
+impl Attached {
+    /// Sends `signal` to every process of its trees.
+    fn signal(&self, signal: rustix::process::Signal) {
+        for pid in self.pids.iter().flat_map(|&p| tree(p)) {
+            if let Some(pid) = i32::try_from(pid)
+                .ok()
+                .and_then(rustix::process::Pid::from_raw)
+            {
+                let _ = rustix::process::kill_process(pid, signal);
+            }
+        }
+    }
+
+    /// Stopped (SIGSTOP) until its own round: a peer that idles at a third of a core (a
+    /// Python gateway's timers and health checks) would take that CPU from every other
+    /// server's timed round on two cores.
+    fn pause(&self) {
+        self.signal(rustix::process::Signal::STOP);
+    }
+
+    /// Running for its own round, stopped again when the value is dropped.
+    fn awake(&self) -> Awake<'_> {
+        self.signal(rustix::process::Signal::CONT);
+        Awake(self)
+    }
+}
+
+/// An attached server running for its round ([`Attached::awake`]).
+struct Awake<'a>(&'a Attached);
+
+impl Drop for Awake<'_> {
+    fn drop(&mut self) {
+        self.0.pause();
+    }
 }
 
 /// How a gateway is counted with the server it mounts: its command, and the directory
@@ -852,6 +888,10 @@ fn main() {
         servers.push(http::echo("hi"));
     }
     let mut best: Vec<Option<Figures>> = vec![None; servers.len()];
+    // A server the bench did not start runs only in its own rounds.
+    for attached in servers.iter().filter_map(|s| s.attached.as_ref()) {
+        attached.pause();
+    }
     for r in 0..plan.rounds {
         for (i, server) in servers.iter().enumerate() {
             let calls = server.calls.unwrap_or(plan.calls);

@@ -279,6 +279,8 @@ pub fn start(
 /// One round against one server over HTTP: started for the round, or one that runs
 /// already ([`crate::Attached`]).
 pub fn round(server: &Server, http: &Http, calls: u64, inflight: u64) -> Figures {
+    // Stopped between its rounds: running for this one.
+    let _awake = server.attached.as_ref().map(|a| a.awake());
     let (mut child, port, pid) = match &server.attached {
         Some(attached) => (None, attached.port, attached.pids[0]),
         None => {

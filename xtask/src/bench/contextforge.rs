@@ -5,8 +5,10 @@
 //! (`POST /gateways`), and a virtual server holding the one tool (`POST /servers`), whose
 //! streamable HTTP endpoint (`/servers/ID/mcp`, a 2025-11-25 session) the `mcp_servers`
 //! bench drives as it drives toolhost's. The server it mounts is `toolhost serve --http`
-//! with the bare configuration, as toolhost's own HTTP gateway mounts it. Both run for the
-//! whole bench (an attached server of the plan) and stop when [`Running`] is dropped.
+//! with the bare configuration, as toolhost's own HTTP gateway mounts it. Both start with
+//! the bench (an attached server of the plan) and end when [`Running`] is dropped; between
+//! their own rounds the bench keeps them stopped (SIGSTOP), so that what ContextForge spends
+//! idle (a third of a core) is not taken from the other servers' timed rounds.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

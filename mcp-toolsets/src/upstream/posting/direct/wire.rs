@@ -358,16 +358,30 @@ enum Step {
 fn chunked(chunk: &mut Chunk, buf: &mut BytesMut) -> Result<Step, String> {
     match chunk {
         Chunk::Size => {
-            let Some(end) = memchr::memchr(b'\n', &buf[..buf.len().min(MAX_CHUNK_LINE)]) else {
-                if buf.len() >= MAX_CHUNK_LINE {
+            // The line is httparse's to read (CRLF at its end, as hyper read it before);
+            // only its length is held here. A line that starts with no digit gives no size
+            // (httparse reads a bare CRLF as 0, which would end the body unsaid).
+            let line = &buf[..buf.len().min(MAX_CHUNK_LINE)];
+            let (used, size) = match httparse::parse_chunk_size(line) {
+                Ok(httparse::Status::Complete(read)) if line[0].is_ascii_hexdigit() => read,
+                Ok(httparse::Status::Partial) if line.len() < MAX_CHUNK_LINE => {
+                    return Ok(Step::More);
+                }
+                Ok(httparse::Status::Partial) => {
                     return Err(format!(
                         "a chunk of the server's answer has a size line over {MAX_CHUNK_LINE} bytes"
                     ));
                 }
-                return Ok(Step::More);
+                Ok(httparse::Status::Complete(_)) | Err(httparse::InvalidChunkSize) => {
+                    let shown = line.split(|&b| b == b'\r' || b == b'\n').next();
+                    let shown = shown.unwrap_or_default();
+                    return Err(format!(
+                        "a chunk of the server's answer has the size line '{}', which gives no size (hex digits, then extensions, then CRLF)",
+                        String::from_utf8_lossy(&shown[..shown.len().min(40)])
+                    ));
+                }
             };
-            let size = chunk_size(&buf[..end])?;
-            buf.advance(end + 1);
+            buf.advance(used);
             *chunk = if size == 0 {
                 Chunk::Trailers(0)
             } else {
@@ -392,13 +406,11 @@ fn chunked(chunk: &mut Chunk, buf: &mut BytesMut) -> Result<Step, String> {
                 *chunk = Chunk::Size;
                 Ok(Step::On)
             }
-            [b'\n', ..] => {
-                buf.advance(1);
-                *chunk = Chunk::Size;
-                Ok(Step::On)
-            }
             [] | [b'\r'] => Ok(Step::More),
-            _ => Err("a chunk of the server's answer is longer than its size says".into()),
+            _ => Err(
+                "a chunk of the server's answer is longer than its size says (no CRLF where it ends)"
+                    .into(),
+            ),
         },
         Chunk::Trailers(read) => {
             let Some(end) = memchr::memchr(b'\n', buf) else {
@@ -409,7 +421,10 @@ fn chunked(chunk: &mut Chunk, buf: &mut BytesMut) -> Result<Step, String> {
                 }
                 return Ok(Step::More);
             };
-            let empty = matches!(&buf[..end], [] | [b'\r']);
+            if end == 0 || buf[end - 1] != b'\r' {
+                return Err("a trailer line of the server's answer does not end with CRLF".into());
+            }
+            let empty = end == 1;
             *read += end + 1;
             buf.advance(end + 1);
             if empty {
@@ -423,23 +438,6 @@ fn chunked(chunk: &mut Chunk, buf: &mut BytesMut) -> Result<Step, String> {
             }
         }
     }
-}
-
-/// The size a chunk's size line gives (hex digits, then extensions, which are passed over).
-fn chunk_size(line: &[u8]) -> Result<u64, String> {
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
-    let rest = line[digits..].trim_ascii_start();
-    if digits == 0 || digits > 16 || !(rest.is_empty() || rest[0] == b';') {
-        return Err(format!(
-            "a chunk of the server's answer has the size line '{}', which gives no size",
-            String::from_utf8_lossy(&line[..line.len().min(40)])
-        ));
-    }
-    Ok(line[..digits].iter().fold(0u64, |n, &d| {
-        let d = char::from(d).to_digit(16).unwrap_or(0);
-        (n << 4) | u64::from(d)
-    }))
 }
 
 #[cfg(test)]

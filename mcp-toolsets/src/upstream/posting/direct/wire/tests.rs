@@ -210,9 +210,21 @@ fn a_chunked_body_is_its_chunks_joined_whatever_pieces_it_comes_in() {
 }
 
 #[test]
-fn a_chunked_body_with_bare_line_feeds_is_read_too() {
-    let (body, _) = body(Framing::Chunked(Chunk::Size), b"2\nhi\n0\n\n", 1, false).unwrap();
-    assert_eq!(&body[..], b"hi");
+fn a_chunked_body_whose_lines_end_in_bare_line_feeds_is_refused() {
+    // Each line ends in CRLF (RFC 9112, 7.1), as hyper held it before: a connection kept for
+    // the next call must not be read two ways.
+    let table: [(&[u8], &str); 4] = [
+        (b"2\nhi\r\n0\r\n\r\n", "gives no size"),
+        (b"2\r\nhi\n0\r\n\r\n", "no CRLF where it ends"),
+        (b"2\r\nhi\r\n0\r\nX: y\n\r\n", "trailer line"),
+        (b"2\r\nhi\r\n0\r\n\n", "trailer line"),
+    ];
+    for (bytes, says) in table {
+        for piece in [1, 2, bytes.len()] {
+            let why = body(Framing::Chunked(Chunk::Size), bytes, piece, true).unwrap_err();
+            assert!(why.contains(says), "{bytes:?} in pieces of {piece}: {why}");
+        }
+    }
 }
 
 #[test]
@@ -223,7 +235,8 @@ fn a_body_to_the_connections_end_is_all_that_came() {
 
 #[test]
 fn a_body_cut_short_or_malformed_is_refused_saying_why() {
-    let table: [(Framing, &[u8], &str); 7] = [
+    let long_extension = [&b"5;"[..], &[b'x'; MAX_CHUNK_LINE]].concat();
+    let table: [(Framing, &[u8], &str); 9] = [
         (
             Framing::Length(10),
             b"short",
@@ -248,9 +261,11 @@ fn a_body_cut_short_or_malformed_is_refused_saying_why() {
         ),
         (
             Framing::Chunked(Chunk::Size),
-            &[b'1'; MAX_CHUNK_LINE + 1],
+            &long_extension,
             "size line over 4096 bytes",
         ),
+        (Framing::Chunked(Chunk::Size), b"5 5\r\n", "gives no size"),
+        (Framing::Chunked(Chunk::Size), b"5\rx\n", "gives no size"),
     ];
     for (framing, bytes, says) in table {
         let why = body(framing, bytes, 7, true).unwrap_err();
