@@ -235,6 +235,12 @@ impl Direct {
         }
     }
 
+    /// How many calls wait for their answers.
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> usize {
+        self.lock().len()
+    }
+
     /// Hands `answer` to the call numbered `n` waits for; `false` when none does (it
     /// ended).
     pub(crate) fn answer(&self, n: u64, answer: Answer) -> bool {

@@ -340,3 +340,40 @@ fn only_ids_written_as_toolhost_writes_its_own_are_its_calls() {
         assert_eq!(super::envelope::number_of(id), n, "{id}");
     }
 }
+
+/// With many answers read in one go, the calls the first [`super::TURN`] answered run
+/// before the rest are handed on: their results go on while the rest is read.
+#[tokio::test(flavor = "current_thread")]
+async fn the_reader_lets_the_calls_it_answered_run_before_it_reads_on() {
+    let mut s = server();
+    let calls = 2 * super::TURN as usize;
+    let mut sent = Vec::new();
+    for _ in 0..calls {
+        let (call, heard) = direct_call(&mut s, false).await;
+        sent.push((call, heard["id"].clone()));
+    }
+    for (_, id) in &sent {
+        s.say(&json!({"jsonrpc": "2.0", "id": id, "result": {"content": []}}).to_string())
+            .await;
+    }
+    drop(s.says);
+    let direct = s.lines.direct();
+    // The first call, when it runs, counts the calls still waiting for their answers.
+    let mut calls_left = sent.into_iter().map(|(call, _)| call);
+    let first = calls_left.next().unwrap();
+    let rest: Vec<_> = calls_left.collect();
+    let seen = tokio::spawn(async move {
+        let mut first = first;
+        (&mut first.answer).await.unwrap().unwrap();
+        direct.waiting()
+    });
+    let mut lines = s.lines;
+    assert!(lines.receive().await.is_none(), "the answers reached rmcp");
+    assert_eq!(
+        seen.await.unwrap(),
+        calls - super::TURN as usize,
+        "the first call ran only after more than {} answers were read",
+        super::TURN
+    );
+    drop(rest);
+}
