@@ -16,7 +16,7 @@
 //! 2025-era session's plain `tools/call` is answered by the transport itself, without
 //! rmcp's per-request service (`calls`).
 //!
-//! The reader hands on at most [`TURN`] messages before it lets the runtime run what they
+//! The reader hands on at most `TURN` (8) messages before it lets the runtime run what they
 //! started: sixteen requests read in one go are not all taken before the first is worked
 //! on, so the first answers (or, in a gateway, the first calls upstream) go out while the
 //! rest are read, and the processes on either side work beside this one instead of
@@ -46,7 +46,7 @@ use output::Output;
 /// 16 calls in flight through a gateway (`cargo xtask bench`'s plan), 8 took the calls a
 /// second from 25,500 to 41,900 (median of 6 rounds), 4 to 37,800 and 3 to 33,600; the
 /// server alone was no slower.
-pub const TURN: u32 = 8;
+const TURN: u32 = 8;
 
 /// The ids of the requests read and not yet answered; a request the transport answers
 /// itself ([`calls`]) with the token that cancels it.

@@ -13,7 +13,7 @@
 //!
 //! The reader hands on at most [`TURN`] messages before it lets the runtime run the calls
 //! they answered, so their answers go on to the client while the rest of a batch is read
-//! (as `serve --mcp` reads its own client: `toolhost_mcp_server::stdio::TURN`).
+//! (as `serve --mcp` reads its own client: `mcp-server/src/stdio/mod.rs`).
 //!
 //! As rmcp's: a line longer than the limit is dropped (logged), input that is not JSON is
 //! ignored, and well-formed JSON that is no message is answered with `Invalid Request`.
