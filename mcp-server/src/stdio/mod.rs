@@ -43,9 +43,10 @@ use super::screen::{MessageBuffer, Rejection, answered_id, screen};
 use output::Output;
 
 /// How many messages the reader hands on before it yields to the work they started. With
-/// 16 calls in flight through a gateway (`cargo xtask bench`'s plan), 8 took the calls a
-/// second from 25,500 to 41,900 (median of 6 rounds), 4 to 37,800 and 3 to 33,600; the
-/// server alone was no slower.
+/// 16 calls in flight through a gateway (`cargo xtask bench`'s plan, release build,
+/// medians of 6 rounds), 8 took the calls a second from 25,500 to 41,900, 4 to 37,800 and
+/// 3 to 33,600; the server alone runs the same instructions a call, and its calls a second
+/// moved within the evening's noise (docs/performance.md).
 const TURN: u32 = 8;
 
 /// The ids of the requests read and not yet answered; a request the transport answers
