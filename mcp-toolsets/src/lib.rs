@@ -56,6 +56,7 @@ mod confine;
 mod error;
 pub mod input;
 mod mailbox;
+pub mod pace;
 pub mod pins;
 pub mod relay;
 mod task;

@@ -16,11 +16,9 @@
 //! 2025-era session's plain `tools/call` is answered by the transport itself, without
 //! rmcp's per-request service (`calls`).
 //!
-//! The reader hands on at most `TURN` (8) messages before it lets the runtime run what they
-//! started: sixteen requests read in one go are not all taken before the first is worked
-//! on, so the first answers (or, in a gateway, the first calls upstream) go out while the
-//! rest are read, and the processes on either side work beside this one instead of
-//! waiting for the whole batch.
+//! The reader hands on at most `mcp_toolsets::pace::TURN` messages before it lets the
+//! runtime run what they started (`mcp_toolsets::pace`): the first answers (or, in a
+//! gateway, the first calls upstream) go out while the rest of a batch is read.
 
 mod calls;
 pub mod output;
@@ -41,13 +39,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::screen::{MessageBuffer, Rejection, answered_id, screen};
 use output::Output;
-
-/// How many messages the reader hands on before it yields to the work they started. With
-/// 16 calls in flight through a gateway (`cargo xtask bench`'s plan, release build,
-/// medians of 6 rounds), 8 took the calls a second from 25,500 to 41,900, 4 to 37,800 and
-/// 3 to 33,600; the server alone runs the same instructions a call, and its calls a second
-/// moved within the evening's noise (docs/performance.md).
-const TURN: u32 = 8;
 
 /// The ids of the requests read and not yet answered; a request the transport answers
 /// itself ([`calls`]) with the token that cancels it.
@@ -70,8 +61,7 @@ pub struct StdioTransport<R> {
     legacy: Arc<AtomicBool>,
     /// Where plain `tools/call` requests go, if anywhere but rmcp.
     direct: Option<DirectCalls>,
-    /// Messages handed on since the reader last yielded ([`TURN`]).
-    handed: u32,
+    pace: mcp_toolsets::pace::Pace,
 }
 
 fn taken(ids: &InFlight) -> std::sync::MutexGuard<'_, InFlightIds> {
@@ -95,7 +85,7 @@ impl<R> StdioTransport<R> {
             tasks_2025: false,
             legacy: Arc::default(),
             direct: None,
-            handed: 0,
+            pace: mcp_toolsets::pace::Pace::default(),
         }
     }
 
@@ -216,11 +206,7 @@ where
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
         loop {
-            // Dropped while yielding, nothing is lost: no line was taken yet.
-            if self.handed >= TURN {
-                self.handed = 0;
-                tokio::task::yield_now().await;
-            }
+            self.pace.before_next().await;
             let line = match self.next_line().await {
                 Ok(Some(line)) => line,
                 Ok(None) => return None,
@@ -229,7 +215,7 @@ where
                     return None;
                 }
             };
-            self.handed += 1;
+            self.pace.handed();
             let rejection = match line {
                 Ok(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => continue,
                 Ok(mut bytes) => match screen({

@@ -4,7 +4,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use rmcp::transport::Transport;
 use tokio::io::AsyncWriteExt;
 
-use super::{StdioTransport, TURN};
+use mcp_toolsets::pace::TURN;
+
+use super::StdioTransport;
 
 /// With many requests read in one go, what the first [`TURN`] started runs before the
 /// rest are handed on: their answers go out while the rest is read.

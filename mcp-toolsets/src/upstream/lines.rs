@@ -11,9 +11,9 @@
 //!   messages that are thrown away. An answer that is not a plain result (a task, an
 //!   `input_required` round, an error) is read the general way.
 //!
-//! The reader hands on at most [`TURN`] messages before it lets the runtime run the calls
-//! they answered, so their answers go on to the client while the rest of a batch is read
-//! (as `serve --mcp` reads its own client: `mcp-server/src/stdio/mod.rs`).
+//! The reader hands on at most [`crate::pace::TURN`] messages before it lets the runtime
+//! run the calls they answered, so their answers go on to the client while the rest of a
+//! batch is read ([`crate::pace`]).
 //!
 //! As rmcp's: a line longer than the limit is dropped (logged), input that is not JSON is
 //! ignored, and well-formed JSON that is no message is answered with `Invalid Request`.
@@ -39,12 +39,6 @@ use envelope::{Answered, Envelope, plain_answer};
 /// is dropped.
 pub(crate) const MAX_LINE: usize = 16 * 1024 * 1024;
 
-/// How many messages the reader hands on before it yields to the calls they answered.
-/// With 16 calls in flight through a gateway, yielding every 8 answers read took the
-/// gateway from 25,500 to 41,900 calls a second (`cargo xtask bench`'s plan, with the
-/// same on its client's side).
-const TURN: u32 = 8;
-
 /// At most this many `tools/call` requests are remembered unanswered (a server that never
 /// answers does not grow the set without end: past it, the set starts again, and an answer
 /// to a forgotten call is read the general way).
@@ -67,8 +61,7 @@ pub(crate) struct Lines<R> {
     /// The ids of `tools/call` requests sent and not answered yet.
     tool_calls: HashSet<RequestId, foldhash::fast::RandomState>,
     id: Arc<str>,
-    /// Messages handed on since the reader last yielded ([`TURN`]).
-    handed: u32,
+    pace: crate::pace::Pace,
 }
 
 impl<R: AsyncRead + Unpin> Lines<R> {
@@ -91,7 +84,7 @@ impl<R: AsyncRead + Unpin> Lines<R> {
             calls,
             tool_calls: HashSet::default(),
             id: id.into(),
-            handed: 0,
+            pace: crate::pace::Pace::default(),
         }
     }
 
@@ -283,11 +276,7 @@ where
             if std::mem::take(&mut self.owe_invalid) {
                 self.answer_invalid().await;
             }
-            // Dropped while yielding, nothing is lost: no line was taken yet.
-            if self.handed >= TURN {
-                self.handed = 0;
-                tokio::task::yield_now().await;
-            }
+            self.pace.before_next().await;
             match self.next_line().await {
                 Ok(true) => {}
                 Ok(false) => {
@@ -302,7 +291,7 @@ where
             }
             let parsed = self.parse();
             self.line.clear();
-            self.handed += 1;
+            self.pace.handed();
             let Some(message) = parsed else { continue };
             if let JsonRpcMessage::Notification(n) = &message
                 && let ServerNotification::ProgressNotification(p) = &n.notification

@@ -341,29 +341,26 @@ fn only_ids_written_as_toolhost_writes_its_own_are_its_calls() {
     }
 }
 
-/// With many answers read in one go, the calls the first [`super::TURN`] answered run
-/// before the rest are handed on: their results go on while the rest is read.
+/// With many answers read in one go, the calls the first [`TURN`] answered run before the
+/// rest are handed on: their results go on while the rest is read.
 #[tokio::test(flavor = "current_thread")]
 async fn the_reader_lets_the_calls_it_answered_run_before_it_reads_on() {
+    use crate::pace::TURN;
     let mut s = server();
-    let calls = 2 * super::TURN as usize;
-    let mut sent = Vec::new();
+    let calls = 2 * TURN as usize;
+    let mut waiting = Vec::new();
     for _ in 0..calls {
         let (call, heard) = direct_call(&mut s, false).await;
-        sent.push((call, heard["id"].clone()));
-    }
-    for (_, id) in &sent {
-        s.say(&json!({"jsonrpc": "2.0", "id": id, "result": {"content": []}}).to_string())
+        s.say(&json!({"jsonrpc": "2.0", "id": heard["id"], "result": {"content": []}}).to_string())
             .await;
+        waiting.push(call);
     }
     drop(s.says);
+    // The first call, when it runs, counts the calls still waiting for their answers (the
+    // others stay in `waiting`: a call let go of stops waiting).
     let direct = s.lines.direct();
-    // The first call, when it runs, counts the calls still waiting for their answers.
-    let mut calls_left = sent.into_iter().map(|(call, _)| call);
-    let first = calls_left.next().unwrap();
-    let rest: Vec<_> = calls_left.collect();
+    let mut first = waiting.remove(0);
     let seen = tokio::spawn(async move {
-        let mut first = first;
         (&mut first.answer).await.unwrap().unwrap();
         direct.waiting()
     });
@@ -371,9 +368,8 @@ async fn the_reader_lets_the_calls_it_answered_run_before_it_reads_on() {
     assert!(lines.receive().await.is_none(), "the answers reached rmcp");
     assert_eq!(
         seen.await.unwrap(),
-        calls - super::TURN as usize,
-        "the first call ran only after more than {} answers were read",
-        super::TURN
+        calls - TURN as usize,
+        "the first call ran only after more than {TURN} answers were read"
     );
-    drop(rest);
+    drop(waiting);
 }
