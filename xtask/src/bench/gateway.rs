@@ -61,45 +61,71 @@ fn under_callgrind(command: &[String], logs: &Path) -> Option<Vec<String>> {
     Some(wrapped)
 }
 
-/// Why agentgateway (Rust) stands in no row: what building it from its source here met.
-pub(super) const AGENTGATEWAY: &str = "agentgateway (Rust, a peer gateway): not built: its workspace patches four crates from git (schemars, http-serde, wiremock and async-openai, in [patch.crates-io], from GitHub and GitLab), and this machine reaches only the package registries";
-
-/// ContextForge's rows: its calls/s and CPU per call (its processes and the server it
-/// mounts) beside toolhost's HTTP gateway in front of the same server, reported.
+/// The peer gateways' rows: each one's calls/s and CPU per call (its processes and the
+/// server it mounts) beside toolhost's HTTP gateway in front of the same server, reported.
+/// ContextForge's row is always there (what stopped it, when something did); agentgateway's
+/// only when it was in the plan (a binary of it given).
 pub(super) fn peer_rows(
     best: &Best,
     setup: Option<f64>,
     failed: &BTreeMap<String, String>,
 ) -> Vec<Row> {
-    let what = format!(
+    let contextforge = format!(
         "peer gateway: ContextForge ({}) in front of toolhost serve --http (its streamable HTTP, a 2025-11-25 session; its default rate limit of 100 calls a minute turned off), vs toolhost serve --http in front of the same (stateless)",
         super::contextforge::CONTEXTFORGE
     );
-    let (Some(peer), Some(ours)) = (best.get("contextforge-http"), best.get("gateway-http")) else {
-        if let Some(why) = failed.get("contextforge-http") {
-            return vec![Row {
+    let mut rows = vec![peer_row(
+        best,
+        failed,
+        "contextforge-http",
+        contextforge,
+        setup,
+    )];
+    if best.contains_key("agentgateway-http") || failed.contains_key("agentgateway-http") {
+        rows.push(peer_row(
+            best,
+            failed,
+            "agentgateway-http",
+            "peer gateway: agentgateway (Rust; the binary TOOLHOST_BENCH_AGENTGATEWAY names) in front of toolhost serve --http (its streamable HTTP, a 2025-11-25 session; its default configuration), vs toolhost serve --http in front of the same (stateless)".into(),
+            None,
+        ));
+    }
+    rows
+}
+
+/// One peer gateway's row, `name` in the plan, against `gateway-http`.
+fn peer_row(
+    best: &Best,
+    failed: &BTreeMap<String, String>,
+    name: &str,
+    what: String,
+    setup: Option<f64>,
+) -> Row {
+    let (Some(peer), Some(ours)) = (best.get(name), best.get("gateway-http")) else {
+        return match failed.get(name) {
+            Some(why) => Row {
                 figure: what,
                 measured: format!("not measured: {why}"),
                 target: "reported".into(),
                 pass: None,
-            }];
-        }
-        return vec![missing(&what)];
+            },
+            None => missing(&what),
+        };
     };
-    vec![Row {
+    let setup = setup.map_or(String::new(), |s| format!("; set up in {s:.0} s"));
+    Row {
         figure: what,
         measured: format!(
-            "{:.0} vs {:.0} calls/s ({:.2}×); {:.1} vs {:.1} µs CPU per call; set up in {:.0} s",
+            "{:.0} vs {:.0} calls/s ({:.2}×); {:.1} vs {:.1} µs CPU per call{setup}",
             peer.0,
             ours.0,
             ours.0 / peer.0,
             peer.1,
             ours.1,
-            setup.unwrap_or(0.0)
         ),
         target: "reported".into(),
         pass: None,
-    }]
+    }
 }
 
 /// How many calls the fan-out sends at once, and how long each takes (s).

@@ -22,6 +22,7 @@
 //! of `docs/performance.md` (linked from the README; between `<!-- bench:begin -->` and
 //! `<!-- bench:end -->`) with it, so the page shows what was measured, not typed.
 
+mod agentgateway;
 mod contextforge;
 mod counts;
 mod discovery;

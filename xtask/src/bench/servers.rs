@@ -226,7 +226,10 @@ pub(super) fn mcp_servers(
                 (None, None)
             }
         };
-    skipped.push(super::gateway::AGENTGATEWAY.into());
+    match super::agentgateway::entry(over_http(serve(&configs.bare))) {
+        Ok(entry) => servers.push(entry),
+        Err(why) => skipped.push(why),
+    }
     match node {
         Ok((node, script)) => {
             let command = vec![node.display().to_string(), script.display().to_string()];
