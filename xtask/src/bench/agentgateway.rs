@@ -20,8 +20,9 @@ pub(super) const VAR: &str = "TOOLHOST_BENCH_AGENTGATEWAY";
 /// Why agentgateway stands in no row when [`VAR`] is not set.
 pub(super) const NOT_GIVEN: &str = "agentgateway (Rust, a peer gateway): not measured: set TOOLHOST_BENCH_AGENTGATEWAY to a built agentgateway binary (the bench cannot build it: its source is on GitHub and its workspace patches crates from git, and this machine reaches only the package registries; docs/performance.md says how one was built here)";
 
-/// The name a target's tool takes behind agentgateway: its tools are named
-/// `TARGET_TOOL` once it multiplexes, and as they are with one target.
+/// The name a target's tool takes behind agentgateway with one target: its own (v1.3.1
+/// listed and called `read_file` so, answering as server-sent events in a session; it
+/// prefixes names only once it multiplexes several targets).
 const TOOL: &str = "read_file";
 
 /// The binary [`VAR`] names: `None` when it is not set, an error naming it when it is set to
