@@ -18,7 +18,11 @@ use super::mcp_text::server;
 pub(super) const VAR: &str = "TOOLHOST_BENCH_AGENTGATEWAY";
 
 /// Why agentgateway stands in no row when [`VAR`] is not set.
-pub(super) const NOT_GIVEN: &str = "agentgateway (Rust, a peer gateway): not measured: set TOOLHOST_BENCH_AGENTGATEWAY to a built agentgateway binary (the bench cannot build it: its source is on GitHub and its workspace patches crates from git, and this machine reaches only the package registries; docs/performance.md says how one was built here)";
+fn not_given() -> String {
+    format!(
+        "agentgateway (Rust, a peer gateway): not measured: set {VAR} to a built agentgateway binary (the bench cannot build it: its source is on GitHub and its workspace patches crates from git, and this machine reaches only the package registries; docs/performance.md says how one was built here)"
+    )
+}
 
 /// The name a target's tool takes behind agentgateway with one target: its own (v1.3.1
 /// listed and called `read_file` so, answering as server-sent events in a session; it
@@ -58,7 +62,7 @@ fn config() -> String {
 /// The plan's entry for agentgateway in front of `upstream` (a `serve --http` command with
 /// `{port}`), when [`VAR`] names a binary; `Err` says why it is not measured.
 pub(super) fn entry(upstream: Vec<String>) -> Result<Value, String> {
-    let binary = binary()?.ok_or_else(|| NOT_GIVEN.to_string())?;
+    let binary = binary()?.ok_or_else(not_given)?;
     let mut entry = server(
         "agentgateway-http",
         TOOL,

@@ -86,7 +86,10 @@ pub(super) fn peer_rows(
             best,
             failed,
             "agentgateway-http",
-            "peer gateway: agentgateway (Rust; the binary TOOLHOST_BENCH_AGENTGATEWAY names) in front of toolhost serve --http (its streamable HTTP, a 2025-11-25 session; its default configuration), vs toolhost serve --http in front of the same (stateless)".into(),
+            format!(
+                "peer gateway: agentgateway (Rust; the binary {} names) in front of toolhost serve --http (its streamable HTTP, a 2025-11-25 session; its default configuration), vs toolhost serve --http in front of the same (stateless)",
+                super::agentgateway::VAR
+            ),
             None,
         ));
     }
