@@ -279,6 +279,54 @@ pub fn children_of(pid: u32) -> Vec<i32> {
     children
 }
 
+/// Whether process `pid` set `TCP_NODELAY` on its end of `connection` (one from this process
+/// to it): each of its sockets is taken with `pidfd_getfd(2)` until one has `connection`'s
+/// two addresses the other way round. `None` where it holds no such socket.
+pub fn peer_nodelay(pid: u32, connection: &std::net::TcpStream) -> Option<bool> {
+    use rustix::process::{Pid, PidfdFlags, PidfdGetfdFlags, pidfd_getfd, pidfd_open};
+    let (ours, theirs) = (connection.local_addr().ok()?, connection.peer_addr().ok()?);
+    let pid = Pid::from_raw(i32::try_from(pid).ok()?)?;
+    let pidfd = pidfd_open(pid, PidfdFlags::empty()).ok()?;
+    std::fs::read_dir(format!("/proc/{pid}/fd", pid = pid.as_raw_pid()))
+        .ok()?
+        .flatten()
+        .filter(|e| {
+            std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy().starts_with("socket:"))
+        })
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|number| pidfd_getfd(&pidfd, number, PidfdGetfdFlags::empty()).ok())
+        .map(std::net::TcpStream::from)
+        .find(|s| s.local_addr().ok() == Some(theirs) && s.peer_addr().ok() == Some(ours))
+        .and_then(|s| s.nodelay().ok())
+}
+
+/// The CPU time process `pid` has spent, user and system, all its threads (those that have
+/// ended too), to the nanosecond the kernel keeps it: its process CPU clock. `None` when
+/// there is no such process. `/proc/PID/stat` counts the same in clock ticks (10 ms), too
+/// coarse for a bench round that spends a hundred milliseconds.
+pub fn cpu_time(pid: u32) -> Option<std::time::Duration> {
+    let pid = libc::pid_t::try_from(pid).ok()?;
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: clock_getcpuclockid writes one clockid_t through a pointer to a local.
+    #[allow(unsafe_code)]
+    if unsafe { libc::clock_getcpuclockid(pid, &raw mut clock) } != 0 {
+        return None;
+    }
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a pointer to a local.
+    #[allow(unsafe_code)]
+    if unsafe { libc::clock_gettime(clock, &raw mut now) } != 0 {
+        return None;
+    }
+    Some(std::time::Duration::new(
+        u64::try_from(now.tv_sec).ok()?,
+        u32::try_from(now.tv_nsec).ok()?,
+    ))
+}
+
 /// Sends `signal` to process `pid`.
 pub fn send_signal(pid: u32, signal: rustix::process::Signal) {
     let Some(pid) = i32::try_from(pid)
@@ -460,4 +508,34 @@ pub fn wat_noop_package(components: &Path, into: &Path, version: &str, tampered:
     }
     let path = into.join(plugin_host::MANIFEST_FILE);
     std::fs::write(&path, manifest).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cpu_time;
+
+    #[test]
+    fn cpu_time_counts_this_process_finer_than_a_clock_tick() {
+        let own = std::process::id();
+        let before = cpu_time(own).expect("this process has a CPU clock");
+        let started = std::time::Instant::now();
+        let mut spun = 0u64;
+        while started.elapsed() < std::time::Duration::from_millis(30) {
+            spun = std::hint::black_box(spun.wrapping_add(1));
+        }
+        let spent = cpu_time(own).expect("this process has a CPU clock") - before;
+        assert!(spent > std::time::Duration::ZERO, "spinning spent no CPU");
+        // In ticks it would be a multiple of 10 ms; the clock keeps nanoseconds.
+        assert_ne!(spent.as_nanos() % 10_000_000, 0, "{spent:?} is whole ticks");
+    }
+
+    #[test]
+    fn cpu_time_of_a_process_that_is_gone_is_none() {
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("start true");
+        let pid = child.id();
+        child.wait().expect("wait for true");
+        assert_eq!(cpu_time(pid), None);
+    }
 }

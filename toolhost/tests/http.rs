@@ -79,6 +79,33 @@ fn http_serves_2025_sessions_and_2026_stateless_requests_side_by_side() {
     assert_eq!(called["result"]["resultType"], "complete", "{called}");
 }
 
+#[test]
+fn every_connection_sends_its_answers_without_waiting_for_acknowledgements() {
+    // A session's answer is an event stream written in two parts (its head, then each
+    // event): with Nagle's algorithm on, the second part waits for the client's delayed
+    // acknowledgement, 40 ms a call for a client as Python's or agentgateway's.
+    let ws = workspace();
+    let server = serve_http(ws.path(), &[]);
+    let mut connection = TcpStream::connect(&server.addr).unwrap();
+    connection
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    // Answered once accepted: the server's end is one of its descriptors from then on.
+    write!(
+        connection,
+        "GET /nowhere HTTP/1.1\r\nHost: {}\r\n\r\n",
+        server.addr
+    )
+    .unwrap();
+    let mut head = [0u8; 12];
+    std::io::Read::read_exact(&mut connection, &mut head).unwrap();
+    assert_eq!(
+        toolhost_tests::peer_nodelay(server.child.id(), &connection),
+        Some(true),
+        "the server's end of the connection has TCP_NODELAY off"
+    );
+}
+
 fn tools_call(id: i64, name: &str, arguments: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": arguments}})
 }

@@ -195,6 +195,14 @@ impl Server {
         let app = self
             .router
             .into_make_service_with_connect_info::<SocketAddr>();
+        // Each answer goes out as soon as it is written: a session's event stream writes
+        // its head and its events apart, and with Nagle's algorithm the second write waits
+        // for the client's delayed acknowledgement (40 ms a call for most clients).
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!("cannot set TCP_NODELAY on an accepted connection: {e}");
+            }
+        });
         let server = axum::serve(listener, app).with_graceful_shutdown(async move {
             let _ = accepting_rx.await;
         });

@@ -322,7 +322,11 @@ pub fn round(server: &Server, http: &Http, calls: u64, inflight: u64) -> Figures
     assert_ne!(first["isError"], true, "{}: {first}", server.name);
     let idle_mib = idle_mib(pid);
 
-    let request = client.request(3, "tools/call", params, Some(&server.tool));
+    // Each call with an id of its own, as a session requires of requests in flight (a
+    // server may refuse an id that is taken; toolhost does), made before the clock starts.
+    let requests: Vec<Vec<u8>> = (0..calls)
+        .map(|i| client.request(3 + i, "tools/call", params.clone(), Some(&server.tool)))
+        .collect();
     let mut conns: Vec<(TcpStream, Vec<u8>, bool)> = (0..inflight)
         .map(|_| {
             let stream = TcpStream::connect(("127.0.0.1", port)).expect("a connection");
@@ -342,7 +346,10 @@ pub fn round(server: &Server, http: &Http, calls: u64, inflight: u64) -> Figures
     while answered < calls {
         for (stream, _, busy) in &mut conns {
             if !*busy && sent < calls {
-                write_all(stream, &request);
+                write_all(
+                    stream,
+                    &requests[usize::try_from(sent).expect("calls fit in memory")],
+                );
                 *busy = true;
                 sent += 1;
             }
