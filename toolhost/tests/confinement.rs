@@ -148,6 +148,11 @@ impl Home {
     /// `toolhost ARGS` in the workspace, as the user: their home, their PATH, an API key in
     /// the environment, `config` as toolhost.toml (outside the workspace).
     fn toolhost(&self, config: &str, args: &[&str]) -> Output {
+        self.command(config, args).output().unwrap()
+    }
+
+    /// The command [`Home::toolhost`] runs.
+    fn command(&self, config: &str, args: &[&str]) -> Command {
         let config_file = self.h().join(".config/toolhost-test.toml");
         write(&config_file, config);
         let ws = self.workspace();
@@ -166,7 +171,7 @@ impl Home {
             .env("PLANTED_IN_TOOLHOST", "toolhost-env-secret-3c2e")
             .env("XDG_STATE_HOME", self.h().join(".local/state"))
             .stdin(Stdio::null());
-        cmd.output().unwrap()
+        cmd
     }
 
     /// `shell` running `command` under `config`, confirmed.
@@ -178,6 +183,19 @@ impl Home {
         );
         Called::from(out)
     }
+}
+
+/// `toolhost call shell` of `command` under the default settings, confirmed, with its
+/// temporary directory (`TMPDIR`) at `tmp`.
+fn shell_with_tmp(home: &Home, command: &str, tmp: &Path) -> Called {
+    let input = serde_json::json!({ "command": command }).to_string();
+    let args = ["call", "shell", "--input", &input, "--yes", "--json"];
+    Called::from(
+        home.command(DEFAULTS, &args)
+            .env("TMPDIR", tmp)
+            .output()
+            .unwrap(),
+    )
 }
 
 /// The npm CLI's folder (its `npm-cli.js` and `npx-cli.js`).
@@ -399,6 +417,23 @@ fn the_homes_secrets_cannot_be_read() {
         let control = home.shell(HOST, attempt);
         assert!(control.text.contains(secret), "{attempt}: {control:?}");
     }
+}
+
+#[test]
+fn hiding_the_secrets_leaves_nothing_in_the_temporary_directory() {
+    // The masks over the secrets are made on a directory of their own in TMPDIR, which
+    // a namespace kept for the commands that follow no longer needs once it is made.
+    let home = Home::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let c = shell_with_tmp(&home, "cat ~/.ssh/id_ed25519", tmp.path());
+    assert_refused(&c);
+    assert!(c.text.contains("[sandbox] read of"), "{c:?}");
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
 }
 
 #[test]

@@ -76,19 +76,9 @@ pub(crate) struct Key {
 pub(crate) struct Kept {
     mnt: OwnedFd,
     user: Option<OwnedFd>,
-    /// What the namespace's mounts need to outlive it (the masks' directory).
-    _holds: Box<dyn Send + Sync>,
 }
 
 impl Kept {
-    /// The same, keeping `holds` alive as long as it is.
-    fn holding(self, holds: impl Send + Sync + 'static) -> Kept {
-        Kept {
-            _holds: Box::new(holds),
-            ..self
-        }
-    }
-
     /// In the child, between `fork` and `exec`: enters the namespace, keeping the working
     /// directory by path (`setns` moves it to the namespace's root). `cwd` is room for
     /// the path, made before the fork. Only system calls.
@@ -125,10 +115,11 @@ static CACHE: Mutex<Cache> = Mutex::new(Cache {
 });
 
 /// The kept namespace for `key`. When there is none (or the host's mounts changed), one is
-/// made: `prepare` makes what its mounts need (kept alive with it), and `make`, run with
-/// it in a forked helper, makes the namespaces and the mounts (system calls only). An
-/// error says why none could be kept: the caller then makes one per process.
-pub(crate) fn kept<T: Send + Sync + 'static>(
+/// made: `prepare` makes what its mounts are made from, and `make`, run with it in a forked
+/// helper, makes the namespaces and the mounts (system calls only); what `prepare` made is
+/// dropped once they are. An error says why none could be kept: the caller then makes one
+/// per process.
+pub(crate) fn kept<T>(
     key: Key,
     prepare: impl FnOnce() -> Result<T, String>,
     make: impl FnOnce(&T) -> Result<(), (Step, i32)>,
@@ -154,8 +145,13 @@ pub(crate) fn kept<T: Send + Sync + 'static>(
         return Err(why.clone());
     }
     let holds = prepare()?;
-    let kept = match made(key.kind, || make(&holds)) {
-        Ok(kept) => Arc::new(kept.holding(holds)),
+    let made = made(key.kind, || make(&holds));
+    // Made, the mounts need nothing of what they were made from: the masks' directory is
+    // removed now (its mount in the namespace goes with it; the masks bound over the
+    // hidden paths stay), rather than never, as the cache is static and never dropped.
+    drop(holds);
+    let kept = match made {
+        Ok(kept) => Arc::new(kept),
         Err(why) => {
             // What refuses one (setns, unshare) refuses them all: each child makes its
             // own from now on, without a helper forked per command to find that out.
@@ -233,11 +229,7 @@ fn made(kind: Kind, make: impl FnOnce() -> Result<(), (Step, i32)>) -> Result<Ke
                 Kind::User => Some(open("user")?),
                 Kind::Direct => None,
             };
-            Ok(Kept {
-                mnt,
-                user,
-                _holds: Box::new(()),
-            })
+            Ok(Kept { mnt, user })
         })
     };
     drop(done_write);
