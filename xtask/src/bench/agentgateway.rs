@@ -29,10 +29,10 @@ fn not_given() -> String {
 /// prefixes names only once it multiplexes several targets).
 const TOOL: &str = "read_file";
 
-/// The binary [`VAR`] names: `None` when it is not set, an error naming it when it is set to
-/// no file.
-fn binary() -> Result<Option<PathBuf>, String> {
-    let Some(path) = std::env::var_os(VAR) else {
+/// The binary [`VAR`] names (`var`, its value): `None` when it is not set, an error naming
+/// it when it is set to no file.
+fn binary(var: Option<std::ffi::OsString>) -> Result<Option<PathBuf>, String> {
+    let Some(path) = var else {
         return Ok(None);
     };
     let path = PathBuf::from(path);
@@ -62,7 +62,7 @@ fn config() -> String {
 /// The plan's entry for agentgateway in front of `upstream` (a `serve --http` command with
 /// `{port}`), when [`VAR`] names a binary; `Err` says why it is not measured.
 pub(super) fn entry(upstream: Vec<String>) -> Result<Value, String> {
-    let binary = binary()?.ok_or_else(not_given)?;
+    let binary = binary(std::env::var_os(VAR))?.ok_or_else(not_given)?;
     let mut entry = server(
         "agentgateway-http",
         TOOL,
@@ -95,5 +95,17 @@ mod tests {
         )
         .expect("JSON once filled in");
         assert_eq!(filled["binds"][0]["port"], 3000);
+    }
+
+    #[test]
+    fn a_variable_naming_no_file_is_an_error_naming_the_variable_and_the_path() {
+        let err = binary(Some("/nonexistent/agentgateway".into())).unwrap_err();
+        assert!(
+            err.contains(VAR) && err.contains("/nonexistent/agentgateway"),
+            "{err}"
+        );
+        assert_eq!(binary(None), Ok(None));
+        let this = std::env::current_exe().unwrap();
+        assert_eq!(binary(Some(this.clone().into())), Ok(Some(this)));
     }
 }
