@@ -100,7 +100,7 @@ pub(crate) struct Namespaces {
 
 struct Masks {
     /// The empty directory the masks are made on, one per prepared confinement (removed
-    /// with the last copy).
+    /// with the last copy; for a kept namespace, as soon as the namespace is made).
     _dir: Arc<tempfile::TempDir>,
     dir: CString,
     file: CString,
