@@ -176,26 +176,17 @@ impl Home {
 
     /// `shell` running `command` under `config`, confirmed.
     fn shell(&self, config: &str, command: &str) -> Called {
+        Called::from(self.shell_command(config, command).output().unwrap())
+    }
+
+    /// The command [`Home::shell`] runs.
+    fn shell_command(&self, config: &str, command: &str) -> Command {
         let input = serde_json::json!({ "command": command }).to_string();
-        let out = self.toolhost(
+        self.command(
             config,
             &["call", "shell", "--input", &input, "--yes", "--json"],
-        );
-        Called::from(out)
+        )
     }
-}
-
-/// `toolhost call shell` of `command` under the default settings, confirmed, with its
-/// temporary directory (`TMPDIR`) at `tmp`.
-fn shell_with_tmp(home: &Home, command: &str, tmp: &Path) -> Called {
-    let input = serde_json::json!({ "command": command }).to_string();
-    let args = ["call", "shell", "--input", &input, "--yes", "--json"];
-    Called::from(
-        home.command(DEFAULTS, &args)
-            .env("TMPDIR", tmp)
-            .output()
-            .unwrap(),
-    )
 }
 
 /// The npm CLI's folder (its `npm-cli.js` and `npx-cli.js`).
@@ -425,7 +416,12 @@ fn hiding_the_secrets_leaves_nothing_in_the_temporary_directory() {
     // a namespace kept for the commands that follow no longer needs once it is made.
     let home = Home::new();
     let tmp = tempfile::tempdir().unwrap();
-    let c = shell_with_tmp(&home, "cat ~/.ssh/id_ed25519", tmp.path());
+    let c = Called::from(
+        home.shell_command(DEFAULTS, "cat ~/.ssh/id_ed25519")
+            .env("TMPDIR", tmp.path())
+            .output()
+            .unwrap(),
+    );
     assert_refused(&c);
     assert!(c.text.contains("[sandbox] read of"), "{c:?}");
     let left: Vec<_> = std::fs::read_dir(tmp.path())
