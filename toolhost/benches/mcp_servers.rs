@@ -42,6 +42,8 @@ mod fan_out;
 mod floor;
 #[path = "mcp_servers/http.rs"]
 mod http;
+#[path = "mcp_servers/relay.rs"]
+mod relay;
 #[path = "mcp_servers/rmcp_peer.rs"]
 mod rmcp_peer;
 #[path = "mcp_servers/rmcp_proxy.rs"]
@@ -110,7 +112,8 @@ struct Server {
     #[serde(default = "counted")]
     count: bool,
     /// A gateway: beside it, the bench's bare rmcp proxy in front of the same upstream
-    /// ([`rmcp_proxy`]), as `NAME-rmcp-proxy`.
+    /// ([`rmcp_proxy`]), as `NAME-rmcp-proxy`, and the bench's byte relay ([`relay`]), as
+    /// `NAME-relay`.
     #[serde(default)]
     proxy: Option<ProxyOf>,
     /// A gateway in front of a server over HTTP: that server, started before each round
@@ -695,6 +698,27 @@ fn rmcp_proxy_of(gateway: &Server, of: &ProxyOf) -> Server {
     }
 }
 
+/// The bench's byte relay ([`relay`]) in front of `gateway`'s upstream, calling the
+/// upstream's own tool (a relay renames nothing), as `NAME-relay`; timed, not counted.
+fn relay_of(gateway: &Server, of: &ProxyOf) -> Server {
+    let mut command = vec![
+        std::env::current_exe().unwrap().display().to_string(),
+        "--relay".into(),
+        "--".into(),
+    ];
+    command.extend(of.command.iter().cloned());
+    Server {
+        name: format!("{}-relay", gateway.name),
+        tool: of.upstream_tool.clone(),
+        command,
+        count: false,
+        proxy: None,
+        counted_as: None,
+        counted_with_mounted: None,
+        ..gateway.clone()
+    }
+}
+
 /// The workspace and arguments of the plan's first stdio server calling `read_file`: the
 /// read_file floor and the bare rmcp peer serve the same file.
 fn read_file_plan(servers: &[Server]) -> Option<(String, Value)> {
@@ -754,6 +778,14 @@ fn main() {
         }
         return;
     }
+    if args.get(1).is_some_and(|a| a == "--relay") {
+        // --relay -- COMMAND...
+        match args.iter().position(|a| a == "--") {
+            Some(i) => relay::relay(&args[i + 1..]),
+            None => panic!("--relay -- COMMAND..."),
+        }
+        return;
+    }
     if args.iter().any(|a| a == "--echo-server") {
         echo_server();
         return;
@@ -802,6 +834,7 @@ fn main() {
             read_file_floor(workspace, &arguments),
             rmcp_read_file(workspace, &arguments),
             rmcp_proxy_of(&gateway, &forwarded),
+            relay_of(&gateway, &forwarded),
         ] {
             assert!(round(&server, 300, 16).calls_per_s > 0.0, "{}", server.name);
             let mut s = Running::start(&server);
@@ -863,7 +896,11 @@ fn main() {
     let mut servers = plan.servers.clone();
     let proxies: Vec<Server> = servers
         .iter()
-        .filter_map(|s| Some(rmcp_proxy_of(s, s.proxy.as_ref()?)))
+        .filter_map(|s| {
+            let of = s.proxy.as_ref()?;
+            Some([rmcp_proxy_of(s, of), relay_of(s, of)])
+        })
+        .flatten()
         .collect();
     servers.extend(proxies);
     let read_file = read_file_plan(&servers);

@@ -367,6 +367,7 @@ pub(super) fn rows(
             _ => missing(&figure),
         });
     }
+    rows.push(hop_floor(best, own));
     let floor = "the bench's bare rmcp proxy in front of the same server (rmcp client and server, one tool forwarded)";
     let figure = format!("gateway in front of toolhost: its own CPU per call (timed) vs {floor}");
     rows.push(
@@ -413,6 +414,36 @@ pub(super) fn rows(
     rows
 }
 
+/// What one more process in the way costs before a gateway does any work: the bench's
+/// byte relay (`gateway-toolhost-relay`) in front of the mounted toolhost, against that
+/// toolhost alone, with the relay's own part and the gateway's beside it. Reported: it is
+/// the part of row (b)'s budget that no gateway can spend on its own work.
+fn hop_floor(best: &Best, own: &BTreeMap<String, f64>) -> Row {
+    let figure = "gateway: the floor of any hop, the bench's byte relay (one poll loop, no parsing) in front of toolhost serve --mcp (read_file) vs the mounted toolhost alone: CPU per call (the relay and the server behind it)";
+    let (Some(relay), Some(alone), Some(relay_own)) = (
+        best.get("gateway-toolhost-relay"),
+        best.get("toolhost"),
+        own.get("gateway-toolhost-relay"),
+    ) else {
+        return missing(figure);
+    };
+    let gateway_own = own.get("gateway-toolhost").map_or(String::new(), |g| {
+        format!("; toolhost's gateway's own {g:.1} µs")
+    });
+    Row {
+        figure: figure.into(),
+        measured: format!(
+            "{:.1} µs vs {:.1} µs: {:.2}× (the relay's own {relay_own:.1} µs{gateway_own}); {:.2}× the calls/s",
+            relay.1,
+            alone.1,
+            relay.1 / alone.1,
+            relay.0 / alone.0,
+        ),
+        target: "reported".into(),
+        pass: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -424,11 +455,13 @@ mod tests {
              best gateway-everything: 15000 calls/s, 80.00 us CPU/call, idle 90.0 MiB, own 30.00 us CPU/call\n\
              best toolhost: 40000 calls/s, 14.00 us CPU/call, idle 13.0 MiB, own 14.00 us CPU/call\n\
              best gateway-toolhost: 18000 calls/s, 40.00 us CPU/call, idle 30.0 MiB, own 25.00 us CPU/call\n\
-             best gateway-toolhost-rmcp-proxy: 8000 calls/s, 180.00 us CPU/call, idle 20.0 MiB, own 160.00 us CPU/call",
+             best gateway-toolhost-rmcp-proxy: 8000 calls/s, 180.00 us CPU/call, idle 20.0 MiB, own 160.00 us CPU/call\n\
+             best gateway-toolhost-relay: 36000 calls/s, 19.60 us CPU/call, idle 5.0 MiB, own 4.00 us CPU/call",
         );
         let own = super::super::mcp_text::own_cpu(
             "best gateway-toolhost: 18000 calls/s, 40.00 us CPU/call, idle 30.0 MiB, own 25.00 us CPU/call\n\
-             best gateway-toolhost-rmcp-proxy: 8000 calls/s, 180.00 us CPU/call, idle 20.0 MiB, own 160.00 us CPU/call",
+             best gateway-toolhost-rmcp-proxy: 8000 calls/s, 180.00 us CPU/call, idle 20.0 MiB, own 160.00 us CPU/call\n\
+             best gateway-toolhost-relay: 36000 calls/s, 19.60 us CPU/call, idle 5.0 MiB, own 4.00 us CPU/call",
         );
         assert_eq!(own["gateway-toolhost"], 25.0);
         let counts = BTreeMap::from([
@@ -452,6 +485,10 @@ mod tests {
                 ("not measured", None),
                 ("90000 vs 35000: 2.57×", Some(false)),
                 ("120000 vs 50000: 2.40×", Some(true)),
+                (
+                    "19.6 µs vs 14.0 µs: 1.40× (the relay's own 4.0 µs; toolhost's gateway's own 25.0 µs); 0.90× the calls/s",
+                    None
+                ),
                 ("25.0 µs vs 160.0 µs: 0.16×", None),
                 ("60000 vs 150000: 0.40×", Some(true)),
             ]
