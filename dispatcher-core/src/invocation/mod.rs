@@ -73,6 +73,9 @@ pub struct Invocation {
     guard: Option<CallGuard>,
     /// What its audit entry needs to learn while it runs; `None` without an audit sink.
     pub(crate) trail: Option<Arc<crate::audit::Trail>>,
+    /// What its audit entry says of the call as it began, taken when it starts; `None`
+    /// without an audit sink or trace spans (boxed: a call moves whole, a few times).
+    pub(crate) called: Option<Box<crate::audit::Called>>,
     /// The caller's W3C trace context, for the audit sinks ([`Invocation::trace_parent`]).
     pub(crate) trace_parent: Option<Arc<str>>,
 }
@@ -117,6 +120,7 @@ impl Invocation {
             control: None,
             guard: None,
             trail: None,
+            called: None,
             trace_parent: None,
         }
     }

@@ -207,150 +207,188 @@ impl McpServer {
 
     /// A `tools/call` through the dispatcher, answered as its client's era and
     /// capabilities have it ([`TaskMode`]: whether it may, or must, become a task).
-    async fn call(
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an async fn would keep its parameters (the request, the caller) twice in the call's state"
+    )]
+    fn call(
         &self,
         request: CallToolRequestParams,
         caller: Caller,
         mode: TaskMode,
-    ) -> Result<CallToolResponse, McpError> {
-        tracing::debug!(era = ?caller.era, principal = %caller.principal.id, "tools/call");
-        let session = self.session(caller.era, &caller.principal)?;
-        let mut request = match self.discovering(request, &caller, &session).await {
-            super::finding::Discovering::No(request)
-            | super::finding::Discovering::Call(request) => request,
-            super::finding::Discovering::Answered(answer) => return Ok(answer),
-        };
-        let takes_tasks = match mode {
-            TaskMode::Auto => self.shared.tasks.settings().enabled && caller.caps.supports_tasks(),
-            TaskMode::Now { .. } => true,
-        };
-        let tool_use_id = match self.shared.sessions {
-            Sessions::One(_) if !takes_tasks => tool_use_id(None, &caller.id),
-            // Clients sharing a session may reuse JSON-RPC ids, and a task's call outlives
-            // its request's id.
-            _ => tool_use_id(
-                Some(self.shared.next_call.fetch_add(1, Ordering::Relaxed)),
-                &caller.id,
-            ),
-        };
-        let name = request.name.to_string();
-        let arguments = Value::Object(request.arguments.take().unwrap_or_default());
-        let (defer_tx, deferred) = oneshot::channel();
-        let asked = asked_by(caller.era, &caller.caps, caller.declared.as_deref());
-        let (route, resume) = self
-            .route(
-                &request,
-                &caller,
-                &name,
-                &arguments,
-                asked.as_deref(),
-                defer_tx,
-            )
-            .await?;
-        let Caller {
-            era,
-            principal,
-            meta,
-            peer,
-            ct,
-            ..
-        } = caller;
-        // The arguments as called are sealed into a round's state, and only a 2026-07-28
-        // request can be deferred into a round ([`Route::Defer`]): other calls hand theirs
-        // to the dispatcher without a copy.
-        let (arguments, kept) = match era {
-            Era::Stateless => (arguments.clone(), arguments),
-            Era::Session => (arguments, Value::Null),
-        };
-        let dispatcher = &self.shared.dispatcher;
-        let mut call =
-            dispatcher.invocation(ToolUse::new(&*tool_use_id, &name, arguments), &session);
-        // The client's trace context: the call's span is its child.
-        if let Some(parent) = meta.get("traceparent").and_then(|v| v.as_str()) {
-            call.trace_parent(parent);
-        }
-        // Live output is forwarded as it comes when the client asked for progress.
-        let watcher = meta
-            .get_progress_token()
-            .and_then(|token| Some((token, peer.clone()?)))
-            .map(|(token, peer)| {
-                let events = call.events();
-                let (done, finished) = oneshot::channel();
+    ) -> impl Future<Output = Result<CallToolResponse, McpError>> + '_ {
+        async move {
+            // What the answer needs, out of a block whose locals end with it: the call's
+            // state while it waits for the answer holds these, not everything the call was
+            // made from.
+            let (
+                principal,
+                name,
+                kept,
+                session,
+                tool_use_id,
+                route,
+                run,
+                deferred,
+                ct,
+                telling,
+                takes_tasks,
+            ) = {
+                tracing::debug!(era = ?caller.era, principal = %caller.principal.id, "tools/call");
+                let session = self.session(caller.era, &caller.principal)?;
+                let mut request = match self.discovering(request, &caller, &session).await {
+                    super::finding::Discovering::No(request)
+                    | super::finding::Discovering::Call(request) => request,
+                    super::finding::Discovering::Answered(answer) => return Ok(answer),
+                };
+                let takes_tasks = match mode {
+                    TaskMode::Auto => {
+                        self.shared.tasks.settings().enabled && caller.caps.supports_tasks()
+                    }
+                    TaskMode::Now { .. } => true,
+                };
+                let tool_use_id = match self.shared.sessions {
+                    Sessions::One(_) if !takes_tasks => tool_use_id(None, &caller.id),
+                    // Clients sharing a session may reuse JSON-RPC ids, and a task's call outlives
+                    // its request's id.
+                    _ => tool_use_id(
+                        Some(self.shared.next_call.fetch_add(1, Ordering::Relaxed)),
+                        &caller.id,
+                    ),
+                };
+                let name = request.name.to_string();
+                let arguments = Value::Object(request.arguments.take().unwrap_or_default());
+                let (defer_tx, deferred) = oneshot::channel();
+                let asked = asked_by(caller.era, &caller.caps, caller.declared.as_deref());
+                let (route, resume) = self
+                    .route(
+                        &request,
+                        &caller,
+                        &name,
+                        &arguments,
+                        asked.as_deref(),
+                        defer_tx,
+                    )
+                    .await?;
+                let Caller {
+                    era,
+                    principal,
+                    meta,
+                    peer,
+                    ct,
+                    ..
+                } = caller;
+                // The arguments as called are sealed into a round's state, and only a 2026-07-28
+                // request can be deferred into a round ([`Route::Defer`]): other calls hand theirs
+                // to the dispatcher without a copy.
+                let (arguments, kept) = match era {
+                    Era::Stateless => (arguments.clone(), arguments),
+                    Era::Session => (arguments, Value::Null),
+                };
+                let dispatcher = &self.shared.dispatcher;
+                let mut call =
+                    dispatcher.invocation(ToolUse::new(&*tool_use_id, &name, arguments), &session);
+                // The client's trace context: the call's span is its child.
+                if let Some(parent) = meta.get("traceparent").and_then(|v| v.as_str()) {
+                    call.trace_parent(parent);
+                }
+                // Live output is forwarded as it comes when the client asked for progress.
+                let watcher = meta
+                    .get_progress_token()
+                    .and_then(|token| Some((token, peer.clone()?)))
+                    .map(|(token, peer)| {
+                        let events = call.events();
+                        let (done, finished) = oneshot::channel();
+                        (
+                            done,
+                            tokio::spawn(watch_call(events, (token, peer), finished)),
+                        )
+                    });
+                let logs = self.pass_logs(&meta, peer.clone(), &name).await;
+                // The call's route, carried by the call until it ends; the client's connection goes
+                // with it (2025 era). A mounted server's tool finds it in the call's origin, with
+                // who calls and with which token.
+                let client = peer.filter(|_| era == Era::Session);
+                let route = CallRoute::new(route, client, asked, takes_tasks);
+                if let Some(resume) = resume {
+                    route.resume_with(resume);
+                }
+                call.extend_shared(route.clone());
+                if dispatcher.has_rules() {
+                    call.extend(dispatcher_core::RequestFacts {
+                        era: match era {
+                            Era::Session => "2025",
+                            Era::Stateless => "2026",
+                        },
+                        transport: match self.shared.sessions {
+                            Sessions::One(_) => "stdio",
+                            Sessions::PerClient { .. } => "http",
+                        },
+                    });
+                }
+                call.extend(mcp_toolsets::Origin {
+                    caller: principal.token.as_ref().map(|token| {
+                        Arc::new(mcp_toolsets::CallerCredential {
+                            principal: principal.id.clone(),
+                            token: token.value.to_string(),
+                            audiences: token.audiences.to_vec(),
+                        })
+                    }),
+                    exchange: self.shared.exchange.get().cloned(),
+                    relay: Some(route.clone()),
+                });
+                // What tells the request's client as the call runs: stopped when a task takes the
+                // call over (its request has been answered).
+                let telling: Vec<tokio::task::AbortHandle> = watcher
+                    .iter()
+                    .map(|(_, task)| task.abort_handle())
+                    .chain(logs.iter().map(|(_, task)| task.abort_handle()))
+                    .collect();
+                // The call, to its result as the client gets it; its route stays set while it runs.
+                // On the heap from the start: every later move (into the answering future, into a
+                // task) is a pointer's, not the whole call's state.
+                let ends = Ended(route.clone());
+                let run = Box::pin(async move {
+                    let _ends = ends;
+                    let _logs = AbortOnDrop(logs.as_ref().map(|(_, task)| task.abort_handle()));
+                    let block = call.run().await;
+                    flush_telling(logs, watcher).await;
+                    Finished::of(block)
+                });
+                let deferred = async {
+                    match deferred.await {
+                        Ok(question) => question,
+                        Err(_) => std::future::pending().await,
+                    }
+                };
                 (
-                    done,
-                    tokio::spawn(watch_call(events, (token, peer), finished)),
+                    principal.id,
+                    name,
+                    kept,
+                    session,
+                    tool_use_id,
+                    route,
+                    run,
+                    deferred,
+                    ct,
+                    telling,
+                    takes_tasks,
                 )
-            });
-        let logs = self.pass_logs(&meta, peer.clone(), &name).await;
-        // The call's route, carried by the call until it ends; the client's connection goes
-        // with it (2025 era). A mounted server's tool finds it in the call's origin, with
-        // who calls and with which token.
-        let client = peer.filter(|_| era == Era::Session);
-        let route = CallRoute::new(route, client, asked, takes_tasks);
-        if let Some(resume) = resume {
-            route.resume_with(resume);
-        }
-        call.extend_shared(route.clone());
-        if dispatcher.has_rules() {
-            call.extend(dispatcher_core::RequestFacts {
-                era: match era {
-                    Era::Session => "2025",
-                    Era::Stateless => "2026",
-                },
-                transport: match self.shared.sessions {
-                    Sessions::One(_) => "stdio",
-                    Sessions::PerClient { .. } => "http",
-                },
-            });
-        }
-        call.extend(mcp_toolsets::Origin {
-            caller: principal.token.as_ref().map(|token| {
-                Arc::new(mcp_toolsets::CallerCredential {
-                    principal: principal.id.clone(),
-                    token: token.value.to_string(),
-                    audiences: token.audiences.to_vec(),
-                })
-            }),
-            exchange: self.shared.exchange.get().cloned(),
-            relay: Some(route.clone()),
-        });
-        // What tells the request's client as the call runs: stopped when a task takes the
-        // call over (its request has been answered).
-        let telling: Vec<tokio::task::AbortHandle> = watcher
-            .iter()
-            .map(|(_, task)| task.abort_handle())
-            .chain(logs.iter().map(|(_, task)| task.abort_handle()))
-            .collect();
-        // The call, to its result as the client gets it; its route stays set while it runs.
-        // On the heap from the start: every later move (into the answering future, into a
-        // task) is a pointer's, not the whole call's state.
-        let ends = Ended(route.clone());
-        let run = Box::pin(async move {
-            let _ends = ends;
-            let _logs = AbortOnDrop(logs.as_ref().map(|(_, task)| task.abort_handle()));
-            let block = call.run().await;
-            flush_telling(logs, watcher).await;
-            Finished::of(block)
-        });
-        let deferred = async {
-            match deferred.await {
-                Ok(question) => question,
-                Err(_) => std::future::pending().await,
+            };
+            let call = Running {
+                principal: &principal,
+                name: &name,
+                arguments: &kept,
+                session: session.id(),
+                tool_use_id: &tool_use_id,
+                route: &route,
+            };
+            if takes_tasks {
+                self.answer_taking_tasks(&call, run, deferred, ct, mode, telling)
+                    .await
+            } else {
+                self.answer_in_request(&call, run, deferred, ct).await
             }
-        };
-        let call = Running {
-            principal: &principal.id,
-            name: &name,
-            arguments: &kept,
-            session: session.id(),
-            tool_use_id: &tool_use_id,
-            route: &route,
-        };
-        if takes_tasks {
-            self.answer_taking_tasks(&call, run, deferred, ct, mode, telling)
-                .await
-        } else {
-            self.answer_in_request(&call, run, deferred, ct).await
         }
     }
 
@@ -653,15 +691,14 @@ struct Running<'a> {
 }
 
 impl Running<'_> {
-    /// The round that ends this request with `question`.
-    async fn round(
-        &self,
-        server: &McpServer,
+    /// The round that ends this request with `question`. On the heap: a call that ends
+    /// without a round (most) does not carry a round's state in its own.
+    fn round<'s>(
+        &'s self,
+        server: &'s McpServer,
         question: Question,
-    ) -> Result<CallToolResponse, McpError> {
-        server
-            .round(question, self.principal, self.name, self.arguments)
-            .await
+    ) -> Pin<Box<impl Future<Output = Result<CallToolResponse, McpError>> + 's>> {
+        Box::pin(server.round(question, self.principal, self.name, self.arguments))
     }
 }
 

@@ -9,7 +9,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::future::Either;
 use serde_json::Value;
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tool_api::{Content, ToolError, ToolOutput};
@@ -104,8 +103,9 @@ impl Invocation {
     /// unknown tool, invalid input, a denial, a timeout or a panic, is a result block.
     ///
     /// The future owns the call (it borrows nothing), so it can be spawned. It is the
-    /// pipeline's own future, not one wrapped around it: a call's state is moved as few
-    /// times as the caller moves it.
+    /// pipeline's own future, not one wrapped around it (an audited call's entry is
+    /// written at the pipeline's end): a call's state is moved as few times as the caller
+    /// moves it, and is as large as the pipeline's.
     pub fn run(mut self) -> impl Future<Output = ToolResultBlock> + Send + 'static {
         let span = match &self.engine.settings.spans {
             Some(spans) => spans.open(&self.header, self.trace_parent.as_deref()),
@@ -116,42 +116,43 @@ impl Invocation {
                 session = %self.header.session_id,
             ),
         };
-        if self.engine.settings.audit.is_empty() && self.engine.settings.spans.is_none() {
-            return Either::Left(self.pipeline().instrument(span));
+        if !self.engine.settings.audit.is_empty() || self.engine.settings.spans.is_some() {
+            // Audited: what the entry needs is taken now (the input is the model's, before
+            // a hook may rewrite it), and the rest while the call runs.
+            let settings = &self.engine.settings;
+            let called = crate::audit::Called {
+                instance: self.engine.instance.clone(),
+                principal: self.session.state.principal.clone(),
+                header: self.header.clone(),
+                arguments_sha256: if settings.audit.iter().any(|s| s.reads_digest()) {
+                    crate::audit::digest(&self.input)
+                } else {
+                    String::new()
+                },
+                started: self.started,
+                started_ms: self.wall_ms,
+                trace_parent: self.trace_parent.take(),
+            };
+            self.trail = Some(crate::audit::Trail::new());
+            self.called = Some(Box::new(called));
         }
-        let engine = self.engine.clone();
-        // Audited: what the entry needs is taken now (the input is the model's, before a
-        // hook may rewrite it), and the rest while the call runs.
-        let trail = crate::audit::Trail::new();
-        self.trail = Some(trail.clone());
-        let called = crate::audit::Called {
-            instance: self.engine.instance.clone(),
-            principal: self.session.state.principal.clone(),
-            header: self.header.clone(),
-            arguments_sha256: if engine.settings.audit.iter().any(|s| s.reads_digest()) {
-                crate::audit::digest(&self.input)
-            } else {
-                String::new()
-            },
-            started: self.started,
-            started_ms: self.wall_ms,
-            trace_parent: self.trace_parent.take(),
+        self.pipeline().instrument(span)
+    }
+
+    /// The call's audit entry, to every audit sink and its trace span (an audited call's
+    /// last step, inside the call's span).
+    fn audit(&mut self, block: &ToolResultBlock) {
+        let (Some(trail), Some(called)) = (&self.trail, self.called.take()) else {
+            return;
         };
-        let pipeline = self.pipeline();
-        Either::Right(
-            async move {
-                let block = pipeline.await;
-                let entry = trail.entry(called, &block);
-                for sink in &engine.settings.audit {
-                    sink.record(&entry);
-                }
-                if let Some(spans) = &engine.settings.spans {
-                    spans.close(&tracing::Span::current(), &entry);
-                }
-                block
-            }
-            .instrument(span),
-        )
+        let entry = trail.entry(*called, block);
+        let settings = &self.engine.settings;
+        for sink in &settings.audit {
+            sink.record(&entry);
+        }
+        if let Some(spans) = &settings.spans {
+            spans.close(&tracing::Span::current(), &entry);
+        }
     }
 
     /// Steps 1 to 3, which never wait: the tool, the input taken out of the call, what the
@@ -198,138 +199,143 @@ impl Invocation {
     )]
     fn pipeline(mut self) -> impl Future<Output = ToolResultBlock> + Send + 'static {
         async move {
-            let (tool, input, decision, mut opened) = match self.prepare() {
-                Ok(prepared) => prepared,
-                Err(block) => return block,
-            };
-
-            // 3b. The caller's rate limits (no store round trip when none applies).
-            if !self.config.limits.is_empty()
-                && let Err(block) = Box::pin(self.within_limits(&tool)).await
-            {
-                return block;
-            }
-
-            // 4. Hooks and confirmation policy (a hook may rewrite the input).
-            // With no hooks to ask, a call the policy lets run is authorized at once; the rest
-            // (hooks, a prompt, a denial) is boxed where it is awaited, so a call that never
-            // waits does not carry the state of one that does.
-            let (input, authorized_by) = {
-                let authorized = if self.engine.settings.hooks.is_empty()
-                    && decision.mode == Mode::Auto
-                    && self.config.secrets.settings().arguments == ArgumentsAction::Off
-                {
-                    Ok((
-                        input,
-                        DecidedBy::Policy {
-                            rule: decision.rule,
-                        },
-                    ))
-                } else {
-                    Box::pin(self.authorize(&tool, input, decision)).await
+            let block = 'steps: {
+                let (tool, input, decision, mut opened) = match self.prepare() {
+                    Ok(prepared) => prepared,
+                    Err(block) => break 'steps block,
                 };
-                match authorized {
-                    Ok(authorized) => authorized,
-                    Err(block) => return block,
+
+                // 3b. The caller's rate limits (no store round trip when none applies).
+                if !self.config.limits.is_empty()
+                    && let Err(block) = Box::pin(self.within_limits(&tool)).await
+                {
+                    break 'steps block;
                 }
-            };
 
-            // 5. The runtime grant.
-            let grant = match self.grant(&tool, &input) {
-                Ok(grant) => grant,
-                Err(block) => return block,
-            };
+                // 4. Hooks and confirmation policy (a hook may rewrite the input).
+                // With no hooks to ask, a call the policy lets run is authorized at once; the rest
+                // (hooks, a prompt, a denial) is boxed where it is awaited, so a call that never
+                // waits does not carry the state of one that does.
+                let (input, authorized_by) = {
+                    let authorized = if self.engine.settings.hooks.is_empty()
+                        && decision.mode == Mode::Auto
+                        && self.config.secrets.settings().arguments == ArgumentsAction::Off
+                    {
+                        Ok((
+                            input,
+                            DecidedBy::Policy {
+                                rule: decision.rule,
+                            },
+                        ))
+                    } else {
+                        Box::pin(self.authorize(&tool, input, decision)).await
+                    };
+                    match authorized {
+                        Ok(authorized) => authorized,
+                        Err(block) => break 'steps block,
+                    }
+                };
 
-            // 6. Per-tool cap, session cap (or the tool's own), then execute.
-            // A call that finds a place at once was queued for no time (and reads no clock).
-            let mut queued: Option<Instant> = None;
-            let state = self.session.state.clone();
-            let tool_permit = match per_tool(&state.tool_caps, &tool.name) {
-                Some(sem) => match acquire(sem, &mut self, &mut queued).await {
-                    Some(p) => Some(p),
-                    None => return self.not_started(),
-                },
-                None => None,
-            };
-            // A toolset's tool with a cap of its own (a mounted server's) takes its place
-            // there, not among the calls that run in this process.
-            let own_cap = match (&tool.own_cap, &tool.origin) {
-                (Some(calls), Some((toolset, _))) => Some(state.own_cap(toolset, *calls)),
-                _ => None,
-            };
-            let cap = own_cap.as_deref().unwrap_or(&state.semaphore);
-            let Some(_permit) = acquire(cap, &mut self, &mut queued).await else {
-                return self.not_started();
-            };
-            let _tool_permit = tool_permit;
-            if queued.is_some() {
-                // It waited for a place: the path is opened again when it runs, as it is then.
-                opened = None;
-            }
-            if self.is_cancelled() {
-                // Interrupted while it waited for a hook, a prompt or a place: it never starts.
-                return self.not_started();
-            }
-            if !tool.inline {
-                // Registered before `tool.called`, so a cancel that follows the event reaches it.
-                self.register();
-            }
-            let post_input = (!self.engine.settings.post_hooks.is_empty()).then(|| input.clone());
-            let exec_started = Instant::now();
-            self.emit_at(
-                EventKind::Called {
-                    queued_ms: queued
-                        .map_or(0.0, |q| ms(exec_started.saturating_duration_since(q))),
-                    authorized_by,
-                },
-                exec_started,
-            );
-            let outcome = match self.execute_here(&tool, input, opened, &grant) {
-                Ok(outcome) => outcome,
-                Err(input) => Box::pin(self.execute_off_thread(&tool, input, &grant)).await,
-            };
-            let ended = Instant::now();
-            let elapsed = ended.saturating_duration_since(exec_started);
-            self.ended = Some(ended);
-            let slow = self.config.timeouts.slow_call_warn;
-            if elapsed >= slow {
-                tracing::warn!(
-                    elapsed_ms = ms(elapsed),
-                    threshold_ms = ms(slow),
-                    "slow tool call: '{}' took {:.1}s",
-                    tool.name,
-                    elapsed.as_secs_f64()
+                // 5. The runtime grant.
+                let grant = match self.grant(&tool, &input) {
+                    Ok(grant) => grant,
+                    Err(block) => break 'steps block,
+                };
+
+                // 6. Per-tool cap, session cap (or the tool's own), then execute.
+                // A call that finds a place at once was queued for no time (and reads no clock).
+                let mut queued: Option<Instant> = None;
+                let state = self.session.state.clone();
+                let tool_permit = match per_tool(&state.tool_caps, &tool.name) {
+                    Some(sem) => match acquire(sem, &mut self, &mut queued).await {
+                        Some(p) => Some(p),
+                        None => break 'steps self.not_started(),
+                    },
+                    None => None,
+                };
+                // A toolset's tool with a cap of its own (a mounted server's) takes its place
+                // there, not among the calls that run in this process.
+                let own_cap = match (&tool.own_cap, &tool.origin) {
+                    (Some(calls), Some((toolset, _))) => Some(state.own_cap(toolset, *calls)),
+                    _ => None,
+                };
+                let cap = own_cap.as_deref().unwrap_or(&state.semaphore);
+                let Some(_permit) = acquire(cap, &mut self, &mut queued).await else {
+                    break 'steps self.not_started();
+                };
+                let _tool_permit = tool_permit;
+                if queued.is_some() {
+                    // It waited for a place: the path is opened again when it runs, as it is then.
+                    opened = None;
+                }
+                if self.is_cancelled() {
+                    // Interrupted while it waited for a hook, a prompt or a place: it never starts.
+                    break 'steps self.not_started();
+                }
+                if !tool.inline {
+                    // Registered before `tool.called`, so a cancel that follows the event reaches it.
+                    self.register();
+                }
+                let post_input =
+                    (!self.engine.settings.post_hooks.is_empty()).then(|| input.clone());
+                let exec_started = Instant::now();
+                self.emit_at(
+                    EventKind::Called {
+                        queued_ms: queued
+                            .map_or(0.0, |q| ms(exec_started.saturating_duration_since(q))),
+                        authorized_by,
+                    },
+                    exec_started,
                 );
-            }
-            let given_id = std::mem::take(&mut self.given_id);
-            let mut block = self.report(&tool, outcome, elapsed, given_id);
-            // Later events (a post-use hook's) are stamped when they happen.
-            self.ended = None;
-            if let Some(input) = post_input {
-                block = Box::pin(self.post_use(&tool, &input, block)).await;
-            }
-            // 7b. Secrets: redacted, or the result withheld, before it leaves.
-            let (scanned, action, seen) = self.config.secrets.in_result(&tool.name, block);
-            block = scanned;
-            if !seen.is_empty() {
-                tracing::warn!(
-                    tool = %tool.name,
-                    action = %action,
-                    "secrets found in the result: {}",
-                    crate::redaction::summary(&seen)
-                );
-                self.emit(EventKind::SecretsFound {
-                    action: action.to_string(),
-                    secrets: seen,
-                });
-            }
-            spool::cap(
-                block,
-                grant.max_result_chars,
-                self.config.results.preview_chars,
-                &state.data_dir,
-                state.workspace.root(),
-            )
+                let outcome = match self.execute_here(&tool, input, opened, &grant) {
+                    Ok(outcome) => outcome,
+                    Err(input) => Box::pin(self.execute_off_thread(&tool, input, &grant)).await,
+                };
+                let ended = Instant::now();
+                let elapsed = ended.saturating_duration_since(exec_started);
+                self.ended = Some(ended);
+                let slow = self.config.timeouts.slow_call_warn;
+                if elapsed >= slow {
+                    tracing::warn!(
+                        elapsed_ms = ms(elapsed),
+                        threshold_ms = ms(slow),
+                        "slow tool call: '{}' took {:.1}s",
+                        tool.name,
+                        elapsed.as_secs_f64()
+                    );
+                }
+                let given_id = std::mem::take(&mut self.given_id);
+                let mut block = self.report(&tool, outcome, elapsed, given_id);
+                // Later events (a post-use hook's) are stamped when they happen.
+                self.ended = None;
+                if let Some(input) = post_input {
+                    block = Box::pin(self.post_use(&tool, &input, block)).await;
+                }
+                // 7b. Secrets: redacted, or the result withheld, before it leaves.
+                let (scanned, action, seen) = self.config.secrets.in_result(&tool.name, block);
+                block = scanned;
+                if !seen.is_empty() {
+                    tracing::warn!(
+                        tool = %tool.name,
+                        action = %action,
+                        "secrets found in the result: {}",
+                        crate::redaction::summary(&seen)
+                    );
+                    self.emit(EventKind::SecretsFound {
+                        action: action.to_string(),
+                        secrets: seen,
+                    });
+                }
+                spool::cap(
+                    block,
+                    grant.max_result_chars,
+                    self.config.results.preview_chars,
+                    &state.data_dir,
+                    state.workspace.root(),
+                )
+            };
+            self.audit(&block);
+            block
         }
     }
 
