@@ -10,12 +10,11 @@ use std::sync::atomic::Ordering;
 use dispatcher_core::{ConfirmationRequest, ToolUse};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CreateTaskResult, CustomRequest, CustomResult,
-    ElicitRequest, ElicitRequestParams, InputRequest, InputRequests, InputRequiredResult,
-    RequestId, TaskPayload,
+    CallToolRequestParams, CallToolResponse, CreateTaskResult, ElicitRequest, ElicitRequestParams,
+    InputRequest, InputRequests, InputRequiredResult, RequestId,
 };
 use rmcp::service::{RequestContext, RoleServer};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::{McpServer, takes_rounds};
@@ -26,14 +25,7 @@ use crate::era::Era;
 use crate::progress::watch_call;
 use crate::request_state::Opened;
 use crate::route::{CallRoute, Question, Route, asked_of};
-use crate::sessions::{Sessions, principal};
-use crate::tasks_2025;
-
-/// How long `tasks/cancel` (2025-11-25) waits for the call to stop before it answers.
-const CANCEL_SETTLES: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// How long `tasks/result` (2025-11-25) waits for the task's end in one request.
-const RESULT_WAITS: std::time::Duration = std::time::Duration::from_secs(600);
+use crate::sessions::Sessions;
 
 /// Whether a call may become a task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,145 +65,13 @@ impl McpServer {
         self.call(request, caller, TaskMode::Auto)
     }
 
-    /// A 2025-11-25 task request the transport renamed ([`tasks_2025`]); `None` for any
-    /// other custom request.
-    pub(crate) async fn serve_task_2025(
-        &self,
-        request: &CustomRequest,
-        context: RequestContext<RoleServer>,
-    ) -> Option<Result<CustomResult, McpError>> {
-        let kind = tasks_2025::Request::of(&request.method)?;
-        let params = request.params.clone().unwrap_or(Value::Null);
-        Some(
-            self.task_2025(kind, params, context)
-                .await
-                .map(CustomResult),
-        )
-    }
-
-    async fn task_2025(
-        &self,
-        kind: tasks_2025::Request,
-        params: Value,
-        context: RequestContext<RoleServer>,
-    ) -> Result<Value, McpError> {
-        use tasks_2025::Request;
-        let principal = principal(&context).id;
-        let tasks = &self.shared.tasks;
-        let method = kind.method();
-        let task_id = || {
-            params
-                .get("taskId")
-                .and_then(Value::as_str)
-                .map(String::from)
-                .ok_or_else(|| {
-                    McpError::invalid_params(
-                        format!("Invalid params for '{method}': taskId (a string) is required"),
-                        None,
-                    )
-                })
-        };
-        match kind {
-            Request::Call => {
-                if !tasks.room_for(&principal) {
-                    return Err(McpError::invalid_request(
-                        format!(
-                            "this client already has {} tasks running ([mcp.tasks] max_per_client); \
-                             wait for one to end, cancel one, or call without params.task",
-                            tasks.settings().max_per_client
-                        ),
-                        None,
-                    ));
-                }
-                let ttl = tasks_2025::requested_ttl(&params);
-                let call: CallToolRequestParams = serde_json::from_value(params).map_err(|e| {
-                    McpError::invalid_params(format!("Invalid params for 'tools/call': {e}"), None)
-                })?;
-                match self
-                    .call(
-                        call,
-                        Caller::of(context, &self.declared),
-                        TaskMode::Now { ttl },
-                    )
-                    .await?
-                {
-                    CallToolResponse::Task(created) => {
-                        Ok(json!({"task": tasks_2025::task(&created.task)}))
-                    }
-                    _ => Err(McpError::internal_error(
-                        "the call could not be made a task (this client's tasks are all running); call it again without params.task",
-                        None,
-                    )),
-                }
-            }
-            Request::Get => {
-                let task = tasks.get_anywhere(&principal, &task_id()?).await?;
-                Ok(tasks_2025::task(&task.task))
-            }
-            Request::List => {
-                let listed: Vec<Value> = tasks
-                    .list_anywhere(&principal)
-                    .await
-                    .iter()
-                    .map(tasks_2025::task)
-                    .collect();
-                Ok(json!({"tasks": listed}))
-            }
-            Request::Cancel => {
-                let id = task_id()?;
-                tasks.cancel_anywhere(&principal, &id).await?;
-                // The call stops cooperatively; the answer shows it ended when it does so
-                // within a moment.
-                let task = tasks
-                    .ended_anywhere(&principal, &id, CANCEL_SETTLES)
-                    .await?;
-                Ok(tasks_2025::task(&task.task))
-            }
-            Request::Result => {
-                let id = task_id()?;
-                let task = tasks.ended_anywhere(&principal, &id, RESULT_WAITS).await?;
-                match task.payload {
-                    TaskPayload::Completed { mut result } => {
-                        let meta = result
-                            .entry("_meta")
-                            .or_insert_with(|| Value::Object(Default::default()));
-                        if let Some(meta) = meta.as_object_mut() {
-                            meta.insert(
-                                tasks_2025::RELATED_TASK_META.into(),
-                                json!({"taskId": id}),
-                            );
-                        }
-                        Ok(Value::Object(result))
-                    }
-                    TaskPayload::Failed { error } => Err(serde_json::from_value(Value::Object(
-                        error,
-                    ))
-                    .unwrap_or_else(|e| {
-                        McpError::internal_error(format!("task {id} failed ({e})"), None)
-                    })),
-                    TaskPayload::Cancelled => Err(McpError::invalid_request(
-                        format!("task {id} was cancelled: it has no result"),
-                        Some(json!({"taskId": id})),
-                    )),
-                    _ => Err(McpError::internal_error(
-                        format!(
-                            "task {id} is still running after {} s; ask tasks/result again",
-                            RESULT_WAITS.as_secs()
-                        ),
-                        Some(json!({"taskId": id})),
-                    )),
-                }
-            }
-        }
-    }
-
     /// A `tools/call` through the dispatcher, answered as its client's era and
     /// capabilities have it ([`TaskMode`]: whether it may, or must, become a task).
     #[allow(
         clippy::manual_async_fn,
         reason = "an async fn would keep its parameters (the request, the caller) twice in the call's state"
     )]
-    fn call(
+    pub(super) fn call(
         &self,
         request: CallToolRequestParams,
         caller: Caller,
@@ -293,17 +153,7 @@ impl McpServer {
                     call.trace_parent(parent);
                 }
                 // Live output is forwarded as it comes when the client asked for progress.
-                let watcher = meta
-                    .get_progress_token()
-                    .and_then(|token| Some((token, peer.clone()?)))
-                    .map(|(token, peer)| {
-                        let events = call.events();
-                        let (done, finished) = oneshot::channel();
-                        (
-                            done,
-                            tokio::spawn(watch_call(events, (token, peer), finished)),
-                        )
-                    });
+                let watcher = watch(&meta, peer.as_ref(), &mut call);
                 let logs = self.pass_logs(&meta, peer.clone(), &name).await;
                 // The call's route, carried by the call until it ends; the client's connection goes
                 // with it (2025 era). A mounted server's tool finds it in the call's origin, with
@@ -313,30 +163,7 @@ impl McpServer {
                 if let Some(resume) = resume {
                     route.resume_with(resume);
                 }
-                call.extend_shared(route.clone());
-                if dispatcher.has_rules() {
-                    call.extend(dispatcher_core::RequestFacts {
-                        era: match era {
-                            Era::Session => "2025",
-                            Era::Stateless => "2026",
-                        },
-                        transport: match self.shared.sessions {
-                            Sessions::One(_) => "stdio",
-                            Sessions::PerClient { .. } => "http",
-                        },
-                    });
-                }
-                call.extend(mcp_toolsets::Origin {
-                    caller: principal.token.as_ref().map(|token| {
-                        Arc::new(mcp_toolsets::CallerCredential {
-                            principal: principal.id.clone(),
-                            token: token.value.to_string(),
-                            audiences: token.audiences.to_vec(),
-                        })
-                    }),
-                    exchange: self.shared.exchange.get().cloned(),
-                    relay: Some(route.clone()),
-                });
+                self.equip(&mut call, era, &principal, &route);
                 // What tells the request's client as the call runs: stopped when a task takes the
                 // call over (its request has been answered).
                 let telling: Vec<tokio::task::AbortHandle> = watcher
@@ -390,6 +217,42 @@ impl McpServer {
                 self.answer_in_request(&call, run, deferred, ct).await
             }
         }
+    }
+
+    /// What the call carries to its tool: its route (how its user is asked), the facts
+    /// of its request that rules read, and its origin (who calls, with which token, and
+    /// the way its questions reach the client) for a mounted server's tool.
+    fn equip(
+        &self,
+        call: &mut dispatcher_core::Invocation,
+        era: Era,
+        principal: &crate::sessions::Principal,
+        route: &Arc<CallRoute>,
+    ) {
+        call.extend_shared(route.clone());
+        if self.shared.dispatcher.has_rules() {
+            call.extend(dispatcher_core::RequestFacts {
+                era: match era {
+                    Era::Session => "2025",
+                    Era::Stateless => "2026",
+                },
+                transport: match self.shared.sessions {
+                    Sessions::One(_) => "stdio",
+                    Sessions::PerClient { .. } => "http",
+                },
+            });
+        }
+        call.extend(mcp_toolsets::Origin {
+            caller: principal.token.as_ref().map(|token| {
+                Arc::new(mcp_toolsets::CallerCredential {
+                    principal: principal.id.clone(),
+                    token: token.value.to_string(),
+                    audiences: token.audiences.to_vec(),
+                })
+            }),
+            exchange: self.shared.exchange.get().cloned(),
+            relay: Some(route.clone()),
+        });
     }
 
     /// How the call's user is asked ([`Route`]), and a mounted server's round the request
@@ -713,6 +576,20 @@ fn asked_by(
         Era::Stateless => Some(Arc::new(asked_of(caps))),
         Era::Session => declared.map(|d| d.asked.clone()),
     }
+}
+
+/// The call's live output, forwarded to its client as it comes when the request asked
+/// for progress (and the client can be reached).
+fn watch(
+    meta: &rmcp::model::RequestMetaObject,
+    peer: Option<&rmcp::service::Peer<RoleServer>>,
+    call: &mut dispatcher_core::Invocation,
+) -> Option<Telling> {
+    let token = meta.get_progress_token()?;
+    let peer = peer?.clone();
+    let (done, finished) = oneshot::channel();
+    let task = tokio::spawn(watch_call(call.events(), (token, peer), finished));
+    Some((done, task))
 }
 
 /// Ends what tells the client once the call has its result: the log messages that came

@@ -42,6 +42,7 @@ use crate::sessions::{Principal, Sessions, principal, principal_of};
 
 mod call;
 mod finding;
+mod task_requests;
 
 /// MCP annotations for a side-effect class.
 pub fn annotations(class: SideEffect) -> ToolAnnotations {
