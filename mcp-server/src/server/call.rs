@@ -27,6 +27,9 @@ use crate::request_state::Opened;
 use crate::route::{CallRoute, Question, Route, asked_of};
 use crate::sessions::Sessions;
 
+/// How long a new task's handle waits for its record to reach the shared store.
+const MIRRORED_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Whether a call may become a task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TaskMode {
@@ -534,6 +537,12 @@ impl McpServer {
         tokio::spawn(async move {
             handle.finish(Finished::joined(running.await).outcome());
         });
+        // Over a shared store the handle goes out once the task's record is there: the
+        // client's next request may reach another instance.
+        self.shared
+            .tasks
+            .mirrored(&task.task_id, MIRRORED_WITHIN)
+            .await;
         Ok(CallToolResponse::Task(CreateTaskResult::new(task)))
     }
 }

@@ -32,11 +32,15 @@ const POLL: Duration = Duration::from_millis(100);
 #[derive(Default)]
 pub(super) struct Outbox {
     state: std::sync::Mutex<OutboxState>,
+    /// Told each time a batch of writes ends ([`Outbox::written`]).
+    wrote: tokio::sync::Notify,
 }
 
 #[derive(Default)]
 struct OutboxState {
     records: std::collections::HashMap<String, (String, Duration)>,
+    /// The keys of the batch being written.
+    writing: std::collections::HashSet<String>,
     draining: bool,
 }
 
@@ -81,7 +85,11 @@ impl Outbox {
         struct Stopped<'a>(&'a Outbox);
         impl Drop for Stopped<'_> {
             fn drop(&mut self) {
-                self.0.state().draining = false;
+                let mut state = self.0.state();
+                state.draining = false;
+                state.writing.clear();
+                drop(state);
+                self.0.wrote.notify_waiters();
             }
         }
         let stopped = Stopped(self);
@@ -95,7 +103,9 @@ impl Outbox {
                     std::mem::forget(stopped);
                     return;
                 }
-                std::mem::take(&mut state.records)
+                let batch = std::mem::take(&mut state.records);
+                state.writing = batch.keys().cloned().collect();
+                batch
             };
             let written = batch.iter().map(|(key, (record, ttl))| async move {
                 if let Err(e) = store.put(key, record, *ttl).await {
@@ -103,11 +113,51 @@ impl Outbox {
                 }
             });
             futures_util::future::join_all(written).await;
+            self.state().writing.clear();
+            self.wrote.notify_waiters();
+        }
+    }
+
+    /// Waits until task `id`'s records queued so far are written (or their writes
+    /// failed, which the writer logs): none of them is queued or being written.
+    pub(super) async fn written(&self, id: &str) {
+        let key = format!("{RECORD}{id}");
+        loop {
+            let wrote = self.wrote.notified();
+            let mut wrote = std::pin::pin!(wrote);
+            // Listening before looking: a batch that ends in between still wakes it.
+            wrote.as_mut().enable();
+            {
+                let state = self.state();
+                if !state.records.contains_key(&key) && !state.writing.contains(&key) {
+                    return;
+                }
+            }
+            wrote.await;
         }
     }
 }
 
 impl Tasks {
+    /// Waits (at most `within`) until task `id`'s record is in the shared store, so that
+    /// the client given its handle finds it at any instance; at once without a shared
+    /// store. Past `within` (a store that hangs) it goes on, and says so.
+    pub async fn mirrored(&self, id: &str, within: Duration) {
+        if self.shared.get().is_none() {
+            return;
+        }
+        if tokio::time::timeout(within, self.outbox.written(id))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                task = %id,
+                "the task's record did not reach the shared store within {} s: other instances may not find it yet",
+                within.as_secs()
+            );
+        }
+    }
+
     /// Mirrors tasks to `store` and takes the updates and cancellations other instances
     /// receive for the tasks running here (a store of this process only: nothing to do).
     pub fn share_through(self: &Arc<Self>, store: Arc<dyn Store>) {
@@ -360,6 +410,17 @@ mod tests {
         assert_eq!(mirror.stored("b").await.as_deref(), Some("40"));
         let state = mirror.outbox.state();
         assert!(state.records.is_empty() && !state.draining);
+    }
+
+    #[tokio::test]
+    async fn a_new_tasks_handle_waits_for_its_record_and_for_no_other() {
+        let mirror = Mirror::default();
+        mirror.put("t", json!("working"));
+        // Its (slow) write is under way: another task's wait is not held by it.
+        mirror.store.started.notified().await;
+        assert!(futures_util::FutureExt::now_or_never(mirror.outbox.written("other")).is_some());
+        mirror.outbox.written("t").await;
+        assert_eq!(mirror.stored("t").await.as_deref(), Some("\"working\""));
     }
 
     #[tokio::test]
