@@ -84,19 +84,7 @@ impl McpServer {
             // What the answer needs, out of a block whose locals end with it: the call's
             // state while it waits for the answer holds these, not everything the call was
             // made from.
-            let (
-                principal,
-                name,
-                kept,
-                session,
-                tool_use_id,
-                route,
-                run,
-                deferred,
-                ct,
-                telling,
-                takes_tasks,
-            ) = {
+            let (call, run, deferred, ct, telling, takes_tasks) = {
                 tracing::debug!(era = ?caller.era, principal = %caller.principal.id, "tools/call");
                 let session = self.session(caller.era, &caller.principal)?;
                 let mut request = match self.discovering(request, &caller, &session).await {
@@ -191,27 +179,15 @@ impl McpServer {
                         Err(_) => std::future::pending().await,
                     }
                 };
-                (
-                    principal.id,
+                let call = Running {
+                    principal: principal.id,
                     name,
-                    kept,
+                    arguments: kept,
                     session,
                     tool_use_id,
                     route,
-                    run,
-                    deferred,
-                    ct,
-                    telling,
-                    takes_tasks,
-                )
-            };
-            let call = Running {
-                principal: &principal,
-                name: &name,
-                arguments: &kept,
-                session: session.id(),
-                tool_use_id: &tool_use_id,
-                route: &route,
+                };
+                (call, run, deferred, ct, telling, takes_tasks)
             };
             if takes_tasks {
                 self.answer_taking_tasks(&call, run, deferred, ct, mode, telling)
@@ -364,7 +340,7 @@ impl McpServer {
     /// or, when the client gives up, the result of the call cancelled.
     async fn answer_in_request(
         &self,
-        call: &Running<'_>,
+        call: &Running,
         mut run: Pin<Box<impl Future<Output = Finished>>>,
         deferred: impl Future<Output = Question>,
         ct: tokio_util::sync::CancellationToken,
@@ -386,7 +362,7 @@ impl McpServer {
             _ = ct.cancelled() => {
                 tracing::info!(tool = %call.name, "client cancelled the call");
                 // Signal only: this task drives the call and must keep polling it.
-                self.shared.dispatcher.request_cancel(call.session, call.tool_use_id);
+                self.shared.dispatcher.request_cancel(call.session.id(), &call.tool_use_id);
                 run.await.answer()
             }
         }
@@ -403,7 +379,7 @@ impl McpServer {
     )]
     async fn answer_taking_tasks(
         &self,
-        call: &Running<'_>,
+        call: &Running,
         mut run: Pin<Box<impl Future<Output = Finished> + Send + 'static>>,
         deferred: impl Future<Output = Question>,
         ct: tokio_util::sync::CancellationToken,
@@ -436,7 +412,7 @@ impl McpServer {
     )]
     async fn answer_as_task(
         &self,
-        call: &Running<'_>,
+        call: &Running,
         run: Pin<Box<impl Future<Output = Finished> + Send + 'static>>,
         deferred: impl Future<Output = Question>,
         ct: tokio_util::sync::CancellationToken,
@@ -476,7 +452,7 @@ impl McpServer {
             () = &mut after => None,
             _ = ct.cancelled() => {
                 tracing::info!(tool = %call.name, "client cancelled the call");
-                dispatcher.request_cancel(call.session, call.tool_use_id);
+                dispatcher.request_cancel(call.session.id(), &call.tool_use_id);
                 call.route.decide(false);
                 return Finished::joined(running.await).answer();
             }
@@ -485,7 +461,7 @@ impl McpServer {
         let cancel: crate::tasks::Canceller = {
             let (dispatcher, session, id) = (
                 dispatcher.clone(),
-                call.session.to_string(),
+                call.session.id().to_string(),
                 call.tool_use_id.to_string(),
             );
             Box::new(move || {
@@ -495,7 +471,7 @@ impl McpServer {
         let task = self
             .shared
             .tasks
-            .create(call.principal, call.session, cancel, ttl)
+            .create(&call.principal, call.session.id(), cancel, ttl)
             .filter(|(_, handle)| {
                 // A 2025-11-25 task's user is asked as that era's clients are.
                 if mode != TaskMode::Auto {
@@ -551,18 +527,21 @@ impl McpServer {
 /// ends it, and its task.
 type Telling = (oneshot::Sender<()>, tokio::task::JoinHandle<()>);
 
-/// One call as its answers name it.
-struct Running<'a> {
-    principal: &'a str,
-    name: &'a str,
-    arguments: &'a Value,
-    session: &'a str,
-    tool_use_id: &'a str,
+/// One call as its answers name it: what the call's state keeps while it waits for its
+/// answer.
+struct Running {
+    principal: String,
+    name: String,
+    /// The arguments as called (a 2026-07-28 request's, sealed into a round's state;
+    /// `Null` for a session's).
+    arguments: Value,
+    session: dispatcher_core::Session,
+    tool_use_id: Arc<str>,
     /// Its way to its user.
-    route: &'a CallRoute,
+    route: Arc<CallRoute>,
 }
 
-impl Running<'_> {
+impl Running {
     /// The round that ends this request with `question`. On the heap: a call that ends
     /// without a round (most) does not carry a round's state in its own.
     fn round<'s>(
@@ -570,7 +549,7 @@ impl Running<'_> {
         server: &'s McpServer,
         question: Question,
     ) -> Pin<Box<impl Future<Output = Result<CallToolResponse, McpError>> + 's>> {
-        Box::pin(server.round(question, self.principal, self.name, self.arguments))
+        Box::pin(server.round(question, &self.principal, &self.name, &self.arguments))
     }
 }
 
