@@ -209,10 +209,6 @@ pub(crate) struct Trail {
 }
 
 impl Trail {
-    pub(crate) fn new() -> Arc<Trail> {
-        Arc::default()
-    }
-
     /// Takes what an event of the call says about its decision.
     pub(crate) fn observe(&self, kind: &EventKind) {
         match kind {
@@ -292,6 +288,14 @@ impl Trail {
             trace_parent: call.trace_parent,
         }
     }
+}
+
+/// What an audited call carries for its entry, from its start to its end.
+pub(crate) struct Audited {
+    /// Who called what, as it started.
+    pub(crate) called: Called,
+    /// What it learns as it runs.
+    pub(crate) trail: Trail,
 }
 
 /// Who called what, taken when the call starts.

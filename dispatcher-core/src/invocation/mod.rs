@@ -71,11 +71,10 @@ pub struct Invocation {
     control: Option<Arc<InFlight>>,
     /// The call's registration in its session, made at the first point it can wait.
     guard: Option<CallGuard>,
-    /// What its audit entry needs to learn while it runs; `None` without an audit sink.
-    pub(crate) trail: Option<Arc<crate::audit::Trail>>,
-    /// What its audit entry says of the call as it began, taken when it starts; `None`
-    /// without an audit sink or trace spans (boxed: a call moves whole, a few times).
-    pub(crate) called: Option<Box<crate::audit::Called>>,
+    /// What its audit entry needs: the call as it began, and what it learns while it
+    /// runs; `None` without an audit sink or trace spans (boxed: a call moves whole, a
+    /// few times).
+    pub(crate) audited: Option<Box<crate::audit::Audited>>,
     /// The caller's W3C trace context, for the audit sinks ([`Invocation::trace_parent`]).
     pub(crate) trace_parent: Option<Arc<str>>,
 }
@@ -119,8 +118,7 @@ impl Invocation {
             observer: None,
             control: None,
             guard: None,
-            trail: None,
-            called: None,
+            audited: None,
             trace_parent: None,
         }
     }
@@ -218,8 +216,8 @@ impl Invocation {
             }
             other => other,
         };
-        if let Some(trail) = &self.trail {
-            trail.observe(&kind);
+        if let Some(audited) = &self.audited {
+            audited.trail.observe(&kind);
         }
         let since = at.saturating_duration_since(self.started).as_millis();
         events::publish(

@@ -18,8 +18,8 @@ use secrets::ArgumentsAction;
 impl Invocation {
     /// Records a decision that no event reports (a denial), for the audit entry.
     fn audit_decided(&self, decision: &str, by: impl FnOnce() -> DecidedBy) {
-        if let Some(trail) = &self.trail {
-            trail.decided(decision, by());
+        if let Some(audited) = &self.audited {
+            audited.trail.decided(decision, by());
         }
     }
 

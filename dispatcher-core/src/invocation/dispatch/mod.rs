@@ -133,8 +133,10 @@ impl Invocation {
                 started_ms: self.wall_ms,
                 trace_parent: self.trace_parent.take(),
             };
-            self.trail = Some(crate::audit::Trail::new());
-            self.called = Some(Box::new(called));
+            self.audited = Some(Box::new(crate::audit::Audited {
+                called,
+                trail: crate::audit::Trail::default(),
+            }));
         }
         self.pipeline().instrument(span)
     }
@@ -142,10 +144,11 @@ impl Invocation {
     /// The call's audit entry, to every audit sink and its trace span (an audited call's
     /// last step, inside the call's span).
     fn audit(&mut self, block: &ToolResultBlock) {
-        let (Some(trail), Some(called)) = (&self.trail, self.called.take()) else {
+        let Some(audited) = self.audited.take() else {
             return;
         };
-        let entry = trail.entry(*called, block);
+        let crate::audit::Audited { called, trail } = *audited;
+        let entry = trail.entry(called, block);
         let settings = &self.engine.settings;
         for sink in &settings.audit {
             sink.record(&entry);
