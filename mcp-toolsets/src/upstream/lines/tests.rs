@@ -373,3 +373,118 @@ async fn the_reader_lets_the_calls_it_answered_run_before_it_reads_on() {
     );
     drop(waiting);
 }
+
+#[test]
+fn the_commonest_answer_is_read_by_hand_as_serde_reads_it_and_nothing_else_is() {
+    // (line, read by hand): whatever the hand reading takes, serde's takes the same way.
+    let cases = [
+        (
+            r#"{"jsonrpc":"2.0","id":"toolhost-7","result":{"content":[{"type":"text","text":"abc"}],"isError":false}}"#,
+            true,
+        ),
+        (
+            r#" { "result" : { "isError" : true , "content" : [ { "text" : "a" , "type" : "text" } ] } , "id" : "x" } "#,
+            true,
+        ),
+        (r#"{"id":"toolhost-1","result":{"content":[]}}"#, true),
+        (
+            r#"{"id":"toolhost-1","result":{"content":[{"type":"text","text":"a\"b\\n\u00e9\n"},{"type":"text","text":""}]}}"#,
+            true,
+        ),
+        (
+            r#"{"id":"toolhost-1","result":{"content":[{"type":"text","text":"é"}]}}"#,
+            true,
+        ),
+        // Left to serde: what the hand reading does not read.
+        (
+            r#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"abc"}]}}"#,
+            false,
+        ),
+        (
+            r#"{"id":"toolhost-1","result":{"content":[{"type":"text","text":"a"}],"structuredContent":{"a":1}}}"#,
+            false,
+        ),
+        (
+            r#"{"id":"toolhost-1","result":{"content":[{"type":"text","text":"a","_meta":{}}]}}"#,
+            false,
+        ),
+        (
+            r#"{"id":"toolhost-1","result":{"content":[{"type":"image","data":"AA","mimeType":"image/png"}]}}"#,
+            false,
+        ),
+        (r#"{"id":"toolhost-1","result":{"isError":false}}"#, false),
+        (r#"{"id":"tool\u0068ost-1","result":{"content":[]}}"#, false),
+        (
+            r#"{"jsonrpc":"1.0","id":"toolhost-1","result":{"content":[]}}"#,
+            false,
+        ),
+        (
+            r#"{"id":"toolhost-1","method":"x","result":{"content":[]}}"#,
+            false,
+        ),
+        // Refused by both.
+        (r#"{"id":"toolhost-1","result":{"content":[]}} x"#, false),
+        (
+            r#"{"id":"toolhost-1","id":"toolhost-2","result":{"content":[]}}"#,
+            false,
+        ),
+        // Found by the fuzz target: an `error` written twice beside the result.
+        (
+            r#"{"id":"toolhost-1","result":{"content":[]},"error":{},"error":{}}"#,
+            false,
+        ),
+        (
+            r#"{"id":"toolhost-1","result":{"content":[{"type":"text","text":"a","text":"b"}]}}"#,
+            false,
+        ),
+        (
+            r#"{"id":"toolhost-1","result":{"content":[{"type":"text","text":"a"},]}}"#,
+            false,
+        ),
+        (
+            r#"{"id":"toolhost-1","result":{"content":[{"type":"text","text":"a	b"}]}}"#,
+            false,
+        ),
+        (
+            r#"{"id":"toolhost-1","result":{"content":[{"type":"text","text":"a\x"}]}}"#,
+            false,
+        ),
+        (
+            r#"{"id":"toolhost-1","result":{"isError":tru,"content":[]}}"#,
+            false,
+        ),
+        (
+            r#"{"id":"toolhost-1","result":{"content":[{"type":"text","text":"a\"#,
+            false,
+        ),
+        (r#"{"id":"toolhost-1""#, false),
+    ];
+    for (line, by_hand) in cases {
+        let hand = super::envelope::text_answer(line);
+        assert_eq!(hand.is_some(), by_hand, "{line}");
+        let both = super::envelope::plain_answer(line.as_bytes());
+        let serde = serde_json::from_str::<super::envelope::Envelope<'_>>(line)
+            .ok()
+            .filter(|e| e.method.is_none())
+            .and_then(|e| {
+                Some((
+                    e.id?.request_id(),
+                    super::envelope::plain_result(e.result?)?,
+                ))
+            });
+        assert_eq!(
+            both.map(|(id, result)| (id.request_id(), result)),
+            serde,
+            "{line}"
+        );
+        if let Some((id, result)) = hand {
+            let general: Value = serde_json::from_str(line).unwrap();
+            let theirs: rmcp::model::RequestId =
+                serde_json::from_value(general["id"].clone()).unwrap();
+            assert_eq!(id.request_id(), theirs, "{line}");
+            let theirs: rmcp::model::CallToolResult =
+                serde_json::from_value(general["result"].clone()).unwrap();
+            assert_eq!(result, theirs, "{line}");
+        }
+    }
+}
