@@ -531,7 +531,8 @@ impl<'a> Scan<'a> {
     /// An array of text blocks (`type` and `text`, each once, nothing else).
     fn text_blocks(&mut self) -> Option<Vec<ContentBlock>> {
         self.token(b'[')?;
-        let mut blocks = Vec::new();
+        // Most answers hold one block: room for it, not for four.
+        let mut blocks = Vec::with_capacity(1);
         if self.peek()? == b']' {
             self.at += 1;
             return Some(blocks);
