@@ -177,7 +177,7 @@ pub(crate) fn plain_answer(line: &[u8]) -> Option<(Id<'_>, CallToolResult)> {
         #[serde(borrow)]
         id: Id<'a>,
         result: Plain,
-        #[allow(dead_code)]
+        #[allow(dead_code, reason = "read only so that one written twice is refused")]
         error: Option<IgnoredAny>,
         method: Option<IgnoredAny>,
     }
