@@ -359,30 +359,18 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<serde_json::
 pub(crate) fn text_answer(line: &str) -> Option<(Id<'_>, CallToolResult)> {
     let mut s = Scan { text: line, at: 0 };
     let (mut id, mut result, mut version) = (None, None, false);
-    s.token(b'{')?;
-    loop {
-        match s.plain_string()? {
+    s.object(|s, key| {
+        match key {
             "jsonrpc" if !version => {
-                s.token(b':')?;
-                if s.plain_string()? != "2.0" {
-                    return None;
-                }
+                s.literal("2.0")?;
                 version = true;
             }
-            "id" if id.is_none() => {
-                s.token(b':')?;
-                id = Some(s.plain_string()?);
-            }
-            "result" if result.is_none() => {
-                s.token(b':')?;
-                result = Some(s.text_result()?);
-            }
+            "id" if id.is_none() => id = Some(s.plain_string()?),
+            "result" if result.is_none() => result = Some(s.text_result()?),
             _ => return None,
         }
-        if !s.more(b'}')? {
-            break;
-        }
-    }
+        Some(())
+    })?;
     s.end()?;
     Some((Id::String(std::borrow::Cow::Borrowed(id?)), result?))
 }
@@ -485,6 +473,25 @@ impl<'a> Scan<'a> {
         serde_json::from_str(self.text.get(quote..self.at)?).ok()
     }
 
+    /// An object, each member's value read by `member` (given its key) once the `:` is
+    /// taken; `None` as soon as `member` says it.
+    fn object(&mut self, mut member: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
+        self.token(b'{')?;
+        loop {
+            let key = self.plain_string()?;
+            self.token(b':')?;
+            member(self, key)?;
+            if !self.more(b'}')? {
+                return Some(());
+            }
+        }
+    }
+
+    /// The string `expected`, written without an escape.
+    fn literal(&mut self, expected: &str) -> Option<()> {
+        (self.plain_string()? == expected).then_some(())
+    }
+
     /// `true` or `false`.
     fn boolean(&mut self) -> Option<bool> {
         self.peek()?;
@@ -503,23 +510,14 @@ impl<'a> Scan<'a> {
     /// A result of `content` (text blocks only) and, if it says, `isError`.
     fn text_result(&mut self) -> Option<CallToolResult> {
         let (mut content, mut is_error) = (None, None);
-        self.token(b'{')?;
-        loop {
-            match self.plain_string()? {
-                "content" if content.is_none() => {
-                    self.token(b':')?;
-                    content = Some(self.text_blocks()?);
-                }
-                "isError" if is_error.is_none() => {
-                    self.token(b':')?;
-                    is_error = Some(self.boolean()?);
-                }
+        self.object(|s, key| {
+            match key {
+                "content" if content.is_none() => content = Some(s.text_blocks()?),
+                "isError" if is_error.is_none() => is_error = Some(s.boolean()?),
                 _ => return None,
             }
-            if !self.more(b'}')? {
-                break;
-            }
-        }
+            Some(())
+        })?;
         // As serde's reading builds it: no `resultType` written, none kept.
         let mut out = CallToolResult::default();
         out.result_type = None;
@@ -539,26 +537,17 @@ impl<'a> Scan<'a> {
         }
         loop {
             let (mut kind, mut text) = (false, None);
-            self.token(b'{')?;
-            loop {
-                match self.plain_string()? {
+            self.object(|s, key| {
+                match key {
                     "type" if !kind => {
-                        self.token(b':')?;
-                        if self.plain_string()? != "text" {
-                            return None;
-                        }
+                        s.literal("text")?;
                         kind = true;
                     }
-                    "text" if text.is_none() => {
-                        self.token(b':')?;
-                        text = Some(self.string()?);
-                    }
+                    "text" if text.is_none() => text = Some(s.string()?),
                     _ => return None,
                 }
-                if !self.more(b'}')? {
-                    break;
-                }
-            }
+                Some(())
+            })?;
             match (kind, text) {
                 (true, Some(text)) => blocks.push(ContentBlock::text(text)),
                 _ => return None,
