@@ -107,6 +107,9 @@ impl Upstream {
         let _route = self.calls.route(sent.token.clone(), &caller.session, to);
         direct.flush_soon();
         tokio::select! {
+            // The answer first: one that came with the cancellation is the call's result
+            // (and the branches are polled in order, not from a random draw per poll).
+            biased;
             answered = &mut sent.answer => Some(match answered {
                 Ok(answer) => answer.map_err(rmcp::ServiceError::McpError),
                 // The server's output ended before it answered.
