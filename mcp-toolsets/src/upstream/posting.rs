@@ -26,7 +26,7 @@ use rmcp::model::{
 };
 use tokio::sync::mpsc;
 
-use super::lines::envelope::{Answer, Envelope, ID_PREFIX};
+use super::lines::envelope::{Answer, Answered, Envelope, ID_PREFIX, plain_answer};
 use crate::relay::CallRoutes;
 
 mod direct;
@@ -512,6 +512,12 @@ impl Posts {
     /// The call's answer if `message` is it; else the message goes where it belongs (its
     /// progress to the call, anything else to the connection).
     fn answer_in(&self, message: &[u8], n: u64, calls: &CallRoutes) -> Option<Answer> {
+        // Most answers are plain tool results: read in one pass, as a stdio server's are.
+        if let Some((id, result)) = plain_answer(message)
+            && id.direct() == Some(n)
+        {
+            return Some(Ok(Answered::Tool(result)));
+        }
         if let Ok(envelope) = serde_json::from_slice::<Envelope<'_>>(message)
             && envelope.method.is_none()
             && envelope.id.as_ref().and_then(|id| id.direct()) == Some(n)

@@ -350,7 +350,8 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<serde_json::
 }
 
 /// The commonest answer of all read by hand: `{"jsonrpc":"2.0","id":"…","result":
-/// {"content":[{"type":"text","text":"…"}…],"isError":…}}`, its members in any order,
+/// {"resultType":"complete","content":[{"type":"text","text":"…"}…],"isError":…}}` (with
+/// or without its `resultType`), its members in any order,
 /// each once, and nothing else (an id that is a number or written with an escape, any other
 /// member or block, a number anywhere). What it takes, serde's reading of [`plain_answer`]
 /// takes as the same id and result; anything else it leaves to that reading (`None`).
@@ -507,20 +508,25 @@ impl<'a> Scan<'a> {
         Some(value)
     }
 
-    /// A result of `content` (text blocks only) and, if it says, `isError`.
+    /// A result of `content` (text blocks only) and, if it says, `isError` and a
+    /// `resultType` of `complete` (as every result of 2026-07-28 says it).
     fn text_result(&mut self) -> Option<CallToolResult> {
-        let (mut content, mut is_error) = (None, None);
+        let (mut content, mut is_error, mut result_type) = (None, None, None);
         self.object(|s, key| {
             match key {
                 "content" if content.is_none() => content = Some(s.text_blocks()?),
                 "isError" if is_error.is_none() => is_error = Some(s.boolean()?),
+                "resultType" if result_type.is_none() => {
+                    s.literal("complete")?;
+                    result_type = Some(ResultType::COMPLETE);
+                }
                 _ => return None,
             }
             Some(())
         })?;
-        // As serde's reading builds it: no `resultType` written, none kept.
+        // As serde's reading builds it: the `resultType` written, or none.
         let mut out = CallToolResult::default();
-        out.result_type = None;
+        out.result_type = result_type;
         out.content = content?;
         out.is_error = is_error;
         Some(out)

@@ -387,6 +387,15 @@ fn the_commonest_answer_is_read_by_hand_as_serde_reads_it_and_nothing_else_is() 
             true,
         ),
         (r#"{"id":"toolhost-1","result":{"content":[]}}"#, true),
+        // As a server of 2026-07-28 answers.
+        (
+            r#"{"jsonrpc":"2.0","id":"toolhost-1","result":{"resultType":"complete","content":[{"type":"text","text":"abc"}],"isError":false}}"#,
+            true,
+        ),
+        (
+            r#"{"id":"toolhost-1","result":{"content":[],"resultType":"complete"}}"#,
+            true,
+        ),
         (
             r#"{"id":"toolhost-1","result":{"content":[{"type":"text","text":"a\"b\\n\u00e9\n"},{"type":"text","text":""}]}}"#,
             true,
@@ -413,6 +422,18 @@ fn the_commonest_answer_is_read_by_hand_as_serde_reads_it_and_nothing_else_is() 
             false,
         ),
         (r#"{"id":"toolhost-1","result":{"isError":false}}"#, false),
+        (
+            r#"{"id":"toolhost-1","result":{"resultType":"input_required","content":[]}}"#,
+            false,
+        ),
+        (
+            r#"{"id":"toolhost-1","result":{"resultType":"compl\u0065te","content":[]}}"#,
+            false,
+        ),
+        (
+            r#"{"id":"toolhost-1","result":{"resultType":"complete","resultType":"complete","content":[]}}"#,
+            false,
+        ),
         (r#"{"id":"tool\u0068ost-1","result":{"content":[]}}"#, false),
         (
             r#"{"jsonrpc":"1.0","id":"toolhost-1","result":{"content":[]}}"#,
