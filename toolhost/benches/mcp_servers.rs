@@ -301,6 +301,21 @@ struct Running {
     done: Arc<AtomicBool>,
 }
 
+/// `XDG_STATE_HOME` of every server the bench starts (the plan's `env` may set another):
+/// the definitions a gateway pins (one entry per round, keyed by its upstream's port) stay
+/// in the bench's scratch directory, emptied when the bench starts, not in the user's
+/// `~/.local/state`.
+fn state_home() -> &'static std::path::Path {
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp_servers-state");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)
+            .unwrap_or_else(|e| panic!("cannot make {}: {e}", dir.display()));
+        dir
+    })
+}
+
 impl Running {
     fn start(server: &Server) -> Running {
         let (program, args) = server
@@ -309,6 +324,7 @@ impl Running {
             .unwrap_or_else(|| panic!("{}: no command", server.name));
         let mut child = Command::new(program)
             .args(args)
+            .env("XDG_STATE_HOME", state_home())
             .envs(&server.env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

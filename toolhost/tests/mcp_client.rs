@@ -52,14 +52,15 @@ fn toolhost(dir: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
-/// `toolhost serve --mcp` over `dir` (its toolhost.toml, no user configuration), as a
-/// client's transport.
+/// `toolhost serve --mcp` over `dir` (its toolhost.toml, no user configuration, its own
+/// state directory), as a client's transport.
 fn serve_transport(dir: &Path) -> TokioChildProcess {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
     cmd.args(["serve", "--mcp", "--workspace"])
         .arg(dir)
         .current_dir(dir)
-        .env("XDG_CONFIG_HOME", dir.join(".no-config"));
+        .env("XDG_CONFIG_HOME", dir.join(".no-config"))
+        .env("XDG_STATE_HOME", dir.join(".state"));
     TokioChildProcess::new(cmd).unwrap()
 }
 
@@ -197,6 +198,7 @@ fn log_of(dir: &Path, level: &str, args: &[&str]) -> String {
         .args(args)
         .current_dir(dir)
         .env("XDG_CONFIG_HOME", dir.join(".no-config"))
+        .env("XDG_STATE_HOME", dir.join(".state"))
         .env("TOOLHOST_LOG", level)
         .output()
         .unwrap();

@@ -100,8 +100,13 @@ pub fn plugin_fixture() -> Result<PathBuf> {
 
 /// Runs the wheel's pytest suite; returns (passed, failed, skipped) and whether it passed.
 /// `wheel` is the wheel under test, which the tests of its command install again with
-/// `uvx` from its folder (a local package index).
-pub fn pytest(python: &Path, plugins: &Path, wheel: &Path) -> Result<(u64, u64, u64, bool)> {
+/// `uvx` from its folder (a local package index); `state` is their `XDG_STATE_HOME`.
+pub fn pytest(
+    python: &Path,
+    plugins: &Path,
+    wheel: &Path,
+    state: &Path,
+) -> Result<(u64, u64, u64, bool)> {
     const STEP: &str = "run the Python wheel's tests (pytest)";
     announce(STEP);
     let out = Command::new(python)
@@ -110,6 +115,7 @@ pub fn pytest(python: &Path, plugins: &Path, wheel: &Path) -> Result<(u64, u64, 
         .env("TOOLHOST_TEST_PLUGINS", plugins)
         .env("TOOLHOST_TEST_WHEEL", wheel)
         .env("TOOLHOST_TEST_REQUIRE_PEERS", "1")
+        .env("XDG_STATE_HOME", state)
         .output()
         .or_else(|e| fail(STEP, format!("cannot run pytest: {e}")))?;
     let text = String::from_utf8_lossy(&out.stdout);

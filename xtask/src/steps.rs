@@ -29,6 +29,24 @@ pub fn cargo() -> Command {
     c
 }
 
+/// `target/xtask-state/NAME`, emptied: the `XDG_STATE_HOME` of what `cargo xtask NAME`
+/// runs. What its processes pin and log in to stays out of the user's `~/.local/state`,
+/// and no run reads what an earlier one left there.
+pub fn fresh_state(name: &str) -> Result<PathBuf> {
+    let dir = root().join("target/xtask-state").join(name);
+    if dir.exists() {
+        io(
+            &format!("empty {}", dir.display()),
+            std::fs::remove_dir_all(&dir),
+        )?;
+    }
+    io(
+        &format!("make {}", dir.display()),
+        std::fs::create_dir_all(&dir),
+    )?;
+    Ok(dir)
+}
+
 /// Runs a command to completion, streaming its output, naming the step on failure.
 pub fn run(step: &str, cmd: &mut Command) -> Result {
     announce(step);
@@ -45,5 +63,22 @@ pub fn run(step: &str, cmd: &mut Command) -> Result {
         Ok(())
     } else {
         fail(step, format!("exited with {status}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fresh_state_directory_keeps_nothing_an_earlier_run_left() {
+        let dir = fresh_state("unit-test").unwrap();
+        std::fs::create_dir_all(dir.join("toolhost")).unwrap();
+        std::fs::write(dir.join("toolhost/mcp-pins.json"), "{}").unwrap();
+        let again = fresh_state("unit-test").unwrap();
+        assert_eq!(again, root().join("target/xtask-state/unit-test"));
+        assert!(again.is_dir());
+        assert_eq!(std::fs::read_dir(&again).unwrap().count(), 0);
+        std::fs::remove_dir_all(again).unwrap();
     }
 }

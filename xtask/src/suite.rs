@@ -3,9 +3,9 @@
 
 use std::process::Command;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use crate::steps::{Result, announce, cargo, fail, run};
+use crate::steps::{Result, announce, cargo, fail, fresh_state, run};
 use crate::{components, python};
 
 /// Test totals summed over `cargo test` runs.
@@ -259,7 +259,10 @@ pub fn test() -> Result {
     let fixture_workspace = build_fixture_workspace();
     ensure_browser()?;
     let redis = ensure_redis()?;
+    // Tests that start toolhost without a state directory of their own pin there.
+    let state = fresh_state("test")?;
     let mut peers = test_peers()?;
+    peers.push(("XDG_STATE_HOME", state.clone()));
     peers.push(("TOOLHOST_TEST_REDIS", redis));
     peers.push(("TOOLHOST_TEST_OCI_REGISTRY", ensure_oci_registry()?));
     peers.push(("TOOLHOST_TEST_COMPONENTS", components::fixtures()?));
@@ -293,20 +296,24 @@ pub fn test() -> Result {
             "run the plugin suite again with every plugin isolated in a worker process",
             // `--workspace`, not `-p toolhost-tests`: the same feature set as the run
             // above, so nothing is built twice.
-            test_command(&["--test", "plugins"]).env("TOOLHOST_TEST_ISOLATION", "process"),
+            test_command(&["--test", "plugins"])
+                .env("TOOLHOST_TEST_ISOLATION", "process")
+                .env("XDG_STATE_HOME", &state),
             &mut totals,
         )
     })
     .and_then(|()| {
         run_tests(
             "run doctests",
-            cargo().args(["test", "--workspace", "--doc"]),
+            cargo()
+                .args(["test", "--workspace", "--doc"])
+                .env("XDG_STATE_HOME", &state),
             &mut totals,
         )
     })
     .and_then(|()| crate::registry::check_packages())
-    .and_then(|()| python_tests(&mut totals))
-    .and_then(|()| demo_tests(&mut totals));
+    .and_then(|()| python_tests(&state, &mut totals))
+    .and_then(|()| demo_tests(&state, &mut totals));
     println!(
         "\ntests: {} passed, {} failed, {} skipped",
         totals.passed, totals.failed, totals.ignored
@@ -317,7 +324,7 @@ pub fn test() -> Result {
 /// The demo as a new user runs it, alone and last: its build (toolhost without default
 /// features, what the tour runs) replaces `target/debug/toolhost`, which the tests above run
 /// with every feature; the workspace's build afterwards puts theirs back.
-fn demo_tests(totals: &mut Totals) -> Result {
+fn demo_tests(state: &Path, totals: &mut Totals) -> Result {
     let only_ignored: &[&str] = if nextest() {
         &["--test", "demo", "--run-ignored", "only"]
     } else {
@@ -325,7 +332,7 @@ fn demo_tests(totals: &mut Totals) -> Result {
     };
     let ran = run_tests(
         "run the demo as a new user would (alone: it builds toolhost as the demo does)",
-        &mut test_command(only_ignored),
+        test_command(only_ignored).env("XDG_STATE_HOME", state),
         totals,
     );
     run(
@@ -336,12 +343,12 @@ fn demo_tests(totals: &mut Totals) -> Result {
 }
 
 /// The Python wheel: built, installed into a fresh venv, tested with pytest.
-fn python_tests(totals: &mut Totals) -> Result {
+fn python_tests(state: &Path, totals: &mut Totals) -> Result {
     let wheel = python::build_wheel("dev")?;
     let (venv, packages, modules) = crate::peers::WHEEL_VENV;
     let python = python::install_wheel(&wheel, venv, &packages, modules)?;
     let plugins = python::plugin_fixture()?;
-    let (passed, failed, skipped, ok) = python::pytest(&python, &plugins, &wheel)?;
+    let (passed, failed, skipped, ok) = python::pytest(&python, &plugins, &wheel, state)?;
     totals.passed += passed;
     totals.failed += failed;
     totals.ignored += skipped;

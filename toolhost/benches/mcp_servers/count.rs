@@ -101,6 +101,7 @@ fn instructions(server: &Server, calls: u64) -> Result<(u64, Option<u64>), Strin
             "--trace-children=no",
         ])
         .args(&server.command)
+        .env("XDG_STATE_HOME", crate::state_home())
         .envs(&server.env)
         .stdin(Stdio::from(input))
         .stdout(Stdio::from(output))

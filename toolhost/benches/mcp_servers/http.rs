@@ -266,6 +266,7 @@ pub fn start(
         .unwrap_or_else(|| panic!("{name}: no command"));
     let child = Command::new(program)
         .args(args.iter().map(|a| fill(a)))
+        .env("XDG_STATE_HOME", crate::state_home())
         .envs(env.iter().map(|(k, v)| (k, fill(v))))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -508,6 +509,7 @@ impl Counted {
                 "--trace-children=no",
             ])
             .args(command.iter().map(|a| fill(a)))
+            .env("XDG_STATE_HOME", crate::state_home())
             .envs(env.iter().map(|(k, v)| (k, fill(v))))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
