@@ -141,6 +141,7 @@ async fn measure_http(plugins: &std::path::Path, calls: usize) {
         .arg(plugins)
         .current_dir(workspace.path())
         .env("XDG_CONFIG_HOME", workspace.path().join(".no-config"))
+        .env("XDG_STATE_HOME", workspace.path().join(".state"))
         .env("XDG_CACHE_HOME", workspace.path().join(".cache"))
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -207,6 +208,7 @@ async fn measure(plugins: &std::path::Path, isolation: &str, calls: usize) {
         .arg(plugins)
         .current_dir(workspace.path())
         .env("XDG_CONFIG_HOME", workspace.path().join(".no-config"))
+        .env("XDG_STATE_HOME", workspace.path().join(".state"))
         .env("XDG_CACHE_HOME", workspace.path().join(".cache"));
     let client = Arc::new(
         ().serve(TokioChildProcess::new(cmd).unwrap())

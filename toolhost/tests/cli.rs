@@ -463,6 +463,7 @@ fn toolhost_on_a_terminal(workspace: &Path, args: &str, answer: &str) -> Output 
         .args(["-qec", &command, "/dev/null"])
         .current_dir(workspace)
         .env("XDG_CONFIG_HOME", workspace.join(".no-user-config"))
+        .env("XDG_STATE_HOME", workspace.join(".state"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -576,6 +577,7 @@ fn sigterm_to_call_stops_the_command_and_leaves_no_process() {
         ])
         .current_dir(dir.path())
         .env("XDG_CONFIG_HOME", dir.path().join(".no-user-config"))
+        .env("XDG_STATE_HOME", dir.path().join(".state"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -604,6 +606,7 @@ fn serve_refusing_garbage_on_a_terminal(workspace: &Path, no_color: bool) -> Str
         .args(["-qec", &command, "/dev/null"])
         .current_dir(workspace)
         .env("XDG_CONFIG_HOME", workspace.join(".no-user-config"))
+        .env("XDG_STATE_HOME", workspace.join(".state"))
         .env_remove("NO_COLOR")
         .stdin(Stdio::null());
     if no_color {
@@ -668,6 +671,7 @@ fn a_command_has_no_controlling_terminal_so_a_prompt_on_it_fails_at_once() {
         .args(["-qec", &command, "/dev/null"])
         .current_dir(dir.path())
         .env("XDG_CONFIG_HOME", dir.path().join(".no-user-config"))
+        .env("XDG_STATE_HOME", dir.path().join(".state"))
         .stdin(Stdio::null())
         .output()
         .unwrap();

@@ -908,6 +908,7 @@ fn the_python_sdk_confirms_a_write_over_stdio_and_http() {
             .arg(&script)
             .args(&args)
             .env("XDG_CONFIG_HOME", ws.join(".no-config"))
+            .env("XDG_STATE_HOME", ws.join(".state"))
             .current_dir(ws)
             .output()
             .unwrap();

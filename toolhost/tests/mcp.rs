@@ -943,6 +943,7 @@ fn serve_answers_requests_from_a_file_into_a_file() {
         .arg(ws.path())
         .current_dir(ws.path())
         .env("XDG_CONFIG_HOME", ws.path().join(".no-config"))
+        .env("XDG_STATE_HOME", ws.path().join(".state"))
         .stdin(std::fs::File::open(&requests).unwrap())
         .stdout(std::fs::File::create(&answers).unwrap())
         .stderr(std::process::Stdio::null())

@@ -47,6 +47,7 @@ fn a_changed_config_applies_to_the_next_call_and_one_that_does_not_load_changes_
         .arg("list")
         .current_dir(ws.path())
         .env("XDG_CONFIG_HOME", ws.path().join(".no-config"))
+        .env("XDG_STATE_HOME", ws.path().join(".state"))
         .output()
         .unwrap();
     let refused = toolhost_tests::text(&at_start.stderr);
@@ -247,6 +248,7 @@ async fn over_stdio_a_plugin_added_under_the_server_reaches_the_client_with_a_li
         .arg(ws.path())
         .current_dir(ws.path())
         .env("XDG_CONFIG_HOME", ws.path().join(".no-config"))
+        .env("XDG_STATE_HOME", ws.path().join(".state"))
         .env("XDG_CACHE_HOME", ws.path().join(".cache"));
     let counting = Counting::default();
     let client = counting
