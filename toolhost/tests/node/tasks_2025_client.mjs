@@ -12,7 +12,9 @@ if (mode === 'http') {
   transport = new StreamableHTTPClientTransport(new URL(target));
 } else {
   const { StdioClientTransport } = await import(`${sdk}/dist/esm/client/stdio.js`);
-  transport = new StdioClientTransport({ command: target, args: rest, stderr: 'inherit' });
+  // The SDK passes a child only HOME, PATH and a few more unless told: this test's own
+  // XDG_STATE_HOME keeps the server's pins in the test's workspace.
+  transport = new StdioClientTransport({ command: target, args: rest, stderr: 'inherit', env: { ...process.env } });
 }
 const client = new Client(
   { name: 'tasks-2025-test', version: '1.0.0' },

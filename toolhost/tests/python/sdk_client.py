@@ -8,6 +8,7 @@ Prints one JSON line: what happened.
 
 import asyncio
 import json
+import os
 import sys
 
 import mcp_types as types
@@ -30,8 +31,12 @@ def text(result):
 
 async def main():
     if sys.argv[1] == "stdio":
+        # The SDK gives a server only HOME, PATH and a few more unless told: the test's
+        # environment (its XDG_STATE_HOME among it) goes to toolhost whole.
         server = StdioServerParameters(
-            command=sys.argv[2], args=["serve", "--mcp", "--workspace", sys.argv[3]]
+            command=sys.argv[2],
+            args=["serve", "--mcp", "--workspace", sys.argv[3]],
+            env=dict(os.environ),
         )
     else:
         server = sys.argv[2]
