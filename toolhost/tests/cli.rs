@@ -6,15 +6,29 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
-/// `toolhost` with `args` in `workspace`, away from the user's own config and cache.
-fn command(workspace: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+/// `program` run in `workspace`, away from the user's own config, cache and state.
+fn in_workspace(program: &str, workspace: &Path) -> Command {
+    let mut command = Command::new(program);
     command
-        .args(args)
         .current_dir(workspace)
         .env("XDG_CONFIG_HOME", workspace.join(".no-user-config"))
         .env("XDG_CACHE_HOME", workspace.join(".cache"))
         .env("XDG_STATE_HOME", workspace.join(".state"));
+    command
+}
+
+/// `toolhost` with `args` in `workspace`, away from the user's own config, cache and state.
+fn command(workspace: &Path, args: &[&str]) -> Command {
+    let mut command = in_workspace(env!("CARGO_BIN_EXE_toolhost"), workspace);
+    command.args(args);
+    command
+}
+
+/// The shell command line `shell` run in `workspace` under a pseudo-terminal (util-linux
+/// `script`), away from the user's own config, cache and state.
+fn under_a_terminal(workspace: &Path, shell: &str) -> Command {
+    let mut command = in_workspace("script", workspace);
+    command.args(["-qec", shell, "/dev/null"]);
     command
 }
 
@@ -459,11 +473,7 @@ fn manifest_renders_every_tool_as_json_or_markdown() {
 fn toolhost_on_a_terminal(workspace: &Path, args: &str, answer: &str) -> Output {
     use std::io::Write;
     let command = format!("{} {args}", env!("CARGO_BIN_EXE_toolhost"));
-    let mut child = Command::new("script")
-        .args(["-qec", &command, "/dev/null"])
-        .current_dir(workspace)
-        .env("XDG_CONFIG_HOME", workspace.join(".no-user-config"))
-        .env("XDG_STATE_HOME", workspace.join(".state"))
+    let mut child = under_a_terminal(workspace, &command)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -567,22 +577,21 @@ fn call_json_shows_what_the_tool_did() {
 fn sigterm_to_call_stops_the_command_and_leaves_no_process() {
     use rustix::process::Signal;
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolhost"))
-        .args([
+    let mut child = command(
+        dir.path(),
+        &[
             "call",
             "shell",
             "--yes",
             "--input",
             r#"{"command": "sleep 77 & echo $! > sleeper.pid; wait"}"#,
-        ])
-        .current_dir(dir.path())
-        .env("XDG_CONFIG_HOME", dir.path().join(".no-user-config"))
-        .env("XDG_STATE_HOME", dir.path().join(".state"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
     let sleeper = toolhost_tests::read_pid(&dir.path().join("sleeper.pid"));
     assert!(toolhost_tests::process_alive(sleeper));
     toolhost_tests::send_signal(child.id(), Signal::TERM);
@@ -601,14 +610,8 @@ fn serve_refusing_garbage_on_a_terminal(workspace: &Path, no_color: bool) -> Str
         "echo garbage | {} serve --mcp >/dev/null",
         env!("CARGO_BIN_EXE_toolhost")
     );
-    let mut script = Command::new("script");
-    script
-        .args(["-qec", &command, "/dev/null"])
-        .current_dir(workspace)
-        .env("XDG_CONFIG_HOME", workspace.join(".no-user-config"))
-        .env("XDG_STATE_HOME", workspace.join(".state"))
-        .env_remove("NO_COLOR")
-        .stdin(Stdio::null());
+    let mut script = under_a_terminal(workspace, &command);
+    script.env_remove("NO_COLOR").stdin(Stdio::null());
     if no_color {
         script.env("NO_COLOR", "1");
     }
@@ -667,11 +670,7 @@ fn a_command_has_no_controlling_terminal_so_a_prompt_on_it_fails_at_once() {
         "{} call shell --yes --input '{input}'; ps -o sid= -p $$ > host-sid",
         env!("CARGO_BIN_EXE_toolhost")
     );
-    let out = Command::new("script")
-        .args(["-qec", &command, "/dev/null"])
-        .current_dir(dir.path())
-        .env("XDG_CONFIG_HOME", dir.path().join(".no-user-config"))
-        .env("XDG_STATE_HOME", dir.path().join(".state"))
+    let out = under_a_terminal(dir.path(), &command)
         .stdin(Stdio::null())
         .output()
         .unwrap();

@@ -938,12 +938,7 @@ fn serve_answers_requests_from_a_file_into_a_file() {
     )
     .unwrap();
     let answers = ws.path().join("answers.jsonl");
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"))
-        .args(["serve", "--mcp", "--workspace"])
-        .arg(ws.path())
-        .current_dir(ws.path())
-        .env("XDG_CONFIG_HOME", ws.path().join(".no-config"))
-        .env("XDG_STATE_HOME", ws.path().join(".state"))
+    let status = common::command(ws.path(), &["serve", "--mcp"])
         .stdin(std::fs::File::open(&requests).unwrap())
         .stdout(std::fs::File::create(&answers).unwrap())
         .stderr(std::process::Stdio::null())

@@ -41,27 +41,27 @@ side_effects = {{ grow = "write" }}
     std::fs::write(dir.join("toolhost.toml"), config).unwrap();
 }
 
-fn toolhost(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_toolhost"))
+/// `toolhost` with `args` in `dir`, away from the user's own config, cache and state.
+fn in_dir(dir: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolhost"));
+    command
         .args(args)
         .current_dir(dir)
         .env("XDG_CONFIG_HOME", dir.join(".no-config"))
         .env("XDG_CACHE_HOME", dir.join(".cache"))
-        .env("XDG_STATE_HOME", dir.join(".state"))
-        .output()
-        .unwrap()
+        .env("XDG_STATE_HOME", dir.join(".state"));
+    command
+}
+
+fn toolhost(dir: &Path, args: &[&str]) -> Output {
+    in_dir(dir, args).output().unwrap()
 }
 
 /// `toolhost serve --mcp` over `dir` (its toolhost.toml, no user configuration, its own
 /// state directory), as a client's transport.
 fn serve_transport(dir: &Path) -> TokioChildProcess {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
-    cmd.args(["serve", "--mcp", "--workspace"])
-        .arg(dir)
-        .current_dir(dir)
-        .env("XDG_CONFIG_HOME", dir.join(".no-config"))
-        .env("XDG_STATE_HOME", dir.join(".state"));
-    TokioChildProcess::new(cmd).unwrap()
+    let cmd = common::command(dir, &["serve", "--mcp"]);
+    TokioChildProcess::new(tokio::process::Command::from(cmd)).unwrap()
 }
 
 async fn serve(dir: &Path) -> RunningService<RoleClient, ()> {
@@ -194,11 +194,7 @@ async fn a_crashed_server_fails_the_call_naming_it_and_restarts_on_the_next_call
 
 /// `toolhost ARGS` over `dir` with its log filtered at `level`: its error output.
 fn log_of(dir: &Path, level: &str, args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_toolhost"))
-        .args(args)
-        .current_dir(dir)
-        .env("XDG_CONFIG_HOME", dir.join(".no-config"))
-        .env("XDG_STATE_HOME", dir.join(".state"))
+    let out = in_dir(dir, args)
         .env("TOOLHOST_LOG", level)
         .output()
         .unwrap();

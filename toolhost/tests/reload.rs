@@ -43,13 +43,7 @@ fn a_changed_config_applies_to_the_next_call_and_one_that_does_not_load_changes_
         &server,
         &["not reloaded", "the running configuration stays"],
     );
-    let at_start = std::process::Command::new(env!("CARGO_BIN_EXE_toolhost"))
-        .arg("list")
-        .current_dir(ws.path())
-        .env("XDG_CONFIG_HOME", ws.path().join(".no-config"))
-        .env("XDG_STATE_HOME", ws.path().join(".state"))
-        .output()
-        .unwrap();
+    let at_start = common::command(ws.path(), &["list"]).output().unwrap();
     let refused = toolhost_tests::text(&at_start.stderr);
     let first = refused
         .lines()
@@ -243,13 +237,7 @@ async fn over_stdio_a_plugin_added_under_the_server_reaches_the_client_with_a_li
     }
     std::fs::create_dir_all(ws.path().join("plugins")).unwrap();
     write_config(ws.path(), "plugin_dirs = [\"plugins\"]\n");
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolhost"));
-    cmd.args(["serve", "--mcp", "--workspace"])
-        .arg(ws.path())
-        .current_dir(ws.path())
-        .env("XDG_CONFIG_HOME", ws.path().join(".no-config"))
-        .env("XDG_STATE_HOME", ws.path().join(".state"))
-        .env("XDG_CACHE_HOME", ws.path().join(".cache"));
+    let cmd = tokio::process::Command::from(common::command(ws.path(), &["serve", "--mcp"]));
     let counting = Counting::default();
     let client = counting
         .clone()
