@@ -52,7 +52,8 @@ mod rmcp_proxy;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -298,7 +299,8 @@ struct Running {
     from: BufReader<std::process::ChildStdout>,
     line: String,
     progress: Arc<AtomicU64>,
-    done: Arc<AtomicBool>,
+    /// Dropped when the server stops: its watchdog ends then, not at its next check.
+    stopped: std::sync::mpsc::Sender<()>,
 }
 
 /// `XDG_STATE_HOME` of every server the bench starts (the plan's `env` may set another):
@@ -336,16 +338,18 @@ impl Running {
         let pid = child.id();
         let child = Arc::new(Mutex::new(child));
         let progress = Arc::new(AtomicU64::new(0));
-        let done = Arc::new(AtomicBool::new(false));
+        let (stopped, stopping) = std::sync::mpsc::channel::<()>();
         {
-            let (child, progress, done) = (child.clone(), progress.clone(), done.clone());
+            let (child, progress) = (child.clone(), progress.clone());
             let name = server.name.clone();
             std::thread::spawn(move || {
                 let mut seen = u64::MAX;
-                while !done.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_secs(30));
+                // Every 30 s until the server stops (its sender dropped).
+                while let Err(RecvTimeoutError::Timeout) =
+                    stopping.recv_timeout(Duration::from_secs(30))
+                {
                     let now = progress.load(Ordering::Relaxed);
-                    if now == seen && !done.load(Ordering::Relaxed) {
+                    if now == seen {
                         eprintln!("{name}: no answer for 30 s; killing it");
                         let _ = child.lock().unwrap().kill();
                         return;
@@ -361,7 +365,7 @@ impl Running {
             from,
             line: String::new(),
             progress,
-            done,
+            stopped,
         }
     }
 
@@ -401,7 +405,7 @@ impl Running {
     }
 
     fn stop(self) {
-        self.done.store(true, Ordering::Relaxed);
+        drop(self.stopped);
         drop(self.to);
         let mut child = self.child.lock().unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
