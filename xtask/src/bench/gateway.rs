@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use super::mcp_text::{Best, over_http, server};
+use super::mcp_text::{Best, Rounds, over_http, server};
 use super::table::{Row, missing};
 
 /// A `[[mcp_servers]]` entry mounting `command` under the prefix `id`, with `extra` lines.
@@ -296,6 +296,7 @@ const FLOOR_TIMES: f64 = 1.5;
 /// own CPU and instructions per call against the bare rmcp proxy's.
 pub(super) fn rows(
     best: &Best,
+    rounds: &Rounds,
     own: &BTreeMap<String, f64>,
     counts: &BTreeMap<String, f64>,
 ) -> Vec<Row> {
@@ -335,7 +336,13 @@ pub(super) fn rows(
         let judged = gateway != "gateway-everything";
         rows.push(Row {
             figure: format!("gateway: {what}: CPU per call (the gateway and the server it mounts)"),
-            measured: format!("{:.1} µs vs {:.1} µs: {:.2}×", g.1, a.1, g.1 / a.1),
+            measured: format!(
+                "{:.1} µs vs {:.1} µs: {:.2}×{}",
+                g.1,
+                a.1,
+                g.1 / a.1,
+                round_by_round(rounds, gateway, alone)
+            ),
             target: if judged {
                 format!("≤ {CPU_TIMES}×")
             } else {
@@ -414,6 +421,35 @@ pub(super) fn rows(
     rows
 }
 
+/// The CPU-per-call ratio of `gateway` to `alone` taken in each round (the two ran
+/// seconds apart, on the same machine's mood), as `; round by round M× (LO–HI, N rounds)`
+/// with M the median: beside the best rounds' ratio, which sets two rounds apart that
+/// may have run on different evenings of the machine. Empty without two such rounds.
+fn round_by_round(rounds: &Rounds, gateway: &str, alone: &str) -> String {
+    let (Some(g), Some(a)) = (rounds.get(gateway), rounds.get(alone)) else {
+        return String::new();
+    };
+    let mut ratios: Vec<f64> = g
+        .iter()
+        .filter_map(|(r, g)| a.get(r).filter(|a| **a > 0.0).map(|a| g / a))
+        .collect();
+    if ratios.len() < 2 {
+        return String::new();
+    }
+    ratios.sort_by(f64::total_cmp);
+    let n = ratios.len();
+    let median = if n % 2 == 1 {
+        ratios[n / 2]
+    } else {
+        (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0
+    };
+    format!(
+        "; round by round {median:.2}× ({:.2}–{:.2}, {n} rounds)",
+        ratios[0],
+        ratios[n - 1]
+    )
+}
+
 /// What one more process in the way costs before a gateway does any work: the bench's
 /// byte relay (`gateway-toolhost-relay`) in front of the mounted toolhost, against that
 /// toolhost alone, with the relay's own part and the gateway's beside it. Reported: it is
@@ -472,7 +508,14 @@ mod tests {
             ("gateway-http+mounted".to_string(), 120000.0),
             ("toolhost-http".to_string(), 50000.0),
         ]);
-        let rows = rows(&best, &own, &counts);
+        let rounds = super::super::mcp_text::mcp_rounds(
+            "round 0 toolhost: 40000 calls/s, server CPU 14.0 us/call (14.0 its own process)\n\
+             round 0 gateway-toolhost: 18000 calls/s, server CPU 42.0 us/call (25.0 its own process)\n\
+             round 1 toolhost: 38000 calls/s, server CPU 16.0 us/call (16.0 its own process)\n\
+             round 1 gateway-toolhost: 17000 calls/s, server CPU 40.0 us/call (25.0 its own process)\n\
+             round 2 gateway-toolhost: 17000 calls/s, server CPU 41.0 us/call (25.0 its own process)",
+        );
+        let rows = rows(&best, &rounds, &own, &counts);
         let verdicts: Vec<(&str, Option<bool>)> =
             rows.iter().map(|r| (r.measured.as_str(), r.pass)).collect();
         assert_eq!(
@@ -481,7 +524,10 @@ mod tests {
                 ("15000 vs 20000: 0.75×", Some(true)),
                 ("80.0 µs vs 50.0 µs: 1.60×", None),
                 ("18000 vs 40000: 0.45×", Some(false)),
-                ("40.0 µs vs 14.0 µs: 2.86×", Some(false)),
+                (
+                    "40.0 µs vs 14.0 µs: 2.86×; round by round 2.75× (2.50–3.00, 2 rounds)",
+                    Some(false)
+                ),
                 ("not measured", None),
                 ("90000 vs 35000: 2.57×", Some(false)),
                 ("120000 vs 50000: 2.40×", Some(true)),

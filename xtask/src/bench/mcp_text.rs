@@ -36,6 +36,31 @@ pub(super) fn mcp_best(text: &str) -> Best {
         .collect()
 }
 
+/// Per server, each round's CPU per call (µs, server and the servers it starts), by round.
+pub(super) type Rounds = BTreeMap<String, BTreeMap<usize, f64>>;
+
+/// The `round R NAME: C calls/s, server CPU U us/call (…)` lines of the `mcp_servers`
+/// bench: the rounds of all servers are interleaved, so two servers' figures of one round
+/// were taken within seconds of each other, on the same evening's machine.
+pub(super) fn mcp_rounds(text: &str) -> Rounds {
+    let mut rounds = Rounds::new();
+    for line in text.lines().filter_map(|l| l.strip_prefix("round ")) {
+        let Some((round, rest)) = line.split_once(' ') else {
+            continue;
+        };
+        let Some((name, rest)) = rest.split_once(':') else {
+            continue;
+        };
+        if let (Ok(round), Some(cpu)) = (round.parse(), number_after(rest, "server CPU")) {
+            rounds
+                .entry(name.to_string())
+                .or_default()
+                .insert(round, cpu);
+        }
+    }
+    rounds
+}
+
 /// One server of the `mcp_servers` bench's plan.
 pub(super) fn server(
     name: &str,
@@ -62,6 +87,7 @@ pub(super) fn over_http(stdio: Vec<String>) -> Vec<String> {
 #[derive(Default)]
 pub(super) struct Measured {
     pub(super) best: Best,
+    pub(super) rounds: Rounds,
     pub(super) counts: BTreeMap<String, f64>,
     pub(super) own: BTreeMap<String, f64>,
     /// Per fan-out: seconds, most threads, threads before.
@@ -146,5 +172,18 @@ mod tests {
         let best = mcp_best(text);
         assert_eq!(best["toolhost"], (29821.0, 31.0, 13.2));
         assert_eq!(best["everything"], (15425.0, 71.5, 74.2));
+    }
+
+    #[test]
+    fn each_rounds_cpu_is_read_by_server_and_round() {
+        let text = "round 0 toolhost: 29000 calls/s, server CPU 33.0 us/call (33.0 its own process), idle RSS 13.0 MiB\n\
+                    round 0 gateway: 15000 calls/s, server CPU 70.5 us/call (40.0 its own process), idle RSS 15.0 MiB\n\
+                    round 1 toolhost: 30000 calls/s, server CPU 31.0 us/call (31.0 its own process), idle RSS 13.0 MiB\n\
+                    round x toolhost: 1 calls/s, server CPU 1.0 us/call\n\
+                    best toolhost: 30000 calls/s, 31.00 us CPU/call, idle 13.2 MiB";
+        let rounds = mcp_rounds(text);
+        assert_eq!(rounds["toolhost"], BTreeMap::from([(0, 33.0), (1, 31.0)]));
+        assert_eq!(rounds["gateway"], BTreeMap::from([(0, 70.5)]));
+        assert_eq!(rounds.len(), 2);
     }
 }

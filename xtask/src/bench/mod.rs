@@ -237,7 +237,7 @@ fn mcp_table_rows(measured: &mcp_text::Measured) -> Vec<table::Row> {
     let mut rows = servers::mcp_rows(mcp, &figures::call_floors());
     rows.extend(servers::count_rows(counts));
     rows.extend(servers::mcp_http_rows(mcp));
-    rows.extend(gateway::rows(mcp, &measured.own, counts));
+    rows.extend(gateway::rows(mcp, &measured.rounds, &measured.own, counts));
     rows.extend(gateway::peer_rows(
         mcp,
         measured.contextforge_setup,

@@ -306,6 +306,7 @@ pub(super) fn mcp_servers(
     })
     .map(|t| Measured {
         best: mcp_best(&t),
+        rounds: super::mcp_text::mcp_rounds(&t),
         counts: mcp_instructions(&t),
         own: super::mcp_text::own_cpu(&t),
         fan_out: super::mcp_text::fan_outs(&t),
