@@ -423,8 +423,8 @@ pub(super) fn rows(
 
 /// The CPU-per-call ratio of `gateway` to `alone` taken in each round (the two ran
 /// seconds apart, on the same machine's mood), as `; round by round M× (LO–HI, N rounds)`
-/// with M the median: beside the best rounds' ratio, which sets two rounds apart that
-/// may have run on different evenings of the machine. Empty without two such rounds.
+/// with M the median: beside the best rounds' ratio, which sets side by side two rounds
+/// that may have met the machine in different moods. Empty without two such rounds.
 fn round_by_round(rounds: &Rounds, gateway: &str, alone: &str) -> String {
     let (Some(g), Some(a)) = (rounds.get(gateway), rounds.get(alone)) else {
         return String::new();

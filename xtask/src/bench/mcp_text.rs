@@ -1,6 +1,6 @@
 //! What the `mcp_servers` bench takes and prints: the servers of its plan, and its lines
-//! read back (each server's best round, its own process's CPU, its instructions per call,
-//! the fan-outs).
+//! read back (each server's best round and each round's CPU, its own process's CPU, its
+//! instructions per call, the fan-outs).
 
 use std::collections::BTreeMap;
 
