@@ -113,8 +113,8 @@ struct Server {
     #[serde(default = "counted")]
     count: bool,
     /// A gateway: beside it, the bench's bare rmcp proxy in front of the same upstream
-    /// ([`rmcp_proxy`]), as `NAME-rmcp-proxy`, and the bench's byte relay ([`relay`]), as
-    /// `NAME-relay`.
+    /// ([`rmcp_proxy`]), as `NAME-rmcp-proxy` (unless the proxy's `rmcp` is `false`), and
+    /// the bench's byte relay ([`relay`]), as `NAME-relay`.
     #[serde(default)]
     proxy: Option<ProxyOf>,
     /// A gateway in front of a server over HTTP: that server, started before each round
@@ -213,6 +213,10 @@ struct CountedWith {
 struct ProxyOf {
     upstream_tool: String,
     command: Vec<String>,
+    /// `false`: the byte relay alone beside the gateway, without the bare rmcp proxy (a
+    /// floor of the hop, where the proxy's count would be set against no row).
+    #[serde(default = "counted")]
+    rmcp: bool,
 }
 
 fn counted() -> bool {
@@ -844,6 +848,7 @@ fn main() {
         let forwarded = ProxyOf {
             upstream_tool: "read_file".into(),
             command: floor.command.clone(),
+            rmcp: true,
         };
         let gateway = Server {
             name: "gateway".into(),
@@ -918,7 +923,12 @@ fn main() {
         .iter()
         .filter_map(|s| {
             let of = s.proxy.as_ref()?;
-            Some([rmcp_proxy_of(s, of), relay_of(s, of)])
+            Some(
+                of.rmcp
+                    .then(|| rmcp_proxy_of(s, of))
+                    .into_iter()
+                    .chain([relay_of(s, of)]),
+            )
         })
         .flatten()
         .collect();

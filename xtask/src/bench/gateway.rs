@@ -4,7 +4,8 @@
 //! server in its default sandbox).
 //!
 //! - `gateway-everything`: `serve --mcp` mounting Node's server-everything, `ev__echo`,
-//!   against `everything` alone.
+//!   against `everything` alone; and the bench's byte relay in front of the same server
+//!   (`gateway-everything-relay`), the floor of any hop there.
 //! - `gateway-toolhost`: `serve --mcp` mounting `serve --mcp` (the bare configuration),
 //!   `up__read_file`, against `toolhost` alone; and the bench's rmcp proxy in front of the
 //!   same server (`gateway-toolhost-rmcp-proxy`), the floor of any gateway.
@@ -211,6 +212,10 @@ pub(super) fn plan(
                 serve(&config),
             );
             gateway["counted_as"] = json!(serve(&counted));
+            // The floor of the hop in front of it: the byte relay, without the rmcp proxy
+            // (whose count would be set against no row here).
+            gateway["proxy"] =
+                json!({"upstream_tool": "echo", "command": everything, "rmcp": false});
             plan.push(gateway);
         }
         let slow = "side_effects = { \"trigger-long-running-operation\" = \"read\" }\n";
@@ -374,7 +379,22 @@ pub(super) fn rows(
             _ => missing(&figure),
         });
     }
-    rows.push(hop_floor(best, own));
+    rows.extend([
+        hop_floor(
+            best,
+            own,
+            "gateway-toolhost",
+            "toolhost",
+            "toolhost serve --mcp (read_file)",
+        ),
+        hop_floor(
+            best,
+            own,
+            "gateway-everything",
+            "everything",
+            "Node's server-everything (echo)",
+        ),
+    ]);
     let floor = "the bench's bare rmcp proxy in front of the same server (rmcp client and server, one tool forwarded)";
     let figure = format!("gateway in front of toolhost: its own CPU per call (timed) vs {floor}");
     rows.push(
@@ -451,23 +471,31 @@ fn round_by_round(rounds: &Rounds, gateway: &str, alone: &str) -> String {
 }
 
 /// What one more process in the way costs before a gateway does any work: the bench's
-/// byte relay (`gateway-toolhost-relay`) in front of the mounted toolhost, against that
-/// toolhost alone, with the relay's own part and the gateway's beside it. Reported: it is
-/// the part of row (b)'s budget that no gateway can spend on its own work.
-fn hop_floor(best: &Best, own: &BTreeMap<String, f64>) -> Row {
-    let figure = "gateway: the floor of any hop, the bench's byte relay (one poll loop, no parsing) in front of toolhost serve --mcp (read_file) vs the mounted toolhost alone: CPU per call (the relay and the server behind it)";
-    let (Some(relay), Some(alone), Some(relay_own)) = (
-        best.get("gateway-toolhost-relay"),
-        best.get("toolhost"),
-        own.get("gateway-toolhost-relay"),
-    ) else {
-        return missing(figure);
+/// byte relay (`GATEWAY-relay`) in front of the server `gateway` mounts, against that
+/// server alone (`alone`, described as `what`), with the relay's own part and the
+/// gateway's beside it. Reported: it is the part of the gateway's budget that no gateway
+/// can spend on its own work.
+fn hop_floor(
+    best: &Best,
+    own: &BTreeMap<String, f64>,
+    gateway: &str,
+    alone: &str,
+    what: &str,
+) -> Row {
+    let figure = format!(
+        "gateway: the floor of any hop, the bench's byte relay (one poll loop, no parsing) in front of {what} vs the server alone: CPU per call (the relay and the server behind it)"
+    );
+    let relay_name = format!("{gateway}-relay");
+    let (Some(relay), Some(alone), Some(relay_own)) =
+        (best.get(&relay_name), best.get(alone), own.get(&relay_name))
+    else {
+        return missing(&figure);
     };
-    let gateway_own = own.get("gateway-toolhost").map_or(String::new(), |g| {
+    let gateway_own = own.get(gateway).map_or(String::new(), |g| {
         format!("; toolhost's gateway's own {g:.1} µs")
     });
     Row {
-        figure: figure.into(),
+        figure,
         measured: format!(
             "{:.1} µs vs {:.1} µs: {:.2}× (the relay's own {relay_own:.1} µs{gateway_own}); {:.2}× the calls/s",
             relay.1,
@@ -492,10 +520,13 @@ mod tests {
              best toolhost: 40000 calls/s, 14.00 us CPU/call, idle 13.0 MiB, own 14.00 us CPU/call\n\
              best gateway-toolhost: 18000 calls/s, 40.00 us CPU/call, idle 30.0 MiB, own 25.00 us CPU/call\n\
              best gateway-toolhost-rmcp-proxy: 8000 calls/s, 180.00 us CPU/call, idle 20.0 MiB, own 160.00 us CPU/call\n\
-             best gateway-toolhost-relay: 36000 calls/s, 19.60 us CPU/call, idle 5.0 MiB, own 4.00 us CPU/call",
+             best gateway-toolhost-relay: 36000 calls/s, 19.60 us CPU/call, idle 5.0 MiB, own 4.00 us CPU/call\n\
+             best gateway-everything-relay: 17000 calls/s, 60.00 us CPU/call, idle 5.0 MiB, own 8.00 us CPU/call",
         );
         let own = super::super::mcp_text::own_cpu(
-            "best gateway-toolhost: 18000 calls/s, 40.00 us CPU/call, idle 30.0 MiB, own 25.00 us CPU/call\n\
+            "best gateway-everything: 15000 calls/s, 80.00 us CPU/call, idle 90.0 MiB, own 30.00 us CPU/call\n\
+             best gateway-everything-relay: 17000 calls/s, 60.00 us CPU/call, idle 5.0 MiB, own 8.00 us CPU/call\n\
+             best gateway-toolhost: 18000 calls/s, 40.00 us CPU/call, idle 30.0 MiB, own 25.00 us CPU/call\n\
              best gateway-toolhost-rmcp-proxy: 8000 calls/s, 180.00 us CPU/call, idle 20.0 MiB, own 160.00 us CPU/call\n\
              best gateway-toolhost-relay: 36000 calls/s, 19.60 us CPU/call, idle 5.0 MiB, own 4.00 us CPU/call",
         );
@@ -533,6 +564,10 @@ mod tests {
                 ("120000 vs 50000: 2.40×", Some(true)),
                 (
                     "19.6 µs vs 14.0 µs: 1.40× (the relay's own 4.0 µs; toolhost's gateway's own 25.0 µs); 0.90× the calls/s",
+                    None
+                ),
+                (
+                    "60.0 µs vs 50.0 µs: 1.20× (the relay's own 8.0 µs; toolhost's gateway's own 30.0 µs); 0.85× the calls/s",
                     None
                 ),
                 ("25.0 µs vs 160.0 µs: 0.16×", None),
