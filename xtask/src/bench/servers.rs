@@ -125,6 +125,19 @@ fn start_ms(cmd: &[String], cwd: &Path) -> std::result::Result<f64, String> {
     Ok(times[times.len() / 2].as_secs_f64() * 1000.0)
 }
 
+/// Calls in each server's round: long enough that a round measures a server as it runs
+/// for hours. Rounds of 20,000 (0.13 s for `serve --mcp`) caught servers in their first
+/// moments, and not alike: Node's server-everything before its JIT had warmed (45,700
+/// calls/s at 28.6 µs a call, against 68,200 at 17.5 over 100,000 calls), `serve --mcp`
+/// alone a tenth cheaper than from then on (6.0 against 6.8 to 7.1 µs; 100,000 and
+/// 300,000 calls read alike), a gateway in front of it a twentieth dearer (15.6 against
+/// 14.7 µs). docs/performance.md has the runs.
+const ROUND_CALLS: u64 = 100_000;
+
+/// Calls in a round of a peer a hundred times slower than toolhost, whose rounds are
+/// seconds long at this count already.
+const SLOW_PEER_CALLS: u64 = 20_000;
+
 /// Node 22 and server-everything under `target/peers`, from npm.
 fn node_peer(peers: &Path) -> std::result::Result<(PathBuf, PathBuf), String> {
     let node = crate::peers::node22(peers)?;
@@ -250,6 +263,8 @@ pub(super) fn mcp_servers(
             );
             http["env"] = serde_json::json!({"PORT": "{port}"});
             http["http"] = serde_json::json!({"stateless": false});
+            // Under 3,000 calls a second over HTTP: 20,000 calls are 7 s a round.
+            http["calls"] = SLOW_PEER_CALLS.into();
             servers.push(http);
         }
         Err(e) => skipped.push(format!("Node's server-everything: {e}")),
@@ -280,15 +295,18 @@ pub(super) fn mcp_servers(
                 command,
             );
             python["count"] = false.into();
+            // A hundred times slower than toolhost: 20,000 calls are 16 s a round already.
+            python["calls"] = SLOW_PEER_CALLS.into();
             servers.push(python);
         }
         Err(e) => skipped.push(format!("the Python SDK's MCPServer: {e}")),
     }
-    // Five interleaved rounds, the best of each server's: near the client's own limit, one
-    // round in three or four dips by a quarter when the two cores are busy elsewhere. Then
-    // each stdio server's instructions per call, counted with callgrind over 2,000 and
-    // 4,000 calls: exact run to run, where the time moves with the evening.
-    let plan = serde_json::json!({"calls": 20000, "inflight": 16, "rounds": 5, "count": 2000, "servers": servers, "fan_out": fan_out});
+    // Five interleaved rounds of [`ROUND_CALLS`], the best of each server's: near the
+    // client's own limit, one round in three or four dips by a quarter when the two cores
+    // are busy elsewhere. Then each stdio server's instructions per call, counted with
+    // callgrind over 2,000 and 4,000 calls: exact run to run, where the time moves with the
+    // evening.
+    let plan = serde_json::json!({"calls": ROUND_CALLS, "inflight": 16, "rounds": 5, "count": 2000, "servers": servers, "fan_out": fan_out});
     // Kept for a rerun of the bench alone, and its errors shown as they come.
     let saved = peers.join("mcp_servers-plan.json");
     let _ = std::fs::write(&saved, plan.to_string());
