@@ -129,13 +129,13 @@ fn start_ms(cmd: &[String], cwd: &Path) -> std::result::Result<f64, String> {
 /// for hours. Rounds of 20,000 (0.13 s for `serve --mcp`) caught servers in their first
 /// moments, and not alike: Node's server-everything before its JIT had warmed (45,700
 /// calls/s at 28.6 µs a call, against 68,200 at 17.5 over 100,000 calls), `serve --mcp`
-/// alone a tenth cheaper than from then on (6.0 against 6.8 to 7.1 µs; 100,000 and
-/// 300,000 calls read alike), a gateway in front of it a twentieth dearer (15.6 against
-/// 14.7 µs). docs/performance.md has the runs.
+/// alone a tenth cheaper than from then on (6.0 to 6.6 against 6.8 to 7.2 µs; 100,000 and
+/// 300,000 calls read alike), a gateway in front of it a twentieth dearer (15.6 to 16.5
+/// against 14.7 to 15.1 µs). docs/performance.md has the runs ("How long a round is").
 const ROUND_CALLS: u64 = 100_000;
 
-/// Calls in a round of a peer a hundred times slower than toolhost, whose rounds are
-/// seconds long at this count already.
+/// Calls in a round of a peer twenty to a hundred times slower than toolhost, whose
+/// rounds are seconds long at this count already.
 const SLOW_PEER_CALLS: u64 = 20_000;
 
 /// Node 22 and server-everything under `target/peers`, from npm.
