@@ -243,66 +243,8 @@ pub(super) fn mcp_servers(
         Ok(entry) => servers.push(entry),
         Err(why) => skipped.push(why),
     }
-    match node {
-        Ok((node, script)) => {
-            let command = vec![node.display().to_string(), script.display().to_string()];
-            let mut stdio = server(
-                "everything",
-                "echo",
-                serde_json::json!({"message": "hi"}),
-                command.clone(),
-            );
-            // Node's JIT under callgrind is far too slow to count, and stands beside no floor.
-            stdio["count"] = false.into();
-            servers.push(stdio);
-            let mut http = server(
-                "everything-http",
-                "echo",
-                serde_json::json!({"message": "hi"}),
-                [command, vec!["streamableHttp".into()]].concat(),
-            );
-            http["env"] = serde_json::json!({"PORT": "{port}"});
-            http["http"] = serde_json::json!({"stateless": false});
-            // Under 3,000 calls a second over HTTP on one host measured, 3,900 on another: 20,000
-            // calls are 5 to 7 s a round.
-            http["calls"] = SLOW_PEER_CALLS.into();
-            servers.push(http);
-        }
-        Err(e) => skipped.push(format!("Node's server-everything: {e}")),
-    }
-    // The bench adds the bare rmcp server with the same read_file itself (it is the
-    // bench's own code); the Python SDK's needs the SDK.
-    match crate::peers::python_sdk(peers) {
-        Ok(python) => {
-            let mut command = vec![
-                python.display().to_string(),
-                root()
-                    .join("xtask/peers/python_read_file.py")
-                    .display()
-                    .to_string(),
-            ];
-            let at = serve(&configs.bare);
-            if let Some(ws) = at
-                .iter()
-                .position(|a| a == "--workspace")
-                .and_then(|i| at.get(i + 1))
-            {
-                command.push(ws.clone());
-            }
-            let mut python = server(
-                "python-sdk",
-                "read_file",
-                serde_json::json!({"path": "a.txt"}),
-                command,
-            );
-            python["count"] = false.into();
-            // Sixty to a hundred times slower than toolhost (1,250 to 2,000 calls a second on the
-            // hosts measured): 20,000 calls are 10 to 16 s a round already.
-            python["calls"] = SLOW_PEER_CALLS.into();
-            servers.push(python);
-        }
-        Err(e) => skipped.push(format!("the Python SDK's MCPServer: {e}")),
-    }
+    servers.extend(node_servers(node, skipped));
+    servers.extend(python_sdk_server(peers, serve, configs, skipped));
     // Five interleaved rounds of [`ROUND_CALLS`], the best of each server's: near the
     // client's own limit, one round in three or four dips by a quarter when the two cores
     // are busy elsewhere. Then each stdio server's instructions per call, counted with
@@ -334,6 +276,87 @@ pub(super) fn mcp_servers(
         contextforge_setup,
     })
     .unwrap_or_default()
+}
+
+/// Node's server-everything `echo` over stdio and over its streamable-HTTP transport.
+fn node_servers(
+    node: std::result::Result<(PathBuf, PathBuf), String>,
+    skipped: &mut Vec<String>,
+) -> Vec<serde_json::Value> {
+    let mut servers = Vec::new();
+    match node {
+        Ok((node, script)) => {
+            let command = vec![node.display().to_string(), script.display().to_string()];
+            let mut stdio = server(
+                "everything",
+                "echo",
+                serde_json::json!({"message": "hi"}),
+                command.clone(),
+            );
+            // Node's JIT under callgrind is far too slow to count, and stands beside no floor.
+            stdio["count"] = false.into();
+            servers.push(stdio);
+            let mut http = server(
+                "everything-http",
+                "echo",
+                serde_json::json!({"message": "hi"}),
+                [command, vec!["streamableHttp".into()]].concat(),
+            );
+            http["env"] = serde_json::json!({"PORT": "{port}"});
+            http["http"] = serde_json::json!({"stateless": false});
+            // Under 3,000 calls a second over HTTP on one host measured, 3,900 on another: 20,000
+            // calls are 5 to 7 s a round.
+            http["calls"] = SLOW_PEER_CALLS.into();
+            servers.push(http);
+        }
+        Err(e) => skipped.push(format!("Node's server-everything: {e}")),
+    }
+    servers
+}
+
+/// The Python SDK's `MCPServer` with the same `read_file`, if the SDK installs.
+fn python_sdk_server(
+    peers: &Path,
+    serve: &dyn Fn(&Path) -> Vec<String>,
+    configs: &Configs,
+    skipped: &mut Vec<String>,
+) -> Option<serde_json::Value> {
+    // The bench adds the bare rmcp server with the same read_file itself (it is the
+    // bench's own code); the Python SDK's needs the SDK.
+    match crate::peers::python_sdk(peers) {
+        Ok(python) => {
+            let mut command = vec![
+                python.display().to_string(),
+                root()
+                    .join("xtask/peers/python_read_file.py")
+                    .display()
+                    .to_string(),
+            ];
+            let at = serve(&configs.bare);
+            if let Some(ws) = at
+                .iter()
+                .position(|a| a == "--workspace")
+                .and_then(|i| at.get(i + 1))
+            {
+                command.push(ws.clone());
+            }
+            let mut python = server(
+                "python-sdk",
+                "read_file",
+                serde_json::json!({"path": "a.txt"}),
+                command,
+            );
+            python["count"] = false.into();
+            // Sixty to a hundred times slower than toolhost (1,250 to 2,000 calls a second on the
+            // hosts measured): 20,000 calls are 10 to 16 s a round already.
+            python["calls"] = SLOW_PEER_CALLS.into();
+            Some(python)
+        }
+        Err(e) => {
+            skipped.push(format!("the Python SDK's MCPServer: {e}"));
+            None
+        }
+    }
 }
 
 /// The stdio servers' instructions per call against their floors, counted with callgrind
