@@ -724,17 +724,32 @@ fn rmcp_proxy_of(gateway: &Server, of: &ProxyOf) -> Server {
 
 /// The bench's byte relay ([`relay`]) in front of `gateway`'s upstream, calling the
 /// upstream's own tool (a relay renames nothing), as `NAME-relay`; timed, not counted.
+/// In front of an HTTP server, the relay listens where the client connects and the bench
+/// starts the server (`of.command`) beside it, as it starts a gateway's upstream.
 fn relay_of(gateway: &Server, of: &ProxyOf) -> Server {
-    let mut command = vec![
-        std::env::current_exe().unwrap().display().to_string(),
-        "--relay".into(),
-        "--".into(),
-    ];
-    command.extend(of.command.iter().cloned());
+    let exe = std::env::current_exe().unwrap().display().to_string();
+    let (command, upstream) = match gateway.http {
+        Some(_) => (
+            vec![
+                exe,
+                "--tcp-relay".into(),
+                "{port}".into(),
+                "{upstream_port}".into(),
+            ],
+            Some(of.command.clone()),
+        ),
+        None => {
+            let mut command = vec![exe, "--relay".into(), "--".into()];
+            command.extend(of.command.iter().cloned());
+            (command, None)
+        }
+    };
     Server {
         name: format!("{}-relay", gateway.name),
         tool: of.upstream_tool.clone(),
         command,
+        upstream,
+        files: BTreeMap::new(),
         count: false,
         proxy: None,
         counted_as: None,
@@ -810,6 +825,20 @@ fn main() {
         }
         return;
     }
+    if args.get(1).is_some_and(|a| a == "--tcp-relay") {
+        // --tcp-relay PORT UPSTREAM_PORT
+        match (args.get(2), args.get(3)) {
+            (Some(port), Some(upstream)) => relay::tcp_relay(
+                port.parse()
+                    .expect("--tcp-relay PORT UPSTREAM_PORT: a port"),
+                upstream
+                    .parse()
+                    .expect("--tcp-relay PORT UPSTREAM_PORT: a port"),
+            ),
+            _ => panic!("--tcp-relay PORT UPSTREAM_PORT"),
+        }
+        return;
+    }
     if args.iter().any(|a| a == "--echo-server") {
         echo_server();
         return;
@@ -827,8 +856,18 @@ fn main() {
         return;
     }
     if !args.iter().any(|a| a == "--bench") {
-        // Under `cargo test`: the client against its echo servers, every answer checked.
-        for server in [echo("hi"), http::echo("hi")] {
+        // Under `cargo test`: the client against its echo servers, and through the byte
+        // relay over HTTP to the HTTP one, every answer checked.
+        let echo_http = http::echo("hi");
+        let echo_relayed = relay_of(
+            &echo_http,
+            &ProxyOf {
+                upstream_tool: "echo".into(),
+                command: echo_http.command.clone(),
+                rmcp: false,
+            },
+        );
+        for server in [echo("hi"), echo_http, echo_relayed] {
             let figures = round(&server, 300, 16);
             assert!(figures.calls_per_s > 0.0);
             println!(

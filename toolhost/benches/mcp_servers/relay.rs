@@ -80,3 +80,75 @@ fn write_all(out: &impl AsFd, mut bytes: &[u8]) -> rustix::io::Result<()> {
     }
     Ok(())
 }
+
+/// The same floor in front of an HTTP server: listens on `port` and relays each
+/// connection's bytes to a connection of its own to `upstream` (both on 127.0.0.1) and
+/// back, until the bench stops it. One thread, one `epoll` over the listener and every
+/// connection (as a server's runtime waits), each read written on whole as it came: no
+/// HTTP parsed, no task runtime.
+pub fn tcp_relay(port: u16, upstream: u16) {
+    use rustix::buffer::spare_capacity;
+    use rustix::event::epoll;
+    use std::net::{TcpListener, TcpStream};
+    const LISTENER: u64 = u64::MAX;
+    let listener = TcpListener::bind(("127.0.0.1", port)).expect("the relay's port");
+    let poller = epoll::create(epoll::CreateFlags::CLOEXEC).expect("an epoll");
+    epoll::add(
+        &poller,
+        &listener,
+        epoll::EventData::new_u64(LISTENER),
+        epoll::EventFlags::IN,
+    )
+    .expect("the listener watched");
+    // Each pair, by slot: the client's connection and the relay's own to the server; an
+    // event names its slot and side as `slot * 2 + side`.
+    let mut pairs: Vec<Option<[TcpStream; 2]>> = Vec::new();
+    let mut events = Vec::with_capacity(64);
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        events.clear();
+        match epoll::wait(&poller, spare_capacity(&mut events), None) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => panic!("the relay's epoll failed: {e}"),
+        }
+        for event in &events {
+            let data = event.data.u64();
+            if data == LISTENER {
+                let (client, _) = listener.accept().expect("the relay accepts");
+                let server = TcpStream::connect(("127.0.0.1", upstream))
+                    .unwrap_or_else(|e| panic!("the relay cannot reach port {upstream}: {e}"));
+                let slot = pairs.iter().position(Option::is_none).unwrap_or_else(|| {
+                    pairs.push(None);
+                    pairs.len() - 1
+                });
+                for (side, s) in [&client, &server].into_iter().enumerate() {
+                    s.set_nodelay(true).expect("TCP_NODELAY");
+                    let key = (slot * 2 + side) as u64;
+                    epoll::add(
+                        &poller,
+                        s,
+                        epoll::EventData::new_u64(key),
+                        epoll::EventFlags::IN,
+                    )
+                    .expect("a connection watched");
+                }
+                pairs[slot] = Some([client, server]);
+                continue;
+            }
+            let (slot, side) = ((data / 2) as usize, (data % 2) as usize);
+            // Closed by an earlier event of this wait.
+            let Some(pair) = &pairs[slot] else { continue };
+            let (from, to) = (&pair[side], &pair[1 - side]);
+            let open = match rustix::io::read(from.as_fd(), &mut buf) {
+                Ok(n) if n > 0 => write_all(to, &buf[..n]).is_ok(),
+                Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => true,
+                // Either side closed: both connections go (closing them unwatches them).
+                _ => false,
+            };
+            if !open {
+                pairs[slot] = None;
+            }
+        }
+    }
+}

@@ -10,7 +10,9 @@
 //!   `up__read_file`, against `toolhost` alone; and the bench's rmcp proxy in front of the
 //!   same server (`gateway-toolhost-rmcp-proxy`), the floor of any gateway.
 //! - `gateway-http`: `serve --http` mounting `serve --http` by its URL, stateless calls,
-//!   against `toolhost-http` alone.
+//!   against `toolhost-http` alone; and the bench's byte relay between each client
+//!   connection and one of its own to the same server (`gateway-http-relay`), the floor of
+//!   any hop over HTTP.
 //!
 //! Under the default configuration a session runs 4 calls at once (`max_concurrency`), but
 //! a mounted server's calls take places under its entry's own `max_concurrency` (64) instead:
@@ -247,6 +249,10 @@ pub(super) fn plan(
     );
     gateway["http"] = json!({"stateless": true});
     gateway["upstream"] = json!(over_http(serve(bare)));
+    // The floor of the hop over HTTP: the byte relay between the client's connections and
+    // the same server (no rmcp proxy: it speaks stdio).
+    gateway["proxy"] =
+        json!({"upstream_tool": "read_file", "command": over_http(serve(bare)), "rmcp": false});
     gateway["files"] = json!({
         config.display().to_string():
             "[[mcp_servers]]\nid = \"up\"\nprefix = \"up\"\nurl = \"http://127.0.0.1:{upstream_port}/mcp\"\n"
@@ -394,6 +400,13 @@ pub(super) fn rows(
             "everything",
             "Node's server-everything (echo)",
         ),
+        hop_floor(
+            best,
+            own,
+            "gateway-http",
+            "toolhost-http",
+            "toolhost serve --http (read_file, stateless, 16 connections)",
+        ),
     ]);
     let floor = "the bench's bare rmcp proxy in front of the same server (rmcp client and server, one tool forwarded)";
     let figure = format!("gateway in front of toolhost: its own CPU per call (timed) vs {floor}");
@@ -521,14 +534,19 @@ mod tests {
              best gateway-toolhost: 18000 calls/s, 40.00 us CPU/call, idle 30.0 MiB, own 25.00 us CPU/call\n\
              best gateway-toolhost-rmcp-proxy: 8000 calls/s, 180.00 us CPU/call, idle 20.0 MiB, own 160.00 us CPU/call\n\
              best gateway-toolhost-relay: 36000 calls/s, 19.60 us CPU/call, idle 5.0 MiB, own 4.00 us CPU/call\n\
-             best gateway-everything-relay: 17000 calls/s, 60.00 us CPU/call, idle 5.0 MiB, own 8.00 us CPU/call",
+             best gateway-everything-relay: 17000 calls/s, 60.00 us CPU/call, idle 5.0 MiB, own 8.00 us CPU/call\n\
+             best toolhost-http: 60000 calls/s, 19.00 us CPU/call, idle 21.0 MiB, own 19.00 us CPU/call\n\
+             best gateway-http: 30000 calls/s, 47.50 us CPU/call, idle 28.0 MiB, own 27.00 us CPU/call\n\
+             best gateway-http-relay: 45000 calls/s, 30.40 us CPU/call, idle 21.0 MiB, own 10.00 us CPU/call",
         );
         let own = super::super::mcp_text::own_cpu(
             "best gateway-everything: 15000 calls/s, 80.00 us CPU/call, idle 90.0 MiB, own 30.00 us CPU/call\n\
              best gateway-everything-relay: 17000 calls/s, 60.00 us CPU/call, idle 5.0 MiB, own 8.00 us CPU/call\n\
              best gateway-toolhost: 18000 calls/s, 40.00 us CPU/call, idle 30.0 MiB, own 25.00 us CPU/call\n\
              best gateway-toolhost-rmcp-proxy: 8000 calls/s, 180.00 us CPU/call, idle 20.0 MiB, own 160.00 us CPU/call\n\
-             best gateway-toolhost-relay: 36000 calls/s, 19.60 us CPU/call, idle 5.0 MiB, own 4.00 us CPU/call",
+             best gateway-toolhost-relay: 36000 calls/s, 19.60 us CPU/call, idle 5.0 MiB, own 4.00 us CPU/call\n\
+             best gateway-http: 30000 calls/s, 47.50 us CPU/call, idle 28.0 MiB, own 27.00 us CPU/call\n\
+             best gateway-http-relay: 45000 calls/s, 30.40 us CPU/call, idle 21.0 MiB, own 10.00 us CPU/call",
         );
         assert_eq!(own["gateway-toolhost"], 25.0);
         let counts = BTreeMap::from([
@@ -559,7 +577,8 @@ mod tests {
                     "40.0 µs vs 14.0 µs: 2.86×; round by round 2.75× (2.50–3.00, 2 rounds)",
                     Some(false)
                 ),
-                ("not measured", None),
+                ("30000 vs 60000: 0.50×", Some(true)),
+                ("47.5 µs vs 19.0 µs: 2.50×", Some(true)),
                 ("90000 vs 35000: 2.57×", Some(false)),
                 ("120000 vs 50000: 2.40×", Some(true)),
                 (
@@ -568,6 +587,10 @@ mod tests {
                 ),
                 (
                     "60.0 µs vs 50.0 µs: 1.20× (the relay's own 8.0 µs; toolhost's gateway's own 30.0 µs); 0.85× the calls/s",
+                    None
+                ),
+                (
+                    "30.4 µs vs 19.0 µs: 1.60× (the relay's own 10.0 µs; toolhost's gateway's own 27.0 µs); 0.75× the calls/s",
                     None
                 ),
                 ("25.0 µs vs 160.0 µs: 0.16×", None),
