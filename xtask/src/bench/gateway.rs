@@ -496,7 +496,7 @@ fn hop_floor(
     what: &str,
 ) -> Row {
     let figure = format!(
-        "gateway: the floor of any hop, the bench's byte relay (one poll loop, no parsing) in front of {what} vs the server alone: CPU per call (the relay and the server behind it)"
+        "gateway: the floor of any hop, the bench's byte relay (one thread waiting on poll or epoll, no parsing) in front of {what} vs the server alone: CPU per call (the relay and the server behind it)"
     );
     let relay_name = format!("{gateway}-relay");
     let (Some(relay), Some(alone), Some(relay_own)) =
