@@ -101,7 +101,8 @@ pub fn tcp_relay(port: u16, upstream: u16) {
     )
     .expect("the listener watched");
     // Each pair, by slot: the client's connection and the relay's own to the server; an
-    // event names its slot and side as `slot * 2 + side`.
+    // event names its slot and side as `slot * 2 + side`. A closed pair's slot is not
+    // taken again, so that an event of a wait never names a pair other than its own.
     let mut pairs: Vec<Option<[TcpStream; 2]>> = Vec::new();
     let mut events = Vec::with_capacity(64);
     let mut buf = vec![0u8; 1 << 16];
@@ -118,10 +119,7 @@ pub fn tcp_relay(port: u16, upstream: u16) {
                 let (client, _) = listener.accept().expect("the relay accepts");
                 let server = TcpStream::connect(("127.0.0.1", upstream))
                     .unwrap_or_else(|e| panic!("the relay cannot reach port {upstream}: {e}"));
-                let slot = pairs.iter().position(Option::is_none).unwrap_or_else(|| {
-                    pairs.push(None);
-                    pairs.len() - 1
-                });
+                let slot = pairs.len();
                 for (side, s) in [&client, &server].into_iter().enumerate() {
                     s.set_nodelay(true).expect("TCP_NODELAY");
                     let key = (slot * 2 + side) as u64;
@@ -133,7 +131,7 @@ pub fn tcp_relay(port: u16, upstream: u16) {
                     )
                     .expect("a connection watched");
                 }
-                pairs[slot] = Some([client, server]);
+                pairs.push(Some([client, server]));
                 continue;
             }
             let (slot, side) = ((data / 2) as usize, (data % 2) as usize);
