@@ -248,11 +248,11 @@ pub(super) fn plan(
         over_http(serve(&config)),
     );
     gateway["http"] = json!({"stateless": true});
-    gateway["upstream"] = json!(over_http(serve(bare)));
+    let upstream = over_http(serve(bare));
     // The floor of the hop over HTTP: the byte relay between the client's connections and
     // the same server (no rmcp proxy: it speaks stdio).
-    gateway["proxy"] =
-        json!({"upstream_tool": "read_file", "command": over_http(serve(bare)), "rmcp": false});
+    gateway["proxy"] = json!({"upstream_tool": "read_file", "command": upstream, "rmcp": false});
+    gateway["upstream"] = json!(upstream);
     gateway["files"] = json!({
         config.display().to_string():
             "[[mcp_servers]]\nid = \"up\"\nprefix = \"up\"\nurl = \"http://127.0.0.1:{upstream_port}/mcp\"\n"
