@@ -129,6 +129,9 @@ struct Entry {
     promotion: Option<Arc<Promotion>>,
     /// The call has ended ([`CallRoute::ended`]).
     ended: bool,
+    /// The way to the handler of a question never asked, kept from the call's end until the
+    /// route goes ([`CallRoute::ended`]).
+    unasked: Option<oneshot::Sender<Question>>,
 }
 
 impl Entry {
@@ -176,6 +179,7 @@ impl CallRoute {
                 decided: None,
                 promotion: None,
                 ended: false,
+                unasked: None,
             }),
         })
     }
@@ -189,7 +193,13 @@ impl CallRoute {
     pub(crate) fn ended(&self) {
         let (client, promotion) = {
             let mut entry = self.lock();
-            entry.route = Route::Asked;
+            // A question's way not taken is kept, not dropped: its drop would wake the
+            // handler, whose task is the connection's and has the call's answer already,
+            // for one more poll of the connection (a gateway's every call: callgrind).
+            // Nothing waits on it: the handler reads a dropped way as no question ever.
+            if let Route::Defer { to, .. } = std::mem::replace(&mut entry.route, Route::Asked) {
+                entry.unasked = Some(to);
+            }
             entry.ended = true;
             (entry.client.take(), entry.decide(false))
         };
@@ -389,4 +399,53 @@ pub(crate) fn elicits_form(caps: &ClientCapabilities) -> bool {
     caps.elicitation
         .as_ref()
         .is_some_and(|e| e.form.is_some() || e.url.is_none())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context, Wake, Waker};
+
+    use super::*;
+
+    /// A task's waker that counts its wakes.
+    struct Wakes(AtomicUsize);
+
+    impl Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A 2026-07-28 call's route, whose questions would end the round, and the handler's
+    /// end of the way they come by.
+    fn deferred() -> (Arc<CallRoute>, oneshot::Receiver<Question>) {
+        let (to, asked) = oneshot::channel();
+        let route = Route::Defer {
+            to,
+            caps: Arc::new(ClientCapabilities::default()),
+            allowed: false,
+        };
+        (CallRoute::new(route, None, None, false), asked)
+    }
+
+    #[test]
+    fn the_end_of_a_call_does_not_wake_its_handler_and_later_questions_fall_back() {
+        let (route, mut asked) = deferred();
+        let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
+        let waker = Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(Pin::new(&mut asked).poll(&mut cx).is_pending());
+
+        route.ended();
+        assert_eq!(wakes.0.load(Ordering::SeqCst), 0, "the handler was woken");
+        assert!(matches!(route.ask(false), Ask::Nobody));
+
+        // The way goes with the route; a handler still waiting then sees no question ever.
+        drop(route);
+        assert_eq!(wakes.0.load(Ordering::SeqCst), 1);
+        assert!(Pin::new(&mut asked).poll(&mut cx).is_ready());
+    }
 }
