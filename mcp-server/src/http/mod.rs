@@ -26,11 +26,11 @@
 
 pub mod access;
 mod authorization;
+mod connections;
 pub mod control;
 pub mod session;
 mod stateless;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -192,23 +192,12 @@ impl Server {
         grace: Duration,
     ) -> std::io::Result<bool> {
         let (accepting_tx, accepting_rx) = tokio::sync::oneshot::channel::<()>();
-        let app = self
-            .router
-            .into_make_service_with_connect_info::<SocketAddr>();
-        // Each answer goes out as soon as it is written: a session's event stream writes
-        // its head and its events apart, and with Nagle's algorithm the second write waits
-        // for the client's delayed acknowledgement (40 ms a call for most clients).
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!("cannot set TCP_NODELAY on an accepted connection: {e}");
-            }
-        });
-        let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        let server = connections::serve(listener, self.router.clone(), async move {
             let _ = accepting_rx.await;
         });
-        let mut server = std::pin::pin!(server.into_future());
+        let mut server = std::pin::pin!(server);
         tokio::select! {
-            r = &mut server => return r.map(|()| true),
+            () = &mut server => return Ok(true),
             () = shutdown => {}
         }
         // Listen streams end first, each with its final result: their handlers return
