@@ -133,7 +133,7 @@ const AGAIN: usize = 4;
 /// A future polled with a waker of its own: a wake that comes while it is being polled
 /// (from itself, or from another thread meanwhile) polls it again before the poll returns;
 /// a wake between polls wakes its task.
-pub(crate) struct Inline<F> {
+struct Inline<F> {
     future: Pin<Box<F>>,
     wakes: Arc<Wakes>,
     waker: Waker,
@@ -155,7 +155,7 @@ const POLLING: u8 = 1;
 const WOKEN: u8 = 2;
 
 impl<F: Future> Inline<F> {
-    pub(crate) fn new(future: F) -> Inline<F> {
+    fn new(future: F) -> Inline<F> {
         let wakes = Arc::new(Wakes {
             state: AtomicU8::new(IDLE),
             task: AtomicWaker::new(),
