@@ -107,6 +107,67 @@ fn every_connection_sends_its_answers_without_waiting_for_acknowledgements() {
     }
 }
 
+#[test]
+fn a_server_out_of_descriptors_waits_and_serves_again_once_connections_close() {
+    // Clients that hold more connections than the server has descriptors left: its
+    // accept fails (EMFILE) until some close. It must neither stop accepting for good
+    // nor spin on the failure, and must say what happened.
+    let ws = workspace();
+    let server = serve_http(ws.path(), &[]);
+    let read_readme = || {
+        post_stateless(
+            &server.addr,
+            &stateless(
+                1,
+                "tools/call",
+                json!({"name": "read_file", "arguments": {"path": "README.md"}}),
+                false,
+            ),
+        )
+        .json()
+    };
+    assert_eq!(read_readme()["result"]["content"][0]["text"], "# hello\n");
+    let pid = server.child.id();
+    let open = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count();
+    let limit = open + 4;
+    let limited = Command::new("prlimit")
+        .arg(format!("--pid={pid}"))
+        .arg(format!("--nofile={limit}:{limit}"))
+        .status()
+        .expect("prlimit (util-linux) sets the server's descriptor limit");
+    assert!(limited.success(), "prlimit failed: {limited}");
+    let held: Vec<TcpStream> = (0..16)
+        .map(|_| TcpStream::connect(&server.addr).unwrap())
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let log = |server: &Server| server.log.lock().unwrap().join("\n");
+    while !log(&server).contains("cannot accept a connection") {
+        assert!(
+            Instant::now() < deadline,
+            "no accept failed with {} connections held and {limit} descriptors: {}",
+            held.len(),
+            log(&server)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        log(&server).contains("trying again in a second"),
+        "{}",
+        log(&server)
+    );
+    // Not a failure a second: the loop waits between tries.
+    std::thread::sleep(Duration::from_millis(1500));
+    let failures = log(&server).matches("cannot accept a connection").count();
+    assert!(
+        failures <= 3,
+        "{failures} failed accepts in 1.5 s: it spins"
+    );
+    drop(held);
+    assert_eq!(read_readme()["result"]["content"][0]["text"], "# hello\n");
+}
+
 fn tools_call(id: i64, name: &str, arguments: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": arguments}})
 }
