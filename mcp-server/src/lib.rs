@@ -37,6 +37,8 @@ pub mod sessions;
 pub mod stdio;
 pub mod tasks;
 pub mod tasks_2025;
+#[cfg(test)]
+mod wake_count;
 
 pub(crate) use caller::Caller;
 pub use confirm::{Consoles, McpConfirmer, PromptFallback};

@@ -405,19 +405,10 @@ pub(crate) fn elicits_form(caps: &ClientCapabilities) -> bool {
 mod tests {
     use std::future::Future;
     use std::pin::Pin;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::task::{Context, Wake, Waker};
+    use std::task::Context;
 
     use super::*;
-
-    /// A task's waker that counts its wakes.
-    struct Wakes(AtomicUsize);
-
-    impl Wake for Wakes {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
+    use crate::wake_count::counting;
 
     /// A 2026-07-28 call's route, whose questions would end the round, and the handler's
     /// end of the way they come by.
@@ -434,18 +425,17 @@ mod tests {
     #[test]
     fn the_end_of_a_call_does_not_wake_its_handler_and_later_questions_fall_back() {
         let (route, mut asked) = deferred();
-        let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
-        let waker = Waker::from(wakes.clone());
+        let (wakes, waker) = counting();
         let mut cx = Context::from_waker(&waker);
         assert!(Pin::new(&mut asked).poll(&mut cx).is_pending());
 
         route.ended();
-        assert_eq!(wakes.0.load(Ordering::SeqCst), 0, "the handler was woken");
+        assert_eq!(wakes.get(), 0, "the handler was woken");
         assert!(matches!(route.ask(false), Ask::Nobody));
 
         // The way goes with the route; a handler still waiting then sees no question ever.
         drop(route);
-        assert_eq!(wakes.0.load(Ordering::SeqCst), 1);
+        assert_eq!(wakes.get(), 1);
         assert!(Pin::new(&mut asked).poll(&mut cx).is_ready());
     }
 }

@@ -224,21 +224,8 @@ impl Wake for Wakes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wake_count::counting;
     use std::sync::atomic::AtomicUsize;
-
-    /// A waker that counts its wakes.
-    struct Count(AtomicUsize);
-
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    fn counting() -> (Arc<Count>, Waker) {
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        (count.clone(), Waker::from(count))
-    }
 
     /// A future that wakes itself on its first `n` polls, then is ready; counts its polls.
     fn waking_itself(n: usize, polls: Arc<AtomicUsize>) -> impl Future<Output = ()> {
@@ -260,7 +247,7 @@ mod tests {
         let ready = future.as_mut().poll(&mut Context::from_waker(&waker));
         assert!(ready.is_ready());
         assert_eq!(polls.load(Ordering::SeqCst), 2);
-        assert_eq!(count.0.load(Ordering::SeqCst), 0);
+        assert_eq!(count.get(), 0);
     }
 
     #[test]
@@ -271,7 +258,7 @@ mod tests {
         let pending = future.as_mut().poll(&mut Context::from_waker(&waker));
         assert!(pending.is_pending());
         assert_eq!(polls.load(Ordering::SeqCst), AGAIN);
-        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert_eq!(count.get(), 1);
     }
 
     #[test]
@@ -289,14 +276,14 @@ mod tests {
                 .poll(&mut Context::from_waker(&waker))
                 .is_pending()
         );
-        assert_eq!(count.0.load(Ordering::SeqCst), 0);
+        assert_eq!(count.get(), 0);
         let inner = kept.lock().unwrap().clone().unwrap();
         inner.wake_by_ref();
-        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert_eq!(count.get(), 1);
         // The task's waker is taken by the wake: a second one before the next poll finds
         // the task already woken.
         inner.wake_by_ref();
-        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert_eq!(count.get(), 1);
         assert!(
             future
                 .as_mut()
@@ -304,6 +291,6 @@ mod tests {
                 .is_pending()
         );
         inner.wake();
-        assert_eq!(count.0.load(Ordering::SeqCst), 2);
+        assert_eq!(count.get(), 2);
     }
 }
