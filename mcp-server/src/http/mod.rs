@@ -26,6 +26,7 @@
 
 pub mod access;
 mod authorization;
+mod connection_threads;
 mod connections;
 pub mod control;
 pub mod session;
