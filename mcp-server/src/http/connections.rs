@@ -1,6 +1,5 @@
 //! The server's connections: accepted, each served by hyper on a task of its own until it
-//! closes or the server stops ([`serve`]), on one of the connection threads
-//! ([`ConnectionThreads`]), and polled through [`Inline`].
+//! closes or the server stops ([`serve`]), and polled through [`Inline`].
 //!
 //! Why not `axum::serve`, which does the same: its task polls hyper's connection under the
 //! runtime's own waker, and hyper wakes that waker from inside the poll on every request
@@ -29,8 +28,6 @@ use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tower_service::Service as _;
-
-use super::connection_threads::ConnectionThreads;
 
 /// Serves `app` on the connections `listener` accepts until `stop` resolves; then accepts
 /// no more, asks each connection to close once its request in flight is answered, and
@@ -78,12 +75,11 @@ async fn pause_after(e: std::io::Error) {
     tokio::time::sleep(Duration::from_secs(1)).await;
 }
 
-/// Serves one connection on a task of its own, on the connection thread serving the
-/// fewest ([`ConnectionThreads`]), or here when there are none.
+/// Serves one connection on a task of its own.
 fn spawn_connection(
     tcp: TcpStream,
     app: Router,
-    stop_seen: watch::Receiver<()>,
+    mut stop_seen: watch::Receiver<()>,
     open: watch::Receiver<()>,
 ) {
     // Each answer goes out as soon as it is written: a session's event stream writes
@@ -92,37 +88,7 @@ fn spawn_connection(
     if let Err(e) = tcp.set_nodelay(true) {
         tracing::debug!("cannot set TCP_NODELAY on an accepted connection: {e}");
     }
-    let Some(threads) = ConnectionThreads::get() else {
-        tokio::spawn(served(tcp, app, stop_seen, open));
-        return;
-    };
-    // Taken off this runtime's poller, to be registered with the thread's.
-    let tcp = match tcp.into_std() {
-        Ok(tcp) => tcp,
-        Err(e) => {
-            tracing::debug!("cannot hand an accepted connection to its thread: {e}");
-            return;
-        }
-    };
-    let (runtime, counted) = threads.least_busy();
-    runtime.spawn(async move {
-        let _counted = counted;
-        match TcpStream::from_std(tcp) {
-            Ok(tcp) => served(tcp, app, stop_seen, open).await,
-            Err(e) => tracing::debug!("cannot serve an accepted connection on its thread: {e}"),
-        }
-    });
-}
-
-/// One connection served until it closes, or until the server stops (then once its
-/// request in flight is answered).
-fn served(
-    tcp: TcpStream,
-    app: Router,
-    mut stop_seen: watch::Receiver<()>,
-    open: watch::Receiver<()>,
-) -> Inline<impl Future<Output = ()> + Send + 'static> {
-    Inline::new(async move {
+    tokio::spawn(Inline::new(async move {
         let connection = hyper::server::conn::http1::Builder::new()
             .serve_connection(TokioIo::new(tcp), App(app));
         let mut connection = std::pin::pin!(connection);
@@ -143,7 +109,7 @@ fn served(
             }
         }
         drop(open);
-    })
+    }));
 }
 
 /// The router as hyper calls it, each request on a clone (an `Arc`'s).

@@ -26,7 +26,6 @@
 
 pub mod access;
 mod authorization;
-mod connection_threads;
 mod connections;
 pub mod control;
 pub mod session;

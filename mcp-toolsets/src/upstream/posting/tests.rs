@@ -482,39 +482,6 @@ async fn calls_one_after_another_go_out_on_one_kept_connection() {
     assert_eq!(posts.direct.as_ref().unwrap().kept(), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_takes_only_a_kept_connection_opened_on_its_own_runtime() {
-    // Calls 1 and 3 here, 2 and 4 on a runtime of another thread.
-    let (url, read) = keeping_server(vec![
-        (vec![kept_json(1), kept_json(3)], Then::Hold),
-        (vec![kept_json(2), kept_json(4)], Then::Hold),
-    ]);
-    let (posts, _) = posts(&url, ProtocolVersion::V_2026_07_28, None, None);
-    let posts = Arc::new(posts);
-    let other = Arc::new(
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap(),
-    );
-    let elsewhere = |posts: &Arc<Posts>| {
-        let (posts, other) = (posts.clone(), other.clone());
-        tokio::task::spawn_blocking(move || other.block_on(says_hi(&posts)))
-    };
-    says_hi(&posts).await;
-    elsewhere(&posts).await.unwrap();
-    says_hi(&posts).await;
-    elsewhere(&posts).await.unwrap();
-    assert_eq!(
-        connections(&read),
-        [0, 1, 0, 1],
-        "each runtime's calls on the connection opened on it"
-    );
-    tokio::task::spawn_blocking(move || drop(other))
-        .await
-        .unwrap();
-}
-
 /// A JSON answer to the `n`th call of a connection in chunks of `piece` bytes (with an
 /// extension and a trailer, as a server may send them), its connection kept open.
 fn kept_chunked(n: u64, piece: usize) -> Vec<u8> {

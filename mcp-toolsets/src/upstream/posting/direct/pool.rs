@@ -6,11 +6,6 @@
 //! call handed its request to the connection's task and had its answer handed back (two
 //! wake-ups of tasks a call), and found its connection in a pool keyed by scheme and host
 //! (hashed on every call).
-//!
-//! A connection is registered with the poller of the runtime it was opened on, whose
-//! thread learns when the server has written. A call takes only a connection opened on its
-//! own runtime: on `serve --http`'s connection threads (a runtime each), the answer then
-//! wakes the thread that waits for it, not another that would have to wake it.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,14 +35,6 @@ pub(super) struct Pool {
 struct Idle {
     line: Line,
     since: Instant,
-    /// The runtime it was opened on: a call takes a connection only on that one, and puts
-    /// it back from there.
-    runtime: Option<tokio::runtime::Id>,
-}
-
-/// The runtime the caller runs on, if any.
-fn current_runtime() -> Option<tokio::runtime::Id> {
-    tokio::runtime::Handle::try_current().ok().map(|h| h.id())
 }
 
 impl Pool {
@@ -55,15 +42,11 @@ impl Pool {
         self.idle.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A free connection opened on the caller's runtime, the most recently used first; the
-    /// ones found closed or unused too long on the way are closed.
+    /// A free connection, the most recently used first; the ones found closed or unused
+    /// too long on the way are closed.
     pub(super) fn take(&self) -> Option<Line> {
-        let runtime = current_runtime();
         let mut idle = self.lock();
-        while let Some(at) = idle.iter().rposition(|i| i.runtime == runtime) {
-            let Idle {
-                mut line, since, ..
-            } = idle.remove(at);
+        while let Some(Idle { mut line, since }) = idle.pop() {
             if since.elapsed() < IDLE && line.free() {
                 return Some(line);
             }
@@ -78,7 +61,6 @@ impl Pool {
             idle.push(Idle {
                 line,
                 since: Instant::now(),
-                runtime: current_runtime(),
             });
         }
     }
