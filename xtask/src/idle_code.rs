@@ -1,5 +1,6 @@
 //! `cargo xtask idle-code`: writes `toolhost/link/idle-code.ld`, the linker script that
-//! puts the code an idle `serve --mcp` runs together at the front of the binary's code.
+//! puts the code an idle `serve --mcp` runs together at the front of the binary's code,
+//! then `toolhost/link/call-code.ld` ([`crate::call_code`]).
 //!
 //! The kernel maps a binary's code in 64 KiB runs around each page first touched. The
 //! 1.5 MB an idle server runs (start, `initialize`, `tools/list`, one call; bare, and with
@@ -84,7 +85,7 @@ pub fn idle_code() -> Result {
         script.matches("*(.text.").count(),
         functions.len()
     );
-    Ok(())
+    crate::call_code::write(&binary, &ws, &work, &instances)
 }
 
 /// The mangled names of the functions `binary` ran in the session, as callgrind saw them.
@@ -171,11 +172,20 @@ fn run_session(start: &str, step: &str, command: &mut Command, session: &str) ->
 /// `cfn=` lines, names given once and then referred to by number), and of the code in no
 /// object valgrind knows (`???`), which is the binary's outside its `.text`.
 fn functions_of(profile: &str, binary: &str) -> Vec<String> {
-    use std::collections::{BTreeMap, BTreeSet};
+    costs_of(profile, binary).into_keys().collect()
+}
+
+/// The functions of object `binary` in a callgrind profile (as [`functions_of`] finds them),
+/// each with the instructions it ran itself (its cost lines, not those of its calls).
+pub(crate) fn costs_of(profile: &str, binary: &str) -> std::collections::BTreeMap<String, u64> {
+    use std::collections::BTreeMap;
     let mut objects: BTreeMap<String, String> = BTreeMap::new();
     let mut names: BTreeMap<String, String> = BTreeMap::new();
-    let mut ours = BTreeSet::new();
+    let mut ours: BTreeMap<String, u64> = BTreeMap::new();
     let mut in_binary = false;
+    let mut current: Option<String> = None;
+    // The cost line after `calls=` is the call's, not the function's own.
+    let mut of_a_call = false;
     // `(12) name` defines 12; `(12)` refers to it.
     let named = |value: &str, table: &mut BTreeMap<String, String>| -> Option<String> {
         let value = value.trim();
@@ -200,15 +210,29 @@ fn functions_of(profile: &str, binary: &str) -> Vec<String> {
             named(v, &mut objects);
         } else if let Some(v) = line.strip_prefix("fn=") {
             let name = named(v, &mut names);
-            if in_binary && let Some(name) = name {
-                ours.insert(name);
+            current = name.filter(|_| in_binary);
+            if let Some(name) = &current {
+                ours.entry(name.clone()).or_default();
             }
         } else if let Some(v) = line.strip_prefix("cfn=") {
             // Named here; counted where it is the function being described.
             named(v, &mut names);
+        } else if line.starts_with("calls=") {
+            of_a_call = true;
+        } else if line.starts_with(|c: char| c.is_ascii_digit() || "+-*".contains(c)) {
+            if std::mem::take(&mut of_a_call) {
+                continue;
+            }
+            let ir = line
+                .split_whitespace()
+                .nth(1)
+                .and_then(|n| n.parse::<u64>().ok());
+            if let (Some(name), Some(ir)) = (&current, ir) {
+                *ours.entry(name.clone()).or_default() += ir;
+            }
         }
     }
-    ours.into_iter().collect()
+    ours
 }
 
 /// How many functions of `binary` each legacy name stands for once its hash is left out
@@ -252,7 +276,7 @@ fn instances_of(listing: &str) -> Instances {
 }
 
 /// Functions of the binary by legacy name without its hash.
-type Instances = std::collections::HashMap<String, usize>;
+pub(crate) type Instances = std::collections::HashMap<String, usize>;
 
 /// A legacy symbol (`_ZN…17h<16 hex>E`, then maybe `.llvm.N`) as its name without the
 /// hash (`_ZN…17h`) and with it (`_ZN…17h<16 hex>E`).
@@ -266,7 +290,7 @@ fn legacy(name: &str) -> Option<(&str, &str)> {
 /// A symbol name as a section pattern that holds across builds: its hashes left out, but
 /// for a legacy name the binary holds several functions of (a generic function's
 /// instances: the hash tells them apart).
-fn pattern(name: &str, instances: &Instances) -> Option<String> {
+pub(crate) fn pattern(name: &str, instances: &Instances) -> Option<String> {
     // callgrind marks recursion levels (`name'2`).
     let name = name.split('\'').next()?;
     let symbol = name
@@ -426,6 +450,16 @@ mod tests {
             .collect();
         assert_eq!(ours.len(), 1, "{ours:?}");
         assert_eq!(*ours[0].1, 2, "{ours:?}");
+    }
+
+    #[test]
+    fn a_functions_cost_is_what_it_ran_itself_not_what_it_called() {
+        let profile = "ob=(1) /bin/toolhost\nfn=(1) outer\n3 10\n+1 5\ncfn=(2) inner\ncalls=4 0\n5 1000\n* 2\n\nfn=(2)\n7 250\n\nob=(2) /lib/libc.so.6\nfn=(3) memcpy\n1 99\n";
+        let costs = costs_of(profile, "/bin/toolhost");
+        assert_eq!(
+            costs.into_iter().collect::<Vec<_>>(),
+            [("inner".to_string(), 250), ("outer".to_string(), 17)]
+        );
     }
 
     #[test]

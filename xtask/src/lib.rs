@@ -25,6 +25,7 @@
 
 #[cfg(feature = "components")]
 pub mod bench;
+pub mod call_code;
 #[cfg(feature = "components")]
 pub mod components;
 pub mod demo;

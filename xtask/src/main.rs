@@ -77,7 +77,9 @@ enum Command {
     WasmFixtures,
     /// Profile an idle `serve --mcp` of the shipped build under callgrind and write
     /// toolhost/link/idle-code.ld, which gathers the code it runs at the front of the
-    /// binary (an idle server's resident code is then a few 64 KiB runs, not 158).
+    /// binary (an idle server's resident code is then a few 64 KiB runs, not 158); then
+    /// profile `serve --http`'s calls (alone and as a gateway) and write
+    /// toolhost/link/call-code.ld, which gathers theirs before it, hottest first.
     #[command(name = "idle-code")]
     IdleCode,
 }
