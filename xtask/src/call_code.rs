@@ -18,8 +18,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::idle_code::{Instances, costs_of, pattern};
 use crate::steps::{Result, StepError, announce, fail, io, root};
+use crate::symbols::{Instances, costs_of, pattern};
 
 /// The script, from the repository's root.
 pub const SCRIPT: &str = "toolhost/link/call-code.ld";

@@ -25,6 +25,7 @@
 
 #[cfg(feature = "components")]
 pub mod bench;
+#[cfg(feature = "components")]
 pub mod call_code;
 #[cfg(feature = "components")]
 pub mod components;
@@ -39,6 +40,8 @@ pub mod registry;
 pub mod steps;
 #[cfg(feature = "components")]
 mod suite;
+#[cfg(feature = "components")]
+mod symbols;
 
 #[cfg(feature = "components")]
 pub use suite::{ci, ensure_browser, ensure_redis, test, test_peers};
