@@ -169,9 +169,8 @@ fn run_session(start: &str, step: &str, command: &mut Command, session: &str) ->
     Ok(())
 }
 
-/// The names of the functions of object `binary` in a callgrind profile (`ob=`, `fn=` and
-/// `cfn=` lines, names given once and then referred to by number), and of the code in no
-/// object valgrind knows (`???`), which is the binary's outside its `.text`.
+/// The names of the functions of object `binary` in a callgrind profile, as [`costs_of`]
+/// finds them.
 fn functions_of(profile: &str, binary: &str) -> Vec<String> {
     costs_of(profile, binary).into_keys().collect()
 }
